@@ -1,0 +1,100 @@
+/* zt_backend.h — the compute backend interface: pure kernels on buffers.
+ *
+ * A backend is a struct of function pointers with a name, registered in one
+ * table (zt_backend.c) whose entries configure's defines guard. The CPU backend
+ * (OpenBLAS GEMMs, OpenMP loops) always exists, so everything runs and is tested
+ * without a GPU; the CUDA backend fills the same struct with device kernels.
+ * Kernels know no model, no MPI and no config: buffers, shapes, scalars.
+ *
+ * Buffers passed to kernels live in the backend's memory (alloc/free); the CPU
+ * backend's memory is host memory. All kernels are asynchronous with respect to
+ * the host on devices that allow it; sync() waits for them.
+ *
+ * Letters: N rows (= B*T tokens), C channels, OC output channels, B batch,
+ * T time, NH heads, V vocabulary. Row-major throughout. Backward kernels
+ * ACCUMULATE (+=) into parameter gradients (so micro-batches and the tied
+ * embedding sum naturally) and OVERWRITE activation gradients unless noted. */
+#ifndef ZT_BACKEND_H
+#define ZT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct zt_backend {
+    const char *name;
+    /* memory */
+    void *(*alloc)(size_t bytes);           /* zero-filled, aborts on failure */
+    void (*free)(void *p);
+    void (*memzero)(void *p, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);     /* backend -> backend */
+    void (*to_host)(void *host, const void *src, size_t bytes);
+    void (*from_host)(void *dst, const void *host, size_t bytes);
+    void (*sync)(void);
+
+    /* out (B,T,C) = wte[inp] + wpe[t] */
+    void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,
+                            int B, int T, int C);
+    /* dwte[inp] += dout, dwpe[t] += dout */
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
+                             int B, int T, int C);
+    /* out (N,C), mean (N), rstd (N); eps = 1e-5 */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C);
+    /* dinp (N,C) +=, dweight, dbias (C) += */
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+    /* out (N,OC) = inp (N,C) @ W + bias, W is (C,OC) (HF Conv1D layout), or
+     * W is (OC,C) and used transposed when transw != 0 (tied lm_head: W = wte).
+     * bias may be NULL. */
+    void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int C, int OC, int transw);
+    /* dinp (N,C) += dout @ W^T ; dweight += inp^T @ dout (same layout as W) ;
+     * dbias (OC) += colsum(dout). dinp, dbias may be NULL to skip. */
+    void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC, int transw);
+    /* qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) keeps softmax probabilities for backward. */
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+    /* dqkv (B,T,3C) +=, datt (B,NH,T,T) scratch */
+    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+    /* tanh-approximate GELU, elementwise over n */
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n); /* dinp += */
+    /* out = a + b */
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    /* y += x */
+    void (*accumulate)(float *y, const float *x, size_t n);
+    /* In place: logits (N,V) become dlogits = (softmax - onehot(target)) * dscale;
+     * losses (N) = -log softmax[target]. Targets < 0 are ignored (loss 0, grad 0).
+     * With dscale == 0 only the losses are computed and logits are left unspecified. */
+    void (*crossentropy_fused)(float *logits, float *losses, const int32_t *targets,
+                               int N, int V, float dscale);
+    /* x *= s */
+    void (*scale)(float *x, float s, size_t n);
+    /* sum of x^2 in double, the global-norm building block */
+    double (*sumsq)(const float *x, size_t n);
+    /* 1 if every element is finite */
+    int (*all_finite)(const float *x, size_t n);
+    /* AdamW with PyTorch semantics on a contiguous range:
+     * m = b1 m + (1-b1) g ; v = b2 v + (1-b2) g^2 ;
+     * p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p )
+     * `step` is t (1-based). grad_scale multiplies g first (clipping). */
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                  float b2, float eps, float wd, float grad_scale, long step);
+    /* bf16 <-> fp32 (round to nearest even) */
+    void (*to_bf16)(uint16_t *out, const float *in, size_t n);
+    void (*from_bf16)(float *out, const uint16_t *in, size_t n);
+} zt_backend_t;
+
+/* Registry: NULL-terminated, CPU backend always present. */
+extern const zt_backend_t *const zt_backends[];
+/* Looks a backend up by name ("cpu", "cuda"); NULL if not built in or unusable. */
+const zt_backend_t *zt_backend_get(const char *name);
+
+extern const zt_backend_t zt_backend_cpu;
+
+/* Number of threads the CPU kernels (and OpenBLAS) use. */
+void zt_cpu_set_threads(int n);
+
+#endif

@@ -1,0 +1,60 @@
+/* zt_common.h — error handling and small utilities shared by every module.
+ *
+ * Fatal errors are reported with rank, host, file:line and the failing library's
+ * own message, then the whole job is aborted with MPI_Abort: one rank must never
+ * exit() while the others wait in a collective. Recoverable, input-dependent
+ * errors (bad config, bad data, bad checkpoint) are instead returned as an error
+ * string up to zt_run(), which turns them into a collective decision. */
+#ifndef ZT_COMMON_H
+#define ZT_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define ZT_ERRLEN 512
+
+/* Prints "ztrain: FATAL [rank r on host] file:line: message" and aborts every rank. */
+void zt_fatal_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+#define zt_fatal(...) zt_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
+
+/* Checked libc allocation; aborts the job with the size requested on failure. */
+void *zt_malloc_at(size_t bytes, const char *file, int line);
+void *zt_calloc_at(size_t n, size_t size, const char *file, int line);
+#define zt_malloc(b) zt_malloc_at((b), __FILE__, __LINE__)
+#define zt_calloc(n, s) zt_calloc_at((n), (s), __FILE__, __LINE__)
+/* 64-byte aligned allocation for SIMD and GEMM buffers. */
+void *zt_aligned_alloc_at(size_t bytes, const char *file, int line);
+#define zt_aligned_alloc(b) zt_aligned_alloc_at((b), __FILE__, __LINE__)
+
+/* MPI: every call through this macro; the MPI error string is printed. */
+#define ZT_MPI(call)                                                          \
+    do {                                                                      \
+        int zt_mpi_rc_ = (call);                                              \
+        if (zt_mpi_rc_ != 0) zt_mpi_fail(zt_mpi_rc_, #call, __FILE__, __LINE__); \
+    } while (0)
+void zt_mpi_fail(int rc, const char *call, const char *file, int line) __attribute__((noreturn));
+
+/* Formats into an error buffer (bounded); returns -1 so callers can `return zt_err(...)`. */
+int zt_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Wall-clock seconds (monotonic). */
+double zt_now(void);
+
+/* Rank and host of this process in MPI_COMM_WORLD, cached after MPI_Init. */
+int zt_world_rank(void);
+const char *zt_hostname(void);
+
+/* Peak resident set size of this process in bytes (VmHWM). */
+size_t zt_peak_rss(void);
+size_t zt_current_rss(void);
+
+/* Human-readable byte count into buf ("1.23 GiB"). */
+const char *zt_fmt_bytes(double bytes, char *buf, size_t len);
+
+#define ZT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define ZT_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define ZT_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+#endif

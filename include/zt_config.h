@@ -1,0 +1,117 @@
+/* zt_config.h — the resolved run configuration.
+ *
+ * One schema table in zt_config.c (name, type, default, range or allowed values,
+ * help, offset into zt_config_t) drives parsing of the libconfig input file,
+ * `section.key=value` overrides, validation, `ztrain --help`, `--print-config`
+ * and the generated config reference in doc/. Nothing else in ztrain parses
+ * configuration. */
+#ifndef ZT_CONFIG_H
+#define ZT_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define ZT_MAX_FILES 64
+#define ZT_STRLEN 1024
+
+typedef struct zt_config {
+    struct {
+        char arch[64];          /* "gpt2" */
+        int n_layer, n_head, n_embd;
+        int vocab_size, block_size;
+        double init_std;        /* N(0, init_std) for matrices and embeddings */
+        char init_from[ZT_STRLEN]; /* checkpoint to take weights from ("" = none) */
+    } model;
+    struct {
+        char train_files[ZT_MAX_FILES][ZT_STRLEN];
+        int n_train_files;
+        char val_files[ZT_MAX_FILES][ZT_STRLEN];
+        int n_val_files;
+        int seq_len;
+        int shuffle;            /* bool */
+        long seed;
+    } data;
+    struct {
+        int per_device_train_batch_size;
+        int gradient_accumulation_steps;
+        long max_steps;         /* 0 = derive from num_train_epochs */
+        double num_train_epochs;
+        int logging_steps;
+        int eval_steps;         /* 0 = only at the end */
+        int eval_batches;       /* validation batches per evaluation */
+        char output_dir[ZT_STRLEN];
+        long seed;
+        int bf16;               /* bool */
+        int gradient_checkpointing; /* bool */
+        int sample_tokens;      /* tokens generated at the end (0 = none) */
+        char sample_prompt[ZT_STRLEN];
+        double peak_tflops;     /* per rank, for MFU; 0 = measure sgemm peak at start */
+        int threads;            /* threads per rank (0 = OMP_NUM_THREADS or 1) */
+    } train;
+    struct {
+        double learning_rate;
+        char lr_scheduler_type[32]; /* constant | linear | cosine */
+        long warmup_steps;
+        double min_lr_ratio;
+        double weight_decay;
+        double adam_beta1, adam_beta2, adam_epsilon;
+        double max_grad_norm;   /* 0 = no clipping */
+    } optim;
+    struct {
+        char strategy[32];      /* ddp|zero0|no_shard|zero1|zero2|shard_grad_op|zero3|full_shard|hybrid_shard|hybrid_shard_zero2|auto */
+        char shard_layout[16];  /* flat | per_param */
+        int shard_group_size;   /* 0 = ranks of one node */
+        int reshard_after_forward; /* bool (zero3 family) */
+        double bucket_size_mb;
+        char reduce_dtype[8];   /* fp32 | bf16 */
+        char backend[8];        /* auto | cpu | cuda */
+        double memory_limit_gb; /* 0 = physical memory / ranks per node */
+        double timeout_s;       /* watchdog; 0 = off */
+        char offload_optimizer[8]; /* none | cpu */
+        char offload_param[8];  /* none | cpu */
+        char nonfinite[8];      /* abort | skip : what a NaN/Inf loss or gradient does */
+    } parallel;
+    struct {
+        int save_steps;         /* 0 = only at the end */
+        int save_at_end;        /* bool */
+        int keep_last;          /* 0 = keep all */
+        char format[16];        /* consolidated | sharded */
+        char resume[ZT_STRLEN]; /* auto | none | <path> */
+    } checkpoint;
+    struct {
+        int all_ranks;          /* bool: one log file per rank */
+        int plot;               /* bool: loss plot at the end */
+    } log;
+    struct {                    /* for testing only */
+        int rank;               /* -1 = off */
+        long step;
+        char kind[16];          /* stall | kill | nan | data */
+    } fault;
+
+    char source[ZT_STRLEN];     /* file the config came from */
+} zt_config_t;
+
+/* Fills cfg with every schema default. */
+void zt_config_defaults(zt_config_t *cfg);
+
+/* Parses libconfig text (the contents of `filename`, which is only used in
+ * messages) and then applies `section.key=value` overrides. Validates all of it.
+ * Returns 0, or -1 with a one-line message in err ("input.cfg:12: unknown key
+ * 'optim.learnin_rate' (did you mean 'optim.learning_rate'?)"). */
+int zt_config_parse(zt_config_t *cfg, const char *text, const char *filename,
+                    int noverrides, char *const overrides[], char *err, size_t errlen);
+
+/* Cross-field validation that needs only the config (seq_len <= block_size, ...). */
+int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen);
+
+/* Writes the resolved config as valid libconfig text. */
+void zt_config_print(const zt_config_t *cfg, FILE *out);
+/* Same, into a malloc'd string (for checkpoints). */
+char *zt_config_to_string(const zt_config_t *cfg);
+
+/* `ztrain --help` listing of every key with type, default and help. */
+void zt_config_help(FILE *out);
+/* Markdown reference generated from the schema (doc/config-reference.md). */
+void zt_config_markdown(FILE *out);
+
+#endif

@@ -1,0 +1,56 @@
+/* zt_data.h — token datasets and the deterministic sampler.
+ *
+ * A dataset is one or more token files read as one concatenated stream:
+ *  - HDF5: a 1-D integer dataset /tokens, attributes vocab_size and eot_token;
+ *  - llm.c .bin shards: 256 x int32 header (magic 20240520, version 1, token
+ *    count at [2]), then uint16 tokens.
+ * Sample i of an epoch is tokens [i*T, i*T + T + 1) of the stream (the +1 is
+ * the last target); samples never straddle two files, each file contributes
+ * floor((n_tokens - 1) / T) samples.
+ *
+ * Ordering: with shuffle off, epoch order is file order. With shuffle on, the
+ * order is a permutation that is a pure function of (seed, epoch) — the same on
+ * every rank and at every world size, so the same global batch is seen whatever
+ * the parallel layout. Global sample g of the run is (epoch g / S, position
+ * g % S) for S samples per epoch.
+ *
+ * Errors (missing file, truncated file, bad magic, token id >= vocab_size,
+ * no samples) are returned as one-line messages naming the file, never fatal:
+ * the caller makes them a collective decision. */
+#ifndef ZT_DATA_H
+#define ZT_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct zt_dataset zt_dataset_t;
+
+/* Opens files (HDF5 or .bin, detected by content), checks headers and sizes.
+ * vocab_size bounds token ids (checked on every sample read, and against the
+ * file's vocab_size attribute when present). Returns NULL and fills err. */
+zt_dataset_t *zt_data_open(const char *const *files, int nfiles, int seq_len, int vocab_size,
+                           char *err, size_t errlen);
+void zt_data_close(zt_dataset_t *ds);
+
+/* Samples per epoch (> 0 for an open dataset). */
+int64_t zt_data_num_samples(const zt_dataset_t *ds);
+int64_t zt_data_num_tokens(const zt_dataset_t *ds);
+
+/* Reads global sample g (see above) into out[0 .. seq_len] (seq_len + 1 tokens).
+ * Returns 0 or -1 with err (e.g. a token id out of range, naming file and offset). */
+int zt_data_read(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *out,
+                 char *err, size_t errlen);
+
+/* The position within epoch that global sample g maps to (exposed for tests). */
+int64_t zt_data_sample_index(const zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle);
+
+/* Writes tokens to an HDF5 token file (serial HDF5; used by the prep tool and tests). */
+int zt_data_write_h5(const char *path, const int32_t *tokens, size_t n, int vocab_size,
+                     int eot_token, char *err, size_t errlen);
+
+/* Byte-level tokenizer used when no BPE files are given: token = byte value
+ * (vocab 256 + 1 EOT = 257). GPT-2 BPE lives in zt_bpe.h. */
+#define ZT_BYTE_VOCAB 257
+#define ZT_BYTE_EOT 256
+
+#endif

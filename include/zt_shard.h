@@ -1,0 +1,136 @@
+/* zt_shard.h — the shard engine: owns parameters, gradients and optimizer state.
+ *
+ * Per strategy it decides what is resident, what is gathered when, and what is
+ * reduced where (see doc/design.md for the residency table). The train loop asks
+ * for a unit's full parameters before it runs (zt_shard_params), hands back the
+ * unit when done (zt_shard_release), and says when a unit's gradients are
+ * complete for this micro-step (zt_shard_grads_ready). The model only ever sees
+ * full unit buffers.
+ *
+ * Layouts, per unit, over a shard group of n ranks:
+ *   flat       the unit's flat buffer padded to a multiple of n; rank r owns the
+ *              contiguous slice [r*S, (r+1)*S), S = padded/n.
+ *   per_param  every parameter split along dim 0 into n near-equal row blocks;
+ *              rank r owns the concatenation of its row block of each parameter.
+ * Both are described as a list of (unit offset, length) segments per rank, so
+ * gathering is an all-gather(v) into rank order followed by an unpack (a no-op
+ * for flat), and reduce-scatter is a pack followed by reduce-scatter(v). */
+#ifndef ZT_SHARD_H
+#define ZT_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zt_backend.h"
+#include "zt_comm.h"
+#include "zt_model.h"
+
+typedef enum {
+    ZT_DDP = 0, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3, ZT_HYBRID, ZT_HYBRID_ZERO2,
+    ZT_STRATEGY_N
+} zt_strategy_t;
+typedef enum { ZT_LAYOUT_FLAT = 0, ZT_LAYOUT_PER_PARAM = 1 } zt_layout_t;
+
+/* Parses a strategy name or alias; -1 if unknown. "auto" is resolved by the caller. */
+int zt_strategy_parse(const char *name);
+const char *zt_strategy_name(zt_strategy_t s);
+/* Do parameters/gradients/optimizer state live sharded between steps? */
+int zt_strategy_shards_params(zt_strategy_t s);
+int zt_strategy_shards_grads(zt_strategy_t s);
+int zt_strategy_shards_optim(zt_strategy_t s);
+int zt_strategy_is_hybrid(zt_strategy_t s);
+
+/* A contiguous run of one unit's flat buffer. */
+typedef struct zt_segment { size_t off, len; } zt_segment_t;
+
+/* Shard geometry of one unit for a group of n ranks (pure arithmetic, unit-tested). */
+typedef struct zt_unit_layout {
+    size_t numel;           /* unpadded unit elements */
+    int n;                  /* ranks */
+    size_t *count;          /* (n) elements rank r owns (flat: S each, padding included) */
+    size_t *displ;          /* (n) offset of rank r's part in rank-ordered packed buffer */
+    size_t packed;          /* sum of counts (flat: padded size) */
+    int *nseg;              /* (n) segments per rank */
+    zt_segment_t **seg;     /* seg[r][i]: unit-buffer ranges rank r owns, in packed order */
+} zt_unit_layout_t;
+
+void zt_unit_layout_build(zt_unit_layout_t *lay, const zt_param_table_t *t, int unit, int n,
+                          zt_layout_t kind);
+void zt_unit_layout_free(zt_unit_layout_t *lay);
+
+typedef struct zt_shard_opts {
+    zt_strategy_t strategy;
+    zt_layout_t layout;
+    int reshard_after_forward;
+    size_t bucket_bytes;
+    int reduce_bf16;        /* communicate gradients in bf16 */
+    int bf16;               /* working params/grads in bf16 (communicated in bf16) */
+    uint64_t seed;          /* for initialization */
+} zt_shard_opts_t;
+
+typedef struct zt_shard zt_shard_t;
+
+/* Creates the engine and initializes the owned state from the seed. */
+zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
+                            const zt_shard_opts_t *opts);
+void zt_shard_free(zt_shard_t *s);
+
+/* Step protocol (called by the train loop, identical order on every rank). */
+void zt_shard_begin_step(zt_shard_t *s);
+void zt_shard_begin_micro(zt_shard_t *s, int micro, int nmicro);
+const float *zt_shard_params(zt_shard_t *s, int unit);     /* full unit params */
+void zt_shard_prefetch(zt_shard_t *s, int unit);            /* may start a gather early */
+void zt_shard_release(zt_shard_t *s, int unit);             /* done with params for now */
+float *zt_shard_grads(zt_shard_t *s, int unit);             /* full unit grad buffer to += into */
+void zt_shard_grads_ready(zt_shard_t *s, int unit);         /* unit's grads final for micro */
+/* After the last micro-step: completes every reduction; returns the global
+ * gradient L2 norm squared (each element counted once). */
+double zt_shard_finish_grads(zt_shard_t *s);
+/* 1 if any owned gradient element is not finite (local, to be OR-ed by the caller). */
+int zt_shard_grads_nonfinite(zt_shard_t *s);
+/* AdamW on the owned shard, then whatever re-gather the strategy needs. */
+typedef struct zt_adamw_hp {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    long step;  /* 1-based */
+} zt_adamw_hp_t;
+void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp);
+/* Discards this step's gradients (skip on NaN). */
+void zt_shard_zero_grads(zt_shard_t *s);
+/* Inference passes (eval, generation): params gathered per unit, no grads. */
+void zt_shard_begin_inference(zt_shard_t *s);
+void zt_shard_end_inference(zt_shard_t *s);
+
+/* Memory accounting in bytes per rank (what is allocated now, and the peak). */
+typedef struct zt_shard_mem {
+    size_t params, grads, optim, comm_buffers, gathered_peak;
+} zt_shard_mem_t;
+void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out);
+/* Analytic estimate of the same, without building the engine. */
+void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
+                              int replica_n, zt_shard_mem_t *out);
+/* Theoretical collective bytes per optimizer step (nccl-tests "size" convention summed
+ * over calls) for the strategy; used by tests and reports. */
+double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
+                                 int replica_n, int nmicro);
+
+/* Checkpoint I/O view: what this rank owns of each parameter, as element ranges
+ * of the parameter (row-major), with pointers to its fp32 master value, Adam
+ * moments, in this rank's memory. `write` lists are disjoint across the world
+ * (replicated state is split between replicas so every element is written once);
+ * `read` lists cover everything this rank must hold (replicas read the same). */
+typedef struct zt_io_seg {
+    int param;          /* index into the param table */
+    size_t start, len;  /* element range of the parameter */
+    float *value, *exp_avg, *exp_avg_sq;  /* host pointers, len elements each */
+} zt_io_seg_t;
+int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs); /* returns count, caller frees array */
+/* Optimizer step count (Adam t) owned by the engine; set on resume. */
+long zt_shard_adam_step(const zt_shard_t *s);
+void zt_shard_set_adam_step(zt_shard_t *s, long t);
+/* After the checkpoint reader filled the read segments: re-derive working copies. */
+void zt_shard_after_load(zt_shard_t *s);
+
+/* Parameter L2 norm over the world, for tests and logs. */
+double zt_shard_param_sumsq(zt_shard_t *s);
+
+#endif

@@ -1,0 +1,1 @@
+/* zt_backend.c — being written */

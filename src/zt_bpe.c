@@ -1,0 +1,1 @@
+/* zt_bpe.c — being written */

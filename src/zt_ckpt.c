@@ -1,0 +1,1 @@
+/* zt_ckpt.c — being written */

@@ -1,0 +1,1 @@
+/* zt_comm.c — being written */

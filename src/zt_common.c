@@ -1,0 +1,133 @@
+/* zt_common.c — fatal errors that abort the whole job, checked allocation, timers, RSS. */
+#include "zt_common.h"
+
+#include <errno.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int cached_rank = -1;
+static char cached_host[256];
+
+int zt_world_rank(void)
+{
+    if (cached_rank < 0) {
+        int init = 0;
+        MPI_Initialized(&init);
+        if (!init) return 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &cached_rank);
+    }
+    return cached_rank;
+}
+
+const char *zt_hostname(void)
+{
+    if (!cached_host[0] && gethostname(cached_host, sizeof cached_host - 1) != 0)
+        strcpy(cached_host, "?");
+    return cached_host;
+}
+
+static void abort_job(void)
+{
+    fflush(stdout);
+    fflush(stderr);
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 1);
+    abort();
+}
+
+void zt_fatal_at(const char *file, int line, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "ztrain: FATAL [rank %d on %s] %s:%d: %s\n", zt_world_rank(), zt_hostname(),
+            file, line, msg);
+    abort_job();
+}
+
+void zt_mpi_fail(int rc, const char *call, const char *file, int line)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
+    zt_fatal_at(file, line, "%s failed: %s", call, msg);
+}
+
+void *zt_malloc_at(size_t bytes, const char *file, int line)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) zt_fatal_at(file, line, "out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *zt_calloc_at(size_t n, size_t size, const char *file, int line)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) zt_fatal_at(file, line, "out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *zt_aligned_alloc_at(size_t bytes, const char *file, int line)
+{
+    void *p = NULL;
+    int rc = posix_memalign(&p, 64, bytes ? bytes : 64);
+    if (rc != 0) zt_fatal_at(file, line, "out of memory allocating %zu aligned bytes: %s", bytes,
+                             strerror(rc));
+    return p;
+}
+
+int zt_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+double zt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static size_t status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0, klen = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, klen) == 0) {
+            kb = strtoull(line + klen, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb * 1024;
+}
+
+size_t zt_peak_rss(void) { return status_kb("VmHWM:"); }
+size_t zt_current_rss(void) { return status_kb("VmRSS:"); }
+
+const char *zt_fmt_bytes(double bytes, char *buf, size_t len)
+{
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) {
+        bytes /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", bytes, unit[u]);
+    return buf;
+}

@@ -1,0 +1,1 @@
+/* zt_config.c — being written */

@@ -1,0 +1,1 @@
+/* zt_data.c — being written */

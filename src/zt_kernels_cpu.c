@@ -1,0 +1,1 @@
+/* zt_kernels_cpu.c — being written */

@@ -1,0 +1,1 @@
+/* zt_layout.c — being written */

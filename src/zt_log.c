@@ -1,0 +1,1 @@
+/* zt_log.c — being written */

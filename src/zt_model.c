@@ -1,0 +1,1 @@
+/* zt_model.c — being written */

@@ -1,0 +1,1 @@
+/* zt_optim.c — being written */

@@ -1,0 +1,1 @@
+/* zt_shard.c — being written */

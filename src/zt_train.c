@@ -1,0 +1,1 @@
+/* zt_train.c — being written */

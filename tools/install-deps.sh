@@ -1,0 +1,17 @@
+#!/bin/sh
+# Installs what ztrain needs to build, test and benchmark on Debian 12. Idempotent.
+set -eu
+PKGS="build-essential autoconf automake libtool pkg-config
+  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libconfig-dev libcunit1-dev
+  libopenblas-dev libdnnl-dev gnuplot-nox python3-numpy python3-h5py python3-torch
+  slurm-wlm slurmctld slurmd munge fortunes-min"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+echo "install-deps: all packages present"
