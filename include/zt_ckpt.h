@@ -18,6 +18,7 @@
 #define ZT_CKPT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zt_comm.h"
 #include "zt_model.h"
@@ -57,5 +58,53 @@ int zt_ckpt_load(const char *path, zt_ckpt_meta_t *meta, int weights_only, zt_sh
 /* Newest complete checkpoint in dir (via "latest", falling back to a scan);
  * 0 and path filled, or -1 if none. Not collective. */
 int zt_ckpt_find_latest(const char *dir, char *path, size_t len);
+
+/* ---- the core, usable without a shard engine (tests, tools) -------------- */
+
+/* Collective over comm. Writes the element ranges in segs (disjoint across
+ * ranks, covering every parameter of t) as checkpoint "<dir>/ckpt-<step>.h5"
+ * (format "consolidated") or "<dir>/ckpt-<step>.shards" ("sharded"), moves
+ * "latest", applies keep_last. Optimizer groups are written when every segment
+ * has exp_avg/exp_avg_sq (else a weights-only checkpoint). meta is taken from
+ * rank 0; meta->bytes and meta->save_seconds are filled on every rank. */
+int zt_ckpt_write_segments(const char *dir, zt_ckpt_meta_t *meta, const char *config_text,
+                           const char *format, int keep_last, const zt_io_seg_t *segs, int nsegs,
+                           const zt_param_table_t *t, MPI_Comm comm, char *err, size_t errlen);
+/* Collective over comm. Fills segs (which may overlap across ranks) from the
+ * checkpoint at path (a .h5 file, a .shards directory, or a directory with
+ * "latest"), with the validation described for zt_ckpt_load. */
+int zt_ckpt_read_segments(const char *path, zt_ckpt_meta_t *meta, int weights_only,
+                          const zt_io_seg_t *segs, int nsegs, const zt_param_table_t *t,
+                          MPI_Comm comm, char *err, size_t errlen);
+
+/* World-size independent tensor checksum: the sum mod 2^64 of a hash of
+ * (element index, fp32 bits); partial sums over element ranges add up. */
+uint64_t zt_ckpt_checksum(size_t start, const float *x, size_t n);
+
+/* Serial (non-collective) reader of either format, for tools. */
+enum { ZT_CKPT_MODEL = 0, ZT_CKPT_EXP_AVG = 1, ZT_CKPT_EXP_AVG_SQ = 2 };
+typedef struct zt_ckpt_reader zt_ckpt_reader_t;
+zt_ckpt_reader_t *zt_ckpt_reader_open(const char *path, char *err, size_t errlen);
+void zt_ckpt_reader_close(zt_ckpt_reader_t *r);
+const zt_ckpt_meta_t *zt_ckpt_reader_meta(const zt_ckpt_reader_t *r);
+const char *zt_ckpt_reader_config(const zt_ckpt_reader_t *r);
+/* The tensors stored (names, ndim, shape, numel filled; in stored order). */
+const zt_param_table_t *zt_ckpt_reader_tensors(const zt_ckpt_reader_t *r);
+int zt_ckpt_reader_has_optimizer(const zt_ckpt_reader_t *r);
+int zt_ckpt_reader_is_sharded(const zt_ckpt_reader_t *r);
+/* Elements [start, start+n) of tensor p of a group (ZT_CKPT_MODEL, ...). */
+int zt_ckpt_reader_read(zt_ckpt_reader_t *r, int group, int p, size_t start, size_t n, float *out,
+                        char *err, size_t errlen);
+/* Checksum stored at save time; 0 and *sum filled, or -1 if none stored. */
+int zt_ckpt_reader_checksum(zt_ckpt_reader_t *r, int group, int p, uint64_t *sum);
+
+/* Sharded -> consolidated, streaming through a buffer of buf_elems floats;
+ * checks every tensor's checksum against the index. Not collective. */
+int zt_ckpt_consolidate(const char *shards_dir, const char *out_path, size_t buf_elems, char *err,
+                        size_t errlen);
+
+/* Opens an in-memory HDF5 image and runs the metadata and tensor-table checks of
+ * the reader on it (the fuzzing entry point for untrusted checkpoint files). */
+int zt_ckpt_check_image(const void *buf, size_t len, char *err, size_t errlen);
 
 #endif

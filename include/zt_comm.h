@@ -87,4 +87,11 @@ int zt_any(zt_comm_t *c, int local_flag);          /* logical OR over world */
 double zt_sum_double(zt_comm_t *c, zt_group_t *g, double x);
 double zt_max_double(zt_comm_t *c, zt_group_t *g, double x);
 
+/* Every rank passes its local status (0 = fine) and message; returns non-zero on
+ * every rank when any failed, with err holding the lowest failing rank's message. */
+int zt_agree_error(zt_comm_t *c, int local_rc, char *err, size_t errlen);
+/* Before groups exist: rank 0 of `comm` broadcasts a malloc'd string (NULL = a
+ * read failure, returned as NULL everywhere). */
+char *zt_bcast_text(MPI_Comm comm, char *text_on_root);
+
 #endif

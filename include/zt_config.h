@@ -114,4 +114,8 @@ void zt_config_help(FILE *out);
 /* Markdown reference generated from the schema (doc/config-reference.md). */
 void zt_config_markdown(FILE *out);
 
+/* The schema's keys ("section.key"), for tests and tools; NULL out of range. */
+int zt_config_nkeys(void);
+const char *zt_config_key_name(int i);
+
 #endif

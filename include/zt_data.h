@@ -48,6 +48,22 @@ int64_t zt_data_sample_index(const zt_dataset_t *ds, int64_t g, uint64_t seed, i
 int zt_data_write_h5(const char *path, const int32_t *tokens, size_t n, int vocab_size,
                      int eot_token, char *err, size_t errlen);
 
+/* Tokenizer the files were made with: the HDF5 attribute `tokenizer` written by
+ * zt-prep-data ("byte" or "gpt2-bpe"); an HDF5 file without it is "byte" when its
+ * vocab_size is 257, else unknown; .bin files say nothing. The first file that
+ * knows decides (files that disagree fail zt_data_open); all-.bin is "gpt2-bpe"
+ * (llm.c's convention); otherwise "".
+ * (Additive to the original interface: the trainer uses it to decode samples.) */
+const char *zt_data_tokenizer(const zt_dataset_t *ds);
+/* EOT token id from the files' eot_token attribute (50256 for GPT-2 BPE), -1 if unknown. */
+int zt_data_eot_token(const zt_dataset_t *ds);
+
+/* As zt_data_write_h5, also storing the `tokenizer` attribute (NULL = none). */
+int zt_data_write_h5_tok(const char *path, const int32_t *tokens, size_t n, int vocab_size,
+                         int eot_token, const char *tokenizer, char *err, size_t errlen);
+/* Writes an llm.c .bin token file (ids must be < 65536). */
+int zt_data_write_bin(const char *path, const int32_t *tokens, size_t n, char *err, size_t errlen);
+
 /* Byte-level tokenizer used when no BPE files are given: token = byte value
  * (vocab 256 + 1 EOT = 257). GPT-2 BPE lives in zt_bpe.h. */
 #define ZT_BYTE_VOCAB 257

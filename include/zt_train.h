@@ -1,0 +1,20 @@
+/* zt_train.h — the training loop: one SPMD loop identical on every rank.
+ *
+ * It wires the modules together: data -> model (unit by unit, with parameters
+ * the shard engine materializes) -> gradient reduction -> optimizer -> logs and
+ * checkpoints. Every decision that depends on one rank's state (a data error,
+ * a NaN, a signal) is agreed collectively before anyone acts on it. */
+#ifndef ZT_TRAIN_H
+#define ZT_TRAIN_H
+
+#include "zt_comm.h"
+#include "zt_config.h"
+
+/* Runs training as configured. Returns a ZT_EXIT_* code, identical on every rank. */
+int zt_train(const zt_config_t *cfg, zt_comm_t *comm);
+
+/* --estimate-memory: per-rank estimates for every strategy at world size `world`
+ * with `per_node` ranks per node (rank 0 prints). */
+void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node);
+
+#endif

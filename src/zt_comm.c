@@ -1,1 +1,303 @@
-/* zt_comm.c — being written */
+/* zt_comm.c — groups and collectives over MPI, with byte and time accounting.
+ *
+ * bf16 sums: MPI has no bf16 type, so bf16 buffers travel as MPI_UINT16_T with a
+ * user-defined reduction op that adds in fp32 and rounds back to bf16 — the same
+ * rounding a bf16 NCCL reduction performs per hop. */
+#include "zt_comm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt_common.h"
+
+static MPI_Op bf16_sum_op = MPI_OP_NULL;
+
+static inline float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+size_t zt_dtype_size(zt_dtype_t t)
+{
+    static const size_t sz[] = {4, 2, 4, 8, 8, 1};
+    return sz[t];
+}
+
+static MPI_Datatype mpi_type(zt_dtype_t t)
+{
+    switch (t) {
+    case ZT_F32: return MPI_FLOAT;
+    case ZT_BF16: return MPI_UINT16_T;
+    case ZT_I32: return MPI_INT32_T;
+    case ZT_F64: return MPI_DOUBLE;
+    case ZT_I64: return MPI_INT64_T;
+    default: return MPI_UINT8_T;
+    }
+}
+
+static MPI_Op mpi_op(zt_redop_t op, zt_dtype_t t)
+{
+    if (t == ZT_BF16) {
+        if (op != ZT_SUM) zt_fatal("bf16 reductions support only sum");
+        return bf16_sum_op;
+    }
+    return op == ZT_SUM ? MPI_SUM : op == ZT_MAX ? MPI_MAX : MPI_MIN;
+}
+
+static void group_init(zt_group_t *g, MPI_Comm comm, const char *name)
+{
+    g->comm = comm;
+    g->name = name;
+    g->backend_state = NULL;
+    ZT_MPI(MPI_Comm_rank(comm, &g->rank));
+    ZT_MPI(MPI_Comm_size(comm, &g->size));
+}
+
+int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->backend = "mpi";
+    if (bf16_sum_op == MPI_OP_NULL) ZT_MPI(MPI_Op_create(bf16_sum, 1, &bf16_sum_op));
+    MPI_Comm wdup, node;
+    ZT_MPI(MPI_Comm_dup(world, &wdup));
+    group_init(&c->world, wdup, "world");
+    ZT_MPI(MPI_Comm_split_type(wdup, MPI_COMM_TYPE_SHARED, c->world.rank, MPI_INFO_NULL, &node));
+    ZT_MPI(MPI_Comm_rank(node, &c->local_rank));
+    ZT_MPI(MPI_Comm_size(node, &c->local_size));
+    int leader = c->local_rank == 0, nodes = 0;
+    ZT_MPI(MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, wdup));
+    c->node_count = nodes;
+
+    const int W = c->world.size;
+    int sg = shard_group_size;
+    if (sg <= 0) {
+        /* one node per shard group; all nodes must have the same rank count */
+        int mn = 0, mx = 0;
+        ZT_MPI(MPI_Allreduce(&c->local_size, &mn, 1, MPI_INT, MPI_MIN, wdup));
+        ZT_MPI(MPI_Allreduce(&c->local_size, &mx, 1, MPI_INT, MPI_MAX, wdup));
+        sg = (mn == mx) ? mn : W;
+    }
+    ZT_MPI(MPI_Comm_free(&node));
+    if (sg > W || W % sg != 0) {
+        ZT_MPI(MPI_Comm_free(&wdup));
+        return zt_err(err, errlen,
+                      "parallel.shard_group_size (%d) must divide the number of ranks (%d)", sg, W);
+    }
+    /* shard group: consecutive ranks; replica group: same position in each shard group */
+    MPI_Comm shard, replica;
+    ZT_MPI(MPI_Comm_split(wdup, c->world.rank / sg, c->world.rank, &shard));
+    ZT_MPI(MPI_Comm_split(wdup, c->world.rank % sg, c->world.rank, &replica));
+    group_init(&c->shard, shard, "shard");
+    group_init(&c->replica, replica, "replica");
+    return 0;
+}
+
+void zt_comm_destroy(zt_comm_t *c)
+{
+    MPI_Comm_free(&c->replica.comm);
+    MPI_Comm_free(&c->shard.comm);
+    MPI_Comm_free(&c->world.comm);
+}
+
+void zt_comm_stats_reset(zt_comm_t *c) { memset(&c->stats, 0, sizeof c->stats); }
+
+/* nccl-tests bus factors */
+static double bus_factor(int kind, int n)
+{
+    if (n <= 1) return 0.0;
+    if (kind == ZT_COLL_ALLREDUCE) return 2.0 * (n - 1) / n;
+    if (kind == ZT_COLL_BCAST) return 1.0;
+    return (double)(n - 1) / n;
+}
+
+static void account(zt_comm_t *c, int kind, double bytes, int n, double secs)
+{
+    c->stats.bytes[kind] += bytes;
+    c->stats.bus_bytes[kind] += bytes * bus_factor(kind, n);
+    c->stats.seconds[kind] += secs;
+    c->stats.calls[kind]++;
+}
+
+/* MPI counts are int: split large operations into chunks (all-reduce only needs
+ * it in practice; the others stay far below 2^31 elements per rank). */
+#define ZT_CHUNK ((size_t)1 << 30)
+
+void zt_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
+                  zt_dtype_t t, zt_redop_t op)
+{
+    double t0 = zt_now();
+    const size_t es = zt_dtype_size(t);
+    for (size_t off = 0; off < count; off += ZT_CHUNK) {
+        size_t n = ZT_MIN(ZT_CHUNK, count - off);
+        const void *s = send == ZT_IN_PLACE ? ZT_IN_PLACE : (const char *)send + off * es;
+        ZT_MPI(MPI_Allreduce(s, (char *)recv + off * es, (int)n, mpi_type(t), mpi_op(op, t),
+                             g->comm));
+    }
+    account(c, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
+}
+
+void zt_reduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
+                       zt_dtype_t t)
+{
+    double t0 = zt_now();
+    ZT_MPI(MPI_Reduce_scatter_block(send, recv, (int)count, mpi_type(t), mpi_op(ZT_SUM, t),
+                                    g->comm));
+    account(c, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size,
+            zt_now() - t0);
+}
+
+void zt_allgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
+                  zt_dtype_t t)
+{
+    double t0 = zt_now();
+    ZT_MPI(MPI_Allgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), g->comm));
+    account(c, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size,
+            zt_now() - t0);
+}
+
+void zt_reduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv,
+                        const int *counts, zt_dtype_t t)
+{
+    double t0 = zt_now(), total = 0;
+    for (int r = 0; r < g->size; r++) total += counts[r];
+    ZT_MPI(MPI_Reduce_scatter(send, recv, counts, mpi_type(t), mpi_op(ZT_SUM, t), g->comm));
+    account(c, ZT_COLL_REDUCE_SCATTER, total * zt_dtype_size(t), g->size, zt_now() - t0);
+}
+
+void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, const int *counts,
+                   const int *displs, zt_dtype_t t)
+{
+    double t0 = zt_now(), total = 0;
+    for (int r = 0; r < g->size; r++) total += counts[r];
+    ZT_MPI(MPI_Allgatherv(send, counts[g->rank], mpi_type(t), recv, counts, displs, mpi_type(t),
+                          g->comm));
+    account(c, ZT_COLL_ALLGATHER, total * zt_dtype_size(t), g->size, zt_now() - t0);
+}
+
+void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root)
+{
+    double t0 = zt_now();
+    ZT_MPI(MPI_Bcast(buf, (int)count, mpi_type(t), root, g->comm));
+    account(c, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size, zt_now() - t0);
+}
+
+void zt_barrier(zt_comm_t *c, zt_group_t *g) { ZT_MPI(MPI_Barrier(g->comm)); }
+
+static void req_start(zt_request_t *req, int kind, double bytes)
+{
+    req->kind = kind;
+    req->bytes = bytes;
+    req->t0 = zt_now();
+}
+
+void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
+                   zt_dtype_t t, zt_redop_t op, zt_request_t *req)
+{
+    if (count > ZT_CHUNK) zt_fatal("non-blocking all-reduce of %zu elements: use buckets", count);
+    req_start(req, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t));
+    req->bus = bus_factor(ZT_COLL_ALLREDUCE, g->size);
+    ZT_MPI(MPI_Iallreduce(send, recv, (int)count, mpi_type(t), mpi_op(op, t), g->comm, &req->req));
+}
+
+void zt_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
+                        zt_dtype_t t, zt_request_t *req)
+{
+    req_start(req, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t));
+    req->bus = bus_factor(ZT_COLL_REDUCE_SCATTER, g->size);
+    ZT_MPI(MPI_Ireduce_scatter_block(send, recv, (int)count, mpi_type(t), mpi_op(ZT_SUM, t),
+                                     g->comm, &req->req));
+}
+
+void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
+                   zt_dtype_t t, zt_request_t *req)
+{
+    req_start(req, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t));
+    req->bus = bus_factor(ZT_COLL_ALLGATHER, g->size);
+    ZT_MPI(MPI_Iallgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), g->comm,
+                          &req->req));
+}
+
+void zt_wait(zt_comm_t *c, zt_request_t *req)
+{
+    /* t0 == 0 marks a request never started or already accounted; MPI_Test in
+     * zt_comm_progress may already have completed (and nulled) it */
+    if (req->req != MPI_REQUEST_NULL) ZT_MPI(MPI_Wait(&req->req, MPI_STATUS_IGNORE));
+    if (req->t0 == 0) return;
+    c->stats.bytes[req->kind] += req->bytes;
+    c->stats.bus_bytes[req->kind] += req->bytes * req->bus;
+    c->stats.seconds[req->kind] += zt_now() - req->t0;
+    c->stats.calls[req->kind]++;
+    req->t0 = 0;
+}
+
+void zt_comm_progress(zt_request_t *reqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (reqs[i].req == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        ZT_MPI(MPI_Test(&reqs[i].req, &done, MPI_STATUS_IGNORE));
+    }
+}
+
+int zt_any(zt_comm_t *c, int local_flag)
+{
+    int in = local_flag != 0, out = 0;
+    ZT_MPI(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, c->world.comm));
+    return out;
+}
+
+double zt_sum_double(zt_comm_t *c, zt_group_t *g, double x)
+{
+    double y = 0;
+    ZT_MPI(MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, g->comm));
+    return y;
+}
+
+double zt_max_double(zt_comm_t *c, zt_group_t *g, double x)
+{
+    double y = 0;
+    ZT_MPI(MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_MAX, g->comm));
+    return y;
+}
+
+int zt_agree_error(zt_comm_t *c, int local_rc, char *err, size_t errlen)
+{
+    int mine = local_rc ? c->world.rank : c->world.size, first = 0;
+    ZT_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->world.comm));
+    if (first == c->world.size) return 0;
+    ZT_MPI(MPI_Bcast(err, (int)errlen, MPI_CHAR, first, c->world.comm));
+    err[errlen - 1] = 0;
+    return -1;
+}
+
+char *zt_bcast_text(MPI_Comm comm, char *text_on_root)
+{
+    int rank;
+    ZT_MPI(MPI_Comm_rank(comm, &rank));
+    long len = rank == 0 ? (text_on_root ? (long)strlen(text_on_root) : -1) : 0;
+    ZT_MPI(MPI_Bcast(&len, 1, MPI_LONG, 0, comm));
+    if (len < 0) return NULL;
+    char *buf = rank == 0 ? text_on_root : zt_malloc((size_t)len + 1);
+    ZT_MPI(MPI_Bcast(buf, (int)len + 1, MPI_CHAR, 0, comm));
+    return buf;
+}

@@ -30,7 +30,7 @@ const char *zt_hostname(void)
     return cached_host;
 }
 
-static void abort_job(void)
+static __attribute__((noreturn)) void abort_job(void)
 {
     fflush(stdout);
     fflush(stderr);

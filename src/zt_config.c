@@ -1,1 +1,1022 @@
-/* zt_config.c — being written */
+/* zt_config.c — the configuration schema and everything driven by it.
+ *
+ * One static table (`schema`) lists every `section.key`: its type, default,
+ * range or allowed values, help text and where it lives in zt_config_t. Parsing
+ * of the libconfig input, `section.key=value` overrides, validation, --help,
+ * --print-config and doc/config-reference.md all walk that table, so a key
+ * added there is parsed, checked, printed and documented at once, and the
+ * printed config always parses back to the same struct (it is stored in
+ * checkpoints and must reproduce the run).
+ *
+ * Errors are input errors: they are returned as one line naming the file and
+ * line (or "command line") and the key, never printed or fatal here. */
+#define _GNU_SOURCE /* strcasestr, open_memstream */
+#include "zt_config.h"
+
+#include "zt_common.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <libconfig.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum { K_INT, K_LONG, K_DOUBLE, K_BOOL, K_STRING, K_STRLIST } ktype_t;
+
+typedef struct {
+    const char *name;    /* "section.key" */
+    ktype_t type;
+    double def;          /* numeric and bool default */
+    const char *sdef;    /* string default; string-list default (one element, "" = empty) */
+    double min, max;     /* numeric range, inclusive */
+    const char *allowed; /* "a|b|c" for strings, NULL = any */
+    size_t off;          /* offsetof the field (first element for string lists) */
+    size_t size;         /* capacity of a string buffer / of one list element */
+    size_t count_off;    /* string lists: offsetof the element count */
+    const char *help;
+} zkey_t;
+
+/* Each macro checks the field's C type at compile time (a negative array
+ * size is an error), so a schema row can never write an int into a long. */
+#define FIELD(f) (((zt_config_t *)0)->f)
+#define CHECK_TYPE(f, T) (0 * sizeof(char[_Generic(FIELD(f), T : 1, default : -1)]))
+#define OFF(f) offsetof(zt_config_t, f)
+#define KI(n, f, d, lo, hi, h) {n, K_INT, d, NULL, lo, hi, NULL, OFF(f) + CHECK_TYPE(f, int), sizeof(int), 0, h}
+#define KL(n, f, d, lo, hi, h) {n, K_LONG, d, NULL, lo, hi, NULL, OFF(f) + CHECK_TYPE(f, long), sizeof(long), 0, h}
+#define KD(n, f, d, lo, hi, h) \
+    {n, K_DOUBLE, d, NULL, lo, hi, NULL, OFF(f) + CHECK_TYPE(f, double), sizeof(double), 0, h}
+#define KB(n, f, d, h) {n, K_BOOL, d, NULL, 0, 1, NULL, OFF(f) + CHECK_TYPE(f, int), sizeof(int), 0, h}
+#define KS(n, f, d, allow, h) {n, K_STRING, 0, d, 0, 0, allow, OFF(f) + CHECK_TYPE(f[0], char), sizeof(FIELD(f)), 0, h}
+#define KSL(n, f, cnt, d, h)                                                                   \
+    {n, K_STRLIST, 0, d, 0, ZT_MAX_FILES, NULL, OFF(f) + CHECK_TYPE(f[0][0], char), sizeof(FIELD(f)[0]), \
+     OFF(cnt) + CHECK_TYPE(cnt, int), h}
+
+#define BIG_INT 2147483647.0
+#define BIG_LONG 9.0e15 /* exactly representable in the double the range check uses */
+
+static const struct { const char *name, *help; } sections[] = {
+    {"model", "Model architecture and initialisation."},
+    {"data", "Training and validation token files and how they are cut into samples."},
+    {"train", "Batch sizes, run length, evaluation, logging and sampling."},
+    {"optim", "AdamW, learning-rate schedule and gradient clipping."},
+    {"parallel", "How parameters, gradients and optimizer state are sharded across ranks, and where they live."},
+    {"checkpoint", "Parallel-HDF5 checkpoints: when to write, how many to keep, resuming."},
+    {"log", "Logging and plots."},
+    {"fault", "Fault injection, for testing the failure paths only."},
+};
+#define NSECTIONS ((int)(sizeof sections / sizeof sections[0]))
+
+#define STRATEGIES "ddp|zero0|no_shard|zero1|zero2|shard_grad_op|zero3|full_shard|hybrid_shard|hybrid_shard_zero2|auto"
+
+static const zkey_t schema[] = {
+    /* model */
+    KS("model.arch", model.arch, "gpt2", "gpt2",
+       "Model family. GPT-2: learned positional embeddings, pre-LayerNorm blocks, GELU (tanh) MLP of width 4*n_embd, "
+       "lm_head tied to the token embedding."),
+    KI("model.n_layer", model.n_layer, 4, 1, 1024, "Number of transformer blocks."),
+    KI("model.n_head", model.n_head, 4, 1, 1024, "Attention heads per block; must divide model.n_embd."),
+    KI("model.n_embd", model.n_embd, 128, 1, 65536, "Width of the residual stream (hidden size)."),
+    KI("model.vocab_size", model.vocab_size, 257, 2, 1 << 24,
+       "Vocabulary size: 257 for the byte-level tokenizer (256 bytes + end-of-text), 50257 for GPT-2 BPE. "
+       "Must match the vocab_size attribute of the token files."),
+    KI("model.block_size", model.block_size, 128, 1, 1 << 20,
+       "Maximum context length (rows of the positional embedding); data.seq_len may not exceed it."),
+    KD("model.init_std", model.init_std, 0.02, 0.0, 10.0,
+       "Standard deviation of the normal initialisation of matrices and embeddings (residual projections are "
+       "additionally scaled by 1/sqrt(2*n_layer), as in GPT-2)."),
+    KS("model.init_from", model.init_from, "", NULL,
+       "Checkpoint to take the initial weights from (fine-tuning); \"\" = random initialisation. Only the weights "
+       "are read; the step count and optimizer state start fresh."),
+    /* data */
+    KSL("data.train_files", data.train_files, data.n_train_files, "data/train.h5",
+        "Training token files: one path or a list of paths (HDF5 with a 1-D /tokens dataset, or llm.c .bin shards), "
+        "read in order as one stream."),
+    KSL("data.val_files", data.val_files, data.n_val_files, "data/val.h5",
+        "Validation token files (same formats); an empty list [] disables evaluation."),
+    KI("data.seq_len", data.seq_len, 64, 1, 1 << 20,
+       "Tokens per training sequence (T); each sample reads T+1 tokens for the shifted targets. "
+       "At most model.block_size."),
+    KB("data.shuffle", data.shuffle, 1,
+       "Visit samples in a shuffled order that is a pure function of (data.seed, epoch); false = file order."),
+    KL("data.seed", data.seed, 1337, 0, BIG_LONG, "Seed of the sample order (independent of train.seed)."),
+    /* train */
+    KI("train.per_device_train_batch_size", train.per_device_train_batch_size, 8, 1, 1 << 20,
+       "Sequences per rank per micro-step (B). Global batch = B * gradient_accumulation_steps * world size "
+       "sequences."),
+    KI("train.gradient_accumulation_steps", train.gradient_accumulation_steps, 1, 1, 1 << 20,
+       "Micro-steps whose gradients are summed before one optimizer step."),
+    KL("train.max_steps", train.max_steps, 0, 0, BIG_LONG,
+       "Optimizer steps to run; 0 = derive from train.num_train_epochs and the size of the training data."),
+    KD("train.num_train_epochs", train.num_train_epochs, 1.0, 0.0, 1e9,
+       "Passes over the training data (fractional allowed); used only when train.max_steps = 0."),
+    KI("train.logging_steps", train.logging_steps, 10, 1, 1 << 30,
+       "Log loss, learning rate, throughput and memory every this many steps."),
+    KI("train.eval_steps", train.eval_steps, 100, 0, 1 << 30,
+       "Evaluate the validation loss every this many steps; 0 = only at the end."),
+    KI("train.eval_batches", train.eval_batches, 8, 0, 1 << 30,
+       "Validation batches (per rank) per evaluation; 0 = no evaluation."),
+    KS("train.output_dir", train.output_dir, "runs/default", NULL,
+       "Directory for the log, metrics.jsonl, plots, the resolved config and checkpoints."),
+    KL("train.seed", train.seed, 1337, 0, BIG_LONG,
+       "Seed of the weight initialisation and of sampling; initial weights do not depend on the world size."),
+    KB("train.bf16", train.bf16, 0,
+       "bf16 working parameters, activations and gradients with fp32 master weights and Adam moments; "
+       "false = fp32 throughout."),
+    KB("train.gradient_checkpointing", train.gradient_checkpointing, 0,
+       "Keep only each block's input in the forward pass and recompute the block in backward: less activation "
+       "memory for about one extra forward pass."),
+    KI("train.sample_tokens", train.sample_tokens, 200, 0, 1 << 20,
+       "Tokens generated from the trained model at the end of the run; 0 = no sample."),
+    KS("train.sample_prompt", train.sample_prompt, "", NULL,
+       "Prompt for the final sample; \"\" = start from the end-of-text token."),
+    KD("train.peak_tflops", train.peak_tflops, 0.0, 0.0, 1e6,
+       "Peak TFLOP/s of one rank, the denominator of MFU; 0 = measure an sgemm at start-up."),
+    KI("train.threads", train.threads, 1, 0, 4096, "Compute threads per rank; 0 = OMP_NUM_THREADS, or 1 if unset."),
+    /* optim */
+    KD("optim.learning_rate", optim.learning_rate, 1e-3, 0.0, 10.0, "Peak learning rate of AdamW."),
+    KS("optim.lr_scheduler_type", optim.lr_scheduler_type, "cosine", "constant|linear|cosine",
+       "Learning-rate schedule after warm-up: constant, linear decay or cosine decay to "
+       "learning_rate * min_lr_ratio at the last step."),
+    KL("optim.warmup_steps", optim.warmup_steps, 20, 0, BIG_LONG,
+       "Steps of linear warm-up from 0 to the peak learning rate."),
+    KD("optim.min_lr_ratio", optim.min_lr_ratio, 0.1, 0.0, 1.0,
+       "Final learning rate as a fraction of the peak (linear and cosine schedules)."),
+    KD("optim.weight_decay", optim.weight_decay, 0.1, 0.0, 10.0,
+       "Decoupled (AdamW) weight decay, applied to matrices and embeddings only, not to biases or LayerNorm "
+       "parameters."),
+    KD("optim.adam_beta1", optim.adam_beta1, 0.9, 0.0, 0.999999, "Adam first-moment decay."),
+    KD("optim.adam_beta2", optim.adam_beta2, 0.95, 0.0, 0.999999999, "Adam second-moment decay."),
+    KD("optim.adam_epsilon", optim.adam_epsilon, 1e-8, 0.0, 1.0, "Adam denominator epsilon."),
+    KD("optim.max_grad_norm", optim.max_grad_norm, 1.0, 0.0, 1e9,
+       "Clip the global gradient L2 norm (over all ranks' shards) to this value; 0 = no clipping."),
+    /* parallel */
+    KS("parallel.strategy", parallel.strategy, "ddp", STRATEGIES,
+       "Sharding strategy. ddp (= zero0, no_shard): everything replicated, gradients all-reduced. zero1: optimizer "
+       "state sharded. zero2: + gradients sharded. shard_grad_op: + parameters sharded at rest, gathered once per "
+       "step. zero3 (= full_shard): parameters gathered per unit just in time and freed after use. hybrid_shard, "
+       "hybrid_shard_zero2: full_shard / shard_grad_op inside a shard group, replicated across groups. "
+       "auto: the least sharding that fits parallel.memory_limit_gb."),
+    KS("parallel.shard_layout", parallel.shard_layout, "flat", "flat|per_param",
+       "flat: each unit's parameters in one padded buffer, each rank owns a contiguous slice (ZeRO, FSDP1). "
+       "per_param: every parameter split along dim 0 (FSDP2)."),
+    KI("parallel.shard_group_size", parallel.shard_group_size, 0, 0, 1 << 24,
+       "Ranks per shard group for the hybrid strategies; 0 = the ranks of one node. Must divide the world size."),
+    KB("parallel.reshard_after_forward", parallel.reshard_after_forward, 1,
+       "zero3 family: free gathered parameters after a unit's forward and gather again in backward "
+       "(false keeps them until backward, like shard_grad_op)."),
+    KD("parallel.bucket_size_mb", parallel.bucket_size_mb, 25.0, 0.0, 1e6,
+       "Gradient bucket size in MiB for overlapped reductions; 0 = one collective per unit."),
+    KS("parallel.reduce_dtype", parallel.reduce_dtype, "fp32", "fp32|bf16",
+       "Precision in which gradients are communicated and reduced."),
+    KS("parallel.backend", parallel.backend, "auto", "auto|cpu|cuda",
+       "Compute backend; auto = cuda when a GPU is visible and ztrain was built with CUDA, else cpu."),
+    KD("parallel.memory_limit_gb", parallel.memory_limit_gb, 0.0, 0.0, 1e6,
+       "Memory budget per rank in GB used by strategy = auto and the memory report; 0 = physical memory "
+       "(or device memory) divided by the ranks sharing it."),
+    KD("parallel.timeout_s", parallel.timeout_s, 0.0, 0.0, 1e7,
+       "Watchdog: abort the job with a report naming the stuck rank and operation when one step takes longer "
+       "than this; 0 = off."),
+    KS("parallel.offload_optimizer", parallel.offload_optimizer, "none", "none|cpu",
+       "GPU runs: keep the optimizer shard and fp32 master weights in host memory and step them on the CPU "
+       "(ZeRO-Offload)."),
+    KS("parallel.offload_param", parallel.offload_param, "none", "none|cpu",
+       "GPU runs with the zero3 family: keep parameter shards in host memory and upload each unit when it runs."),
+    KS("parallel.nonfinite", parallel.nonfinite, "abort", "abort|skip",
+       "What a NaN/Inf loss or gradient norm does: abort the job (naming step and rank), or skip the optimizer "
+       "step on every rank and continue."),
+    /* checkpoint */
+    KI("checkpoint.save_steps", checkpoint.save_steps, 0, 0, 1 << 30,
+       "Write a checkpoint every this many steps; 0 = only at the end (see checkpoint.save_at_end)."),
+    KB("checkpoint.save_at_end", checkpoint.save_at_end, 1, "Write a checkpoint when training finishes."),
+    KI("checkpoint.keep_last", checkpoint.keep_last, 2, 0, 1 << 20,
+       "Keep only the newest this many checkpoints in train.output_dir; 0 = keep all."),
+    KS("checkpoint.format", checkpoint.format, "consolidated", "consolidated|sharded",
+       "consolidated: one HDF5 file with full tensors, HF GPT-2 names, readable at any world size. sharded: each "
+       "rank's flat shard as written (faster for very large runs; convert with zt-ckpt)."),
+    KS("checkpoint.resume", checkpoint.resume, "none", NULL,
+       "auto = resume from the newest checkpoint in train.output_dir if there is one; none = start fresh; "
+       "anything else is the path of a checkpoint to resume from (any world size or strategy)."),
+    /* log */
+    KB("log.all_ranks", log.all_ranks, 0, "Every rank writes its own log file (rank 0 only otherwise)."),
+    KB("log.plot", log.plot, 1, "Draw the loss curves with gnuplot at the end of the run."),
+    /* fault */
+    KI("fault.rank", fault.rank, -1, -1, 1 << 24, "Rank that injects the fault; -1 = no fault injection."),
+    KL("fault.step", fault.step, 0, 0, BIG_LONG, "Step at which the fault is injected."),
+    KS("fault.kind", fault.kind, "none", "none|stall|kill|nan|data",
+       "stall: the rank stops responding (tests the watchdog); kill: the rank exits; nan: its gradients become "
+       "NaN; data: its data file reads fail."),
+};
+#define NKEYS ((int)(sizeof schema / sizeof schema[0]))
+
+int zt_config_nkeys(void) { return NKEYS; }
+const char *zt_config_key_name(int i) { return (i >= 0 && i < NKEYS) ? schema[i].name : NULL; }
+
+/* ---- field access ------------------------------------------------------ */
+
+static void *field(zt_config_t *cfg, const zkey_t *k) { return (char *)cfg + k->off; }
+static const void *cfield(const zt_config_t *cfg, const zkey_t *k) { return (const char *)cfg + k->off; }
+static int *count_field(zt_config_t *cfg, const zkey_t *k) { return (int *)((char *)cfg + k->count_off); }
+static int ccount(const zt_config_t *cfg, const zkey_t *k)
+{
+    return *(const int *)((const char *)cfg + k->count_off);
+}
+static char *list_elem(zt_config_t *cfg, const zkey_t *k, int i) { return (char *)field(cfg, k) + (size_t)i * k->size; }
+static const char *clist_elem(const zt_config_t *cfg, const zkey_t *k, int i)
+{
+    return (const char *)cfield(cfg, k) + (size_t)i * k->size;
+}
+
+/* Copies and zero-fills the rest of the buffer, so equal configs are equal bytes. */
+static void set_buf(char *dst, size_t cap, const char *src)
+{
+    memset(dst, 0, cap);
+    memcpy(dst, src, strlen(src));
+}
+
+void zt_config_defaults(zt_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < NKEYS; i++) {
+        const zkey_t *k = &schema[i];
+        switch (k->type) {
+        case K_INT:
+        case K_BOOL: *(int *)field(cfg, k) = (int)k->def; break;
+        case K_LONG: *(long *)field(cfg, k) = (long)k->def; break;
+        case K_DOUBLE: *(double *)field(cfg, k) = k->def; break;
+        case K_STRING: set_buf(field(cfg, k), k->size, k->sdef); break;
+        case K_STRLIST:
+            *count_field(cfg, k) = k->sdef[0] ? 1 : 0;
+            if (k->sdef[0]) set_buf(list_elem(cfg, k, 0), k->size, k->sdef);
+            break;
+        }
+    }
+}
+
+/* ---- lookup and suggestions -------------------------------------------- */
+
+static const zkey_t *find_key(const char *name)
+{
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(schema[i].name, name) == 0) return &schema[i];
+    return NULL;
+}
+
+static int find_section(const char *name)
+{
+    for (int i = 0; i < NSECTIONS; i++)
+        if (strcmp(sections[i].name, name) == 0) return i;
+    return -1;
+}
+
+static size_t section_len(const char *keyname) { return (size_t)(strchr(keyname, '.') - keyname); }
+
+/* Case-insensitive Levenshtein distance; names are short, two rows suffice. */
+static int levenshtein(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 255 || lb > 255) return 1000;
+    int prev[256], cur[256];
+    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = ZT_MIN(sub, ZT_MIN(del, ins));
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof(int));
+    }
+    return prev[lb];
+}
+
+/* Best known key for a misspelt `name`: a key whose part after the dot equals
+ * the name's (right key, wrong section, or no section at all) wins; otherwise
+ * the nearest full name if it is close enough to be a plausible typo. */
+static const char *suggest_key(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    const char *bare = dot ? dot + 1 : name;
+    for (int i = 0; i < NKEYS; i++)
+        if (strcasecmp(strchr(schema[i].name, '.') + 1, bare) == 0) return schema[i].name;
+    int best = 1000;
+    const char *who = NULL;
+    for (int i = 0; i < NKEYS; i++) {
+        int d = levenshtein(name, dot ? schema[i].name : strchr(schema[i].name, '.') + 1);
+        if (d < best) best = d, who = schema[i].name;
+    }
+    int limit = ZT_MAX(2, (int)strlen(name) / 3);
+    if (best <= limit) return who;
+    /* Shorthands: "warmup", "beta1", "batch_size" are inside the real names. */
+    if (strlen(bare) >= 4)
+        for (int i = 0; i < NKEYS; i++)
+            if (strcasestr(strchr(schema[i].name, '.') + 1, bare)) return schema[i].name;
+    if (strcasecmp(bare, "lr") == 0) return "optim.learning_rate";
+    return NULL;
+}
+
+static const char *suggest_section(const char *name)
+{
+    int best = 1000;
+    const char *who = NULL;
+    for (int i = 0; i < NSECTIONS; i++) {
+        int d = levenshtein(name, sections[i].name);
+        if (d < best) best = d, who = sections[i].name;
+    }
+    return best <= ZT_MAX(2, (int)strlen(name) / 3) ? who : NULL;
+}
+
+static int unknown_key(char *err, size_t errlen, const char *where, const char *name)
+{
+    const char *s = suggest_key(name);
+    if (s) return zt_err(err, errlen, "%s: unknown key '%s' (did you mean '%s'?)", where, name, s);
+    return zt_err(err, errlen, "%s: unknown key '%s' (ztrain --help lists every key)", where, name);
+}
+
+/* ---- typed setters with range checks ------------------------------------ */
+
+static const char *type_expected(ktype_t t)
+{
+    switch (t) {
+    case K_INT:
+    case K_LONG: return "an integer";
+    case K_DOUBLE: return "a number";
+    case K_BOOL: return "a boolean (true or false)";
+    case K_STRING: return "a string";
+    case K_STRLIST: return "a string or a list of strings";
+    }
+    return "?";
+}
+
+static void allowed_list(const char *allowed, char *buf, size_t len)
+{
+    size_t o = 0;
+    for (const char *p = allowed; *p && o + 3 < len; p++) {
+        if (*p == '|') {
+            buf[o++] = ',';
+            buf[o++] = ' ';
+        } else {
+            buf[o++] = *p;
+        }
+    }
+    buf[o] = '\0';
+}
+
+static int in_allowed(const char *allowed, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = allowed; *p;) {
+        const char *e = strchr(p, '|');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && strncmp(p, v, n) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+static void fmt_num(const zkey_t *k, double v, char *buf, size_t len)
+{
+    if (k->type == K_DOUBLE) snprintf(buf, len, "%g", v);
+    else snprintf(buf, len, "%.0f", v);
+}
+
+static int check_range(const zkey_t *k, double v, const char *where, char *err, size_t errlen)
+{
+    if (!(v >= k->min && v <= k->max)) {
+        char a[40], lo[40], hi[40];
+        fmt_num(k, v, a, sizeof a);
+        fmt_num(k, k->min, lo, sizeof lo);
+        fmt_num(k, k->max, hi, sizeof hi);
+        return zt_err(err, errlen, "%s: %s: %s is out of range [%s, %s]", where, k->name, a, lo, hi);
+    }
+    return 0;
+}
+
+static int set_number(zt_config_t *cfg, const zkey_t *k, double v, const char *where, char *err, size_t errlen)
+{
+    if ((k->type == K_INT || k->type == K_LONG) && v != floor(v))
+        return zt_err(err, errlen, "%s: %s: expected an integer, got %g", where, k->name, v);
+    if (check_range(k, v, where, err, errlen)) return -1;
+    if (k->type == K_INT) *(int *)field(cfg, k) = (int)v;
+    else if (k->type == K_LONG) *(long *)field(cfg, k) = (long)v;
+    else *(double *)field(cfg, k) = v;
+    return 0;
+}
+
+static int check_string(const zkey_t *k, const char *v, const char *where, char *err, size_t errlen)
+{
+    if (strlen(v) >= k->size)
+        return zt_err(err, errlen, "%s: %s: value is longer than %zu characters", where, k->name, k->size - 1);
+    if (k->allowed && !in_allowed(k->allowed, v)) {
+        char list[512];
+        allowed_list(k->allowed, list, sizeof list);
+        return zt_err(err, errlen, "%s: %s: '%s' must be one of: %s", where, k->name, v, list);
+    }
+    return 0;
+}
+
+static int set_string(zt_config_t *cfg, const zkey_t *k, const char *v, const char *where, char *err, size_t errlen)
+{
+    if (check_string(k, v, where, err, errlen)) return -1;
+    set_buf(field(cfg, k), k->size, v);
+    return 0;
+}
+
+/* String lists are staged so an error part-way leaves the old value intact. */
+static int set_list(zt_config_t *cfg, const zkey_t *k, int n, const char *const *v, const char *where, char *err,
+                    size_t errlen)
+{
+    if (n > ZT_MAX_FILES)
+        return zt_err(err, errlen, "%s: %s: %d files given, at most %d are supported", where, k->name, n,
+                      ZT_MAX_FILES);
+    for (int i = 0; i < n; i++) {
+        if (!v[i][0]) return zt_err(err, errlen, "%s: %s: element %d is an empty string", where, k->name, i);
+        if (strlen(v[i]) >= k->size)
+            return zt_err(err, errlen, "%s: %s: element %d is longer than %zu characters", where, k->name, i,
+                          k->size - 1);
+    }
+    memset(field(cfg, k), 0, (size_t)ZT_MAX_FILES * k->size);
+    for (int i = 0; i < n; i++) set_buf(list_elem(cfg, k, i), k->size, v[i]);
+    *count_field(cfg, k) = n;
+    return 0;
+}
+
+/* ---- the input file ------------------------------------------------------ */
+
+static const char *setting_kind(const config_setting_t *s)
+{
+    switch (config_setting_type(s)) {
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64: return "an integer";
+    case CONFIG_TYPE_FLOAT: return "a number";
+    case CONFIG_TYPE_STRING: return "a string";
+    case CONFIG_TYPE_BOOL: return "a boolean";
+    case CONFIG_TYPE_ARRAY: return "an array";
+    case CONFIG_TYPE_LIST: return "a list";
+    case CONFIG_TYPE_GROUP: return "a group";
+    }
+    return "nothing";
+}
+
+static int set_from_setting(zt_config_t *cfg, const zkey_t *k, const config_setting_t *s, const char *where,
+                            char *err, size_t errlen)
+{
+    int t = config_setting_type(s);
+    switch (k->type) {
+    case K_INT:
+    case K_LONG:
+    case K_DOUBLE:
+        if (t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64)
+            return set_number(cfg, k, (double)config_setting_get_int64(s), where, err, errlen);
+        if (t == CONFIG_TYPE_FLOAT) return set_number(cfg, k, config_setting_get_float(s), where, err, errlen);
+        break;
+    case K_BOOL:
+        if (t == CONFIG_TYPE_BOOL) {
+            *(int *)field(cfg, k) = config_setting_get_bool(s) ? 1 : 0;
+            return 0;
+        }
+        break;
+    case K_STRING:
+        if (t == CONFIG_TYPE_STRING) return set_string(cfg, k, config_setting_get_string(s), where, err, errlen);
+        break;
+    case K_STRLIST:
+        if (t == CONFIG_TYPE_STRING) {
+            const char *v = config_setting_get_string(s);
+            return set_list(cfg, k, 1, &v, where, err, errlen);
+        }
+        if (t == CONFIG_TYPE_ARRAY || t == CONFIG_TYPE_LIST) {
+            int n = config_setting_length(s);
+            if (n > ZT_MAX_FILES) return set_list(cfg, k, n, NULL, where, err, errlen);
+            const char *v[ZT_MAX_FILES];
+            for (int i = 0; i < n; i++) {
+                const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+                if (config_setting_type(e) != CONFIG_TYPE_STRING)
+                    return zt_err(err, errlen, "%s: %s: element %d: expected a string, got %s", where, k->name, i,
+                                  setting_kind(e));
+                v[i] = config_setting_get_string(e);
+            }
+            return set_list(cfg, k, n, v, where, err, errlen);
+        }
+        break;
+    }
+    return zt_err(err, errlen, "%s: %s: expected %s, got %s", where, k->name, type_expected(k->type),
+                  setting_kind(s));
+}
+
+static void where_of(const config_setting_t *s, const char *filename, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s:%u", s->file ? s->file : filename, config_setting_source_line(s));
+}
+
+static int parse_section(zt_config_t *cfg, const config_setting_t *grp, const char *filename, char *err,
+                         size_t errlen)
+{
+    int n = config_setting_length(grp);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
+        char full[256], where[ZT_STRLEN + 32];
+        snprintf(full, sizeof full, "%s.%s", config_setting_name(grp), config_setting_name(s));
+        where_of(s, filename, where, sizeof where);
+        const zkey_t *k = find_key(full);
+        if (!k) return unknown_key(err, errlen, where, full);
+        if (set_from_setting(cfg, k, s, where, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+/* libconfig 1.5 reads a decimal or hex integer with atoi/strtoul into a 32-bit
+ * int and silently wraps (3000000000 becomes -1294967296); only an `L` suffix
+ * makes a 64-bit integer. Such literals are found here, in the text, and
+ * rejected with the fix. Comments and strings are skipped; @include'd files
+ * are not scanned. */
+static int check_int_literals(const char *t, const char *filename, char *err, size_t errlen)
+{
+    int line = 1;
+    for (const char *p = t; *p;) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '\n') {
+            line++;
+            p++;
+        } else if (c == '#' || (p[0] == '/' && p[1] == '/')) {
+            while (*p && *p != '\n') p++;
+        } else if (p[0] == '/' && p[1] == '*') {
+            for (p += 2; *p && !(p[0] == '*' && p[1] == '/'); p++) line += *p == '\n';
+            if (*p) p += 2;
+        } else if (c == '"') {
+            for (p++; *p && *p != '"'; p++) {
+                if (*p == '\\' && p[1]) p++;
+                line += *p == '\n';
+            }
+            if (*p) p++;
+        } else if (isalpha(c) || c == '_' || c == '*' || c == '@') {
+            for (p++; isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '*'; p++) {}
+        } else if (isdigit(c) || (c == '.' && isdigit((unsigned char)p[1]))) {
+            const char *s = p;
+            int neg = s > t && s[-1] == '-';
+            int hex = p[0] == '0' && (p[1] == 'x' || p[1] == 'X');
+            for (p += hex ? 2 : 0; isalnum((unsigned char)*p) || *p == '.' ||
+                                   ((*p == '+' || *p == '-') && !hex && (p[-1] == 'e' || p[-1] == 'E'));
+                 p++) {}
+            size_t n = (size_t)(p - s);
+            int is_float = !hex && (memchr(s, '.', n) || memchr(s, 'e', n) || memchr(s, 'E', n));
+            if (!is_float && s[n - 1] != 'L') {
+                errno = 0;
+                unsigned long long v = strtoull(s, NULL, hex ? 16 : 10);
+                if (errno == ERANGE || v > (neg ? 2147483648ULL : 2147483647ULL))
+                    return zt_err(err, errlen, "%s:%d: integer %s%.*s does not fit in 32 bits; write it as %s%.*sL",
+                                  filename, line, neg ? "-" : "", (int)n, s, neg ? "-" : "", (int)n, s);
+            }
+        } else {
+            p++;
+        }
+    }
+    return 0;
+}
+
+static int parse_text(zt_config_t *cfg, const char *text, const char *filename, char *err, size_t errlen)
+{
+    config_t lc;
+    config_init(&lc);
+    /* @include "x.cfg" resolves relative to the input file's directory. */
+    char dir[ZT_STRLEN];
+    snprintf(dir, sizeof dir, "%s", filename);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        config_set_include_dir(&lc, dir[0] ? dir : "/");
+    }
+    int rc = 0;
+    if (!config_read_string(&lc, text)) {
+        const char *f = config_error_file(&lc) ? config_error_file(&lc) : filename;
+        const char *msg = config_error_text(&lc) ? config_error_text(&lc) : "syntax error";
+        rc = zt_err(err, errlen, "%s:%d: %s", f, config_error_line(&lc), msg);
+        goto done;
+    }
+    if ((rc = check_int_literals(text, filename, err, errlen)) != 0) goto done;
+    const config_setting_t *root = config_root_setting(&lc);
+    int n = config_setting_length(root);
+    for (int i = 0; i < n && rc == 0; i++) {
+        const config_setting_t *s = config_setting_get_elem(root, (unsigned)i);
+        const char *name = config_setting_name(s);
+        char where[ZT_STRLEN + 32];
+        where_of(s, filename, where, sizeof where);
+        if (find_section(name) >= 0) {
+            if (!config_setting_is_group(s))
+                rc = zt_err(err, errlen, "%s: %s: expected a group (%s = { key = value; ... };), got %s", where,
+                            name, name, setting_kind(s));
+            else
+                rc = parse_section(cfg, s, filename, err, errlen);
+        } else if (config_setting_is_group(s)) {
+            const char *sug = suggest_section(name);
+            if (sug)
+                rc = zt_err(err, errlen, "%s: unknown section '%s' (did you mean '%s'?)", where, name, sug);
+            else
+                rc = zt_err(err, errlen, "%s: unknown section '%s' (ztrain --help lists every key)", where, name);
+        } else {
+            rc = unknown_key(err, errlen, where, name);
+        }
+    }
+done:
+    config_destroy(&lc);
+    return rc;
+}
+
+/* ---- overrides ----------------------------------------------------------- */
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    return s;
+}
+
+/* Strips one level of "..." or '...' quotes in place; \" and \\ escapes inside
+ * double quotes, as a shell user would expect after the shell's own quoting. */
+static int unquote(char *s)
+{
+    size_t n = strlen(s);
+    if (n >= 2 && s[0] == '\'' && s[n - 1] == '\'') {
+        memmove(s, s + 1, n - 2);
+        s[n - 2] = '\0';
+        return 0;
+    }
+    if (!(n >= 1 && s[0] == '"')) return 0;
+    if (n < 2 || s[n - 1] != '"') return -1;
+    char *o = s;
+    for (size_t i = 1; i < n - 1; i++) {
+        if (s[i] == '\\' && i + 1 < n - 1) {
+            char c = s[++i];
+            *o++ = c == 'n' ? '\n' : c == 't' ? '\t' : c;
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o = '\0';
+    return 0;
+}
+
+static int parse_bool(const char *v, int *out)
+{
+    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) return *out = 1, 0;
+        if (strcasecmp(v, no[i]) == 0) return *out = 0, 0;
+    }
+    return -1;
+}
+
+static int apply_override(zt_config_t *cfg, const char *ov, char *err, size_t errlen)
+{
+    const char *where = "command line";
+    char buf[ZT_MAX_FILES * 64 + ZT_STRLEN * 2];
+    if (strlen(ov) >= sizeof buf) return zt_err(err, errlen, "%s: override is too long: '%.40s...'", where, ov);
+    strcpy(buf, ov);
+    char *eq = strchr(buf, '=');
+    if (!eq) return zt_err(err, errlen, "%s: '%s' is not of the form section.key=value", where, ov);
+    *eq = '\0';
+    char *name = trim(buf), *val = trim(eq + 1);
+    const zkey_t *k = find_key(name);
+    if (!k) return unknown_key(err, errlen, where, name);
+
+    switch (k->type) {
+    case K_INT:
+    case K_LONG:
+    case K_DOUBLE: {
+        char *end = NULL;
+        double v = strtod(val, &end);
+        if (!val[0] || *end || !isfinite(v))
+            return zt_err(err, errlen, "%s: %s: expected %s, got '%s'", where, k->name, type_expected(k->type), val);
+        return set_number(cfg, k, v, where, err, errlen);
+    }
+    case K_BOOL: {
+        int b;
+        if (parse_bool(val, &b))
+            return zt_err(err, errlen, "%s: %s: expected %s, got '%s'", where, k->name, type_expected(k->type), val);
+        *(int *)field(cfg, k) = b;
+        return 0;
+    }
+    case K_STRING:
+        if (unquote(val))
+            return zt_err(err, errlen, "%s: %s: unterminated quoted string %s", where, k->name, val);
+        return set_string(cfg, k, val, where, err, errlen);
+    case K_STRLIST: {
+        /* "a.h5,b.h5", optionally as [ "a.h5", "b.h5" ]; "" or [] = empty list. */
+        size_t n = strlen(val);
+        if (n >= 2 && val[0] == '[' && val[n - 1] == ']') {
+            val[n - 1] = '\0';
+            val = trim(val + 1);
+        }
+        const char *items[ZT_MAX_FILES];
+        int cnt = 0;
+        if (val[0] && strcmp(val, "\"\"") != 0) {
+            for (char *p = val;;) {
+                char *c = strchr(p, ',');
+                if (c) *c = '\0';
+                char *item = trim(p);
+                if (unquote(item))
+                    return zt_err(err, errlen, "%s: %s: unterminated quoted string %s", where, k->name, item);
+                if (cnt == ZT_MAX_FILES)
+                    return zt_err(err, errlen, "%s: %s: more than %d files given", where, k->name, ZT_MAX_FILES);
+                items[cnt++] = item;
+                if (!c) break;
+                p = c + 1;
+            }
+        }
+        return set_list(cfg, k, cnt, items, where, err, errlen);
+    }
+    }
+    return -1;
+}
+
+int zt_config_parse(zt_config_t *cfg, const char *text, const char *filename, int noverrides,
+                    char *const overrides[], char *err, size_t errlen)
+{
+    if (!filename) filename = "<config>";
+    zt_config_defaults(cfg);
+    if (strlen(filename) >= sizeof cfg->source)
+        return zt_err(err, errlen, "%s: input file name is too long", filename);
+    set_buf(cfg->source, sizeof cfg->source, filename);
+    if (text && parse_text(cfg, text, filename, err, errlen)) return -1;
+    for (int i = 0; i < noverrides; i++)
+        if (apply_override(cfg, overrides[i], err, errlen)) return -1;
+    return zt_config_validate(cfg, err, errlen);
+}
+
+/* ---- validation ---------------------------------------------------------- */
+
+int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
+{
+    const char *where = "config";
+    /* Per-key checks again: the struct may have been edited in code after parsing. */
+    for (int i = 0; i < NKEYS; i++) {
+        const zkey_t *k = &schema[i];
+        switch (k->type) {
+        case K_INT: if (check_range(k, *(const int *)cfield(cfg, k), where, err, errlen)) return -1; break;
+        case K_LONG:
+            if (check_range(k, (double)*(const long *)cfield(cfg, k), where, err, errlen)) return -1;
+            break;
+        case K_DOUBLE: if (check_range(k, *(const double *)cfield(cfg, k), where, err, errlen)) return -1; break;
+        case K_BOOL:
+            if (*(const int *)cfield(cfg, k) != 0 && *(const int *)cfield(cfg, k) != 1)
+                return zt_err(err, errlen, "%s: %s must be true or false", where, k->name);
+            break;
+        case K_STRING: {
+            const char *s = cfield(cfg, k);
+            if (!memchr(s, '\0', k->size)) return zt_err(err, errlen, "%s: %s is not terminated", where, k->name);
+            if (check_string(k, s, where, err, errlen)) return -1;
+            break;
+        }
+        case K_STRLIST: {
+            int n = ccount(cfg, k);
+            if (n < 0 || n > ZT_MAX_FILES)
+                return zt_err(err, errlen, "%s: %s has %d elements (at most %d)", where, k->name, n, ZT_MAX_FILES);
+            for (int j = 0; j < n; j++)
+                if (!memchr(clist_elem(cfg, k, j), '\0', k->size) || !clist_elem(cfg, k, j)[0])
+                    return zt_err(err, errlen, "%s: %s: element %d is empty or not terminated", where, k->name, j);
+            break;
+        }
+        }
+    }
+    if (cfg->model.n_embd % cfg->model.n_head != 0)
+        return zt_err(err, errlen, "model.n_embd (%d) must be divisible by model.n_head (%d)", cfg->model.n_embd,
+                      cfg->model.n_head);
+    if (cfg->data.seq_len > cfg->model.block_size)
+        return zt_err(err, errlen, "data.seq_len (%d) exceeds model.block_size (%d)", cfg->data.seq_len,
+                      cfg->model.block_size);
+    if (cfg->data.n_train_files < 1)
+        return zt_err(err, errlen, "data.train_files: at least one training file is required");
+    if (cfg->train.max_steps <= 0 && cfg->train.num_train_epochs <= 0)
+        return zt_err(err, errlen, "train.max_steps and train.num_train_epochs are both 0: nothing to train "
+                                   "(set one of them > 0)");
+    if (cfg->optim.warmup_steps < 0) return zt_err(err, errlen, "optim.warmup_steps must be >= 0");
+    if (!(cfg->optim.min_lr_ratio >= 0 && cfg->optim.min_lr_ratio <= 1))
+        return zt_err(err, errlen, "optim.min_lr_ratio (%g) must be in [0, 1]", cfg->optim.min_lr_ratio);
+    if (cfg->optim.adam_epsilon <= 0)
+        return zt_err(err, errlen, "optim.adam_epsilon (%g) must be > 0", cfg->optim.adam_epsilon);
+    if (!cfg->checkpoint.resume[0])
+        return zt_err(err, errlen, "checkpoint.resume is empty (use \"none\", \"auto\" or a checkpoint path)");
+    if (!cfg->train.output_dir[0]) return zt_err(err, errlen, "train.output_dir is empty");
+    if (strcmp(cfg->fault.kind, "none") != 0 && cfg->fault.rank < 0)
+        return zt_err(err, errlen, "fault.kind is '%s' but fault.rank is -1 (set the rank that injects it)",
+                      cfg->fault.kind);
+    if (strcmp(cfg->parallel.offload_param, "none") != 0 && strcmp(cfg->parallel.strategy, "zero3") != 0 &&
+        strcmp(cfg->parallel.strategy, "full_shard") != 0 && strcmp(cfg->parallel.strategy, "hybrid_shard") != 0 &&
+        strcmp(cfg->parallel.strategy, "auto") != 0)
+        return zt_err(err, errlen, "parallel.offload_param = '%s' needs a zero3-family strategy "
+                                   "(zero3, full_shard, hybrid_shard), not '%s'",
+                      cfg->parallel.offload_param, cfg->parallel.strategy);
+    return 0;
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+/* libconfig string literal: escapes \ and " and control characters. */
+static void put_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", out);
+        else if (*p == '\t') fputs("\\t", out);
+        else if (*p == '\r') fputs("\\r", out);
+        else if (*p < 0x20) fprintf(out, "\\x%02x", *p);
+        else fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+/* %.17g round-trips every double; a '.' or exponent keeps it a float literal. */
+static void put_double(FILE *out, double v)
+{
+    char b[64];
+    snprintf(b, sizeof b, "%.17g", v);
+    /* Prefer the shortest form that reads back exactly (1e-3, not 0.0010000000000000001). */
+    for (int prec = 1; prec <= 17; prec++) {
+        char t[64];
+        snprintf(t, sizeof t, "%.*g", prec, v);
+        if (strtod(t, NULL) == v) {
+            strcpy(b, t);
+            break;
+        }
+    }
+    if (!strpbrk(b, ".eEn")) strcat(b, ".0");
+    fputs(b, out);
+}
+
+static void put_value(FILE *out, const zt_config_t *cfg, const zkey_t *k)
+{
+    switch (k->type) {
+    case K_INT: fprintf(out, "%d", *(const int *)cfield(cfg, k)); break;
+    case K_LONG: {
+        long v = *(const long *)cfield(cfg, k);
+        fprintf(out, (v > INT_MAX || v < INT_MIN) ? "%ldL" : "%ld", v);
+        break;
+    }
+    case K_DOUBLE: put_double(out, *(const double *)cfield(cfg, k)); break;
+    case K_BOOL: fputs(*(const int *)cfield(cfg, k) ? "true" : "false", out); break;
+    case K_STRING: put_string(out, cfield(cfg, k)); break;
+    case K_STRLIST: {
+        int n = ccount(cfg, k);
+        fputs("[", out);
+        for (int i = 0; i < n; i++) {
+            fputs(i ? ", " : " ", out);
+            put_string(out, clist_elem(cfg, k, i));
+        }
+        fputs(n ? " ]" : "]", out);
+        break;
+    }
+    }
+}
+
+void zt_config_print(const zt_config_t *cfg, FILE *out)
+{
+    fputs("# ztrain resolved configuration", out);
+    if (cfg->source[0]) fprintf(out, " (input: %s)", cfg->source);
+    fputs("\n", out);
+    for (int s = 0; s < NSECTIONS; s++) {
+        fprintf(out, "\n%s = {\n", sections[s].name);
+        size_t sl = strlen(sections[s].name);
+        for (int i = 0; i < NKEYS; i++) {
+            const zkey_t *k = &schema[i];
+            if (section_len(k->name) != sl || strncmp(k->name, sections[s].name, sl) != 0) continue;
+            fprintf(out, "  %s = ", k->name + sl + 1);
+            put_value(out, cfg, k);
+            fputs(";\n", out);
+        }
+        fputs("};\n", out);
+    }
+}
+
+char *zt_config_to_string(const zt_config_t *cfg)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) zt_fatal("open_memstream failed");
+    zt_config_print(cfg, f);
+    if (fclose(f) != 0) zt_fatal("writing the config to memory failed");
+    return buf;
+}
+
+/* ---- help and markdown ---------------------------------------------------- */
+
+static const char *type_name(ktype_t t)
+{
+    switch (t) {
+    case K_INT: return "int";
+    case K_LONG: return "int";
+    case K_DOUBLE: return "float";
+    case K_BOOL: return "bool";
+    case K_STRING: return "string";
+    case K_STRLIST: return "string list";
+    }
+    return "?";
+}
+
+static void default_text(const zkey_t *k, char *buf, size_t len)
+{
+    switch (k->type) {
+    case K_INT:
+    case K_LONG: snprintf(buf, len, "%.0f", k->def); break;
+    case K_DOUBLE: snprintf(buf, len, "%g", k->def); break;
+    case K_BOOL: snprintf(buf, len, "%s", k->def ? "true" : "false"); break;
+    case K_STRING: snprintf(buf, len, "\"%s\"", k->sdef); break;
+    case K_STRLIST: snprintf(buf, len, k->sdef[0] ? "\"%s\"" : "[]", k->sdef); break;
+    }
+}
+
+static void range_text(const zkey_t *k, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (k->type == K_STRING && k->allowed) {
+        allowed_list(k->allowed, buf, len);
+    } else if (k->type == K_INT || k->type == K_LONG || k->type == K_DOUBLE) {
+        char lo[40], hi[40];
+        fmt_num(k, k->min, lo, sizeof lo);
+        fmt_num(k, k->max, hi, sizeof hi);
+        snprintf(buf, len, "%s .. %s", lo, hi);
+    } else if (k->type == K_STRLIST) {
+        snprintf(buf, len, "up to %d paths", ZT_MAX_FILES);
+    }
+}
+
+/* Word-wraps text at `width` columns, each line indented by `indent`. */
+static void wrap(FILE *out, const char *text, int indent, int width)
+{
+    const char *p = text;
+    while (*p) {
+        int avail = width - indent, n = (int)strlen(p);
+        if (n > avail) {
+            n = avail;
+            while (n > 0 && p[n] != ' ') n--;
+            if (n == 0) n = avail;
+        }
+        fprintf(out, "%*s%.*s\n", indent, "", n, p);
+        p += n;
+        while (*p == ' ') p++;
+    }
+}
+
+void zt_config_help(FILE *out)
+{
+    fputs("Configuration keys. In the input file:  section = { key = value; ... };\n"
+          "On the command line, after the input file:  section.key=value  (lists comma-separated).\n",
+          out);
+    for (int s = 0; s < NSECTIONS; s++) {
+        fprintf(out, "\n[%s] %s\n", sections[s].name, sections[s].help);
+        size_t sl = strlen(sections[s].name);
+        for (int i = 0; i < NKEYS; i++) {
+            const zkey_t *k = &schema[i];
+            if (section_len(k->name) != sl || strncmp(k->name, sections[s].name, sl) != 0) continue;
+            char def[ZT_STRLEN], rng[512];
+            default_text(k, def, sizeof def);
+            range_text(k, rng, sizeof rng);
+            fprintf(out, "  %s (%s, default %s)\n", k->name, type_name(k->type), def);
+            if (rng[0])
+                fprintf(out, "      %s%s\n", k->allowed ? "one of: " : k->type == K_STRLIST ? "" : "range: ", rng);
+            wrap(out, k->help, 6, 100);
+        }
+    }
+}
+
+/* Markdown table cells: a '|' would end the cell, '*' would start emphasis. */
+static void md_cell(FILE *out, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|' || *s == '*') fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+
+void zt_config_markdown(FILE *out)
+{
+    fputs("# ztrain configuration reference\n\n"
+          "<!-- Generated from the schema in src/zt_config.c by `ztrain --config-markdown`; do not edit. -->\n\n"
+          "Every key is written in the input file inside its section, `section = { key = value; };`, or "
+          "overridden on the command line as `section.key=value`. See [config.md](config.md) for the syntax.\n",
+          out);
+    for (int s = 0; s < NSECTIONS; s++) {
+        fprintf(out, "\n## `%s`\n\n%s\n\n", sections[s].name, sections[s].help);
+        fputs("| key | type | default | allowed | description |\n|---|---|---|---|---|\n", out);
+        size_t sl = strlen(sections[s].name);
+        for (int i = 0; i < NKEYS; i++) {
+            const zkey_t *k = &schema[i];
+            if (section_len(k->name) != sl || strncmp(k->name, sections[s].name, sl) != 0) continue;
+            char def[ZT_STRLEN], rng[512];
+            default_text(k, def, sizeof def);
+            range_text(k, rng, sizeof rng);
+            fprintf(out, "| `%s` | %s | `", k->name, type_name(k->type));
+            fputs(def, out); /* inside a code span: no escaping */
+            fputs("` | ", out);
+            md_cell(out, rng);
+            fputs(" | ", out);
+            md_cell(out, k->help);
+            fputs(" |\n", out);
+        }
+    }
+}

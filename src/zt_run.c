@@ -1,2 +1,158 @@
+/* zt_run.c — command line, config distribution, groups, and the dispatch to
+ * training or one of the informational commands.
+ *
+ *   ztrain [input.cfg] [section.key=value ...]
+ *   ztrain --help | --version | --print-config [input.cfg ...] |
+ *          --estimate-memory [input.cfg ...] | --config-markdown
+ *
+ * Rank 0 reads the input file and broadcasts its text; every rank parses the
+ * same text, so every rank reaches the same verdict on it and errors need no
+ * further agreement. With no input file, inputs/default.cfg is used. */
+#include "config.h"
 #include "zt_run.h"
-int zt_run(int argc, char **argv, MPI_Comm world) { return 0; }
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt_comm.h"
+#include "zt_common.h"
+#include "zt_config.h"
+#include "zt_log.h"
+#include "zt_train.h"
+#include "zt_watchdog.h"
+
+#define DEFAULT_INPUT "inputs/default.cfg"
+
+static char *read_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        zt_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = zt_malloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            cap *= 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) zt_fatal("out of memory reading %s", path);
+            buf = nb;
+        }
+    }
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ztrain [input.cfg] [section.key=value ...]\n"
+            "       ztrain --print-config [input.cfg] [section.key=value ...]\n"
+            "       ztrain --estimate-memory [input.cfg] [section.key=value ...]\n"
+            "       ztrain --help | --version | --config-markdown\n"
+            "Launch with mpirun -np N, srun --mpi=pmix, or the scripts in jobs/.\n"
+            "With no input file, %s is used. Keys (section.key, type, default):\n\n",
+            DEFAULT_INPUT);
+}
+
+int zt_run(int argc, char **argv, MPI_Comm world)
+{
+    int rank = 0, size = 1;
+    ZT_MPI(MPI_Comm_rank(world, &rank));
+    ZT_MPI(MPI_Comm_size(world, &size));
+    zt_log_init(rank, NULL);
+
+    enum { TRAIN, PRINT, ESTIMATE } mode = TRAIN;
+    const char *input = NULL;
+    char **overrides = zt_calloc((size_t)argc + 1, sizeof *overrides);
+    int nover = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            if (rank == 0) {
+                usage(stdout);
+                zt_config_help(stdout);
+            }
+            free(overrides);
+            return ZT_EXIT_OK;
+        } else if (strcmp(a, "--version") == 0) {
+            if (rank == 0) printf("ztrain %s\n", PACKAGE_VERSION);
+            free(overrides);
+            return ZT_EXIT_OK;
+        } else if (strcmp(a, "--config-markdown") == 0) {
+            if (rank == 0) zt_config_markdown(stdout);
+            free(overrides);
+            return ZT_EXIT_OK;
+        } else if (strcmp(a, "--print-config") == 0) {
+            mode = PRINT;
+        } else if (strcmp(a, "--estimate-memory") == 0) {
+            mode = ESTIMATE;
+        } else if (a[0] == '-') {
+            if (rank == 0) {
+                fprintf(stderr, "ztrain: error: unknown option '%s'\n", a);
+                usage(stderr);
+            }
+            free(overrides);
+            return ZT_EXIT_ERROR;
+        } else if (strchr(a, '=')) {
+            overrides[nover++] = argv[i];
+        } else if (!input) {
+            input = a;
+        } else {
+            if (rank == 0) fprintf(stderr, "ztrain: error: more than one input file ('%s' and '%s')\n", input, a);
+            free(overrides);
+            return ZT_EXIT_ERROR;
+        }
+    }
+    if (!input) input = DEFAULT_INPUT;
+
+    char err[ZT_ERRLEN] = "";
+    char *text = rank == 0 ? read_file(input, err, sizeof err) : NULL;
+    text = zt_bcast_text(world, text);
+    if (!text) {
+        if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", err);
+        free(overrides);
+        return ZT_EXIT_ERROR;
+    }
+    zt_config_t *cfg = zt_calloc(1, sizeof *cfg);
+    int rc = zt_config_parse(cfg, text, input, nover, overrides, err, sizeof err);
+    free(text);
+    free(overrides);
+    if (rc != 0) {
+        if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", err);
+        free(cfg);
+        return ZT_EXIT_ERROR;
+    }
+    snprintf(cfg->source, sizeof cfg->source, "%s", input);
+
+    if (mode == PRINT) {
+        if (rank == 0) zt_config_print(cfg, stdout);
+        free(cfg);
+        return ZT_EXIT_OK;
+    }
+    zt_comm_t comm;
+    const int hybrid = strncmp(cfg->parallel.strategy, "hybrid", 6) == 0;
+    /* shard groups only shape hybrid strategies; the others shard over the world */
+    if (zt_comm_create(&comm, world, hybrid ? cfg->parallel.shard_group_size : 0, err, sizeof err) != 0) {
+        if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", err);
+        free(cfg);
+        return ZT_EXIT_ERROR;
+    }
+    if (mode == ESTIMATE) {
+        zt_train_estimate_memory(cfg, size, comm.local_size);
+        zt_comm_destroy(&comm);
+        free(cfg);
+        return ZT_EXIT_OK;
+    }
+    zt_signal_install();
+    int code = zt_train(cfg, &comm);
+    zt_comm_destroy(&comm);
+    free(cfg);
+    return code;
+}

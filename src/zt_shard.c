@@ -1,1 +1,656 @@
-/* zt_shard.c — being written */
+/* zt_shard.c — the shard engine: residency, gathers, reductions, optimizer shard.
+ *
+ * Every strategy is expressed with the same per-unit pieces:
+ *   lay      who owns which elements (over the optimizer-shard group `sg`;
+ *            ddp uses a one-rank layout: every rank owns everything)
+ *   full     persistent full parameters (ddp, zero1, zero2)
+ *   gath     transient gathered parameters (shard_grad_op, zero3, hybrids)
+ *   shard_p  owned master parameters, packed (the strategies above that shard params)
+ *   gfull    full gradients: persistent (ddp, zero1) or per unit during backward
+ *   gshard   owned gradients, packed (everything but ddp)
+ *   m, v     Adam moments of the owned elements, packed
+ * Replicated state (ddp over the world, hybrids over the replica group) is
+ * kept identical by reducing gradients over `rg` as well.
+ *
+ * Ordering: every rank issues the same collectives in the same order because
+ * the train loop calls the step protocol identically everywhere. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt_common.h"
+#include "zt_shard.h"
+
+typedef struct opt_seg {
+    int param;
+    size_t uoff, len, spos; /* unit offset, length, position in the packed shard */
+} opt_seg_t;
+
+#define MAX_REQ 64
+
+typedef struct unit_state {
+    zt_unit_layout_t lay;
+    size_t S;               /* elements this rank owns (packed, padding included) */
+    size_t spos0;           /* displ of this rank in packed order */
+    float *full, *gath, *shard_p, *gfull, *gshard, *m, *v, *rs_tmp;
+    int gathered, gather_pending, bwd_done;
+    zt_request_t gather_req;
+    zt_request_t red_req[MAX_REQ];
+    int nred, red_pending;  /* red_pending: rs_tmp must be folded into gshard */
+    opt_seg_t *oseg;
+    int noseg;
+} unit_state_t;
+
+struct zt_shard {
+    const zt_param_table_t *t;
+    zt_comm_t *comm;
+    const zt_backend_t *be;
+    zt_shard_opts_t o;
+    zt_group_t *sg, *rg;    /* optimizer-shard group (NULL for ddp), replica group (NULL if none) */
+    int n, rank_in_sg;
+    int shard_params, persistent_grads, hybrid;
+    int micro, nmicro, inference;
+    long adam_step;
+    unit_state_t *u;
+    float *pack_tmp;        /* per_param packing buffer (largest packed unit) */
+    size_t pack_tmp_n;
+    zt_shard_mem_t mem, mem_peak;
+};
+
+/* ---- strategy table -------------------------------------------------------- */
+
+static const struct { const char *name; int s; } strategy_names[] = {
+    {"ddp", ZT_DDP}, {"zero0", ZT_DDP}, {"no_shard", ZT_DDP},
+    {"zero1", ZT_ZERO1}, {"zero2", ZT_ZERO2}, {"shard_grad_op", ZT_SHARD_GRAD_OP},
+    {"zero3", ZT_ZERO3}, {"full_shard", ZT_ZERO3},
+    {"hybrid_shard", ZT_HYBRID}, {"hybrid_shard_zero2", ZT_HYBRID_ZERO2},
+};
+
+int zt_strategy_parse(const char *name)
+{
+    for (size_t i = 0; i < sizeof strategy_names / sizeof *strategy_names; i++)
+        if (strcmp(name, strategy_names[i].name) == 0) return strategy_names[i].s;
+    return -1;
+}
+
+const char *zt_strategy_name(zt_strategy_t s)
+{
+    static const char *n[] = {"ddp", "zero1", "zero2", "shard_grad_op", "zero3",
+                              "hybrid_shard", "hybrid_shard_zero2"};
+    return (unsigned)s < ZT_STRATEGY_N ? n[s] : "?";
+}
+
+int zt_strategy_shards_params(zt_strategy_t s) { return s >= ZT_SHARD_GRAD_OP; }
+int zt_strategy_shards_grads(zt_strategy_t s) { return s >= ZT_ZERO2; }
+int zt_strategy_shards_optim(zt_strategy_t s) { return s != ZT_DDP; }
+int zt_strategy_is_hybrid(zt_strategy_t s) { return s == ZT_HYBRID || s == ZT_HYBRID_ZERO2; }
+
+/* zero3 and hybrid_shard free a unit right after its forward (when
+ * reshard_after_forward); shard_grad_op keeps it from forward to backward. */
+static int frees_after_forward(const zt_shard_t *s)
+{
+    return (s->o.strategy == ZT_ZERO3 || s->o.strategy == ZT_HYBRID) && s->o.reshard_after_forward;
+}
+
+/* ---- memory accounting ----------------------------------------------------- */
+
+enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_COMM, MEM_GATHER };
+
+static size_t *mem_slot(zt_shard_mem_t *m, int cat)
+{
+    switch (cat) {
+    case MEM_PARAMS: return &m->params;
+    case MEM_GRADS: return &m->grads;
+    case MEM_OPTIM: return &m->optim;
+    case MEM_COMM: return &m->comm_buffers;
+    default: return &m->gathered_peak;
+    }
+}
+
+static float *falloc(zt_shard_t *s, int cat, size_t n)
+{
+    size_t *cur = mem_slot(&s->mem, cat), *pk = mem_slot(&s->mem_peak, cat);
+    *cur += n * sizeof(float);
+    if (*cur > *pk) *pk = *cur;
+    return s->be->alloc(n * sizeof(float));
+}
+
+static void ffree(zt_shard_t *s, int cat, float **p, size_t n)
+{
+    if (!*p) return;
+    *mem_slot(&s->mem, cat) -= n * sizeof(float);
+    s->be->free(*p);
+    *p = NULL;
+}
+
+/* ---- construction ---------------------------------------------------------- */
+
+static void build_opt_segments(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    const zt_unit_layout_t *lay = &u->lay;
+    const int r = s->rank_in_sg;
+    int cap = 16;
+    u->oseg = zt_malloc((size_t)cap * sizeof *u->oseg);
+    size_t spos = 0;
+    const int first = s->t->unit_first[ui], cnt = s->t->unit_count[ui];
+    for (int i = 0; i < lay->nseg[r]; i++) {
+        zt_segment_t sg = lay->seg[r][i];
+        /* split at parameter boundaries so each piece has one weight-decay rule */
+        for (int p = first; p < first + cnt; p++) {
+            const zt_param_t *pp = &s->t->params[p];
+            size_t lo = ZT_MAX(sg.off, pp->offset), hi = ZT_MIN(sg.off + sg.len, pp->offset + pp->numel);
+            if (lo >= hi) continue;
+            if (u->noseg == cap) {
+                cap *= 2;
+                u->oseg = realloc(u->oseg, (size_t)cap * sizeof *u->oseg);
+                if (!u->oseg) zt_fatal("out of memory");
+            }
+            u->oseg[u->noseg++] = (opt_seg_t){p, lo, hi - lo, spos + (lo - sg.off)};
+        }
+        spos += sg.len;
+    }
+}
+
+/* value pointer of an owned segment (where the master copy lives) */
+static float *seg_value(zt_shard_t *s, unit_state_t *u, const opt_seg_t *g)
+{
+    return s->shard_params ? u->shard_p + g->spos : u->full + g->uoff;
+}
+
+static void init_values(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    const zt_param_table_t *t = s->t;
+    if (!s->shard_params) {
+        /* replicated parameters: every rank computes all of them (pure function) */
+        float *host = zt_malloc(u->lay.numel * sizeof(float));
+        for (int p = t->unit_first[ui]; p < t->unit_first[ui] + t->unit_count[ui]; p++)
+            zt_param_init_range(&t->params[p], s->o.seed, 0, t->params[p].numel,
+                                host + t->params[p].offset);
+        s->be->from_host(u->full, host, u->lay.numel * sizeof(float));
+        free(host);
+        return;
+    }
+    float *host = zt_calloc(u->S ? u->S : 1, sizeof(float));
+    for (int i = 0; i < u->noseg; i++) {
+        const opt_seg_t *g = &u->oseg[i];
+        const zt_param_t *p = &t->params[g->param];
+        zt_param_init_range(p, s->o.seed, g->uoff - p->offset, g->len, host + g->spos);
+    }
+    s->be->from_host(u->shard_p, host, u->S * sizeof(float));
+    free(host);
+}
+
+zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
+                            const zt_shard_opts_t *opts)
+{
+    zt_shard_t *s = zt_calloc(1, sizeof *s);
+    s->t = t;
+    s->comm = comm;
+    s->be = be;
+    s->o = *opts;
+    const zt_strategy_t st = opts->strategy;
+    s->hybrid = zt_strategy_is_hybrid(st);
+    s->shard_params = zt_strategy_shards_params(st);
+    s->persistent_grads = !zt_strategy_shards_grads(st);
+    if (st == ZT_DDP) {
+        s->sg = NULL;
+        s->rg = comm->world.size > 1 ? &comm->world : NULL;
+    } else if (s->hybrid) {
+        s->sg = &comm->shard;
+        s->rg = comm->replica.size > 1 ? &comm->replica : NULL;
+    } else {
+        s->sg = &comm->world;
+        s->rg = NULL;
+    }
+    s->n = s->sg ? s->sg->size : 1;
+    s->rank_in_sg = s->sg ? s->sg->rank : 0;
+    s->u = zt_calloc((size_t)t->nunits, sizeof *s->u);
+    for (int ui = 0; ui < t->nunits; ui++) {
+        unit_state_t *u = &s->u[ui];
+        zt_unit_layout_build(&u->lay, t, ui, s->n, opts->layout);
+        u->S = u->lay.count[s->rank_in_sg];
+        u->spos0 = u->lay.displ[s->rank_in_sg];
+        build_opt_segments(s, ui);
+        for (int k = 0; k < MAX_REQ; k++) u->red_req[k].req = MPI_REQUEST_NULL;
+        u->gather_req.req = MPI_REQUEST_NULL;
+        if (s->shard_params)
+            u->shard_p = falloc(s, MEM_PARAMS, u->S);
+        else
+            u->full = falloc(s, MEM_PARAMS, u->lay.packed);
+        if (s->persistent_grads) u->gfull = falloc(s, MEM_GRADS, u->lay.packed);
+        if (st != ZT_DDP) u->gshard = falloc(s, MEM_GRADS, u->S);
+        u->m = falloc(s, MEM_OPTIM, u->S);
+        u->v = falloc(s, MEM_OPTIM, u->S);
+        init_values(s, ui);
+        if (opts->layout == ZT_LAYOUT_PER_PARAM && s->n > 1 && u->lay.packed > s->pack_tmp_n)
+            s->pack_tmp_n = u->lay.packed;
+    }
+    if (s->pack_tmp_n) s->pack_tmp = falloc(s, MEM_COMM, s->pack_tmp_n);
+    return s;
+}
+
+void zt_shard_free(zt_shard_t *s)
+{
+    if (!s) return;
+    for (int ui = 0; ui < s->t->nunits; ui++) {
+        unit_state_t *u = &s->u[ui];
+        size_t P = u->lay.packed;
+        ffree(s, MEM_PARAMS, &u->full, P);
+        ffree(s, MEM_GATHER, &u->gath, P);
+        ffree(s, MEM_PARAMS, &u->shard_p, u->S);
+        ffree(s, MEM_GRADS, &u->gfull, P);
+        ffree(s, MEM_GRADS, &u->gshard, u->S);
+        ffree(s, MEM_OPTIM, &u->m, u->S);
+        ffree(s, MEM_OPTIM, &u->v, u->S);
+        ffree(s, MEM_COMM, &u->rs_tmp, u->S);
+        free(u->oseg);
+        zt_unit_layout_free(&u->lay);
+    }
+    ffree(s, MEM_COMM, &s->pack_tmp, s->pack_tmp_n);
+    free(s->u);
+    free(s);
+}
+
+/* ---- packing for per_param layouts ----------------------------------------- */
+
+static int counts_int(const zt_unit_layout_t *lay, int *counts, int *displs)
+{
+    for (int r = 0; r < lay->n; r++) {
+        if (lay->count[r] > (size_t)INT32_MAX) zt_fatal("unit shard too large for MPI counts");
+        counts[r] = (int)lay->count[r];
+        if (displs) displs[r] = (int)lay->displ[r];
+    }
+    return 0;
+}
+
+/* unit order -> rank-packed order (dst may not alias src) */
+static void pack(zt_shard_t *s, const zt_unit_layout_t *lay, float *dst, const float *src)
+{
+    size_t pos = 0;
+    for (int r = 0; r < lay->n; r++)
+        for (int i = 0; i < lay->nseg[r]; i++) {
+            s->be->copy(dst + pos, src + lay->seg[r][i].off, lay->seg[r][i].len * sizeof(float));
+            pos += lay->seg[r][i].len;
+        }
+}
+
+static void unpack(zt_shard_t *s, const zt_unit_layout_t *lay, float *dst, const float *src)
+{
+    size_t pos = 0;
+    for (int r = 0; r < lay->n; r++)
+        for (int i = 0; i < lay->nseg[r]; i++) {
+            s->be->copy(dst + lay->seg[r][i].off, src + pos, lay->seg[r][i].len * sizeof(float));
+            pos += lay->seg[r][i].len;
+        }
+}
+
+static int is_flat(const zt_shard_t *s) { return s->o.layout == ZT_LAYOUT_FLAT || s->n == 1; }
+
+/* ---- gathering parameters ---------------------------------------------------- */
+
+static void gather_start(zt_shard_t *s, int ui, int blocking)
+{
+    unit_state_t *u = &s->u[ui];
+    const size_t P = u->lay.packed;
+    u->gath = falloc(s, MEM_GATHER, P);
+    if (s->n == 1) {
+        s->be->copy(u->gath, u->shard_p, u->S * sizeof(float));
+        u->gathered = 1;
+        return;
+    }
+    if (is_flat(s)) {
+        if (blocking) {
+            zt_allgather(s->comm, s->sg, u->shard_p, u->gath, u->S, ZT_F32);
+            u->gathered = 1;
+        } else {
+            zt_iallgather(s->comm, s->sg, u->shard_p, u->gath, u->S, ZT_F32, &u->gather_req);
+            u->gather_pending = 1;
+        }
+        return;
+    }
+    int *counts = zt_malloc((size_t)s->n * sizeof(int)), *displs = zt_malloc((size_t)s->n * sizeof(int));
+    counts_int(&u->lay, counts, displs);
+    zt_allgatherv(s->comm, s->sg, u->shard_p, s->pack_tmp, counts, displs, ZT_F32);
+    unpack(s, &u->lay, u->gath, s->pack_tmp);
+    free(counts);
+    free(displs);
+    u->gathered = 1;
+}
+
+const float *zt_shard_params(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    if (!s->shard_params) return u->full;
+    if (u->gather_pending) {
+        zt_wait(s->comm, &u->gather_req);
+        u->gather_pending = 0;
+        u->gathered = 1;
+    }
+    if (!u->gathered) gather_start(s, ui, 1);
+    return u->gath;
+}
+
+void zt_shard_prefetch(zt_shard_t *s, int ui)
+{
+    if (ui < 0 || ui >= s->t->nunits || !s->shard_params) return;
+    unit_state_t *u = &s->u[ui];
+    if (u->gathered || u->gather_pending || !is_flat(s) || s->n == 1) return;
+    gather_start(s, ui, 0);
+}
+
+static void drop_gathered(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    if (u->gather_pending) {
+        zt_wait(s->comm, &u->gather_req);
+        u->gather_pending = 0;
+    }
+    ffree(s, MEM_GATHER, &u->gath, u->lay.packed);
+    u->gathered = 0;
+}
+
+void zt_shard_release(zt_shard_t *s, int ui)
+{
+    if (!s->shard_params) return;
+    if (s->inference || s->u[ui].bwd_done || frees_after_forward(s)) drop_gathered(s, ui);
+}
+
+/* ---- gradients ---------------------------------------------------------------- */
+
+static void reduction_complete(zt_shard_t *s, int ui);
+
+void zt_shard_begin_step(zt_shard_t *s)
+{
+    for (int ui = 0; ui < s->t->nunits; ui++) {
+        unit_state_t *u = &s->u[ui];
+        if (u->gfull && s->persistent_grads) s->be->memzero(u->gfull, u->lay.packed * sizeof(float));
+        if (u->gshard) s->be->memzero(u->gshard, u->S * sizeof(float));
+    }
+}
+
+void zt_shard_begin_micro(zt_shard_t *s, int micro, int nmicro)
+{
+    s->micro = micro;
+    s->nmicro = nmicro;
+    /* a unit's transient gradients must be reduced before the next micro-step
+     * accumulates into a fresh buffer */
+    for (int ui = 0; ui < s->t->nunits; ui++) {
+        reduction_complete(s, ui);
+        s->u[ui].bwd_done = 0;
+    }
+}
+
+float *zt_shard_grads(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    if (!u->gfull) u->gfull = falloc(s, MEM_COMM, u->lay.packed); /* zeroed by alloc */
+    return u->gfull;
+}
+
+/* Folds a completed reduce-scatter into the owned gradient shard and frees the
+ * transient full gradients of the unit. */
+static void reduction_complete(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    for (int k = 0; k < u->nred; k++) zt_wait(s->comm, &u->red_req[k]);
+    u->nred = 0;
+    if (u->red_pending) {
+        s->be->accumulate(u->gshard, u->rs_tmp, u->S);
+        ffree(s, MEM_COMM, &u->rs_tmp, u->S);
+        u->red_pending = 0;
+    }
+    if (!s->persistent_grads) ffree(s, MEM_COMM, &u->gfull, u->lay.packed);
+}
+
+static void reduce_scatter_unit(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    u->rs_tmp = falloc(s, MEM_COMM, u->S);
+    u->red_pending = 1;
+    if (is_flat(s)) {
+        zt_ireduce_scatter(s->comm, s->sg, u->gfull, u->rs_tmp, u->S, ZT_F32, &u->red_req[0]);
+        u->nred = 1;
+        return;
+    }
+    int *counts = zt_malloc((size_t)s->n * sizeof(int));
+    counts_int(&u->lay, counts, NULL);
+    pack(s, &u->lay, s->pack_tmp, u->gfull);
+    zt_reduce_scatterv(s->comm, s->sg, s->pack_tmp, u->rs_tmp, counts, ZT_F32);
+    free(counts);
+}
+
+void zt_shard_grads_ready(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    u->bwd_done = 1;
+    const int last = s->micro == s->nmicro - 1;
+    /* the previous unit's reduction has had this unit's backward to progress */
+    for (int k = ui + 1; k < s->t->nunits; k++)
+        if (s->u[k].nred || s->u[k].red_pending) reduction_complete(s, k);
+    if (s->o.strategy == ZT_DDP) {
+        if (!last || !s->rg) return;
+        /* all-reduce in buckets so large units do not become one huge message */
+        size_t bucket = ZT_MAX(s->o.bucket_bytes / sizeof(float), (size_t)1 << 16);
+        size_t nb = ZT_CEIL_DIV(u->lay.numel, bucket);
+        if (nb > MAX_REQ) bucket = ZT_CEIL_DIV(u->lay.numel, MAX_REQ), nb = ZT_CEIL_DIV(u->lay.numel, bucket);
+        for (size_t b = 0; b < nb; b++) {
+            size_t off = b * bucket, n = ZT_MIN(bucket, u->lay.numel - off);
+            zt_iallreduce(s->comm, s->rg, ZT_IN_PLACE, u->gfull + off, n, ZT_F32, ZT_SUM,
+                          &u->red_req[u->nred++]);
+        }
+        return;
+    }
+    if (s->o.strategy == ZT_ZERO1 && !last) return; /* no_sync: accumulate locally */
+    if (s->n == 1) {
+        s->be->accumulate(u->gshard, u->gfull, u->S);
+        if (!s->persistent_grads) ffree(s, MEM_COMM, &u->gfull, u->lay.packed);
+        return;
+    }
+    reduce_scatter_unit(s, ui);
+}
+
+double zt_shard_finish_grads(zt_shard_t *s)
+{
+    double local = 0.0;
+    for (int ui = s->t->nunits - 1; ui >= 0; ui--) {
+        unit_state_t *u = &s->u[ui];
+        reduction_complete(s, ui);
+        if (s->o.strategy == ZT_DDP) {
+            local += s->be->sumsq(u->gfull, u->lay.numel);
+            continue;
+        }
+        if (s->rg) zt_allreduce(s->comm, s->rg, ZT_IN_PLACE, u->gshard, u->S, ZT_F32, ZT_SUM);
+        local += s->be->sumsq(u->gshard, u->S);
+    }
+    /* each element counted once: shards are disjoint within sg, replicas not summed */
+    if (s->sg && s->n > 1) local = zt_sum_double(s->comm, s->sg, local);
+    return local;
+}
+
+int zt_shard_grads_nonfinite(zt_shard_t *s)
+{
+    for (int ui = 0; ui < s->t->nunits; ui++) {
+        unit_state_t *u = &s->u[ui];
+        const float *g = s->o.strategy == ZT_DDP ? u->gfull : u->gshard;
+        size_t n = s->o.strategy == ZT_DDP ? u->lay.numel : u->S;
+        if (!s->be->all_finite(g, n)) return 1;
+    }
+    return 0;
+}
+
+void zt_shard_zero_grads(zt_shard_t *s)
+{
+    for (int ui = 0; ui < s->t->nunits; ui++) reduction_complete(s, ui);
+    zt_shard_begin_step(s);
+}
+
+/* ---- optimizer ------------------------------------------------------------------ */
+
+/* Re-creates the replicated full parameters from every rank's owned part. */
+static void regather_full(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    if (s->n == 1) return;
+    if (is_flat(s)) {
+        zt_allgather(s->comm, s->sg, ZT_IN_PLACE, u->full, u->S, ZT_F32);
+        return;
+    }
+    int *counts = zt_malloc((size_t)s->n * sizeof(int)), *displs = zt_malloc((size_t)s->n * sizeof(int));
+    counts_int(&u->lay, counts, displs);
+    pack(s, &u->lay, s->pack_tmp, u->full);
+    zt_allgatherv(s->comm, s->sg, ZT_IN_PLACE, s->pack_tmp, counts, displs, ZT_F32);
+    unpack(s, &u->lay, u->full, s->pack_tmp);
+    free(counts);
+    free(displs);
+}
+
+void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
+{
+    s->adam_step = hp->step;
+    for (int ui = 0; ui < s->t->nunits; ui++) {
+        unit_state_t *u = &s->u[ui];
+        for (int i = 0; i < u->noseg; i++) {
+            const opt_seg_t *g = &u->oseg[i];
+            const float *grad = s->o.strategy == ZT_DDP ? u->gfull + g->uoff : u->gshard + g->spos;
+            const float wd = s->t->params[g->param].decay ? hp->weight_decay : 0.0f;
+            s->be->adamw(seg_value(s, u, g), grad, u->m + g->spos, u->v + g->spos, g->len, hp->lr,
+                         hp->beta1, hp->beta2, hp->eps, wd, hp->grad_scale, hp->step);
+        }
+        if (!s->shard_params && s->o.strategy != ZT_DDP) regather_full(s, ui);
+    }
+}
+
+/* ---- inference ------------------------------------------------------------------- */
+
+void zt_shard_begin_inference(zt_shard_t *s) { s->inference = 1; }
+
+void zt_shard_end_inference(zt_shard_t *s)
+{
+    s->inference = 0;
+    if (s->shard_params)
+        for (int ui = 0; ui < s->t->nunits; ui++) drop_gathered(s, ui);
+}
+
+/* ---- accounting -------------------------------------------------------------------- */
+
+void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out)
+{
+    *out = s->mem_peak;
+}
+
+void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
+                              int replica_n, zt_shard_mem_t *out)
+{
+    memset(out, 0, sizeof *out);
+    const zt_strategy_t st = o->strategy;
+    const int n = st == ZT_DDP ? 1 : shard_n;
+    const int shard_params = zt_strategy_shards_params(st), persistent = !zt_strategy_shards_grads(st);
+    size_t largest = 0, second = 0, all_gathered = 0, pack = 0;
+    for (int ui = 0; ui < t->nunits; ui++) {
+        zt_unit_layout_t lay;
+        zt_unit_layout_build(&lay, t, ui, n, o->layout);
+        /* the largest shard (rank 0's) is the per-rank upper bound */
+        size_t S = lay.count[0], P = lay.packed;
+        out->params += (shard_params ? S : P) * 4;
+        out->grads += (persistent ? P : 0) * 4 + (st != ZT_DDP ? S : 0) * 4;
+        out->optim += 2 * S * 4;
+        if (P > largest) second = largest, largest = P;
+        else if (P > second) second = P;
+        all_gathered += P;
+        if (o->layout == ZT_LAYOUT_PER_PARAM && n > 1 && P > pack) pack = P;
+        zt_unit_layout_free(&lay);
+    }
+    /* transient: one unit's full gradients plus the reduce-scatter landing buffer */
+    out->comm_buffers = pack * 4 + (persistent ? 0 : largest * 4 + largest / (size_t)n * 4);
+    if (shard_params) {
+        const int keeps_all = st == ZT_SHARD_GRAD_OP || st == ZT_HYBRID_ZERO2 || !o->reshard_after_forward;
+        /* zero3: the root unit stays gathered for the micro-step, plus the running
+         * block and the prefetched one */
+        out->gathered_peak = (keeps_all ? all_gathered : largest + 2 * second) * 4;
+    }
+    (void)replica_n;
+}
+
+double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
+                                 int replica_n, int nmicro)
+{
+    const zt_strategy_t st = o->strategy;
+    double bytes = 0.0;
+    for (int ui = 0; ui < t->nunits; ui++) {
+        zt_unit_layout_t lay;
+        zt_unit_layout_build(&lay, t, ui, st == ZT_DDP ? 1 : shard_n, o->layout);
+        const double numel = (double)lay.numel, P = (double)lay.packed * 4.0;
+        const double S = (double)lay.count[0] * 4.0;
+        switch (st) {
+        case ZT_DDP: bytes += replica_n > 1 ? numel * 4.0 : 0; break;
+        case ZT_ZERO1: bytes += shard_n > 1 ? 2 * P : 0; break;
+        case ZT_ZERO2: bytes += shard_n > 1 ? nmicro * P + P : 0; break;
+        default: {
+            /* gathers per micro-step: root once; blocks once (keep) or twice (reshard) */
+            int gathers = (ui == 0 || !frees_after_forward(&(zt_shard_t){.o = *o})) ? 1 : 2;
+            if (shard_n > 1) bytes += nmicro * (gathers * P + P);
+            if (replica_n > 1) bytes += S;
+        }
+        }
+        zt_unit_layout_free(&lay);
+    }
+    return bytes;
+}
+
+/* ---- checkpoint view ----------------------------------------------------------------- */
+
+int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
+{
+    int total = 0;
+    for (int ui = 0; ui < s->t->nunits; ui++) total += s->u[ui].noseg;
+    zt_io_seg_t *out = zt_calloc((size_t)total + 1, sizeof *out);
+    /* replicas hold identical state: for writing, each takes a 1/R slice */
+    const int R = s->rg ? s->rg->size : 1, k = s->rg ? s->rg->rank : 0;
+    int n = 0;
+    for (int ui = 0; ui < s->t->nunits; ui++) {
+        unit_state_t *u = &s->u[ui];
+        for (int i = 0; i < u->noseg; i++) {
+            const opt_seg_t *g = &u->oseg[i];
+            size_t lo = 0, hi = g->len;
+            if (for_write && R > 1) {
+                lo = g->len * (size_t)k / (size_t)R;
+                hi = g->len * (size_t)(k + 1) / (size_t)R;
+            }
+            if (hi <= lo) continue;
+            const zt_param_t *p = &s->t->params[g->param];
+            out[n++] = (zt_io_seg_t){
+                .param = g->param,
+                .start = g->uoff - p->offset + lo,
+                .len = hi - lo,
+                .value = seg_value(s, u, g) + lo,
+                .exp_avg = u->m + g->spos + lo,
+                .exp_avg_sq = u->v + g->spos + lo,
+            };
+        }
+    }
+    *segs = out;
+    return n;
+}
+
+long zt_shard_adam_step(const zt_shard_t *s) { return s->adam_step; }
+void zt_shard_set_adam_step(zt_shard_t *s, long t) { s->adam_step = t; }
+
+void zt_shard_after_load(zt_shard_t *s)
+{
+    for (int ui = 0; ui < s->t->nunits; ui++) {
+        if (s->shard_params) drop_gathered(s, ui);
+        else if (s->o.strategy != ZT_DDP) regather_full(s, ui);
+    }
+}
+
+double zt_shard_param_sumsq(zt_shard_t *s)
+{
+    zt_io_seg_t *segs;
+    int n = zt_shard_io_segments(s, 1, &segs);
+    double local = 0.0;
+    for (int i = 0; i < n; i++) local += s->be->sumsq(segs[i].value, segs[i].len);
+    free(segs);
+    return zt_sum_double(s->comm, &s->comm->world, local);
+}

@@ -1,1 +1,850 @@
-/* zt_train.c — being written */
+/* zt_train.c — the SPMD training loop (see zt_train.h).
+ *
+ * Sample order (the contract every strategy and world size shares): with G =
+ * B * dp * A samples per optimizer step, step s covers global samples
+ * [s*G, (s+1)*G) (offset by the resumed sampler position); micro-step m of rank
+ * r takes rows g = base + m*(dp*B) + r*B + b, b < B. One rank with A' = A*dp
+ * micro-steps therefore sees exactly the same samples per step, and each micro
+ * gradient is scaled by 1/(B*T*A*dp) so the reduced sum is the global mean. */
+#include "config.h"
+#include "zt_train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zt_backend.h"
+#include "zt_bpe.h"
+#include "zt_ckpt.h"
+#include "zt_common.h"
+#include "zt_data.h"
+#include "zt_log.h"
+#include "zt_model.h"
+#include "zt_optim.h"
+#include "zt_run.h"
+#include "zt_shard.h"
+#include "zt_watchdog.h"
+
+#ifdef ZT_HAVE_CUDA
+#include "zt_cuda.h"
+#endif
+
+typedef struct hist { long *step; float *val; int n, cap; } hist_t;
+
+typedef struct run {
+    const zt_config_t *cfg;
+    zt_comm_t *comm;
+    const zt_backend_t *be;
+    zt_param_table_t *table;
+    zt_model_t *model;
+    zt_shard_t *shard;
+    zt_dataset_t *train, *val;
+    zt_shard_opts_t sopts;
+    int B, T, A, dp, rank;
+    long G, total_steps, step, samples_seen;
+    double tokens_seen;
+    int32_t *inp, *tgt;     /* (A, B, T) host */
+    double flops_per_token, peak_flops;
+    char *config_text;
+    hist_t train_hist, val_hist;
+    double train_seconds;
+    float last_loss, last_val;
+} run_t;
+
+static void hist_push(hist_t *h, long step, float v)
+{
+    if (h->n == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 256;
+        h->step = realloc(h->step, (size_t)h->cap * sizeof *h->step);
+        h->val = realloc(h->val, (size_t)h->cap * sizeof *h->val);
+        if (!h->step || !h->val) zt_fatal("out of memory");
+    }
+    h->step[h->n] = step;
+    h->val[h->n++] = v;
+}
+
+static int mkdir_p(const char *path, char *err, size_t errlen)
+{
+    char tmp[ZT_STRLEN];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            return zt_err(err, errlen, "%s: cannot create directory: %s", tmp, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return zt_err(err, errlen, "%s: cannot create directory: %s", tmp, strerror(errno));
+    return 0;
+}
+
+/* ---- strategy resolution ------------------------------------------------------- */
+
+static void fill_opts(const zt_config_t *cfg, zt_strategy_t st, zt_shard_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->strategy = st;
+    o->layout = strcmp(cfg->parallel.shard_layout, "per_param") == 0 ? ZT_LAYOUT_PER_PARAM
+                                                                      : ZT_LAYOUT_FLAT;
+    o->reshard_after_forward = cfg->parallel.reshard_after_forward;
+    o->bucket_bytes = (size_t)(cfg->parallel.bucket_size_mb * 1024.0 * 1024.0);
+    o->reduce_bf16 = strcmp(cfg->parallel.reduce_dtype, "bf16") == 0;
+    o->bf16 = cfg->train.bf16;
+    o->seed = (uint64_t)cfg->train.seed;
+}
+
+static size_t mem_total(const zt_shard_mem_t *m)
+{
+    return m->params + m->grads + m->optim + m->comm_buffers + m->gathered_peak;
+}
+
+typedef struct estimate {
+    zt_shard_mem_t mem;
+    size_t activations, total;
+    double traffic;
+} estimate_t;
+
+static void estimate(const zt_config_t *cfg, const zt_param_table_t *t, zt_strategy_t st, int world,
+                     int shard_n, estimate_t *e)
+{
+    zt_shard_opts_t o;
+    fill_opts(cfg, st, &o);
+    int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
+    int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
+    zt_shard_memory_estimate(t, &o, sn, rn, &e->mem);
+    e->activations = zt_model_activation_bytes_estimate(t->dims, cfg->train.per_device_train_batch_size,
+                                                        cfg->data.seq_len, cfg->train.gradient_checkpointing);
+    e->total = mem_total(&e->mem) + e->activations;
+    e->traffic = zt_shard_traffic_estimate(t, &o, sn, rn, cfg->train.gradient_accumulation_steps);
+}
+
+static zt_model_dims_t dims_of(const zt_config_t *cfg)
+{
+    return (zt_model_dims_t){cfg->model.n_layer, cfg->model.n_head, cfg->model.n_embd,
+                             cfg->model.vocab_size, cfg->model.block_size};
+}
+
+static double memory_limit(const zt_config_t *cfg, int per_node)
+{
+    if (cfg->parallel.memory_limit_gb > 0) return cfg->parallel.memory_limit_gb * 1073741824.0;
+    double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    return phys / (per_node > 0 ? per_node : 1);
+}
+
+void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
+{
+    zt_param_table_t *t = zt_param_table_create(dims_of(cfg), (float)cfg->model.init_std);
+    int shard_n = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size : per_node;
+    char b[6][32];
+    zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), B=%d T=%d, %s layout",
+           t->total_numel, world, per_node, cfg->train.per_device_train_batch_size,
+           cfg->data.seq_len, cfg->parallel.shard_layout);
+    zt_log("%-20s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
+           "buffers", "activations", "total");
+    for (int st = 0; st < ZT_STRATEGY_N; st++) {
+        if (zt_strategy_is_hybrid(st) && (shard_n <= 0 || world % shard_n)) continue;
+        estimate_t e;
+        estimate(cfg, t, st, world, shard_n, &e);
+        zt_log("%-20s %12s %12s %12s %12s %12s %12s", zt_strategy_name(st),
+               zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
+               zt_fmt_bytes(e.mem.optim, b[2], 32),
+               zt_fmt_bytes(e.mem.comm_buffers + e.mem.gathered_peak, b[3], 32),
+               zt_fmt_bytes(e.activations, b[4], 32), zt_fmt_bytes(e.total, b[5], 32));
+    }
+    zt_param_table_free(t);
+}
+
+/* auto: the least traffic that fits; ordered by collective volume per step */
+static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_param_table_t *t, int world,
+                               int per_node, char *why, size_t len)
+{
+    static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
+    const double limit = memory_limit(cfg, per_node);
+    char b1[32], b2[32];
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+        estimate_t e;
+        estimate(cfg, t, order[i], world, per_node, &e);
+        if ((double)e.total <= limit) {
+            snprintf(why, len, "estimated %s per rank fits the limit of %s; it moves the least data of those that fit",
+                     zt_fmt_bytes((double)e.total, b1, 32), zt_fmt_bytes(limit, b2, 32));
+            return order[i];
+        }
+    }
+    snprintf(why, len, "nothing fits the limit of %s; zero3 needs the least memory",
+             zt_fmt_bytes(limit, b2, 32));
+    return ZT_ZERO3;
+}
+
+/* ---- passes ---------------------------------------------------------------------- */
+
+static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float dscale)
+{
+    zt_shard_t *s = r->shard;
+    zt_model_t *m = r->model;
+    const int L = r->table->dims.L;
+    zt_model_set_batch(m, inp, tgt, r->B, r->T);
+    zt_watchdog_mark("forward", 0, r->step);
+    /* the root unit (embeddings, tied head, ln_f) stays materialized for the whole
+     * micro-step, as FSDP does for its root module: it is used at both ends */
+    const float *root = zt_shard_params(s, 0);
+    zt_shard_prefetch(s, 1);
+    zt_model_forward_embed(m, root);
+    for (int l = 0; l < L; l++) {
+        zt_watchdog_mark("forward", l + 1, r->step);
+        const float *w = zt_shard_params(s, l + 1);
+        zt_shard_prefetch(s, l + 2);
+        zt_model_forward_block(m, l, w);
+        zt_shard_release(s, l + 1);
+    }
+    zt_watchdog_mark("forward head", 0, r->step);
+    float loss = zt_model_forward_head(m, root, dscale);
+    float *droot = zt_shard_grads(s, 0);
+    zt_model_backward_head(m, root, droot);
+    for (int l = L - 1; l >= 0; l--) {
+        zt_watchdog_mark("backward", l + 1, r->step);
+        const float *w = zt_shard_params(s, l + 1);
+        if (l > 0) zt_shard_prefetch(s, l);
+        zt_model_backward_block(m, l, w, zt_shard_grads(s, l + 1));
+        zt_shard_grads_ready(s, l + 1);
+        zt_shard_release(s, l + 1);
+    }
+    zt_watchdog_mark("backward", 0, r->step);
+    zt_model_backward_embed(m, droot);
+    zt_shard_grads_ready(s, 0);
+    zt_shard_release(s, 0);
+    return loss;
+}
+
+/* Forward only, inside begin/end_inference; loss if targets given. */
+static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, int B, int T)
+{
+    zt_shard_t *s = r->shard;
+    zt_model_t *m = r->model;
+    zt_model_set_batch(m, inp, tgt, B, T);
+    const float *root = zt_shard_params(s, 0);
+    zt_model_forward_embed(m, root);
+    for (int l = 0; l < r->table->dims.L; l++) {
+        const float *w = zt_shard_params(s, l + 1);
+        zt_shard_prefetch(s, l + 2);
+        zt_model_forward_block(m, l, w);
+        zt_shard_release(s, l + 1);
+    }
+    float loss = zt_model_forward_head(m, root, 0.0f);
+    zt_shard_release(s, 0);
+    return loss;
+}
+
+/* Reads rows [g0 + ...] of a dataset into inp/tgt (B rows); 0 or -1 with err. */
+static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_t *inp, int32_t *tgt,
+                     char *err, size_t errlen)
+{
+    const int T = r->T;
+    int32_t *row = zt_malloc((size_t)(T + 1) * sizeof *row);
+    int rc = 0;
+    for (int b = 0; b < r->B && rc == 0; b++) {
+        rc = zt_data_read(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, row, err, errlen);
+        if (rc == 0) {
+            memcpy(inp + (size_t)b * T, row, (size_t)T * sizeof *row);
+            memcpy(tgt + (size_t)b * T, row + 1, (size_t)T * sizeof *row);
+        }
+    }
+    free(row);
+    return rc;
+}
+
+static float evaluate(run_t *r, int *failed)
+{
+    char err[ZT_ERRLEN] = "";
+    int rc = 0;
+    double sum = 0.0;
+    const int nb = r->cfg->train.eval_batches;
+    zt_shard_begin_inference(r->shard);
+    for (int j = 0; j < nb; j++) {
+        zt_watchdog_mark("evaluation", -1, r->step);
+        int64_t g0 = (int64_t)j * r->dp * r->B + (int64_t)r->rank * r->B;
+        if (rc == 0) rc = read_rows(r, r->val, g0, 0, r->inp, r->tgt, err, sizeof err);
+        /* every rank runs the pass (zero3 gathers are collective) even after an error */
+        sum += forward_only(r, r->inp, r->tgt, r->B, r->T);
+    }
+    zt_shard_end_inference(r->shard);
+    if (zt_agree_error(r->comm, rc, err, sizeof err)) {
+        zt_log_error("%s", err);
+        *failed = 1;
+        return NAN;
+    }
+    sum = zt_sum_double(r->comm, &r->comm->world, sum);
+    return (float)(sum / ((double)nb * r->dp));
+}
+
+/* ---- end-of-run sample --------------------------------------------------------- */
+
+static void generate_sample(run_t *r)
+{
+    const zt_config_t *cfg = r->cfg;
+    const int n = cfg->train.sample_tokens, T = r->T;
+    if (n <= 0) return;
+    const char *kind = zt_data_tokenizer(r->train);
+    zt_tokenizer_t *tok = (strcmp(kind, "byte") == 0 || kind[0] == 0) ? zt_tokenizer_byte() : NULL;
+    int32_t *ctx = zt_malloc((size_t)(n + T + 1) * sizeof *ctx);
+    size_t len = 0;
+    if (tok && cfg->train.sample_prompt[0]) {
+        int32_t *p = NULL;
+        size_t pn = 0;
+        if (zt_tokenizer_encode(tok, cfg->train.sample_prompt, strlen(cfg->train.sample_prompt), &p, &pn) == 0) {
+            for (size_t i = 0; i < pn && len < (size_t)T; i++) ctx[len++] = p[i];
+            free(p);
+        }
+    }
+    int eot = zt_data_eot_token(r->train);
+    if (len == 0) ctx[len++] = eot >= 0 && eot < cfg->model.vocab_size ? eot : 0;
+    const size_t prompt_len = len;
+    float *logits = zt_malloc((size_t)cfg->model.vocab_size * sizeof *logits);
+    uint64_t rng = (uint64_t)cfg->train.seed * 0x9E3779B97F4A7C15ULL + 1;
+    zt_shard_begin_inference(r->shard);
+    for (int i = 0; i < n; i++) {
+        zt_watchdog_mark("generation", -1, r->step);
+        size_t start = len > (size_t)T ? len - (size_t)T : 0;
+        int t = (int)(len - start);
+        forward_only(r, ctx + start, NULL, 1, t);
+        int32_t next = 0;
+        if (r->rank == 0) {
+            zt_model_logits_row(r->model, 0, t - 1, logits);
+            /* temperature 0.8 sampling with a fixed-seed xorshift generator */
+            double mx = -INFINITY, sum = 0.0;
+            for (int v = 0; v < cfg->model.vocab_size; v++) mx = fmax(mx, logits[v]);
+            for (int v = 0; v < cfg->model.vocab_size; v++) sum += exp((logits[v] - mx) / 0.8);
+            rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+            double u = (double)(rng >> 11) / 9007199254740992.0 * sum, acc = 0.0;
+            next = cfg->model.vocab_size - 1;
+            for (int v = 0; v < cfg->model.vocab_size; v++) {
+                acc += exp((logits[v] - mx) / 0.8);
+                if (acc >= u) { next = v; break; }
+            }
+        }
+        zt_bcast(r->comm, &r->comm->world, &next, 1, ZT_I32, 0);
+        ctx[len++] = next;
+    }
+    zt_shard_end_inference(r->shard);
+    if (r->rank == 0) {
+        printf("---- sample (%d tokens, temperature 0.8) ----\n", n);
+        for (size_t i = 0; i < len; i++) {
+            if (i < prompt_len && ctx[i] == eot) continue;
+            size_t bl = 0;
+            const char *bytes = tok ? zt_tokenizer_decode_token(tok, ctx[i], &bl) : NULL;
+            if (bytes) fwrite(bytes, 1, bl, stdout);
+            else if (ctx[i] == eot) fputs("\n<|endoftext|>\n", stdout);
+            else printf("[%d]", ctx[i]);
+        }
+        printf("\n---- end of sample ----\n");
+        fflush(stdout);
+    }
+    free(logits);
+    free(ctx);
+}
+
+/* ---- loss plot (SVG, no dependencies) ------------------------------------------ */
+
+static void write_plot(run_t *r, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    const hist_t *h[2] = {&r->train_hist, &r->val_hist};
+    double xmax = 1, ymin = INFINITY, ymax = -INFINITY;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < h[k]->n; i++) {
+            if (!isfinite(h[k]->val[i])) continue;
+            xmax = fmax(xmax, (double)h[k]->step[i]);
+            ymin = fmin(ymin, h[k]->val[i]);
+            ymax = fmax(ymax, h[k]->val[i]);
+        }
+    if (!isfinite(ymin)) ymin = 0, ymax = 1;
+    if (ymax - ymin < 1e-6) ymax = ymin + 1;
+    const double W = 800, H = 480, x0 = 70, y0 = 30, pw = W - 100, ph = H - 90;
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' font-family='sans-serif' font-size='13'>\n", W, H);
+    fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n");
+    fprintf(f, "<text x='%.0f' y='20'>ztrain loss (%s)</text>\n", x0, r->cfg->source);
+    fprintf(f, "<rect x='%.0f' y='%.0f' width='%.0f' height='%.0f' fill='none' stroke='black'/>\n", x0, y0, pw, ph);
+    for (int i = 0; i <= 4; i++) {
+        double v = ymin + (ymax - ymin) * i / 4.0, y = y0 + ph - ph * i / 4.0;
+        fprintf(f, "<text x='5' y='%.1f'>%.3f</text><line x1='%.0f' x2='%.0f' y1='%.1f' y2='%.1f' stroke='#ddd'/>\n",
+                y + 4, v, x0, x0 + pw, y, y);
+        fprintf(f, "<text x='%.1f' y='%.0f'>%.0f</text>\n", x0 + pw * i / 4.0 - 10, y0 + ph + 18, xmax * i / 4.0);
+    }
+    fprintf(f, "<text x='%.0f' y='%.0f'>step</text>\n", x0 + pw / 2, H - 20);
+    const char *color[2] = {"#1f77b4", "#d62728"}, *label[2] = {"train loss", "validation loss"};
+    for (int k = 0; k < 2; k++) {
+        if (!h[k]->n) continue;
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", color[k]);
+        for (int i = 0; i < h[k]->n; i++)
+            if (isfinite(h[k]->val[i]))
+                fprintf(f, "%.1f,%.1f ", x0 + pw * h[k]->step[i] / xmax,
+                        y0 + ph - ph * (h[k]->val[i] - ymin) / (ymax - ymin));
+        fprintf(f, "'/>\n<text x='%.0f' y='%.0f' fill='%s'>%s</text>\n", x0 + pw - 130,
+                y0 + 20 + 18 * k, color[k], label[k]);
+    }
+    fprintf(f, "</svg>\n");
+    fclose(f);
+}
+
+/* ---- checkpoints ---------------------------------------------------------------- */
+
+static int save_checkpoint(run_t *r)
+{
+    const zt_config_t *cfg = r->cfg;
+    zt_ckpt_meta_t meta;
+    memset(&meta, 0, sizeof meta);
+    meta.step = r->step;
+    meta.tokens_seen = r->tokens_seen;
+    meta.samples_seen = r->samples_seen;
+    meta.adam_step = zt_shard_adam_step(r->shard);
+    meta.world_size = r->comm->world.size;
+    snprintf(meta.strategy, sizeof meta.strategy, "%s", zt_strategy_name(r->sopts.strategy));
+    meta.data_seed = cfg->data.seed;
+    meta.shuffle = cfg->data.shuffle;
+    meta.lr = (float)cfg->optim.learning_rate;
+    meta.beta1 = (float)cfg->optim.adam_beta1;
+    meta.beta2 = (float)cfg->optim.adam_beta2;
+    meta.eps = (float)cfg->optim.adam_epsilon;
+    meta.weight_decay = (float)cfg->optim.weight_decay;
+    char err[ZT_ERRLEN] = "";
+    zt_watchdog_mark("checkpoint save", -1, r->step);
+    if (zt_ckpt_save(cfg->train.output_dir, &meta, r->config_text, cfg->checkpoint.format,
+                     cfg->checkpoint.keep_last, r->shard, r->table, r->comm, err, sizeof err) != 0) {
+        zt_log_error("checkpoint at step %ld failed: %s", r->step, err);
+        return -1;
+    }
+    char b[32];
+    zt_log("checkpoint: step %ld saved to %s (%s in %.2f s, %.1f MB/s)", r->step,
+           cfg->train.output_dir, zt_fmt_bytes(meta.bytes, b, sizeof b), meta.save_seconds,
+           meta.save_seconds > 0 ? meta.bytes / meta.save_seconds / 1e6 : 0.0);
+    return 0;
+}
+
+static int maybe_resume(run_t *r)
+{
+    const zt_config_t *cfg = r->cfg;
+    char path[ZT_STRLEN] = "", err[ZT_ERRLEN] = "";
+    int weights_only = 0;
+    if (strcmp(cfg->checkpoint.resume, "auto") == 0) {
+        int found = 0;
+        if (r->rank == 0) found = zt_ckpt_find_latest(cfg->train.output_dir, path, sizeof path) == 0;
+        zt_bcast(r->comm, &r->comm->world, &found, 1, ZT_I32, 0);
+        zt_bcast(r->comm, &r->comm->world, path, sizeof path, ZT_U8, 0);
+        if (!found) path[0] = 0;
+    } else if (strcmp(cfg->checkpoint.resume, "none") != 0) {
+        snprintf(path, sizeof path, "%s", cfg->checkpoint.resume);
+    }
+    if (!path[0] && cfg->model.init_from[0]) {
+        snprintf(path, sizeof path, "%s", cfg->model.init_from);
+        weights_only = 1;
+    }
+    if (!path[0]) return 0;
+    zt_ckpt_meta_t meta;
+    memset(&meta, 0, sizeof meta);
+    zt_watchdog_mark("checkpoint load", -1, 0);
+    if (zt_ckpt_load(path, &meta, weights_only, r->shard, r->table, r->comm, err, sizeof err) != 0) {
+        zt_log_error("%s", err);
+        return -1;
+    }
+    char b[32];
+    if (weights_only) {
+        zt_log("init_from: weights of %s loaded (%s in %.2f s); fresh optimizer", path,
+               zt_fmt_bytes(meta.bytes, b, sizeof b), meta.load_seconds);
+        return 0;
+    }
+    r->step = meta.step;
+    r->samples_seen = meta.samples_seen;
+    r->tokens_seen = meta.tokens_seen;
+    zt_log("resumed from %s: step %ld, %.0f tokens seen, saved by %d ranks with %s (%s in %.2f s, %.1f MB/s)",
+           path, meta.step, meta.tokens_seen, meta.world_size, meta.strategy,
+           zt_fmt_bytes(meta.bytes, b, sizeof b), meta.load_seconds,
+           meta.load_seconds > 0 ? meta.bytes / meta.load_seconds / 1e6 : 0.0);
+    return 0;
+}
+
+/* ---- start-up report -------------------------------------------------------------- */
+
+static double measure_peak(run_t *r)
+{
+    /* GEMM throughput of this backend on a GPT-2-sized matmul: the MFU denominator
+     * when train.peak_tflops is not given */
+    const int N = 256, C = 768, OC = 2304;
+    float *a = r->be->alloc((size_t)N * C * 4), *w = r->be->alloc((size_t)C * OC * 4),
+          *o = r->be->alloc((size_t)N * OC * 4);
+    r->be->matmul_forward(o, a, w, NULL, N, C, OC, 0);
+    r->be->sync();
+    double t0 = zt_now();
+    int reps = 0;
+    do {
+        r->be->matmul_forward(o, a, w, NULL, N, C, OC, 0);
+        r->be->sync();
+        reps++;
+    } while (zt_now() - t0 < 0.25);
+    double flops = 2.0 * N * C * OC * reps / (zt_now() - t0);
+    r->be->free(a);
+    r->be->free(w);
+    r->be->free(o);
+    return zt_max_double(r->comm, &r->comm->world, flops) * r->comm->world.size;
+}
+
+static void startup_report(run_t *r)
+{
+    const zt_config_t *cfg = r->cfg;
+    zt_comm_t *c = r->comm;
+    /* rank -> host map */
+    char host[64] = "";
+    snprintf(host, sizeof host, "%s", zt_hostname());
+    char *all = r->rank == 0 ? zt_malloc((size_t)c->world.size * 64) : NULL;
+    ZT_MPI(MPI_Gather(host, 64, MPI_CHAR, all, 64, MPI_CHAR, 0, c->world.comm));
+    zt_log("ztrain %s: %d ranks on %d nodes, backend %s, comm %s, %d thread(s) per rank", PACKAGE_VERSION,
+           c->world.size, c->node_count, r->be->name, c->backend, cfg->train.threads > 0 ? cfg->train.threads : 1);
+    if (r->rank == 0) {
+        for (int i = 0; i < c->world.size; i++)
+            printf("  rank %d -> %s%s\n", i, all + (size_t)i * 64, strcmp(r->be->name, "cpu") ? " (device)" : " (cpu)");
+        free(all);
+    }
+    const zt_param_table_t *t = r->table;
+    zt_log("model: %s L=%d H=%d C=%d V=%d block=%d, %zu parameters in %d units", cfg->model.arch,
+           t->dims.L, t->dims.NH, t->dims.C, t->dims.V, t->dims.maxT, t->total_numel, t->nunits);
+    int sn = zt_strategy_is_hybrid(r->sopts.strategy) ? c->shard.size : c->world.size;
+    zt_log("strategy: %s, layout %s, shard group %d, replica group %d, reshard_after_forward %s",
+           zt_strategy_name(r->sopts.strategy), cfg->parallel.shard_layout,
+           r->sopts.strategy == ZT_DDP ? 1 : sn,
+           r->sopts.strategy == ZT_DDP ? c->world.size : zt_strategy_is_hybrid(r->sopts.strategy) ? c->replica.size : 1,
+           cfg->parallel.reshard_after_forward ? "true" : "false");
+    zt_log("batch: global %ld sequences = %d per device x %d ranks x %d accumulation, T=%d (%ld tokens/step); %ld steps",
+           r->G, r->B, r->dp, r->A, r->T, r->G * r->T, r->total_steps);
+    estimate_t e;
+    estimate(cfg, t, r->sopts.strategy, c->world.size, c->shard.size, &e);
+    char b[7][32];
+    zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s",
+           zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
+           zt_fmt_bytes(e.mem.optim, b[2], 32), zt_fmt_bytes(e.mem.comm_buffers, b[3], 32),
+           zt_fmt_bytes(e.mem.gathered_peak, b[4], 32), zt_fmt_bytes(e.activations, b[5], 32),
+           zt_fmt_bytes(e.total, b[6], 32));
+    zt_log("traffic per step (estimate): %s of collective buffers", zt_fmt_bytes(e.traffic, b[0], 32));
+}
+
+/* ---- the loop ----------------------------------------------------------------------- */
+
+static void format_eta(double s, char *buf, size_t len)
+{
+    long x = (long)s;
+    if (x >= 3600) snprintf(buf, len, "%ldh%02ldm", x / 3600, (x % 3600) / 60);
+    else snprintf(buf, len, "%ldm%02lds", x / 60, x % 60);
+}
+
+static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)
+{
+    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len - o, "{");
+    for (int k = 0; k < ZT_COLL_N; k++) {
+        double busbw = st->seconds[k] > 0 ? st->bus_bytes[k] / st->seconds[k] / 1e9 : 0.0;
+        o += (size_t)snprintf(buf + o, len - o, "%s\"%s\":{\"calls\":%ld,\"bytes\":%.0f,\"seconds\":%.6f,\"busbw_GBps\":%.3f}",
+                              k ? "," : "", names[k], st->calls[k], st->bytes[k], st->seconds[k], busbw);
+    }
+    snprintf(buf + o, len - o, "}");
+}
+
+static int run_loop(run_t *r)
+{
+    const zt_config_t *cfg = r->cfg;
+    zt_comm_t *c = r->comm;
+    const int sched = zt_sched_parse(cfg->optim.lr_scheduler_type);
+    const int fault = zt_fault_parse(cfg->fault.kind);
+    const size_t BT = (size_t)r->B * r->T;
+    const float dscale = 1.0f / (float)((double)BT * r->A * r->dp);
+    double t_start = zt_now(), t_window = t_start;
+    long window_steps = 0;
+    char err[ZT_ERRLEN];
+    zt_comm_stats_reset(c);
+
+    while (r->step < r->total_steps) {
+        /* step boundary: signals are agreed before anyone acts */
+        zt_watchdog_mark("step boundary", -1, r->step);
+        if (zt_any(c, zt_signal_pending())) {
+            zt_log("signal received: checkpointing at step %ld and stopping (exit %d)", r->step, ZT_EXIT_SIGNAL);
+            if (save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
+            return ZT_EXIT_SIGNAL;
+        }
+        int injected = zt_fault_check(fault, cfg->fault.rank, cfg->fault.step, r->rank, r->step);
+
+        /* read this rank's rows of every micro-step, then agree on errors */
+        int rc = 0;
+        err[0] = 0;
+        for (int m = 0; m < r->A && rc == 0; m++) {
+            int64_t g0 = r->samples_seen + (int64_t)m * r->dp * r->B + (int64_t)r->rank * r->B;
+            rc = read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT, err, sizeof err);
+        }
+        if (injected == ZT_FAULT_DATA)
+            rc = zt_err(err, sizeof err, "fault injection: data error on rank %d at step %ld", r->rank, r->step);
+        if (zt_agree_error(c, rc, err, sizeof err)) {
+            zt_log_error("%s", err);
+            return ZT_EXIT_ERROR;
+        }
+
+        double t0 = zt_now();
+        zt_shard_begin_step(r->shard);
+        double loss_sum = 0.0;
+        for (int m = 0; m < r->A; m++) {
+            zt_shard_begin_micro(r->shard, m, r->A);
+            loss_sum += train_micro(r, r->inp + m * BT, r->tgt + m * BT, dscale);
+        }
+        if (injected == ZT_FAULT_NAN) loss_sum = NAN;
+        zt_watchdog_mark("gradient reduction", -1, r->step);
+        double norm2 = zt_shard_finish_grads(r->shard);
+        double loss = zt_sum_double(c, &c->world, loss_sum) / ((double)r->A * r->dp);
+        int bad = !isfinite(loss_sum) || !isfinite(norm2) || zt_shard_grads_nonfinite(r->shard);
+        if (zt_any(c, bad)) {
+            if (strcmp(cfg->parallel.nonfinite, "skip") == 0) {
+                zt_log("step %ld: non-finite loss or gradient; step skipped (parallel.nonfinite = skip)", r->step + 1);
+                zt_shard_zero_grads(r->shard);
+                r->samples_seen += r->G;
+                r->step++;
+                continue;
+            }
+            zt_log_error("step %ld: non-finite loss or gradient (loss %g); stopping (parallel.nonfinite = abort)",
+                         r->step + 1, loss);
+            return ZT_EXIT_NONFINITE;
+        }
+        double norm = sqrt(norm2);
+        double lr = zt_lr_at(sched, cfg->optim.learning_rate, cfg->optim.warmup_steps,
+                             cfg->optim.min_lr_ratio, r->step, r->total_steps);
+        zt_adamw_hp_t hp = {
+            .lr = (float)lr, .beta1 = (float)cfg->optim.adam_beta1, .beta2 = (float)cfg->optim.adam_beta2,
+            .eps = (float)cfg->optim.adam_epsilon, .weight_decay = (float)cfg->optim.weight_decay,
+            .grad_scale = (float)zt_clip_scale(norm, cfg->optim.max_grad_norm),
+            .step = zt_shard_adam_step(r->shard) + 1,
+        };
+        zt_watchdog_mark("optimizer", -1, r->step);
+        zt_shard_optimizer_step(r->shard, &hp);
+        double dt = zt_now() - t0;
+        r->train_seconds += dt;
+        r->samples_seen += r->G;
+        r->tokens_seen += (double)r->G * r->T;
+        r->step++;
+        window_steps++;
+        r->last_loss = (float)loss;
+
+        if (r->step % cfg->train.logging_steps == 0 || r->step == r->total_steps || r->step == 1) {
+            double now = zt_now(), wdt = now - t_window;
+            double tps = (double)window_steps * r->G * r->T / wdt;
+            double flops = tps * r->flops_per_token;
+            double eta = (double)(r->total_steps - r->step) * wdt / (double)window_steps;
+            char etab[32], memb[32], cj[1024];
+            format_eta(eta, etab, sizeof etab);
+            zt_fmt_bytes((double)zt_current_rss(), memb, sizeof memb);
+            zt_log("step %5ld/%ld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
+                   r->step, r->total_steps, loss, lr, norm, tps, flops / 1e12,
+                   100.0 * flops / r->peak_flops, memb, etab);
+            comm_json(&c->stats, cj, sizeof cj);
+            char line[2048];
+            snprintf(line, sizeof line,
+                     "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.3f,"
+                     "\"tflops\":%.6f,\"mfu\":%.6f,\"elapsed_s\":%.3f,\"step_s\":%.6f,\"tokens_seen\":%.0f,"
+                     "\"rss_bytes\":%zu,\"comm\":%s}",
+                     r->step, loss, lr, norm, tps, flops / 1e12, flops / r->peak_flops, now - t_start,
+                     wdt / window_steps, r->tokens_seen, zt_current_rss(), cj);
+            zt_metrics_write(line);
+            hist_push(&r->train_hist, r->step, (float)loss);
+            zt_comm_stats_reset(c);
+            t_window = zt_now();
+            window_steps = 0;
+        }
+        int last = r->step == r->total_steps;
+        if (r->val && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
+            int failed = 0;
+            float vl = evaluate(r, &failed);
+            if (failed) return ZT_EXIT_ERROR;
+            r->last_val = vl;
+            zt_log("step %5ld/%ld | validation loss %.4f", r->step, r->total_steps, vl);
+            char line[256];
+            snprintf(line, sizeof line, "{\"step\":%ld,\"val_loss\":%.9g,\"elapsed_s\":%.3f}", r->step, vl,
+                     zt_now() - t_start);
+            zt_metrics_write(line);
+            hist_push(&r->val_hist, r->step, vl);
+            t_window = zt_now();
+            window_steps = 0;
+            zt_comm_stats_reset(c);
+        }
+        if ((cfg->checkpoint.save_steps > 0 && r->step % cfg->checkpoint.save_steps == 0 && !last) ||
+            (last && cfg->checkpoint.save_at_end)) {
+            if (save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
+            t_window = zt_now();
+            window_steps = 0;
+            zt_comm_stats_reset(c);
+        }
+    }
+    return ZT_EXIT_OK;
+}
+
+static int open_data(run_t *r, char *err, size_t errlen)
+{
+    const zt_config_t *cfg = r->cfg;
+    const char *files[ZT_MAX_FILES];
+    for (int i = 0; i < cfg->data.n_train_files; i++) files[i] = cfg->data.train_files[i];
+    r->train = zt_data_open(files, cfg->data.n_train_files, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
+    if (!r->train) return -1;
+    if (cfg->data.n_val_files > 0) {
+        for (int i = 0; i < cfg->data.n_val_files; i++) files[i] = cfg->data.val_files[i];
+        r->val = zt_data_open(files, cfg->data.n_val_files, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
+        if (!r->val) return -1;
+    }
+    return 0;
+}
+
+static const zt_backend_t *pick_backend(const zt_config_t *cfg, char *err, size_t errlen)
+{
+    const char *want = cfg->parallel.backend;
+    if (strcmp(want, "cpu") == 0) return &zt_backend_cpu;
+#ifdef ZT_HAVE_CUDA
+    char cerr[ZT_ERRLEN] = "";
+    if (zt_cuda_available(cerr, sizeof cerr)) return zt_backend_get("cuda");
+    if (strcmp(want, "cuda") == 0) {
+        zt_err(err, errlen, "parallel.backend = \"cuda\": no usable GPU: %s", cerr);
+        return NULL;
+    }
+    zt_log("parallel.backend = auto: no usable GPU (%s); using the CPU backend", cerr);
+    return &zt_backend_cpu;
+#else
+    if (strcmp(want, "cuda") == 0) {
+        zt_err(err, errlen, "parallel.backend = \"cuda\": this ztrain was built without CUDA (configure --with-cuda)");
+        return NULL;
+    }
+    return &zt_backend_cpu;
+#endif
+}
+
+int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
+{
+    run_t run, *r = &run;
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg;
+    r->comm = comm;
+    r->rank = comm->world.rank;
+    r->dp = comm->world.size;
+    r->B = cfg->train.per_device_train_batch_size;
+    r->T = cfg->data.seq_len;
+    r->A = cfg->train.gradient_accumulation_steps;
+    r->G = (long)r->B * r->dp * r->A;
+    char err[ZT_ERRLEN] = "";
+    int rc = 0;
+
+    zt_cpu_set_threads(cfg->train.threads > 0 ? cfg->train.threads : 1);
+    r->be = pick_backend(cfg, err, sizeof err);
+    rc = r->be ? 0 : -1;
+    if (rc == 0) rc = r->rank == 0 ? mkdir_p(cfg->train.output_dir, err, sizeof err) : 0;
+    if (zt_agree_error(comm, rc, err, sizeof err)) {
+        zt_log_error("%s", err);
+        return ZT_EXIT_ERROR;
+    }
+    char path[ZT_STRLEN + 64];
+    if (cfg->log.all_ranks) {
+        snprintf(path, sizeof path, "%s/rank-%d.log", cfg->train.output_dir, r->rank);
+        zt_log_init(r->rank, path);
+    }
+    /* the data decides the number of steps, so it is opened first */
+    rc = open_data(r, err, sizeof err);
+    if (zt_agree_error(comm, rc, err, sizeof err)) {
+        zt_log_error("%s", err);
+        zt_data_close(r->train);
+        zt_data_close(r->val);
+        return ZT_EXIT_ERROR;
+    }
+    const int64_t S = zt_data_num_samples(r->train);
+    r->total_steps = cfg->train.max_steps > 0
+                         ? cfg->train.max_steps
+                         : (long)ceil(cfg->train.num_train_epochs * (double)S / (double)r->G);
+    if (r->total_steps < 1) r->total_steps = 1;
+
+    r->table = zt_param_table_create(dims_of(cfg), (float)cfg->model.init_std);
+    zt_strategy_t st = zt_strategy_parse(cfg->parallel.strategy);
+    char why[256] = "";
+    if (strcmp(cfg->parallel.strategy, "auto") == 0)
+        st = pick_auto(cfg, r->table, comm->world.size, comm->local_size, why, sizeof why);
+    fill_opts(cfg, st, &r->sopts);
+    r->config_text = zt_config_to_string(cfg);
+    startup_report(r);
+    if (why[0]) zt_log("strategy auto -> %s: %s", zt_strategy_name(st), why);
+
+    r->model = zt_model_create(r->table, r->be, r->B, r->T, cfg->train.gradient_checkpointing);
+    r->shard = zt_shard_create(r->table, comm, r->be, &r->sopts);
+    r->inp = zt_malloc((size_t)r->A * r->B * r->T * sizeof(int32_t));
+    r->tgt = zt_malloc((size_t)r->A * r->B * r->T * sizeof(int32_t));
+    r->flops_per_token = zt_model_flops_per_token(r->table->dims, r->T);
+    r->peak_flops = cfg->train.peak_tflops > 0 ? cfg->train.peak_tflops * 1e12 * comm->world.size : measure_peak(r);
+    zt_log("MFU denominator: %.1f GFLOP/s over all ranks (%s)", r->peak_flops / 1e9,
+           cfg->train.peak_tflops > 0 ? "train.peak_tflops" : "measured matmul peak of this backend");
+
+    int exit_code = ZT_EXIT_OK;
+    if (maybe_resume(r) != 0) exit_code = ZT_EXIT_ERROR;
+    if (exit_code == ZT_EXIT_OK && r->rank == 0) {
+        snprintf(path, sizeof path, "%s/config.cfg", cfg->train.output_dir);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs(r->config_text, f);
+            fclose(f);
+        }
+        snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->train.output_dir);
+        zt_metrics_open(path, r->step > 0);
+    }
+    zt_watchdog_start(cfg->parallel.timeout_s, r->rank, zt_hostname());
+    double t0 = zt_now();
+    if (exit_code == ZT_EXIT_OK) exit_code = run_loop(r);
+    double wall = zt_now() - t0;
+
+    if (exit_code == ZT_EXIT_OK) {
+        generate_sample(r);
+        zt_watchdog_idle();
+        double peak = zt_max_double(comm, &comm->world, (double)zt_peak_rss());
+        zt_shard_mem_t mm;
+        zt_shard_memory(r->shard, &mm);
+        char b[7][32];
+        zt_log("memory (rank 0, measured): params %s, grads %s, optimizer %s, buffers %s, gathered peak %s, "
+               "activations %s; peak RSS over ranks %s",
+               zt_fmt_bytes(mm.params, b[0], 32), zt_fmt_bytes(mm.grads, b[1], 32),
+               zt_fmt_bytes(mm.optim, b[2], 32), zt_fmt_bytes(mm.comm_buffers, b[3], 32),
+               zt_fmt_bytes(mm.gathered_peak, b[4], 32),
+               zt_fmt_bytes(zt_model_activation_bytes(r->model), b[5], 32), zt_fmt_bytes(peak, b[6], 32));
+        if (r->rank == 0 && cfg->log.plot && r->train_hist.n > 0) {
+            snprintf(path, sizeof path, "%s/loss.svg", cfg->train.output_dir);
+            write_plot(r, path);
+            zt_log("loss plot: %s", path);
+        }
+        zt_log("summary: %ld steps, %.0f tokens in %.1f s (%.1f s training, %.0f tokens/s), final loss %.4f%s",
+               r->step, r->tokens_seen, wall, r->train_seconds,
+               r->train_seconds > 0 ? r->tokens_seen / r->train_seconds : 0.0, r->last_loss,
+               r->val ? "" : ", no validation set");
+        if (r->val) zt_log("summary: final validation loss %.4f", r->last_val);
+        if (r->rank == 0) {
+            char line[512];
+            snprintf(line, sizeof line,
+                     "{\"summary\":true,\"steps\":%ld,\"tokens\":%.0f,\"wall_s\":%.3f,\"train_s\":%.3f,"
+                     "\"final_loss\":%.9g,\"final_val_loss\":%.9g,\"peak_rss_bytes\":%.0f}",
+                     r->step, r->tokens_seen, wall, r->train_seconds, r->last_loss,
+                     r->val ? r->last_val : NAN, peak);
+            zt_metrics_write(line);
+        }
+    }
+    zt_watchdog_stop();
+    zt_metrics_close();
+    zt_shard_free(r->shard);
+    zt_model_free(r->model);
+    zt_param_table_free(r->table);
+    zt_data_close(r->train);
+    zt_data_close(r->val);
+    free(r->inp);
+    free(r->tgt);
+    free(r->config_text);
+    free(r->train_hist.step);
+    free(r->train_hist.val);
+    free(r->val_hist.step);
+    free(r->val_hist.val);
+    zt_log_close();
+    return exit_code;
+}

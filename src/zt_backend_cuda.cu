@@ -1,0 +1,1074 @@
+/* zt_backend_cuda.cu — the CUDA compute backend: zt_backend_t on device memory.
+ *
+ * Same contract as the CPU backend (include/zt_backend.h): pure kernels on
+ * buffers, row-major, parameter gradients accumulate (+=), activation gradients
+ * overwrite unless the header says otherwise. Everything is queued on one
+ * stream, created lazily on the current device (zt_cuda_pick_device first), so
+ * kernels are asynchronous to the host; to_host, sumsq and all_finite return
+ * host values and therefore synchronise.
+ *
+ * GEMMs go through cuBLASLt in fp32 (CUBLAS_COMPUTE_32F, or TF32 tensor cores
+ * with ZT_CUDA_TF32=1). cuBLASLt is column-major: a row-major C = op(A) op(B)
+ * is the column-major C^T = op(B)^T op(A)^T, so gemm_rm() swaps the operands
+ * and keeps the transpose flags. Alignment preferences are passed per call
+ * because parameter views into flat buffers are only 4-byte aligned in general
+ * and the heuristic otherwise assumes 256.
+ *
+ * Reductions are deterministic (fixed-order partials, no float atomics) except
+ * encoder_backward's scatter into dwte, where repeated tokens in a batch add
+ * through atomicAdd. Attention is the plain O(T^2) kernel that materialises the
+ * probabilities the interface asks for; a flash-style kernel is a later step.
+ *
+ * Every CUDA and cuBLASLt call is checked: file:line, the call, the library's
+ * message, then zt_fatal (the whole job aborts; a kernel cannot return an
+ * input error). */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "zt_backend.h"
+#include "zt_common.h"
+#include "zt_cuda.h"
+}
+
+/* ---- error checking -------------------------------------------------------- */
+
+#define ZT_CUDA(call)                                                                      \
+    do {                                                                                   \
+        cudaError_t zt_cuda_rc_ = (call);                                                  \
+        if (zt_cuda_rc_ != cudaSuccess)                                                    \
+            zt_fatal_at(__FILE__, __LINE__, "%s: %s (%s)\n---> HINT: check the device " \
+                        "with nvidia-smi and CUDA_VISIBLE_DEVICES; rerun with "            \
+                        "CUDA_LAUNCH_BLOCKING=1 to locate an asynchronous fault", #call,   \
+                        cudaGetErrorString(zt_cuda_rc_), cudaGetErrorName(zt_cuda_rc_));   \
+    } while (0)
+
+#define ZT_CUBLAS(call)                                                                 \
+    do {                                                                                \
+        cublasStatus_t zt_cublas_rc_ = (call);                                          \
+        if (zt_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                     \
+            zt_fatal_at(__FILE__, __LINE__, "%s: cuBLASLt status %d (%s)", #call,       \
+                        (int)zt_cublas_rc_, cublas_status_name(zt_cublas_rc_));         \
+    } while (0)
+
+/* After every launch: catches bad launch configurations at the launch site. */
+#define ZT_LAUNCHED() ZT_CUDA(cudaGetLastError())
+
+static const char *cublas_status_name(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "mapping error";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    default: return "unknown";
+    }
+}
+
+/* ---- state (one device per process) -------------------------------------- */
+
+static int g_ready;
+static cudaStream_t g_stream;
+static cublasLtHandle_t g_lt;
+static void *g_workspace;                  /* cuBLASLt workspace */
+static const size_t g_workspace_bytes = (size_t)32 << 20;
+static cublasComputeType_t g_compute = CUBLAS_COMPUTE_32F;
+static int g_sms = 1;                      /* multiprocessors, sizes grid-stride grids */
+static void *g_scratch;                    /* partial sums of reductions */
+static size_t g_scratch_bytes;
+static double *g_host_double;              /* pinned slots for values read back */
+static int *g_host_int;
+
+static void ensure_init(void)
+{
+    if (g_ready) return;
+    int dev = 0;
+    ZT_CUDA(cudaGetDevice(&dev));
+    ZT_CUDA(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
+    ZT_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+    ZT_CUBLAS(cublasLtCreate(&g_lt));
+    ZT_CUDA(cudaMalloc(&g_workspace, g_workspace_bytes));
+    ZT_CUDA(cudaMallocHost((void **)&g_host_double, sizeof(double)));
+    ZT_CUDA(cudaMallocHost((void **)&g_host_int, sizeof(int)));
+    const char *tf32 = getenv("ZT_CUDA_TF32");
+    if (tf32 && tf32[0] == '1') g_compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    g_ready = 1;
+}
+
+/* Grows the reduction scratch; the old buffer may still be read by queued work,
+ * so the stream drains before it is freed (rare: sizes settle after step 1). */
+static void *scratch(size_t bytes)
+{
+    if (bytes > g_scratch_bytes) {
+        ZT_CUDA(cudaStreamSynchronize(g_stream));
+        if (g_scratch) ZT_CUDA(cudaFree(g_scratch));
+        g_scratch_bytes = bytes + (bytes >> 1);
+        ZT_CUDA(cudaMalloc(&g_scratch, g_scratch_bytes));
+    }
+    return g_scratch;
+}
+
+/* Blocks for a grid-stride loop over n elements: enough to fill the device. */
+static unsigned grid_for(size_t n, int threads)
+{
+    size_t blocks = (n + (size_t)threads - 1) / (size_t)threads;
+    size_t cap = (size_t)g_sms * 32;
+    if (blocks > cap) blocks = cap;
+    return blocks ? (unsigned)blocks : 1u;
+}
+
+/* ---- device helpers -------------------------------------------------------- */
+
+__device__ __forceinline__ float warp_sum(float x)
+{
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ __forceinline__ float warp_max(float x)
+{
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+/* Online softmax state (running max m, sum s of exp(x - m)) merged across threads. */
+__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
+{
+    if (s2 == 0.0f || m2 == -INFINITY) return;  /* exp(-inf) contributes nothing */
+    if (s == 0.0f) { m = m2; s = s2; return; }
+    if (m2 > m) { s = s * expf(m - m2) + s2; m = m2; }
+    else s += s2 * expf(m2 - m);
+}
+
+/* ---- memory ---------------------------------------------------------------- */
+
+static void *cuda_alloc(size_t bytes)
+{
+    ensure_init();
+    void *p = NULL;
+    size_t n = bytes ? bytes : 1;
+    cudaError_t rc = cudaMalloc(&p, n);
+    if (rc != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaGetLastError();  /* an allocation failure is not sticky: clear it */
+        cudaMemGetInfo(&fr, &tot);
+        char b1[32], b2[32], b3[32];
+        zt_fatal("cudaMalloc of %s failed: %s (device has %s free of %s)\n---> HINT: lower "
+                 "train.per_device_train_batch_size, or use a sharding strategy "
+                 "(parallel.strategy = zero2 / zero3)",
+                 zt_fmt_bytes((double)n, b1, sizeof b1), cudaGetErrorString(rc),
+                 zt_fmt_bytes((double)fr, b2, sizeof b2), zt_fmt_bytes((double)tot, b3, sizeof b3));
+    }
+    ZT_CUDA(cudaMemsetAsync(p, 0, n, g_stream));
+    /* Other streams (NCCL's) may touch the buffer next: make the zero-fill visible. */
+    ZT_CUDA(cudaStreamSynchronize(g_stream));
+    return p;
+}
+
+static void cuda_free(void *p)
+{
+    if (p) ZT_CUDA(cudaFree(p)); /* cudaFree waits for work that may still use p */
+}
+
+static void cuda_memzero(void *p, size_t bytes)
+{
+    ensure_init();
+    if (bytes) ZT_CUDA(cudaMemsetAsync(p, 0, bytes, g_stream));
+}
+
+static void cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    ensure_init();
+    if (bytes) ZT_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream));
+}
+
+static void cuda_to_host(void *host, const void *src, size_t bytes)
+{
+    ensure_init();
+    if (!bytes) return;
+    ZT_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, g_stream));
+    ZT_CUDA(cudaStreamSynchronize(g_stream));
+}
+
+/* Synchronous on return: the caller may reuse `host` at once, pinned or not. */
+static void cuda_from_host(void *dst, const void *host, size_t bytes)
+{
+    ensure_init();
+    if (!bytes) return;
+    ZT_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, g_stream));
+    ZT_CUDA(cudaStreamSynchronize(g_stream));
+}
+
+static void cuda_sync(void)
+{
+    ensure_init();
+    ZT_CUDA(cudaStreamSynchronize(g_stream));
+}
+
+/* ---- encoder --------------------------------------------------------------- */
+
+__global__ void encoder_forward_k(float *out, const int32_t *inp, const float *wte,
+                                  const float *wpe, int B, int T, int C)
+{
+    size_t n = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C;
+        int c = (int)(i % C), t = (int)(bt % T);
+        out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+    }
+}
+
+static void cuda_encoder_forward(float *out, const int32_t *inp, const float *wte,
+                                 const float *wpe, int B, int T, int C)
+{
+    ensure_init();
+    size_t n = (size_t)B * T * C;
+    encoder_forward_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, inp, wte, wpe, B, T, C);
+    ZT_LAUNCHED();
+}
+
+/* dwte rows are scattered by token id: the same token may appear many times, so
+ * atomics (order-dependent in the last bits). */
+__global__ void encoder_backward_wte_k(float *dwte, const float *dout, const int32_t *inp,
+                                       int B, int T, int C)
+{
+    size_t n = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C;
+        int c = (int)(i % C);
+        atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
+    }
+}
+
+/* dwpe[t] sums over the batch in a fixed order: deterministic. */
+__global__ void encoder_backward_wpe_k(float *dwpe, const float *dout, int B, int T, int C)
+{
+    size_t n = (size_t)T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (int b = 0; b < B; b++) acc += dout[(size_t)b * T * C + i];
+        dwpe[i] += acc;
+    }
+}
+
+static void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                  const int32_t *inp, int B, int T, int C)
+{
+    ensure_init();
+    size_t n = (size_t)B * T * C;
+    if (dwte) {
+        encoder_backward_wte_k<<<grid_for(n, 256), 256, 0, g_stream>>>(dwte, dout, inp, B, T, C);
+        ZT_LAUNCHED();
+    }
+    if (dwpe) {
+        encoder_backward_wpe_k<<<grid_for((size_t)T * C, 256), 256, 0, g_stream>>>(dwpe, dout, B, T,
+                                                                                   C);
+        ZT_LAUNCHED();
+    }
+}
+
+/* ---- layernorm ------------------------------------------------------------- */
+
+/* One warp per row; two passes over the row (mean, then centred variance) as the
+ * CPU reference does, rather than E[x^2] - E[x]^2, which cancels badly. */
+__global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp,
+                                    const float *w, const float *b, int N, int C)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
+    float r = rsqrtf(warp_sum(v) / C + 1e-5f);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float y = (x[c] - m) * r * w[c];
+        o[c] = b ? y + b[c] : y;
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
+    }
+}
+
+static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                   const float *weight, const float *bias, int N, int C)
+{
+    ensure_init();
+    const int warps = 8;
+    layernorm_forward_k<<<ZT_CEIL_DIV(N, warps), warps * 32, 0, g_stream>>>(out, mean, rstd, inp,
+                                                                           weight, bias, N, C);
+    ZT_LAUNCHED();
+}
+
+/* dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w ; warp per row. */
+__global__ void layernorm_backward_dinp_k(float *dinp, const float *dout, const float *inp,
+                                          const float *w, const float *mean, const float *rstd,
+                                          int N, int C)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float a = 0.0f, bsum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float g = dy[c] * w[c];
+        a += g;
+        bsum += g * (x[c] - m) * r;
+    }
+    a = warp_sum(a) / C;
+    bsum = warp_sum(bsum) / C;
+    float *dx = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float g = dy[c] * w[c], xh = (x[c] - m) * r;
+        dx[c] += r * (g - a - xh * bsum);
+    }
+}
+
+/* Column sums over N rows in two deterministic stages: block (32 columns x 8
+ * row-lanes) per (column tile, row chunk) writes partials, then one thread per
+ * column adds the chunks in order. With xhat != NULL-semantics (mean given) it
+ * also produces sum(dout * xhat) for dweight. */
+#define COLSUM_CHUNKS 64
+__global__ void colsum_partial_k(float *part_w, float *part_b, const float *dout,
+                                 const float *inp, const float *mean, const float *rstd, int N,
+                                 int C)
+{
+    __shared__ float sw[8][33], sb[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int rows_per = (N + gridDim.y - 1) / gridDim.y;
+    int r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C) {
+        for (int n = r0 + threadIdx.y; n < r1; n += 8) {
+            float d = dout[(size_t)n * C + c];
+            ab += d;
+            if (part_w) aw += d * (inp[(size_t)n * C + c] - mean[n]) * rstd[n];
+        }
+    }
+    sw[threadIdx.y][threadIdx.x] = aw;
+    sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < 8; k++) { aw += sw[k][threadIdx.x]; ab += sb[k][threadIdx.x]; }
+        if (part_w) part_w[(size_t)blockIdx.y * C + c] = aw;
+        part_b[(size_t)blockIdx.y * C + c] = ab;
+    }
+}
+
+__global__ void colsum_final_k(float *dw, float *db, const float *part_w, const float *part_b,
+                               int chunks, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float aw = 0.0f, ab = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        if (dw) aw += part_w[(size_t)k * C + c];
+        ab += part_b[(size_t)k * C + c];
+    }
+    if (dw) dw[c] += aw;
+    if (db) db[c] += ab;
+}
+
+/* db (C) += colsum(dout (N,C)); with mean/rstd, dw (C) += colsum(dout * xhat). */
+static void colsum_accumulate(float *dw, float *db, const float *dout, const float *inp,
+                              const float *mean, const float *rstd, int N, int C)
+{
+    int chunks = ZT_MIN(COLSUM_CHUNKS, ZT_MAX(1, N / 64));
+    float *part = (float *)scratch((size_t)2 * chunks * C * sizeof(float));
+    float *part_w = dw ? part : NULL, *part_b = part + (size_t)chunks * C;
+    dim3 grid(ZT_CEIL_DIV(C, 32), chunks), block(32, 8);
+    colsum_partial_k<<<grid, block, 0, g_stream>>>(part_w, part_b, dout, inp, mean, rstd, N, C);
+    ZT_LAUNCHED();
+    colsum_final_k<<<ZT_CEIL_DIV(C, 256), 256, 0, g_stream>>>(dw, db, part_w, part_b, chunks, C);
+    ZT_LAUNCHED();
+}
+
+static void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                    const float *inp, const float *weight, const float *mean,
+                                    const float *rstd, int N, int C)
+{
+    ensure_init();
+    if (dinp) {
+        const int warps = 8;
+        layernorm_backward_dinp_k<<<ZT_CEIL_DIV(N, warps), warps * 32, 0, g_stream>>>(
+            dinp, dout, inp, weight, mean, rstd, N, C);
+        ZT_LAUNCHED();
+    }
+    if (dweight || dbias) colsum_accumulate(dweight, dbias, dout, inp, mean, rstd, N, C);
+}
+
+/* ---- matmul (cuBLASLt) ----------------------------------------------------- */
+
+/* Largest power of two (<= 256) dividing the address: the alignment we promise. */
+static uint32_t align_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 4 && (a % al) != 0) al >>= 1;
+    return al;
+}
+
+typedef struct {
+    int m, n, k, ta, tb, beta1;
+    uint32_t al_a, al_b, al_d;
+    cublasComputeType_t compute;
+    cublasLtMatmulAlgo_t algo;
+} algo_entry_t;
+
+#define ALGO_CACHE 128
+static algo_entry_t g_algos[ALGO_CACHE];
+static int g_nalgos;
+
+/* Column-major D (m,n) = op(A) (m,k) op(B) (k,n) + beta D, fp32 everywhere. */
+static void lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B,
+                       int ldb, float *D, int ldd, float beta)
+{
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    ZT_CUBLAS(cublasLtMatmulDescCreate(&op, g_compute, CUDA_R_32F));
+    ZT_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    ZT_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    /* stored shapes: A is (m,k) or (k,m) when transposed, likewise B */
+    ZT_CUBLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda));
+    ZT_CUBLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
+    ZT_CUBLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
+
+    uint32_t al_a = align_of(A), al_b = align_of(B), al_d = align_of(D);
+    int beta1 = beta != 0.0f;
+    const cublasLtMatmulAlgo_t *algo = NULL;
+    for (int i = 0; i < g_nalgos; i++) {
+        algo_entry_t *e = &g_algos[i];
+        if (e->m == m && e->n == n && e->k == k && e->ta == ta && e->tb == tb &&
+            e->beta1 == beta1 && e->al_a == al_a && e->al_b == al_b && e->al_d == al_d &&
+            e->compute == g_compute) {
+            algo = &e->algo;
+            break;
+        }
+    }
+    cublasLtMatmulHeuristicResult_t res;
+    if (!algo) {
+        cublasLtMatmulPreference_t pref;
+        ZT_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+        ZT_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &g_workspace_bytes, sizeof g_workspace_bytes));
+        ZT_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+        ZT_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+        ZT_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+        ZT_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+        int found = 0;
+        ZT_CUBLAS(cublasLtMatmulAlgoGetHeuristic(g_lt, op, la, lb, ld, ld, pref, 1, &res, &found));
+        ZT_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
+        if (found < 1)
+            zt_fatal("cuBLASLt found no algorithm for m=%d n=%d k=%d ta=%d tb=%d (alignments %u %u "
+                     "%u)", m, n, k, ta, tb, al_a, al_b, al_d);
+        if (g_nalgos < ALGO_CACHE) {
+            algo_entry_t *e = &g_algos[g_nalgos++];
+            e->m = m; e->n = n; e->k = k; e->ta = ta; e->tb = tb; e->beta1 = beta1;
+            e->al_a = al_a; e->al_b = al_b; e->al_d = al_d; e->compute = g_compute;
+            e->algo = res.algo;
+            algo = &e->algo;
+        } else {
+            algo = &res.algo;
+        }
+    }
+    const float alpha = 1.0f;
+    ZT_CUBLAS(cublasLtMatmul(g_lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, algo, g_workspace,
+                             g_workspace_bytes, g_stream));
+    ZT_CUBLAS(cublasLtMatrixLayoutDestroy(la));
+    ZT_CUBLAS(cublasLtMatrixLayoutDestroy(lb));
+    ZT_CUBLAS(cublasLtMatrixLayoutDestroy(ld));
+    ZT_CUBLAS(cublasLtMatmulDescDestroy(op));
+}
+
+/* Row-major C (M,Nn) = op(A) (M,K) op(B) (K,Nn) + beta C. A is stored (M,K), or
+ * (K,M) when ta; B is stored (K,Nn), or (Nn,K) when tb. The row-major buffers
+ * read column-major are the transposes, hence the swap. */
+static void gemm_rm(int ta, int tb, int M, int Nn, int K, const float *A, const float *B, float *C,
+                    float beta)
+{
+    int lda = ta ? M : K, ldb = tb ? K : Nn;
+    lt_gemm_cm(tb, ta, Nn, M, K, B, ldb, A, lda, C, Nn, beta);
+}
+
+__global__ void add_bias_k(float *out, const float *bias, size_t n, int OC)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] += bias[i % OC];
+}
+
+static void cuda_matmul_forward(float *out, const float *inp, const float *weight,
+                                const float *bias, int N, int C, int OC, int transw)
+{
+    ensure_init();
+    // out (N,OC) = inp (N,C) @ W (C,OC), or @ W^T with W (OC,C)
+    gemm_rm(0, transw, N, OC, C, inp, weight, out, 0.0f);
+    if (bias) {
+        size_t n = (size_t)N * OC;
+        add_bias_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, bias, n, OC);
+        ZT_LAUNCHED();
+    }
+}
+
+static void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, int N, int C, int OC,
+                                 int transw)
+{
+    ensure_init();
+    if (dinp) {
+        // dinp (N,C) += dout (N,OC) @ W^T ; W^T is (OC,C): W (C,OC) transposed, or W (OC,C) as is
+        gemm_rm(0, !transw, N, C, OC, dout, weight, dinp, 1.0f);
+    }
+    if (dweight) {
+        if (!transw) // dW (C,OC) += inp^T (C,N) @ dout (N,OC)
+            gemm_rm(1, 0, C, OC, N, inp, dout, dweight, 1.0f);
+        else         // dW (OC,C) += dout^T (OC,N) @ inp (N,C)
+            gemm_rm(1, 0, OC, C, N, dout, inp, dweight, 1.0f);
+    }
+    if (dbias) colsum_accumulate(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
+}
+
+/* ---- attention ------------------------------------------------------------- */
+
+/* One warp per (b, h, t) query row. Scores go straight into the att row, then
+ * become probabilities in place; positions after t are written as 0 so att is
+ * fully defined. out[t] = sum_t2 att[t2] v[t2], lanes across head channels. */
+__global__ void attention_forward_k(float *out, float *att, const float *qkv, int B, int T, int C,
+                                    int NH)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= B * NH * T) return;
+    int t = row % T, h = (row / T) % NH, b = row / (T * NH);
+    int hs = C / NH;
+    float scale = rsqrtf((float)hs);
+    const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+    float *a = att + (size_t)row * T;   // (B,NH,T,T) row (b,h,t)
+
+    float mx = -INFINITY;
+    for (int t2 = lane; t2 <= t; t2 += 32) {
+        const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+        float s = 0.0f;
+        for (int i = 0; i < hs; i++) s += q[i] * k[i];
+        s *= scale;
+        a[t2] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int t2 = lane; t2 <= t; t2 += 32) {
+        float e = expf(a[t2] - mx);
+        a[t2] = e;
+        sum += e;
+    }
+    float inv = 1.0f / warp_sum(sum);
+    for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+    __syncwarp();  // every lane reads the whole probability row below
+    float *o = out + ((size_t)b * T + t) * C + h * hs;
+    for (int i = lane; i < hs; i += 32) {
+        float acc = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++)
+            acc += a[t2] * qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i];
+        o[i] = acc;
+    }
+}
+
+static void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                   int NH)
+{
+    ensure_init();
+    const int warps = 4;
+    int rows = B * NH * T;
+    attention_forward_k<<<ZT_CEIL_DIV(rows, warps), warps * 32, 0, g_stream>>>(out, att, qkv, B, T,
+                                                                              C, NH);
+    ZT_LAUNCHED();
+}
+
+/* Query side, warp per (b,h,t): dP[t2] = dout[t].v[t2]; datt = dL/dpreatt =
+ * P (dP - sum(P dP)) * scale, as the CPU backend leaves it; dq[t] += sum datt k. */
+__global__ void attention_backward_q_k(float *dqkv, float *datt, const float *dout,
+                                       const float *qkv, const float *att, int B, int T, int C,
+                                       int NH)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= B * NH * T) return;
+    int t = row % T, h = (row / T) % NH, b = row / (T * NH);
+    int hs = C / NH;
+    float scale = rsqrtf((float)hs);
+    const float *p = att + (size_t)row * T;
+    float *ds = datt + (size_t)row * T;
+    const float *dy = dout + ((size_t)b * T + t) * C + h * hs;
+
+    float dot = 0.0f;
+    for (int t2 = lane; t2 <= t; t2 += 32) {
+        const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+        float d = 0.0f;
+        for (int i = 0; i < hs; i++) d += dy[i] * v[i];
+        ds[t2] = d;
+        dot += p[t2] * d;
+    }
+    dot = warp_sum(dot);
+    for (int t2 = lane; t2 < T; t2 += 32) ds[t2] = t2 <= t ? p[t2] * (ds[t2] - dot) * scale : 0.0f;
+    __syncwarp();
+    float *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+    for (int i = lane; i < hs; i += 32) {
+        float acc = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++)
+            acc += ds[t2] * qkv[((size_t)b * T + t2) * 3 * C + C + h * hs + i];
+        dq[i] += acc;
+    }
+}
+
+/* Key/value side, warp per (b,h,t2), after the query kernel has filled datt:
+ * dk[t2] += sum_{t>=t2} datt[t][t2] q[t] ; dv[t2] += sum_{t>=t2} P[t][t2] dout[t]. */
+__global__ void attention_backward_kv_k(float *dqkv, const float *datt, const float *dout,
+                                        const float *qkv, const float *att, int B, int T, int C,
+                                        int NH)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= B * NH * T) return;
+    int t2 = row % T, h = (row / T) % NH, b = row / (T * NH);
+    int hs = C / NH;
+    size_t bh = ((size_t)b * NH + h) * T;   // first att row of (b,h)
+    float *dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+    float *dv = dk + C;
+    for (int i = lane; i < hs; i += 32) {
+        float ak = 0.0f, av = 0.0f;
+        for (int t = t2; t < T; t++) {
+            size_t ai = (bh + t) * T + t2;
+            ak += datt[ai] * qkv[((size_t)b * T + t) * 3 * C + h * hs + i];
+            av += att[ai] * dout[((size_t)b * T + t) * C + h * hs + i];
+        }
+        dk[i] += ak;
+        dv[i] += av;
+    }
+}
+
+static void cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                                    const float *att, int B, int T, int C, int NH)
+{
+    ensure_init();
+    const int warps = 4;
+    int rows = B * NH * T;
+    attention_backward_q_k<<<ZT_CEIL_DIV(rows, warps), warps * 32, 0, g_stream>>>(
+        dqkv, datt, dout, qkv, att, B, T, C, NH);
+    ZT_LAUNCHED();
+    attention_backward_kv_k<<<ZT_CEIL_DIV(rows, warps), warps * 32, 0, g_stream>>>(
+        dqkv, datt, dout, qkv, att, B, T, C, NH);
+    ZT_LAUNCHED();
+}
+
+/* ---- elementwise ----------------------------------------------------------- */
+
+#define GELU_S 0.7978845608028654f  /* sqrt(2/pi) */
+
+/* 0.5 (1 + tanh(u)) computed as the sigmoid 1 / (1 + exp(-2u)), as the CPU
+ * backend does: no cancellation of 1 + tanh(u) in the negative tail. */
+__device__ __forceinline__ float gelu_sig(float x, float *e_out)
+{
+    float a = -2.0f * GELU_S * (x + 0.044715f * x * x * x);
+    float e = expf(fminf(a, 88.0f));
+    *e_out = e;
+    return 1.0f / (1.0f + e);
+}
+
+__global__ void gelu_forward_k(float *out, const float *inp, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float e, x = inp[i];
+        out[i] = x * gelu_sig(x, &e);
+    }
+}
+
+/* d/dx [x s(2u)] = s + 2 x s (1 - s) du/dx, with 1 - s = e s */
+__global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float e, x = inp[i];
+        float sg = gelu_sig(x, &e);
+        float du = GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += (sg + 2.0f * x * sg * (e * sg) * du) * dout[i];
+    }
+}
+
+__global__ void residual_forward_k(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+__global__ void accumulate_k(float *y, const float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+__global__ void scale_k(float *x, float s, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+static void cuda_gelu_forward(float *out, const float *inp, size_t n)
+{
+    ensure_init();
+    if (!n) return;
+    gelu_forward_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, inp, n);
+    ZT_LAUNCHED();
+}
+
+static void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    ensure_init();
+    if (!n) return;
+    gelu_backward_k<<<grid_for(n, 256), 256, 0, g_stream>>>(dinp, inp, dout, n);
+    ZT_LAUNCHED();
+}
+
+static void cuda_residual_forward(float *out, const float *a, const float *b, size_t n)
+{
+    ensure_init();
+    if (!n) return;
+    residual_forward_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, a, b, n);
+    ZT_LAUNCHED();
+}
+
+static void cuda_accumulate(float *y, const float *x, size_t n)
+{
+    ensure_init();
+    if (!n) return;
+    accumulate_k<<<grid_for(n, 256), 256, 0, g_stream>>>(y, x, n);
+    ZT_LAUNCHED();
+}
+
+static void cuda_scale(float *x, float s, size_t n)
+{
+    ensure_init();
+    if (!n) return;
+    scale_k<<<grid_for(n, 256), 256, 0, g_stream>>>(x, s, n);
+    ZT_LAUNCHED();
+}
+
+/* ---- fused cross-entropy --------------------------------------------------- */
+
+/* Block per row: one pass for the online (max, sum exp) of the row, merged
+ * across the block; a second pass overwrites logits with the gradient. The
+ * target logit is read before any thread writes. A target outside [0, V) is
+ * ignored (loss 0, gradient 0), as in the CPU backend: never index past the row. */
+#define CE_THREADS 512
+__global__ void crossentropy_fused_k(float *logits, float *losses, const int32_t *targets, int N,
+                                     int V, float dscale)
+{
+    __shared__ float sm[CE_THREADS / 32], ss[CE_THREADS / 32];
+    __shared__ float s_lse;
+    int row = blockIdx.x;
+    float *x = logits + (size_t)row * V;
+    int tgt = targets[row];
+    float m = -INFINITY, s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) lse_merge(m, s, x[v], 1.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        lse_merge(m, s, m2, s2);
+    }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) { sm[warp] = m; ss[warp] = s; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = sm[0], S = ss[0];
+        for (int w = 1; w < (int)(blockDim.x / 32); w++) lse_merge(M, S, sm[w], ss[w]);
+        float lse = M + logf(S);
+        s_lse = lse;
+        losses[row] = (tgt < 0 || tgt >= V) ? 0.0f : lse - x[tgt];
+    }
+    __syncthreads();  // x[tgt] has been read: the row may be overwritten now
+    if (dscale == 0.0f) return;
+    float lse = s_lse;
+    int ignore = tgt < 0 || tgt >= V;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float g = ignore ? 0.0f : (expf(x[v] - lse) - (v == tgt ? 1.0f : 0.0f)) * dscale;
+        x[v] = g;
+    }
+}
+
+static void cuda_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int N,
+                                    int V, float dscale)
+{
+    ensure_init();
+    if (N <= 0) return;
+    crossentropy_fused_k<<<N, CE_THREADS, 0, g_stream>>>(logits, losses, targets, N, V, dscale);
+    ZT_LAUNCHED();
+}
+
+/* ---- reductions ------------------------------------------------------------ */
+
+#define RED_THREADS 256
+#define RED_BLOCKS 1024
+
+/* Partials in double per block, summed in block order by one block: the same
+ * result for the same input, every time. */
+__global__ void sumsq_partial_k(double *part, const float *x, size_t n)
+{
+    __shared__ double sh[RED_THREADS];
+    double acc = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double v = x[i];
+        acc += v * v;
+    }
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+__global__ void sum_doubles_k(double *out, const double *part, int n)
+{
+    __shared__ double sh[RED_THREADS];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += part[i];
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = sh[0];
+}
+
+static double cuda_sumsq(const float *x, size_t n)
+{
+    ensure_init();
+    if (!n) return 0.0;
+    unsigned blocks = grid_for(n, RED_THREADS);
+    if (blocks > RED_BLOCKS) blocks = RED_BLOCKS;
+    double *part = (double *)scratch((RED_BLOCKS + 1) * sizeof(double));
+    double *res = part + RED_BLOCKS;
+    sumsq_partial_k<<<blocks, RED_THREADS, 0, g_stream>>>(part, x, n);
+    ZT_LAUNCHED();
+    sum_doubles_k<<<1, RED_THREADS, 0, g_stream>>>(res, part, (int)blocks);
+    ZT_LAUNCHED();
+    ZT_CUDA(cudaMemcpyAsync(g_host_double, res, sizeof(double), cudaMemcpyDeviceToHost, g_stream));
+    ZT_CUDA(cudaStreamSynchronize(g_stream));
+    return *g_host_double;
+}
+
+/* Any thread that sees a NaN/Inf raises the flag; all write the same value. */
+__global__ void all_finite_k(int *bad, const float *x, size_t n)
+{
+    int found = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        if (!isfinite(x[i])) found = 1;
+    if (__syncthreads_or(found) && threadIdx.x == 0) *bad = 1;
+}
+
+static int cuda_all_finite(const float *x, size_t n)
+{
+    ensure_init();
+    if (!n) return 1;
+    int *bad = (int *)scratch(sizeof(int));
+    ZT_CUDA(cudaMemsetAsync(bad, 0, sizeof(int), g_stream));
+    all_finite_k<<<grid_for(n, RED_THREADS), RED_THREADS, 0, g_stream>>>(bad, x, n);
+    ZT_LAUNCHED();
+    ZT_CUDA(cudaMemcpyAsync(g_host_int, bad, sizeof(int), cudaMemcpyDeviceToHost, g_stream));
+    ZT_CUDA(cudaStreamSynchronize(g_stream));
+    return *g_host_int == 0;
+}
+
+/* ---- AdamW ----------------------------------------------------------------- */
+
+/* PyTorch's single-tensor AdamW, operation by operation as the CPU backend:
+ * p *= 1 - lr wd ; m.lerp_(g, 1 - b1) ; v = v b2 + (1 - b2) g g ;
+ * p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps). */
+__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                        float b2, float eps, float wd, float grad_scale, float step_size,
+                        float sqrt_bc2)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i] * grad_scale;
+        float mi = m[i], w1 = 1.0f - b1;
+        /* torch.lerp: a + w (b - a) for w < 0.5, else b - (b - a)(1 - w) */
+        mi = w1 < 0.5f ? mi + w1 * (gi - mi) : gi - (gi - mi) * (1.0f - w1);
+        float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * (1.0f - lr * wd) - step_size * (mi / (sqrtf(vi) / sqrt_bc2 + eps));
+    }
+}
+
+static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                       float b2, float eps, float wd, float grad_scale, long step)
+{
+    ensure_init();
+    if (!n) return;
+    double bc1 = 1.0 - pow((double)b1, (double)step), bc2 = 1.0 - pow((double)b2, (double)step);
+    adamw_k<<<grid_for(n, 256), 256, 0, g_stream>>>(p, g, m, v, n, lr, b1, b2, eps, wd, grad_scale,
+                                                    (float)(lr / bc1), (float)sqrt(bc2));
+    ZT_LAUNCHED();
+}
+
+/* ---- bf16 ------------------------------------------------------------------ */
+
+/* Round to nearest even on the bit pattern; NaN stays a (quiet) NaN. */
+__global__ void to_bf16_k(uint16_t *out, const float *in, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t u = __float_as_uint(in[i]);
+        if ((u & 0x7fffffffu) > 0x7f800000u) out[i] = (uint16_t)((u >> 16) | 0x40u);
+        else out[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+__global__ void from_bf16_k(float *out, const uint16_t *in, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __uint_as_float((uint32_t)in[i] << 16);
+}
+
+static void cuda_to_bf16(uint16_t *out, const float *in, size_t n)
+{
+    ensure_init();
+    if (!n) return;
+    to_bf16_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    ZT_LAUNCHED();
+}
+
+static void cuda_from_bf16(float *out, const uint16_t *in, size_t n)
+{
+    ensure_init();
+    if (!n) return;
+    from_bf16_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    ZT_LAUNCHED();
+}
+
+/* ---- device queries (zt_cuda.h) -------------------------------------------- */
+
+extern "C" int zt_cuda_available(char *err, size_t errlen)
+{
+    int n = 0;
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        zt_err(err, errlen, "CUDA unusable: %s", cudaGetErrorString(rc));
+        return 0;
+    }
+    if (n < 1) {
+        zt_err(err, errlen, "CUDA unusable: no CUDA device visible (CUDA_VISIBLE_DEVICES=%s)",
+               getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
+        return 0;
+    }
+    return 1;
+}
+
+extern "C" int zt_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" int zt_cuda_pick_device(int local_rank)
+{
+    int n = 0;
+    ZT_CUDA(cudaGetDeviceCount(&n));
+    if (n < 1) zt_fatal("no CUDA device visible to local rank %d", local_rank);
+    int dev = (local_rank < 0 ? 0 : local_rank) % n;
+    ZT_CUDA(cudaSetDevice(dev));
+    return dev;
+}
+
+extern "C" void *zt_cuda_stream(void)
+{
+    ensure_init();
+    return (void *)g_stream;
+}
+
+extern "C" int zt_cuda_device_info(char *name, size_t namelen, size_t *total_bytes,
+                                   size_t *free_bytes, char *err, size_t errlen)
+{
+    int dev = 0;
+    cudaDeviceProp prop;
+    cudaError_t rc = cudaGetDevice(&dev);
+    if (rc == cudaSuccess) rc = cudaGetDeviceProperties(&prop, dev);
+    size_t fr = 0, tot = 0;
+    if (rc == cudaSuccess) rc = cudaMemGetInfo(&fr, &tot);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        return zt_err(err, errlen, "CUDA device query failed: %s", cudaGetErrorString(rc));
+    }
+    if (name && namelen) snprintf(name, namelen, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
+    if (total_bytes) *total_bytes = tot;
+    if (free_bytes) *free_bytes = fr;
+    return 0;
+}
+
+/* ---- the backend ----------------------------------------------------------- */
+
+extern "C" const zt_backend_t zt_backend_cuda = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .memzero = cuda_memzero,
+    .copy = cuda_copy,
+    .to_host = cuda_to_host,
+    .from_host = cuda_from_host,
+    .sync = cuda_sync,
+    .encoder_forward = cuda_encoder_forward,
+    .encoder_backward = cuda_encoder_backward,
+    .layernorm_forward = cuda_layernorm_forward,
+    .layernorm_backward = cuda_layernorm_backward,
+    .matmul_forward = cuda_matmul_forward,
+    .matmul_backward = cuda_matmul_backward,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
+    .gelu_forward = cuda_gelu_forward,
+    .gelu_backward = cuda_gelu_backward,
+    .residual_forward = cuda_residual_forward,
+    .accumulate = cuda_accumulate,
+    .crossentropy_fused = cuda_crossentropy_fused,
+    .scale = cuda_scale,
+    .sumsq = cuda_sumsq,
+    .all_finite = cuda_all_finite,
+    .adamw = cuda_adamw,
+    .to_bf16 = cuda_to_bf16,
+    .from_bf16 = cuda_from_bf16,
+};
