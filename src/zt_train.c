@@ -529,6 +529,28 @@ static void startup_report(run_t *r)
     zt_log("traffic per step (estimate): %s of collective buffers", zt_fmt_bytes(e.traffic, b[0], 32));
 }
 
+static void memory_json(const char *key, const zt_shard_mem_t *m, size_t act, char *buf, size_t len)
+{
+    snprintf(buf, len, "\"%s\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"buffers\":%zu,"
+             "\"gathered\":%zu,\"activations\":%zu}", key, m->params, m->grads, m->optim,
+             m->comm_buffers, m->gathered_peak, act);
+}
+
+/* First metrics record: what the run is, and the per-rank estimates tests check. */
+static void start_record(run_t *r)
+{
+    estimate_t e;
+    estimate(r->cfg, r->table, r->sopts.strategy, r->comm->world.size, r->comm->shard.size, &e);
+    char mem[512], line[1024];
+    memory_json("memory_estimate", &e.mem, e.activations, mem, sizeof mem);
+    snprintf(line, sizeof line,
+             "{\"start\":true,\"world_size\":%d,\"strategy\":\"%s\",\"layout\":\"%s\",\"parameters\":%zu,"
+             "\"global_batch\":%ld,\"traffic_estimate_bytes\":%.0f,%s}",
+             r->comm->world.size, zt_strategy_name(r->sopts.strategy), r->cfg->parallel.shard_layout,
+             r->table->total_numel, r->G, e.traffic, mem);
+    zt_metrics_write(line);
+}
+
 /* ---- the loop ----------------------------------------------------------------------- */
 
 static void format_eta(double s, char *buf, size_t len)
@@ -792,6 +814,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         }
         snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->train.output_dir);
         zt_metrics_open(path, r->step > 0);
+        start_record(r);
     }
     zt_watchdog_start(cfg->parallel.timeout_s, r->rank, zt_hostname());
     double t0 = zt_now();
@@ -822,12 +845,13 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
                r->val ? "" : ", no validation set");
         if (r->val) zt_log("summary: final validation loss %.4f", r->last_val);
         if (r->rank == 0) {
-            char line[512];
+            char line[1024], mem[512];
+            memory_json("memory_measured", &mm, zt_model_activation_bytes(r->model), mem, sizeof mem);
             snprintf(line, sizeof line,
                      "{\"summary\":true,\"steps\":%ld,\"tokens\":%.0f,\"wall_s\":%.3f,\"train_s\":%.3f,"
-                     "\"final_loss\":%.9g,\"final_val_loss\":%.9g,\"peak_rss_bytes\":%.0f}",
+                     "\"final_loss\":%.9g,\"final_val_loss\":%.9g,\"peak_rss_bytes\":%.0f,%s}",
                      r->step, r->tokens_seen, wall, r->train_seconds, r->last_loss,
-                     r->val ? r->last_val : NAN, peak);
+                     r->val ? r->last_val : -1.0, peak, mem);
             zt_metrics_write(line);
         }
     }
