@@ -509,6 +509,11 @@ static void lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int 
 static void gemm_rm(int ta, int tb, int M, int Nn, int K, const float *A, const float *B, float *C,
                     float beta)
 {
+    if (M <= 0 || Nn <= 0) return;
+    if (K <= 0) {  // empty sum: C = beta C, and cuBLASLt rejects k = 0
+        if (beta == 0.0f) ZT_CUDA(cudaMemsetAsync(C, 0, (size_t)M * Nn * sizeof(float), g_stream));
+        return;
+    }
     int lda = ta ? M : K, ldb = tb ? K : Nn;
     lt_gemm_cm(tb, ta, Nn, M, K, B, ldb, A, lda, C, Nn, beta);
 }

@@ -1,0 +1,144 @@
+#!/bin/sh
+# gpu-check.sh — builds ztrain with CUDA and checks the GPU path on a machine that
+# has one, in a few minutes (every step has a timeout; total well under 8 min).
+#
+#   tools/gpu-check.sh [BUILDDIR]        (default /tmp/ztrain-gpu-build)
+#   env: CUDA_HOME (default /usr/local/cuda), NVCCFLAGS (default: configure's
+#        sm_80 + sm_90), ZT_GPU_STEPS (default 20), ZT_CUDA_TF32=1 (TF32 GEMMs)
+#
+# Steps: configure --with-cuda, make, the kernel test (every CUDA kernel against
+# the CPU backend), the NCCL test on every visible GPU, then the tiny model
+# trained for ZT_GPU_STEPS steps with parallel.backend=cpu and =cuda: the two
+# loss curves must agree (same data, same initial weights). Prints one table;
+# exit status 0 only when every step that ran passed (a skipped step is shown).
+set -u
+
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-/tmp/ztrain-gpu-build}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+STEPS=${ZT_GPU_STEPS:-20}
+JOBS=$(nproc 2>/dev/null || echo 4)
+mkdir -p "$BUILD" || exit 1
+LOG="$BUILD/gpu-check.log"
+: >"$LOG"
+RESULTS=""
+FAILED=0
+
+row() {  # step, verdict, detail
+    RESULTS="$RESULTS$(printf '%-26s %-6s %s' "$1" "$2" "$3")
+"
+    [ "$2" = FAIL ] && FAILED=1
+    printf '%-26s %-6s %s\n' "$1" "$2" "$3"
+}
+
+run_step() {  # name, timeout_s, command...  -> verdict from the exit status (77 = skip)
+    name=$1; t=$2; shift 2
+    echo "==== $name: $*" >>"$LOG"
+    start=$(date +%s)
+    timeout "$t" "$@" >>"$LOG" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    case $rc in
+        0) row "$name" ok "${secs}s" ;;
+        77) row "$name" SKIP "$(grep -i 'no gpu\|skip' "$LOG" | tail -n 1)" ;;
+        124) row "$name" FAIL "timed out after ${t}s (log: $LOG)" ;;
+        *) row "$name" FAIL "exit $rc after ${secs}s (log: $LOG)" ;;
+    esac
+    return $rc
+}
+
+summary() {
+    echo
+    echo "gpu-check summary ($(date -u +%Y-%m-%dT%H:%MZ), $(hostname))"
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
+            sed 's/^/  gpu: /'
+    fi
+    printf '%-26s %-6s %s\n' step result detail
+    printf '%s' "$RESULTS"
+    echo "full log: $LOG"
+    exit $FAILED
+}
+
+# ---- build ------------------------------------------------------------------
+if [ ! -x "$SRC/configure" ]; then
+    run_step autoreconf 120 sh -c "cd '$SRC' && autoreconf -fi" || summary
+fi
+# NVCCFLAGS, when set, reaches configure through the environment (AC_ARG_VAR)
+run_step configure 120 sh -c "cd '$BUILD' && '$SRC/configure' -q --with-cuda='$CUDA_HOME'" || summary
+run_step make 240 make -C "$BUILD" -j"$JOBS" ztrain zt-prep-data || summary
+
+# The GPU tests: through the Makefile when it lists them, else built by hand
+# against libztrain.a with the libraries configure found.
+TESTS_OK=1
+for t in test_gpu_kernels test_nccl; do
+    [ -f "$SRC/tests/gpu/$t.c" ] || continue
+    # (only a Makefile that lists the test may build it: make's implicit rules
+    # would otherwise call a stale binary up to date)
+    if ! { grep -q "tests/gpu/$t" "$BUILD/Makefile" &&
+           make -C "$BUILD" "tests/gpu/$t" >>"$LOG" 2>&1; }; then
+        mkdir -p "$BUILD/tests/gpu"
+        libs=$(make -C "$BUILD" -s -f Makefile -f - print-libs <<'EOF' 2>/dev/null
+print-libs:
+	@echo $(HDF5_LIBS) $(LIBCONFIG_LIBS) $(BLAS_LIBS) $(CUNIT_LIBS) $(CUDA_LDFLAGS) $(CUDA_LIBS) $(OPENMP_CFLAGS)
+EOF
+)
+        run_step "build $t" 120 sh -c "mpicc -std=gnu11 -O2 -fopenmp -I'$SRC/include' -I'$CUDA_HOME/include' \
+            '$SRC/tests/gpu/$t.c' '$BUILD/libztrain.a' $libs -lm -o '$BUILD/tests/gpu/$t'" || TESTS_OK=0
+    fi
+done
+
+# ---- device tests -----------------------------------------------------------
+HAVE_GPU=1
+if [ $TESTS_OK = 1 ]; then
+    run_step "kernels vs cpu" 180 "$BUILD/tests/gpu/test_gpu_kernels"
+    [ $? = 77 ] && HAVE_GPU=0
+fi
+if [ -x "$BUILD/tests/gpu/test_nccl" ]; then
+    ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+    [ "$ngpu" -ge 1 ] || ngpu=1
+    MPIRUN="mpirun -np $ngpu"
+    [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root --oversubscribe"
+    run_step "nccl on $ngpu rank(s)" 120 $MPIRUN "$BUILD/tests/gpu/test_nccl"
+fi
+
+# ---- a short training run on each backend ---------------------------------------
+WORK="$BUILD/gpu-check-run"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+# text that every checkout has: the project's own sources and docs
+cat "$SRC"/src/*.c "$SRC"/include/*.h "$SRC"/doc/*.md >"$WORK/text.txt" 2>/dev/null
+run_step "prepare data" 60 "$BUILD/zt-prep-data" -o "$WORK/gpu" "$WORK/text.txt" || summary
+
+MPIRUN1="mpirun -np 1"
+[ "$(id -u)" = 0 ] && MPIRUN1="$MPIRUN1 --allow-run-as-root"
+last_loss() {  # the last "loss" value in a metrics.jsonl
+    [ -f "$1" ] || { echo "?"; return; }
+    grep '"loss"' "$1" | tail -n 1 | sed 's/.*"loss"[^0-9-]*\([-0-9.eE+]*\).*/\1/'
+}
+for be in cpu cuda; do
+    if [ $be = cuda ] && [ $HAVE_GPU = 0 ]; then
+        row "train $STEPS steps cuda" SKIP "no GPU (see the kernel test)"
+        loss_cuda="?"
+        continue
+    fi
+    run_step "train $STEPS steps $be" 120 $MPIRUN1 "$BUILD/ztrain" "$SRC/inputs/tiny.cfg" \
+        data.train_files="$WORK/gpu-train.h5" data.val_files="$WORK/gpu-val.h5" \
+        train.max_steps="$STEPS" train.sample_tokens=0 train.eval_steps=0 \
+        train.output_dir="$WORK/run-$be" checkpoint.save_at_end=false parallel.backend=$be
+    eval "loss_$be=\$(last_loss '$WORK/run-$be/metrics.jsonl')"
+done
+# shellcheck disable=SC2154
+if [ "$loss_cpu" != "?" ] && [ "$loss_cuda" != "?" ]; then
+    tol=1e-3   # fp32 GEMMs: rounding-order differences only; TF32 rounds inputs to 10 bits
+    [ "${ZT_CUDA_TF32:-0}" = 1 ] && tol=2e-2
+    if awk -v a="$loss_cpu" -v b="$loss_cuda" -v t="$tol" 'BEGIN { d = a - b; if (d < 0) d = -d;
+            exit !(d <= t * (a < 0 ? -a : a) + 1e-4) }'; then
+        row "loss cpu vs cuda" ok "$loss_cpu vs $loss_cuda after $STEPS steps"
+    else
+        row "loss cpu vs cuda" FAIL "$loss_cpu vs $loss_cuda after $STEPS steps"
+    fi
+else
+    row "loss cpu vs cuda" SKIP "no metrics.jsonl to compare (cpu: $loss_cpu, cuda: $loss_cuda)"
+fi
+summary

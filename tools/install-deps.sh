@@ -4,7 +4,7 @@ set -eu
 PKGS="build-essential autoconf automake libtool pkg-config
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libconfig-dev libcunit1-dev
   libopenblas-dev libdnnl-dev gnuplot-nox python3-numpy python3-h5py python3-torch
-  slurm-wlm slurmctld slurmd munge fortunes-min"
+  slurm-wlm slurmctld slurmd slurm-client munge fortunes-min fortunes"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1,1 +1,410 @@
-int main(void){return 0;}
+/* zt_ckpt_tool.c — `zt-ckpt`: inspect, verify, consolidate, export and import checkpoints.
+ *
+ *   zt-ckpt info FILE                       metadata, config and tensor list
+ *   zt-ckpt verify FILE                     structure, shapes vs the stored config, NaN/Inf,
+ *                                           checksums; exit status 0 (good) or 1
+ *   zt-ckpt consolidate SHARDS_DIR OUT.h5   sharded -> consolidated, streaming
+ *   zt-ckpt export FILE OUT.safetensors     model weights with HF GPT-2 names, plus
+ *                                           config.json next to it (GPT2LMHeadModel)
+ *   zt-ckpt import MODEL.safetensors CONFIG.json OUT.h5
+ *                                           weights-only checkpoint for model.init_from
+ *
+ * Works under mpirun or as a singleton; every command is serial (rank 0 works,
+ * the others wait). Tensors are streamed through a fixed buffer except on import,
+ * which holds one copy of the weights. FILE may be a .h5 file, a .shards directory
+ * or a run directory with a `latest` pointer. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <libconfig.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zt_ckpt.h"
+#include "zt_common.h"
+#include "zt_model.h"
+#include "zt_safetensors.h"
+
+#define CHUNK (1u << 20)    /* elements per streamed piece */
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: zt-ckpt info FILE\n"
+            "       zt-ckpt verify FILE\n"
+            "       zt-ckpt consolidate SHARDS_DIR OUT.h5\n"
+            "       zt-ckpt export FILE OUT.safetensors   (also writes config.json beside it)\n"
+            "       zt-ckpt import MODEL.safetensors CONFIG.json OUT.h5\n");
+}
+
+/* FILE may name a run directory: follow its `latest`. */
+static void resolve(const char *in, char *out, size_t len)
+{
+    struct stat st;
+    char ip[PATH_MAX + 16];
+    snprintf(ip, sizeof ip, "%s/index.h5", in);
+    if (stat(in, &st) == 0 && S_ISDIR(st.st_mode) && stat(ip, &st) != 0 && zt_ckpt_find_latest(in, out, len) == 0)
+        return;
+    snprintf(out, len, "%s", in);
+}
+
+static zt_ckpt_reader_t *open_reader(const char *arg)
+{
+    char path[PATH_MAX], err[ZT_ERRLEN];
+    resolve(arg, path, sizeof path);
+    zt_ckpt_reader_t *r = zt_ckpt_reader_open(path, err, sizeof err);
+    if (!r) fprintf(stderr, "zt-ckpt: %s\n", err);
+    return r;
+}
+
+/* Model dims from the stored (libconfig) config text; -1 if unavailable. */
+static int dims_from_config(const char *text, zt_model_dims_t *d)
+{
+    config_t cfg;
+    config_init(&cfg);
+    int ok = text && config_read_string(&cfg, text) == CONFIG_TRUE;
+    int L = 0, NH = 0, C = 0, V = 0, T = 0;
+    ok = ok && config_lookup_int(&cfg, "model.n_layer", &L) && config_lookup_int(&cfg, "model.n_head", &NH) &&
+         config_lookup_int(&cfg, "model.n_embd", &C) && config_lookup_int(&cfg, "model.vocab_size", &V) &&
+         config_lookup_int(&cfg, "model.block_size", &T);
+    config_destroy(&cfg);
+    if (!ok) return -1;
+    *d = (zt_model_dims_t){ .L = L, .NH = NH, .C = C, .V = V, .maxT = T };
+    return 0;
+}
+
+static void shape_str(char *b, size_t n, const zt_param_t *p)
+{
+    if (p->ndim == 1) snprintf(b, n, "(%" PRId64 ",)", p->shape[0]);
+    else snprintf(b, n, "(%" PRId64 ", %" PRId64 ")", p->shape[0], p->shape[1]);
+}
+
+static int cmd_info(const char *file)
+{
+    zt_ckpt_reader_t *r = open_reader(file);
+    if (!r) return 1;
+    const zt_ckpt_meta_t *m = zt_ckpt_reader_meta(r);
+    const zt_param_table_t *t = zt_ckpt_reader_tensors(r);
+    char b[64];
+    printf("checkpoint   %s (%s)\n", file, zt_ckpt_reader_is_sharded(r) ? "sharded" : "consolidated");
+    printf("step         %ld\ntokens_seen  %.0f\nsamples_seen %ld\nworld_size   %d\nstrategy     %s\n", m->step,
+           m->tokens_seen, m->samples_seen, m->world_size, m->strategy);
+    if (zt_ckpt_reader_has_optimizer(r))
+        printf("optimizer    AdamW t=%ld lr=%g betas=(%g, %g) eps=%g weight_decay=%g\n", m->adam_step, m->lr,
+               m->beta1, m->beta2, m->eps, m->weight_decay);
+    else
+        printf("optimizer    none (weights only)\n");
+    printf("config:\n%s%s", zt_ckpt_reader_config(r),
+           strlen(zt_ckpt_reader_config(r)) && zt_ckpt_reader_config(r)[strlen(zt_ckpt_reader_config(r)) - 1] != '\n'
+               ? "\n" : "");
+    printf("tensors (%d, fp32):\n", t->nparams);
+    for (int p = 0; p < t->nparams; p++) {
+        char s[64];
+        shape_str(s, sizeof s, &t->params[p]);
+        printf("  %-44s %-14s %10zu  %s\n", t->params[p].name, s, t->params[p].numel,
+               zt_fmt_bytes(4.0 * (double)t->params[p].numel, b, sizeof b));
+    }
+    int groups = zt_ckpt_reader_has_optimizer(r) ? 3 : 1;
+    printf("total        %zu parameters, %s stored (%d group%s)\n", t->total_numel,
+           zt_fmt_bytes(4.0 * groups * (double)t->total_numel, b, sizeof b), groups, groups > 1 ? "s" : "");
+    zt_ckpt_reader_close(r);
+    return 0;
+}
+
+static int cmd_verify(const char *file)
+{
+    zt_ckpt_reader_t *r = open_reader(file);
+    if (!r) return 1;
+    const zt_param_table_t *t = zt_ckpt_reader_tensors(r);
+    static const char *gname[3] = { "/model", "/optimizer/exp_avg", "/optimizer/exp_avg_sq" };
+    int bad = 0;
+    zt_model_dims_t d;
+    if (dims_from_config(zt_ckpt_reader_config(r), &d) != 0) {
+        printf("FAIL %s: the stored config has no model.n_layer/n_head/n_embd/vocab_size/block_size\n", file);
+        bad++;
+    } else {
+        zt_param_table_t *want = zt_param_table_create(d, 0.02f);
+        for (int p = 0; p < want->nparams; p++) {
+            const zt_param_t *w = &want->params[p];
+            int q = -1;
+            for (int k = 0; k < t->nparams; k++)
+                if (!strcmp(t->params[k].name, w->name)) q = k;
+            char a[64], b[64];
+            shape_str(b, sizeof b, w);
+            if (q < 0) {
+                printf("FAIL %s: missing tensor /model/%s %s\n", file, w->name, b);
+                bad++;
+            } else if (t->params[q].ndim != w->ndim || t->params[q].shape[0] != w->shape[0] ||
+                       (w->ndim == 2 && t->params[q].shape[1] != w->shape[1])) {
+                shape_str(a, sizeof a, &t->params[q]);
+                printf("FAIL %s: tensor /model/%s has shape %s, the stored config needs %s\n", file, w->name, a, b);
+                bad++;
+            }
+        }
+        if (t->nparams != want->nparams) {
+            printf("FAIL %s: %d tensors stored, the stored config has %d\n", file, t->nparams, want->nparams);
+            bad++;
+        }
+        zt_param_table_free(want);
+    }
+    float *buf = zt_malloc(CHUNK * sizeof(float));
+    char err[ZT_ERRLEN];
+    for (int g = 0; g < (zt_ckpt_reader_has_optimizer(r) ? 3 : 1); g++)
+        for (int p = 0; p < t->nparams; p++) {
+            uint64_t sum = 0, stored;
+            size_t nonfinite = 0;
+            int ok = 1;
+            for (size_t s = 0; s < t->params[p].numel; s += CHUNK) {
+                size_t n = ZT_MIN((size_t)CHUNK, t->params[p].numel - s);
+                if (zt_ckpt_reader_read(r, g, p, s, n, buf, err, sizeof err)) {
+                    printf("FAIL %s\n", err);
+                    ok = 0;
+                    break;
+                }
+                for (size_t i = 0; i < n; i++) nonfinite += !isfinite(buf[i]);
+                sum += zt_ckpt_checksum(s, buf, n);
+            }
+            if (!ok) { bad++; continue; }
+            if (nonfinite) {
+                printf("FAIL %s: tensor %s/%s holds NaN or Inf (%zu elements)\n", file, gname[g], t->params[p].name,
+                       nonfinite);
+                bad++;
+            }
+            if (zt_ckpt_reader_checksum(r, g, p, &stored) != 0) {
+                printf("FAIL %s: tensor %s/%s has no stored checksum\n", file, gname[g], t->params[p].name);
+                bad++;
+            } else if (stored != sum) {
+                printf("FAIL %s: tensor %s/%s checksum %016" PRIx64 " != stored %016" PRIx64 "\n", file, gname[g],
+                       t->params[p].name, sum, stored);
+                bad++;
+            }
+        }
+    free(buf);
+    printf("%s %s: %d tensors x %d groups checked, %d problem%s\n", bad ? "BAD" : "OK", file, t->nparams,
+           zt_ckpt_reader_has_optimizer(r) ? 3 : 1, bad, bad == 1 ? "" : "s");
+    zt_ckpt_reader_close(r);
+    return bad ? 1 : 0;
+}
+
+static int cmd_consolidate(const char *in, const char *out)
+{
+    char err[ZT_ERRLEN];
+    double t0 = zt_now();
+    if (zt_ckpt_consolidate(in, out, CHUNK, err, sizeof err)) {
+        fprintf(stderr, "zt-ckpt: %s\n", err);
+        return 1;
+    }
+    printf("wrote %s (%.2f s)\n", out, zt_now() - t0);
+    return 0;
+}
+
+static int cmd_export(const char *file, const char *out)
+{
+    zt_ckpt_reader_t *r = open_reader(file);
+    if (!r) return 1;
+    const zt_param_table_t *t = zt_ckpt_reader_tensors(r);
+    char err[ZT_ERRLEN];
+    zt_model_dims_t d;
+    int wte = -1, wpe = -1, L = 0;
+    for (int p = 0; p < t->nparams; p++) {
+        int l;
+        if (!strcmp(t->params[p].name, "transformer.wte.weight")) wte = p;
+        if (!strcmp(t->params[p].name, "transformer.wpe.weight")) wpe = p;
+        if (sscanf(t->params[p].name, "transformer.h.%d.", &l) == 1 && l + 1 > L) L = l + 1;
+    }
+    if (wte < 0 || wpe < 0) {
+        fprintf(stderr, "zt-ckpt: %s: missing tensor /model/transformer.wte.weight or wpe.weight\n", file);
+        zt_ckpt_reader_close(r);
+        return 1;
+    }
+    if (dims_from_config(zt_ckpt_reader_config(r), &d) != 0) {
+        fprintf(stderr, "zt-ckpt: %s: the stored config has no model dimensions (n_head is needed for config.json)\n",
+                file);
+        zt_ckpt_reader_close(r);
+        return 1;
+    }
+    zt_st_writer_t w;
+    if (zt_st_writer_open(&w, out, err, sizeof err)) {
+        fprintf(stderr, "zt-ckpt: %s\n", err);
+        zt_ckpt_reader_close(r);
+        return 1;
+    }
+    /* GPT2LMHeadModel state_dict names; lm_head is tied to wte and not stored */
+    for (int p = 0; p < t->nparams; p++) zt_st_writer_add(&w, t->params[p].name, t->params[p].ndim, t->params[p].shape);
+    int rc = zt_st_writer_begin(&w, err, sizeof err);
+    float *buf = zt_malloc(CHUNK * sizeof(float));
+    for (int p = 0; p < t->nparams && !rc; p++)
+        for (size_t s = 0; s < t->params[p].numel && !rc; s += CHUNK) {
+            size_t n = ZT_MIN((size_t)CHUNK, t->params[p].numel - s);
+            rc = zt_ckpt_reader_read(r, 0, p, s, n, buf, err, sizeof err);
+            if (!rc) rc = zt_st_writer_data(&w, buf, n, err, sizeof err);
+        }
+    free(buf);
+    if (zt_st_writer_close(&w, rc ? NULL : err, rc ? 0 : sizeof err) && !rc) rc = -1;
+    if (!rc) {
+        char tmp[PATH_MAX], cj[PATH_MAX + 16];
+        snprintf(tmp, sizeof tmp, "%s", out);
+        snprintf(cj, sizeof cj, "%s/config.json", dirname(tmp));
+        FILE *fp = fopen(cj, "w");
+        if (!fp) {
+            rc = zt_err(err, sizeof err, "%s: cannot write: %s", cj, strerror(errno));
+        } else {
+            fprintf(fp,
+                    "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                    "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %" PRId64 ",\n  \"vocab_size\": %" PRId64 ",\n"
+                    "  \"n_positions\": %" PRId64 ",\n  \"n_ctx\": %" PRId64 ",\n  \"activation_function\": \"gelu_new\",\n"
+                    "  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n  \"resid_pdrop\": 0.0,\n"
+                    "  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n  \"bos_token_id\": %" PRId64 ",\n"
+                    "  \"eos_token_id\": %" PRId64 "\n}\n",
+                    L, d.NH, t->params[wte].shape[1], t->params[wte].shape[0], t->params[wpe].shape[0],
+                    t->params[wpe].shape[0], t->params[wte].shape[0] - 1, t->params[wte].shape[0] - 1);
+            if (fclose(fp) != 0) rc = zt_err(err, sizeof err, "%s: write failed", cj);
+            else printf("wrote %s and %s (%d tensors)\n", out, cj, t->nparams);
+        }
+    }
+    if (rc) {
+        fprintf(stderr, "zt-ckpt: %s\n", err);
+        unlink(out);
+    }
+    zt_ckpt_reader_close(r);
+    return rc ? 1 : 0;
+}
+
+/* Integer value of "key" in a flat JSON object (HF config.json); -1 if absent. */
+static long json_int(const char *text, const char *key)
+{
+    char pat[80];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    const char *p = strstr(text, pat);
+    if (!p) return -1;
+    p += strlen(pat);
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    if (*p++ != ':') return -1;
+    char *end;
+    long v = strtol(p, &end, 10);
+    return end == p ? -1 : v;
+}
+
+static int cmd_import(const char *st_path, const char *cfg_path, const char *out)
+{
+    char err[ZT_ERRLEN];
+    FILE *fp = fopen(cfg_path, "r");
+    if (!fp) {
+        fprintf(stderr, "zt-ckpt: %s: %s\n", cfg_path, strerror(errno));
+        return 1;
+    }
+    char *text = zt_calloc(1 << 20, 1);
+    size_t tn = fread(text, 1, (1 << 20) - 1, fp);
+    text[tn] = 0;
+    fclose(fp);
+    long L = json_int(text, "n_layer"), NH = json_int(text, "n_head"), C = json_int(text, "n_embd"),
+         V = json_int(text, "vocab_size"), T = json_int(text, "n_positions");
+    free(text);
+    if (L <= 0 || NH <= 0 || C <= 0 || V <= 0 || T <= 0 || C % NH) {
+        fprintf(stderr, "zt-ckpt: %s: needs positive n_layer, n_head, n_embd (divisible by n_head), vocab_size, "
+                "n_positions\n", cfg_path);
+        return 1;
+    }
+    zt_model_dims_t d = { .L = (int)L, .NH = (int)NH, .C = (int)C, .V = (int)V, .maxT = (int)T };
+    zt_st_file_t f;
+    if (zt_st_open(st_path, &f, err, sizeof err)) {
+        fprintf(stderr, "zt-ckpt: %s\n", err);
+        return 1;
+    }
+    zt_param_table_t *t = zt_param_table_create(d, 0.02f);
+    zt_io_seg_t *segs = zt_calloc((size_t)t->nparams, sizeof *segs);
+    char *used = zt_calloc((size_t)f.ntensors + 1, 1);
+    int rc = 0;
+    for (int p = 0; p < t->nparams && !rc; p++) {
+        const zt_param_t *pp = &t->params[p];
+        int i = zt_st_find(&f, pp->name);
+        if (i < 0 && !strncmp(pp->name, "transformer.", 12)) i = zt_st_find(&f, pp->name + 12);
+        if (i < 0) {
+            rc = zt_err(err, sizeof err, "%s: missing tensor %s", st_path, pp->name);
+            break;
+        }
+        used[i] = 1;
+        const zt_st_tensor_t *st = &f.tensors[i];
+        int same = st->ndim == pp->ndim && st->shape[0] == pp->shape[0] && (pp->ndim == 1 || st->shape[1] == pp->shape[1]);
+        if (!same) {
+            char b[64];
+            shape_str(b, sizeof b, pp);
+            rc = zt_err(err, sizeof err, "%s: tensor %s has %d dims (first %" PRId64 "), the model needs %s", st_path,
+                        st->name, st->ndim, st->ndim ? st->shape[0] : 0, b);
+            break;
+        }
+        segs[p].param = p;
+        segs[p].start = 0;
+        segs[p].len = pp->numel;
+        segs[p].value = zt_malloc((pp->numel ? pp->numel : 1) * sizeof(float));
+        rc = zt_st_read_f32(&f, i, segs[p].value, err, sizeof err);
+    }
+    /* buffers and the tied head are expected extras; anything else is reported */
+    int wte = zt_param_table_find(t, "transformer.wte.weight");
+    for (int i = 0; i < f.ntensors && !rc; i++) {
+        const char *n = f.tensors[i].name;
+        if (used[i] || strstr(n, "attn.bias") || strstr(n, "attn.masked_bias")) continue;
+        if (!strcmp(n, "lm_head.weight") && wte >= 0 && f.tensors[i].numel == t->params[wte].numel) {
+            float *h = zt_malloc(f.tensors[i].numel * sizeof(float));
+            rc = zt_st_read_f32(&f, i, h, err, sizeof err);
+            if (!rc && memcmp(h, segs[wte].value, f.tensors[i].numel * sizeof(float)) != 0)
+                rc = zt_err(err, sizeof err, "%s: lm_head.weight differs from wte (untied heads are not supported)",
+                            st_path);
+            free(h);
+            continue;
+        }
+        fprintf(stderr, "zt-ckpt: warning: %s: ignoring tensor %s\n", st_path, n);
+    }
+    if (!rc) {
+        char dir[PATH_MAX], src[PATH_MAX + 32], cfg[1024];
+        snprintf(dir, sizeof dir, "%s.import.tmp", out);
+        snprintf(cfg, sizeof cfg,
+                 "# imported from %s\nmodel = { arch = \"gpt2\"; n_layer = %ld; n_head = %ld; n_embd = %ld; "
+                 "vocab_size = %ld; block_size = %ld; };\n", st_path, L, NH, C, V, T);
+        zt_ckpt_meta_t m;
+        memset(&m, 0, sizeof m);
+        snprintf(m.strategy, sizeof m.strategy, "imported");
+        rc = zt_ckpt_write_segments(dir, &m, cfg, "consolidated", 0, segs, t->nparams, t, MPI_COMM_SELF, err,
+                                    sizeof err);
+        snprintf(src, sizeof src, "%s/ckpt-00000000.h5", dir);
+        if (!rc && rename(src, out) != 0) rc = zt_err(err, sizeof err, "%s: rename failed: %s", out, strerror(errno));
+        snprintf(src, sizeof src, "%s/latest", dir);
+        unlink(src);
+        rmdir(dir);
+    }
+    if (rc) fprintf(stderr, "zt-ckpt: %s\n", err);
+    else printf("wrote %s (weights only, %d tensors, %zu parameters)\n", out, t->nparams, t->total_numel);
+    for (int p = 0; p < t->nparams; p++) free(segs[p].value);
+    free(segs);
+    free(used);
+    zt_param_table_free(t);
+    zt_st_close(&f);
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank, rc = 2;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        const char *c = argc > 1 ? argv[1] : "";
+        if (!strcmp(c, "info") && argc == 3) rc = cmd_info(argv[2]);
+        else if (!strcmp(c, "verify") && argc == 3) rc = cmd_verify(argv[2]);
+        else if (!strcmp(c, "consolidate") && argc == 4) rc = cmd_consolidate(argv[2], argv[3]);
+        else if (!strcmp(c, "export") && argc == 4) rc = cmd_export(argv[2], argv[3]);
+        else if (!strcmp(c, "import") && argc == 5) rc = cmd_import(argv[2], argv[3], argv[4]);
+        else usage();
+        fflush(stdout);
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,132 @@
+# common.sh — sourced by every tests/mpi/*.sh script (POSIX sh).
+#
+# Gives each test: ZT_SRCDIR / ZT_BUILDDIR (set by `make check`, guessed from the
+# script's location otherwise), $ZTRAIN, a private temp dir $ZT_TMP removed at
+# exit (kept when ZT_KEEP_TMP=1 or the test failed, so a failure can be
+# inspected), and helpers:
+#   fail "msg"                         print FAIL and exit 1
+#   skip "why"                         print SKIP and exit 77 (automake's skip)
+#   at_exit "cmd"                      run cmd when the test ends (daemons, ...)
+#   run_ztrain NP args...              run ztrain on NP ranks; output in $ZT_OUT,
+#                                      exit status in $ZT_RC; fails the test
+#                                      unless it exits 0
+#   run_ztrain_rc NP args...           same, but returns the exit status instead
+#   expect_fail_with NP "text" args... ztrain must exit non-zero (and not time
+#                                      out) with "text" (fixed string) in its output
+#   make_tiny_data DIR                 DIR/tiny-train.h5 and DIR/tiny-val.h5
+#                                      from a generated text via zt-prep-data
+#   assert_contains FILE "text"        fixed-string grep or fail
+# Every run goes through zt_mpirun.sh, so timeouts and container settings are
+# the same everywhere.
+
+ZT_TEST_NAME=$(basename "$0" .sh)
+: "${ZT_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${ZT_BUILDDIR:=$ZT_SRCDIR}"
+: "${OMP_NUM_THREADS:=1}" "${OPENBLAS_NUM_THREADS:=1}"
+export ZT_SRCDIR ZT_BUILDDIR OMP_NUM_THREADS OPENBLAS_NUM_THREADS
+ZTRAIN="$ZT_BUILDDIR/ztrain"
+ZT_PREP_DATA="$ZT_BUILDDIR/zt-prep-data"
+ZT_MPIRUN="$ZT_SRCDIR/tests/mpi/zt_mpirun.sh"
+
+ZT_TMP=$(mktemp -d "${TMPDIR:-/tmp}/zt-$ZT_TEST_NAME.XXXXXX") || { echo "FAIL: mktemp" >&2; exit 1; }
+ZT_OUT="$ZT_TMP/last.out"
+ZT_RC=0
+ZT_AT_EXIT=""
+ZT_FAILED=0
+
+at_exit() {
+    ZT_AT_EXIT="$1
+$ZT_AT_EXIT"
+}
+
+zt_cleanup() {
+    rc=$?
+    trap - EXIT
+    # Commands run newest first, like destructors.
+    [ -n "$ZT_AT_EXIT" ] && eval "$ZT_AT_EXIT"
+    if [ "${ZT_KEEP_TMP:-0}" = 1 ] || [ "$ZT_FAILED" = 1 ]; then
+        echo "$ZT_TEST_NAME: files kept in $ZT_TMP" >&2
+    else
+        rm -rf "$ZT_TMP"
+    fi
+    exit $rc
+}
+trap zt_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+fail() {
+    ZT_FAILED=1
+    echo "FAIL: $ZT_TEST_NAME: $*" >&2
+    exit 1
+}
+
+skip() {
+    echo "SKIP: $ZT_TEST_NAME: $*" >&2
+    exit 77
+}
+
+assert_contains() {
+    grep -qF -- "$2" "$1" || fail "expected '$2' in $1"
+}
+
+zt_need_ztrain() {
+    [ -x "$ZTRAIN" ] || fail "$ZTRAIN not built (ZT_BUILDDIR=$ZT_BUILDDIR)"
+}
+
+run_ztrain_rc() {
+    zt_need_ztrain
+    np=$1
+    shift
+    echo "+ zt_mpirun.sh $np ztrain $*"
+    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" "$@" >"$ZT_OUT" 2>&1
+    ZT_RC=$?
+    cat "$ZT_OUT"
+    return $ZT_RC
+}
+
+run_ztrain() {
+    run_ztrain_rc "$@"
+    [ "$ZT_RC" -eq 0 ] || fail "ztrain on $1 ranks exited with $ZT_RC"
+}
+
+expect_fail_with() {
+    np=$1
+    text=$2
+    shift 2
+    run_ztrain_rc "$np" "$@"
+    grep -qF "zt_mpirun.sh: TIMEOUT" "$ZT_OUT" && fail "ztrain hung instead of failing with '$text'"
+    [ "$ZT_RC" -ne 0 ] || fail "ztrain exited 0, expected a failure with '$text'"
+    grep -qF -- "$text" "$ZT_OUT" || fail "ztrain exited $ZT_RC without the expected message '$text'"
+    echo "ok: failed with $ZT_RC and '$text'"
+}
+
+# A deterministic English-like text (about 40 KB) made of pseudo-random words,
+# so every run and every machine gets the same tokens.
+make_tiny_text() {
+    awk 'BEGIN {
+        split("the a model rank shard step loss token gradient of to and in is with for " \
+              "train data parallel sum reduce gather scatter memory batch layer head", w, " ");
+        n = 26; s = 12345;
+        for (line = 0; line < 800; line++) {
+            out = "";
+            len = 5 + line % 7;
+            for (i = 0; i < len; i++) {
+                s = (s * 69069 + 1) % 4294967296;  # exact in double precision
+                out = out (i ? " " : "") w[1 + int(s / 65536) % n];
+            }
+            print toupper(substr(out, 1, 1)) substr(out, 2) ".";
+        }
+    }'
+}
+
+make_tiny_data() {
+    dir=$1
+    mkdir -p "$dir" || fail "cannot create $dir"
+    [ -x "$ZT_PREP_DATA" ] || fail "$ZT_PREP_DATA not built"
+    make_tiny_text >"$dir/tiny.txt"
+    "$ZT_PREP_DATA" --val-fraction 0.1 -o "$dir/tiny" "$dir/tiny.txt" >"$dir/prep.log" 2>&1 ||
+        { cat "$dir/prep.log"; fail "zt-prep-data failed on $dir/tiny.txt"; }
+    [ -s "$dir/tiny-train.h5" ] && [ -s "$dir/tiny-val.h5" ] ||
+        fail "zt-prep-data did not write $dir/tiny-train.h5 and $dir/tiny-val.h5"
+}

@@ -1,0 +1,85 @@
+#!/bin/sh
+# ckpt_unit.sh — the checkpoint unit tests (tests/unit/test_ckpt) at 1, 2 and 3
+# ranks, then the zt-ckpt tool on a checkpoint they leave behind: info, verify
+# (good and corrupted), consolidate, export -> import round trip checked with
+# h5py and a pure-python safetensors reader.
+. "$(dirname "$0")/common.sh"
+
+TEST_CKPT="$ZT_BUILDDIR/tests/unit/test_ckpt"
+ZT_CKPT="$ZT_BUILDDIR/zt-ckpt"
+[ -x "$TEST_CKPT" ] || skip "$TEST_CKPT not built"
+: "${PYTHON3:=python3}"
+
+for np in 1 2 3; do
+    TMPDIR="$ZT_TMP" "$ZT_MPIRUN" "$np" "$TEST_CKPT" > "$ZT_TMP/unit-$np.log" 2>&1 ||
+        { cat "$ZT_TMP/unit-$np.log"; fail "test_ckpt at -np $np"; }
+    echo "test_ckpt -np $np: passed"
+done
+
+[ -x "$ZT_CKPT" ] || { echo "zt-ckpt not built: tool checks skipped"; exit 0; }
+# keep the fixtures of a 3-rank run for the tool
+rm -rf "$ZT_TMP"/zt_ckpt_test.*
+ZT_KEEP_TMP=1 TMPDIR="$ZT_TMP" "$ZT_MPIRUN" 3 "$TEST_CKPT" > "$ZT_TMP/unit-keep.log" 2>&1 || fail "test_ckpt (keep)"
+D=$(ls -d "$ZT_TMP"/zt_ckpt_test.*)
+SH=$(ls -d "$D"/consolidate/ckpt-*.shards)
+
+"$ZT_CKPT" info "$D/consolidate/merged.h5" > "$ZT_TMP/info.txt" || fail "zt-ckpt info"
+assert_contains "$ZT_TMP/info.txt" "transformer.h.1.attn.c_attn.weight           (8, 24)"
+assert_contains "$ZT_TMP/info.txt" "step         3"
+assert_contains "$ZT_TMP/info.txt" "n_layer = 2"
+"$ZT_CKPT" verify "$D/consolidate/merged.h5" || fail "verify of a good consolidated checkpoint"
+"$ZT_CKPT" verify "$SH" || fail "verify of a good sharded checkpoint"
+"$ZT_CKPT" verify "$D/nan" > "$ZT_TMP/v.txt" && fail "verify accepted NaN"
+assert_contains "$ZT_TMP/v.txt" "transformer.h.0.attn.c_attn.weight holds NaN or Inf"
+# flip one stored value: the checksum must catch it
+"$PYTHON3" -c "
+import h5py, sys
+f = h5py.File(sys.argv[1], 'r+'); d = f['optimizer/exp_avg/transformer.wpe.weight']; d[1, 2] = d[1, 2] + 1.0
+" "$D/consolidate/merged.h5" || fail "h5py edit"
+"$ZT_CKPT" verify "$D/consolidate/merged.h5" > "$ZT_TMP/v2.txt" && fail "verify missed a changed value"
+assert_contains "$ZT_TMP/v2.txt" "/optimizer/exp_avg/transformer.wpe.weight checksum"
+
+"$ZT_CKPT" consolidate "$SH" "$ZT_TMP/c.h5" || fail "consolidate"
+"$ZT_CKPT" verify "$ZT_TMP/c.h5" || fail "verify consolidated output"
+mkdir -p "$ZT_TMP/hf"
+"$ZT_CKPT" export "$ZT_TMP/c.h5" "$ZT_TMP/hf/model.safetensors" || fail "export"
+assert_contains "$ZT_TMP/hf/config.json" '"model_type": "gpt2"'
+"$ZT_CKPT" import "$ZT_TMP/hf/model.safetensors" "$ZT_TMP/hf/config.json" "$ZT_TMP/imported.h5" || fail "import"
+"$ZT_CKPT" verify "$ZT_TMP/imported.h5" || fail "verify imported"
+"$PYTHON3" - "$ZT_TMP/hf/model.safetensors" "$ZT_TMP/imported.h5" "$ZT_TMP/c.h5" <<'PY' || fail "safetensors/h5 comparison"
+import json, struct, sys
+import h5py, numpy as np
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+hdr = json.loads(b[8:8 + n]); data = b[8 + n:]
+t = {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], "<f4").reshape(v["shape"])
+     for k, v in hdr.items() if k != "__metadata__"}
+for h5 in sys.argv[2:]:
+    f = h5py.File(h5, "r")
+    assert f.attrs["format"] == b"ztrain-checkpoint" or f.attrs["format"] == "ztrain-checkpoint"
+    assert sorted(t) == sorted(f["model"]), h5
+    for k, v in t.items():
+        assert np.array_equal(v, f["model"][k][()]), (h5, k)
+print("export/import: %d tensors equal" % len(t))
+PY
+# import accepts HF names without the "transformer." prefix and ignores attn.bias buffers
+"$PYTHON3" - "$ZT_TMP/hf/model.safetensors" "$ZT_TMP/hf/bare.safetensors" <<'PY' || fail "rename"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+hdr = json.loads(b[8:8 + n]); data = b[8 + n:]
+new = {}
+for k, v in hdr.items():
+    new[k.replace("transformer.", "", 1) if k != "__metadata__" else k] = v
+end = max(v["data_offsets"][1] for k, v in hdr.items() if k != "__metadata__")
+new["h.0.attn.bias"] = {"dtype": "F32", "shape": [1], "data_offsets": [end, end + 4]}
+h = json.dumps(new).encode(); h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + data + b"\0\0\0\0")
+PY
+"$ZT_CKPT" import "$ZT_TMP/hf/bare.safetensors" "$ZT_TMP/hf/config.json" "$ZT_TMP/bare.h5" || fail "import bare names"
+"$ZT_CKPT" verify "$ZT_TMP/bare.h5" || fail "verify bare import"
+# a malformed file is rejected with its name
+printf 'garbage!' > "$ZT_TMP/bad.safetensors"
+"$ZT_CKPT" import "$ZT_TMP/bad.safetensors" "$ZT_TMP/hf/config.json" "$ZT_TMP/x.h5" > "$ZT_TMP/bad.txt" 2>&1 &&
+    fail "import accepted garbage"
+assert_contains "$ZT_TMP/bad.txt" "bad.safetensors"
+echo "PASS: ckpt_unit"
