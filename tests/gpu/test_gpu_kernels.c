@@ -1,0 +1,358 @@
+/* test_gpu_kernels.c — every CUDA backend kernel against the CPU backend.
+ *
+ * The CPU backend is the reference (it is itself checked against PyTorch and
+ * finite differences in tests/unit/). Each kernel runs on the same random
+ * inputs on both backends; outputs that the kernel accumulates into start from
+ * the same random values, so += versus = is checked too. Shapes are chosen
+ * awkward on purpose: C not a multiple of 32, T above one warp, matrices at
+ * 4-byte-aligned (not 16) addresses. The table printed is
+ *   kernel/output | max |gpu - cpu| / max |cpu| | bound | verdict
+ * and the exit status is the verdict (77 = skipped: no usable GPU). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt_backend.h"
+#include "zt_common.h"
+#include "zt_cuda.h"
+#include "../unit/zt_test.h"
+
+static const zt_backend_t *G = &zt_backend_cuda, *H = &zt_backend_cpu;
+static double gemm_bound = 2e-5;   /* fp32 GEMM; TF32 (ZT_CUDA_TF32=1) needs ~1e-2 */
+static int n_rows, n_bad;
+
+/* ---- buffers on both sides ------------------------------------------------- */
+
+typedef struct { float *h, *d, *dbase; size_t n; } pair_t;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(float lo, float hi)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
+}
+
+/* off = 1 places the device array at a 4-byte, not 16-byte, aligned address,
+ * as parameter views inside flat buffers can be. */
+static pair_t pair_make(size_t n, float lo, float hi, int off)
+{
+    pair_t p = { .n = n };
+    p.h = zt_malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) p.h[i] = lo == hi ? lo : frand(lo, hi);
+    p.dbase = G->alloc((n + 4) * sizeof(float));
+    p.d = p.dbase + off;
+    G->from_host(p.d, p.h, n * sizeof(float));
+    return p;
+}
+static pair_t pair_rand(size_t n) { return pair_make(n, -1.0f, 1.0f, 0); }
+
+static void pair_free(pair_t *p)
+{
+    free(p->h);
+    G->free(p->dbase);
+}
+
+static int32_t *ints_dev(const int32_t *h, size_t n)
+{
+    int32_t *d = G->alloc(n * sizeof(int32_t));
+    G->from_host(d, h, n * sizeof(int32_t));
+    return d;
+}
+
+/* Normwise relative error of the device result against the host reference. */
+static void check(const char *what, const pair_t *p, double bound)
+{
+    float *got = zt_malloc((p->n ? p->n : 1) * sizeof(float));
+    G->to_host(got, p->d, p->n * sizeof(float));
+    double maxdiff = 0.0, maxref = 0.0;
+    int nonfinite = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (!isfinite(got[i]) || !isfinite(p->h[i])) nonfinite++;
+        double d = fabs((double)got[i] - p->h[i]);
+        if (d > maxdiff) maxdiff = d;
+        if (fabs(p->h[i]) > maxref) maxref = fabs(p->h[i]);
+    }
+    double rel = maxdiff / (maxref > 0 ? maxref : 1e-30);
+    int ok = !nonfinite && rel <= bound;
+    printf("  %-34s %12.3e %10.1e  %s\n", what, rel, bound, ok ? "ok" : "FAIL");
+    n_rows++;
+    n_bad += !ok;
+    CU_ASSERT(ok);
+    free(got);
+}
+
+static void check_scalar(const char *what, double got, double ref, double bound)
+{
+    double rel = fabs(got - ref) / (fabs(ref) > 0 ? fabs(ref) : 1e-30);
+    int ok = isfinite(got) && rel <= bound;
+    printf("  %-34s %12.3e %10.1e  %s\n", what, rel, bound, ok ? "ok" : "FAIL");
+    n_rows++;
+    n_bad += !ok;
+    CU_ASSERT(ok);
+}
+
+/* ---- tests ----------------------------------------------------------------- */
+
+static void test_memory(void)
+{
+    const size_t n = 1000;
+    float *d = G->alloc(n * sizeof(float));
+    float *h = zt_malloc(n * sizeof(float));
+    G->to_host(h, d, n * sizeof(float));
+    int zero = 1;
+    for (size_t i = 0; i < n; i++) zero &= h[i] == 0.0f;
+    CU_ASSERT(zero);
+    pair_t a = pair_rand(n);
+    G->copy(d, a.d, n * sizeof(float));
+    G->to_host(h, d, n * sizeof(float));
+    CU_ASSERT(memcmp(h, a.h, n * sizeof(float)) == 0);
+    G->memzero(d + 10, 20 * sizeof(float));
+    G->sync();
+    G->to_host(h, d, n * sizeof(float));
+    CU_ASSERT(h[9] == a.h[9] && h[10] == 0.0f && h[29] == 0.0f && h[30] == a.h[30]);
+    printf("  %-34s %12s %10s  %s\n", "alloc/copy/memzero/to_host", "exact", "-",
+           zero ? "ok" : "FAIL");
+    n_rows++;
+    n_bad += !zero;
+    pair_free(&a);
+    G->free(d);
+    free(h);
+}
+
+static void test_encoder(void)
+{
+    const int B = 3, T = 70, C = 100, V = 53;   // few tokens: many repeats in dwte
+    int32_t *tok = zt_malloc((size_t)B * T * sizeof(int32_t));
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(frand(0, 1) * V) % V;
+    int32_t *dtok = ints_dev(tok, (size_t)B * T);
+    pair_t wte = pair_rand((size_t)V * C), wpe = pair_rand((size_t)T * C);
+    pair_t out = pair_rand((size_t)B * T * C);
+    H->encoder_forward(out.h, tok, wte.h, wpe.h, B, T, C);
+    G->encoder_forward(out.d, dtok, wte.d, wpe.d, B, T, C);
+    check("encoder_forward out", &out, 1e-6);
+    pair_t dwte = pair_rand((size_t)V * C), dwpe = pair_rand((size_t)T * C);
+    H->encoder_backward(dwte.h, dwpe.h, out.h, tok, B, T, C);
+    G->encoder_backward(dwte.d, dwpe.d, out.d, dtok, B, T, C);
+    check("encoder_backward dwte (+=)", &dwte, 1e-5);
+    check("encoder_backward dwpe (+=)", &dwpe, 1e-5);
+    pair_free(&wte); pair_free(&wpe); pair_free(&out); pair_free(&dwte); pair_free(&dwpe);
+    G->free(dtok);
+    free(tok);
+}
+
+static void test_layernorm(void)
+{
+    const int N = 300, C = 100;
+    pair_t inp = pair_make((size_t)N * C, -2.0f, 3.0f, 0), w = pair_rand(C), b = pair_rand(C);
+    pair_t out = pair_rand((size_t)N * C), mean = pair_rand(N), rstd = pair_rand(N);
+    H->layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, b.h, N, C);
+    G->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, b.d, N, C);
+    check("layernorm_forward out", &out, 1e-5);
+    check("layernorm_forward mean", &mean, 1e-5);
+    check("layernorm_forward rstd", &rstd, 1e-5);
+    pair_t dout = pair_rand((size_t)N * C), dinp = pair_rand((size_t)N * C);
+    pair_t dw = pair_rand(C), db = pair_rand(C);
+    H->layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, mean.h, rstd.h, N, C);
+    G->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d, N, C);
+    check("layernorm_backward dinp (+=)", &dinp, 1e-5);
+    check("layernorm_backward dweight (+=)", &dw, 1e-5);
+    check("layernorm_backward dbias (+=)", &db, 1e-5);
+    pair_free(&inp); pair_free(&w); pair_free(&b); pair_free(&out); pair_free(&mean);
+    pair_free(&rstd); pair_free(&dout); pair_free(&dinp); pair_free(&dw); pair_free(&db);
+}
+
+static void matmul_case(int transw, int off)
+{
+    const int N = 130, C = 72, OC = 203;
+    char name[64];
+    pair_t inp = pair_make((size_t)N * C, -1, 1, off), W = pair_make((size_t)C * OC, -1, 1, off);
+    pair_t bias = pair_make(OC, -1, 1, off), out = pair_make((size_t)N * OC, -1, 1, off);
+    H->matmul_forward(out.h, inp.h, W.h, bias.h, N, C, OC, transw);
+    G->matmul_forward(out.d, inp.d, W.d, bias.d, N, C, OC, transw);
+    snprintf(name, sizeof name, "matmul_forward out tw=%d al=%d", transw, off ? 4 : 16);
+    check(name, &out, gemm_bound);
+    pair_t dout = pair_make((size_t)N * OC, -1, 1, off), dinp = pair_make((size_t)N * C, -1, 1, off);
+    pair_t dW = pair_make((size_t)C * OC, -1, 1, off), db = pair_make(OC, -1, 1, off);
+    H->matmul_backward(dinp.h, dW.h, db.h, dout.h, inp.h, W.h, N, C, OC, transw);
+    G->matmul_backward(dinp.d, dW.d, db.d, dout.d, inp.d, W.d, N, C, OC, transw);
+    snprintf(name, sizeof name, "matmul_backward dinp tw=%d al=%d", transw, off ? 4 : 16);
+    check(name, &dinp, gemm_bound);
+    snprintf(name, sizeof name, "matmul_backward dW tw=%d al=%d", transw, off ? 4 : 16);
+    check(name, &dW, gemm_bound);
+    snprintf(name, sizeof name, "matmul_backward dbias tw=%d", transw);
+    check(name, &db, 1e-5);
+    pair_free(&inp); pair_free(&W); pair_free(&bias); pair_free(&out);
+    pair_free(&dout); pair_free(&dinp); pair_free(&dW); pair_free(&db);
+}
+
+static void test_matmul(void)
+{
+    matmul_case(0, 0);
+    matmul_case(1, 0);
+    matmul_case(0, 1);
+    matmul_case(1, 1);
+}
+
+static void test_attention(void)
+{
+    const int B = 2, T = 70, C = 96, NH = 3;   // hs = 32, T spans three warps
+    pair_t qkv = pair_make((size_t)B * T * 3 * C, -2, 2, 0), out = pair_rand((size_t)B * T * C);
+    pair_t att = pair_rand((size_t)B * NH * T * T);
+    H->attention_forward(out.h, att.h, qkv.h, B, T, C, NH);
+    G->attention_forward(out.d, att.d, qkv.d, B, T, C, NH);
+    check("attention_forward out", &out, 2e-5);
+    check("attention_forward att", &att, 2e-5);
+    pair_t dout = pair_rand((size_t)B * T * C), dqkv = pair_rand((size_t)B * T * 3 * C);
+    pair_t datt = pair_rand((size_t)B * NH * T * T);
+    H->attention_backward(dqkv.h, datt.h, dout.h, qkv.h, att.h, B, T, C, NH);
+    G->attention_backward(dqkv.d, datt.d, dout.d, qkv.d, att.d, B, T, C, NH);
+    check("attention_backward dqkv (+=)", &dqkv, 5e-5);
+    pair_free(&qkv); pair_free(&out); pair_free(&att); pair_free(&dout); pair_free(&dqkv);
+    pair_free(&datt);
+}
+
+static void test_elementwise(void)
+{
+    const size_t n = 100003;
+    pair_t x = pair_make(n, -6, 6, 0), y = pair_rand(n), o = pair_rand(n), d = pair_rand(n);
+    H->gelu_forward(o.h, x.h, n);
+    G->gelu_forward(o.d, x.d, n);
+    check("gelu_forward", &o, 1e-5);
+    H->gelu_backward(d.h, x.h, y.h, n);
+    G->gelu_backward(d.d, x.d, y.d, n);
+    check("gelu_backward (+=)", &d, 1e-5);
+    H->residual_forward(o.h, x.h, y.h, n);
+    G->residual_forward(o.d, x.d, y.d, n);
+    check("residual_forward", &o, 1e-7);
+    H->accumulate(y.h, x.h, n);
+    G->accumulate(y.d, x.d, n);
+    check("accumulate", &y, 1e-7);
+    H->scale(y.h, 0.37f, n);
+    G->scale(y.d, 0.37f, n);
+    check("scale", &y, 1e-7);
+    pair_free(&x); pair_free(&y); pair_free(&o); pair_free(&d);
+}
+
+static void test_crossentropy(void)
+{
+    const int N = 67, V = 1029;
+    int32_t tg[67];
+    for (int i = 0; i < N; i++) tg[i] = (int32_t)(frand(0, 1) * V) % V;
+    tg[5] = -1;                                 // ignored position
+    int32_t *dtg = ints_dev(tg, N);
+    pair_t lg = pair_make((size_t)N * V, -8, 8, 0), loss = pair_rand(N);
+    pair_t lg2 = pair_make((size_t)N * V, 0, 0, 0), loss2 = pair_rand(N);
+    memcpy(lg2.h, lg.h, (size_t)N * V * sizeof(float));
+    G->copy(lg2.d, lg.d, (size_t)N * V * sizeof(float));
+    H->crossentropy_fused(lg.h, loss.h, tg, N, V, 1.0f / N);
+    G->crossentropy_fused(lg.d, loss.d, dtg, N, V, 1.0f / N);
+    check("crossentropy losses", &loss, 1e-5);
+    check("crossentropy dlogits (in place)", &lg, 1e-5);
+    H->crossentropy_fused(lg2.h, loss2.h, tg, N, V, 0.0f);
+    G->crossentropy_fused(lg2.d, loss2.d, dtg, N, V, 0.0f);
+    check("crossentropy losses (dscale=0)", &loss2, 1e-5);
+    pair_free(&lg); pair_free(&loss); pair_free(&lg2); pair_free(&loss2);
+    G->free(dtg);
+}
+
+static void test_reductions(void)
+{
+    const size_t n = 3000017;
+    pair_t x = pair_make(n, -3, 3, 0);
+    check_scalar("sumsq", G->sumsq(x.d, n), H->sumsq(x.h, n), 1e-10);
+    int fin = G->all_finite(x.d, n);
+    float bad[2] = { NAN, INFINITY };
+    G->from_host(x.d + n - 1, &bad[0], sizeof(float));
+    int nan_seen = !G->all_finite(x.d, n);
+    G->from_host(x.d + n - 1, &bad[1], sizeof(float));
+    int inf_seen = !G->all_finite(x.d, n);
+    int ok = fin && nan_seen && inf_seen;
+    printf("  %-34s %12s %10s  %s\n", "all_finite (clean, NaN, Inf)", "exact", "-", ok ? "ok" : "FAIL");
+    n_rows++;
+    n_bad += !ok;
+    CU_ASSERT(ok);
+    pair_free(&x);
+}
+
+static void test_adamw(void)
+{
+    const size_t n = 10007;
+    pair_t p = pair_rand(n), m = pair_make(n, 0, 0, 0), v = pair_make(n, 0, 0, 0);
+    for (long step = 1; step <= 3; step++) {
+        pair_t g = pair_rand(n);
+        H->adamw(p.h, g.h, m.h, v.h, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
+        G->adamw(p.d, g.d, m.d, v.d, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
+        pair_free(&g);
+    }
+    check("adamw p (3 steps)", &p, 1e-6);
+    check("adamw m", &m, 1e-6);
+    check("adamw v", &v, 1e-6);
+    pair_free(&p); pair_free(&m); pair_free(&v);
+}
+
+static void test_bf16(void)
+{
+    const size_t n = 70001;
+    pair_t x = pair_make(n, -1000, 1000, 0);
+    x.h[0] = NAN; x.h[1] = -INFINITY; x.h[2] = 1.00390625f; /* a tie: rounds to even */
+    x.h[3] = -0.0f; x.h[4] = 3.0e38f;
+    G->from_host(x.d, x.h, 5 * sizeof(float));
+    uint16_t *bh = zt_malloc(n * 2), *bg = zt_malloc(n * 2);
+    uint16_t *bd = G->alloc(n * 2);
+    H->to_bf16(bh, x.h, n);
+    G->to_bf16(bd, x.d, n);
+    G->to_host(bg, bd, n * 2);
+    int same = memcmp(bh, bg, n * 2) == 0;
+    printf("  %-34s %12s %10s  %s\n", "to_bf16 (bitwise)", "exact", "-", same ? "ok" : "FAIL");
+    CU_ASSERT(same);
+    pair_t y = pair_rand(n);
+    H->from_bf16(y.h, bh, n);
+    G->from_bf16(y.d, bd, n);
+    float *yg = zt_malloc(n * sizeof(float));
+    G->to_host(yg, y.d, n * sizeof(float));
+    int same2 = memcmp(yg, y.h, n * sizeof(float)) == 0;
+    printf("  %-34s %12s %10s  %s\n", "from_bf16 (bitwise)", "exact", "-", same2 ? "ok" : "FAIL");
+    CU_ASSERT(same2);
+    n_rows += 2;
+    n_bad += !same + !same2;
+    pair_free(&x); pair_free(&y);
+    G->free(bd);
+    free(bh); free(bg); free(yg);
+}
+
+static const zt_test_t tests[] = {
+    { "memory", test_memory },
+    { "encoder", test_encoder },
+    { "layernorm", test_layernorm },
+    { "matmul", test_matmul },
+    { "attention", test_attention },
+    { "elementwise", test_elementwise },
+    { "crossentropy", test_crossentropy },
+    { "reductions", test_reductions },
+    { "adamw", test_adamw },
+    { "bf16", test_bf16 },
+    { NULL, NULL },
+};
+
+int main(void)
+{
+    char err[ZT_ERRLEN];
+    if (!zt_cuda_available(err, sizeof err)) {
+        printf("no GPU: %s (skipped)\n", err);
+        return 77;
+    }
+    const char *tf32 = getenv("ZT_CUDA_TF32");
+    if (tf32 && tf32[0] == '1') gemm_bound = 1e-2;
+    int dev = zt_cuda_pick_device(0);
+    char name[256] = "?";
+    size_t tot = 0, fr = 0;
+    zt_cuda_device_info(name, sizeof name, &tot, &fr, err, sizeof err);
+    zt_cpu_set_threads(4);
+    printf("CUDA backend vs CPU backend on device %d: %s\n", dev, name);
+    printf("  %-34s %12s %10s  %s\n", "kernel / output", "rel.err", "bound", "verdict");
+    int rc = zt_test_run("gpu_kernels", tests);
+    printf("%d comparisons, %d failed\n", n_rows, n_bad);
+    return rc;
+}
