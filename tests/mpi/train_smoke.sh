@@ -1,3 +1,52 @@
 #!/bin/sh
-# placeholder
-exit 77
+# train_smoke.sh — what a user sees: progress lines from rank 0 only, metrics.jsonl
+# with the documented fields, the resolved config (valid input again), a loss plot,
+# a generated sample, a summary, a falling loss; and the informational commands.
+. "$(dirname "$0")/common.sh"
+PY=${PYTHON3:-/usr/bin/python3}
+make_tiny_data "$ZT_TMP/data"
+cd "$ZT_TMP" || fail "cd"
+TINY="$ZT_SRCDIR/inputs/tiny.cfg"
+run_ztrain 2 "$TINY" train.max_steps=40 train.eval_steps=20 log.plot=true train.output_dir=out \
+    optim.learning_rate=3e-3
+n=$(grep -c "^step     1/40 | loss" "$ZT_OUT")
+[ "$n" = 1 ] || fail "expected one progress line for step 1 (rank 0 speaks), got $n"
+assert_contains "$ZT_OUT" "global 4 sequences = 2 per device x 2 ranks x 1 accumulation"
+assert_contains "$ZT_OUT" "validation loss"
+assert_contains "$ZT_OUT" "---- sample (20 tokens"
+assert_contains "$ZT_OUT" "summary: 40 steps"
+assert_contains "$ZT_OUT" "rank 1 -> "
+for f in out/metrics.jsonl out/config.cfg out/loss.svg out/latest; do
+    [ -s "$f" ] || fail "$f missing"
+done
+grep -q "<svg" out/loss.svg || fail "loss.svg is not SVG"
+"$PY" - out/metrics.jsonl <<'PYEOF' || fail "metrics.jsonl content"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in recs if "loss" in r]
+need = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "tflops", "mfu", "comm"}
+assert all(need <= set(r) for r in steps), "fields missing"
+assert [r["step"] for r in steps] == list(range(1, 41)), "one record per step"
+vals = [r for r in recs if "val_loss" in r]
+assert [r["step"] for r in vals] == [20, 40], vals
+first = sum(r["loss"] for r in steps[:5]) / 5; last = sum(r["loss"] for r in steps[-5:]) / 5
+assert last < first - 0.3, f"loss did not fall: {first:.3f} -> {last:.3f}"
+assert any(r.get("summary") for r in recs) and any(r.get("start") for r in recs)
+print(f"metrics ok: loss {first:.3f} -> {last:.3f}")
+PYEOF
+# the resolved config is valid input that resolves to itself
+run_ztrain 1 --print-config out/config.cfg >/dev/null
+grep -v -e "^+ " -e "^#" "$ZT_OUT" >printed.cfg
+grep -v "^#" out/config.cfg >resolved.cfg
+diff -u resolved.cfg printed.cfg >/dev/null || fail "--print-config of config.cfg differs from config.cfg"
+# informational commands
+run_ztrain 1 --help >/dev/null
+assert_contains "$ZT_OUT" "optim.learning_rate"
+assert_contains "$ZT_OUT" "parallel.shard_layout"
+run_ztrain 1 --version >/dev/null
+assert_contains "$ZT_OUT" "ztrain "
+run_ztrain 2 --estimate-memory "$TINY" >/dev/null
+assert_contains "$ZT_OUT" "zero3"
+# no input file: the default input is looked up relative to the working directory
+expect_fail_with 1 "inputs/default.cfg: cannot open"
+echo "train_smoke: ok"
