@@ -3,7 +3,7 @@
 set -eu
 PKGS="build-essential autoconf automake libtool pkg-config
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libconfig-dev libcunit1-dev
-  libopenblas-dev libdnnl-dev gnuplot-nox python3-numpy python3-h5py python3-torch
+  libopenblas-dev libdnnl-dev gnuplot-nox python3-numpy python3-h5py
   slurm-wlm slurmctld slurmd slurm-client munge fortunes-min fortunes"
 missing=""
 for p in $PKGS; do
