@@ -761,6 +761,10 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     zt_cpu_set_threads(cfg->train.threads > 0 ? cfg->train.threads : 1);
     r->be = pick_backend(cfg, err, sizeof err);
     rc = r->be ? 0 : -1;
+    /* offload belongs to the GPU path, which is not finished: refuse rather than ignore */
+    if (rc == 0 && (strcmp(cfg->parallel.offload_optimizer, "none") || strcmp(cfg->parallel.offload_param, "none")))
+        rc = zt_err(err, sizeof err, "parallel.offload_optimizer / parallel.offload_param: offload is not implemented yet "
+                    "(it needs the CUDA backend); set both to \"none\"");
     if (rc == 0) rc = r->rank == 0 ? mkdir_p(cfg->train.output_dir, err, sizeof err) : 0;
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
