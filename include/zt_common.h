@@ -39,6 +39,10 @@ void zt_mpi_fail(int rc, const char *call, const char *file, int line) __attribu
 /* Formats into an error buffer (bounded); returns -1 so callers can `return zt_err(...)`. */
 int zt_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Whole file into a malloc'd, NUL-terminated buffer (*len bytes, NUL not counted;
+ * len may be NULL). NULL with "PATH: cannot open: ..." or "PATH: read error" in err. */
+char *zt_read_file(const char *path, size_t *len, char *err, size_t errlen);
+
 /* Wall-clock seconds (monotonic). */
 double zt_now(void);
 

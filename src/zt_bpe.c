@@ -183,36 +183,6 @@ static size_t pow2_at_least(size_t n)
 
 /* ---- loading -------------------------------------------------------------------- */
 
-static char *slurp(const char *path, size_t *len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        zt_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = zt_malloc(cap);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) {
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) zt_fatal("out of memory reading %s", path);
-            buf = nb;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        zt_err(err, errlen, "%s: read error", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
 
 typedef struct { const char *s; size_t n, i; } json_t;
 
@@ -290,7 +260,7 @@ static int line_of(const char *s, size_t off)
 static int load_vocab(zt_tokenizer_t *t, const char *path, char *err, size_t errlen)
 {
     size_t n = 0;
-    char *text = slurp(path, &n, err, errlen);
+    char *text = zt_read_file(path, &n, err, errlen);
     if (!text) return -1;
     json_t j = {text, n, 0};
     /* Two passes: count entries and find the largest id, then fill. */
@@ -390,7 +360,7 @@ done:
 static int load_merges(zt_tokenizer_t *t, const char *path, char *err, size_t errlen)
 {
     size_t n = 0;
-    char *text = slurp(path, &n, err, errlen);
+    char *text = zt_read_file(path, &n, err, errlen);
     if (!text) return -1;
     size_t nlines = 1;
     for (size_t i = 0; i < n; i++) nlines += text[i] == '\n';

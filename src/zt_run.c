@@ -25,29 +25,6 @@
 
 #define DEFAULT_INPUT "inputs/default.cfg"
 
-static char *read_file(const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        zt_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = zt_malloc(cap);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (cap - n - 1 == 0) {
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) zt_fatal("out of memory reading %s", path);
-            buf = nb;
-        }
-    }
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
 
 static void usage(FILE *out)
 {
@@ -113,7 +90,7 @@ int zt_run(int argc, char **argv, MPI_Comm world)
     if (!input) input = DEFAULT_INPUT;
 
     char err[ZT_ERRLEN] = "";
-    char *text = rank == 0 ? read_file(input, err, sizeof err) : NULL;
+    char *text = rank == 0 ? zt_read_file(input, NULL, err, sizeof err) : NULL;
     text = zt_bcast_text(world, text);
     if (!text) {
         if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", err);

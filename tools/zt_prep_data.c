@@ -59,34 +59,6 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static char *read_text(const char *path, size_t *len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        zt_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 20, n = 0, got;
-    char *buf = zt_malloc(cap);
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) zt_fatal("out of memory reading %s", path);
-            buf = nb;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        zt_err(err, errlen, "%s: read error", path);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 static int write_one(const char *path, const int32_t *tok, size_t n, const zt_tokenizer_t *t, int bin,
                      char *err, size_t errlen)
@@ -206,7 +178,7 @@ int main(int argc, char **argv)
     tokens_t all = {zt_malloc(1024 * sizeof(int32_t)), 0, 1024};
     for (int k = 0; k < ninputs; k++) {
         size_t len = 0;
-        char *text = read_text(inputs[k], &len, err, sizeof err);
+        char *text = zt_read_file(inputs[k], &len, err, sizeof err);
         if (!text) return fail("%s", err);
         if (eot_between && k > 0) push_eot(&all, eot);
         size_t doc = 0, seplen = sep ? strlen(sep) : 0;
