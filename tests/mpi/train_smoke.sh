@@ -34,6 +34,15 @@ assert last < first - 0.3, f"loss did not fall: {first:.3f} -> {last:.3f}"
 assert any(r.get("summary") for r in recs) and any(r.get("start") for r in recs)
 print(f"metrics ok: loss {first:.3f} -> {last:.3f}")
 PYEOF
+# validation and the sample work under zero3 too, and see the same model
+cp "$ZT_OUT" ddp.out
+run_ztrain 2 "$TINY" train.max_steps=40 train.eval_steps=20 train.output_dir=z3 optim.learning_rate=3e-3 \
+    parallel.strategy=zero3 parallel.shard_layout=per_param >/dev/null
+assert_contains "$ZT_OUT" "---- sample (20 tokens"
+v1=$(sed -n 's/^step    40\/40 | validation loss //p' ddp.out)
+v2=$(sed -n 's/^step    40\/40 | validation loss //p' "$ZT_OUT")
+[ -n "$v1" ] && [ "$v1" = "$v2" ] || fail "validation loss under zero3 ($v2) differs from ddp ($v1)"
+
 # the resolved config is valid input that resolves to itself
 run_ztrain 1 --print-config out/config.cfg >/dev/null
 grep -v -e "^+ " -e "^#" "$ZT_OUT" >printed.cfg
