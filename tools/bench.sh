@@ -27,7 +27,7 @@ MPIRUN="mpirun $root --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OPENBL
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-echo "ztrain benchmark — $(date -u +%Y-%m-%d), $(nproc) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
+echo "ztrain benchmark — $(date -u +%Y-%m-%d), $(nproc --all) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
 echo
 sgemm=$("$B/tools/bench_kernels" 3 1000 | awk '{ for (i = 1; i <= NF; i++) if ($i == "(sgemm") { v = $(i + 1) + 0; if (v > m) m = v } } END { print m }')
 echo "OpenBLAS sgemm peak (best over GPT-2 124M shapes, 1 thread): $sgemm GFLOP/s"

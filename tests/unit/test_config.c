@@ -2,6 +2,7 @@
  * exact error messages users see (file:line, key, did-you-mean), validation,
  * print/parse round trip, and that help and the markdown reference list every
  * key. Also parses the shipped inputs/ files so they cannot rot. */
+#include "zt_common.h"
 #include "zt_config.h"
 #include "zt_test.h"
 
@@ -314,6 +315,25 @@ static char *capture(void (*fn)(FILE *))
     return buf;
 }
 
+/* doc/config-reference.md is generated from the schema; a schema change without
+ * `make update-docs` leaves the documentation wrong, so it is a test failure. */
+static void t_reference_current(void)
+{
+    const char *src = getenv("ZT_SRCDIR");
+#ifdef ZT_SRCDIR
+    if (!src) src = ZT_SRCDIR;
+#endif
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/doc/config-reference.md", src ? src : ".");
+    char *committed = zt_read_file(path, NULL, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(committed);
+    char *md = capture(zt_config_markdown);
+    CU_ASSERT_STRING_EQUAL(committed, md);
+    if (strcmp(committed, md) != 0) printf("\n  %s is stale: run `make update-docs`\n", path);
+    free(committed);
+    free(md);
+}
+
 static void t_help_markdown_complete(void)
 {
     char *help = capture(zt_config_help), *md = capture(zt_config_markdown);
@@ -393,6 +413,7 @@ static const zt_test_t tests[] = {
     {"print/parse round trip", t_round_trip},
     {"string list forms", t_string_list},
     {"help and markdown list every key", t_help_markdown_complete},
+    {"doc/config-reference.md is current", t_reference_current},
     {"shipped inputs parse", t_shipped_inputs},
     {NULL, NULL},
 };
