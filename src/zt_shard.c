@@ -12,6 +12,22 @@
  * Replicated state (ddp over the world, hybrids over the replica group) is
  * kept identical by reducing gradients over `rg` as well.
  *
+ * bf16 (opts->bf16): the master weights are fp32 and packed like m and v
+ * (shard_p, for every strategy, ddp included), and counted with the optimizer
+ * state as in ZeRO's 2 + 2 + 12 bytes per parameter. The working copy is bf16:
+ * wfull (ddp, zero1, zero2) or wshard (the strategies that shard parameters,
+ * the source of bf16 all-gathers into gath). After AdamW the working copy is
+ * re-rounded from the master (and re-gathered where the strategy gathers). The
+ * model computes in fp32, so zt_shard_params widens a unit into one of two fp32
+ * scratch buffers (the root unit's and the running block's).
+ * Gradients: the model accumulates fp32 into the unit gradient buffer; with
+ * reduce_bf16 a unit is rounded to bf16 for its reduction (gcomm, rs16) and
+ * widened again where it lands. What persists across micro-steps (gfull for
+ * ddp/zero1, gshard otherwise) stays fp32: accumulating micro-batches in bf16
+ * would round every partial sum to 8 bits, and DeepSpeed's bf16 optimizer keeps
+ * fp32 gradient accumulators for the same reason. With one rank nothing is
+ * communicated, so nothing is rounded.
+ *
  * Ordering: every rank issues the same collectives in the same order because
  * the train loop calls the step protocol identically everywhere. */
 #include <math.h>
@@ -32,7 +48,10 @@ typedef struct unit_state {
     zt_unit_layout_t lay;
     size_t S;               /* elements this rank owns (packed, padding included) */
     size_t spos0;           /* displ of this rank in packed order */
-    float *full, *gath, *shard_p, *gfull, *gshard, *m, *v, *rs_tmp;
+    float *full, *shard_p, *gfull, *gshard, *m, *v, *rs_tmp;
+    void *gath;             /* P elements of the working dtype */
+    uint16_t *wfull, *wshard;   /* bf16 working copies (P, S) */
+    uint16_t *gcomm, *rs16;     /* bf16 gradients in flight (P), landing (S) */
     int gathered, gather_pending, bwd_done;
     zt_request_t gather_req;
     zt_request_t red_req[MAX_REQ];
@@ -52,8 +71,14 @@ struct zt_shard {
     int micro, nmicro, inference;
     long adam_step;
     unit_state_t *u;
-    float *pack_tmp;        /* per_param packing buffer (largest packed unit) */
-    size_t pack_tmp_n;
+    void *pack_tmp;         /* per_param packing buffer (largest packed unit) */
+    size_t pack_tmp_n, pack_es;
+    int mixed;              /* bf16 working copies */
+    size_t pesz;            /* bytes of a working parameter element */
+    zt_dtype_t pdt, gdt;    /* dtype of parameter gathers and of gradient reductions */
+    float *scratch[2];      /* bf16: fp32 view of the root unit [0] and of the running block [1] */
+    size_t scratch_n[2];
+    int slot_unit[2], slot_held[2];
     zt_shard_mem_t mem, mem_peak;
 };
 
@@ -107,20 +132,28 @@ static size_t *mem_slot(zt_shard_mem_t *m, int cat)
     }
 }
 
-static float *falloc(zt_shard_t *s, int cat, size_t n)
+static void *balloc(zt_shard_t *s, int cat, size_t bytes)
 {
     size_t *cur = mem_slot(&s->mem, cat), *pk = mem_slot(&s->mem_peak, cat);
-    *cur += n * sizeof(float);
+    *cur += bytes;
     if (*cur > *pk) *pk = *cur;
-    return s->be->alloc(n * sizeof(float));
+    return s->be->alloc(bytes);
 }
+
+static float *falloc(zt_shard_t *s, int cat, size_t n) { return balloc(s, cat, n * sizeof(float)); }
+
+static void bfree(zt_shard_t *s, int cat, void *p, size_t bytes)
+{
+    if (!p) return;
+    *mem_slot(&s->mem, cat) -= bytes;
+    s->be->free(p);
+}
+/* frees and clears a buffer of any element type */
+#define BFREE(s, cat, p, bytes) do { bfree((s), (cat), (p), (bytes)); (p) = NULL; } while (0)
 
 static void ffree(zt_shard_t *s, int cat, float **p, size_t n)
 {
-    if (!*p) return;
-    *mem_slot(&s->mem, cat) -= n * sizeof(float);
-    s->be->free(*p);
-    *p = NULL;
+    BFREE(s, cat, *p, n * sizeof(float));
 }
 
 /* ---- construction ---------------------------------------------------------- */
@@ -155,14 +188,55 @@ static void build_opt_segments(zt_shard_t *s, int ui)
 /* value pointer of an owned segment (where the master copy lives) */
 static float *seg_value(zt_shard_t *s, unit_state_t *u, const opt_seg_t *g)
 {
-    return s->shard_params ? u->shard_p + g->spos : u->full + g->uoff;
+    return s->shard_params || s->mixed ? u->shard_p + g->spos : u->full + g->uoff;
+}
+
+static void regather_full(zt_shard_t *s, int ui);
+
+/* bf16: the working copy := bf16(master); the replicated full copy is completed
+ * by an all-gather of every rank's rounded part (the same rounding everywhere). */
+static void refresh_working(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    if (s->shard_params) {
+        s->be->to_bf16(u->wshard, u->shard_p, u->S);
+        return;
+    }
+    const int r = s->rank_in_sg;
+    size_t pos = 0;
+    for (int i = 0; i < u->lay.nseg[r]; i++) {
+        const zt_segment_t *g = &u->lay.seg[r][i];
+        s->be->to_bf16(u->wfull + g->off, u->shard_p + pos, g->len);
+        pos += g->len;
+    }
+    regather_full(s, ui);
+}
+
+/* the fp32 views of the working copy are stale after it changed */
+static void invalidate_slots(zt_shard_t *s)
+{
+    s->slot_unit[0] = s->slot_unit[1] = -1;
+    s->slot_held[0] = s->slot_held[1] = 0;
 }
 
 static void init_values(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
     const zt_param_table_t *t = s->t;
-    if (!s->shard_params) {
+    if (s->mixed && !s->shard_params && s->n > 1) {
+        /* replicated bf16 working copy: every rank rounds the whole unit itself
+         * (a pure function) instead of gathering at start-up */
+        float *host = zt_malloc(u->lay.numel * sizeof(float));
+        for (int p = t->unit_first[ui]; p < t->unit_first[ui] + t->unit_count[ui]; p++)
+            zt_param_init_range(&t->params[p], s->o.seed, 0, t->params[p].numel,
+                                host + t->params[p].offset);
+        float *dev = s->be->alloc(u->lay.numel * sizeof(float));
+        s->be->from_host(dev, host, u->lay.numel * sizeof(float));
+        s->be->to_bf16(u->wfull, dev, u->lay.numel);
+        s->be->free(dev);
+        free(host);
+    }
+    if (!s->shard_params && !s->mixed) {
         /* replicated parameters: every rank computes all of them (pure function) */
         float *host = zt_malloc(u->lay.numel * sizeof(float));
         for (int p = t->unit_first[ui]; p < t->unit_first[ui] + t->unit_count[ui]; p++)
@@ -180,6 +254,7 @@ static void init_values(zt_shard_t *s, int ui)
     }
     s->be->from_host(u->shard_p, host, u->S * sizeof(float));
     free(host);
+    if (s->mixed && (s->shard_params || s->n == 1)) refresh_working(s, ui); /* no collective here */
 }
 
 zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
@@ -194,6 +269,12 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     s->hybrid = zt_strategy_is_hybrid(st);
     s->shard_params = zt_strategy_shards_params(st);
     s->persistent_grads = !zt_strategy_shards_grads(st);
+    s->mixed = opts->bf16 != 0;
+    s->pesz = s->mixed ? 2 : 4;
+    s->pdt = s->mixed ? ZT_BF16 : ZT_F32;
+    s->gdt = opts->reduce_bf16 ? ZT_BF16 : ZT_F32;
+    s->pack_es = ZT_MAX(s->pesz, zt_dtype_size(s->gdt));
+    invalidate_slots(s);
     if (st == ZT_DDP) {
         s->sg = NULL;
         s->rg = comm->world.size > 1 ? &comm->world : NULL;
@@ -215,7 +296,16 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         build_opt_segments(s, ui);
         for (int k = 0; k < MAX_REQ; k++) u->red_req[k].req = MPI_REQUEST_NULL;
         u->gather_req.req = MPI_REQUEST_NULL;
-        if (s->shard_params)
+        if (s->mixed) {
+            /* fp32 master with the optimizer state, bf16 working copy as the params */
+            u->shard_p = falloc(s, MEM_OPTIM, u->S);
+            if (s->shard_params)
+                u->wshard = balloc(s, MEM_PARAMS, u->S * 2);
+            else
+                u->wfull = balloc(s, MEM_PARAMS, u->lay.packed * 2);
+            const int k = ui == 0 ? 0 : 1;
+            s->scratch_n[k] = ZT_MAX(s->scratch_n[k], u->lay.numel);
+        } else if (s->shard_params)
             u->shard_p = falloc(s, MEM_PARAMS, u->S);
         else
             u->full = falloc(s, MEM_PARAMS, u->lay.packed);
@@ -227,7 +317,9 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         if (opts->layout == ZT_LAYOUT_PER_PARAM && s->n > 1 && u->lay.packed > s->pack_tmp_n)
             s->pack_tmp_n = u->lay.packed;
     }
-    if (s->pack_tmp_n) s->pack_tmp = falloc(s, MEM_COMM, s->pack_tmp_n);
+    if (s->pack_tmp_n) s->pack_tmp = balloc(s, MEM_COMM, s->pack_tmp_n * s->pack_es);
+    for (int k = 0; k < 2; k++)
+        if (s->scratch_n[k]) s->scratch[k] = falloc(s, MEM_COMM, s->scratch_n[k]);
     return s;
 }
 
@@ -238,8 +330,12 @@ void zt_shard_free(zt_shard_t *s)
         unit_state_t *u = &s->u[ui];
         size_t P = u->lay.packed;
         ffree(s, MEM_PARAMS, &u->full, P);
-        ffree(s, MEM_GATHER, &u->gath, P);
-        ffree(s, MEM_PARAMS, &u->shard_p, u->S);
+        BFREE(s, MEM_GATHER, u->gath, P * s->pesz);
+        ffree(s, s->mixed ? MEM_OPTIM : MEM_PARAMS, &u->shard_p, u->S);
+        BFREE(s, MEM_PARAMS, u->wfull, P * 2);
+        BFREE(s, MEM_PARAMS, u->wshard, u->S * 2);
+        BFREE(s, MEM_COMM, u->gcomm, P * 2);
+        BFREE(s, MEM_COMM, u->rs16, u->S * 2);
         ffree(s, MEM_GRADS, &u->gfull, P);
         ffree(s, MEM_GRADS, &u->gshard, u->S);
         ffree(s, MEM_OPTIM, &u->m, u->S);
@@ -248,7 +344,8 @@ void zt_shard_free(zt_shard_t *s)
         free(u->oseg);
         zt_unit_layout_free(&u->lay);
     }
-    ffree(s, MEM_COMM, &s->pack_tmp, s->pack_tmp_n);
+    BFREE(s, MEM_COMM, s->pack_tmp, s->pack_tmp_n * s->pack_es);
+    for (int k = 0; k < 2; k++) ffree(s, MEM_COMM, &s->scratch[k], s->scratch_n[k]);
     free(s->u);
     free(s);
 }
@@ -265,23 +362,25 @@ static int counts_int(const zt_unit_layout_t *lay, int *counts, int *displs)
     return 0;
 }
 
-/* unit order -> rank-packed order (dst may not alias src) */
-static void pack(zt_shard_t *s, const zt_unit_layout_t *lay, float *dst, const float *src)
+/* unit order -> rank-packed order (dst may not alias src); es bytes per element */
+static void pack(zt_shard_t *s, const zt_unit_layout_t *lay, void *dst, const void *src, size_t es)
 {
     size_t pos = 0;
     for (int r = 0; r < lay->n; r++)
         for (int i = 0; i < lay->nseg[r]; i++) {
-            s->be->copy(dst + pos, src + lay->seg[r][i].off, lay->seg[r][i].len * sizeof(float));
+            s->be->copy((char *)dst + pos * es, (const char *)src + lay->seg[r][i].off * es,
+                        lay->seg[r][i].len * es);
             pos += lay->seg[r][i].len;
         }
 }
 
-static void unpack(zt_shard_t *s, const zt_unit_layout_t *lay, float *dst, const float *src)
+static void unpack(zt_shard_t *s, const zt_unit_layout_t *lay, void *dst, const void *src, size_t es)
 {
     size_t pos = 0;
     for (int r = 0; r < lay->n; r++)
         for (int i = 0; i < lay->nseg[r]; i++) {
-            s->be->copy(dst + lay->seg[r][i].off, src + pos, lay->seg[r][i].len * sizeof(float));
+            s->be->copy((char *)dst + lay->seg[r][i].off * es, (const char *)src + pos * es,
+                        lay->seg[r][i].len * es);
             pos += lay->seg[r][i].len;
         }
 }
@@ -293,27 +392,28 @@ static int is_flat(const zt_shard_t *s) { return s->o.layout == ZT_LAYOUT_FLAT |
 static void gather_start(zt_shard_t *s, int ui, int blocking)
 {
     unit_state_t *u = &s->u[ui];
-    const size_t P = u->lay.packed;
-    u->gath = falloc(s, MEM_GATHER, P);
+    const size_t P = u->lay.packed, es = s->pesz;
+    const void *src = s->mixed ? (const void *)u->wshard : (const void *)u->shard_p;
+    u->gath = balloc(s, MEM_GATHER, P * es);
     if (s->n == 1) {
-        s->be->copy(u->gath, u->shard_p, u->S * sizeof(float));
+        s->be->copy(u->gath, src, u->S * es);
         u->gathered = 1;
         return;
     }
     if (is_flat(s)) {
         if (blocking) {
-            zt_allgather(s->comm, s->sg, u->shard_p, u->gath, u->S, ZT_F32);
+            zt_allgather(s->comm, s->sg, src, u->gath, u->S, s->pdt);
             u->gathered = 1;
         } else {
-            zt_iallgather(s->comm, s->sg, u->shard_p, u->gath, u->S, ZT_F32, &u->gather_req);
+            zt_iallgather(s->comm, s->sg, src, u->gath, u->S, s->pdt, &u->gather_req);
             u->gather_pending = 1;
         }
         return;
     }
     int *counts = zt_malloc((size_t)s->n * sizeof(int)), *displs = zt_malloc((size_t)s->n * sizeof(int));
     counts_int(&u->lay, counts, displs);
-    zt_allgatherv(s->comm, s->sg, u->shard_p, s->pack_tmp, counts, displs, ZT_F32);
-    unpack(s, &u->lay, u->gath, s->pack_tmp);
+    zt_allgatherv(s->comm, s->sg, src, s->pack_tmp, counts, displs, s->pdt);
+    unpack(s, &u->lay, u->gath, s->pack_tmp, es);
     free(counts);
     free(displs);
     u->gathered = 1;
@@ -322,14 +422,28 @@ static void gather_start(zt_shard_t *s, int ui, int blocking)
 const float *zt_shard_params(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
-    if (!s->shard_params) return u->full;
-    if (u->gather_pending) {
-        zt_wait(s->comm, &u->gather_req);
-        u->gather_pending = 0;
-        u->gathered = 1;
+    if (!s->shard_params && !s->mixed) return u->full;
+    if (s->shard_params) {
+        if (u->gather_pending) {
+            zt_wait(s->comm, &u->gather_req);
+            u->gather_pending = 0;
+            u->gathered = 1;
+        }
+        if (!u->gathered) gather_start(s, ui, 1);
+        if (!s->mixed) return u->gath;
     }
-    if (!u->gathered) gather_start(s, ui, 1);
-    return u->gath;
+    /* bf16: widen into the unit's fp32 slot, unless it already holds this unit */
+    const int k = ui == 0 ? 0 : 1;
+    if (s->slot_held[k] && s->slot_unit[k] != ui)
+        zt_fatal("shard engine: unit %d requested while unit %d is still in use (bf16 keeps one "
+                 "block materialized at a time)", ui, s->slot_unit[k]);
+    if (s->slot_unit[k] != ui) {
+        s->be->from_bf16(s->scratch[k], s->shard_params ? (const uint16_t *)u->gath : u->wfull,
+                         u->lay.numel);
+        s->slot_unit[k] = ui;
+    }
+    s->slot_held[k] = 1;
+    return s->scratch[k];
 }
 
 void zt_shard_prefetch(zt_shard_t *s, int ui)
@@ -347,12 +461,16 @@ static void drop_gathered(zt_shard_t *s, int ui)
         zt_wait(s->comm, &u->gather_req);
         u->gather_pending = 0;
     }
-    ffree(s, MEM_GATHER, &u->gath, u->lay.packed);
+    BFREE(s, MEM_GATHER, u->gath, u->lay.packed * s->pesz);
     u->gathered = 0;
+    const int k = ui == 0 ? 0 : 1;
+    if (s->mixed && s->slot_unit[k] == ui) s->slot_unit[k] = -1, s->slot_held[k] = 0;
 }
 
 void zt_shard_release(zt_shard_t *s, int ui)
 {
+    const int k = ui == 0 ? 0 : 1;
+    if (s->mixed && s->slot_unit[k] == ui) s->slot_held[k] = 0;
     if (!s->shard_params) return;
     if (s->inference || s->u[ui].bwd_done || frees_after_forward(s)) drop_gathered(s, ui);
 }
@@ -396,7 +514,17 @@ static void reduction_complete(zt_shard_t *s, int ui)
     unit_state_t *u = &s->u[ui];
     for (int k = 0; k < u->nred; k++) zt_wait(s->comm, &u->red_req[k]);
     u->nred = 0;
+    if (u->gcomm) {
+        /* ddp: the bf16 all-reduce result replaces the fp32 local sum */
+        if (s->o.strategy == ZT_DDP) s->be->from_bf16(u->gfull, u->gcomm, u->lay.numel);
+        BFREE(s, MEM_COMM, u->gcomm, u->lay.packed * 2);
+    }
     if (u->red_pending) {
+        if (u->rs16) {
+            u->rs_tmp = falloc(s, MEM_COMM, u->S);
+            s->be->from_bf16(u->rs_tmp, u->rs16, u->S);
+            BFREE(s, MEM_COMM, u->rs16, u->S * 2);
+        }
         s->be->accumulate(u->gshard, u->rs_tmp, u->S);
         ffree(s, MEM_COMM, &u->rs_tmp, u->S);
         u->red_pending = 0;
@@ -407,17 +535,26 @@ static void reduction_complete(zt_shard_t *s, int ui)
 static void reduce_scatter_unit(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
-    u->rs_tmp = falloc(s, MEM_COMM, u->S);
+    const void *send = u->gfull;
+    void *recv;
+    if (s->o.reduce_bf16) {
+        u->gcomm = balloc(s, MEM_COMM, u->lay.packed * 2);
+        s->be->to_bf16(u->gcomm, u->gfull, u->lay.packed);
+        send = u->gcomm;
+        recv = u->rs16 = balloc(s, MEM_COMM, u->S * 2);
+    } else {
+        recv = u->rs_tmp = falloc(s, MEM_COMM, u->S);
+    }
     u->red_pending = 1;
     if (is_flat(s)) {
-        zt_ireduce_scatter(s->comm, s->sg, u->gfull, u->rs_tmp, u->S, ZT_F32, &u->red_req[0]);
+        zt_ireduce_scatter(s->comm, s->sg, send, recv, u->S, s->gdt, &u->red_req[0]);
         u->nred = 1;
         return;
     }
     int *counts = zt_malloc((size_t)s->n * sizeof(int));
     counts_int(&u->lay, counts, NULL);
-    pack(s, &u->lay, s->pack_tmp, u->gfull);
-    zt_reduce_scatterv(s->comm, s->sg, s->pack_tmp, u->rs_tmp, counts, ZT_F32);
+    pack(s, &u->lay, s->pack_tmp, send, zt_dtype_size(s->gdt));
+    zt_reduce_scatterv(s->comm, s->sg, s->pack_tmp, recv, counts, s->gdt);
     free(counts);
 }
 
@@ -432,12 +569,19 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
     if (s->o.strategy == ZT_DDP) {
         if (!last || !s->rg) return;
         /* all-reduce in buckets so large units do not become one huge message */
-        size_t bucket = ZT_MAX(s->o.bucket_bytes / sizeof(float), (size_t)1 << 16);
+        const size_t es = zt_dtype_size(s->gdt);
+        char *buf = (char *)u->gfull;
+        if (s->o.reduce_bf16) {
+            u->gcomm = balloc(s, MEM_COMM, u->lay.packed * 2);
+            s->be->to_bf16(u->gcomm, u->gfull, u->lay.numel);
+            buf = (char *)u->gcomm;
+        }
+        size_t bucket = ZT_MAX(s->o.bucket_bytes / es, (size_t)1 << 16);
         size_t nb = ZT_CEIL_DIV(u->lay.numel, bucket);
         if (nb > MAX_REQ) bucket = ZT_CEIL_DIV(u->lay.numel, MAX_REQ), nb = ZT_CEIL_DIV(u->lay.numel, bucket);
         for (size_t b = 0; b < nb; b++) {
             size_t off = b * bucket, n = ZT_MIN(bucket, u->lay.numel - off);
-            zt_iallreduce(s->comm, s->rg, ZT_IN_PLACE, u->gfull + off, n, ZT_F32, ZT_SUM,
+            zt_iallreduce(s->comm, s->rg, ZT_IN_PLACE, buf + off * es, n, s->gdt, ZT_SUM,
                           &u->red_req[u->nred++]);
         }
         return;
@@ -461,7 +605,15 @@ double zt_shard_finish_grads(zt_shard_t *s)
             local += s->be->sumsq(u->gfull, u->lay.numel);
             continue;
         }
-        if (s->rg) zt_allreduce(s->comm, s->rg, ZT_IN_PLACE, u->gshard, u->S, ZT_F32, ZT_SUM);
+        if (s->rg && s->o.reduce_bf16) {
+            uint16_t *b = balloc(s, MEM_COMM, u->S * 2);
+            s->be->to_bf16(b, u->gshard, u->S);
+            zt_allreduce(s->comm, s->rg, ZT_IN_PLACE, b, u->S, ZT_BF16, ZT_SUM);
+            s->be->from_bf16(u->gshard, b, u->S);
+            BFREE(s, MEM_COMM, b, u->S * 2);
+        } else if (s->rg) {
+            zt_allreduce(s->comm, s->rg, ZT_IN_PLACE, u->gshard, u->S, ZT_F32, ZT_SUM);
+        }
         local += s->be->sumsq(u->gshard, u->S);
     }
     /* each element counted once: shards are disjoint within sg, replicas not summed */
@@ -488,20 +640,22 @@ void zt_shard_zero_grads(zt_shard_t *s)
 
 /* ---- optimizer ------------------------------------------------------------------ */
 
-/* Re-creates the replicated full parameters from every rank's owned part. */
+/* Re-creates the replicated full parameters (fp32, or the bf16 working copy)
+ * from every rank's owned part. */
 static void regather_full(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
     if (s->n == 1) return;
+    void *buf = s->mixed ? (void *)u->wfull : (void *)u->full;
     if (is_flat(s)) {
-        zt_allgather(s->comm, s->sg, ZT_IN_PLACE, u->full, u->S, ZT_F32);
+        zt_allgather(s->comm, s->sg, ZT_IN_PLACE, buf, u->S, s->pdt);
         return;
     }
     int *counts = zt_malloc((size_t)s->n * sizeof(int)), *displs = zt_malloc((size_t)s->n * sizeof(int));
     counts_int(&u->lay, counts, displs);
-    pack(s, &u->lay, s->pack_tmp, u->full);
-    zt_allgatherv(s->comm, s->sg, ZT_IN_PLACE, s->pack_tmp, counts, displs, ZT_F32);
-    unpack(s, &u->lay, u->full, s->pack_tmp);
+    pack(s, &u->lay, s->pack_tmp, buf, s->pesz);
+    zt_allgatherv(s->comm, s->sg, ZT_IN_PLACE, s->pack_tmp, counts, displs, s->pdt);
+    unpack(s, &u->lay, buf, s->pack_tmp, s->pesz);
     free(counts);
     free(displs);
 }
@@ -518,8 +672,10 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
             s->be->adamw(seg_value(s, u, g), grad, u->m + g->spos, u->v + g->spos, g->len, hp->lr,
                          hp->beta1, hp->beta2, hp->eps, wd, hp->grad_scale, hp->step);
         }
-        if (!s->shard_params && s->o.strategy != ZT_DDP) regather_full(s, ui);
+        if (s->mixed) refresh_working(s, ui);
+        else if (!s->shard_params && s->o.strategy != ZT_DDP) regather_full(s, ui);
     }
+    if (s->mixed) invalidate_slots(s);
 }
 
 /* ---- inference ------------------------------------------------------------------- */
@@ -547,51 +703,63 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     const zt_strategy_t st = o->strategy;
     const int n = st == ZT_DDP ? 1 : shard_n;
     const int shard_params = zt_strategy_shards_params(st), persistent = !zt_strategy_shards_grads(st);
-    size_t largest = 0, second = 0, all_gathered = 0, pack = 0;
+    /* bf16: working params 2 bytes, the fp32 master joins m and v (12 bytes per
+     * owned element); gradient accumulators stay fp32 (see the file comment) */
+    const size_t pb = o->bf16 ? 2 : 4, gb = o->reduce_bf16 ? 2 : 4, ob = o->bf16 ? 12 : 8;
+    size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0;
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;
         zt_unit_layout_build(&lay, t, ui, n, o->layout);
         /* the largest shard (rank 0's) is the per-rank upper bound */
         size_t S = lay.count[0], P = lay.packed;
-        out->params += (shard_params ? S : P) * 4;
+        out->params += (shard_params ? S : P) * pb;
         out->grads += (persistent ? P : 0) * 4 + (st != ZT_DDP ? S : 0) * 4;
-        out->optim += 2 * S * 4;
+        out->optim += S * ob;
         if (P > largest) second = largest, largest = P;
         else if (P > second) second = P;
         all_gathered += P;
         if (o->layout == ZT_LAYOUT_PER_PARAM && n > 1 && P > pack) pack = P;
+        if (ui == 0) root = lay.numel;
+        else block = ZT_MAX(block, lay.numel);
         zt_unit_layout_free(&lay);
     }
     /* transient: one unit's full gradients plus the reduce-scatter landing buffer */
-    out->comm_buffers = pack * 4 + (persistent ? 0 : largest * 4 + largest / (size_t)n * 4);
+    out->comm_buffers = pack * ZT_MAX(pb, gb) + (persistent ? 0 : largest * 4 + largest / (size_t)n * 4);
+    /* bf16 reductions: the rounded copy of a unit's gradients and its landing shard */
+    if (o->reduce_bf16 && (st != ZT_DDP ? n > 1 : replica_n > 1))
+        out->comm_buffers += largest * 2 + (st != ZT_DDP ? largest / (size_t)n * 2 : 0);
+    /* bf16: the fp32 views of the root unit and of the running block */
+    if (o->bf16) out->comm_buffers += (root + block) * 4;
     if (shard_params) {
         const int keeps_all = st == ZT_SHARD_GRAD_OP || st == ZT_HYBRID_ZERO2 || !o->reshard_after_forward;
         /* zero3: the root unit stays gathered for the micro-step, plus the running
          * block and the prefetched one */
-        out->gathered_peak = (keeps_all ? all_gathered : largest + 2 * second) * 4;
+        out->gathered_peak = (keeps_all ? all_gathered : largest + 2 * second) * pb;
     }
-    (void)replica_n;
 }
 
 double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
                                  int replica_n, int nmicro)
 {
     const zt_strategy_t st = o->strategy;
+    /* bytes per element: parameter gathers move the working dtype, gradient
+     * reductions the reduce dtype */
+    const double pb = o->bf16 ? 2.0 : 4.0, gb = o->reduce_bf16 ? 2.0 : 4.0;
     double bytes = 0.0;
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;
         zt_unit_layout_build(&lay, t, ui, st == ZT_DDP ? 1 : shard_n, o->layout);
-        const double numel = (double)lay.numel, P = (double)lay.packed * 4.0;
-        const double S = (double)lay.count[0] * 4.0;
+        const double numel = (double)lay.numel, P = (double)lay.packed;
+        const double S = (double)lay.count[0];
         switch (st) {
-        case ZT_DDP: bytes += replica_n > 1 ? numel * 4.0 : 0; break;
-        case ZT_ZERO1: bytes += shard_n > 1 ? 2 * P : 0; break;
-        case ZT_ZERO2: bytes += shard_n > 1 ? nmicro * P + P : 0; break;
+        case ZT_DDP: bytes += replica_n > 1 ? numel * gb : 0; break;
+        case ZT_ZERO1: bytes += shard_n > 1 ? P * gb + P * pb : 0; break;
+        case ZT_ZERO2: bytes += shard_n > 1 ? nmicro * P * gb + P * pb : 0; break;
         default: {
             /* gathers per micro-step: root once; blocks once (keep) or twice (reshard) */
             int gathers = (ui == 0 || !frees_after_forward(&(zt_shard_t){.o = *o})) ? 1 : 2;
-            if (shard_n > 1) bytes += nmicro * (gathers * P + P);
-            if (replica_n > 1) bytes += S;
+            if (shard_n > 1) bytes += nmicro * (gathers * P * pb + P * gb);
+            if (replica_n > 1) bytes += S * gb;
         }
         }
         zt_unit_layout_free(&lay);
@@ -641,8 +809,10 @@ void zt_shard_after_load(zt_shard_t *s)
 {
     for (int ui = 0; ui < s->t->nunits; ui++) {
         if (s->shard_params) drop_gathered(s, ui);
-        else if (s->o.strategy != ZT_DDP) regather_full(s, ui);
+        if (s->mixed) refresh_working(s, ui);
+        else if (!s->shard_params && s->o.strategy != ZT_DDP) regather_full(s, ui);
     }
+    if (s->mixed) invalidate_slots(s);
 }
 
 double zt_shard_param_sumsq(zt_shard_t *s)

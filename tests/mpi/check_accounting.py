@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP]
+"""check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP] [--bf16] [--reduce-bf16]
 
 Checks a run's metrics.jsonl against the ZeRO memory formulas and the
 collective volumes theory predicts, computed here independently from the model
@@ -14,10 +14,20 @@ shape (flat layout, fp32):
   hybrid_shard   as zero3 inside the shard group, plus all-reduce 4*sum(S) across replicas
 Memory (bytes per rank): ddp 4/4/8 x Psi; zero1 params 4*sum(P), grads 4*sum(P)+4*sum(S),
 optimizer 8*sum(S); zero2 params 4*sum(P), grads 4*sum(S); zero3 and hybrid 4/4/8 x sum(S),
-i.e. 16*Psi/n plus padding."""
+i.e. 16*Psi/n plus padding.
+
+Dtype bytes (both optional; without them everything is fp32 as above):
+  --bf16         train.bf16 = true: working parameters are bf16, so params and
+                 every parameter all-gather take 2 bytes per element, and the
+                 fp32 master weights join the Adam moments: optimizer 12 bytes per
+                 owned element (ZeRO's mixed-precision 2 + 2 + 12). Gradients stay
+                 4 bytes: the accumulators across micro-steps are fp32, so the
+                 total is 2 + 4 + 12 = 18 bytes per parameter (/n when sharded).
+  --reduce-bf16  parallel.reduce_dtype = bf16: every gradient reduction
+                 (all-reduce, reduce-scatter) moves 2 bytes per element."""
 import json, sys
 
-def main(d, strategy, world, A, group=None):
+def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
@@ -32,26 +42,29 @@ def main(d, strategy, world, A, group=None):
     n = {"ddp": 1, "hybrid_shard": group, "hybrid_shard_zero2": group}.get(strategy, world)
     P = [-(-u // n) * n for u in units]
     S = [p // n for p in P]
-    F = 4
+    F = 4                           # fp32 bytes: gradient accumulators
+    Fp = 2 if bf16 else 4           # working parameters and their all-gathers
+    Fg = 2 if reduce_bf16 else 4    # gradient reductions
+    Fo = 12 if bf16 else 8          # (fp32 master +) Adam m, v
     exp = {"all_reduce": 0, "reduce_scatter": 0, "all_gather": 0}
     if strategy == "ddp":
-        exp["all_reduce"] = F * psi if world > 1 else 0
-        mem = (F * psi, F * psi, 2 * F * psi)
+        exp["all_reduce"] = Fg * psi if world > 1 else 0
+        mem = (Fp * psi, F * psi, Fo * psi)
     elif strategy == "zero1":
-        exp["reduce_scatter"] = exp["all_gather"] = F * sum(P)
-        mem = (F * sum(P), F * sum(P) + F * sum(S), 2 * F * sum(S))
+        exp["reduce_scatter"] = Fg * sum(P); exp["all_gather"] = Fp * sum(P)
+        mem = (Fp * sum(P), F * sum(P) + F * sum(S), Fo * sum(S))
     elif strategy == "zero2":
-        exp["reduce_scatter"] = A * F * sum(P); exp["all_gather"] = F * sum(P)
-        mem = (F * sum(P), F * sum(S), 2 * F * sum(S))
+        exp["reduce_scatter"] = A * Fg * sum(P); exp["all_gather"] = Fp * sum(P)
+        mem = (Fp * sum(P), F * sum(S), Fo * sum(S))
     elif strategy == "shard_grad_op":
-        exp["all_gather"] = exp["reduce_scatter"] = A * F * sum(P)
-        mem = (F * sum(S), F * sum(S), 2 * F * sum(S))
+        exp["all_gather"] = A * Fp * sum(P); exp["reduce_scatter"] = A * Fg * sum(P)
+        mem = (Fp * sum(S), F * sum(S), Fo * sum(S))
     else:  # zero3, hybrid_shard
-        exp["all_gather"] = A * F * (P[0] + 2 * sum(P[1:]))
-        exp["reduce_scatter"] = A * F * sum(P)
+        exp["all_gather"] = A * Fp * (P[0] + 2 * sum(P[1:]))
+        exp["reduce_scatter"] = A * Fg * sum(P)
         if strategy.startswith("hybrid"):
-            exp["all_reduce"] = F * sum(S)
-        mem = (F * sum(S), F * sum(S), 2 * F * sum(S))
+            exp["all_reduce"] = Fg * sum(S)
+        mem = (Fp * sum(S), F * sum(S), Fo * sum(S))
     bad = []
     for r in steps:
         for k, v in exp.items():
@@ -63,16 +76,21 @@ def main(d, strategy, world, A, group=None):
         if est[name] != want: bad.append(f"estimate {name} {est[name]} != formula {want}")
         if meas[name] != want: bad.append(f"measured {name} {meas[name]} != formula {want}")
     if strategy in ("zero3", "hybrid_shard") and n > 1:
-        total = sum(mem)
-        if abs(total - 16 * psi / n) > 16 * len(units) * n:
-            bad.append(f"zero3 model state {total} is not 16*Psi/n = {16 * psi / n:.0f} up to padding")
+        total, per = sum(mem), Fp + F + Fo  # 16 fp32, 18 bf16
+        if abs(total - per * psi / n) > per * len(units) * n:
+            bad.append(f"zero3 model state {total} is not {per}*Psi/n = {per * psi / n:.0f} up to padding")
     busbw_ok = all(r["comm"][k]["busbw_GBps"] >= 0 for r in steps for k in exp)
     if not busbw_ok: bad.append("negative busbw")
-    print(f"{strategy:14s} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}: "
+    dt = (" bf16" if bf16 else "") + (" reduce-bf16" if reduce_bf16 else "")
+    print(f"{strategy:14s}{dt} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}: "
           + ("ok" if not bad else "FAIL"))
     for b in bad[:10]: print("   ", b)
     return 1 if bad else 0
 
 if __name__ == "__main__":
-    a = sys.argv[1:]
-    sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None))
+    flags = {x for x in sys.argv[1:] if x.startswith("--")}
+    unknown = flags - {"--bf16", "--reduce-bf16"}
+    if unknown: sys.exit(f"check_accounting.py: unknown option {sorted(unknown)[0]}")
+    a = [x for x in sys.argv[1:] if not x.startswith("--")]
+    sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None,
+                  "--bf16" in flags, "--reduce-bf16" in flags))
