@@ -67,24 +67,25 @@ pt() {
 
 G124="inputs/gpt2-124m.cfg model.vocab_size=50257 train.per_device_train_batch_size=4 data.seq_len=64"
 SMALL="inputs/default.cfg model.n_layer=4 model.n_head=4 model.n_embd=256 model.vocab_size=4096 model.block_size=128 data.seq_len=128 train.per_device_train_batch_size=8"
-printf '%-34s %12s %12s %10s %14s %14s\n' "run" "ztrain tok/s" "torch tok/s" "ratio" "ztrain GF/s" "RSS / estimate"
+printf '%-38s %12s %12s %8s %18s %16s\n' "run" "ztrain tok/s" "torch tok/s" "ratio" "GF/s (% of sgemm)" "peak RSS/estimate"
+echo "(GF/s is over all ranks; the percentage is per rank against the sgemm peak above)"
 row() {
-    label=$1 z=$2 p=$3
+    label=$1 z=$2 p=$3 np=$4
     set -- $z
     ratio=$(awk "BEGIN { if ($p > 0) printf \"%.2fx\", $1 / $p; else print \"-\" }")
-    printf '%-34s %12s %12s %10s %14s %8s/%s MiB\n' "$label" "$1" "${p:--}" "$ratio" "$2 ($(awk "BEGIN { printf \"%.0f%%\", 100 * $2 / $sgemm }"))" "$3" "$4"
+    printf '%-38s %12s %12s %8s %18s %8s/%s MiB\n' "$label" "$1" "${p:--}" "$ratio" "$2 ($(awk "BEGIN { printf \"%.0f%%\", 100 * $2 / $np / $sgemm }"))" "$3" "$4"
 }
 z1=$(zt 1 g1 $G124 parallel.strategy=ddp)
 p1=$(pt 1 --layers 12 --dim 768 --heads 12 --vocab 50257 --seq 64 --batch 4)
-row "GPT-2 124M, 1 rank" "$z1" "$p1"
+row "GPT-2 124M, 1 rank" "$z1" "$p1" 1
 zs=$(zt 1 s1 $SMALL parallel.strategy=ddp)
 ps=$(pt 1 --layers 4 --dim 256 --heads 4 --vocab 4096 --seq 128 --batch 8)
-row "small (4x256, V 4096, T 128), 1 rank" "$zs" "$ps"
+row "small (4x256, V 4096, T 128), 1 rank" "$zs" "$ps" 1
 z2=$(zt 2 g2 $G124 parallel.strategy=ddp)
 p2=$(pt 2 --layers 12 --dim 768 --heads 12 --vocab 50257 --seq 64 --batch 4)
-row "GPT-2 124M, 2 ranks ddp" "$z2" "$p2"
+row "GPT-2 124M, 2 ranks ddp" "$z2" "$p2" 2
 z3=$(zt 2 g3 $G124 parallel.strategy=zero3)
-row "GPT-2 124M, 2 ranks zero3" "$z3" "$p2"
+row "GPT-2 124M, 2 ranks zero3" "$z3" "$p2" 2
 echo
 awk -v a="$z2" -v b="$z1" -v c="$z3" 'BEGIN { split(a, x, " "); split(b, y, " "); split(c, z, " ");
     printf "ddp 2 ranks / 1 rank: %.2fx (target >= 1.7)   zero3 step time / ddp: %.2fx (target <= 1.15)\n", x[1] / y[1], x[1] / z[1] }'
