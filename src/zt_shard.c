@@ -80,6 +80,10 @@ struct zt_shard {
     size_t scratch_n[2];
     int slot_unit[2], slot_held[2];
     zt_shard_mem_t mem, mem_peak;
+    /* transient buffers (gathers, unit gradients, landing buffers) are reused by size:
+     * returning them to the allocator costs a page fault per 4 KiB on every reuse */
+    struct { void *p; size_t bytes; } cache[8];
+    int ncache;
 };
 
 /* ---- strategy table -------------------------------------------------------- */
@@ -132,13 +136,27 @@ static size_t *mem_slot(zt_shard_mem_t *m, int cat)
     }
 }
 
-static void *balloc(zt_shard_t *s, int cat, size_t bytes)
+static int is_transient(int cat) { return cat == MEM_COMM || cat == MEM_GATHER; }
+
+/* Fresh buffers are zero-filled (backend alloc); a reused transient buffer is
+ * zeroed only when need_zero, since most are overwritten by a collective. */
+static void *balloc_z(zt_shard_t *s, int cat, size_t bytes, int need_zero)
 {
     size_t *cur = mem_slot(&s->mem, cat), *pk = mem_slot(&s->mem_peak, cat);
     *cur += bytes;
     if (*cur > *pk) *pk = *cur;
+    if (is_transient(cat))
+        for (int i = s->ncache - 1; i >= 0; i--)
+            if (s->cache[i].bytes == bytes) {
+                void *p = s->cache[i].p;
+                s->cache[i] = s->cache[--s->ncache];
+                if (need_zero) s->be->memzero(p, bytes);
+                return p;
+            }
     return s->be->alloc(bytes);
 }
+
+static void *balloc(zt_shard_t *s, int cat, size_t bytes) { return balloc_z(s, cat, bytes, 0); }
 
 static float *falloc(zt_shard_t *s, int cat, size_t n) { return balloc(s, cat, n * sizeof(float)); }
 
@@ -146,7 +164,18 @@ static void bfree(zt_shard_t *s, int cat, void *p, size_t bytes)
 {
     if (!p) return;
     *mem_slot(&s->mem, cat) -= bytes;
-    s->be->free(p);
+    if (!is_transient(cat)) {
+        s->be->free(p);
+        return;
+    }
+    const int cap = (int)(sizeof s->cache / sizeof *s->cache);
+    if (s->ncache == cap) {
+        s->be->free(s->cache[0].p);
+        memmove(s->cache, s->cache + 1, (size_t)(cap - 1) * sizeof *s->cache);
+        s->ncache--;
+    }
+    s->cache[s->ncache].p = p;
+    s->cache[s->ncache++].bytes = bytes;
 }
 /* frees and clears a buffer of any element type */
 #define BFREE(s, cat, p, bytes) do { bfree((s), (cat), (p), (bytes)); (p) = NULL; } while (0)
@@ -346,6 +375,7 @@ void zt_shard_free(zt_shard_t *s)
     }
     BFREE(s, MEM_COMM, s->pack_tmp, s->pack_tmp_n * s->pack_es);
     for (int k = 0; k < 2; k++) ffree(s, MEM_COMM, &s->scratch[k], s->scratch_n[k]);
+    for (int i = 0; i < s->ncache; i++) s->be->free(s->cache[i].p);
     free(s->u);
     free(s);
 }
@@ -503,7 +533,7 @@ void zt_shard_begin_micro(zt_shard_t *s, int micro, int nmicro)
 float *zt_shard_grads(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
-    if (!u->gfull) u->gfull = falloc(s, MEM_COMM, u->lay.packed); /* zeroed by alloc */
+    if (!u->gfull) u->gfull = balloc_z(s, MEM_COMM, u->lay.packed * sizeof(float), 1);
     return u->gfull;
 }
 
