@@ -86,8 +86,6 @@ void zt_shard_grads_ready(zt_shard_t *s, int unit);         /* unit's grads fina
 /* After the last micro-step: completes every reduction; returns the global
  * gradient L2 norm squared (each element counted once). */
 double zt_shard_finish_grads(zt_shard_t *s);
-/* 1 if any owned gradient element is not finite (local, to be OR-ed by the caller). */
-int zt_shard_grads_nonfinite(zt_shard_t *s);
 /* AdamW on the owned shard, then whatever re-gather the strategy needs. */
 typedef struct zt_adamw_hp {
     float lr, beta1, beta2, eps, weight_decay, grad_scale;

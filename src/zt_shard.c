@@ -651,17 +651,6 @@ double zt_shard_finish_grads(zt_shard_t *s)
     return local;
 }
 
-int zt_shard_grads_nonfinite(zt_shard_t *s)
-{
-    for (int ui = 0; ui < s->t->nunits; ui++) {
-        unit_state_t *u = &s->u[ui];
-        const float *g = s->o.strategy == ZT_DDP ? u->gfull : u->gshard;
-        size_t n = s->o.strategy == ZT_DDP ? u->lay.numel : u->S;
-        if (!s->be->all_finite(g, n)) return 1;
-    }
-    return 0;
-}
-
 void zt_shard_zero_grads(zt_shard_t *s)
 {
     for (int ui = 0; ui < s->t->nunits; ui++) reduction_complete(s, ui);
