@@ -205,7 +205,7 @@ static const zkey_t schema[] = {
     KB("log.plot", log.plot, 1, "Draw the loss curves with gnuplot at the end of the run."),
     /* fault */
     KI("fault.rank", fault.rank, -1, -1, 1 << 24, "Rank that injects the fault; -1 = no fault injection."),
-    KL("fault.step", fault.step, 0, 0, BIG_LONG, "Step at which the fault is injected."),
+    KL("fault.step", fault.step, 0, 0, BIG_LONG, "Step at which the fault is injected (1-based, as numbered in the progress lines)."),
     KS("fault.kind", fault.kind, "none", "none|stall|kill|nan|data",
        "stall: the rank stops responding (tests the watchdog); kill: the rank exits; nan: its gradients become "
        "NaN; data: its data file reads fail."),

@@ -187,32 +187,32 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     zt_model_t *m = r->model;
     const int L = r->table->dims.L;
     zt_model_set_batch(m, inp, tgt, r->B, r->T);
-    zt_watchdog_mark("forward", 0, r->step);
+    zt_watchdog_mark("forward", 0, r->step + 1);
     /* the root unit (embeddings, tied head, ln_f) stays materialized for the whole
      * micro-step, as FSDP does for its root module: it is used at both ends */
     const float *root = zt_shard_params(s, 0);
     zt_shard_prefetch(s, 1);
     zt_model_forward_embed(m, root);
     for (int l = 0; l < L; l++) {
-        zt_watchdog_mark("forward", l + 1, r->step);
+        zt_watchdog_mark("forward", l + 1, r->step + 1);
         const float *w = zt_shard_params(s, l + 1);
         zt_shard_prefetch(s, l + 2);
         zt_model_forward_block(m, l, w);
         zt_shard_release(s, l + 1);
     }
-    zt_watchdog_mark("forward head", 0, r->step);
+    zt_watchdog_mark("forward head", 0, r->step + 1);
     float loss = zt_model_forward_head(m, root, dscale);
     float *droot = zt_shard_grads(s, 0);
     zt_model_backward_head(m, root, droot);
     for (int l = L - 1; l >= 0; l--) {
-        zt_watchdog_mark("backward", l + 1, r->step);
+        zt_watchdog_mark("backward", l + 1, r->step + 1);
         const float *w = zt_shard_params(s, l + 1);
         if (l > 0) zt_shard_prefetch(s, l);
         zt_model_backward_block(m, l, w, zt_shard_grads(s, l + 1));
         zt_shard_grads_ready(s, l + 1);
         zt_shard_release(s, l + 1);
     }
-    zt_watchdog_mark("backward", 0, r->step);
+    zt_watchdog_mark("backward", 0, r->step + 1);
     zt_model_backward_embed(m, droot);
     zt_shard_grads_ready(s, 0);
     zt_shard_release(s, 0);
@@ -589,13 +589,13 @@ static int run_loop(run_t *r)
 
     while (r->step < r->total_steps) {
         /* step boundary: signals are agreed before anyone acts */
-        zt_watchdog_mark("step boundary", -1, r->step);
+        zt_watchdog_mark("step boundary", -1, r->step + 1);
         if (zt_any(c, zt_signal_pending())) {
             zt_log("signal received: checkpointing at step %ld and stopping (exit %d)", r->step, ZT_EXIT_SIGNAL);
             if (save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
             return ZT_EXIT_SIGNAL;
         }
-        int injected = zt_fault_check(fault, cfg->fault.rank, cfg->fault.step, r->rank, r->step);
+        int injected = zt_fault_check(fault, cfg->fault.rank, cfg->fault.step, r->rank, r->step + 1);
 
         /* read this rank's rows of every micro-step, then agree on errors */
         int rc = 0;
@@ -605,7 +605,7 @@ static int run_loop(run_t *r)
             rc = read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT, err, sizeof err);
         }
         if (injected == ZT_FAULT_DATA)
-            rc = zt_err(err, sizeof err, "fault injection: data error on rank %d at step %ld", r->rank, r->step);
+            rc = zt_err(err, sizeof err, "fault injection: data error on rank %d at step %ld", r->rank, r->step + 1);
         if (zt_agree_error(c, rc, err, sizeof err)) {
             zt_log_error("%s", err);
             return ZT_EXIT_ERROR;
@@ -621,7 +621,7 @@ static int run_loop(run_t *r)
             zt_shard_begin_micro(r->shard, m, r->A);
             loss_sum += train_micro(r, r->inp + m * BT, r->tgt + m * BT, ds);
         }
-        zt_watchdog_mark("gradient reduction", -1, r->step);
+        zt_watchdog_mark("gradient reduction", -1, r->step + 1);
         double norm2 = zt_shard_finish_grads(r->shard);
         double loss = zt_sum_double(c, &c->world, loss_sum) / ((double)r->A * r->dp);
         /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
@@ -649,7 +649,7 @@ static int run_loop(run_t *r)
             .grad_scale = (float)zt_clip_scale(norm, cfg->optim.max_grad_norm),
             .step = zt_shard_adam_step(r->shard) + 1,
         };
-        zt_watchdog_mark("optimizer", -1, r->step);
+        zt_watchdog_mark("optimizer", -1, r->step + 1);
         zt_shard_optimizer_step(r->shard, &hp);
         double dt = zt_now() - t0;
         r->train_seconds += dt;
