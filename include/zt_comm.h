@@ -37,7 +37,16 @@ typedef struct zt_comm_stats {
     long calls[ZT_COLL_N];
 } zt_comm_stats_t;
 
-typedef struct zt_request { MPI_Request req; int kind; double t0; double bus; double bytes; } zt_request_t;
+typedef struct zt_request {
+    MPI_Request req;
+    int kind;
+    double t0, bus, bytes;
+    /* a reduce-scatter runs as a ring of point-to-point steps inside zt_wait */
+    struct zt_group *g;
+    void *send, *recv;
+    size_t count;
+    zt_dtype_t t;
+} zt_request_t;
 
 typedef struct zt_comm {
     zt_group_t world, shard, replica;
@@ -57,7 +66,9 @@ void zt_comm_stats_reset(zt_comm_t *c);
 #define ZT_IN_PLACE MPI_IN_PLACE
 void zt_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                   zt_dtype_t t, zt_redop_t op);
-/* recv (count) = sum over ranks of send[rank*count .. ) ; send holds size*count */
+/* recv (count) = sum over ranks of send[rank*count .. ) ; send holds size*count.
+ * Reduce-scatters are rings of point-to-point exchanges (see zt_comm.c): the send
+ * buffer is used as the accumulator and is CLOBBERED. */
 void zt_reduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                        zt_dtype_t t);
 /* recv (size*count) = concat of every rank's send (count) */

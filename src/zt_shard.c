@@ -82,7 +82,7 @@ struct zt_shard {
     zt_shard_mem_t mem, mem_peak;
     /* transient buffers (gathers, unit gradients, landing buffers) are reused by size:
      * returning them to the allocator costs a page fault per 4 KiB on every reuse */
-    struct { void *p; size_t bytes; } cache[8];
+    struct { void *p; size_t bytes; } cache[2];
     int ncache;
 };
 
@@ -248,41 +248,51 @@ static void invalidate_slots(zt_shard_t *s)
     s->slot_held[0] = s->slot_held[1] = 0;
 }
 
+/* Initial values of unit elements [uoff, uoff + len) into backend memory dst,
+ * through a fixed host staging buffer, so start-up never holds a second copy of
+ * a unit (the root unit of GPT-2 124M is 154 MB). */
+#define INIT_STAGE ((size_t)1 << 20)
+static void init_unit_range(zt_shard_t *s, int ui, size_t uoff, size_t len, float *dst, float *stage)
+{
+    const zt_param_table_t *t = s->t;
+    for (size_t done = 0; done < len;) {
+        const size_t n = ZT_MIN(INIT_STAGE, len - done), e = uoff + done;
+        for (int p = t->unit_first[ui]; p < t->unit_first[ui] + t->unit_count[ui]; p++) {
+            const zt_param_t *pp = &t->params[p];
+            size_t lo = ZT_MAX(e, pp->offset), hi = ZT_MIN(e + n, pp->offset + pp->numel);
+            if (lo < hi) zt_param_init_range(pp, s->o.seed, lo - pp->offset, hi - lo, stage + (lo - e));
+        }
+        s->be->from_host(dst + done, stage, n * sizeof(float));
+        done += n;
+    }
+}
+
 static void init_values(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
-    const zt_param_table_t *t = s->t;
+    float *stage = zt_malloc(INIT_STAGE * sizeof(float));
     if (s->mixed && !s->shard_params && s->n > 1) {
         /* replicated bf16 working copy: every rank rounds the whole unit itself
          * (a pure function) instead of gathering at start-up */
-        float *host = zt_malloc(u->lay.numel * sizeof(float));
-        for (int p = t->unit_first[ui]; p < t->unit_first[ui] + t->unit_count[ui]; p++)
-            zt_param_init_range(&t->params[p], s->o.seed, 0, t->params[p].numel,
-                                host + t->params[p].offset);
-        float *dev = s->be->alloc(u->lay.numel * sizeof(float));
-        s->be->from_host(dev, host, u->lay.numel * sizeof(float));
-        s->be->to_bf16(u->wfull, dev, u->lay.numel);
+        float *dev = s->be->alloc(INIT_STAGE * sizeof(float));
+        for (size_t off = 0; off < u->lay.numel; off += INIT_STAGE) {
+            size_t n = ZT_MIN(INIT_STAGE, u->lay.numel - off);
+            init_unit_range(s, ui, off, n, dev, stage);
+            s->be->to_bf16((uint16_t *)u->wfull + off, dev, n);
+        }
         s->be->free(dev);
-        free(host);
     }
     if (!s->shard_params && !s->mixed) {
         /* replicated parameters: every rank computes all of them (pure function) */
-        float *host = zt_malloc(u->lay.numel * sizeof(float));
-        for (int p = t->unit_first[ui]; p < t->unit_first[ui] + t->unit_count[ui]; p++)
-            zt_param_init_range(&t->params[p], s->o.seed, 0, t->params[p].numel,
-                                host + t->params[p].offset);
-        s->be->from_host(u->full, host, u->lay.numel * sizeof(float));
-        free(host);
+        init_unit_range(s, ui, 0, u->lay.numel, u->full, stage);
+        free(stage);
         return;
     }
-    float *host = zt_calloc(u->S ? u->S : 1, sizeof(float));
     for (int i = 0; i < u->noseg; i++) {
         const opt_seg_t *g = &u->oseg[i];
-        const zt_param_t *p = &t->params[g->param];
-        zt_param_init_range(p, s->o.seed, g->uoff - p->offset, g->len, host + g->spos);
+        init_unit_range(s, ui, g->uoff, g->len, u->shard_p + g->spos, stage);
     }
-    s->be->from_host(u->shard_p, host, u->S * sizeof(float));
-    free(host);
+    free(stage);
     if (s->mixed && (s->shard_params || s->n == 1)) refresh_working(s, ui); /* no collective here */
 }
 
@@ -611,6 +621,8 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
         if (nb > MAX_REQ) bucket = ZT_CEIL_DIV(u->lay.numel, MAX_REQ), nb = ZT_CEIL_DIV(u->lay.numel, bucket);
         for (size_t b = 0; b < nb; b++) {
             size_t off = b * bucket, n = ZT_MIN(bucket, u->lay.numel - off);
+            /* at most two buckets in flight: each holds an MPI temporary of its size */
+            if (u->nred >= 2) zt_wait(s->comm, &u->red_req[u->nred - 2]);
             zt_iallreduce(s->comm, s->rg, ZT_IN_PLACE, buf + off * es, n, s->gdt, ZT_SUM,
                           &u->red_req[u->nred++]);
         }
