@@ -19,6 +19,8 @@
 #include "zt_common.h"
 
 static MPI_Op bf16_sum_op = MPI_OP_NULL;
+static void *ring_tmp;       /* landing buffer for in-place rings (grow-only) */
+static size_t ring_tmp_bytes;
 
 static inline float bf16_to_f32(uint16_t h)
 {
@@ -121,6 +123,9 @@ int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err
 
 void zt_comm_destroy(zt_comm_t *c)
 {
+    free(ring_tmp);
+    ring_tmp = NULL;
+    ring_tmp_bytes = 0;
     MPI_Comm_free(&c->replica.comm);
     MPI_Comm_free(&c->shard.comm);
     MPI_Comm_free(&c->world.comm);
@@ -149,11 +154,19 @@ static void account(zt_comm_t *c, int kind, double bytes, int n, double secs)
  * it in practice; the others stay far below 2^31 elements per rank). */
 #define ZT_CHUNK ((size_t)1 << 30)
 
+static void ring_allreduce(zt_group_t *g, void *buf, size_t count, zt_dtype_t t);
+static int use_ring(zt_group_t *g, const void *send, size_t count, zt_dtype_t t, zt_redop_t op);
+
 void zt_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                   zt_dtype_t t, zt_redop_t op)
 {
     double t0 = zt_now();
     const size_t es = zt_dtype_size(t);
+    if (use_ring(g, send, count, t, op)) {
+        ring_allreduce(g, recv, count, t);
+        account(c, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
+        return;
+    }
     for (size_t off = 0; off < count; off += ZT_CHUNK) {
         size_t n = ZT_MIN(ZT_CHUNK, count - off);
         const void *s = send == ZT_IN_PLACE ? ZT_IN_PLACE : (const char *)send + off * es;
@@ -189,13 +202,21 @@ static void ring_reduce_scatter(zt_group_t *g, void *buf, void *recv, const size
     const size_t es = zt_dtype_size(t);
     const MPI_Datatype dt = mpi_type(t);
     if (n == 1) {
-        memcpy(recv, buf, counts[0] * es);
+        if (recv) memcpy(recv, buf, counts[0] * es);
         return;
     }
     size_t maxc = 0;
     for (int k = 0; k < n; k++) maxc = ZT_MAX(maxc, counts[k]);
     /* recv doubles as the landing buffer when every chunk fits in it */
-    void *tmp = maxc <= counts[r] ? recv : zt_malloc(maxc * es);
+    void *tmp = recv && maxc <= counts[r] ? recv : NULL;
+    if (!tmp) {
+        if (ring_tmp_bytes < maxc * es) {
+            free(ring_tmp);
+            ring_tmp_bytes = maxc * es;
+            ring_tmp = zt_malloc(ring_tmp_bytes);
+        }
+        tmp = ring_tmp;
+    }
     const int right = (r + 1) % n, left = (r + n - 1) % n;
     for (int j = 0; j < n - 1; j++) {
         const int sc = ((r - j - 1) % n + n) % n, rc = ((r - j - 2) % n + n) % n;
@@ -205,9 +226,37 @@ static void ring_reduce_scatter(zt_group_t *g, void *buf, void *recv, const size
                             tmp, (int)counts[rc], dt, left, 917, g->comm, MPI_STATUS_IGNORE));
         add_into((char *)buf + displ[rc] * es, tmp, counts[rc], t);
     }
-    /* the last chunk added was (r - n) mod n = r */
-    memcpy(recv, (char *)buf + displ[r] * es, counts[r] * es);
-    if (tmp != recv) free(tmp);
+    /* the last chunk added was (r - n) mod n = r; recv NULL leaves it in place */
+    if (recv) memcpy(recv, (char *)buf + displ[r] * es, counts[r] * es);
+}
+
+/* In-place all-reduce as ring reduce-scatter + all-gather: the same bytes as a ring
+ * all-reduce, and Open MPI's all-gather is its fastest large collective here. */
+static void ring_allreduce(zt_group_t *g, void *buf, size_t count, zt_dtype_t t)
+{
+    const int n = g->size;
+    size_t *cn = zt_malloc((size_t)n * sizeof *cn), *dp = zt_malloc((size_t)n * sizeof *dp);
+    int *ic = zt_malloc((size_t)n * sizeof *ic), *id = zt_malloc((size_t)n * sizeof *id);
+    for (int k = 0, off = 0; k < n; k++) {
+        cn[k] = count / (size_t)n + ((size_t)k < count % (size_t)n ? 1 : 0);
+        dp[k] = (size_t)off;
+        ic[k] = (int)cn[k];
+        id[k] = off;
+        off += ic[k];
+    }
+    ring_reduce_scatter(g, buf, NULL, cn, dp, t);
+    ZT_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, id, mpi_type(t), g->comm));
+    free(cn);
+    free(dp);
+    free(ic);
+    free(id);
+}
+
+/* Large in-place sums take the ring; everything else (norms, flags) MPI_Allreduce. */
+static int use_ring(zt_group_t *g, const void *send, size_t count, zt_dtype_t t, zt_redop_t op)
+{
+    return g->size > 1 && send == ZT_IN_PLACE && op == ZT_SUM && (t == ZT_F32 || t == ZT_BF16) &&
+           count >= ((size_t)1 << 16) && count <= ZT_CHUNK;
 }
 
 static void block_reduce_scatter(zt_group_t *g, void *send, void *recv, size_t count, zt_dtype_t t)
@@ -286,6 +335,15 @@ void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
     if (count > ZT_CHUNK) zt_fatal("non-blocking all-reduce of %zu elements: use buckets", count);
     req_start(req, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t));
     req->bus = bus_factor(ZT_COLL_ALLREDUCE, g->size);
+    if (use_ring(g, send, count, t, op)) { /* deferred to zt_wait, like the reduce-scatter */
+        req->g = g;
+        req->send = NULL;
+        req->recv = recv;
+        req->count = count;
+        req->t = t;
+        req->req = MPI_REQUEST_NULL;
+        return;
+    }
     ZT_MPI(MPI_Iallreduce(send, recv, (int)count, mpi_type(t), mpi_op(op, t), g->comm, &req->req));
 }
 
@@ -321,7 +379,8 @@ void zt_wait(zt_comm_t *c, zt_request_t *req)
     if (req->t0 == 0) return;
     if (req->g) {
         const double t0 = zt_now();
-        block_reduce_scatter(req->g, req->send, req->recv, req->count, req->t);
+        if (req->kind == ZT_COLL_ALLREDUCE) ring_allreduce(req->g, req->recv, req->count, req->t);
+        else block_reduce_scatter(req->g, req->send, req->recv, req->count, req->t);
         req->g = NULL;
         req->t0 = t0; /* time the ring itself, not the wait for our turn */
     }

@@ -1,0 +1,160 @@
+/* comm_test.c — the comm layer's collectives against exact expectations, at any
+ * world size (run by comm.sh at 1-4 ranks). Values are small integers, so fp32
+ * sums are exact whatever the summation order; bf16 values are multiples of 1/2
+ * below 256, also exact. Also checks group construction and byte accounting.
+ * Exit status 0 only if every check passed on every rank. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt_comm.h"
+#include "zt_common.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            failures++;                                                    \
+            fprintf(stderr, "comm_test: rank %d: ", zt_world_rank());      \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+        }                                                                  \
+    } while (0)
+
+static float val(int rank, size_t i) { return (float)((rank + 1) * 3 + (int)(i % 17)); }
+
+static void t_allreduce(zt_comm_t *c, size_t count)
+{
+    zt_group_t *g = &c->world;
+    float *buf = zt_malloc(count * sizeof *buf);
+    for (size_t i = 0; i < count; i++) buf[i] = val(g->rank, i);
+    zt_comm_stats_reset(c);
+    zt_allreduce(c, g, ZT_IN_PLACE, buf, count, ZT_F32, ZT_SUM);
+    size_t bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        float want = 0;
+        for (int r = 0; r < g->size; r++) want += val(r, i);
+        bad += buf[i] != want;
+    }
+    CHECK(bad == 0, "all-reduce of %zu: %zu wrong elements", count, bad);
+    CHECK(c->stats.bytes[ZT_COLL_ALLREDUCE] == (double)count * 4, "all-reduce bytes %.0f", c->stats.bytes[ZT_COLL_ALLREDUCE]);
+    /* non-blocking form, completed by zt_wait */
+    for (size_t i = 0; i < count; i++) buf[i] = val(g->rank, i);
+    zt_request_t req = {.req = MPI_REQUEST_NULL};
+    zt_iallreduce(c, g, ZT_IN_PLACE, buf, count, ZT_F32, ZT_SUM, &req);
+    zt_wait(c, &req);
+    bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        float want = 0;
+        for (int r = 0; r < g->size; r++) want += val(r, i);
+        bad += buf[i] != want;
+    }
+    CHECK(bad == 0, "iallreduce of %zu: %zu wrong elements", count, bad);
+    free(buf);
+}
+
+static void t_reduce_scatter(zt_comm_t *c, size_t count, zt_dtype_t t)
+{
+    zt_group_t *g = &c->world;
+    const int n = g->size;
+    const size_t total = count * (size_t)n;
+    float *f = zt_malloc(total * sizeof *f), *out = zt_malloc(count * sizeof *out);
+    uint16_t *h = zt_malloc(total * 2), *ho = zt_malloc(count * 2);
+    for (size_t i = 0; i < total; i++) f[i] = val(g->rank, i) * (t == ZT_BF16 ? 0.5f : 1.0f);
+    if (t == ZT_BF16)
+        for (size_t i = 0; i < total; i++) {
+            uint32_t u;
+            memcpy(&u, &f[i], 4);
+            h[i] = (uint16_t)(u >> 16); /* exact: small multiples of 1/2 */
+        }
+    zt_request_t req = {.req = MPI_REQUEST_NULL};
+    zt_ireduce_scatter(c, g, t == ZT_BF16 ? (void *)h : (void *)f, t == ZT_BF16 ? (void *)ho : (void *)out,
+                       count, t, &req);
+    zt_wait(c, &req);
+    size_t bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t gi = (size_t)g->rank * count + i;
+        float want = 0;
+        for (int r = 0; r < n; r++) want += val(r, gi) * (t == ZT_BF16 ? 0.5f : 1.0f);
+        float got = out[i];
+        if (t == ZT_BF16) {
+            uint32_t u = (uint32_t)ho[i] << 16;
+            memcpy(&got, &u, 4);
+        }
+        bad += got != want;
+    }
+    CHECK(bad == 0, "reduce-scatter (%s) of %zu per rank: %zu wrong", t == ZT_BF16 ? "bf16" : "fp32", count, bad);
+    free(f);
+    free(out);
+    free(h);
+    free(ho);
+}
+
+static void t_reduce_scatterv(zt_comm_t *c)
+{
+    zt_group_t *g = &c->world;
+    const int n = g->size;
+    int *counts = zt_malloc((size_t)n * sizeof *counts);
+    size_t total = 0, mine_off = 0;
+    for (int r = 0; r < n; r++) {
+        counts[r] = 1000 + 37 * r; /* ragged, like per-parameter row blocks */
+        if (r < g->rank) mine_off += (size_t)counts[r];
+        total += (size_t)counts[r];
+    }
+    float *f = zt_malloc(total * sizeof *f), *out = zt_malloc((size_t)counts[g->rank] * sizeof *out);
+    for (size_t i = 0; i < total; i++) f[i] = val(g->rank, i);
+    zt_reduce_scatterv(c, g, f, out, counts, ZT_F32);
+    size_t bad = 0;
+    for (int i = 0; i < counts[g->rank]; i++) {
+        float want = 0;
+        for (int r = 0; r < n; r++) want += val(r, mine_off + (size_t)i);
+        bad += out[i] != want;
+    }
+    CHECK(bad == 0, "reduce-scatterv: %zu wrong", bad);
+    free(counts);
+    free(f);
+    free(out);
+}
+
+static void t_groups(zt_comm_t *c)
+{
+    const int W = c->world.size;
+    CHECK(c->shard.size * c->replica.size == W, "shard %d x replica %d != world %d", c->shard.size,
+          c->replica.size, W);
+    if (W % 2 == 0) {
+        zt_comm_t h;
+        char err[256];
+        CHECK(zt_comm_create(&h, MPI_COMM_WORLD, 2, err, sizeof err) == 0, "shard groups of 2: %s", err);
+        CHECK(h.shard.size == 2 && h.replica.size == W / 2, "groups of 2: shard %d replica %d", h.shard.size, h.replica.size);
+        CHECK(h.shard.rank == c->world.rank % 2, "shard rank %d", h.shard.rank);
+        zt_comm_destroy(&h);
+    }
+    if (W == 3) {
+        zt_comm_t h;
+        char err[256] = "";
+        CHECK(zt_comm_create(&h, MPI_COMM_WORLD, 2, err, sizeof err) != 0, "group of 2 in a world of 3 accepted");
+        CHECK(strstr(err, "must divide") != NULL, "error text: %s", err);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    zt_comm_t c;
+    char err[256];
+    if (zt_comm_create(&c, MPI_COMM_WORLD, 0, err, sizeof err) != 0) zt_fatal("%s", err);
+    t_groups(&c);
+    const size_t sizes[] = {1, 7, 1000, 65536, 65537, 200003};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        t_allreduce(&c, sizes[i]);
+        t_reduce_scatter(&c, sizes[i], ZT_F32);
+        t_reduce_scatter(&c, sizes[i], ZT_BF16);
+    }
+    t_reduce_scatterv(&c);
+    int any = zt_any(&c, failures != 0);
+    if (c.world.rank == 0) printf("comm_test: %d ranks: %s\n", c.world.size, any ? "FAILED" : "all checks passed");
+    zt_comm_destroy(&c);
+    MPI_Finalize();
+    return any ? 1 : 0;
+}
