@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -165,6 +166,8 @@ static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_param_table_t *t
     static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
     const double limit = memory_limit(cfg, per_node);
     char b1[32], b2[32];
+    zt_strategy_t smallest = ZT_ZERO3;
+    size_t smallest_total = SIZE_MAX;
     for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
         estimate_t e;
         estimate(cfg, t, order[i], world, per_node, &e);
@@ -173,10 +176,11 @@ static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_param_table_t *t
                      zt_fmt_bytes((double)e.total, b1, 32), zt_fmt_bytes(limit, b2, 32));
             return order[i];
         }
+        if (e.total < smallest_total) smallest_total = e.total, smallest = order[i];
     }
-    snprintf(why, len, "nothing fits the limit of %s; zero3 needs the least memory",
-             zt_fmt_bytes(limit, b2, 32));
-    return ZT_ZERO3;
+    snprintf(why, len, "nothing fits the limit of %s; %s needs the least memory (%s per rank)",
+             zt_fmt_bytes(limit, b2, 32), zt_strategy_name(smallest), zt_fmt_bytes((double)smallest_total, b1, 32));
+    return smallest;
 }
 
 /* ---- passes ---------------------------------------------------------------------- */

@@ -27,4 +27,16 @@ run_ztrain 1 --estimate-memory $common >/dev/null
 for st in ddp zero1 zero2 shard_grad_op zero3; do
     grep -q "^$st " "$ZT_OUT" || fail "--estimate-memory does not list $st"
 done
+# auto: the least traffic that fits. Plenty of memory -> ddp; a limit below ddp's
+# estimate but above zero3's -> a sharded strategy, and the reason is printed.
+# shellcheck disable=SC2086
+run_ztrain 2 $common parallel.strategy=auto parallel.memory_limit_gb=8 train.output_dir=auto-big >/dev/null
+assert_contains "$ZT_OUT" "strategy auto -> ddp"
+# tiny model on 2 ranks (estimates per rank): ddp 760 KiB, zero1 692, zero2 631
+# shellcheck disable=SC2086
+run_ztrain 2 $common parallel.strategy=auto parallel.memory_limit_gb=0.00065 train.output_dir=auto-small >/dev/null
+assert_contains "$ZT_OUT" "strategy auto -> zero2: estimated 631.25 KiB per rank fits the limit"
+# shellcheck disable=SC2086
+run_ztrain 2 $common parallel.strategy=auto parallel.memory_limit_gb=0.0005 train.output_dir=auto-none >/dev/null
+assert_contains "$ZT_OUT" "strategy auto -> zero2: nothing fits the limit of 524.29 KiB; zero2 needs the least memory"
 echo "accounting: traffic and memory match theory"
