@@ -26,9 +26,7 @@
 # 4. Resume is exact in bf16: checkpoints hold the fp32 master and moments and
 #    the working copy is re-rounded from them (sharded and replicated strategies).
 . "$(dirname "$0")/common.sh"
-[ -x "${PYTHON3:-/usr/bin/python3}" ] && "${PYTHON3:-/usr/bin/python3}" -c "import h5py" 2>/dev/null ||
-    skip "python3 with h5py is needed to compare parameters (tools/install-deps.sh installs it)"
-PY=${PYTHON3:-/usr/bin/python3}
+need_h5py
 CMP="$ZT_SRCDIR/tests/mpi/compare_runs.py"
 make_tiny_data "$ZT_TMP/data"
 cd "$ZT_TMP" || fail "cd"
@@ -37,15 +35,6 @@ common="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_
 TOL32="--loss-tol 5e-6 --param-tol 3e-5"
 TOL16="--loss-tol 1.5e-4 --param-tol 2.5e-3"
 
-# global batch 12 = per-device batch x ranks x accumulation
-batch_args() {
-    case $1 in
-        1) echo "train.per_device_train_batch_size=2 train.gradient_accumulation_steps=6" ;;
-        2) echo "train.per_device_train_batch_size=2 train.gradient_accumulation_steps=3" ;;
-        3) echo "train.per_device_train_batch_size=2 train.gradient_accumulation_steps=2" ;;
-        4) echo "train.per_device_train_batch_size=3 train.gradient_accumulation_steps=1" ;;
-    esac
-}
 
 # bf16run NP OUT key=value... : a bf16 run with the global batch of 12
 bf16run() {

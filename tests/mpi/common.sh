@@ -130,3 +130,26 @@ make_tiny_data() {
     [ -s "$dir/tiny-train.h5" ] && [ -s "$dir/tiny-val.h5" ] ||
         fail "zt-prep-data did not write $dir/tiny-train.h5 and $dir/tiny-val.h5"
 }
+
+# need_h5py: the tests that compare checkpoints need Debian's python3 with h5py.
+# Sets PY (that python), CHECK (resume_check.py) and ZT_CKPT (the zt-ckpt tool).
+need_h5py() {
+    PY=${PYTHON3:-/usr/bin/python3}
+    [ -x "$PY" ] && "$PY" -c "import h5py" 2>/dev/null ||
+        skip "python3 with h5py is needed to compare checkpoints (tools/install-deps.sh installs it)"
+    CHECK="$ZT_SRCDIR/tests/mpi/resume_check.py"
+    ZT_CKPT="$ZT_BUILDDIR/zt-ckpt"
+    [ -x "$ZT_CKPT" ] || fail "$ZT_CKPT not built"
+}
+
+# batch_args NP: per-device batch and accumulation that make a global batch of 12
+# sequences on NP = 1..4 ranks, so runs at different world sizes see the same samples.
+batch_args() {
+    case $1 in
+        1) echo "train.per_device_train_batch_size=2 train.gradient_accumulation_steps=6" ;;
+        2) echo "train.per_device_train_batch_size=2 train.gradient_accumulation_steps=3" ;;
+        3) echo "train.per_device_train_batch_size=2 train.gradient_accumulation_steps=2" ;;
+        4) echo "train.per_device_train_batch_size=3 train.gradient_accumulation_steps=1" ;;
+        *) fail "batch_args: no split of 12 for $1 ranks" ;;
+    esac
+}

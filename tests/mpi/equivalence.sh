@@ -4,23 +4,12 @@
 # Same config, same global batch (12 sequences), 20 steps, fp32: per-step loss within
 # 1e-5 relative and final parameters within 1e-5 relative L2 of the reference.
 . "$(dirname "$0")/common.sh"
-[ -x "${PYTHON3:-/usr/bin/python3}" ] && "${PYTHON3:-/usr/bin/python3}" -c "import h5py" 2>/dev/null ||
-    skip "python3 with h5py is needed to compare parameters (tools/install-deps.sh installs it)"
-PY=${PYTHON3:-/usr/bin/python3}
+need_h5py
 make_tiny_data "$ZT_TMP/data"
 cd "$ZT_TMP" || fail "cd"
 common="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_files=[] train.eval_steps=0
   train.sample_tokens=0 train.max_steps=20 optim.warmup_steps=3 optim.learning_rate=3e-3"
 
-# global batch 12 = per-device batch x ranks x accumulation
-batch_args() {
-    case $1 in
-        1) echo "train.per_device_train_batch_size=2 train.gradient_accumulation_steps=6" ;;
-        2) echo "train.per_device_train_batch_size=2 train.gradient_accumulation_steps=3" ;;
-        3) echo "train.per_device_train_batch_size=2 train.gradient_accumulation_steps=2" ;;
-        4) echo "train.per_device_train_batch_size=3 train.gradient_accumulation_steps=1" ;;
-    esac
-}
 
 # shellcheck disable=SC2086
 run_ztrain 1 $common $(batch_args 1) train.output_dir=ref >/dev/null

@@ -8,12 +8,7 @@
 # injection must make the watchdog end the whole job within seconds with a
 # message naming the step, instead of hanging until the launcher's time limit.
 . "$(dirname "$0")/common.sh"
-[ -x "${PYTHON3:-/usr/bin/python3}" ] && "${PYTHON3:-/usr/bin/python3}" -c "import h5py" 2>/dev/null ||
-    skip "python3 with h5py is needed to compare checkpoints (tools/install-deps.sh installs it)"
-PY=${PYTHON3:-/usr/bin/python3}
-CHECK="$ZT_SRCDIR/tests/mpi/resume_check.py"
-ZT_CKPT="$ZT_BUILDDIR/zt-ckpt"
-[ -x "$ZT_CKPT" ] || fail "$ZT_CKPT not built"
+need_h5py
 zt_need_ztrain
 make_tiny_data "$ZT_TMP/data"
 cd "$ZT_TMP" || fail "cd"
