@@ -3,7 +3,8 @@
  *
  *   ztrain [input.cfg] [section.key=value ...]
  *   ztrain --help | --version | --print-config [input.cfg ...] |
- *          --estimate-memory [input.cfg ...] | --config-markdown
+ *          --estimate-memory [--ranks N [--ranks-per-node M]] [input.cfg ...] |
+ *          --config-markdown
  *
  * Rank 0 reads the input file and broadcasts its text; every rank parses the
  * same text, so every rank reaches the same verdict on it and errors need no
@@ -31,7 +32,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: ztrain [input.cfg] [section.key=value ...]\n"
             "       ztrain --print-config [input.cfg] [section.key=value ...]\n"
-            "       ztrain --estimate-memory [input.cfg] [section.key=value ...]\n"
+            "       ztrain --estimate-memory [--ranks N [--ranks-per-node M]] [input.cfg] [section.key=value ...]\n"
+            "              (planning: N ranks, M per node; default: the ranks it was launched on)\n"
             "       ztrain --help | --version | --config-markdown\n"
             "Launch with mpirun -np N, srun --mpi=pmix, or the scripts in jobs/.\n"
             "With no input file, %s is used. Keys (section.key, type, default):\n\n",
@@ -46,6 +48,7 @@ int zt_run(int argc, char **argv, MPI_Comm world)
     zt_log_init(rank, NULL);
 
     enum { TRAIN, PRINT, ESTIMATE } mode = TRAIN;
+    long plan_ranks = 0, plan_per_node = 0;
     const char *input = NULL;
     char **overrides = zt_calloc((size_t)argc + 1, sizeof *overrides);
     int nover = 0;
@@ -70,6 +73,17 @@ int zt_run(int argc, char **argv, MPI_Comm world)
             mode = PRINT;
         } else if (strcmp(a, "--estimate-memory") == 0) {
             mode = ESTIMATE;
+        } else if ((strcmp(a, "--ranks") == 0 || strcmp(a, "--ranks-per-node") == 0) && i + 1 < argc) {
+            char *end = NULL;
+            long v = strtol(argv[i + 1], &end, 10);
+            if (!end || *end || v < 1 || v > (1L << 24)) {
+                if (rank == 0) fprintf(stderr, "ztrain: error: %s needs a positive rank count, got '%s'\n", a, argv[i + 1]);
+                free(overrides);
+                return ZT_EXIT_ERROR;
+            }
+            if (a[7] == 0) plan_ranks = v;
+            else plan_per_node = v;
+            i++;
         } else if (a[0] == '-') {
             if (rank == 0) {
                 fprintf(stderr, "ztrain: error: unknown option '%s'\n", a);
@@ -122,7 +136,10 @@ int zt_run(int argc, char **argv, MPI_Comm world)
         return ZT_EXIT_ERROR;
     }
     if (mode == ESTIMATE) {
-        zt_train_estimate_memory(cfg, size, comm.local_size);
+        const int ranks = plan_ranks ? (int)plan_ranks : size;
+        int per_node = plan_per_node ? (int)plan_per_node : plan_ranks ? ranks : comm.local_size;
+        if (per_node > ranks) per_node = ranks;
+        zt_train_estimate_memory(cfg, ranks, per_node);
         zt_comm_destroy(&comm);
         free(cfg);
         return ZT_EXIT_OK;

@@ -56,6 +56,9 @@ run_ztrain 1 --version >/dev/null
 assert_contains "$ZT_OUT" "ztrain "
 run_ztrain 2 --estimate-memory "$TINY" >/dev/null
 assert_contains "$ZT_OUT" "zero3"
+run_ztrain 1 --estimate-memory --ranks 8 --ranks-per-node 4 "$TINY" >/dev/null
+assert_contains "$ZT_OUT" "8 ranks (4 per node)"
+assert_contains "$ZT_OUT" "hybrid_shard"
 # no input file: the default input is looked up relative to the working directory
 expect_fail_with 1 "inputs/default.cfg: cannot open"
 echo "train_smoke: ok"
