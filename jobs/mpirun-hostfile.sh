@@ -9,7 +9,7 @@
 # Site settings can be set in the environment; nothing is built here.
 
 # ==== site settings ===========================================================
-ZTRAIN=${ZTRAIN:-$HOME/ztrain/ztrain}
+ZTRAIN=${ZTRAIN:-$HOME/ztrain/build/ztrain}
 CONFIG=${CONFIG:-inputs/gpt2-124m.cfg}
 HOSTFILE=${HOSTFILE:-jobs/hosts}          # copy jobs/hosts.example
 RANKS_PER_NODE=${RANKS_PER_NODE:-4}
