@@ -85,6 +85,9 @@ typedef struct zt_backend {
     /* bf16 <-> fp32 (round to nearest even) */
     void (*to_bf16)(uint16_t *out, const float *in, size_t n);
     void (*from_bf16)(float *out, const uint16_t *in, size_t n);
+    /* 1 when the host can read and write this backend's buffers directly (last, so
+     * initializers that omit it mean "device memory") */
+    int host_memory;
 } zt_backend_t;
 
 /* Registry: NULL-terminated, CPU backend always present. */

@@ -112,8 +112,8 @@ double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_
                                  int replica_n, int nmicro);
 
 /* Checkpoint I/O view: what this rank owns of each parameter, as element ranges
- * of the parameter (row-major), with pointers to its fp32 master value, Adam
- * moments, in this rank's memory. `write` lists are disjoint across the world
+ * of the parameter (row-major), with HOST pointers to its fp32 master value and Adam
+ * moments (staged through host memory when the backend's memory is a device's). `write` lists are disjoint across the world
  * (replicated state is split between replicas so every element is written once);
  * `read` lists cover everything this rank must hold (replicas read the same). */
 typedef struct zt_io_seg {
@@ -121,7 +121,11 @@ typedef struct zt_io_seg {
     size_t start, len;  /* element range of the parameter */
     float *value, *exp_avg, *exp_avg_sq;  /* host pointers, len elements each */
 } zt_io_seg_t;
-int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs); /* returns count, caller frees array */
+int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs); /* returns count */
+/* Ends an I/O view: for a device backend, copies what was loaded back to the device
+ * (loaded: 0 nothing, 1 values only (weights-only load), 2 values and moments) and
+ * frees the host staging; frees the array in every case. */
+void zt_shard_io_done(zt_shard_t *s, zt_io_seg_t *segs, int n, int loaded);
 /* Optimizer step count (Adam t) owned by the engine; set on resume. */
 long zt_shard_adam_step(const zt_shard_t *s);
 void zt_shard_set_adam_step(zt_shard_t *s, long t);

@@ -1391,7 +1391,7 @@ int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text,
     meta->adam_step = zt_shard_adam_step(s);
     int rc = zt_ckpt_write_segments(dir, meta, config_text, format, keep_last, segs, n, t, comm->world.comm,
                                     err, errlen);
-    free(segs);
+    zt_shard_io_done(s, segs, n, 0);
     return rc;
 }
 
@@ -1401,7 +1401,7 @@ int zt_ckpt_load(const char *path, zt_ckpt_meta_t *meta, int weights_only, zt_sh
     zt_io_seg_t *segs = NULL;
     int n = zt_shard_io_segments(s, 0, &segs);
     int rc = zt_ckpt_read_segments(path, meta, weights_only, segs, n, t, comm->world.comm, err, errlen);
-    free(segs);
+    zt_shard_io_done(s, segs, n, rc != 0 ? 0 : weights_only ? 1 : 2);
     if (rc) return -1;
     if (!weights_only) zt_shard_set_adam_step(s, meta->adam_step);
     zt_shard_after_load(s);

@@ -619,6 +619,7 @@ static void cpu_from_bf16(float *restrict out, const uint16_t *restrict in, size
 
 const zt_backend_t zt_backend_cpu = {
     .name = "cpu",
+    .host_memory = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memzero = cpu_memzero,

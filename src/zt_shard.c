@@ -800,7 +800,8 @@ double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_
 
 /* ---- checkpoint view ----------------------------------------------------------------- */
 
-int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
+/* The segments with pointers into the backend's memory. */
+static int io_segments_backend(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
 {
     int total = 0;
     for (int ui = 0; ui < s->t->nunits; ui++) total += s->u[ui].noseg;
@@ -833,6 +834,61 @@ int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
     return n;
 }
 
+/* Host staging for backends whose memory the host cannot read (CUDA): one host block
+ * per call, as large as what this rank owns, holding value, exp_avg and exp_avg_sq of
+ * each segment one after another; the backend pointers are kept beside it. */
+typedef struct io_stage {
+    float *host;
+    zt_io_seg_t *dev;   /* backend-pointer twins of the returned segments */
+} io_stage_t;
+
+int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
+{
+    int n = io_segments_backend(s, for_write, segs);
+    if (s->be->host_memory) return n;
+    zt_io_seg_t *seg = *segs;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += 3 * seg[i].len;
+    io_stage_t *st = zt_calloc(1, sizeof *st);
+    st->host = zt_malloc((total ? total : 1) * sizeof(float));
+    st->dev = zt_malloc(((size_t)n + 1) * sizeof *st->dev);
+    memcpy(st->dev, seg, (size_t)n * sizeof *seg);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        float *h = st->host + off;
+        if (for_write) {
+            s->be->to_host(h, seg[i].value, seg[i].len * sizeof(float));
+            s->be->to_host(h + seg[i].len, seg[i].exp_avg, seg[i].len * sizeof(float));
+            s->be->to_host(h + 2 * seg[i].len, seg[i].exp_avg_sq, seg[i].len * sizeof(float));
+        }
+        seg[i].value = h;
+        seg[i].exp_avg = h + seg[i].len;
+        seg[i].exp_avg_sq = h + 2 * seg[i].len;
+        off += 3 * seg[i].len;
+    }
+    /* the staging record rides in the spare element after the last segment */
+    memcpy(&seg[n], &st, sizeof st);
+    return n;
+}
+
+void zt_shard_io_done(zt_shard_t *s, zt_io_seg_t *segs, int n, int loaded)
+{
+    if (!s->be->host_memory) {
+        io_stage_t *st;
+        memcpy(&st, &segs[n], sizeof st);
+        for (int i = 0; loaded && i < n; i++) {
+            s->be->from_host(st->dev[i].value, segs[i].value, segs[i].len * sizeof(float));
+            if (loaded < 2) continue; /* weights only: the moments stay as they are */
+            s->be->from_host(st->dev[i].exp_avg, segs[i].exp_avg, segs[i].len * sizeof(float));
+            s->be->from_host(st->dev[i].exp_avg_sq, segs[i].exp_avg_sq, segs[i].len * sizeof(float));
+        }
+        free(st->host);
+        free(st->dev);
+        free(st);
+    }
+    free(segs);
+}
+
 long zt_shard_adam_step(const zt_shard_t *s) { return s->adam_step; }
 void zt_shard_set_adam_step(zt_shard_t *s, long t) { s->adam_step = t; }
 
@@ -849,7 +905,7 @@ void zt_shard_after_load(zt_shard_t *s)
 double zt_shard_param_sumsq(zt_shard_t *s)
 {
     zt_io_seg_t *segs;
-    int n = zt_shard_io_segments(s, 1, &segs);
+    int n = io_segments_backend(s, 1, &segs);
     double local = 0.0;
     for (int i = 0; i < n; i++) local += s->be->sumsq(segs[i].value, segs[i].len);
     free(segs);
