@@ -1,10 +1,12 @@
 #!/bin/sh
 # Installs what ztrain needs to build, test and benchmark on Debian 12. Idempotent.
 set -eu
+# libpmix-dev: Slurm's PMIx plugin dlopens the unversioned libpmix.so that only the -dev
+# package ships; without it `srun --mpi=pmix` fails on a fresh machine.
 PKGS="build-essential autoconf automake libtool pkg-config
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libconfig-dev libcunit1-dev
-  libopenblas-dev libdnnl-dev gnuplot-nox python3-numpy python3-h5py
-  slurm-wlm slurmctld slurmd slurm-client munge fortunes-min fortunes"
+  libopenblas-dev python3-numpy python3-h5py
+  slurm-wlm slurmctld slurmd slurm-client munge libpmix-dev fortunes-min fortunes"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -12,6 +14,6 @@ done
 if [ -n "$missing" ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
 fi
 echo "install-deps: all packages present"
