@@ -12,6 +12,7 @@
  * With recompute (gradient checkpointing) only x_in is kept per block and one
  * block's worth of the rest is shared: backward re-runs the block forward first,
  * which gives bit-identical results because the same kernels see the same inputs. */
+#define _GNU_SOURCE /* sincos */
 #include "zt_model.h"
 
 #include <math.h>
@@ -129,14 +130,26 @@ static uint64_t name_hash(const char *s)
     return h;
 }
 
-static float normal_at(uint64_t key, size_t idx)
+/* Box-Muller on pair j = idx / 2: both outputs are used (cos for even idx, sin for
+ * odd), so each pair of elements costs one pair of hashes, one log and one sincos. */
+static void normal_pair(uint64_t key, size_t j, double *z0, double *z1)
 {
-    uint64_t a = mix64(key ^ mix64(2 * (uint64_t)idx));
-    uint64_t b = mix64(key ^ mix64(2 * (uint64_t)idx + 1));
+    uint64_t a = mix64(key ^ mix64(2 * (uint64_t)j));
+    uint64_t b = mix64(key ^ mix64(2 * (uint64_t)j + 1));
     /* 53-bit uniforms; u1 in (0,1] so log is finite */
     double u1 = ((double)(a >> 11) + 1.0) * (1.0 / 9007199254740992.0);
     double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+    double r = sqrt(-2.0 * log(u1)), sn, cs;
+    sincos(2.0 * M_PI * u2, &sn, &cs);
+    *z0 = r * cs;
+    *z1 = r * sn;
+}
+
+static float normal_at(uint64_t key, size_t idx)
+{
+    double z0, z1;
+    normal_pair(key, idx / 2, &z0, &z1);
+    return (float)(idx & 1 ? z1 : z0);
 }
 
 float zt_param_init_value(const zt_param_t *p, uint64_t seed, size_t idx)
@@ -150,14 +163,23 @@ float zt_param_init_value(const zt_param_t *p, uint64_t seed, size_t idx)
 
 void zt_param_init_range(const zt_param_t *p, uint64_t seed, size_t start, size_t n, float *out)
 {
-    const uint64_t key = mix64(seed) ^ name_hash(p->name);
-    for (size_t i = 0; i < n; i++) {
-        switch (p->init) {
-        case ZT_INIT_ONES: out[i] = 1.0f; break;
-        case ZT_INIT_ZEROS: out[i] = 0.0f; break;
-        default: out[i] = p->init_std * normal_at(key, start + i);
-        }
+    if (p->init != ZT_INIT_NORMAL) {
+        const float v = p->init == ZT_INIT_ONES ? 1.0f : 0.0f;
+        for (size_t i = 0; i < n; i++) out[i] = v;
+        return;
     }
+    const uint64_t key = mix64(seed) ^ name_hash(p->name);
+    size_t i = 0;
+    if (n && (start & 1)) { /* odd first element: second half of its pair */
+        out[i++] = p->init_std * normal_at(key, start);
+    }
+    for (; i + 1 < n; i += 2) {
+        double z0, z1;
+        normal_pair(key, (start + i) / 2, &z0, &z1);
+        out[i] = p->init_std * (float)z0;
+        out[i + 1] = p->init_std * (float)z1;
+    }
+    if (i < n) out[i] = p->init_std * normal_at(key, start + i);
 }
 
 /* ---- model ------------------------------------------------------------------ */

@@ -15,10 +15,12 @@
 #      roundoff u = 2^-9 = 2e-3, relative, per rounding and per summation hop).
 #      Adam divides the gradient by its own running RMS, so a relative gradient
 #      error of ~u changes each update by ~u of its size, independently per
-#      element and step; over 20 steps that random walk stays below u in the
-#      parameters. Measured at most 3.8e-5 loss, 9.2e-4 params: tolerance 1.5e-4
-#      loss (the sharp one) and 2.5e-3 params (~u). A 1% larger learning rate moves
-#      the loss by 3.2e-3 and must fail; the bf16-reduced runs must fail the fp32
+#      element and step; over 20 steps these add up like a random walk (~sqrt(20) u
+#      of one update) and Adam's early updates are a sizeable fraction of the
+#      small tiny-model weights, so parameters may differ by about u. Measured over
+#      two different initializations: at most 2.3e-4 loss and 2.1e-3 params.
+#      Tolerance 1e-3 loss and 5e-3 params (~2.5 u): a 1% larger learning rate
+#      moves the loss by ~3e-3 and must fail; the bf16-reduced runs must fail the fp32
 #      tolerance (the bf16 reduction is really in effect).
 # 3. Accounting: bytes per collective halve where the dtype is bf16, and model
 #    state is 2 (bf16 params) + 4 (fp32 gradient accumulators) + 12 (fp32 master
@@ -33,7 +35,7 @@ cd "$ZT_TMP" || fail "cd"
 common="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_files=[] train.eval_steps=0
   train.sample_tokens=0 train.max_steps=20 optim.warmup_steps=3 optim.learning_rate=3e-3"
 TOL32="--loss-tol 5e-6 --param-tol 3e-5"
-TOL16="--loss-tol 1.5e-4 --param-tol 2.5e-3"
+TOL16="--loss-tol 1e-3 --param-tol 5e-3"
 
 
 # bf16run NP OUT key=value... : a bf16 run with the global batch of 12
