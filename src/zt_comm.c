@@ -16,34 +16,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zt_bf16.h"
 #include "zt_common.h"
 
 static MPI_Op bf16_sum_op = MPI_OP_NULL;
 static void *ring_tmp;       /* landing buffer for in-place rings (grow-only) */
 static size_t ring_tmp_bytes;
 
-static inline float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
     const uint16_t *a = in;
     uint16_t *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+    for (int i = 0; i < *len; i++) b[i] = zt_bf16_from_f32(zt_bf16_to_f32(a[i]) + zt_bf16_to_f32(b[i]));
 }
 
 size_t zt_dtype_size(zt_dtype_t t)
@@ -186,7 +170,7 @@ static void add_into(void *dst, const void *src, size_t n, zt_dtype_t t)
     } else if (t == ZT_BF16) {
         uint16_t *d = dst;
         const uint16_t *a = src;
-        for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + bf16_to_f32(a[i]));
+        for (size_t i = 0; i < n; i++) d[i] = zt_bf16_from_f32(zt_bf16_to_f32(d[i]) + zt_bf16_to_f32(a[i]));
     } else {
         zt_fatal("reduce-scatter supports fp32 and bf16 only");
     }

@@ -25,6 +25,7 @@
 #include <errno.h>
 
 #include "zt_backend.h"
+#include "zt_bf16.h"
 #include "zt_common.h"
 
 /* Work below this many elements runs on one thread: a parallel region costs
@@ -597,15 +598,7 @@ static void cpu_to_bf16(uint16_t *restrict out, const float *restrict in, size_t
 {
     const uint32_t *restrict u = (const uint32_t *)in;
 #pragma omp parallel for simd if (n >= ZT_PAR_MIN) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        uint32_t x = u[i];
-        /* round to nearest even; a NaN keeps its sign and is forced quiet so
-         * that truncating its payload cannot turn it into Inf */
-        uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-        uint32_t qnan = (x >> 16) | 0x0040u;
-        int isnan_ = (x & 0x7fffffffu) > 0x7f800000u;
-        out[i] = (uint16_t)(isnan_ ? qnan : r);
-    }
+    for (size_t i = 0; i < n; i++) out[i] = zt_bf16_from_bits(u[i]);
 }
 
 static void cpu_from_bf16(float *restrict out, const uint16_t *restrict in, size_t n)
