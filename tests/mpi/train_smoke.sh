@@ -43,6 +43,12 @@ v1=$(sed -n 's/^step    40\/40 | validation loss //p' ddp.out)
 v2=$(sed -n 's/^step    40\/40 | validation loss //p' "$ZT_OUT")
 [ -n "$v1" ] && [ "$v1" = "$v2" ] || fail "validation loss under zero3 ($v2) differs from ddp ($v1)"
 
+# log.all_ranks: one log file per rank, each with the progress lines
+run_ztrain 2 "$TINY" train.max_steps=3 log.all_ranks=true train.output_dir=logs >/dev/null
+for r in 0 1; do
+    grep -q "^step     3/3 | loss" "logs/rank-$r.log" 2>/dev/null || fail "logs/rank-$r.log lacks the progress lines"
+done
+
 # the resolved config is valid input that resolves to itself
 run_ztrain 1 --print-config out/config.cfg >/dev/null
 grep -v -e "^+ " -e "^#" "$ZT_OUT" >printed.cfg
