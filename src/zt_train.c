@@ -53,6 +53,7 @@ typedef struct run {
     hist_t train_hist, val_hist;
     double train_seconds;
     float last_loss, last_val;
+    zt_comm_stats_t comm_total; /* training collectives of the whole run (not eval, not saves) */
 } run_t;
 
 static void hist_push(hist_t *h, long step, float v)
@@ -578,6 +579,34 @@ static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)
     snprintf(buf + o, len - o, "}");
 }
 
+/* Adds the collectives counted since the last reset to the run's total, and resets. */
+static void fold_comm(run_t *r)
+{
+    zt_comm_stats_t *t = &r->comm_total, *st = &r->comm->stats;
+    for (int k = 0; k < ZT_COLL_N; k++) {
+        t->bytes[k] += st->bytes[k];
+        t->bus_bytes[k] += st->bus_bytes[k];
+        t->seconds[k] += st->seconds[k];
+        t->calls[k] += st->calls[k];
+    }
+    zt_comm_stats_reset(r->comm);
+}
+
+static void comm_summary(const run_t *r)
+{
+    static const char *names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast"};
+    const zt_comm_stats_t *t = &r->comm_total;
+    char line[1024], b[32];
+    size_t o = 0;
+    for (int k = 0; k < ZT_COLL_N; k++) {
+        if (!t->calls[k]) continue;
+        o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %ld calls, %s, %.2f s, busbw %.2f GB/s",
+                              o ? "; " : "", names[k], t->calls[k], zt_fmt_bytes(t->bytes[k], b, sizeof b),
+                              t->seconds[k], t->seconds[k] > 0 ? t->bus_bytes[k] / t->seconds[k] / 1e9 : 0.0);
+    }
+    if (o) zt_log("communication (rank 0, training steps): %s", line);
+}
+
 static int run_loop(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
@@ -684,12 +713,13 @@ static int run_loop(run_t *r)
                      wdt / window_steps, r->tokens_seen, zt_current_rss(), cj);
             zt_metrics_write(line);
             hist_push(&r->train_hist, r->step, (float)loss);
-            zt_comm_stats_reset(c);
+            fold_comm(r);
             t_window = zt_now();
             window_steps = 0;
         }
         int last = r->step == r->total_steps;
         if (r->val && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
+            fold_comm(r); /* keep the training traffic, then discard the evaluation's */
             int failed = 0;
             float vl = evaluate(r, &failed);
             if (failed) return ZT_EXIT_ERROR;
@@ -706,12 +736,14 @@ static int run_loop(run_t *r)
         }
         if ((cfg->checkpoint.save_steps > 0 && r->step % cfg->checkpoint.save_steps == 0 && !last) ||
             (last && cfg->checkpoint.save_at_end)) {
+            fold_comm(r);
             if (save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
             t_window = zt_now();
             window_steps = 0;
             zt_comm_stats_reset(c);
         }
     }
+    fold_comm(r);
     return ZT_EXIT_OK;
 }
 
@@ -858,6 +890,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
                r->train_seconds > 0 ? r->tokens_seen / r->train_seconds : 0.0, r->last_loss,
                r->val ? "" : ", no validation set");
         if (r->val) zt_log("summary: final validation loss %.4f", r->last_val);
+        comm_summary(r);
         if (r->rank == 0) {
             char line[1024], mem[512];
             memory_json("memory_measured", &mm, zt_model_activation_bytes(r->model), mem, sizeof mem);
