@@ -15,6 +15,7 @@ assert_contains "$ZT_OUT" "global 4 sequences = 2 per device x 2 ranks x 1 accum
 assert_contains "$ZT_OUT" "validation loss"
 assert_contains "$ZT_OUT" "---- sample (20 tokens"
 assert_contains "$ZT_OUT" "summary: 40 steps"
+assert_contains "$ZT_OUT" "communication (rank 0, training steps): all-reduce 120 calls"
 assert_contains "$ZT_OUT" "rank 1 -> "
 for f in out/metrics.jsonl out/config.cfg out/loss.svg out/latest; do
     [ -s "$f" ] || fail "$f missing"
