@@ -30,6 +30,8 @@ typedef struct zt_config {
         int seq_len;
         int shuffle;            /* bool */
         long seed;
+        char vocab_file[ZT_STRLEN];  /* GPT-2 vocab.json, to decode samples of BPE data */
+        char merges_file[ZT_STRLEN]; /* GPT-2 merges.txt */
     } data;
     struct {
         int per_device_train_batch_size;

@@ -103,6 +103,11 @@ static const zkey_t schema[] = {
     KB("data.shuffle", data.shuffle, 1,
        "Visit samples in a shuffled order that is a pure function of (data.seed, epoch); false = file order."),
     KL("data.seed", data.seed, 1337, 0, BIG_LONG, "Seed of the sample order (independent of train.seed)."),
+    KS("data.vocab_file", data.vocab_file, "", NULL,
+       "GPT-2 vocab.json (encoder.json). With data.merges_file, lets ztrain encode train.sample_prompt and "
+       "print the end-of-run sample as text for GPT-2 BPE token files; without them the sample is printed "
+       "as token ids. Byte-level data needs neither."),
+    KS("data.merges_file", data.merges_file, "", NULL, "GPT-2 merges.txt, with data.vocab_file."),
     /* train */
     KI("train.per_device_train_batch_size", train.per_device_train_batch_size, 8, 1, 1 << 20,
        "Sequences per rank per micro-step (B). Global batch = B * gradient_accumulation_steps * world size "

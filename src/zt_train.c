@@ -293,7 +293,14 @@ static void generate_sample(run_t *r)
     const int n = cfg->train.sample_tokens, T = r->T;
     if (n <= 0) return;
     const char *kind = zt_data_tokenizer(r->train);
-    zt_tokenizer_t *tok = (strcmp(kind, "byte") == 0 || kind[0] == 0) ? zt_tokenizer_byte() : NULL;
+    zt_tokenizer_t *tok = NULL;
+    if (strcmp(kind, "byte") == 0 || kind[0] == 0) {
+        tok = zt_tokenizer_byte();
+    } else if (cfg->data.vocab_file[0] && cfg->data.merges_file[0]) {
+        char terr[ZT_ERRLEN];
+        tok = zt_tokenizer_open_bpe(cfg->data.vocab_file, cfg->data.merges_file, terr, sizeof terr);
+        if (!tok) zt_log("sample: %s; printing token ids", terr);
+    }
     int32_t *ctx = zt_malloc((size_t)(n + T + 1) * sizeof *ctx);
     size_t len = 0;
     if (tok && cfg->train.sample_prompt[0]) {
@@ -349,6 +356,7 @@ static void generate_sample(run_t *r)
     }
     free(logits);
     free(ctx);
+    zt_tokenizer_close(tok);
 }
 
 /* ---- loss plot (SVG, no dependencies) ------------------------------------------ */

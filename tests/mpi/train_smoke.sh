@@ -44,6 +44,17 @@ v1=$(sed -n 's/^step    40\/40 | validation loss //p' ddp.out)
 v2=$(sed -n 's/^step    40\/40 | validation loss //p' "$ZT_OUT")
 [ -n "$v1" ] && [ "$v1" = "$v2" ] || fail "validation loss under zero3 ($v2) differs from ddp ($v1)"
 
+# GPT-2 BPE data (a small vocabulary learned here): with data.vocab_file and
+# data.merges_file the prompt is encoded and the sample printed as text
+awk 'BEGIN { for (i = 0; i < 600; i++) print "the model trains on the data and the loss falls." }' >bpe.txt
+V=$("$PY" "$ZT_SRCDIR/tests/mpi/make_bpe.py" . bpe.txt) || fail "make_bpe.py"
+"$ZT_PREP_DATA" --bpe vocab.json merges.txt --val-fraction 0.1 -o bpe bpe.txt >/dev/null || fail "zt-prep-data --bpe"
+run_ztrain 1 "$TINY" data.train_files=bpe-train.h5 data.val_files=bpe-val.h5 model.vocab_size="$V" \
+    data.vocab_file=vocab.json data.merges_file=merges.txt train.max_steps=60 optim.learning_rate=1e-2 \
+    train.output_dir=bpe train.sample_prompt="the model" >/dev/null
+sed -n '/^---- sample/,/^---- end of sample/p' "$ZT_OUT" >bpe-sample.txt
+grep -q "^the model trains on the" bpe-sample.txt || { cat bpe-sample.txt; fail "BPE sample not decoded to text"; }
+
 # log.all_ranks: one log file per rank, each with the progress lines
 run_ztrain 2 "$TINY" train.max_steps=3 log.all_ranks=true train.output_dir=logs >/dev/null
 for r in 0 1; do
