@@ -80,7 +80,6 @@ void zt_reduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
 void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, const int *counts,
                    const int *displs, zt_dtype_t t);
 void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root);
-void zt_barrier(zt_comm_t *c, zt_group_t *g);
 
 /* Non-blocking versions; zt_wait completes and accounts them. */
 void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
@@ -90,8 +89,6 @@ void zt_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
 void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                    zt_dtype_t t, zt_request_t *req);
 void zt_wait(zt_comm_t *c, zt_request_t *req);
-/* Lets MPI progress outstanding requests (called between kernels). */
-void zt_comm_progress(zt_request_t *reqs, int n);
 
 /* Collective decisions: every rank passes its local flag/value, all get the result. */
 int zt_any(zt_comm_t *c, int local_flag);          /* logical OR over world */

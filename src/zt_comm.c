@@ -303,8 +303,6 @@ void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t
     account(c, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size, zt_now() - t0);
 }
 
-void zt_barrier(zt_comm_t *c, zt_group_t *g) { ZT_MPI(MPI_Barrier(g->comm)); }
-
 static void req_start(zt_request_t *req, int kind, double bytes)
 {
     req->g = NULL;
@@ -357,8 +355,7 @@ void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
 
 void zt_wait(zt_comm_t *c, zt_request_t *req)
 {
-    /* t0 == 0 marks a request never started or already accounted; MPI_Test in
-     * zt_comm_progress may already have completed (and nulled) it */
+    /* t0 == 0 marks a request never started or already accounted */
     if (req->req != MPI_REQUEST_NULL) ZT_MPI(MPI_Wait(&req->req, MPI_STATUS_IGNORE));
     if (req->t0 == 0) return;
     if (req->g) {
@@ -373,15 +370,6 @@ void zt_wait(zt_comm_t *c, zt_request_t *req)
     c->stats.seconds[req->kind] += zt_now() - req->t0;
     c->stats.calls[req->kind]++;
     req->t0 = 0;
-}
-
-void zt_comm_progress(zt_request_t *reqs, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (reqs[i].req == MPI_REQUEST_NULL) continue;
-        int done = 0;
-        ZT_MPI(MPI_Test(&reqs[i].req, &done, MPI_STATUS_IGNORE));
-    }
 }
 
 int zt_any(zt_comm_t *c, int local_flag)

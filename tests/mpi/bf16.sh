@@ -30,10 +30,7 @@
 . "$(dirname "$0")/common.sh"
 need_h5py
 CMP="$ZT_SRCDIR/tests/mpi/compare_runs.py"
-make_tiny_data "$ZT_TMP/data"
-cd "$ZT_TMP" || fail "cd"
-common="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_files=[] train.eval_steps=0
-  train.sample_tokens=0 train.max_steps=20 optim.warmup_steps=3 optim.learning_rate=3e-3"
+tiny_comparison_setup
 TOL32="--loss-tol 5e-6 --param-tol 3e-5"
 TOL16="--loss-tol 1e-3 --param-tol 5e-3"
 

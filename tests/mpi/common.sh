@@ -153,3 +153,13 @@ batch_args() {
         *) fail "batch_args: no split of 12 for $1 ranks" ;;
     esac
 }
+
+# tiny_comparison_setup: tiny data in $ZT_TMP/data, cd $ZT_TMP, and $common, the
+# base arguments of the runs that are compared with each other (20 steps of the tiny
+# model, no evaluation or sample, warm-up 3, lr 3e-3): equivalence, bf16, reshard.
+tiny_comparison_setup() {
+    make_tiny_data "$ZT_TMP/data"
+    cd "$ZT_TMP" || fail "cd"
+    common="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_files=[] train.eval_steps=0
+  train.sample_tokens=0 train.max_steps=20 optim.warmup_steps=3 optim.learning_rate=3e-3"
+}

@@ -5,10 +5,7 @@
 # 1e-5 relative and final parameters within 1e-5 relative L2 of the reference.
 . "$(dirname "$0")/common.sh"
 need_h5py
-make_tiny_data "$ZT_TMP/data"
-cd "$ZT_TMP" || fail "cd"
-common="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_files=[] train.eval_steps=0
-  train.sample_tokens=0 train.max_steps=20 optim.warmup_steps=3 optim.learning_rate=3e-3"
+tiny_comparison_setup
 
 
 # shellcheck disable=SC2086

@@ -284,6 +284,29 @@ static void t_table_matches_fixture(void)
     zt_param_table_free(t);
 }
 
+/* Worst relative L2 error of the rig's gradients against the fixture's /grads
+ * (NaN counts as infinite); *name gets the worst tensor's name. */
+static double worst_grad_error(rig_t *r, const fixture_t *fx, const char **name)
+{
+    double worst = -1;
+    *name = "?";
+    for (int i = 0; i < r->tab->nparams; i++) {
+        const zt_param_t *p = &r->tab->params[i];
+        char path[160];
+        snprintf(path, sizeof path, "/grads/%s", p->name);
+        float *ref = read_f32(fx->file, path, p->numel);
+        float *got = to_host(r, pg(r, i), i);
+        double e = rel_l2(got, ref, p->numel);
+        if (!(e <= worst)) { /* also catches NaN */
+            worst = isnan(e) ? INFINITY : e;
+            *name = p->name;
+        }
+        free(ref);
+        free(got);
+    }
+    return worst;
+}
+
 /* ---- forward/backward parity ------------------------------------------------- */
 
 static void t_loss_logits_grads(void)
@@ -312,22 +335,8 @@ static void t_loss_logits_grads(void)
     float loss = rig_micro_step(&r, inp, tgt, B, T, 1.0f / (B * T));
     CU_ASSERT(zt_relerr(loss, ref_loss, 1e-30) < 1e-5);
 
-    double worst = -1;
-    const char *worst_name = "?";
-    for (int i = 0; i < r.tab->nparams; i++) {
-        const zt_param_t *p = &r.tab->params[i];
-        char path[160];
-        snprintf(path, sizeof path, "/grads/%s", p->name);
-        float *ref = read_f32(fx->file, path, p->numel);
-        float *got = to_host(&r, pg(&r, i), i);
-        double e = rel_l2(got, ref, p->numel);
-        if (!(e <= worst)) { /* also catches NaN */
-            worst = isnan(e) ? INFINITY : e;
-            worst_name = p->name;
-        }
-        free(ref);
-        free(got);
-    }
+    const char *worst_name;
+    double worst = worst_grad_error(&r, fx, &worst_name);
     printf("    worst gradient rel L2 %.2e (%s)\n", worst, worst_name);
     CU_ASSERT(worst < 1e-4);
     if (!(worst < 1e-4)) fprintf(stderr, "gradient mismatch: %s rel L2 %.3e\n", worst_name, worst);
@@ -357,17 +366,8 @@ static void t_micro_batch_accumulation(void)
     for (int b = 0; b < B; b++)
         lsum += rig_micro_step(&r, inp + (size_t)b * T, tgt + (size_t)b * T, 1, T, 1.0f / (B * T));
     CU_ASSERT(zt_relerr(lsum / B, ref_loss, 1e-30) < 1e-5);
-    double worst = 0;
-    for (int i = 0; i < r.tab->nparams; i++) {
-        char path[160];
-        snprintf(path, sizeof path, "/grads/%s", r.tab->params[i].name);
-        float *ref = read_f32(fx->file, path, r.tab->params[i].numel);
-        float *got = to_host(&r, pg(&r, i), i);
-        double e = rel_l2(got, ref, r.tab->params[i].numel);
-        worst = isnan(e) || e > worst ? (isnan(e) ? INFINITY : e) : worst;
-        free(ref);
-        free(got);
-    }
+    const char *worst_name;
+    double worst = worst_grad_error(&r, fx, &worst_name);
     CU_ASSERT(worst < 1e-4);
     free(inp);
     free(tgt);
