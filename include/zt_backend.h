@@ -30,6 +30,10 @@ typedef struct zt_backend {
     void (*to_host)(void *host, const void *src, size_t bytes);
     void (*from_host)(void *dst, const void *host, size_t bytes);
     void (*sync)(void);
+    /* Host memory the backend transfers to and from fastest (pinned on CUDA), for
+     * state kept off the device (offload); zero-filled, aborts on failure. */
+    void *(*alloc_host)(size_t bytes);
+    void (*free_host)(void *p);
 
     /* out (B,T,C) = wte[inp] + wpe[t] */
     void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,

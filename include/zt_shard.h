@@ -65,6 +65,8 @@ typedef struct zt_shard_opts {
     size_t bucket_bytes;
     int reduce_bf16;        /* communicate gradients in bf16 */
     int bf16;               /* working params/grads in bf16 (communicated in bf16) */
+    int offload_optim;      /* fp32 master, Adam moments and the AdamW step in host memory */
+    int offload_param;      /* + parameter shards in host memory (parameter-sharding strategies) */
     uint64_t seed;          /* for initialization */
 } zt_shard_opts_t;
 
@@ -98,9 +100,12 @@ void zt_shard_zero_grads(zt_shard_t *s);
 void zt_shard_begin_inference(zt_shard_t *s);
 void zt_shard_end_inference(zt_shard_t *s);
 
-/* Memory accounting in bytes per rank (what is allocated now, and the peak). */
+/* Memory accounting in bytes per rank (what is allocated now, and the peak). The
+ * first five are the backend's memory (the device's, on a GPU); `host` is the
+ * offloaded state in (pinned) host memory. */
 typedef struct zt_shard_mem {
     size_t params, grads, optim, comm_buffers, gathered_peak;
+    size_t host;
 } zt_shard_mem_t;
 void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out);
 /* Analytic estimate of the same, without building the engine. */

@@ -179,6 +179,30 @@ static void cuda_free(void *p)
     if (p) ZT_CUDA(cudaFree(p)); /* cudaFree waits for work that may still use p */
 }
 
+/* Pinned, so uploads and downloads of offloaded state run at full PCIe/NVLink-C2C
+ * speed and can be asynchronous. */
+static void *cuda_alloc_host(size_t bytes)
+{
+    ensure_init();
+    void *p = NULL;
+    size_t n = bytes ? bytes : 1;
+    cudaError_t rc = cudaMallocHost(&p, n);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        char b1[32];
+        zt_fatal("cudaMallocHost (pinned host memory for offload) of %s failed: %s\n---> HINT: pinned "
+                 "memory is limited by the host's RAM and `ulimit -l`",
+                 zt_fmt_bytes((double)n, b1, sizeof b1), cudaGetErrorString(rc));
+    }
+    memset(p, 0, n);
+    return p;
+}
+
+static void cuda_free_host(void *p)
+{
+    if (p) ZT_CUDA(cudaFreeHost(p));
+}
+
 static void cuda_memzero(void *p, size_t bytes)
 {
     ensure_init();
@@ -1057,6 +1081,8 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .to_host = cuda_to_host,
     .from_host = cuda_from_host,
     .sync = cuda_sync,
+    .alloc_host = cuda_alloc_host,
+    .free_host = cuda_free_host,
     .encoder_forward = cuda_encoder_forward,
     .encoder_backward = cuda_encoder_backward,
     .layernorm_forward = cuda_layernorm_forward,

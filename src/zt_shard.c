@@ -28,6 +28,18 @@
  * fp32 gradient accumulators for the same reason. With one rank nothing is
  * communicated, so nothing is rounded.
  *
+ * Offload (offload_optim): the fp32 master of the owned elements (`master`, packed
+ * like m and v), m and v live in host memory from the backend's alloc_host (pinned
+ * on CUDA) and AdamW runs there with the CPU kernel. The backend keeps the working
+ * parameters (fp32 or bf16) and the gradients; per unit, the optimizer step
+ * downloads the owned gradients, steps the host shard and uploads the owned part of
+ * the working copy (rounded to bf16 on the host, so half the bytes cross the bus),
+ * then re-gathers it where the strategy keeps parameters replicated. With
+ * offload_param the owned parameter shard itself stays on the host (fp32: the master
+ * is the working shard) and each gather first uploads it into a transient buffer.
+ * The arithmetic is the same CPU kernels in the same order, so on the CPU backend an
+ * offloaded run is bit-identical to one that is not.
+ *
  * Ordering: every rank issues the same collectives in the same order because
  * the train loop calls the step protocol identically everywhere. */
 #include <math.h>
@@ -49,6 +61,8 @@ typedef struct unit_state {
     size_t S;               /* elements this rank owns (packed, padding included) */
     size_t spos0;           /* displ of this rank in packed order */
     float *full, *shard_p, *gfull, *gshard, *m, *v, *rs_tmp;
+    float *master;          /* offload: host fp32 master of the owned elements (S) */
+    void *up;               /* offload_param: the shard uploaded for a gather in flight */
     void *gath;             /* P elements of the working dtype */
     uint16_t *wfull, *wshard;   /* bf16 working copies (P, S) */
     uint16_t *gcomm, *rs16;     /* bf16 gradients in flight (P), landing (S) */
@@ -74,6 +88,11 @@ struct zt_shard {
     void *pack_tmp;         /* per_param packing buffer (largest packed unit) */
     size_t pack_tmp_n, pack_es;
     int mixed;              /* bf16 working copies */
+    int offload, offload_param;
+    const zt_backend_t *ob; /* where the optimizer state lives and AdamW runs */
+    float *hgrad;           /* offload: host landing of one unit's owned gradients */
+    uint16_t *h16;          /* offload, bf16: host rounding of one unit's owned working copy */
+    size_t hstage_n;        /* elements of hgrad and h16: the largest owned shard */
     size_t pesz;            /* bytes of a working parameter element */
     zt_dtype_t pdt, gdt;    /* dtype of parameter gathers and of gradient reductions */
     float *scratch[2];      /* bf16: fp32 view of the root unit [0] and of the running block [1] */
@@ -123,7 +142,7 @@ static int frees_after_forward(const zt_shard_t *s)
 
 /* ---- memory accounting ----------------------------------------------------- */
 
-enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_COMM, MEM_GATHER };
+enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_COMM, MEM_GATHER, MEM_HOST };
 
 static size_t *mem_slot(zt_shard_mem_t *m, int cat)
 {
@@ -132,6 +151,7 @@ static size_t *mem_slot(zt_shard_mem_t *m, int cat)
     case MEM_GRADS: return &m->grads;
     case MEM_OPTIM: return &m->optim;
     case MEM_COMM: return &m->comm_buffers;
+    case MEM_HOST: return &m->host;
     default: return &m->gathered_peak;
     }
 }
@@ -153,7 +173,7 @@ static void *balloc_z(zt_shard_t *s, int cat, size_t bytes, int need_zero)
                 if (need_zero) s->be->memzero(p, bytes);
                 return p;
             }
-    return s->be->alloc(bytes);
+    return cat == MEM_HOST ? s->be->alloc_host(bytes) : s->be->alloc(bytes);
 }
 
 static void *balloc(zt_shard_t *s, int cat, size_t bytes) { return balloc_z(s, cat, bytes, 0); }
@@ -164,6 +184,10 @@ static void bfree(zt_shard_t *s, int cat, void *p, size_t bytes)
 {
     if (!p) return;
     *mem_slot(&s->mem, cat) -= bytes;
+    if (cat == MEM_HOST) {
+        s->be->free_host(p);
+        return;
+    }
     if (!is_transient(cat)) {
         s->be->free(p);
         return;
@@ -217,14 +241,57 @@ static void build_opt_segments(zt_shard_t *s, int ui)
 /* value pointer of an owned segment (where the master copy lives) */
 static float *seg_value(zt_shard_t *s, unit_state_t *u, const opt_seg_t *g)
 {
+    if (s->offload) return u->master + g->spos;
     return s->shard_params || s->mixed ? u->shard_p + g->spos : u->full + g->uoff;
 }
 
 static void regather_full(zt_shard_t *s, int ui);
 
-/* bf16: the working copy := bf16(master); the replicated full copy is completed
- * by an all-gather of every rank's rounded part (the same rounding everywhere). */
-static void refresh_working(zt_shard_t *s, int ui)
+/* offload: host buffers as large as the largest owned shard (they serve one unit
+ * at a time) */
+static void grow_host_stage(zt_shard_t *s, size_t S)
+{
+    if (S <= s->hstage_n) return;
+    ffree(s, MEM_HOST, &s->hgrad, s->hstage_n);
+    BFREE(s, MEM_HOST, s->h16, s->hstage_n * 2);
+    s->hstage_n = S;
+    s->hgrad = falloc(s, MEM_HOST, S);
+    /* with offload_param a bf16 working shard is rounded in place, in host memory */
+    if (s->mixed && !s->offload_param) s->h16 = balloc(s, MEM_HOST, S * 2);
+}
+
+/* The owned part of the working copy from the host master (offload): one upload
+ * per segment, of bf16 rounded on the host when the working copy is bf16. */
+static void upload_owned(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    if (s->offload_param) {
+        /* the working shard is host memory: fp32 uses the master itself */
+        if (s->mixed) zt_backend_cpu.to_bf16(u->wshard, u->master, u->S);
+        return;
+    }
+    const char *src = (const char *)u->master;
+    if (s->mixed) {
+        zt_backend_cpu.to_bf16(s->h16, u->master, u->S);
+        src = (const char *)s->h16;
+    }
+    const size_t es = s->pesz;
+    if (s->shard_params) {
+        s->be->from_host(s->mixed ? (void *)u->wshard : (void *)u->shard_p, src, u->S * es);
+        return;
+    }
+    char *dst = s->mixed ? (char *)u->wfull : (char *)u->full;
+    const int r = s->rank_in_sg;
+    size_t pos = 0;
+    for (int i = 0; i < u->lay.nseg[r]; i++) {
+        const zt_segment_t *g = &u->lay.seg[r][i];
+        s->be->from_host(dst + g->off * es, src + pos * es, g->len * es);
+        pos += g->len;
+    }
+}
+
+/* bf16 on the backend: the owned part of the working copy := bf16(master) */
+static void round_owned(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
     if (s->shard_params) {
@@ -238,7 +305,16 @@ static void refresh_working(zt_shard_t *s, int ui)
         s->be->to_bf16(u->wfull + g->off, u->shard_p + pos, g->len);
         pos += g->len;
     }
-    regather_full(s, ui);
+}
+
+/* After the master changed: the working copy follows it. A replicated full copy
+ * is completed by an all-gather of every rank's part (bf16: the same rounding
+ * everywhere), so this is a collective unless parameters are sharded. */
+static void refresh_working(zt_shard_t *s, int ui)
+{
+    if (s->offload) upload_owned(s, ui);
+    else if (s->mixed) round_owned(s, ui);
+    if (!s->shard_params) regather_full(s, ui);
 }
 
 /* the fp32 views of the working copy are stale after it changed */
@@ -252,7 +328,8 @@ static void invalidate_slots(zt_shard_t *s)
  * through a fixed host staging buffer, so start-up never holds a second copy of
  * a unit (the root unit of GPT-2 124M is 154 MB). */
 #define INIT_STAGE ((size_t)1 << 20)
-static void init_unit_range(zt_shard_t *s, int ui, size_t uoff, size_t len, float *dst, float *stage)
+static void init_unit_range(zt_shard_t *s, int ui, size_t uoff, size_t len, float *dst, float *stage,
+                            const zt_backend_t *dst_be)
 {
     const zt_param_table_t *t = s->t;
     for (size_t done = 0; done < len;) {
@@ -262,7 +339,7 @@ static void init_unit_range(zt_shard_t *s, int ui, size_t uoff, size_t len, floa
             size_t lo = ZT_MAX(e, pp->offset), hi = ZT_MIN(e + n, pp->offset + pp->numel);
             if (lo < hi) zt_param_init_range(pp, s->o.seed, lo - pp->offset, hi - lo, stage + (lo - e));
         }
-        s->be->from_host(dst + done, stage, n * sizeof(float));
+        dst_be->from_host(dst + done, stage, n * sizeof(float));
         done += n;
     }
 }
@@ -271,29 +348,28 @@ static void init_values(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
     float *stage = zt_malloc(INIT_STAGE * sizeof(float));
-    if (s->mixed && !s->shard_params && s->n > 1) {
-        /* replicated bf16 working copy: every rank rounds the whole unit itself
-         * (a pure function) instead of gathering at start-up */
+    /* Replicated working copies: every rank computes the whole unit itself (a pure
+     * function) instead of gathering at start-up. */
+    if (!s->shard_params && s->mixed && (s->n > 1 || s->offload)) {
         float *dev = s->be->alloc(INIT_STAGE * sizeof(float));
         for (size_t off = 0; off < u->lay.numel; off += INIT_STAGE) {
             size_t n = ZT_MIN(INIT_STAGE, u->lay.numel - off);
-            init_unit_range(s, ui, off, n, dev, stage);
+            init_unit_range(s, ui, off, n, dev, stage, s->be);
             s->be->to_bf16((uint16_t *)u->wfull + off, dev, n);
         }
         s->be->free(dev);
     }
-    if (!s->shard_params && !s->mixed) {
-        /* replicated parameters: every rank computes all of them (pure function) */
-        init_unit_range(s, ui, 0, u->lay.numel, u->full, stage);
-        free(stage);
-        return;
-    }
-    for (int i = 0; i < u->noseg; i++) {
+    if (!s->shard_params && !s->mixed) init_unit_range(s, ui, 0, u->lay.numel, u->full, stage, s->be);
+    /* the owned master, where there is one apart from the full copy */
+    float *master = s->offload ? u->master : s->shard_params || s->mixed ? u->shard_p : NULL;
+    const zt_backend_t *mbe = s->offload ? &zt_backend_cpu : s->be;
+    for (int i = 0; master && i < u->noseg; i++) {
         const opt_seg_t *g = &u->oseg[i];
-        init_unit_range(s, ui, g->uoff, g->len, u->shard_p + g->spos, stage);
+        init_unit_range(s, ui, g->uoff, g->len, master + g->spos, stage, mbe);
     }
     free(stage);
-    if (s->mixed && (s->shard_params || s->n == 1)) refresh_working(s, ui); /* no collective here */
+    /* derive what the code above did not compute, without a collective */
+    if (s->offload ? s->shard_params : s->mixed && (s->shard_params || s->n == 1)) refresh_working(s, ui);
 }
 
 zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
@@ -312,6 +388,9 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     s->pesz = s->mixed ? 2 : 4;
     s->pdt = s->mixed ? ZT_BF16 : ZT_F32;
     s->gdt = opts->reduce_bf16 ? ZT_BF16 : ZT_F32;
+    s->offload = opts->offload_optim != 0;
+    s->offload_param = s->offload && opts->offload_param && s->shard_params;
+    s->ob = s->offload ? &zt_backend_cpu : be;
     s->pack_es = ZT_MAX(s->pesz, zt_dtype_size(s->gdt));
     invalidate_slots(s);
     if (st == ZT_DDP) {
@@ -335,23 +414,28 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         build_opt_segments(s, ui);
         for (int k = 0; k < MAX_REQ; k++) u->red_req[k].req = MPI_REQUEST_NULL;
         u->gather_req.req = MPI_REQUEST_NULL;
+        /* offload: the master, m and v in host memory; the master is the fp32
+         * working shard itself when parameter shards are offloaded too */
+        const int optim_mem = s->offload ? MEM_HOST : MEM_OPTIM;
+        if (s->offload) u->master = falloc(s, MEM_HOST, u->S);
         if (s->mixed) {
             /* fp32 master with the optimizer state, bf16 working copy as the params */
-            u->shard_p = falloc(s, MEM_OPTIM, u->S);
+            if (!s->offload) u->shard_p = falloc(s, MEM_OPTIM, u->S);
             if (s->shard_params)
-                u->wshard = balloc(s, MEM_PARAMS, u->S * 2);
+                u->wshard = balloc(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->S * 2);
             else
                 u->wfull = balloc(s, MEM_PARAMS, u->lay.packed * 2);
             const int k = ui == 0 ? 0 : 1;
             s->scratch_n[k] = ZT_MAX(s->scratch_n[k], u->lay.numel);
-        } else if (s->shard_params)
-            u->shard_p = falloc(s, MEM_PARAMS, u->S);
-        else
+        } else if (s->shard_params) {
+            if (!s->offload_param) u->shard_p = falloc(s, MEM_PARAMS, u->S);
+        } else
             u->full = falloc(s, MEM_PARAMS, u->lay.packed);
         if (s->persistent_grads) u->gfull = falloc(s, MEM_GRADS, u->lay.packed);
         if (st != ZT_DDP) u->gshard = falloc(s, MEM_GRADS, u->S);
-        u->m = falloc(s, MEM_OPTIM, u->S);
-        u->v = falloc(s, MEM_OPTIM, u->S);
+        u->m = falloc(s, optim_mem, u->S);
+        u->v = falloc(s, optim_mem, u->S);
+        if (s->offload) grow_host_stage(s, u->S);
         init_values(s, ui);
         if (opts->layout == ZT_LAYOUT_PER_PARAM && s->n > 1 && u->lay.packed > s->pack_tmp_n)
             s->pack_tmp_n = u->lay.packed;
@@ -371,19 +455,23 @@ void zt_shard_free(zt_shard_t *s)
         ffree(s, MEM_PARAMS, &u->full, P);
         BFREE(s, MEM_GATHER, u->gath, P * s->pesz);
         ffree(s, s->mixed ? MEM_OPTIM : MEM_PARAMS, &u->shard_p, u->S);
+        ffree(s, MEM_HOST, &u->master, u->S);
+        BFREE(s, MEM_COMM, u->up, u->S * s->pesz);
         BFREE(s, MEM_PARAMS, u->wfull, P * 2);
-        BFREE(s, MEM_PARAMS, u->wshard, u->S * 2);
+        BFREE(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->wshard, u->S * 2);
         BFREE(s, MEM_COMM, u->gcomm, P * 2);
         BFREE(s, MEM_COMM, u->rs16, u->S * 2);
         ffree(s, MEM_GRADS, &u->gfull, P);
         ffree(s, MEM_GRADS, &u->gshard, u->S);
-        ffree(s, MEM_OPTIM, &u->m, u->S);
-        ffree(s, MEM_OPTIM, &u->v, u->S);
+        ffree(s, s->offload ? MEM_HOST : MEM_OPTIM, &u->m, u->S);
+        ffree(s, s->offload ? MEM_HOST : MEM_OPTIM, &u->v, u->S);
         ffree(s, MEM_COMM, &u->rs_tmp, u->S);
         free(u->oseg);
         zt_unit_layout_free(&u->lay);
     }
     BFREE(s, MEM_COMM, s->pack_tmp, s->pack_tmp_n * s->pack_es);
+    ffree(s, MEM_HOST, &s->hgrad, s->hstage_n);
+    BFREE(s, MEM_HOST, s->h16, s->hstage_n * 2);
     for (int k = 0; k < 2; k++) ffree(s, MEM_COMM, &s->scratch[k], s->scratch_n[k]);
     for (int i = 0; i < s->ncache; i++) s->be->free(s->cache[i].p);
     free(s->u);
@@ -429,20 +517,36 @@ static int is_flat(const zt_shard_t *s) { return s->o.layout == ZT_LAYOUT_FLAT |
 
 /* ---- gathering parameters ---------------------------------------------------- */
 
+/* offload_param: the upload a gather read from is no longer needed */
+static void gather_done(zt_shard_t *s, unit_state_t *u)
+{
+    BFREE(s, MEM_COMM, u->up, u->S * s->pesz);
+}
+
 static void gather_start(zt_shard_t *s, int ui, int blocking)
 {
     unit_state_t *u = &s->u[ui];
     const size_t P = u->lay.packed, es = s->pesz;
-    const void *src = s->mixed ? (const void *)u->wshard : (const void *)u->shard_p;
+    /* the owned working shard: bf16, or fp32 (the host master itself under offload_param) */
+    const void *src = s->mixed ? (const void *)u->wshard : s->offload_param ? (const void *)u->master
+                                                                           : (const void *)u->shard_p;
     u->gath = balloc(s, MEM_GATHER, P * es);
     if (s->n == 1) {
-        s->be->copy(u->gath, src, u->S * es);
+        if (s->offload_param) s->be->from_host(u->gath, src, u->S * es);
+        else s->be->copy(u->gath, src, u->S * es);
         u->gathered = 1;
         return;
+    }
+    if (s->offload_param) {
+        /* collectives read backend memory: upload the host shard first */
+        u->up = balloc(s, MEM_COMM, u->S * es);
+        s->be->from_host(u->up, src, u->S * es);
+        src = u->up;
     }
     if (is_flat(s)) {
         if (blocking) {
             zt_allgather(s->comm, s->sg, src, u->gath, u->S, s->pdt);
+            gather_done(s, u);
             u->gathered = 1;
         } else {
             zt_iallgather(s->comm, s->sg, src, u->gath, u->S, s->pdt, &u->gather_req);
@@ -456,6 +560,7 @@ static void gather_start(zt_shard_t *s, int ui, int blocking)
     unpack(s, &u->lay, u->gath, s->pack_tmp, es);
     free(counts);
     free(displs);
+    gather_done(s, u);
     u->gathered = 1;
 }
 
@@ -466,6 +571,7 @@ const float *zt_shard_params(zt_shard_t *s, int ui)
     if (s->shard_params) {
         if (u->gather_pending) {
             zt_wait(s->comm, &u->gather_req);
+            gather_done(s, u);
             u->gather_pending = 0;
             u->gathered = 1;
         }
@@ -499,6 +605,7 @@ static void drop_gathered(zt_shard_t *s, int ui)
     unit_state_t *u = &s->u[ui];
     if (u->gather_pending) {
         zt_wait(s->comm, &u->gather_req);
+        gather_done(s, u);
         u->gather_pending = 0;
     }
     BFREE(s, MEM_GATHER, u->gath, u->lay.packed * s->pesz);
@@ -696,15 +803,19 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
     s->adam_step = hp->step;
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
+        /* the owned gradients, packed like m and v (ddp owns the whole unit, in order) */
+        const float *grad = s->o.strategy == ZT_DDP ? u->gfull : u->gshard;
+        if (s->offload) {
+            s->be->to_host(s->hgrad, grad, u->S * sizeof(float));
+            grad = s->hgrad;
+        }
         for (int i = 0; i < u->noseg; i++) {
             const opt_seg_t *g = &u->oseg[i];
-            const float *grad = s->o.strategy == ZT_DDP ? u->gfull + g->uoff : u->gshard + g->spos;
             const float wd = s->t->params[g->param].decay ? hp->weight_decay : 0.0f;
-            s->be->adamw(seg_value(s, u, g), grad, u->m + g->spos, u->v + g->spos, g->len, hp->lr,
+            s->ob->adamw(seg_value(s, u, g), grad + g->spos, u->m + g->spos, u->v + g->spos, g->len, hp->lr,
                          hp->beta1, hp->beta2, hp->eps, wd, hp->grad_scale, hp->step);
         }
-        if (s->mixed) refresh_working(s, ui);
-        else if (!s->shard_params && s->o.strategy != ZT_DDP) regather_full(s, ui);
+        refresh_working(s, ui);
     }
     if (s->mixed) invalidate_slots(s);
 }
@@ -737,15 +848,21 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     /* bf16: working params 2 bytes, the fp32 master joins m and v (12 bytes per
      * owned element); gradient accumulators stay fp32 (see the file comment) */
     const size_t pb = o->bf16 ? 2 : 4, gb = o->reduce_bf16 ? 2 : 4, ob = o->bf16 ? 12 : 8;
-    size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0;
+    /* offload: master, m and v (12 bytes per owned element) move to the host; with
+     * offload_param the owned working shard too (fp32: it is the master) */
+    const int off = o->offload_optim != 0, offp = off && o->offload_param && shard_params;
+    size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0, smax = 0;
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;
         zt_unit_layout_build(&lay, t, ui, n, o->layout);
         /* the largest shard (rank 0's) is the per-rank upper bound */
         size_t S = lay.count[0], P = lay.packed;
-        out->params += (shard_params ? S : P) * pb;
+        if (!offp) out->params += (shard_params ? S : P) * pb;
+        else if (o->bf16) out->host += S * 2;
         out->grads += (persistent ? P : 0) * 4 + (st != ZT_DDP ? S : 0) * 4;
-        out->optim += S * ob;
+        if (off) out->host += S * 12;
+        else out->optim += S * ob;
+        smax = ZT_MAX(smax, S);
         if (P > largest) second = largest, largest = P;
         else if (P > second) second = P;
         all_gathered += P;
@@ -761,6 +878,10 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
         out->comm_buffers += largest * 2 + (st != ZT_DDP ? largest / (size_t)n * 2 : 0);
     /* bf16: the fp32 views of the root unit and of the running block */
     if (o->bf16) out->comm_buffers += (root + block) * 4;
+    /* offload: the host landing of one unit's gradients (and its bf16 rounding);
+     * offload_param: the uploads of the running and the prefetched unit */
+    if (off) out->host += smax * 4 + (o->bf16 && !offp ? smax * 2 : 0);
+    if (offp && n > 1) out->comm_buffers += 2 * smax * pb;
     if (shard_params) {
         const int keeps_all = st == ZT_SHARD_GRAD_OP || st == ZT_HYBRID_ZERO2 || !o->reshard_after_forward;
         /* zero3: the root unit stays gathered for the micro-step, plus the running
@@ -845,7 +966,7 @@ typedef struct io_stage {
 int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
 {
     int n = io_segments_backend(s, for_write, segs);
-    if (s->be->host_memory) return n;
+    if (s->be->host_memory || s->offload) return n; /* the state is in host memory already */
     zt_io_seg_t *seg = *segs;
     size_t total = 0;
     for (int i = 0; i < n; i++) total += 3 * seg[i].len;
@@ -873,7 +994,7 @@ int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
 
 void zt_shard_io_done(zt_shard_t *s, zt_io_seg_t *segs, int n, int loaded)
 {
-    if (!s->be->host_memory) {
+    if (!s->be->host_memory && !s->offload) {
         io_stage_t *st;
         memcpy(&st, &segs[n], sizeof st);
         for (int i = 0; loaded && i < n; i++) {
@@ -896,8 +1017,7 @@ void zt_shard_after_load(zt_shard_t *s)
 {
     for (int ui = 0; ui < s->t->nunits; ui++) {
         if (s->shard_params) drop_gathered(s, ui);
-        if (s->mixed) refresh_working(s, ui);
-        else if (!s->shard_params && s->o.strategy != ZT_DDP) regather_full(s, ui);
+        refresh_working(s, ui);
     }
     if (s->mixed) invalidate_slots(s);
 }
@@ -907,7 +1027,7 @@ double zt_shard_param_sumsq(zt_shard_t *s)
     zt_io_seg_t *segs;
     int n = io_segments_backend(s, 1, &segs);
     double local = 0.0;
-    for (int i = 0; i < n; i++) local += s->be->sumsq(segs[i].value, segs[i].len);
+    for (int i = 0; i < n; i++) local += s->ob->sumsq(segs[i].value, segs[i].len);
     free(segs);
     return zt_sum_double(s->comm, &s->comm->world, local);
 }

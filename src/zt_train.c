@@ -96,6 +96,8 @@ static void fill_opts(const zt_config_t *cfg, zt_strategy_t st, zt_shard_opts_t 
     o->bucket_bytes = (size_t)(cfg->parallel.bucket_size_mb * 1024.0 * 1024.0);
     o->reduce_bf16 = strcmp(cfg->parallel.reduce_dtype, "bf16") == 0;
     o->bf16 = cfg->train.bf16;
+    o->offload_optim = strcmp(cfg->parallel.offload_optimizer, "cpu") == 0;
+    o->offload_param = strcmp(cfg->parallel.offload_param, "cpu") == 0;
     o->seed = (uint64_t)cfg->train.seed;
 }
 
@@ -141,21 +143,22 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
 {
     zt_param_table_t *t = zt_param_table_create(dims_of(cfg), (float)cfg->model.init_std);
     int shard_n = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size : per_node;
-    char b[6][32];
+    char b[7][32];
     zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), B=%d T=%d, %s layout",
            t->total_numel, world, per_node, cfg->train.per_device_train_batch_size,
            cfg->data.seq_len, cfg->parallel.shard_layout);
-    zt_log("%-20s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
-           "buffers", "activations", "total");
+    zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
+           "buffers", "activations", "total", "host");
     for (int st = 0; st < ZT_STRATEGY_N; st++) {
         if (zt_strategy_is_hybrid(st) && (shard_n <= 0 || world % shard_n)) continue;
         estimate_t e;
         estimate(cfg, t, st, world, shard_n, &e);
-        zt_log("%-20s %12s %12s %12s %12s %12s %12s", zt_strategy_name(st),
+        zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", zt_strategy_name(st),
                zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
                zt_fmt_bytes(e.mem.optim, b[2], 32),
                zt_fmt_bytes(e.mem.comm_buffers + e.mem.gathered_peak, b[3], 32),
-               zt_fmt_bytes(e.activations, b[4], 32), zt_fmt_bytes(e.total, b[5], 32));
+               zt_fmt_bytes(e.activations, b[4], 32), zt_fmt_bytes(e.total, b[5], 32),
+               zt_fmt_bytes(e.mem.host, b[6], 32));
     }
     zt_param_table_free(t);
 }
@@ -534,20 +537,21 @@ static void startup_report(run_t *r)
            r->G, r->B, r->dp, r->A, r->T, r->G * r->T, r->total_steps);
     estimate_t e;
     estimate(cfg, t, r->sopts.strategy, c->world.size, c->shard.size, &e);
-    char b[7][32];
-    zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s",
+    char b[8][32];
+    zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s%s%s",
            zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
            zt_fmt_bytes(e.mem.optim, b[2], 32), zt_fmt_bytes(e.mem.comm_buffers, b[3], 32),
            zt_fmt_bytes(e.mem.gathered_peak, b[4], 32), zt_fmt_bytes(e.activations, b[5], 32),
-           zt_fmt_bytes(e.total, b[6], 32));
+           zt_fmt_bytes(e.total, b[6], 32), e.mem.host ? "; offloaded to host " : "",
+           e.mem.host ? zt_fmt_bytes(e.mem.host, b[7], 32) : "");
     zt_log("traffic per step (estimate): %s of collective buffers", zt_fmt_bytes(e.traffic, b[0], 32));
 }
 
 static void memory_json(const char *key, const zt_shard_mem_t *m, size_t act, char *buf, size_t len)
 {
     snprintf(buf, len, "\"%s\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"buffers\":%zu,"
-             "\"gathered\":%zu,\"activations\":%zu}", key, m->params, m->grads, m->optim,
-             m->comm_buffers, m->gathered_peak, act);
+             "\"gathered\":%zu,\"activations\":%zu,\"host\":%zu}", key, m->params, m->grads, m->optim,
+             m->comm_buffers, m->gathered_peak, act, m->host);
 }
 
 /* First metrics record: what the run is, and the per-rank estimates tests check. */
@@ -810,10 +814,6 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     zt_cpu_set_threads(cfg->train.threads > 0 ? cfg->train.threads : 1);
     r->be = pick_backend(cfg, err, sizeof err);
     rc = r->be ? 0 : -1;
-    /* offload belongs to the GPU path, which is not finished: refuse rather than ignore */
-    if (rc == 0 && (strcmp(cfg->parallel.offload_optimizer, "none") || strcmp(cfg->parallel.offload_param, "none")))
-        rc = zt_err(err, sizeof err, "parallel.offload_optimizer / parallel.offload_param: offload is not implemented yet "
-                    "(it needs the CUDA backend); set both to \"none\"");
     if (rc == 0) rc = r->rank == 0 ? mkdir_p(cfg->train.output_dir, err, sizeof err) : 0;
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
@@ -881,13 +881,14 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         double peak = zt_max_double(comm, &comm->world, (double)zt_peak_rss());
         zt_shard_mem_t mm;
         zt_shard_memory(r->shard, &mm);
-        char b[7][32];
+        char b[8][32];
         zt_log("memory (rank 0, measured): params %s, grads %s, optimizer %s, buffers %s, gathered peak %s, "
-               "activations %s; peak RSS over ranks %s",
+               "activations %s, offloaded to host %s; peak RSS over ranks %s",
                zt_fmt_bytes(mm.params, b[0], 32), zt_fmt_bytes(mm.grads, b[1], 32),
                zt_fmt_bytes(mm.optim, b[2], 32), zt_fmt_bytes(mm.comm_buffers, b[3], 32),
                zt_fmt_bytes(mm.gathered_peak, b[4], 32),
-               zt_fmt_bytes(zt_model_activation_bytes(r->model), b[5], 32), zt_fmt_bytes(peak, b[6], 32));
+               zt_fmt_bytes(zt_model_activation_bytes(r->model), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
+               zt_fmt_bytes(peak, b[7], 32));
         if (r->rank == 0 && cfg->log.plot && r->train_hist.n > 0) {
             snprintf(path, sizeof path, "%s/loss.svg", cfg->train.output_dir);
             write_plot(r, path);

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
 """check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP] [--bf16] [--reduce-bf16]
+                      [--offload] [--offload-param]
 
 Checks a run's metrics.jsonl against the ZeRO memory formulas and the
 collective volumes theory predicts, computed here independently from the model
@@ -24,10 +25,18 @@ Dtype bytes (both optional; without them everything is fp32 as above):
                  4 bytes: the accumulators across micro-steps are fp32, so the
                  total is 2 + 4 + 12 = 18 bytes per parameter (/n when sharded).
   --reduce-bf16  parallel.reduce_dtype = bf16: every gradient reduction
-                 (all-reduce, reduce-scatter) moves 2 bytes per element."""
+                 (all-reduce, reduce-scatter) moves 2 bytes per element.
+Offload (ZeRO-Offload; both optional):
+  --offload        parallel.offload_optimizer = cpu: the backend's optimizer memory
+                   is 0; host memory holds the fp32 master, m and v (12 bytes per
+                   owned element) plus the landing of the largest unit's owned
+                   gradients (4 * max S) and, bf16, its rounding (2 * max S).
+  --offload-param  parallel.offload_param = cpu too: the backend holds no
+                   parameter shard; a bf16 working shard (2 * sum S) joins the host
+                   (fp32: the master is the working shard), no rounding buffer."""
 import json, sys
 
-def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False):
+def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, offload=False, offload_param=False):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
@@ -65,6 +74,14 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False):
         if strategy.startswith("hybrid"):
             exp["all_reduce"] = Fg * sum(S)
         mem = (Fp * sum(S), F * sum(S), Fo * sum(S))
+    host = 0
+    if offload:
+        host = 12 * sum(S) + 4 * max(S) + (2 * max(S) if bf16 and not offload_param else 0)
+        if offload_param:
+            host += 2 * sum(S) if bf16 else 0
+            mem = (0, mem[1], 0)
+        else:
+            mem = (mem[0], mem[1], 0)
     bad = []
     for r in steps:
         for k, v in exp.items():
@@ -75,22 +92,26 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False):
     for name, want in zip(("params", "grads", "optimizer"), mem):
         if est[name] != want: bad.append(f"estimate {name} {est[name]} != formula {want}")
         if meas[name] != want: bad.append(f"measured {name} {meas[name]} != formula {want}")
-    if strategy in ("zero3", "hybrid_shard") and n > 1:
+    for src, m in (("estimate", est), ("measured", meas)):
+        if m.get("host", 0) != host: bad.append(f"{src} host {m.get('host')} != formula {host}")
+    if strategy in ("zero3", "hybrid_shard") and n > 1 and not offload:
         total, per = sum(mem), Fp + F + Fo  # 16 fp32, 18 bf16
         if abs(total - per * psi / n) > per * len(units) * n:
             bad.append(f"zero3 model state {total} is not {per}*Psi/n = {per * psi / n:.0f} up to padding")
     busbw_ok = all(r["comm"][k]["busbw_GBps"] >= 0 for r in steps for k in exp)
     if not busbw_ok: bad.append("negative busbw")
-    dt = (" bf16" if bf16 else "") + (" reduce-bf16" if reduce_bf16 else "")
-    print(f"{strategy:14s}{dt} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}: "
+    dt = (" bf16" if bf16 else "") + (" reduce-bf16" if reduce_bf16 else "") + \
+        (" offload" if offload else "") + (" offload-param" if offload_param else "")
+    print(f"{strategy:14s}{dt} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}"
+          f" host {host}: "
           + ("ok" if not bad else "FAIL"))
     for b in bad[:10]: print("   ", b)
     return 1 if bad else 0
 
 if __name__ == "__main__":
     flags = {x for x in sys.argv[1:] if x.startswith("--")}
-    unknown = flags - {"--bf16", "--reduce-bf16"}
+    unknown = flags - {"--bf16", "--reduce-bf16", "--offload", "--offload-param"}
     if unknown: sys.exit(f"check_accounting.py: unknown option {sorted(unknown)[0]}")
     a = [x for x in sys.argv[1:] if not x.startswith("--")]
     sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None,
-                  "--bf16" in flags, "--reduce-bf16" in flags))
+                  "--bf16" in flags, "--reduce-bf16" in flags, "--offload" in flags, "--offload-param" in flags))

@@ -19,24 +19,6 @@ cd "$ZT_TMP" || fail "cd"
 common="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_files=[] train.eval_steps=0
   train.sample_tokens=0 optim.warmup_steps=3 optim.learning_rate=3e-3 optim.lr_scheduler_type=constant"
 
-# resume_exact NP NAME [key=value...]: 20 steps at once vs 10 + 10 in one output_dir.
-resume_exact() {
-    np=$1
-    name=$2
-    shift 2
-    # shellcheck disable=SC2086
-    run_ztrain "$np" $common "$@" train.max_steps=20 train.output_dir="$name-full" >/dev/null
-    # shellcheck disable=SC2086
-    run_ztrain "$np" $common "$@" train.max_steps=10 train.output_dir="$name-split" >/dev/null
-    [ -e "$name-split/ckpt-00000010.h5" ] || [ -d "$name-split/ckpt-00000010.shards" ] ||
-        fail "$name: no checkpoint of step 10 in $name-split"
-    # shellcheck disable=SC2086
-    run_ztrain "$np" $common "$@" train.max_steps=20 checkpoint.resume=auto train.output_dir="$name-split" >/dev/null
-    assert_contains "$ZT_OUT" "resumed from $name-split/ckpt-00000010"
-    assert_contains "$ZT_OUT" ": step 10,"
-    "$PY" "$CHECK" steps "$name-split" 11 20 || fail "$name: resumed run did not log steps 11..20 once each"
-}
-
 resume_exact 2 ddp2 parallel.strategy=ddp
 "$PY" "$CHECK" exact ddp2-full ddp2-split || fail "ddp on 2 ranks: resumed run differs from the uninterrupted one"
 
