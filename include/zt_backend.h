@@ -34,6 +34,16 @@ typedef struct zt_backend {
      * state kept off the device (offload); zero-filled, aborts on failure. */
     void *(*alloc_host)(size_t bytes);
     void (*free_host)(void *p);
+    /* Asynchronous transfers between backend memory and alloc_host memory, so
+     * offload's copies overlap its CPU work. A download starts after the work
+     * already queued on the backend; its host buffer is valid after
+     * wait_downloads. An upload may read its host buffer until wait_uploads
+     * returns (do not change it before); backend work queued after the upload
+     * sees the uploaded data. */
+    void (*to_host_async)(void *host, const void *src, size_t bytes);
+    void (*from_host_async)(void *dst, const void *host, size_t bytes);
+    void (*wait_downloads)(void);
+    void (*wait_uploads)(void);
 
     /* out (B,T,C) = wte[inp] + wpe[t] */
     void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,

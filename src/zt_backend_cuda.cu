@@ -232,6 +232,55 @@ static void cuda_from_host(void *dst, const void *host, size_t bytes)
     ZT_CUDA(cudaStreamSynchronize(g_stream));
 }
 
+/* Offload's transfers run on their own streams, one per direction, so a download
+ * (device -> host), an upload (host -> device) and kernels can all run at once on
+ * the copy engines and the SMs. Events order them against the compute stream. */
+static cudaStream_t g_d2h, g_h2d;
+static cudaEvent_t g_ev_d2h, g_ev_h2d;
+
+static void ensure_copy_streams(void)
+{
+    ensure_init();
+    if (g_d2h) return;
+    ZT_CUDA(cudaStreamCreateWithFlags(&g_d2h, cudaStreamNonBlocking));
+    ZT_CUDA(cudaStreamCreateWithFlags(&g_h2d, cudaStreamNonBlocking));
+    ZT_CUDA(cudaEventCreateWithFlags(&g_ev_d2h, cudaEventDisableTiming));
+    ZT_CUDA(cudaEventCreateWithFlags(&g_ev_h2d, cudaEventDisableTiming));
+}
+
+static void cuda_to_host_async(void *host, const void *src, size_t bytes)
+{
+    ensure_copy_streams();
+    if (!bytes) return;
+    /* after what the compute stream has queued (the gradients' last writers) */
+    ZT_CUDA(cudaEventRecord(g_ev_d2h, g_stream));
+    ZT_CUDA(cudaStreamWaitEvent(g_d2h, g_ev_d2h, 0));
+    ZT_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, g_d2h));
+}
+
+static void cuda_from_host_async(void *dst, const void *host, size_t bytes)
+{
+    ensure_copy_streams();
+    if (!bytes) return;
+    /* the destination may still be read by queued kernels: upload after them */
+    ZT_CUDA(cudaEventRecord(g_ev_h2d, g_stream));
+    ZT_CUDA(cudaStreamWaitEvent(g_h2d, g_ev_h2d, 0));
+    ZT_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, g_h2d));
+    /* and whatever the compute stream queues next sees the new data */
+    ZT_CUDA(cudaEventRecord(g_ev_h2d, g_h2d));
+    ZT_CUDA(cudaStreamWaitEvent(g_stream, g_ev_h2d, 0));
+}
+
+static void cuda_wait_downloads(void)
+{
+    if (g_d2h) ZT_CUDA(cudaStreamSynchronize(g_d2h));
+}
+
+static void cuda_wait_uploads(void)
+{
+    if (g_h2d) ZT_CUDA(cudaStreamSynchronize(g_h2d));
+}
+
 static void cuda_sync(void)
 {
     ensure_init();
@@ -1083,6 +1132,10 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .sync = cuda_sync,
     .alloc_host = cuda_alloc_host,
     .free_host = cuda_free_host,
+    .to_host_async = cuda_to_host_async,
+    .from_host_async = cuda_from_host_async,
+    .wait_downloads = cuda_wait_downloads,
+    .wait_uploads = cuda_wait_uploads,
     .encoder_forward = cuda_encoder_forward,
     .encoder_backward = cuda_encoder_backward,
     .layernorm_forward = cuda_layernorm_forward,

@@ -522,6 +522,9 @@ static int cpu_all_finite(const float *restrict x, size_t n)
 static inline void sqrt_inplace(float *restrict x, int n)
 {
     int j = 0;
+#if defined(__AVX512F__)
+    for (; j + 16 <= n; j += 16) _mm512_storeu_ps(x + j, _mm512_sqrt_ps(_mm512_loadu_ps(x + j)));
+#endif
 #if defined(__AVX__)
     for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_sqrt_ps(_mm256_loadu_ps(x + j)));
 #elif defined(__SSE2__)
@@ -622,6 +625,10 @@ const zt_backend_t zt_backend_cpu = {
     .sync = cpu_sync,
     .alloc_host = cpu_alloc,
     .free_host = cpu_free,
+    .to_host_async = cpu_copy,
+    .from_host_async = cpu_copy,
+    .wait_downloads = cpu_sync,
+    .wait_uploads = cpu_sync,
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,

@@ -90,9 +90,9 @@ struct zt_shard {
     int mixed;              /* bf16 working copies */
     int offload, offload_param;
     const zt_backend_t *ob; /* where the optimizer state lives and AdamW runs */
-    float *hgrad;           /* offload: host landing of one unit's owned gradients */
+    float *hgrad[2];        /* offload: host landings of owned gradients, by unit parity */
     uint16_t *h16;          /* offload, bf16: host rounding of one unit's owned working copy */
-    size_t hstage_n;        /* elements of hgrad and h16: the largest owned shard */
+    size_t hstage_n;        /* elements of each: the largest owned shard */
     size_t pesz;            /* bytes of a working parameter element */
     zt_dtype_t pdt, gdt;    /* dtype of parameter gathers and of gradient reductions */
     float *scratch[2];      /* bf16: fp32 view of the root unit [0] and of the running block [1] */
@@ -247,21 +247,23 @@ static float *seg_value(zt_shard_t *s, unit_state_t *u, const opt_seg_t *g)
 
 static void regather_full(zt_shard_t *s, int ui);
 
-/* offload: host buffers as large as the largest owned shard (they serve one unit
- * at a time) */
+/* offload: host buffers as large as the largest owned shard: two gradient landings
+ * (the next unit's download runs while AdamW steps this one), one bf16 rounding */
 static void grow_host_stage(zt_shard_t *s, size_t S)
 {
     if (S <= s->hstage_n) return;
-    ffree(s, MEM_HOST, &s->hgrad, s->hstage_n);
+    for (int k = 0; k < 2; k++) ffree(s, MEM_HOST, &s->hgrad[k], s->hstage_n);
     BFREE(s, MEM_HOST, s->h16, s->hstage_n * 2);
     s->hstage_n = S;
-    s->hgrad = falloc(s, MEM_HOST, S);
+    for (int k = 0; k < 2; k++) s->hgrad[k] = falloc(s, MEM_HOST, S);
     /* with offload_param a bf16 working shard is rounded in place, in host memory */
     if (s->mixed && !s->offload_param) s->h16 = balloc(s, MEM_HOST, S * 2);
 }
 
 /* The owned part of the working copy from the host master (offload): one upload
- * per segment, of bf16 rounded on the host when the working copy is bf16. */
+ * per segment, of bf16 rounded on the host when the working copy is bf16.
+ * Asynchronous: it runs while AdamW steps the next unit; wait_uploads before the
+ * host changes its source or a collective reads the destination. */
 static void upload_owned(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
@@ -272,12 +274,13 @@ static void upload_owned(zt_shard_t *s, int ui)
     }
     const char *src = (const char *)u->master;
     if (s->mixed) {
+        s->be->wait_uploads(); /* the previous unit's upload reads h16 */
         zt_backend_cpu.to_bf16(s->h16, u->master, u->S);
         src = (const char *)s->h16;
     }
     const size_t es = s->pesz;
     if (s->shard_params) {
-        s->be->from_host(s->mixed ? (void *)u->wshard : (void *)u->shard_p, src, u->S * es);
+        s->be->from_host_async(s->mixed ? (void *)u->wshard : (void *)u->shard_p, src, u->S * es);
         return;
     }
     char *dst = s->mixed ? (char *)u->wfull : (char *)u->full;
@@ -285,7 +288,7 @@ static void upload_owned(zt_shard_t *s, int ui)
     size_t pos = 0;
     for (int i = 0; i < u->lay.nseg[r]; i++) {
         const zt_segment_t *g = &u->lay.seg[r][i];
-        s->be->from_host(dst + g->off * es, src + pos * es, g->len * es);
+        s->be->from_host_async(dst + g->off * es, src + pos * es, g->len * es);
         pos += g->len;
     }
 }
@@ -314,7 +317,9 @@ static void refresh_working(zt_shard_t *s, int ui)
 {
     if (s->offload) upload_owned(s, ui);
     else if (s->mixed) round_owned(s, ui);
-    if (!s->shard_params) regather_full(s, ui);
+    if (s->shard_params) return;
+    if (s->offload) s->be->wait_uploads();
+    regather_full(s, ui);
 }
 
 /* the fp32 views of the working copy are stale after it changed */
@@ -443,6 +448,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     if (s->pack_tmp_n) s->pack_tmp = balloc(s, MEM_COMM, s->pack_tmp_n * s->pack_es);
     for (int k = 0; k < 2; k++)
         if (s->scratch_n[k]) s->scratch[k] = falloc(s, MEM_COMM, s->scratch_n[k]);
+    if (s->offload) s->be->wait_uploads();
     return s;
 }
 
@@ -470,7 +476,7 @@ void zt_shard_free(zt_shard_t *s)
         zt_unit_layout_free(&u->lay);
     }
     BFREE(s, MEM_COMM, s->pack_tmp, s->pack_tmp_n * s->pack_es);
-    ffree(s, MEM_HOST, &s->hgrad, s->hstage_n);
+    for (int k = 0; k < 2; k++) ffree(s, MEM_HOST, &s->hgrad[k], s->hstage_n);
     BFREE(s, MEM_HOST, s->h16, s->hstage_n * 2);
     for (int k = 0; k < 2; k++) ffree(s, MEM_COMM, &s->scratch[k], s->scratch_n[k]);
     for (int i = 0; i < s->ncache; i++) s->be->free(s->cache[i].p);
@@ -798,16 +804,31 @@ static void regather_full(zt_shard_t *s, int ui)
     free(displs);
 }
 
+/* the owned gradients, packed like m and v (ddp owns the whole unit, in order) */
+static const float *owned_grads(const zt_shard_t *s, const unit_state_t *u)
+{
+    return s->o.strategy == ZT_DDP ? u->gfull : u->gshard;
+}
+
+static void download_grads(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    s->be->to_host_async(s->hgrad[ui & 1], owned_grads(s, u), u->S * sizeof(float));
+}
+
+/* Offload pipelines three things per unit: the download of unit k+1's gradients,
+ * AdamW on unit k on the host, and the upload of unit k-1's working copy. */
 void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
 {
     s->adam_step = hp->step;
+    if (s->offload) download_grads(s, 0);
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
-        /* the owned gradients, packed like m and v (ddp owns the whole unit, in order) */
-        const float *grad = s->o.strategy == ZT_DDP ? u->gfull : u->gshard;
+        const float *grad = owned_grads(s, u);
         if (s->offload) {
-            s->be->to_host(s->hgrad, grad, u->S * sizeof(float));
-            grad = s->hgrad;
+            s->be->wait_downloads();
+            if (ui + 1 < s->t->nunits) download_grads(s, ui + 1);
+            grad = s->hgrad[ui & 1];
         }
         for (int i = 0; i < u->noseg; i++) {
             const opt_seg_t *g = &u->oseg[i];
@@ -817,6 +838,9 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
         }
         refresh_working(s, ui);
     }
+    /* the next forward reads the uploads (a device orders itself; the host must not
+     * step a master again while its upload may still read it) */
+    if (s->offload) s->be->wait_uploads();
     if (s->mixed) invalidate_slots(s);
 }
 
@@ -878,9 +902,9 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
         out->comm_buffers += largest * 2 + (st != ZT_DDP ? largest / (size_t)n * 2 : 0);
     /* bf16: the fp32 views of the root unit and of the running block */
     if (o->bf16) out->comm_buffers += (root + block) * 4;
-    /* offload: the host landing of one unit's gradients (and its bf16 rounding);
+    /* offload: two host landings of a unit's gradients (and one bf16 rounding);
      * offload_param: the uploads of the running and the prefetched unit */
-    if (off) out->host += smax * 4 + (o->bf16 && !offp ? smax * 2 : 0);
+    if (off) out->host += 2 * smax * 4 + (o->bf16 && !offp ? smax * 2 : 0);
     if (offp && n > 1) out->comm_buffers += 2 * smax * pb;
     if (shard_params) {
         const int keeps_all = st == ZT_SHARD_GRAD_OP || st == ZT_HYBRID_ZERO2 || !o->reshard_after_forward;
@@ -1019,6 +1043,7 @@ void zt_shard_after_load(zt_shard_t *s)
         if (s->shard_params) drop_gathered(s, ui);
         refresh_working(s, ui);
     }
+    if (s->offload) s->be->wait_uploads();
     if (s->mixed) invalidate_slots(s);
 }
 

@@ -29,8 +29,9 @@ Dtype bytes (both optional; without them everything is fp32 as above):
 Offload (ZeRO-Offload; both optional):
   --offload        parallel.offload_optimizer = cpu: the backend's optimizer memory
                    is 0; host memory holds the fp32 master, m and v (12 bytes per
-                   owned element) plus the landing of the largest unit's owned
-                   gradients (4 * max S) and, bf16, its rounding (2 * max S).
+                   owned element) plus two landings of the largest unit's owned
+                   gradients (2 * 4 * max S: the next unit's download overlaps
+                   this unit's AdamW) and, bf16, one rounding buffer (2 * max S).
   --offload-param  parallel.offload_param = cpu too: the backend holds no
                    parameter shard; a bf16 working shard (2 * sum S) joins the host
                    (fp32: the master is the working shard), no rounding buffer."""
@@ -76,7 +77,7 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, offlo
         mem = (Fp * sum(S), F * sum(S), Fo * sum(S))
     host = 0
     if offload:
-        host = 12 * sum(S) + 4 * max(S) + (2 * max(S) if bf16 and not offload_param else 0)
+        host = 12 * sum(S) + 8 * max(S) + (2 * max(S) if bf16 and not offload_param else 0)
         if offload_param:
             host += 2 * sum(S) if bf16 else 0
             mem = (0, mem[1], 0)

@@ -1,9 +1,14 @@
-/* stage_test.c — checkpoint I/O through host staging, the path device backends take.
+/* stage_test.c — the paths device backends take, on the CPU.
  * A copy of the CPU backend that declares its memory not host-readable forces the
  * shard engine to stage every segment through host buffers. Checks, at any world
  * size: a staged zero3 engine saves what a direct ddp engine loads; a staged engine
  * restores values and Adam moments (one more identical step gives bit-identical
- * parameters); a weights-only load leaves the moments alone. */
+ * parameters); a weights-only load leaves the moments alone.
+ * Offload: a second copy ("late") delays every asynchronous transfer until its
+ * wait, as a busy copy engine may. An engine that read a download before waiting
+ * for it, or changed an upload's source before it completed, would step with stale
+ * numbers; so offloaded engines on "late" must end bit-identical (weights, moments,
+ * working copies) to plain engines, and leave no transfer un-waited. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +30,28 @@ static int failures;
         }                                                                         \
     } while (0)
 
+/* Transfers the "late" backend has accepted but not done yet, per direction
+ * (0 downloads, 1 uploads). */
+enum { MAXPEND = 1024 };
+typedef struct { void *dst; const void *src; size_t n; } xfer_t;
+static xfer_t pend[2][MAXPEND];
+static int npend[2];
+
+static void defer(int dir, void *dst, const void *src, size_t n)
+{
+    if (npend[dir] == MAXPEND) zt_fatal("stage_test: more than %d transfers in flight", MAXPEND);
+    pend[dir][npend[dir]++] = (xfer_t){dst, src, n};
+}
+static void late_to_host(void *host, const void *src, size_t n) { defer(0, host, src, n); }
+static void late_from_host(void *dst, const void *host, size_t n) { defer(1, dst, host, n); }
+static void flush(int dir)
+{
+    for (int i = 0; i < npend[dir]; i++) memcpy(pend[dir][i].dst, pend[dir][i].src, pend[dir][i].n);
+    npend[dir] = 0;
+}
+static void late_wait_downloads(void) { flush(0); }
+static void late_wait_uploads(void) { flush(1); }
+
 /* one optimizer step with a deterministic fake gradient */
 static void step(zt_shard_t *s, const zt_param_table_t *t, long adam_t)
 {
@@ -39,6 +66,47 @@ static void step(zt_shard_t *s, const zt_param_table_t *t, long adam_t)
     zt_adamw_hp_t hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                         .grad_scale = 1.0f, .step = adam_t};
     zt_shard_optimizer_step(s, &hp);
+}
+
+/* An offloaded engine on "late" against a plain one on the CPU: 3 steps, then
+ * equal masters, moments and gathered working copies, bit for bit. */
+static void check_offload(zt_comm_t *c, const zt_backend_t *late, const zt_param_table_t *t,
+                          zt_shard_opts_t o, int offload_param, const char *what)
+{
+    zt_shard_t *ref = zt_shard_create(t, c, &zt_backend_cpu, &o);
+    o.offload_optim = 1;
+    o.offload_param = offload_param;
+    zt_shard_t *off = zt_shard_create(t, c, late, &o);
+    for (long k = 1; k <= 3; k++) {
+        step(ref, t, k);
+        step(off, t, k);
+        CHECK(npend[0] == 0 && npend[1] == 0, "%s: step %ld left %d downloads and %d uploads un-waited", what, k,
+              npend[0], npend[1]);
+    }
+    zt_io_seg_t *sa, *sb;
+    int na = zt_shard_io_segments(ref, 0, &sa), nb = zt_shard_io_segments(off, 0, &sb);
+    CHECK(na == nb, "%s: %d vs %d owned segments", what, na, nb);
+    for (int i = 0; i < na && i < nb; i++) {
+        size_t bytes = sa[i].len * sizeof(float);
+        CHECK(sa[i].len == sb[i].len && memcmp(sa[i].value, sb[i].value, bytes) == 0 &&
+                  memcmp(sa[i].exp_avg, sb[i].exp_avg, bytes) == 0 &&
+                  memcmp(sa[i].exp_avg_sq, sb[i].exp_avg_sq, bytes) == 0,
+              "%s: segment %d (param %d) differs from the plain engine's", what, i, sa[i].param);
+    }
+    zt_shard_io_done(ref, sa, na, 0);
+    zt_shard_io_done(off, sb, nb, 0);
+    zt_shard_begin_inference(ref);
+    zt_shard_begin_inference(off);
+    for (int u = 0; u < t->nunits; u++) {
+        const float *pa = zt_shard_params(ref, u), *pb = zt_shard_params(off, u);
+        CHECK(memcmp(pa, pb, t->unit_numel[u] * sizeof(float)) == 0, "%s: working copy of unit %d differs", what, u);
+        zt_shard_release(ref, u);
+        zt_shard_release(off, u);
+    }
+    zt_shard_end_inference(ref);
+    zt_shard_end_inference(off);
+    zt_shard_free(ref);
+    zt_shard_free(off);
 }
 
 int main(int argc, char **argv)
@@ -102,6 +170,25 @@ int main(int argc, char **argv)
     zt_shard_free(b);
     zt_shard_free(s2);
     zt_shard_free(w);
+
+    zt_backend_t late = staged;
+    late.to_host_async = late_to_host;
+    late.from_host_async = late_from_host;
+    late.wait_downloads = late_wait_downloads;
+    late.wait_uploads = late_wait_uploads;
+    check_offload(&c, &late, t, o3, 1, "zero3 per_param + offload_param");
+    check_offload(&c, &late, t, o3, 0, "zero3 per_param");
+    zt_shard_opts_t o = od;
+    check_offload(&c, &late, t, o, 0, "ddp");
+    o.strategy = ZT_ZERO2;
+    o.bf16 = 1;
+    check_offload(&c, &late, t, o, 0, "zero2 bf16");
+    o.strategy = ZT_ZERO1;
+    o.layout = ZT_LAYOUT_PER_PARAM;
+    check_offload(&c, &late, t, o, 0, "zero1 per_param bf16");
+    o.strategy = ZT_SHARD_GRAD_OP;
+    check_offload(&c, &late, t, o, 1, "shard_grad_op per_param bf16 + offload_param");
+    check_offload(&c, &late, t, o, 0, "shard_grad_op per_param bf16");
     zt_param_table_free(t);
     int any = zt_any(&c, failures != 0);
     if (c.world.rank == 0) {
