@@ -317,8 +317,8 @@ static void refresh_working(zt_shard_t *s, int ui)
 {
     if (s->offload) upload_owned(s, ui);
     else if (s->mixed) round_owned(s, ui);
-    if (s->shard_params) return;
-    if (s->offload) s->be->wait_uploads();
+    if (s->shard_params || s->n == 1) return;
+    if (s->offload) s->be->wait_uploads(); /* the all-gather reads what was uploaded */
     regather_full(s, ui);
 }
 
