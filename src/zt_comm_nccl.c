@@ -268,7 +268,10 @@ static int init_group(zt_group_t *g, char *err, size_t errlen)
 static int nccl_init(zt_comm_t *c, char *err, size_t errlen)
 {
     char why[ZT_ERRLEN] = "";
-    int rc = zt_cuda_available(why, sizeof why) ? 0 : zt_err(err, errlen, "comm backend \"nccl\": no usable GPU on rank %d (%s): %s", c->world.rank, zt_hostname(), why);
+    int rc = 0;
+    if (!zt_cuda_available(why, sizeof why))
+        rc = zt_err(err, errlen, "comm backend \"nccl\": no usable GPU on rank %d (%s): %s", c->world.rank,
+                    zt_hostname(), why);
     if (zt_agree_error(c, rc, err, errlen)) return -1;
     const int device = zt_cuda_pick_device(c->local_rank);
     rc = check_distinct_gpus(c, device, err, errlen);
