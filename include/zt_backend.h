@@ -24,7 +24,7 @@ typedef struct zt_backend {
     const char *name;
     /* memory */
     void *(*alloc)(size_t bytes);           /* zero-filled, aborts on failure */
-    void (*free)(void *p);
+    void (*free)(void *p);                  /* device: stream-ordered (zt_backend_cuda.cu) */
     void (*memzero)(void *p, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);     /* backend -> backend */
     void (*to_host)(void *host, const void *src, size_t bytes);

@@ -8,7 +8,16 @@
  * bandwidth: busbw = algbw * 2(n-1)/n for all-reduce, (n-1)/n for all-gather and
  * reduce-scatter, 1 for broadcast.
  *
- * A comm backend is a struct of function pointers (MPI always; NCCL with CUDA). */
+ * Comm backends. MPI is always there and moves host memory. A device comm
+ * backend (zt_comm_backend_t: NCCL in builds configured --with-cuda) is chosen
+ * once, collectively, with zt_comm_set_backend; from then on every data
+ * collective (all-reduce, reduce-scatter, all-gather, their v-variants,
+ * broadcast; blocking and not) whose buffers are device memory goes to it, on
+ * the same groups, with the same byte accounting. Host buffers keep going to
+ * MPI, and so do the collective decisions (zt_any, zt_sum_double, ...), which
+ * are host scalars. Non-blocking device collectives complete in stream order:
+ * zt_wait makes the compute stream wait for them and returns without blocking
+ * the host (see include/zt_nccl.h for the ordering). */
 #ifndef ZT_COMM_H
 #define ZT_COMM_H
 
@@ -17,6 +26,8 @@
 #include <mpi.h>
 
 typedef enum { ZT_F32 = 0, ZT_BF16 = 1, ZT_I32 = 2, ZT_F64 = 3, ZT_I64 = 4, ZT_U8 = 5 } zt_dtype_t;
+struct zt_comm;
+struct zt_comm_backend;
 typedef enum { ZT_SUM = 0, ZT_MAX = 1, ZT_MIN = 2 } zt_redop_t;
 typedef enum { ZT_COLL_ALLREDUCE = 0, ZT_COLL_REDUCE_SCATTER, ZT_COLL_ALLGATHER, ZT_COLL_BCAST,
                ZT_COLL_N } zt_coll_kind_t;
@@ -46,21 +57,71 @@ typedef struct zt_request {
     void *send, *recv;
     size_t count;
     zt_dtype_t t;
+    /* a device collective: completed by dev->wait, which the backend's events track */
+    const struct zt_comm_backend *dev;
+    void *ev_start, *ev_done;
 } zt_request_t;
 
 typedef struct zt_comm {
     zt_group_t world, shard, replica;
     int local_rank, local_size;     /* within the node */
     int node_count;
-    zt_comm_stats_t stats;          /* since the last zt_comm_stats_reset */
-    const char *backend;            /* "mpi" | "nccl" */
+    zt_comm_stats_t stats;          /* since the last zt_comm_stats_reset; read with zt_comm_stats */
+    const char *backend;            /* "mpi" | the device comm backend's name ("nccl") */
+    const struct zt_comm_backend *dev;  /* device comm backend, NULL = MPI only */
+    void *dev_state;                /* the device backend's own state (streams, events) */
 } zt_comm_t;
+
+/* A device comm backend: moves the collectives whose buffers are device memory.
+ * Each i-function issues one collective into req (zt_comm.c has already set
+ * req's kind, bytes and bus factor) and returns at once; wait completes it in
+ * the backend's terms (NCCL: later compute waits for it, the host does not) and
+ * adds its time to c->stats.seconds now or at the next flush. */
+typedef struct zt_comm_backend {
+    const char *name;
+    /* collective over c->world: communicators for world, shard and replica */
+    int (*init)(struct zt_comm *c, char *err, size_t errlen);
+    void (*destroy)(struct zt_comm *c);
+    int (*owns)(const void *p);     /* 1 when p is memory this backend moves */
+    void (*iallreduce)(struct zt_comm *c, zt_group_t *g, const void *send, void *recv, size_t count,
+                       zt_dtype_t t, zt_redop_t op, zt_request_t *req);
+    void (*ireduce_scatter)(struct zt_comm *c, zt_group_t *g, const void *send, void *recv,
+                            size_t count, zt_dtype_t t, zt_request_t *req);
+    void (*iallgather)(struct zt_comm *c, zt_group_t *g, const void *send, void *recv, size_t count,
+                       zt_dtype_t t, zt_request_t *req);
+    void (*ireduce_scatterv)(struct zt_comm *c, zt_group_t *g, const void *send, void *recv,
+                             const int *counts, zt_dtype_t t, zt_request_t *req);
+    void (*iallgatherv)(struct zt_comm *c, zt_group_t *g, const void *send, void *recv,
+                        const int *counts, const int *displs, zt_dtype_t t, zt_request_t *req);
+    void (*ibcast)(struct zt_comm *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root,
+                   zt_request_t *req);
+    void (*wait)(struct zt_comm *c, zt_request_t *req);
+    /* adds every deferred collective time to c->stats (may block until they finish) */
+    void (*flush)(struct zt_comm *c);
+} zt_comm_backend_t;
 
 /* Builds world/shard/replica groups from `world`. shard_group_size 0 = one node.
  * Returns -1 with err when the size does not divide the world. */
 int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err, size_t errlen);
 void zt_comm_destroy(zt_comm_t *c);
+/* Folds deferred collective times in (device backends time collectives with
+ * events read after the fact) and returns the counters. */
+const zt_comm_stats_t *zt_comm_stats(zt_comm_t *c);
 void zt_comm_stats_reset(zt_comm_t *c);
+
+/* The comm backend that moves a compute backend's buffers: "nccl" for "cuda",
+ * "mpi" for everything else (host memory). */
+const char *zt_comm_backend_for(const char *compute_backend);
+/* Collective over c->world: every rank must ask for the same name. "mpi" drops
+ * a device backend; "nccl" selects this rank's GPU (zt_cuda_pick_device with
+ * the node-local rank, within CUDA_VISIBLE_DEVICES) and creates one NCCL
+ * communicator per group. Returns 0, or -1 on every rank with err (unknown
+ * name, built without CUDA, no usable GPU, ranks disagreeing, two ranks of a
+ * node on one GPU). */
+int zt_comm_set_backend(zt_comm_t *c, const char *name, char *err, size_t errlen);
+/* The same with a backend given directly (NULL = MPI only); tests use it to
+ * install a recording backend. */
+int zt_comm_use_backend(zt_comm_t *c, const zt_comm_backend_t *be, char *err, size_t errlen);
 
 /* Blocking collectives (in place where recv == send is allowed via ZT_IN_PLACE). */
 #define ZT_IN_PLACE MPI_IN_PLACE
@@ -79,6 +140,9 @@ void zt_reduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
                         const int *counts, zt_dtype_t t);
 void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, const int *counts,
                    const int *displs, zt_dtype_t t);
+/* On device buffers: ZT_IN_PLACE is taken by zt_allgather(v), zt_allreduce and
+ * zt_reduce_scatter (as MPI defines it), not by zt_reduce_scatterv; send and
+ * recv must both be device memory or both host memory. */
 void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root);
 
 /* Non-blocking versions; zt_wait completes and accounts them. */
@@ -88,6 +152,8 @@ void zt_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
                         zt_dtype_t t, zt_request_t *req);
 void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                    zt_dtype_t t, zt_request_t *req);
+/* MPI: the host waits. Device: later work on the compute stream waits (no host
+ * block); the buffers may be reused or freed (stream-ordered) after it. */
 void zt_wait(zt_comm_t *c, zt_request_t *req);
 
 /* Collective decisions: every rank passes its local flag/value, all get the result. */

@@ -1,32 +1,47 @@
-/* zt_nccl.h — NCCL collectives for device buffers, one communicator per group.
+/* zt_nccl.h — the NCCL comm backend: collectives on device buffers.
  *
- * Mirrors include/zt_comm.h (same groups, dtypes, ops and byte/time accounting
- * into zt_comm_t.stats) for buffers that live in CUDA device memory. Free of
- * CUDA and NCCL headers, so any module may include it; the functions exist only
- * in builds configured --with-cuda (ZT_HAVE_CUDA).
+ * Installed with zt_comm_set_backend(c, "nccl") (the train loop does it when
+ * the compute backend is cuda); from then on zt_comm.c hands every data
+ * collective whose buffers are device memory to it. Free of CUDA and NCCL
+ * headers, so any module may include it; it exists only in builds configured
+ * --with-cuda (ZT_HAVE_CUDA).
  *
- * Streams. Kernels run on the compute backend's stream (zt_cuda_stream()). Each
- * group has its own high-priority comm stream, so a gradient reduce-scatter can
- * overlap the next unit's backward and the replica all-reduce can overlap the
- * shard one. Every collective first makes its comm stream wait (an event, not a
- * host sync) for the work already queued on the compute stream, so it sees the
- * gradients the kernels before it produced.
+ * Communicators: one per group (world, shard, replica). The group's rank 0
+ * makes the unique id, MPI_Bcast over the group's MPI communicator carries it,
+ * then ncclCommInitRank. The device is chosen first, in one place: the
+ * node-local rank modulo the devices the runtime sees (CUDA_VISIBLE_DEVICES
+ * already applied), and two ranks of a node on one GPU are refused before NCCL
+ * would be.
  *
- * Completion. Blocking calls return when the result is in place (host waits).
- * Non-blocking calls return a request; zt_nccl_stream_wait() makes later compute
- * kernels wait for it without blocking the host (prefetching the next unit's
- * all-gather), and zt_nccl_wait() blocks the host, accounts the collective and
- * releases the request. Each request is completed by exactly one zt_nccl_wait.
- * Time accounted is the collective's own device time (events around it), not
- * the time it spent queued behind compute.
+ * Streams and ordering. All collectives run on one high-priority comm stream
+ * per process, in program order, which is the same on every rank: NCCL kernels
+ * of different communicators on concurrent streams may deadlock each other
+ * (NCCL's documentation), so the groups share the stream. Issue: an event
+ * recorded on the compute stream, the comm stream waits for it, so the
+ * collective sees everything queued before it (finished gradients) and does
+ * not overwrite a recycled buffer the compute stream still reads; then the
+ * collective between two timing events. zt_wait: the compute stream waits for
+ * the done event (cudaStreamWaitEvent) and the host returns at once, so unit
+ * k's reduce-scatter runs while unit k-1's backward computes, and zero3's
+ * prefetched all-gather of unit k+1 while unit k computes. Blocking calls are
+ * issue + zt_wait: they too return before the data moved, and every later
+ * kernel, copy or to_host on the compute stream sees the result.
  *
- * In place: ZT_IN_PLACE as send has MPI's meaning, translated to NCCL's
- * (reduce-scatter: the group's full input in recv, result at recv[0..count);
- * all-gather: this rank's part already at recv + rank*count). */
+ * Time: the device time between the two events (the collective itself,
+ * including any wait for peers inside NCCL; not the time queued behind
+ * compute), read without blocking at zt_wait when already done, otherwise
+ * kept and folded in at the next zt_wait that finds it done or at
+ * zt_comm_stats (which may block until it is).
+ *
+ * Errors: a failing NCCL or CUDA call prints the call, NCCL's message and
+ * last-error text with rank, host and file:line, aborts every communicator of
+ * the process (ncclCommAbort, so its in-flight NCCL work stops) and then the
+ * job (MPI_Abort, which ends the other ranks, including those blocked inside
+ * NCCL kernels). Set-up failures before ncclCommInitRank are returned on every
+ * rank; a failure inside ncclCommInitRank is fatal, because the other ranks
+ * may be inside NCCL's bootstrap where no MPI agreement can reach them. */
 #ifndef ZT_NCCL_H
 #define ZT_NCCL_H
-
-#include <stddef.h>
 
 #include "zt_comm.h"
 
@@ -34,55 +49,7 @@
 extern "C" {
 #endif
 
-/* Creates the group's NCCL communicator on `device` (already chosen with
- * zt_cuda_pick_device): rank 0 of g makes the unique id, MPI_Bcast over
- * g->comm, ncclCommInitRank. Collective over g. g->backend_state then points at
- * a zt_nccl_group_t (communicator, comm stream, device). Returns 0, or -1 with
- * NCCL's message (the caller turns it into a collective decision). */
-int zt_nccl_init(zt_group_t *g, int device, char *err, size_t errlen);
-/* Waits for the group's comm stream, destroys communicator and stream. */
-void zt_nccl_destroy(zt_group_t *g);
-
-/* ncclComm_t and cudaStream_t of an initialised group, as opaque pointers. */
-void *zt_nccl_comm(const zt_group_t *g);
-void *zt_nccl_stream(const zt_group_t *g);
-
-/* Blocking collectives on device buffers (signatures as in zt_comm.h). */
-void zt_nccl_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
-                       zt_dtype_t t, zt_redop_t op);
-void zt_nccl_reduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv,
-                            size_t count, zt_dtype_t t);
-void zt_nccl_allgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
-                       zt_dtype_t t);
-void zt_nccl_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root);
-
-/* Non-blocking: issued on the group's comm stream, completed by zt_nccl_wait. */
-typedef struct zt_nccl_request {
-    void *start, *done;     /* cudaEvent_t around the collective */
-    int kind;               /* zt_coll_kind_t */
-    double bus, bytes;      /* accounting, as zt_request_t */
-    int active;
-} zt_nccl_request_t;
-
-void zt_nccl_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
-                        zt_dtype_t t, zt_redop_t op, zt_nccl_request_t *req);
-void zt_nccl_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv,
-                             size_t count, zt_dtype_t t, zt_nccl_request_t *req);
-void zt_nccl_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
-                        zt_dtype_t t, zt_nccl_request_t *req);
-void zt_nccl_ibcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root,
-                    zt_nccl_request_t *req);
-
-/* Work queued on the compute stream after this call waits for req (no host block). */
-void zt_nccl_stream_wait(const zt_nccl_request_t *req);
-/* 1 when req has completed on the device (never blocks). */
-int zt_nccl_test(const zt_nccl_request_t *req);
-/* Host waits for req, adds it to c->stats and releases it. */
-void zt_nccl_wait(zt_comm_t *c, zt_nccl_request_t *req);
-
-/* Ordering helper: g's comm stream waits for everything queued so far on the
- * compute stream (the collectives above already do this themselves). */
-void zt_nccl_after_compute(zt_group_t *g);
+extern const zt_comm_backend_t zt_comm_nccl;
 
 #ifdef __cplusplus
 }

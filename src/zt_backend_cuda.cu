@@ -87,6 +87,7 @@ static void *g_scratch;                    /* partial sums of reductions */
 static size_t g_scratch_bytes;
 static double *g_host_double;              /* pinned slots for values read back */
 static int *g_host_int;
+static int g_pools;                        /* stream-ordered allocator (cudaMallocAsync) */
 
 static void ensure_init(void)
 {
@@ -99,6 +100,19 @@ static void ensure_init(void)
     ZT_CUDA(cudaMalloc(&g_workspace, g_workspace_bytes));
     ZT_CUDA(cudaMallocHost((void **)&g_host_double, sizeof(double)));
     ZT_CUDA(cudaMallocHost((void **)&g_host_int, sizeof(int)));
+    /* Buffers come from the device's memory pool in compute-stream order: a free
+     * is cheap and does not synchronise the device (cudaFree does, which would
+     * stall the comm stream's overlap), and freed memory stays in the pool for
+     * the next allocation instead of going back to the driver. */
+    int pools = 0;
+    ZT_CUDA(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev));
+    if (pools) {
+        cudaMemPool_t pool;
+        uint64_t keep = UINT64_MAX;
+        ZT_CUDA(cudaDeviceGetDefaultMemPool(&pool, dev));
+        ZT_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+        g_pools = 1;
+    }
     const char *tf32 = getenv("ZT_CUDA_TF32");
     if (tf32 && tf32[0] == '1') g_compute = CUBLAS_COMPUTE_32F_FAST_TF32;
     g_ready = 1;
@@ -149,14 +163,21 @@ __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2
     else s += s2 * expf(m2 - m);
 }
 
-/* ---- memory ---------------------------------------------------------------- */
+/* ---- memory ---------------------------------------------------------------- *
+ *
+ * Stream order: alloc and free are positions on the compute stream. A buffer
+ * freed here may be handed out again to work queued after the free; work
+ * queued before it, and collectives the compute stream was made to wait for
+ * (zt_wait), finish with it first. The zero-fill of alloc is queued too: the
+ * NCCL comm stream waits for the compute stream before each collective, so it
+ * sees it. */
 
 static void *cuda_alloc(size_t bytes)
 {
     ensure_init();
     void *p = NULL;
     size_t n = bytes ? bytes : 1;
-    cudaError_t rc = cudaMalloc(&p, n);
+    cudaError_t rc = g_pools ? cudaMallocAsync(&p, n, g_stream) : cudaMalloc(&p, n);
     if (rc != cudaSuccess) {
         size_t fr = 0, tot = 0;
         cudaGetLastError();  /* an allocation failure is not sticky: clear it */
@@ -169,14 +190,14 @@ static void *cuda_alloc(size_t bytes)
                  zt_fmt_bytes((double)fr, b2, sizeof b2), zt_fmt_bytes((double)tot, b3, sizeof b3));
     }
     ZT_CUDA(cudaMemsetAsync(p, 0, n, g_stream));
-    /* Other streams (NCCL's) may touch the buffer next: make the zero-fill visible. */
-    ZT_CUDA(cudaStreamSynchronize(g_stream));
     return p;
 }
 
 static void cuda_free(void *p)
 {
-    if (p) ZT_CUDA(cudaFree(p)); /* cudaFree waits for work that may still use p */
+    if (!p) return;
+    if (g_pools) ZT_CUDA(cudaFreeAsync(p, g_stream));
+    else ZT_CUDA(cudaFree(p)); /* synchronises the device: waits for every user of p */
 }
 
 /* Pinned, so uploads and downloads of offloaded state run at full PCIe/NVLink-C2C

@@ -9,7 +9,17 @@
  *
  * bf16 sums: MPI has no bf16 type, so bf16 buffers travel as MPI_UINT16_T with a
  * user-defined reduction op that adds in fp32 and rounds back to bf16 — the same
- * rounding a bf16 NCCL reduction performs per hop. */
+ * rounding a bf16 NCCL reduction performs per hop.
+ *
+ * Device buffers: with a device comm backend installed (zt_comm_set_backend),
+ * each public data collective first asks it whether the buffer is its memory
+ * and hands the call over; blocking forms are issue + zt_wait. Deciding per
+ * buffer rather than per call site keeps host-memory traffic (the train loop's
+ * broadcasts of a step number or a path, checkpoint metadata) on MPI without
+ * the callers knowing which backend runs. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
 #include "zt_comm.h"
 
 #include <math.h>
@@ -18,6 +28,17 @@
 
 #include "zt_bf16.h"
 #include "zt_common.h"
+#ifdef ZT_HAVE_CUDA
+#include "zt_nccl.h"
+#endif
+
+/* Device comm backends by name, each behind its configure define. */
+static const zt_comm_backend_t *const device_backends[] = {
+#ifdef ZT_HAVE_CUDA
+    &zt_comm_nccl,
+#endif
+    NULL,
+};
 
 static MPI_Op bf16_sum_op = MPI_OP_NULL;
 static void *ring_tmp;       /* landing buffer for in-place rings (grow-only) */
@@ -107,6 +128,8 @@ int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err
 
 void zt_comm_destroy(zt_comm_t *c)
 {
+    if (c->dev) c->dev->destroy(c);
+    c->dev = NULL;
     free(ring_tmp);
     ring_tmp = NULL;
     ring_tmp_bytes = 0;
@@ -115,7 +138,76 @@ void zt_comm_destroy(zt_comm_t *c)
     MPI_Comm_free(&c->world.comm);
 }
 
-void zt_comm_stats_reset(zt_comm_t *c) { memset(&c->stats, 0, sizeof c->stats); }
+const zt_comm_stats_t *zt_comm_stats(zt_comm_t *c)
+{
+    if (c->dev) c->dev->flush(c);
+    return &c->stats;
+}
+
+/* Deferred times of the window that ends here are folded in first, so that they
+ * do not land in the next one. */
+void zt_comm_stats_reset(zt_comm_t *c)
+{
+    zt_comm_stats(c);
+    memset(&c->stats, 0, sizeof c->stats);
+}
+
+const char *zt_comm_backend_for(const char *compute_backend)
+{
+    static const struct { const char *compute, *comm; } table[] = {{"cuda", "nccl"}};
+    for (size_t i = 0; compute_backend && i < sizeof table / sizeof *table; i++)
+        if (strcmp(compute_backend, table[i].compute) == 0) return table[i].comm;
+    return "mpi";
+}
+
+int zt_comm_use_backend(zt_comm_t *c, const zt_comm_backend_t *be, char *err, size_t errlen)
+{
+    if (c->dev) c->dev->destroy(c);
+    c->dev = NULL;
+    c->dev_state = NULL;
+    c->backend = "mpi";
+    if (!be) return 0;
+    /* init agrees on its own failures (they are returned on every rank) */
+    if (be->init(c, err, errlen) != 0) return -1;
+    c->dev = be;
+    c->backend = be->name;
+    return 0;
+}
+
+int zt_comm_set_backend(zt_comm_t *c, const char *name, char *err, size_t errlen)
+{
+    /* every rank must want the same thing before anything collective is tried:
+     * parallel.backend = auto may find a GPU on some ranks only */
+    const int want_dev = strcmp(name, "mpi") != 0;
+    int lo = 0, hi = 0;
+    ZT_MPI(MPI_Allreduce(&want_dev, &lo, 1, MPI_INT, MPI_MIN, c->world.comm));
+    ZT_MPI(MPI_Allreduce(&want_dev, &hi, 1, MPI_INT, MPI_MAX, c->world.comm));
+    if (lo != hi)
+        return zt_err(err, errlen, "comm backend: ranks disagree (%s here, another rank differs); with "
+                      "parallel.backend = auto every rank must see a GPU, or none", name);
+    if (!want_dev) return zt_comm_use_backend(c, NULL, err, errlen);
+    const zt_comm_backend_t *be = NULL;
+    for (const zt_comm_backend_t *const *b = device_backends; *b; b++)
+        if (strcmp((*b)->name, name) == 0) be = *b;
+    if (!be) {
+        if (strcmp(name, "nccl") == 0)
+            return zt_err(err, errlen, "comm backend \"nccl\": this ztrain was built without CUDA "
+                          "(configure --with-cuda)");
+        return zt_err(err, errlen, "comm backend \"%s\": unknown (known: mpi, nccl)", name);
+    }
+    return zt_comm_use_backend(c, be, err, errlen);
+}
+
+/* The device backend that must move these buffers, or NULL for MPI. */
+static const zt_comm_backend_t *on_device(zt_comm_t *c, const void *send, const void *recv)
+{
+    if (!c->dev) return NULL;
+    const int dev = c->dev->owns(recv);
+    if (send && send != ZT_IN_PLACE && send != recv && c->dev->owns(send) != dev)
+        zt_fatal("collective with one buffer in host and one in device memory (send %p, recv %p)",
+                 send, recv);
+    return dev ? c->dev : NULL;
+}
 
 /* nccl-tests bus factors */
 static double bus_factor(int kind, int n)
@@ -134,6 +226,24 @@ static void account(zt_comm_t *c, int kind, double bytes, int n, double secs)
     c->stats.calls[kind]++;
 }
 
+static void req_start(zt_request_t *req, int kind, double bytes)
+{
+    req->g = NULL;
+    req->dev = NULL;
+    req->kind = kind;
+    req->bytes = bytes;
+    req->t0 = zt_now();
+}
+
+/* A request for the device backend, accounted like the MPI ones at zt_wait. */
+static void dev_req(zt_request_t *req, const zt_comm_backend_t *be, int kind, double bytes, int n)
+{
+    req_start(req, kind, bytes);
+    req->bus = bus_factor(kind, n);
+    req->dev = be;
+    req->req = MPI_REQUEST_NULL;
+}
+
 /* MPI counts are int: split large operations into chunks (all-reduce only needs
  * it in practice; the others stay far below 2^31 elements per rank). */
 #define ZT_CHUNK ((size_t)1 << 30)
@@ -144,6 +254,12 @@ static int use_ring(zt_group_t *g, const void *send, size_t count, zt_dtype_t t,
 void zt_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                   zt_dtype_t t, zt_redop_t op)
 {
+    if (on_device(c, send, recv)) {
+        zt_request_t r;
+        zt_iallreduce(c, g, send, recv, count, t, op, &r);
+        zt_wait(c, &r);
+        return;
+    }
     double t0 = zt_now();
     const size_t es = zt_dtype_size(t);
     if (use_ring(g, send, count, t, op)) {
@@ -255,6 +371,12 @@ static void block_reduce_scatter(zt_group_t *g, void *send, void *recv, size_t c
 void zt_reduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                        zt_dtype_t t)
 {
+    if (on_device(c, send, recv)) {
+        zt_request_t r;
+        zt_ireduce_scatter(c, g, send, recv, count, t, &r);
+        zt_wait(c, &r);
+        return;
+    }
     double t0 = zt_now();
     block_reduce_scatter(g, (void *)send, recv, count, t);
     account(c, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size,
@@ -264,15 +386,38 @@ void zt_reduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv
 void zt_allgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                   zt_dtype_t t)
 {
+    if (on_device(c, send, recv)) {
+        zt_request_t r;
+        zt_iallgather(c, g, send, recv, count, t, &r);
+        zt_wait(c, &r);
+        return;
+    }
     double t0 = zt_now();
     ZT_MPI(MPI_Allgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), g->comm));
     account(c, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size,
             zt_now() - t0);
 }
 
+/* bytes of a v-collective: the sum of every rank's part */
+static double total_bytes(const zt_group_t *g, const int *counts, zt_dtype_t t)
+{
+    double total = 0;
+    for (int r = 0; r < g->size; r++) total += counts[r];
+    return total * zt_dtype_size(t);
+}
+
 void zt_reduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv,
                         const int *counts, zt_dtype_t t)
 {
+    const zt_comm_backend_t *be = on_device(c, send, recv);
+    if (be) {
+        if (send == ZT_IN_PLACE) zt_fatal("zt_reduce_scatterv: ZT_IN_PLACE is not supported");
+        zt_request_t r;
+        dev_req(&r, be, ZT_COLL_REDUCE_SCATTER, total_bytes(g, counts, t), g->size);
+        be->ireduce_scatterv(c, g, send, recv, counts, t, &r);
+        zt_wait(c, &r);
+        return;
+    }
     double t0 = zt_now(), total = 0;
     size_t *cn = zt_malloc((size_t)g->size * sizeof *cn), *dp = zt_malloc((size_t)g->size * sizeof *dp);
     for (int r = 0; r < g->size; r++) {
@@ -289,31 +434,44 @@ void zt_reduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
 void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, const int *counts,
                    const int *displs, zt_dtype_t t)
 {
-    double t0 = zt_now(), total = 0;
-    for (int r = 0; r < g->size; r++) total += counts[r];
+    const zt_comm_backend_t *be = on_device(c, send, recv);
+    if (be) {
+        zt_request_t r;
+        dev_req(&r, be, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size);
+        be->iallgatherv(c, g, send, recv, counts, displs, t, &r);
+        zt_wait(c, &r);
+        return;
+    }
+    double t0 = zt_now();
     ZT_MPI(MPI_Allgatherv(send, counts[g->rank], mpi_type(t), recv, counts, displs, mpi_type(t),
                           g->comm));
-    account(c, ZT_COLL_ALLGATHER, total * zt_dtype_size(t), g->size, zt_now() - t0);
+    account(c, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size, zt_now() - t0);
 }
 
 void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root)
 {
+    const zt_comm_backend_t *be = on_device(c, NULL, buf);
+    if (be) {
+        zt_request_t r;
+        dev_req(&r, be, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size);
+        be->ibcast(c, g, buf, count, t, root, &r);
+        zt_wait(c, &r);
+        return;
+    }
     double t0 = zt_now();
     ZT_MPI(MPI_Bcast(buf, (int)count, mpi_type(t), root, g->comm));
     account(c, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size, zt_now() - t0);
 }
 
-static void req_start(zt_request_t *req, int kind, double bytes)
-{
-    req->g = NULL;
-    req->kind = kind;
-    req->bytes = bytes;
-    req->t0 = zt_now();
-}
-
 void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                    zt_dtype_t t, zt_redop_t op, zt_request_t *req)
 {
+    const zt_comm_backend_t *be = on_device(c, send, recv);
+    if (be) {
+        dev_req(req, be, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t), g->size);
+        be->iallreduce(c, g, send, recv, count, t, op, req);
+        return;
+    }
     if (count > ZT_CHUNK) zt_fatal("non-blocking all-reduce of %zu elements: use buckets", count);
     req_start(req, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t));
     req->bus = bus_factor(ZT_COLL_ALLREDUCE, g->size);
@@ -332,6 +490,12 @@ void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
 void zt_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                         zt_dtype_t t, zt_request_t *req)
 {
+    const zt_comm_backend_t *be = on_device(c, send, recv);
+    if (be) {
+        dev_req(req, be, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size);
+        be->ireduce_scatter(c, g, send, recv, count, t, req);
+        return;
+    }
     /* deferred to zt_wait: with one thread per rank MPI progresses only inside MPI
      * calls, so starting the ring early would not overlap anything */
     req_start(req, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t));
@@ -347,6 +511,12 @@ void zt_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
 void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                    zt_dtype_t t, zt_request_t *req)
 {
+    const zt_comm_backend_t *be = on_device(c, send, recv);
+    if (be) {
+        dev_req(req, be, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size);
+        be->iallgather(c, g, send, recv, count, t, req);
+        return;
+    }
     req_start(req, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t));
     req->bus = bus_factor(ZT_COLL_ALLGATHER, g->size);
     ZT_MPI(MPI_Iallgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), g->comm,
@@ -356,6 +526,16 @@ void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
 void zt_wait(zt_comm_t *c, zt_request_t *req)
 {
     /* t0 == 0 marks a request never started or already accounted */
+    if (req->dev) {
+        if (req->t0 == 0) return;
+        req->dev->wait(c, req); /* adds the seconds, now or at the next flush */
+        c->stats.bytes[req->kind] += req->bytes;
+        c->stats.bus_bytes[req->kind] += req->bytes * req->bus;
+        c->stats.calls[req->kind]++;
+        req->dev = NULL;
+        req->t0 = 0;
+        return;
+    }
     if (req->req != MPI_REQUEST_NULL) ZT_MPI(MPI_Wait(&req->req, MPI_STATUS_IGNORE));
     if (req->t0 == 0) return;
     if (req->g) {

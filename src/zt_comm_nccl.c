@@ -1,128 +1,109 @@
-/* zt_comm_nccl.c — NCCL collectives on device buffers, one communicator and one
- * comm stream per group (include/zt_nccl.h).
+/* zt_comm_nccl.c — the NCCL comm backend (include/zt_nccl.h): one communicator
+ * per group, one comm stream ordered against the compute stream by events.
  *
- * Why a stream per group and events instead of host syncs: the compute stream
- * keeps running backward kernels while a unit's gradients are reduced, and the
- * comm stream only waits for the work that produced those gradients (an event
- * recorded on the compute stream at issue time). The host blocks only in the
- * blocking calls and zt_nccl_wait.
+ * v-collectives. NCCL has no all-gatherv or reduce-scatterv. They are built
+ * as NCCL documents for aggregated operations: one ncclBroadcast (all-gatherv)
+ * or ncclReduce (reduce-scatterv) per root rank, all inside one
+ * ncclGroupStart/End, so NCCL launches them together. Against padding every
+ * part to the largest and using ncclAllGather/ncclReduceScatter this needs no
+ * temporary of group-size x largest part and no packing copies, and moves
+ * exactly the bytes of the parts; per_param layouts are where the parts differ,
+ * and their parameters are not padded for the comm layer's sake.
  *
- * Initialisation is made collective before anything can hang: every rank's
- * cudaSetDevice result is all-reduced, and rank 0 broadcasts the unique id
- * together with a success flag, so a failure on one rank is reported on all
- * ranks instead of leaving the others blocked in MPI_Bcast. A failure inside
- * ncclCommInitRank itself is returned too, though NCCL may keep other ranks
- * waiting there (NCCL's own timeouts apply).
- *
- * Every CUDA and NCCL call is checked; failures after initialisation are fatal
- * (zt_fatal aborts the whole job: a collective cannot be half done). */
+ * Events come from a small free list: one pair per collective, recycled once
+ * its time has been read. */
 #include "zt_nccl.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "zt_common.h"
 #include "zt_cuda.h"
 
-#define ZT_NCCL_CUDA(call)                                                             \
-    do {                                                                               \
-        cudaError_t zt_rc_ = (call);                                                   \
-        if (zt_rc_ != cudaSuccess)                                                     \
-            zt_fatal_at(__FILE__, __LINE__, "%s: %s", #call, cudaGetErrorString(zt_rc_)); \
+/* Every communicator of this process, aborted on the fatal path. */
+#define MAX_LIVE 16
+static ncclComm_t live[MAX_LIVE];
+
+static void abort_all(void)
+{
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (live[i]) {
+            ncclCommAbort(live[i]);
+            live[i] = NULL;
+        }
+}
+
+static __attribute__((noreturn)) void fail(const char *file, int line, const zt_group_t *g,
+                                           const char *call, const char *what, const char *detail)
+{
+    char copy[512]; /* detail may live in a communicator about to be aborted */
+    snprintf(copy, sizeof copy, "%s", detail ? detail : "");
+    abort_all();
+    zt_fatal_at(file, line, "%s%s%s: %s%s%s%s\n---> HINT: rerun with NCCL_DEBUG=WARN for NCCL's own "
+                "diagnosis", g ? "group '" : "", g ? g->name : "", g ? "': " : "", call, what,
+                copy[0] ? " - " : "", copy);
+}
+
+#define ZT_NCCL(g, call)                                                                      \
+    do {                                                                                      \
+        ncclResult_t zt_nrc_ = (call);                                                        \
+        if (zt_nrc_ != ncclSuccess)                                                           \
+            fail(__FILE__, __LINE__, (g), #call, ncclGetErrorString(zt_nrc_),                 \
+                 ncclGetLastError(NULL));                                                     \
     } while (0)
 
-#define ZT_NCCL(comm, call)                                                                \
-    do {                                                                                   \
-        ncclResult_t zt_nrc_ = (call);                                                     \
-        if (zt_nrc_ != ncclSuccess)                                                        \
-            zt_fatal_at(__FILE__, __LINE__, "%s: NCCL %s (%s)\n---> HINT: rerun with "     \
-                        "NCCL_DEBUG=WARN for NCCL's own diagnosis", #call,                 \
-                        ncclGetErrorString(zt_nrc_), ncclGetLastError(comm));              \
+#define ZT_NCCL_CUDA(call)                                                                    \
+    do {                                                                                      \
+        cudaError_t zt_crc_ = (call);                                                         \
+        if (zt_crc_ != cudaSuccess)                                                           \
+            fail(__FILE__, __LINE__, NULL, #call, cudaGetErrorString(zt_crc_), NULL);         \
     } while (0)
 
-typedef struct zt_nccl_group {
-    ncclComm_t comm;
-    cudaStream_t stream;    /* high priority, non-blocking */
+typedef struct pending {
+    cudaEvent_t start, done;
+    int kind;
+} pending_t;
+
+typedef struct nccl_state {
+    cudaStream_t stream;    /* the comm stream of every group, high priority */
     cudaEvent_t dep;        /* compute-stream position the next collective waits for */
     int device;
-} zt_nccl_group_t;
+    cudaEvent_t *pool;      /* free timing events */
+    int npool, cap_pool;
+    pending_t *pend;        /* waited, time not read yet */
+    int npend, cap_pend;
+} nccl_state_t;
 
-static zt_nccl_group_t *state(const zt_group_t *g)
+static nccl_state_t *state(zt_comm_t *c)
 {
-    zt_nccl_group_t *s = (zt_nccl_group_t *)g->backend_state;
-    if (!s) zt_fatal("NCCL collective on group '%s' before zt_nccl_init", g->name ? g->name : "?");
-    return s;
+    if (!c->dev_state) zt_fatal("NCCL collective before the NCCL backend was initialised");
+    return (nccl_state_t *)c->dev_state;
 }
 
-void *zt_nccl_comm(const zt_group_t *g) { return (void *)state(g)->comm; }
-void *zt_nccl_stream(const zt_group_t *g) { return (void *)state(g)->stream; }
-
-int zt_nccl_init(zt_group_t *g, int device, char *err, size_t errlen)
+static ncclComm_t comm_of(const zt_group_t *g)
 {
-    char msg[ZT_ERRLEN] = "";
-    cudaError_t crc = cudaSetDevice(device);
-    int ok = crc == cudaSuccess, all_ok = 0;
-    if (!ok) snprintf(msg, sizeof msg, "cudaSetDevice(%d): %s", device, cudaGetErrorString(crc));
-    ZT_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, g->comm));
-    if (!all_ok)
-        return zt_err(err, errlen, "NCCL init for group '%s': %s", g->name ? g->name : "?",
-                      ok ? "a CUDA device could not be selected on another rank" : msg);
-
-    struct { int ok; char why[128]; ncclUniqueId id; } hello;
-    memset(&hello, 0, sizeof hello);
-    if (g->rank == 0) {
-        ncclResult_t r = ncclGetUniqueId(&hello.id);
-        hello.ok = r == ncclSuccess;
-        if (!hello.ok) snprintf(hello.why, sizeof hello.why, "ncclGetUniqueId: %s",
-                                ncclGetErrorString(r));
-    }
-    ZT_MPI(MPI_Bcast(&hello, (int)sizeof hello, MPI_BYTE, 0, g->comm));
-    if (!hello.ok)
-        return zt_err(err, errlen, "NCCL init for group '%s': %s", g->name ? g->name : "?",
-                      hello.why);
-
-    zt_nccl_group_t *s = zt_calloc(1, sizeof *s);
-    s->device = device;
-    ncclResult_t r = ncclCommInitRank(&s->comm, g->size, hello.id, g->rank);
-    if (r != ncclSuccess) {
-        zt_err(err, errlen, "NCCL init for group '%s' (rank %d of %d, device %d): %s",
-               g->name ? g->name : "?", g->rank, g->size, device, ncclGetErrorString(r));
-        free(s);
-        return -1;
-    }
-    int least = 0, greatest = 0;
-    ZT_NCCL_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    ZT_NCCL_CUDA(cudaStreamCreateWithPriority(&s->stream, cudaStreamNonBlocking, greatest));
-    ZT_NCCL_CUDA(cudaEventCreateWithFlags(&s->dep, cudaEventDisableTiming));
-    g->backend_state = s;
-    return 0;
+    if (!g->backend_state) zt_fatal("group '%s' has no NCCL communicator", g->name ? g->name : "?");
+    return (ncclComm_t)g->backend_state;
 }
 
-void zt_nccl_destroy(zt_group_t *g)
-{
-    zt_nccl_group_t *s = (zt_nccl_group_t *)g->backend_state;
-    if (!s) return;
-    ZT_NCCL_CUDA(cudaStreamSynchronize(s->stream));
-    ZT_NCCL(s->comm, ncclCommDestroy(s->comm));
-    ZT_NCCL_CUDA(cudaEventDestroy(s->dep));
-    ZT_NCCL_CUDA(cudaStreamDestroy(s->stream));
-    free(s);
-    g->backend_state = NULL;
-}
+static cudaStream_t compute_stream(void) { return (cudaStream_t)zt_cuda_stream(); }
 
 static ncclDataType_t nccl_type(zt_dtype_t t)
 {
     switch (t) {
     case ZT_F32: return ncclFloat32;
     case ZT_BF16: return ncclBfloat16;
+    /* FP16: when zt_comm.h gains ZT_F16 (another branch), add here:
+     *     case ZT_F16: return ncclFloat16;  */
     case ZT_I32: return ncclInt32;
     case ZT_F64: return ncclFloat64;
     case ZT_I64: return ncclInt64;
     case ZT_U8: return ncclUint8;
     }
-    zt_fatal("NCCL: unknown dtype %d", (int)t);
+    zt_fatal("NCCL: no NCCL type for dtype %d", (int)t);
 }
 
 static ncclRedOp_t nccl_op(zt_redop_t op)
@@ -135,168 +116,326 @@ static ncclRedOp_t nccl_op(zt_redop_t op)
     zt_fatal("NCCL: unknown reduction %d", (int)op);
 }
 
-/* Same element sizes as zt_comm.c's zt_dtype_size, kept local so that this file
- * does not depend on the MPI comm backend being linked. */
-static size_t elem_size(zt_dtype_t t)
+/* ---- events ------------------------------------------------------------------ */
+
+static cudaEvent_t ev_get(nccl_state_t *st)
 {
-    switch (t) {
-    case ZT_F32: case ZT_I32: return 4;
-    case ZT_BF16: return 2;
-    case ZT_F64: case ZT_I64: return 8;
-    case ZT_U8: return 1;
+    if (st->npool) return st->pool[--st->npool];
+    cudaEvent_t e;
+    ZT_NCCL_CUDA(cudaEventCreate(&e)); /* timing enabled */
+    return e;
+}
+
+static void ev_put(nccl_state_t *st, cudaEvent_t e)
+{
+    if (st->npool == st->cap_pool) {
+        st->cap_pool = st->cap_pool ? 2 * st->cap_pool : 16;
+        st->pool = realloc(st->pool, (size_t)st->cap_pool * sizeof *st->pool);
+        if (!st->pool) zt_fatal("out of memory (NCCL event pool)");
     }
-    return 1;
+    st->pool[st->npool++] = e;
 }
 
-void zt_nccl_after_compute(zt_group_t *g)
+/* The host waits for ev, watching the communicators for asynchronous errors (a
+ * dead peer) instead of blocking in cudaEventSynchronize forever. */
+static void host_wait(zt_comm_t *c, cudaEvent_t ev)
 {
-    zt_nccl_group_t *s = state(g);
-    ZT_NCCL_CUDA(cudaEventRecord(s->dep, (cudaStream_t)zt_cuda_stream()));
-    ZT_NCCL_CUDA(cudaStreamWaitEvent(s->stream, s->dep, 0));
+    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica};
+    const struct timespec pause = {0, 50 * 1000};
+    for (;;) {
+        cudaError_t rc = cudaEventQuery(ev);
+        if (rc == cudaSuccess) return;
+        if (rc != cudaErrorNotReady) ZT_NCCL_CUDA(rc);
+        for (int i = 0; i < 3; i++) {
+            if (!groups[i]->backend_state) continue;
+            ncclResult_t ar = ncclSuccess;
+            ZT_NCCL(groups[i], ncclCommGetAsyncError(comm_of(groups[i]), &ar));
+            if (ar != ncclSuccess && ar != ncclInProgress)
+                fail(__FILE__, __LINE__, groups[i], "asynchronous error", ncclGetErrorString(ar),
+                     ncclGetLastError(NULL));
+        }
+        nanosleep(&pause, NULL);
+    }
 }
 
-/* Orders after compute and brackets the collective with timing events. */
-static zt_nccl_group_t *begin(zt_group_t *g, zt_nccl_request_t *req, zt_coll_kind_t kind,
-                              double bytes, double bus_factor)
+/* Adds the times of finished collectives to c->stats; with block, of all. */
+static void collect(zt_comm_t *c, int block)
 {
-    zt_nccl_group_t *s = state(g);
-    zt_nccl_after_compute(g);
-    cudaEvent_t start, done;
-    ZT_NCCL_CUDA(cudaEventCreate(&start));
-    ZT_NCCL_CUDA(cudaEventCreate(&done));
-    ZT_NCCL_CUDA(cudaEventRecord(start, s->stream));
-    req->start = start;
-    req->done = done;
-    req->kind = (int)kind;
-    req->bytes = bytes;
-    req->bus = bus_factor;
-    req->active = 1;
-    return s;
+    nccl_state_t *st = state(c);
+    int keep = 0;
+    for (int i = 0; i < st->npend; i++) {
+        pending_t *p = &st->pend[i];
+        cudaError_t rc = cudaEventQuery(p->done);
+        if (rc == cudaErrorNotReady && block) {
+            host_wait(c, p->done);
+            rc = cudaSuccess;
+        }
+        if (rc == cudaErrorNotReady) {
+            st->pend[keep++] = *p;
+            continue;
+        }
+        ZT_NCCL_CUDA(rc);
+        float ms = 0.0f;
+        ZT_NCCL_CUDA(cudaEventElapsedTime(&ms, p->start, p->done));
+        c->stats.seconds[p->kind] += ms * 1e-3;
+        ev_put(st, p->start);
+        ev_put(st, p->done);
+    }
+    st->npend = keep;
 }
 
-static void end(zt_nccl_group_t *s, zt_nccl_request_t *req)
+static void nccl_flush(zt_comm_t *c) { collect(c, 1); }
+
+/* ---- set-up ------------------------------------------------------------------- */
+
+static void register_live(ncclComm_t comm, int on)
 {
-    ZT_NCCL_CUDA(cudaEventRecord((cudaEvent_t)req->done, s->stream));
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (on ? live[i] == NULL : live[i] == comm) {
+            live[i] = on ? comm : NULL;
+            return;
+        }
+    if (on) zt_fatal("more than %d NCCL communicators in one process", MAX_LIVE);
 }
 
-void zt_nccl_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
-                        zt_dtype_t t, zt_redop_t op, zt_nccl_request_t *req)
+static void nccl_destroy(zt_comm_t *c)
 {
-    (void)c;
-    int n = g->size;
-    double bytes = (double)count * elem_size(t);
-    zt_nccl_group_t *s = begin(g, req, ZT_COLL_ALLREDUCE, bytes, n > 1 ? 2.0 * (n - 1) / n : 0.0);
+    nccl_state_t *st = (nccl_state_t *)c->dev_state;
+    if (!st) return;
+    if (st->stream) {
+        collect(c, 1);
+        ZT_NCCL_CUDA(cudaStreamSynchronize(st->stream));
+    }
+    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica};
+    for (int i = 0; i < 3; i++) {
+        ncclComm_t comm = (ncclComm_t)groups[i]->backend_state;
+        if (!comm) continue;
+        register_live(comm, 0);
+        ZT_NCCL(groups[i], ncclCommDestroy(comm));
+        groups[i]->backend_state = NULL;
+    }
+    for (int i = 0; i < st->npool; i++) ZT_NCCL_CUDA(cudaEventDestroy(st->pool[i]));
+    if (st->dep) ZT_NCCL_CUDA(cudaEventDestroy(st->dep));
+    if (st->stream) ZT_NCCL_CUDA(cudaStreamDestroy(st->stream));
+    free(st->pool);
+    free(st->pend);
+    free(st);
+    c->dev_state = NULL;
+}
+
+/* Two ranks of a node on one GPU: NCCL refuses the communicator ("duplicate
+ * GPU") inside ncclCommInitRank, where it cannot be agreed on; say it here. */
+static int check_distinct_gpus(zt_comm_t *c, int device, char *err, size_t errlen)
+{
+    char mine[32] = "", *all = zt_calloc((size_t)c->local_size, sizeof mine);
+    int rc = cudaDeviceGetPCIBusId(mine, sizeof mine, device) == cudaSuccess ? 0 : -1;
+    if (rc) zt_err(err, errlen, "cudaDeviceGetPCIBusId(%d) failed on rank %d", device, c->world.rank);
+    MPI_Comm node;
+    ZT_MPI(MPI_Comm_split_type(c->world.comm, MPI_COMM_TYPE_SHARED, c->world.rank, MPI_INFO_NULL, &node));
+    ZT_MPI(MPI_Allgather(mine, sizeof mine, MPI_CHAR, all, sizeof mine, MPI_CHAR, node));
+    ZT_MPI(MPI_Comm_free(&node));
+    for (int r = 0; r < c->local_rank && rc == 0 && mine[0]; r++)
+        if (strcmp(all + (size_t)r * sizeof mine, mine) == 0)
+            rc = zt_err(err, errlen, "local ranks %d and %d on %s would share GPU %s (%d visible): start "
+                        "at most %d ranks per node, or give each its own GPU with CUDA_VISIBLE_DEVICES",
+                        r, c->local_rank, zt_hostname(), mine, zt_cuda_device_count(),
+                        zt_cuda_device_count());
+    free(all);
+    return rc;
+}
+
+/* The group's communicator: the unique id from its rank 0, with a success flag,
+ * so that a failure there is returned on every rank of the group. */
+static int init_group(zt_group_t *g, char *err, size_t errlen)
+{
+    struct { int ok; char why[128]; ncclUniqueId id; } hello;
+    memset(&hello, 0, sizeof hello);
+    if (g->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&hello.id);
+        hello.ok = r == ncclSuccess;
+        if (!hello.ok) snprintf(hello.why, sizeof hello.why, "%s", ncclGetErrorString(r));
+    }
+    ZT_MPI(MPI_Bcast(&hello, (int)sizeof hello, MPI_BYTE, 0, g->comm));
+    if (!hello.ok)
+        return zt_err(err, errlen, "NCCL: ncclGetUniqueId for group '%s' failed: %s", g->name, hello.why);
+    ncclComm_t comm;
+    ZT_NCCL(g, ncclCommInitRank(&comm, g->size, hello.id, g->rank));
+    register_live(comm, 1);
+    g->backend_state = comm;
+    return 0;
+}
+
+static int nccl_init(zt_comm_t *c, char *err, size_t errlen)
+{
+    char why[ZT_ERRLEN] = "";
+    int rc = 0;
+    if (!zt_cuda_available(why, sizeof why))
+        rc = zt_err(err, errlen, "comm backend \"nccl\": no usable GPU on rank %d (%s): %s", c->world.rank,
+                    zt_hostname(), why);
+    if (zt_agree_error(c, rc, err, errlen)) return -1;
+    const int device = zt_cuda_pick_device(c->local_rank);
+    rc = check_distinct_gpus(c, device, err, errlen);
+    if (zt_agree_error(c, rc, err, errlen)) return -1;
+
+    nccl_state_t *st = zt_calloc(1, sizeof *st);
+    st->device = device;
+    c->dev_state = st;
+    int least = 0, greatest = 0;
+    ZT_NCCL_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    ZT_NCCL_CUDA(cudaStreamCreateWithPriority(&st->stream, cudaStreamNonBlocking, greatest));
+    ZT_NCCL_CUDA(cudaEventCreateWithFlags(&st->dep, cudaEventDisableTiming));
+    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica};
+    for (int i = 0; i < 3; i++) {
+        rc = init_group(groups[i], err, errlen);
+        /* every rank takes part in all three, so a world-wide agreement fits here */
+        if (zt_agree_error(c, rc, err, errlen)) {
+            nccl_destroy(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int nccl_owns(const void *p)
+{
+    struct cudaPointerAttributes a;
+    if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it */
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+/* ---- issue and completion --------------------------------------------------------- */
+
+/* The comm stream waits for the compute stream's work queued so far: the
+ * gradients the collective reads, and the last reads of a buffer that the
+ * shard engine recycled as this collective's output. */
+static cudaStream_t issue(zt_comm_t *c, zt_request_t *req)
+{
+    nccl_state_t *st = state(c);
+    ZT_NCCL_CUDA(cudaEventRecord(st->dep, compute_stream()));
+    ZT_NCCL_CUDA(cudaStreamWaitEvent(st->stream, st->dep, 0));
+    cudaEvent_t start = ev_get(st), done = ev_get(st);
+    ZT_NCCL_CUDA(cudaEventRecord(start, st->stream));
+    req->ev_start = start;
+    req->ev_done = done;
+    return st->stream;
+}
+
+static void issued(zt_comm_t *c, zt_request_t *req)
+{
+    ZT_NCCL_CUDA(cudaEventRecord((cudaEvent_t)req->ev_done, state(c)->stream));
+}
+
+static void nccl_wait(zt_comm_t *c, zt_request_t *req)
+{
+    nccl_state_t *st = state(c);
+    ZT_NCCL_CUDA(cudaStreamWaitEvent(compute_stream(), (cudaEvent_t)req->ev_done, 0));
+    if (st->npend == st->cap_pend) {
+        st->cap_pend = st->cap_pend ? 2 * st->cap_pend : 16;
+        st->pend = realloc(st->pend, (size_t)st->cap_pend * sizeof *st->pend);
+        if (!st->pend) zt_fatal("out of memory (NCCL pending timings)");
+    }
+    st->pend[st->npend++] = (pending_t){(cudaEvent_t)req->ev_start, (cudaEvent_t)req->ev_done, req->kind};
+    req->ev_start = req->ev_done = NULL;
+    collect(c, 0);
+}
+
+/* ---- collectives ------------------------------------------------------------------ */
+
+static void nccl_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
+                            zt_dtype_t t, zt_redop_t op, zt_request_t *req)
+{
+    cudaStream_t s = issue(c, req);
     const void *src = send == ZT_IN_PLACE ? recv : send;
-    ZT_NCCL(s->comm, ncclAllReduce(src, recv, count, nccl_type(t), nccl_op(op), s->comm, s->stream));
-    end(s, req);
+    ZT_NCCL(g, ncclAllReduce(src, recv, count, nccl_type(t), nccl_op(op), comm_of(g), s));
+    issued(c, req);
 }
 
-void zt_nccl_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv,
-                             size_t count, zt_dtype_t t, zt_nccl_request_t *req)
+static void nccl_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv,
+                                 size_t count, zt_dtype_t t, zt_request_t *req)
 {
-    (void)c;
-    int n = g->size;
-    size_t es = elem_size(t);
-    zt_nccl_group_t *s = begin(g, req, ZT_COLL_REDUCE_SCATTER, (double)count * n * es,
-                               n > 1 ? (double)(n - 1) / n : 0.0);
+    cudaStream_t s = issue(c, req);
+    const size_t es = zt_dtype_size(t);
     if (send == ZT_IN_PLACE) {
         // recv holds the group's (n*count) input; NCCL's in-place result lands at
         // recv + rank*count, MPI's at recv[0..count): move it (disjoint for rank > 0)
         char *own = (char *)recv + (size_t)g->rank * count * es;
-        ZT_NCCL(s->comm, ncclReduceScatter(recv, own, count, nccl_type(t), ncclSum, s->comm,
-                                           s->stream));
+        ZT_NCCL(g, ncclReduceScatter(recv, own, count, nccl_type(t), ncclSum, comm_of(g), s));
         if (g->rank != 0 && count)
-            ZT_NCCL_CUDA(cudaMemcpyAsync(recv, own, count * es, cudaMemcpyDeviceToDevice, s->stream));
+            ZT_NCCL_CUDA(cudaMemcpyAsync(recv, own, count * es, cudaMemcpyDeviceToDevice, s));
     } else {
-        ZT_NCCL(s->comm, ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, s->comm,
-                                           s->stream));
+        ZT_NCCL(g, ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, comm_of(g), s));
     }
-    end(s, req);
+    issued(c, req);
 }
 
-void zt_nccl_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
-                        zt_dtype_t t, zt_nccl_request_t *req)
+static void nccl_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
+                            zt_dtype_t t, zt_request_t *req)
 {
-    (void)c;
-    int n = g->size;
-    size_t es = elem_size(t);
-    zt_nccl_group_t *s = begin(g, req, ZT_COLL_ALLGATHER, (double)count * n * es,
-                               n > 1 ? (double)(n - 1) / n : 0.0);
-    const void *src = send == ZT_IN_PLACE ? (const char *)recv + (size_t)g->rank * count * es : send;
-    ZT_NCCL(s->comm, ncclAllGather(src, recv, count, nccl_type(t), s->comm, s->stream));
-    end(s, req);
+    cudaStream_t s = issue(c, req);
+    // in place (MPI's meaning): this rank's part is already at recv + rank*count
+    const void *src =
+        send == ZT_IN_PLACE ? (const char *)recv + (size_t)g->rank * count * zt_dtype_size(t) : send;
+    ZT_NCCL(g, ncclAllGather(src, recv, count, nccl_type(t), comm_of(g), s));
+    issued(c, req);
 }
 
-void zt_nccl_ibcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root,
-                    zt_nccl_request_t *req)
+/* Part r of send (counts[r] elements, packed in rank order) is summed into
+ * rank r's recv: one ncclReduce per root, launched as one group. */
+static void nccl_ireduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv,
+                                  const int *counts, zt_dtype_t t, zt_request_t *req)
 {
-    (void)c;
-    zt_nccl_group_t *s = begin(g, req, ZT_COLL_BCAST, (double)count * elem_size(t), 1.0);
-    ZT_NCCL(s->comm, ncclBroadcast(buf, buf, count, nccl_type(t), root, s->comm, s->stream));
-    end(s, req);
-}
-
-void zt_nccl_stream_wait(const zt_nccl_request_t *req)
-{
-    if (!req->active) zt_fatal("zt_nccl_stream_wait on a completed or unissued request");
-    ZT_NCCL_CUDA(cudaStreamWaitEvent((cudaStream_t)zt_cuda_stream(), (cudaEvent_t)req->done, 0));
-}
-
-int zt_nccl_test(const zt_nccl_request_t *req)
-{
-    if (!req->active) return 1;
-    cudaError_t rc = cudaEventQuery((cudaEvent_t)req->done);
-    if (rc == cudaErrorNotReady) return 0;
-    ZT_NCCL_CUDA(rc);
-    return 1;
-}
-
-void zt_nccl_wait(zt_comm_t *c, zt_nccl_request_t *req)
-{
-    if (!req->active) zt_fatal("zt_nccl_wait on a completed or unissued request");
-    cudaEvent_t start = (cudaEvent_t)req->start, done = (cudaEvent_t)req->done;
-    ZT_NCCL_CUDA(cudaEventSynchronize(done));
-    float ms = 0.0f;
-    ZT_NCCL_CUDA(cudaEventElapsedTime(&ms, start, done));
-    if (c) {
-        c->stats.bytes[req->kind] += req->bytes;
-        c->stats.bus_bytes[req->kind] += req->bytes * req->bus;
-        c->stats.seconds[req->kind] += ms * 1e-3;
-        c->stats.calls[req->kind]++;
+    cudaStream_t s = issue(c, req);
+    const size_t es = zt_dtype_size(t);
+    size_t off = 0;
+    ZT_NCCL(g, ncclGroupStart());
+    for (int r = 0; r < g->size; r++) {
+        ZT_NCCL(g, ncclReduce((const char *)send + off * es, r == g->rank ? recv : NULL,
+                              (size_t)counts[r], nccl_type(t), ncclSum, r, comm_of(g), s));
+        off += (size_t)counts[r];
     }
-    ZT_NCCL_CUDA(cudaEventDestroy(start));
-    ZT_NCCL_CUDA(cudaEventDestroy(done));
-    req->start = req->done = NULL;
-    req->active = 0;
+    ZT_NCCL(g, ncclGroupEnd());
+    issued(c, req);
 }
 
-void zt_nccl_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
-                       zt_dtype_t t, zt_redop_t op)
+/* Rank r's part lands at recv + displs[r] everywhere: one ncclBroadcast per root,
+ * launched as one group; in place, the root's part is already there. */
+static void nccl_iallgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv,
+                             const int *counts, const int *displs, zt_dtype_t t, zt_request_t *req)
 {
-    zt_nccl_request_t r;
-    zt_nccl_iallreduce(c, g, send, recv, count, t, op, &r);
-    zt_nccl_wait(c, &r);
+    cudaStream_t s = issue(c, req);
+    const size_t es = zt_dtype_size(t);
+    ZT_NCCL(g, ncclGroupStart());
+    for (int r = 0; r < g->size; r++) {
+        char *dst = (char *)recv + (size_t)displs[r] * es;
+        const void *src = r == g->rank && send != ZT_IN_PLACE ? send : dst;
+        ZT_NCCL(g, ncclBroadcast(src, dst, (size_t)counts[r], nccl_type(t), r, comm_of(g), s));
+    }
+    ZT_NCCL(g, ncclGroupEnd());
+    issued(c, req);
 }
 
-void zt_nccl_reduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv,
-                            size_t count, zt_dtype_t t)
+static void nccl_ibcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root,
+                        zt_request_t *req)
 {
-    zt_nccl_request_t r;
-    zt_nccl_ireduce_scatter(c, g, send, recv, count, t, &r);
-    zt_nccl_wait(c, &r);
+    cudaStream_t s = issue(c, req);
+    ZT_NCCL(g, ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_of(g), s));
+    issued(c, req);
 }
 
-void zt_nccl_allgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
-                       zt_dtype_t t)
-{
-    zt_nccl_request_t r;
-    zt_nccl_iallgather(c, g, send, recv, count, t, &r);
-    zt_nccl_wait(c, &r);
-}
-
-void zt_nccl_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root)
-{
-    zt_nccl_request_t r;
-    zt_nccl_ibcast(c, g, buf, count, t, root, &r);
-    zt_nccl_wait(c, &r);
-}
+const zt_comm_backend_t zt_comm_nccl = {
+    .name = "nccl",
+    .init = nccl_init,
+    .destroy = nccl_destroy,
+    .owns = nccl_owns,
+    .iallreduce = nccl_iallreduce,
+    .ireduce_scatter = nccl_ireduce_scatter,
+    .iallgather = nccl_iallgather,
+    .ireduce_scatterv = nccl_ireduce_scatterv,
+    .iallgatherv = nccl_iallgatherv,
+    .ibcast = nccl_ibcast,
+    .wait = nccl_wait,
+    .flush = nccl_flush,
+};

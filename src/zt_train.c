@@ -594,7 +594,8 @@ static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)
 /* Adds the collectives counted since the last reset to the run's total, and resets. */
 static void fold_comm(run_t *r)
 {
-    zt_comm_stats_t *t = &r->comm_total, *st = &r->comm->stats;
+    zt_comm_stats_t *t = &r->comm_total;
+    const zt_comm_stats_t *st = zt_comm_stats(r->comm);
     for (int k = 0; k < ZT_COLL_N; k++) {
         t->bytes[k] += st->bytes[k];
         t->bus_bytes[k] += st->bus_bytes[k];
@@ -715,7 +716,7 @@ static int run_loop(run_t *r)
             zt_log("step %5ld/%ld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
                    r->step, r->total_steps, loss, lr, norm, tps, flops / 1e12,
                    100.0 * flops / r->peak_flops, memb, etab);
-            comm_json(&c->stats, cj, sizeof cj);
+            comm_json(zt_comm_stats(c), cj, sizeof cj);
             char line[2048];
             snprintf(line, sizeof line,
                      "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.3f,"
@@ -816,6 +817,11 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     rc = r->be ? 0 : -1;
     if (rc == 0) rc = r->rank == 0 ? mkdir_p(cfg->train.output_dir, err, sizeof err) : 0;
     if (zt_agree_error(comm, rc, err, sizeof err)) {
+        zt_log_error("%s", err);
+        return ZT_EXIT_ERROR;
+    }
+    /* device buffers need a comm backend that moves them (and the GPU chosen) before the first alloc */
+    if (zt_comm_set_backend(comm, zt_comm_backend_for(r->be->name), err, sizeof err) != 0) {
         zt_log_error("%s", err);
         return ZT_EXIT_ERROR;
     }

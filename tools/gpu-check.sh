@@ -9,7 +9,10 @@
 # Steps: configure --with-cuda, make, the kernel test (every CUDA kernel against
 # the CPU backend), the NCCL test on every visible GPU, then the tiny model
 # trained for ZT_GPU_STEPS steps with parallel.backend=cpu and =cuda: the two
-# loss curves must agree (same data, same initial weights). Prints one table;
+# loss curves must agree (same data, same initial weights), and the cuda run must
+# have used the NCCL comm backend. With two or more GPUs, 2-rank cuda runs (ddp:
+# all-reduce; zero3: prefetched all-gather + reduce-scatter; zero2 per_param:
+# the v-collectives) against one CPU rank with the same global batch. Prints one table;
 # exit status 0 only when every step that ran passed (a skipped step is shown).
 set -u
 
@@ -128,17 +131,45 @@ for be in cpu cuda; do
         train.output_dir="$WORK/run-$be" checkpoint.save_at_end=false parallel.backend=$be
     eval "loss_$be=\$(last_loss '$WORK/run-$be/metrics.jsonl')"
 done
-# shellcheck disable=SC2154
-if [ "$loss_cpu" != "?" ] && [ "$loss_cuda" != "?" ]; then
+same_loss() {  # name, loss a, loss b: one row
+    if [ "$2" = "?" ] || [ "$3" = "?" ]; then
+        row "$1" SKIP "no metrics.jsonl to compare ($2 vs $3)"
+        return
+    fi
     tol=1e-3   # fp32 GEMMs: rounding-order differences only; TF32 rounds inputs to 10 bits
     [ "${ZT_CUDA_TF32:-0}" = 1 ] && tol=2e-2
-    if awk -v a="$loss_cpu" -v b="$loss_cuda" -v t="$tol" 'BEGIN { d = a - b; if (d < 0) d = -d;
+    if awk -v a="$2" -v b="$3" -v t="$tol" 'BEGIN { d = a - b; if (d < 0) d = -d;
             exit !(d <= t * (a < 0 ? -a : a) + 1e-4) }'; then
-        row "loss cpu vs cuda" ok "$loss_cpu vs $loss_cuda after $STEPS steps"
+        row "$1" ok "$2 vs $3 after $STEPS steps"
     else
-        row "loss cpu vs cuda" FAIL "$loss_cpu vs $loss_cuda after $STEPS steps"
+        row "$1" FAIL "$2 vs $3 after $STEPS steps"
     fi
-else
-    row "loss cpu vs cuda" SKIP "no metrics.jsonl to compare (cpu: $loss_cpu, cuda: $loss_cuda)"
+}
+# shellcheck disable=SC2154
+same_loss "loss cpu vs cuda" "$loss_cpu" "$loss_cuda"
+if [ $HAVE_GPU = 1 ]; then
+    if grep -q "backend cuda, comm nccl" "$LOG"; then row "cuda run uses nccl" ok ""
+    else row "cuda run uses nccl" FAIL "no 'backend cuda, comm nccl' line in $LOG"; fi
+fi
+
+# ---- two ranks on two GPUs: the collectives of the shard engine through NCCL ----
+if [ $HAVE_GPU = 1 ] && [ "${ngpu:-1}" -ge 2 ]; then
+    MPIRUN2="mpirun -np 2"
+    [ "$(id -u)" = 0 ] && MPIRUN2="$MPIRUN2 --allow-run-as-root"
+    base="$SRC/inputs/tiny.cfg data.train_files=$WORK/gpu-train.h5 data.val_files=$WORK/gpu-val.h5
+          train.max_steps=$STEPS train.sample_tokens=0 train.eval_steps=0 checkpoint.save_at_end=false"
+    # the same global batch (4 sequences): one CPU rank accumulating 2 micro-steps
+    # shellcheck disable=SC2086
+    run_step "train ref cpu, 1 rank" 120 $MPIRUN1 "$BUILD/ztrain" $base train.gradient_accumulation_steps=2 \
+        train.output_dir="$WORK/run-ref2" parallel.backend=cpu
+    ref=$(last_loss "$WORK/run-ref2/metrics.jsonl")
+    for st in "ddp flat" "zero3 flat" "zero2 per_param"; do
+        # shellcheck disable=SC2086
+        set -- $st
+        # shellcheck disable=SC2086
+        run_step "train cuda 2 ranks $1 $2" 120 $MPIRUN2 "$BUILD/ztrain" $base parallel.backend=cuda \
+            parallel.strategy=$1 parallel.shard_layout=$2 train.output_dir="$WORK/run-2-$1-$2"
+        same_loss "loss cpu vs 2 gpus $1 $2" "$ref" "$(last_loss "$WORK/run-2-$1-$2/metrics.jsonl")"
+    done
 fi
 summary

@@ -1,8 +1,15 @@
 /* comm_test.c — the comm layer's collectives against exact expectations, at any
  * world size (run by comm.sh at 1-4 ranks). Values are small integers, so fp32
  * sums are exact whatever the summation order; bf16 values are multiples of 1/2
- * below 256, also exact. Also checks group construction and byte accounting.
+ * below 256, also exact. Also checks group construction and byte accounting,
+ * and the comm-backend dispatch: which backend a compute backend gets, the
+ * refusal of nccl where it cannot run, and, through a recording device backend,
+ * that every data collective on device buffers goes to the device backend while
+ * host buffers and the collective decisions stay on MPI.
  * Exit status 0 only if every check passed on every rank. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +145,122 @@ static void t_groups(zt_comm_t *c)
     }
 }
 
+/* ---- dispatch, through a device backend that records its calls -------------- */
+
+enum { F_AR, F_RS, F_AG, F_RSV, F_AGV, F_BC, F_WAIT, F_FLUSH, F_N };
+static int fake_calls[F_N];
+static float fake_memory[256]; /* what the recording backend calls device memory */
+
+static int fake_init(zt_comm_t *c, char *err, size_t errlen) { return 0; }
+static void fake_destroy(zt_comm_t *c) {}
+static int fake_owns(const void *p)
+{
+    return (const char *)p >= (const char *)fake_memory && (const char *)p < (const char *)(fake_memory + 256);
+}
+static void fake_iallreduce(zt_comm_t *c, zt_group_t *g, const void *s, void *r, size_t n, zt_dtype_t t,
+                            zt_redop_t op, zt_request_t *q) { fake_calls[F_AR]++; }
+static void fake_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *s, void *r, size_t n, zt_dtype_t t,
+                                 zt_request_t *q) { fake_calls[F_RS]++; }
+static void fake_iallgather(zt_comm_t *c, zt_group_t *g, const void *s, void *r, size_t n, zt_dtype_t t,
+                            zt_request_t *q) { fake_calls[F_AG]++; }
+static void fake_ireduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *s, void *r, const int *counts,
+                                  zt_dtype_t t, zt_request_t *q) { fake_calls[F_RSV]++; }
+static void fake_iallgatherv(zt_comm_t *c, zt_group_t *g, const void *s, void *r, const int *counts,
+                             const int *displs, zt_dtype_t t, zt_request_t *q) { fake_calls[F_AGV]++; }
+static void fake_ibcast(zt_comm_t *c, zt_group_t *g, void *b, size_t n, zt_dtype_t t, int root,
+                        zt_request_t *q) { fake_calls[F_BC]++; }
+/* one second per collective, so the test can see the backend's time arrive */
+static void fake_wait(zt_comm_t *c, zt_request_t *q)
+{
+    fake_calls[F_WAIT]++;
+    c->stats.seconds[q->kind] += 1.0;
+}
+static void fake_flush(zt_comm_t *c) { fake_calls[F_FLUSH]++; }
+
+static const zt_comm_backend_t fake = {
+    .name = "recording", .init = fake_init, .destroy = fake_destroy, .owns = fake_owns,
+    .iallreduce = fake_iallreduce, .ireduce_scatter = fake_ireduce_scatter, .iallgather = fake_iallgather,
+    .ireduce_scatterv = fake_ireduce_scatterv, .iallgatherv = fake_iallgatherv, .ibcast = fake_ibcast,
+    .wait = fake_wait, .flush = fake_flush,
+};
+
+static void t_backend_choice(zt_comm_t *c)
+{
+    char err[ZT_ERRLEN] = "";
+    CHECK(strcmp(zt_comm_backend_for("cpu"), "mpi") == 0, "cpu -> %s", zt_comm_backend_for("cpu"));
+    CHECK(strcmp(zt_comm_backend_for("cuda"), "nccl") == 0, "cuda -> %s", zt_comm_backend_for("cuda"));
+    CHECK(strcmp(c->backend, "mpi") == 0 && !c->dev, "a new comm is not MPI-only: %s", c->backend);
+    CHECK(zt_comm_set_backend(c, "gloo", err, sizeof err) != 0 && strstr(err, "unknown"),
+          "unknown comm backend accepted (%s)", err);
+    err[0] = 0;
+    int rc = zt_comm_set_backend(c, "nccl", err, sizeof err);
+#ifdef ZT_HAVE_CUDA
+    /* a CUDA build: nccl works on a GPU machine, and is refused with the reason on others */
+    CHECK(rc == 0 || strstr(err, "no usable GPU"), "nccl refused for another reason: %s", err);
+    if (rc == 0) CHECK(strcmp(c->backend, "nccl") == 0, "backend after nccl: %s", c->backend);
+#else
+    CHECK(rc != 0 && strstr(err, "built without CUDA"), "nccl without CUDA: rc %d, '%s'", rc, err);
+#endif
+    if (rc != 0) CHECK(strcmp(c->backend, "mpi") == 0 && !c->dev, "refused nccl left backend %s", c->backend);
+    CHECK(zt_comm_set_backend(c, "mpi", err, sizeof err) == 0 && !c->dev, "back to mpi: %s", err);
+}
+
+static void t_dispatch(zt_comm_t *c)
+{
+    char err[ZT_ERRLEN] = "";
+    zt_group_t *g = &c->world;
+    const int n = g->size, cnt = 4;
+    CHECK(zt_comm_use_backend(c, &fake, err, sizeof err) == 0 && strcmp(c->backend, "recording") == 0,
+          "installing a device backend: %s", err);
+    zt_comm_stats_reset(c);
+    memset(fake_calls, 0, sizeof fake_calls);
+    float *d = fake_memory, *d2 = fake_memory + 128;
+    int counts[4], displs[4], total = 0;
+    for (int r = 0; r < n; r++) counts[r] = 1 + r, displs[r] = total, total += counts[r];
+    zt_allreduce(c, g, ZT_IN_PLACE, d, cnt, ZT_F32, ZT_SUM);
+    zt_reduce_scatter(c, g, d, d2, cnt, ZT_F32);
+    zt_allgather(c, g, d, d2, cnt, ZT_F32);
+    zt_reduce_scatterv(c, g, d, d2, counts, ZT_F32);
+    zt_allgatherv(c, g, ZT_IN_PLACE, d, counts, displs, ZT_F32);
+    zt_bcast(c, g, d, cnt, ZT_F32, 0);
+    zt_request_t q[3];
+    zt_iallreduce(c, g, d, d2, cnt, ZT_BF16, ZT_SUM, &q[0]);
+    zt_ireduce_scatter(c, g, d, d2, cnt, ZT_F32, &q[1]);
+    zt_iallgather(c, g, d, d2, cnt, ZT_F32, &q[2]);
+    CHECK(fake_calls[F_WAIT] == 6, "blocking collectives waited %d times, not 6", fake_calls[F_WAIT]);
+    for (int k = 0; k < 3; k++) zt_wait(c, &q[k]);
+    zt_wait(c, &q[0]); /* a completed request: nothing more */
+    const int want[F_FLUSH] = {2, 2, 2, 1, 1, 1, 9};
+    for (int k = 0; k < F_FLUSH; k++)
+        CHECK(fake_calls[k] == want[k], "device backend op %d called %d times, not %d", k, fake_calls[k], want[k]);
+
+    /* host memory and decisions stay on MPI with a device backend installed */
+    float h[4] = {1, 2, 3, 4};
+    zt_allreduce(c, g, ZT_IN_PLACE, h, 4, ZT_F32, ZT_SUM);
+    CHECK(h[0] == n && h[3] == 4 * n, "host all-reduce with a device backend: %g %g", h[0], h[3]);
+    int bc = c->world.rank == 0 ? 42 : 0;
+    zt_bcast(c, g, &bc, 1, ZT_I32, 0);
+    CHECK(bc == 42, "host broadcast with a device backend: %d", bc);
+    CHECK(zt_sum_double(c, g, 1.0) == n && !zt_any(c, 0), "decisions with a device backend");
+    CHECK(fake_calls[F_AR] == 2 && fake_calls[F_BC] == 1, "host buffers reached the device backend");
+
+    /* accounting: the bytes of the MPI rules, the device backend's seconds, flushed on read */
+    const zt_comm_stats_t *st = zt_comm_stats(c);
+    CHECK(fake_calls[F_FLUSH] >= 1, "zt_comm_stats did not flush the device backend");
+    const double ar = cnt * 4.0 + cnt * 2.0 + 16.0, rs = 2.0 * cnt * n * 4 + total * 4.0;
+    CHECK(st->calls[ZT_COLL_ALLREDUCE] == 3 && st->bytes[ZT_COLL_ALLREDUCE] == ar,
+          "all-reduce accounting: %ld calls, %.0f bytes (want 3, %.0f)", st->calls[ZT_COLL_ALLREDUCE],
+          st->bytes[ZT_COLL_ALLREDUCE], ar);
+    CHECK(st->calls[ZT_COLL_REDUCE_SCATTER] == 3 && st->bytes[ZT_COLL_REDUCE_SCATTER] == rs,
+          "reduce-scatter accounting: %ld calls, %.0f bytes (want 3, %.0f)",
+          st->calls[ZT_COLL_REDUCE_SCATTER], st->bytes[ZT_COLL_REDUCE_SCATTER], rs);
+    CHECK(st->calls[ZT_COLL_ALLGATHER] == 3 && st->calls[ZT_COLL_BCAST] == 2 &&
+          st->seconds[ZT_COLL_ALLGATHER] == 3.0 && st->seconds[ZT_COLL_REDUCE_SCATTER] == 3.0,
+          "all-gather/broadcast calls or device seconds wrong");
+    CHECK(zt_comm_use_backend(c, NULL, err, sizeof err) == 0 && !c->dev && strcmp(c->backend, "mpi") == 0,
+          "removing the device backend");
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -152,6 +275,8 @@ int main(int argc, char **argv)
         t_reduce_scatter(&c, sizes[i], ZT_BF16);
     }
     t_reduce_scatterv(&c);
+    t_backend_choice(&c);
+    t_dispatch(&c);
     int any = zt_any(&c, failures != 0);
     if (c.world.rank == 0) printf("comm_test: %d ranks: %s\n", c.world.size, any ? "FAILED" : "all checks passed");
     zt_comm_destroy(&c);
