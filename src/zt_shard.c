@@ -452,9 +452,18 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     return s;
 }
 
+static void drop_gathered(zt_shard_t *s, int ui);
+static void reduction_complete(zt_shard_t *s, int ui);
+
 void zt_shard_free(zt_shard_t *s)
 {
     if (!s) return;
+    /* nothing may still be in flight into a buffer about to be freed (a device's
+     * stream-ordered free would hand it to the next allocation) */
+    for (int ui = 0; ui < s->t->nunits; ui++) {
+        if (s->shard_params) drop_gathered(s, ui);
+        reduction_complete(s, ui);
+    }
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
         size_t P = u->lay.packed;
@@ -629,8 +638,6 @@ void zt_shard_release(zt_shard_t *s, int ui)
 }
 
 /* ---- gradients ---------------------------------------------------------------- */
-
-static void reduction_complete(zt_shard_t *s, int ui);
 
 void zt_shard_begin_step(zt_shard_t *s)
 {
