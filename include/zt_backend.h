@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+enum { ZT_MATMUL_HIGHEST = 0, ZT_MATMUL_HIGH = 1, ZT_MATMUL_MEDIUM = 2 };
+
 typedef struct zt_backend {
     const char *name;
     /* memory */
@@ -44,6 +46,10 @@ typedef struct zt_backend {
     void (*from_host_async)(void *dst, const void *host, size_t bytes);
     void (*wait_downloads)(void);
     void (*wait_uploads)(void);
+    /* GEMM arithmetic for fp32 operands, as torch.set_float32_matmul_precision:
+     * ZT_MATMUL_HIGHEST fp32, _HIGH TF32 tensor cores, _MEDIUM bf16 tensor cores
+     * (fp32 accumulation in all three). A backend without such units ignores it. */
+    void (*set_matmul_precision)(int level);
 
     /* out (B,T,C) = wte[inp] + wpe[t] */
     void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,

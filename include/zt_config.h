@@ -49,6 +49,7 @@ typedef struct zt_config {
         char sample_prompt[ZT_STRLEN];
         double peak_tflops;     /* per rank, for MFU; 0 = measure sgemm peak at start */
         int threads;            /* threads per rank (0 = OMP_NUM_THREADS or 1) */
+        char matmul_precision[16]; /* auto | highest | high | medium */
     } train;
     struct {
         double learning_rate;

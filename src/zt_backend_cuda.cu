@@ -7,8 +7,9 @@
  * kernels are asynchronous to the host; to_host, sumsq and all_finite return
  * host values and therefore synchronise.
  *
- * GEMMs go through cuBLASLt in fp32 (CUBLAS_COMPUTE_32F, or TF32 tensor cores
- * with ZT_CUDA_TF32=1). cuBLASLt is column-major: a row-major C = op(A) op(B)
+ * GEMMs go through cuBLASLt with fp32 operands: CUBLAS_COMPUTE_32F, or tensor
+ * cores rounding the operands to TF32 or bf16 (set_matmul_precision, from
+ * train.matmul_precision; ZT_CUDA_TF32=1 is the default of the kernel test). cuBLASLt is column-major: a row-major C = op(A) op(B)
  * is the column-major C^T = op(B)^T op(A)^T, so gemm_rm() swaps the operands
  * and keeps the transpose flags. Alignment preferences are passed per call
  * because parameter views into flat buffers are only 4-byte aligned in general
@@ -300,6 +301,16 @@ static void cuda_wait_downloads(void)
 static void cuda_wait_uploads(void)
 {
     if (g_h2d) ZT_CUDA(cudaStreamSynchronize(g_h2d));
+}
+
+/* cuBLASLt's fast modes take fp32 operands and round them to TF32 or bf16 inside
+ * the tensor-core GEMM (fp32 accumulation): bf16-speed GEMMs without converting
+ * buffers. Cached plans carry their compute type, so a change needs no flush. */
+static void cuda_set_matmul_precision(int level)
+{
+    g_compute = level == ZT_MATMUL_MEDIUM ? CUBLAS_COMPUTE_32F_FAST_16BF
+              : level == ZT_MATMUL_HIGH   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
 }
 
 static void cuda_sync(void)
@@ -1157,6 +1168,7 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .from_host_async = cuda_from_host_async,
     .wait_downloads = cuda_wait_downloads,
     .wait_uploads = cuda_wait_uploads,
+    .set_matmul_precision = cuda_set_matmul_precision,
     .encoder_forward = cuda_encoder_forward,
     .encoder_backward = cuda_encoder_backward,
     .layernorm_forward = cuda_layernorm_forward,

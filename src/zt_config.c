@@ -141,6 +141,10 @@ static const zkey_t schema[] = {
     KD("train.peak_tflops", train.peak_tflops, 0.0, 0.0, 1e6,
        "Peak TFLOP/s of one rank, the denominator of MFU; 0 = measure an sgemm at start-up."),
     KI("train.threads", train.threads, 1, 0, 4096, "Compute threads per rank; 0 = OMP_NUM_THREADS, or 1 if unset."),
+    KS("train.matmul_precision", train.matmul_precision, "auto", "auto|highest|high|medium",
+       "GEMM arithmetic on fp32 operands, as torch.set_float32_matmul_precision: highest = fp32, high = TF32 "
+       "tensor cores, medium = bf16 tensor cores, all accumulating in fp32; auto = medium with 16-bit "
+       "training (train.bf16), highest otherwise. GPUs only: the cpu backend always computes in fp32."),
     /* optim */
     KD("optim.learning_rate", optim.learning_rate, 1e-3, 0.0, 10.0, "Peak learning rate of AdamW."),
     KS("optim.lr_scheduler_type", optim.lr_scheduler_type, "cosine", "constant|linear|cosine",

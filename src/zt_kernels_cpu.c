@@ -613,6 +613,9 @@ static void cpu_from_bf16(float *restrict out, const uint16_t *restrict in, size
 
 /* ---------------------------------------------------------------- backend -- */
 
+/* OpenBLAS has no reduced-precision sgemm: every level computes in fp32. */
+static void cpu_set_matmul_precision(int level) { (void)level; }
+
 const zt_backend_t zt_backend_cpu = {
     .name = "cpu",
     .host_memory = 1,
@@ -629,6 +632,7 @@ const zt_backend_t zt_backend_cpu = {
     .from_host_async = cpu_copy,
     .wait_downloads = cpu_sync,
     .wait_uploads = cpu_sync,
+    .set_matmul_precision = cpu_set_matmul_precision,
     .encoder_forward = cpu_encoder_forward,
     .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward,

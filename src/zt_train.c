@@ -84,6 +84,14 @@ static int mkdir_p(const char *path, char *err, size_t errlen)
     return 0;
 }
 
+/* train.matmul_precision resolved: auto follows the training precision */
+static int matmul_level(const zt_config_t *cfg)
+{
+    const char *mp = cfg->train.matmul_precision;
+    if (strcmp(mp, "medium") == 0 || (strcmp(mp, "auto") == 0 && cfg->train.bf16)) return ZT_MATMUL_MEDIUM;
+    return strcmp(mp, "high") == 0 ? ZT_MATMUL_HIGH : ZT_MATMUL_HIGHEST;
+}
+
 /* ---- strategy resolution ------------------------------------------------------- */
 
 static void fill_opts(const zt_config_t *cfg, zt_strategy_t st, zt_shard_opts_t *o)
@@ -517,8 +525,10 @@ static void startup_report(run_t *r)
     snprintf(host, sizeof host, "%s", zt_hostname());
     char *all = r->rank == 0 ? zt_malloc((size_t)c->world.size * 64) : NULL;
     ZT_MPI(MPI_Gather(host, 64, MPI_CHAR, all, 64, MPI_CHAR, 0, c->world.comm));
-    zt_log("ztrain %s: %d ranks on %d nodes, backend %s, comm %s, %d thread(s) per rank", PACKAGE_VERSION,
-           c->world.size, c->node_count, r->be->name, c->backend, cfg->train.threads > 0 ? cfg->train.threads : 1);
+    static const char *const matmul[] = {"fp32", "tf32", "bf16"};
+    zt_log("ztrain %s: %d ranks on %d nodes, backend %s (GEMMs %s), comm %s, %d thread(s) per rank", PACKAGE_VERSION,
+           c->world.size, c->node_count, r->be->name, strcmp(r->be->name, "cpu") ? matmul[matmul_level(cfg)] : "fp32",
+           c->backend, cfg->train.threads > 0 ? cfg->train.threads : 1);
     if (r->rank == 0) {
         for (int i = 0; i < c->world.size; i++)
             printf("  rank %d -> %s%s\n", i, all + (size_t)i * 64, strcmp(r->be->name, "cpu") ? " (device)" : " (cpu)");
@@ -820,6 +830,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         zt_log_error("%s", err);
         return ZT_EXIT_ERROR;
     }
+    if (rc == 0) r->be->set_matmul_precision(matmul_level(cfg));
     /* device buffers need a comm backend that moves them (and the GPU chosen) before the first alloc */
     if (zt_comm_set_backend(comm, zt_comm_backend_for(r->be->name), err, sizeof err) != 0) {
         zt_log_error("%s", err);

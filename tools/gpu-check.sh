@@ -128,7 +128,8 @@ for be in cpu cuda; do
     run_step "train $STEPS steps $be" 120 $MPIRUN1 "$BUILD/ztrain" "$SRC/inputs/tiny.cfg" \
         data.train_files="$WORK/gpu-train.h5" data.val_files="$WORK/gpu-val.h5" \
         train.max_steps="$STEPS" train.sample_tokens=0 train.eval_steps=0 \
-        train.output_dir="$WORK/run-$be" checkpoint.save_at_end=false parallel.backend=$be
+        train.output_dir="$WORK/run-$be" checkpoint.save_at_end=false parallel.backend=$be \
+        train.matmul_precision="$([ "${ZT_CUDA_TF32:-0}" = 1 ] && echo high || echo highest)"
     eval "loss_$be=\$(last_loss '$WORK/run-$be/metrics.jsonl')"
 done
 same_loss() {  # name, loss a, loss b: one row
