@@ -149,8 +149,17 @@ same_loss() {  # name, loss a, loss b: one row
 # shellcheck disable=SC2154
 same_loss "loss cpu vs cuda" "$loss_cpu" "$loss_cuda"
 if [ $HAVE_GPU = 1 ]; then
-    if grep -q "backend cuda, comm nccl" "$LOG"; then row "cuda run uses nccl" ok ""
-    else row "cuda run uses nccl" FAIL "no 'backend cuda, comm nccl' line in $LOG"; fi
+    if grep -q "backend cuda (GEMMs [a-z0-9]*), comm nccl" "$LOG"; then row "cuda run uses nccl" ok ""
+    else row "cuda run uses nccl" FAIL "no 'backend cuda (GEMMs ...), comm nccl' line in $LOG"; fi
+    # offload: the optimizer on the host, parameter shards too; the same numbers as on the device
+    # (AdamW on the CPU and on the GPU agree to float rounding)
+    run_step "train cuda zero3 offload" 120 $MPIRUN1 "$BUILD/ztrain" "$SRC/inputs/tiny.cfg" \
+        data.train_files="$WORK/gpu-train.h5" data.val_files="$WORK/gpu-val.h5" \
+        train.max_steps="$STEPS" train.sample_tokens=0 train.eval_steps=0 checkpoint.save_at_end=false \
+        parallel.backend=cuda parallel.strategy=zero3 parallel.offload_optimizer=cpu parallel.offload_param=cpu \
+        train.output_dir="$WORK/run-offload" \
+        train.matmul_precision="$([ "${ZT_CUDA_TF32:-0}" = 1 ] && echo high || echo highest)"
+    same_loss "loss cuda vs cuda offload" "$loss_cuda" "$(last_loss "$WORK/run-offload/metrics.jsonl")"
 fi
 
 # ---- two ranks on two GPUs: the collectives of the shard engine through NCCL ----
@@ -172,5 +181,47 @@ if [ $HAVE_GPU = 1 ] && [ "${ngpu:-1}" -ge 2 ]; then
             parallel.strategy=$1 parallel.shard_layout=$2 train.output_dir="$WORK/run-2-$1-$2"
         same_loss "loss cpu vs 2 gpus $1 $2" "$ref" "$(last_loss "$WORK/run-2-$1-$2/metrics.jsonl")"
     done
+fi
+
+# ---- benchmark: GPT-2 124M, T=1024, one GPU --------------------------------------
+# Figures of the last logging window (steps 11..BENCH_STEPS, after warm-up and plan
+# caching). MFU against ZT_PEAK_TFLOPS (default 989: H100/H200 SXM dense bf16), the
+# convention of llm.c's reports. A speed row below its target says MISS, not FAIL.
+BENCH_STEPS=${ZT_BENCH_STEPS:-30}
+PEAK=${ZT_PEAK_TFLOPS:-989}
+field() {  # metrics.jsonl, key: the key's value in the last step record
+    [ -f "$1" ] || { echo "?"; return; }
+    grep '"tokens_per_s"' "$1" | tail -n 1 | sed "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/"
+}
+bench() {  # name, key=value...: one training run of GPT-2 124M, one row of figures
+    name=$1; shift
+    dir="$WORK/bench-$(echo "$name" | tr ' ' '-')"
+    # shellcheck disable=SC2086
+    if run_step "bench $name" 180 $MPIRUN1 "$BUILD/ztrain" "$SRC/inputs/gpt2-124m.cfg" \
+        data.train_files="$WORK/gpu-train.h5" data.val_files=[] data.seq_len=1024 \
+        train.per_device_train_batch_size="${ZT_BENCH_B:-8}" train.max_steps="$BENCH_STEPS" \
+        train.logging_steps=10 train.eval_steps=0 train.sample_tokens=0 checkpoint.save_at_end=false \
+        parallel.backend=cuda train.peak_tflops="$PEAK" train.output_dir="$dir" "$@"; then
+        tps=$(field "$dir/metrics.jsonl" tokens_per_s); mfu=$(field "$dir/metrics.jsonl" mfu)
+        st=$(field "$dir/metrics.jsonl" step_s)
+        row "  $name" info "$(awk -v t="$tps" -v m="$mfu" -v s="$st" 'BEGIN {
+            printf "%.0f tok/s, MFU %.1f%%, step %.1f ms", t, 100 * m, 1000 * s }')"
+        eval "step_$(echo "$name" | tr -c 'a-z0-9\n' '_')=$st"
+    fi
+}
+if [ $HAVE_GPU = 1 ]; then
+    bench "bf16 ddp" train.bf16=true parallel.strategy=ddp
+    bench "bf16 zero3" train.bf16=true parallel.strategy=zero3
+    bench "bf16 zero3 offload" train.bf16=true parallel.strategy=zero3 parallel.offload_optimizer=cpu
+    bench "fp32 ddp" parallel.strategy=ddp train.matmul_precision=highest
+    bench "tf32 ddp" parallel.strategy=ddp train.matmul_precision=high
+    # shellcheck disable=SC2154
+    if [ -n "${step_bf16_ddp:-}" ] && [ -n "${step_bf16_zero3:-}" ]; then
+        r=$(awk -v a="$step_bf16_zero3" -v b="$step_bf16_ddp" 'BEGIN { printf "%.3f", a / b }')
+        if awk -v r="$r" 'BEGIN { exit !(r <= 1.10) }'; then row "zero3 / ddp step time" ok "$r (target <= 1.10)"
+        else row "zero3 / ddp step time" MISS "$r (target <= 1.10)"; fi
+    fi
+else
+    row "bench gpt2-124m" SKIP "no GPU"
 fi
 summary
