@@ -399,7 +399,11 @@ static void run_attention(int B, int T, int C, int NH, int threads, int fd)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
 }
 
-static void t_attention(void) { run_attention(2, 5, 8, 2, 1, 1); }
+static void t_attention(void)
+{
+    run_attention(2, 5, 8, 2, 1, 1);
+    run_attention(2, 1, 8, 2, 1, 1); /* one visible key: out = v, lse = its score */
+}
 static void t_attention_threads(void) { run_attention(2, 16, 32, 4, 2, 1); }
 /* T not a multiple of any block or tile: the CPU backend's query blocks are
  * T/4 rows in [32, 128] (T = 131: four blocks of 32 and one of 3; T = 600: four
