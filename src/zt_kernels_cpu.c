@@ -319,10 +319,10 @@ static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
  * loops by ~10x; OpenBLAS runs each on one thread at these sizes, so (b,h)
  * pairs are spread over OpenMP threads. */
 
-/* Rows per query block: T/4 in [32, 128]. Smaller blocks waste less on the
- * diagonal (backward's extra QK^T GEMM only pays for itself at T = 64 with 32),
- * larger ones run the GEMMs faster (128 is best at T = 1024); measured in
- * doc/performance.md. */
+/* Rows per query block: T/4 in [32, 128]. Smaller blocks compute less of the
+ * masked triangle but make more GEMM calls (~1 us each at these sizes); this
+ * rule was the fastest of 16/32/64/128 at every T from 64 to 1024 (figures in
+ * doc/performance.md). */
 static int att_block_rows(int T) { return ZT_MAX(32, ZT_MIN(128, T / 4)); }
 
 typedef struct att_head {
