@@ -73,11 +73,18 @@ typedef struct zt_backend {
      * dbias (OC) += colsum(dout). dinp, dbias may be NULL to skip. */
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC, int transw);
-    /* qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) keeps softmax probabilities for backward. */
-    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-    /* dqkv (B,T,3C) +=, datt (B,NH,T,T) scratch */
-    void (*attention_backward)(float *dqkv, float *datt, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH);
+    /* Causal self-attention, flash-style: no (B,NH,T,T) matrix is kept or needed.
+     * qkv (B,T,3C) as [q | k | v], head h at channels h*hs (hs = C/NH) -> out (B,T,C);
+     * lse (B,NH,T) = log sum_{j<=t} exp(s_tj), the natural log-sum-exp of the scaled
+     * scores s_tj = q_t.k_j / sqrt(hs) of each causally masked row, all backward needs
+     * besides qkv and out to recompute the probabilities p_tj = exp(s_tj - lse_t). */
+    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C,
+                              int NH);
+    /* dqkv (B,T,3C) += from dout (B,T,C), with qkv, out and lse from the forward:
+     * D_t = dout_t.out_t ; ds_tj = p_tj (dout_t.v_j - D_t) ; dq_t += sum_j ds_tj k_j / sqrt(hs) ;
+     * dk_j += sum_t ds_tj q_t / sqrt(hs) ; dv_j += sum_t p_tj dout_t (per head). */
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *lse, int B, int T, int C, int NH);
     /* tanh-approximate GELU, elementwise over n */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n); /* dinp += */

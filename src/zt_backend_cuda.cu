@@ -17,8 +17,8 @@
  *
  * Reductions are deterministic (fixed-order partials, no float atomics) except
  * encoder_backward's scatter into dwte, where repeated tokens in a batch add
- * through atomicAdd. Attention is the plain O(T^2) kernel that materialises the
- * probabilities the interface asks for; a flash-style kernel is a later step.
+ * through atomicAdd. Attention is flash-style (tiles in shared memory, online
+ * softmax, recomputation in backward): no (B,NH,T,T) buffer anywhere.
  *
  * Every CUDA and cuBLASLt call is checked: file:line, the call, the library's
  * message, then zt_fatal (the whole job aborts; a kernel cannot return an
@@ -663,134 +663,350 @@ static void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, cons
 
 /* ---- attention ------------------------------------------------------------- */
 
-/* One warp per (b, h, t) query row. Scores go straight into the att row, then
- * become probabilities in place; positions after t are written as 0 so att is
- * fully defined. out[t] = sum_t2 att[t2] v[t2], lanes across head channels. */
-__global__ void attention_forward_k(float *out, float *att, const float *qkv, int B, int T, int C,
-                                    int NH)
-{
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= B * NH * T) return;
-    int t = row % T, h = (row / T) % NH, b = row / (T * NH);
-    int hs = C / NH;
-    float scale = rsqrtf((float)hs);
-    const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-    float *a = att + (size_t)row * T;   // (B,NH,T,T) row (b,h,t)
+/* Flash-style causal attention: no (B,NH,T,T) buffer, only lse (B,NH,T).
+ * A block of FA_WARPS warps owns one head (b,h) and one tile of FA_TILE = 32
+ * rows, so a lane maps to one key (or query) of the other tile and warp
+ * shuffles broadcast a probability to the lanes that own the head channels
+ * (lane + 32c, c < NI = ceil(hs/32), in registers). Tiles sit in shared memory
+ * with an odd row stride, so lanes reading 32 different rows hit 32 banks.
+ *   forward: Q tile resident, K/V tiles streamed 0..diagonal, online softmax
+ *            (running max m, sum l, rescaled accumulator), writes out and lse.
+ *   dq:      Q and dO tiles resident, K/V streamed; p = exp(s - lse) is
+ *            recomputed, ds = p (dO.v - D) with D = dO.out per row.
+ *   dk, dv:  K/V tile resident, Q/dO/lse/D tiles streamed from the diagonal
+ *            to the end.
+ * dq and dk/dv are separate kernels so every output element has one writer:
+ * no atomics, and results are deterministic. Rows past T are zero-filled in
+ * shared memory and masked, so any T works. */
+#define FA_TILE 32
+#define FA_WARPS 8
+#define FA_RPW (FA_TILE / FA_WARPS)  /* rows (or keys) per warp */
+#define FA_MAX_NI 8                  /* head size up to 256 */
 
-    float mx = -INFINITY;
-    for (int t2 = lane; t2 <= t; t2 += 32) {
-        const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-        float s = 0.0f;
-        for (int i = 0; i < hs; i++) s += q[i] * k[i];
-        s *= scale;
-        a[t2] = s;
-        mx = fmaxf(mx, s);
-    }
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) {
-        float e = expf(a[t2] - mx);
-        a[t2] = e;
-        sum += e;
-    }
-    float inv = 1.0f / warp_sum(sum);
-    for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-    __syncwarp();  // every lane reads the whole probability row below
-    float *o = out + ((size_t)b * T + t) * C + h * hs;
-    for (int i = lane; i < hs; i += 32) {
-        float acc = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++)
-            acc += a[t2] * qkv[((size_t)b * T + t2) * 3 * C + 2 * C + h * hs + i];
-        o[i] = acc;
+/* Loads rows r0.. r0+FA_TILE-1 of a (T, hs) view with row stride ld_g into a
+ * shared tile with row stride ld; rows at or past T become zeros. */
+__device__ __forceinline__ void fa_load_tile(float *dst, const float *src, int r0, int T, int hs,
+                                             int ld, size_t ld_g)
+{
+    for (int e = threadIdx.x; e < FA_TILE * hs; e += blockDim.x) {
+        int r = e / hs, i = e - r * hs;
+        dst[r * ld + i] = r0 + r < T ? src[(size_t)(r0 + r) * ld_g + i] : 0.0f;
     }
 }
 
-static void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+__device__ __forceinline__ float fa_dot(const float *a, const float *b, int hs)
+{
+    float d = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < hs; i++) d += a[i] * b[i];
+    return d;
+}
+
+/* dout_t . out_t over one head's channels (lanes split them); warp-uniform result */
+__device__ __forceinline__ float fa_row_D(const float *dy, const float *y, int hs)
+{
+    float d = 0.0f;
+    for (int i = threadIdx.x % 32; i < hs; i += 32) d += dy[i] * y[i];
+    return warp_sum(d);
+}
+
+template <int NI>
+__global__ void __launch_bounds__(FA_WARPS * 32)
+flash_forward_k(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale)
+{
+    extern __shared__ float fa_sm[];
+    const int hs = C / NH, ld = hs | 1, C3 = 3 * C;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int tile = (int)(gridDim.y - 1 - blockIdx.y);  /* tiles with the most keys first */
+    const int q0 = tile * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *sq = fa_sm, *sk = sq + FA_TILE * ld, *sv = sk + FA_TILE * ld;
+    const float *base = qkv + (size_t)b * T * C3 + h * hs;  // (T, hs) views, row stride 3C
+    fa_load_tile(sq, base, q0, T, hs, ld, C3);
+
+    float m[FA_RPW], l[FA_RPW], acc[FA_RPW][NI];
+#pragma unroll
+    for (int rr = 0; rr < FA_RPW; rr++) {
+        m[rr] = -INFINITY;
+        l[rr] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < NI; c++) acc[rr][c] = 0.0f;
+    }
+    for (int kt = 0; kt <= tile; kt++) {  /* causal: key tiles up to the diagonal */
+        const int k0 = kt * FA_TILE;
+        __syncthreads();  /* the previous K/V tile is no longer read */
+        fa_load_tile(sk, base + C, k0, T, hs, ld, C3);
+        fa_load_tile(sv, base + 2 * C, k0, T, hs, ld, C3);
+        __syncthreads();
+#pragma unroll
+        for (int rr = 0; rr < FA_RPW; rr++) {
+            const int r = warp * FA_RPW + rr, t = q0 + r, j = k0 + lane;
+            float s = -INFINITY;
+            if (t < T && j <= t) s = fa_dot(sq + r * ld, sk + lane * ld, hs) * scale;
+            const float mnew = fmaxf(m[rr], warp_max(s));
+            /* -inf guards: masked keys give 0, and a row with nothing yet (or a
+             * row past T) keeps m = -inf without computing exp(-inf - -inf) */
+            const float p = s == -INFINITY ? 0.0f : expf(s - mnew);
+            const float corr = m[rr] == -INFINITY ? 0.0f : expf(m[rr] - mnew);
+            l[rr] = l[rr] * corr + warp_sum(p);
+            m[rr] = mnew;
+#pragma unroll
+            for (int c = 0; c < NI; c++) acc[rr][c] *= corr;
+#pragma unroll 4
+            for (int jj = 0; jj < FA_TILE; jj++) {
+                const float pj = __shfl_sync(0xffffffffu, p, jj);
+                const float *vj = sv + jj * ld;
+#pragma unroll
+                for (int c = 0; c < NI; c++) {
+                    const int i = lane + 32 * c;
+                    if (i < hs) acc[rr][c] += pj * vj[i];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < FA_RPW; rr++) {
+        const int t = q0 + warp * FA_RPW + rr;
+        if (t >= T) continue;
+        float *o = out + ((size_t)b * T + t) * C + h * hs;
+        const float inv = 1.0f / l[rr];  /* l >= 1: key 0 is always visible */
+#pragma unroll
+        for (int c = 0; c < NI; c++) {
+            const int i = lane + 32 * c;
+            if (i < hs) o[i] = acc[rr][c] * inv;
+        }
+        if (lane == 0) lse[(size_t)bh * T + t] = m[rr] + logf(l[rr]);
+    }
+}
+
+/* dq for one query tile; D per row is computed here from dout and out. */
+template <int NI>
+__global__ void __launch_bounds__(FA_WARPS * 32)
+flash_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *out,
+                    const float *lse, int T, int C, int NH, float scale)
+{
+    extern __shared__ float fa_sm[];
+    const int hs = C / NH, ld = hs | 1, C3 = 3 * C;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int tile = (int)(gridDim.y - 1 - blockIdx.y);
+    const int q0 = tile * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *sq = fa_sm, *sdo = sq + FA_TILE * ld, *sk = sdo + FA_TILE * ld, *sv = sk + FA_TILE * ld;
+    const float *base = qkv + (size_t)b * T * C3 + h * hs;
+    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
+    fa_load_tile(sq, base, q0, T, hs, ld, C3);
+    fa_load_tile(sdo, dyb, q0, T, hs, ld, C);
+
+    float L[FA_RPW], D[FA_RPW], acc[FA_RPW][NI];
+#pragma unroll
+    for (int rr = 0; rr < FA_RPW; rr++) {
+        const int t = q0 + warp * FA_RPW + rr;
+        L[rr] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
+        D[rr] = t < T ? fa_row_D(dyb + (size_t)t * C, yb + (size_t)t * C, hs) : 0.0f;
+#pragma unroll
+        for (int c = 0; c < NI; c++) acc[rr][c] = 0.0f;
+    }
+    for (int kt = 0; kt <= tile; kt++) {
+        const int k0 = kt * FA_TILE;
+        __syncthreads();
+        fa_load_tile(sk, base + C, k0, T, hs, ld, C3);
+        fa_load_tile(sv, base + 2 * C, k0, T, hs, ld, C3);
+        __syncthreads();
+#pragma unroll
+        for (int rr = 0; rr < FA_RPW; rr++) {
+            const int r = warp * FA_RPW + rr, t = q0 + r, j = k0 + lane;
+            float ds = 0.0f;
+            if (t < T && j <= t) {
+                const float p = expf(fa_dot(sq + r * ld, sk + lane * ld, hs) * scale - L[rr]);
+                ds = p * (fa_dot(sdo + r * ld, sv + lane * ld, hs) - D[rr]);
+            }
+#pragma unroll 4
+            for (int jj = 0; jj < FA_TILE; jj++) {
+                const float dsj = __shfl_sync(0xffffffffu, ds, jj);
+                const float *kj = sk + jj * ld;
+#pragma unroll
+                for (int c = 0; c < NI; c++) {
+                    const int i = lane + 32 * c;
+                    if (i < hs) acc[rr][c] += dsj * kj[i];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < FA_RPW; rr++) {
+        const int t = q0 + warp * FA_RPW + rr;
+        if (t >= T) continue;
+        float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+#pragma unroll
+        for (int c = 0; c < NI; c++) {
+            const int i = lane + 32 * c;
+            if (i < hs) dq[i] += acc[rr][c] * scale;
+        }
+    }
+}
+
+/* dk, dv for one key tile, streaming the query tiles that can see it. */
+template <int NI>
+__global__ void __launch_bounds__(FA_WARPS * 32)
+flash_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *out,
+                     const float *lse, int T, int C, int NH, float scale)
+{
+    extern __shared__ float fa_sm[];
+    const int hs = C / NH, ld = hs | 1, C3 = 3 * C;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int kt = (int)blockIdx.y;  /* tile 0 sees every query tile: the most work first */
+    const int k0 = kt * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *sk = fa_sm, *sv = sk + FA_TILE * ld, *sq = sv + FA_TILE * ld, *sdo = sq + FA_TILE * ld;
+    float *sL = sdo + FA_TILE * ld, *sD = sL + FA_TILE;
+    const float *base = qkv + (size_t)b * T * C3 + h * hs;
+    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
+    fa_load_tile(sk, base + C, k0, T, hs, ld, C3);
+    fa_load_tile(sv, base + 2 * C, k0, T, hs, ld, C3);
+
+    float dk[FA_RPW][NI], dv[FA_RPW][NI];
+#pragma unroll
+    for (int rr = 0; rr < FA_RPW; rr++)
+#pragma unroll
+        for (int c = 0; c < NI; c++) dk[rr][c] = dv[rr][c] = 0.0f;
+    for (int qt = kt; qt < (int)gridDim.y; qt++) {  /* causal: query tiles from the diagonal */
+        const int q0 = qt * FA_TILE;
+        __syncthreads();
+        fa_load_tile(sq, base, q0, T, hs, ld, C3);
+        fa_load_tile(sdo, dyb, q0, T, hs, ld, C);
+#pragma unroll
+        for (int rr = 0; rr < FA_RPW; rr++) {
+            const int r = warp * FA_RPW + rr, t = q0 + r;
+            const float d = t < T ? fa_row_D(dyb + (size_t)t * C, yb + (size_t)t * C, hs) : 0.0f;
+            if (lane == 0) {
+                sD[r] = d;
+                sL[r] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int rr = 0; rr < FA_RPW; rr++) {
+            const int r = warp * FA_RPW + rr, j = k0 + r, t = q0 + lane;  /* lane = query row */
+            float p = 0.0f, ds = 0.0f;
+            if (t < T && j <= t) {
+                p = expf(fa_dot(sq + lane * ld, sk + r * ld, hs) * scale - sL[lane]);
+                ds = p * (fa_dot(sdo + lane * ld, sv + r * ld, hs) - sD[lane]);
+            }
+#pragma unroll 4
+            for (int tt = 0; tt < FA_TILE; tt++) {
+                const float pt = __shfl_sync(0xffffffffu, p, tt);
+                const float dst = __shfl_sync(0xffffffffu, ds, tt);
+                const float *qrow = sq + tt * ld, *dyt = sdo + tt * ld;
+#pragma unroll
+                for (int c = 0; c < NI; c++) {
+                    const int i = lane + 32 * c;
+                    if (i < hs) {
+                        dv[rr][c] += pt * dyt[i];
+                        dk[rr][c] += dst * qrow[i];
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < FA_RPW; rr++) {
+        const int j = k0 + warp * FA_RPW + rr;
+        if (j >= T) continue;
+        float *dkj = dqkv + ((size_t)b * T + j) * C3 + C + h * hs, *dvj = dkj + C;
+#pragma unroll
+        for (int c = 0; c < NI; c++) {
+            const int i = lane + 32 * c;
+            if (i < hs) {
+                dkj[i] += dk[rr][c] * scale;
+                dvj[i] += dv[rr][c];
+            }
+        }
+    }
+}
+
+/* Shared memory above the 48 KiB default must be opted into, per kernel (head
+ * sizes above ~90 floats); beyond the device's opt-in limit nothing can run. */
+static void fa_smem(const void *kernel, size_t bytes)
+{
+    if (bytes <= (size_t)48 << 10) return;
+    int dev = 0, optin = 0;
+    ZT_CUDA(cudaGetDevice(&dev));
+    ZT_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (bytes > (size_t)optin)
+        zt_fatal("attention: the head size needs %zu bytes of shared memory per block, the "
+                 "device allows %d", bytes, optin);
+    ZT_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+/* 1/sqrt(hs), computed as the CPU backend does */
+static float fa_scale(int C, int NH) { return 1.0f / sqrtf((float)(C / NH)); }
+
+/* Grid (B*NH, tiles) and tile shared memory for a head size. */
+static dim3 fa_grid(int B, int T, int C, int NH, size_t tiles_in_smem, size_t *smem)
+{
+    const int hs = C / NH, ntiles = ZT_CEIL_DIV(T, FA_TILE);
+    if (ntiles > 65535) zt_fatal("attention: sequence length %d above the CUDA kernels' limit", T);
+    *smem = (tiles_in_smem * FA_TILE * (size_t)(hs | 1) + 2 * FA_TILE) * sizeof(float);
+    return dim3((unsigned)(B * NH), (unsigned)ntiles);
+}
+
+template <int NI>
+static void fa_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    size_t smem;
+    dim3 grid = fa_grid(B, T, C, NH, 3, &smem);
+    fa_smem((const void *)flash_forward_k<NI>, smem);
+    flash_forward_k<NI><<<grid, FA_WARPS * 32, smem, g_stream>>>(out, lse, qkv, T, C, NH,
+                                                                 fa_scale(C, NH));
+    ZT_LAUNCHED();
+}
+
+template <int NI>
+static void fa_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                        const float *lse, int B, int T, int C, int NH)
+{
+    size_t smem;
+    dim3 grid = fa_grid(B, T, C, NH, 4, &smem);
+    const float scale = fa_scale(C, NH);
+    fa_smem((const void *)flash_backward_dq_k<NI>, smem);
+    flash_backward_dq_k<NI><<<grid, FA_WARPS * 32, smem, g_stream>>>(dqkv, dout, qkv, out, lse,
+                                                                     T, C, NH, scale);
+    ZT_LAUNCHED();
+    fa_smem((const void *)flash_backward_dkv_k<NI>, smem);
+    flash_backward_dkv_k<NI><<<grid, FA_WARPS * 32, smem, g_stream>>>(dqkv, dout, qkv, out, lse,
+                                                                      T, C, NH, scale);
+    ZT_LAUNCHED();
+}
+
+typedef void (*fa_forward_fn)(float *, float *, const float *, int, int, int, int);
+typedef void (*fa_backward_fn)(float *, const float *, const float *, const float *,
+                               const float *, int, int, int, int);
+/* indexed by NI - 1 = (hs - 1) / 32 */
+static const fa_forward_fn fa_forward_by_ni[FA_MAX_NI] = {
+    fa_forward<1>, fa_forward<2>, fa_forward<3>, fa_forward<4>,
+    fa_forward<5>, fa_forward<6>, fa_forward<7>, fa_forward<8>};
+static const fa_backward_fn fa_backward_by_ni[FA_MAX_NI] = {
+    fa_backward<1>, fa_backward<2>, fa_backward<3>, fa_backward<4>,
+    fa_backward<5>, fa_backward<6>, fa_backward<7>, fa_backward<8>};
+
+static int fa_ni(int C, int NH)
+{
+    const int hs = C / NH;
+    if (hs < 1 || hs > 32 * FA_MAX_NI)
+        zt_fatal("attention: head size %d outside the CUDA kernels' range 1..%d", hs,
+                 32 * FA_MAX_NI);
+    return (hs + 31) / 32;
+}
+
+static void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
                                    int NH)
 {
     ensure_init();
-    const int warps = 4;
-    int rows = B * NH * T;
-    attention_forward_k<<<ZT_CEIL_DIV(rows, warps), warps * 32, 0, g_stream>>>(out, att, qkv, B, T,
-                                                                              C, NH);
-    ZT_LAUNCHED();
+    fa_forward_by_ni[fa_ni(C, NH) - 1](out, lse, qkv, B, T, C, NH);
 }
 
-/* Query side, warp per (b,h,t): dP[t2] = dout[t].v[t2]; datt = dL/dpreatt =
- * P (dP - sum(P dP)) * scale, as the CPU backend leaves it; dq[t] += sum datt k. */
-__global__ void attention_backward_q_k(float *dqkv, float *datt, const float *dout,
-                                       const float *qkv, const float *att, int B, int T, int C,
-                                       int NH)
-{
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= B * NH * T) return;
-    int t = row % T, h = (row / T) % NH, b = row / (T * NH);
-    int hs = C / NH;
-    float scale = rsqrtf((float)hs);
-    const float *p = att + (size_t)row * T;
-    float *ds = datt + (size_t)row * T;
-    const float *dy = dout + ((size_t)b * T + t) * C + h * hs;
-
-    float dot = 0.0f;
-    for (int t2 = lane; t2 <= t; t2 += 32) {
-        const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-        float d = 0.0f;
-        for (int i = 0; i < hs; i++) d += dy[i] * v[i];
-        ds[t2] = d;
-        dot += p[t2] * d;
-    }
-    dot = warp_sum(dot);
-    for (int t2 = lane; t2 < T; t2 += 32) ds[t2] = t2 <= t ? p[t2] * (ds[t2] - dot) * scale : 0.0f;
-    __syncwarp();
-    float *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
-    for (int i = lane; i < hs; i += 32) {
-        float acc = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++)
-            acc += ds[t2] * qkv[((size_t)b * T + t2) * 3 * C + C + h * hs + i];
-        dq[i] += acc;
-    }
-}
-
-/* Key/value side, warp per (b,h,t2), after the query kernel has filled datt:
- * dk[t2] += sum_{t>=t2} datt[t][t2] q[t] ; dv[t2] += sum_{t>=t2} P[t][t2] dout[t]. */
-__global__ void attention_backward_kv_k(float *dqkv, const float *datt, const float *dout,
-                                        const float *qkv, const float *att, int B, int T, int C,
-                                        int NH)
-{
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= B * NH * T) return;
-    int t2 = row % T, h = (row / T) % NH, b = row / (T * NH);
-    int hs = C / NH;
-    size_t bh = ((size_t)b * NH + h) * T;   // first att row of (b,h)
-    float *dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-    float *dv = dk + C;
-    for (int i = lane; i < hs; i += 32) {
-        float ak = 0.0f, av = 0.0f;
-        for (int t = t2; t < T; t++) {
-            size_t ai = (bh + t) * T + t2;
-            ak += datt[ai] * qkv[((size_t)b * T + t) * 3 * C + h * hs + i];
-            av += att[ai] * dout[((size_t)b * T + t) * C + h * hs + i];
-        }
-        dk[i] += ak;
-        dv[i] += av;
-    }
-}
-
-static void cuda_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
-                                    const float *att, int B, int T, int C, int NH)
+static void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                    const float *out, const float *lse, int B, int T, int C, int NH)
 {
     ensure_init();
-    const int warps = 4;
-    int rows = B * NH * T;
-    attention_backward_q_k<<<ZT_CEIL_DIV(rows, warps), warps * 32, 0, g_stream>>>(
-        dqkv, datt, dout, qkv, att, B, T, C, NH);
-    ZT_LAUNCHED();
-    attention_backward_kv_k<<<ZT_CEIL_DIV(rows, warps), warps * 32, 0, g_stream>>>(
-        dqkv, datt, dout, qkv, att, B, T, C, NH);
-    ZT_LAUNCHED();
+    fa_backward_by_ni[fa_ni(C, NH) - 1](dqkv, dout, qkv, out, lse, B, T, C, NH);
 }
 
 /* ---- elementwise ----------------------------------------------------------- */

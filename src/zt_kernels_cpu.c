@@ -307,87 +307,161 @@ static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
 
 /* -------------------------------------------------------------- attention -- */
 
-static void cpu_attention_forward(float *restrict out, float *restrict att,
-                                  const float *restrict qkv, int B, int T, int C, int NH)
+/* Flash-style on the CPU: queries go in blocks of bq rows, and a block's scores
+ * against the keys it can see (0 .. its last row) are one small GEMM into a
+ * per-thread (bq, T) scratch. Memory is O(threads * bq * T) instead of
+ * (B,NH,T,T), and the masked upper triangle is only computed inside the
+ * diagonal block: (1/2 + bq/2T) of the QK^T and PV flops of a full T x T
+ * product. A block holds each row's whole masked score row, so the softmax is
+ * the exact two-pass one (max, then exp-sum) and needs no online rescaling;
+ * backward recomputes the same scores with the same GEMM shapes and turns them
+ * into probabilities with the saved log-sum-exp. Small GEMMs beat scalar dot
+ * loops by ~10x; OpenBLAS runs each on one thread at these sizes, so (b,h)
+ * pairs are spread over OpenMP threads. */
+
+/* Rows per query block: T/4 in [32, 128]. Smaller blocks compute less of the
+ * masked triangle but make more GEMM calls (~1 us each at these sizes); this
+ * rule was the fastest of 16/32/64/128 at every T from 64 to 1024 (figures in
+ * doc/performance.md). */
+static int att_block_rows(int T) { return ZT_MAX(32, ZT_MIN(128, T / 4)); }
+
+typedef struct att_head {
+    const float *q, *k, *v;     /* (T,hs) views of qkv, row stride 3C */
+    const float *out, *dout;    /* (T,hs) views, row stride C */
+    float *o;                   /* forward output view, row stride C */
+    float *dq, *dk, *dv;        /* views of dqkv, row stride 3C */
+    const float *lse;           /* (T) backward reads it */
+    float *lse_out;             /* (T) forward writes it */
+    int T, C, hs, bq;           /* bq: rows per query block */
+    float scale;
+} att_head_t;
+
+/* One head: for each query block, S = scale Q_blk K^T, masked softmax (with
+ * lse), then O_blk = P V. S is the thread's (bq, T) scratch. */
+static void att_forward_head(const att_head_t *a, float *restrict S)
 {
-    // qkv (B,T,3C) as [q | k | v], head h at channels h*hs; out (B,T,C); att (B,NH,T,T)
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
-    /* Per (b,h) small GEMMs beat scalar dot loops by ~10x even though QK^T
-     * computes the masked upper triangle too; OpenBLAS runs each call on one
-     * thread at these sizes, so (b,h) pairs are spread over OpenMP threads. */
-#pragma omp parallel for collapse(2) if ((size_t)B * NH * T * T * hs >= ZT_PAR_MIN) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + h * hs;
-            const float *k = q + C;
-            const float *v = q + 2 * C;
-            float *a = att + ((size_t)b * NH + h) * T * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3,
-                        0.0f, a, T);
-            for (int t = 0; t < T; t++) {
-                float *restrict row = a + (size_t)t * T;
-                float mx = -INFINITY;
+    const int T = a->T, C3 = 3 * a->C, hs = a->hs;
+    for (int t0 = 0; t0 < T; t0 += a->bq) {
+        const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb; /* rows, visible keys */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hs, a->scale,
+                    a->q + (size_t)t0 * C3, C3, a->k, C3, 0.0f, S, nk);
+        for (int r = 0; r < nb; r++) {
+            float *restrict row = S + (size_t)r * nk;
+            const int n = t0 + r + 1; /* keys 0..t */
+            float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-                for (int j = 0; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-                float s = 0.0f;
+            for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+            float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-                for (int j = 0; j <= t; j++) {
-                    float e = zt_expf(row[j] - mx);
-                    row[j] = e;
-                    s += e;
-                }
-                float inv = 1.0f / s;
-                for (int j = 0; j <= t; j++) row[j] *= inv;
-                for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+            for (int j = 0; j < n; j++) {
+                float e = zt_expf(row[j] - mx);
+                row[j] = e;
+                s += e;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3,
-                        0.0f, out + (size_t)b * T * C + h * hs, C);
+            a->lse_out[t0 + r] = mx + logf(s);
+            const float inv = 1.0f / s;
+            for (int j = 0; j < n; j++) row[j] *= inv;
+            for (int j = n; j < nk; j++) row[j] = 0.0f;
         }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hs, nk, 1.0f, S, nk, a->v, C3,
+                    0.0f, a->o + (size_t)t0 * a->C, a->C);
+    }
 }
 
-static void cpu_attention_backward(float *restrict dqkv, float *restrict datt,
-                                   const float *restrict dout, const float *restrict qkv,
-                                   const float *restrict att, int B, int T, int C, int NH)
+/* One head's backward, per query block: P recomputed from S and lse, dP =
+ * dO_blk V^T, dS = P (dP - D) scale in place of dP, then the three
+ * accumulating GEMMs. S, dS are the thread's two (bq, T) scratches. */
+static void att_backward_head(const att_head_t *a, float *restrict S, float *restrict dS)
 {
-    // dqkv (B,T,3C) +=; datt (B,NH,T,T) scratch: first dL/datt, then dL/dpreatt
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2) if ((size_t)B * NH * T * T * hs >= ZT_PAR_MIN) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + h * hs;
-            const float *k = q + C;
-            const float *v = q + 2 * C;
-            float *dq = dqkv + (size_t)b * T * C3 + h * hs;
-            float *dk = dq + C;
-            float *dv = dq + 2 * C;
-            const float *a = att + ((size_t)b * NH + h) * T * T;
-            float *da = datt + ((size_t)b * NH + h) * T * T;
-            const float *dy = dout + (size_t)b * T * C + h * hs;
-            // datt (T,T) = dy (T,hs) @ v^T ; dv (T,hs) += att^T @ dy
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f,
-                        da, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f,
-                        dv, C3);
-            /* softmax backward per row; att is 0 above the diagonal so those
-             * entries of dpreatt come out 0 without a mask, but are set
-             * explicitly in case datt holds non-finite garbage there */
-            for (int t = 0; t < T; t++) {
-                const float *restrict ar = a + (size_t)t * T;
-                float *restrict dr = da + (size_t)t * T;
-                float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (int j = 0; j <= t; j++) dot += ar[j] * dr[j];
-                for (int j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - dot) * scale;
-                for (int j = t + 1; j < T; j++) dr[j] = 0.0f;
+    const int T = a->T, C = a->C, C3 = 3 * C, hs = a->hs;
+    const float scale = a->scale;
+    for (int t0 = 0; t0 < T; t0 += a->bq) {
+        const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
+        const float *qb = a->q + (size_t)t0 * C3, *dyb = a->dout + (size_t)t0 * C;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hs, scale, qb, C3, a->k, C3,
+                    0.0f, S, nk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hs, 1.0f, dyb, C, a->v, C3,
+                    0.0f, dS, nk);
+        for (int r = 0; r < nb; r++) {
+            float *restrict p = S + (size_t)r * nk, *restrict ds = dS + (size_t)r * nk;
+            const float *restrict dy = dyb + (size_t)r * C;
+            const float *restrict y = a->out + (size_t)(t0 + r) * C;
+            const int n = t0 + r + 1;
+            const float l = a->lse[t0 + r];
+            float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+            for (int i = 0; i < hs; i++) D += dy[i] * y[i];
+            /* s - lse <= 0 up to rounding: within zt_expf's range */
+#pragma omp simd
+            for (int j = 0; j < n; j++) {
+                float pj = zt_expf(p[j] - l);
+                p[j] = pj;
+                ds[j] = pj * (ds[j] - D) * scale;
             }
-            // dq (T,hs) += dpre @ k ; dk (T,hs) += dpre^T @ q
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, k, C3,
-                        1.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3, 1.0f,
-                        dk, C3);
+            for (int j = n; j < nk; j++) p[j] = ds[j] = 0.0f;
         }
+        // dq_blk (nb,hs) += dS @ K ; dK (nk,hs) += dS^T @ Q_blk ; dV (nk,hs) += P^T @ dO_blk
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hs, nk, 1.0f, dS, nk, a->k, C3,
+                    1.0f, a->dq + (size_t)t0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nb, 1.0f, dS, nk, qb, C3, 1.0f,
+                    a->dk, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nb, 1.0f, S, nk, dyb, C, 1.0f,
+                    a->dv, C3);
+    }
+}
+
+/* Every (b,h) head forward (dqkv == NULL) or backward, in parallel when the
+ * work is worth a parallel region; each thread has its own block scratch. */
+static void att_all_heads(float *o, float *lse_out, const float *lse, float *dqkv,
+                          const float *qkv, const float *out, const float *dout, int B, int T,
+                          int C, int NH)
+{
+    const int hs = C / NH, bwd = dqkv != NULL, bq = att_block_rows(T);
+    const size_t blk = (size_t)bq * T;
+#pragma omp parallel if ((size_t)B * NH * T * T * hs >= ZT_PAR_MIN)
+    {
+        float *scr = zt_malloc((bwd ? 2 : 1) * blk * sizeof(float));
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) {
+                const size_t qoff = (size_t)b * T * 3 * C + (size_t)h * hs;
+                const size_t ooff = (size_t)b * T * C + (size_t)h * hs;
+                att_head_t a = {.T = T, .C = C, .hs = hs, .bq = bq, .scale = 1.0f / sqrtf((float)hs)};
+                a.q = qkv + qoff;
+                a.k = a.q + C;
+                a.v = a.q + 2 * C;
+                const size_t loff = ((size_t)b * NH + h) * T;
+                if (bwd) {
+                    a.out = out + ooff;
+                    a.dout = dout + ooff;
+                    a.dq = dqkv + qoff;
+                    a.dk = a.dq + C;
+                    a.dv = a.dq + 2 * C;
+                    a.lse = lse + loff;
+                    att_backward_head(&a, scr, scr + blk);
+                } else {
+                    a.o = o + ooff;
+                    a.lse_out = lse_out + loff;
+                    att_forward_head(&a, scr);
+                }
+            }
+        free(scr);
+    }
+}
+
+static void cpu_attention_forward(float *restrict out, float *restrict lse,
+                                  const float *restrict qkv, int B, int T, int C, int NH)
+{
+    // qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T)
+    att_all_heads(out, lse, NULL, NULL, qkv, NULL, NULL, B, T, C, NH);
+}
+
+static void cpu_attention_backward(float *restrict dqkv, const float *restrict dout,
+                                   const float *restrict qkv, const float *restrict out,
+                                   const float *restrict lse, int B, int T, int C, int NH)
+{
+    // dqkv (B,T,3C) += ; dout, out (B,T,C) ; lse (B,NH,T) is only read
+    att_all_heads(NULL, NULL, lse, dqkv, qkv, out, dout, B, T, C, NH);
 }
 
 /* ------------------------------------------------------------ elementwise -- */

@@ -7,8 +7,10 @@
  *
  * Activations kept per block for backward (N = B*T):
  *   x_in (N,C)  block input (residual stream), kept even with recompute
- *   ln1 (N,C) ln1_mean/rstd (N) qkv (N,3C) att (B,NH,T,T) atty (N,C)
+ *   ln1 (N,C) ln1_mean/rstd (N) qkv (N,3C) lse (B,NH,T) atty (N,C)
  *   res2 (N,C) ln2 (N,C) ln2_mean/rstd (N) fch (N,4C) fch_gelu (N,4C)
+ * Attention keeps no (B,NH,T,T) matrix: its backward recomputes the
+ * probabilities from qkv, the output atty and the per-row log-sum-exp lse.
  * With recompute (gradient checkpointing) only x_in is kept per block and one
  * block's worth of the rest is shared: backward re-runs the block forward first,
  * which gives bit-identical results because the same kernels see the same inputs. */
@@ -186,7 +188,7 @@ void zt_param_init_range(const zt_param_t *p, uint64_t seed, size_t start, size_
 
 typedef struct block_acts {
     float *x_in;                /* (N,C) */
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *res2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
 } block_acts_t;
 
@@ -203,7 +205,6 @@ struct zt_model {
     float *dres, *dres2;        /* (N,C) residual-stream gradients */
     float *dbig;                /* (N,4C) scratch */
     float *dqkv;                /* (N,3C) */
-    float *datt;                /* (B,NH,T,T) */
     int32_t *inputs, *targets;  /* (N) backend memory */
     float *host_losses;         /* (N) */
     size_t act_bytes;
@@ -221,12 +222,12 @@ static void *act_alloc(zt_model_t *m, size_t bytes)
 
 size_t zt_model_activation_bytes_estimate(zt_model_dims_t d, int B, int T, int recompute)
 {
-    const size_t N = (size_t)B * T, C = d.C, att = (size_t)B * d.NH * T * T;
-    const size_t per_block = N * C /*ln1*/ + 2 * N + 3 * N * C + att + N * C /*atty*/ +
+    const size_t N = (size_t)B * T, C = d.C, lse = (size_t)B * d.NH * T;
+    const size_t per_block = N * C /*ln1*/ + 2 * N + 3 * N * C + lse + N * C /*atty*/ +
                              N * C /*res2*/ + N * C /*ln2*/ + 2 * N + 8 * N * C /*fch, gelu*/;
     size_t floats = (size_t)d.L * N * C /* x_in */ + (recompute ? 1 : (size_t)d.L) * per_block;
     floats += N * C /*x_out*/ + N * C + 2 * N /*lnf*/ + N * (size_t)d.V /*logits*/ + N /*losses*/;
-    floats += 2 * N * C + 4 * N * C + 3 * N * C + att; /* dres, dres2, dbig, dqkv, datt */
+    floats += 2 * N * C + 4 * N * C + 3 * N * C; /* dres, dres2, dbig, dqkv */
     return floats * sizeof(float) + 2 * N * sizeof(int32_t);
 }
 
@@ -251,7 +252,7 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->Tmax = T;
     m->recompute = recompute;
     const size_t N = (size_t)B * T, C = m->d.C, L = m->d.L, NH = m->d.NH, V = m->d.V;
-    const size_t att = (size_t)B * NH * T * T, F = sizeof(float);
+    const size_t lse = (size_t)B * NH * T, F = sizeof(float);
 
     const int b0 = table->unit_first[1 < table->nunits ? 1 : 0];
     if (table->nunits > 1) {
@@ -279,7 +280,7 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
         a->ln1_mean = act_alloc(m, N * F);
         a->ln1_rstd = act_alloc(m, N * F);
         a->qkv = act_alloc(m, 3 * N * C * F);
-        a->att = act_alloc(m, att * F);
+        a->lse = act_alloc(m, lse * F);
         a->atty = act_alloc(m, N * C * F);
         a->res2 = act_alloc(m, N * C * F);
         a->ln2 = act_alloc(m, N * C * F);
@@ -299,7 +300,6 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->dres2 = act_alloc(m, N * C * F);
     m->dbig = act_alloc(m, 4 * N * C * F);
     m->dqkv = act_alloc(m, 3 * N * C * F);
-    m->datt = act_alloc(m, att * F);
     m->inputs = act_alloc(m, N * sizeof(int32_t));
     m->targets = act_alloc(m, N * sizeof(int32_t));
     m->host_losses = zt_malloc(N * F);
@@ -314,12 +314,12 @@ void zt_model_free(zt_model_t *m)
         block_acts_t *a = &m->blk[l];
         be->free(a->x_in);
         if (m->recompute && l > 0) continue;
-        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->atty,
+        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->lse, a->atty,
                          a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
     }
     float *bufs[] = {m->x_out, m->lnf, m->lnf_mean, m->lnf_rstd, m->logits, m->losses,
-                     m->dres, m->dres2, m->dbig, m->dqkv, m->datt};
+                     m->dres, m->dres2, m->dbig, m->dqkv};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
     be->free(m->inputs);
     be->free(m->targets);
@@ -356,7 +356,7 @@ static void block_forward(zt_model_t *m, block_acts_t *a, const float *w, float 
     be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, w + m->o_ln1w, w + m->o_ln1b,
                           N, C);
     be->matmul_forward(a->qkv, a->ln1, w + m->o_qkvw, w + m->o_qkvb, N, C, 3 * C, 0); // (N,3C)
-    be->attention_forward(a->atty, a->att, a->qkv, B, T, C, NH);                      // (N,C)
+    be->attention_forward(a->atty, a->lse, a->qkv, B, T, C, NH);                      // (N,C)
     /* attention projection into a scratch, then the residual add */
     be->matmul_forward(a->res2, a->atty, w + m->o_projw, w + m->o_projb, N, C, C, 0);
     be->residual_forward(a->res2, a->res2, a->x_in, (size_t)N * C);
@@ -443,7 +443,7 @@ void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw)
     be->matmul_backward(datty, dw + m->o_projw, dw + m->o_projb, m->dres, a->atty, w + m->o_projw,
                         N, C, C, 0);
     be->memzero(m->dqkv, 3 * NC * F);
-    be->attention_backward(m->dqkv, m->datt, datty, a->qkv, a->att, B, T, C, NH);
+    be->attention_backward(m->dqkv, datty, a->qkv, a->atty, a->lse, B, T, C, NH);
     float *dln1 = m->dres2;
     be->memzero(dln1, NC * F);
     be->matmul_backward(dln1, dw + m->o_qkvw, dw + m->o_qkvb, m->dqkv, a->ln1, w + m->o_qkvw, N, C,

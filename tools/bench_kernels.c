@@ -70,6 +70,22 @@ static void bench_matmul(const char *label, int N, int C, int OC, int transw, in
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
 }
 
+/* Attention at GPT-2 124M heads over a range of T: the flash-style kernels keep
+ * only lse (B,NH,T), so the longer sequences are where they must not lose. */
+static void bench_attention(int B, int T, int C, int NH, int reps)
+{
+    const size_t N = (size_t)B * T;
+    float *qkv = rnd(N * 3 * C, 2), *out = be->alloc(N * C * 4), *lse = be->alloc(N * NH * 4);
+    float *dqkv = be->alloc(N * 3 * C * 4), *dout = rnd(N * C, 1);
+    double tf, tb;
+    BEST(reps, tf, be->attention_forward(out, lse, qkv, B, T, C, NH));
+    BEST(reps, tb, be->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH));
+    printf("attention B%d T%-4d C%d NH%d    fwd %8.3f ms | bwd %8.3f ms\n", B, T, C, NH, tf * 1e3,
+           tb * 1e3);
+    float *bufs[] = {qkv, out, lse, dqkv, dout};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+}
+
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 5;
@@ -98,12 +114,8 @@ int main(int argc, char **argv)
     be->free(lg), be->free(lg2), be->free(loss), free(tg);
 
     float *qkv = rnd((size_t)N * 3 * C, 2), *ao = be->alloc((size_t)N * C * 4);
-    float *att = be->alloc((size_t)B * NH * T * T * 4), *datt = be->alloc((size_t)B * NH * T * T * 4);
     float *dqkv = be->alloc((size_t)N * 3 * C * 4), *dao = rnd((size_t)N * C, 1);
-    BEST(reps, t, be->attention_forward(ao, att, qkv, B, T, C, NH));
-    printf("attention_forward  B4 T64 C768 %7.3f ms\n", t * 1e3);
-    BEST(reps, t, be->attention_backward(dqkv, datt, dao, qkv, att, B, T, C, NH));
-    printf("attention_backward             %7.3f ms\n", t * 1e3);
+    for (int Ta = 64; Ta <= 1024; Ta *= 2) bench_attention(B, Ta, C, NH, reps);
     size_t ng = (size_t)N * 4 * C;
     float *gi = rnd(ng, 6), *go = be->alloc(ng * 4), *gd = rnd(ng, 1), *gdi = be->alloc(ng * 4);
     BEST(reps, t, be->gelu_forward(go, gi, ng));
@@ -116,7 +128,7 @@ int main(int argc, char **argv)
     printf("layernorm_forward  256x768     %7.3f ms\n", t * 1e3);
     BEST(reps, t, be->layernorm_backward(dqkv, ldw, ldb, dao, qkv, lw, mean, rstd, N, C));
     printf("layernorm_backward 256x768     %7.3f ms\n", t * 1e3);
-    float *bufs[] = {qkv, ao, att, datt, dqkv, dao, gi, go, gd, gdi, lw, lb, mean, rstd, ldw, ldb};
+    float *bufs[] = {qkv, ao, dqkv, dao, gi, go, gd, gdi, lw, lb, mean, rstd, ldw, ldb};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
 
     if (nadam > 0) {

@@ -297,33 +297,65 @@ static void t_matmul_transw_bias(void) { run_matmul(1, 1); }
 
 /* -------------------------------------------------------------- attention -- */
 
-typedef struct { int B, T, C, NH; double *qkv, *R, *out, *att; } at_ctx;
+typedef struct { int B, T, C, NH; double *qkv, *R, *out, *lse, *p; } at_ctx;
 
+/* Naive causal attention in double: per row the masked scores, their max, the
+ * log-sum-exp and the probabilities, then out = P V. */
 static void at_ref(at_ctx *c)
 {
     int B = c->B, T = c->T, C = c->C, NH = c->NH, hs = C / NH;
-    double sc = 1.0 / sqrt(hs);
+    double sc = 1.0 / sqrt(hs), *a = c->p; /* (T) one row of probabilities */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
                 const double *q = c->qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                double *a = c->att + (((size_t)b * NH + h) * T + t) * T;
                 double mx = -INFINITY, s = 0;
-                for (int j = 0; j < T; j++) {
-                    a[j] = 0;
-                    if (j > t) continue;
+                for (int j = 0; j <= t; j++) {
                     const double *k = c->qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    a[j] = 0;
                     for (int i = 0; i < hs; i++) a[j] += q[i] * k[i];
                     a[j] *= sc;
                     if (a[j] > mx) mx = a[j];
                 }
                 for (int j = 0; j <= t; j++) s += (a[j] = exp(a[j] - mx));
                 for (int j = 0; j <= t; j++) a[j] /= s;
+                c->lse[((size_t)b * NH + h) * T + t] = mx + log(s);
                 double *o = c->out + ((size_t)b * T + t) * C + h * hs;
                 for (int i = 0; i < hs; i++) {
                     o[i] = 0;
                     for (int j = 0; j <= t; j++)
                         o[i] += a[j] * c->qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + i];
+                }
+            }
+}
+
+/* The backward formulas of zt_backend.h in double, from the reference forward:
+ * D = dout.out, ds = p (dout.v - D), dq += scale ds k, dk += scale ds q, dv += p dout. */
+static void at_ref_backward(at_ctx *c, double *dqkv)
+{
+    int B = c->B, T = c->T, C = c->C, NH = c->NH, hs = C / NH;
+    double sc = 1.0 / sqrt(hs);
+    at_ref(c);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const size_t rq = ((size_t)b * T + t) * 3 * C + h * hs;
+                const double *q = c->qkv + rq, *dy = c->R + ((size_t)b * T + t) * C + h * hs;
+                const double *y = c->out + ((size_t)b * T + t) * C + h * hs;
+                const double l = c->lse[((size_t)b * NH + h) * T + t];
+                double D = 0;
+                for (int i = 0; i < hs; i++) D += dy[i] * y[i];
+                for (int j = 0; j <= t; j++) {
+                    const size_t rk = ((size_t)b * T + j) * 3 * C + h * hs;
+                    const double *k = c->qkv + rk + C, *v = c->qkv + rk + 2 * C;
+                    double s = 0, dp = 0;
+                    for (int i = 0; i < hs; i++) s += q[i] * k[i], dp += dy[i] * v[i];
+                    double p = exp(s * sc - l), ds = p * (dp - D);
+                    for (int i = 0; i < hs; i++) {
+                        dqkv[rq + i] += sc * ds * k[i];
+                        dqkv[rk + C + i] += sc * ds * q[i];
+                        dqkv[rk + 2 * C + i] += p * dy[i];
+                    }
                 }
             }
 }
@@ -335,35 +367,51 @@ static double at_loss(void *v)
     return dot_r(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
-static void run_attention(int B, int T, int C, int NH, int threads)
+/* Forward (out and lse) against the double reference; backward (dqkv +=) by
+ * finite differences of L = sum(out * R) when fd is set, and against the
+ * double backward formulas always. */
+static void run_attention(int B, int T, int C, int NH, int threads, int fd)
 {
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = frand(nq, 1.5), *R = frand(no, 1);
-    float *out = frand(no, 1), *att = frand(na, 1), *datt = frand(na, 1);
+    float *out = frand(no, 1), *lse = frand(nl, 1);
     zt_cpu_set_threads(threads);
-    be->attention_forward(out, att, qkv, B, T, C, NH);
-    at_ctx c = {B, T, C, NH, f2d(qkv, nq), f2d(R, no), malloc(no * 8), malloc(na * 8)};
+    be->attention_forward(out, lse, qkv, B, T, C, NH);
+    at_ctx c = {B, T, C, NH, f2d(qkv, nq), f2d(R, no), malloc(no * 8), malloc(nl * 8),
+                malloc((size_t)T * 8)};
     at_ref(&c);
     CU_ASSERT(vec_err(out, c.out, no, 1e-6) < 1e-5);
-    CU_ASSERT(vec_err(att, c.att, na, 1e-6) < 1e-5);
-    int upper_zero = 1; /* exactly 0 above the diagonal, as the header promises */
-    for (size_t bh = 0; bh < (size_t)B * NH; bh++)
-        for (int t = 0; t < T; t++)
-            for (int j = t + 1; j < T; j++) upper_zero &= att[(bh * T + t) * T + j] == 0.0f;
-    CU_ASSERT(upper_zero);
+    CU_ASSERT(vec_err(lse, c.lse, nl, 1.0) < 1e-6);
 
     float *dq = frand(nq, 1), *dq0 = fcopy(dq, nq);
-    be->attention_backward(dq, datt, R, qkv, att, B, T, C, NH);
+    be->attention_backward(dq, R, qkv, out, lse, B, T, C, NH);
     zt_cpu_set_threads(1);
-    double *g = fd_grad(at_loss, &c, c.qkv, nq);
-    CU_ASSERT(inc_err(dq, dq0, g, nq) < TOL);
-    free(g), free(c.qkv), free(c.R), free(c.out), free(c.att);
-    float *bufs[] = {qkv, R, out, att, datt, dq, dq0};
+    double *g = calloc(nq, sizeof(double));
+    at_ref_backward(&c, g);
+    CU_ASSERT(inc_err(dq, dq0, g, nq) < 1e-5);
+    if (fd) {
+        double *gf = fd_grad(at_loss, &c, c.qkv, nq);
+        CU_ASSERT(inc_err(dq, dq0, gf, nq) < TOL);
+        free(gf);
+    }
+    free(g), free(c.qkv), free(c.R), free(c.out), free(c.lse), free(c.p);
+    float *bufs[] = {qkv, R, out, lse, dq, dq0};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
 }
 
-static void t_attention(void) { run_attention(2, 5, 8, 2, 1); }
-static void t_attention_threads(void) { run_attention(2, 16, 32, 4, 2); }
+static void t_attention(void)
+{
+    run_attention(2, 5, 8, 2, 1, 1);
+    run_attention(2, 1, 8, 2, 1, 1); /* one visible key: out = v, lse = its score */
+}
+static void t_attention_threads(void) { run_attention(2, 16, 32, 4, 2, 1); }
+/* T not a multiple of any block or tile: the CPU backend's query blocks are
+ * T/4 rows in [32, 128] (T = 131: four blocks of 32 and one of 3; T = 600: four
+ * of 128 and one of 88), the CUDA kernels' tiles 32 rows; hs = 24 and 4. */
+static void t_attention_ragged(void) { run_attention(1, 131, 48, 2, 2, 0); }
+static void t_attention_long(void) { run_attention(1, 600, 8, 2, 2, 0); }
+/* finite differences across block boundaries: T = 70 is 32 + 32 + 6 */
+static void t_attention_blocks_fd(void) { run_attention(1, 70, 8, 2, 1, 1); }
 
 /* ------------------------------------------------------------------- gelu -- */
 
@@ -703,6 +751,9 @@ static const zt_test_t tests[] = {
     {"matmul W^T + bias", t_matmul_transw_bias},
     {"attention forward/backward vs double + FD", t_attention},
     {"attention threaded", t_attention_threads},
+    {"attention T=131: ragged query blocks vs double", t_attention_ragged},
+    {"attention T=600: 128-row blocks, ragged, vs double", t_attention_long},
+    {"attention T=70 across a block boundary + FD", t_attention_blocks_fd},
     {"gelu forward/backward", t_gelu},
     {"residual, accumulate, scale", t_residual},
     {"crossentropy fused, ignored target, dscale 0", t_crossentropy},

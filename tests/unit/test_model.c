@@ -647,6 +647,11 @@ static void t_recompute_bit_identical(void)
     }
     /* Recompute must also save memory, or it is pointless. */
     CU_ASSERT(zt_model_activation_bytes(r1.m) < zt_model_activation_bytes(r0.m));
+    /* --estimate-memory reports the analytic count: it must be what is allocated */
+    CU_ASSERT_EQUAL(zt_model_activation_bytes(r0.m),
+                    zt_model_activation_bytes_estimate(fx->dims, B, T, 0));
+    CU_ASSERT_EQUAL(zt_model_activation_bytes(r1.m),
+                    zt_model_activation_bytes_estimate(fx->dims, B, T, 1));
     free(inp);
     free(tgt);
     rig_free(&r0);
