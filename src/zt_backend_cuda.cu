@@ -9,7 +9,7 @@
  *
  * GEMMs go through cuBLASLt with fp32 operands: CUBLAS_COMPUTE_32F, or tensor
  * cores rounding the operands to TF32 or bf16 (set_matmul_precision, from
- * train.matmul_precision; ZT_CUDA_TF32=1 is the default of the kernel test). cuBLASLt is column-major: a row-major C = op(A) op(B)
+ * train.matmul_precision). cuBLASLt is column-major: a row-major C = op(A) op(B)
  * is the column-major C^T = op(B)^T op(A)^T, so gemm_rm() swaps the operands
  * and keeps the transpose flags. Alignment preferences are passed per call
  * because parameter views into flat buffers are only 4-byte aligned in general
@@ -114,8 +114,6 @@ static void ensure_init(void)
         ZT_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
         g_pools = 1;
     }
-    const char *tf32 = getenv("ZT_CUDA_TF32");
-    if (tf32 && tf32[0] == '1') g_compute = CUBLAS_COMPUTE_32F_FAST_TF32;
     g_ready = 1;
 }
 

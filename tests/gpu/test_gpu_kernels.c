@@ -195,6 +195,22 @@ static void test_matmul(void)
     matmul_case(1, 1);
 }
 
+/* train.matmul_precision = medium: cuBLASLt rounds the fp32 operands to bf16 (8
+ * significant bits, relative 2^-9 each) and accumulates in fp32, so a product is
+ * off by up to ~2^-8 and a normwise error of a few 2^-9 is expected: bound 1.5e-2.
+ * Checked against the fp32 CPU GEMM, so it also shows that the mode is really on
+ * (the fp32 bound 2e-5 would fail) only together with the default run's pass. */
+static void test_matmul_bf16(void)
+{
+    const double saved = gemm_bound;
+    zt_backend_cuda.set_matmul_precision(ZT_MATMUL_MEDIUM);
+    gemm_bound = 1.5e-2;
+    matmul_case(0, 0);
+    matmul_case(1, 1);
+    zt_backend_cuda.set_matmul_precision(ZT_MATMUL_HIGHEST);
+    gemm_bound = saved;
+}
+
 /* Forward (out, lse) on both backends; the backward then gets the CPU's out and
  * lse on both sides, so it is compared on identical inputs. */
 static void attention_case(int B, int T, int C, int NH)
@@ -344,6 +360,7 @@ static const zt_test_t tests[] = {
     { "encoder", test_encoder },
     { "layernorm", test_layernorm },
     { "matmul", test_matmul },
+    { "matmul bf16 tensor cores", test_matmul_bf16 },
     { "attention", test_attention },
     { "elementwise", test_elementwise },
     { "crossentropy", test_crossentropy },
@@ -360,8 +377,12 @@ int main(void)
         printf("no GPU: %s (skipped)\n", err);
         return 77;
     }
+    /* ZT_CUDA_TF32=1: the GEMMs on TF32 tensor cores (train.matmul_precision = high) */
     const char *tf32 = getenv("ZT_CUDA_TF32");
-    if (tf32 && tf32[0] == '1') gemm_bound = 1e-2;
+    if (tf32 && tf32[0] == '1') {
+        zt_backend_cuda.set_matmul_precision(ZT_MATMUL_HIGH);
+        gemm_bound = 1e-2;
+    }
     int dev = zt_cuda_pick_device(0);
     char name[256] = "?";
     size_t tot = 0, fr = 0;
