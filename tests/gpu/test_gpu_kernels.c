@@ -21,6 +21,7 @@
 
 static const zt_backend_t *G = &zt_backend_cuda, *H = &zt_backend_cpu;
 static double gemm_bound = 2e-5;   /* fp32 GEMM; TF32 (ZT_CUDA_TF32=1) needs ~1e-2 */
+static int gemm_precision = ZT_MATMUL_HIGHEST;
 static int n_rows, n_bad;
 
 /* ---- buffers on both sides ------------------------------------------------- */
@@ -207,7 +208,7 @@ static void test_matmul_bf16(void)
     gemm_bound = 1.5e-2;
     matmul_case(0, 0);
     matmul_case(1, 1);
-    zt_backend_cuda.set_matmul_precision(ZT_MATMUL_HIGHEST);
+    zt_backend_cuda.set_matmul_precision(gemm_precision);
     gemm_bound = saved;
 }
 
@@ -380,7 +381,8 @@ int main(void)
     /* ZT_CUDA_TF32=1: the GEMMs on TF32 tensor cores (train.matmul_precision = high) */
     const char *tf32 = getenv("ZT_CUDA_TF32");
     if (tf32 && tf32[0] == '1') {
-        zt_backend_cuda.set_matmul_precision(ZT_MATMUL_HIGH);
+        gemm_precision = ZT_MATMUL_HIGH;
+        zt_backend_cuda.set_matmul_precision(gemm_precision);
         gemm_bound = 1e-2;
     }
     int dev = zt_cuda_pick_device(0);
