@@ -117,6 +117,7 @@ static ncclDataType_t nccl_type(zt_dtype_t t)
     switch (t) {
     case ZT_F32: return ncclFloat32;
     case ZT_BF16: return ncclBfloat16;
+    case ZT_F16: return ncclFloat16;
     case ZT_I32: return ncclInt32;
     case ZT_F64: return ncclFloat64;
     case ZT_I64: return ncclInt64;
@@ -141,7 +142,7 @@ static size_t elem_size(zt_dtype_t t)
 {
     switch (t) {
     case ZT_F32: case ZT_I32: return 4;
-    case ZT_BF16: return 2;
+    case ZT_BF16: case ZT_F16: return 2;
     case ZT_F64: case ZT_I64: return 8;
     case ZT_U8: return 1;
     }
