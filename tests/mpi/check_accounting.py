@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP] [--bf16] [--reduce-bf16]
+"""check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP] [--bf16|--fp16] [--reduce-bf16|--reduce-fp16]
 
 Checks a run's metrics.jsonl against the ZeRO memory formulas and the
 collective volumes theory predicts, computed here independently from the model
@@ -24,10 +24,11 @@ Dtype bytes (both optional; without them everything is fp32 as above):
                  4 bytes: the accumulators across micro-steps are fp32, so the
                  total is 2 + 4 + 12 = 18 bytes per parameter (/n when sharded).
   --reduce-bf16  parallel.reduce_dtype = bf16: every gradient reduction
-                 (all-reduce, reduce-scatter) moves 2 bytes per element."""
+                 (all-reduce, reduce-scatter) moves 2 bytes per element.
+  --fp16, --reduce-fp16  the same byte counts for train.fp16 and reduce_dtype = fp16."""
 import json, sys
 
-def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False):
+def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name16="bf16"):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
@@ -81,7 +82,7 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False):
             bad.append(f"zero3 model state {total} is not {per}*Psi/n = {per * psi / n:.0f} up to padding")
     busbw_ok = all(r["comm"][k]["busbw_GBps"] >= 0 for r in steps for k in exp)
     if not busbw_ok: bad.append("negative busbw")
-    dt = (" bf16" if bf16 else "") + (" reduce-bf16" if reduce_bf16 else "")
+    dt = (" " + name16 if bf16 else "") + (" reduce-" + name16 if reduce_bf16 else "")
     print(f"{strategy:14s}{dt} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}: "
           + ("ok" if not bad else "FAIL"))
     for b in bad[:10]: print("   ", b)
@@ -89,8 +90,9 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False):
 
 if __name__ == "__main__":
     flags = {x for x in sys.argv[1:] if x.startswith("--")}
-    unknown = flags - {"--bf16", "--reduce-bf16"}
+    unknown = flags - {"--bf16", "--reduce-bf16", "--fp16", "--reduce-fp16"}
     if unknown: sys.exit(f"check_accounting.py: unknown option {sorted(unknown)[0]}")
     a = [x for x in sys.argv[1:] if not x.startswith("--")]
     sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None,
-                  "--bf16" in flags, "--reduce-bf16" in flags))
+                  bool(flags & {"--bf16", "--fp16"}), bool(flags & {"--reduce-bf16", "--reduce-fp16"}),
+                  "fp16" if flags & {"--fp16", "--reduce-fp16"} else "bf16"))
