@@ -658,13 +658,19 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
     reduce_scatter_unit(s, ui);
 }
 
-/* fp16: x := fp16(x) through a transient 16-bit buffer (see the file comment) */
+/* fp16: x := fp16(x) (see the file comment), through a transient 16-bit buffer of
+ * at most ROUND_CHUNK elements */
+#define ROUND_CHUNK ((size_t)1 << 20)
 static void round_fp16(zt_shard_t *s, float *x, size_t n)
 {
-    uint16_t *b = balloc(s, MEM_COMM, n * 2);
-    to16(s, ZT_F16, b, x, n);
-    from16(s, ZT_F16, x, b, n);
-    BFREE(s, MEM_COMM, b, n * 2);
+    const size_t cap = ZT_MIN(n, ROUND_CHUNK);
+    uint16_t *b = balloc(s, MEM_COMM, cap * 2);
+    for (size_t off = 0; off < n; off += cap) {
+        const size_t k = ZT_MIN(cap, n - off);
+        to16(s, ZT_F16, b, x + off, k);
+        from16(s, ZT_F16, x + off, b, k);
+    }
+    BFREE(s, MEM_COMM, b, cap * 2);
 }
 
 double zt_shard_finish_grads(zt_shard_t *s)
@@ -795,8 +801,8 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
         out->comm_buffers += largest * 2 + (st != ZT_DDP ? largest / (size_t)n * 2 : 0);
     /* mixed: the fp32 views of the root unit and of the running block */
     if (mixed) out->comm_buffers += (root + block) * 4;
-    /* fp16: the 16-bit copy through which a unit's owned gradients are rounded */
-    if (o->fp16) out->comm_buffers += owned * 2;
+    /* fp16: the 16-bit buffer through which the owned gradients are rounded */
+    if (o->fp16) out->comm_buffers += ZT_MIN(owned, ROUND_CHUNK) * 2;
     if (shard_params) {
         const int keeps_all = st == ZT_SHARD_GRAD_OP || st == ZT_HYBRID_ZERO2 || !o->reshard_after_forward;
         /* zero3: the root unit stays gathered for the micro-step, plus the running

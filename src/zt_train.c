@@ -732,7 +732,7 @@ static int run_loop(run_t *r)
                 zt_shard_zero_grads(r->shard);
                 r->samples_seen += r->G;
                 r->step++;
-                continue;
+                goto step_end; /* a skipped step still evaluates and checkpoints on schedule */
             }
             zt_log_error("step %ld: non-finite loss or gradient (loss %g); stopping (parallel.nonfinite = abort)",
                          r->step + 1, loss);
@@ -791,6 +791,7 @@ static int run_loop(run_t *r)
             t_window = zt_now();
             window_steps = 0;
         }
+    step_end:;
         int last = r->step == r->total_steps;
         if (r->val && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
             fold_comm(r); /* keep the training traffic, then discard the evaluation's */

@@ -15,11 +15,11 @@
 #    parameters may differ by ~u relative, the loss by less. Bound: 5e-4 (~u) on
 #    the loss, 1.2e-3 (~2.5u) on the parameters (measured 3.5e-5 and 2.4e-4). It
 #    must not be the fp32 run (the default 1e-5 fails).
-# 2. Strategies, layouts and world sizes 1-4 with accumulation vs the fp16 single-rank run:
+# 2. Strategies, layouts and world sizes 1-3 with accumulation vs the fp16 single-rank run:
 #    - reduce_dtype = fp32: fp32 summation order (equivalence.sh) plus the rare value
 #      that lands on the other side of an fp16 rounding boundary (the gradients the
 #      optimizer sees, the working copy): tolerance 5e-6 / 3e-5, as for bf16
-#      (measured at most 8.1e-7 loss, 7.6e-6 params).
+#      (measured at most 4.4e-7 loss, 3.6e-6 params).
 #    - reduce_dtype = fp16: every communicated gradient is rounded to fp16 per
 #      summation hop: the same random walk of ~u per update as in 1., but only for
 #      the differences between the hops' roundings. Tolerance 0.5u = 2.5e-4 on the
@@ -36,7 +36,7 @@
 # 4. Growth: with train.loss_scale_window = 2 the scale doubles after every second
 #    good step; every record's scale is replayed against the rules.
 # 5. fault.kind = nan on rank 1 at step 4: every rank (per-rank logs) skips step 4
-#    and halves the scale, training continues and exits 0.
+#    and halves the scale, still checkpoints at step 4, continues and exits 0.
 # 6. Resume of an fp16 run with scale changes on both sides of the checkpoint is
 #    bit-identical to the uninterrupted run (scale and good-step counter restored).
 # 7. Bad config: one-line errors; an overflow below train.min_loss_scale stops
@@ -77,7 +77,7 @@ fp16run 1 ref
 
 # --- 2. strategies, layouts, world sizes vs the fp16 single-rank reference ---
 runs=""
-for c in "2 zero3 per_param" "3 ddp flat" "4 zero2 flat"; do
+for c in "2 zero3 per_param" "3 ddp flat" "3 zero2 flat"; do
     # shellcheck disable=SC2086
     set -- $c
     fp16run "$1" "r32-np$1-$2-$3" parallel.strategy="$2" parallel.shard_layout="$3"
@@ -86,7 +86,7 @@ done
 # shellcheck disable=SC2086
 "$PY" "$CMP" ref $runs $TOL32 || fail "fp16 with reduce_dtype=fp32: a strategy diverged from the single-rank reference"
 runs=""
-for c in "2 ddp flat" "2 zero1 flat" "3 zero2 per_param" "2 zero3 flat" "3 zero3 per_param" "4 zero3 flat"; do
+for c in "2 ddp flat" "3 zero2 per_param" "2 zero3 flat" "3 zero3 per_param"; do
     # shellcheck disable=SC2086
     set -- $c
     fp16run "$1" "r16-np$1-$2-$3" parallel.reduce_dtype=fp16 parallel.strategy="$2" parallel.shard_layout="$3"
@@ -159,7 +159,9 @@ print(f"growth: {grown} doublings, {over} overflows, every scale as the rules sa
     fail "loss scale growth does not follow train.loss_scale_window"
 
 # --- 5. a NaN on one rank is an overflow for every rank ----------------------------
-fp16run 2 nan parallel.strategy=zero3 fault.rank=1 fault.step=4 fault.kind=nan log.all_ranks=true
+fp16run 2 nan parallel.strategy=zero3 fault.rank=1 fault.step=4 fault.kind=nan log.all_ranks=true \
+    checkpoint.save_steps=4 checkpoint.keep_last=0
+[ -f nan/ckpt-00000004.h5 ] || fail "no checkpoint at step 4: a skipped step must still checkpoint on schedule"
 for r in 0 1; do
     assert_contains nan/rank-$r.log "step 4: gradient overflow, loss scale 65536 -> 32768"
 done
