@@ -112,6 +112,11 @@ typedef struct zt_backend {
     /* bf16 <-> fp32 (round to nearest even) */
     void (*to_bf16)(uint16_t *out, const float *in, size_t n);
     void (*from_bf16)(float *out, const uint16_t *in, size_t n);
+    /* IEEE fp16 <-> fp32: round to nearest even, overflow to +-Inf, subnormal
+     * halves kept; bit-exact with include/zt_fp16.h on every backend, except that a
+     * device may return another quiet NaN for a NaN */
+    void (*to_fp16)(uint16_t *out, const float *in, size_t n);
+    void (*from_fp16)(float *out, const uint16_t *in, size_t n);
     /* 1 when the host can read and write this backend's buffers directly (last, so
      * initializers that omit it mean "device memory") */
     int host_memory;
@@ -126,5 +131,9 @@ extern const zt_backend_t zt_backend_cpu;
 
 /* Number of threads the CPU kernels (and OpenBLAS) use. */
 void zt_cpu_set_threads(int n);
+/* fp16 conversions through the x86 F16C instructions when the processor has them
+ * (want = 1, the default) or the portable code (want = 0); returns 1 when F16C is
+ * in use. For tests: both paths give identical bits. */
+int zt_cpu_use_f16c(int want);
 
 #endif

@@ -7,7 +7,8 @@
  *             samples_seen, world_size, strategy, ztrain_version, config
  *   /model/<HF name>                    fp32, full HF shape
  *   /optimizer/exp_avg/<HF name>, /optimizer/exp_avg_sq/<HF name>
- *   /optimizer attrs: step (Adam t), lr, beta1, beta2, eps, weight_decay
+ *   /optimizer attrs: step (Adam t), lr, beta1, beta2, eps, weight_decay, and for
+ *                     fp16 runs loss_scale, loss_scale_good_steps
  *   /data attrs: samples_seen, epoch, seed, shuffle
  * Files are written to "<dir>/ckpt-<step>.h5.tmp", synced, renamed to
  * "<dir>/ckpt-<step>.h5"; then "<dir>/latest" (a text file naming it) is
@@ -37,6 +38,8 @@ typedef struct zt_ckpt_meta {
     long data_seed;
     int shuffle;
     float lr, beta1, beta2, eps, weight_decay;
+    double loss_scale;      /* fp16 loss scale; 0 = none stored */
+    long loss_scale_good_steps; /* steps since the last overflow or doubling */
     double save_seconds, load_seconds, bytes;   /* filled by save/load for reporting */
 } zt_ckpt_meta_t;
 

@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <mpi.h>
 
-typedef enum { ZT_F32 = 0, ZT_BF16 = 1, ZT_I32 = 2, ZT_F64 = 3, ZT_I64 = 4, ZT_U8 = 5 } zt_dtype_t;
+typedef enum { ZT_F32 = 0, ZT_BF16 = 1, ZT_I32 = 2, ZT_F64 = 3, ZT_I64 = 4, ZT_U8 = 5, ZT_F16 = 6 } zt_dtype_t;
 struct zt_comm;
 struct zt_comm_backend;
 typedef enum { ZT_SUM = 0, ZT_MAX = 1, ZT_MIN = 2 } zt_redop_t;

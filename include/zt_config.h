@@ -44,6 +44,11 @@ typedef struct zt_config {
         char output_dir[ZT_STRLEN];
         long seed;
         int bf16;               /* bool */
+        int fp16;               /* bool, exclusive with bf16 */
+        double loss_scale;      /* fp16: 0 = dynamic, > 0 = static */
+        int initial_scale_power; /* fp16 dynamic: start at 2^this */
+        int loss_scale_window;  /* fp16 dynamic: good steps before the scale doubles */
+        double min_loss_scale;  /* fp16 dynamic: an overflow below this aborts */
         int gradient_checkpointing; /* bool */
         int sample_tokens;      /* tokens generated at the end (0 = none) */
         char sample_prompt[ZT_STRLEN];
@@ -66,7 +71,7 @@ typedef struct zt_config {
         int shard_group_size;   /* 0 = ranks of one node */
         int reshard_after_forward; /* bool (zero3 family) */
         double bucket_size_mb;
-        char reduce_dtype[8];   /* fp32 | bf16 */
+        char reduce_dtype[8];   /* fp32 | bf16 | fp16 */
         char backend[8];        /* auto | cpu | cuda */
         double memory_limit_gb; /* 0 = physical memory / ranks per node */
         double timeout_s;       /* watchdog; 0 = off */

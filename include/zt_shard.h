@@ -64,9 +64,12 @@ typedef struct zt_shard_opts {
     int reshard_after_forward;
     size_t bucket_bytes;
     int reduce_bf16;        /* communicate gradients in bf16 */
+    int reduce_fp16;        /* communicate gradients in fp16 (exclusive with reduce_bf16) */
     int bf16;               /* working params/grads in bf16 (communicated in bf16) */
     int offload_optim;      /* fp32 master, Adam moments and the AdamW step in host memory */
     int offload_param;      /* + parameter shards in host memory (parameter-sharding strategies) */
+    int fp16;               /* working params in fp16, the gradients the optimizer
+                             * sees rounded to fp16 (exclusive with bf16) */
     uint64_t seed;          /* for initialization */
 } zt_shard_opts_t;
 
@@ -86,7 +89,9 @@ void zt_shard_release(zt_shard_t *s, int unit);             /* done with params 
 float *zt_shard_grads(zt_shard_t *s, int unit);             /* full unit grad buffer to += into */
 void zt_shard_grads_ready(zt_shard_t *s, int unit);         /* unit's grads final for micro */
 /* After the last micro-step: completes every reduction; returns the global
- * gradient L2 norm squared (each element counted once). */
+ * gradient L2 norm squared (each element counted once). With opts.fp16 the owned
+ * gradients are first rounded to fp16, so a (loss-scaled) value past 65504 turns
+ * into Inf and the norm into Inf, whatever the world size and reduce dtype. */
 double zt_shard_finish_grads(zt_shard_t *s);
 /* AdamW on the owned shard, then whatever re-gather the strategy needs. */
 typedef struct zt_adamw_hp {

@@ -24,6 +24,7 @@
  * message, then zt_fatal (the whole job aborts; a kernel cannot return an
  * input error). */
 #include <cublasLt.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -1301,6 +1302,39 @@ static void cuda_from_bf16(float *out, const uint16_t *in, size_t n)
     ZT_LAUNCHED();
 }
 
+/* ---- fp16 ------------------------------------------------------------------ */
+
+/* IEEE round to nearest even, overflow to Inf, subnormals kept: the host's zt_fp16.h */
+__global__ void to_fp16_k(uint16_t *out, const float *in, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __half_as_ushort(__float2half_rn(in[i]));
+}
+
+__global__ void from_fp16_k(float *out, const uint16_t *in, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __half2float(__ushort_as_half(in[i]));
+}
+
+static void cuda_to_fp16(uint16_t *out, const float *in, size_t n)
+{
+    ensure_init();
+    if (!n) return;
+    to_fp16_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    ZT_LAUNCHED();
+}
+
+static void cuda_from_fp16(float *out, const uint16_t *in, size_t n)
+{
+    ensure_init();
+    if (!n) return;
+    from_fp16_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    ZT_LAUNCHED();
+}
+
 /* ---- device queries (zt_cuda.h) -------------------------------------------- */
 
 extern "C" int zt_cuda_available(char *err, size_t errlen)
@@ -1402,4 +1436,6 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .adamw = cuda_adamw,
     .to_bf16 = cuda_to_bf16,
     .from_bf16 = cuda_from_bf16,
+    .to_fp16 = cuda_to_fp16,
+    .from_fp16 = cuda_from_fp16,
 };

@@ -306,6 +306,10 @@ static int write_meta(hid_t f, const zt_ckpt_meta_t *m, const char *config, int 
         rc |= attr_f64(g, "beta2", m->beta2);
         rc |= attr_f64(g, "eps", m->eps);
         rc |= attr_f64(g, "weight_decay", m->weight_decay);
+        if (m->loss_scale > 0) {
+            rc |= attr_f64(g, "loss_scale", m->loss_scale);
+            rc |= attr_i64(g, "loss_scale_good_steps", m->loss_scale_good_steps);
+        }
         H5Gclose(g);
     }
     hid_t d = H5Gcreate2(f, "/data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -359,7 +363,19 @@ static int read_meta(hid_t f, const char *fname, zt_ckpt_meta_t *m, char **confi
         return zt_err(err, errlen, "%s: no optimizer state (/optimizer attributes step, lr, beta1, beta2, eps, "
                       "weight_decay); a weights-only checkpoint can only be used with model.init_from", fname);
     }
+    /* fp16 loss scaling state: optional (only fp16 runs write it) */
+    double ls = 0;
+    int64_t good = 0;
+    int has_ls = attr_get_f64(g, "loss_scale", &ls) == 0;
+    if (has_ls && (!(ls > 0) || !isfinite(ls) || attr_get_i64(g, "loss_scale_good_steps", &good) || good < 0)) {
+        H5Gclose(g);
+        if (config) { free(*config); *config = NULL; }
+        return zt_err(err, errlen, "%s: /optimizer attribute loss_scale (%g) must be finite and > 0, with "
+                      "loss_scale_good_steps >= 0", fname, ls);
+    }
     H5Gclose(g);
+    m->loss_scale = has_ls ? ls : 0;
+    m->loss_scale_good_steps = (long)good;
     m->adam_step = v;
     m->lr = (float)lr; m->beta1 = (float)b1; m->beta2 = (float)b2; m->eps = (float)eps;
     m->weight_decay = (float)wd;
@@ -1073,6 +1089,8 @@ zt_ckpt_reader_t *zt_ckpt_reader_open(const char *path, char *err, size_t errlen
             r->meta.adam_step = m2.adam_step;
             r->meta.lr = m2.lr; r->meta.beta1 = m2.beta1; r->meta.beta2 = m2.beta2; r->meta.eps = m2.eps;
             r->meta.weight_decay = m2.weight_decay;
+            r->meta.loss_scale = m2.loss_scale;
+            r->meta.loss_scale_good_steps = m2.loss_scale_good_steps;
             r->meta.data_seed = m2.data_seed;
             r->meta.shuffle = m2.shuffle;
         }

@@ -9,7 +9,9 @@
  *
  * bf16 sums: MPI has no bf16 type, so bf16 buffers travel as MPI_UINT16_T with a
  * user-defined reduction op that adds in fp32 and rounds back to bf16 — the same
- * rounding a bf16 NCCL reduction performs per hop.
+ * rounding a bf16 NCCL reduction performs per hop. fp16 (IEEE binary16) likewise,
+ * with its own op: a sum past 65504 becomes Inf, which is how a loss-scaled
+ * gradient overflow shows itself.
  *
  * Device buffers: with a device comm backend installed (zt_comm_set_backend),
  * each public data collective first asks it whether the buffer is its memory
@@ -28,6 +30,7 @@
 
 #include "zt_bf16.h"
 #include "zt_common.h"
+#include "zt_fp16.h"
 #ifdef ZT_HAVE_CUDA
 #include "zt_nccl.h"
 #endif
@@ -40,7 +43,7 @@ static const zt_comm_backend_t *const device_backends[] = {
     NULL,
 };
 
-static MPI_Op bf16_sum_op = MPI_OP_NULL;
+static MPI_Op bf16_sum_op = MPI_OP_NULL, fp16_sum_op = MPI_OP_NULL;
 static void *ring_tmp;       /* landing buffer for in-place rings (grow-only) */
 static size_t ring_tmp_bytes;
 
@@ -51,9 +54,16 @@ static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
     for (int i = 0; i < *len; i++) b[i] = zt_bf16_from_f32(zt_bf16_to_f32(a[i]) + zt_bf16_to_f32(b[i]));
 }
 
+static void fp16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = zt_fp16_from_f32(zt_fp16_to_f32(a[i]) + zt_fp16_to_f32(b[i]));
+}
+
 size_t zt_dtype_size(zt_dtype_t t)
 {
-    static const size_t sz[] = {4, 2, 4, 8, 8, 1};
+    static const size_t sz[] = {4, 2, 4, 8, 8, 1, 2};
     return sz[t];
 }
 
@@ -61,7 +71,7 @@ static MPI_Datatype mpi_type(zt_dtype_t t)
 {
     switch (t) {
     case ZT_F32: return MPI_FLOAT;
-    case ZT_BF16: return MPI_UINT16_T;
+    case ZT_BF16: case ZT_F16: return MPI_UINT16_T;
     case ZT_I32: return MPI_INT32_T;
     case ZT_F64: return MPI_DOUBLE;
     case ZT_I64: return MPI_INT64_T;
@@ -74,6 +84,10 @@ static MPI_Op mpi_op(zt_redop_t op, zt_dtype_t t)
     if (t == ZT_BF16) {
         if (op != ZT_SUM) zt_fatal("bf16 reductions support only sum");
         return bf16_sum_op;
+    }
+    if (t == ZT_F16) {
+        if (op != ZT_SUM) zt_fatal("fp16 reductions support only sum");
+        return fp16_sum_op;
     }
     return op == ZT_SUM ? MPI_SUM : op == ZT_MAX ? MPI_MAX : MPI_MIN;
 }
@@ -92,6 +106,7 @@ int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err
     memset(c, 0, sizeof *c);
     c->backend = "mpi";
     if (bf16_sum_op == MPI_OP_NULL) ZT_MPI(MPI_Op_create(bf16_sum, 1, &bf16_sum_op));
+    if (fp16_sum_op == MPI_OP_NULL) ZT_MPI(MPI_Op_create(fp16_sum, 1, &fp16_sum_op));
     MPI_Comm wdup, node;
     ZT_MPI(MPI_Comm_dup(world, &wdup));
     group_init(&c->world, wdup, "world");
@@ -276,7 +291,7 @@ void zt_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, siz
     account(c, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
 }
 
-/* dst[i] += src[i] in the buffer's dtype (bf16 adds in fp32 and rounds, like the op) */
+/* dst[i] += src[i] in the buffer's dtype (bf16 and fp16 add in fp32 and round, like the ops) */
 static void add_into(void *dst, const void *src, size_t n, zt_dtype_t t)
 {
     if (t == ZT_F32) {
@@ -287,8 +302,12 @@ static void add_into(void *dst, const void *src, size_t n, zt_dtype_t t)
         uint16_t *d = dst;
         const uint16_t *a = src;
         for (size_t i = 0; i < n; i++) d[i] = zt_bf16_from_f32(zt_bf16_to_f32(d[i]) + zt_bf16_to_f32(a[i]));
+    } else if (t == ZT_F16) {
+        uint16_t *d = dst;
+        const uint16_t *a = src;
+        for (size_t i = 0; i < n; i++) d[i] = zt_fp16_from_f32(zt_fp16_to_f32(d[i]) + zt_fp16_to_f32(a[i]));
     } else {
-        zt_fatal("reduce-scatter supports fp32 and bf16 only");
+        zt_fatal("reduce-scatter supports fp32, bf16 and fp16 only");
     }
 }
 
@@ -355,7 +374,7 @@ static void ring_allreduce(zt_group_t *g, void *buf, size_t count, zt_dtype_t t)
 /* Large in-place sums take the ring; everything else (norms, flags) MPI_Allreduce. */
 static int use_ring(zt_group_t *g, const void *send, size_t count, zt_dtype_t t, zt_redop_t op)
 {
-    return g->size > 1 && send == ZT_IN_PLACE && op == ZT_SUM && (t == ZT_F32 || t == ZT_BF16) &&
+    return g->size > 1 && send == ZT_IN_PLACE && op == ZT_SUM && (t == ZT_F32 || t == ZT_BF16 || t == ZT_F16) &&
            count >= ((size_t)1 << 16) && count <= ZT_CHUNK;
 }
 

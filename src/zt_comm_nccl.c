@@ -96,8 +96,7 @@ static ncclDataType_t nccl_type(zt_dtype_t t)
     switch (t) {
     case ZT_F32: return ncclFloat32;
     case ZT_BF16: return ncclBfloat16;
-    /* FP16: when zt_comm.h gains ZT_F16 (another branch), add here:
-     *     case ZT_F16: return ncclFloat16;  */
+    case ZT_F16: return ncclFloat16;
     case ZT_I32: return ncclInt32;
     case ZT_F64: return ncclFloat64;
     case ZT_I64: return ncclInt64;

@@ -131,6 +131,18 @@ static const zkey_t schema[] = {
     KB("train.bf16", train.bf16, 0,
        "bf16 working parameters, activations and gradients with fp32 master weights and Adam moments; "
        "false = fp32 throughout."),
+    KB("train.fp16", train.fp16, 0,
+       "IEEE fp16 working parameters and gradients with fp32 master weights and Adam moments, and loss scaling "
+       "(dynamic unless train.loss_scale > 0); exclusive with train.bf16."),
+    KD("train.loss_scale", train.loss_scale, 0.0, 0.0, 1e38,
+       "fp16: the loss scale; 0 = dynamic (start at 2^train.initial_scale_power, halve and skip the step on a "
+       "gradient overflow, double after train.loss_scale_window good steps), > 0 = this fixed scale."),
+    KI("train.initial_scale_power", train.initial_scale_power, 16, 0, 127,
+       "fp16 dynamic loss scaling: the first loss scale is 2^this."),
+    KI("train.loss_scale_window", train.loss_scale_window, 1000, 1, 1 << 30,
+       "fp16 dynamic loss scaling: consecutive steps without overflow after which the scale doubles."),
+    KD("train.min_loss_scale", train.min_loss_scale, 1.0, 0.0, 1e38,
+       "fp16 dynamic loss scaling: an overflow that would halve the scale below this stops the run."),
     KB("train.gradient_checkpointing", train.gradient_checkpointing, 0,
        "Keep only each block's input in the forward pass and recompute the block in backward: less activation "
        "memory for about one extra forward pass."),
@@ -144,7 +156,7 @@ static const zkey_t schema[] = {
     KS("train.matmul_precision", train.matmul_precision, "auto", "auto|highest|high|medium",
        "GEMM arithmetic on fp32 operands, as torch.set_float32_matmul_precision: highest = fp32, high = TF32 "
        "tensor cores, medium = bf16 tensor cores, all accumulating in fp32; auto = medium with 16-bit "
-       "training (train.bf16), highest otherwise. GPUs only: the cpu backend always computes in fp32."),
+       "training (train.bf16 or train.fp16), highest otherwise. GPUs only: the cpu backend always computes in fp32."),
     /* optim */
     KD("optim.learning_rate", optim.learning_rate, 1e-3, 0.0, 10.0, "Peak learning rate of AdamW."),
     KS("optim.lr_scheduler_type", optim.lr_scheduler_type, "cosine", "constant|linear|cosine",
@@ -179,8 +191,8 @@ static const zkey_t schema[] = {
        "(false keeps them until backward, like shard_grad_op)."),
     KD("parallel.bucket_size_mb", parallel.bucket_size_mb, 25.0, 0.0, 1e6,
        "Gradient bucket size in MiB for overlapped reductions; 0 = one collective per unit."),
-    KS("parallel.reduce_dtype", parallel.reduce_dtype, "fp32", "fp32|bf16",
-       "Precision in which gradients are communicated and reduced."),
+    KS("parallel.reduce_dtype", parallel.reduce_dtype, "fp32", "fp32|bf16|fp16",
+       "Precision in which gradients are communicated and reduced; fp16 needs train.fp16 (loss scaling)."),
     KS("parallel.backend", parallel.backend, "auto", "auto|cpu|cuda",
        "Compute backend; auto = cuda when a GPU is visible and ztrain was built with CUDA, else cpu."),
     KD("parallel.memory_limit_gb", parallel.memory_limit_gb, 0.0, 0.0, 1e6,
@@ -813,6 +825,18 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (!cfg->checkpoint.resume[0])
         return zt_err(err, errlen, "checkpoint.resume is empty (use \"none\", \"auto\" or a checkpoint path)");
     if (!cfg->train.output_dir[0]) return zt_err(err, errlen, "train.output_dir is empty");
+    if (cfg->train.fp16 && cfg->train.bf16)
+        return zt_err(err, errlen, "train.fp16 and train.bf16 are both true: choose one working precision");
+    if (strcmp(cfg->parallel.reduce_dtype, "fp16") == 0 && !cfg->train.fp16)
+        return zt_err(err, errlen, "parallel.reduce_dtype = fp16 needs train.fp16 = true (fp16 gradients need "
+                                   "loss scaling against underflow and overflow)");
+    if (!(cfg->train.min_loss_scale > 0))
+        return zt_err(err, errlen, "train.min_loss_scale (%g) must be > 0", cfg->train.min_loss_scale);
+    if (cfg->train.fp16 && cfg->train.loss_scale == 0 &&
+        cfg->train.min_loss_scale > ldexp(1.0, cfg->train.initial_scale_power))
+        return zt_err(err, errlen, "train.min_loss_scale (%g) exceeds the initial loss scale 2^%d "
+                                   "(train.initial_scale_power)", cfg->train.min_loss_scale,
+                      cfg->train.initial_scale_power);
     if (strcmp(cfg->fault.kind, "none") != 0 && cfg->fault.rank < 0)
         return zt_err(err, errlen, "fault.kind is '%s' but fault.rank is -1 (set the rank that injects it)",
                       cfg->fault.kind);

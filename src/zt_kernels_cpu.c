@@ -27,6 +27,7 @@
 #include "zt_backend.h"
 #include "zt_bf16.h"
 #include "zt_common.h"
+#include "zt_fp16.h"
 
 /* Work below this many elements runs on one thread: a parallel region costs
  * microseconds, more than the loop itself for small vectors. */
@@ -685,6 +686,71 @@ static void cpu_from_bf16(float *restrict out, const uint16_t *restrict in, size
     for (size_t i = 0; i < n; i++) u[i] = (uint32_t)in[i] << 16;
 }
 
+/* ------------------------------------------------------------------- fp16 -- */
+
+/* F16C converts 8 elements per instruction with exactly zt_fp16.h's rounding; it is
+ * chosen at run time so one binary runs on processors without it. */
+#if defined(__x86_64__) && defined(__SSE2__)
+#define ZT_F16C_POSSIBLE 1
+__attribute__((target("avx,f16c"))) static void f16c_to_fp16(uint16_t *out, const float *in, size_t n)
+{
+#pragma omp parallel for if (n >= ZT_PAR_MIN) schedule(static)
+    for (size_t i = 0; i < n / 8; i++)
+        _mm_storeu_si128((__m128i *)(out + 8 * i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + 8 * i), _MM_FROUND_TO_NEAREST_INT));
+    for (size_t i = n / 8 * 8; i < n; i++) out[i] = zt_fp16_from_f32(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) static void f16c_from_fp16(float *out, const uint16_t *in, size_t n)
+{
+#pragma omp parallel for if (n >= ZT_PAR_MIN) schedule(static)
+    for (size_t i = 0; i < n / 8; i++)
+        _mm256_storeu_ps(out + 8 * i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + 8 * i))));
+    for (size_t i = n / 8 * 8; i < n; i++) out[i] = zt_fp16_to_f32(in[i]);
+}
+#endif
+
+static int use_f16c = -1; /* -1: not decided yet */
+
+int zt_cpu_use_f16c(int want)
+{
+#ifdef ZT_F16C_POSSIBLE
+    __builtin_cpu_init();
+    use_f16c = want && __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+#else
+    use_f16c = 0;
+#endif
+    return use_f16c;
+}
+
+static void cpu_to_fp16(uint16_t *restrict out, const float *restrict in, size_t n)
+{
+    if (use_f16c < 0) zt_cpu_use_f16c(1);
+#ifdef ZT_F16C_POSSIBLE
+    if (use_f16c) {
+        f16c_to_fp16(out, in, n);
+        return;
+    }
+#endif
+    const uint32_t *restrict u = (const uint32_t *)in;
+#pragma omp parallel for simd if (n >= ZT_PAR_MIN) schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = zt_fp16_from_bits(u[i]);
+}
+
+static void cpu_from_fp16(float *restrict out, const uint16_t *restrict in, size_t n)
+{
+    if (use_f16c < 0) zt_cpu_use_f16c(1);
+#ifdef ZT_F16C_POSSIBLE
+    if (use_f16c) {
+        f16c_from_fp16(out, in, n);
+        return;
+    }
+#endif
+    uint32_t *restrict u = (uint32_t *)out;
+#pragma omp parallel for simd if (n >= ZT_PAR_MIN) schedule(static)
+    for (size_t i = 0; i < n; i++) u[i] = zt_fp16_to_bits(in[i]);
+}
+
 /* ---------------------------------------------------------------- backend -- */
 
 /* OpenBLAS has no reduced-precision sgemm: every level computes in fp32. */
@@ -726,4 +792,6 @@ const zt_backend_t zt_backend_cpu = {
     .adamw = cpu_adamw,
     .to_bf16 = cpu_to_bf16,
     .from_bf16 = cpu_from_bf16,
+    .to_fp16 = cpu_to_fp16,
+    .from_fp16 = cpu_from_fp16,
 };

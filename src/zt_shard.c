@@ -40,6 +40,16 @@
  * The arithmetic is the same CPU kernels in the same order, so on the CPU backend an
  * offloaded run is bit-identical to one that is not.
  *
+ * fp16 (opts->fp16) is the same machinery with IEEE binary16 as the working dtype
+ * (pdt) and, with reduce_fp16, as the reduction dtype (gdt); to16/from16 are the
+ * only places that pick the conversion. The model's gradients are loss-scaled by
+ * the train loop. One addition: once reduced, the owned gradients are rounded to
+ * fp16 (zt_shard_finish_grads), so the optimizer always steps with fp16 gradient
+ * values and a scaled gradient past 65504 becomes Inf at one rank as at many, with
+ * fp32 or fp16 reductions alike (an fp16 reduction already produced fp16 values,
+ * for which the rounding changes nothing). That is what makes an overflow, and so
+ * the dynamic loss scale, the same at every world size.
+ *
  * Ordering: every rank issues the same collectives in the same order because
  * the train loop calls the step protocol identically everywhere. */
 #include <math.h>
@@ -64,8 +74,8 @@ typedef struct unit_state {
     float *master;          /* offload: host fp32 master of the owned elements (S) */
     void *up;               /* offload_param: the shard uploaded for a gather in flight */
     void *gath;             /* P elements of the working dtype */
-    uint16_t *wfull, *wshard;   /* bf16 working copies (P, S) */
-    uint16_t *gcomm, *rs16;     /* bf16 gradients in flight (P), landing (S) */
+    uint16_t *wfull, *wshard;   /* 16-bit (pdt) working copies (P, S) */
+    uint16_t *gcomm, *rs16;     /* 16-bit (gdt) gradients in flight (P), landing (S) */
     int gathered, gather_pending, bwd_done;
     zt_request_t gather_req;
     zt_request_t red_req[MAX_REQ];
@@ -87,15 +97,15 @@ struct zt_shard {
     unit_state_t *u;
     void *pack_tmp;         /* per_param packing buffer (largest packed unit) */
     size_t pack_tmp_n, pack_es;
-    int mixed;              /* bf16 working copies */
+    int mixed;              /* 16-bit working copies (bf16 or fp16) */
     int offload, offload_param;
     const zt_backend_t *ob; /* where the optimizer state lives and AdamW runs */
     float *hgrad[2];        /* offload: host landings of owned gradients, by unit parity */
-    uint16_t *h16;          /* offload, bf16: host rounding of one unit's owned working copy */
+    uint16_t *h16;          /* offload, 16-bit: host rounding of one unit's owned working copy */
     size_t hstage_n;        /* elements of each: the largest owned shard */
     size_t pesz;            /* bytes of a working parameter element */
     zt_dtype_t pdt, gdt;    /* dtype of parameter gathers and of gradient reductions */
-    float *scratch[2];      /* bf16: fp32 view of the root unit [0] and of the running block [1] */
+    float *scratch[2];      /* mixed: fp32 view of the root unit [0] and of the running block [1] */
     size_t scratch_n[2];
     int slot_unit[2], slot_held[2];
     zt_shard_mem_t mem, mem_peak;
@@ -247,8 +257,24 @@ static float *seg_value(zt_shard_t *s, unit_state_t *u, const opt_seg_t *g)
 
 static void regather_full(zt_shard_t *s, int ui);
 
+/* fp32 <-> the 16-bit dtype dt (ZT_BF16 or ZT_F16) with backend be's kernels */
+static void to16_on(const zt_backend_t *be, zt_dtype_t dt, uint16_t *out, const float *in, size_t n)
+{
+    (dt == ZT_F16 ? be->to_fp16 : be->to_bf16)(out, in, n);
+}
+
+static void to16(const zt_shard_t *s, zt_dtype_t dt, uint16_t *out, const float *in, size_t n)
+{
+    to16_on(s->be, dt, out, in, n);
+}
+
+static void from16(const zt_shard_t *s, zt_dtype_t dt, float *out, const uint16_t *in, size_t n)
+{
+    (dt == ZT_F16 ? s->be->from_fp16 : s->be->from_bf16)(out, in, n);
+}
+
 /* offload: host buffers as large as the largest owned shard: two gradient landings
- * (the next unit's download runs while AdamW steps this one), one bf16 rounding */
+ * (the next unit's download runs while AdamW steps this one), one 16-bit rounding */
 static void grow_host_stage(zt_shard_t *s, size_t S)
 {
     if (S <= s->hstage_n) return;
@@ -256,12 +282,12 @@ static void grow_host_stage(zt_shard_t *s, size_t S)
     BFREE(s, MEM_HOST, s->h16, s->hstage_n * 2);
     s->hstage_n = S;
     for (int k = 0; k < 2; k++) s->hgrad[k] = falloc(s, MEM_HOST, S);
-    /* with offload_param a bf16 working shard is rounded in place, in host memory */
+    /* with offload_param a 16-bit working shard is rounded in place, in host memory */
     if (s->mixed && !s->offload_param) s->h16 = balloc(s, MEM_HOST, S * 2);
 }
 
 /* The owned part of the working copy from the host master (offload): one upload
- * per segment, of bf16 rounded on the host when the working copy is bf16.
+ * per segment, of 16-bit values rounded on the host when the working copy is 16-bit.
  * Asynchronous: it runs while AdamW steps the next unit; wait_uploads before the
  * host changes its source or a collective reads the destination. */
 static void upload_owned(zt_shard_t *s, int ui)
@@ -269,13 +295,13 @@ static void upload_owned(zt_shard_t *s, int ui)
     unit_state_t *u = &s->u[ui];
     if (s->offload_param) {
         /* the working shard is host memory: fp32 uses the master itself */
-        if (s->mixed) zt_backend_cpu.to_bf16(u->wshard, u->master, u->S);
+        if (s->mixed) to16_on(&zt_backend_cpu, s->pdt, u->wshard, u->master, u->S);
         return;
     }
     const char *src = (const char *)u->master;
     if (s->mixed) {
         s->be->wait_uploads(); /* the previous unit's upload reads h16 */
-        zt_backend_cpu.to_bf16(s->h16, u->master, u->S);
+        to16_on(&zt_backend_cpu, s->pdt, s->h16, u->master, u->S);
         src = (const char *)s->h16;
     }
     const size_t es = s->pesz;
@@ -293,19 +319,19 @@ static void upload_owned(zt_shard_t *s, int ui)
     }
 }
 
-/* bf16 on the backend: the owned part of the working copy := bf16(master) */
+/* 16-bit on the backend: the owned part of the working copy := pdt(master) */
 static void round_owned(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
     if (s->shard_params) {
-        s->be->to_bf16(u->wshard, u->shard_p, u->S);
+        to16(s, s->pdt, u->wshard, u->shard_p, u->S);
         return;
     }
     const int r = s->rank_in_sg;
     size_t pos = 0;
     for (int i = 0; i < u->lay.nseg[r]; i++) {
         const zt_segment_t *g = &u->lay.seg[r][i];
-        s->be->to_bf16(u->wfull + g->off, u->shard_p + pos, g->len);
+        to16(s, s->pdt, u->wfull + g->off, u->shard_p + pos, g->len);
         pos += g->len;
     }
 }
@@ -360,7 +386,7 @@ static void init_values(zt_shard_t *s, int ui)
         for (size_t off = 0; off < u->lay.numel; off += INIT_STAGE) {
             size_t n = ZT_MIN(INIT_STAGE, u->lay.numel - off);
             init_unit_range(s, ui, off, n, dev, stage, s->be);
-            s->be->to_bf16((uint16_t *)u->wfull + off, dev, n);
+            to16(s, s->pdt, (uint16_t *)u->wfull + off, dev, n);
         }
         s->be->free(dev);
     }
@@ -389,10 +415,10 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     s->hybrid = zt_strategy_is_hybrid(st);
     s->shard_params = zt_strategy_shards_params(st);
     s->persistent_grads = !zt_strategy_shards_grads(st);
-    s->mixed = opts->bf16 != 0;
+    s->mixed = opts->bf16 || opts->fp16;
     s->pesz = s->mixed ? 2 : 4;
-    s->pdt = s->mixed ? ZT_BF16 : ZT_F32;
-    s->gdt = opts->reduce_bf16 ? ZT_BF16 : ZT_F32;
+    s->pdt = opts->fp16 ? ZT_F16 : opts->bf16 ? ZT_BF16 : ZT_F32;
+    s->gdt = opts->reduce_fp16 ? ZT_F16 : opts->reduce_bf16 ? ZT_BF16 : ZT_F32;
     s->offload = opts->offload_optim != 0;
     s->offload_param = s->offload && opts->offload_param && s->shard_params;
     s->ob = s->offload ? &zt_backend_cpu : be;
@@ -424,7 +450,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         const int optim_mem = s->offload ? MEM_HOST : MEM_OPTIM;
         if (s->offload) u->master = falloc(s, MEM_HOST, u->S);
         if (s->mixed) {
-            /* fp32 master with the optimizer state, bf16 working copy as the params */
+            /* fp32 master with the optimizer state, 16-bit working copy as the params */
             if (!s->offload) u->shard_p = falloc(s, MEM_OPTIM, u->S);
             if (s->shard_params)
                 u->wshard = balloc(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->S * 2);
@@ -593,14 +619,14 @@ const float *zt_shard_params(zt_shard_t *s, int ui)
         if (!u->gathered) gather_start(s, ui, 1);
         if (!s->mixed) return u->gath;
     }
-    /* bf16: widen into the unit's fp32 slot, unless it already holds this unit */
+    /* mixed: widen into the unit's fp32 slot, unless it already holds this unit */
     const int k = ui == 0 ? 0 : 1;
     if (s->slot_held[k] && s->slot_unit[k] != ui)
-        zt_fatal("shard engine: unit %d requested while unit %d is still in use (bf16 keeps one "
+        zt_fatal("shard engine: unit %d requested while unit %d is still in use (16-bit params keep one "
                  "block materialized at a time)", ui, s->slot_unit[k]);
     if (s->slot_unit[k] != ui) {
-        s->be->from_bf16(s->scratch[k], s->shard_params ? (const uint16_t *)u->gath : u->wfull,
-                         u->lay.numel);
+        from16(s, s->pdt, s->scratch[k], s->shard_params ? (const uint16_t *)u->gath : u->wfull,
+               u->lay.numel);
         s->slot_unit[k] = ui;
     }
     s->slot_held[k] = 1;
@@ -675,14 +701,14 @@ static void reduction_complete(zt_shard_t *s, int ui)
     for (int k = 0; k < u->nred; k++) zt_wait(s->comm, &u->red_req[k]);
     u->nred = 0;
     if (u->gcomm) {
-        /* ddp: the bf16 all-reduce result replaces the fp32 local sum */
-        if (s->o.strategy == ZT_DDP) s->be->from_bf16(u->gfull, u->gcomm, u->lay.numel);
+        /* ddp: the 16-bit all-reduce result replaces the fp32 local sum */
+        if (s->o.strategy == ZT_DDP) from16(s, s->gdt, u->gfull, u->gcomm, u->lay.numel);
         BFREE(s, MEM_COMM, u->gcomm, u->lay.packed * 2);
     }
     if (u->red_pending) {
         if (u->rs16) {
             u->rs_tmp = falloc(s, MEM_COMM, u->S);
-            s->be->from_bf16(u->rs_tmp, u->rs16, u->S);
+            from16(s, s->gdt, u->rs_tmp, u->rs16, u->S);
             BFREE(s, MEM_COMM, u->rs16, u->S * 2);
         }
         s->be->accumulate(u->gshard, u->rs_tmp, u->S);
@@ -697,9 +723,9 @@ static void reduce_scatter_unit(zt_shard_t *s, int ui)
     unit_state_t *u = &s->u[ui];
     const void *send = u->gfull;
     void *recv;
-    if (s->o.reduce_bf16) {
+    if (s->gdt != ZT_F32) {
         u->gcomm = balloc(s, MEM_COMM, u->lay.packed * 2);
-        s->be->to_bf16(u->gcomm, u->gfull, u->lay.packed);
+        to16(s, s->gdt, u->gcomm, u->gfull, u->lay.packed);
         send = u->gcomm;
         recv = u->rs16 = balloc(s, MEM_COMM, u->S * 2);
     } else {
@@ -731,9 +757,9 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
         /* all-reduce in buckets so large units do not become one huge message */
         const size_t es = zt_dtype_size(s->gdt);
         char *buf = (char *)u->gfull;
-        if (s->o.reduce_bf16) {
+        if (s->gdt != ZT_F32) {
             u->gcomm = balloc(s, MEM_COMM, u->lay.packed * 2);
-            s->be->to_bf16(u->gcomm, u->gfull, u->lay.numel);
+            to16(s, s->gdt, u->gcomm, u->gfull, u->lay.numel);
             buf = (char *)u->gcomm;
         }
         size_t bucket = ZT_MAX(s->o.bucket_bytes / es, (size_t)1 << 16);
@@ -757,6 +783,21 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
     reduce_scatter_unit(s, ui);
 }
 
+/* fp16: x := fp16(x) (see the file comment), through a transient 16-bit buffer of
+ * at most ROUND_CHUNK elements */
+#define ROUND_CHUNK ((size_t)1 << 20)
+static void round_fp16(zt_shard_t *s, float *x, size_t n)
+{
+    const size_t cap = ZT_MIN(n, ROUND_CHUNK);
+    uint16_t *b = balloc(s, MEM_COMM, cap * 2);
+    for (size_t off = 0; off < n; off += cap) {
+        const size_t k = ZT_MIN(cap, n - off);
+        to16(s, ZT_F16, b, x + off, k);
+        from16(s, ZT_F16, x + off, b, k);
+    }
+    BFREE(s, MEM_COMM, b, cap * 2);
+}
+
 double zt_shard_finish_grads(zt_shard_t *s)
 {
     double local = 0.0;
@@ -764,18 +805,20 @@ double zt_shard_finish_grads(zt_shard_t *s)
         unit_state_t *u = &s->u[ui];
         reduction_complete(s, ui);
         if (s->o.strategy == ZT_DDP) {
+            if (s->pdt == ZT_F16) round_fp16(s, u->gfull, u->lay.numel);
             local += s->be->sumsq(u->gfull, u->lay.numel);
             continue;
         }
-        if (s->rg && s->o.reduce_bf16) {
+        if (s->rg && s->gdt != ZT_F32) {
             uint16_t *b = balloc(s, MEM_COMM, u->S * 2);
-            s->be->to_bf16(b, u->gshard, u->S);
-            zt_allreduce(s->comm, s->rg, ZT_IN_PLACE, b, u->S, ZT_BF16, ZT_SUM);
-            s->be->from_bf16(u->gshard, b, u->S);
+            to16(s, s->gdt, b, u->gshard, u->S);
+            zt_allreduce(s->comm, s->rg, ZT_IN_PLACE, b, u->S, s->gdt, ZT_SUM);
+            from16(s, s->gdt, u->gshard, b, u->S);
             BFREE(s, MEM_COMM, b, u->S * 2);
         } else if (s->rg) {
             zt_allreduce(s->comm, s->rg, ZT_IN_PLACE, u->gshard, u->S, ZT_F32, ZT_SUM);
         }
+        if (s->pdt == ZT_F16) round_fp16(s, u->gshard, u->S);
         local += s->be->sumsq(u->gshard, u->S);
     }
     /* each element counted once: shards are disjoint within sg, replicas not summed */
@@ -791,7 +834,7 @@ void zt_shard_zero_grads(zt_shard_t *s)
 
 /* ---- optimizer ------------------------------------------------------------------ */
 
-/* Re-creates the replicated full parameters (fp32, or the bf16 working copy)
+/* Re-creates the replicated full parameters (fp32, or the 16-bit working copy)
  * from every rank's owned part. */
 static void regather_full(zt_shard_t *s, int ui)
 {
@@ -876,43 +919,46 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     const zt_strategy_t st = o->strategy;
     const int n = st == ZT_DDP ? 1 : shard_n;
     const int shard_params = zt_strategy_shards_params(st), persistent = !zt_strategy_shards_grads(st);
-    /* bf16: working params 2 bytes, the fp32 master joins m and v (12 bytes per
+    /* bf16/fp16: working params 2 bytes, the fp32 master joins m and v (12 bytes per
      * owned element); gradient accumulators stay fp32 (see the file comment) */
-    const size_t pb = o->bf16 ? 2 : 4, gb = o->reduce_bf16 ? 2 : 4, ob = o->bf16 ? 12 : 8;
+    const int mixed = o->bf16 || o->fp16, reduce16 = o->reduce_bf16 || o->reduce_fp16;
+    const size_t pb = mixed ? 2 : 4, gb = reduce16 ? 2 : 4, ob = mixed ? 12 : 8;
     /* offload: master, m and v (12 bytes per owned element) move to the host; with
      * offload_param the owned working shard too (fp32: it is the master) */
     const int off = o->offload_optim != 0, offp = off && o->offload_param && shard_params;
-    size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0, smax = 0;
+    size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0, owned = 0;
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;
         zt_unit_layout_build(&lay, t, ui, n, o->layout);
         /* the largest shard (rank 0's) is the per-rank upper bound */
         size_t S = lay.count[0], P = lay.packed;
         if (!offp) out->params += (shard_params ? S : P) * pb;
-        else if (o->bf16) out->host += S * 2;
+        else if (mixed) out->host += S * 2;
         out->grads += (persistent ? P : 0) * 4 + (st != ZT_DDP ? S : 0) * 4;
         if (off) out->host += S * 12;
         else out->optim += S * ob;
-        smax = ZT_MAX(smax, S);
         if (P > largest) second = largest, largest = P;
         else if (P > second) second = P;
         all_gathered += P;
         if (o->layout == ZT_LAYOUT_PER_PARAM && n > 1 && P > pack) pack = P;
+        owned = ZT_MAX(owned, S);
         if (ui == 0) root = lay.numel;
         else block = ZT_MAX(block, lay.numel);
         zt_unit_layout_free(&lay);
     }
     /* transient: one unit's full gradients plus the reduce-scatter landing buffer */
     out->comm_buffers = pack * ZT_MAX(pb, gb) + (persistent ? 0 : largest * 4 + largest / (size_t)n * 4);
-    /* bf16 reductions: the rounded copy of a unit's gradients and its landing shard */
-    if (o->reduce_bf16 && (st != ZT_DDP ? n > 1 : replica_n > 1))
+    /* 16-bit reductions: the rounded copy of a unit's gradients and its landing shard */
+    if (reduce16 && (st != ZT_DDP ? n > 1 : replica_n > 1))
         out->comm_buffers += largest * 2 + (st != ZT_DDP ? largest / (size_t)n * 2 : 0);
-    /* bf16: the fp32 views of the root unit and of the running block */
-    if (o->bf16) out->comm_buffers += (root + block) * 4;
-    /* offload: two host landings of a unit's gradients (and one bf16 rounding);
+    /* mixed: the fp32 views of the root unit and of the running block */
+    if (mixed) out->comm_buffers += (root + block) * 4;
+    /* fp16: the 16-bit buffer through which the owned gradients are rounded */
+    if (o->fp16) out->comm_buffers += ZT_MIN(owned, ROUND_CHUNK) * 2;
+    /* offload: two host landings of a unit's gradients (and one 16-bit rounding);
      * offload_param: the uploads of the running and the prefetched unit */
-    if (off) out->host += 2 * smax * 4 + (o->bf16 && !offp ? smax * 2 : 0);
-    if (offp && n > 1) out->comm_buffers += 2 * smax * pb;
+    if (off) out->host += 2 * owned * 4 + (mixed && !offp ? owned * 2 : 0);
+    if (offp && n > 1) out->comm_buffers += 2 * owned * pb;
     if (shard_params) {
         const int keeps_all = st == ZT_SHARD_GRAD_OP || st == ZT_HYBRID_ZERO2 || !o->reshard_after_forward;
         /* zero3: the root unit stays gathered for the micro-step, plus the running
@@ -927,7 +973,7 @@ double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_
     const zt_strategy_t st = o->strategy;
     /* bytes per element: parameter gathers move the working dtype, gradient
      * reductions the reduce dtype */
-    const double pb = o->bf16 ? 2.0 : 4.0, gb = o->reduce_bf16 ? 2.0 : 4.0;
+    const double pb = o->bf16 || o->fp16 ? 2.0 : 4.0, gb = o->reduce_bf16 || o->reduce_fp16 ? 2.0 : 4.0;
     double bytes = 0.0;
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;

@@ -5,7 +5,16 @@
  * [s*G, (s+1)*G) (offset by the resumed sampler position); micro-step m of rank
  * r takes rows g = base + m*(dp*B) + r*B + b, b < B. One rank with A' = A*dp
  * micro-steps therefore sees exactly the same samples per step, and each micro
- * gradient is scaled by 1/(B*T*A*dp) so the reduced sum is the global mean. */
+ * gradient is scaled by 1/(B*T*A*dp) so the reduced sum is the global mean.
+ *
+ * fp16 loss scaling: the loss scale S multiplies that gradient scale, so every
+ * gradient is S times the true one; the norm is divided by S and AdamW's gradient
+ * factor becomes clip / S (the unscale costs no pass). S is a power of two in
+ * dynamic mode, so scaling and unscaling are exact in fp32. An overflow (a finite
+ * loss with a non-finite gradient anywhere, agreed collectively) skips the step on
+ * every rank and halves S; loss_scale_window good steps in a row double it. The
+ * learning-rate schedule follows optimizer steps (Adam t), so a skipped step does
+ * not advance it, as in DeepSpeed and the HF Trainer. */
 #include "config.h"
 #include "zt_train.h"
 
@@ -54,6 +63,9 @@ typedef struct run {
     double train_seconds;
     float last_loss, last_val;
     zt_comm_stats_t comm_total; /* training collectives of the whole run (not eval, not saves) */
+    double loss_scale;          /* fp16: S (1 without fp16) */
+    int dynamic_scale;          /* fp16 with train.loss_scale = 0 */
+    long good_steps;            /* dynamic: steps since the last overflow or doubling */
 } run_t;
 
 static void hist_push(hist_t *h, long step, float v)
@@ -88,7 +100,8 @@ static int mkdir_p(const char *path, char *err, size_t errlen)
 static int matmul_level(const zt_config_t *cfg)
 {
     const char *mp = cfg->train.matmul_precision;
-    if (strcmp(mp, "medium") == 0 || (strcmp(mp, "auto") == 0 && cfg->train.bf16)) return ZT_MATMUL_MEDIUM;
+    if (strcmp(mp, "medium") == 0 || (strcmp(mp, "auto") == 0 && (cfg->train.bf16 || cfg->train.fp16)))
+        return ZT_MATMUL_MEDIUM;
     return strcmp(mp, "high") == 0 ? ZT_MATMUL_HIGH : ZT_MATMUL_HIGHEST;
 }
 
@@ -103,9 +116,11 @@ static void fill_opts(const zt_config_t *cfg, zt_strategy_t st, zt_shard_opts_t 
     o->reshard_after_forward = cfg->parallel.reshard_after_forward;
     o->bucket_bytes = (size_t)(cfg->parallel.bucket_size_mb * 1024.0 * 1024.0);
     o->reduce_bf16 = strcmp(cfg->parallel.reduce_dtype, "bf16") == 0;
+    o->reduce_fp16 = strcmp(cfg->parallel.reduce_dtype, "fp16") == 0;
     o->bf16 = cfg->train.bf16;
     o->offload_optim = strcmp(cfg->parallel.offload_optimizer, "cpu") == 0;
     o->offload_param = strcmp(cfg->parallel.offload_param, "cpu") == 0;
+    o->fp16 = cfg->train.fp16;
     o->seed = (uint64_t)cfg->train.seed;
 }
 
@@ -434,6 +449,10 @@ static int save_checkpoint(run_t *r)
     meta.beta2 = (float)cfg->optim.adam_beta2;
     meta.eps = (float)cfg->optim.adam_epsilon;
     meta.weight_decay = (float)cfg->optim.weight_decay;
+    if (cfg->train.fp16) {
+        meta.loss_scale = r->loss_scale;
+        meta.loss_scale_good_steps = r->good_steps;
+    }
     char err[ZT_ERRLEN] = "";
     zt_watchdog_mark("checkpoint save", -1, r->step);
     if (zt_ckpt_save(cfg->train.output_dir, &meta, r->config_text, cfg->checkpoint.format,
@@ -483,6 +502,12 @@ static int maybe_resume(run_t *r)
     r->step = meta.step;
     r->samples_seen = meta.samples_seen;
     r->tokens_seen = meta.tokens_seen;
+    /* a dynamic loss scale continues where it was (a static one is the config's) */
+    if (r->dynamic_scale && meta.loss_scale > 0) {
+        r->loss_scale = meta.loss_scale;
+        r->good_steps = meta.loss_scale_good_steps;
+        zt_log("resumed fp16 loss scale %.9g (%ld steps since the last change)", r->loss_scale, r->good_steps);
+    }
     zt_log("resumed from %s: step %ld, %.0f tokens seen, saved by %d ranks with %s (%s in %.2f s, %.1f MB/s)",
            path, meta.step, meta.tokens_seen, meta.world_size, meta.strategy,
            zt_fmt_bytes(meta.bytes, b, sizeof b), meta.load_seconds,
@@ -630,6 +655,32 @@ static void comm_summary(const run_t *r)
     if (o) zt_log("communication (rank 0, training steps): %s", line);
 }
 
+/* fp16 dynamic loss scaling after an overflow (a collective verdict): halve the
+ * scale on every rank, or stop when that would take it below the minimum. */
+static int loss_scale_overflow(run_t *r)
+{
+    const double S = r->loss_scale, next = S / 2;
+    if (next < r->cfg->train.min_loss_scale) {
+        zt_log_error("step %ld: gradient overflow at loss scale %.9g, and halving it would go below "
+                     "train.min_loss_scale (%.9g); stopping", r->step + 1, S, r->cfg->train.min_loss_scale);
+        return -1;
+    }
+    zt_log("step %ld: gradient overflow, loss scale %.9g -> %.9g", r->step + 1, S, next);
+    r->loss_scale = next;
+    return 0;
+}
+
+/* metrics.jsonl record of a step whose optimizer update was skipped, with the loss
+ * scale the step ran with */
+static void skipped_record(const run_t *r, const char *reason, double elapsed)
+{
+    char line[256];
+    snprintf(line, sizeof line, "{\"step\":%ld,\"skipped\":true,\"reason\":\"%s\",\"loss_scale\":%.9g,"
+             "\"elapsed_s\":%.3f}", r->step + 1, reason,
+             r->loss_scale, elapsed);
+    zt_metrics_write(line);
+}
+
 static int run_loop(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
@@ -672,7 +723,7 @@ static int run_loop(run_t *r)
         double loss_sum = 0.0;
         /* the injected NaN enters through the gradient scale, so only the gradients
          * (not the loss) carry it: the path a real overflow takes */
-        const float ds = injected == ZT_FAULT_NAN ? NAN : dscale;
+        const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
         for (int m = 0; m < r->A; m++) {
             zt_shard_begin_micro(r->shard, m, r->A);
             loss_sum += train_micro(r, r->inp + m * BT, r->tgt + m * BT, ds);
@@ -685,25 +736,33 @@ static int run_loop(run_t *r)
          * spread it to every replica */
         int bad = !isfinite(loss_sum) || !isfinite(norm2);
         if (zt_any(c, bad)) {
-            if (strcmp(cfg->parallel.nonfinite, "skip") == 0) {
-                zt_log("step %ld: non-finite loss or gradient; step skipped (parallel.nonfinite = skip)", r->step + 1);
+            /* a finite loss (the world's sum: the same verdict everywhere) with a
+             * non-finite gradient is an fp16 overflow */
+            const int overflow = r->dynamic_scale && isfinite(loss);
+            if (overflow || strcmp(cfg->parallel.nonfinite, "skip") == 0) {
+                skipped_record(r, overflow ? "overflow" : "nonfinite", zt_now() - t_start);
+                if (overflow && loss_scale_overflow(r) != 0) return ZT_EXIT_NONFINITE;
+                if (!overflow)
+                    zt_log("step %ld: non-finite loss or gradient; step skipped (parallel.nonfinite = skip)", r->step + 1);
+                r->good_steps = 0;
                 zt_shard_zero_grads(r->shard);
                 r->samples_seen += r->G;
                 r->step++;
-                continue;
+                goto step_end; /* a skipped step still evaluates and checkpoints on schedule */
             }
             zt_log_error("step %ld: non-finite loss or gradient (loss %g); stopping (parallel.nonfinite = abort)",
                          r->step + 1, loss);
             return ZT_EXIT_NONFINITE;
         }
-        double norm = sqrt(norm2);
+        const long adam_t = zt_shard_adam_step(r->shard); /* optimizer steps so far */
+        const double S = r->loss_scale, norm = sqrt(norm2) / S;
         double lr = zt_lr_at(sched, cfg->optim.learning_rate, cfg->optim.warmup_steps,
-                             cfg->optim.min_lr_ratio, r->step, r->total_steps);
+                             cfg->optim.min_lr_ratio, adam_t, r->total_steps);
         zt_adamw_hp_t hp = {
             .lr = (float)lr, .beta1 = (float)cfg->optim.adam_beta1, .beta2 = (float)cfg->optim.adam_beta2,
             .eps = (float)cfg->optim.adam_epsilon, .weight_decay = (float)cfg->optim.weight_decay,
-            .grad_scale = (float)zt_clip_scale(norm, cfg->optim.max_grad_norm),
-            .step = zt_shard_adam_step(r->shard) + 1,
+            .grad_scale = (float)(zt_clip_scale(norm, cfg->optim.max_grad_norm) / S),
+            .step = adam_t + 1,
         };
         zt_watchdog_mark("optimizer", -1, r->step + 1);
         zt_shard_optimizer_step(r->shard, &hp);
@@ -714,6 +773,12 @@ static int run_loop(run_t *r)
         r->step++;
         window_steps++;
         r->last_loss = (float)loss;
+        if (r->dynamic_scale && ++r->good_steps == cfg->train.loss_scale_window) {
+            zt_log("step %ld: %d steps without overflow, loss scale %.9g -> %.9g", r->step,
+                   cfg->train.loss_scale_window, S, 2 * S);
+            r->loss_scale = 2 * S;
+            r->good_steps = 0;
+        }
 
         if (r->step % cfg->train.logging_steps == 0 || r->step == r->total_steps || r->step == 1) {
             double now = zt_now(), wdt = now - t_window;
@@ -723,16 +788,18 @@ static int run_loop(run_t *r)
             char etab[32], memb[32], cj[1024];
             format_eta(eta, etab, sizeof etab);
             zt_fmt_bytes((double)zt_current_rss(), memb, sizeof memb);
-            zt_log("step %5ld/%ld | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
-                   r->step, r->total_steps, loss, lr, norm, tps, flops / 1e12,
+            char scaleb[48] = "";
+            if (cfg->train.fp16) snprintf(scaleb, sizeof scaleb, " | scale %.9g", S);
+            zt_log("step %5ld/%ld | loss %.4f | lr %.2e | norm %.4f%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
+                   r->step, r->total_steps, loss, lr, norm, scaleb, tps, flops / 1e12,
                    100.0 * flops / r->peak_flops, memb, etab);
             comm_json(zt_comm_stats(c), cj, sizeof cj);
             char line[2048];
             snprintf(line, sizeof line,
-                     "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.3f,"
+                     "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"loss_scale\":%.9g,\"tokens_per_s\":%.3f,"
                      "\"tflops\":%.6f,\"mfu\":%.6f,\"elapsed_s\":%.3f,\"step_s\":%.6f,\"tokens_seen\":%.0f,"
                      "\"rss_bytes\":%zu,\"comm\":%s}",
-                     r->step, loss, lr, norm, tps, flops / 1e12, flops / r->peak_flops, now - t_start,
+                     r->step, loss, lr, norm, S, tps, flops / 1e12, flops / r->peak_flops, now - t_start,
                      wdt / window_steps, r->tokens_seen, zt_current_rss(), cj);
             zt_metrics_write(line);
             hist_push(&r->train_hist, r->step, (float)loss);
@@ -740,6 +807,7 @@ static int run_loop(run_t *r)
             t_window = zt_now();
             window_steps = 0;
         }
+    step_end:;
         int last = r->step == r->total_steps;
         if (r->val && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
             fold_comm(r); /* keep the training traffic, then discard the evaluation's */
@@ -861,9 +929,19 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     if (strcmp(cfg->parallel.strategy, "auto") == 0)
         st = pick_auto(cfg, r->table, comm->world.size, comm->local_size, why, sizeof why);
     fill_opts(cfg, st, &r->sopts);
+    r->loss_scale = 1.0;
+    if (cfg->train.fp16) {
+        r->dynamic_scale = cfg->train.loss_scale == 0;
+        r->loss_scale = r->dynamic_scale ? ldexp(1.0, cfg->train.initial_scale_power) : cfg->train.loss_scale;
+    }
     r->config_text = zt_config_to_string(cfg);
     startup_report(r);
     if (why[0]) zt_log("strategy auto -> %s: %s", zt_strategy_name(st), why);
+    if (cfg->train.fp16 && r->dynamic_scale)
+        zt_log("fp16: dynamic loss scale from %.9g, doubled after %d steps without overflow, at least %.9g",
+               r->loss_scale, cfg->train.loss_scale_window, cfg->train.min_loss_scale);
+    else if (cfg->train.fp16)
+        zt_log("fp16: static loss scale %.9g", r->loss_scale);
 
     r->model = zt_model_create(r->table, r->be, r->B, r->T, cfg->train.gradient_checkpointing);
     r->shard = zt_shard_create(r->table, comm, r->be, &r->sopts);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP] [--bf16] [--reduce-bf16]
+"""check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP] [--bf16|--fp16] [--reduce-bf16|--reduce-fp16]
                       [--offload] [--offload-param]
 
 Checks a run's metrics.jsonl against the ZeRO memory formulas and the
@@ -26,18 +26,20 @@ Dtype bytes (both optional; without them everything is fp32 as above):
                  total is 2 + 4 + 12 = 18 bytes per parameter (/n when sharded).
   --reduce-bf16  parallel.reduce_dtype = bf16: every gradient reduction
                  (all-reduce, reduce-scatter) moves 2 bytes per element.
+  --fp16, --reduce-fp16  the same byte counts for train.fp16 and reduce_dtype = fp16.
 Offload (ZeRO-Offload; both optional):
   --offload        parallel.offload_optimizer = cpu: the backend's optimizer memory
                    is 0; host memory holds the fp32 master, m and v (12 bytes per
                    owned element) plus two landings of the largest unit's owned
                    gradients (2 * 4 * max S: the next unit's download overlaps
-                   this unit's AdamW) and, bf16, one rounding buffer (2 * max S).
+                   this unit's AdamW) and, 16-bit, one rounding buffer (2 * max S).
   --offload-param  parallel.offload_param = cpu too: the backend holds no
-                   parameter shard; a bf16 working shard (2 * sum S) joins the host
+                   parameter shard; a 16-bit working shard (2 * sum S) joins the host
                    (fp32: the master is the working shard), no rounding buffer."""
 import json, sys
 
-def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, offload=False, offload_param=False):
+def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name16="bf16", offload=False,
+         offload_param=False):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
@@ -101,7 +103,7 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, offlo
             bad.append(f"zero3 model state {total} is not {per}*Psi/n = {per * psi / n:.0f} up to padding")
     busbw_ok = all(r["comm"][k]["busbw_GBps"] >= 0 for r in steps for k in exp)
     if not busbw_ok: bad.append("negative busbw")
-    dt = (" bf16" if bf16 else "") + (" reduce-bf16" if reduce_bf16 else "") + \
+    dt = (" " + name16 if bf16 else "") + (" reduce-" + name16 if reduce_bf16 else "") + \
         (" offload" if offload else "") + (" offload-param" if offload_param else "")
     print(f"{strategy:14s}{dt} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}"
           f" host {host}: "
@@ -111,8 +113,10 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, offlo
 
 if __name__ == "__main__":
     flags = {x for x in sys.argv[1:] if x.startswith("--")}
-    unknown = flags - {"--bf16", "--reduce-bf16", "--offload", "--offload-param"}
+    unknown = flags - {"--bf16", "--reduce-bf16", "--fp16", "--reduce-fp16", "--offload", "--offload-param"}
     if unknown: sys.exit(f"check_accounting.py: unknown option {sorted(unknown)[0]}")
     a = [x for x in sys.argv[1:] if not x.startswith("--")]
     sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None,
-                  "--bf16" in flags, "--reduce-bf16" in flags, "--offload" in flags, "--offload-param" in flags))
+                  bool(flags & {"--bf16", "--fp16"}), bool(flags & {"--reduce-bf16", "--reduce-fp16"}),
+                  "fp16" if flags & {"--fp16", "--reduce-fp16"} else "bf16",
+                  "--offload" in flags, "--offload-param" in flags))

@@ -1,5 +1,5 @@
 #!/bin/sh
-# comm.sh — the collectives (ring all-reduce and reduce-scatter, fp32 and bf16,
+# comm.sh — the collectives (ring all-reduce and reduce-scatter, fp32, bf16 and fp16,
 # ragged counts) against exact sums at 1-4 ranks; and checkpoint I/O staged through
 # host memory (the device-backend path) at 1-3 ranks.
 . "$(dirname "$0")/common.sh"

@@ -1,11 +1,12 @@
 /* comm_test.c — the comm layer's collectives against exact expectations, at any
  * world size (run by comm.sh at 1-4 ranks). Values are small integers, so fp32
- * sums are exact whatever the summation order; bf16 values are multiples of 1/2
- * below 256, also exact. Also checks group construction and byte accounting,
- * and the comm-backend dispatch: which backend a compute backend gets, the
- * refusal of nccl where it cannot run, and, through a recording device backend,
- * that every data collective on device buffers goes to the device backend while
- * host buffers and the collective decisions stay on MPI.
+ * sums are exact whatever the summation order; bf16 and fp16 values are multiples
+ * of 1/2 below 256, also exact. Also checks group construction and byte accounting,
+ * that an fp16 sum past the largest half (65504) becomes Inf, and the comm-backend
+ * dispatch: which backend a compute backend gets, the refusal of nccl where it
+ * cannot run, and, through a recording device backend, that every data collective
+ * on device buffers goes to the device backend while host buffers and the
+ * collective decisions stay on MPI.
  * Exit status 0 only if every check passed on every rank. */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -17,6 +18,7 @@
 
 #include "zt_comm.h"
 #include "zt_common.h"
+#include "zt_fp16.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                   \
@@ -61,41 +63,71 @@ static void t_allreduce(zt_comm_t *c, size_t count)
     free(buf);
 }
 
+/* 16-bit encodings of exactly representable values */
+static uint16_t enc16(float f, zt_dtype_t t)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return t == ZT_F16 ? zt_fp16_from_f32(f) : (uint16_t)(u >> 16);
+}
+
+static float dec16(uint16_t h, zt_dtype_t t)
+{
+    if (t == ZT_F16) return zt_fp16_to_f32(h);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static const char *dtname(zt_dtype_t t) { return t == ZT_BF16 ? "bf16" : t == ZT_F16 ? "fp16" : "fp32"; }
+
 static void t_reduce_scatter(zt_comm_t *c, size_t count, zt_dtype_t t)
 {
     zt_group_t *g = &c->world;
-    const int n = g->size;
+    const int n = g->size, half = t != ZT_F32;
     const size_t total = count * (size_t)n;
     float *f = zt_malloc(total * sizeof *f), *out = zt_malloc(count * sizeof *out);
     uint16_t *h = zt_malloc(total * 2), *ho = zt_malloc(count * 2);
-    for (size_t i = 0; i < total; i++) f[i] = val(g->rank, i) * (t == ZT_BF16 ? 0.5f : 1.0f);
-    if (t == ZT_BF16)
-        for (size_t i = 0; i < total; i++) {
-            uint32_t u;
-            memcpy(&u, &f[i], 4);
-            h[i] = (uint16_t)(u >> 16); /* exact: small multiples of 1/2 */
-        }
+    for (size_t i = 0; i < total; i++) f[i] = val(g->rank, i) * (half ? 0.5f : 1.0f);
+    if (half)
+        for (size_t i = 0; i < total; i++) h[i] = enc16(f[i], t); /* exact: small multiples of 1/2 */
     zt_request_t req = {.req = MPI_REQUEST_NULL};
-    zt_ireduce_scatter(c, g, t == ZT_BF16 ? (void *)h : (void *)f, t == ZT_BF16 ? (void *)ho : (void *)out,
-                       count, t, &req);
+    zt_ireduce_scatter(c, g, half ? (void *)h : (void *)f, half ? (void *)ho : (void *)out, count, t, &req);
     zt_wait(c, &req);
     size_t bad = 0;
     for (size_t i = 0; i < count; i++) {
         size_t gi = (size_t)g->rank * count + i;
         float want = 0;
-        for (int r = 0; r < n; r++) want += val(r, gi) * (t == ZT_BF16 ? 0.5f : 1.0f);
-        float got = out[i];
-        if (t == ZT_BF16) {
-            uint32_t u = (uint32_t)ho[i] << 16;
-            memcpy(&got, &u, 4);
-        }
-        bad += got != want;
+        for (int r = 0; r < n; r++) want += val(r, gi) * (half ? 0.5f : 1.0f);
+        bad += (half ? dec16(ho[i], t) : out[i]) != want;
     }
-    CHECK(bad == 0, "reduce-scatter (%s) of %zu per rank: %zu wrong", t == ZT_BF16 ? "bf16" : "fp32", count, bad);
+    CHECK(bad == 0, "reduce-scatter (%s) of %zu per rank: %zu wrong", dtname(t), count, bad);
     free(f);
     free(out);
     free(h);
     free(ho);
+}
+
+/* fp16 all-reduce (the ring for large buffers, MPI_Allreduce with the fp16 op for
+ * small ones): exact sums, and Inf where the sum passes 65504 */
+static void t_allreduce_fp16(zt_comm_t *c, size_t count)
+{
+    zt_group_t *g = &c->world;
+    uint16_t *h = zt_malloc(count * 2);
+    for (size_t i = 0; i < count; i++) h[i] = enc16(val(g->rank, i) * 0.5f, ZT_F16);
+    h[0] = enc16(g->size > 1 ? 40000.0f : 70000.0f, ZT_F16); /* 70000 is Inf already */
+    zt_allreduce(c, g, ZT_IN_PLACE, h, count, ZT_F16, ZT_SUM);
+    size_t bad = 0;
+    for (size_t i = 1; i < count; i++) {
+        float want = 0;
+        for (int r = 0; r < g->size; r++) want += val(r, i) * 0.5f;
+        bad += dec16(h[i], ZT_F16) != want;
+    }
+    CHECK(bad == 0, "fp16 all-reduce of %zu: %zu wrong elements", count, bad);
+    CHECK(h[0] == 0x7c00, "fp16 all-reduce: a sum past 65504 gave 0x%04x, not +Inf", h[0]);
+    CHECK(c->stats.bytes[ZT_COLL_ALLREDUCE] > 0, "fp16 all-reduce not accounted");
+    free(h);
 }
 
 static void t_reduce_scatterv(zt_comm_t *c)
@@ -273,6 +305,8 @@ int main(int argc, char **argv)
         t_allreduce(&c, sizes[i]);
         t_reduce_scatter(&c, sizes[i], ZT_F32);
         t_reduce_scatter(&c, sizes[i], ZT_BF16);
+        t_reduce_scatter(&c, sizes[i], ZT_F16);
+        t_allreduce_fp16(&c, sizes[i]);
     }
     t_reduce_scatterv(&c);
     t_backend_choice(&c);

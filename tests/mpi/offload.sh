@@ -44,10 +44,11 @@ pair 4 hybrid "$offp" parallel.strategy=hybrid_shard parallel.shard_group_size=2
 # shellcheck disable=SC2086
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref $pairs || fail "an offloaded run diverged from the reference"
 
-# bf16 working copies: rounded on the host before the upload, the same rounding
+# 16-bit working copies: rounded on the host before the upload, the same rounding
 pair 2 bf16-zero2 "$off" parallel.strategy=zero2 train.bf16=true
 pair 3 bf16-zero3 "$offp" parallel.strategy=zero3 train.bf16=true
 pair 1 bf16-ddp "$off" parallel.strategy=ddp train.bf16=true
+pair 2 fp16-zero3 "$offp" parallel.strategy=zero3 train.fp16=true
 
 # memory: the optimizer state is on the host, and nowhere else
 acc="$ZT_SRCDIR/tests/mpi/check_accounting.py"

@@ -235,6 +235,10 @@ static void roundtrip(const char *format, int wv, int rv)
     char dir[600], err[ZT_ERRLEN] = "", path[1024];
     fresh_dir(dir, sizeof dir, format);
     zt_ckpt_meta_t m = make_meta(7);
+    /* fp16 loss-scale state round-trips; runs without fp16 store none and read 0 */
+    const double scale = wv == rv ? 0 : 32768;
+    m.loss_scale = scale;
+    m.loss_scale_good_steps = 3;
     segset_t w = make_segs(table, wv, 0, 1, 1);
     int rc = zt_ckpt_write_segments(dir, &m, CONFIG, format, 0, w.segs, w.n, table, MPI_COMM_WORLD, err, sizeof err);
     if (rc) fprintf(stderr, "write: %s\n", err);
@@ -260,6 +264,7 @@ static void roundtrip(const char *format, int wv, int rv)
     CU_ASSERT_EQUAL(lm.data_seed, 42);
     CU_ASSERT_EQUAL(lm.shuffle, 1);
     CU_ASSERT(lm.beta2 == 0.95f && lm.lr == 3e-4f);
+    CU_ASSERT(lm.loss_scale == scale && lm.loss_scale_good_steps == (scale > 0 ? 3 : 0));
     free_segs(&r);
 
     /* Every rank reading everything: the replicated (DDP) read pattern. */
@@ -287,6 +292,8 @@ static void test_sharded_consolidate(void)
     char dir[600], err[ZT_ERRLEN] = "", path[1024], out[1200];
     fresh_dir(dir, sizeof dir, "consolidate");
     zt_ckpt_meta_t m = make_meta(3);
+    m.loss_scale = 0.5;
+    m.loss_scale_good_steps = 999;
     segset_t w = make_segs(table, 3, 2, 1, 1);
     int rc = zt_ckpt_write_segments(dir, &m, CONFIG, "sharded", 0, w.segs, w.n, table, MPI_COMM_WORLD, err, sizeof err);
     CU_ASSERT_FATAL(all(rc == 0));
@@ -305,6 +312,7 @@ static void test_sharded_consolidate(void)
     CU_ASSERT(all(rc == 0));
     CU_ASSERT(all(count_wrong(&r) == 0));
     CU_ASSERT_EQUAL(lm.step, 3);
+    CU_ASSERT(lm.loss_scale == 0.5 && lm.loss_scale_good_steps == 999); /* kept by consolidation */
     /* stored checksums of both forms agree */
     if (rank == 0) {
         zt_ckpt_reader_t *a = zt_ckpt_reader_open(path, err, sizeof err), *b = zt_ckpt_reader_open(out, err, sizeof err);

@@ -249,6 +249,38 @@ static void t_validate(void)
     ASSERT_ERR("parallel.strategy: 'zero9' must be one of");
 }
 
+/* fp16 and loss scaling: exclusive with bf16, fp16 reductions only with fp16, and
+ * a minimum scale the dynamic scale can start from */
+static void t_validate_fp16(void)
+{
+    char *both[] = {"train.fp16=true", "train.bf16=true"};
+    CU_ASSERT_EQUAL(parse(NULL, 2, both), -1);
+    CU_ASSERT_STRING_EQUAL(err, "train.fp16 and train.bf16 are both true: choose one working precision");
+    char *red[] = {"parallel.reduce_dtype=fp16"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, red), -1);
+    ASSERT_ERR("parallel.reduce_dtype = fp16 needs train.fp16 = true");
+    char *ok[] = {"train.fp16=true", "parallel.reduce_dtype=fp16", "train.initial_scale_power=20",
+                  "train.loss_scale_window=5", "train.min_loss_scale=0.25"};
+    CU_ASSERT_EQUAL(parse(NULL, 5, ok), 0);
+    CU_ASSERT(cfg.train.fp16 == 1 && cfg.train.initial_scale_power == 20 && cfg.train.loss_scale_window == 5 &&
+              cfg.train.min_loss_scale == 0.25 && cfg.train.loss_scale == 0);
+    char *minhi[] = {"train.fp16=true", "train.initial_scale_power=4", "train.min_loss_scale=32"};
+    CU_ASSERT_EQUAL(parse(NULL, 3, minhi), -1);
+    ASSERT_ERR("train.min_loss_scale (32) exceeds the initial loss scale 2^4");
+    /* a static scale is not bound by the dynamic settings */
+    char *stat[] = {"train.fp16=true", "train.loss_scale=8", "train.initial_scale_power=4", "train.min_loss_scale=32"};
+    CU_ASSERT_EQUAL(parse(NULL, 4, stat), 0);
+    char *zero[] = {"train.min_loss_scale=0"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, zero), -1);
+    ASSERT_ERR("train.min_loss_scale (0) must be > 0");
+    char *power[] = {"train.initial_scale_power=128"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, power), -1);
+    ASSERT_ERR("train.initial_scale_power");
+    char *neg[] = {"train.loss_scale=-1"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, neg), -1);
+    ASSERT_ERR("train.loss_scale");
+}
+
 static void t_round_trip(void)
 {
     /* Non-default values of every type, including awkward doubles and strings. */
@@ -410,6 +442,7 @@ static const zt_test_t tests[] = {
     {"bad enum value", t_bad_enum},
     {"syntax error has line", t_syntax_error},
     {"cross-field validation", t_validate},
+    {"fp16 and loss-scale validation", t_validate_fp16},
     {"print/parse round trip", t_round_trip},
     {"string list forms", t_string_list},
     {"help and markdown list every key", t_help_markdown_complete},

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "zt_backend.h"
+#include "zt_fp16.h"
 #include "zt_test.h"
 
 static const zt_backend_t *be = &zt_backend_cpu;
@@ -684,6 +685,121 @@ static void t_bf16(void)
     CU_ASSERT(memcmp(back, h, sizeof h) == 0);
 }
 
+/* ------------------------------------------------------------------- fp16 -- */
+
+static uint32_t f2bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Known roundings of IEEE binary16 (11 significant bits, max 65504, min normal
+ * 2^-14, min subnormal 2^-24). */
+static void t_fp16_cases(void)
+{
+    struct { float in; uint16_t out; } cases[] = {
+        {1.0f, 0x3c00},
+        {1.0f + 0x1p-11f, 0x3c00},          /* tie, even below: stays */
+        {1.0f + 3 * 0x1p-11f, 0x3c02},      /* tie, odd below: up to even */
+        {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01}, /* just above a tie */
+        {-2.5f, 0xc100},
+        {65504.0f, 0x7bff},                 /* largest half */
+        {65519.99f, 0x7bff},                /* below the overflow threshold */
+        {65520.0f, 0x7c00},                 /* the tie above 65504 rounds to Inf */
+        {-1e6f, 0xfc00},
+        {INFINITY, 0x7c00},
+        {-INFINITY, 0xfc00},
+        {-0.0f, 0x8000},
+        {0x1p-14f, 0x0400},                 /* min normal */
+        {0x1p-14f - 0x1p-25f, 0x0400},      /* rounds up into the normals */
+        {0x1p-24f, 0x0001},                 /* min subnormal */
+        {0x1p-25f, 0x0000},                 /* tie with 0: even is 0 */
+        {0x1.8p-25f, 0x0001},               /* above the tie */
+        {3 * 0x1p-25f, 0x0002},             /* 1.5 units: tie, up to even 2 */
+        {-5 * 0x1p-25f, 0x8002},            /* 2.5 units: tie, down to even 2 */
+        {1e-10f, 0x0000},
+        {0x1p-149f, 0x0000},                /* fp32 denormal */
+    };
+    const size_t nc = sizeof cases / sizeof *cases;
+    float in[32], back[32];
+    uint16_t out[32];
+    for (size_t i = 0; i < nc; i++) in[i] = cases[i].in;
+    for (int hw = 0; hw <= 1; hw++) {
+        zt_cpu_use_f16c(hw);
+        be->to_fp16(out, in, nc);
+        for (size_t i = 0; i < nc; i++) {
+            if (out[i] != cases[i].out)
+                printf("\n  fp16(%a) = 0x%04x, want 0x%04x (f16c %d)", (double)in[i], out[i], cases[i].out, hw);
+            CU_ASSERT(out[i] == cases[i].out);
+            CU_ASSERT(zt_fp16_from_f32(in[i]) == cases[i].out);
+        }
+        /* from_fp16 is exact: finite results convert back to the same half */
+        be->from_fp16(back, out, nc);
+        CU_ASSERT(back[0] == 1.0f && back[4] == -2.5f && back[5] == 65504.0f && isinf(back[7]));
+        CU_ASSERT(back[14] == 0x1p-24f && f2bits(back[11]) == 0x80000000u);
+    }
+    /* NaNs stay NaN with their sign, including payloads only in the low bits */
+    uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu};
+    for (size_t i = 0; i < 4; i++) in[i] = bits2f(nans[i]);
+    be->to_fp16(out, in, 4);
+    for (size_t i = 0; i < 4; i++) {
+        CU_ASSERT((out[i] & 0x7c00) == 0x7c00 && (out[i] & 0x3ff) != 0);
+        CU_ASSERT((out[i] >> 15) == (nans[i] >> 31));
+    }
+    zt_cpu_use_f16c(1);
+}
+
+/* The F16C path, the portable path of the backend (threaded loops) and the
+ * header's scalar functions give identical bits: all 65536 halfs one way, random
+ * bit patterns and values around every rounding boundary the other way. */
+static void t_fp16_paths(void)
+{
+    const int hw = zt_cpu_use_f16c(1);
+    printf(" [F16C %s]", hw ? "in use: compared with the portable code" : "not available: portable code only");
+    zt_cpu_set_threads(2);
+    const size_t nh = 65536;
+    uint16_t *h = be->alloc(nh * 2), *h2 = be->alloc(nh * 2);
+    float *f[2] = {be->alloc(nh * 4), be->alloc(nh * 4)};
+    for (size_t i = 0; i < nh; i++) h[i] = (uint16_t)i;
+    for (int k = 0; k < 2; k++) {
+        zt_cpu_use_f16c(k);
+        be->from_fp16(f[k], h, nh);
+    }
+    size_t bad = 0, rt = 0;
+    for (size_t i = 0; i < nh; i++) bad += f2bits(f[0][i]) != f2bits(f[1][i]) || f2bits(f[0][i]) != zt_fp16_to_bits(h[i]);
+    CU_ASSERT(bad == 0);
+    /* every half round-trips (NaNs come back quiet: their quiet bit was already set or is set now) */
+    for (int k = 0; k < 2; k++) {
+        zt_cpu_use_f16c(k);
+        be->to_fp16(h2, f[0], nh);
+        for (size_t i = 0; i < nh; i++) rt += h2[i] != ((h[i] & 0x7c00) == 0x7c00 && (h[i] & 0x3ff) ? h[i] | 0x200 : h[i]);
+    }
+    CU_ASSERT(rt == 0);
+    /* floats: random bit patterns (every exponent, NaNs included) and, for every
+     * half, the float exactly halfway to the next one and its two neighbours */
+    const size_t nr = 1 << 20, nb = 3 * 65536, n = nr + nb;
+    float *x = be->alloc(n * 4);
+    uint32_t *xu = (uint32_t *)x, s = 12345;
+    for (size_t i = 0; i < nr; i++) s = s * 1664525u + 1013904223u, xu[i] = s ^ (s >> 16) * 0x9e3779b9u;
+    for (size_t i = 0; i < 65536; i++) {
+        uint32_t mid = (f2bits(zt_fp16_to_f32((uint16_t)i)) + f2bits(zt_fp16_to_f32((uint16_t)(i + 1)))) / 2;
+        xu[nr + 3 * i] = mid - 1, xu[nr + 3 * i + 1] = mid, xu[nr + 3 * i + 2] = mid + 1;
+    }
+    uint16_t *o[2] = {be->alloc(n * 2), be->alloc(n * 2)};
+    for (int k = 0; k < 2; k++) {
+        zt_cpu_use_f16c(k);
+        be->to_fp16(o[k], x, n);
+    }
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += o[0][i] != o[1][i] || o[0][i] != zt_fp16_from_bits(xu[i]);
+    if (bad) printf("\n  %zu of %zu floats convert differently", bad, n);
+    CU_ASSERT(bad == 0);
+    zt_cpu_use_f16c(1);
+    zt_cpu_set_threads(1);
+    be->free(h), be->free(h2), be->free(f[0]), be->free(f[1]), be->free(x), be->free(o[0]), be->free(o[1]);
+}
+
 /* ------------------------------------------------------ reductions, memory -- */
 
 static void t_reductions(void)
@@ -761,6 +877,8 @@ static const zt_test_t tests[] = {
     {"adamw vs the header formula in double", t_adamw},
     {"adamw vs PyTorch 1.13 numbers", t_adamw_torch},
     {"bf16 rounding, ties, NaN, Inf", t_bf16},
+    {"fp16 rounding, ties, subnormals, overflow", t_fp16_cases},
+    {"fp16 F16C vs portable: all halfs, random floats", t_fp16_paths},
     {"sumsq, all_finite", t_reductions},
     {"memory ops", t_memory},
     {"registry", t_registry},
