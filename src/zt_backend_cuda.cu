@@ -83,6 +83,7 @@ static cublasLtHandle_t g_lt;
 static void *g_workspace;                  /* cuBLASLt workspace */
 static const size_t g_workspace_bytes = (size_t)32 << 20;
 static cublasComputeType_t g_compute = CUBLAS_COMPUTE_32F;
+static int g_compute_set;                  /* set_matmul_precision was called: the env default yields */
 static int g_sms = 1;                      /* multiprocessors, sizes grid-stride grids */
 static void *g_scratch;                    /* partial sums of reductions */
 static size_t g_scratch_bytes;
@@ -114,8 +115,10 @@ static void ensure_init(void)
         ZT_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
         g_pools = 1;
     }
+    /* ztrain sets the precision before the first alloc (train.matmul_precision):
+     * the kernel test's environment default must not override that choice */
     const char *tf32 = getenv("ZT_CUDA_TF32");
-    if (tf32 && tf32[0] == '1') g_compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (tf32 && tf32[0] == '1' && !g_compute_set) g_compute = CUBLAS_COMPUTE_32F_FAST_TF32;
     g_ready = 1;
 }
 
@@ -308,6 +311,7 @@ static void cuda_wait_uploads(void)
  * buffers. Cached plans carry their compute type, so a change needs no flush. */
 static void cuda_set_matmul_precision(int level)
 {
+    g_compute_set = 1;
     g_compute = level == ZT_MATMUL_MEDIUM ? CUBLAS_COMPUTE_32F_FAST_16BF
               : level == ZT_MATMUL_HIGH   ? CUBLAS_COMPUTE_32F_FAST_TF32
                                           : CUBLAS_COMPUTE_32F;
