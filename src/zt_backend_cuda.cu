@@ -583,11 +583,15 @@ static void lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int 
         ZT_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
         int found = 0;
-        ZT_CUBLAS(cublasLtMatmulAlgoGetHeuristic(g_lt, op, la, lb, ld, ld, pref, 1, &res, &found));
+        /* "no algorithm" comes back as NOT_SUPPORTED: report it with the shape below */
+        cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt, op, la, lb, ld, ld, pref, 1, &res,
+                                                           &found);
+        if (hs == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;
+        else ZT_CUBLAS(hs);
         ZT_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
         if (found < 1)
             zt_fatal("cuBLASLt found no algorithm for m=%d n=%d k=%d ta=%d tb=%d (alignments %u %u "
-                     "%u)", m, n, k, ta, tb, al_a, al_b, al_d);
+                     "%u, compute type %d)", m, n, k, ta, tb, al_a, al_b, al_d, (int)g_compute);
         if (g_nalgos < ALGO_CACHE) {
             algo_entry_t *e = &g_algos[g_nalgos++];
             e->m = m; e->n = n; e->k = k; e->ta = ta; e->tb = tb; e->beta1 = beta1;

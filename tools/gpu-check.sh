@@ -98,7 +98,9 @@ if [ $TESTS_OK = 1 ]; then
     [ $? = 77 ] && HAVE_GPU=0
 fi
 if [ -x "$BUILD/tests/gpu/test_nccl" ]; then
-    ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+    # GPU lines only: with MIG on, `nvidia-smi -L` adds an indented line per instance,
+    # and ranks beyond the devices CUDA enumerates would share one (test_nccl refuses)
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
     [ "$ngpu" -ge 1 ] || ngpu=1
     MPIRUN="mpirun -np $ngpu"
     [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root --oversubscribe"

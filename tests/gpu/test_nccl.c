@@ -45,10 +45,11 @@ static void expect(const char *what, const float *dev, const float *want, size_t
 {
     float *h = zt_malloc(n * sizeof *h);
     G->to_host(h, dev, n * sizeof *h);
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += h[i] != want[i];
-    if (bad) fprintf(stderr, "rank %d: %s: %zu of %zu wrong (first: got %g want %g)\n", rank_, what, bad, n,
-                     h[0], want[0]);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != want[i] && bad++ == 0) first = i;
+    if (bad) fprintf(stderr, "rank %d: %s: %zu of %zu wrong (first at %zu: got %g want %g)\n", rank_, what, bad,
+                     n, first, h[first], want[first]);
     verdict(what, bad != 0);
     free(h);
 }
