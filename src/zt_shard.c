@@ -100,6 +100,7 @@ struct zt_shard {
     int mixed;              /* 16-bit working copies (bf16 or fp16) */
     int offload, offload_param;
     const zt_backend_t *ob; /* where the optimizer state lives and AdamW runs */
+    int comm_ordered;       /* collectives are stream-ordered after uploads (device comm) */
     float *hgrad[2];        /* offload: host landings of owned gradients, by unit parity */
     uint16_t *h16;          /* offload, 16-bit: host rounding of one unit's owned working copy */
     size_t hstage_n;        /* elements of each: the largest owned shard */
@@ -336,6 +337,14 @@ static void round_owned(zt_shard_t *s, int ui)
     }
 }
 
+/* Before uploaded data is used: an MPI collective (or the host) reads it at once,
+ * so it must have landed; a device's kernels and its comm backend's stream are
+ * ordered after the upload by events, so there the host goes on. */
+static void uploads_landed(zt_shard_t *s)
+{
+    if (!s->comm_ordered) s->be->wait_uploads();
+}
+
 /* After the master changed: the working copy follows it. A replicated full copy
  * is completed by an all-gather of every rank's part (bf16: the same rounding
  * everywhere), so this is a collective unless parameters are sharded. */
@@ -344,7 +353,7 @@ static void refresh_working(zt_shard_t *s, int ui)
     if (s->offload) upload_owned(s, ui);
     else if (s->mixed) round_owned(s, ui);
     if (s->shard_params || s->n == 1) return;
-    if (s->offload) s->be->wait_uploads(); /* the all-gather reads what was uploaded */
+    if (s->offload) uploads_landed(s);
     regather_full(s, ui);
 }
 
@@ -422,6 +431,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     s->offload = opts->offload_optim != 0;
     s->offload_param = s->offload && opts->offload_param && s->shard_params;
     s->ob = s->offload ? &zt_backend_cpu : be;
+    s->comm_ordered = comm->dev != NULL;
     s->pack_es = ZT_MAX(s->pesz, zt_dtype_size(s->gdt));
     invalidate_slots(s);
     if (st == ZT_DDP) {
@@ -524,7 +534,8 @@ void zt_shard_free(zt_shard_t *s)
 static int counts_int(const zt_unit_layout_t *lay, int *counts, int *displs)
 {
     for (int r = 0; r < lay->n; r++) {
-        if (lay->count[r] > (size_t)INT32_MAX) zt_fatal("unit shard too large for MPI counts");
+        if (lay->count[r] > (size_t)INT32_MAX || lay->displ[r] > (size_t)INT32_MAX)
+            zt_fatal("unit of %zu elements too large for the int counts of the v-collectives", lay->packed);
         counts[r] = (int)lay->count[r];
         if (displs) displs[r] = (int)lay->displ[r];
     }
@@ -573,15 +584,20 @@ static void gather_start(zt_shard_t *s, int ui, int blocking)
                                                                            : (const void *)u->shard_p;
     u->gath = balloc(s, MEM_GATHER, P * es);
     if (s->n == 1) {
-        if (s->offload_param) s->be->from_host(u->gath, src, u->S * es);
-        else s->be->copy(u->gath, src, u->S * es);
+        if (s->offload_param) {
+            s->be->from_host_async(u->gath, src, u->S * es);
+            uploads_landed(s);
+        } else
+            s->be->copy(u->gath, src, u->S * es);
         u->gathered = 1;
         return;
     }
     if (s->offload_param) {
-        /* collectives read backend memory: upload the host shard first */
+        /* collectives read backend memory: upload the host shard first (queued,
+         * so a prefetch does not stall the host) */
         u->up = balloc(s, MEM_COMM, u->S * es);
-        s->be->from_host(u->up, src, u->S * es);
+        s->be->from_host_async(u->up, src, u->S * es);
+        uploads_landed(s);
         src = u->up;
     }
     if (is_flat(s)) {
@@ -767,8 +783,9 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
         if (nb > MAX_REQ) bucket = ZT_CEIL_DIV(u->lay.numel, MAX_REQ), nb = ZT_CEIL_DIV(u->lay.numel, bucket);
         for (size_t b = 0; b < nb; b++) {
             size_t off = b * bucket, n = ZT_MIN(bucket, u->lay.numel - off);
-            /* at most two buckets in flight: each holds an MPI temporary of its size */
-            if (u->nred >= 2) zt_wait(s->comm, &u->red_req[u->nred - 2]);
+            /* at most two buckets in flight on MPI: each holds a temporary of its size
+             * (on a device comm backend a wait would only stall compute) */
+            if (u->nred >= 2 && !s->comm_ordered) zt_wait(s->comm, &u->red_req[u->nred - 2]);
             zt_iallreduce(s->comm, s->rg, ZT_IN_PLACE, buf + off * es, n, s->gdt, ZT_SUM,
                           &u->red_req[u->nred++]);
         }
@@ -871,6 +888,8 @@ static void download_grads(zt_shard_t *s, int ui)
 void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
 {
     s->adam_step = hp->step;
+    /* offload_param: a gather's upload may still read the host shard AdamW rewrites */
+    if (s->offload_param) s->be->wait_uploads();
     if (s->offload) download_grads(s, 0);
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
