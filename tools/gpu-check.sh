@@ -189,7 +189,7 @@ fi
 # Figures of the last logging window (steps 11..BENCH_STEPS, after warm-up and plan
 # caching). MFU against ZT_PEAK_TFLOPS (default 989: H100/H200 SXM dense bf16), the
 # convention of llm.c's reports. A speed row below its target says MISS, not FAIL.
-BENCH_STEPS=${ZT_BENCH_STEPS:-30}
+BENCH_STEPS=${ZT_BENCH_STEPS:-20}
 PEAK=${ZT_PEAK_TFLOPS:-989}
 field() {  # metrics.jsonl, key: the key's value in the last step record
     [ -f "$1" ] || { echo "?"; return; }
@@ -199,7 +199,7 @@ bench() {  # name, key=value...: one training run of GPT-2 124M, one row of figu
     name=$1; shift
     dir="$WORK/bench-$(echo "$name" | tr ' ' '-')"
     # shellcheck disable=SC2086
-    if run_step "bench $name" 180 $MPIRUN1 "$BUILD/ztrain" "$SRC/inputs/gpt2-124m.cfg" \
+    if run_step "bench $name" 75 $MPIRUN1 "$BUILD/ztrain" "$SRC/inputs/gpt2-124m.cfg" \
         data.train_files="$WORK/gpu-train.h5" data.val_files=[] data.seq_len=1024 \
         train.per_device_train_batch_size="${ZT_BENCH_B:-8}" train.max_steps="$BENCH_STEPS" \
         train.logging_steps=10 train.eval_steps=0 train.sample_tokens=0 checkpoint.save_at_end=false \
