@@ -8,7 +8,10 @@
 #   env: ZT_BUNDLE_BUILD (build dir, default /tmp/ztrain-bundle-build; the unpacked tree is
 #        left in its bundle/ for local use), CUDA_HOME (default
 #        /usr/local/cuda), NVCCFLAGS (default: configure's sm_80 + sm_90), ZT_BUNDLE_MARCH
-#        (default x86-64-v3: the Makefile's -march=native names the CPU of *this* machine)
+#        (default x86-64-v3: the Makefile's -march=native names the CPU of *this* machine),
+#        ZT_BUNDLE_LIBS_FROM (a folder of libraries that replace those of the same SONAME),
+#        ZT_BUNDLE_COMPAT (default 1: on Debian 12, fetch Debian 11's libevent once, see below),
+#        ZT_DEBIAN_MIRROR (default http://deb.debian.org/debian)
 #
 # Not bundled, found on the target by env.sh: libcudart, libcublasLt, libnccl (the pip
 # nvidia-* packages or a CUDA toolkit; libcublasLt alone is ~500 MB) and the driver's libcuda.
@@ -154,6 +157,46 @@ for f in $ELFS; do
     done
 done
 CUDA_NEEDED=${CUDA_NEEDED# }
+
+# Debian 12's libevent (Open MPI's event loop) is the one library that needs glibc 2.36
+# (arc4random); everything else needs 2.34. Debian 11's build of the same release (2.1.12,
+# the same exports) needs 2.25, so with it the bundle also runs on glibc 2.34/2.35 (Ubuntu
+# 22.04, RHEL 9). Fetched once into $BUILD/compat; without network the bundle needs 2.36.
+COMPAT=${ZT_BUNDLE_LIBS_FROM:-}
+if [ -z "$COMPAT" ] && [ "${ZT_BUNDLE_COMPAT:-1}" = 1 ] && [ -f "$TMP/lib/libevent_core-2.1.so.7" ] &&
+   objdump -T "$TMP/lib/libevent_core-2.1.so.7" | grep -q 'GLIBC_2\.36' &&
+   [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
+    COMPAT="$BUILD/compat"
+    if [ ! -f "$COMPAT/.done" ]; then
+        rm -rf "$COMPAT" && mkdir -p "$COMPAT/root"
+        ok=1
+        for p in libevent-core-2.1-7 libevent-pthreads-2.1-7; do
+            deb="${p}_2.1.12-stable-1_amd64.deb"
+            url="${ZT_DEBIAN_MIRROR:-http://deb.debian.org/debian}/pool/main/libe/libevent/$deb"
+            { curl -sSfL -m 60 -o "$COMPAT/$deb" "$url" 2>/dev/null || wget -q -T 60 -O "$COMPAT/$deb" "$url"; } &&
+                dpkg-deb -x "$COMPAT/$deb" "$COMPAT/root" || ok=0
+        done
+        if [ $ok = 1 ]; then
+            find "$COMPAT/root" -type f -name '*.so.*' | while read -r l; do
+                so=$(readelf -d "$l" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+                [ -n "$so" ] && cp "$l" "$COMPAT/$so"
+            done
+            touch "$COMPAT/.done"
+        else
+            say "could not fetch Debian 11's libevent: the bundle will need glibc 2.36"
+            COMPAT=""
+        fi
+    fi
+fi
+REPLACED=""
+if [ -n "$COMPAT" ]; then
+    for l in "$COMPAT"/*.so*; do
+        n=$(basename "$l")
+        [ -f "$l" ] && [ -f "$TMP/lib/$n" ] || continue
+        cp "$l" "$TMP/lib/$n"
+        REPLACED="$REPLACED $n"
+    done
+fi
 chmod u+w "$TMP"/lib/*
 strip --strip-unneeded "$TMP"/lib/* "$TMP/ompi/$R_PKGLIB"/*.so 2>/dev/null || true
 strip "$TMP/ompi/$R_BIN"/* 2>/dev/null || true
@@ -260,7 +303,7 @@ else
     _zt_say "glibc ${_zt_glibc:-?} (bundle needs ${ZT_BUNDLE_GLIBC#GLIBC_})"
 fi
 # system folders stay where the loader already looks, after the bundle's own libraries
-_zt_ld=$(echo "$_zt_ld" | tr ':' '\n' | grep -v '^/usr/lib/x86_64-linux-gnu$\|^/usr/lib64$\|^/lib' | paste -sd: -)
+_zt_ld=$(echo "$_zt_ld" | tr ':' '\n' | grep -v '^$\|^/usr/lib/x86_64-linux-gnu$\|^/usr/lib64$\|^/lib' | paste -sd: -)
 export LD_LIBRARY_PATH="$ZT_BUNDLE/lib${_zt_ld:+:$_zt_ld}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$ZT_BUNDLE/ompi/bin:$ZT_BUNDLE/bin${PATH:+:$PATH}"
 export OPAL_PREFIX="$ZT_BUNDLE/ompi"
@@ -285,10 +328,11 @@ EOF
     echo "compiler:      $(gcc --version | head -n 1), -O3 -march=$MARCH -mtune=generic"
     echo "CUDA:          $("$CUDA_HOME/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p'), NVCCFLAGS $(sed -n 's/^NVCCFLAGS = //p' "$BUILD/Makefile")"
     echo "Open MPI:      $(ompi_info --parsable 2>/dev/null | sed -n 's/^ompi:version:full://p') (prefix $O_PREFIX, relocated by OPAL_PREFIX)"
-    echo "needs glibc:   ${GLIBC_MAX%% *} (highest symbol version, first asked by ${GLIBC_MAX#* })"
+    echo "needs glibc:   ${GLIBC_MAX%% *} (highest symbol version; asked by, e.g., ${GLIBC_MAX#* })"
     echo "needs libstdc++: ${GLIBCXX_MAX:-no GLIBCXX_ symbol version (CXXABI_1.3 only)}"
     echo "CUDA expected on the target (not bundled): $CUDA_NEEDED, libcuda.so.1"
     echo "Open MPI plugins left out:$SKIPPED"
+    echo "replaced from $COMPAT:${REPLACED:- none}"
     echo
     (cd "$TMP" && find . -type f | sort | xargs du -k | awk '{printf "%8d KiB  %s\n", $1, $2}')
 } >"$TMP/MANIFEST"
@@ -328,3 +372,4 @@ say "carried folder $DEST: $(du -sh "$DEST" | cut -f1)"
 say "needs glibc >= ${GLIBC_MAX%% *} (${GLIBC_MAX#* }), libstdc++ ${GLIBCXX_MAX:-(no GLIBCXX_ version)}"
 say "expects on the target: $CUDA_NEEDED libcuda.so.1"
 say "left out of Open MPI:$SKIPPED"
+[ -z "$REPLACED" ] || say "replaced from $COMPAT:$REPLACED"

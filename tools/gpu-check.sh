@@ -118,8 +118,9 @@ if [ -f "$BUNDLE/env.sh" ]; then
             awk '{ n = split($2, p, "/"); printf "%s%s:%s/%s", sep, $1, p[n-1], p[n]; sep = " " }')
     unresolved=""
     command -v ldd >/dev/null 2>&1 &&
-        unresolved=$(for b in "$ZTRAIN" "$PREP" "$T_KERNELS" "$T_NCCL"; do ldd "$b" 2>&1; done |
-                     awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
+        unresolved=$(for b in "$ZTRAIN" "$PREP" "$T_KERNELS" "$T_NCCL"; do ldd -r "$b" 2>&1; done |
+                     grep 'not found\|undefined symbol' | sed 's/^[[:space:]]*//; s/ (0x.*//' | sort -u |
+                     head -n 5 | tr '\n\t' '; ')
     if [ ! -x "$ZTRAIN" ]; then
         row "bundle" FAIL "no $ZTRAIN (unpacking failed? see $LOG)"; summary
     elif case " $ZT_BUNDLE_MISSING " in *" GLIBC_"*) true ;; *) false ;; esac; then
