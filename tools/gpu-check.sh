@@ -45,6 +45,7 @@ fi
 : >"$LOG"
 RESULTS=""
 FAILED=0
+MODE="?"
 
 row() {  # step, verdict, detail
     RESULTS="$RESULTS$(printf '%-26s %-6s %s' "$1" "$2" "$3")
