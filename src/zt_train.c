@@ -748,6 +748,7 @@ static int run_loop(run_t *r)
                 zt_shard_zero_grads(r->shard);
                 r->samples_seen += r->G;
                 r->step++;
+                window_steps++; /* its time is in the window: so are its tokens (processed, not learnt) */
                 goto step_end; /* a skipped step still evaluates and checkpoints on schedule */
             }
             zt_log_error("step %ld: non-finite loss or gradient (loss %g); stopping (parallel.nonfinite = abort)",
