@@ -13,8 +13,11 @@
  *
  * A training micro-step is, in order:
  *   forward_embed(root) ; forward_block(l, unit l+1) for l = 0..L-1 ;
- *   forward_head(root) -> loss ; backward_head(root, root grads) ;
- *   backward_block(l, ...) for l = L-1..0 ; backward_embed(root grads).
+ *   forward_head(root) ; backward_head(root, root grads) ;
+ *   backward_block(l, ...) for l = L-1..0 ; backward_embed(root grads) ; loss().
+ * Nothing in it waits for a device: the batch is uploaded and the per-token
+ * losses downloaded asynchronously, and loss() is the only wait, so a device
+ * runs the whole micro-step as queued.
  * Parameter gradients are accumulated (+=) into the unit gradient buffers.
  *
  * Initial values are a pure function of (seed, parameter name, element index)
@@ -82,14 +85,18 @@ size_t zt_model_activation_bytes_estimate(zt_model_dims_t d, int B, int T, int r
 /* Training FLOPs per token (forward + backward, 6N + attention), for MFU. */
 double zt_model_flops_per_token(zt_model_dims_t d, int T);
 
-/* Host tokens (B,T); targets may be NULL for inference (then no loss). */
+/* Host tokens (B,T); targets may be NULL for inference (then no loss). The upload
+ * is asynchronous: the arrays must stay unchanged until a result of this batch is
+ * read (zt_model_loss, zt_model_logits_row). */
 void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *targets, int B, int T);
 void zt_model_forward_embed(zt_model_t *m, const float *root);
 void zt_model_forward_block(zt_model_t *m, int l, const float *unit);
-/* Computes logits; with targets, returns the mean loss and leaves dlogits scaled
- * by dscale (the caller's 1/(tokens in the global batch) share). With dscale = 0
- * no gradient is prepared. */
-float zt_model_forward_head(zt_model_t *m, const float *root, float dscale);
+/* Computes logits; with targets, the per-token losses (read by zt_model_loss)
+ * and dlogits scaled by dscale (the caller's 1/(tokens in the global batch)
+ * share). With dscale = 0 no gradient is prepared. */
+void zt_model_forward_head(zt_model_t *m, const float *root, float dscale);
+/* Mean loss of the batch's last forward_head (0 without targets); waits for it. */
+float zt_model_loss(zt_model_t *m);
 void zt_model_backward_head(zt_model_t *m, const float *root, float *droot);
 void zt_model_backward_block(zt_model_t *m, int l, const float *unit, float *dunit);
 void zt_model_backward_embed(zt_model_t *m, float *droot);

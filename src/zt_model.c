@@ -337,9 +337,9 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
     m->B = B;
     m->T = T;
     const size_t N = (size_t)B * T;
-    m->be->from_host(m->inputs, inputs, N * sizeof(int32_t));
+    m->be->from_host_async(m->inputs, inputs, N * sizeof(int32_t));
     m->has_targets = targets != NULL;
-    if (targets) m->be->from_host(m->targets, targets, N * sizeof(int32_t));
+    if (targets) m->be->from_host_async(m->targets, targets, N * sizeof(int32_t));
 }
 
 void zt_model_forward_embed(zt_model_t *m, const float *root)
@@ -374,16 +374,25 @@ void zt_model_forward_block(zt_model_t *m, int l, const float *unit)
     block_forward(m, &m->blk[l], unit, out);
 }
 
-float zt_model_forward_head(zt_model_t *m, const float *root, float dscale)
+void zt_model_forward_head(zt_model_t *m, const float *root, float dscale)
 {
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
     be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->x_out, root + m->o_lnfw,
                           root + m->o_lnfb, N, C);
     be->matmul_forward(m->logits, m->lnf, root + m->o_wte, NULL, N, C, V, 1); // (N,V)
-    if (!m->has_targets) return 0.0f;
+    if (!m->has_targets) return;
     be->crossentropy_fused(m->logits, m->losses, m->targets, N, V, dscale);
-    be->to_host(m->host_losses, m->losses, (size_t)N * sizeof(float));
+    /* read after backward: the device goes on with it meanwhile */
+    be->to_host_async(m->host_losses, m->losses, (size_t)N * sizeof(float));
+}
+
+float zt_model_loss(zt_model_t *m)
+{
+    if (!m->has_targets) return 0.0f;
+    m->be->wait_uploads();
+    m->be->wait_downloads();
+    const int N = m->B * m->T;
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->host_losses[i];
     return (float)(sum / N);
@@ -392,6 +401,7 @@ float zt_model_forward_head(zt_model_t *m, const float *root, float dscale)
 void zt_model_logits_row(zt_model_t *m, int b, int t, float *out)
 {
     const size_t V = m->d.V;
+    m->be->wait_uploads(); /* the batch's host arrays are the caller's again after this */
     m->be->to_host(out, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(float));
 }
 

@@ -232,7 +232,7 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
         zt_shard_release(s, l + 1);
     }
     zt_watchdog_mark("forward head", 0, r->step + 1);
-    float loss = zt_model_forward_head(m, root, dscale);
+    zt_model_forward_head(m, root, dscale);
     float *droot = zt_shard_grads(s, 0);
     zt_model_backward_head(m, root, droot);
     for (int l = L - 1; l >= 0; l--) {
@@ -247,7 +247,7 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     zt_model_backward_embed(m, droot);
     zt_shard_grads_ready(s, 0);
     zt_shard_release(s, 0);
-    return loss;
+    return zt_model_loss(m);
 }
 
 /* Forward only, inside begin/end_inference; loss if targets given. */
@@ -264,9 +264,9 @@ static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, int 
         zt_model_forward_block(m, l, w);
         zt_shard_release(s, l + 1);
     }
-    float loss = zt_model_forward_head(m, root, 0.0f);
+    zt_model_forward_head(m, root, 0.0f);
     zt_shard_release(s, 0);
-    return loss;
+    return zt_model_loss(m);
 }
 
 /* Reads rows [g0 + ...] of a dataset into inp/tgt (B rows); 0 or -1 with err. */

@@ -193,9 +193,8 @@ static float rig_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B
     zt_model_set_batch(r->m, inp, tgt, B, T);
     zt_model_forward_embed(r->m, r->w[0]);
     for (int l = 0; l < r->tab->dims.L; l++) zt_model_forward_block(r->m, l, r->w[1 + l]);
-    float loss = zt_model_forward_head(r->m, r->w[0], dscale);
-    r->be->sync();
-    return loss;
+    zt_model_forward_head(r->m, r->w[0], dscale);
+    return zt_model_loss(r->m);
 }
 
 /* One micro-step, the train loop's order; gradients ACCUMULATE into r->g. */
