@@ -938,6 +938,9 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     r->config_text = zt_config_to_string(cfg);
     startup_report(r);
     if (why[0]) zt_log("strategy auto -> %s: %s", zt_strategy_name(st), why);
+    if (strcmp(cfg->parallel.offload_param, "none") != 0 && !zt_strategy_shards_params(st))
+        zt_log("parallel.offload_param = %s has no effect: %s keeps parameters whole on every rank",
+               cfg->parallel.offload_param, zt_strategy_name(st));
     if (cfg->train.fp16 && r->dynamic_scale)
         zt_log("fp16: dynamic loss scale from %.9g, doubled after %d steps without overflow, at least %.9g",
                r->loss_scale, cfg->train.loss_scale_window, cfg->train.min_loss_scale);
