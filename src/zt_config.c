@@ -152,7 +152,10 @@ static const zkey_t schema[] = {
        "Prompt for the final sample; \"\" = start from the end-of-text token."),
     KD("train.peak_tflops", train.peak_tflops, 0.0, 0.0, 1e6,
        "Peak TFLOP/s of one rank, the denominator of MFU; 0 = measure an sgemm at start-up."),
-    KI("train.threads", train.threads, 1, 0, 4096, "Compute threads per rank; 0 = OMP_NUM_THREADS, or 1 if unset."),
+    KI("train.threads", train.threads, 0, 0, 4096,
+       "CPU threads per rank (OpenMP loops and OpenBLAS). 0 = automatic: with the cpu backend OMP_NUM_THREADS, "
+       "or 1 if unset (one single-threaded rank per core trains fastest); with a GPU backend the CPU does only "
+       "host work (offloaded AdamW, data), so the node's cores divided by its ranks."),
     KS("train.matmul_precision", train.matmul_precision, "auto", "auto|highest|high|medium",
        "GEMM arithmetic on fp32 operands, as torch.set_float32_matmul_precision: highest = fp32, high = TF32 "
        "tensor cores, medium = bf16 tensor cores, all accumulating in fp32; auto = medium with 16-bit "

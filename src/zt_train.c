@@ -63,6 +63,7 @@ typedef struct run {
     double train_seconds;
     float last_loss, last_val;
     zt_comm_stats_t comm_total; /* training collectives of the whole run (not eval, not saves) */
+    int threads;                /* CPU threads per rank (train.threads resolved) */
     double loss_scale;          /* fp16: S (1 without fp16) */
     int dynamic_scale;          /* fp16 with train.loss_scale = 0 */
     long good_steps;            /* dynamic: steps since the last overflow or doubling */
@@ -94,6 +95,19 @@ static int mkdir_p(const char *path, char *err, size_t errlen)
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
         return zt_err(err, errlen, "%s: cannot create directory: %s", tmp, strerror(errno));
     return 0;
+}
+
+/* train.threads resolved (see its schema text) */
+static int cpu_threads(const zt_config_t *cfg, const zt_backend_t *be, int local_size)
+{
+    if (cfg->train.threads > 0) return cfg->train.threads;
+    if (strcmp(be->name, "cpu") != 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        return (int)ZT_MAX(1L, cores / (local_size > 0 ? local_size : 1));
+    }
+    const char *env = getenv("OMP_NUM_THREADS");
+    int n = env ? atoi(env) : 1;
+    return n > 0 ? n : 1;
 }
 
 /* train.matmul_precision resolved: auto follows the training precision */
@@ -553,7 +567,7 @@ static void startup_report(run_t *r)
     static const char *const matmul[] = {"fp32", "tf32", "bf16"};
     zt_log("ztrain %s: %d ranks on %d nodes, backend %s (GEMMs %s), comm %s, %d thread(s) per rank", PACKAGE_VERSION,
            c->world.size, c->node_count, r->be->name, strcmp(r->be->name, "cpu") ? matmul[matmul_level(cfg)] : "fp32",
-           c->backend, cfg->train.threads > 0 ? cfg->train.threads : 1);
+           c->backend, r->threads);
     if (r->rank == 0) {
         for (int i = 0; i < c->world.size; i++)
             printf("  rank %d -> %s%s\n", i, all + (size_t)i * 64, strcmp(r->be->name, "cpu") ? " (device)" : " (cpu)");
@@ -891,9 +905,12 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     char err[ZT_ERRLEN] = "";
     int rc = 0;
 
-    zt_cpu_set_threads(cfg->train.threads > 0 ? cfg->train.threads : 1);
     r->be = pick_backend(cfg, err, sizeof err);
     rc = r->be ? 0 : -1;
+    if (rc == 0) {
+        r->threads = cpu_threads(cfg, r->be, comm->local_size);
+        zt_cpu_set_threads(r->threads);
+    }
     if (rc == 0) rc = r->rank == 0 ? mkdir_p(cfg->train.output_dir, err, sizeof err) : 0;
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
