@@ -188,8 +188,22 @@ static void matmul_case(int transw, int off)
     pair_free(&dout); pair_free(&dinp); pair_free(&dW); pair_free(&db);
 }
 
+/* matmul_backward with the optional outputs left out (dinp and dbias NULL), as the
+ * first layer and bias-free GEMMs call it: dW alone must still be right. */
+static void matmul_partial_case(void)
+{
+    const int N = 64, C = 48, OC = 80;
+    pair_t inp = pair_rand((size_t)N * C), W = pair_rand((size_t)C * OC), dout = pair_rand((size_t)N * OC);
+    pair_t dW = pair_rand((size_t)C * OC);
+    H->matmul_backward(NULL, dW.h, NULL, dout.h, inp.h, W.h, N, C, OC, 0);
+    G->matmul_backward(NULL, dW.d, NULL, dout.d, inp.d, W.d, N, C, OC, 0);
+    check("matmul_backward dW only", &dW, gemm_bound);
+    pair_free(&inp); pair_free(&W); pair_free(&dout); pair_free(&dW);
+}
+
 static void test_matmul(void)
 {
+    matmul_partial_case();
     matmul_case(0, 0);
     matmul_case(1, 0);
     matmul_case(0, 1);
@@ -401,6 +415,39 @@ static void test_fp16(void)
     free(hh); free(yg); free(bh); free(bg);
 }
 
+/* Offload's transfers: pinned host memory, a download queued behind a kernel, an
+ * upload that a kernel queued after it must see, all without host waits between
+ * them except the two the contract names (wait_downloads, wait_uploads). */
+static void test_async_transfers(void)
+{
+    const size_t n = (size_t)3 << 20; /* 12 MB: long enough to overlap */
+    float *hin = G->alloc_host(n * sizeof(float)), *hout = G->alloc_host(n * sizeof(float));
+    float *ref = zt_malloc(n * sizeof(float));
+    pair_t x = pair_rand(n);
+    for (size_t i = 0; i < n; i++) hin[i] = frand(-1, 1);
+    /* the download must wait for the kernel queued before it: x *= 3 */
+    G->scale(x.d, 3.0f, n);
+    G->to_host_async(hout, x.d, n * sizeof(float));
+    G->wait_downloads();
+    for (size_t i = 0; i < n; i++) ref[i] = x.h[i] * 3.0f;
+    int bad = memcmp(hout, ref, n * sizeof(float)) != 0;
+    printf("  %-34s %12s %10s  %s\n", "to_host_async after a kernel", "", "exact", bad ? "FAIL" : "ok");
+    n_rows++; n_bad += bad; CU_ASSERT(!bad);
+    /* a kernel queued after an upload reads the uploaded data: x = hin, then x += x */
+    G->from_host_async(x.d, hin, n * sizeof(float));
+    G->accumulate(x.d, x.d, n);       /* x = 2 hin, on the compute stream */
+    G->wait_uploads();
+    G->to_host(hout, x.d, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) ref[i] = hin[i] + hin[i];
+    bad = memcmp(hout, ref, n * sizeof(float)) != 0;
+    printf("  %-34s %12s %10s  %s\n", "kernel after from_host_async", "", "exact", bad ? "FAIL" : "ok");
+    n_rows++; n_bad += bad; CU_ASSERT(!bad);
+    pair_free(&x);
+    free(ref);
+    G->free_host(hin);
+    G->free_host(hout);
+}
+
 static const zt_test_t tests[] = {
     { "memory", test_memory },
     { "encoder", test_encoder },
@@ -413,6 +460,7 @@ static const zt_test_t tests[] = {
     { "reductions", test_reductions },
     { "adamw", test_adamw },
     { "bf16", test_bf16 },
+    { "async transfers", test_async_transfers },
     { "fp16", test_fp16 },
     { NULL, NULL },
 };
