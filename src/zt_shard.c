@@ -883,20 +883,24 @@ static void download_grads(zt_shard_t *s, int ui)
     s->be->to_host_async(s->hgrad[ui & 1], owned_grads(s, u), u->S * sizeof(float));
 }
 
-/* Offload pipelines three things per unit: the download of unit k+1's gradients,
- * AdamW on unit k on the host, and the upload of unit k-1's working copy. */
+/* Offload pipelines three things per unit, units in reverse order: the download of
+ * unit k-1's gradients, AdamW on unit k on the host, and the upload of unit k+1's
+ * working copy. */
 void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
 {
     s->adam_step = hp->step;
     /* offload_param: a gather's upload may still read the host shard AdamW rewrites */
     if (s->offload_param) s->be->wait_uploads();
-    if (s->offload) download_grads(s, 0);
-    for (int ui = 0; ui < s->t->nunits; ui++) {
+    /* last unit first: the one download nothing hides is then a block's, and the
+     * root unit's (the largest: the embeddings) overlaps AdamW on block 0 */
+    const int last = s->t->nunits - 1;
+    if (s->offload) download_grads(s, last);
+    for (int ui = last; ui >= 0; ui--) {
         unit_state_t *u = &s->u[ui];
         const float *grad = owned_grads(s, u);
         if (s->offload) {
             s->be->wait_downloads();
-            if (ui + 1 < s->t->nunits) download_grads(s, ui + 1);
+            if (ui > 0) download_grads(s, ui - 1);
             grad = s->hgrad[ui & 1];
         }
         for (int i = 0; i < u->noseg; i++) {
