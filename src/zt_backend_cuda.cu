@@ -1308,19 +1308,29 @@ static void cuda_from_bf16(float *out, const uint16_t *in, size_t n)
 
 /* ---- fp16 ------------------------------------------------------------------ */
 
-/* IEEE round to nearest even, overflow to Inf, subnormals kept: the host's zt_fp16.h */
+/* IEEE round to nearest even, overflow to Inf, subnormals kept: the host's zt_fp16.h.
+ * cvt.f16.f32 and cvt.f32.f16 turn every NaN into the canonical positive one
+ * (cuda_fp16.hpp's host path, written to match them, says so), so NaNs are done
+ * here on the bits as zt_fp16.h does them: sign and top payload bits kept, quiet. */
 __global__ void to_fp16_k(uint16_t *out, const float *in, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = __half_as_ushort(__float2half_rn(in[i]));
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t x = __float_as_uint(in[i]), a = x & 0x7fffffffu;
+        out[i] = a > 0x7f800000u ? (uint16_t)(((x >> 16) & 0x8000u) | 0x7e00u | ((a >> 13) & 0x3ffu))
+                                 : __half_as_ushort(__float2half_rn(in[i]));
+    }
 }
 
 __global__ void from_fp16_k(float *out, const uint16_t *in, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = __half2float(__ushort_as_half(in[i]));
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t h = in[i];
+        out[i] = (h & 0x7fffu) > 0x7c00u
+                     ? __uint_as_float(((h & 0x8000u) << 16) | 0x7fc00000u | ((h & 0x3ffu) << 13))
+                     : __half2float(__ushort_as_half((unsigned short)h));
+    }
 }
 
 static void cuda_to_fp16(uint16_t *out, const float *in, size_t n)
