@@ -203,31 +203,30 @@ static hid_t attr_open1(hid_t loc, const char *name, H5T_class_t cls, H5T_class_
     return a;
 }
 
-static int attr_get_i64(hid_t loc, const char *name, int64_t *v)
+/* A scalar attribute of class cls (a float may also be stored as an integer),
+ * read as memtype into v. */
+static int attr_get_scalar(hid_t loc, const char *name, H5T_class_t cls, hid_t memtype, void *v)
 {
-    hid_t a = attr_open1(loc, name, H5T_INTEGER, H5T_INTEGER);
+    hid_t a = attr_open1(loc, name, cls, H5T_INTEGER);
     if (a < 0) return -1;
-    int rc = H5Aread(a, H5T_NATIVE_INT64, v) < 0 ? -1 : 0;
+    int rc = H5Aread(a, memtype, v) < 0 ? -1 : 0;
     H5Aclose(a);
     return rc;
+}
+
+static int attr_get_i64(hid_t loc, const char *name, int64_t *v)
+{
+    return attr_get_scalar(loc, name, H5T_INTEGER, H5T_NATIVE_INT64, v);
 }
 
 static int attr_get_u64(hid_t loc, const char *name, uint64_t *v)
 {
-    hid_t a = attr_open1(loc, name, H5T_INTEGER, H5T_INTEGER);
-    if (a < 0) return -1;
-    int rc = H5Aread(a, H5T_NATIVE_UINT64, v) < 0 ? -1 : 0;
-    H5Aclose(a);
-    return rc;
+    return attr_get_scalar(loc, name, H5T_INTEGER, H5T_NATIVE_UINT64, v);
 }
 
 static int attr_get_f64(hid_t loc, const char *name, double *v)
 {
-    hid_t a = attr_open1(loc, name, H5T_FLOAT, H5T_INTEGER);
-    if (a < 0) return -1;
-    int rc = H5Aread(a, H5T_NATIVE_DOUBLE, v) < 0 ? -1 : 0;
-    H5Aclose(a);
-    return rc;
+    return attr_get_scalar(loc, name, H5T_FLOAT, H5T_NATIVE_DOUBLE, v);
 }
 
 /* Reads a fixed- or variable-length string attribute; returns malloc'ed text or NULL. */

@@ -241,21 +241,34 @@ static void account(zt_comm_t *c, int kind, double bytes, int n, double secs)
     c->stats.calls[kind]++;
 }
 
-static void req_start(zt_request_t *req, int kind, double bytes)
+/* n: ranks of the group, for the bus factor */
+static void req_start(zt_request_t *req, int kind, double bytes, int n)
 {
     req->g = NULL;
     req->dev = NULL;
     req->kind = kind;
     req->bytes = bytes;
+    req->bus = bus_factor(kind, n);
     req->t0 = zt_now();
 }
 
 /* A request for the device backend, accounted like the MPI ones at zt_wait. */
 static void dev_req(zt_request_t *req, const zt_comm_backend_t *be, int kind, double bytes, int n)
 {
-    req_start(req, kind, bytes);
-    req->bus = bus_factor(kind, n);
+    req_start(req, kind, bytes, n);
     req->dev = be;
+    req->req = MPI_REQUEST_NULL;
+}
+
+/* A ring collective that runs inside zt_wait (send NULL: in place). */
+static void req_defer(zt_request_t *req, zt_group_t *g, const void *send, void *recv, size_t count,
+                      zt_dtype_t t)
+{
+    req->g = g;
+    req->send = (void *)send;
+    req->recv = recv;
+    req->count = count;
+    req->t = t;
     req->req = MPI_REQUEST_NULL;
 }
 
@@ -492,15 +505,9 @@ void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
         return;
     }
     if (count > ZT_CHUNK) zt_fatal("non-blocking all-reduce of %zu elements: use buckets", count);
-    req_start(req, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t));
-    req->bus = bus_factor(ZT_COLL_ALLREDUCE, g->size);
+    req_start(req, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t), g->size);
     if (use_ring(g, send, count, t, op)) { /* deferred to zt_wait, like the reduce-scatter */
-        req->g = g;
-        req->send = NULL;
-        req->recv = recv;
-        req->count = count;
-        req->t = t;
-        req->req = MPI_REQUEST_NULL;
+        req_defer(req, g, NULL, recv, count, t);
         return;
     }
     ZT_MPI(MPI_Iallreduce(send, recv, (int)count, mpi_type(t), mpi_op(op, t), g->comm, &req->req));
@@ -517,14 +524,8 @@ void zt_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
     }
     /* deferred to zt_wait: with one thread per rank MPI progresses only inside MPI
      * calls, so starting the ring early would not overlap anything */
-    req_start(req, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t));
-    req->bus = bus_factor(ZT_COLL_REDUCE_SCATTER, g->size);
-    req->g = g;
-    req->send = (void *)send;
-    req->recv = recv;
-    req->count = count;
-    req->t = t;
-    req->req = MPI_REQUEST_NULL;
+    req_start(req, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size);
+    req_defer(req, g, send, recv, count, t);
 }
 
 void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
@@ -536,8 +537,7 @@ void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
         be->iallgather(c, g, send, recv, count, t, req);
         return;
     }
-    req_start(req, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t));
-    req->bus = bus_factor(ZT_COLL_ALLGATHER, g->size);
+    req_start(req, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size);
     ZT_MPI(MPI_Iallgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), g->comm,
                           &req->req));
 }
