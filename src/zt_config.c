@@ -206,9 +206,12 @@ static const zkey_t schema[] = {
        "than this; 0 = off."),
     KS("parallel.offload_optimizer", parallel.offload_optimizer, "none", "none|cpu",
        "Keep the optimizer shard (fp32 master weights, Adam moments) in (pinned) host memory and run AdamW "
-       "there with the vectorized CPU kernel (ZeRO-Offload); the device keeps working parameters and "
-       "gradients. Saves 12 bytes per owned parameter of device memory; meant for the cuda backend (on the "
-       "cpu backend it is the same memory, and results are bit-identical)."),
+       "there with the vectorized CPU kernel (ZeRO-Offload); where gradients are sharded (zero2, "
+       "shard_grad_op, zero3) the owned gradient accumulators too, each unit's downloaded during the "
+       "backward of the next. The device keeps the working parameters (and the gradients for ddp, zero1 "
+       "and the hybrids). Saves 12 bytes per owned parameter of device memory, 16 where gradients are "
+       "sharded; meant for the cuda backend (on the cpu backend it is the same memory, and results are "
+       "bit-identical)."),
     KS("parallel.offload_param", parallel.offload_param, "none", "none|cpu",
        "zero3 family, with offload_optimizer = cpu: keep the owned parameter shards in host memory too and "
        "upload each unit's shard just before it is gathered (ZeRO-Infinity's parameter offload)."),

@@ -31,10 +31,16 @@
  * Offload (offload_optim): the fp32 master of the owned elements (`master`, packed
  * like m and v), m and v live in host memory from the backend's alloc_host (pinned
  * on CUDA) and AdamW runs there with the CPU kernel. The backend keeps the working
- * parameters (fp32 or bf16) and the gradients; per unit, the optimizer step
- * downloads the owned gradients, steps the host shard and uploads the owned part of
- * the working copy (rounded to bf16 on the host, so half the bytes cross the bus),
- * then re-gathers it where the strategy keeps parameters replicated. With
+ * parameters (fp32 or bf16); per unit, the optimizer step steps the host shard and
+ * uploads the owned part of the working copy (rounded to bf16 on the host, so half
+ * the bytes cross the bus), then re-gathers it where the strategy keeps parameters
+ * replicated. Where gradients are sharded (zero2, shard_grad_op, zero3: host_grads)
+ * the owned gradient accumulators live on the host too, as in ZeRO-Offload: each
+ * unit's reduced gradients are downloaded while the next unit's backward computes
+ * (one download in flight; from the second micro-step on they are added on the
+ * host), so the backend holds no gradient state between units at all. ddp, zero1
+ * and the hybrids keep their gradients on the backend and download the owned part
+ * unit by unit during the optimizer step (the next download under this AdamW). With
  * offload_param the owned parameter shard itself stays on the host (fp32: the master
  * is the working shard) and each gather first uploads it into a transient buffer.
  * The arithmetic is the same CPU kernels in the same order, so on the CPU backend an
@@ -73,6 +79,8 @@ typedef struct unit_state {
     float *full, *shard_p, *gfull, *gshard, *m, *v, *rs_tmp;
     float *master;          /* offload: host fp32 master of the owned elements (S) */
     void *up;               /* offload_param: the shard uploaded for a gather in flight */
+    float *dl_dev;          /* host_grads: reduced gradients being downloaded (dl_n) */
+    size_t dl_n;
     void *gath;             /* P elements of the working dtype */
     uint16_t *wfull, *wshard;   /* 16-bit (pdt) working copies (P, S) */
     uint16_t *gcomm, *rs16;     /* 16-bit (gdt) gradients in flight (P), landing (S) */
@@ -99,9 +107,13 @@ struct zt_shard {
     size_t pack_tmp_n, pack_es;
     int mixed;              /* 16-bit working copies (bf16 or fp16) */
     int offload, offload_param;
+    int host_grads;         /* offload with sharded gradients: gshard in host memory */
+    int dl_unit, dl_add;    /* host_grads: the unit whose download is in flight (-1: none),
+                             * and whether it lands in hgrad[0] to be added (micro > 0) */
     const zt_backend_t *ob; /* where the optimizer state lives and AdamW runs */
     int comm_ordered;       /* collectives are stream-ordered after uploads (device comm) */
-    float *hgrad[2];        /* offload: host landings of owned gradients, by unit parity */
+    float *hgrad[2];        /* offload: host landings of owned gradients, by unit parity
+                             * (host_grads: hgrad[0] for micro-steps after the first) */
     uint16_t *h16;          /* offload, 16-bit: host rounding of one unit's owned working copy */
     size_t hstage_n;        /* elements of each: the largest owned shard */
     size_t pesz;            /* bytes of a working parameter element */
@@ -219,6 +231,9 @@ static void ffree(zt_shard_t *s, int cat, float **p, size_t n)
 {
     BFREE(s, cat, *p, n * sizeof(float));
 }
+
+/* where the owned gradient accumulators live */
+static int grads_mem(const zt_shard_t *s) { return s->host_grads ? MEM_HOST : MEM_GRADS; }
 
 /* ---- construction ---------------------------------------------------------- */
 
@@ -430,6 +445,8 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     s->gdt = opts->reduce_fp16 ? ZT_F16 : opts->reduce_bf16 ? ZT_BF16 : ZT_F32;
     s->offload = opts->offload_optim != 0;
     s->offload_param = s->offload && opts->offload_param && s->shard_params;
+    s->host_grads = s->offload && !s->persistent_grads && !s->hybrid;
+    s->dl_unit = -1;
     s->ob = s->offload ? &zt_backend_cpu : be;
     s->comm_ordered = comm->dev != NULL;
     s->pack_es = ZT_MAX(s->pesz, zt_dtype_size(s->gdt));
@@ -473,7 +490,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         } else
             u->full = falloc(s, MEM_PARAMS, u->lay.packed);
         if (s->persistent_grads) u->gfull = falloc(s, MEM_GRADS, u->lay.packed);
-        if (st != ZT_DDP) u->gshard = falloc(s, MEM_GRADS, u->S);
+        if (st != ZT_DDP) u->gshard = falloc(s, grads_mem(s), u->S);
         u->m = falloc(s, optim_mem, u->S);
         u->v = falloc(s, optim_mem, u->S);
         if (s->offload) grow_host_stage(s, u->S);
@@ -490,6 +507,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
 
 static void drop_gathered(zt_shard_t *s, int ui);
 static void reduction_complete(zt_shard_t *s, int ui);
+static void grad_download_finish(zt_shard_t *s);
 
 void zt_shard_free(zt_shard_t *s)
 {
@@ -500,6 +518,7 @@ void zt_shard_free(zt_shard_t *s)
         if (s->shard_params) drop_gathered(s, ui);
         reduction_complete(s, ui);
     }
+    grad_download_finish(s);
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
         size_t P = u->lay.packed;
@@ -513,7 +532,7 @@ void zt_shard_free(zt_shard_t *s)
         BFREE(s, MEM_COMM, u->gcomm, P * 2);
         BFREE(s, MEM_COMM, u->rs16, u->S * 2);
         ffree(s, MEM_GRADS, &u->gfull, P);
-        ffree(s, MEM_GRADS, &u->gshard, u->S);
+        ffree(s, grads_mem(s), &u->gshard, u->S);
         ffree(s, s->offload ? MEM_HOST : MEM_OPTIM, &u->m, u->S);
         ffree(s, s->offload ? MEM_HOST : MEM_OPTIM, &u->v, u->S);
         ffree(s, MEM_COMM, &u->rs_tmp, u->S);
@@ -686,20 +705,22 @@ void zt_shard_begin_step(zt_shard_t *s)
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
         if (u->gfull && s->persistent_grads) s->be->memzero(u->gfull, u->lay.packed * sizeof(float));
-        if (u->gshard) s->be->memzero(u->gshard, u->S * sizeof(float));
+        /* host_grads: the first micro-step's download overwrites the whole shard */
+        if (u->gshard && !s->host_grads) s->be->memzero(u->gshard, u->S * sizeof(float));
     }
 }
 
 void zt_shard_begin_micro(zt_shard_t *s, int micro, int nmicro)
 {
-    s->micro = micro;
-    s->nmicro = nmicro;
     /* a unit's transient gradients must be reduced before the next micro-step
-     * accumulates into a fresh buffer */
+     * accumulates into a fresh buffer (still as the previous micro-step: host_grads
+     * decides by it whether a download overwrites or adds) */
     for (int ui = 0; ui < s->t->nunits; ui++) {
         reduction_complete(s, ui);
         s->u[ui].bwd_done = 0;
     }
+    s->micro = micro;
+    s->nmicro = nmicro;
 }
 
 float *zt_shard_grads(zt_shard_t *s, int ui)
@@ -707,6 +728,34 @@ float *zt_shard_grads(zt_shard_t *s, int ui)
     unit_state_t *u = &s->u[ui];
     if (!u->gfull) u->gfull = balloc_z(s, MEM_COMM, u->lay.packed * sizeof(float), 1);
     return u->gfull;
+}
+
+/* host_grads: a unit's reduced owned gradients travel to the host accumulator as
+ * soon as they are complete, while the next unit's backward computes. One download
+ * is in flight at a time: it is finished (waited for, and after the first
+ * micro-step added on the host) before the next starts, which bounds the landing
+ * buffers to one and the device buffers kept alive to one unit's owned gradients. */
+static void grad_download_finish(zt_shard_t *s)
+{
+    if (s->dl_unit < 0) return;
+    unit_state_t *u = &s->u[s->dl_unit];
+    s->be->wait_downloads();
+    if (s->dl_add) s->ob->accumulate(u->gshard, s->hgrad[0], u->S);
+    ffree(s, MEM_COMM, &u->dl_dev, u->dl_n);
+    s->dl_unit = -1;
+}
+
+/* Takes over dev (a MEM_COMM buffer of n floats whose first S are the unit's owned
+ * gradients of this micro-step) and starts its download. */
+static void grad_download_start(zt_shard_t *s, int ui, float *dev, size_t n)
+{
+    grad_download_finish(s);
+    unit_state_t *u = &s->u[ui];
+    s->dl_add = s->micro > 0;
+    s->be->to_host_async(s->dl_add ? s->hgrad[0] : u->gshard, dev, u->S * sizeof(float));
+    u->dl_dev = dev;
+    u->dl_n = n;
+    s->dl_unit = ui;
 }
 
 /* Folds a completed reduce-scatter into the owned gradient shard and frees the
@@ -727,8 +776,13 @@ static void reduction_complete(zt_shard_t *s, int ui)
             from16(s, s->gdt, u->rs_tmp, u->rs16, u->S);
             BFREE(s, MEM_COMM, u->rs16, u->S * 2);
         }
-        s->be->accumulate(u->gshard, u->rs_tmp, u->S);
-        ffree(s, MEM_COMM, &u->rs_tmp, u->S);
+        if (s->host_grads) {
+            grad_download_start(s, ui, u->rs_tmp, u->S);
+            u->rs_tmp = NULL;
+        } else {
+            s->be->accumulate(u->gshard, u->rs_tmp, u->S);
+            ffree(s, MEM_COMM, &u->rs_tmp, u->S);
+        }
         u->red_pending = 0;
     }
     if (!s->persistent_grads) ffree(s, MEM_COMM, &u->gfull, u->lay.packed);
@@ -792,6 +846,11 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
         return;
     }
     if (s->o.strategy == ZT_ZERO1 && !last) return; /* no_sync: accumulate locally */
+    if (s->n == 1 && s->host_grads) {
+        grad_download_start(s, ui, u->gfull, u->lay.packed);
+        u->gfull = NULL;
+        return;
+    }
     if (s->n == 1) {
         s->be->accumulate(u->gshard, u->gfull, u->S);
         if (!s->persistent_grads) ffree(s, MEM_COMM, &u->gfull, u->lay.packed);
@@ -805,6 +864,15 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
 #define ROUND_CHUNK ((size_t)1 << 20)
 static void round_fp16(zt_shard_t *s, float *x, size_t n)
 {
+    if (s->host_grads) { /* x is host memory: the CPU kernels, through the stack */
+        uint16_t b[4096];
+        for (size_t off = 0; off < n; off += 4096) {
+            const size_t k = ZT_MIN((size_t)4096, n - off);
+            zt_backend_cpu.to_fp16(b, x + off, k);
+            zt_backend_cpu.from_fp16(x + off, b, k);
+        }
+        return;
+    }
     const size_t cap = ZT_MIN(n, ROUND_CHUNK);
     uint16_t *b = balloc(s, MEM_COMM, cap * 2);
     for (size_t off = 0; off < n; off += cap) {
@@ -821,6 +889,12 @@ double zt_shard_finish_grads(zt_shard_t *s)
     for (int ui = s->t->nunits - 1; ui >= 0; ui--) {
         unit_state_t *u = &s->u[ui];
         reduction_complete(s, ui);
+        if (s->host_grads) {
+            grad_download_finish(s);
+            if (s->pdt == ZT_F16) round_fp16(s, u->gshard, u->S);
+            local += s->ob->sumsq(u->gshard, u->S);
+            continue;
+        }
         if (s->o.strategy == ZT_DDP) {
             if (s->pdt == ZT_F16) round_fp16(s, u->gfull, u->lay.numel);
             local += s->be->sumsq(u->gfull, u->lay.numel);
@@ -846,6 +920,7 @@ double zt_shard_finish_grads(zt_shard_t *s)
 void zt_shard_zero_grads(zt_shard_t *s)
 {
     for (int ui = 0; ui < s->t->nunits; ui++) reduction_complete(s, ui);
+    grad_download_finish(s);
     zt_shard_begin_step(s);
 }
 
@@ -884,8 +959,8 @@ static void download_grads(zt_shard_t *s, int ui)
 }
 
 /* Offload pipelines three things per unit, units in reverse order: the download of
- * unit k-1's gradients, AdamW on unit k on the host, and the upload of unit k+1's
- * working copy. */
+ * unit k-1's gradients (not with host_grads: they are there already), AdamW on unit
+ * k on the host, and the upload of unit k+1's working copy. */
 void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
 {
     s->adam_step = hp->step;
@@ -894,11 +969,13 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
     /* last unit first: the one download nothing hides is then a block's, and the
      * root unit's (the largest: the embeddings) overlaps AdamW on block 0 */
     const int last = s->t->nunits - 1;
-    if (s->offload) download_grads(s, last);
+    /* host_grads: the owned gradients are on the host already */
+    const int download = s->offload && !s->host_grads;
+    if (download) download_grads(s, last);
     for (int ui = last; ui >= 0; ui--) {
         unit_state_t *u = &s->u[ui];
         const float *grad = owned_grads(s, u);
-        if (s->offload) {
+        if (download) {
             s->be->wait_downloads();
             if (ui > 0) download_grads(s, ui - 1);
             grad = s->hgrad[ui & 1];
@@ -949,6 +1026,8 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     /* offload: master, m and v (12 bytes per owned element) move to the host; with
      * offload_param the owned working shard too (fp32: it is the master) */
     const int off = o->offload_optim != 0, offp = off && o->offload_param && shard_params;
+    /* ...and where gradients are sharded (not the hybrids) the owned accumulators */
+    const int host_grads = off && !persistent && !zt_strategy_is_hybrid(st);
     size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0, owned = 0;
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;
@@ -957,7 +1036,8 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
         size_t S = lay.count[0], P = lay.packed;
         if (!offp) out->params += (shard_params ? S : P) * pb;
         else if (mixed) out->host += S * 2;
-        out->grads += (persistent ? P : 0) * 4 + (st != ZT_DDP ? S : 0) * 4;
+        out->grads += (persistent ? P : 0) * 4 + (st != ZT_DDP && !host_grads ? S : 0) * 4;
+        if (host_grads) out->host += S * 4;
         if (off) out->host += S * 12;
         else out->optim += S * ob;
         if (P > largest) second = largest, largest = P;
@@ -982,6 +1062,8 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
      * offload_param: the uploads of the running and the prefetched unit */
     if (off) out->host += 2 * owned * 4 + (mixed && !offp ? owned * 2 : 0);
     if (offp && n > 1) out->comm_buffers += 2 * owned * pb;
+    /* host_grads: a unit's reduced gradients stay until their download finished */
+    if (host_grads) out->comm_buffers += largest / (size_t)n * 4;
     if (shard_params) {
         const int keeps_all = st == ZT_SHARD_GRAD_OP || st == ZT_HYBRID_ZERO2 || !o->reshard_after_forward;
         /* zero3: the root unit stays gathered for the micro-step, plus the running

@@ -33,6 +33,9 @@ Offload (ZeRO-Offload; both optional):
                    owned element) plus two landings of the largest unit's owned
                    gradients (2 * 4 * max S: the next unit's download overlaps
                    this unit's AdamW) and, 16-bit, one rounding buffer (2 * max S).
+                   Where gradients are sharded (zero2, shard_grad_op, zero3) the
+                   owned gradient accumulators move to the host as well (ZeRO-Offload):
+                   backend grads 0, host + 4 * sum(S).
   --offload-param  parallel.offload_param = cpu too: the backend holds no
                    parameter shard; a 16-bit working shard (2 * sum S) joins the host
                    (fp32: the master is the working shard), no rounding buffer."""
@@ -77,9 +80,14 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
         if strategy.startswith("hybrid"):
             exp["all_reduce"] = Fg * sum(S)
         mem = (Fp * sum(S), F * sum(S), Fo * sum(S))
+    if world == 1:  # one rank communicates nothing
+        exp = {k: 0 for k in exp}
     host = 0
     if offload:
         host = 12 * sum(S) + 8 * max(S) + (2 * max(S) if bf16 and not offload_param else 0)
+        if strategy in ("zero2", "shard_grad_op", "zero3"):
+            host += 4 * sum(S)
+            mem = (mem[0], 0, mem[2])
         if offload_param:
             host += 2 * sum(S) if bf16 else 0
             mem = (0, mem[1], 0)

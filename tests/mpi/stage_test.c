@@ -52,15 +52,21 @@ static void flush(int dir)
 static void late_wait_downloads(void) { flush(0); }
 static void late_wait_uploads(void) { flush(1); }
 
-/* one optimizer step with a deterministic fake gradient */
+/* one optimizer step with deterministic fake gradients */
 static void step(zt_shard_t *s, const zt_param_table_t *t, long adam_t)
 {
     zt_shard_begin_step(s);
     zt_shard_begin_micro(s, 0, 1);
-    for (int u = t->nunits - 1; u >= 0; u--) {
-        float *g = zt_shard_grads(s, u);
-        for (size_t i = 0; i < t->unit_numel[u]; i++) g[i] = 1e-3f * (float)((i * 7 + (size_t)u) % 13) - 6e-3f;
-        zt_shard_grads_ready(s, u);
+    /* two micro-steps: offloaded gradients overwrite the host accumulator in the
+     * first and are added to it in the second */
+    for (int mi = 0; mi < 2; mi++) {
+        zt_shard_begin_micro(s, mi, 2);
+        for (int u = t->nunits - 1; u >= 0; u--) {
+            float *g = zt_shard_grads(s, u);
+            for (size_t i = 0; i < t->unit_numel[u]; i++)
+                g[i] = 1e-3f * (float)((i * 7 + (size_t)u + 5 * (size_t)mi) % 13) - 6e-3f;
+            zt_shard_grads_ready(s, u);
+        }
     }
     zt_shard_finish_grads(s);
     zt_adamw_hp_t hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
@@ -183,6 +189,9 @@ int main(int argc, char **argv)
     o.strategy = ZT_ZERO2;
     o.bf16 = 1;
     check_offload(&c, &late, t, o, 0, "zero2 bf16");
+    o.reduce_bf16 = 1;
+    check_offload(&c, &late, t, o, 0, "zero2 bf16 reduce_bf16");
+    o.reduce_bf16 = 0;
     o.strategy = ZT_ZERO1;
     o.layout = ZT_LAYOUT_PER_PARAM;
     check_offload(&c, &late, t, o, 0, "zero1 per_param bf16");
