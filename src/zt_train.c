@@ -169,11 +169,34 @@ static zt_model_dims_t dims_of(const zt_config_t *cfg)
                              cfg->model.vocab_size, cfg->model.block_size};
 }
 
-static double memory_limit(const zt_config_t *cfg, int per_node)
+static double host_memory_per_rank(int per_node)
 {
-    if (cfg->parallel.memory_limit_gb > 0) return cfg->parallel.memory_limit_gb * 1073741824.0;
     double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
     return phys / (per_node > 0 ? per_node : 1);
+}
+
+/* The memory a rank may fill: parallel.memory_limit_gb, else the free memory of its
+ * device (be not host memory), else the node's physical memory over its ranks. `what`
+ * says which, for messages. be may be NULL (--estimate-memory: no device chosen). */
+static double memory_limit(const zt_config_t *cfg, const zt_backend_t *be, int per_node, char *what,
+                           size_t len)
+{
+    if (cfg->parallel.memory_limit_gb > 0) {
+        snprintf(what, len, "parallel.memory_limit_gb");
+        return cfg->parallel.memory_limit_gb * 1073741824.0;
+    }
+#ifdef ZT_HAVE_CUDA
+    size_t total = 0, avail = 0;
+    char name[128], cerr[ZT_ERRLEN];
+    if (be && !be->host_memory && zt_cuda_device_info(name, sizeof name, &total, &avail, cerr, sizeof cerr) == 0) {
+        snprintf(what, len, "free memory of this rank's %s", name);
+        return (double)avail;
+    }
+#else
+    (void)be;
+#endif
+    snprintf(what, len, "physical memory / %d ranks on this node", per_node > 0 ? per_node : 1);
+    return host_memory_per_rank(per_node);
 }
 
 void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
@@ -201,11 +224,12 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
 }
 
 /* auto: the least traffic that fits; ordered by collective volume per step */
-static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_param_table_t *t, int world,
-                               int per_node, char *why, size_t len)
+static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_backend_t *be, const zt_param_table_t *t,
+                               int world, int per_node, char *why, size_t len)
 {
     static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
-    const double limit = memory_limit(cfg, per_node);
+    char what[160];
+    const double limit = memory_limit(cfg, be, per_node, what, sizeof what);
     char b1[32], b2[32];
     zt_strategy_t smallest = ZT_ZERO3;
     size_t smallest_total = SIZE_MAX;
@@ -222,6 +246,36 @@ static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_param_table_t *t
     snprintf(why, len, "nothing fits the limit of %s; %s needs the least memory (%s per rank)",
              zt_fmt_bytes(limit, b2, 32), zt_strategy_name(smallest), zt_fmt_bytes((double)smallest_total, b1, 32));
     return smallest;
+}
+
+/* A run whose estimate exceeds the memory it may fill is refused before anything
+ * large is allocated: an out-of-memory kill of one rank minutes later says less. The
+ * estimate matches the allocations of model state exactly (accounting.sh) and the
+ * activations closely; what it leaves out (libraries, a CUDA context, allocator
+ * slack) is small beside a limit this estimate exceeds. */
+static int check_fits(const zt_config_t *cfg, const zt_backend_t *be, const zt_param_table_t *t,
+                      zt_strategy_t st, const zt_comm_t *c, char *err, size_t errlen)
+{
+    estimate_t e;
+    estimate(cfg, t, st, c->world.size, c->shard.size, &e);
+    char what[160], b[2][32];
+    const double limit = memory_limit(cfg, be, c->local_size, what, sizeof what);
+    /* on a host-memory backend the offloaded state is in the same memory */
+    const double need = (double)e.total + (be->host_memory ? (double)e.mem.host : 0.0);
+    if (need > limit)
+        return zt_err(err, errlen,
+                      "memory: %s needs an estimated %s per rank, more than the limit of %s (%s); compare "
+                      "strategies with --estimate-memory, then shard more (zero3), offload "
+                      "(parallel.offload_optimizer), recompute activations (train.gradient_checkpointing) "
+                      "or lower train.per_device_train_batch_size (parallel.memory_limit_gb sets the limit)",
+                      zt_strategy_name(st), zt_fmt_bytes(need, b[0], 32), zt_fmt_bytes(limit, b[1], 32), what);
+    const double host = host_memory_per_rank(c->local_size);
+    if (!be->host_memory && (double)e.mem.host > host)
+        return zt_err(err, errlen,
+                      "memory: offload needs an estimated %s of host memory per rank, more than the %s "
+                      "(physical memory / %d ranks on this node)",
+                      zt_fmt_bytes((double)e.mem.host, b[0], 32), zt_fmt_bytes(host, b[1], 32), c->local_size);
+    return 0;
 }
 
 /* ---- passes ---------------------------------------------------------------------- */
@@ -945,7 +999,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     zt_strategy_t st = zt_strategy_parse(cfg->parallel.strategy);
     char why[256] = "";
     if (strcmp(cfg->parallel.strategy, "auto") == 0)
-        st = pick_auto(cfg, r->table, comm->world.size, comm->local_size, why, sizeof why);
+        st = pick_auto(cfg, r->be, r->table, comm->world.size, comm->local_size, why, sizeof why);
     fill_opts(cfg, st, &r->sopts);
     r->loss_scale = 1.0;
     if (cfg->train.fp16) {
@@ -963,6 +1017,13 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
                r->loss_scale, cfg->train.loss_scale_window, cfg->train.min_loss_scale);
     else if (cfg->train.fp16)
         zt_log("fp16: static loss scale %.9g", r->loss_scale);
+    int exit_code = ZT_EXIT_OK;
+    rc = check_fits(cfg, r->be, r->table, st, comm, err, sizeof err);
+    if (zt_agree_error(comm, rc, err, sizeof err)) {
+        zt_log_error("%s", err);
+        exit_code = ZT_EXIT_ERROR;
+        goto done;
+    }
 
     r->model = zt_model_create(r->table, r->be, r->B, r->T, cfg->train.gradient_checkpointing);
     r->shard = zt_shard_create(r->table, comm, r->be, &r->sopts);
@@ -973,7 +1034,6 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     zt_log("MFU denominator: %.1f GFLOP/s over all ranks (%s)", r->peak_flops / 1e9,
            cfg->train.peak_tflops > 0 ? "train.peak_tflops" : "measured matmul peak of this backend");
 
-    int exit_code = ZT_EXIT_OK;
     if (maybe_resume(r) != 0) exit_code = ZT_EXIT_ERROR;
     if (exit_code == ZT_EXIT_OK && r->rank == 0) {
         snprintf(path, sizeof path, "%s/config.cfg", cfg->train.output_dir);
@@ -1028,6 +1088,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         }
     }
     zt_watchdog_stop();
+done:
     zt_metrics_close();
     zt_shard_free(r->shard);
     zt_model_free(r->model);
