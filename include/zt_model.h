@@ -13,8 +13,11 @@
  *
  * A training micro-step is, in order:
  *   forward_embed(root) ; forward_block(l, unit l+1) for l = 0..L-1 ;
- *   forward_head(root) ; backward_head(root, root grads) ;
+ *   train_head(root, root grads) ;
  *   backward_block(l, ...) for l = L-1..0 ; backward_embed(root grads) ; loss().
+ * The head runs in chunks of tokens whose logits are made, turned into dlogits and
+ * consumed by both lm_head gradient GEMMs before the next chunk, so the (N,V) logits
+ * never exist at once; that is why its forward and backward are one call.
  * Nothing in it waits for a device: the batch is uploaded and the per-token
  * losses downloaded asynchronously, and loss() is the only wait, so a device
  * runs the whole micro-step as queued.
@@ -91,18 +94,25 @@ double zt_model_flops_per_token(zt_model_dims_t d, int T);
 void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *targets, int B, int T);
 void zt_model_forward_embed(zt_model_t *m, const float *root);
 void zt_model_forward_block(zt_model_t *m, int l, const float *unit);
-/* Computes logits; with targets, the per-token losses (read by zt_model_loss)
- * and dlogits scaled by dscale (the caller's 1/(tokens in the global batch)
- * share). With dscale = 0 no gradient is prepared. */
-void zt_model_forward_head(zt_model_t *m, const float *root, float dscale);
-/* Mean loss of the batch's last forward_head (0 without targets); waits for it. */
+/* Inference and evaluation: logits, and with targets the per-token losses (read by
+ * zt_model_loss). Only the last chunk's logits are kept (zt_model_logits_row). */
+void zt_model_forward_head(zt_model_t *m, const float *root);
+/* Training: the head's forward and backward, chunk by chunk: the losses, the head's
+ * parameter gradients (tied wte, ln_f) accumulated into droot, and dL/d(last block
+ * output) for backward_block. dscale is the caller's 1/(tokens in the global batch)
+ * share. Needs targets. */
+void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale);
+/* Mean loss of the batch's last head pass (0 without targets); waits for it. */
 float zt_model_loss(zt_model_t *m);
-void zt_model_backward_head(zt_model_t *m, const float *root, float *droot);
+/* Tokens per head chunk: at most the automatic size (about 256 MiB of fp32 logits),
+ * for tests and tuning; 1 <= rows. */
+void zt_model_set_head_rows(zt_model_t *m, int rows);
 void zt_model_backward_block(zt_model_t *m, int l, const float *unit, float *dunit);
 void zt_model_backward_embed(zt_model_t *m, float *droot);
 
-/* Logits of position t of batch row b (valid after forward_head with dscale=0),
- * copied to host out (V). */
+/* Logits of position t of batch row b, copied to host out (V): valid after
+ * forward_head without targets, or with targets on the CPU backend, and only for
+ * the tokens of the head's last chunk (the last one always is); fatal otherwise. */
 void zt_model_logits_row(zt_model_t *m, int b, int t, float *out);
 
 #endif

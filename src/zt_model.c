@@ -11,6 +11,10 @@
  *   res2 (N,C) ln2 (N,C) ln2_mean/rstd (N) fch (N,4C) fch_gelu (N,4C)
  * Attention keeps no (B,NH,T,T) matrix: its backward recomputes the
  * probabilities from qkv, the output atty and the per-row log-sum-exp lse.
+ * The head keeps no (N,V) logits either: it runs in chunks of head_rows tokens
+ * (logits, fused cross-entropy, then at once both lm_head gradient GEMMs), so one
+ * chunk's (head_rows,V) buffer is all the vocabulary costs; GPT-2 at B=8, T=1024
+ * would otherwise hold 1.6 GB of fp32 logits.
  * With recompute (gradient checkpointing) only x_in is kept per block and one
  * block's worth of the rest is shared: backward re-runs the block forward first,
  * which gives bit-identical results because the same kernels see the same inputs. */
@@ -200,7 +204,8 @@ struct zt_model {
     block_acts_t *blk;          /* (L) */
     float *x_out;               /* (N,C) output of the last block */
     float *lnf, *lnf_mean, *lnf_rstd; /* (N,C) (N) (N) */
-    float *logits;              /* (N,V) logits, then dlogits in place */
+    float *logits;              /* (head_rows,V) one chunk's logits, then dlogits in place */
+    int head_rows, head_first;  /* chunk rows; first row of the chunk the buffer holds */
     float *losses;              /* (N) */
     float *dres, *dres2;        /* (N,C) residual-stream gradients */
     float *dbig;                /* (N,4C) scratch */
@@ -220,13 +225,24 @@ static void *act_alloc(zt_model_t *m, size_t bytes)
     return m->be->alloc(bytes);
 }
 
+/* Rows per head chunk: enough chunks that one holds at most HEAD_CHUNK_BYTES of fp32
+ * logits, equal in size. Big enough for an efficient GEMM (on GPT-2's vocabulary about
+ * 1300 rows: a (1300,768)x(768,50257) product is 100 GFLOP), small beside the rest. */
+#define HEAD_CHUNK_BYTES ((size_t)256 << 20)
+static int head_rows_for(size_t N, size_t V)
+{
+    const size_t chunks = ZT_MAX(ZT_CEIL_DIV(N * V * sizeof(float), HEAD_CHUNK_BYTES), (size_t)1);
+    return (int)ZT_MAX(ZT_CEIL_DIV(N, chunks), (size_t)1);
+}
+
 size_t zt_model_activation_bytes_estimate(zt_model_dims_t d, int B, int T, int recompute)
 {
     const size_t N = (size_t)B * T, C = d.C, lse = (size_t)B * d.NH * T;
     const size_t per_block = N * C /*ln1*/ + 2 * N + 3 * N * C + lse + N * C /*atty*/ +
                              N * C /*res2*/ + N * C /*ln2*/ + 2 * N + 8 * N * C /*fch, gelu*/;
     size_t floats = (size_t)d.L * N * C /* x_in */ + (recompute ? 1 : (size_t)d.L) * per_block;
-    floats += N * C /*x_out*/ + N * C + 2 * N /*lnf*/ + N * (size_t)d.V /*logits*/ + N /*losses*/;
+    floats += N * C /*x_out*/ + N * C + 2 * N /*lnf*/ + (size_t)head_rows_for(N, d.V) * d.V /*logits*/ +
+              N /*losses*/;
     floats += 2 * N * C + 4 * N * C + 3 * N * C; /* dres, dres2, dbig, dqkv */
     return floats * sizeof(float) + 2 * N * sizeof(int32_t);
 }
@@ -294,7 +310,8 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->lnf = act_alloc(m, N * C * F);
     m->lnf_mean = act_alloc(m, N * F);
     m->lnf_rstd = act_alloc(m, N * F);
-    m->logits = act_alloc(m, N * V * F);
+    m->head_rows = head_rows_for(N, V);
+    m->logits = act_alloc(m, (size_t)m->head_rows * V * F);
     m->losses = act_alloc(m, N * F);
     m->dres = act_alloc(m, N * C * F);
     m->dres2 = act_alloc(m, N * C * F);
@@ -374,17 +391,50 @@ void zt_model_forward_block(zt_model_t *m, int l, const float *unit)
     block_forward(m, &m->blk[l], unit, out);
 }
 
-void zt_model_forward_head(zt_model_t *m, const float *root, float dscale)
+void zt_model_set_head_rows(zt_model_t *m, int rows)
+{
+    if (rows < 1 || rows > m->head_rows)
+        zt_fatal("head chunk of %d rows outside 1..%d (the rows its buffer holds)", rows, m->head_rows);
+    m->head_rows = rows;
+}
+
+/* The head over rows [0, N) in chunks: ln_f, logits (head_rows,V), and with targets
+ * the fused cross-entropy (losses, and with droot dlogits in place); with droot each
+ * chunk's lm_head gradients follow at once: dlnf rows into dres2 (N,C) and the tied
+ * wte gradient, so the chunk buffer is free for the next. */
+static void head_chunks(zt_model_t *m, const float *root, float *droot, float dscale)
 {
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
     be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->x_out, root + m->o_lnfw,
                           root + m->o_lnfb, N, C);
-    be->matmul_forward(m->logits, m->lnf, root + m->o_wte, NULL, N, C, V, 1); // (N,V)
-    if (!m->has_targets) return;
-    be->crossentropy_fused(m->logits, m->losses, m->targets, N, V, dscale);
+    if (droot) be->memzero(m->dres2, (size_t)N * C * sizeof(float));
+    for (int r0 = 0; r0 < N; r0 += m->head_rows) {
+        const int rows = ZT_MIN(m->head_rows, N - r0);
+        const float *lnf = m->lnf + (size_t)r0 * C;
+        be->matmul_forward(m->logits, lnf, root + m->o_wte, NULL, rows, C, V, 1); // (rows,V)
+        m->head_first = r0;
+        if (!m->has_targets) continue;
+        be->crossentropy_fused(m->logits, m->losses + r0, m->targets + r0, rows, V, droot ? dscale : 0.0f);
+        if (droot)
+            be->matmul_backward(m->dres2 + (size_t)r0 * C, droot + m->o_wte, NULL, m->logits, lnf,
+                                root + m->o_wte, rows, C, V, 1);
+    }
     /* read after backward: the device goes on with it meanwhile */
-    be->to_host_async(m->host_losses, m->losses, (size_t)N * sizeof(float));
+    if (m->has_targets) be->to_host_async(m->host_losses, m->losses, (size_t)N * sizeof(float));
+}
+
+void zt_model_forward_head(zt_model_t *m, const float *root) { head_chunks(m, root, NULL, 0.0f); }
+
+void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale)
+{
+    if (!m->has_targets) zt_fatal("zt_model_train_head: the batch has no targets");
+    head_chunks(m, root, droot, dscale);
+    /* dlnf (N,C) is in dres2; ln_f backward gives dL/d x_out, the last block's output */
+    const int N = m->B * m->T, C = m->d.C;
+    m->be->memzero(m->dres, (size_t)N * C * sizeof(float));
+    m->be->layernorm_backward(m->dres, droot + m->o_lnfw, droot + m->o_lnfb, m->dres2, m->x_out,
+                              root + m->o_lnfw, m->lnf_mean, m->lnf_rstd, N, C);
 }
 
 float zt_model_loss(zt_model_t *m)
@@ -401,21 +451,12 @@ float zt_model_loss(zt_model_t *m)
 void zt_model_logits_row(zt_model_t *m, int b, int t, float *out)
 {
     const size_t V = m->d.V;
+    const int row = b * m->T + t;
+    if (row < m->head_first || row >= m->head_first + m->head_rows || row >= m->B * m->T)
+        zt_fatal("logits of row %d are not kept (the head keeps rows %d..%d of its last chunk)", row,
+                 m->head_first, ZT_MIN(m->head_first + m->head_rows, m->B * m->T) - 1);
     m->be->wait_uploads(); /* the batch's host arrays are the caller's again after this */
-    m->be->to_host(out, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(float));
-}
-
-void zt_model_backward_head(zt_model_t *m, const float *root, float *droot)
-{
-    const zt_backend_t *be = m->be;
-    const int N = m->B * m->T, C = m->d.C, V = m->d.V;
-    /* dlogits (N,V) are in m->logits; dlnf -> dres2 as scratch */
-    be->memzero(m->dres2, (size_t)N * C * sizeof(float));
-    be->matmul_backward(m->dres2, droot + m->o_wte, NULL, m->logits, m->lnf, root + m->o_wte, N,
-                        C, V, 1);
-    be->memzero(m->dres, (size_t)N * C * sizeof(float));
-    be->layernorm_backward(m->dres, droot + m->o_lnfw, droot + m->o_lnfb, m->dres2, m->x_out,
-                           root + m->o_lnfw, m->lnf_mean, m->lnf_rstd, N, C);
+    m->be->to_host(out, m->logits + (size_t)(row - m->head_first) * V, V * sizeof(float));
 }
 
 void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw)

@@ -300,9 +300,8 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
         zt_shard_release(s, l + 1);
     }
     zt_watchdog_mark("forward head", 0, r->step + 1);
-    zt_model_forward_head(m, root, dscale);
     float *droot = zt_shard_grads(s, 0);
-    zt_model_backward_head(m, root, droot);
+    zt_model_train_head(m, root, droot, dscale);
     for (int l = L - 1; l >= 0; l--) {
         zt_watchdog_mark("backward", l + 1, r->step + 1);
         const float *w = zt_shard_params(s, l + 1);
@@ -332,7 +331,7 @@ static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, int 
         zt_model_forward_block(m, l, w);
         zt_shard_release(s, l + 1);
     }
-    zt_model_forward_head(m, root, 0.0f);
+    zt_model_forward_head(m, root);
     zt_shard_release(s, 0);
     return zt_model_loss(m);
 }

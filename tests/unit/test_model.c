@@ -187,21 +187,27 @@ static void rig_zero_grads(rig_t *r)
         r->be->memzero(r->g[u], r->tab->unit_numel[u] * sizeof(float));
 }
 
-/* Forward through the blocks and the head; returns the loss. */
-static float rig_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale)
+static void rig_blocks_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T)
 {
     zt_model_set_batch(r->m, inp, tgt, B, T);
     zt_model_forward_embed(r->m, r->w[0]);
     for (int l = 0; l < r->tab->dims.L; l++) zt_model_forward_block(r->m, l, r->w[1 + l]);
-    zt_model_forward_head(r->m, r->w[0], dscale);
+}
+
+/* Forward through the blocks and the head (inference); returns the loss. */
+static float rig_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T)
+{
+    rig_blocks_forward(r, inp, tgt, B, T);
+    zt_model_forward_head(r->m, r->w[0]);
     return zt_model_loss(r->m);
 }
 
 /* One micro-step, the train loop's order; gradients ACCUMULATE into r->g. */
 static float rig_micro_step(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale)
 {
-    float loss = rig_forward(r, inp, tgt, B, T, dscale);
-    zt_model_backward_head(r->m, r->w[0], r->g[0]);
+    rig_blocks_forward(r, inp, tgt, B, T);
+    zt_model_train_head(r->m, r->w[0], r->g[0], dscale);
+    float loss = zt_model_loss(r->m);
     for (int l = r->tab->dims.L - 1; l >= 0; l--)
         zt_model_backward_block(r->m, l, r->w[1 + l], r->g[1 + l]);
     zt_model_backward_embed(r->m, r->g[0]);
@@ -320,7 +326,7 @@ static void t_loss_logits_grads(void)
     CU_ASSERT_FATAL(read_ds(fx->file, "/loss", H5T_NATIVE_FLOAT, &ref_loss, 1) == 0);
 
     /* Logits need dscale = 0 (the fused cross-entropy overwrites them otherwise). */
-    float loss0 = rig_forward(&r, inp, tgt, B, T, 0.0f);
+    float loss0 = rig_forward(&r, inp, tgt, B, T);
     float *ref_logits = read_f32(fx->file, "/logits", (size_t)B * T * V);
     float *logits = zt_malloc((size_t)B * T * V * sizeof *logits);
     for (int b = 0; b < B; b++)
@@ -519,10 +525,10 @@ static void t_finite_difference(void)
             r.be->to_host(&orig, e, sizeof orig);
             val = (float)(orig + eps);
             r.be->from_host(e, &val, sizeof val);
-            double lp = rig_forward(&r, inp, tgt, B, T, 0.0f);
+            double lp = rig_forward(&r, inp, tgt, B, T);
             val = (float)(orig - eps);
             r.be->from_host(e, &val, sizeof val);
-            double lm = rig_forward(&r, inp, tgt, B, T, 0.0f);
+            double lm = rig_forward(&r, inp, tgt, B, T);
             r.be->from_host(e, &orig, sizeof orig);
             /* Divide by the step actually taken after fp32 rounding of orig +- eps. */
             double num = (lp - lm) / ((double)(float)(orig + eps) - (double)(float)(orig - eps));
@@ -657,6 +663,64 @@ static void t_recompute_bit_identical(void)
     rig_free(&r1);
 }
 
+/* ---- chunked head ------------------------------------------------------------------ */
+
+/* The head in chunks of 3 tokens (a ragged last chunk) trains the same model as in
+ * one chunk: same losses, same gradients up to the summation order of the tied wte
+ * gradient, and both match PyTorch's; the last token's logits are kept. And on
+ * GPT-2's vocabulary the estimate holds no (N,V) logits. */
+static void t_head_chunks(void)
+{
+    fixture_t *fx = fixture();
+    int B = fx->B, T = fx->T, V = fx->dims.V;
+    CU_ASSERT_FATAL(B * T > 6 && (B * T) % 3 != 0);
+    int32_t *inp = read_i32(fx->file, "/batch/inputs", (size_t)B * T);
+    int32_t *tgt = read_i32(fx->file, "/batch/targets", (size_t)B * T);
+    rig_t r0 = rig_create(fx->dims, 0.02f, B, T, 0), r1 = rig_create(fx->dims, 0.02f, B, T, 0);
+    zt_model_set_head_rows(r1.m, 3);
+    rig_load(&r0, fx->file, "weights");
+    rig_load(&r1, fx->file, "weights");
+    rig_zero_grads(&r0);
+    rig_zero_grads(&r1);
+    float l0 = rig_micro_step(&r0, inp, tgt, B, T, 1.0f / (B * T));
+    float l1 = rig_micro_step(&r1, inp, tgt, B, T, 1.0f / (B * T));
+    CU_ASSERT(zt_relerr(l0, l1, 1e-30) < 1e-6);
+    double worst = 0.0;
+    for (int u = 0; u < r0.tab->nunits; u++) {
+        size_t n = r0.tab->unit_numel[u];
+        float *a = zt_malloc(n * sizeof *a), *b = zt_malloc(n * sizeof *b);
+        r0.be->to_host(a, r0.g[u], n * sizeof *a);
+        r1.be->to_host(b, r1.g[u], n * sizeof *b);
+        worst = fmax(worst, rel_l2(b, a, n));
+        free(a);
+        free(b);
+    }
+    const char *worst_name;
+    double vs_ref = worst_grad_error(&r1, fx, &worst_name);
+    printf("\n    3-token chunks: loss rel %.2e, gradients rel L2 %.2e vs one chunk, %.2e vs PyTorch (%s)\n",
+           zt_relerr(l0, l1, 1e-30), worst, vs_ref, worst_name);
+    CU_ASSERT(worst < 1e-6);
+    CU_ASSERT(vs_ref < 1e-4);
+    /* inference: the last token's logits, as PyTorch's */
+    float *ref_logits = read_f32(fx->file, "/logits", (size_t)B * T * V);
+    float *last = zt_malloc((size_t)V * sizeof *last);
+    rig_forward(&r1, inp, NULL, B, T);
+    zt_model_logits_row(r1.m, B - 1, T - 1, last);
+    CU_ASSERT(rel_l2(last, ref_logits + ((size_t)B * T - 1) * V, (size_t)V) < 1e-4);
+    /* what the vocabulary costs: one chunk of at most 256 MiB (the (N,V) logits: 1.6 GB) */
+    zt_model_dims_t gpt2 = {.L = 12, .NH = 12, .C = 768, .V = 50257, .maxT = 1024}, v1 = gpt2;
+    v1.V = 1;
+    const size_t vocab_bytes = zt_model_activation_bytes_estimate(gpt2, 8, 1024, 0) -
+                               zt_model_activation_bytes_estimate(v1, 8, 1024, 0);
+    CU_ASSERT(vocab_bytes > ((size_t)200 << 20) && vocab_bytes <= ((size_t)256 << 20));
+    free(last);
+    free(ref_logits);
+    free(inp);
+    free(tgt);
+    rig_free(&r0);
+    rig_free(&r1);
+}
+
 static const zt_test_t tests[] = {
     {"table_matches_fixture", t_table_matches_fixture},
     {"loss_logits_grads", t_loss_logits_grads},
@@ -665,6 +729,7 @@ static const zt_test_t tests[] = {
     {"finite_difference", t_finite_difference},
     {"init_determinism", t_init_determinism},
     {"recompute_bit_identical", t_recompute_bit_identical},
+    {"head_chunks", t_head_chunks},
     {NULL, NULL},
 };
 
