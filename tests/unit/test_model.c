@@ -625,17 +625,24 @@ static void t_init_determinism(void)
 
 /* ---- recompute -------------------------------------------------------------------- */
 
+/* A rig with the fixture's weights and zeroed gradients; head_rows > 0 sets the
+ * head's chunk. */
+static rig_t rig_ready(fixture_t *fx, int recompute, int head_rows)
+{
+    rig_t r = rig_create(fx->dims, 0.02f, fx->B, fx->T, recompute);
+    if (head_rows > 0) zt_model_set_head_rows(r.m, head_rows);
+    rig_load(&r, fx->file, "weights");
+    rig_zero_grads(&r);
+    return r;
+}
+
 static void t_recompute_bit_identical(void)
 {
     fixture_t *fx = fixture();
     int B = fx->B, T = fx->T;
     int32_t *inp = read_i32(fx->file, "/batch/inputs", (size_t)B * T);
     int32_t *tgt = read_i32(fx->file, "/batch/targets", (size_t)B * T);
-    rig_t r0 = rig_create(fx->dims, 0.02f, B, T, 0), r1 = rig_create(fx->dims, 0.02f, B, T, 1);
-    rig_load(&r0, fx->file, "weights");
-    rig_load(&r1, fx->file, "weights");
-    rig_zero_grads(&r0);
-    rig_zero_grads(&r1);
+    rig_t r0 = rig_ready(fx, 0, 0), r1 = rig_ready(fx, 1, 0);
     float l0 = rig_micro_step(&r0, inp, tgt, B, T, 1.0f / (B * T));
     float l1 = rig_micro_step(&r1, inp, tgt, B, T, 1.0f / (B * T));
     CU_ASSERT(memcmp(&l0, &l1, sizeof l0) == 0);
@@ -676,12 +683,7 @@ static void t_head_chunks(void)
     CU_ASSERT_FATAL(B * T > 6 && (B * T) % 3 != 0);
     int32_t *inp = read_i32(fx->file, "/batch/inputs", (size_t)B * T);
     int32_t *tgt = read_i32(fx->file, "/batch/targets", (size_t)B * T);
-    rig_t r0 = rig_create(fx->dims, 0.02f, B, T, 0), r1 = rig_create(fx->dims, 0.02f, B, T, 0);
-    zt_model_set_head_rows(r1.m, 3);
-    rig_load(&r0, fx->file, "weights");
-    rig_load(&r1, fx->file, "weights");
-    rig_zero_grads(&r0);
-    rig_zero_grads(&r1);
+    rig_t r0 = rig_ready(fx, 0, 0), r1 = rig_ready(fx, 0, 3);
     float l0 = rig_micro_step(&r0, inp, tgt, B, T, 1.0f / (B * T));
     float l1 = rig_micro_step(&r1, inp, tgt, B, T, 1.0f / (B * T));
     CU_ASSERT(zt_relerr(l0, l1, 1e-30) < 1e-6);
