@@ -44,6 +44,12 @@ void *zt_cuda_stream(void);
 int zt_cuda_device_info(char *name, size_t namelen, size_t *total_bytes, size_t *free_bytes,
                         char *err, size_t errlen);
 
+/* The most memory the backend's allocations held at once (the device memory pool's
+ * high-water mark: what torch.cuda.max_memory_allocated reports); 0 before the
+ * first allocation or without memory pools. Checks the shard engine's accounting
+ * against the allocator's. */
+size_t zt_cuda_memory_peak(void);
+
 #ifdef __cplusplus
 }
 #endif

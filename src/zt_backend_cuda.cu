@@ -1413,6 +1413,18 @@ extern "C" int zt_cuda_device_info(char *name, size_t namelen, size_t *total_byt
     return 0;
 }
 
+extern "C" size_t zt_cuda_memory_peak(void)
+{
+    if (!g_ready || !g_pools) return 0;
+    int dev = 0;
+    cudaMemPool_t pool;
+    uint64_t high = 0; /* the attribute is a cuuint64_t, i.e. uint64_t */
+    ZT_CUDA(cudaGetDevice(&dev));
+    ZT_CUDA(cudaDeviceGetDefaultMemPool(&pool, dev));
+    ZT_CUDA(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    return (size_t)high;
+}
+
 /* ---- the backend ----------------------------------------------------------- */
 
 extern "C" const zt_backend_t zt_backend_cuda = {

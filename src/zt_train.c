@@ -1054,6 +1054,11 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         generate_sample(r);
         zt_watchdog_idle();
         double peak = zt_max_double(comm, &comm->world, (double)zt_peak_rss());
+        double dev_peak = 0.0;
+#ifdef ZT_HAVE_CUDA
+        if (!r->be->host_memory) dev_peak = (double)zt_cuda_memory_peak();
+#endif
+        dev_peak = zt_max_double(comm, &comm->world, dev_peak);
         zt_shard_mem_t mm;
         zt_shard_memory(r->shard, &mm);
         char b[8][32];
@@ -1064,6 +1069,9 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
                zt_fmt_bytes(mm.gathered_peak, b[4], 32),
                zt_fmt_bytes(zt_model_activation_bytes(r->model), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
                zt_fmt_bytes(peak, b[7], 32));
+        if (dev_peak > 0)
+            zt_log("memory: device peak over ranks %s (the CUDA memory pool's high-water mark)",
+                   zt_fmt_bytes(dev_peak, b[0], 32));
         if (r->rank == 0 && cfg->log.plot && r->train_hist.n > 0) {
             snprintf(path, sizeof path, "%s/loss.svg", cfg->train.output_dir);
             write_plot(r, path);
@@ -1080,9 +1088,10 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
             memory_json("memory_measured", &mm, zt_model_activation_bytes(r->model), mem, sizeof mem);
             snprintf(line, sizeof line,
                      "{\"summary\":true,\"steps\":%ld,\"tokens\":%.0f,\"wall_s\":%.3f,\"train_s\":%.3f,"
-                     "\"final_loss\":%.9g,\"final_val_loss\":%.9g,\"peak_rss_bytes\":%.0f,%s}",
+                     "\"final_loss\":%.9g,\"final_val_loss\":%.9g,\"peak_rss_bytes\":%.0f,"
+                     "\"device_peak_bytes\":%.0f,%s}",
                      r->step, r->tokens_seen, wall, r->train_seconds, r->last_loss,
-                     r->val ? r->last_val : -1.0, peak, mem);
+                     r->val ? r->last_val : -1.0, peak, dev_peak, mem);
             zt_metrics_write(line);
         }
     }
