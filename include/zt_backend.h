@@ -69,8 +69,9 @@ typedef struct zt_backend {
      * bias may be NULL. */
     void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias,
                            int N, int C, int OC, int transw);
-    /* dinp (N,C) += dout @ W^T ; dweight += inp^T @ dout (same layout as W) ;
-     * dbias (OC) += colsum(dout). dinp, dbias may be NULL to skip. */
+    /* dinp (N,C) = dout @ W^T (overwritten: the callers need no zeroing pass) ;
+     * dweight += inp^T @ dout (same layout as W) ; dbias (OC) += colsum(dout).
+     * dinp, dbias may be NULL to skip. */
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC, int transw);
     /* Causal self-attention, flash-style: no (B,NH,T,T) matrix is kept or needed.
@@ -87,7 +88,7 @@ typedef struct zt_backend {
                                const float *lse, int B, int T, int C, int NH);
     /* tanh-approximate GELU, elementwise over n */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n); /* dinp += */
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n); /* dinp = */
     /* out = a + b */
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     /* y += x */

@@ -675,8 +675,8 @@ static void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, cons
 {
     ensure_init();
     if (dinp) {
-        // dinp (N,C) += dout (N,OC) @ W^T ; W^T is (OC,C): W (C,OC) transposed, or W (OC,C) as is
-        gemm_rm(0, !transw, N, C, OC, dout, weight, dinp, 1.0f);
+        // dinp (N,C) = dout (N,OC) @ W^T ; W^T is (OC,C): W (C,OC) transposed, or W (OC,C) as is
+        gemm_rm(0, !transw, N, C, OC, dout, weight, dinp, 0.0f);
     }
     if (dweight) {
         if (!transw) // dW (C,OC) += inp^T (C,N) @ dout (N,OC)
@@ -1066,7 +1066,7 @@ __global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout
         float e, x = inp[i];
         float sg = gelu_sig(x, &e);
         float du = GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += (sg + 2.0f * x * sg * (e * sg) * du) * dout[i];
+        dinp[i] = (sg + 2.0f * x * sg * (e * sg) * du) * dout[i];
     }
 }
 

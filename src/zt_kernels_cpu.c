@@ -276,14 +276,14 @@ static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
                                 const float *restrict inp, const float *restrict weight, int N,
                                 int C, int OC, int transw)
 {
-    // dout (N,OC), inp (N,C); every output accumulates (beta = 1)
+    // dout (N,OC), inp (N,C); dinp is overwritten (beta = 0), the parameter gradients accumulate
     if (dinp) {
-        if (transw) /* dinp (N,C) += dout (N,OC) @ W (OC,C) */
+        if (transw) /* dinp (N,C) = dout (N,OC) @ W (OC,C) */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC,
-                        weight, C, 1.0f, dinp, C);
-        else /* dinp (N,C) += dout (N,OC) @ W^T, W (C,OC) */
+                        weight, C, 0.0f, dinp, C);
+        else /* dinp (N,C) = dout (N,OC) @ W^T, W (C,OC) */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight,
-                        OC, 1.0f, dinp, C);
+                        OC, 0.0f, dinp, C);
     }
     if (transw) /* dW (OC,C) += dout^T @ inp */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
@@ -501,7 +501,7 @@ static void cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
         float s1s, x = inp[i];
         float sg = gelu_sig(x, &s1s);
         float dz = 2.0f * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += (sg + x * s1s * dz) * dout[i];
+        dinp[i] = (sg + x * s1s * dz) * dout[i];
     }
 }
 

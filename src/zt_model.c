@@ -408,7 +408,6 @@ static void head_chunks(zt_model_t *m, const float *root, float *droot, float ds
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
     be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->x_out, root + m->o_lnfw,
                           root + m->o_lnfb, N, C);
-    if (droot) be->memzero(m->dres2, (size_t)N * C * sizeof(float));
     for (int r0 = 0; r0 < N; r0 += m->head_rows) {
         const int rows = ZT_MIN(m->head_rows, N - r0);
         const float *lnf = m->lnf + (size_t)r0 * C;
@@ -430,7 +429,8 @@ void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float d
 {
     if (!m->has_targets) zt_fatal("zt_model_train_head: the batch has no targets");
     head_chunks(m, root, droot, dscale);
-    /* dlnf (N,C) is in dres2; ln_f backward gives dL/d x_out, the last block's output */
+    /* dlnf (N,C) is in dres2 (every chunk wrote its rows); ln_f backward gives dL/d x_out,
+     * the last block's output */
     const int N = m->B * m->T, C = m->d.C;
     m->be->memzero(m->dres, (size_t)N * C * sizeof(float));
     m->be->layernorm_backward(m->dres, droot + m->o_lnfw, droot + m->o_lnfb, m->dres2, m->x_out,
@@ -472,17 +472,15 @@ void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw)
     }
     /* m->dres holds dL/d(block output) (N,C). Output = res2 + fcproj(gelu(fc(ln2(res2)))). */
     float *dfcg = m->dbig; /* (N,4C) */
-    be->memzero(dfcg, 4 * NC * F);
     be->matmul_backward(dfcg, dw + m->o_fcpw, dw + m->o_fcpb, m->dres, a->fch_gelu, w + m->o_fcpw,
                         N, 4 * C, C, 0);
-    /* dfch = gelu'(fch) * dfcg; the kernel accumulates, so it needs a zeroed buffer:
-     * fch_gelu is no longer needed in this backward and has the right size. */
+    /* dfch = gelu'(fch) * dfcg into fch_gelu: no longer needed in this backward, and of
+     * the right size. Input gradients are overwritten, so no buffer here is zeroed first
+     * (but dqkv: attention accumulates). */
     float *dfch = a->fch_gelu;
-    be->memzero(dfch, 4 * NC * F);
     be->gelu_backward(dfch, a->fch, dfcg, 4 * NC);
     /* dres2 = dres + ln2 backward(dfch @ Wfc^T) */
     float *dln2 = m->dres2;
-    be->memzero(dln2, NC * F);
     be->matmul_backward(dln2, dw + m->o_fcw, dw + m->o_fcb, dfch, a->ln2, w + m->o_fcw, N, C,
                         4 * C, 0);
     /* dres (which is d res2 from the skip path) += layernorm backward */
@@ -490,13 +488,11 @@ void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw)
                            a->ln2_mean, a->ln2_rstd, N, C);
     /* now m->dres = d res2 ; res2 = x_in + proj(atty) */
     float *datty = m->dres2;
-    be->memzero(datty, NC * F);
     be->matmul_backward(datty, dw + m->o_projw, dw + m->o_projb, m->dres, a->atty, w + m->o_projw,
                         N, C, C, 0);
     be->memzero(m->dqkv, 3 * NC * F);
     be->attention_backward(m->dqkv, datty, a->qkv, a->atty, a->lse, B, T, C, NH);
     float *dln1 = m->dres2;
-    be->memzero(dln1, NC * F);
     be->matmul_backward(dln1, dw + m->o_qkvw, dw + m->o_qkvb, m->dqkv, a->ln1, w + m->o_qkvw, N, C,
                         3 * C, 0);
     /* dx_in = d res2 (skip) + ln1 backward */

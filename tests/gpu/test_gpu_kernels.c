@@ -270,7 +270,7 @@ static void test_elementwise(void)
     check("gelu_forward", &o, 1e-5);
     H->gelu_backward(d.h, x.h, y.h, n);
     G->gelu_backward(d.d, x.d, y.d, n);
-    check("gelu_backward (+=)", &d, 1e-5);
+    check("gelu_backward", &d, 1e-5);
     H->residual_forward(o.h, x.h, y.h, n);
     G->residual_forward(o.d, x.d, y.d, n);
     check("residual_forward", &o, 1e-7);
