@@ -538,13 +538,11 @@ static void gemm_table(void)
             int ta, tb, M, Nn, K;
             opnd_t *A, *B, *D;
             float beta;
-            double cvt_n; /* elements of fp32 activation operands to round */
         } gm[3] = {
-            {"fwd", 0, g->transw, N, g->OC, g->K, &in, &w, &out, 0.0f, (double)N * g->K},
-            {"dinp", 0, !g->transw, N, g->K, g->OC, &out, &w, &din, 1.0f, (double)N * g->OC},
+            {"fwd", 0, g->transw, N, g->OC, g->K, &in, &w, &out, 0.0f},
+            {"dinp", 0, !g->transw, N, g->K, g->OC, &out, &w, &din, 1.0f},
             {"dweight", 1, 0, g->transw ? g->OC : g->K, g->transw ? g->K : g->OC, N,
-             g->transw ? &out : &in, g->transw ? &in : &out, &dw, 1.0f,
-             (double)N * g->K + (double)N * g->OC},
+             g->transw ? &out : &in, g->transw ? &in : &out, &dw, 1.0f},
         };
         for (int j = 0; j < 3; j++) {
             char nm[40], sh[64];
