@@ -143,8 +143,9 @@ else
     # NVCCFLAGS, when set, reaches configure through the environment (AC_ARG_VAR)
     run_step configure 120 sh -c "cd '$BUILD' && '$SRC/configure' -q --with-cuda='$CUDA_HOME'" || summary
     run_step make 240 make -C "$BUILD" -j"$JOBS" ztrain zt-prep-data || summary
+    # (a Makefile configured without CUDA has the line commented out: no implicit-rule build)
     T_BENCH=$BUILD/tools/bench_gpu
-    { grep -q "tools/bench_gpu" "$BUILD/Makefile" && make -C "$BUILD" tools/bench_gpu >>"$LOG" 2>&1; } ||
+    { grep -q '^tools_bench_gpu_SOURCES' "$BUILD/Makefile" && make -C "$BUILD" tools/bench_gpu >>"$LOG" 2>&1; } ||
         T_BENCH=""
 
     # The GPU tests: through the Makefile when it lists them, else built by hand
