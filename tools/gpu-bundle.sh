@@ -21,7 +21,7 @@
 # tree once to ZT_BUNDLE_ROOT (default /tmp/ztrain-bundle) and sources the tree's env.sh:
 #     ZT_BUNDLE=/path/to/gpu-bundle; . "$ZT_BUNDLE/env.sh"
 # The tree:
-#   bin/      ztrain zt-prep-data zt-ckpt test_gpu_kernels test_nccl (stripped)
+#   bin/      ztrain zt-prep-data zt-ckpt test_gpu_kernels test_nccl bench_gpu (stripped)
 #   lib/      the shared libraries all of them and Open MPI's plugins need (by ldd), by SONAME
 #   ompi/     OPAL_PREFIX: Open MPI's files at their paths relative to its configured prefix
 #             (Debian: bin/, lib/x86_64-linux-gnu/openmpi/lib/openmpi3/, share/openmpi/)
@@ -37,7 +37,7 @@ BUILD=${ZT_BUNDLE_BUILD:-/tmp/ztrain-bundle-build}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 MARCH=${ZT_BUNDLE_MARCH:-x86-64-v3}
 JOBS=$(nproc 2>/dev/null || echo 2)
-BINS="ztrain zt-prep-data zt-ckpt tests/gpu/test_gpu_kernels tests/gpu/test_nccl"
+BINS="ztrain zt-prep-data zt-ckpt tests/gpu/test_gpu_kernels tests/gpu/test_nccl tools/bench_gpu"
 
 die() { echo "gpu-bundle: $*" >&2; exit 1; }
 say() { echo "gpu-bundle: $*"; }

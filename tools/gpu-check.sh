@@ -16,7 +16,7 @@
 #        log and a summary file are written there so they come back)
 #
 # Steps: the bundle's libraries (or configure --with-cuda and make), the kernel test (every CUDA kernel against
-# the CPU backend), the NCCL test on every visible GPU, then the tiny model
+# the CPU backend), the per-kernel benchmark (tools/bench_gpu.c), the NCCL test on every visible GPU, then the tiny model
 # trained for ZT_GPU_STEPS steps with parallel.backend=cpu and =cuda: the two
 # loss curves must agree (same data, same initial weights), and the cuda run must
 # have used the NCCL comm backend. With two or more GPUs, 2-rank cuda runs (ddp:
@@ -114,12 +114,13 @@ if [ -f "$BUNDLE/env.sh" ]; then
     sed -n '1,10p' "$ZT_BUNDLE/MANIFEST" >>"$LOG" 2>/dev/null
     BIN=$ZT_BUNDLE/bin
     ZTRAIN=$BIN/ztrain; PREP=$BIN/zt-prep-data
-    T_KERNELS=$BIN/test_gpu_kernels; T_NCCL=$BIN/test_nccl
+    T_KERNELS=$BIN/test_gpu_kernels; T_NCCL=$BIN/test_nccl; T_BENCH=$BIN/bench_gpu
     found=$(sed -n 's/^env.sh: \(lib[a-zA-Z]*\)\.so\.[0-9]* <- \([^ ]*\).*/\1 \2/p' "$LOG" |
             awk '{ n = split($2, p, "/"); printf "%s%s:%s/%s", sep, $1, p[n-1], p[n]; sep = " " }')
     unresolved=""
     command -v ldd >/dev/null 2>&1 &&
-        unresolved=$(for b in "$ZTRAIN" "$PREP" "$T_KERNELS" "$T_NCCL"; do ldd -r "$b" 2>&1; done |
+        unresolved=$(for b in "$ZTRAIN" "$PREP" "$T_KERNELS" "$T_NCCL" "$T_BENCH"; do
+                         [ -e "$b" ] && ldd -r "$b" 2>&1; done |
                      grep 'not found\|undefined symbol' | sed 's/^[[:space:]]*//; s/ (0x.*//' | sort -u |
                      head -n 5 | tr '\n\t' '; ')
     if [ ! -x "$ZTRAIN" ]; then
@@ -142,6 +143,10 @@ else
     # NVCCFLAGS, when set, reaches configure through the environment (AC_ARG_VAR)
     run_step configure 120 sh -c "cd '$BUILD' && '$SRC/configure' -q --with-cuda='$CUDA_HOME'" || summary
     run_step make 240 make -C "$BUILD" -j"$JOBS" ztrain zt-prep-data || summary
+    # (a Makefile configured without CUDA has the line commented out: no implicit-rule build)
+    T_BENCH=$BUILD/tools/bench_gpu
+    { grep -q '^tools_bench_gpu_SOURCES' "$BUILD/Makefile" && make -C "$BUILD" tools/bench_gpu >>"$LOG" 2>&1; } ||
+        T_BENCH=""
 
     # The GPU tests: through the Makefile when it lists them, else built by hand
     # against libztrain.a with the libraries configure found.
@@ -173,6 +178,32 @@ HAVE_GPU=1
 if [ -n "$T_KERNELS" ] && [ -x "$T_KERNELS" ]; then
     run_step "kernels vs cpu" 180 "$T_KERNELS"
     [ $? = 77 ] && HAVE_GPU=0
+fi
+
+# ---- where a GPT-2 124M step's time goes, kernel by kernel (tools/bench_gpu.c) ----------
+# Here, not with the end-to-end rows at the end: it needs only the device and the kernels
+# (no MPI, no data), and it is what the next session fixes kernels by, so an earlier step
+# that hangs to its timeout must not starve it. Budget: ~15 s expected on an H200 (three
+# matmul precisions and the cuBLASLt table, medians of 15 calls; it says so at its end),
+# capped at 75 s; of the 470 s that leaves ~380 s for the rest, whose expected ~250 s (most
+# of it the five 124M bench rows and the torch peer) still fit; what gives way first is
+# the optional torch.compile row (it wants 200 s left). It prints as it goes: a timeout
+# keeps the rows measured so far, and the summary rows below read whatever got printed.
+kv() {  # line, key: the value of key=value in a bench_gpu: line
+    echo "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"
+}
+if [ -n "${T_BENCH:-}" ] && [ -x "$T_BENCH" ]; then
+    run_step "kernel benchmark" 75 "$T_BENCH"
+    for p in highest medium high; do
+        line=$(grep "^bench_gpu: precision=$p " "$LOG" | tail -n 1)
+        [ -n "$line" ] || continue
+        row "  kernels $p" info "$(awk -v s="$(kv "$line" step_ms)" -v t="$(kv "$line" tokens_per_s)" \
+            -v m="$(kv "$line" mfu)" 'BEGIN { printf "kernel-only step %.1f ms, %.0f tok/s, MFU %.1f%%", s, t, 100 * m }'); top $(kv "$line" top)"
+    done
+    line=$(grep '^bench_gpu: gemm_step_ms ' "$LOG" | tail -n 1)
+    [ -n "$line" ] && row "  gemms per step (ms)" info "f32 $(kv "$line" f32), tf32 $(kv "$line" tf32), f32>bf16 $(kv "$line" f32_fast16bf), bf16>f32 $(kv "$line" bf16_f32out) (+cvt $(kv "$line" cvt)), bf16>bf16 $(kv "$line" bf16_bf16out)"
+else
+    row "kernel benchmark" SKIP "no bench_gpu binary (bundle or build without tools/bench_gpu)"
 fi
 if [ -x "$T_NCCL" ]; then
     # GPU lines only: with MIG on, `nvidia-smi -L` adds an indented line per instance,
