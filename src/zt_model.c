@@ -235,6 +235,8 @@ static int head_rows_for(size_t N, size_t V)
     return (int)ZT_MAX(ZT_CEIL_DIV(N, chunks), (size_t)1);
 }
 
+int zt_model_head_rows(zt_model_dims_t d, int N) { return head_rows_for((size_t)N, (size_t)d.V); }
+
 size_t zt_model_activation_bytes_estimate(zt_model_dims_t d, int B, int T, int recompute)
 {
     const size_t N = (size_t)B * T, C = d.C, lse = (size_t)B * d.NH * T;

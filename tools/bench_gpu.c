@@ -32,8 +32,8 @@
 
 #include "zt_backend.h"
 #include "zt_common.h"
-#include "zt_cuda.h"
 #include "zt_model.h"
+#include "zt_cuda.h"
 
 #define BG_CUDA(call)                                                                         \
     do {                                                                                      \
@@ -192,18 +192,23 @@ static int by_step_ms(const void *a, const void *b)
 
 typedef struct {
     const char *name;
-    int K, OC, transw, bias; /* inp (N,K) @ W -> (N,OC) */
+    int K, OC, transw, bias; /* inp (M,K) @ W -> (M,OC) */
     double calls;            /* per step */
+    int M;                   /* rows: N = B*T, or the head's chunk for lm_head */
 } gemm_shape_t;
 
 static int gemm_shapes(const opts_t *o, gemm_shape_t *s)
 {
-    const int C = o->C;
-    s[0] = (gemm_shape_t){"qkv", C, 3 * C, 0, 1, o->L};
-    s[1] = (gemm_shape_t){"attproj", C, C, 0, 1, o->L};
-    s[2] = (gemm_shape_t){"fc", C, 4 * C, 0, 1, o->L};
-    s[3] = (gemm_shape_t){"fcproj", 4 * C, C, 0, 1, o->L};
-    s[4] = (gemm_shape_t){"lm_head", C, o->V, 1, 0, 1};
+    const int C = o->C, N = o->B * o->T;
+    /* the model runs the head in chunks of head_rows tokens (zt_model.c): N / head_rows
+     * calls of that size (the last chunk may be smaller: same FLOPs in all) */
+    const zt_model_dims_t d = {.L = o->L, .NH = o->NH, .C = C, .V = o->V, .maxT = o->T};
+    const int hr = zt_model_head_rows(d, N);
+    s[0] = (gemm_shape_t){"qkv", C, 3 * C, 0, 1, o->L, N};
+    s[1] = (gemm_shape_t){"attproj", C, C, 0, 1, o->L, N};
+    s[2] = (gemm_shape_t){"fc", C, 4 * C, 0, 1, o->L, N};
+    s[3] = (gemm_shape_t){"fcproj", 4 * C, C, 0, 1, o->L, N};
+    s[4] = (gemm_shape_t){"lm_head", C, o->V, 1, 0, (double)N / hr, hr};
     return 5;
 }
 
@@ -264,16 +269,17 @@ static double bench_step(int level)
     for (int i = 0; i < ngs; i++) {
         const gemm_shape_t *g = &gs[i];
         const size_t wn = (size_t)g->K * g->OC;
-        float *a = rnd((size_t)N * g->K, 2.0f), *out = rnd((size_t)N * g->OC, 1.0f);
+        const int M = g->M;
+        float *a = rnd((size_t)M * g->K, 2.0f), *out = rnd((size_t)M * g->OC, 1.0f);
         float *w = g->transw ? wte : rnd(wn, 0.04f), *bias = g->bias ? rnd(g->OC, 0.2f) : NULL;
-        float *da = be->alloc((size_t)N * g->K * F), *dw = g->transw ? dwte : be->alloc(wn * F);
+        float *da = be->alloc((size_t)M * g->K * F), *dw = g->transw ? dwte : be->alloc(wn * F);
         float *db = g->bias ? be->alloc(g->OC * F) : NULL;
-        const double fl = 2.0 * N * g->K * g->OC;
+        const double fl = 2.0 * M * g->K * g->OC;
         char nm[40];
-        if (g->transw) snprintf(sh, sizeof sh, "%dx%d @ (%dx%d)^T", N, g->K, g->OC, g->K);
-        else snprintf(sh, sizeof sh, "%dx%d @ %dx%d", N, g->K, g->K, g->OC);
+        if (g->transw) snprintf(sh, sizeof sh, "%dx%d @ (%dx%d)^T", M, g->K, g->OC, g->K);
+        else snprintf(sh, sizeof sh, "%dx%d @ %dx%d", M, g->K, g->K, g->OC);
         snprintf(nm, sizeof nm, "matmul_fwd %s", g->name);
-        TIME_MS(ms, be->matmul_forward(out, a, w, bias, N, g->K, g->OC, g->transw));
+        TIME_MS(ms, be->matmul_forward(out, a, w, bias, M, g->K, g->OC, g->transw));
         add_row(nm, sh, ms, fl, fl, 0, g->calls);
         if (g->transw) { /* the head's logits feed the cross-entropy next */
             logits = out;
@@ -281,23 +287,26 @@ static double bench_step(int level)
             break;
         }
         snprintf(nm, sizeof nm, "matmul_bwd %s", g->name);
-        TIME_MS(ms, be->matmul_backward(da, dw, db, out, a, w, N, g->K, g->OC, g->transw));
+        TIME_MS(ms, be->matmul_backward(da, dw, db, out, a, w, M, g->K, g->OC, g->transw));
         add_row(nm, sh, ms, 2 * fl, 2 * fl, 0, g->calls);
         float *bufs[] = {a, out, w, bias, da, dw, db};
         for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) be->free(bufs[k]);
     }
 
-    /* cross-entropy over the logits, in place into dlogits, then the head's backward */
-    float *losses = be->alloc(N * F);
-    snprintf(sh, sizeof sh, "(%d,%d)", N, V);
-    TIME_MS(ms, be->crossentropy_fused(logits, losses, tgt, N, V, 1.0f / N));
-    add_row("crossentropy_fused", sh, ms, 0, 0, F * (2.0 * N * V + 2.0 * N), 1);
+    /* per head chunk: cross-entropy over its logits, in place into dlogits, then the
+     * head's backward */
+    const gemm_shape_t *hg = &gs[ngs - 1];
+    const int HM = hg->M;
+    float *losses = be->alloc(HM * F);
+    snprintf(sh, sizeof sh, "(%d,%d)", HM, V);
+    TIME_MS(ms, be->crossentropy_fused(logits, losses, tgt, HM, V, 1.0f / N));
+    add_row("crossentropy_fused", sh, ms, 0, 0, F * (2.0 * HM * V + 2.0 * HM), hg->calls);
     {
-        const gemm_shape_t *g = &gs[ngs - 1];
-        float *a = rnd((size_t)N * g->K, 2.0f), *da = be->alloc((size_t)N * g->K * F);
-        const double fl = 2.0 * N * g->K * g->OC;
-        snprintf(sh, sizeof sh, "%dx%d @ (%dx%d)^T", N, g->K, g->OC, g->K);
-        TIME_MS(ms, be->matmul_backward(da, dwte, NULL, logits, a, wte, N, g->K, g->OC, 1));
+        const gemm_shape_t *g = hg;
+        float *a = rnd((size_t)HM * g->K, 2.0f), *da = be->alloc((size_t)HM * g->K * F);
+        const double fl = 2.0 * HM * g->K * g->OC;
+        snprintf(sh, sizeof sh, "%dx%d @ (%dx%d)^T", HM, g->K, g->OC, g->K);
+        TIME_MS(ms, be->matmul_backward(da, dwte, NULL, logits, a, wte, HM, g->K, g->OC, 1));
         add_row("matmul_bwd lm_head", sh, ms, 2 * fl, 2 * fl, 0, g->calls);
         be->free(a), be->free(da);
     }
@@ -318,7 +327,7 @@ static double bench_step(int level)
         be->free(qkv), be->free(ao), be->free(lse), be->free(dqkv), be->free(dao);
     }
 
-    /* gelu over (N,4C); backward accumulates into dinp */
+    /* gelu over (N,4C); backward overwrites dinp */
     {
         const size_t n = 4 * NC;
         float *gi = rnd(n, 6.0f), *go = be->alloc(n * F), *gd = rnd(n, 1.0f);
@@ -326,18 +335,16 @@ static double bench_step(int level)
         TIME_MS(ms, be->gelu_forward(go, gi, n));
         add_row("gelu_fwd", sh, ms, 0, 0, F * 2.0 * n, L);
         TIME_MS(ms, be->gelu_backward(go, gi, gd, n));
-        add_row("gelu_bwd", sh, ms, 0, 0, F * 4.0 * n, L);
+        add_row("gelu_bwd", sh, ms, 0, 0, F * 3.0 * n, L);
 
-        /* the backward's scratch zeroing (zt_model_backward_block: 2 x (N,4C), 3 x (N,C),
-         * 1 x (N,3C) per block; 2 x (N,C) in the head) */
-        TIME_MS(ms, be->memzero(go, n * F));
-        add_row("memzero", sh, ms, 0, 0, F * n, 2.0 * L);
+        /* the backward's scratch zeroing (zt_model_backward_block: dqkv (N,3C) per block,
+         * for attention's accumulating backward; dres (N,C) in the head) */
         snprintf(sh, sizeof sh, "(%d,%d)", N, 3 * C);
         TIME_MS(ms, be->memzero(go, 3 * NC * F));
         add_row("memzero", sh, ms, 0, 0, F * 3.0 * NC, L);
         snprintf(sh, sizeof sh, "(%d,%d)", N, C);
         TIME_MS(ms, be->memzero(go, NC * F));
-        add_row("memzero", sh, ms, 0, 0, F * NC, 3.0 * L + 2);
+        add_row("memzero", sh, ms, 0, 0, F * NC, 1);
         be->free(gi), be->free(go), be->free(gd);
     }
     be->free(inp), be->free(tgt), be->free(wpe), be->free(dwpe), be->free(lnw), be->free(lnb);
@@ -514,7 +521,6 @@ static const void *as(const opnd_t *o, cudaDataType_t t)
 static void gemm_table(void)
 {
     const opts_t *o = &g_o;
-    const int N = o->B * o->T;
     gemm_shape_t gs[5];
     const int ngs = gemm_shapes(o, gs);
     double tot[NVAR] = {0}, tot_cvt = 0, ms;
@@ -529,6 +535,7 @@ static void gemm_table(void)
     for (int i = 0; i < ngs; i++) {
         const gemm_shape_t *g = &gs[i];
         const size_t wn = (size_t)g->K * g->OC;
+        const int N = g->M;
         opnd_t in = opnd((size_t)N * g->K, 2.0f), w = opnd(wn, 0.04f);
         opnd_t out = opnd((size_t)N * g->OC, 1.0f), din = opnd((size_t)N * g->K, 0);
         opnd_t dw = opnd(wn, 0);
@@ -540,7 +547,7 @@ static void gemm_table(void)
             float beta;
         } gm[3] = {
             {"fwd", 0, g->transw, N, g->OC, g->K, &in, &w, &out, 0.0f},
-            {"dinp", 0, !g->transw, N, g->K, g->OC, &out, &w, &din, 1.0f},
+            {"dinp", 0, !g->transw, N, g->K, g->OC, &out, &w, &din, 0.0f},
             {"dweight", 1, 0, g->transw ? g->OC : g->K, g->transw ? g->K : g->OC, N,
              g->transw ? &out : &in, g->transw ? &in : &out, &dw, 1.0f},
         };
