@@ -6,12 +6,13 @@
  * barriers only, so a run is deterministic and needs no locks:
  *   - __syncthreads waits for every thread of the block; __syncwarp, the
  *     shuffles and the wmma collectives wait for the 32 lanes of the warp;
- *   - scheduling is warp after warp: a warp runs as far as it can (through its
- *     own warp barriers) before the next one starts, so a warp reading shared
- *     memory that another warp fills without a __syncthreads in between reads
- *     the fill pattern instead; launch(..., reverse) runs warps and lanes in the
- *     opposite order, and a kernel free of races gives bit-identical results
- *     both ways;
+ *   - schedules (launch's last argument): ASCENDING, warp after warp, each
+ *     running as far as it can (through its own warp barriers) before the next
+ *     starts, so a warp reading shared memory that another warp fills without
+ *     a __syncthreads in between reads the fill pattern instead; DESCENDING,
+ *     the same with warps and lanes in the opposite order; RANDOM + seed, warps
+ *     interleaved at random at every warp barrier. A kernel free of races
+ *     gives bit-identical results under every schedule;
  *   - dynamic shared memory is per block, filled with 0xff bytes (NaN as fp32
  *     and as bf16) before each block, so reads of unwritten shared memory show;
  *     it ends at a PROT_NONE page (writes past the end fault), and the wmma shim
@@ -131,10 +132,39 @@ inline void check_smem(const void *p, size_t n)
     if (c < g.smem || c + n > g.smem + g.smem_bytes) fail("wmma access outside shared memory");
 }
 
-/* Runs one block to the end: warp after warp, each as far as it goes. */
-inline void run_block(bool reverse)
+/* Schedules: warp after warp in ascending or descending order, each running
+ * as far as it can (through its warp barriers) before the next one starts; or
+ * warps picked at random (seeded, so reproducible) one warp-barrier step at a
+ * time, which interleaves them at every collective. */
+enum { ASCENDING = 0, DESCENDING = 1, RANDOM = 2 /* + seed */ };
+
+/* Runs the READY lanes of warp w until each blocks; releases the warp when all
+ * 32 wait at a warp barrier. Returns whether it released them. */
+inline bool step_warp(unsigned w, bool reverse)
+{
+    for (unsigned li = 0; li < 32; li++) {
+        const unsigned i = w * 32 + (reverse ? 31 - li : li);
+        if (g.th[i].state != READY) continue;
+        g.cur = i;
+        swapcontext(&g.sched, &g.th[i].uc);
+    }
+    unsigned at_warp = 0;
+    for (unsigned l = 0; l < 32; l++) at_warp += g.th[w * 32 + l].state == AT_WARP;
+    if (at_warp == 0) return false;
+    if (at_warp < 32) fail("lanes of a warp at different barriers (divergent collective)");
+    for (unsigned l = 0; l < 32; l++) {
+        g.th[w * 32 + l].state = READY;
+        g.th[w * 32 + l].warp_syncs++;
+    }
+    return true;
+}
+
+/* Runs one block to the end under a schedule. */
+inline void run_block(unsigned schedule)
 {
     const unsigned n = (unsigned)g.th.size(), nwarps = n / 32;
+    const bool reverse = schedule == DESCENDING;
+    uint64_t rng = 0x2545f4914f6cdd1dull * (schedule + 1) + g.bidx.x * 7919u + g.bidx.y;
     for (unsigned i = 0; i < n; i++) {
         thread_t &t = g.th[i];
         t.lin = i;
@@ -148,24 +178,20 @@ inline void run_block(bool reverse)
         t.uc.uc_link = &g.sched;
         makecontext(&t.uc, entry, 0);
     }
+    std::vector<unsigned> live(nwarps);
     for (;;) {
-        for (unsigned wi = 0; wi < nwarps; wi++) {
-            const unsigned w = reverse ? nwarps - 1 - wi : wi;
-            for (;;) {
-                for (unsigned li = 0; li < 32; li++) {
-                    const unsigned i = w * 32 + (reverse ? 31 - li : li);
-                    if (g.th[i].state != READY) continue;
-                    g.cur = i;
-                    swapcontext(&g.sched, &g.th[i].uc);
-                }
-                unsigned at_warp = 0;
-                for (unsigned l = 0; l < 32; l++) at_warp += g.th[w * 32 + l].state == AT_WARP;
-                if (at_warp == 0) break;
-                if (at_warp < 32) fail("lanes of a warp at different barriers (divergent collective)");
-                for (unsigned l = 0; l < 32; l++) {
-                    g.th[w * 32 + l].state = READY;
-                    g.th[w * 32 + l].warp_syncs++;
-                }
+        if (schedule < RANDOM) {
+            for (unsigned wi = 0; wi < nwarps; wi++)
+                while (step_warp(reverse ? nwarps - 1 - wi : wi, reverse)) {}
+        } else {
+            for (;;) {  /* warps with a lane READY are live; pick one at random */
+                live.clear();
+                for (unsigned w = 0; w < nwarps; w++)
+                    for (unsigned l = 0; l < 32; l++)
+                        if (g.th[w * 32 + l].state == READY) { live.push_back(w); break; }
+                if (live.empty()) break;
+                rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+                step_warp(live[rng % live.size()], false);
             }
         }
         unsigned done = 0, at_block = 0;
@@ -185,7 +211,7 @@ inline void run_block(bool reverse)
 /* Runs kernel(args...) as grid x block threads with `smem` bytes of dynamic
  * shared memory: f is a callable that calls the kernel with its arguments. */
 template <class F>
-void launch(dim3 grid, dim3 block, size_t smem, F &&f, bool reverse = false)
+void launch(dim3 grid, dim3 block, size_t smem, F &&f, unsigned schedule = ASCENDING)
 {
     const unsigned n = block.x * block.y * block.z;
     if (n == 0 || n % 32 || n > 1024) fail("block size must be a positive multiple of 32, at most 1024");
@@ -222,7 +248,7 @@ void launch(dim3 grid, dim3 block, size_t smem, F &&f, bool reverse = false)
             for (unsigned x = 0; x < grid.x; x++) {
                 g.bidx = dim3(x, y, z);
                 memset(g.smem_map, 0xff, span);
-                run_block(reverse);
+                run_block(schedule);
             }
 }
 

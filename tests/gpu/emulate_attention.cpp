@@ -15,8 +15,10 @@
  *     rounded relative to it): what is left is fp32 accumulation order and the
  *     rare p or ds whose bf16 rounding flips, so the bound is two orders of
  *     magnitude tighter (TC_BOUND_BF16REF);
- *   - each launch twice, warps and lanes scheduled in opposite orders: the
- *     results must be bit-identical (a race on shared memory would differ).
+ *   - each launch under three schedules of the emulator (warps in turn, in
+ *     ascending and descending order; warps interleaved at random at every
+ *     warp barrier): the results must be bit-identical, as a race on shared
+ *     memory would make them differ.
  * Normwise relative error: max |got - ref| / max |ref|. Exit 0 when every row
  * is ok. */
 #include "cuda_emul.h"
@@ -94,46 +96,46 @@ static unsigned ntiles(int T, int rows) { return (unsigned)((T + rows - 1) / row
 
 /* ---- the kernels through the emulator -------------------------------------- */
 
-typedef void (*fwd_fn)(float *, float *, const float *, int, int, int, int, bool);
+typedef void (*fwd_fn)(float *, float *, const float *, int, int, int, int, unsigned);
 typedef void (*bwd_fn)(float *, const float *, const float *, const float *, const float *, int,
-                       int, int, int, bool);
+                       int, int, int, unsigned);
 
 template <int NF>
-static void tc_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, bool rev)
+static void tc_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, unsigned sch)
 {
     const float sc = kscale(C, NH);
     zt_emu::launch(dim3(B * NH, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_forward(C / NH),
-                   [=] { tc_forward_k<NF>(out, lse, qkv, T, C, NH, sc); }, rev);
+                   [=] { tc_forward_k<NF>(out, lse, qkv, T, C, NH, sc); }, sch);
 }
 template <int NF>
 static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                   const float *lse, int B, int T, int C, int NH, bool rev)
+                   const float *lse, int B, int T, int C, int NH, unsigned sch)
 {
     const float sc = kscale(C, NH);
     const dim3 grid(B * NH, ntiles(T, TC_ROWS));
     zt_emu::launch(grid, dim3(TC_THREADS), tc_smem_dq(C / NH),
-                   [=] { tc_backward_dq_k<NF>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, rev);
+                   [=] { tc_backward_dq_k<NF>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
     zt_emu::launch(grid, dim3(TC_THREADS), tc_smem_dkv(C / NH),
-                   [=] { tc_backward_dkv_k<NF>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, rev);
+                   [=] { tc_backward_dkv_k<NF>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
 }
 template <int NI>
-static void fa_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, bool rev)
+static void fa_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, unsigned sch)
 {
     const float sc = kscale(C, NH);
     zt_emu::launch(dim3(B * NH, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), fa_smem_bytes(C / NH, 3),
-                   [=] { flash_forward_k<NI>(out, lse, qkv, T, C, NH, sc); }, rev);
+                   [=] { flash_forward_k<NI>(out, lse, qkv, T, C, NH, sc); }, sch);
 }
 template <int NI>
 static void fa_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                   const float *lse, int B, int T, int C, int NH, bool rev)
+                   const float *lse, int B, int T, int C, int NH, unsigned sch)
 {
     const float sc = kscale(C, NH);
     const dim3 grid(B * NH, ntiles(T, FA_TILE));
     const size_t smem = fa_smem_bytes(C / NH, 4);
     zt_emu::launch(grid, dim3(FA_WARPS * 32), smem,
-                   [=] { flash_backward_dq_k<NI>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, rev);
+                   [=] { flash_backward_dq_k<NI>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
     zt_emu::launch(grid, dim3(FA_WARPS * 32), smem,
-                   [=] { flash_backward_dkv_k<NI>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, rev);
+                   [=] { flash_backward_dkv_k<NI>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
 }
 
 static const fwd_fn tc_fwd_by_nf[TC_MAX_NF] = {tc_fwd<1>, tc_fwd<2>, tc_fwd<3>, tc_fwd<4>,
@@ -235,6 +237,10 @@ static void ref_backward_bf16(std::vector<double> &dqkv, const std::vector<float
             }
 }
 
+/* every launch under these (cuda_emul.h): warps in turn both ways, and interleaved */
+static const unsigned schedules[] = {zt_emu::ASCENDING, zt_emu::DESCENDING, zt_emu::RANDOM + 1};
+#define NSCHED 3
+
 /* ---- one shape --------------------------------------------------------------- */
 
 static void attention_case(bool tc, int B, int T, int C, int NH)
@@ -249,11 +255,11 @@ static void attention_case(bool tc, int B, int T, int C, int NH)
     std::vector<float> qkv = rand_vec((size_t)B * T * 3 * C, -2, 2);
     std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T);
     zt_backend_cpu.attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    std::vector<float> eout[2], else_[2];
-    for (int rev = 0; rev < 2; rev++) {
-        eout[rev].assign(out.size(), NAN);
-        else_[rev].assign(lse.size(), NAN);
-        fwd(eout[rev].data(), else_[rev].data(), qkv.data(), B, T, C, NH, rev);
+    std::vector<float> eout[NSCHED], else_[NSCHED];
+    for (int k = 0; k < NSCHED; k++) {
+        eout[k].assign(out.size(), NAN);
+        else_[k].assign(lse.size(), NAN);
+        fwd(eout[k].data(), else_[k].data(), qkv.data(), B, T, C, NH, schedules[k]);
     }
     snprintf(what, sizeof what, "%s fwd out T%d hs%d", kind, T, hs);
     row(what, rel_err(eout[0], out), bo);
@@ -267,17 +273,19 @@ static void attention_case(bool tc, int B, int T, int C, int NH)
         snprintf(what, sizeof what, "%s fwd lse T%d hs%d vs bf16 ref", kind, T, hs);
         row(what, rel_err(else_[0], rlse), TC_BOUND_BF16REF);
     }
-    const bool fsame = same_bits(eout[0], eout[1]) && same_bits(else_[0], else_[1]);
-    snprintf(what, sizeof what, "%s fwd T%d hs%d both orders bitwise", kind, T, hs);
-    row(what, fsame ? 0.0 : INFINITY, 0.0);
+    bool same = true;
+    for (int k = 1; k < NSCHED; k++) same &= same_bits(eout[0], eout[k]) && same_bits(else_[0], else_[k]);
+    snprintf(what, sizeof what, "%s fwd T%d hs%d schedules bitwise", kind, T, hs);
+    row(what, same ? 0.0 : INFINITY, 0.0);
 
     std::vector<float> dout = rand_vec((size_t)B * T * C, -1, 1);
-    std::vector<float> dqkv0 = rand_vec(qkv.size(), -1, 1), dqkv = dqkv0, edq[2];
+    std::vector<float> dqkv0 = rand_vec(qkv.size(), -1, 1), dqkv = dqkv0, edq[NSCHED];
     zt_backend_cpu.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
                                       B, T, C, NH);
-    for (int rev = 0; rev < 2; rev++) {
-        edq[rev] = dqkv0;
-        bwd(edq[rev].data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, rev);
+    for (int k = 0; k < NSCHED; k++) {
+        edq[k] = dqkv0;
+        bwd(edq[k].data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
+            schedules[k]);
     }
     snprintf(what, sizeof what, "%s bwd dqkv += T%d hs%d", kind, T, hs);
     row(what, rel_err(edq[0], dqkv), bb);
@@ -287,8 +295,10 @@ static void attention_case(bool tc, int B, int T, int C, int NH)
         snprintf(what, sizeof what, "%s bwd dqkv += T%d hs%d vs bf16 ref", kind, T, hs);
         row(what, rel_err(edq[0], rdq), TC_BOUND_BF16REF);
     }
-    snprintf(what, sizeof what, "%s bwd T%d hs%d both orders bitwise", kind, T, hs);
-    row(what, same_bits(edq[0], edq[1]) ? 0.0 : INFINITY, 0.0);
+    same = true;
+    for (int k = 1; k < NSCHED; k++) same &= same_bits(edq[0], edq[k]);
+    snprintf(what, sizeof what, "%s bwd T%d hs%d schedules bitwise", kind, T, hs);
+    row(what, same ? 0.0 : INFINITY, 0.0);
 }
 
 int main(void)
