@@ -317,12 +317,12 @@ struct fragment {
     T x[256];
 };
 
-/* The checks a real load/store would fail (or silently misbehave) on. */
-template <class T> inline void check_access(const T *p, unsigned ldm, bool col)
+/* The checks a real load/store would fail (or silently misbehave) on; the
+ * footprint is 15 ldm + 16 elements in either layout. */
+template <class T> inline void check_access(const T *p, unsigned ldm)
 {
     if ((uintptr_t)p % 32) zt_emu::fail("wmma pointer not 32-byte aligned");
     if (ldm % (16 / sizeof(T))) zt_emu::fail("wmma leading dimension not a multiple of 16 bytes");
-    (void)col;
     zt_emu::check_smem(p, ((size_t)15 * ldm + 16) * sizeof(T));
 }
 
@@ -338,7 +338,7 @@ inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, L> &f,
 {
     zt_emu::warp_barrier(0xffffffffu);
     constexpr bool col = std::is_same<L, col_major>::value;
-    check_access(p, ldm, col);
+    check_access(p, ldm);
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) f.x[r * 16 + c] = col ? p[c * ldm + r] : p[r * ldm + c];
 }
@@ -347,7 +347,7 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const 
                              unsigned ldm, layout_t layout)
 {
     zt_emu::warp_barrier(0xffffffffu);
-    check_access(p, ldm, layout == mem_col_major);
+    check_access(p, ldm);
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
             f.x[r * 16 + c] = layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
@@ -357,7 +357,7 @@ inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, 
                               unsigned ldm, layout_t layout)
 {
     zt_emu::warp_barrier(0xffffffffu);
-    check_access(p, ldm, layout == mem_col_major);
+    check_access(p, ldm);
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++) {
             if (layout == mem_col_major) p[c * ldm + r] = f.x[r * 16 + c];

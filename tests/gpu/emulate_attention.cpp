@@ -308,13 +308,14 @@ int main(void)
     printf("CUDA attention kernels (host emulation) vs CPU backend\n");
     printf("  %-44s %12s %10s  %s\n", "kernel / output", "rel.err", "bound", "verdict");
     /* tensor cores: T = 1 (one key), 17 (inside one tile), 64 (exactly one),
-     * 100 and 131 (tiles cut by T), 70 with hs = 48 (NF = 3); hs 16..128 */
+     * 100, 131 and 257 (tiles cut by T), 70 with hs = 48 (NF = 3); hs 16..128 */
     attention_case(true, 2, 1, 128, 2);
     attention_case(true, 2, 17, 32, 2);
     attention_case(true, 1, 64, 64, 2);
     attention_case(true, 2, 100, 128, 2);
     attention_case(true, 1, 131, 256, 2);
     attention_case(true, 1, 70, 144, 3);
+    attention_case(true, 1, 257, 64, 1);  /* five tiles, the last with one row */
     /* fp32 (the kernels of precision highest/high): hs 20 (idle lanes), 64, 128 */
     attention_case(false, 1, 17, 40, 2);
     attention_case(false, 1, 45, 128, 2);
