@@ -3,7 +3,9 @@
  * Include before the kernels (src/zt_attention_kernels.cuh). A launch
  * (zt_emu::launch) runs the blocks of the grid one after another; the threads
  * of a block are coroutines (ucontext, one host thread in all) that switch at
- * barriers only, so a run is deterministic and needs no locks:
+ * barriers only, so a run is deterministic and needs no locks (OS threads with
+ * std::barrier would model the same, but with 128-256 of them per block on a
+ * two-core machine every barrier costs a round of futex wake-ups):
  *   - __syncthreads waits for every thread of the block; __syncwarp, the
  *     shuffles and the wmma collectives wait for the 32 lanes of the warp;
  *   - schedules (launch's last argument): ASCENDING, warp after warp, each
