@@ -17,15 +17,14 @@
  *
  * Reductions are deterministic (fixed-order partials, no float atomics) except
  * encoder_backward's scatter into dwte, where repeated tokens in a batch add
- * through atomicAdd. Attention is flash-style (tiles in shared memory, online
- * softmax, recomputation in backward): no (B,NH,T,T) buffer anywhere.
+ * through atomicAdd. Attention lives in zt_attention_cuda.cu (flash-style, fp32
+ * or bf16 tensor cores by the matmul precision).
  *
  * Every CUDA and cuBLASLt call is checked: file:line, the call, the library's
  * message, then zt_fatal (the whole job aborts; a kernel cannot return an
  * input error). */
 #include <cublasLt.h>
 #include <cuda_fp16.h>
-#include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,18 +35,10 @@ extern "C" {
 #include "zt_common.h"
 #include "zt_cuda.h"
 }
+#include "zt_cuda_internal.h"
+#include "zt_cuda_warp.cuh"
 
-/* ---- error checking -------------------------------------------------------- */
-
-#define ZT_CUDA(call)                                                                      \
-    do {                                                                                   \
-        cudaError_t zt_cuda_rc_ = (call);                                                  \
-        if (zt_cuda_rc_ != cudaSuccess)                                                    \
-            zt_fatal_at(__FILE__, __LINE__, "%s: %s (%s)\n---> HINT: check the device " \
-                        "with nvidia-smi and CUDA_VISIBLE_DEVICES; rerun with "            \
-                        "CUDA_LAUNCH_BLOCKING=1 to locate an asynchronous fault", #call,   \
-                        cudaGetErrorString(zt_cuda_rc_), cudaGetErrorName(zt_cuda_rc_));   \
-    } while (0)
+/* ---- error checking (ZT_CUDA and ZT_LAUNCHED are in zt_cuda_internal.h) ---- */
 
 #define ZT_CUBLAS(call)                                                                 \
     do {                                                                                \
@@ -56,9 +47,6 @@ extern "C" {
             zt_fatal_at(__FILE__, __LINE__, "%s: cuBLASLt status %d (%s)", #call,       \
                         (int)zt_cublas_rc_, cublas_status_name(zt_cublas_rc_));         \
     } while (0)
-
-/* After every launch: catches bad launch configurations at the launch site. */
-#define ZT_LAUNCHED() ZT_CUDA(cudaGetLastError())
 
 static const char *cublas_status_name(cublasStatus_t s)
 {
@@ -84,6 +72,7 @@ static cublasLtHandle_t g_lt;
 static void *g_workspace;                  /* cuBLASLt workspace */
 static const size_t g_workspace_bytes = (size_t)32 << 20;
 static cublasComputeType_t g_compute = CUBLAS_COMPUTE_32F;
+static int g_precision = ZT_MATMUL_HIGHEST;   /* attention picks its kernels by it */
 static int g_sms = 1;                      /* multiprocessors, sizes grid-stride grids */
 static void *g_scratch;                    /* partial sums of reductions */
 static size_t g_scratch_bytes;
@@ -141,18 +130,6 @@ static unsigned grid_for(size_t n, int threads)
 }
 
 /* ---- device helpers -------------------------------------------------------- */
-
-__device__ __forceinline__ float warp_sum(float x)
-{
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
-__device__ __forceinline__ float warp_max(float x)
-{
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
 
 /* Online softmax state (running max m, sum s of exp(x - m)) merged across threads. */
 __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
@@ -307,9 +284,26 @@ static void cuda_wait_uploads(void)
  * buffers. Cached plans carry their compute type, so a change needs no flush. */
 static void cuda_set_matmul_precision(int level)
 {
+    g_precision = level;
     g_compute = level == ZT_MATMUL_MEDIUM ? CUBLAS_COMPUTE_32F_FAST_16BF
               : level == ZT_MATMUL_HIGH   ? CUBLAS_COMPUTE_32F_FAST_TF32
                                           : CUBLAS_COMPUTE_32F;
+}
+
+int zt_cuda_matmul_precision(void) { return g_precision; }
+
+/* Shared memory above the 48 KiB default must be opted into, per kernel; beyond
+ * the device's opt-in limit nothing can run. */
+void zt_cuda_smem_optin(const void *kernel, size_t bytes, const char *what)
+{
+    if (bytes <= (size_t)48 << 10) return;
+    int dev = 0, optin = 0;
+    ZT_CUDA(cudaGetDevice(&dev));
+    ZT_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (bytes > (size_t)optin)
+        zt_fatal("%s needs %zu bytes of shared memory per block, the device allows %d", what,
+                 bytes, optin);
+    ZT_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 static void cuda_sync(void)
@@ -685,354 +679,6 @@ static void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, cons
             gemm_rm(1, 0, OC, C, N, dout, inp, dweight, 1.0f);
     }
     if (dbias) colsum_accumulate(NULL, dbias, dout, NULL, NULL, NULL, N, OC);
-}
-
-/* ---- attention ------------------------------------------------------------- */
-
-/* Flash-style causal attention: no (B,NH,T,T) buffer, only lse (B,NH,T).
- * A block of FA_WARPS warps owns one head (b,h) and one tile of FA_TILE = 32
- * rows, so a lane maps to one key (or query) of the other tile and warp
- * shuffles broadcast a probability to the lanes that own the head channels
- * (lane + 32c, c < NI = ceil(hs/32), in registers). Tiles sit in shared memory
- * with an odd row stride, so lanes reading 32 different rows hit 32 banks.
- *   forward: Q tile resident, K/V tiles streamed 0..diagonal, online softmax
- *            (running max m, sum l, rescaled accumulator), writes out and lse.
- *   dq:      Q and dO tiles resident, K/V streamed; p = exp(s - lse) is
- *            recomputed, ds = p (dO.v - D) with D = dO.out per row.
- *   dk, dv:  K/V tile resident, Q/dO/lse/D tiles streamed from the diagonal
- *            to the end.
- * dq and dk/dv are separate kernels so every output element has one writer:
- * no atomics, and results are deterministic. Rows past T are zero-filled in
- * shared memory and masked, so any T works. */
-#define FA_TILE 32
-#define FA_WARPS 8
-#define FA_RPW (FA_TILE / FA_WARPS)  /* rows (or keys) per warp */
-#define FA_MAX_NI 8                  /* head size up to 256 */
-
-/* Loads rows r0.. r0+FA_TILE-1 of a (T, hs) view with row stride ld_g into a
- * shared tile with row stride ld; rows at or past T become zeros. */
-__device__ __forceinline__ void fa_load_tile(float *dst, const float *src, int r0, int T, int hs,
-                                             int ld, size_t ld_g)
-{
-    for (int e = threadIdx.x; e < FA_TILE * hs; e += blockDim.x) {
-        int r = e / hs, i = e - r * hs;
-        dst[r * ld + i] = r0 + r < T ? src[(size_t)(r0 + r) * ld_g + i] : 0.0f;
-    }
-}
-
-__device__ __forceinline__ float fa_dot(const float *a, const float *b, int hs)
-{
-    float d = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < hs; i++) d += a[i] * b[i];
-    return d;
-}
-
-/* dout_t . out_t over one head's channels (lanes split them); warp-uniform result */
-__device__ __forceinline__ float fa_row_D(const float *dy, const float *y, int hs)
-{
-    float d = 0.0f;
-    for (int i = threadIdx.x % 32; i < hs; i += 32) d += dy[i] * y[i];
-    return warp_sum(d);
-}
-
-template <int NI>
-__global__ void __launch_bounds__(FA_WARPS * 32)
-flash_forward_k(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale)
-{
-    extern __shared__ float fa_sm[];
-    const int hs = C / NH, ld = hs | 1, C3 = 3 * C;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int tile = (int)(gridDim.y - 1 - blockIdx.y);  /* tiles with the most keys first */
-    const int q0 = tile * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *sq = fa_sm, *sk = sq + FA_TILE * ld, *sv = sk + FA_TILE * ld;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;  // (T, hs) views, row stride 3C
-    fa_load_tile(sq, base, q0, T, hs, ld, C3);
-
-    float m[FA_RPW], l[FA_RPW], acc[FA_RPW][NI];
-#pragma unroll
-    for (int rr = 0; rr < FA_RPW; rr++) {
-        m[rr] = -INFINITY;
-        l[rr] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < NI; c++) acc[rr][c] = 0.0f;
-    }
-    for (int kt = 0; kt <= tile; kt++) {  /* causal: key tiles up to the diagonal */
-        const int k0 = kt * FA_TILE;
-        __syncthreads();  /* the previous K/V tile is no longer read */
-        fa_load_tile(sk, base + C, k0, T, hs, ld, C3);
-        fa_load_tile(sv, base + 2 * C, k0, T, hs, ld, C3);
-        __syncthreads();
-#pragma unroll
-        for (int rr = 0; rr < FA_RPW; rr++) {
-            const int r = warp * FA_RPW + rr, t = q0 + r, j = k0 + lane;
-            float s = -INFINITY;
-            if (t < T && j <= t) s = fa_dot(sq + r * ld, sk + lane * ld, hs) * scale;
-            const float mnew = fmaxf(m[rr], warp_max(s));
-            /* -inf guards: masked keys give 0, and a row with nothing yet (or a
-             * row past T) keeps m = -inf without computing exp(-inf - -inf) */
-            const float p = s == -INFINITY ? 0.0f : expf(s - mnew);
-            const float corr = m[rr] == -INFINITY ? 0.0f : expf(m[rr] - mnew);
-            l[rr] = l[rr] * corr + warp_sum(p);
-            m[rr] = mnew;
-#pragma unroll
-            for (int c = 0; c < NI; c++) acc[rr][c] *= corr;
-#pragma unroll 4
-            for (int jj = 0; jj < FA_TILE; jj++) {
-                const float pj = __shfl_sync(0xffffffffu, p, jj);
-                const float *vj = sv + jj * ld;
-#pragma unroll
-                for (int c = 0; c < NI; c++) {
-                    const int i = lane + 32 * c;
-                    if (i < hs) acc[rr][c] += pj * vj[i];
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int rr = 0; rr < FA_RPW; rr++) {
-        const int t = q0 + warp * FA_RPW + rr;
-        if (t >= T) continue;
-        float *o = out + ((size_t)b * T + t) * C + h * hs;
-        const float inv = 1.0f / l[rr];  /* l >= 1: key 0 is always visible */
-#pragma unroll
-        for (int c = 0; c < NI; c++) {
-            const int i = lane + 32 * c;
-            if (i < hs) o[i] = acc[rr][c] * inv;
-        }
-        if (lane == 0) lse[(size_t)bh * T + t] = m[rr] + logf(l[rr]);
-    }
-}
-
-/* dq for one query tile; D per row is computed here from dout and out. */
-template <int NI>
-__global__ void __launch_bounds__(FA_WARPS * 32)
-flash_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                    const float *lse, int T, int C, int NH, float scale)
-{
-    extern __shared__ float fa_sm[];
-    const int hs = C / NH, ld = hs | 1, C3 = 3 * C;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int tile = (int)(gridDim.y - 1 - blockIdx.y);
-    const int q0 = tile * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *sq = fa_sm, *sdo = sq + FA_TILE * ld, *sk = sdo + FA_TILE * ld, *sv = sk + FA_TILE * ld;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;
-    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
-    fa_load_tile(sq, base, q0, T, hs, ld, C3);
-    fa_load_tile(sdo, dyb, q0, T, hs, ld, C);
-
-    float L[FA_RPW], D[FA_RPW], acc[FA_RPW][NI];
-#pragma unroll
-    for (int rr = 0; rr < FA_RPW; rr++) {
-        const int t = q0 + warp * FA_RPW + rr;
-        L[rr] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
-        D[rr] = t < T ? fa_row_D(dyb + (size_t)t * C, yb + (size_t)t * C, hs) : 0.0f;
-#pragma unroll
-        for (int c = 0; c < NI; c++) acc[rr][c] = 0.0f;
-    }
-    for (int kt = 0; kt <= tile; kt++) {
-        const int k0 = kt * FA_TILE;
-        __syncthreads();
-        fa_load_tile(sk, base + C, k0, T, hs, ld, C3);
-        fa_load_tile(sv, base + 2 * C, k0, T, hs, ld, C3);
-        __syncthreads();
-#pragma unroll
-        for (int rr = 0; rr < FA_RPW; rr++) {
-            const int r = warp * FA_RPW + rr, t = q0 + r, j = k0 + lane;
-            float ds = 0.0f;
-            if (t < T && j <= t) {
-                const float p = expf(fa_dot(sq + r * ld, sk + lane * ld, hs) * scale - L[rr]);
-                ds = p * (fa_dot(sdo + r * ld, sv + lane * ld, hs) - D[rr]);
-            }
-#pragma unroll 4
-            for (int jj = 0; jj < FA_TILE; jj++) {
-                const float dsj = __shfl_sync(0xffffffffu, ds, jj);
-                const float *kj = sk + jj * ld;
-#pragma unroll
-                for (int c = 0; c < NI; c++) {
-                    const int i = lane + 32 * c;
-                    if (i < hs) acc[rr][c] += dsj * kj[i];
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int rr = 0; rr < FA_RPW; rr++) {
-        const int t = q0 + warp * FA_RPW + rr;
-        if (t >= T) continue;
-        float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-#pragma unroll
-        for (int c = 0; c < NI; c++) {
-            const int i = lane + 32 * c;
-            if (i < hs) dq[i] += acc[rr][c] * scale;
-        }
-    }
-}
-
-/* dk, dv for one key tile, streaming the query tiles that can see it. */
-template <int NI>
-__global__ void __launch_bounds__(FA_WARPS * 32)
-flash_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                     const float *lse, int T, int C, int NH, float scale)
-{
-    extern __shared__ float fa_sm[];
-    const int hs = C / NH, ld = hs | 1, C3 = 3 * C;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int kt = (int)blockIdx.y;  /* tile 0 sees every query tile: the most work first */
-    const int k0 = kt * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float *sk = fa_sm, *sv = sk + FA_TILE * ld, *sq = sv + FA_TILE * ld, *sdo = sq + FA_TILE * ld;
-    float *sL = sdo + FA_TILE * ld, *sD = sL + FA_TILE;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;
-    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
-    fa_load_tile(sk, base + C, k0, T, hs, ld, C3);
-    fa_load_tile(sv, base + 2 * C, k0, T, hs, ld, C3);
-
-    float dk[FA_RPW][NI], dv[FA_RPW][NI];
-#pragma unroll
-    for (int rr = 0; rr < FA_RPW; rr++)
-#pragma unroll
-        for (int c = 0; c < NI; c++) dk[rr][c] = dv[rr][c] = 0.0f;
-    for (int qt = kt; qt < (int)gridDim.y; qt++) {  /* causal: query tiles from the diagonal */
-        const int q0 = qt * FA_TILE;
-        __syncthreads();
-        fa_load_tile(sq, base, q0, T, hs, ld, C3);
-        fa_load_tile(sdo, dyb, q0, T, hs, ld, C);
-#pragma unroll
-        for (int rr = 0; rr < FA_RPW; rr++) {
-            const int r = warp * FA_RPW + rr, t = q0 + r;
-            const float d = t < T ? fa_row_D(dyb + (size_t)t * C, yb + (size_t)t * C, hs) : 0.0f;
-            if (lane == 0) {
-                sD[r] = d;
-                sL[r] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
-            }
-        }
-        __syncthreads();
-#pragma unroll
-        for (int rr = 0; rr < FA_RPW; rr++) {
-            const int r = warp * FA_RPW + rr, j = k0 + r, t = q0 + lane;  /* lane = query row */
-            float p = 0.0f, ds = 0.0f;
-            if (t < T && j <= t) {
-                p = expf(fa_dot(sq + lane * ld, sk + r * ld, hs) * scale - sL[lane]);
-                ds = p * (fa_dot(sdo + lane * ld, sv + r * ld, hs) - sD[lane]);
-            }
-#pragma unroll 4
-            for (int tt = 0; tt < FA_TILE; tt++) {
-                const float pt = __shfl_sync(0xffffffffu, p, tt);
-                const float dst = __shfl_sync(0xffffffffu, ds, tt);
-                const float *qrow = sq + tt * ld, *dyt = sdo + tt * ld;
-#pragma unroll
-                for (int c = 0; c < NI; c++) {
-                    const int i = lane + 32 * c;
-                    if (i < hs) {
-                        dv[rr][c] += pt * dyt[i];
-                        dk[rr][c] += dst * qrow[i];
-                    }
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int rr = 0; rr < FA_RPW; rr++) {
-        const int j = k0 + warp * FA_RPW + rr;
-        if (j >= T) continue;
-        float *dkj = dqkv + ((size_t)b * T + j) * C3 + C + h * hs, *dvj = dkj + C;
-#pragma unroll
-        for (int c = 0; c < NI; c++) {
-            const int i = lane + 32 * c;
-            if (i < hs) {
-                dkj[i] += dk[rr][c] * scale;
-                dvj[i] += dv[rr][c];
-            }
-        }
-    }
-}
-
-/* Shared memory above the 48 KiB default must be opted into, per kernel (head
- * sizes above ~90 floats); beyond the device's opt-in limit nothing can run. */
-static void fa_smem(const void *kernel, size_t bytes)
-{
-    if (bytes <= (size_t)48 << 10) return;
-    int dev = 0, optin = 0;
-    ZT_CUDA(cudaGetDevice(&dev));
-    ZT_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (bytes > (size_t)optin)
-        zt_fatal("attention: the head size needs %zu bytes of shared memory per block, the "
-                 "device allows %d", bytes, optin);
-    ZT_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-
-/* 1/sqrt(hs), computed as the CPU backend does */
-static float fa_scale(int C, int NH) { return 1.0f / sqrtf((float)(C / NH)); }
-
-/* Grid (B*NH, tiles) and tile shared memory for a head size. */
-static dim3 fa_grid(int B, int T, int C, int NH, size_t tiles_in_smem, size_t *smem)
-{
-    const int hs = C / NH, ntiles = ZT_CEIL_DIV(T, FA_TILE);
-    if (ntiles > 65535) zt_fatal("attention: sequence length %d above the CUDA kernels' limit", T);
-    *smem = (tiles_in_smem * FA_TILE * (size_t)(hs | 1) + 2 * FA_TILE) * sizeof(float);
-    return dim3((unsigned)(B * NH), (unsigned)ntiles);
-}
-
-template <int NI>
-static void fa_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
-{
-    size_t smem;
-    dim3 grid = fa_grid(B, T, C, NH, 3, &smem);
-    fa_smem((const void *)flash_forward_k<NI>, smem);
-    flash_forward_k<NI><<<grid, FA_WARPS * 32, smem, g_stream>>>(out, lse, qkv, T, C, NH,
-                                                                 fa_scale(C, NH));
-    ZT_LAUNCHED();
-}
-
-template <int NI>
-static void fa_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                        const float *lse, int B, int T, int C, int NH)
-{
-    size_t smem;
-    dim3 grid = fa_grid(B, T, C, NH, 4, &smem);
-    const float scale = fa_scale(C, NH);
-    fa_smem((const void *)flash_backward_dq_k<NI>, smem);
-    flash_backward_dq_k<NI><<<grid, FA_WARPS * 32, smem, g_stream>>>(dqkv, dout, qkv, out, lse,
-                                                                     T, C, NH, scale);
-    ZT_LAUNCHED();
-    fa_smem((const void *)flash_backward_dkv_k<NI>, smem);
-    flash_backward_dkv_k<NI><<<grid, FA_WARPS * 32, smem, g_stream>>>(dqkv, dout, qkv, out, lse,
-                                                                      T, C, NH, scale);
-    ZT_LAUNCHED();
-}
-
-typedef void (*fa_forward_fn)(float *, float *, const float *, int, int, int, int);
-typedef void (*fa_backward_fn)(float *, const float *, const float *, const float *,
-                               const float *, int, int, int, int);
-/* indexed by NI - 1 = (hs - 1) / 32 */
-static const fa_forward_fn fa_forward_by_ni[FA_MAX_NI] = {
-    fa_forward<1>, fa_forward<2>, fa_forward<3>, fa_forward<4>,
-    fa_forward<5>, fa_forward<6>, fa_forward<7>, fa_forward<8>};
-static const fa_backward_fn fa_backward_by_ni[FA_MAX_NI] = {
-    fa_backward<1>, fa_backward<2>, fa_backward<3>, fa_backward<4>,
-    fa_backward<5>, fa_backward<6>, fa_backward<7>, fa_backward<8>};
-
-static int fa_ni(int C, int NH)
-{
-    const int hs = C / NH;
-    if (hs < 1 || hs > 32 * FA_MAX_NI)
-        zt_fatal("attention: head size %d outside the CUDA kernels' range 1..%d", hs,
-                 32 * FA_MAX_NI);
-    return (hs + 31) / 32;
-}
-
-static void cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                                   int NH)
-{
-    ensure_init();
-    fa_forward_by_ni[fa_ni(C, NH) - 1](out, lse, qkv, B, T, C, NH);
-}
-
-static void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                    const float *out, const float *lse, int B, int T, int C, int NH)
-{
-    ensure_init();
-    fa_backward_by_ni[fa_ni(C, NH) - 1](dqkv, dout, qkv, out, lse, B, T, C, NH);
 }
 
 /* ---- elementwise ----------------------------------------------------------- */
@@ -1472,8 +1118,8 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .layernorm_backward = cuda_layernorm_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
-    .attention_forward = cuda_attention_forward,
-    .attention_backward = cuda_attention_backward,
+    .attention_forward = zt_cuda_attention_forward,
+    .attention_backward = zt_cuda_attention_backward,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
     .residual_forward = cuda_residual_forward,

@@ -159,7 +159,8 @@ static const zkey_t schema[] = {
     KS("train.matmul_precision", train.matmul_precision, "auto", "auto|highest|high|medium",
        "GEMM arithmetic on fp32 operands, as torch.set_float32_matmul_precision: highest = fp32, high = TF32 "
        "tensor cores, medium = bf16 tensor cores, all accumulating in fp32; auto = medium with 16-bit "
-       "training (train.bf16 or train.fp16), highest otherwise. GPUs only: the cpu backend always computes in fp32."),
+       "training (train.bf16 or train.fp16), highest otherwise. medium also runs the CUDA attention on bf16 tensor "
+       "cores (head sizes that are multiples of 16 up to 128). GPUs only: the cpu backend always computes in fp32."),
     /* optim */
     KD("optim.learning_rate", optim.learning_rate, 1e-3, 0.0, 10.0, "Peak learning rate of AdamW."),
     KS("optim.lr_scheduler_type", optim.lr_scheduler_type, "cosine", "constant|linear|cosine",

@@ -1,0 +1,328 @@
+/* emulate_attention.cpp — the CUDA attention kernels, emulated on the host, against the CPU backend.
+ *
+ * Runs the kernel source of src/zt_attention_kernels.cuh through the host
+ * emulator (cuda_emul.h: every CUDA thread a coroutine, blocks in turn), so
+ * that the fp32 and the bf16 tensor-core kernels are checked on every machine,
+ * GPU or not. Per shape (odd T, T below one tile, several tiles; head sizes 16
+ * to 128):
+ *   - out, lse from the forward and dqkv (+=, from random initial values) from
+ *     the backward against zt_backend_cpu (the backward gets the CPU's out and
+ *     lse on both sides). Bounds: fp32 kernels 2e-5 / 5e-5 as in
+ *     tests/gpu/test_gpu_kernels.c; tensor-core kernels TC_BOUND_FP32 below;
+ *   - the tensor-core kernels also against a double-precision reference that
+ *     rounds q, k, v, dout, p and ds to bf16 where the kernels do (and, for the
+ *     forward, takes the running max over the kernels' 64-key tiles, since p is
+ *     rounded relative to it): what is left is fp32 accumulation order and the
+ *     rare p or ds whose bf16 rounding flips, so the bound is two orders of
+ *     magnitude tighter (TC_BOUND_BF16REF);
+ *   - each launch under three schedules of the emulator (warps in turn, in
+ *     ascending and descending order; warps interleaved at random at every
+ *     warp barrier): the results must be bit-identical, as a race on shared
+ *     memory would make them differ.
+ * Normwise relative error: max |got - ref| / max |ref|. Exit 0 when every row
+ * is ok. */
+#include "cuda_emul.h"
+
+#include "../../src/zt_attention_kernels.cuh"
+
+#include <chrono>
+#include <vector>
+
+extern "C" {
+#include "zt_backend.h"
+}
+
+/* Error model of the tensor-core path against fp32 (u = 2^-8, the unit
+ * roundoff of bf16's 8-bit significand; RNE errors are ~uniform in [-u, u]
+ * relative, standard deviation u/sqrt(3)):
+ *   s = scale sum_i q_i k_i with q, k rounded: the error is a random walk over
+ *   the hs products, sd = scale sqrt(2 hs E[(q k)^2]) u/sqrt(3); for q, k
+ *   uniform in [-2, 2] (E[(qk)^2] = 16/9) that is 1.9 u/sqrt(3) = 4.2e-3 in s,
+ *   whatever hs, and p = exp(s - m) inherits it as a relative error. out is a
+ *   p-weighted mean of rounded v, so its error is a few u of max |v|; the
+ *   largest of ~10^4 such errors sits ~4 sd out. Same for dq, dk, dv, which
+ *   add the rounding of dout and of ds (relative u each). Hence a normwise
+ *   bound of 4u = 1.6e-2; measured: up to ~5e-3 (see the table). Against the
+ *   bf16-rounding reference the expected error is that of fp32 sums of bf16
+ *   products (the p and ds it rounds are the kernels' own): bound 5e-6. */
+#define TC_BOUND_FP32 1.6e-2
+#define TC_BOUND_BF16REF 5e-6
+
+static int n_rows, n_bad;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(float lo, float hi)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
+}
+static std::vector<float> rand_vec(size_t n, float lo, float hi)
+{
+    std::vector<float> v(n);
+    for (auto &x : v) x = frand(lo, hi);
+    return v;
+}
+
+static void row(const char *what, double err, double bound)
+{
+    const bool ok = std::isfinite(err) && err <= bound;
+    printf("  %-44s %12.3e %10.1e  %s\n", what, err, bound, ok ? "ok" : "FAIL");
+    n_rows++;
+    n_bad += !ok;
+}
+
+static double rel_err(const std::vector<float> &got, const std::vector<double> &ref)
+{
+    double maxdiff = 0.0, maxref = 0.0;
+    for (size_t i = 0; i < got.size(); i++) {
+        if (!std::isfinite(got[i])) return INFINITY;
+        maxdiff = std::max(maxdiff, fabs((double)got[i] - ref[i]));
+        maxref = std::max(maxref, fabs(ref[i]));
+    }
+    return maxdiff / (maxref > 0 ? maxref : 1e-30);
+}
+static double rel_err(const std::vector<float> &got, const std::vector<float> &ref)
+{
+    return rel_err(got, std::vector<double>(ref.begin(), ref.end()));
+}
+
+static bool same_bits(const std::vector<float> &a, const std::vector<float> &b)
+{
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+static float kscale(int C, int NH) { return 1.0f / sqrtf((float)(C / NH)); }
+static unsigned ntiles(int T, int rows) { return (unsigned)((T + rows - 1) / rows); }
+
+/* ---- the kernels through the emulator -------------------------------------- */
+
+typedef void (*fwd_fn)(float *, float *, const float *, int, int, int, int, unsigned);
+typedef void (*bwd_fn)(float *, const float *, const float *, const float *, const float *, int,
+                       int, int, int, unsigned);
+
+template <int NF>
+static void tc_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, unsigned sch)
+{
+    const float sc = kscale(C, NH);
+    zt_emu::launch(dim3(B * NH, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_forward(C / NH),
+                   [=] { tc_forward_k<NF>(out, lse, qkv, T, C, NH, sc); }, sch);
+}
+template <int NF>
+static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                   const float *lse, int B, int T, int C, int NH, unsigned sch)
+{
+    const float sc = kscale(C, NH);
+    const dim3 grid(B * NH, ntiles(T, TC_ROWS));
+    zt_emu::launch(grid, dim3(TC_THREADS), tc_smem_dq(C / NH),
+                   [=] { tc_backward_dq_k<NF>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
+    zt_emu::launch(grid, dim3(TC_THREADS), tc_smem_dkv(C / NH),
+                   [=] { tc_backward_dkv_k<NF>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
+}
+template <int NI>
+static void fa_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, unsigned sch)
+{
+    const float sc = kscale(C, NH);
+    zt_emu::launch(dim3(B * NH, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), fa_smem_bytes(C / NH, 3),
+                   [=] { flash_forward_k<NI>(out, lse, qkv, T, C, NH, sc); }, sch);
+}
+template <int NI>
+static void fa_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                   const float *lse, int B, int T, int C, int NH, unsigned sch)
+{
+    const float sc = kscale(C, NH);
+    const dim3 grid(B * NH, ntiles(T, FA_TILE));
+    const size_t smem = fa_smem_bytes(C / NH, 4);
+    zt_emu::launch(grid, dim3(FA_WARPS * 32), smem,
+                   [=] { flash_backward_dq_k<NI>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
+    zt_emu::launch(grid, dim3(FA_WARPS * 32), smem,
+                   [=] { flash_backward_dkv_k<NI>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
+}
+
+static const fwd_fn tc_fwd_by_nf[TC_MAX_NF] = {tc_fwd<1>, tc_fwd<2>, tc_fwd<3>, tc_fwd<4>,
+                                               tc_fwd<5>, tc_fwd<6>, tc_fwd<7>, tc_fwd<8>};
+static const bwd_fn tc_bwd_by_nf[TC_MAX_NF] = {tc_bwd<1>, tc_bwd<2>, tc_bwd<3>, tc_bwd<4>,
+                                               tc_bwd<5>, tc_bwd<6>, tc_bwd<7>, tc_bwd<8>};
+static const fwd_fn fa_fwd_by_ni[4] = {fa_fwd<1>, fa_fwd<2>, fa_fwd<3>, fa_fwd<4>};
+static const bwd_fn fa_bwd_by_ni[4] = {fa_bwd<1>, fa_bwd<2>, fa_bwd<3>, fa_bwd<4>};
+
+/* ---- the bf16-rounding reference ----------------------------------------- *
+ *
+ * Everything the kernels round to bf16 (q, k, v, dout, p, ds) is rounded here
+ * too, and p and ds are first computed in fp32 exactly as the emulated kernels
+ * compute them (dot products of bf16 values summed in index order, as the wmma
+ * shim does; D summed as two interleaved halves, as the lane pairs do; the same
+ * expf), so they round to the same bf16 values: a difference of one p's
+ * rounding would otherwise be worth up to u |v| on its own. The sums over keys
+ * and queries that the kernels accumulate in fp32 are taken in double. */
+
+static float b16(float x) { return zt_bf16_to_f32(zt_bf16_from_f32(x)); }
+
+/* sum_i bf16(a_i) bf16(b_i) in fp32, index order (the products are exact) */
+static float dot16(const float *a, const float *b, int n)
+{
+    float d = 0.0f;
+    for (int i = 0; i < n; i++) d += b16(a[i]) * b16(b[i]);
+    return d;
+}
+
+/* out, lse with p rounded relative to the running max of each 64-key tile, as
+ * the tensor-core forward does */
+static void ref_forward_bf16(std::vector<double> &out, std::vector<double> &lse,
+                             const std::vector<float> &qkv, int B, int T, int C, int NH)
+{
+    const int hs = C / NH, C3 = 3 * C;
+    const float sc = kscale(C, NH);
+    out.assign((size_t)B * T * C, 0.0);
+    lse.assign((size_t)B * NH * T, 0.0);
+    std::vector<double> acc(hs);
+    std::vector<float> s(TC_ROWS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = &qkv[((size_t)b * T + t) * C3 + h * hs];
+                float m = -INFINITY;
+                double l = 0.0;
+                std::fill(acc.begin(), acc.end(), 0.0);
+                for (int k0 = 0; k0 <= t; k0 += TC_ROWS) {
+                    const int n = std::min(TC_ROWS, t + 1 - k0);
+                    float mx = -INFINITY;
+                    for (int jj = 0; jj < n; jj++) {
+                        s[jj] = dot16(q, &qkv[((size_t)b * T + k0 + jj) * C3 + C + h * hs], hs) * sc;
+                        mx = std::max(mx, s[jj]);
+                    }
+                    const float mnew = std::max(m, mx), corr = m == -INFINITY ? 0.0f : expf(m - mnew);
+                    double sum = 0.0;
+                    for (int i = 0; i < hs; i++) acc[i] *= corr;
+                    for (int jj = 0; jj < n; jj++) {
+                        const float p = expf(s[jj] - mnew);
+                        const float *v = &qkv[((size_t)b * T + k0 + jj) * C3 + 2 * C + h * hs];
+                        sum += p;
+                        for (int i = 0; i < hs; i++) acc[i] += (double)b16(p) * b16(v[i]);
+                    }
+                    l = l * corr + sum;
+                    m = mnew;
+                }
+                for (int i = 0; i < hs; i++) out[((size_t)b * T + t) * C + h * hs + i] = acc[i] / l;
+                lse[((size_t)b * NH + h) * T + t] = m + log(l);
+            }
+}
+
+/* dqkv += with p = exp(s - lse) and ds = p (dp - D) rounded as the tensor-core
+ * backward rounds them */
+static void ref_backward_bf16(std::vector<double> &dqkv, const std::vector<float> &dout,
+                              const std::vector<float> &qkv, const std::vector<float> &out,
+                              const std::vector<float> &lse, int B, int T, int C, int NH)
+{
+    const int hs = C / NH, C3 = 3 * C;
+    const float sc = kscale(C, NH);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const size_t qt = ((size_t)b * T + t) * C3 + h * hs, ot = ((size_t)b * T + t) * C + h * hs;
+                float De = 0.0f, Do = 0.0f;
+                for (int i = 0; i < hs; i += 2) De += dout[ot + i] * out[ot + i];
+                for (int i = 1; i < hs; i += 2) Do += dout[ot + i] * out[ot + i];
+                const float D = De + Do, L = lse[((size_t)b * NH + h) * T + t];
+                for (int j = 0; j <= t; j++) {
+                    const size_t kj = ((size_t)b * T + j) * C3 + C + h * hs, vj = kj + C;
+                    const float p = expf(dot16(&qkv[qt], &qkv[kj], hs) * sc - L);
+                    const float ds = p * (dot16(&dout[ot], &qkv[vj], hs) - D);
+                    const double pb = b16(p), dsb = b16(ds);
+                    for (int i = 0; i < hs; i++) {
+                        dqkv[qt + i] += sc * dsb * b16(qkv[kj + i]);
+                        dqkv[kj + i] += sc * dsb * b16(qkv[qt + i]);
+                        dqkv[vj + i] += pb * b16(dout[ot + i]);
+                    }
+                }
+            }
+}
+
+/* every launch under these (cuda_emul.h): warps in turn both ways, and interleaved */
+static const unsigned schedules[] = {zt_emu::ASCENDING, zt_emu::DESCENDING, zt_emu::RANDOM + 1};
+#define NSCHED 3
+
+/* ---- one shape --------------------------------------------------------------- */
+
+static void attention_case(bool tc, int B, int T, int C, int NH)
+{
+    const int hs = C / NH;
+    const char *kind = tc ? "bf16 tc" : "fp32";
+    const double bo = tc ? TC_BOUND_FP32 : 2e-5, bb = tc ? TC_BOUND_FP32 : 5e-5;
+    const fwd_fn fwd = tc ? tc_fwd_by_nf[hs / 16 - 1] : fa_fwd_by_ni[(hs - 1) / 32];
+    const bwd_fn bwd = tc ? tc_bwd_by_nf[hs / 16 - 1] : fa_bwd_by_ni[(hs - 1) / 32];
+    char what[96];
+
+    std::vector<float> qkv = rand_vec((size_t)B * T * 3 * C, -2, 2);
+    std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T);
+    zt_backend_cpu.attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    std::vector<float> eout[NSCHED], else_[NSCHED];
+    for (int k = 0; k < NSCHED; k++) {
+        eout[k].assign(out.size(), NAN);
+        else_[k].assign(lse.size(), NAN);
+        fwd(eout[k].data(), else_[k].data(), qkv.data(), B, T, C, NH, schedules[k]);
+    }
+    snprintf(what, sizeof what, "%s fwd out T%d hs%d", kind, T, hs);
+    row(what, rel_err(eout[0], out), bo);
+    snprintf(what, sizeof what, "%s fwd lse T%d hs%d", kind, T, hs);
+    row(what, rel_err(else_[0], lse), bo);
+    if (tc) {
+        std::vector<double> rout, rlse;
+        ref_forward_bf16(rout, rlse, qkv, B, T, C, NH);
+        snprintf(what, sizeof what, "%s fwd out T%d hs%d vs bf16 ref", kind, T, hs);
+        row(what, rel_err(eout[0], rout), TC_BOUND_BF16REF);
+        snprintf(what, sizeof what, "%s fwd lse T%d hs%d vs bf16 ref", kind, T, hs);
+        row(what, rel_err(else_[0], rlse), TC_BOUND_BF16REF);
+    }
+    bool same = true;
+    for (int k = 1; k < NSCHED; k++) same &= same_bits(eout[0], eout[k]) && same_bits(else_[0], else_[k]);
+    snprintf(what, sizeof what, "%s fwd T%d hs%d schedules bitwise", kind, T, hs);
+    row(what, same ? 0.0 : INFINITY, 0.0);
+
+    std::vector<float> dout = rand_vec((size_t)B * T * C, -1, 1);
+    std::vector<float> dqkv0 = rand_vec(qkv.size(), -1, 1), dqkv = dqkv0, edq[NSCHED];
+    zt_backend_cpu.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
+                                      B, T, C, NH);
+    for (int k = 0; k < NSCHED; k++) {
+        edq[k] = dqkv0;
+        bwd(edq[k].data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
+            schedules[k]);
+    }
+    snprintf(what, sizeof what, "%s bwd dqkv += T%d hs%d", kind, T, hs);
+    row(what, rel_err(edq[0], dqkv), bb);
+    if (tc) {
+        std::vector<double> rdq(dqkv0.begin(), dqkv0.end());
+        ref_backward_bf16(rdq, dout, qkv, out, lse, B, T, C, NH);
+        snprintf(what, sizeof what, "%s bwd dqkv += T%d hs%d vs bf16 ref", kind, T, hs);
+        row(what, rel_err(edq[0], rdq), TC_BOUND_BF16REF);
+    }
+    same = true;
+    for (int k = 1; k < NSCHED; k++) same &= same_bits(edq[0], edq[k]);
+    snprintf(what, sizeof what, "%s bwd T%d hs%d schedules bitwise", kind, T, hs);
+    row(what, same ? 0.0 : INFINITY, 0.0);
+}
+
+int main(void)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    zt_cpu_set_threads(1);
+    printf("CUDA attention kernels (host emulation) vs CPU backend\n");
+    printf("  %-44s %12s %10s  %s\n", "kernel / output", "rel.err", "bound", "verdict");
+    /* tensor cores: T = 1 (one key), 17 (inside one tile), 64 (exactly one),
+     * 100, 131 and 257 (tiles cut by T), 70 with hs = 48 (NF = 3); hs 16..128 */
+    attention_case(true, 2, 1, 128, 2);
+    attention_case(true, 2, 17, 32, 2);
+    attention_case(true, 1, 64, 64, 2);
+    attention_case(true, 2, 100, 128, 2);
+    attention_case(true, 1, 131, 256, 2);
+    attention_case(true, 1, 70, 144, 3);
+    attention_case(true, 1, 257, 64, 1);  /* five tiles, the last with one row */
+    /* fp32 (the kernels of precision highest/high): hs 20 (idle lanes), 64, 128 */
+    attention_case(false, 1, 17, 40, 2);
+    attention_case(false, 1, 45, 128, 2);
+    attention_case(false, 1, 40, 256, 2);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    printf("%d comparisons, %d failed (%.1f s, %lu coroutine switches)\n", n_rows, n_bad, secs,
+           zt_emu::g.switches);
+    return n_bad ? 1 : 0;
+}
