@@ -36,7 +36,7 @@ extern "C" {
 #include "zt_cuda.h"
 }
 #include "zt_cuda_internal.h"
-#include "zt_cuda_warp.cuh"
+#include "zt_kernels_cuda.cuh"
 
 /* ---- error checking (ZT_CUDA and ZT_LAUNCHED are in zt_cuda_internal.h) ---- */
 
@@ -121,24 +121,8 @@ static void *scratch(size_t bytes)
 }
 
 /* Blocks for a grid-stride loop over n elements: enough to fill the device. */
-static unsigned grid_for(size_t n, int threads)
-{
-    size_t blocks = (n + (size_t)threads - 1) / (size_t)threads;
-    size_t cap = (size_t)g_sms * 32;
-    if (blocks > cap) blocks = cap;
-    return blocks ? (unsigned)blocks : 1u;
-}
+static unsigned grid_for(size_t n, int threads) { return zt_grid_for(n, threads, g_sms); }
 
-/* ---- device helpers -------------------------------------------------------- */
-
-/* Online softmax state (running max m, sum s of exp(x - m)) merged across threads. */
-__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
-{
-    if (s2 == 0.0f || m2 == -INFINITY) return;  /* exp(-inf) contributes nothing */
-    if (s == 0.0f) { m = m2; s = s2; return; }
-    if (m2 > m) { s = s * expf(m - m2) + s2; m = m2; }
-    else s += s2 * expf(m2 - m);
-}
 
 /* ---- memory ---------------------------------------------------------------- *
  *
@@ -314,52 +298,16 @@ static void cuda_sync(void)
 
 /* ---- encoder --------------------------------------------------------------- */
 
-__global__ void encoder_forward_k(float *out, const int32_t *inp, const float *wte,
-                                  const float *wpe, int B, int T, int C)
-{
-    size_t n = (size_t)B * T * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t bt = i / C;
-        int c = (int)(i % C), t = (int)(bt % T);
-        out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
-    }
-}
 
 static void cuda_encoder_forward(float *out, const int32_t *inp, const float *wte,
                                  const float *wpe, int B, int T, int C)
 {
     ensure_init();
     size_t n = (size_t)B * T * C;
-    encoder_forward_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, inp, wte, wpe, B, T, C);
+    encoder_forward_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, inp, wte, wpe, B, T, C);
     ZT_LAUNCHED();
 }
 
-/* dwte rows are scattered by token id: the same token may appear many times, so
- * atomics (order-dependent in the last bits). */
-__global__ void encoder_backward_wte_k(float *dwte, const float *dout, const int32_t *inp,
-                                       int B, int T, int C)
-{
-    size_t n = (size_t)B * T * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t bt = i / C;
-        int c = (int)(i % C);
-        atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
-    }
-}
-
-/* dwpe[t] sums over the batch in a fixed order: deterministic. */
-__global__ void encoder_backward_wpe_k(float *dwpe, const float *dout, int B, int T, int C)
-{
-    size_t n = (size_t)T * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float acc = 0.0f;
-        for (int b = 0; b < B; b++) acc += dout[(size_t)b * T * C + i];
-        dwpe[i] += acc;
-    }
-}
 
 static void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                   const int32_t *inp, int B, int T, int C)
@@ -367,11 +315,11 @@ static void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
     ensure_init();
     size_t n = (size_t)B * T * C;
     if (dwte) {
-        encoder_backward_wte_k<<<grid_for(n, 256), 256, 0, g_stream>>>(dwte, dout, inp, B, T, C);
+        encoder_backward_wte_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(dwte, dout, inp, B, T, C);
         ZT_LAUNCHED();
     }
     if (dwpe) {
-        encoder_backward_wpe_k<<<grid_for((size_t)T * C, 256), 256, 0, g_stream>>>(dwpe, dout, B, T,
+        encoder_backward_wpe_k<<<grid_for((size_t)T * C, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(dwpe, dout, B, T,
                                                                                    C);
         ZT_LAUNCHED();
     }
@@ -379,123 +327,28 @@ static void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
 
 /* ---- layernorm ------------------------------------------------------------- */
 
-/* One warp per row; two passes over the row (mean, then centred variance) as the
- * CPU reference does, rather than E[x^2] - E[x]^2, which cancels badly. */
-__global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp,
-                                    const float *w, const float *b, int N, int C)
-{
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += x[c];
-    float m = warp_sum(s) / C;
-    float v = 0.0f;
-    for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
-    float r = rsqrtf(warp_sum(v) / C + 1e-5f);
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) {
-        float y = (x[c] - m) * r * w[c];
-        o[c] = b ? y + b[c] : y;
-    }
-    if (lane == 0) {
-        if (mean) mean[row] = m;
-        if (rstd) rstd[row] = r;
-    }
-}
 
 static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                    const float *weight, const float *bias, int N, int C)
 {
     ensure_init();
-    const int warps = 8;
-    layernorm_forward_k<<<ZT_CEIL_DIV(N, warps), warps * 32, 0, g_stream>>>(out, mean, rstd, inp,
+    layernorm_forward_k<<<ZT_CEIL_DIV(N, LN_WARPS), LN_WARPS * 32, 0, g_stream>>>(out, mean, rstd, inp,
                                                                            weight, bias, N, C);
     ZT_LAUNCHED();
 }
 
-/* dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w ; warp per row. */
-__global__ void layernorm_backward_dinp_k(float *dinp, const float *dout, const float *inp,
-                                          const float *w, const float *mean, const float *rstd,
-                                          int N, int C)
-{
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
-    float m = mean[row], r = rstd[row];
-    float a = 0.0f, bsum = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float g = dy[c] * w[c];
-        a += g;
-        bsum += g * (x[c] - m) * r;
-    }
-    a = warp_sum(a) / C;
-    bsum = warp_sum(bsum) / C;
-    float *dx = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) {
-        float g = dy[c] * w[c], xh = (x[c] - m) * r;
-        dx[c] += r * (g - a - xh * bsum);
-    }
-}
-
-/* Column sums over N rows in two deterministic stages: block (32 columns x 8
- * row-lanes) per (column tile, row chunk) writes partials, then one thread per
- * column adds the chunks in order. With xhat != NULL-semantics (mean given) it
- * also produces sum(dout * xhat) for dweight. */
-#define COLSUM_CHUNKS 64
-__global__ void colsum_partial_k(float *part_w, float *part_b, const float *dout,
-                                 const float *inp, const float *mean, const float *rstd, int N,
-                                 int C)
-{
-    __shared__ float sw[8][33], sb[8][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    int rows_per = (N + gridDim.y - 1) / gridDim.y;
-    int r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
-    float aw = 0.0f, ab = 0.0f;
-    if (c < C) {
-        for (int n = r0 + threadIdx.y; n < r1; n += 8) {
-            float d = dout[(size_t)n * C + c];
-            ab += d;
-            if (part_w) aw += d * (inp[(size_t)n * C + c] - mean[n]) * rstd[n];
-        }
-    }
-    sw[threadIdx.y][threadIdx.x] = aw;
-    sb[threadIdx.y][threadIdx.x] = ab;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        for (int k = 1; k < 8; k++) { aw += sw[k][threadIdx.x]; ab += sb[k][threadIdx.x]; }
-        if (part_w) part_w[(size_t)blockIdx.y * C + c] = aw;
-        part_b[(size_t)blockIdx.y * C + c] = ab;
-    }
-}
-
-__global__ void colsum_final_k(float *dw, float *db, const float *part_w, const float *part_b,
-                               int chunks, int C)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float aw = 0.0f, ab = 0.0f;
-    for (int k = 0; k < chunks; k++) {
-        if (dw) aw += part_w[(size_t)k * C + c];
-        ab += part_b[(size_t)k * C + c];
-    }
-    if (dw) dw[c] += aw;
-    if (db) db[c] += ab;
-}
 
 /* db (C) += colsum(dout (N,C)); with mean/rstd, dw (C) += colsum(dout * xhat). */
 static void colsum_accumulate(float *dw, float *db, const float *dout, const float *inp,
                               const float *mean, const float *rstd, int N, int C)
 {
-    int chunks = ZT_MIN(COLSUM_CHUNKS, ZT_MAX(1, N / 64));
+    int chunks = zt_colsum_chunks(N);
     float *part = (float *)scratch((size_t)2 * chunks * C * sizeof(float));
     float *part_w = dw ? part : NULL, *part_b = part + (size_t)chunks * C;
-    dim3 grid(ZT_CEIL_DIV(C, 32), chunks), block(32, 8);
+    dim3 grid(ZT_CEIL_DIV(C, COLSUM_COLS), chunks), block(COLSUM_COLS, COLSUM_ROWS);
     colsum_partial_k<<<grid, block, 0, g_stream>>>(part_w, part_b, dout, inp, mean, rstd, N, C);
     ZT_LAUNCHED();
-    colsum_final_k<<<ZT_CEIL_DIV(C, 256), 256, 0, g_stream>>>(dw, db, part_w, part_b, chunks, C);
+    colsum_final_k<<<ZT_CEIL_DIV(C, COLSUM_FINAL_THREADS), COLSUM_FINAL_THREADS, 0, g_stream>>>(dw, db, part_w, part_b, chunks, C);
     ZT_LAUNCHED();
 }
 
@@ -505,8 +358,7 @@ static void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, c
 {
     ensure_init();
     if (dinp) {
-        const int warps = 8;
-        layernorm_backward_dinp_k<<<ZT_CEIL_DIV(N, warps), warps * 32, 0, g_stream>>>(
+        layernorm_backward_dinp_k<<<ZT_CEIL_DIV(N, LN_WARPS), LN_WARPS * 32, 0, g_stream>>>(
             dinp, dout, inp, weight, mean, rstd, N, C);
         ZT_LAUNCHED();
     }
@@ -635,12 +487,6 @@ static void gemm_rm(int ta, int tb, int M, int Nn, int K, const float *A, const 
     lt_gemm_cm(tb, ta, Nn, M, K, B, ldb, A, lda, C, Nn, beta, NULL);
 }
 
-__global__ void add_bias_k(float *out, const float *bias, size_t n, int OC)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] += bias[i % OC];
-}
 
 static void cuda_matmul_forward(float *out, const float *inp, const float *weight,
                                 const float *bias, int N, int C, int OC, int transw)
@@ -658,7 +504,7 @@ static void cuda_matmul_forward(float *out, const float *inp, const float *weigh
     gemm_rm(0, transw, N, OC, C, inp, weight, out, 0.0f);
     if (bias) {
         size_t n = (size_t)N * OC;
-        add_bias_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, bias, n, OC);
+        add_bias_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, bias, n, OC);
         ZT_LAUNCHED();
     }
 }
@@ -683,65 +529,12 @@ static void cuda_matmul_backward(float *dinp, float *dweight, float *dbias, cons
 
 /* ---- elementwise ----------------------------------------------------------- */
 
-#define GELU_S 0.7978845608028654f  /* sqrt(2/pi) */
-
-/* 0.5 (1 + tanh(u)) computed as the sigmoid 1 / (1 + exp(-2u)), as the CPU
- * backend does: no cancellation of 1 + tanh(u) in the negative tail. */
-__device__ __forceinline__ float gelu_sig(float x, float *e_out)
-{
-    float a = -2.0f * GELU_S * (x + 0.044715f * x * x * x);
-    float e = expf(fminf(a, 88.0f));
-    *e_out = e;
-    return 1.0f / (1.0f + e);
-}
-
-__global__ void gelu_forward_k(float *out, const float *inp, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float e, x = inp[i];
-        out[i] = x * gelu_sig(x, &e);
-    }
-}
-
-/* d/dx [x s(2u)] = s + 2 x s (1 - s) du/dx, with 1 - s = e s */
-__global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float e, x = inp[i];
-        float sg = gelu_sig(x, &e);
-        float du = GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = (sg + 2.0f * x * sg * (e * sg) * du) * dout[i];
-    }
-}
-
-__global__ void residual_forward_k(float *out, const float *a, const float *b, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = a[i] + b[i];
-}
-
-__global__ void accumulate_k(float *y, const float *x, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        y[i] += x[i];
-}
-
-__global__ void scale_k(float *x, float s, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        x[i] *= s;
-}
 
 static void cuda_gelu_forward(float *out, const float *inp, size_t n)
 {
     ensure_init();
     if (!n) return;
-    gelu_forward_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, inp, n);
+    gelu_forward_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, inp, n);
     ZT_LAUNCHED();
 }
 
@@ -749,7 +542,7 @@ static void cuda_gelu_backward(float *dinp, const float *inp, const float *dout,
 {
     ensure_init();
     if (!n) return;
-    gelu_backward_k<<<grid_for(n, 256), 256, 0, g_stream>>>(dinp, inp, dout, n);
+    gelu_backward_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(dinp, inp, dout, n);
     ZT_LAUNCHED();
 }
 
@@ -757,7 +550,7 @@ static void cuda_residual_forward(float *out, const float *a, const float *b, si
 {
     ensure_init();
     if (!n) return;
-    residual_forward_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, a, b, n);
+    residual_forward_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, a, b, n);
     ZT_LAUNCHED();
 }
 
@@ -765,7 +558,7 @@ static void cuda_accumulate(float *y, const float *x, size_t n)
 {
     ensure_init();
     if (!n) return;
-    accumulate_k<<<grid_for(n, 256), 256, 0, g_stream>>>(y, x, n);
+    accumulate_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(y, x, n);
     ZT_LAUNCHED();
 }
 
@@ -773,50 +566,12 @@ static void cuda_scale(float *x, float s, size_t n)
 {
     ensure_init();
     if (!n) return;
-    scale_k<<<grid_for(n, 256), 256, 0, g_stream>>>(x, s, n);
+    scale_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(x, s, n);
     ZT_LAUNCHED();
 }
 
 /* ---- fused cross-entropy --------------------------------------------------- */
 
-/* Block per row: one pass for the online (max, sum exp) of the row, merged
- * across the block; a second pass overwrites logits with the gradient. The
- * target logit is read before any thread writes. A target outside [0, V) is
- * ignored (loss 0, gradient 0), as in the CPU backend: never index past the row. */
-#define CE_THREADS 512
-__global__ void crossentropy_fused_k(float *logits, float *losses, const int32_t *targets, int N,
-                                     int V, float dscale)
-{
-    __shared__ float sm[CE_THREADS / 32], ss[CE_THREADS / 32];
-    __shared__ float s_lse;
-    int row = blockIdx.x;
-    float *x = logits + (size_t)row * V;
-    int tgt = targets[row];
-    float m = -INFINITY, s = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) lse_merge(m, s, x[v], 1.0f);
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        lse_merge(m, s, m2, s2);
-    }
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) { sm[warp] = m; ss[warp] = s; }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float M = sm[0], S = ss[0];
-        for (int w = 1; w < (int)(blockDim.x / 32); w++) lse_merge(M, S, sm[w], ss[w]);
-        float lse = M + logf(S);
-        s_lse = lse;
-        losses[row] = (tgt < 0 || tgt >= V) ? 0.0f : lse - x[tgt];
-    }
-    __syncthreads();  // x[tgt] has been read: the row may be overwritten now
-    if (dscale == 0.0f) return;
-    float lse = s_lse;
-    int ignore = tgt < 0 || tgt >= V;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float g = ignore ? 0.0f : (expf(x[v] - lse) - (v == tgt ? 1.0f : 0.0f)) * dscale;
-        x[v] = g;
-    }
-}
 
 static void cuda_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int N,
                                     int V, float dscale)
@@ -829,49 +584,12 @@ static void cuda_crossentropy_fused(float *logits, float *losses, const int32_t 
 
 /* ---- reductions ------------------------------------------------------------ */
 
-#define RED_THREADS 256
-#define RED_BLOCKS 1024
-
-/* Partials in double per block, summed in block order by one block: the same
- * result for the same input, every time. */
-__global__ void sumsq_partial_k(double *part, const float *x, size_t n)
-{
-    __shared__ double sh[RED_THREADS];
-    double acc = 0.0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        double v = x[i];
-        acc += v * v;
-    }
-    sh[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
-}
-
-__global__ void sum_doubles_k(double *out, const double *part, int n)
-{
-    __shared__ double sh[RED_THREADS];
-    double acc = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += part[i];
-    sh[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) *out = sh[0];
-}
 
 static double cuda_sumsq(const float *x, size_t n)
 {
     ensure_init();
     if (!n) return 0.0;
-    unsigned blocks = grid_for(n, RED_THREADS);
-    if (blocks > RED_BLOCKS) blocks = RED_BLOCKS;
+    unsigned blocks = zt_sumsq_blocks(n, g_sms);
     double *part = (double *)scratch((RED_BLOCKS + 1) * sizeof(double));
     double *res = part + RED_BLOCKS;
     sumsq_partial_k<<<blocks, RED_THREADS, 0, g_stream>>>(part, x, n);
@@ -883,15 +601,6 @@ static double cuda_sumsq(const float *x, size_t n)
     return *g_host_double;
 }
 
-/* Any thread that sees a NaN/Inf raises the flag; all write the same value. */
-__global__ void all_finite_k(int *bad, const float *x, size_t n)
-{
-    int found = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        if (!isfinite(x[i])) found = 1;
-    if (__syncthreads_or(found) && threadIdx.x == 0) *bad = 1;
-}
 
 static int cuda_all_finite(const float *x, size_t n)
 {
@@ -908,25 +617,6 @@ static int cuda_all_finite(const float *x, size_t n)
 
 /* ---- AdamW ----------------------------------------------------------------- */
 
-/* PyTorch's single-tensor AdamW, operation by operation as the CPU backend:
- * p *= 1 - lr wd ; m.lerp_(g, 1 - b1) ; v = v b2 + (1 - b2) g g ;
- * p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps). */
-__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
-                        float b2, float eps, float wd, float grad_scale, float step_size,
-                        float sqrt_bc2)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i] * grad_scale;
-        float mi = m[i], w1 = 1.0f - b1;
-        /* torch.lerp: a + w (b - a) for w < 0.5, else b - (b - a)(1 - w) */
-        mi = w1 < 0.5f ? mi + w1 * (gi - mi) : gi - (gi - mi) * (1.0f - w1);
-        float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = p[i] * (1.0f - lr * wd) - step_size * (mi / (sqrtf(vi) / sqrt_bc2 + eps));
-    }
-}
 
 static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
                        float b2, float eps, float wd, float grad_scale, long step)
@@ -934,36 +624,19 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, f
     ensure_init();
     if (!n) return;
     double bc1 = 1.0 - pow((double)b1, (double)step), bc2 = 1.0 - pow((double)b2, (double)step);
-    adamw_k<<<grid_for(n, 256), 256, 0, g_stream>>>(p, g, m, v, n, lr, b1, b2, eps, wd, grad_scale,
+    adamw_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(p, g, m, v, n, lr, b1, b2, eps, wd, grad_scale,
                                                     (float)(lr / bc1), (float)sqrt(bc2));
     ZT_LAUNCHED();
 }
 
 /* ---- bf16 ------------------------------------------------------------------ */
 
-/* Round to nearest even on the bit pattern; NaN stays a (quiet) NaN. */
-__global__ void to_bf16_k(uint16_t *out, const float *in, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t u = __float_as_uint(in[i]);
-        if ((u & 0x7fffffffu) > 0x7f800000u) out[i] = (uint16_t)((u >> 16) | 0x40u);
-        else out[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-}
-
-__global__ void from_bf16_k(float *out, const uint16_t *in, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = __uint_as_float((uint32_t)in[i] << 16);
-}
 
 static void cuda_to_bf16(uint16_t *out, const float *in, size_t n)
 {
     ensure_init();
     if (!n) return;
-    to_bf16_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    to_bf16_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, in, n);
     ZT_LAUNCHED();
 }
 
@@ -971,42 +644,18 @@ static void cuda_from_bf16(float *out, const uint16_t *in, size_t n)
 {
     ensure_init();
     if (!n) return;
-    from_bf16_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    from_bf16_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, in, n);
     ZT_LAUNCHED();
 }
 
 /* ---- fp16 ------------------------------------------------------------------ */
 
-/* IEEE round to nearest even, overflow to Inf, subnormals kept: the host's zt_fp16.h.
- * cvt.f16.f32 and cvt.f32.f16 turn every NaN into the canonical positive one
- * (cuda_fp16.hpp's host path, written to match them, says so), so NaNs are done
- * here on the bits as zt_fp16.h does them: sign and top payload bits kept, quiet. */
-__global__ void to_fp16_k(uint16_t *out, const float *in, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const uint32_t x = __float_as_uint(in[i]), a = x & 0x7fffffffu;
-        out[i] = a > 0x7f800000u ? (uint16_t)(((x >> 16) & 0x8000u) | 0x7e00u | ((a >> 13) & 0x3ffu))
-                                 : __half_as_ushort(__float2half_rn(in[i]));
-    }
-}
-
-__global__ void from_fp16_k(float *out, const uint16_t *in, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const uint32_t h = in[i];
-        out[i] = (h & 0x7fffu) > 0x7c00u
-                     ? __uint_as_float(((h & 0x8000u) << 16) | 0x7fc00000u | ((h & 0x3ffu) << 13))
-                     : __half2float(__ushort_as_half((unsigned short)h));
-    }
-}
 
 static void cuda_to_fp16(uint16_t *out, const float *in, size_t n)
 {
     ensure_init();
     if (!n) return;
-    to_fp16_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    to_fp16_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, in, n);
     ZT_LAUNCHED();
 }
 
@@ -1014,7 +663,7 @@ static void cuda_from_fp16(float *out, const uint16_t *in, size_t n)
 {
     ensure_init();
     if (!n) return;
-    from_fp16_k<<<grid_for(n, 256), 256, 0, g_stream>>>(out, in, n);
+    from_fp16_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, in, n);
     ZT_LAUNCHED();
 }
 

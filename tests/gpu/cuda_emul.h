@@ -1,6 +1,6 @@
 /* cuda_emul.h — runs CUDA kernel source on the host, for tests without a GPU (g++, C++20).
  *
- * Include before the kernels (src/zt_attention_kernels.cuh). A launch
+ * Include before the kernels (src/zt_attention_kernels.cuh, src/zt_kernels_cuda.cuh). A launch
  * (zt_emu::launch) runs the blocks of the grid one after another; the threads
  * of a block are coroutines (ucontext, one host thread in all) that switch at
  * barriers only, so a run is deterministic and needs no locks (OS threads with
@@ -20,13 +20,26 @@
  *     it ends at a PROT_NONE page (writes past the end fault), and the wmma shim
  *     checks its whole 16x16 footprint against the buffer, the 32-byte pointer
  *     alignment and the leading dimension (multiple of 8 for bf16, 4 for fp32);
+ *   - atomicAdd on float is a plain read-add-write: threads switch only at
+ *     barriers, so it is atomic; the order of the adds is the schedule's, so a
+ *     kernel with float atomics need not be bit-identical across schedules
+ *     (nor is it on a device);
+ *   - __syncthreads_or is a __syncthreads whose result is the OR of every
+ *     thread's predicate, read after all have arrived;
+ *   - fp16 conversions round as include/zt_fp16.h (IEEE nearest even, as
+ *     cvt.rn.f16.f32 does) but turn every NaN into the canonical 0x7fff /
+ *     0x7fffffff as the device's cvt does (cuda_fp16.hpp's host path, written
+ *     to match it, does the same); rsqrtf and __expf are the correctly rounded
+ *     host functions (the device's are within 2 ulp);
  *   - barriers no thread can pass (a __syncthreads some threads skip, lanes of a
  *     warp at different collectives, threads that exit while others wait) stop
  *     the test with a message instead of hanging; so does a partial shuffle mask.
  * The wmma fragments hold the whole 16x16 tile in every lane (see the rules in
  * zt_attention_kernels.cuh); mma_sync accumulates in fp32 in k order. Static
  * __shared__ variables become function statics: per block only because blocks
- * run one after another. Not emulated: real concurrency and memory ordering,
+ * run one after another, and not refilled with 0xff per block (only dynamic
+ * shared memory is), so a read of a static shared slot nobody wrote in this
+ * block sees an earlier block's value. Not emulated: real concurrency and memory ordering,
  * timing, bank conflicts, register pressure; a missing __syncwarp between
  * element-wise shared-memory writes and a wmma load cannot show either, since
  * every shim collective synchronises the warp on entry. */
@@ -49,6 +62,7 @@
 
 extern "C" {
 #include "zt_bf16.h"
+#include "zt_fp16.h"
 }
 
 #define __global__
@@ -77,6 +91,7 @@ struct thread_t {
     int state;
     unsigned lin;         /* linear thread index in the block */
     unsigned shfl;        /* shuffles done: picks the slot buffer */
+    unsigned votes;       /* __syncthreads_or calls done: picks the vote buffer */
     unsigned long warp_syncs;  /* warp barriers passed: lanes must agree */
 };
 
@@ -93,6 +108,7 @@ struct state_t {
     size_t smem_map_bytes = 0;
     std::function<void()> body;
     std::vector<uint64_t> slots[2];         /* shuffle exchange, 32 per warp, double-buffered */
+    std::vector<unsigned char> votes[2];    /* __syncthreads_or predicates, double-buffered */
     unsigned long switches = 0;
 };
 inline state_t g;
@@ -173,6 +189,7 @@ inline void run_block(unsigned schedule)
         t.idx = dim3(i % g.block.x, i / g.block.x % g.block.y, i / (g.block.x * g.block.y));
         t.state = READY;
         t.shfl = 0;
+        t.votes = 0;
         t.warp_syncs = 0;
         getcontext(&t.uc);
         t.uc.uc_stack.ss_sp = g.stacks + (size_t)i * g.stack_bytes + 4096;  /* guard page below */
@@ -222,7 +239,10 @@ void launch(dim3 grid, dim3 block, size_t smem, F &&f, unsigned schedule = ASCEN
     g.block = block;
     g.body = f;
     g.th.assign(n, thread_t{});
-    for (int b = 0; b < 2; b++) g.slots[b].assign((size_t)n, 0);
+    for (int b = 0; b < 2; b++) {
+        g.slots[b].assign((size_t)n, 0);
+        g.votes[b].assign((size_t)n, 0);
+    }
     /* coroutine stacks, each with a guard page below it */
     const size_t stack = (size_t)256 << 10;
     if (g.stacks_map < stack * n) {
@@ -273,6 +293,19 @@ inline T shuffle(unsigned mask, T v, unsigned src_lane)
     return r;
 }
 
+/* Block-wide vote: double-buffered like the shuffles, since a thread can write
+ * vote k+2's buffer only after every thread has passed vote k+1's barrier. */
+inline int syncthreads_or(int pred)
+{
+    thread_t &t = self();
+    std::vector<unsigned char> &v = g.votes[t.votes++ & 1];
+    v[t.lin] = pred != 0;
+    wait_at(AT_BLOCK);
+    for (unsigned char x : v)
+        if (x) return 1;
+    return 0;
+}
+
 }  // namespace zt_emu
 
 #define threadIdx (zt_emu::self().idx)
@@ -290,7 +323,28 @@ template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int m)
 {
     return zt_emu::shuffle(mask, v, (zt_emu::self().lin % 32) ^ (unsigned)m);
 }
+inline int __syncthreads_or(int pred) { return zt_emu::syncthreads_or(pred); }
 inline float __expf(float x) { return expf(x); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline unsigned __float_as_uint(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+inline float __uint_as_float(unsigned u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+/* Serial by construction: threads switch at barriers only. */
+inline float atomicAdd(float *p, float v)
+{
+    const float old = *p;
+    *p = old + v;
+    return old;
+}
 
 /* ---- bf16: the bits, rounded as include/zt_bf16.h (nearest even) ---------- */
 
@@ -299,6 +353,23 @@ struct __nv_bfloat16 {
 };
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16{zt_bf16_from_f32(f)}; }
 inline float __bfloat162float(__nv_bfloat16 h) { return zt_bf16_to_f32(h.bits); }
+
+/* ---- fp16: IEEE rounding (zt_fp16.h), NaNs canonical as the device's cvt -- */
+
+struct __half {
+    unsigned short x;
+};
+inline __half __float2half_rn(float f)
+{
+    return __half{(__float_as_uint(f) & 0x7fffffffu) > 0x7f800000u ? (unsigned short)0x7fffu
+                                                                    : zt_fp16_from_f32(f)};
+}
+inline float __half2float(__half h)
+{
+    return (h.x & 0x7fffu) > 0x7c00u ? __uint_as_float(0x7fffffffu) : zt_fp16_to_f32(h.x);
+}
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
+inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
 
 /* ---- wmma: 16x16x16, bf16 operands, fp32 accumulators --------------------- */
 

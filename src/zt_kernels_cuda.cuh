@@ -1,0 +1,436 @@
+/* zt_kernels_cuda.cuh — the CUDA backend's element-wise, normalisation, loss,
+ * reduction, optimizer and conversion kernels (attention: zt_attention_kernels.cuh).
+ *
+ * One source, two compilers: src/zt_backend_cuda.cu includes this with nvcc and
+ * launches the kernels; tests/gpu/emulate_kernels.cpp includes it with g++ after
+ * tests/gpu/cuda_emul.h, which runs every CUDA thread as a host coroutine, so
+ * the kernels are checked against the CPU backend on machines without a GPU.
+ * Rules for code in this file:
+ *   - device code, plus the host-side launch configuration below that both the
+ *     launchers and the test use: a kernel whose result depends on its block
+ *     shape (block reductions, warp-per-row) reads the constant it is launched
+ *     with, so the two cannot drift apart;
+ *   - warp-collective calls (shuffles, __syncthreads_or) by every thread that
+ *     the hardware requires, full mask;
+ *   - only the CUDA intrinsics cuda_emul.h provides (it fails to compile
+ *     otherwise, which is the point: extend the shim with the device's
+ *     semantics, never silently). */
+#ifndef ZT_KERNELS_CUDA_CUH
+#define ZT_KERNELS_CUDA_CUH
+
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#endif
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zt_cuda_warp.cuh"
+
+/* ---- launch configuration (host and test) ---------------------------------- */
+
+#define ELEM_THREADS 256      /* grid-stride kernels: any block size works, this one is used */
+#define LN_WARPS 8            /* layernorm: warps (rows) per block */
+#define COLSUM_COLS 32        /* colsum_partial_k: block (COLSUM_COLS, COLSUM_ROWS) */
+#define COLSUM_ROWS 8
+#define COLSUM_CHUNKS 64      /* at most this many row chunks (partials per column) */
+#define COLSUM_FINAL_THREADS 256
+#define CE_THREADS 512        /* crossentropy_fused_k: block per row, sm/ss sized by it */
+#define RED_THREADS 256       /* sumsq and all_finite blocks; tree reduction needs a power of 2 */
+#define RED_BLOCKS 1024       /* at most this many sumsq partials, summed by one block */
+
+/* Blocks for a grid-stride loop over n elements: enough to fill `sms`
+ * multiprocessors (32 blocks each), at least one. */
+static inline unsigned zt_grid_for(size_t n, int threads, int sms)
+{
+    size_t blocks = (n + (size_t)threads - 1) / (size_t)threads;
+    size_t cap = (size_t)sms * 32;
+    if (blocks > cap) blocks = cap;
+    return blocks ? (unsigned)blocks : 1u;
+}
+
+/* Row chunks of the column sums: one per 64 rows, 1 to COLSUM_CHUNKS. */
+static inline int zt_colsum_chunks(int N)
+{
+    int c = N / 64;
+    return c < 1 ? 1 : c > COLSUM_CHUNKS ? COLSUM_CHUNKS : c;
+}
+
+/* sumsq_partial_k's grid: the partials must fit the RED_BLOCKS slots. */
+static inline unsigned zt_sumsq_blocks(size_t n, int sms)
+{
+    unsigned blocks = zt_grid_for(n, RED_THREADS, sms);
+    return blocks > RED_BLOCKS ? RED_BLOCKS : blocks;
+}
+
+/* ---- device helpers -------------------------------------------------------- */
+
+/* Online softmax state (running max m, sum s of exp(x - m)) merged across threads. */
+__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
+{
+    if (s2 == 0.0f || m2 == -INFINITY) return;  /* exp(-inf) contributes nothing */
+    if (s == 0.0f) { m = m2; s = s2; return; }
+    if (m2 > m) { s = s * expf(m - m2) + s2; m = m2; }
+    else s += s2 * expf(m2 - m);
+}
+
+/* ---- encoder --------------------------------------------------------------- */
+
+__global__ void encoder_forward_k(float *out, const int32_t *inp, const float *wte,
+                                  const float *wpe, int B, int T, int C)
+{
+    size_t n = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C;
+        int c = (int)(i % C), t = (int)(bt % T);
+        out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+    }
+}
+
+/* dwte rows are scattered by token id: the same token may appear many times, so
+ * atomics (order-dependent in the last bits). */
+__global__ void encoder_backward_wte_k(float *dwte, const float *dout, const int32_t *inp,
+                                       int B, int T, int C)
+{
+    size_t n = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C;
+        int c = (int)(i % C);
+        atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
+    }
+}
+
+/* dwpe[t] sums over the batch in a fixed order: deterministic. */
+__global__ void encoder_backward_wpe_k(float *dwpe, const float *dout, int B, int T, int C)
+{
+    size_t n = (size_t)T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (int b = 0; b < B; b++) acc += dout[(size_t)b * T * C + i];
+        dwpe[i] += acc;
+    }
+}
+
+/* ---- layernorm ------------------------------------------------------------- */
+
+/* One warp per row; two passes over the row (mean, then centred variance) as the
+ * CPU reference does, rather than E[x^2] - E[x]^2, which cancels badly. */
+__global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp,
+                                    const float *w, const float *b, int N, int C)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
+    float r = rsqrtf(warp_sum(v) / C + 1e-5f);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float y = (x[c] - m) * r * w[c];
+        o[c] = b ? y + b[c] : y;
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
+    }
+}
+
+/* dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w ; warp per row. */
+__global__ void layernorm_backward_dinp_k(float *dinp, const float *dout, const float *inp,
+                                          const float *w, const float *mean, const float *rstd,
+                                          int N, int C)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float a = 0.0f, bsum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float g = dy[c] * w[c];
+        a += g;
+        bsum += g * (x[c] - m) * r;
+    }
+    a = warp_sum(a) / C;
+    bsum = warp_sum(bsum) / C;
+    float *dx = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float g = dy[c] * w[c], xh = (x[c] - m) * r;
+        dx[c] += r * (g - a - xh * bsum);
+    }
+}
+
+/* ---- column sums (layernorm dweight/dbias, matmul dbias) ------------------- */
+
+/* Column sums over N rows in two deterministic stages: a block of COLSUM_COLS
+ * columns x COLSUM_ROWS row-lanes per (column tile, row chunk) writes partials,
+ * then one thread per column adds the chunks in order. With part_w (and mean,
+ * rstd) it also produces sum(dout * xhat) for dweight. */
+__global__ void colsum_partial_k(float *part_w, float *part_b, const float *dout,
+                                 const float *inp, const float *mean, const float *rstd, int N,
+                                 int C)
+{
+    __shared__ float sw[COLSUM_ROWS][COLSUM_COLS + 1], sb[COLSUM_ROWS][COLSUM_COLS + 1];
+    int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
+    int rows_per = (N + gridDim.y - 1) / gridDim.y;
+    int r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C) {
+        for (int n = r0 + threadIdx.y; n < r1; n += COLSUM_ROWS) {
+            float d = dout[(size_t)n * C + c];
+            ab += d;
+            if (part_w) aw += d * (inp[(size_t)n * C + c] - mean[n]) * rstd[n];
+        }
+    }
+    sw[threadIdx.y][threadIdx.x] = aw;
+    sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < COLSUM_ROWS; k++) { aw += sw[k][threadIdx.x]; ab += sb[k][threadIdx.x]; }
+        if (part_w) part_w[(size_t)blockIdx.y * C + c] = aw;
+        part_b[(size_t)blockIdx.y * C + c] = ab;
+    }
+}
+
+__global__ void colsum_final_k(float *dw, float *db, const float *part_w, const float *part_b,
+                               int chunks, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float aw = 0.0f, ab = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        if (dw) aw += part_w[(size_t)k * C + c];
+        ab += part_b[(size_t)k * C + c];
+    }
+    if (dw) dw[c] += aw;
+    if (db) db[c] += ab;
+}
+
+/* ---- matmul bias (when cuBLASLt's epilogue cannot) ------------------------- */
+
+__global__ void add_bias_k(float *out, const float *bias, size_t n, int OC)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] += bias[i % OC];
+}
+
+/* ---- elementwise ----------------------------------------------------------- */
+
+#define GELU_S 0.7978845608028654f  /* sqrt(2/pi) */
+
+/* 0.5 (1 + tanh(u)) computed as the sigmoid 1 / (1 + exp(-2u)), as the CPU
+ * backend does: no cancellation of 1 + tanh(u) in the negative tail. */
+__device__ __forceinline__ float gelu_sig(float x, float *e_out)
+{
+    float a = -2.0f * GELU_S * (x + 0.044715f * x * x * x);
+    float e = expf(fminf(a, 88.0f));
+    *e_out = e;
+    return 1.0f / (1.0f + e);
+}
+
+__global__ void gelu_forward_k(float *out, const float *inp, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float e, x = inp[i];
+        out[i] = x * gelu_sig(x, &e);
+    }
+}
+
+/* d/dx [x s(2u)] = s + 2 x s (1 - s) du/dx, with 1 - s = e s */
+__global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float e, x = inp[i];
+        float sg = gelu_sig(x, &e);
+        float du = GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = (sg + 2.0f * x * sg * (e * sg) * du) * dout[i];
+    }
+}
+
+__global__ void residual_forward_k(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+__global__ void accumulate_k(float *y, const float *x, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+__global__ void scale_k(float *x, float s, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+/* ---- fused cross-entropy --------------------------------------------------- */
+
+/* Block per row: one pass for the online (max, sum exp) of the row, merged
+ * across the block; a second pass overwrites logits with the gradient. The
+ * target logit is read before any thread writes. A target outside [0, V) is
+ * ignored (loss 0, gradient 0), as in the CPU backend: never index past the row. */
+__global__ void crossentropy_fused_k(float *logits, float *losses, const int32_t *targets, int N,
+                                     int V, float dscale)
+{
+    __shared__ float sm[CE_THREADS / 32], ss[CE_THREADS / 32];
+    __shared__ float s_lse;
+    int row = blockIdx.x;
+    float *x = logits + (size_t)row * V;
+    int tgt = targets[row];
+    float m = -INFINITY, s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) lse_merge(m, s, x[v], 1.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        lse_merge(m, s, m2, s2);
+    }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) { sm[warp] = m; ss[warp] = s; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = sm[0], S = ss[0];
+        for (int w = 1; w < (int)(blockDim.x / 32); w++) lse_merge(M, S, sm[w], ss[w]);
+        float lse = M + logf(S);
+        s_lse = lse;
+        losses[row] = (tgt < 0 || tgt >= V) ? 0.0f : lse - x[tgt];
+    }
+    __syncthreads();  // x[tgt] has been read: the row may be overwritten now
+    if (dscale == 0.0f) return;
+    float lse = s_lse;
+    int ignore = tgt < 0 || tgt >= V;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float g = ignore ? 0.0f : (expf(x[v] - lse) - (v == tgt ? 1.0f : 0.0f)) * dscale;
+        x[v] = g;
+    }
+}
+
+/* ---- reductions ------------------------------------------------------------ */
+
+/* Partials in double per block, summed in block order by one block: the same
+ * result for the same input, every time. */
+__global__ void sumsq_partial_k(double *part, const float *x, size_t n)
+{
+    __shared__ double sh[RED_THREADS];
+    double acc = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double v = x[i];
+        acc += v * v;
+    }
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+__global__ void sum_doubles_k(double *out, const double *part, int n)
+{
+    __shared__ double sh[RED_THREADS];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += part[i];
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = sh[0];
+}
+
+/* Any thread that sees a NaN/Inf raises the flag; all write the same value. */
+__global__ void all_finite_k(int *bad, const float *x, size_t n)
+{
+    int found = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        if (!isfinite(x[i])) found = 1;
+    if (__syncthreads_or(found) && threadIdx.x == 0) *bad = 1;
+}
+
+/* ---- AdamW ----------------------------------------------------------------- */
+
+/* PyTorch's single-tensor AdamW, operation by operation as the CPU backend:
+ * p *= 1 - lr wd ; m.lerp_(g, 1 - b1) ; v = v b2 + (1 - b2) g g ;
+ * p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps). */
+__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                        float b2, float eps, float wd, float grad_scale, float step_size,
+                        float sqrt_bc2)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i] * grad_scale;
+        float mi = m[i], w1 = 1.0f - b1;
+        /* torch.lerp: a + w (b - a) for w < 0.5, else b - (b - a)(1 - w) */
+        mi = w1 < 0.5f ? mi + w1 * (gi - mi) : gi - (gi - mi) * (1.0f - w1);
+        float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * (1.0f - lr * wd) - step_size * (mi / (sqrtf(vi) / sqrt_bc2 + eps));
+    }
+}
+
+/* ---- bf16 ------------------------------------------------------------------ */
+
+/* Round to nearest even on the bit pattern; NaN stays a (quiet) NaN. */
+__global__ void to_bf16_k(uint16_t *out, const float *in, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t u = __float_as_uint(in[i]);
+        if ((u & 0x7fffffffu) > 0x7f800000u) out[i] = (uint16_t)((u >> 16) | 0x40u);
+        else out[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+__global__ void from_bf16_k(float *out, const uint16_t *in, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __uint_as_float((uint32_t)in[i] << 16);
+}
+
+/* ---- fp16 ------------------------------------------------------------------ */
+
+/* IEEE round to nearest even, overflow to Inf, subnormals kept: the host's zt_fp16.h.
+ * cvt.f16.f32 and cvt.f32.f16 turn every NaN into the canonical positive one
+ * (cuda_fp16.hpp's host path, written to match them, says so), so NaNs are done
+ * here on the bits as zt_fp16.h does them: sign and top payload bits kept, quiet. */
+__global__ void to_fp16_k(uint16_t *out, const float *in, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t x = __float_as_uint(in[i]), a = x & 0x7fffffffu;
+        out[i] = a > 0x7f800000u ? (uint16_t)(((x >> 16) & 0x8000u) | 0x7e00u | ((a >> 13) & 0x3ffu))
+                                 : __half_as_ushort(__float2half_rn(in[i]));
+    }
+}
+
+__global__ void from_fp16_k(float *out, const uint16_t *in, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t h = in[i];
+        out[i] = (h & 0x7fffu) > 0x7c00u
+                     ? __uint_as_float(((h & 0x8000u) << 16) | 0x7fc00000u | ((h & 0x3ffu) << 13))
+                     : __half2float(__ushort_as_half((unsigned short)h));
+    }
+}
+
+#endif

@@ -1,0 +1,490 @@
+/* emulate_kernels.cpp — the CUDA backend's other kernels, emulated on the host, against the CPU backend.
+ *
+ * Runs the kernel source of src/zt_kernels_cuda.cuh (everything but attention,
+ * which tests/gpu/emulate_attention.cpp covers, and the cuBLASLt GEMMs) through
+ * the host emulator (cuda_emul.h) with the backend's launch configuration: the
+ * block shapes and grid rules are the header's constants and zt_grid_for,
+ * zt_colsum_chunks, zt_sumsq_blocks, which zt_backend_cuda.cu launches with. Grids
+ * are sized for SMS multiprocessors, few enough that the grid-stride loops go
+ * round more than once on the larger sizes. Two-stage reductions (column sums,
+ * sumsq) run both launches in sequence, as the backend does.
+ *
+ * Sizes are awkward on purpose: not multiples of 32 or 256, rows shorter and
+ * longer than a warp or block, n = 1. Bounds by kind (normwise relative error
+ * max |got - ref| / max |ref|, u = 2^-24 the fp32 unit roundoff):
+ *   - bit-exact where both backends do the same single IEEE operation per
+ *     element (encoder forward, residual, accumulate, scale) or are defined to
+ *     agree bitwise (bf16 and fp16 conversions, NaN sign and payload included;
+ *     include/zt_bf16.h, zt_fp16.h), and for all_finite's flag;
+ *   - 1e-6 where the two differ by a few roundings per element (a different
+ *     association of 2-3 adds, expf against the CPU's polynomial exp, the
+ *     AdamW update in float against the CPU's double-derived constants): a few
+ *     u = 6e-8 each, an order of magnitude of margin;
+ *   - 1e-5 where sums of up to a few hundred terms are taken in another order
+ *     (warp trees against sequential or SIMD sums: layernorm, column sums,
+ *     cross-entropy's online log-sum-exp against a double exp-sum, dwte's
+ *     atomics in schedule order): the error grows like sqrt(n) u, measured
+ *     below 1e-6;
+ *   - sumsq: both sums in double of squares exact in double, so 1e-12.
+ * Every launch runs under the three schedules of the emulator and must give
+ * bit-identical results (a race on shared memory would not), except dwte, whose
+ * float atomics add in schedule order on the device too: each schedule is
+ * compared with the CPU instead. Exit 0 when every row is ok. */
+#include "cuda_emul.h"
+
+#include "../../src/zt_kernels_cuda.cuh"
+
+#include <chrono>
+#include <stdarg.h>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "zt_backend.h"
+}
+
+#define SMS 1  /* grid_for caps grids at 32 blocks: strides of 8192 elements */
+#define EXACT 0.0
+
+static int n_rows, n_bad;
+static const zt_backend_t *const H = &zt_backend_cpu;
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static uint32_t urand(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)((urand() >> 8) * (1.0 / 16777216.0)); }
+static std::vector<float> rand_vec(size_t n, float lo, float hi)
+{
+    std::vector<float> v(n);
+    for (auto &x : v) x = frand(lo, hi);
+    return v;
+}
+
+static void row(double err, double bound, const char *fmt, ...)
+{
+    char what[96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    const bool ok = std::isfinite(err) && err <= bound;
+    printf("  %-52s %10.3e %8.1e  %s\n", what, err, bound, ok ? "ok" : "FAIL");
+    n_rows++;
+    n_bad += !ok;
+}
+
+/* normwise relative error; any non-finite value where the reference is finite fails */
+static double rel_err(const std::vector<float> &got, const std::vector<float> &ref)
+{
+    double maxdiff = 0.0, maxref = 0.0;
+    for (size_t i = 0; i < got.size(); i++) {
+        if (!std::isfinite(got[i])) return INFINITY;
+        maxdiff = std::max(maxdiff, fabs((double)got[i] - ref[i]));
+        maxref = std::max(maxref, fabs((double)ref[i]));
+    }
+    return maxdiff / (maxref > 0 ? maxref : 1e-30);
+}
+
+/* elements whose bits differ (bit-exact rows report this count) */
+template <class T> static double bit_diffs(const std::vector<T> &a, const std::vector<T> &b)
+{
+    size_t d = 0;
+    for (size_t i = 0; i < a.size(); i++) d += memcmp(&a[i], &b[i], sizeof(T)) != 0;
+    return (double)d;
+}
+
+template <class... V> static std::string bytes(const V &...v)
+{
+    std::string s;
+    (s.append((const char *)v.data(), v.size() * sizeof(v[0])), ...);
+    return s;
+}
+
+/* Runs run(schedule) under every schedule, the ascending one last so its
+ * outputs are the ones left for the comparisons; run returns its outputs'
+ * bytes, which must agree across schedules when `bitwise`. */
+static const unsigned schedules[] = {zt_emu::RANDOM + 7, zt_emu::DESCENDING, zt_emu::ASCENDING};
+template <class F> static void under_schedules(const char *what, F &&run, bool bitwise = true)
+{
+    std::string first;
+    bool same = true;
+    for (unsigned k = 0; k < sizeof schedules / sizeof *schedules; k++) {
+        std::string b = run(schedules[k]);
+        if (k == 0) first = b;
+        else same &= b == first;
+    }
+    if (bitwise) row(same ? 0.0 : INFINITY, EXACT, "%s: schedules bitwise", what);
+}
+
+/* a grid-stride kernel over n elements, launched as the backend does */
+template <class K> static void grid_stride(size_t n, unsigned threads, unsigned sch, K &&kernel)
+{
+    zt_emu::launch(dim3(zt_grid_for(n, (int)threads, SMS)), dim3(threads), 0, kernel, sch);
+}
+
+/* ---- encoder --------------------------------------------------------------- */
+
+static void encoder_case(int B, int T, int C, int V)
+{
+    char what[64];
+    snprintf(what, sizeof what, "encoder B%d T%d C%d V%d", B, T, C, V);
+    const size_t n = (size_t)B * T * C;
+    std::vector<float> wte = rand_vec((size_t)V * C, -1, 1), wpe = rand_vec((size_t)T * C, -1, 1);
+    std::vector<int32_t> inp((size_t)B * T);
+    for (auto &t : inp) t = (int32_t)(urand() % (uint32_t)V);  /* V < B T: tokens repeat */
+    std::vector<float> ref(n), out;
+    H->encoder_forward(ref.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+    under_schedules(what, [&](unsigned sch) {
+        out.assign(n, NAN);
+        grid_stride(n, ELEM_THREADS, sch, [&] {
+            encoder_forward_k(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+        });
+        return bytes(out);
+    });
+    row(bit_diffs(out, ref), EXACT, "%s fwd out (bitwise)", what);
+
+    /* backward: += onto random gradients */
+    std::vector<float> dout = rand_vec(n, -1, 1), dwte0 = rand_vec(wte.size(), -1, 1),
+                       dwpe0 = rand_vec(wpe.size(), -1, 1);
+    std::vector<float> rdwte = dwte0, rdwpe = dwpe0, dwte, dwpe;
+    H->encoder_backward(rdwte.data(), rdwpe.data(), dout.data(), inp.data(), B, T, C);
+    double wte_err = 0.0;
+    under_schedules(what, [&](unsigned sch) {
+        dwpe = dwpe0;
+        grid_stride((size_t)T * C, ELEM_THREADS, sch,
+                    [&] { encoder_backward_wpe_k(dwpe.data(), dout.data(), B, T, C); });
+        return bytes(dwpe);
+    });
+    row(rel_err(dwpe, rdwpe), 1e-6, "%s bwd dwpe +=", what);
+    under_schedules(what, [&](unsigned sch) {
+        dwte = dwte0;
+        grid_stride(n, ELEM_THREADS, sch,
+                    [&] { encoder_backward_wte_k(dwte.data(), dout.data(), inp.data(), B, T, C); });
+        wte_err = std::max(wte_err, rel_err(dwte, rdwte));
+        return bytes(dwte);
+    }, false);
+    row(wte_err, 1e-5, "%s bwd dwte += (atomics, worst schedule)", what);
+}
+
+/* ---- layernorm and the column sums --------------------------------------------- */
+
+/* db (C) += colsum(dout); with mean, rstd also dw += colsum(dout xhat): both
+ * launches, with the scratch partials between them, as colsum_accumulate */
+static void colsum(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                   const float *rstd, int N, int C, unsigned sch)
+{
+    const int chunks = zt_colsum_chunks(N);
+    std::vector<float> part((size_t)2 * chunks * C, NAN);
+    float *part_w = dw ? part.data() : nullptr, *part_b = part.data() + (size_t)chunks * C;
+    zt_emu::launch(dim3((C + COLSUM_COLS - 1) / COLSUM_COLS, chunks), dim3(COLSUM_COLS, COLSUM_ROWS),
+                   0, [=] { colsum_partial_k(part_w, part_b, dout, inp, mean, rstd, N, C); }, sch);
+    zt_emu::launch(dim3((C + COLSUM_FINAL_THREADS - 1) / COLSUM_FINAL_THREADS),
+                   dim3(COLSUM_FINAL_THREADS), 0,
+                   [=] { colsum_final_k(dw, db, part_w, part_b, chunks, C); }, sch);
+}
+
+static void layernorm_case(int N, int C)
+{
+    char what[64];
+    snprintf(what, sizeof what, "layernorm N%d C%d", N, C);
+    const size_t n = (size_t)N * C;
+    const dim3 grid((N + LN_WARPS - 1) / LN_WARPS), block(LN_WARPS * 32);
+    std::vector<float> inp = rand_vec(n, -2, 3), w = rand_vec(C, 0.5f, 1.5f), b = rand_vec(C, -1, 1);
+    std::vector<float> rout(n), rmean(N), rrstd(N), out, mean, rstd;
+    H->layernorm_forward(rout.data(), rmean.data(), rrstd.data(), inp.data(), w.data(), b.data(), N, C);
+    under_schedules(what, [&](unsigned sch) {
+        out.assign(n, NAN);
+        mean.assign(N, NAN);
+        rstd.assign(N, NAN);
+        zt_emu::launch(grid, block, 0, [&] {
+            layernorm_forward_k(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+        }, sch);
+        return bytes(out, mean, rstd);
+    });
+    row(rel_err(out, rout), 1e-5, "%s fwd out", what);
+    row(rel_err(mean, rmean), 1e-5, "%s fwd mean", what);
+    row(rel_err(rstd, rrstd), 1e-5, "%s fwd rstd", what);
+    /* no bias, no mean/rstd outputs (the kernel's NULL paths) against a zero bias */
+    std::vector<float> zero(C, 0.0f), rout0(n), out0(n, NAN);
+    H->layernorm_forward(rout0.data(), rmean.data(), rrstd.data(), inp.data(), w.data(), zero.data(), N, C);
+    zt_emu::launch(grid, block, 0, [&] {
+        layernorm_forward_k(out0.data(), nullptr, nullptr, inp.data(), w.data(), nullptr, N, C);
+    });
+    row(rel_err(out0, rout0), 1e-5, "%s fwd out, no bias", what);
+
+    /* backward: everything +=, from the CPU's mean and rstd on both sides */
+    std::vector<float> dout = rand_vec(n, -1, 1), dinp0 = rand_vec(n, -1, 1),
+                       dw0 = rand_vec(C, -1, 1), db0 = rand_vec(C, -1, 1);
+    std::vector<float> rdinp = dinp0, rdw = dw0, rdb = db0, dinp, dw, db;
+    H->layernorm_backward(rdinp.data(), rdw.data(), rdb.data(), dout.data(), inp.data(), w.data(),
+                          rmean.data(), rrstd.data(), N, C);
+    under_schedules(what, [&](unsigned sch) {
+        dinp = dinp0;
+        dw = dw0;
+        db = db0;
+        zt_emu::launch(grid, block, 0, [&] {
+            layernorm_backward_dinp_k(dinp.data(), dout.data(), inp.data(), w.data(), rmean.data(),
+                                      rrstd.data(), N, C);
+        }, sch);
+        colsum(dw.data(), db.data(), dout.data(), inp.data(), rmean.data(), rrstd.data(), N, C, sch);
+        return bytes(dinp, dw, db);
+    });
+    row(rel_err(dinp, rdinp), 1e-5, "%s bwd dinp +=", what);
+    row(rel_err(dw, rdw), 1e-5, "%s bwd dweight += (%d chunks)", what, zt_colsum_chunks(N));
+    row(rel_err(db, rdb), 1e-5, "%s bwd dbias +=", what);
+}
+
+/* matmul's bias kernels: add_bias_k (forward, when the epilogue cannot) and the
+ * column sums without dweight (dbias +=); the GEMMs themselves are the CPU's */
+static void matmul_bias_case(int N, int C, int OC)
+{
+    char what[64];
+    snprintf(what, sizeof what, "matmul bias N%d C%d OC%d", N, C, OC);
+    std::vector<float> inp = rand_vec((size_t)N * C, -1, 1), wt = rand_vec((size_t)C * OC, -1, 1),
+                       bias = rand_vec(OC, -1, 1), ref((size_t)N * OC), plain((size_t)N * OC), out;
+    H->matmul_forward(ref.data(), inp.data(), wt.data(), bias.data(), N, C, OC, 0);
+    H->matmul_forward(plain.data(), inp.data(), wt.data(), nullptr, N, C, OC, 0);
+    under_schedules(what, [&](unsigned sch) {
+        out = plain;
+        grid_stride(out.size(), ELEM_THREADS, sch,
+                    [&] { add_bias_k(out.data(), bias.data(), out.size(), OC); });
+        return bytes(out);
+    });
+    row(rel_err(out, ref), 1e-6, "%s add_bias", what);
+    std::vector<float> dout = rand_vec((size_t)N * OC, -1, 1), dwt((size_t)C * OC, 0.0f),
+                       db0 = rand_vec(OC, -1, 1), rdb = db0, db;
+    H->matmul_backward(nullptr, dwt.data(), rdb.data(), dout.data(), inp.data(), wt.data(), N, C, OC, 0);
+    under_schedules(what, [&](unsigned sch) {
+        db = db0;
+        colsum(nullptr, db.data(), dout.data(), nullptr, nullptr, nullptr, N, OC, sch);
+        return bytes(db);
+    });
+    row(rel_err(db, rdb), 1e-5, "%s bwd dbias += (%d chunks)", what, zt_colsum_chunks(N));
+}
+
+/* ---- elementwise ----------------------------------------------------------- */
+
+static void elementwise_case(size_t n)
+{
+    char what[64];
+    snprintf(what, sizeof what, "elementwise n%zu", n);
+    std::vector<float> x = rand_vec(n, -6, 6), y = rand_vec(n, -3, 3), d = rand_vec(n, -1, 1);
+    if (n > 4) { x[0] = -30.0f; x[1] = 30.0f; x[2] = 0.0f; x[3] = -0.0f; }  /* both tails, zeros */
+    std::vector<float> rg(n), rgb(n), rres(n), racc = y, rsc = y;
+    H->gelu_forward(rg.data(), x.data(), n);
+    H->gelu_backward(rgb.data(), x.data(), d.data(), n);
+    H->residual_forward(rres.data(), x.data(), y.data(), n);
+    H->accumulate(racc.data(), x.data(), n);
+    H->scale(rsc.data(), 0.3719f, n);
+    std::vector<float> g, gb, res, acc, sc;
+    under_schedules(what, [&](unsigned sch) {
+        g.assign(n, NAN);
+        gb.assign(n, NAN);  /* gelu_backward overwrites: a += would stay NaN */
+        res.assign(n, NAN);
+        acc = y;
+        sc = y;
+        grid_stride(n, ELEM_THREADS, sch, [&] { gelu_forward_k(g.data(), x.data(), n); });
+        grid_stride(n, ELEM_THREADS, sch, [&] { gelu_backward_k(gb.data(), x.data(), d.data(), n); });
+        grid_stride(n, ELEM_THREADS, sch, [&] { residual_forward_k(res.data(), x.data(), y.data(), n); });
+        grid_stride(n, ELEM_THREADS, sch, [&] { accumulate_k(acc.data(), x.data(), n); });
+        grid_stride(n, ELEM_THREADS, sch, [&] { scale_k(sc.data(), 0.3719f, n); });
+        return bytes(g, gb, res, acc, sc);
+    });
+    row(rel_err(g, rg), 1e-6, "%s gelu fwd", what);
+    row(rel_err(gb, rgb), 1e-6, "%s gelu bwd dinp =", what);
+    row(bit_diffs(res, rres), EXACT, "%s residual (bitwise)", what);
+    row(bit_diffs(acc, racc), EXACT, "%s accumulate += (bitwise)", what);
+    row(bit_diffs(sc, rsc), EXACT, "%s scale (bitwise)", what);
+}
+
+/* ---- cross-entropy ------------------------------------------------------------- */
+
+static void crossentropy_case(int N, int V)
+{
+    char what[64];
+    snprintf(what, sizeof what, "crossentropy N%d V%d", N, V);
+    const size_t n = (size_t)N * V;
+    std::vector<float> logits = rand_vec(n, -4, 4);
+    std::vector<int32_t> tg(N);
+    for (int i = 0; i < N; i++) tg[i] = (int32_t)(urand() % (uint32_t)V);
+    if (N >= 3) { tg[1] = -1; tg[2] = V; }  /* ignored: below 0 and past the row */
+    logits[(size_t)(N - 1) * V + (V - 1)] = 30.0f;  /* one dominant logit: the max matters */
+    const float dscale = 1.0f / (float)N;
+    for (int pass = 0; pass < 2; pass++) {
+        const float ds = pass ? 0.0f : dscale;  /* dscale 0: losses only, logits unspecified */
+        std::vector<float> rl = logits, rloss(N), x, loss;
+        H->crossentropy_fused(rl.data(), rloss.data(), tg.data(), N, V, ds);
+        under_schedules(what, [&](unsigned sch) {
+            x = logits;
+            loss.assign(N, NAN);
+            zt_emu::launch(dim3(N), dim3(CE_THREADS), 0, [&] {
+                crossentropy_fused_k(x.data(), loss.data(), tg.data(), N, V, ds);
+            }, sch);
+            return bytes(x, loss);
+        });
+        row(rel_err(loss, rloss), 1e-5, "%s dscale %g losses", what, ds);
+        if (ds != 0.0f) row(rel_err(x, rl), 1e-5, "%s dscale %g dlogits", what, ds);
+    }
+}
+
+/* ---- reductions ------------------------------------------------------------ */
+
+static void sumsq_case(size_t n, int sms)
+{
+    char what[64];
+    snprintf(what, sizeof what, "sumsq n%zu (%u blocks)", n, zt_sumsq_blocks(n, sms));
+    std::vector<float> x = rand_vec(n, -3, 3);
+    const double ref = H->sumsq(x.data(), n);
+    std::vector<double> part(RED_BLOCKS + 1, NAN);
+    under_schedules(what, [&](unsigned sch) {
+        const unsigned blocks = zt_sumsq_blocks(n, sms);
+        double *p = part.data(), *res = p + RED_BLOCKS;
+        std::fill(part.begin(), part.end(), NAN);
+        zt_emu::launch(dim3(blocks), dim3(RED_THREADS), 0, [&] { sumsq_partial_k(p, x.data(), n); }, sch);
+        zt_emu::launch(dim3(1), dim3(RED_THREADS), 0, [&] { sum_doubles_k(res, p, (int)blocks); }, sch);
+        return bytes(std::vector<double>{*res});
+    });
+    row(fabs(part[RED_BLOCKS] - ref) / ref, 1e-12, "%s", what);
+}
+
+static void all_finite_case(size_t n)
+{
+    /* clean, then a NaN, +Inf or -Inf at the first, a middle (a later grid-stride
+     * round when n > 8192) and the last element */
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    const size_t at[] = {0, n / 2 + 1, n - 1};
+    std::vector<float> x = rand_vec(n, -1e30f, 1e30f);
+    double wrong = 0.0;
+    for (int k = -1; k < 3; k++) {
+        std::vector<float> y = x;
+        if (k >= 0) y[at[k] % n] = bad[k];
+        const int ref = H->all_finite(y.data(), n);
+        int flag = 0;
+        under_schedules("all_finite", [&](unsigned sch) {
+            flag = 0;  /* the backend zeroes the flag before the launch */
+            grid_stride(n, RED_THREADS, sch, [&] { all_finite_k(&flag, y.data(), n); });
+            return bytes(std::vector<int>{flag});
+        });
+        wrong += (flag == 0) != (ref == 1);
+    }
+    row(wrong, EXACT, "all_finite n%zu: clean, NaN, Inf, -Inf (flags wrong)", n);
+}
+
+/* ---- AdamW ----------------------------------------------------------------- */
+
+static void adamw_case(size_t n, long step)
+{
+    char what[64];
+    snprintf(what, sizeof what, "adamw n%zu step %ld", n, step);
+    const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.75f;
+    std::vector<float> p0 = rand_vec(n, -1, 1), g = rand_vec(n, -1, 1), m0 = rand_vec(n, -0.1f, 0.1f),
+                       v0 = rand_vec(n, 0, 0.01f);
+    std::vector<float> rp = p0, rm = m0, rv = v0, p, m, v;
+    H->adamw(rp.data(), g.data(), rm.data(), rv.data(), n, lr, b1, b2, eps, wd, gs, step);
+    /* the launcher's bias corrections */
+    const double bc1 = 1.0 - pow((double)b1, (double)step), bc2 = 1.0 - pow((double)b2, (double)step);
+    under_schedules(what, [&](unsigned sch) {
+        p = p0;
+        m = m0;
+        v = v0;
+        grid_stride(n, ELEM_THREADS, sch, [&] {
+            adamw_k(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, gs,
+                    (float)(lr / bc1), (float)sqrt(bc2));
+        });
+        return bytes(p, m, v);
+    });
+    row(rel_err(p, rp), 1e-6, "%s p", what);
+    row(rel_err(m, rm), 1e-6, "%s m", what);
+    row(rel_err(v, rv), 1e-6, "%s v", what);
+}
+
+/* ---- conversions ----------------------------------------------------------- */
+
+/* random floats over many binades, plus the edges of test_gpu_kernels.c:
+ * NaNs of both signs with payloads, infinities, ties, overflow, subnormals */
+static std::vector<float> conversion_inputs(size_t n)
+{
+    const float edge[] = {NAN, -INFINITY, INFINITY, 65504.0f, 65520.0f, 65519.99f, 0x1p-24f, 0x1p-25f,
+                          0x1.8p-25f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 3.0e38f, 1e-30f,
+                          1.00390625f, 1.01171875f, 3.4028235e38f, 1e-40f, -1e-45f};
+    const uint32_t nan_bits[] = {0xffc00000u, 0x7f800001u, 0xff802000u, 0x7fffffffu, 0x7fa00000u,
+                                 0xff800001u};
+    std::vector<float> x(n);
+    for (auto &f : x) f = ldexpf(frand(-1, 1), (int)(urand() % 80) - 40);
+    const size_t ne = sizeof edge / sizeof *edge, nn = sizeof nan_bits / sizeof *nan_bits;
+    memcpy(x.data(), edge, sizeof edge);
+    memcpy(x.data() + ne, nan_bits, sizeof nan_bits);
+    for (size_t i = ne + nn; i < n; i += 3) x[i] *= 1e-5f;  /* near and below fp16's normals */
+    return x;
+}
+
+static void conversion_case(bool fp16, size_t n)
+{
+    const char *kind = fp16 ? "fp16" : "bf16";
+    std::vector<float> x = conversion_inputs(n);
+    std::vector<uint16_t> all(65536), rh(n), h;
+    for (size_t i = 0; i < all.size(); i++) all[i] = (uint16_t)i;
+    std::vector<float> rup(all.size()), up;
+    (fp16 ? H->to_fp16 : H->to_bf16)(rh.data(), x.data(), n);
+    (fp16 ? H->from_fp16 : H->from_bf16)(rup.data(), all.data(), all.size());
+    under_schedules(kind, [&](unsigned sch) {
+        h.assign(n, 0xdead);
+        up.assign(all.size(), NAN);
+        grid_stride(n, ELEM_THREADS, sch, [&] {
+            if (fp16) to_fp16_k(h.data(), x.data(), n);
+            else to_bf16_k(h.data(), x.data(), n);
+        });
+        grid_stride(all.size(), ELEM_THREADS, sch, [&] {
+            if (fp16) from_fp16_k(up.data(), all.data(), all.size());
+            else from_bf16_k(up.data(), all.data(), all.size());
+        });
+        return bytes(h, up);
+    });
+    row(bit_diffs(h, rh), EXACT, "to_%s n%zu, edges and NaNs (bitwise)", kind, n);
+    row(bit_diffs(up, rup), EXACT, "from_%s, all 65536 patterns (bitwise)", kind);
+}
+
+int main(void)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    zt_cpu_set_threads(1);
+    printf("CUDA backend kernels (host emulation) vs CPU backend\n");
+    printf("  %-52s %10s %8s  %s\n", "kernel / output", "error", "bound", "verdict");
+    encoder_case(1, 1, 1, 2);
+    encoder_case(2, 5, 37, 3);
+    encoder_case(3, 67, 50, 29);  /* 10050 elements: the grid-stride loop goes round twice */
+    /* one row of two: C = 1 has variance 0, so rstd = 1/sqrt(1e-5) = 316 multiplies
+     * the rounding of w dy that the CPU's FMA-contracted dinp loop keeps where the
+     * kernel's g - mean(g) is exactly 0 (1.3e-5 measured: ill-conditioned, not a bug) */
+    layernorm_case(1, 2);
+    layernorm_case(5, 37);         /* fewer rows than warps in the block, C below a warp's 32 x 2 */
+    layernorm_case(19, 300);
+    layernorm_case(203, 45);       /* 3 row chunks of 68 for the column sums */
+    layernorm_case(700, 70);       /* 10 chunks, 3 column tiles */
+    matmul_bias_case(1, 3, 1);
+    matmul_bias_case(130, 7, 67);
+    elementwise_case(1);
+    elementwise_case(1000);
+    elementwise_case(20011);       /* 3 grid-stride rounds */
+    crossentropy_case(1, 1);
+    crossentropy_case(4, 37);      /* fewer columns than a warp: idle warps merge empty states */
+    crossentropy_case(3, 1000);    /* rows longer than the 512-thread block */
+    crossentropy_case(5, 1543);
+    sumsq_case(1, SMS);
+    sumsq_case(4099, SMS);
+    sumsq_case(81931, 10);         /* 320 partials: the final block's loop goes round twice */
+    all_finite_case(1);
+    all_finite_case(777);
+    all_finite_case(20011);
+    adamw_case(1, 1);
+    adamw_case(10007, 7);
+    conversion_case(false, 9001);
+    conversion_case(true, 9001);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    printf("%d comparisons, %d failed (%.1f s, %lu coroutine switches)\n", n_rows, n_bad, secs,
+           zt_emu::g.switches);
+    return n_bad ? 1 : 0;
+}
