@@ -36,10 +36,10 @@
  *     the test with a message instead of hanging; so does a partial shuffle mask.
  * The wmma fragments hold the whole 16x16 tile in every lane (see the rules in
  * zt_attention_kernels.cuh); mma_sync accumulates in fp32 in k order. Static
- * __shared__ variables become function statics: per block only because blocks
- * run one after another, and not refilled with 0xff per block (only dynamic
- * shared memory is), so a read of a static shared slot nobody wrote in this
- * block sees an earlier block's value. Not emulated: real concurrency and memory ordering,
+ * __shared__ variables become function statics in a section of their own
+ * (zt_emu_shared), which is filled with 0xff before each block like dynamic
+ * shared memory: per block only because blocks run one after another; their
+ * bounds are not guarded (an overrun hits the neighbouring static). Not emulated: real concurrency and memory ordering,
  * timing, bank conflicts, register pressure; a missing __syncwarp between
  * element-wise shared-memory writes and a wmma load cannot show either, since
  * every shim collective synchronises the warp on entry. */
@@ -70,7 +70,9 @@ extern "C" {
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+#define __shared__ static __attribute__((section("zt_emu_shared")))
+/* the linker's bounds of that section; null where no kernel has static shared memory */
+extern "C" __attribute__((weak)) unsigned char __start_zt_emu_shared[], __stop_zt_emu_shared[];
 #define ZT_DYNAMIC_SMEM(type, name) type *name = (type *)zt_emu::g.smem
 
 struct dim3 {
@@ -270,6 +272,9 @@ void launch(dim3 grid, dim3 block, size_t smem, F &&f, unsigned schedule = ASCEN
             for (unsigned x = 0; x < grid.x; x++) {
                 g.bidx = dim3(x, y, z);
                 memset(g.smem_map, 0xff, span);
+                if (__start_zt_emu_shared)
+                    memset(__start_zt_emu_shared, 0xff,
+                           (size_t)(__stop_zt_emu_shared - __start_zt_emu_shared));
                 run_block(schedule);
             }
 }
