@@ -17,8 +17,11 @@
  *
  * Reductions are deterministic (fixed-order partials, no float atomics) except
  * encoder_backward's scatter into dwte, where repeated tokens in a batch add
- * through atomicAdd. Attention lives in zt_attention_cuda.cu (flash-style, fp32
- * or bf16 tensor cores by the matmul precision).
+ * through atomicAdd. The kernels themselves are in zt_kernels_cuda.cuh, with the
+ * launch configuration (block shapes, grid rules) both this file and the host
+ * emulation test (tests/gpu/emulate_kernels.cpp) use; this file holds the state,
+ * memory, cuBLASLt and the launchers. Attention lives in zt_attention_cuda.cu
+ * (flash-style, fp32 or bf16 tensor cores by the matmul precision).
  *
  * Every CUDA and cuBLASLt call is checked: file:line, the call, the library's
  * message, then zt_fatal (the whole job aborts; a kernel cannot return an
@@ -122,6 +125,9 @@ static void *scratch(size_t bytes)
 
 /* Blocks for a grid-stride loop over n elements: enough to fill the device. */
 static unsigned grid_for(size_t n, int threads) { return zt_grid_for(n, threads, g_sms); }
+
+/* <<<...>>> of the grid-stride kernels over n elements */
+#define ELEM_LAUNCH(n) grid_for((n), ELEM_THREADS), ELEM_THREADS, 0, g_stream
 
 
 /* ---- memory ---------------------------------------------------------------- *
@@ -304,7 +310,7 @@ static void cuda_encoder_forward(float *out, const int32_t *inp, const float *wt
 {
     ensure_init();
     size_t n = (size_t)B * T * C;
-    encoder_forward_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, inp, wte, wpe, B, T, C);
+    encoder_forward_k<<<ELEM_LAUNCH(n)>>>(out, inp, wte, wpe, B, T, C);
     ZT_LAUNCHED();
 }
 
@@ -315,12 +321,11 @@ static void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
     ensure_init();
     size_t n = (size_t)B * T * C;
     if (dwte) {
-        encoder_backward_wte_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(dwte, dout, inp, B, T, C);
+        encoder_backward_wte_k<<<ELEM_LAUNCH(n)>>>(dwte, dout, inp, B, T, C);
         ZT_LAUNCHED();
     }
     if (dwpe) {
-        encoder_backward_wpe_k<<<grid_for((size_t)T * C, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(dwpe, dout, B, T,
-                                                                                   C);
+        encoder_backward_wpe_k<<<ELEM_LAUNCH((size_t)T * C)>>>(dwpe, dout, B, T, C);
         ZT_LAUNCHED();
     }
 }
@@ -332,8 +337,8 @@ static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const f
                                    const float *weight, const float *bias, int N, int C)
 {
     ensure_init();
-    layernorm_forward_k<<<ZT_CEIL_DIV(N, LN_WARPS), LN_WARPS * 32, 0, g_stream>>>(out, mean, rstd, inp,
-                                                                           weight, bias, N, C);
+    layernorm_forward_k<<<ZT_CEIL_DIV(N, LN_WARPS), LN_WARPS * 32, 0, g_stream>>>(
+        out, mean, rstd, inp, weight, bias, N, C);
     ZT_LAUNCHED();
 }
 
@@ -348,7 +353,8 @@ static void colsum_accumulate(float *dw, float *db, const float *dout, const flo
     dim3 grid(ZT_CEIL_DIV(C, COLSUM_COLS), chunks), block(COLSUM_COLS, COLSUM_ROWS);
     colsum_partial_k<<<grid, block, 0, g_stream>>>(part_w, part_b, dout, inp, mean, rstd, N, C);
     ZT_LAUNCHED();
-    colsum_final_k<<<ZT_CEIL_DIV(C, COLSUM_FINAL_THREADS), COLSUM_FINAL_THREADS, 0, g_stream>>>(dw, db, part_w, part_b, chunks, C);
+    colsum_final_k<<<ZT_CEIL_DIV(C, COLSUM_FINAL_THREADS), COLSUM_FINAL_THREADS, 0, g_stream>>>(
+        dw, db, part_w, part_b, chunks, C);
     ZT_LAUNCHED();
 }
 
@@ -504,7 +510,7 @@ static void cuda_matmul_forward(float *out, const float *inp, const float *weigh
     gemm_rm(0, transw, N, OC, C, inp, weight, out, 0.0f);
     if (bias) {
         size_t n = (size_t)N * OC;
-        add_bias_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, bias, n, OC);
+        add_bias_k<<<ELEM_LAUNCH(n)>>>(out, bias, n, OC);
         ZT_LAUNCHED();
     }
 }
@@ -534,7 +540,7 @@ static void cuda_gelu_forward(float *out, const float *inp, size_t n)
 {
     ensure_init();
     if (!n) return;
-    gelu_forward_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, inp, n);
+    gelu_forward_k<<<ELEM_LAUNCH(n)>>>(out, inp, n);
     ZT_LAUNCHED();
 }
 
@@ -542,7 +548,7 @@ static void cuda_gelu_backward(float *dinp, const float *inp, const float *dout,
 {
     ensure_init();
     if (!n) return;
-    gelu_backward_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(dinp, inp, dout, n);
+    gelu_backward_k<<<ELEM_LAUNCH(n)>>>(dinp, inp, dout, n);
     ZT_LAUNCHED();
 }
 
@@ -550,7 +556,7 @@ static void cuda_residual_forward(float *out, const float *a, const float *b, si
 {
     ensure_init();
     if (!n) return;
-    residual_forward_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, a, b, n);
+    residual_forward_k<<<ELEM_LAUNCH(n)>>>(out, a, b, n);
     ZT_LAUNCHED();
 }
 
@@ -558,7 +564,7 @@ static void cuda_accumulate(float *y, const float *x, size_t n)
 {
     ensure_init();
     if (!n) return;
-    accumulate_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(y, x, n);
+    accumulate_k<<<ELEM_LAUNCH(n)>>>(y, x, n);
     ZT_LAUNCHED();
 }
 
@@ -566,7 +572,7 @@ static void cuda_scale(float *x, float s, size_t n)
 {
     ensure_init();
     if (!n) return;
-    scale_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(x, s, n);
+    scale_k<<<ELEM_LAUNCH(n)>>>(x, s, n);
     ZT_LAUNCHED();
 }
 
@@ -624,8 +630,8 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, f
     ensure_init();
     if (!n) return;
     double bc1 = 1.0 - pow((double)b1, (double)step), bc2 = 1.0 - pow((double)b2, (double)step);
-    adamw_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(p, g, m, v, n, lr, b1, b2, eps, wd, grad_scale,
-                                                    (float)(lr / bc1), (float)sqrt(bc2));
+    adamw_k<<<ELEM_LAUNCH(n)>>>(p, g, m, v, n, lr, b1, b2, eps, wd, grad_scale, (float)(lr / bc1),
+                                (float)sqrt(bc2));
     ZT_LAUNCHED();
 }
 
@@ -636,7 +642,7 @@ static void cuda_to_bf16(uint16_t *out, const float *in, size_t n)
 {
     ensure_init();
     if (!n) return;
-    to_bf16_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, in, n);
+    to_bf16_k<<<ELEM_LAUNCH(n)>>>(out, in, n);
     ZT_LAUNCHED();
 }
 
@@ -644,7 +650,7 @@ static void cuda_from_bf16(float *out, const uint16_t *in, size_t n)
 {
     ensure_init();
     if (!n) return;
-    from_bf16_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, in, n);
+    from_bf16_k<<<ELEM_LAUNCH(n)>>>(out, in, n);
     ZT_LAUNCHED();
 }
 
@@ -655,7 +661,7 @@ static void cuda_to_fp16(uint16_t *out, const float *in, size_t n)
 {
     ensure_init();
     if (!n) return;
-    to_fp16_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, in, n);
+    to_fp16_k<<<ELEM_LAUNCH(n)>>>(out, in, n);
     ZT_LAUNCHED();
 }
 
@@ -663,7 +669,7 @@ static void cuda_from_fp16(float *out, const uint16_t *in, size_t n)
 {
     ensure_init();
     if (!n) return;
-    from_fp16_k<<<grid_for(n, ELEM_THREADS), ELEM_THREADS, 0, g_stream>>>(out, in, n);
+    from_fp16_k<<<ELEM_LAUNCH(n)>>>(out, in, n);
     ZT_LAUNCHED();
 }
 

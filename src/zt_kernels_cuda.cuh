@@ -193,7 +193,10 @@ __global__ void colsum_partial_k(float *part_w, float *part_b, const float *dout
     sb[threadIdx.y][threadIdx.x] = ab;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
-        for (int k = 1; k < COLSUM_ROWS; k++) { aw += sw[k][threadIdx.x]; ab += sb[k][threadIdx.x]; }
+        for (int k = 1; k < COLSUM_ROWS; k++) {
+            aw += sw[k][threadIdx.x];
+            ab += sb[k][threadIdx.x];
+        }
         if (part_w) part_w[(size_t)blockIdx.y * C + c] = aw;
         part_b[(size_t)blockIdx.y * C + c] = ab;
     }

@@ -39,8 +39,9 @@
  * __shared__ variables become function statics in a section of their own
  * (zt_emu_shared), which is filled with 0xff before each block like dynamic
  * shared memory: per block only because blocks run one after another; their
- * bounds are not guarded (an overrun hits the neighbouring static). Not emulated: real concurrency and memory ordering,
- * timing, bank conflicts, register pressure; a missing __syncwarp between
+ * bounds are not guarded (an overrun hits the neighbouring static). Not
+ * emulated: real concurrency and memory ordering, timing, bank conflicts,
+ * register pressure; a missing __syncwarp between
  * element-wise shared-memory writes and a wmma load cannot show either, since
  * every shim collective synchronises the warp on entry. */
 #ifndef ZT_CUDA_EMUL_H

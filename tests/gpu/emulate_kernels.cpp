@@ -1,4 +1,4 @@
-/* emulate_kernels.cpp — the CUDA backend's other kernels, emulated on the host, against the CPU backend.
+/* emulate_kernels.cpp — the CUDA backend's other kernels, emulated, against the CPU backend.
  *
  * Runs the kernel source of src/zt_kernels_cuda.cuh (everything but attention,
  * which tests/gpu/emulate_attention.cpp covers, and the cuBLASLt GEMMs) through
@@ -55,7 +55,10 @@ static uint32_t urand(void)
     rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
     return (uint32_t)(rng >> 32);
 }
-static float frand(float lo, float hi) { return lo + (hi - lo) * (float)((urand() >> 8) * (1.0 / 16777216.0)); }
+static float frand(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((urand() >> 8) * (1.0 / 16777216.0));
+}
 static std::vector<float> rand_vec(size_t n, float lo, float hi)
 {
     std::vector<float> v(n);
@@ -179,8 +182,9 @@ static void colsum(float *dw, float *db, const float *dout, const float *inp, co
     const int chunks = zt_colsum_chunks(N);
     std::vector<float> part((size_t)2 * chunks * C, NAN);
     float *part_w = dw ? part.data() : nullptr, *part_b = part.data() + (size_t)chunks * C;
-    zt_emu::launch(dim3((C + COLSUM_COLS - 1) / COLSUM_COLS, chunks), dim3(COLSUM_COLS, COLSUM_ROWS),
-                   0, [=] { colsum_partial_k(part_w, part_b, dout, inp, mean, rstd, N, C); }, sch);
+    const dim3 grid((C + COLSUM_COLS - 1) / COLSUM_COLS, chunks), block(COLSUM_COLS, COLSUM_ROWS);
+    zt_emu::launch(grid, block, 0,
+                   [=] { colsum_partial_k(part_w, part_b, dout, inp, mean, rstd, N, C); }, sch);
     zt_emu::launch(dim3((C + COLSUM_FINAL_THREADS - 1) / COLSUM_FINAL_THREADS),
                    dim3(COLSUM_FINAL_THREADS), 0,
                    [=] { colsum_final_k(dw, db, part_w, part_b, chunks, C); }, sch);
@@ -192,15 +196,18 @@ static void layernorm_case(int N, int C)
     snprintf(what, sizeof what, "layernorm N%d C%d", N, C);
     const size_t n = (size_t)N * C;
     const dim3 grid((N + LN_WARPS - 1) / LN_WARPS), block(LN_WARPS * 32);
-    std::vector<float> inp = rand_vec(n, -2, 3), w = rand_vec(C, 0.5f, 1.5f), b = rand_vec(C, -1, 1);
+    std::vector<float> inp = rand_vec(n, -2, 3), w = rand_vec(C, 0.5f, 1.5f),
+                       b = rand_vec(C, -1, 1);
     std::vector<float> rout(n), rmean(N), rrstd(N), out, mean, rstd;
-    H->layernorm_forward(rout.data(), rmean.data(), rrstd.data(), inp.data(), w.data(), b.data(), N, C);
+    H->layernorm_forward(rout.data(), rmean.data(), rrstd.data(), inp.data(), w.data(), b.data(), N,
+                         C);
     under_schedules(what, [&](unsigned sch) {
         out.assign(n, NAN);
         mean.assign(N, NAN);
         rstd.assign(N, NAN);
         zt_emu::launch(grid, block, 0, [&] {
-            layernorm_forward_k(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+            layernorm_forward_k(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
+                                b.data(), N, C);
         }, sch);
         return bytes(out, mean, rstd);
     });
@@ -209,7 +216,8 @@ static void layernorm_case(int N, int C)
     row(rel_err(rstd, rrstd), 1e-5, "%s fwd rstd", what);
     /* no bias, no mean/rstd outputs (the kernel's NULL paths) against a zero bias */
     std::vector<float> zero(C, 0.0f), rout0(n), out0(n, NAN);
-    H->layernorm_forward(rout0.data(), rmean.data(), rrstd.data(), inp.data(), w.data(), zero.data(), N, C);
+    H->layernorm_forward(rout0.data(), rmean.data(), rrstd.data(), inp.data(), w.data(),
+                         zero.data(), N, C);
     zt_emu::launch(grid, block, 0, [&] {
         layernorm_forward_k(out0.data(), nullptr, nullptr, inp.data(), w.data(), nullptr, N, C);
     });
@@ -229,7 +237,8 @@ static void layernorm_case(int N, int C)
             layernorm_backward_dinp_k(dinp.data(), dout.data(), inp.data(), w.data(), rmean.data(),
                                       rrstd.data(), N, C);
         }, sch);
-        colsum(dw.data(), db.data(), dout.data(), inp.data(), rmean.data(), rrstd.data(), N, C, sch);
+        colsum(dw.data(), db.data(), dout.data(), inp.data(), rmean.data(), rrstd.data(), N, C,
+               sch);
         return bytes(dinp, dw, db);
     });
     row(rel_err(dinp, rdinp), 1e-5, "%s bwd dinp +=", what);
@@ -256,7 +265,8 @@ static void matmul_bias_case(int N, int C, int OC)
     row(rel_err(out, ref), 1e-6, "%s add_bias", what);
     std::vector<float> dout = rand_vec((size_t)N * OC, -1, 1), dwt((size_t)C * OC, 0.0f),
                        db0 = rand_vec(OC, -1, 1), rdb = db0, db;
-    H->matmul_backward(nullptr, dwt.data(), rdb.data(), dout.data(), inp.data(), wt.data(), N, C, OC, 0);
+    H->matmul_backward(nullptr, dwt.data(), rdb.data(), dout.data(), inp.data(), wt.data(), N, C,
+                       OC, 0);
     under_schedules(what, [&](unsigned sch) {
         db = db0;
         colsum(nullptr, db.data(), dout.data(), nullptr, nullptr, nullptr, N, OC, sch);
@@ -286,11 +296,12 @@ static void elementwise_case(size_t n)
         res.assign(n, NAN);
         acc = y;
         sc = y;
-        grid_stride(n, ELEM_THREADS, sch, [&] { gelu_forward_k(g.data(), x.data(), n); });
-        grid_stride(n, ELEM_THREADS, sch, [&] { gelu_backward_k(gb.data(), x.data(), d.data(), n); });
-        grid_stride(n, ELEM_THREADS, sch, [&] { residual_forward_k(res.data(), x.data(), y.data(), n); });
-        grid_stride(n, ELEM_THREADS, sch, [&] { accumulate_k(acc.data(), x.data(), n); });
-        grid_stride(n, ELEM_THREADS, sch, [&] { scale_k(sc.data(), 0.3719f, n); });
+        const unsigned th = ELEM_THREADS;
+        grid_stride(n, th, sch, [&] { gelu_forward_k(g.data(), x.data(), n); });
+        grid_stride(n, th, sch, [&] { gelu_backward_k(gb.data(), x.data(), d.data(), n); });
+        grid_stride(n, th, sch, [&] { residual_forward_k(res.data(), x.data(), y.data(), n); });
+        grid_stride(n, th, sch, [&] { accumulate_k(acc.data(), x.data(), n); });
+        grid_stride(n, th, sch, [&] { scale_k(sc.data(), 0.3719f, n); });
         return bytes(g, gb, res, acc, sc);
     });
     row(rel_err(g, rg), 1e-6, "%s gelu fwd", what);
@@ -343,8 +354,10 @@ static void sumsq_case(size_t n, int sms)
         const unsigned blocks = zt_sumsq_blocks(n, sms);
         double *p = part.data(), *res = p + RED_BLOCKS;
         std::fill(part.begin(), part.end(), NAN);
-        zt_emu::launch(dim3(blocks), dim3(RED_THREADS), 0, [&] { sumsq_partial_k(p, x.data(), n); }, sch);
-        zt_emu::launch(dim3(1), dim3(RED_THREADS), 0, [&] { sum_doubles_k(res, p, (int)blocks); }, sch);
+        zt_emu::launch(dim3(blocks), dim3(RED_THREADS), 0,
+                       [&] { sumsq_partial_k(p, x.data(), n); }, sch);
+        zt_emu::launch(dim3(1), dim3(RED_THREADS), 0,
+                       [&] { sum_doubles_k(res, p, (int)blocks); }, sch);
         return bytes(std::vector<double>{*res});
     });
     row(fabs(part[RED_BLOCKS] - ref) / ref, 1e-12, "%s", what);
@@ -380,12 +393,13 @@ static void adamw_case(size_t n, long step)
     char what[64];
     snprintf(what, sizeof what, "adamw n%zu step %ld", n, step);
     const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.75f;
-    std::vector<float> p0 = rand_vec(n, -1, 1), g = rand_vec(n, -1, 1), m0 = rand_vec(n, -0.1f, 0.1f),
-                       v0 = rand_vec(n, 0, 0.01f);
+    std::vector<float> p0 = rand_vec(n, -1, 1), g = rand_vec(n, -1, 1),
+                       m0 = rand_vec(n, -0.1f, 0.1f), v0 = rand_vec(n, 0, 0.01f);
     std::vector<float> rp = p0, rm = m0, rv = v0, p, m, v;
     H->adamw(rp.data(), g.data(), rm.data(), rv.data(), n, lr, b1, b2, eps, wd, gs, step);
     /* the launcher's bias corrections */
-    const double bc1 = 1.0 - pow((double)b1, (double)step), bc2 = 1.0 - pow((double)b2, (double)step);
+    const double bc1 = 1.0 - pow((double)b1, (double)step),
+                 bc2 = 1.0 - pow((double)b2, (double)step);
     under_schedules(what, [&](unsigned sch) {
         p = p0;
         m = m0;
@@ -407,9 +421,10 @@ static void adamw_case(size_t n, long step)
  * NaNs of both signs with payloads, infinities, ties, overflow, subnormals */
 static std::vector<float> conversion_inputs(size_t n)
 {
-    const float edge[] = {NAN, -INFINITY, INFINITY, 65504.0f, 65520.0f, 65519.99f, 0x1p-24f, 0x1p-25f,
-                          0x1.8p-25f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 3.0e38f, 1e-30f,
-                          1.00390625f, 1.01171875f, 3.4028235e38f, 1e-40f, -1e-45f};
+    const float edge[] = {NAN, -INFINITY, INFINITY, 65504.0f, 65520.0f, 65519.99f, 0x1p-24f,
+                          0x1p-25f, 0x1.8p-25f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
+                          3.0e38f, 1e-30f, 1.00390625f, 1.01171875f, 3.4028235e38f, 1e-40f,
+                          -1e-45f};
     const uint32_t nan_bits[] = {0xffc00000u, 0x7f800001u, 0xff802000u, 0x7fffffffu, 0x7fa00000u,
                                  0xff800001u};
     std::vector<float> x(n);
@@ -483,7 +498,8 @@ int main(void)
     adamw_case(10007, 7);
     conversion_case(false, 9001);
     conversion_case(true, 9001);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     printf("%d comparisons, %d failed (%.1f s, %lu coroutine switches)\n", n_rows, n_bad, secs,
            zt_emu::g.switches);
     return n_bad ? 1 : 0;
