@@ -472,7 +472,7 @@ int main(void)
     encoder_case(2, 5, 37, 3);
     encoder_case(3, 67, 50, 29);  /* 10050 elements: the grid-stride loop goes round twice */
     /* one row of two: C = 1 has variance 0, so rstd = 1/sqrt(1e-5) = 316 multiplies
-     * the rounding of w dy that the CPU's FMA-contracted dinp loop keeps where the
+     * the rounding of w dy that the CPU's dinp loop (FMA-contracted) keeps where the
      * kernel's g - mean(g) is exactly 0 (1.3e-5 measured: ill-conditioned, not a bug) */
     layernorm_case(1, 2);
     layernorm_case(5, 37);         /* fewer rows than warps in the block, C below a warp's 32 x 2 */
