@@ -66,7 +66,10 @@ extern "C" {
 #include "zt_fp16.h"
 }
 
-#define __global__
+/* internal linkage: in a --with-cuda build libztrain.a also holds nvcc's host
+ * stubs of the same kernels (same names), which must neither clash with nor
+ * stand in for the emulated ones */
+#define __global__ static
 #define __device__
 #define __host__
 #define __forceinline__ inline
