@@ -629,9 +629,10 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, f
 {
     ensure_init();
     if (!n) return;
-    double bc1 = 1.0 - pow((double)b1, (double)step), bc2 = 1.0 - pow((double)b2, (double)step);
-    adamw_k<<<ELEM_LAUNCH(n)>>>(p, g, m, v, n, lr, b1, b2, eps, wd, grad_scale, (float)(lr / bc1),
-                                (float)sqrt(bc2));
+    float step_size, sqrt_bc2;
+    zt_adamw_bias_corrections(lr, b1, b2, step, &step_size, &sqrt_bc2);
+    adamw_k<<<ELEM_LAUNCH(n)>>>(p, g, m, v, n, lr, b1, b2, eps, wd, grad_scale, step_size,
+                                sqrt_bc2);
     ZT_LAUNCHED();
 }
 

@@ -63,6 +63,16 @@ static inline unsigned zt_sumsq_blocks(size_t n, int sms)
     return blocks > RED_BLOCKS ? RED_BLOCKS : blocks;
 }
 
+/* adamw_k's step size lr / (1 - b1^t) and sqrt(1 - b2^t), formed in double */
+static inline void zt_adamw_bias_corrections(float lr, float b1, float b2, long step,
+                                             float *step_size, float *sqrt_bc2)
+{
+    const double bc1 = 1.0 - pow((double)b1, (double)step);
+    const double bc2 = 1.0 - pow((double)b2, (double)step);
+    *step_size = (float)(lr / bc1);
+    *sqrt_bc2 = (float)sqrt(bc2);
+}
+
 /* ---- device helpers -------------------------------------------------------- */
 
 /* Online softmax state (running max m, sum s of exp(x - m)) merged across threads. */

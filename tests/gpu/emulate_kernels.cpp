@@ -397,16 +397,15 @@ static void adamw_case(size_t n, long step)
                        m0 = rand_vec(n, -0.1f, 0.1f), v0 = rand_vec(n, 0, 0.01f);
     std::vector<float> rp = p0, rm = m0, rv = v0, p, m, v;
     H->adamw(rp.data(), g.data(), rm.data(), rv.data(), n, lr, b1, b2, eps, wd, gs, step);
-    /* the launcher's bias corrections */
-    const double bc1 = 1.0 - pow((double)b1, (double)step),
-                 bc2 = 1.0 - pow((double)b2, (double)step);
+    float step_size, sqrt_bc2;  /* as the launcher forms them */
+    zt_adamw_bias_corrections(lr, b1, b2, step, &step_size, &sqrt_bc2);
     under_schedules(what, [&](unsigned sch) {
         p = p0;
         m = m0;
         v = v0;
         grid_stride(n, ELEM_THREADS, sch, [&] {
-            adamw_k(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, gs,
-                    (float)(lr / bc1), (float)sqrt(bc2));
+            adamw_k(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, gs, step_size,
+                    sqrt_bc2);
         });
         return bytes(p, m, v);
     });
