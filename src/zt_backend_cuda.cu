@@ -337,6 +337,7 @@ static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const f
                                    const float *weight, const float *bias, int N, int C)
 {
     ensure_init();
+    if (N <= 0 || C <= 0) return; /* a zero-sized grid is a launch error */
     layernorm_forward_k<<<ZT_CEIL_DIV(N, LN_WARPS), LN_WARPS * 32, 0, g_stream>>>(
         out, mean, rstd, inp, weight, bias, N, C);
     ZT_LAUNCHED();
@@ -347,6 +348,7 @@ static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const f
 static void colsum_accumulate(float *dw, float *db, const float *dout, const float *inp,
                               const float *mean, const float *rstd, int N, int C)
 {
+    if (N <= 0 || C <= 0) return; /* nothing to add; a zero-sized grid is a launch error */
     int chunks = zt_colsum_chunks(N);
     float *part = (float *)scratch((size_t)2 * chunks * C * sizeof(float));
     float *part_w = dw ? part : NULL, *part_b = part + (size_t)chunks * C;
@@ -363,6 +365,7 @@ static void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, c
                                     const float *rstd, int N, int C)
 {
     ensure_init();
+    if (N <= 0 || C <= 0) return;
     if (dinp) {
         layernorm_backward_dinp_k<<<ZT_CEIL_DIV(N, LN_WARPS), LN_WARPS * 32, 0, g_stream>>>(
             dinp, dout, inp, weight, mean, rstd, N, C);
