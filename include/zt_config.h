@@ -13,6 +13,7 @@
 
 #define ZT_MAX_FILES 64
 #define ZT_STRLEN 1024
+#define ZT_CONFIG_MAX_KEYS 128
 
 typedef struct zt_config {
     struct {
@@ -97,10 +98,15 @@ typedef struct zt_config {
     } fault;
 
     char source[ZT_STRLEN];     /* file the config came from */
+    /* which keys the file or an override gave (by schema index), for defaults that
+     * depend on the machine (train.bf16 on a GPU) */
+    unsigned char given[ZT_CONFIG_MAX_KEYS];
 } zt_config_t;
 
 /* Fills cfg with every schema default. */
 void zt_config_defaults(zt_config_t *cfg);
+/* 1 when the input file or an override set `key` (even to its default value). */
+int zt_config_given(const zt_config_t *cfg, const char *key);
 
 /* Parses libconfig text (the contents of `filename`, which is only used in
  * messages) and then applies `section.key=value` overrides. Validates all of it.

@@ -129,8 +129,10 @@ static const zkey_t schema[] = {
     KL("train.seed", train.seed, 1337, 0, BIG_LONG,
        "Seed of the weight initialisation and of sampling; initial weights do not depend on the world size."),
     KB("train.bf16", train.bf16, 0,
-       "bf16 working parameters, activations and gradients with fp32 master weights and Adam moments; "
-       "false = fp32 throughout."),
+       "bf16 working copies of the parameters (gathered and read by the GEMMs; with train.matmul_precision = "
+       "auto the GEMMs and attention run on bf16 tensor cores on a GPU), fp32 master weights, Adam moments and "
+       "gradient accumulators; false = fp32 throughout. Not given: true on the cuda backend (unless "
+       "train.fp16 is given), false on the cpu backend."),
     KB("train.fp16", train.fp16, 0,
        "IEEE fp16 working parameters and gradients with fp32 master weights and Adam moments, and loss scaling "
        "(dynamic unless train.loss_scale > 0); exclusive with train.bf16."),
@@ -243,6 +245,7 @@ static const zkey_t schema[] = {
        "NaN; data: its data file reads fail."),
 };
 #define NKEYS ((int)(sizeof schema / sizeof schema[0]))
+_Static_assert(sizeof schema / sizeof schema[0] <= ZT_CONFIG_MAX_KEYS, "raise ZT_CONFIG_MAX_KEYS");
 
 int zt_config_nkeys(void) { return NKEYS; }
 const char *zt_config_key_name(int i) { return (i >= 0 && i < NKEYS) ? schema[i].name : NULL; }
@@ -295,6 +298,15 @@ static const zkey_t *find_key(const char *name)
     for (int i = 0; i < NKEYS; i++)
         if (strcmp(schema[i].name, name) == 0) return &schema[i];
     return NULL;
+}
+
+/* remembers that the input gave key k */
+static void mark_given(zt_config_t *cfg, const zkey_t *k) { cfg->given[k - schema] = 1; }
+
+int zt_config_given(const zt_config_t *cfg, const char *key)
+{
+    const zkey_t *k = find_key(key);
+    return k && cfg->given[k - schema];
 }
 
 static int find_section(const char *name)
@@ -556,6 +568,7 @@ static int parse_section(zt_config_t *cfg, const config_setting_t *grp, const ch
         const zkey_t *k = find_key(full);
         if (!k) return unknown_key(err, errlen, where, full);
         if (set_from_setting(cfg, k, s, where, err, errlen)) return -1;
+        mark_given(cfg, k);
     }
     return 0;
 }
@@ -714,6 +727,7 @@ static int apply_override(zt_config_t *cfg, const char *ov, char *err, size_t er
     char *name = trim(buf), *val = trim(eq + 1);
     const zkey_t *k = find_key(name);
     if (!k) return unknown_key(err, errlen, where, name);
+    mark_given(cfg, k);
 
     switch (k->type) {
     case K_INT:

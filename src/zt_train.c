@@ -960,6 +960,17 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
 
     r->be = pick_backend(cfg, err, sizeof err);
     rc = r->be ? 0 : -1;
+    /* bf16 is the default on a GPU (fp32 GEMMs would leave its tensor cores idle): the
+     * run, its saved config.cfg and its checkpoints' metadata say so */
+    zt_config_t *gpu_cfg = NULL;
+    if (rc == 0 && !r->be->host_memory && !zt_config_given(cfg, "train.bf16") &&
+        !zt_config_given(cfg, "train.fp16")) {
+        gpu_cfg = zt_malloc(sizeof *gpu_cfg);
+        *gpu_cfg = *cfg;
+        gpu_cfg->train.bf16 = 1;
+        cfg = r->cfg = gpu_cfg;
+        zt_log("train.bf16 = true: the default on a GPU (train.bf16 = false trains in fp32)");
+    }
     if (rc == 0) {
         r->threads = cpu_threads(cfg, r->be, comm->local_size);
         zt_cpu_set_threads(r->threads);
@@ -967,12 +978,14 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     if (rc == 0) rc = r->rank == 0 ? mkdir_p(cfg->train.output_dir, err, sizeof err) : 0;
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
+        free(gpu_cfg);
         return ZT_EXIT_ERROR;
     }
     if (rc == 0) r->be->set_matmul_precision(matmul_level(cfg));
     /* device buffers need a comm backend that moves them (and the GPU chosen) before the first alloc */
     if (zt_comm_set_backend(comm, zt_comm_backend_for(r->be->name), err, sizeof err) != 0) {
         zt_log_error("%s", err);
+        free(gpu_cfg);
         return ZT_EXIT_ERROR;
     }
     char path[ZT_STRLEN + 64];
@@ -986,6 +999,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         zt_log_error("%s", err);
         zt_data_close(r->train);
         zt_data_close(r->val);
+        free(gpu_cfg);
         return ZT_EXIT_ERROR;
     }
     const int64_t S = zt_data_num_samples(r->train);
@@ -1106,6 +1120,7 @@ done:
     free(r->inp);
     free(r->tgt);
     free(r->config_text);
+    free(gpu_cfg);
     free(r->train_hist.step);
     free(r->train_hist.val);
     free(r->val_hist.step);

@@ -240,7 +240,7 @@ for be in cpu cuda; do
     run_step "train $STEPS steps $be" 120 $MPIRUN1 "$ZTRAIN" "$SRC/inputs/tiny.cfg" \
         data.train_files="$WORK/gpu-train.h5" data.val_files="$WORK/gpu-val.h5" \
         train.max_steps="$STEPS" train.sample_tokens=0 train.eval_steps=0 \
-        train.output_dir="$WORK/run-$be" checkpoint.save_at_end=false parallel.backend=$be \
+        train.output_dir="$WORK/run-$be" checkpoint.save_at_end=false parallel.backend=$be train.bf16=false \
         train.matmul_precision="$([ "${ZT_CUDA_TF32:-0}" = 1 ] && echo high || echo highest)"
     eval "loss_$be=\$(last_loss '$WORK/run-$be/metrics.jsonl')"
 done
@@ -269,7 +269,7 @@ if [ $HAVE_GPU = 1 ]; then
         data.train_files="$WORK/gpu-train.h5" data.val_files="$WORK/gpu-val.h5" \
         train.max_steps="$STEPS" train.sample_tokens=0 train.eval_steps=0 checkpoint.save_at_end=false \
         parallel.backend=cuda parallel.strategy=zero3 parallel.offload_optimizer=cpu parallel.offload_param=cpu \
-        train.output_dir="$WORK/run-offload" \
+        train.output_dir="$WORK/run-offload" train.bf16=false \
         train.matmul_precision="$([ "${ZT_CUDA_TF32:-0}" = 1 ] && echo high || echo highest)"
     same_loss "loss cuda vs cuda offload" "$loss_cuda" "$(last_loss "$WORK/run-offload/metrics.jsonl")"
 
@@ -280,7 +280,8 @@ if [ $HAVE_GPU = 1 ] && [ "${ngpu:-1}" -ge 2 ]; then
     MPIRUN2="mpirun -np 2 --bind-to none"
     [ "$(id -u)" = 0 ] && MPIRUN2="$MPIRUN2 --allow-run-as-root"
     base="$SRC/inputs/tiny.cfg data.train_files=$WORK/gpu-train.h5 data.val_files=$WORK/gpu-val.h5
-          train.max_steps=$STEPS train.sample_tokens=0 train.eval_steps=0 checkpoint.save_at_end=false"
+          train.max_steps=$STEPS train.sample_tokens=0 train.eval_steps=0 checkpoint.save_at_end=false
+          train.bf16=false"
     # the same global batch (4 sequences): one CPU rank accumulating 2 micro-steps
     # shellcheck disable=SC2086
     run_step "train ref cpu, 1 rank" 120 $MPIRUN1 "$ZTRAIN" $base train.gradient_accumulation_steps=2 \
@@ -349,8 +350,8 @@ if [ $HAVE_GPU = 1 ]; then
             'BEGIN { printf "%.2f (bf16 ddp against torch eager; < 1 is faster)", 1000 * a / b }')"
     fi
     bench "bf16 zero3 offload" train.bf16=true parallel.strategy=zero3 parallel.offload_optimizer=cpu
-    bench "fp32 ddp" parallel.strategy=ddp train.matmul_precision=highest
-    bench "tf32 ddp" parallel.strategy=ddp train.matmul_precision=high
+    bench "fp32 ddp" parallel.strategy=ddp train.bf16=false train.matmul_precision=highest
+    bench "tf32 ddp" parallel.strategy=ddp train.bf16=false train.matmul_precision=high
     # ZeRO-Offload's promise on the device: GPT-2 124M trains without offload (bf16 zero2),
     # a 4x larger one (66 layers, 506M parameters) with offload_optimizer in LESS device
     # memory, by the CUDA pool's high-water mark (device_peak_bytes); a few steps each

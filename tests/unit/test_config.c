@@ -90,6 +90,21 @@ static void t_override(void)
     CU_ASSERT_EQUAL(cfg.train.max_steps, 1000);
 }
 
+/* Keys the input gave, even at their default value, are known as given (the GPU's
+ * bf16 default depends on it); defaults and unknown names are not. */
+static void t_given(void)
+{
+    char *ov[] = {"train.fp16=false"};
+    CU_ASSERT_EQUAL_FATAL(parse("train = { bf16 = false; }; model = { n_layer = 3; };", 1, ov), 0);
+    CU_ASSERT(zt_config_given(&cfg, "train.bf16"));     /* in the file, = its default */
+    CU_ASSERT(zt_config_given(&cfg, "train.fp16"));     /* by an override */
+    CU_ASSERT(zt_config_given(&cfg, "model.n_layer"));
+    CU_ASSERT(!zt_config_given(&cfg, "model.n_head"));  /* a default */
+    CU_ASSERT(!zt_config_given(&cfg, "train.nonexistent"));
+    CU_ASSERT_EQUAL_FATAL(parse("", 0, NULL), 0);       /* a fresh parse forgets */
+    CU_ASSERT(!zt_config_given(&cfg, "train.bf16"));
+}
+
 static void t_override_errors(void)
 {
     char *bad_type[] = {"optim.learning_rate=fast"};
@@ -299,6 +314,9 @@ static void t_round_trip(void)
     int rc = zt_config_parse(&cfg2, text, "in.cfg", 0, NULL, err, sizeof err);
     CU_ASSERT_EQUAL(rc, 0);
     if (rc) printf("\n  reparse failed: %s\n%s\n", err, text);
+    /* the values, not which keys the input gave (the printed text gives them all) */
+    memset(cfg.given, 0, sizeof cfg.given);
+    memset(cfg2.given, 0, sizeof cfg2.given);
     CU_ASSERT_EQUAL(memcmp(&cfg, &cfg2, sizeof cfg), 0);
     /* and once more from defaults */
     zt_config_defaults(&cfg);
@@ -306,6 +324,7 @@ static void t_round_trip(void)
     free(text);
     text = zt_config_to_string(&cfg);
     CU_ASSERT_EQUAL(zt_config_parse(&cfg2, text, "in.cfg", 0, NULL, err, sizeof err), 0);
+    memset(cfg2.given, 0, sizeof cfg2.given);
     CU_ASSERT_EQUAL(memcmp(&cfg, &cfg2, sizeof cfg), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "learning_rate = 0.001;"));
     free(text);
@@ -436,6 +455,7 @@ static const zt_test_t tests[] = {
     {"parse a valid file", t_parse_valid},
     {"overrides applied", t_override},
     {"override errors", t_override_errors},
+    {"given keys", t_given},
     {"unknown key suggests", t_unknown_key},
     {"wrong type has line", t_wrong_type},
     {"out of range", t_out_of_range},
