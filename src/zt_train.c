@@ -220,6 +220,9 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
                zt_fmt_bytes(e.activations, b[4], 32), zt_fmt_bytes(e.total, b[5], 32),
                zt_fmt_bytes(e.mem.host, b[6], 32));
     }
+    if (!zt_config_given(cfg, "train.bf16") && !zt_config_given(cfg, "train.fp16"))
+        zt_log("(fp32 as given; on the cuda backend a run without train.bf16 / train.fp16 trains in bf16: "
+               "add train.bf16=true for those figures)");
     zt_param_table_free(t);
 }
 
