@@ -22,6 +22,8 @@
  * Normwise relative error: max |got - ref| / max |ref|. Exit 0 when every row
  * is ok. */
 #include "cuda_emul.h"
+#define EMUL_RNG_SEED 0x9e3779b97f4a7c15ull
+#include "emul_check.h"
 
 #include "../../src/zt_attention_kernels.cuh"
 
@@ -47,44 +49,6 @@ extern "C" {
  *   products (the p and ds it rounds are the kernels' own): bound 5e-6. */
 #define TC_BOUND_FP32 1.6e-2
 #define TC_BOUND_BF16REF 5e-6
-
-static int n_rows, n_bad;
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float frand(float lo, float hi)
-{
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
-}
-static std::vector<float> rand_vec(size_t n, float lo, float hi)
-{
-    std::vector<float> v(n);
-    for (auto &x : v) x = frand(lo, hi);
-    return v;
-}
-
-static void row(const char *what, double err, double bound)
-{
-    const bool ok = std::isfinite(err) && err <= bound;
-    printf("  %-44s %12.3e %10.1e  %s\n", what, err, bound, ok ? "ok" : "FAIL");
-    n_rows++;
-    n_bad += !ok;
-}
-
-static double rel_err(const std::vector<float> &got, const std::vector<double> &ref)
-{
-    double maxdiff = 0.0, maxref = 0.0;
-    for (size_t i = 0; i < got.size(); i++) {
-        if (!std::isfinite(got[i])) return INFINITY;
-        maxdiff = std::max(maxdiff, fabs((double)got[i] - ref[i]));
-        maxref = std::max(maxref, fabs(ref[i]));
-    }
-    return maxdiff / (maxref > 0 ? maxref : 1e-30);
-}
-static double rel_err(const std::vector<float> &got, const std::vector<float> &ref)
-{
-    return rel_err(got, std::vector<double>(ref.begin(), ref.end()));
-}
 
 static bool same_bits(const std::vector<float> &a, const std::vector<float> &b)
 {
@@ -250,7 +214,6 @@ static void attention_case(bool tc, int B, int T, int C, int NH)
     const double bo = tc ? TC_BOUND_FP32 : 2e-5, bb = tc ? TC_BOUND_FP32 : 5e-5;
     const fwd_fn fwd = tc ? tc_fwd_by_nf[hs / 16 - 1] : fa_fwd_by_ni[(hs - 1) / 32];
     const bwd_fn bwd = tc ? tc_bwd_by_nf[hs / 16 - 1] : fa_bwd_by_ni[(hs - 1) / 32];
-    char what[96];
 
     std::vector<float> qkv = rand_vec((size_t)B * T * 3 * C, -2, 2);
     std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T);
@@ -261,22 +224,18 @@ static void attention_case(bool tc, int B, int T, int C, int NH)
         else_[k].assign(lse.size(), NAN);
         fwd(eout[k].data(), else_[k].data(), qkv.data(), B, T, C, NH, schedules[k]);
     }
-    snprintf(what, sizeof what, "%s fwd out T%d hs%d", kind, T, hs);
-    row(what, rel_err(eout[0], out), bo);
-    snprintf(what, sizeof what, "%s fwd lse T%d hs%d", kind, T, hs);
-    row(what, rel_err(else_[0], lse), bo);
+    row(rel_err(eout[0], out), bo, "%s fwd out T%d hs%d", kind, T, hs);
+    row(rel_err(else_[0], lse), bo, "%s fwd lse T%d hs%d", kind, T, hs);
     if (tc) {
         std::vector<double> rout, rlse;
         ref_forward_bf16(rout, rlse, qkv, B, T, C, NH);
-        snprintf(what, sizeof what, "%s fwd out T%d hs%d vs bf16 ref", kind, T, hs);
-        row(what, rel_err(eout[0], rout), TC_BOUND_BF16REF);
-        snprintf(what, sizeof what, "%s fwd lse T%d hs%d vs bf16 ref", kind, T, hs);
-        row(what, rel_err(else_[0], rlse), TC_BOUND_BF16REF);
+        row(rel_err(eout[0], rout), TC_BOUND_BF16REF, "%s fwd out T%d hs%d vs bf16 ref", kind, T,
+            hs);
+        row(rel_err(else_[0], rlse), TC_BOUND_BF16REF, "%s fwd lse T%d hs%d vs bf16 ref", kind, T, hs);
     }
     bool same = true;
     for (int k = 1; k < NSCHED; k++) same &= same_bits(eout[0], eout[k]) && same_bits(else_[0], else_[k]);
-    snprintf(what, sizeof what, "%s fwd T%d hs%d schedules bitwise", kind, T, hs);
-    row(what, same ? 0.0 : INFINITY, 0.0);
+    row(same ? 0.0 : INFINITY, 0.0, "%s fwd T%d hs%d schedules bitwise", kind, T, hs);
 
     std::vector<float> dout = rand_vec((size_t)B * T * C, -1, 1);
     std::vector<float> dqkv0 = rand_vec(qkv.size(), -1, 1), dqkv = dqkv0, edq[NSCHED];
@@ -287,18 +246,15 @@ static void attention_case(bool tc, int B, int T, int C, int NH)
         bwd(edq[k].data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
             schedules[k]);
     }
-    snprintf(what, sizeof what, "%s bwd dqkv += T%d hs%d", kind, T, hs);
-    row(what, rel_err(edq[0], dqkv), bb);
+    row(rel_err(edq[0], dqkv), bb, "%s bwd dqkv += T%d hs%d", kind, T, hs);
     if (tc) {
         std::vector<double> rdq(dqkv0.begin(), dqkv0.end());
         ref_backward_bf16(rdq, dout, qkv, out, lse, B, T, C, NH);
-        snprintf(what, sizeof what, "%s bwd dqkv += T%d hs%d vs bf16 ref", kind, T, hs);
-        row(what, rel_err(edq[0], rdq), TC_BOUND_BF16REF);
+        row(rel_err(edq[0], rdq), TC_BOUND_BF16REF, "%s bwd dqkv += T%d hs%d vs bf16 ref", kind, T, hs);
     }
     same = true;
     for (int k = 1; k < NSCHED; k++) same &= same_bits(edq[0], edq[k]);
-    snprintf(what, sizeof what, "%s bwd T%d hs%d schedules bitwise", kind, T, hs);
-    row(what, same ? 0.0 : INFINITY, 0.0);
+    row(same ? 0.0 : INFINITY, 0.0, "%s bwd T%d hs%d schedules bitwise", kind, T, hs);
 }
 
 int main(void)

@@ -31,11 +31,12 @@
  * float atomics add in schedule order on the device too: each schedule is
  * compared with the CPU instead. Exit 0 when every row is ok. */
 #include "cuda_emul.h"
+#define EMUL_RNG_SEED 0x243f6a8885a308d3ull
+#include "emul_check.h"
 
 #include "../../src/zt_kernels_cuda.cuh"
 
 #include <chrono>
-#include <stdarg.h>
 #include <string>
 #include <vector>
 
@@ -46,50 +47,7 @@ extern "C" {
 #define SMS 1  /* grid_for caps grids at 32 blocks: strides of 8192 elements */
 #define EXACT 0.0
 
-static int n_rows, n_bad;
 static const zt_backend_t *const H = &zt_backend_cpu;
-
-static uint64_t rng = 0x243f6a8885a308d3ull;
-static uint32_t urand(void)
-{
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
-}
-static float frand(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((urand() >> 8) * (1.0 / 16777216.0));
-}
-static std::vector<float> rand_vec(size_t n, float lo, float hi)
-{
-    std::vector<float> v(n);
-    for (auto &x : v) x = frand(lo, hi);
-    return v;
-}
-
-static void row(double err, double bound, const char *fmt, ...)
-{
-    char what[96];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    const bool ok = std::isfinite(err) && err <= bound;
-    printf("  %-52s %10.3e %8.1e  %s\n", what, err, bound, ok ? "ok" : "FAIL");
-    n_rows++;
-    n_bad += !ok;
-}
-
-/* normwise relative error; any non-finite value where the reference is finite fails */
-static double rel_err(const std::vector<float> &got, const std::vector<float> &ref)
-{
-    double maxdiff = 0.0, maxref = 0.0;
-    for (size_t i = 0; i < got.size(); i++) {
-        if (!std::isfinite(got[i])) return INFINITY;
-        maxdiff = std::max(maxdiff, fabs((double)got[i] - ref[i]));
-        maxref = std::max(maxref, fabs((double)ref[i]));
-    }
-    return maxdiff / (maxref > 0 ? maxref : 1e-30);
-}
 
 /* elements whose bits differ (bit-exact rows report this count) */
 template <class T> static double bit_diffs(const std::vector<T> &a, const std::vector<T> &b)
