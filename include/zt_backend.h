@@ -74,6 +74,18 @@ typedef struct zt_backend {
      * dinp, dbias may be NULL to skip. */
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC, int transw);
+    /* The MLP's up projection and its activation as one operation, so that a backend
+     * can apply GELU in its GEMM's epilogue: pre (N,OC) = inp (N,C) @ W (C,OC) + bias ;
+     * out (N,OC) = gelu(pre). pre is what gelu_matmul_backward needs. */
+    void (*matmul_gelu_forward)(float *out, float *pre, const float *inp, const float *weight,
+                                const float *bias, int N, int C, int OC);
+    /* The backward of y (N,OC) = gelu(pre) @ W (C,OC) + bias, where act (N,C) = gelu(pre)
+     * as stored: dweight += act^T @ dy ; dbias (OC) += colsum(dy) (dbias may be NULL) ;
+     * then dpre (N,C) = (dy @ W^T) * gelu'(pre), overwritten. The gradients of W come
+     * first, so dpre may be act itself (the model reuses that buffer). */
+    void (*gelu_matmul_backward)(float *dpre, float *dweight, float *dbias, const float *dy,
+                                 const float *act, const float *pre, const float *weight, int N,
+                                 int C, int OC);
     /* Causal self-attention, flash-style: no (B,NH,T,T) matrix is kept or needed.
      * qkv (B,T,3C) as [q | k | v], head h at channels h*hs (hs = C/NH) -> out (B,T,C);
      * lse (B,NH,T) = log sum_{j<=t} exp(s_tj), the natural log-sum-exp of the scaled

@@ -50,6 +50,12 @@ int zt_cuda_device_info(char *name, size_t namelen, size_t *total_bytes, size_t 
  * against the allocator's. */
 size_t zt_cuda_memory_peak(void);
 
+/* Whether the MLP's GELU has run in cuBLASLt's epilogue (matmul_gelu_forward,
+ * gelu_matmul_backward): 1 once the probe accepted it at some precision, else 0;
+ * `why` gets one phrase on where GELU runs (and why not the epilogue), `calls` the
+ * number of fused GEMMs so far. Either may be NULL. */
+int zt_cuda_gelu_epilogue(char *why, size_t len, long *calls);
+
 #ifdef __cplusplus
 }
 #endif

@@ -385,11 +385,14 @@ static uint32_t align_of(const void *p)
     return al;
 }
 
+/* What a GEMM's epilogue does besides D = op(A) op(B) + beta D. */
+enum { EPI_PLAIN, EPI_BIAS, EPI_GELU, EPI_GELU_BIAS, EPI_DGELU };
+
 typedef struct {
-    int m, n, k, ta, tb, beta1, bias;
-    uint32_t al_a, al_b, al_d;
+    int m, n, k, ta, tb, beta1, epi;
+    uint32_t al_a, al_b, al_d, al_aux;
     cublasComputeType_t compute;
-    int found;              /* 0: the heuristic had nothing (bias: use the plain GEMM) */
+    int found;              /* 0: the heuristic had nothing (an epilogue: the caller composes) */
     cublasLtMatmulAlgo_t algo;
 } algo_entry_t;
 
@@ -397,12 +400,15 @@ typedef struct {
 static algo_entry_t g_algos[ALGO_CACHE];
 static int g_nalgos;
 
-/* Column-major D (m,n) = op(A) (m,k) op(B) (k,n) + beta D (+ bias (m) broadcast over
- * the columns, in the GEMM's epilogue), fp32 everywhere. Returns 0, or -1 when a
- * bias was asked for and cuBLASLt has no algorithm with that epilogue here (the
- * caller adds it itself); without a bias, no algorithm is fatal. */
+/* Column-major D (m,n) = op(A) (m,k) op(B) (k,n) + beta D, fp32 everywhere, and the
+ * epilogue `epi`: + bias (m) broadcast over the columns (EPI_BIAS), then D = gelu(D)
+ * with the pre-activation stored to aux (EPI_GELU[_BIAS]), or D *= gelu'(aux)
+ * (EPI_DGELU); aux is (m,n) with leading dimension auxld. Returns 0, or -1 when an
+ * epilogue was asked for and cuBLASLt has no algorithm with it here (the caller
+ * composes the operation itself); a plain GEMM without an algorithm is fatal. */
 static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B,
-                      int ldb, float *D, int ldd, float beta, const float *bias)
+                      int ldb, float *D, int ldd, float beta, int epi, const float *bias,
+                      const float *aux, int64_t auxld)
 {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -410,25 +416,37 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
     ZT_CUBLAS(cublasLtMatmulDescCreate(&op, g_compute, CUDA_R_32F));
     ZT_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     ZT_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    if (bias) {
-        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        ZT_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (epi != EPI_PLAIN) {
+        static const cublasLtEpilogue_t lt_epi[] = {
+            CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX,
+            CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU};
+        ZT_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt_epi[epi],
+                                                 sizeof lt_epi[epi]));
+    }
+    if (epi == EPI_BIAS || epi == EPI_GELU_BIAS)
         ZT_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (epi == EPI_GELU || epi == EPI_GELU_BIAS || epi == EPI_DGELU) {
+        ZT_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                 sizeof aux));
+        ZT_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxld,
+                                                 sizeof auxld));
     }
     /* stored shapes: A is (m,k) or (k,m) when transposed, likewise B */
     ZT_CUBLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta ? k : m, ta ? m : k, lda));
     ZT_CUBLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
     ZT_CUBLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
 
+    /* the heuristic reads the aux pointer for its alignment, so that is in the key */
     uint32_t al_a = align_of(A), al_b = align_of(B), al_d = align_of(D);
-    int beta1 = beta != 0.0f, with_bias = bias != NULL;
+    uint32_t al_aux = aux ? align_of(aux) : 0;
+    int beta1 = beta != 0.0f;
     const cublasLtMatmulAlgo_t *algo = NULL;
     int known = 0;
     for (int i = 0; i < g_nalgos; i++) {
         algo_entry_t *e = &g_algos[i];
         if (e->m == m && e->n == n && e->k == k && e->ta == ta && e->tb == tb &&
-            e->beta1 == beta1 && e->bias == with_bias && e->al_a == al_a && e->al_b == al_b &&
-            e->al_d == al_d && e->compute == g_compute) {
+            e->beta1 == beta1 && e->epi == epi && e->al_a == al_a && e->al_b == al_b &&
+            e->al_d == al_d && e->al_aux == al_aux && e->compute == g_compute) {
             algo = e->found ? &e->algo : NULL;
             known = 1;
             break;
@@ -449,19 +467,21 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
         ZT_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
         int found = 0;
-        /* "no algorithm" comes back as NOT_SUPPORTED: report it with the shape below */
+        /* "no algorithm" comes back as NOT_SUPPORTED (or, for an epilogue this
+         * cuBLASLt rejects with these types, INVALID_VALUE): reported below */
         cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt, op, la, lb, ld, ld, pref, 1, &res,
                                                            &found);
-        if (hs == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;
+        if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (epi != EPI_PLAIN && hs == CUBLAS_STATUS_INVALID_VALUE))
+            found = 0;
         else ZT_CUBLAS(hs);
         ZT_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
-        if (found < 1 && !with_bias)
+        if (found < 1 && epi == EPI_PLAIN)
             zt_fatal("cuBLASLt found no algorithm for m=%d n=%d k=%d ta=%d tb=%d (alignments %u %u "
                      "%u, compute type %d)", m, n, k, ta, tb, al_a, al_b, al_d, (int)g_compute);
         if (g_nalgos < ALGO_CACHE) {
             algo_entry_t *e = &g_algos[g_nalgos++];
             e->m = m; e->n = n; e->k = k; e->ta = ta; e->tb = tb; e->beta1 = beta1;
-            e->bias = with_bias; e->al_a = al_a; e->al_b = al_b; e->al_d = al_d;
+            e->epi = epi; e->al_a = al_a; e->al_b = al_b; e->al_d = al_d; e->al_aux = al_aux;
             e->compute = g_compute; e->found = found > 0;
             e->algo = res.algo;
             algo = found > 0 ? &e->algo : NULL;
@@ -471,8 +491,17 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
     }
     if (algo) {
         const float alpha = 1.0f;
-        ZT_CUBLAS(cublasLtMatmul(g_lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, algo, g_workspace,
-                                 g_workspace_bytes, g_stream));
+        cublasStatus_t ms = cublasLtMatmul(g_lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, algo,
+                                           g_workspace, g_workspace_bytes, g_stream);
+        /* an epilogue the heuristic offered but the launch rejects (argument checks,
+         * nothing ran): remembered as unavailable, the caller composes */
+        if (ms != CUBLAS_STATUS_SUCCESS && epi != EPI_PLAIN) {
+            for (int i = 0; i < g_nalgos; i++)
+                if (&g_algos[i].algo == algo) g_algos[i].found = 0;
+            algo = NULL;
+        } else {
+            ZT_CUBLAS(ms);
+        }
     }
     ZT_CUBLAS(cublasLtMatrixLayoutDestroy(la));
     ZT_CUBLAS(cublasLtMatrixLayoutDestroy(lb));
@@ -493,7 +522,7 @@ static void gemm_rm(int ta, int tb, int M, int Nn, int K, const float *A, const 
         return;
     }
     int lda = ta ? M : K, ldb = tb ? K : Nn;
-    lt_gemm_cm(tb, ta, Nn, M, K, B, ldb, A, lda, C, Nn, beta, NULL);
+    lt_gemm_cm(tb, ta, Nn, M, K, B, ldb, A, lda, C, Nn, beta, EPI_PLAIN, NULL, NULL, 0);
 }
 
 
@@ -508,7 +537,8 @@ static void cuda_matmul_forward(float *out, const float *inp, const float *weigh
      * cuBLASLt wants the bias 16-byte aligned in practice (parameter views in flat
      * unit buffers need not be), and may have no epilogue algorithm: then a kernel. */
     if (bias && N > 0 && OC > 0 && C > 0 && align_of(bias) >= 16 &&
-        lt_gemm_cm(transw, 0, OC, N, C, weight, transw ? C : OC, inp, C, out, OC, 0.0f, bias) == 0)
+        lt_gemm_cm(transw, 0, OC, N, C, weight, transw ? C : OC, inp, C, out, OC, 0.0f, EPI_BIAS, bias,
+                   NULL, 0) == 0)
         return;
     gemm_rm(0, transw, N, OC, C, inp, weight, out, 0.0f);
     if (bias) {
@@ -753,6 +783,136 @@ extern "C" size_t zt_cuda_memory_peak(void)
     return (size_t)high;
 }
 
+/* ---- the MLP's GEMMs with GELU in cuBLASLt's epilogue ------------------------ *
+ *
+ * cuBLASLt's GELU is the tanh approximation (as ours and GPT-2's), but its
+ * implementation is not documented: before the first fused call at a precision the
+ * epilogues are probed on a small GEMM whose products are exact (an identity
+ * weight and operands on the bf16 grid), and compared with this backend's own GELU
+ * kernels. They are used only below ZT_MATMUL_HIGHEST: in fp32 runs every kernel
+ * matches the CPU backend to fp32 rounding, which an approximation inside a
+ * library need not. The saving: two (N,4C) passes per block forward (gelu's read
+ * and write) and three backward. */
+
+static int g_gelu_epi[3] = {-1, -1, -1}; /* by precision: -1 not probed, 0 no, 1 yes */
+static long g_gelu_epi_calls;
+static char g_gelu_epi_why[160];
+
+/* max |got - want| / (1e-5 + 1e-4 |want|) over n device floats, and where */
+static double probe_excess(const float *got_d, const float *want_d, size_t n, size_t *at)
+{
+    float *got = (float *)malloc(2 * n * sizeof(float)), *want = got + n;
+    if (!got) zt_fatal("out of host memory (%zu bytes) probing cuBLASLt's GELU", 2 * n * sizeof(float));
+    ZT_CUDA(cudaMemcpyAsync(got, got_d, n * sizeof(float), cudaMemcpyDeviceToHost, g_stream));
+    ZT_CUDA(cudaMemcpyAsync(want, want_d, n * sizeof(float), cudaMemcpyDeviceToHost, g_stream));
+    ZT_CUDA(cudaStreamSynchronize(g_stream));
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]) / (1e-5 + 1e-4 * fabs((double)want[i]));
+        if (!(e <= worst)) worst = e, *at = i; /* NaN counts as worst */
+    }
+    free(got);
+    return worst;
+}
+
+/* 1 when cuBLASLt's GELU epilogues agree with gelu_forward_k / gelu_backward_k at the
+ * current precision. y (N,F) = x (N,F) @ I + b, x on a 1/8 grid in [-6, 6) and b on
+ * a 1/64 grid: every product is exact even when the operands are rounded to bf16,
+ * so any difference is the epilogue's. */
+static int gelu_epilogue_ok(void)
+{
+    int *state = &g_gelu_epi[g_precision];
+    if (*state >= 0) return *state;
+    enum { N = 96, F = 64 };
+    const size_t n = (size_t)N * F;
+    float *h = (float *)calloc(n + (size_t)F * F + F, sizeof(float));
+    if (!h) zt_fatal("out of host memory probing cuBLASLt's GELU");
+    float *hx = h, *hw = h + n, *hb = hw + (size_t)F * F;
+    for (size_t i = 0; i < n; i++) hx[i] = (float)((long)((i * 37) % 96) - 48) / 8.0f;
+    for (int j = 0; j < F; j++) hw[(size_t)j * F + j] = 1.0f, hb[j] = (float)(j - 32) / 64.0f;
+    /* x | w | b as on the host, then pre, out, want (offsets keep 256-byte alignment) */
+    float *d = (float *)cuda_alloc((4 * n + (size_t)F * F + F) * sizeof(float));
+    float *x = d, *w = x + n, *b = w + (size_t)F * F, *pre = b + F, *out = pre + n, *want = out + n;
+    ZT_CUDA(cudaMemcpyAsync(x, hx, (n + (size_t)F * F + F) * sizeof(float), cudaMemcpyHostToDevice,
+                            g_stream));
+    double e1 = INFINITY, e2 = INFINITY, e3 = INFINITY;
+    size_t at = 0;
+    /* forward: pre = x + b exactly, out = gelu(pre) */
+    if (lt_gemm_cm(0, 0, F, N, F, w, F, x, F, out, F, 0.0f, EPI_GELU_BIAS, b, pre, F) == 0) {
+        ZT_CUDA(cudaMemcpyAsync(want, x, n * sizeof(float), cudaMemcpyDeviceToDevice, g_stream));
+        add_bias_k<<<ELEM_LAUNCH(n)>>>(want, b, n, F);
+        ZT_LAUNCHED();
+        e1 = probe_excess(pre, want, n, &at);
+        gelu_forward_k<<<ELEM_LAUNCH(n)>>>(want, pre, n);
+        ZT_LAUNCHED();
+        e2 = probe_excess(out, want, n, &at);
+        /* backward, transposed weight as gelu_matmul_backward has it: out = (x @ I^T) *
+         * gelu'(pre), x standing in for dy */
+        if (e1 <= 1.0 && e2 <= 1.0 &&
+            lt_gemm_cm(1, 0, F, N, F, w, F, x, F, out, F, 0.0f, EPI_DGELU, NULL, pre, F) == 0) {
+            gelu_backward_k<<<ELEM_LAUNCH(n)>>>(want, pre, x, n);
+            ZT_LAUNCHED();
+            e3 = probe_excess(out, want, n, &at);
+        }
+    }
+    cuda_free(d);
+    free(h);
+    *state = e1 <= 1.0 && e2 <= 1.0 && e3 <= 1.0;
+    if (*state)
+        snprintf(g_gelu_epi_why, sizeof g_gelu_epi_why, "in cuBLASLt's epilogue");
+    else if (isinf(e1) || isinf(e3))
+        snprintf(g_gelu_epi_why, sizeof g_gelu_epi_why, "a kernel: this cuBLASLt has no GELU epilogue here");
+    else
+        snprintf(g_gelu_epi_why, sizeof g_gelu_epi_why,
+                 "a kernel: cuBLASLt's GELU epilogue differs from ztrain's (%s %.3g x the tolerance "
+                 "at element %zu)", e1 > 1.0 ? "pre-activation" : e2 > 1.0 ? "gelu" : "gelu'",
+                 e1 > 1.0 ? e1 : e2 > 1.0 ? e2 : e3, at);
+    return *state;
+}
+
+extern "C" int zt_cuda_gelu_epilogue(char *why, size_t len, long *calls)
+{
+    if (why && len) snprintf(why, len, "%s", g_gelu_epi_why[0] ? g_gelu_epi_why : "a kernel");
+    if (calls) *calls = g_gelu_epi_calls;
+    int used = 0;
+    for (int i = 0; i < 3; i++) used |= g_gelu_epi[i] == 1;
+    return used;
+}
+
+static void cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *weight,
+                                     const float *bias, int N, int C, int OC)
+{
+    ensure_init();
+    // pre (N,OC) = inp (N,C) @ W (C,OC) + bias ; out = gelu(pre). Column-major: pre^T (OC,N).
+    if (g_precision != ZT_MATMUL_HIGHEST && N > 0 && OC > 0 && C > 0 && OC % 8 == 0 &&
+        (!bias || align_of(bias) >= 16) && gelu_epilogue_ok() &&
+        lt_gemm_cm(0, 0, OC, N, C, weight, OC, inp, C, out, OC, 0.0f, bias ? EPI_GELU_BIAS : EPI_GELU,
+                   bias, pre, OC) == 0) {
+        g_gelu_epi_calls++;
+        return;
+    }
+    cuda_matmul_forward(pre, inp, weight, bias, N, C, OC, 0);
+    cuda_gelu_forward(out, pre, (size_t)N * OC);
+}
+
+static void cuda_gelu_matmul_backward(float *dpre, float *dweight, float *dbias, const float *dy,
+                                      const float *act, const float *pre, const float *weight, int N,
+                                      int C, int OC)
+{
+    ensure_init();
+    // W's gradients first: dpre may be act (stream order keeps the GEMMs apart)
+    cuda_matmul_backward(NULL, dweight, dbias, dy, act, weight, N, C, OC, 0);
+    if (N <= 0 || C <= 0) return;
+    // dpre (N,C) = (dy (N,OC) @ W^T) * gelu'(pre) ; column-major dpre^T (C,N) = W (C,OC) dy^T
+    if (g_precision != ZT_MATMUL_HIGHEST && OC > 0 && C % 8 == 0 && gelu_epilogue_ok() &&
+        lt_gemm_cm(1, 0, C, N, OC, weight, OC, dy, OC, dpre, C, 0.0f, EPI_DGELU, NULL, pre, C) == 0) {
+        g_gelu_epi_calls++;
+        return;
+    }
+    gemm_rm(0, 1, N, C, OC, dy, weight, dpre, 0.0f);
+    cuda_gelu_backward(dpre, pre, dpre, (size_t)N * C);
+}
+
 /* ---- the backend ----------------------------------------------------------- */
 
 extern "C" const zt_backend_t zt_backend_cuda = {
@@ -777,6 +937,8 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .layernorm_backward = cuda_layernorm_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
+    .matmul_gelu_forward = cuda_matmul_gelu_forward,
+    .gelu_matmul_backward = cuda_gelu_matmul_backward,
     .attention_forward = zt_cuda_attention_forward,
     .attention_backward = zt_cuda_attention_backward,
     .gelu_forward = cuda_gelu_forward,

@@ -271,20 +271,24 @@ static void cpu_matmul_forward(float *restrict out, const float *restrict inp,
                     beta, out, OC);
 }
 
-static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
-                                float *restrict dbias, const float *restrict dout,
-                                const float *restrict inp, const float *restrict weight, int N,
-                                int C, int OC, int transw)
+/* dinp (N,C) = dout (N,OC) @ W^T, overwritten (beta = 0) */
+static void matmul_dinp(float *restrict dinp, const float *restrict dout,
+                        const float *restrict weight, int N, int C, int OC, int transw)
 {
-    // dout (N,OC), inp (N,C); dinp is overwritten (beta = 0), the parameter gradients accumulate
-    if (dinp) {
-        if (transw) /* dinp (N,C) = dout (N,OC) @ W (OC,C) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC,
-                        weight, C, 0.0f, dinp, C);
-        else /* dinp (N,C) = dout (N,OC) @ W^T, W (C,OC) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight,
-                        OC, 0.0f, dinp, C);
-    }
+    if (transw) /* W (OC,C) as stored */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
+                    C, 0.0f, dinp, C);
+    else /* W (C,OC) transposed */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight, OC,
+                    0.0f, dinp, C);
+}
+
+/* the parameter gradients, accumulated: dW += (inp^T @ dout, or its transpose) ;
+ * dbias += colsum(dout) when dbias */
+static void matmul_dparams(float *restrict dweight, float *restrict dbias,
+                           const float *restrict dout, const float *restrict inp, int N, int C,
+                           int OC, int transw)
+{
     if (transw) /* dW (OC,C) += dout^T @ inp */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
                     1.0f, dweight, C);
@@ -304,6 +308,16 @@ static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
             }
         }
     }
+}
+
+static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
+                                float *restrict dbias, const float *restrict dout,
+                                const float *restrict inp, const float *restrict weight, int N,
+                                int C, int OC, int transw)
+{
+    // dout (N,OC), inp (N,C); dinp is overwritten, the parameter gradients accumulate
+    if (dinp) matmul_dinp(dinp, dout, weight, N, C, OC, transw);
+    matmul_dparams(dweight, dbias, dout, inp, N, C, OC, transw);
 }
 
 /* -------------------------------------------------------------- attention -- */
@@ -492,17 +506,42 @@ static void cpu_gelu_forward(float *restrict out, const float *restrict inp, siz
     }
 }
 
+/* d/dx [x s(z)] = s + x s (1 - s) dz/dx, dz/dx = 2k (1 + 3 * 0.044715 x^2) */
+static inline float gelu_grad(float x)
+{
+    float s1s;
+    float sg = gelu_sig(x, &s1s);
+    float dz = 2.0f * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    return sg + x * s1s * dz;
+}
+
 static void cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
                               const float *restrict dout, size_t n)
 {
-    /* d/dx [x s(z)] = s + x s (1 - s) dz/dx, dz/dx = 2k (1 + 3 * 0.044715 x^2) */
 #pragma omp parallel for simd if (n >= ZT_PAR_MIN) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float s1s, x = inp[i];
-        float sg = gelu_sig(x, &s1s);
-        float dz = 2.0f * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = (sg + x * s1s * dz) * dout[i];
-    }
+    for (size_t i = 0; i < n; i++) dinp[i] = gelu_grad(inp[i]) * dout[i];
+}
+
+/* OpenBLAS's sgemm has no epilogue: on the CPU the fused operations are composed. */
+static void cpu_matmul_gelu_forward(float *restrict out, float *restrict pre,
+                                    const float *restrict inp, const float *restrict weight,
+                                    const float *restrict bias, int N, int C, int OC)
+{
+    cpu_matmul_forward(pre, inp, weight, bias, N, C, OC, 0);
+    cpu_gelu_forward(out, pre, (size_t)N * OC);
+}
+
+/* dpre may be act: the parameter gradients read act before dpre is written */
+static void cpu_gelu_matmul_backward(float *dpre, float *restrict dweight, float *restrict dbias,
+                                     const float *restrict dy, const float *act,
+                                     const float *restrict pre, const float *restrict weight, int N,
+                                     int C, int OC)
+{
+    matmul_dparams(dweight, dbias, dy, act, N, C, OC, 0);
+    matmul_dinp(dpre, dy, weight, N, C, OC, 0);
+    const size_t n = (size_t)N * C;
+#pragma omp parallel for simd if (n >= ZT_PAR_MIN) schedule(static)
+    for (size_t i = 0; i < n; i++) dpre[i] = gelu_grad(pre[i]) * dpre[i];
 }
 
 static void cpu_residual_forward(float *restrict out, const float *restrict a,
@@ -779,6 +818,8 @@ const zt_backend_t zt_backend_cpu = {
     .layernorm_backward = cpu_layernorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
+    .matmul_gelu_forward = cpu_matmul_gelu_forward,
+    .gelu_matmul_backward = cpu_gelu_matmul_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .gelu_forward = cpu_gelu_forward,

@@ -208,7 +208,6 @@ struct zt_model {
     int head_rows, head_first;  /* chunk rows; first row of the chunk the buffer holds */
     float *losses;              /* (N) */
     float *dres, *dres2;        /* (N,C) residual-stream gradients */
-    float *dbig;                /* (N,4C) scratch */
     float *dqkv;                /* (N,3C) */
     int32_t *inputs, *targets;  /* (N) backend memory */
     float *host_losses;         /* (N) */
@@ -245,7 +244,7 @@ size_t zt_model_activation_bytes_estimate(zt_model_dims_t d, int B, int T, int r
     size_t floats = (size_t)d.L * N * C /* x_in */ + (recompute ? 1 : (size_t)d.L) * per_block;
     floats += N * C /*x_out*/ + N * C + 2 * N /*lnf*/ + (size_t)head_rows_for(N, d.V) * d.V /*logits*/ +
               N /*losses*/;
-    floats += 2 * N * C + 4 * N * C + 3 * N * C; /* dres, dres2, dbig, dqkv */
+    floats += 2 * N * C + 3 * N * C; /* dres, dres2, dqkv */
     return floats * sizeof(float) + 2 * N * sizeof(int32_t);
 }
 
@@ -317,7 +316,6 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->losses = act_alloc(m, N * F);
     m->dres = act_alloc(m, N * C * F);
     m->dres2 = act_alloc(m, N * C * F);
-    m->dbig = act_alloc(m, 4 * N * C * F);
     m->dqkv = act_alloc(m, 3 * N * C * F);
     m->inputs = act_alloc(m, N * sizeof(int32_t));
     m->targets = act_alloc(m, N * sizeof(int32_t));
@@ -338,7 +336,7 @@ void zt_model_free(zt_model_t *m)
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
     }
     float *bufs[] = {m->x_out, m->lnf, m->lnf_mean, m->lnf_rstd, m->logits, m->losses,
-                     m->dres, m->dres2, m->dbig, m->dqkv};
+                     m->dres, m->dres2, m->dqkv};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
     be->free(m->inputs);
     be->free(m->targets);
@@ -381,8 +379,8 @@ static void block_forward(zt_model_t *m, block_acts_t *a, const float *w, float 
     be->residual_forward(a->res2, a->res2, a->x_in, (size_t)N * C);
     be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w + m->o_ln2w, w + m->o_ln2b,
                           N, C);
-    be->matmul_forward(a->fch, a->ln2, w + m->o_fcw, w + m->o_fcb, N, C, 4 * C, 0); // (N,4C)
-    be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    be->matmul_gelu_forward(a->fch_gelu, a->fch, a->ln2, w + m->o_fcw, w + m->o_fcb, N, C,
+                            4 * C); // (N,4C) each
     be->matmul_forward(out, a->fch_gelu, w + m->o_fcpw, w + m->o_fcpb, N, 4 * C, C, 0);
     be->residual_forward(out, out, a->res2, (size_t)N * C);
 }
@@ -469,18 +467,17 @@ void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw)
     block_acts_t *a = &m->blk[l];
     if (m->recompute) {
         /* re-run the forward to refill the shared buffers; the output goes to a
-         * scratch (dbig) because the next block's x_in must stay intact */
-        block_forward(m, a, w, m->dbig);
+         * scratch (dres2, free until dln2 below) because the next block's x_in must
+         * stay intact */
+        block_forward(m, a, w, m->dres2);
     }
-    /* m->dres holds dL/d(block output) (N,C). Output = res2 + fcproj(gelu(fc(ln2(res2)))). */
-    float *dfcg = m->dbig; /* (N,4C) */
-    be->matmul_backward(dfcg, dw + m->o_fcpw, dw + m->o_fcpb, m->dres, a->fch_gelu, w + m->o_fcpw,
-                        N, 4 * C, C, 0);
-    /* dfch = gelu'(fch) * dfcg into fch_gelu: no longer needed in this backward, and of
-     * the right size. Input gradients are overwritten, so no buffer here is zeroed first
-     * (but dqkv: attention accumulates). */
+    /* m->dres holds dL/d(block output) (N,C). Output = res2 + fcproj(gelu(fc(ln2(res2)))).
+     * dfch = gelu'(fch) * (dres @ Wfcp^T) goes into fch_gelu, which fcproj's weight
+     * gradient reads first and nothing needs after: no (N,4C) scratch. Input gradients
+     * are overwritten, so no buffer here is zeroed first (but dqkv: attention accumulates). */
     float *dfch = a->fch_gelu;
-    be->gelu_backward(dfch, a->fch, dfcg, 4 * NC);
+    be->gelu_matmul_backward(dfch, dw + m->o_fcpw, dw + m->o_fcpb, m->dres, a->fch_gelu, a->fch,
+                             w + m->o_fcpw, N, 4 * C, C);
     /* dres2 = dres + ln2 backward(dfch @ Wfc^T) */
     float *dln2 = m->dres2;
     be->matmul_backward(dln2, dw + m->o_fcw, dw + m->o_fcb, dfch, a->ln2, w + m->o_fcw, N, C,

@@ -1089,6 +1089,14 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         if (dev_peak > 0)
             zt_log("memory: device peak over ranks %s (the CUDA memory pool's high-water mark)",
                    zt_fmt_bytes(dev_peak, b[0], 32));
+#ifdef ZT_HAVE_CUDA
+        if (!r->be->host_memory) {
+            char where[160];
+            long fused = 0;
+            zt_cuda_gelu_epilogue(where, sizeof where, &fused);
+            zt_log("gelu: %s (rank 0: %ld fused GEMMs)", where, fused);
+        }
+#endif
         if (r->rank == 0 && cfg->log.plot && r->train_hist.n > 0) {
             snprintf(path, sizeof path, "%s/loss.svg", cfg->train.output_dir);
             write_plot(r, path);

@@ -278,9 +278,19 @@ static double bench_step(int level)
         char nm[40];
         if (g->transw) snprintf(sh, sizeof sh, "%dx%d @ (%dx%d)^T", M, g->K, g->OC, g->K);
         else snprintf(sh, sizeof sh, "%dx%d @ %dx%d", M, g->K, g->K, g->OC);
+        /* the model runs fc's forward with GELU and fcproj's backward with GELU's
+         * backward as one operation each (the GEMM's epilogue on the GPU below fp32):
+         * those rows count in the step, the plain GEMM is printed beside them */
+        const int fc = strcmp(g->name, "fc") == 0, fcproj = strcmp(g->name, "fcproj") == 0;
         snprintf(nm, sizeof nm, "matmul_fwd %s", g->name);
         TIME_MS(ms, be->matmul_forward(out, a, w, bias, M, g->K, g->OC, g->transw));
-        add_row(nm, sh, ms, fl, fl, 0, g->calls);
+        add_row(nm, sh, ms, fl, fl, 0, fc ? 0 : g->calls);
+        if (fc) {
+            float *pre = be->alloc((size_t)M * g->OC * F);
+            TIME_MS(ms, be->matmul_gelu_forward(out, pre, a, w, bias, M, g->K, g->OC));
+            add_row("matmul_gelu_fwd fc", sh, ms, fl, fl, 0, g->calls);
+            be->free(pre);
+        }
         if (g->transw) { /* the head's logits feed the cross-entropy next */
             logits = out;
             be->free(a), be->free(da);
@@ -288,7 +298,13 @@ static double bench_step(int level)
         }
         snprintf(nm, sizeof nm, "matmul_bwd %s", g->name);
         TIME_MS(ms, be->matmul_backward(da, dw, db, out, a, w, M, g->K, g->OC, g->transw));
-        add_row(nm, sh, ms, 2 * fl, 2 * fl, 0, g->calls);
+        add_row(nm, sh, ms, 2 * fl, 2 * fl, 0, fcproj ? 0 : g->calls);
+        if (fcproj) {
+            float *pre = rnd((size_t)M * g->K, 6.0f);
+            TIME_MS(ms, be->gelu_matmul_backward(da, dw, db, out, a, pre, w, M, g->K, g->OC));
+            add_row("gelu_matmul_bwd fcproj", sh, ms, 2 * fl, 2 * fl, 0, g->calls);
+            be->free(pre);
+        }
         float *bufs[] = {a, out, w, bias, da, dw, db};
         for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) be->free(bufs[k]);
     }
@@ -327,15 +343,16 @@ static double bench_step(int level)
         be->free(qkv), be->free(ao), be->free(lse), be->free(dqkv), be->free(dao);
     }
 
-    /* gelu over (N,4C); backward overwrites dinp */
+    /* gelu over (N,4C), backward overwriting dinp: what the fused rows save or
+     * contain (no calls of their own in the step) */
     {
         const size_t n = 4 * NC;
         float *gi = rnd(n, 6.0f), *go = be->alloc(n * F), *gd = rnd(n, 1.0f);
         snprintf(sh, sizeof sh, "(%d,%d)", N, 4 * C);
         TIME_MS(ms, be->gelu_forward(go, gi, n));
-        add_row("gelu_fwd", sh, ms, 0, 0, F * 2.0 * n, L);
+        add_row("gelu_fwd", sh, ms, 0, 0, F * 2.0 * n, 0);
         TIME_MS(ms, be->gelu_backward(go, gi, gd, n));
-        add_row("gelu_bwd", sh, ms, 0, 0, F * 3.0 * n, L);
+        add_row("gelu_bwd", sh, ms, 0, 0, F * 3.0 * n, 0);
 
         /* the backward's scratch zeroing (zt_model_backward_block: dqkv (N,3C) per block,
          * for attention's accumulating backward; dres (N,C) in the head) */

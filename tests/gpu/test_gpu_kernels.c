@@ -232,6 +232,60 @@ static void test_matmul_bf16(void)
     gemm_bound = saved;
 }
 
+/* The MLP's fused halves: fc + GELU forward, fcproj's backward into GELU's input
+ * gradient (dpre written over act, as the model does). At ZT_MATMUL_HIGHEST they
+ * are composed on the GPU too; below it cuBLASLt's GELU epilogues run when the
+ * backend's probe accepted them, which the count of fused GEMMs shows. */
+static void matmul_gelu_case(int level, double bound)
+{
+    const int N = 130, C = 72, F = 200; /* F % 8 == 0: the epilogue's aux rows */
+    char name[64];
+    const char *tag = level == ZT_MATMUL_HIGHEST ? "fp32" : "bf16";
+    zt_backend_cuda.set_matmul_precision(level);
+    long calls0 = 0, calls1 = 0;
+    zt_cuda_gelu_epilogue(NULL, 0, &calls0);
+    /* inputs in [-3, 3): pre-activations spread over GELU's bend */
+    pair_t inp = pair_make((size_t)N * C, -3.0f, 3.0f, 0), W = pair_rand((size_t)C * F);
+    pair_t b = pair_rand(F), pre = pair_rand((size_t)N * F), act = pair_rand((size_t)N * F);
+    H->matmul_gelu_forward(act.h, pre.h, inp.h, W.h, b.h, N, C, F);
+    G->matmul_gelu_forward(act.d, pre.d, inp.d, W.d, b.d, N, C, F);
+    snprintf(name, sizeof name, "matmul_gelu_forward pre %s", tag);
+    check(name, &pre, bound);
+    snprintf(name, sizeof name, "matmul_gelu_forward out %s", tag);
+    check(name, &act, bound);
+    /* the backward from the CPU's forward on both sides: identical inputs */
+    G->from_host(pre.d, pre.h, pre.n * sizeof(float));
+    G->from_host(act.d, act.h, act.n * sizeof(float));
+    pair_t W2 = pair_rand((size_t)F * C), dy = pair_rand((size_t)N * C);
+    pair_t dW2 = pair_rand((size_t)F * C), db2 = pair_rand(C);
+    H->gelu_matmul_backward(act.h, dW2.h, db2.h, dy.h, act.h, pre.h, W2.h, N, F, C);
+    G->gelu_matmul_backward(act.d, dW2.d, db2.d, dy.d, act.d, pre.d, W2.d, N, F, C);
+    snprintf(name, sizeof name, "gelu_matmul_backward dpre %s", tag);
+    check(name, &act, bound);
+    snprintf(name, sizeof name, "gelu_matmul_backward dW (+=) %s", tag);
+    check(name, &dW2, bound);
+    snprintf(name, sizeof name, "gelu_matmul_backward db (+=) %s", tag);
+    check(name, &db2, 1e-5);
+    char why[160];
+    int used = zt_cuda_gelu_epilogue(why, sizeof why, &calls1);
+    /* fp32 never fuses; bf16 fuses both GEMMs exactly when the probe said yes */
+    int ok = level == ZT_MATMUL_HIGHEST ? calls1 == calls0 : calls1 - calls0 == (used ? 2 : 0);
+    printf("  %-34s %12ld %10s  %s (gelu: %s)\n", level == ZT_MATMUL_HIGHEST ? "fused GEMMs at fp32"
+           : "fused GEMMs at bf16", calls1 - calls0, "-", ok ? "ok" : "FAIL", why);
+    n_rows++;
+    n_bad += !ok;
+    CU_ASSERT(ok);
+    zt_backend_cuda.set_matmul_precision(gemm_precision);
+    pair_free(&inp); pair_free(&W); pair_free(&b); pair_free(&pre); pair_free(&act);
+    pair_free(&W2); pair_free(&dy); pair_free(&dW2); pair_free(&db2);
+}
+
+static void test_matmul_gelu(void)
+{
+    if (gemm_precision == ZT_MATMUL_HIGHEST) matmul_gelu_case(ZT_MATMUL_HIGHEST, gemm_bound);
+    matmul_gelu_case(ZT_MATMUL_MEDIUM, 1.5e-2);
+}
+
 /* Forward (out, lse) on both backends; the backward then gets the CPU's out and
  * lse on both sides, so it is compared on identical inputs. Returns the
  * forward's out error. */
@@ -488,6 +542,7 @@ static const zt_test_t tests[] = {
     { "layernorm", test_layernorm },
     { "matmul", test_matmul },
     { "matmul bf16 tensor cores", test_matmul_bf16 },
+    { "matmul + gelu fused", test_matmul_gelu },
     { "attention", test_attention },
     { "attention bf16 tensor cores", test_attention_bf16 },
     { "elementwise", test_elementwise },
