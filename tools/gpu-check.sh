@@ -318,8 +318,10 @@ bench() {  # name, key=value...: one training run of GPT-2 124M, one row of figu
         parallel.backend=cuda train.peak_tflops="$PEAK" train.output_dir="$dir" "$@"; then
         tps=$(field "$dir/metrics.jsonl" tokens_per_s); mfu=$(field "$dir/metrics.jsonl" mfu)
         st=$(field "$dir/metrics.jsonl" step_s)
+        # where GELU ran (cuBLASLt's epilogue below fp32 when its probe accepted it)
+        gelu=$(grep -o 'gelu: .*' "$LOG" | tail -n 1)
         row "  $name" info "$(awk -v t="$tps" -v m="$mfu" -v s="$st" 'BEGIN {
-            printf "%.0f tok/s, MFU %.1f%%, step %.1f ms", t, 100 * m, 1000 * s }')"
+            printf "%.0f tok/s, MFU %.1f%%, step %.1f ms", t, 100 * m, 1000 * s }'); ${gelu:-gelu: ?}"
         eval "step_$(echo "$name" | tr -c 'a-z0-9\n' '_')=$st"
     fi
 }
