@@ -1029,6 +1029,7 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     /* ...and where gradients are sharded (not the hybrids) the owned accumulators */
     const int host_grads = off && !persistent && !zt_strategy_is_hybrid(st);
     size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0, owned = 0;
+    size_t root_P = 0, block_P = 0;
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;
         zt_unit_layout_build(&lay, t, ui, n, o->layout);
@@ -1045,12 +1046,19 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
         all_gathered += P;
         if (o->layout == ZT_LAYOUT_PER_PARAM && n > 1 && P > pack) pack = P;
         owned = ZT_MAX(owned, S);
-        if (ui == 0) root = lay.numel;
-        else block = ZT_MAX(block, lay.numel);
+        if (ui == 0) root = lay.numel, root_P = P;
+        else block = ZT_MAX(block, lay.numel), block_P = ZT_MAX(block_P, P);
         zt_unit_layout_free(&lay);
     }
-    /* transient: one unit's full gradients plus the reduce-scatter landing buffer */
-    out->comm_buffers = pack * ZT_MAX(pb, gb) + (persistent ? 0 : largest * 4 + largest / (size_t)n * 4);
+    /* transient gradients. Where gradients are sharded a unit's full gradients live
+     * from its backward to its reduce-scatter: the root unit's through the whole
+     * backward (the tied wte gets the head's gradient first and the embedding's
+     * last), and, the reduction overlapping the next unit's backward, two blocks' at
+     * once; plus a reduce-scatter landing shard (zero1's too: its full gradients are
+     * the persistent accumulators). An upper bound, checked against the allocator's
+     * peak by tests/mpi/check_accounting.py. */
+    const size_t full = persistent ? 0 : (root_P + (n > 1 ? 2 : 1) * block_P) * 4;
+    out->comm_buffers = pack * ZT_MAX(pb, gb) + full + (n > 1 ? largest / (size_t)n * 4 : 0);
     /* 16-bit reductions: the rounded copy of a unit's gradients and its landing shard */
     if (reduce16 && (st != ZT_DDP ? n > 1 : replica_n > 1))
         out->comm_buffers += largest * 2 + (st != ZT_DDP ? largest / (size_t)n * 2 : 0);

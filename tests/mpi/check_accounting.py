@@ -15,7 +15,8 @@ shape (flat layout, fp32):
   hybrid_shard   as zero3 inside the shard group, plus all-reduce 4*sum(S) across replicas
 Memory (bytes per rank): ddp 4/4/8 x Psi; zero1 params 4*sum(P), grads 4*sum(P)+4*sum(S),
 optimizer 8*sum(S); zero2 params 4*sum(P), grads 4*sum(S); zero3 and hybrid 4/4/8 x sum(S),
-i.e. 16*Psi/n plus padding.
+i.e. 16*Psi/n plus padding. Transient buffers (reduction buffers, gathered units):
+the measured peak must not exceed the estimate.
 
 Dtype bytes (both optional; without them everything is fp32 as above):
   --bf16         train.bf16 = true: working parameters are bf16, so params and
@@ -103,6 +104,11 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     for name, want in zip(("params", "grads", "optimizer"), mem):
         if est[name] != want: bad.append(f"estimate {name} {est[name]} != formula {want}")
         if meas[name] != want: bad.append(f"measured {name} {meas[name]} != formula {want}")
+    # transient buffers: the estimate is the bound the pre-flight memory check trusts,
+    # so the allocator's peak must not exceed it
+    for name in ("buffers", "gathered"):
+        if meas[name] > est[name]:
+            bad.append(f"measured {name} peak {meas[name]} exceeds the estimate {est[name]}")
     for src, m in (("estimate", est), ("measured", meas)):
         if m.get("host", 0) != host: bad.append(f"{src} host {m.get('host')} != formula {host}")
     if strategy in ("zero3", "hybrid_shard") and n > 1 and not offload:
