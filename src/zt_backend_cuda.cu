@@ -390,7 +390,7 @@ enum { EPI_PLAIN, EPI_BIAS, EPI_GELU, EPI_GELU_BIAS, EPI_DGELU };
 
 typedef struct {
     int m, n, k, ta, tb, beta1, epi;
-    uint32_t al_a, al_b, al_d, al_aux;
+    uint32_t al_a, al_b, al_d, al_aux, al_bias;
     cublasComputeType_t compute;
     int found;              /* 0: the heuristic had nothing (an epilogue: the caller composes) */
     cublasLtMatmulAlgo_t algo;
@@ -436,9 +436,11 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
     ZT_CUBLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb ? n : k, tb ? k : n, ldb));
     ZT_CUBLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd));
 
-    /* the heuristic reads the aux pointer for its alignment, so that is in the key */
+    /* the heuristic reads the aux and bias pointers for their alignment (cublasLt.h,
+     * CUBLASLT_MATMUL_DESC_BIAS_POINTER / _EPILOGUE_AUX_POINTER), so both are in the key:
+     * an algorithm chosen for a 256-byte aligned bias may fault on a 16-byte one */
     uint32_t al_a = align_of(A), al_b = align_of(B), al_d = align_of(D);
-    uint32_t al_aux = aux ? align_of(aux) : 0;
+    uint32_t al_aux = aux ? align_of(aux) : 0, al_bias = bias ? align_of(bias) : 0;
     int beta1 = beta != 0.0f;
     const cublasLtMatmulAlgo_t *algo = NULL;
     int known = 0;
@@ -446,7 +448,8 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
         algo_entry_t *e = &g_algos[i];
         if (e->m == m && e->n == n && e->k == k && e->ta == ta && e->tb == tb &&
             e->beta1 == beta1 && e->epi == epi && e->al_a == al_a && e->al_b == al_b &&
-            e->al_d == al_d && e->al_aux == al_aux && e->compute == g_compute) {
+            e->al_d == al_d && e->al_aux == al_aux && e->al_bias == al_bias &&
+            e->compute == g_compute) {
             algo = e->found ? &e->algo : NULL;
             known = 1;
             break;
@@ -482,7 +485,7 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
             algo_entry_t *e = &g_algos[g_nalgos++];
             e->m = m; e->n = n; e->k = k; e->ta = ta; e->tb = tb; e->beta1 = beta1;
             e->epi = epi; e->al_a = al_a; e->al_b = al_b; e->al_d = al_d; e->al_aux = al_aux;
-            e->compute = g_compute; e->found = found > 0;
+            e->al_bias = al_bias; e->compute = g_compute; e->found = found > 0;
             e->algo = res.algo;
             algo = found > 0 ? &e->algo : NULL;
         } else {
