@@ -405,7 +405,8 @@ static int g_nalgos;
  * with the pre-activation stored to aux (EPI_GELU[_BIAS]), or D *= gelu'(aux)
  * (EPI_DGELU); aux is (m,n) with leading dimension auxld. Returns 0, or -1 when an
  * epilogue was asked for and cuBLASLt has no algorithm with it here (the caller
- * composes the operation itself); a plain GEMM without an algorithm is fatal. */
+ * composes the operation itself). A plain GEMM without a tensor-core algorithm runs
+ * in fp32; without any, it is fatal. */
 static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B,
                       int ldb, float *D, int ldd, float beta, int epi, const float *bias,
                       const float *aux, int64_t auxld)
@@ -478,7 +479,7 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
             found = 0;
         else ZT_CUBLAS(hs);
         ZT_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
-        if (found < 1 && epi == EPI_PLAIN)
+        if (found < 1 && epi == EPI_PLAIN && g_compute == CUBLAS_COMPUTE_32F)
             zt_fatal("cuBLASLt found no algorithm for m=%d n=%d k=%d ta=%d tb=%d (alignments %u %u "
                      "%u, compute type %d)", m, n, k, ta, tb, al_a, al_b, al_d, (int)g_compute);
         if (g_nalgos < ALGO_CACHE) {
@@ -502,6 +503,7 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
             for (int i = 0; i < g_nalgos; i++)
                 if (&g_algos[i].algo == algo) g_algos[i].found = 0;
             algo = NULL;
+            (void)cudaGetLastError(); /* a non-sticky launch error must not blame the next kernel */
         } else {
             ZT_CUBLAS(ms);
         }
@@ -510,6 +512,16 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
     ZT_CUBLAS(cublasLtMatrixLayoutDestroy(lb));
     ZT_CUBLAS(cublasLtMatrixLayoutDestroy(ld));
     ZT_CUBLAS(cublasLtMatmulDescDestroy(op));
+    if (!algo && epi == EPI_PLAIN) {
+        /* no TF32/bf16 tensor-core algorithm for these operands (4-byte aligned views,
+         * odd leading dimensions): the fp32 GEMM, which is exact where the fast one
+         * rounds, rather than a dead run; its algorithm is cached like any other */
+        const cublasComputeType_t fast = g_compute;
+        g_compute = CUBLAS_COMPUTE_32F;
+        lt_gemm_cm(ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, EPI_PLAIN, NULL, NULL, 0);
+        g_compute = fast;
+        return 0;
+    }
     return algo ? 0 : -1;
 }
 

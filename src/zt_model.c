@@ -319,7 +319,7 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->dqkv = act_alloc(m, 3 * N * C * F);
     m->inputs = act_alloc(m, N * sizeof(int32_t));
     m->targets = act_alloc(m, N * sizeof(int32_t));
-    m->host_losses = zt_malloc(N * F);
+    m->host_losses = be->alloc_host(N * F); /* pinned on a GPU: the download stays async */
     return m;
 }
 
@@ -340,7 +340,7 @@ void zt_model_free(zt_model_t *m)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
     be->free(m->inputs);
     be->free(m->targets);
-    free(m->host_losses);
+    be->free_host(m->host_losses);
     free(m->blk);
     free(m);
 }

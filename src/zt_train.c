@@ -1043,8 +1043,10 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
 
     r->model = zt_model_create(r->table, r->be, r->B, r->T, cfg->train.gradient_checkpointing);
     r->shard = zt_shard_create(r->table, comm, r->be, &r->sopts);
-    r->inp = zt_malloc((size_t)r->A * r->B * r->T * sizeof(int32_t));
-    r->tgt = zt_malloc((size_t)r->A * r->B * r->T * sizeof(int32_t));
+    /* the backend's host memory (pinned on a GPU): an upload from pageable memory
+     * would wait for the compute stream, once per micro-step */
+    r->inp = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
+    r->tgt = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
     r->flops_per_token = zt_model_flops_per_token(r->table->dims, r->T);
     r->peak_flops = cfg->train.peak_tflops > 0 ? cfg->train.peak_tflops * 1e12 * comm->world.size : measure_peak(r);
     zt_log("MFU denominator: %.1f GFLOP/s over all ranks (%s)", r->peak_flops / 1e9,
@@ -1128,8 +1130,8 @@ done:
     zt_param_table_free(r->table);
     zt_data_close(r->train);
     zt_data_close(r->val);
-    free(r->inp);
-    free(r->tgt);
+    if (r->inp) r->be->free_host(r->inp);
+    if (r->tgt) r->be->free_host(r->tgt);
     free(r->config_text);
     free(gpu_cfg);
     free(r->train_hist.step);

@@ -495,7 +495,9 @@ static double lt_time(const variant_t *v, int ta, int tb, int M, int Nn, int K, 
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g_lt, op, la, lb, lc, lc, pref, 1, &res, &found);
-    if (hs != CUBLAS_STATUS_NOT_SUPPORTED) BG_LT(hs);
+    /* NOT_SUPPORTED, or INVALID_VALUE for a type combination this cuBLASLt rejects
+     * (bf16 operands with an odd leading dimension): a "no algorithm" cell, not an abort */
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED && hs != CUBLAS_STATUS_INVALID_VALUE) BG_LT(hs);
     double ms = -1;
     if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
         const float alpha = 1.0f;

@@ -268,8 +268,10 @@ static void matmul_gelu_case(int level, double bound)
     check(name, &db2, 1e-5);
     char why[160];
     int used = zt_cuda_gelu_epilogue(why, sizeof why, &calls1);
-    /* fp32 never fuses; bf16 fuses both GEMMs exactly when the probe said yes */
-    int ok = level == ZT_MATMUL_HIGHEST ? calls1 == calls0 : calls1 - calls0 == (used ? 2 : 0);
+    /* fp32 never fuses; bf16 fuses only when the probe said yes (and then both GEMMs,
+     * unless cuBLASLt has no epilogue algorithm for this shape: the count says which) */
+    int ok = level == ZT_MATMUL_HIGHEST ? calls1 == calls0
+                                        : (used ? calls1 - calls0 <= 2 : calls1 == calls0);
     printf("  %-34s %12ld %10s  %s (gelu: %s)\n", level == ZT_MATMUL_HIGHEST ? "fused GEMMs at fp32"
            : "fused GEMMs at bf16", calls1 - calls0, "-", ok ? "ok" : "FAIL", why);
     n_rows++;
