@@ -50,6 +50,13 @@ int zt_cuda_device_info(char *name, size_t namelen, size_t *total_bytes, size_t 
  * against the allocator's. */
 size_t zt_cuda_memory_peak(void);
 
+/* A function the backend calls (about every millisecond) while the host waits for
+ * one of its streams, instead of blocking in the driver: the NCCL backend installs
+ * its check of the communicators' asynchronous errors, so that a collective whose
+ * peer died aborts the job instead of hanging the compute stream that waits for it.
+ * NULL restores plain blocking waits. */
+void zt_cuda_set_wait_hook(void (*hook)(void));
+
 /* Whether the MLP's GELU has run in cuBLASLt's epilogue (matmul_gelu_forward,
  * gelu_matmul_backward): 1 once the probe accepted it at some precision, else 0;
  * `why` gets one phrase on where GELU runs (and why not the epilogue), `calls` the

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" {
 #include "zt_backend.h"
@@ -110,12 +111,14 @@ static void ensure_init(void)
     g_ready = 1;
 }
 
+static void stream_wait(cudaStream_t s);
+
 /* Grows the reduction scratch; the old buffer may still be read by queued work,
  * so the stream drains before it is freed (rare: sizes settle after step 1). */
 static void *scratch(size_t bytes)
 {
     if (bytes > g_scratch_bytes) {
-        ZT_CUDA(cudaStreamSynchronize(g_stream));
+        stream_wait(g_stream);
         if (g_scratch) ZT_CUDA(cudaFree(g_scratch));
         g_scratch_bytes = bytes + (bytes >> 1);
         ZT_CUDA(cudaMalloc(&g_scratch, g_scratch_bytes));
@@ -128,6 +131,39 @@ static unsigned grid_for(size_t n, int threads) { return zt_grid_for(n, threads,
 
 /* <<<...>>> of the grid-stride kernels over n elements */
 #define ELEM_LAUNCH(n) grid_for((n), ELEM_THREADS), ELEM_THREADS, 0, g_stream
+
+/* Host waits on the compute stream. The stream may wait on NCCL collectives (the
+ * shard engine's zt_wait), and a collective whose peer died never completes: a
+ * blocking cudaStreamSynchronize would then hang the rank for good. With a hook
+ * installed (the NCCL backend's check of its communicators' asynchronous errors,
+ * which aborts the job), the wait polls: it spins for the first 2 ms (most waits,
+ * such as a sumsq read-back, end within microseconds), then sleeps 50 us between
+ * polls, calling the hook about every millisecond. */
+static void (*g_wait_hook)(void);
+
+extern "C" void zt_cuda_set_wait_hook(void (*hook)(void)) { g_wait_hook = hook; }
+
+static void stream_wait(cudaStream_t s)
+{
+    if (!g_wait_hook) {
+        ZT_CUDA(cudaStreamSynchronize(s));
+        return;
+    }
+    const double t0 = zt_now();
+    double last_hook = t0;
+    const struct timespec pause = {0, 50 * 1000};
+    for (;;) {
+        cudaError_t rc = cudaStreamQuery(s);
+        if (rc == cudaSuccess) return;
+        if (rc != cudaErrorNotReady) ZT_CUDA(rc);
+        const double now = zt_now();
+        if (now - last_hook > 1e-3) {
+            g_wait_hook();
+            last_hook = now;
+        }
+        if (now - t0 > 2e-3) nanosleep(&pause, NULL);
+    }
+}
 
 
 /* ---- memory ---------------------------------------------------------------- *
@@ -208,7 +244,7 @@ static void cuda_to_host(void *host, const void *src, size_t bytes)
     ensure_init();
     if (!bytes) return;
     ZT_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, g_stream));
-    ZT_CUDA(cudaStreamSynchronize(g_stream));
+    stream_wait(g_stream);
 }
 
 /* Synchronous on return: the caller may reuse `host` at once, pinned or not. */
@@ -217,7 +253,7 @@ static void cuda_from_host(void *dst, const void *host, size_t bytes)
     ensure_init();
     if (!bytes) return;
     ZT_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, g_stream));
-    ZT_CUDA(cudaStreamSynchronize(g_stream));
+    stream_wait(g_stream);
 }
 
 /* Offload's transfers run on their own streams, one per direction, so a download
@@ -261,12 +297,12 @@ static void cuda_from_host_async(void *dst, const void *host, size_t bytes)
 
 static void cuda_wait_downloads(void)
 {
-    if (g_d2h) ZT_CUDA(cudaStreamSynchronize(g_d2h));
+    if (g_d2h) stream_wait(g_d2h);
 }
 
 static void cuda_wait_uploads(void)
 {
-    if (g_h2d) ZT_CUDA(cudaStreamSynchronize(g_h2d));
+    if (g_h2d) stream_wait(g_h2d);
 }
 
 /* cuBLASLt's fast modes take fp32 operands and round them to TF32 or bf16 inside
@@ -299,7 +335,7 @@ void zt_cuda_smem_optin(const void *kernel, size_t bytes, const char *what)
 static void cuda_sync(void)
 {
     ensure_init();
-    ZT_CUDA(cudaStreamSynchronize(g_stream));
+    stream_wait(g_stream);
 }
 
 /* ---- encoder --------------------------------------------------------------- */
@@ -651,7 +687,7 @@ static double cuda_sumsq(const float *x, size_t n)
     sum_doubles_k<<<1, RED_THREADS, 0, g_stream>>>(res, part, (int)blocks);
     ZT_LAUNCHED();
     ZT_CUDA(cudaMemcpyAsync(g_host_double, res, sizeof(double), cudaMemcpyDeviceToHost, g_stream));
-    ZT_CUDA(cudaStreamSynchronize(g_stream));
+    stream_wait(g_stream);
     return *g_host_double;
 }
 
@@ -665,7 +701,7 @@ static int cuda_all_finite(const float *x, size_t n)
     all_finite_k<<<grid_for(n, RED_THREADS), RED_THREADS, 0, g_stream>>>(bad, x, n);
     ZT_LAUNCHED();
     ZT_CUDA(cudaMemcpyAsync(g_host_int, bad, sizeof(int), cudaMemcpyDeviceToHost, g_stream));
-    ZT_CUDA(cudaStreamSynchronize(g_stream));
+    stream_wait(g_stream);
     return *g_host_int == 0;
 }
 
@@ -820,7 +856,7 @@ static double probe_excess(const float *got_d, const float *want_d, size_t n, si
     if (!got) zt_fatal("out of host memory (%zu bytes) probing cuBLASLt's GELU", 2 * n * sizeof(float));
     ZT_CUDA(cudaMemcpyAsync(got, got_d, n * sizeof(float), cudaMemcpyDeviceToHost, g_stream));
     ZT_CUDA(cudaMemcpyAsync(want, want_d, n * sizeof(float), cudaMemcpyDeviceToHost, g_stream));
-    ZT_CUDA(cudaStreamSynchronize(g_stream));
+    stream_wait(g_stream);
     double worst = 0.0;
     for (size_t i = 0; i < n; i++) {
         double e = fabs((double)got[i] - want[i]) / (1e-5 + 1e-4 * fabs((double)want[i]));

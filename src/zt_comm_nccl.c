@@ -23,25 +23,20 @@
 #include "zt_common.h"
 #include "zt_cuda.h"
 
-/* Every communicator of this process, aborted on the fatal path. */
+/* Every communicator of this process: the compute backend's host waits poll them
+ * for asynchronous errors (live_check). */
 #define MAX_LIVE 16
 static ncclComm_t live[MAX_LIVE];
 
-static void abort_all(void)
-{
-    for (int i = 0; i < MAX_LIVE; i++)
-        if (live[i]) {
-            ncclCommAbort(live[i]);
-            live[i] = NULL;
-        }
-}
-
+/* No ncclCommAbort on the way out: zt_fatal ends every process of the job
+ * (MPI_Abort), which frees what the communicators hold, whereas ncclCommAbort
+ * itself has been reported to hang (NVIDIA/nccl issues 863 and 1777), and a hang
+ * here would keep MPI_Abort from ever running. */
 static __attribute__((noreturn)) void fail(const char *file, int line, const zt_group_t *g,
                                            const char *call, const char *what, const char *detail)
 {
-    char copy[512]; /* detail may live in a communicator about to be aborted */
+    char copy[512];
     snprintf(copy, sizeof copy, "%s", detail ? detail : "");
-    abort_all();
     zt_fatal_at(file, line, "%s%s%s: %s%s%s%s\n---> HINT: rerun with NCCL_DEBUG=WARN for NCCL's own "
                 "diagnosis", g ? "group '" : "", g ? g->name : "", g ? "': " : "", call, what,
                 copy[0] ? " - " : "", copy);
@@ -187,6 +182,21 @@ static void nccl_flush(zt_comm_t *c) { collect(c, 1); }
 
 /* ---- set-up ------------------------------------------------------------------- */
 
+/* The compute backend's wait hook: a communicator in error (a dead peer, a network
+ * failure) ends the job with NCCL's message instead of leaving the compute stream
+ * waiting forever for a collective that will not complete. */
+static void live_check(void)
+{
+    for (int i = 0; i < MAX_LIVE; i++) {
+        if (!live[i]) continue;
+        ncclResult_t ar = ncclSuccess;
+        ZT_NCCL(NULL, ncclCommGetAsyncError(live[i], &ar));
+        if (ar != ncclSuccess && ar != ncclInProgress)
+            fail(__FILE__, __LINE__, NULL, "asynchronous error", ncclGetErrorString(ar),
+                 ncclGetLastError(NULL));
+    }
+}
+
 static void register_live(ncclComm_t comm, int on)
 {
     for (int i = 0; i < MAX_LIVE; i++)
@@ -205,6 +215,7 @@ static void nccl_destroy(zt_comm_t *c)
         collect(c, 1);
         ZT_NCCL_CUDA(cudaStreamSynchronize(st->stream));
     }
+    zt_cuda_set_wait_hook(NULL);
     zt_group_t *groups[] = {&c->world, &c->shard, &c->replica};
     for (int i = 0; i < 3; i++) {
         ncclComm_t comm = (ncclComm_t)groups[i]->backend_state;
@@ -292,6 +303,7 @@ static int nccl_init(zt_comm_t *c, char *err, size_t errlen)
             return -1;
         }
     }
+    zt_cuda_set_wait_hook(live_check);
     return 0;
 }
 
