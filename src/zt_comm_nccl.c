@@ -132,22 +132,17 @@ static void ev_put(nccl_state_t *st, cudaEvent_t e)
 
 /* The host waits for ev, watching the communicators for asynchronous errors (a
  * dead peer) instead of blocking in cudaEventSynchronize forever. */
+static void live_check(void);
+
 static void host_wait(zt_comm_t *c, cudaEvent_t ev)
 {
-    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica};
+    (void)c;
     const struct timespec pause = {0, 50 * 1000};
     for (;;) {
         cudaError_t rc = cudaEventQuery(ev);
         if (rc == cudaSuccess) return;
         if (rc != cudaErrorNotReady) ZT_NCCL_CUDA(rc);
-        for (int i = 0; i < 3; i++) {
-            if (!groups[i]->backend_state) continue;
-            ncclResult_t ar = ncclSuccess;
-            ZT_NCCL(groups[i], ncclCommGetAsyncError(comm_of(groups[i]), &ar));
-            if (ar != ncclSuccess && ar != ncclInProgress)
-                fail(__FILE__, __LINE__, groups[i], "asynchronous error", ncclGetErrorString(ar),
-                     ncclGetLastError(NULL));
-        }
+        live_check();
         nanosleep(&pause, NULL);
     }
 }
