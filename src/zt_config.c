@@ -204,7 +204,8 @@ static const zkey_t schema[] = {
     KD("parallel.memory_limit_gb", parallel.memory_limit_gb, 0.0, 0.0, 1e6,
        "Memory budget per rank in GB: strategy = auto picks the least traffic within it, and a run whose "
        "memory estimate exceeds it is refused at start-up with the estimate; 0 = the free memory of the "
-       "rank's GPU (cuda backend), else the node's physical memory divided by its ranks."),
+       "rank's GPU less 5% (at most 2 GiB) kept for NCCL and cuBLASLt (cuda backend), else the node's "
+       "physical memory divided by its ranks."),
     KD("parallel.timeout_s", parallel.timeout_s, 0.0, 0.0, 1e7,
        "Watchdog: abort the job with a report naming the stuck rank and operation when one step takes longer "
        "than this; 0 = off."),

@@ -176,7 +176,7 @@ static double host_memory_per_rank(int per_node)
 }
 
 /* The memory a rank may fill: parallel.memory_limit_gb, else the free memory of its
- * device (be not host memory), else the node's physical memory over its ranks. `what`
+ * device (be not host memory) less a reserve, else the node's physical memory over its ranks. `what`
  * says which, for messages. be may be NULL (--estimate-memory: no device chosen). */
 static double memory_limit(const zt_config_t *cfg, const zt_backend_t *be, int per_node, char *what,
                            size_t len)
@@ -189,8 +189,14 @@ static double memory_limit(const zt_config_t *cfg, const zt_backend_t *be, int p
     size_t total = 0, avail = 0;
     char name[128], cerr[ZT_ERRLEN];
     if (be && !be->host_memory && zt_cuda_device_info(name, sizeof name, &total, &avail, cerr, sizeof cerr) == 0) {
-        snprintf(what, len, "free memory of this rank's %s", name);
-        return (double)avail;
+        /* what the estimate does not count: NCCL's buffers, made at each communicator's
+         * first collectives (up to hundreds of MiB with many channels), the cuBLASLt
+         * workspace and reduction scratch, and the memory pool's fragmentation */
+        const double reserve = ZT_MIN(0.05 * (double)total, 2.0 * 1073741824.0);
+        char rb[32];
+        snprintf(what, len, "free memory of this rank's %.80s less %s kept for NCCL and cuBLASLt", name,
+                 zt_fmt_bytes(reserve, rb, sizeof rb));
+        return ZT_MAX((double)avail - reserve, 0.0);
     }
 #else
     (void)be;
