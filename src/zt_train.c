@@ -1099,7 +1099,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
                    zt_fmt_bytes(dev_peak, b[0], 32));
 #ifdef ZT_HAVE_CUDA
         if (!r->be->host_memory) {
-            char where[160];
+            char where[256];
             long fused = 0;
             zt_cuda_gelu_epilogue(where, sizeof where, &fused);
             zt_log("gelu: %s (rank 0: %ld fused GEMMs)", where, fused);
