@@ -206,9 +206,11 @@ static const zkey_t schema[] = {
        "memory estimate exceeds it is refused at start-up with the estimate; 0 = the free memory of the "
        "rank's GPU less 5% (at most 2 GiB) kept for NCCL and cuBLASLt (cuda backend), else the node's "
        "physical memory divided by its ranks."),
-    KD("parallel.timeout_s", parallel.timeout_s, 0.0, 0.0, 1e7,
-       "Watchdog: abort the job with a report naming the stuck rank and operation when one step takes longer "
-       "than this; 0 = off."),
+    KD("parallel.timeout_s", parallel.timeout_s, 1800.0, 0.0, 1e7,
+       "Watchdog: abort the job with a report naming the stuck rank and operation when one operation (a "
+       "unit's forward or backward, a reduction, the optimizer step, a checkpoint save or load, an "
+       "evaluation batch) makes no progress for this many seconds, instead of hanging until the job's time "
+       "limit; 0 = off. The default, 30 minutes, is DeepSpeed's collective timeout."),
     KS("parallel.offload_optimizer", parallel.offload_optimizer, "none", "none|cpu",
        "Keep the optimizer shard (fp32 master weights, Adam moments) in (pinned) host memory and run AdamW "
        "there with the vectorized CPU kernel (ZeRO-Offload); where gradients are sharded (zero2, "
