@@ -35,11 +35,9 @@ static ncclComm_t live[MAX_LIVE];
 static __attribute__((noreturn)) void fail(const char *file, int line, const zt_group_t *g,
                                            const char *call, const char *what, const char *detail)
 {
-    char copy[512];
-    snprintf(copy, sizeof copy, "%s", detail ? detail : "");
     zt_fatal_at(file, line, "%s%s%s: %s%s%s%s\n---> HINT: rerun with NCCL_DEBUG=WARN for NCCL's own "
                 "diagnosis", g ? "group '" : "", g ? g->name : "", g ? "': " : "", call, what,
-                copy[0] ? " - " : "", copy);
+                detail && detail[0] ? " - " : "", detail ? detail : "");
 }
 
 #define ZT_NCCL(g, call)                                                                      \
@@ -130,13 +128,25 @@ static void ev_put(nccl_state_t *st, cudaEvent_t e)
     st->pool[st->npool++] = e;
 }
 
+/* The compute backend's wait hook: a communicator in error (a dead peer, a network
+ * failure) ends the job with NCCL's message instead of leaving the compute stream
+ * waiting forever for a collective that will not complete. */
+static void live_check(void)
+{
+    for (int i = 0; i < MAX_LIVE; i++) {
+        if (!live[i]) continue;
+        ncclResult_t ar = ncclSuccess;
+        ZT_NCCL(NULL, ncclCommGetAsyncError(live[i], &ar));
+        if (ar != ncclSuccess && ar != ncclInProgress)
+            fail(__FILE__, __LINE__, NULL, "asynchronous error", ncclGetErrorString(ar),
+                 ncclGetLastError(NULL));
+    }
+}
+
 /* The host waits for ev, watching the communicators for asynchronous errors (a
  * dead peer) instead of blocking in cudaEventSynchronize forever. */
-static void live_check(void);
-
-static void host_wait(zt_comm_t *c, cudaEvent_t ev)
+static void host_wait(cudaEvent_t ev)
 {
-    (void)c;
     const struct timespec pause = {0, 50 * 1000};
     for (;;) {
         cudaError_t rc = cudaEventQuery(ev);
@@ -156,7 +166,7 @@ static void collect(zt_comm_t *c, int block)
         pending_t *p = &st->pend[i];
         cudaError_t rc = cudaEventQuery(p->done);
         if (rc == cudaErrorNotReady && block) {
-            host_wait(c, p->done);
+            host_wait(p->done);
             rc = cudaSuccess;
         }
         if (rc == cudaErrorNotReady) {
@@ -176,21 +186,6 @@ static void collect(zt_comm_t *c, int block)
 static void nccl_flush(zt_comm_t *c) { collect(c, 1); }
 
 /* ---- set-up ------------------------------------------------------------------- */
-
-/* The compute backend's wait hook: a communicator in error (a dead peer, a network
- * failure) ends the job with NCCL's message instead of leaving the compute stream
- * waiting forever for a collective that will not complete. */
-static void live_check(void)
-{
-    for (int i = 0; i < MAX_LIVE; i++) {
-        if (!live[i]) continue;
-        ncclResult_t ar = ncclSuccess;
-        ZT_NCCL(NULL, ncclCommGetAsyncError(live[i], &ar));
-        if (ar != ncclSuccess && ar != ncclInProgress)
-            fail(__FILE__, __LINE__, NULL, "asynchronous error", ncclGetErrorString(ar),
-                 ncclGetLastError(NULL));
-    }
-}
 
 static void register_live(ncclComm_t comm, int on)
 {
