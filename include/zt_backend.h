@@ -11,7 +11,7 @@
  * the host on devices that allow it; sync() waits for them.
  *
  * Letters: N rows (= B*T tokens), C channels, OC output channels, B batch,
- * T time, NH heads, V vocabulary. Row-major throughout. Backward kernels
+ * T time, NH heads, NKV key/value heads, HD head size, I MLP size, V vocabulary. Row-major throughout. Backward kernels
  * ACCUMULATE (+=) into parameter gradients (so micro-batches and the tied
  * embedding sum naturally) and OVERWRITE activation gradients unless noted. */
 #ifndef ZT_BACKEND_H
@@ -51,19 +51,48 @@ typedef struct zt_backend {
      * (fp32 accumulation in all three). A backend without such units ignores it. */
     void (*set_matmul_precision)(int level);
 
-    /* out (B,T,C) = wte[inp] + wpe[t] */
-    void (*encoder_forward)(float *out, const int32_t *inp, const float *wte, const float *wpe,
-                            int B, int T, int C);
-    /* dwte[inp] += dout, dwpe[t] += dout */
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *inp,
-                             int B, int T, int C);
-    /* out (N,C), mean (N), rstd (N); eps = 1e-5 */
+    /* out (N,C) = wte[inp] (token embedding rows) */
+    void (*embedding_forward)(float *out, const int32_t *inp, const float *wte, int N, int C);
+    /* dwte[inp] += dout (N,C) */
+    void (*embedding_backward)(float *dwte, const float *dout, const int32_t *inp, int N, int C);
+    /* out (B,T,C) += wpe[t] (learned positions) */
+    void (*positional_forward)(float *out, const float *wpe, int B, int T, int C);
+    /* dwpe[t] += sum over b of dout (B,T,C) */
+    void (*positional_backward)(float *dwpe, const float *dout, int B, int T, int C);
+    /* out (N,C), mean (N), rstd (N) = layernorm(inp) * weight + bias, biased variance;
+     * bias may be NULL */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int N, int C);
-    /* dinp (N,C) +=, dweight, dbias (C) += */
+                              const float *weight, const float *bias, int N, int C, float eps);
+    /* dinp (N,C) +=, dweight (C) +=, dbias (C) += (dbias may be NULL) */
     void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int N, int C);
+    /* RMSNorm as HF's LlamaRMSNorm, over groups: each of the N rows (row stride `stride`
+     * floats, for inp, out, dout and dinp alike) holds H groups of D channels at h*D;
+     * out = inp * rstd * weight, rstd (N*H) = 1/sqrt(mean(inp^2) + eps), weight (D).
+     * H = 1, D = stride = C is the plain norm; H heads of D = head_dim inside a packed
+     * qkv row is Qwen3's q_norm / k_norm. */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight, int N,
+                            int H, int D, int stride, float eps);
+    /* dinp +=, dweight (D) += (same strided layout as the forward) */
+    void (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int H, int D,
+                             int stride);
+    /* Rotary embedding in place, HF's rotate_half convention: on each of H heads of D
+     * channels (D even) of the B*T rows of x (row stride `stride`, head h at h*D), with
+     * angle a_i = pos * inv_freq[i] (fp32 product), i < D/2:
+     *   x[i] <- x[i] cos a_i - x[i + D/2] sin a_i ; x[i + D/2] <- x[i + D/2] cos a_i + x[i] sin a_i
+     * pos = positions[b*T + t], or t when positions is NULL. */
+    void (*rope_forward)(float *x, const float *inv_freq, const int32_t *positions, int B, int T,
+                         int H, int D, int stride);
+    /* The transpose (rotation by -a), in place on the gradient: dx <- R^T dx */
+    void (*rope_backward)(float *dx, const float *inv_freq, const int32_t *positions, int B, int T,
+                          int H, int D, int stride);
+    /* SwiGLU: gu (N,2I) holds [gate | up] per row (one GEMM over gate_proj and up_proj);
+     * out (N,I) = silu(gate) * up */
+    void (*swiglu_forward)(float *out, const float *gu, int N, int I);
+    /* dgu (N,2I) = d/d[gate | up] from dout (N,I), overwritten; dgu may be gu itself */
+    void (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int I);
     /* out (N,OC) = inp (N,C) @ W + bias, W is (C,OC) (HF Conv1D layout), or
      * W is (OC,C) and used transposed when transw != 0 (tied lm_head: W = wte).
      * bias may be NULL. */
@@ -87,17 +116,21 @@ typedef struct zt_backend {
                                  const float *act, const float *pre, const float *weight, int N,
                                  int C, int OC);
     /* Causal self-attention, flash-style: no (B,NH,T,T) matrix is kept or needed.
-     * qkv (B,T,3C) as [q | k | v], head h at channels h*hs (hs = C/NH) -> out (B,T,C);
+     * qkv (B,T,(NH+2NKV)*HD) as [q | k | v]: q head h at channels h*HD, k head g at
+     * (NH+g)*HD, v head g at (NH+NKV+g)*HD; query head h reads KV head h / (NH/NKV)
+     * (grouped-query attention, HF's repeat_kv; NKV divides NH). out (B,T,NH*HD);
      * lse (B,NH,T) = log sum_{j<=t} exp(s_tj), the natural log-sum-exp of the scaled
-     * scores s_tj = q_t.k_j / sqrt(hs) of each causally masked row, all backward needs
-     * besides qkv and out to recompute the probabilities p_tj = exp(s_tj - lse_t). */
-    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C,
-                              int NH);
-    /* dqkv (B,T,3C) += from dout (B,T,C), with qkv, out and lse from the forward:
-     * D_t = dout_t.out_t ; ds_tj = p_tj (dout_t.v_j - D_t) ; dq_t += sum_j ds_tj k_j / sqrt(hs) ;
-     * dk_j += sum_t ds_tj q_t / sqrt(hs) ; dv_j += sum_t p_tj dout_t (per head). */
+     * scores s_tj = q_t.k_j / sqrt(HD) of each causally masked row, all backward needs
+     * besides qkv and out to recompute the probabilities p_tj = exp(s_tj - lse_t).
+     * GPT-2 is NKV = NH, HD = C/NH. */
+    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                              int NKV, int HD);
+    /* dqkv (B,T,(NH+2NKV)*HD) += from dout (B,T,NH*HD), with qkv, out and lse from the
+     * forward: D_t = dout_t.out_t ; ds_tj = p_tj (dout_t.v_j - D_t) ;
+     * dq_t += sum_j ds_tj k_j / sqrt(HD) ; dk_j += sum_t ds_tj q_t / sqrt(HD) ;
+     * dv_j += sum_t p_tj dout_t (per query head; a KV head sums its query heads). */
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
-                               const float *lse, int B, int T, int C, int NH);
+                               const float *lse, int B, int T, int NH, int NKV, int HD);
     /* tanh-approximate GELU, elementwise over n */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n); /* dinp = */

@@ -1,18 +1,15 @@
-/* zt_model.h — GPT-2 family model: parameter table and unit-wise forward/backward.
+/* zt_model.h — the model, family-neutral: unit-wise forward/backward of any zt_arch.
  *
- * The model publishes one table of parameters with their HF GPT-2 state_dict
- * names and shapes (Conv1D weights are (in, out)), grouped into units:
- *   unit 0      "root": transformer.wte.weight (V,C), transformer.wpe.weight (maxT,C),
- *               transformer.ln_f.weight (C), transformer.ln_f.bias (C).
- *               Used twice per pass: embedding at the start and the head (ln_f and
- *               the tied lm_head = wte) at the end.
- *   unit 1+l    transformer.h.l.*: ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj.
- * Within a unit, parameters are concatenated in table order (offset, numel), so a
- * unit is one flat fp32 buffer. The model never knows whether that buffer was
- * gathered from shards: the shard engine hands it full unit buffers.
+ * The parameter table (zt_params.h) comes from a family (zt_arch.h): HF names and
+ * shapes grouped into units: the root unit (embeddings, final norm, head; used at both
+ * ends of a pass, so it stays materialized for the micro-step) and one unit per block.
+ * The model never knows whether a unit buffer was gathered from shards: the shard
+ * engine hands it full unit buffers. This file owns what every family shares: the
+ * batch, the residual stream between blocks, the chunked head with its fused
+ * cross-entropy and the loss; the family runs its embedding, blocks and final norm.
  *
  * A training micro-step is, in order:
- *   forward_embed(root) ; forward_block(l, unit l+1) for l = 0..L-1 ;
+ *   forward_embed(root) ; forward_block(l, block unit l) for l = 0..L-1 ;
  *   train_head(root, root grads) ;
  *   backward_block(l, ...) for l = L-1..0 ; backward_embed(root grads) ; loss().
  * The head runs in chunks of tokens whose logits are made, turned into dlogits and
@@ -21,60 +18,18 @@
  * Nothing in it waits for a device: the batch is uploaded and the per-token
  * losses downloaded asynchronously, and loss() is the only wait, so a device
  * runs the whole micro-step as queued.
- * Parameter gradients are accumulated (+=) into the unit gradient buffers.
- *
- * Initial values are a pure function of (seed, parameter name, element index)
- * (counter-based hashing + Box-Muller), so any rank can create exactly the slice
- * it owns and every world size starts from identical weights. */
+ * Parameter gradients are accumulated (+=) into the unit gradient buffers. */
 #ifndef ZT_MODEL_H
 #define ZT_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zt_arch.h"
 #include "zt_backend.h"
-
-enum { ZT_INIT_NORMAL = 0, ZT_INIT_ZEROS = 1, ZT_INIT_ONES = 2 };
-
-typedef struct zt_param {
-    char name[96];      /* HF name, e.g. "transformer.h.3.attn.c_attn.weight" */
-    int ndim;           /* 1 or 2 */
-    int64_t shape[2];
-    size_t numel;
-    int unit;
-    size_t offset;      /* element offset within its unit's flat buffer */
-    int decay;          /* weight decay applies (ndim >= 2) */
-    int init;           /* ZT_INIT_* */
-    float init_std;
-} zt_param_t;
-
-typedef struct zt_model_dims {
-    int L, NH, C, V, maxT;
-} zt_model_dims_t;
+#include "zt_params.h"
 
 typedef struct zt_model zt_model_t;
-
-/* Builds the parameter table only (no activations, no backend): used by the shard
- * engine, the checkpoint code and the memory estimator. */
-typedef struct zt_param_table {
-    zt_model_dims_t dims;
-    int nparams;
-    zt_param_t *params;
-    int nunits;
-    size_t *unit_numel;     /* (nunits) */
-    int *unit_first;        /* (nunits) first param index of each unit */
-    int *unit_count;        /* (nunits) number of params in each unit */
-    size_t total_numel;
-} zt_param_table_t;
-
-zt_param_table_t *zt_param_table_create(zt_model_dims_t dims, float init_std);
-void zt_param_table_free(zt_param_table_t *t);
-int zt_param_table_find(const zt_param_table_t *t, const char *name); /* -1 if absent */
-
-/* Initial value of element `idx` of parameter p (pure function). */
-float zt_param_init_value(const zt_param_t *p, uint64_t seed, size_t idx);
-/* Fills out[0..n) with elements [start, start+n) of p's initial values. */
-void zt_param_init_range(const zt_param_t *p, uint64_t seed, size_t start, size_t n, float *out);
 
 /* Model with activation buffers for micro-batches up to (B, T), on backend be. */
 zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *be, int B, int T,
@@ -84,9 +39,9 @@ void zt_model_free(zt_model_t *m);
 /* Activation bytes the model allocated (for the memory report). */
 size_t zt_model_activation_bytes(const zt_model_t *m);
 /* Same, analytically, without allocating. */
-size_t zt_model_activation_bytes_estimate(zt_model_dims_t d, int B, int T, int recompute);
+size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int T, int recompute);
 /* Training FLOPs per token (forward + backward, 6N + attention), for MFU. */
-double zt_model_flops_per_token(zt_model_dims_t d, int T);
+double zt_model_flops_per_token(const zt_param_table_t *t, int T);
 
 /* Host tokens (B,T); targets may be NULL for inference (then no loss). The upload
  * is asynchronous: the arrays must stay unchanged until a result of this batch is

@@ -1,0 +1,111 @@
+/* zt_params.h — the parameter table: what a model's parameters are, without the model.
+ *
+ * A family (zt_arch.h) builds the table: HF state_dict names and shapes, the unit each
+ * parameter belongs to, whether weight decay applies, its initializer, and a role that
+ * says what the tensor is (so placement under tensor parallelism is data, not a name
+ * match). The shard engine, the layouts, the checkpoints and the HF readers and writers
+ * use the table and never include the model.
+ *
+ * Within a unit, parameters are concatenated in table order (offset, numel), so a unit
+ * is one flat fp32 buffer. A family orders its table so that tensors used by one GEMM
+ * are adjacent: Llama's q_proj, k_proj, v_proj weights (out, in) one after the other
+ * are the rows of one (q + 2 kv, C) matrix, and gate_proj, up_proj those of (2I, C).
+ *
+ * The unit plan: unit `root_unit` stays materialized for a whole micro-step (it is used
+ * at both ends: embeddings and head), blocks l = 0..L-1 are units first_block_unit + l.
+ *
+ * Initial values are a pure function of (seed, parameter name, element index)
+ * (counter-based hashing + Box-Muller), so any rank can create exactly the slice it
+ * owns and every world size starts from identical weights. */
+#ifndef ZT_PARAMS_H
+#define ZT_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { ZT_INIT_NORMAL = 0, ZT_INIT_ZEROS = 1, ZT_INIT_ONES = 2 };
+
+/* What a tensor is. Weights and their biases share a role. */
+typedef enum {
+    ZT_ROLE_EMBED = 0,  /* token embedding (V, C): vocabulary rows */
+    ZT_ROLE_POS_EMBED,  /* learned positions (maxT, C) */
+    ZT_ROLE_NORM,       /* norm scale or shift (C), (head_dim) for q/k norms: replicated */
+    ZT_ROLE_QKV,        /* GPT-2 c_attn: q, k and v in one (C, 3C) Conv1D */
+    ZT_ROLE_Q, ZT_ROLE_K, ZT_ROLE_V,
+    ZT_ROLE_O,          /* attention output projection */
+    ZT_ROLE_GATE, ZT_ROLE_UP,
+    ZT_ROLE_FC,         /* GPT-2 c_fc */
+    ZT_ROLE_DOWN,       /* MLP output projection (Llama down_proj, GPT-2 mlp.c_proj) */
+    ZT_ROLE_HEAD,       /* untied lm_head (V, C) */
+    ZT_ROLE_N
+} zt_role_t;
+
+/* How a 2-D weight is stored: nn.Linear keeps (out, in), GPT-2's Conv1D (in, out). */
+typedef enum { ZT_W_NONE = 0, ZT_W_OUT_IN = 1, ZT_W_IN_OUT = 2 } zt_wlayout_t;
+
+typedef struct zt_param {
+    char name[96];      /* HF name, e.g. "model.layers.3.self_attn.q_proj.weight" */
+    int ndim;           /* 1 or 2 */
+    int64_t shape[2];
+    size_t numel;
+    int unit;
+    int block;          /* layer index, -1 outside the blocks */
+    size_t offset;      /* element offset within its unit's flat buffer */
+    int decay;          /* weight decay applies (ndim >= 2) */
+    int init;           /* ZT_INIT_* */
+    float init_std;
+    zt_role_t role;
+    zt_wlayout_t wlayout;
+} zt_param_t;
+
+/* The shape of a model, family-neutral. A family fills what it uses and leaves
+ * the rest at the values zt_model_dims_default gives. */
+typedef struct zt_model_dims {
+    int L, NH, NKV, C, HD, I, V, maxT; /* layers, heads, KV heads, hidden, head_dim,
+                                        * intermediate (MLP) size, vocabulary, positions */
+    int tied;                   /* lm_head is the token embedding */
+    int qkv_bias;               /* q/k/v projections have biases (Qwen2, GPT-2) */
+    int qk_norm;                /* per-head RMSNorm of q and k (Qwen3) */
+    float norm_eps;             /* layernorm / rmsnorm epsilon */
+    double rope_theta;
+    /* rope_scaling {"rope_type": "llama3", ...}; rope_llama3 = 0: none */
+    int rope_llama3;
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max;      /* original_max_position_embeddings */
+} zt_model_dims_t;
+
+struct zt_arch;
+
+typedef struct zt_param_table {
+    const struct zt_arch *arch; /* the family that built it */
+    zt_model_dims_t dims;
+    int nparams;
+    zt_param_t *params;
+    int nunits;
+    size_t *unit_numel;     /* (nunits) */
+    int *unit_first;        /* (nunits) first param index of each unit */
+    int *unit_count;        /* (nunits) number of params in each unit */
+    size_t total_numel;
+    int root_unit;          /* gathered for the whole micro-step */
+    int first_block_unit;   /* block l is unit first_block_unit + l */
+    int cap;                /* allocated entries of params */
+} zt_param_table_t;
+
+/* An empty table for a family to fill (zt_params_add), then zt_params_finish. */
+zt_param_table_t *zt_params_new(const struct zt_arch *arch, const zt_model_dims_t *d);
+/* Appends a parameter; returns its index. ndim 1 ignores d1. */
+int zt_params_add(zt_param_table_t *t, const char *name, int ndim, int64_t d0, int64_t d1, int unit,
+                  int block, int init, float std, zt_role_t role, zt_wlayout_t wlayout);
+/* Computes the units' sizes and offsets (after the last add). */
+void zt_params_finish(zt_param_table_t *t, int nunits, int root_unit, int first_block_unit);
+
+void zt_param_table_free(zt_param_table_t *t);
+int zt_param_table_find(const zt_param_table_t *t, const char *name); /* -1 if absent */
+const char *zt_role_name(zt_role_t r);
+
+/* Initial value of element `idx` of parameter p (pure function). */
+float zt_param_init_value(const zt_param_t *p, uint64_t seed, size_t idx);
+/* Fills out[0..n) with elements [start, start+n) of p's initial values. */
+void zt_param_init_range(const zt_param_t *p, uint64_t seed, size_t start, size_t n, float *out);
+
+#endif
