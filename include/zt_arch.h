@@ -88,4 +88,7 @@ zt_param_table_t *zt_arch_build_table(const zt_arch_t *a, const zt_model_dims_t 
 /* Shape and table from a resolved config (model.arch and model.*). */
 zt_param_table_t *zt_arch_table_from_config(const zt_config_t *cfg, char *err, size_t errlen);
 
+/* GPT-2 of the given size (tests, tools, benchmarks). */
+zt_param_table_t *zt_arch_gpt2_table(int L, int NH, int C, int V, int maxT, float init_std);
+
 #endif

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "zt_comm.h"
-#include "zt_model.h"
+#include "zt_params.h"
 #include "zt_shard.h"
 
 #define ZT_CKPT_FORMAT "ztrain-checkpoint"

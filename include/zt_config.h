@@ -13,13 +13,22 @@
 
 #define ZT_MAX_FILES 64
 #define ZT_STRLEN 1024
-#define ZT_CONFIG_MAX_KEYS 128
+#define ZT_CONFIG_MAX_KEYS 256
 
 typedef struct zt_config {
     struct {
-        char arch[64];          /* "gpt2" */
+        char arch[64];          /* gpt2 | llama | qwen2 | qwen3 */
+        char name_or_path[ZT_STRLEN]; /* HF model directory ("" = none) */
         int n_layer, n_head, n_embd;
         int vocab_size, block_size;
+        int n_kv_head;          /* 0 = n_head */
+        int head_dim;           /* 0 = n_embd / n_head */
+        int intermediate_size;  /* 0 = the family's default */
+        double rope_theta, rms_norm_eps;
+        int tie_word_embeddings, attention_bias; /* bools */
+        char rope_type[16];     /* default | llama3 */
+        double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+        int rope_original_max_position_embeddings;
         double init_std;        /* N(0, init_std) for matrices and embeddings */
         char init_from[ZT_STRLEN]; /* checkpoint to take weights from ("" = none) */
     } model;
@@ -86,6 +95,9 @@ typedef struct zt_config {
         int keep_last;          /* 0 = keep all */
         char format[16];        /* consolidated | sharded */
         char resume[ZT_STRLEN]; /* auto | none | <path> */
+        int save_hf;            /* bool: <output_dir>/hf at the end */
+        char hf_dtype[8];       /* auto | bf16 | fp32 */
+        char hf_max_shard_size[32]; /* "5GB" */
     } checkpoint;
     struct {
         int all_ranks;          /* bool: one log file per rank */
@@ -120,6 +132,9 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen);
 
 /* Writes the resolved config as valid libconfig text. */
 void zt_config_print(const zt_config_t *cfg, FILE *out);
+/* The value of `key` as the config file would spell it ("4", "true", "\"gpt2\""); -1 if
+ * there is no such key. */
+int zt_config_value_text(const zt_config_t *cfg, const char *key, char *buf, size_t len);
 /* Same, into a malloc'd string (for checkpoints). */
 char *zt_config_to_string(const zt_config_t *cfg);
 

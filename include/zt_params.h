@@ -65,6 +65,7 @@ typedef struct zt_model_dims {
                                         * intermediate (MLP) size, vocabulary, positions */
     int tied;                   /* lm_head is the token embedding */
     int qkv_bias;               /* q/k/v projections have biases (Qwen2, GPT-2) */
+    int o_bias;                 /* the attention output projection has a bias */
     int qk_norm;                /* per-head RMSNorm of q and k (Qwen3) */
     float norm_eps;             /* layernorm / rmsnorm epsilon */
     double rope_theta;

@@ -23,7 +23,7 @@
 
 #include "zt_backend.h"
 #include "zt_comm.h"
-#include "zt_model.h"
+#include "zt_params.h"
 
 typedef enum {
     ZT_DDP = 0, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3, ZT_HYBRID, ZT_HYBRID_ZERO2,

@@ -74,9 +74,16 @@ static const struct { const char *name, *help; } sections[] = {
 
 static const zkey_t schema[] = {
     /* model */
-    KS("model.arch", model.arch, "gpt2", "gpt2",
-       "Model family. GPT-2: learned positional embeddings, pre-LayerNorm blocks, GELU (tanh) MLP of width 4*n_embd, "
-       "lm_head tied to the token embedding."),
+    KS("model.arch", model.arch, "gpt2", "gpt2|llama|qwen2|qwen3",
+       "Model family: gpt2 (GPT2LMHeadModel: learned positions, pre-LayerNorm, GELU MLP of 4*n_embd, tied head), "
+       "llama (LlamaForCausalLM: RMSNorm, RoPE, grouped-query attention, SwiGLU), qwen2 (Qwen2ForCausalLM: llama "
+       "with q/k/v biases), qwen3 (Qwen3ForCausalLM: llama with per-head q/k RMSNorm). With model.name_or_path it "
+       "comes from config.json."),
+    KS("model.name_or_path", model.name_or_path, "", NULL,
+       "Hugging Face model directory (config.json + model.safetensors or model.safetensors.index.json and its "
+       "shards), as LLaMA-Factory's model_name_or_path: the family and every dimension come from config.json, the "
+       "initial weights from the safetensors files (each rank reads only what it owns). \"\" = random "
+       "initialisation from the model.* keys."),
     KI("model.n_layer", model.n_layer, 4, 1, 1024, "Number of transformer blocks."),
     KI("model.n_head", model.n_head, 4, 1, 1024, "Attention heads per block; must divide model.n_embd."),
     KI("model.n_embd", model.n_embd, 128, 1, 65536, "Width of the residual stream (hidden size)."),
@@ -88,6 +95,30 @@ static const zkey_t schema[] = {
     KD("model.init_std", model.init_std, 0.02, 0.0, 10.0,
        "Standard deviation of the normal initialisation of matrices and embeddings (residual projections are "
        "additionally scaled by 1/sqrt(2*n_layer), as in GPT-2)."),
+    KI("model.n_kv_head", model.n_kv_head, 0, 0, 1024,
+       "Key/value heads (HF num_key_value_heads): grouped-query attention when below n_head, which it must "
+       "divide; 0 = n_head."),
+    KI("model.head_dim", model.head_dim, 0, 0, 256,
+       "Size of one attention head; 0 = n_embd / n_head. Qwen3 sets it independently of the hidden size."),
+    KI("model.intermediate_size", model.intermediate_size, 0, 0, 1 << 20,
+       "Width of the MLP; 0 = the family's default (gpt2: 4*n_embd, which it requires; llama family: 8*n_embd/3 "
+       "rounded up to a multiple of 32)."),
+    KD("model.rope_theta", model.rope_theta, 10000.0, 1.0, 1e12, "Base of the rotary frequencies (llama family)."),
+    KD("model.rms_norm_eps", model.rms_norm_eps, 1e-6, 1e-12, 1.0, "RMSNorm epsilon (llama family)."),
+    KB("model.tie_word_embeddings", model.tie_word_embeddings, 0,
+       "lm_head shares the token embedding (llama family; gpt2 is always tied)."),
+    KB("model.attention_bias", model.attention_bias, 0,
+       "Biases on q/k/v/o_proj (llama, qwen3; qwen2 always has q/k/v biases and no o_proj bias)."),
+    KS("model.rope_type", model.rope_type, "default", "default|llama3",
+       "rope_scaling's rope_type: llama3 divides the long-wavelength frequencies by rope_factor and interpolates "
+       "between the two wavelength bounds (Llama 3.1/3.2)."),
+    KD("model.rope_factor", model.rope_factor, 8.0, 1e-6, 1e6, "llama3 rope scaling: factor."),
+    KD("model.rope_low_freq_factor", model.rope_low_freq_factor, 1.0, 1e-6, 1e6,
+       "llama3 rope scaling: low_freq_factor."),
+    KD("model.rope_high_freq_factor", model.rope_high_freq_factor, 4.0, 1e-6, 1e6,
+       "llama3 rope scaling: high_freq_factor."),
+    KI("model.rope_original_max_position_embeddings", model.rope_original_max_position_embeddings, 8192, 1,
+       1 << 24, "llama3 rope scaling: original_max_position_embeddings."),
     KS("model.init_from", model.init_from, "", NULL,
        "Checkpoint to take the initial weights from (fine-tuning); \"\" = random initialisation. Only the weights "
        "are read; the step count and optimizer state start fresh."),
@@ -237,6 +268,15 @@ static const zkey_t schema[] = {
     KS("checkpoint.resume", checkpoint.resume, "none", NULL,
        "auto = resume from the newest checkpoint in train.output_dir if there is one; none = start fresh; "
        "anything else is the path of a checkpoint to resume from (any world size or strategy)."),
+    KB("checkpoint.save_hf", checkpoint.save_hf, 1,
+       "At the end of training write <output_dir>/hf: a Hugging Face model directory (config.json, "
+       "generation_config.json, model.safetensors or shards and their index, the tokenizer files of "
+       "model.name_or_path) that AutoModelForCausalLM.from_pretrained loads; every rank writes its own bytes."),
+    KS("checkpoint.hf_dtype", checkpoint.hf_dtype, "auto", "auto|bf16|fp32",
+       "Weights dtype of the HF export: auto = bf16 for bf16 runs, fp32 otherwise."),
+    KS("checkpoint.hf_max_shard_size", checkpoint.hf_max_shard_size, "5GB", NULL,
+       "Largest safetensors shard of the HF export, as transformers' max_shard_size (\"5GB\" = 5e9 bytes, "
+       "\"500MB\", \"2GiB\"); above it the weights are split with model.safetensors.index.json."),
     /* log */
     KB("log.all_ranks", log.all_ranks, 0, "Every rank writes its own log file (rank 0 only otherwise)."),
     KB("log.plot", log.plot, 1, "Draw the loss curves with gnuplot at the end of the run."),
@@ -831,10 +871,10 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
         }
         }
     }
-    if (cfg->model.n_embd % cfg->model.n_head != 0)
+    if (!cfg->model.head_dim && !cfg->model.name_or_path[0] && cfg->model.n_embd % cfg->model.n_head != 0)
         return zt_err(err, errlen, "model.n_embd (%d) must be divisible by model.n_head (%d)", cfg->model.n_embd,
                       cfg->model.n_head);
-    if (cfg->data.seq_len > cfg->model.block_size)
+    if (!cfg->model.name_or_path[0] && cfg->data.seq_len > cfg->model.block_size)
         return zt_err(err, errlen, "data.seq_len (%d) exceeds model.block_size (%d)", cfg->data.seq_len,
                       cfg->model.block_size);
     if (cfg->data.n_train_files < 1)
@@ -956,6 +996,17 @@ void zt_config_print(const zt_config_t *cfg, FILE *out)
         }
         fputs("};\n", out);
     }
+}
+
+int zt_config_value_text(const zt_config_t *cfg, const char *key, char *buf, size_t len)
+{
+    const zkey_t *k = find_key(key);
+    if (!k) return -1;
+    FILE *f = fmemopen(buf, len, "w");
+    if (!f) zt_fatal("fmemopen failed");
+    put_value(f, cfg, k);
+    if (fclose(f) != 0) buf[len - 1] = 0;
+    return 0;
 }
 
 char *zt_config_to_string(const zt_config_t *cfg)

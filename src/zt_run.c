@@ -21,6 +21,7 @@
 #include "zt_common.h"
 #include "zt_config.h"
 #include "zt_log.h"
+#include "zt_hf_model.h"
 #include "zt_train.h"
 #include "zt_watchdog.h"
 
@@ -121,6 +122,20 @@ int zt_run(int argc, char **argv, MPI_Comm world)
         return ZT_EXIT_ERROR;
     }
     snprintf(cfg->source, sizeof cfg->source, "%s", input);
+    if (cfg->model.name_or_path[0]) {
+        /* the family and every dimension come from config.json: rank 0 reads it */
+        char path[ZT_STRLEN + 16];
+        snprintf(path, sizeof path, "%s/config.json", cfg->model.name_or_path);
+        char *js = rank == 0 ? zt_read_file(path, NULL, err, sizeof err) : NULL;
+        js = zt_bcast_text(world, js);
+        rc = js ? zt_hf_model_resolve(cfg, js, path, err, sizeof err) : -1;
+        free(js);
+        if (rc != 0) {
+            if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", err);
+            free(cfg);
+            return ZT_EXIT_ERROR;
+        }
+    }
 
     if (mode == PRINT) {
         if (rank == 0) zt_config_print(cfg, stdout);

@@ -483,7 +483,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
                 u->wshard = balloc(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->S * 2);
             else
                 u->wfull = balloc(s, MEM_PARAMS, u->lay.packed * 2);
-            const int k = ui == 0 ? 0 : 1;
+            const int k = ui == s->t->root_unit ? 0 : 1;
             s->scratch_n[k] = ZT_MAX(s->scratch_n[k], u->lay.numel);
         } else if (s->shard_params) {
             if (!s->offload_param) u->shard_p = falloc(s, MEM_PARAMS, u->S);
@@ -655,7 +655,7 @@ const float *zt_shard_params(zt_shard_t *s, int ui)
         if (!s->mixed) return u->gath;
     }
     /* mixed: widen into the unit's fp32 slot, unless it already holds this unit */
-    const int k = ui == 0 ? 0 : 1;
+    const int k = ui == s->t->root_unit ? 0 : 1;
     if (s->slot_held[k] && s->slot_unit[k] != ui)
         zt_fatal("shard engine: unit %d requested while unit %d is still in use (16-bit params keep one "
                  "block materialized at a time)", ui, s->slot_unit[k]);
@@ -686,13 +686,13 @@ static void drop_gathered(zt_shard_t *s, int ui)
     }
     BFREE(s, MEM_GATHER, u->gath, u->lay.packed * s->pesz);
     u->gathered = 0;
-    const int k = ui == 0 ? 0 : 1;
+    const int k = ui == s->t->root_unit ? 0 : 1;
     if (s->mixed && s->slot_unit[k] == ui) s->slot_unit[k] = -1, s->slot_held[k] = 0;
 }
 
 void zt_shard_release(zt_shard_t *s, int ui)
 {
-    const int k = ui == 0 ? 0 : 1;
+    const int k = ui == s->t->root_unit ? 0 : 1;
     if (s->mixed && s->slot_unit[k] == ui) s->slot_held[k] = 0;
     if (!s->shard_params) return;
     if (s->inference || s->u[ui].bwd_done || frees_after_forward(s)) drop_gathered(s, ui);
@@ -1046,7 +1046,7 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
         all_gathered += P;
         if (o->layout == ZT_LAYOUT_PER_PARAM && n > 1 && P > pack) pack = P;
         owned = ZT_MAX(owned, S);
-        if (ui == 0) root = lay.numel, root_P = P;
+        if (ui == t->root_unit) root = lay.numel, root_P = P;
         else block = ZT_MAX(block, lay.numel), block_P = ZT_MAX(block_P, P);
         zt_unit_layout_free(&lay);
     }
@@ -1099,7 +1099,7 @@ double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_
         case ZT_ZERO2: bytes += shard_n > 1 ? nmicro * P * gb + P * pb : 0; break;
         default: {
             /* gathers per micro-step: root once; blocks once (keep) or twice (reshard) */
-            int gathers = (ui == 0 || !frees_after_forward(&(zt_shard_t){.o = *o})) ? 1 : 2;
+            int gathers = (ui == t->root_unit || !frees_after_forward(&(zt_shard_t){.o = *o})) ? 1 : 2;
             if (shard_n > 1) bytes += nmicro * (gathers * P * pb + P * gb);
             if (replica_n > 1) bytes += S * gb;
         }

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zt_arch.h"
 #include "zt_backend.h"
 #include "zt_bpe.h"
 #include "zt_ckpt.h"
@@ -157,16 +158,10 @@ static void estimate(const zt_config_t *cfg, const zt_param_table_t *t, zt_strat
     int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
     int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
     zt_shard_memory_estimate(t, &o, sn, rn, &e->mem);
-    e->activations = zt_model_activation_bytes_estimate(t->dims, cfg->train.per_device_train_batch_size,
+    e->activations = zt_model_activation_bytes_estimate(t, cfg->train.per_device_train_batch_size,
                                                         cfg->data.seq_len, cfg->train.gradient_checkpointing);
     e->total = mem_total(&e->mem) + e->activations;
     e->traffic = zt_shard_traffic_estimate(t, &o, sn, rn, cfg->train.gradient_accumulation_steps);
-}
-
-static zt_model_dims_t dims_of(const zt_config_t *cfg)
-{
-    return (zt_model_dims_t){cfg->model.n_layer, cfg->model.n_head, cfg->model.n_embd,
-                             cfg->model.vocab_size, cfg->model.block_size};
 }
 
 static double host_memory_per_rank(int per_node)
@@ -207,7 +202,12 @@ static double memory_limit(const zt_config_t *cfg, const zt_backend_t *be, int p
 
 void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
 {
-    zt_param_table_t *t = zt_param_table_create(dims_of(cfg), (float)cfg->model.init_std);
+    char err[ZT_ERRLEN];
+    zt_param_table_t *t = zt_arch_table_from_config(cfg, err, sizeof err);
+    if (!t) {
+        zt_log_error("%s", err);
+        return;
+    }
     int shard_n = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size : per_node;
     char b[7][32];
     zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), B=%d T=%d, %s layout",
@@ -293,36 +293,37 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
 {
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
-    const int L = r->table->dims.L;
+    const zt_param_table_t *t = r->table;
+    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit;
     zt_model_set_batch(m, inp, tgt, r->B, r->T);
     zt_watchdog_mark("forward", 0, r->step + 1);
     /* the root unit (embeddings, tied head, ln_f) stays materialized for the whole
      * micro-step, as FSDP does for its root module: it is used at both ends */
-    const float *root = zt_shard_params(s, 0);
-    zt_shard_prefetch(s, 1);
+    const float *root = zt_shard_params(s, root_unit);
+    zt_shard_prefetch(s, b0);
     zt_model_forward_embed(m, root);
     for (int l = 0; l < L; l++) {
-        zt_watchdog_mark("forward", l + 1, r->step + 1);
-        const float *w = zt_shard_params(s, l + 1);
-        zt_shard_prefetch(s, l + 2);
+        zt_watchdog_mark("forward", b0 + l, r->step + 1);
+        const float *w = zt_shard_params(s, b0 + l);
+        if (l + 1 < L) zt_shard_prefetch(s, b0 + l + 1);
         zt_model_forward_block(m, l, w);
-        zt_shard_release(s, l + 1);
+        zt_shard_release(s, b0 + l);
     }
-    zt_watchdog_mark("forward head", 0, r->step + 1);
-    float *droot = zt_shard_grads(s, 0);
+    zt_watchdog_mark("forward head", root_unit, r->step + 1);
+    float *droot = zt_shard_grads(s, root_unit);
     zt_model_train_head(m, root, droot, dscale);
     for (int l = L - 1; l >= 0; l--) {
-        zt_watchdog_mark("backward", l + 1, r->step + 1);
-        const float *w = zt_shard_params(s, l + 1);
-        if (l > 0) zt_shard_prefetch(s, l);
-        zt_model_backward_block(m, l, w, zt_shard_grads(s, l + 1));
-        zt_shard_grads_ready(s, l + 1);
-        zt_shard_release(s, l + 1);
+        zt_watchdog_mark("backward", b0 + l, r->step + 1);
+        const float *w = zt_shard_params(s, b0 + l);
+        if (l > 0) zt_shard_prefetch(s, b0 + l - 1);
+        zt_model_backward_block(m, l, w, zt_shard_grads(s, b0 + l));
+        zt_shard_grads_ready(s, b0 + l);
+        zt_shard_release(s, b0 + l);
     }
-    zt_watchdog_mark("backward", 0, r->step + 1);
+    zt_watchdog_mark("backward", root_unit, r->step + 1);
     zt_model_backward_embed(m, droot);
-    zt_shard_grads_ready(s, 0);
-    zt_shard_release(s, 0);
+    zt_shard_grads_ready(s, root_unit);
+    zt_shard_release(s, root_unit);
     return zt_model_loss(m);
 }
 
@@ -332,16 +333,18 @@ static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, int 
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     zt_model_set_batch(m, inp, tgt, B, T);
-    const float *root = zt_shard_params(s, 0);
+    const zt_param_table_t *t = r->table;
+    const int b0 = t->first_block_unit;
+    const float *root = zt_shard_params(s, t->root_unit);
     zt_model_forward_embed(m, root);
-    for (int l = 0; l < r->table->dims.L; l++) {
-        const float *w = zt_shard_params(s, l + 1);
-        zt_shard_prefetch(s, l + 2);
+    for (int l = 0; l < t->dims.L; l++) {
+        const float *w = zt_shard_params(s, b0 + l);
+        if (l + 1 < t->dims.L) zt_shard_prefetch(s, b0 + l + 1);
         zt_model_forward_block(m, l, w);
-        zt_shard_release(s, l + 1);
+        zt_shard_release(s, b0 + l);
     }
     zt_model_forward_head(m, root);
-    zt_shard_release(s, 0);
+    zt_shard_release(s, t->root_unit);
     return zt_model_loss(m);
 }
 
@@ -636,8 +639,10 @@ static void startup_report(run_t *r)
         free(all);
     }
     const zt_param_table_t *t = r->table;
-    zt_log("model: %s L=%d H=%d C=%d V=%d block=%d, %zu parameters in %d units", cfg->model.arch,
-           t->dims.L, t->dims.NH, t->dims.C, t->dims.V, t->dims.maxT, t->total_numel, t->nunits);
+    const zt_model_dims_t *d = &t->dims;
+    zt_log("model: %s L=%d H=%d KV=%d C=%d head_dim=%d I=%d V=%d block=%d%s, %zu parameters in %d units%s%s",
+           t->arch->name, d->L, d->NH, d->NKV, d->C, d->HD, d->I, d->V, d->maxT, d->tied ? " tied" : "",
+           t->total_numel, t->nunits, cfg->model.name_or_path[0] ? " from " : "", cfg->model.name_or_path);
     int sn = zt_strategy_is_hybrid(r->sopts.strategy) ? c->shard.size : c->world.size;
     zt_log("strategy: %s, layout %s, shard group %d, replica group %d, reshard_after_forward %s",
            zt_strategy_name(r->sopts.strategy), cfg->parallel.shard_layout,
@@ -1017,7 +1022,14 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
                          : (long)ceil(cfg->train.num_train_epochs * (double)S / (double)r->G);
     if (r->total_steps < 1) r->total_steps = 1;
 
-    r->table = zt_param_table_create(dims_of(cfg), (float)cfg->model.init_std);
+    r->table = zt_arch_table_from_config(cfg, err, sizeof err);
+    if (zt_agree_error(comm, r->table ? 0 : -1, err, sizeof err)) {
+        zt_log_error("%s", err);
+        zt_data_close(r->train);
+        zt_data_close(r->val);
+        free(gpu_cfg);
+        return ZT_EXIT_ERROR;
+    }
     zt_strategy_t st = zt_strategy_parse(cfg->parallel.strategy);
     char why[256] = "";
     if (strcmp(cfg->parallel.strategy, "auto") == 0)
@@ -1053,7 +1065,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
      * would wait for the compute stream, once per micro-step */
     r->inp = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
     r->tgt = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
-    r->flops_per_token = zt_model_flops_per_token(r->table->dims, r->T);
+    r->flops_per_token = zt_model_flops_per_token(r->table, r->T);
     r->peak_flops = cfg->train.peak_tflops > 0 ? cfg->train.peak_tflops * 1e12 * comm->world.size : measure_peak(r);
     zt_log("MFU denominator: %.1f GFLOP/s over all ranks (%s)", r->peak_flops / 1e9,
            cfg->train.peak_tflops > 0 ? "train.peak_tflops" : "measured matmul peak of this backend");

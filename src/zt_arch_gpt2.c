@@ -1,0 +1,373 @@
+/* zt_arch_gpt2.c — the GPT-2 family (HF GPT2LMHeadModel).
+ *
+ * Learned positional embeddings, pre-LayerNorm blocks (eps 1e-5), one Conv1D c_attn
+ * for q, k and v, tanh-approximate GELU MLP of width 4C, every linear with a bias,
+ * lm_head tied to the token embedding. HF names and shapes; Conv1D weights are
+ * (in, out): out = x @ W + b.
+ *   root unit 0   transformer.wte.weight (V,C), transformer.wpe.weight (maxT,C),
+ *                 transformer.ln_f.weight (C), transformer.ln_f.bias (C)
+ *   unit 1+l      transformer.h.l.*: ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj
+ *
+ * Activations kept per block for backward (N = B*T):
+ *   ln1 (N,C) ln1_mean/rstd (N) qkv (N,3C) lse (B,NH,T) atty (N,C)
+ *   res2 (N,C) ln2 (N,C) ln2_mean/rstd (N) fch (N,4C) fch_gelu (N,4C)
+ * (the block input x_in is zt_model.c's). Attention keeps no (B,NH,T,T) matrix: its
+ * backward recomputes the probabilities from qkv, the output atty and the per-row
+ * log-sum-exp lse. With recompute (gradient checkpointing) one block's worth of these
+ * is shared: backward re-runs the block forward first, which gives bit-identical
+ * results because the same kernels see the same inputs. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt_common.h"
+#include "zt_hf_config.h"
+#include "zt_model_internal.h"
+
+#define GPT2_EPS 1e-5f
+
+typedef struct block_acts {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *res2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+} block_acts_t;
+
+typedef struct gpt2 {
+    block_acts_t *blk;          /* (L) */
+    float *lnf_mean, *lnf_rstd; /* (N) */
+    float *dqkv;                /* (N,3C) */
+    /* offsets of each block parameter within a block unit, and of the root's */
+    size_t o_ln1w, o_ln1b, o_qkvw, o_qkvb, o_projw, o_projb, o_ln2w, o_ln2b, o_fcw, o_fcb, o_fcpw,
+        o_fcpb;
+    size_t o_wte, o_wpe, o_lnfw, o_lnfb;
+} gpt2_t;
+
+/* ---- shape and parameters ------------------------------------------------------- */
+
+static int gpt2_check(const zt_model_dims_t *d, const char *where, char *err, size_t errlen)
+{
+    if (d->C % d->NH)
+        return zt_err(err, errlen, "%s: n_embd (%d) must be divisible by n_head (%d)", where, d->C, d->NH);
+    if (d->NKV != d->NH)
+        return zt_err(err, errlen, "%s: gpt2 has no grouped-query attention (n_kv_head %d != n_head %d)", where,
+                      d->NKV, d->NH);
+    if (d->HD != d->C / d->NH)
+        return zt_err(err, errlen, "%s: gpt2's head_dim is n_embd / n_head = %d, not %d", where, d->C / d->NH,
+                      d->HD);
+    if (d->I != 4 * d->C)
+        return zt_err(err, errlen, "%s: gpt2's MLP is 4 * n_embd = %d wide, not intermediate_size %d", where,
+                      4 * d->C, d->I);
+    if (!d->tied) return zt_err(err, errlen, "%s: gpt2's lm_head is tied to the token embedding", where);
+    return 0;
+}
+
+static int gpt2_from_config(const zt_config_t *cfg, zt_model_dims_t *d, char *err, size_t errlen)
+{
+    zt_model_dims_default(d);
+    d->L = cfg->model.n_layer;
+    d->NH = cfg->model.n_head;
+    d->NKV = cfg->model.n_kv_head ? cfg->model.n_kv_head : d->NH;
+    d->C = cfg->model.n_embd;
+    d->HD = cfg->model.head_dim ? cfg->model.head_dim : d->C / d->NH;
+    d->I = cfg->model.intermediate_size ? cfg->model.intermediate_size : 4 * d->C;
+    d->V = cfg->model.vocab_size;
+    d->maxT = cfg->model.block_size;
+    d->tied = !zt_config_given(cfg, "model.tie_word_embeddings") || cfg->model.tie_word_embeddings;
+    d->qkv_bias = d->o_bias = 1;
+    d->norm_eps = GPT2_EPS;
+    return gpt2_check(d, "model", err, errlen);
+}
+
+static int gpt2_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, char *err, size_t errlen)
+{
+    zt_model_dims_default(d);
+    zt_hf_config_t c = {j, file, err, errlen, 0};
+    d->L = zt_hf_int(&c, "n_layer", -1);
+    d->NH = zt_hf_int(&c, "n_head", -1);
+    d->C = zt_hf_int(&c, "n_embd", -1);
+    d->V = zt_hf_int(&c, "vocab_size", -1);
+    d->maxT = zt_hf_int(&c, "n_positions", -1);
+    d->I = zt_hf_int(&c, "n_inner", 4 * (d->C > 0 ? d->C : 0));
+    d->norm_eps = (float)zt_hf_double(&c, "layer_norm_epsilon", GPT2_EPS);
+    d->tied = zt_hf_bool(&c, "tie_word_embeddings", 1);
+    if (c.failed) return -1;
+    if (zt_hf_has(j, "activation_function")) {
+        const char *act = json_string_value(json_object_get(j, "activation_function"));
+        if (!act || (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh")))
+            return zt_err(err, errlen, "%s: activation_function \"%s\" is not supported (gpt2: gelu_new)", file,
+                          act ? act : "?");
+    }
+    if (fabsf(d->norm_eps - GPT2_EPS) > 1e-12f)
+        return zt_err(err, errlen, "%s: layer_norm_epsilon %g is not supported (gpt2: 1e-5)", file, d->norm_eps);
+    d->norm_eps = GPT2_EPS;
+    d->NKV = d->NH;
+    d->HD = d->NH > 0 ? d->C / d->NH : 0;
+    d->qkv_bias = d->o_bias = 1;
+    return gpt2_check(d, file, err, errlen);
+}
+
+static json_t *gpt2_to_hf(const zt_model_dims_t *d)
+{
+    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:f, s:f, s:f, s:f, s:b}",
+                     "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "n_layer", d->L, "n_head", d->NH,
+                     "n_embd", d->C, "vocab_size", d->V, "n_positions", d->maxT, "n_ctx", d->maxT, "n_inner",
+                     "activation_function", "gelu_new", "layer_norm_epsilon", (double)GPT2_EPS, "resid_pdrop", 0.0,
+                     "embd_pdrop", 0.0, "attn_pdrop", 0.0, "initializer_range", 0.02, "tie_word_embeddings", 1);
+}
+
+static void gpt2_to_config(const zt_model_dims_t *d, zt_config_t *cfg)
+{
+    cfg->model.n_layer = d->L;
+    cfg->model.n_head = d->NH;
+    cfg->model.n_embd = d->C;
+    cfg->model.vocab_size = d->V;
+    cfg->model.block_size = d->maxT;
+}
+
+static void gpt2_build(zt_param_table_t *t, float init_std)
+{
+    const zt_model_dims_t *d = &t->dims;
+    const int64_t C = d->C;
+    /* GPT-2 scales the init of the projections that write into the residual stream
+     * by 1/sqrt(2L) so the stream's variance does not grow with depth. */
+    const float proj_std = init_std / sqrtf(2.0f * (float)d->L);
+    zt_params_add(t, "transformer.wte.weight", 2, d->V, C, 0, -1, ZT_INIT_NORMAL, init_std, ZT_ROLE_EMBED,
+                  ZT_W_OUT_IN);
+    zt_params_add(t, "transformer.wpe.weight", 2, d->maxT, C, 0, -1, ZT_INIT_NORMAL, init_std / 2,
+                  ZT_ROLE_POS_EMBED, ZT_W_OUT_IN);
+    zt_params_add(t, "transformer.ln_f.weight", 1, C, 1, 0, -1, ZT_INIT_ONES, 0, ZT_ROLE_NORM, ZT_W_NONE);
+    zt_params_add(t, "transformer.ln_f.bias", 1, C, 1, 0, -1, ZT_INIT_ZEROS, 0, ZT_ROLE_NORM, ZT_W_NONE);
+    for (int l = 0; l < d->L; l++) {
+        char n[96];
+        const int u = 1 + l;
+#define P(suffix, nd, a, b, init, std, role)                                          \
+    do {                                                                              \
+        snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix);                      \
+        zt_params_add(t, n, nd, a, b, u, l, init, std, role, ZT_W_IN_OUT);            \
+    } while (0)
+        P("ln_1.weight", 1, C, 1, ZT_INIT_ONES, 0, ZT_ROLE_NORM);
+        P("ln_1.bias", 1, C, 1, ZT_INIT_ZEROS, 0, ZT_ROLE_NORM);
+        P("attn.c_attn.weight", 2, C, 3 * C, ZT_INIT_NORMAL, init_std, ZT_ROLE_QKV);
+        P("attn.c_attn.bias", 1, 3 * C, 1, ZT_INIT_ZEROS, 0, ZT_ROLE_QKV);
+        P("attn.c_proj.weight", 2, C, C, ZT_INIT_NORMAL, proj_std, ZT_ROLE_O);
+        P("attn.c_proj.bias", 1, C, 1, ZT_INIT_ZEROS, 0, ZT_ROLE_O);
+        P("ln_2.weight", 1, C, 1, ZT_INIT_ONES, 0, ZT_ROLE_NORM);
+        P("ln_2.bias", 1, C, 1, ZT_INIT_ZEROS, 0, ZT_ROLE_NORM);
+        P("mlp.c_fc.weight", 2, C, 4 * C, ZT_INIT_NORMAL, init_std, ZT_ROLE_FC);
+        P("mlp.c_fc.bias", 1, 4 * C, 1, ZT_INIT_ZEROS, 0, ZT_ROLE_FC);
+        P("mlp.c_proj.weight", 2, 4 * C, C, ZT_INIT_NORMAL, proj_std, ZT_ROLE_DOWN);
+        P("mlp.c_proj.bias", 1, C, 1, ZT_INIT_ZEROS, 0, ZT_ROLE_DOWN);
+#undef P
+    }
+    zt_params_finish(t, 1 + d->L, 0, 1);
+}
+
+static size_t gpt2_activation_bytes(const zt_model_dims_t *d, int B, int T, int recompute)
+{
+    const size_t N = (size_t)B * T, C = d->C, lse = (size_t)B * d->NH * T;
+    const size_t per_block = N * C /*ln1*/ + 2 * N + 3 * N * C + lse + N * C /*atty*/ +
+                             N * C /*res2*/ + N * C /*ln2*/ + 2 * N + 8 * N * C /*fch, gelu*/;
+    const size_t floats = (recompute ? 1 : (size_t)d->L) * per_block + 2 * N /*lnf*/ + 3 * N * C /*dqkv*/;
+    return floats * sizeof(float);
+}
+
+static double gpt2_flops_per_token(const zt_model_dims_t *d, int T)
+{
+    /* 6 flops per parameter per token (2 forward + 4 backward) over the matmul
+     * parameters incl. the tied lm_head, plus attention: QK^T and att@V are each
+     * 2*T*C per token forward (causal half ignored, as PaLM's MFU convention). */
+    const double C = d->C, L = d->L, V = d->V;
+    const double matmul_params = L * 12.0 * C * C + V * C;
+    return 6.0 * matmul_params + 12.0 * L * C * (double)T;
+}
+
+/* ---- runtime ---------------------------------------------------------------------- */
+
+static void gpt2_create(zt_model_t *m)
+{
+    gpt2_t *g = zt_calloc(1, sizeof *g);
+    m->fam = g;
+    const zt_param_table_t *table = m->table;
+    const size_t N = (size_t)m->Bmax * m->Tmax, C = m->d.C, L = m->d.L, NH = m->d.NH;
+    const size_t lse = (size_t)m->Bmax * NH * m->Tmax, F = sizeof(float);
+    if (table->nunits > 1) {
+        const zt_param_t *p = &table->params[table->unit_first[1]];
+        g->o_ln1w = p[0].offset; g->o_ln1b = p[1].offset; g->o_qkvw = p[2].offset;
+        g->o_qkvb = p[3].offset; g->o_projw = p[4].offset; g->o_projb = p[5].offset;
+        g->o_ln2w = p[6].offset; g->o_ln2b = p[7].offset; g->o_fcw = p[8].offset;
+        g->o_fcb = p[9].offset; g->o_fcpw = p[10].offset; g->o_fcpb = p[11].offset;
+    }
+    const zt_param_t *r = &table->params[table->unit_first[0]];
+    g->o_wte = r[0].offset; g->o_wpe = r[1].offset; g->o_lnfw = r[2].offset; g->o_lnfb = r[3].offset;
+
+    g->blk = zt_calloc(L ? L : 1, sizeof *g->blk);
+    for (size_t l = 0; l < L; l++) {
+        block_acts_t *a = &g->blk[l];
+        if (m->recompute && l > 0) {
+            *a = g->blk[0];
+            continue;
+        }
+        a->ln1 = zt_model_alloc(m, N * C * F);
+        a->ln1_mean = zt_model_alloc(m, N * F);
+        a->ln1_rstd = zt_model_alloc(m, N * F);
+        a->qkv = zt_model_alloc(m, 3 * N * C * F);
+        a->lse = zt_model_alloc(m, lse * F);
+        a->atty = zt_model_alloc(m, N * C * F);
+        a->res2 = zt_model_alloc(m, N * C * F);
+        a->ln2 = zt_model_alloc(m, N * C * F);
+        a->ln2_mean = zt_model_alloc(m, N * F);
+        a->ln2_rstd = zt_model_alloc(m, N * F);
+        a->fch = zt_model_alloc(m, 4 * N * C * F);
+        a->fch_gelu = zt_model_alloc(m, 4 * N * C * F);
+    }
+    g->lnf_mean = zt_model_alloc(m, N * F);
+    g->lnf_rstd = zt_model_alloc(m, N * F);
+    g->dqkv = zt_model_alloc(m, 3 * N * C * F);
+}
+
+static void gpt2_destroy(zt_model_t *m)
+{
+    gpt2_t *g = m->fam;
+    const zt_backend_t *be = m->be;
+    for (int l = 0; l < m->d.L; l++) {
+        if (m->recompute && l > 0) break;
+        block_acts_t *a = &g->blk[l];
+        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->lse, a->atty,
+                         a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+    }
+    be->free(g->lnf_mean);
+    be->free(g->lnf_rstd);
+    be->free(g->dqkv);
+    free(g->blk);
+    free(g);
+}
+
+static void gpt2_embed_forward(zt_model_t *m, const float *root, float *x0)
+{
+    const gpt2_t *g = m->fam;
+    m->be->embedding_forward(x0, m->inputs, root + g->o_wte, m->B * m->T, m->d.C);
+    m->be->positional_forward(x0, root + g->o_wpe, m->B, m->T, m->d.C);
+}
+
+static void gpt2_embed_backward(zt_model_t *m, float *droot, const float *dx0)
+{
+    const gpt2_t *g = m->fam;
+    m->be->embedding_backward(droot + g->o_wte, dx0, m->inputs, m->B * m->T, m->d.C);
+    m->be->positional_backward(droot + g->o_wpe, dx0, m->B, m->T, m->d.C);
+}
+
+static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float *x_in, float *out)
+{
+    const gpt2_t *g = m->fam;
+    block_acts_t *a = &g->blk[l];
+    const zt_backend_t *be = m->be;
+    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, N = B * T;
+    be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w + g->o_ln1w, w + g->o_ln1b, N, C,
+                          GPT2_EPS);
+    be->matmul_forward(a->qkv, a->ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * C, 0); // (N,3C)
+    be->attention_forward(a->atty, a->lse, a->qkv, B, T, NH, NH, C / NH);             // (N,C)
+    /* attention projection into a scratch, then the residual add */
+    be->matmul_forward(a->res2, a->atty, w + g->o_projw, w + g->o_projb, N, C, C, 0);
+    be->residual_forward(a->res2, a->res2, x_in, (size_t)N * C);
+    be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w + g->o_ln2w, w + g->o_ln2b, N, C,
+                          GPT2_EPS);
+    be->matmul_gelu_forward(a->fch_gelu, a->fch, a->ln2, w + g->o_fcw, w + g->o_fcb, N, C,
+                            4 * C); // (N,4C) each
+    be->matmul_forward(out, a->fch_gelu, w + g->o_fcpw, w + g->o_fcpb, N, 4 * C, C, 0);
+    be->residual_forward(out, out, a->res2, (size_t)N * C);
+}
+
+static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw, const float *x_in,
+                                float *dres)
+{
+    const gpt2_t *g = m->fam;
+    const zt_backend_t *be = m->be;
+    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, N = B * T;
+    const size_t NC = (size_t)N * C, F = sizeof(float);
+    block_acts_t *a = &g->blk[l];
+    if (m->recompute) {
+        /* re-run the forward to refill the shared buffers; the output goes to a
+         * scratch (dres2, free until dln2 below) because the next block's x_in must
+         * stay intact */
+        gpt2_block_forward(m, l, w, x_in, m->dres2);
+    }
+    /* dres holds dL/d(block output) (N,C). Output = res2 + fcproj(gelu(fc(ln2(res2)))).
+     * dfch = gelu'(fch) * (dres @ Wfcp^T) goes into fch_gelu, which fcproj's weight
+     * gradient reads first and nothing needs after: no (N,4C) scratch. Input gradients
+     * are overwritten, so no buffer here is zeroed first (but dqkv: attention accumulates). */
+    float *dfch = a->fch_gelu;
+    be->gelu_matmul_backward(dfch, dw + g->o_fcpw, dw + g->o_fcpb, dres, a->fch_gelu, a->fch,
+                             w + g->o_fcpw, N, 4 * C, C);
+    /* dres2 = dres + ln2 backward(dfch @ Wfc^T) */
+    float *dln2 = m->dres2;
+    be->matmul_backward(dln2, dw + g->o_fcw, dw + g->o_fcb, dfch, a->ln2, w + g->o_fcw, N, C, 4 * C, 0);
+    /* dres (which is d res2 from the skip path) += layernorm backward */
+    be->layernorm_backward(dres, dw + g->o_ln2w, dw + g->o_ln2b, dln2, a->res2, w + g->o_ln2w, a->ln2_mean,
+                           a->ln2_rstd, N, C);
+    /* now dres = d res2 ; res2 = x_in + proj(atty) */
+    float *datty = m->dres2;
+    be->matmul_backward(datty, dw + g->o_projw, dw + g->o_projb, dres, a->atty, w + g->o_projw, N, C, C, 0);
+    be->memzero(g->dqkv, 3 * NC * F);
+    be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, B, T, NH, NH, C / NH);
+    float *dln1 = m->dres2;
+    be->matmul_backward(dln1, dw + g->o_qkvw, dw + g->o_qkvb, g->dqkv, a->ln1, w + g->o_qkvw, N, C, 3 * C, 0);
+    /* dx_in = d res2 (skip) + ln1 backward */
+    be->layernorm_backward(dres, dw + g->o_ln1w, dw + g->o_ln1b, dln1, x_in, w + g->o_ln1w, a->ln1_mean,
+                           a->ln1_rstd, N, C);
+}
+
+static void gpt2_final_norm_forward(zt_model_t *m, const float *root, const float *x, float *xf)
+{
+    const gpt2_t *g = m->fam;
+    m->be->layernorm_forward(xf, g->lnf_mean, g->lnf_rstd, x, root + g->o_lnfw, root + g->o_lnfb, m->B * m->T,
+                             m->d.C, GPT2_EPS);
+}
+
+static void gpt2_final_norm_backward(zt_model_t *m, const float *root, float *droot, const float *x,
+                                     const float *dxf, float *dx)
+{
+    const gpt2_t *g = m->fam;
+    const int N = m->B * m->T, C = m->d.C;
+    m->be->memzero(dx, (size_t)N * C * sizeof(float));
+    m->be->layernorm_backward(dx, droot + g->o_lnfw, droot + g->o_lnfb, dxf, x, root + g->o_lnfw, g->lnf_mean,
+                              g->lnf_rstd, N, C);
+}
+
+static size_t gpt2_head_offset(const zt_model_t *m) { return ((const gpt2_t *)m->fam)->o_wte; }
+
+static const zt_arch_ops_t gpt2_ops = {
+    .create = gpt2_create,
+    .destroy = gpt2_destroy,
+    .embed_forward = gpt2_embed_forward,
+    .embed_backward = gpt2_embed_backward,
+    .block_forward = gpt2_block_forward,
+    .block_backward = gpt2_block_backward,
+    .final_norm_forward = gpt2_final_norm_forward,
+    .final_norm_backward = gpt2_final_norm_backward,
+    .head_offset = gpt2_head_offset,
+};
+
+const zt_arch_t zt_arch_gpt2 = {
+    .name = "gpt2",
+    .hf_class = "GPT2LMHeadModel",
+    .hf_model_type = "gpt2",
+    .dims_from_config = gpt2_from_config,
+    .dims_from_hf = gpt2_from_hf,
+    .dims_to_hf = gpt2_to_hf,
+    .dims_to_config = gpt2_to_config,
+    .build_params = gpt2_build,
+    .activation_bytes = gpt2_activation_bytes,
+    .flops_per_token = gpt2_flops_per_token,
+    .ops = &gpt2_ops,
+};
+
+zt_param_table_t *zt_arch_gpt2_table(int L, int NH, int C, int V, int maxT, float init_std)
+{
+    zt_model_dims_t d;
+    zt_model_dims_default(&d);
+    d.L = L, d.NH = d.NKV = NH, d.C = C, d.HD = C / NH, d.I = 4 * C, d.V = V, d.maxT = maxT;
+    d.tied = d.qkv_bias = d.o_bias = 1;
+    return zt_arch_build_table(&zt_arch_gpt2, &d, init_std);
+}
