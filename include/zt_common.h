@@ -43,6 +43,21 @@ int zt_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format
  * len may be NULL). NULL with "PATH: cannot open: ..." or "PATH: read error" in err. */
 char *zt_read_file(const char *path, size_t *len, char *err, size_t errlen);
 
+/* mkdir -p: 0, or -1 with "PATH: cannot create directory: reason" in err. */
+int zt_mkdir_p(const char *path, char *err, size_t errlen);
+/* rm -rf (no error if absent). */
+void zt_rm_rf(const char *path);
+/* fsync of a file or directory by path; 0 or -1 (errno set). */
+int zt_fsync_path(const char *path);
+/* The splitmix64 finalizer (Steele et al.): a 64-bit mix for counter-based hashing. */
+static inline uint64_t zt_splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
 /* Wall-clock seconds (monotonic). */
 double zt_now(void);
 

@@ -11,11 +11,44 @@
 
 #include <stddef.h>
 
+#include "zt_comm.h"
 #include "zt_config.h"
+#include "zt_params.h"
+#include "zt_shard.h"
 
 /* Fills cfg's model.arch and model.* dimensions from config.json (its text, read by
  * the caller; `file` names it in messages). A key the input also gave with another
  * value is an error naming both values. Checks data.seq_len against the positions. */
 int zt_hf_model_resolve(zt_config_t *cfg, const char *config_text, const char *file, char *err, size_t errlen);
+
+/* Collective over comm->world: every rank reads the element ranges it owns of each
+ * parameter from DIR's safetensors (weights only: the optimizer starts fresh). Every
+ * tensor of the table must be there with its shape; a tensor the table lacks is an
+ * error, except those transformers itself ignores (lm_head.weight of a tied model,
+ * rotary_emb.inv_freq buffers). Returns 0, or -1 with the same err on every rank. */
+int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, double *bytes,
+                     char *err, size_t errlen);
+
+/* An export in progress (zt-ckpt export drives it serially, a run collectively). */
+typedef struct zt_hf_export zt_hf_export_t;
+/* Starts the export of table t's weights to OUTDIR (written as OUTDIR.tmp, renamed by
+ * zt_hf_export_finish): plans the shards, and on the writing process (rank 0 of comm,
+ * or the only one with comm NULL) creates the directory, the shard files with their
+ * headers, the index, config.json, generation_config.json and copies the tokenizer
+ * files of source_dir ("" = none). dtype "bf16" or "fp32"; max_shard_bytes as
+ * transformers' max_shard_size; eos_token_id < 0: none known. Collective with comm. */
+zt_hf_export_t *zt_hf_export_begin(const char *outdir, const zt_param_table_t *t, const char *dtype,
+                                   int64_t max_shard_bytes, const char *source_dir, int eos_token_id,
+                                   zt_comm_t *comm, char *err, size_t errlen);
+/* Elements [start, start+n) of parameter p. Any process, any order. */
+int zt_hf_export_write(zt_hf_export_t *x, int p, size_t start, size_t n, const float *v, char *err, size_t errlen);
+/* Syncs, then (collectively) renames OUTDIR.tmp to OUTDIR, replacing an older OUTDIR
+ * only once the new one is complete; frees x. ok = 0 abandons the export (the
+ * temporary directory is removed). Returns 0, or -1 with err (the same on every rank). */
+int zt_hf_export_finish(zt_hf_export_t *x, int ok, char *err, size_t errlen);
+
+/* A run's export: each rank writes what it owns (zt_shard_io_segments), nobody gathers. */
+int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, const zt_param_table_t *t,
+                     int eos_token_id, zt_comm_t *comm, double *seconds, char *err, size_t errlen);
 
 #endif

@@ -1,5 +1,10 @@
 /* zt_common.c — fatal errors that abort the whole job, checked allocation, timers, RSS. */
+#define _GNU_SOURCE /* nftw */
 #include "zt_common.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 
 #include <errno.h>
 #include <mpi.h>
@@ -160,4 +165,46 @@ const char *zt_fmt_bytes(double bytes, char *buf, size_t len)
     }
     snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", bytes, unit[u]);
     return buf;
+}
+
+int zt_mkdir_p(const char *path, char *err, size_t errlen)
+{
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s", path) >= sizeof tmp)
+        return zt_err(err, errlen, "%.200s...: path too long", path);
+    for (char *p = tmp + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        const char c = *p;
+        *p = 0;
+        struct stat st;
+        if (mkdir(tmp, 0755) != 0 && (errno != EEXIST || stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)))
+            return zt_err(err, errlen, "%s: cannot create directory: %s", tmp,
+                          errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+        *p = c;
+        if (!c) break;
+    }
+    return 0;
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+void zt_rm_rf(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    if (S_ISDIR(st.st_mode)) nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    else unlink(path);
+}
+
+int zt_fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
 }

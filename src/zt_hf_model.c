@@ -1,12 +1,18 @@
 /* zt_hf_model.c — Hugging Face model directories for the model (zt_hf_model.h). */
 #include "zt_hf_model.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "zt_arch.h"
 #include "zt_common.h"
+#include "zt_hf.h"
 
 /* model.* keys a config.json decides; one the input gave must agree with it */
 static const char *const shape_keys[] = {
@@ -55,4 +61,271 @@ int zt_hf_model_resolve(zt_config_t *cfg, const char *config_text, const char *f
                       d.maxT, file);
     cfg->model = hf.model; /* hf began as a copy of cfg: its other keys are the input's */
     return 0;
+}
+
+/* ---- weights in ------------------------------------------------------------------------- */
+
+/* Tensors transformers drops on load without a word: we do the same. */
+static int ignorable(const zt_param_table_t *t, const char *name)
+{
+    const size_t n = strlen(name), k = strlen("rotary_emb.inv_freq");
+    if (n >= k && strcmp(name + n - k, "rotary_emb.inv_freq") == 0) return 1;
+    return t->dims.tied && strcmp(name, "lm_head.weight") == 0 && zt_param_table_find(t, name) < 0;
+}
+
+/* idx[p] = the directory's tensor for parameter p, shapes checked; every tensor used */
+static int match_tensors(zt_hf_dir_t *d, const zt_param_table_t *t, int *idx, char *err, size_t errlen)
+{
+    for (int p = 0; p < t->nparams; p++) {
+        const zt_param_t *q = &t->params[p];
+        int ndim;
+        int64_t shape[8];
+        zt_st_dtype_t dt;
+        const char *file = NULL;
+        idx[p] = zt_hf_find(d, q->name, &ndim, shape, &dt, &file);
+        if (idx[p] < 0)
+            return zt_err(err, errlen, "%s: missing tensor %s (%s %s needs it)", zt_hf_path(d), q->name,
+                          t->arch->hf_class, "as configured");
+        int same = ndim == q->ndim && shape[0] == q->shape[0] && (ndim < 2 || shape[1] == q->shape[1]);
+        if (!same) {
+            char have[96] = "(";
+            for (int k = 0; k < ndim && k < 8; k++)
+                snprintf(have + strlen(have), sizeof have - strlen(have), "%s%lld", k ? ", " : "", (long long)shape[k]);
+            strncat(have, ")", sizeof have - strlen(have) - 1);
+            char want[64];
+            if (q->ndim == 1) snprintf(want, sizeof want, "(%lld)", (long long)q->shape[0]);
+            else snprintf(want, sizeof want, "(%lld, %lld)", (long long)q->shape[0], (long long)q->shape[1]);
+            return zt_err(err, errlen, "%s: tensor %s has shape %s, config.json implies %s", file, q->name, have, want);
+        }
+    }
+    for (int i = 0; i < zt_hf_ntensors(d); i++) {
+        const char *n = zt_hf_tensor_name(d, i);
+        if (zt_param_table_find(t, n) < 0 && !ignorable(t, n))
+            return zt_err(err, errlen, "%s: unexpected tensor %s (not part of %s as config.json describes it)",
+                          zt_hf_path(d), n, t->arch->hf_class);
+    }
+    return 0;
+}
+
+int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, double *bytes,
+                     char *err, size_t errlen)
+{
+    char e[ZT_ERRLEN] = "";
+    zt_hf_dir_t *d = zt_hf_open(dir, e, sizeof e);
+    int *idx = zt_calloc((size_t)t->nparams, sizeof *idx);
+    int rc = d ? match_tensors(d, t, idx, e, sizeof e) : -1;
+    if (zt_agree_error(comm, rc, e, sizeof e)) {
+        zt_hf_close(d);
+        free(idx);
+        return zt_err(err, errlen, "%s", e);
+    }
+    zt_io_seg_t *segs = NULL;
+    const int n = zt_shard_io_segments(s, 0, &segs);
+    double got = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const zt_io_seg_t *g = &segs[i];
+        rc = zt_hf_read(d, idx[g->param], g->start, g->len, g->value, e, sizeof e);
+        for (size_t k = 0; k < g->len && !rc; k++)
+            if (!isfinite(g->value[k]))
+                rc = zt_err(e, sizeof e, "%s: tensor %s: element %zu is %g", dir, t->params[g->param].name,
+                            g->start + k, (double)g->value[k]);
+        got += 4.0 * (double)g->len;
+    }
+    zt_shard_io_done(s, segs, n, rc ? 0 : 1);
+    zt_hf_close(d);
+    free(idx);
+    if (zt_agree_error(comm, rc, e, sizeof e)) return zt_err(err, errlen, "%s", e);
+    zt_shard_after_load(s);
+    if (bytes) *bytes = zt_sum_double(comm, &comm->world, got);
+    return 0;
+}
+
+/* ---- weights out ------------------------------------------------------------------------- */
+
+struct zt_hf_export {
+    char outdir[ZT_STRLEN], tmp[ZT_STRLEN + 8];
+    zt_hf_writer_t *w;
+    zt_comm_t *comm;
+    int writer;             /* this process creates and renames */
+    const zt_param_table_t *t;
+};
+
+static int write_json(const char *path, json_t *j, char *err, size_t errlen)
+{
+    int rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+    return rc ? zt_err(err, errlen, "%s: cannot write", path) : 0;
+}
+
+static int copy_file(const char *from, const char *to, char *err, size_t errlen)
+{
+    size_t n;
+    char *buf = zt_read_file(from, &n, err, errlen);
+    if (!buf) return -1;
+    FILE *f = fopen(to, "wb");
+    int rc = !f || fwrite(buf, 1, n, f) != n;
+    if (f && fclose(f)) rc = 1;
+    free(buf);
+    return rc ? zt_err(err, errlen, "%s: cannot write: %s", to, strerror(errno)) : 0;
+}
+
+/* The token ids of the source's config.json, if any */
+static void copy_ids(json_t *dst, const char *source_dir)
+{
+    if (!source_dir || !source_dir[0]) return;
+    char p[ZT_STRLEN + 32];
+    snprintf(p, sizeof p, "%s/config.json", source_dir);
+    json_t *src = json_load_file(p, 0, NULL);
+    static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    for (size_t i = 0; src && i < sizeof keys / sizeof *keys; i++) {
+        json_t *v = json_object_get(src, keys[i]);
+        if (v) json_object_set(dst, keys[i], v);
+    }
+    json_decref(src);
+}
+
+static int make_files(zt_hf_export_t *x, const char *dtype, const char *source_dir, int eos, char *err, size_t errlen)
+{
+    zt_rm_rf(x->tmp);
+    if (zt_mkdir_p(x->tmp, err, errlen)) return -1;
+    if (zt_hf_writer_create_files(x->w, err, errlen)) return -1;
+    const zt_param_table_t *t = x->t;
+    json_t *cfg = t->arch->dims_to_hf(&t->dims);
+    json_object_set_new(cfg, "torch_dtype", json_string(strcmp(dtype, "bf16") ? "float32" : "bfloat16"));
+    json_object_set_new(cfg, "dtype", json_string(strcmp(dtype, "bf16") ? "float32" : "bfloat16"));
+    if (eos >= 0) {
+        json_object_set_new(cfg, "eos_token_id", json_integer(eos));
+        json_object_set_new(cfg, "bos_token_id", json_integer(eos));
+    }
+    copy_ids(cfg, source_dir);
+    char p[ZT_STRLEN + 64], q[ZT_STRLEN + 64];
+    snprintf(p, sizeof p, "%s/config.json", x->tmp);
+    int rc = write_json(p, cfg, err, errlen);
+    json_t *gen = json_object();
+    json_object_set_new(gen, "_from_model_config", json_true());
+    static const char *const ids[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
+        if (json_object_get(cfg, ids[i])) json_object_set(gen, ids[i], json_object_get(cfg, ids[i]));
+    json_decref(cfg);
+    snprintf(p, sizeof p, "%s/generation_config.json", x->tmp);
+    snprintf(q, sizeof q, "%s/generation_config.json", source_dir ? source_dir : "");
+    struct stat st;
+    if (!rc) rc = source_dir && source_dir[0] && stat(q, &st) == 0 ? copy_file(q, p, err, errlen)
+                                                               : write_json(p, gen, err, errlen);
+    json_decref(gen);
+    /* the tokenizer travels with the model, as save_pretrained of a pipeline does */
+    static const char *const tok[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                      "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
+                                      "chat_template.jinja"};
+    for (size_t i = 0; !rc && source_dir && source_dir[0] && i < sizeof tok / sizeof *tok; i++) {
+        snprintf(q, sizeof q, "%s/%s", source_dir, tok[i]);
+        snprintf(p, sizeof p, "%s/%s", x->tmp, tok[i]);
+        if (stat(q, &st) == 0) rc = copy_file(q, p, err, errlen);
+    }
+    return rc;
+}
+
+static int agree(zt_comm_t *comm, int rc, char *err, size_t errlen)
+{
+    return comm ? zt_agree_error(comm, rc, err, errlen) : rc;
+}
+
+zt_hf_export_t *zt_hf_export_begin(const char *outdir, const zt_param_table_t *t, const char *dtype,
+                                   int64_t max_shard_bytes, const char *source_dir, int eos_token_id,
+                                   zt_comm_t *comm, char *err, size_t errlen)
+{
+    zt_hf_export_t *x = zt_calloc(1, sizeof *x);
+    snprintf(x->outdir, sizeof x->outdir, "%s", outdir);
+    snprintf(x->tmp, sizeof x->tmp, "%s.tmp", outdir);
+    x->comm = comm;
+    x->t = t;
+    x->writer = !comm || comm->world.rank == 0;
+    zt_hf_out_tensor_t *ot = zt_calloc((size_t)t->nparams, sizeof *ot);
+    for (int p = 0; p < t->nparams; p++) {
+        snprintf(ot[p].name, sizeof ot[p].name, "%s", t->params[p].name);
+        ot[p].ndim = t->params[p].ndim;
+        ot[p].shape[0] = t->params[p].shape[0];
+        ot[p].shape[1] = t->params[p].shape[1];
+    }
+    char e[ZT_ERRLEN] = "";
+    x->w = zt_hf_writer_plan(x->tmp, ot, t->nparams, strcmp(dtype, "bf16") ? ZT_ST_F32 : ZT_ST_BF16,
+                             (uint64_t)max_shard_bytes, e, sizeof e);
+    free(ot);
+    int rc = x->w ? 0 : -1;
+    if (!rc && x->writer) rc = make_files(x, dtype, source_dir, eos_token_id, e, sizeof e);
+    if (agree(comm, rc, e, sizeof e)) {
+        if (x->writer) zt_rm_rf(x->tmp);
+        if (x->w) zt_hf_writer_close(x->w, NULL, 0);
+        free(x);
+        zt_err(err, errlen, "%s", e);
+        return NULL;
+    }
+    return x;
+}
+
+int zt_hf_export_write(zt_hf_export_t *x, int p, size_t start, size_t n, const float *v, char *err, size_t errlen)
+{
+    return zt_hf_writer_write(x->w, p, start, n, v, err, errlen);
+}
+
+int zt_hf_export_finish(zt_hf_export_t *x, int ok, char *err, size_t errlen)
+{
+    char e[ZT_ERRLEN] = "";
+    int rc = ok ? 0 : -1;
+    if (!ok) snprintf(e, sizeof e, "%s: export abandoned", x->outdir);
+    if (zt_hf_writer_close(x->w, e, sizeof e) && !rc) rc = -1;
+    rc = agree(x->comm, rc, e, sizeof e);
+    if (x->writer) {
+        if (!rc) {
+            /* the old directory goes only once the new one is complete */
+            char old[ZT_STRLEN + 8];
+            snprintf(old, sizeof old, "%s.old", x->outdir);
+            zt_rm_rf(old);
+            struct stat st;
+            const int had = stat(x->outdir, &st) == 0;
+            if (had && rename(x->outdir, old) != 0)
+                rc = zt_err(e, sizeof e, "%s: cannot move aside: %s", x->outdir, strerror(errno));
+            if (!rc && rename(x->tmp, x->outdir) != 0)
+                rc = zt_err(e, sizeof e, "%s: cannot rename to %s: %s", x->tmp, x->outdir, strerror(errno));
+            if (!rc && had) zt_rm_rf(old);
+            if (!rc) {
+                char parent[ZT_STRLEN + 8];
+                snprintf(parent, sizeof parent, "%s/..", x->outdir);
+                zt_fsync_path(parent);
+            }
+        }
+        if (rc) zt_rm_rf(x->tmp);
+    }
+    rc = agree(x->comm, rc, e, sizeof e);
+    free(x);
+    return rc ? zt_err(err, errlen, "%s", e) : 0;
+}
+
+int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, const zt_param_table_t *t,
+                     int eos_token_id, zt_comm_t *comm, double *seconds, char *err, size_t errlen)
+{
+    const double t0 = zt_now();
+    const char *dtype = strcmp(cfg->checkpoint.hf_dtype, "auto") ? cfg->checkpoint.hf_dtype
+                        : cfg->train.bf16                         ? "bf16"
+                                                                  : "fp32";
+    const int64_t max_shard = zt_hf_parse_size(cfg->checkpoint.hf_max_shard_size);
+    if (max_shard <= 0)
+        return zt_err(err, errlen, "checkpoint.hf_max_shard_size: \"%s\" is not a size (\"5GB\", \"500MB\")",
+                      cfg->checkpoint.hf_max_shard_size);
+    zt_hf_export_t *x = zt_hf_export_begin(outdir, t, dtype, max_shard, cfg->model.name_or_path, eos_token_id, comm,
+                                           err, errlen);
+    if (!x) return -1;
+    zt_io_seg_t *segs = NULL;
+    const int n = zt_shard_io_segments(s, 1, &segs);
+    char e[ZT_ERRLEN] = "";
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        rc = zt_hf_export_write(x, segs[i].param, segs[i].start, segs[i].len, segs[i].value, e, sizeof e);
+    zt_shard_io_done(s, segs, n, 0);
+    if (!rc) rc = zt_hf_export_finish(x, 1, e, sizeof e);
+    else {
+        char e2[ZT_ERRLEN];
+        zt_hf_export_finish(x, 0, e2, sizeof e2);
+    }
+    if (seconds) *seconds = zt_now() - t0;
+    return rc ? zt_err(err, errlen, "%s", e) : 0;
 }

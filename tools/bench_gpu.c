@@ -32,6 +32,7 @@
 
 #include "zt_backend.h"
 #include "zt_common.h"
+#include "zt_arch.h"
 #include "zt_model.h"
 #include "zt_cuda.h"
 
@@ -202,7 +203,9 @@ static int gemm_shapes(const opts_t *o, gemm_shape_t *s)
     const int C = o->C, N = o->B * o->T;
     /* the model runs the head in chunks of head_rows tokens (zt_model.c): N / head_rows
      * calls of that size (the last chunk may be smaller: same FLOPs in all) */
-    const zt_model_dims_t d = {.L = o->L, .NH = o->NH, .C = C, .V = o->V, .maxT = o->T};
+    zt_model_dims_t d;
+    zt_model_dims_default(&d);
+    d.V = o->V;
     const int hr = zt_model_head_rows(d, N);
     s[0] = (gemm_shape_t){"qkv", C, 3 * C, 0, 1, o->L, N};
     s[1] = (gemm_shape_t){"attproj", C, C, 0, 1, o->L, N};
@@ -221,8 +224,7 @@ static double bench_step(int level)
     const size_t F = sizeof(float);
     const int bf16 = level == ZT_MATMUL_MEDIUM; /* train.bf16 = true picks medium ("auto") */
     char sh[64];
-    zt_model_dims_t d = {L, NH, C, V, T};
-    zt_param_table_t *pt = zt_param_table_create(d, 0.02f);
+    zt_param_table_t *pt = zt_arch_gpt2_table(L, NH, C, V, T, 0.02f);
     const size_t P = pt->total_numel, Proot = pt->unit_numel[0];
     const size_t Pblk = pt->nunits > 1 ? pt->unit_numel[1] : 0;
 
@@ -421,7 +423,7 @@ static double bench_step(int level)
         printf("  %-24s %-24s %10.3f ms %5.1f%%  (cum. %5.1f%%)\n", r->name, r->shape,
                r->ms * r->calls, 100 * r->ms * r->calls / step, 100 * cum / step);
     }
-    const double tok = (double)N, fpt = zt_model_flops_per_token(d, T);
+    const double tok = (double)N, fpt = zt_model_flops_per_token(pt, T);
     const double tps = tok / (step * 1e-3), mine = fl_model / tok;
     const double rel = fabs(mine - fpt) / fpt;
     printf("FLOPs per token: %.6g from the rows (GEMMs + attention at full T x T) vs %.6g "

@@ -29,7 +29,8 @@
 
 #include "zt_ckpt.h"
 #include "zt_common.h"
-#include "zt_model.h"
+#include "zt_arch.h"
+#include "zt_config.h"
 #include "zt_safetensors.h"
 
 #define CHUNK (1u << 20)    /* elements per streamed piece */
@@ -64,20 +65,16 @@ static zt_ckpt_reader_t *open_reader(const char *arg)
     return r;
 }
 
-/* Model dims from the stored (libconfig) config text; -1 if unavailable. */
-static int dims_from_config(const char *text, zt_model_dims_t *d)
+/* The parameter table the stored config describes (any family); NULL if it cannot. */
+static zt_param_table_t *table_from_config(const char *text)
 {
-    config_t cfg;
-    config_init(&cfg);
-    int ok = text && config_read_string(&cfg, text) == CONFIG_TRUE;
-    int L = 0, NH = 0, C = 0, V = 0, T = 0;
-    ok = ok && config_lookup_int(&cfg, "model.n_layer", &L) && config_lookup_int(&cfg, "model.n_head", &NH) &&
-         config_lookup_int(&cfg, "model.n_embd", &C) && config_lookup_int(&cfg, "model.vocab_size", &V) &&
-         config_lookup_int(&cfg, "model.block_size", &T);
-    config_destroy(&cfg);
-    if (!ok) return -1;
-    *d = (zt_model_dims_t){ .L = L, .NH = NH, .C = C, .V = V, .maxT = T };
-    return 0;
+    zt_config_t *cfg = zt_calloc(1, sizeof *cfg);
+    char err[ZT_ERRLEN];
+    zt_param_table_t *t = NULL;
+    if (text && zt_config_parse(cfg, text, "stored config", 0, NULL, err, sizeof err) == 0)
+        t = zt_arch_table_from_config(cfg, err, sizeof err);
+    free(cfg);
+    return t;
 }
 
 static void shape_str(char *b, size_t n, const zt_param_t *p)
@@ -125,12 +122,11 @@ static int cmd_verify(const char *file)
     const zt_param_table_t *t = zt_ckpt_reader_tensors(r);
     static const char *gname[3] = { "/model", "/optimizer/exp_avg", "/optimizer/exp_avg_sq" };
     int bad = 0;
-    zt_model_dims_t d;
-    if (dims_from_config(zt_ckpt_reader_config(r), &d) != 0) {
-        printf("FAIL %s: the stored config has no model.n_layer/n_head/n_embd/vocab_size/block_size\n", file);
+    zt_param_table_t *want = table_from_config(zt_ckpt_reader_config(r));
+    if (!want) {
+        printf("FAIL %s: the stored config does not describe a model ztrain builds\n", file);
         bad++;
     } else {
-        zt_param_table_t *want = zt_param_table_create(d, 0.02f);
         for (int p = 0; p < want->nparams; p++) {
             const zt_param_t *w = &want->params[p];
             int q = -1;
@@ -211,7 +207,6 @@ static int cmd_export(const char *file, const char *out)
     if (!r) return 1;
     const zt_param_table_t *t = zt_ckpt_reader_tensors(r);
     char err[ZT_ERRLEN];
-    zt_model_dims_t d;
     int wte = -1, wpe = -1, L = 0;
     for (int p = 0; p < t->nparams; p++) {
         int l;
@@ -224,12 +219,15 @@ static int cmd_export(const char *file, const char *out)
         zt_ckpt_reader_close(r);
         return 1;
     }
-    if (dims_from_config(zt_ckpt_reader_config(r), &d) != 0) {
+    zt_param_table_t *dt = table_from_config(zt_ckpt_reader_config(r));
+    if (!dt) {
         fprintf(stderr, "zt-ckpt: %s: the stored config has no model dimensions (n_head is needed for config.json)\n",
                 file);
         zt_ckpt_reader_close(r);
         return 1;
     }
+    const zt_model_dims_t d = dt->dims;
+    zt_param_table_free(dt);
     zt_st_writer_t w;
     if (zt_st_writer_open(&w, out, err, sizeof err)) {
         fprintf(stderr, "zt-ckpt: %s\n", err);
@@ -312,13 +310,12 @@ static int cmd_import(const char *st_path, const char *cfg_path, const char *out
                 "n_positions\n", cfg_path);
         return 1;
     }
-    zt_model_dims_t d = { .L = (int)L, .NH = (int)NH, .C = (int)C, .V = (int)V, .maxT = (int)T };
     zt_st_file_t f;
     if (zt_st_open(st_path, &f, err, sizeof err)) {
         fprintf(stderr, "zt-ckpt: %s\n", err);
         return 1;
     }
-    zt_param_table_t *t = zt_param_table_create(d, 0.02f);
+    zt_param_table_t *t = zt_arch_gpt2_table((int)L, (int)NH, (int)C, (int)V, (int)T, 0.02f);
     zt_io_seg_t *segs = zt_calloc((size_t)t->nparams, sizeof *segs);
     char *used = zt_calloc((size_t)f.ntensors + 1, 1);
     int rc = 0;

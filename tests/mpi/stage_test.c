@@ -17,6 +17,7 @@
 
 #include "zt_ckpt.h"
 #include "zt_common.h"
+#include "zt_arch.h"
 #include "zt_shard.h"
 
 static int failures;
@@ -123,8 +124,7 @@ int main(int argc, char **argv)
     if (zt_comm_create(&c, MPI_COMM_WORLD, 0, err, sizeof err) != 0) zt_fatal("%s", err);
     zt_backend_t staged = zt_backend_cpu;
     staged.host_memory = 0;
-    zt_model_dims_t d = {.L = 2, .NH = 2, .C = 16, .V = 37, .maxT = 8};
-    zt_param_table_t *t = zt_param_table_create(d, 0.02f);
+    zt_param_table_t *t = zt_arch_gpt2_table(2, 2, 16, 37, 8, 0.02f);
     zt_shard_opts_t o3 = {.strategy = ZT_ZERO3, .layout = ZT_LAYOUT_PER_PARAM, .reshard_after_forward = 1,
                           .bucket_bytes = 1 << 20, .seed = 7};
     zt_shard_opts_t od = o3;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zt_arch.h"
 #include "zt_model.h"
 #include "zt_shard.h"
 #include "zt_test.h"
@@ -11,8 +12,7 @@
 static zt_param_table_t *tiny_table(void)
 {
     /* V = 67 and C = 12: unit sizes divide by almost nothing */
-    zt_model_dims_t d = {.L = 2, .NH = 2, .C = 12, .V = 67, .maxT = 9};
-    return zt_param_table_create(d, 0.02f);
+    return zt_arch_gpt2_table(2, 2, 12, 67, 9, 0.02f);
 }
 
 /* Every element of the unit is owned by exactly one rank, segments stay inside

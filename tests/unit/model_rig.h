@@ -1,0 +1,180 @@
+/* model_rig.h — a model with its unit buffers, run as the train loop runs it, and the
+ * HDF5 fixture readers: shared by the suites that compare a family with PyTorch
+ * (test_model.c: GPT-2, test_families.c: llama, qwen2, qwen3). Static functions, one
+ * copy per test program. */
+#ifndef ZT_MODEL_RIG_H
+#define ZT_MODEL_RIG_H
+
+#include <hdf5.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt_backend.h"
+#include "zt_common.h"
+#include "zt_model.h"
+#include "zt_test.h"
+
+/* Reads dataset `path` (any shape with n elements) as `type` into out; -1 on mismatch. */
+static int read_ds(hid_t file, const char *path, hid_t type, void *out, size_t n)
+{
+    hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
+    if (d < 0) {
+        fprintf(stderr, "fixture: no dataset %s\n", path);
+        return -1;
+    }
+    hid_t s = H5Dget_space(d);
+    hssize_t np = H5Sget_simple_extent_npoints(s);
+    int rc = -1;
+    if (np != (hssize_t)n)
+        fprintf(stderr, "fixture: %s has %lld elements, expected %zu\n", path, (long long)np, n);
+    else
+        rc = H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0 ? -1 : 0;
+    H5Sclose(s);
+    H5Dclose(d);
+    return rc;
+}
+
+static float *read_f32(hid_t file, const char *path, size_t n)
+{
+    float *x = zt_malloc(n * sizeof *x);
+    CU_ASSERT_FATAL(read_ds(file, path, H5T_NATIVE_FLOAT, x, n) == 0);
+    return x;
+}
+
+static int32_t *read_i32(hid_t file, const char *path, size_t n)
+{
+    int32_t *x = zt_malloc(n * sizeof *x);
+    CU_ASSERT_FATAL(read_ds(file, path, H5T_NATIVE_INT32, x, n) == 0);
+    return x;
+}
+
+/* ---- a model with its unit buffers ---------------------------------------- */
+
+typedef struct {
+    const zt_backend_t *be;
+    zt_param_table_t *tab;
+    zt_model_t *m;
+    float **w, **g;         /* (nunits) unit parameter / gradient buffers in backend memory */
+} rig_t;
+
+/* A rig owning table tab (any family) on the CPU backend. */
+static rig_t rig_create_table(zt_param_table_t *tab, int B, int T, int recompute)
+{
+    rig_t r = {.be = &zt_backend_cpu};
+    r.tab = tab;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r.tab);
+    r.m = zt_model_create(r.tab, r.be, B, T, recompute);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r.m);
+    r.w = zt_calloc(r.tab->nunits, sizeof *r.w);
+    r.g = zt_calloc(r.tab->nunits, sizeof *r.g);
+    for (int u = 0; u < r.tab->nunits; u++) {
+        r.w[u] = r.be->alloc(r.tab->unit_numel[u] * sizeof(float));
+        r.g[u] = r.be->alloc(r.tab->unit_numel[u] * sizeof(float));
+    }
+    return r;
+}
+
+static void rig_free(rig_t *r)
+{
+    for (int u = 0; u < r->tab->nunits; u++) {
+        r->be->free(r->w[u]);
+        r->be->free(r->g[u]);
+    }
+    free(r->w);
+    free(r->g);
+    zt_model_free(r->m);
+    zt_param_table_free(r->tab);
+}
+
+static float *pw(const rig_t *r, int i) { return r->w[r->tab->params[i].unit] + r->tab->params[i].offset; }
+static float *pg(const rig_t *r, int i) { return r->g[r->tab->params[i].unit] + r->tab->params[i].offset; }
+
+/* Copies parameter i's tensor (device) to a fresh host array. */
+static float *to_host(const rig_t *r, const float *dev, int i)
+{
+    size_t n = r->tab->params[i].numel;
+    float *h = zt_malloc(n * sizeof *h);
+    r->be->to_host(h, dev, n * sizeof *h);
+    return h;
+}
+
+/* Loads every parameter from group `grp` of the fixture (HF names and shapes). */
+static void rig_load(rig_t *r, hid_t file, const char *grp)
+{
+    for (int i = 0; i < r->tab->nparams; i++) {
+        char path[160];
+        snprintf(path, sizeof path, "/%s/%s", grp, r->tab->params[i].name);
+        float *h = read_f32(file, path, r->tab->params[i].numel);
+        r->be->from_host(pw(r, i), h, r->tab->params[i].numel * sizeof *h);
+        free(h);
+    }
+}
+
+static void rig_init(rig_t *r, uint64_t seed)
+{
+    for (int i = 0; i < r->tab->nparams; i++) {
+        size_t n = r->tab->params[i].numel;
+        float *h = zt_malloc(n * sizeof *h);
+        zt_param_init_range(&r->tab->params[i], seed, 0, n, h);
+        r->be->from_host(pw(r, i), h, n * sizeof *h);
+        free(h);
+    }
+}
+
+static void rig_zero_grads(rig_t *r)
+{
+    for (int u = 0; u < r->tab->nunits; u++)
+        r->be->memzero(r->g[u], r->tab->unit_numel[u] * sizeof(float));
+}
+
+static void rig_blocks_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T)
+{
+    zt_model_set_batch(r->m, inp, tgt, B, T);
+    const int b0 = r->tab->first_block_unit;
+    zt_model_forward_embed(r->m, r->w[r->tab->root_unit]);
+    for (int l = 0; l < r->tab->dims.L; l++) zt_model_forward_block(r->m, l, r->w[b0 + l]);
+}
+
+/* Forward through the blocks and the head (inference); returns the loss. */
+static float rig_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T)
+{
+    rig_blocks_forward(r, inp, tgt, B, T);
+    zt_model_forward_head(r->m, r->w[r->tab->root_unit]);
+    return zt_model_loss(r->m);
+}
+
+/* One micro-step, the train loop's order; gradients ACCUMULATE into r->g. */
+static float rig_micro_step(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale)
+{
+    const int root = r->tab->root_unit, b0 = r->tab->first_block_unit;
+    rig_blocks_forward(r, inp, tgt, B, T);
+    zt_model_train_head(r->m, r->w[root], r->g[root], dscale);
+    float loss = zt_model_loss(r->m);
+    for (int l = r->tab->dims.L - 1; l >= 0; l--)
+        zt_model_backward_block(r->m, l, r->w[b0 + l], r->g[b0 + l]);
+    zt_model_backward_embed(r->m, r->g[root]);
+    r->be->sync();
+    return loss;
+}
+
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1e-30);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+#endif
