@@ -32,6 +32,7 @@
 #include "zt_ckpt.h"
 #include "zt_common.h"
 #include "zt_data.h"
+#include "zt_hf_model.h"
 #include "zt_log.h"
 #include "zt_model.h"
 #include "zt_optim.h"
@@ -546,6 +547,23 @@ static int save_checkpoint(run_t *r)
     return 0;
 }
 
+/* checkpoint.save_hf: <output_dir>/hf, every rank writing what it owns */
+static int save_hf(run_t *r)
+{
+    const zt_config_t *cfg = r->cfg;
+    char dir[ZT_STRLEN + 8], err[ZT_ERRLEN] = "";
+    snprintf(dir, sizeof dir, "%s/hf", cfg->train.output_dir);
+    zt_watchdog_mark("HF export", -1, r->step);
+    double sec = 0;
+    if (zt_hf_model_save(dir, cfg, r->shard, r->table, zt_data_eot_token(r->train), r->comm, &sec, err,
+                         sizeof err) != 0) {
+        zt_log_error("HF export failed: %s", err);
+        return -1;
+    }
+    zt_log("HF export: %s (%s, %zu parameters, %.2f s)", dir, r->table->arch->hf_class, r->table->total_numel, sec);
+    return 0;
+}
+
 static int maybe_resume(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
@@ -563,6 +581,21 @@ static int maybe_resume(run_t *r)
     if (!path[0] && cfg->model.init_from[0]) {
         snprintf(path, sizeof path, "%s", cfg->model.init_from);
         weights_only = 1;
+    }
+    if (!path[0] && cfg->model.name_or_path[0]) {
+        /* a resumed run has its weights in the checkpoint; a fresh one from the directory */
+        zt_watchdog_mark("model load", -1, 0);
+        double t0 = zt_now(), bytes = 0;
+        if (zt_hf_model_load(cfg->model.name_or_path, r->shard, r->table, r->comm, &bytes, err, sizeof err)) {
+            zt_log_error("%s", err);
+            return -1;
+        }
+        const double dt = zt_max_double(r->comm, &r->comm->world, zt_now() - t0);
+        char b[32];
+        zt_log("model: weights of %s loaded (%s read by %d ranks in %.2f s, %.1f MB/s); fresh optimizer",
+               cfg->model.name_or_path, zt_fmt_bytes(bytes, b, sizeof b), r->comm->world.size, dt,
+               dt > 0 ? bytes / dt / 1e6 : 0.0);
+        return 0;
     }
     if (!path[0]) return 0;
     zt_ckpt_meta_t meta;
@@ -1087,6 +1120,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     if (exit_code == ZT_EXIT_OK) exit_code = run_loop(r);
     double wall = zt_now() - t0;
 
+    if (exit_code == ZT_EXIT_OK && cfg->checkpoint.save_hf && save_hf(r) != 0) exit_code = ZT_EXIT_ERROR;
     if (exit_code == ZT_EXIT_OK) {
         generate_sample(r);
         zt_watchdog_idle();
