@@ -89,10 +89,11 @@ typedef struct zt_backend {
     void (*rope_backward)(float *dx, const float *inv_freq, const int32_t *positions, int B, int T,
                           int H, int D, int stride);
     /* SwiGLU: gu (N,2I) holds [gate | up] per row (one GEMM over gate_proj and up_proj);
-     * out (N,I) = silu(gate) * up */
-    void (*swiglu_forward)(float *out, const float *gu, int N, int I);
+     * out (N,I) = silu(gate) * up. The parameter is spelled NI: `I` is a macro of
+     * <complex.h>, which OpenBLAS's cblas.h includes. */
+    void (*swiglu_forward)(float *out, const float *gu, int N, int NI);
     /* dgu (N,2I) = d/d[gate | up] from dout (N,I), overwritten; dgu may be gu itself */
-    void (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int I);
+    void (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int NI);
     /* out (N,OC) = inp (N,C) @ W + bias, W is (C,OC) (HF Conv1D layout), or
      * W is (OC,C) and used transposed when transw != 0 (tied lm_head: W = wte).
      * bias may be NULL. */

@@ -362,7 +362,8 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
 void zt_model_forward_embed(zt_model_t *m, const float *root)
 {
     float *x0 = m->d.L > 0 ? m->blk[0].x_in : m->x_out;
-    m->be->encoder_forward(x0, m->inputs, root + m->o_wte, root + m->o_wpe, m->B, m->T, m->d.C);
+    m->be->embedding_forward(x0, m->inputs, root + m->o_wte, m->B * m->T, m->d.C);
+    m->be->positional_forward(x0, root + m->o_wpe, m->B, m->T, m->d.C);
 }
 
 /* Block forward from a->x_in; writes the block output to `out`. */
@@ -371,14 +372,14 @@ static void block_forward(zt_model_t *m, block_acts_t *a, const float *w, float 
     const zt_backend_t *be = m->be;
     const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, N = B * T;
     be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->x_in, w + m->o_ln1w, w + m->o_ln1b,
-                          N, C);
+                          N, C, 1e-5f);
     be->matmul_forward(a->qkv, a->ln1, w + m->o_qkvw, w + m->o_qkvb, N, C, 3 * C, 0); // (N,3C)
-    be->attention_forward(a->atty, a->lse, a->qkv, B, T, C, NH);                      // (N,C)
+    be->attention_forward(a->atty, a->lse, a->qkv, B, T, NH, NH, C / NH);                     // (N,C)
     /* attention projection into a scratch, then the residual add */
     be->matmul_forward(a->res2, a->atty, w + m->o_projw, w + m->o_projb, N, C, C, 0);
     be->residual_forward(a->res2, a->res2, a->x_in, (size_t)N * C);
     be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w + m->o_ln2w, w + m->o_ln2b,
-                          N, C);
+                          N, C, 1e-5f);
     be->matmul_gelu_forward(a->fch_gelu, a->fch, a->ln2, w + m->o_fcw, w + m->o_fcb, N, C,
                             4 * C); // (N,4C) each
     be->matmul_forward(out, a->fch_gelu, w + m->o_fcpw, w + m->o_fcpb, N, 4 * C, C, 0);
@@ -407,7 +408,7 @@ static void head_chunks(zt_model_t *m, const float *root, float *droot, float ds
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
     be->layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->x_out, root + m->o_lnfw,
-                          root + m->o_lnfb, N, C);
+                          root + m->o_lnfb, N, C, 1e-5f);
     for (int r0 = 0; r0 < N; r0 += m->head_rows) {
         const int rows = ZT_MIN(m->head_rows, N - r0);
         const float *lnf = m->lnf + (size_t)r0 * C;
@@ -490,7 +491,7 @@ void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw)
     be->matmul_backward(datty, dw + m->o_projw, dw + m->o_projb, m->dres, a->atty, w + m->o_projw,
                         N, C, C, 0);
     be->memzero(m->dqkv, 3 * NC * F);
-    be->attention_backward(m->dqkv, datty, a->qkv, a->atty, a->lse, B, T, C, NH);
+    be->attention_backward(m->dqkv, datty, a->qkv, a->atty, a->lse, B, T, NH, NH, C / NH);
     float *dln1 = m->dres2;
     be->matmul_backward(dln1, dw + m->o_qkvw, dw + m->o_qkvb, m->dqkv, a->ln1, w + m->o_qkvw, N, C,
                         3 * C, 0);
@@ -501,6 +502,6 @@ void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw)
 
 void zt_model_backward_embed(zt_model_t *m, float *droot)
 {
-    m->be->encoder_backward(droot + m->o_wte, droot + m->o_wpe, m->dres, m->inputs, m->B, m->T,
-                            m->d.C);
+    m->be->embedding_backward(droot + m->o_wte, m->dres, m->inputs, m->B * m->T, m->d.C);
+    m->be->positional_backward(droot + m->o_wpe, m->dres, m->B, m->T, m->d.C);
 }
