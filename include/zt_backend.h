@@ -11,8 +11,8 @@
  * the host on devices that allow it; sync() waits for them.
  *
  * Letters: N rows (= B*T tokens), C channels, OC output channels, B batch,
- * T time, NH heads, NKV key/value heads, HD head size, I MLP size, V vocabulary.
- * Row-major throughout. Backward kernels ACCUMULATE (+=) into parameter gradients (so micro-batches and the tied
+ * T time, NH heads, NKV key/value heads, HD head size, I MLP size, V vocabulary. Row-major throughout. Backward kernels
+ * ACCUMULATE (+=) into parameter gradients (so micro-batches and the tied
  * embedding sum naturally) and OVERWRITE activation gradients unless noted. */
 #ifndef ZT_BACKEND_H
 #define ZT_BACKEND_H
@@ -89,11 +89,11 @@ typedef struct zt_backend {
     void (*rope_backward)(float *dx, const float *inv_freq, const int32_t *positions, int B, int T,
                           int H, int D, int stride);
     /* SwiGLU: gu (N,2I) holds [gate | up] per row (one GEMM over gate_proj and up_proj);
-     * out (N,I) = silu(gate) * up, I = ffn (the parameter is not called I: complex.h,
-     * which cblas.h includes, defines it) */
-    void (*swiglu_forward)(float *out, const float *gu, int N, int ffn);
+     * out (N,I) = silu(gate) * up. The parameter is spelled NI: `I` is a macro of
+     * <complex.h>, which OpenBLAS's cblas.h includes. */
+    void (*swiglu_forward)(float *out, const float *gu, int N, int NI);
     /* dgu (N,2I) = d/d[gate | up] from dout (N,I), overwritten; dgu may be gu itself */
-    void (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int ffn);
+    void (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int NI);
     /* out (N,OC) = inp (N,C) @ W + bias, W is (C,OC) (HF Conv1D layout), or
      * W is (OC,C) and used transposed when transw != 0 (tied lm_head: W = wte).
      * bias may be NULL. */

@@ -128,47 +128,67 @@ static void cpu_memzero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 static void cpu_sync(void) {}
 
-/* ---------------------------------------------------------------- encoder -- */
+/* -------------------------------------------------------------- embedding -- */
 
-static void cpu_encoder_forward(float *restrict out, const int32_t *restrict inp,
-                                const float *restrict wte, const float *restrict wpe, int B, int T,
-                                int C)
+static void cpu_embedding_forward(float *restrict out, const int32_t *restrict inp,
+                                  const float *restrict wte, int N, int C)
 {
-    // out (B,T,C), wte (V,C), wpe (maxT,C)
+    // out (N,C), wte (V,C)
+#pragma omp parallel for if ((size_t)N * C >= ZT_PAR_MIN) schedule(static)
+    for (int n = 0; n < N; n++)
+        memcpy(out + (size_t)n * C, wte + (size_t)inp[n] * C, (size_t)C * sizeof(float));
+}
+
+static void cpu_embedding_backward(float *restrict dwte, const float *restrict dout,
+                                   const int32_t *restrict inp, int N, int C)
+{
+    /* Serial on purpose: a token may repeat in the batch, so rows of dwte are
+     * not disjoint; the work (N*C adds) is tiny next to the lm_head GEMM. */
+    for (int n = 0; n < N; n++) {
+        const float *restrict d = dout + (size_t)n * C;
+        float *restrict dw = dwte + (size_t)inp[n] * C;
+        for (int c = 0; c < C; c++) dw[c] += d[c];
+    }
+}
+
+/* out = wte[inp] then += wpe[t] rounds exactly as the former fused
+ * wte[inp] + wpe[t] (one float add either way), so GPT-2 is unchanged. */
+static void cpu_positional_forward(float *restrict out, const float *restrict wpe, int B, int T,
+                                   int C)
+{
+    // out (B,T,C) +=, wpe (maxT,C)
+#pragma omp parallel for collapse(2) if ((size_t)B * T * C >= ZT_PAR_MIN) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *restrict o = out + ((size_t)b * T + t) * C;
-            const float *restrict we = wte + (size_t)inp[b * T + t] * C;
             const float *restrict wp = wpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) o[c] = we[c] + wp[c];
+            for (int c = 0; c < C; c++) o[c] += wp[c];
         }
 }
 
-static void cpu_encoder_backward(float *restrict dwte, float *restrict dwpe,
-                                 const float *restrict dout, const int32_t *restrict inp, int B,
-                                 int T, int C)
+static void cpu_positional_backward(float *restrict dwpe, const float *restrict dout, int B,
+                                    int T, int C)
 {
-    /* Serial on purpose: a token may repeat in the batch, so rows of dwte are
-     * not disjoint; the work (B*T*C adds) is tiny next to the lm_head GEMM. */
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
+    /* Each dwpe[t] sums its B rows in increasing b, the order of the former fused
+     * encoder backward, so GPT-2's gradients keep their bits. Threads split t:
+     * disjoint rows of dwpe. */
+#pragma omp parallel for if ((size_t)B * T * C >= ZT_PAR_MIN) schedule(static)
+    for (int t = 0; t < T; t++) {
+        float *restrict dwp = dwpe + (size_t)t * C;
+        for (int b = 0; b < B; b++) {
             const float *restrict d = dout + ((size_t)b * T + t) * C;
-            float *restrict dwt = dwte + (size_t)inp[b * T + t] * C;
-            float *restrict dwp = dwpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) {
-                dwt[c] += d[c];
-                dwp[c] += d[c];
-            }
+            for (int c = 0; c < C; c++) dwp[c] += d[c];
         }
+    }
 }
 
 /* -------------------------------------------------------------- layernorm -- */
 
 static void cpu_layernorm_forward(float *restrict out, float *restrict mean, float *restrict rstd,
                                   const float *restrict inp, const float *restrict weight,
-                                  const float *restrict bias, int N, int C)
+                                  const float *restrict bias, int N, int C, float eps)
 {
-    // out (N,C), mean (N), rstd (N)
+    // out (N,C), mean (N), rstd (N); bias may be NULL
 #pragma omp parallel for if ((size_t)N * C >= ZT_PAR_MIN) schedule(static)
     for (int n = 0; n < N; n++) {
         const float *restrict x = inp + (size_t)n * C;
@@ -184,14 +204,19 @@ static void cpu_layernorm_forward(float *restrict out, float *restrict mean, flo
             float d = x[c] - m;
             v += d * d;
         }
-        float rs = 1.0f / sqrtf(v / C + 1e-5f);
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+        float rs = 1.0f / sqrtf(v / C + eps);
+        /* two loops rather than a select in one, so each vectorizes */
+        if (bias)
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+        else
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * rs * weight[c];
         mean[n] = m;
         rstd[n] = rs;
     }
 }
 
-/* One row of layernorm backward; dweight/dbias are the caller's accumulators. */
+/* One row of layernorm backward; dweight/dbias are the caller's accumulators
+ * (db NULL: no bias). */
 static inline void ln_backward_row(float *restrict dx, float *restrict dw, float *restrict db,
                                    const float *restrict dy, const float *restrict x,
                                    const float *restrict w, float m, float rs, int C)
@@ -206,10 +231,11 @@ static inline void ln_backward_row(float *restrict dx, float *restrict dw, float
     }
     dnorm_mean /= C;
     dnorm_norm_mean /= C;
+    if (db)
+        for (int c = 0; c < C; c++) db[c] += dy[c];
     for (int c = 0; c < C; c++) {
         float norm = (x[c] - m) * rs;
         float dnorm = w[c] * dy[c];
-        db[c] += dy[c];
         dw[c] += norm * dy[c];
         dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
     }
@@ -221,7 +247,7 @@ static void cpu_layernorm_backward(float *restrict dinp, float *restrict dweight
                                    const float *restrict mean, const float *restrict rstd, int N,
                                    int C)
 {
-    // dinp (N,C) +=, dweight (C) +=, dbias (C) +=
+    // dinp (N,C) +=, dweight (C) +=, dbias (C) += (or NULL)
     int par = (size_t)N * C >= ZT_PAR_MIN && omp_get_max_threads() > 1;
     if (!par) {
         for (int n = 0; n < N; n++)
@@ -234,17 +260,189 @@ static void cpu_layernorm_backward(float *restrict dinp, float *restrict dweight
 #pragma omp parallel
     {
         float *acc = zt_calloc(2 * (size_t)C, sizeof(float));
-        float *dw = acc, *db = acc + C;
+        float *dw = acc, *db = dbias ? acc + C : NULL;
 #pragma omp for schedule(static)
         for (int n = 0; n < N; n++)
             ln_backward_row(dinp + (size_t)n * C, dw, db, dout + (size_t)n * C,
                             inp + (size_t)n * C, weight, mean[n], rstd[n], C);
 #pragma omp critical(zt_ln_reduce)
-        for (int c = 0; c < C; c++) {
-            dweight[c] += dw[c];
-            dbias[c] += db[c];
+        {
+            for (int c = 0; c < C; c++) dweight[c] += dw[c];
+            if (dbias)
+                for (int c = 0; c < C; c++) dbias[c] += db[c];
         }
         free(acc);
+    }
+}
+
+/* ---------------------------------------------------------------- rmsnorm -- */
+
+/* As HF's LlamaRMSNorm: var = mean(x^2) in fp32 (a vectorized float sum, as
+ * torch's float32 mean; D is a hidden size or a head size, so float holds the
+ * sum of squares to ~1e-7 relative), out = w * (x * rstd) in that order. */
+static void cpu_rmsnorm_forward(float *restrict out, float *restrict rstd,
+                                const float *restrict inp, const float *restrict weight, int N,
+                                int H, int D, int stride, float eps)
+{
+    // out, inp: N rows of stride `stride`, H groups of D at h*D ; rstd (N*H) ; weight (D)
+#pragma omp parallel for collapse(2) if ((size_t)N * H * D >= ZT_PAR_MIN) schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++) {
+            const float *restrict x = inp + (size_t)n * stride + (size_t)h * D;
+            float *restrict o = out + (size_t)n * stride + (size_t)h * D;
+            float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+            for (int c = 0; c < D; c++) ss += x[c] * x[c];
+            float rs = 1.0f / sqrtf(ss / D + eps);
+            for (int c = 0; c < D; c++) o[c] = weight[c] * (x[c] * rs);
+            rstd[(size_t)n * H + h] = rs;
+        }
+}
+
+/* One group of rmsnorm backward. y = w x r, r = (mean(x^2) + eps)^-1/2:
+ * dx = r (w dy) - x r^3 mean(w dy x) ; dw += dy x r. */
+static inline void rms_backward_group(float *restrict dx, float *restrict dw,
+                                      const float *restrict dy, const float *restrict x,
+                                      const float *restrict w, float rs, int D)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < D; c++) s += w[c] * dy[c] * x[c];
+    const float k = s / D * rs * rs * rs;
+    for (int c = 0; c < D; c++) {
+        dw[c] += dy[c] * (x[c] * rs);
+        dx[c] += w[c] * dy[c] * rs - x[c] * k;
+    }
+}
+
+static void cpu_rmsnorm_backward(float *restrict dinp, float *restrict dweight,
+                                 const float *restrict dout, const float *restrict inp,
+                                 const float *restrict weight, const float *restrict rstd, int N,
+                                 int H, int D, int stride)
+{
+    // dinp +=, dweight (D) +=, layout as the forward
+    const size_t G = (size_t)N * H; /* groups, g = n*H + h */
+    int par = G * D >= ZT_PAR_MIN && omp_get_max_threads() > 1;
+    if (!par) {
+        for (size_t g = 0; g < G; g++) {
+            const size_t off = g / H * stride + g % H * D;
+            rms_backward_group(dinp + off, dweight, dout + off, inp + off, weight, rstd[g], D);
+        }
+        return;
+    }
+    /* groups in parallel, dweight summed per thread then reduced (as layernorm) */
+#pragma omp parallel
+    {
+        float *dw = zt_calloc((size_t)D, sizeof(float));
+#pragma omp for schedule(static)
+        for (size_t g = 0; g < G; g++) {
+            const size_t off = g / H * stride + g % H * D;
+            rms_backward_group(dinp + off, dw, dout + off, inp + off, weight, rstd[g], D);
+        }
+#pragma omp critical(zt_rms_reduce)
+        for (int c = 0; c < D; c++) dweight[c] += dw[c];
+        free(dw);
+    }
+}
+
+/* ------------------------------------------------------------------- rope -- */
+
+/* Rotary embedding, rotate_half convention, in place. The angles of a row are
+ * the same for its H heads, so cos/sin are computed once per row into a
+ * per-thread table; the angle is the fp32 product pos * inv_freq[i] as in HF
+ * (cos and sin of it in fp32, cosf/sinf). sign = +1 rotates by +a (forward),
+ * -1 by -a (backward: R(a)^T = R(-a)). */
+static void rope_apply(float *restrict x, const float *restrict inv_freq,
+                       const int32_t *restrict positions, int B, int T, int H, int D, int stride,
+                       float sign)
+{
+    const int half = D / 2;
+    const size_t rows = (size_t)B * T;
+#pragma omp parallel if (rows * H * D >= ZT_PAR_MIN)
+    {
+        float *cs = zt_malloc(2 * (size_t)half * sizeof(float)), *sn = cs + half;
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < rows; r++) {
+            const float pos = (float)(positions ? positions[r] : (int32_t)(r % T));
+            for (int i = 0; i < half; i++) {
+                float a = pos * inv_freq[i];
+                cs[i] = cosf(a);
+                sn[i] = sign * sinf(a);
+            }
+            for (int h = 0; h < H; h++) {
+                float *restrict x1 = x + r * stride + (size_t)h * D, *restrict x2 = x1 + half;
+#pragma omp simd
+                for (int i = 0; i < half; i++) {
+                    float a1 = x1[i], a2 = x2[i];
+                    x1[i] = a1 * cs[i] - a2 * sn[i];
+                    x2[i] = a2 * cs[i] + a1 * sn[i];
+                }
+            }
+        }
+        free(cs);
+    }
+}
+
+static void cpu_rope_forward(float *restrict x, const float *restrict inv_freq,
+                             const int32_t *restrict positions, int B, int T, int H, int D,
+                             int stride)
+{
+    // x: B*T rows of stride `stride`, H heads of D at h*D ; inv_freq (D/2) ; positions (B*T) or NULL
+    rope_apply(x, inv_freq, positions, B, T, H, D, stride, 1.0f);
+}
+
+static void cpu_rope_backward(float *restrict dx, const float *restrict inv_freq,
+                              const int32_t *restrict positions, int B, int T, int H, int D,
+                              int stride)
+{
+    rope_apply(dx, inv_freq, positions, B, T, H, D, stride, -1.0f);
+}
+
+/* ----------------------------------------------------------------- swiglu -- */
+
+/* sigmoid(x) from e = exp(-|x|) <= 1 (no overflow, zt_expf's range), as gelu_sig */
+static inline float zt_sigmoid(float x)
+{
+    float e = zt_expf(-fabsf(x));
+    float inv = 1.0f / (1.0f + e);
+    return zt_sel(x >= 0.0f, inv, e * inv);
+}
+
+static void cpu_swiglu_forward(float *restrict out, const float *restrict gu, int N, int NI)
+{
+    // gu (N, 2I) = [gate | up] -> out (N, I)
+    const size_t n = (size_t)N * NI;
+#pragma omp parallel for if (n >= ZT_PAR_MIN) schedule(static)
+    for (int r = 0; r < N; r++) {
+        const float *restrict g = gu + (size_t)r * 2 * NI, *restrict u = g + NI;
+        float *restrict o = out + (size_t)r * NI;
+#pragma omp simd
+        for (int i = 0; i < NI; i++) o[i] = g[i] * zt_sigmoid(g[i]) * u[i];
+    }
+}
+
+/* d silu(g)/dg = s + g s (1 - s), s = sigmoid(g). dgu may be gu: iteration i
+ * reads gate i and up i before writing the same two elements and touches no
+ * other, so the loop is a valid simd loop with or without the alias (hence no
+ * restrict on dgu and gu, and the explicit simd pragma). */
+static void cpu_swiglu_backward(float *dgu, const float *restrict dout, const float *gu, int N,
+                                int NI)
+{
+    // dgu (N, 2I) = ; dout (N, I) ; gu (N, 2I)
+    const size_t n = (size_t)N * NI;
+#pragma omp parallel for if (n >= ZT_PAR_MIN) schedule(static)
+    for (int r = 0; r < N; r++) {
+        const float *g = gu + (size_t)r * 2 * NI, *u = g + NI;
+        float *dg = dgu + (size_t)r * 2 * NI, *du = dg + NI;
+        const float *restrict dy = dout + (size_t)r * NI;
+#pragma omp simd
+        for (int i = 0; i < NI; i++) {
+            float gi = g[i], ui = u[i];
+            float s = zt_sigmoid(gi);
+            float silu = gi * s;
+            dg[i] = dy[i] * ui * (s + gi * s * (1.0f - s));
+            du[i] = dy[i] * silu;
+        }
     }
 }
 
@@ -341,13 +539,13 @@ static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
 static int att_block_rows(int T) { return ZT_MAX(32, ZT_MIN(128, T / 4)); }
 
 typedef struct att_head {
-    const float *q, *k, *v;     /* (T,hs) views of qkv, row stride 3C */
-    const float *out, *dout;    /* (T,hs) views, row stride C */
-    float *o;                   /* forward output view, row stride C */
-    float *dq, *dk, *dv;        /* views of dqkv, row stride 3C */
+    const float *q, *k, *v;     /* (T,hs) views of qkv, row stride qs */
+    const float *out, *dout;    /* (T,hs) views, row stride os */
+    float *o;                   /* forward output view, row stride os */
+    float *dq, *dk, *dv;        /* views of dqkv, row stride qs */
     const float *lse;           /* (T) backward reads it */
     float *lse_out;             /* (T) forward writes it */
-    int T, C, hs, bq;           /* bq: rows per query block */
+    int T, qs, os, hs, bq;      /* qs = (NH+2NKV)*HD, os = NH*HD (3C, C for GPT-2); bq: rows per query block */
     float scale;
 } att_head_t;
 
@@ -355,7 +553,7 @@ typedef struct att_head {
  * lse), then O_blk = P V. S is the thread's (bq, T) scratch. */
 static void att_forward_head(const att_head_t *a, float *restrict S)
 {
-    const int T = a->T, C3 = 3 * a->C, hs = a->hs;
+    const int T = a->T, C3 = a->qs, hs = a->hs;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb; /* rows, visible keys */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hs, a->scale,
@@ -379,7 +577,7 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
             for (int j = n; j < nk; j++) row[j] = 0.0f;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hs, nk, 1.0f, S, nk, a->v, C3,
-                    0.0f, a->o + (size_t)t0 * a->C, a->C);
+                    0.0f, a->o + (size_t)t0 * a->os, a->os);
     }
 }
 
@@ -388,7 +586,7 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
  * accumulating GEMMs. S, dS are the thread's two (bq, T) scratches. */
 static void att_backward_head(const att_head_t *a, float *restrict S, float *restrict dS)
 {
-    const int T = a->T, C = a->C, C3 = 3 * C, hs = a->hs;
+    const int T = a->T, C = a->os, C3 = a->qs, hs = a->hs;
     const float scale = a->scale;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
@@ -425,58 +623,68 @@ static void att_backward_head(const att_head_t *a, float *restrict S, float *res
     }
 }
 
-/* Every (b,h) head forward (dqkv == NULL) or backward, in parallel when the
- * work is worth a parallel region; each thread has its own block scratch. */
+/* Every head forward (dqkv == NULL) or backward, in parallel when the work is
+ * worth a parallel region; each thread has its own block scratch. Forward runs
+ * the (b,h) query heads in parallel. Backward runs the (b,g) KV heads in
+ * parallel, each thread doing the NH/NKV query heads of its group in turn: they
+ * all accumulate into the same dk, dv, which threads must therefore not share.
+ * With NKV = NH (GPT-2) both are the former (b,h) loop, head for head. */
 static void att_all_heads(float *o, float *lse_out, const float *lse, float *dqkv,
                           const float *qkv, const float *out, const float *dout, int B, int T,
-                          int C, int NH)
+                          int NH, int NKV, int HD)
 {
-    const int hs = C / NH, bwd = dqkv != NULL, bq = att_block_rows(T);
+    const int bwd = dqkv != NULL, bq = att_block_rows(T), grp = NH / NKV;
+    const int qs = (NH + 2 * NKV) * HD, os = NH * HD;
     const size_t blk = (size_t)bq * T;
-#pragma omp parallel if ((size_t)B * NH * T * T * hs >= ZT_PAR_MIN)
+    const int nouter = bwd ? NKV : NH, ninner = bwd ? grp : 1;
+#pragma omp parallel if ((size_t)B * NH * T * T * HD >= ZT_PAR_MIN)
     {
         float *scr = zt_malloc((bwd ? 2 : 1) * blk * sizeof(float));
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++) {
-                const size_t qoff = (size_t)b * T * 3 * C + (size_t)h * hs;
-                const size_t ooff = (size_t)b * T * C + (size_t)h * hs;
-                att_head_t a = {.T = T, .C = C, .hs = hs, .bq = bq, .scale = 1.0f / sqrtf((float)hs)};
-                a.q = qkv + qoff;
-                a.k = a.q + C;
-                a.v = a.q + 2 * C;
-                const size_t loff = ((size_t)b * NH + h) * T;
-                if (bwd) {
-                    a.out = out + ooff;
-                    a.dout = dout + ooff;
-                    a.dq = dqkv + qoff;
-                    a.dk = a.dq + C;
-                    a.dv = a.dq + 2 * C;
-                    a.lse = lse + loff;
-                    att_backward_head(&a, scr, scr + blk);
-                } else {
-                    a.o = o + ooff;
-                    a.lse_out = lse_out + loff;
-                    att_forward_head(&a, scr);
+            for (int u = 0; u < nouter; u++)
+                for (int w = 0; w < ninner; w++) {
+                    const int h = u * ninner + w, g = h / grp;
+                    const size_t row0 = (size_t)b * T * qs;
+                    const size_t ooff = (size_t)b * T * os + (size_t)h * HD;
+                    att_head_t a = {.T = T, .qs = qs, .os = os, .hs = HD, .bq = bq,
+                                    .scale = 1.0f / sqrtf((float)HD)};
+                    a.q = qkv + row0 + (size_t)h * HD;
+                    a.k = qkv + row0 + (size_t)(NH + g) * HD;
+                    a.v = qkv + row0 + (size_t)(NH + NKV + g) * HD;
+                    const size_t loff = ((size_t)b * NH + h) * T;
+                    if (bwd) {
+                        a.out = out + ooff;
+                        a.dout = dout + ooff;
+                        a.dq = dqkv + row0 + (size_t)h * HD;
+                        a.dk = dqkv + row0 + (size_t)(NH + g) * HD;
+                        a.dv = dqkv + row0 + (size_t)(NH + NKV + g) * HD;
+                        a.lse = lse + loff;
+                        att_backward_head(&a, scr, scr + blk);
+                    } else {
+                        a.o = o + ooff;
+                        a.lse_out = lse_out + loff;
+                        att_forward_head(&a, scr);
+                    }
                 }
-            }
         free(scr);
     }
 }
 
 static void cpu_attention_forward(float *restrict out, float *restrict lse,
-                                  const float *restrict qkv, int B, int T, int C, int NH)
+                                  const float *restrict qkv, int B, int T, int NH, int NKV, int HD)
 {
-    // qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T)
-    att_all_heads(out, lse, NULL, NULL, qkv, NULL, NULL, B, T, C, NH);
+    // qkv (B,T,(NH+2NKV)*HD) -> out (B,T,NH*HD), lse (B,NH,T)
+    att_all_heads(out, lse, NULL, NULL, qkv, NULL, NULL, B, T, NH, NKV, HD);
 }
 
 static void cpu_attention_backward(float *restrict dqkv, const float *restrict dout,
                                    const float *restrict qkv, const float *restrict out,
-                                   const float *restrict lse, int B, int T, int C, int NH)
+                                   const float *restrict lse, int B, int T, int NH, int NKV,
+                                   int HD)
 {
-    // dqkv (B,T,3C) += ; dout, out (B,T,C) ; lse (B,NH,T) is only read
-    att_all_heads(NULL, NULL, lse, dqkv, qkv, out, dout, B, T, C, NH);
+    // dqkv (B,T,(NH+2NKV)*HD) += ; dout, out (B,T,NH*HD) ; lse (B,NH,T) is only read
+    att_all_heads(NULL, NULL, lse, dqkv, qkv, out, dout, B, T, NH, NKV, HD);
 }
 
 /* ------------------------------------------------------------ elementwise -- */
@@ -812,10 +1020,18 @@ const zt_backend_t zt_backend_cpu = {
     .wait_downloads = cpu_sync,
     .wait_uploads = cpu_sync,
     .set_matmul_precision = cpu_set_matmul_precision,
-    .encoder_forward = cpu_encoder_forward,
-    .encoder_backward = cpu_encoder_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .positional_forward = cpu_positional_forward,
+    .positional_backward = cpu_positional_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .matmul_gelu_forward = cpu_matmul_gelu_forward,

@@ -78,8 +78,8 @@ static void bench_attention(int B, int T, int C, int NH, int reps)
     float *qkv = rnd(N * 3 * C, 2), *out = be->alloc(N * C * 4), *lse = be->alloc(N * NH * 4);
     float *dqkv = be->alloc(N * 3 * C * 4), *dout = rnd(N * C, 1);
     double tf, tb;
-    BEST(reps, tf, be->attention_forward(out, lse, qkv, B, T, C, NH));
-    BEST(reps, tb, be->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH));
+    BEST(reps, tf, be->attention_forward(out, lse, qkv, B, T, NH, NH, C / NH));
+    BEST(reps, tb, be->attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH));
     printf("attention B%d T%-4d C%d NH%d    fwd %8.3f ms | bwd %8.3f ms\n", B, T, C, NH, tf * 1e3,
            tb * 1e3);
     float *bufs[] = {qkv, out, lse, dqkv, dout};
@@ -124,7 +124,7 @@ int main(int argc, char **argv)
     printf("gelu_backward 256x3072         %7.3f ms\n", t * 1e3);
     float *lw = rnd(C, 1), *lb = rnd(C, 1), *mean = be->alloc(N * 4), *rstd = be->alloc(N * 4);
     float *ldw = be->alloc(C * 4), *ldb = be->alloc(C * 4);
-    BEST(reps, t, be->layernorm_forward(ao, mean, rstd, qkv, lw, lb, N, C));
+    BEST(reps, t, be->layernorm_forward(ao, mean, rstd, qkv, lw, lb, N, C, 1e-5f));
     printf("layernorm_forward  256x768     %7.3f ms\n", t * 1e3);
     BEST(reps, t, be->layernorm_backward(dqkv, ldw, ldb, dao, qkv, lw, mean, rstd, N, C));
     printf("layernorm_backward 256x768     %7.3f ms\n", t * 1e3);

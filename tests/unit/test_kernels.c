@@ -99,54 +99,112 @@ static double dot_r(const double *out, const double *R, size_t n)
 
 #define TOL 2e-4
 
-/* ---------------------------------------------------------------- encoder -- */
+/* ------------------------------------------------- embedding, positional -- */
 
-typedef struct { int B, T, C; const int32_t *inp; double *wte, *wpe, *R, *out; } enc_ctx;
+typedef struct { int B, T, C; const int32_t *inp; double *wte, *wpe, *base, *R, *out; } enc_ctx;
 
-static void enc_ref(enc_ctx *c)
+/* out = wte[inp] (embedding), then out = base + wpe[t] (positional, += onto base) */
+static void emb_ref(enc_ctx *c)
+{
+    for (int n = 0; n < c->B * c->T; n++)
+        for (int k = 0; k < c->C; k++)
+            c->out[(size_t)n * c->C + k] = c->wte[(size_t)c->inp[n] * c->C + k];
+}
+
+static void pos_ref(enc_ctx *c)
 {
     for (int b = 0; b < c->B; b++)
         for (int t = 0; t < c->T; t++)
-            for (int k = 0; k < c->C; k++)
-                c->out[(b * c->T + t) * c->C + k] =
-                    c->wte[c->inp[b * c->T + t] * c->C + k] + c->wpe[t * c->C + k];
+            for (int k = 0; k < c->C; k++) {
+                size_t i = ((size_t)b * c->T + t) * c->C + k;
+                c->out[i] = c->base[i] + c->wpe[(size_t)t * c->C + k];
+            }
 }
 
-static double enc_loss(void *v)
+static double emb_loss(void *v)
 {
     enc_ctx *c = v;
-    enc_ref(c);
+    emb_ref(c);
     return dot_r(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
-static void t_encoder(void)
+static double pos_loss(void *v)
+{
+    enc_ctx *c = v;
+    pos_ref(c);
+    return dot_r(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+static void t_embedding(void)
 {
     int B = 2, T = 5, C = 7, V = 6;
     int32_t inp[] = {0, 3, 3, 5, 1, 2, 3, 0, 0, 4}; /* repeats: dwte rows must accumulate */
     size_t no = (size_t)B * T * C;
-    float *wte = frand((size_t)V * C, 1), *wpe = frand((size_t)T * C, 1), *R = frand(no, 1);
-    float *out = be->alloc(no * sizeof(float));
-    be->encoder_forward(out, inp, wte, wpe, B, T, C);
-    enc_ctx c = {B, T, C, inp, f2d(wte, (size_t)V * C), f2d(wpe, (size_t)T * C), f2d(R, no),
+    float *wte = frand((size_t)V * C, 1), *R = frand(no, 1);
+    float *out = frand(no, 1); /* garbage: the forward overwrites */
+    be->embedding_forward(out, inp, wte, B * T, C);
+    enc_ctx c = {B, T, C, inp, f2d(wte, (size_t)V * C), NULL, NULL, f2d(R, no),
                  malloc(no * sizeof(double))};
-    enc_ref(&c);
+    emb_ref(&c);
+    CU_ASSERT(vec_err(out, c.out, no, 1e-6) == 0); /* a copy: exact */
+
+    float *dwte = frand((size_t)V * C, 1), *dwte0 = fcopy(dwte, (size_t)V * C);
+    be->embedding_backward(dwte, R, inp, B * T, C);
+    double *g = fd_grad(emb_loss, &c, c.wte, (size_t)V * C);
+    CU_ASSERT(inc_err(dwte, dwte0, g, (size_t)V * C) < TOL);
+    free(g), free(c.wte), free(c.R), free(c.out);
+    be->free(wte), be->free(R), be->free(out), be->free(dwte), be->free(dwte0);
+}
+
+static void t_positional(void)
+{
+    int B = 3, T = 5, C = 7, maxT = 8; /* wpe has more rows than T: only 0..T-1 are used */
+    size_t no = (size_t)B * T * C, nw = (size_t)maxT * C;
+    float *wpe = frand(nw, 1), *R = frand(no, 1), *out = frand(no, 1);
+    enc_ctx c = {B, T, C, NULL, NULL, f2d(wpe, nw), f2d(out, no), f2d(R, no), malloc(no * 8)};
+    be->positional_forward(out, wpe, B, T, C); /* += onto what out held */
+    pos_ref(&c);
     CU_ASSERT(vec_err(out, c.out, no, 1e-6) < 1e-6);
 
-    float *dwte = frand((size_t)V * C, 1), *dwpe = frand((size_t)T * C, 1);
-    float *dwte0 = fcopy(dwte, (size_t)V * C), *dwpe0 = fcopy(dwpe, (size_t)T * C);
-    be->encoder_backward(dwte, dwpe, R, inp, B, T, C);
-    double *g1 = fd_grad(enc_loss, &c, c.wte, (size_t)V * C);
-    double *g2 = fd_grad(enc_loss, &c, c.wpe, (size_t)T * C);
-    CU_ASSERT(inc_err(dwte, dwte0, g1, (size_t)V * C) < TOL);
-    CU_ASSERT(inc_err(dwpe, dwpe0, g2, (size_t)T * C) < TOL);
-    free(g1), free(g2), free(c.wte), free(c.wpe), free(c.R), free(c.out);
-    be->free(wte), be->free(wpe), be->free(R), be->free(out), be->free(dwte), be->free(dwpe);
-    be->free(dwte0), be->free(dwpe0);
+    float *dwpe = frand(nw, 1), *dwpe0 = fcopy(dwpe, nw);
+    be->positional_backward(dwpe, R, B, T, C);
+    double *g = fd_grad(pos_loss, &c, c.wpe, nw); /* rows >= T: zero gradient, untouched */
+    CU_ASSERT(inc_err(dwpe, dwpe0, g, nw) < TOL);
+    CU_ASSERT(memcmp(dwpe + (size_t)T * C, dwpe0 + (size_t)T * C, (nw - (size_t)T * C) * 4) == 0);
+    free(g), free(c.wpe), free(c.base), free(c.R), free(c.out);
+    be->free(wpe), be->free(R), be->free(out), be->free(dwpe), be->free(dwpe0);
+}
+
+/* GPT-2's input layer is embedding then positional: the float result must be the
+ * former fused wte[inp] + wpe[t] bit for bit, and dwpe the sum over b in order. */
+static void t_embedding_gpt2_bits(void)
+{
+    int B = 3, T = 6, C = 40, V = 9;
+    int32_t inp[18];
+    for (int i = 0; i < B * T; i++) inp[i] = (i * 5) % V;
+    size_t no = (size_t)B * T * C;
+    float *wte = frand((size_t)V * C, 1), *wpe = frand((size_t)T * C, 1), *out = frand(no, 1);
+    be->embedding_forward(out, inp, wte, B * T, C);
+    be->positional_forward(out, wpe, B, T, C);
+    float *ref = malloc(no * 4);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < C; k++)
+                ref[((size_t)b * T + t) * C + k] =
+                    wte[(size_t)inp[b * T + t] * C + k] + wpe[(size_t)t * C + k];
+    CU_ASSERT(memcmp(out, ref, no * 4) == 0);
+    float *dwpe = frand((size_t)T * C, 1), *dref = fcopy(dwpe, (size_t)T * C);
+    be->positional_backward(dwpe, out, B, T, C);
+    for (int b = 0; b < B; b++)
+        for (int k = 0; k < T * C; k++) dref[k] += out[(size_t)b * T * C + k];
+    CU_ASSERT(memcmp(dwpe, dref, (size_t)T * C * 4) == 0);
+    free(ref);
+    be->free(wte), be->free(wpe), be->free(out), be->free(dwpe), be->free(dref);
 }
 
 /* -------------------------------------------------------------- layernorm -- */
 
-typedef struct { int N, C; double *x, *w, *b, *R, *out, *mean, *rstd; } ln_ctx;
+typedef struct { int N, C; double eps, *x, *w, *b, *R, *out, *mean, *rstd; } ln_ctx; /* b may be NULL */
 
 static void ln_ref(ln_ctx *c)
 {
@@ -156,9 +214,9 @@ static void ln_ref(ln_ctx *c)
         for (int k = 0; k < c->C; k++) m += x[k];
         m /= c->C;
         for (int k = 0; k < c->C; k++) v += (x[k] - m) * (x[k] - m);
-        double rs = 1.0 / sqrt(v / c->C + 1e-5);
+        double rs = 1.0 / sqrt(v / c->C + c->eps);
         for (int k = 0; k < c->C; k++)
-            c->out[(size_t)n * c->C + k] = (x[k] - m) * rs * c->w[k] + c->b[k];
+            c->out[(size_t)n * c->C + k] = (x[k] - m) * rs * c->w[k] + (c->b ? c->b[k] : 0);
         c->mean[n] = m;
         c->rstd[n] = rs;
     }
@@ -171,15 +229,17 @@ static double ln_loss(void *v)
     return dot_r(c->out, c->R, (size_t)c->N * c->C);
 }
 
-static void run_layernorm(int N, int C, int threads)
+/* with_bias 0: bias and dbias NULL (the no-bias layernorm of newer families) */
+static void run_layernorm(int N, int C, int threads, int with_bias, float eps)
 {
     size_t nx = (size_t)N * C;
-    float *x = frand(nx, 2), *w = frand(C, 1), *b = frand(C, 1), *R = frand(nx, 1);
+    float *x = frand(nx, 2), *w = frand(C, 1), *R = frand(nx, 1);
+    float *b = with_bias ? frand(C, 1) : NULL;
     for (size_t i = 0; i < nx; i++) x[i] += 0.5f; /* a non-zero mean */
     float *out = be->alloc(nx * 4), *mean = be->alloc(N * 4), *rstd = be->alloc(N * 4);
     zt_cpu_set_threads(threads);
-    be->layernorm_forward(out, mean, rstd, x, w, b, N, C);
-    ln_ctx c = {N, C, f2d(x, nx), f2d(w, C), f2d(b, C), f2d(R, nx), malloc(nx * 8),
+    be->layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
+    ln_ctx c = {N, C, eps, f2d(x, nx), f2d(w, C), b ? f2d(b, C) : NULL, f2d(R, nx), malloc(nx * 8),
                 malloc(N * 8), malloc(N * 8)};
     ln_ref(&c);
     CU_ASSERT(vec_err(out, c.out, nx, 1e-6) < 1e-5);
@@ -188,12 +248,15 @@ static void run_layernorm(int N, int C, int threads)
 
     float *dx = frand(nx, 1), *dw = frand(C, 1), *db = frand(C, 1);
     float *dx0 = fcopy(dx, nx), *dw0 = fcopy(dw, C), *db0 = fcopy(db, C);
-    be->layernorm_backward(dx, dw, db, R, x, w, mean, rstd, N, C);
+    be->layernorm_backward(dx, dw, b ? db : NULL, R, x, w, mean, rstd, N, C);
     zt_cpu_set_threads(1);
     double *gw = fd_grad(ln_loss, &c, c.w, C);
-    double *gb = fd_grad(ln_loss, &c, c.b, C);
+    double *gb = NULL;
     CU_ASSERT(inc_err(dw, dw0, gw, C) < TOL);
-    CU_ASSERT(inc_err(db, db0, gb, C) < TOL);
+    if (b) {
+        gb = fd_grad(ln_loss, &c, c.b, C);
+        CU_ASSERT(inc_err(db, db0, gb, C) < TOL);
+    }
     double *gx = NULL;
     if (threads == 1) {
         gx = fd_grad(ln_loss, &c, c.x, nx);
@@ -202,7 +265,7 @@ static void run_layernorm(int N, int C, int threads)
         /* too many inputs to difference; rows are independent, so the threaded
          * dinp must equal the (difference-checked) one-thread result exactly */
         float *dx1 = fcopy(dx0, nx), *dw1 = fcopy(dw0, C), *db1 = fcopy(db0, C);
-        be->layernorm_backward(dx1, dw1, db1, R, x, w, mean, rstd, N, C);
+        be->layernorm_backward(dx1, dw1, b ? db1 : NULL, R, x, w, mean, rstd, N, C);
         CU_ASSERT(memcmp(dx1, dx, nx * 4) == 0);
         be->free(dx1), be->free(dw1), be->free(db1);
     }
@@ -212,7 +275,10 @@ static void run_layernorm(int N, int C, int threads)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
 }
 
-static void t_layernorm(void) { run_layernorm(6, 13, 1); }
+static void t_layernorm(void) { run_layernorm(6, 13, 1, 1, 1e-5f); }
+/* no bias, and an eps (0.05) large enough to move every output by ~2% */
+static void t_layernorm_nobias_eps(void) { run_layernorm(6, 13, 1, 0, 0.05f); }
+static void t_layernorm_nobias_threads(void) { run_layernorm(128, 256, 2, 0, 1e-6f); }
 /* rows with variance ~1e-5: eps = 1e-5 matters, and must be exactly that */
 static void t_layernorm_eps(void)
 {
@@ -220,8 +286,8 @@ static void t_layernorm_eps(void)
     size_t nx = (size_t)N * C;
     float *x = frand(nx, 0.005), *w = frand(C, 1), *b = frand(C, 1);
     float *out = be->alloc(nx * 4), *mean = be->alloc(N * 4), *rstd = be->alloc(N * 4);
-    be->layernorm_forward(out, mean, rstd, x, w, b, N, C);
-    ln_ctx c = {N, C, f2d(x, nx), f2d(w, C), f2d(b, C), NULL, malloc(nx * 8), malloc(N * 8),
+    be->layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-5f);
+    ln_ctx c = {N, C, 1e-5, f2d(x, nx), f2d(w, C), f2d(b, C), NULL, malloc(nx * 8), malloc(N * 8),
                 malloc(N * 8)};
     ln_ref(&c);
     CU_ASSERT(vec_err(out, c.out, nx, 1e-6) < 1e-5);
@@ -231,7 +297,222 @@ static void t_layernorm_eps(void)
 }
 
 /* large enough to take the threaded path with per-thread dweight partials */
-static void t_layernorm_threads(void) { run_layernorm(128, 256, 2); }
+static void t_layernorm_threads(void) { run_layernorm(128, 256, 2, 1, 1e-5f); }
+
+/* ---------------------------------------------------------------- rmsnorm -- */
+
+/* N rows of stride S; H groups of D channels at h*D from the base pointer */
+typedef struct { int N, H, D, S; double eps, *x, *w, *R, *out, *rstd; } rms_ctx;
+
+static void rms_ref(rms_ctx *c)
+{
+    for (int n = 0; n < c->N; n++)
+        for (int h = 0; h < c->H; h++) {
+            const size_t o = (size_t)n * c->S + (size_t)h * c->D;
+            double ss = 0;
+            for (int k = 0; k < c->D; k++) ss += c->x[o + k] * c->x[o + k];
+            double rs = 1.0 / sqrt(ss / c->D + c->eps);
+            for (int k = 0; k < c->D; k++) c->out[o + k] = c->w[k] * (c->x[o + k] * rs);
+            c->rstd[(size_t)n * c->H + h] = rs;
+        }
+}
+
+static double rms_loss(void *v)
+{
+    rms_ctx *c = v;
+    rms_ref(c);
+    double s = 0; /* only the group elements: out outside them is not the kernel's */
+    for (int n = 0; n < c->N; n++)
+        for (int k = 0; k < c->H * c->D; k++) {
+            size_t i = (size_t)n * c->S + k;
+            s += c->out[i] * c->R[i];
+        }
+    return s;
+}
+
+/* The buffers hold N*S + off floats and the kernels get base + off, so groups sit
+ * inside a wider row (Qwen3's q_norm / k_norm inside qkv): elements outside the
+ * groups must be left alone by the forward and get no gradient. */
+static void run_rmsnorm(int N, int H, int D, int S, int off, float eps, int threads, int fd)
+{
+    const size_t nx = (size_t)N * S + off, ng = (size_t)N * H;
+    float *x = frand(nx, 2), *w = frand(D, 1), *R = frand(nx, 1);
+    float *out = frand(nx, 1), *out0 = fcopy(out, nx), *rstd = frand(ng, 1);
+    zt_cpu_set_threads(threads);
+    be->rmsnorm_forward(out + off, rstd, x + off, w, N, H, D, S, eps);
+    rms_ctx c = {N, H, D, S, eps, f2d(x + off, nx - off), f2d(w, D), f2d(R + off, nx - off),
+                 f2d(out0 + off, nx - off), malloc(ng * 8)};
+    rms_ref(&c); /* writes the groups only; the rest keeps out0 */
+    double *full = malloc(nx * 8);
+    for (int i = 0; i < off; i++) full[i] = out0[i];
+    memcpy(full + off, c.out, (nx - off) * 8);
+    CU_ASSERT(vec_err(out, full, nx, 1e-6) < 1e-5);
+    CU_ASSERT(vec_err(rstd, c.rstd, ng, 1e-6) < 1e-5);
+
+    float *dx = frand(nx, 1), *dw = frand(D, 1), *dx0 = fcopy(dx, nx), *dw0 = fcopy(dw, D);
+    be->rmsnorm_backward(dx + off, dw, R + off, x + off, w, rstd, N, H, D, S);
+    zt_cpu_set_threads(1);
+    double *gw = fd_grad(rms_loss, &c, c.w, D);
+    CU_ASSERT(inc_err(dw, dw0, gw, D) < TOL);
+    if (fd) {
+        double *gx = calloc(nx, 8), *g = fd_grad(rms_loss, &c, c.x, nx - off);
+        memcpy(gx + off, g, (nx - off) * 8); /* zero before off: untouched */
+        CU_ASSERT(inc_err(dx, dx0, gx, nx) < TOL);
+        free(gx), free(g);
+    } else {
+        /* groups are independent: the threaded dinp equals the one-thread one */
+        float *dx1 = fcopy(dx0, nx), *dw1 = fcopy(dw0, D);
+        be->rmsnorm_backward(dx1 + off, dw1, R + off, x + off, w, rstd, N, H, D, S);
+        CU_ASSERT(memcmp(dx1, dx, nx * 4) == 0);
+        double *dwd = f2d(dw, D); /* per-thread partial sums: rounding differs */
+        CU_ASSERT(vec_err(dw1, dwd, D, 1e-6) < 1e-5);
+        free(dwd);
+        be->free(dx1), be->free(dw1);
+    }
+    free(full), free(gw), free(c.x), free(c.w), free(c.R), free(c.out), free(c.rstd);
+    float *bufs[] = {x, w, R, out, out0, rstd, dx, dw, dx0, dw0};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+}
+
+/* H = 1, D = stride = C: the plain norm; eps 0.1 is visible in every output */
+static void t_rmsnorm(void) { run_rmsnorm(5, 1, 24, 24, 0, 1e-6f, 1, 1), run_rmsnorm(3, 1, 9, 9, 0, 0.1f, 1, 1); }
+/* H = 3 heads of D = 8 at offset 4 of 40-float rows: per-head norms inside qkv */
+static void t_rmsnorm_heads(void) { run_rmsnorm(4, 3, 8, 40, 4, 1e-6f, 1, 1); }
+/* 512*4*16 = 32768 elements: the threaded backward with per-thread dweight */
+static void t_rmsnorm_threads(void) { run_rmsnorm(512, 4, 16, 80, 16, 1e-6f, 2, 0); }
+
+/* ------------------------------------------------------------------- rope -- */
+
+/* B*T rows of stride S, H heads of D at h*D; the angle is the fp32 product
+ * (float)pos * inv_freq[i], as the header specifies, then cos/sin in double */
+typedef struct { int B, T, H, D, S; const int32_t *pos; const float *inv; double *x, *R, *out; } rope_ctx;
+
+static void rope_ref(rope_ctx *c)
+{
+    const int half = c->D / 2;
+    memcpy(c->out, c->x, (size_t)c->B * c->T * c->S * 8);
+    for (int r = 0; r < c->B * c->T; r++)
+        for (int h = 0; h < c->H; h++)
+            for (int i = 0; i < half; i++) {
+                float pf = (float)(c->pos ? c->pos[r] : r % c->T);
+                double a = (double)(pf * c->inv[i]);
+                size_t o = (size_t)r * c->S + (size_t)h * c->D + i;
+                double x1 = c->x[o], x2 = c->x[o + half];
+                c->out[o] = x1 * cos(a) - x2 * sin(a);
+                c->out[o + half] = x2 * cos(a) + x1 * sin(a);
+            }
+}
+
+static double rope_loss(void *v)
+{
+    rope_ctx *c = v;
+    rope_ref(c);
+    return dot_r(c->out, c->R, (size_t)c->B * c->T * c->S);
+}
+
+static void run_rope(int B, int T, int H, int D, int S, const int32_t *pos)
+{
+    const size_t nx = (size_t)B * T * S;
+    float *x = frand(nx, 1), *R = frand(nx, 1), *inv = be->alloc((size_t)D / 2 * 4);
+    /* HF's default inv_freq = base^(-2i/D), base 10000, rescaled per channel so no
+     * two channels share a frequency pattern */
+    for (int i = 0; i < D / 2; i++)
+        inv[i] = (float)(pow(10000.0, -2.0 * i / D) * (1.0 + 0.3 * urand()));
+    rope_ctx c = {B, T, H, D, S, pos, inv, f2d(x, nx), f2d(R, nx), malloc(nx * 8)};
+    rope_ref(&c);
+    be->rope_forward(x, inv, pos, B, T, H, D, S); /* in place; outside the heads untouched */
+    CU_ASSERT(vec_err(x, c.out, nx, 1e-6) < 2e-6);
+    /* backward in place on the gradient: dx = R^T dout */
+    float *dx = fcopy(R, nx);
+    be->rope_backward(dx, inv, pos, B, T, H, D, S);
+    double *g = fd_grad(rope_loss, &c, c.x, nx);
+    CU_ASSERT(vec_err(dx, g, nx, 1e-6) < TOL);
+    /* forward then backward is the identity (orthogonal rotation) */
+    float *y = fcopy(R, nx);
+    be->rope_forward(y, inv, pos, B, T, H, D, S);
+    be->rope_backward(y, inv, pos, B, T, H, D, S);
+    CU_ASSERT(vec_err(y, c.R, nx, 1e-6) < 1e-6);
+    free(g), free(c.x), free(c.R), free(c.out);
+    be->free(x), be->free(R), be->free(inv), be->free(dx), be->free(y);
+}
+
+static void t_rope(void)
+{
+    run_rope(2, 5, 1, 8, 8, NULL);     /* positions = t */
+    run_rope(2, 4, 3, 6, 22, NULL);    /* 3 heads of 6 in 22-float rows: 4 untouched */
+}
+
+static void t_rope_positions(void)
+{
+    /* arbitrary positions (packed sequences restart, large ones test the fp32 angle) */
+    const int32_t pos[] = {0, 1, 2, 0, 1, 7, 4093, 30000, 2, 5};
+    run_rope(2, 5, 2, 10, 24, pos);
+}
+
+/* ----------------------------------------------------------------- swiglu -- */
+
+typedef struct { int N, I; double *gu, *R, *out; } swi_ctx;
+
+static void swi_ref(swi_ctx *c)
+{
+    for (int n = 0; n < c->N; n++)
+        for (int i = 0; i < c->I; i++) {
+            double g = c->gu[(size_t)n * 2 * c->I + i], u = c->gu[(size_t)n * 2 * c->I + c->I + i];
+            c->out[(size_t)n * c->I + i] = g / (1 + exp(-g)) * u;
+        }
+}
+
+static double swi_loss(void *v)
+{
+    swi_ctx *c = v;
+    swi_ref(c);
+    return dot_r(c->out, c->R, (size_t)c->N * c->I);
+}
+
+static void t_swiglu(void)
+{
+    const int N = 5, I = 11;
+    const size_t ng = (size_t)N * 2 * I, no = (size_t)N * I;
+    float *gu = frand(ng, 4), *R = frand(no, 1), *out = frand(no, 1);
+    gu[0] = 40.0f, gu[1] = -40.0f, gu[2] = 0.0f, gu[3] = -90.0f; /* saturated, zero */
+    be->swiglu_forward(out, gu, N, I);
+    swi_ctx c = {N, I, f2d(gu, ng), f2d(R, no), malloc(no * 8)};
+    swi_ref(&c);
+    CU_ASSERT(vec_err(out, c.out, no, 1e-6) < 1e-6);
+    CU_ASSERT(out[2] == 0.0f && isfinite(out[3]));
+    float *dgu = frand(ng, 1); /* garbage: overwritten */
+    be->swiglu_backward(dgu, R, gu, N, I);
+    double *g = fd_grad(swi_loss, &c, c.gu, ng);
+    CU_ASSERT(vec_err(dgu, g, ng, 1e-6) < TOL);
+    /* in place (dgu == gu), as the model may call it: the same bits */
+    float *ip = fcopy(gu, ng);
+    be->swiglu_backward(ip, R, ip, N, I);
+    CU_ASSERT(memcmp(ip, dgu, ng * 4) == 0);
+    free(g), free(c.gu), free(c.R), free(c.out);
+    be->free(gu), be->free(R), be->free(out), be->free(dgu), be->free(ip);
+}
+
+/* large enough for the threaded path, against the one-thread result */
+static void t_swiglu_threads(void)
+{
+    const int N = 64, I = 700;
+    const size_t ng = (size_t)N * 2 * I, no = (size_t)N * I;
+    float *gu = frand(ng, 6), *R = frand(no, 1), *out = be->alloc(no * 4), *out1 = be->alloc(no * 4);
+    float *d = be->alloc(ng * 4), *d1 = fcopy(gu, ng);
+    zt_cpu_set_threads(2);
+    be->swiglu_forward(out, gu, N, I);
+    be->swiglu_backward(d, R, gu, N, I);
+    zt_cpu_set_threads(1);
+    be->swiglu_forward(out1, gu, N, I);
+    be->swiglu_backward(d1, R, d1, N, I);
+    CU_ASSERT(memcmp(out, out1, no * 4) == 0);
+    CU_ASSERT(memcmp(d, d1, ng * 4) == 0);
+    swi_ctx c = {N, I, f2d(gu, ng), NULL, malloc(no * 8)};
+    swi_ref(&c);
+    CU_ASSERT(vec_err(out, c.out, no, 1e-6) < 1e-6);
+    free(c.gu), free(c.out);
+    be->free(gu), be->free(R), be->free(out), be->free(out1), be->free(d), be->free(d1);
+}
 
 /* ----------------------------------------------------------------- matmul -- */
 
@@ -299,21 +580,28 @@ static void t_matmul_transw_bias(void) { run_matmul(1, 1); }
 
 /* -------------------------------------------------------------- attention -- */
 
-typedef struct { int B, T, C, NH; double *qkv, *R, *out, *lse, *p; } at_ctx;
+typedef struct { int B, T, NH, NKV, HD; double *qkv, *R, *out, *lse, *p; } at_ctx;
+
+/* channel offsets in a qkv row of (NH + 2 NKV) HD floats: query head h, and the
+ * key and value of the KV head that query head h reads (h / (NH/NKV)) */
+#define AT_QS(c) (((c)->NH + 2 * (c)->NKV) * (c)->HD)
+#define AT_Q(c, h) ((h) * (c)->HD)
+#define AT_K(c, h) (((c)->NH + (h) / ((c)->NH / (c)->NKV)) * (c)->HD)
+#define AT_V(c, h) (((c)->NH + (c)->NKV + (h) / ((c)->NH / (c)->NKV)) * (c)->HD)
 
 /* Naive causal attention in double: per row the masked scores, their max, the
  * log-sum-exp and the probabilities, then out = P V. */
 static void at_ref(at_ctx *c)
 {
-    int B = c->B, T = c->T, C = c->C, NH = c->NH, hs = C / NH;
+    int B = c->B, T = c->T, NH = c->NH, hs = c->HD, QS = AT_QS(c), OS = NH * hs;
     double sc = 1.0 / sqrt(hs), *a = c->p; /* (T) one row of probabilities */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const double *q = c->qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                const double *q = c->qkv + ((size_t)b * T + t) * QS + AT_Q(c, h);
                 double mx = -INFINITY, s = 0;
                 for (int j = 0; j <= t; j++) {
-                    const double *k = c->qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    const double *k = c->qkv + ((size_t)b * T + j) * QS + AT_K(c, h);
                     a[j] = 0;
                     for (int i = 0; i < hs; i++) a[j] += q[i] * k[i];
                     a[j] *= sc;
@@ -322,41 +610,43 @@ static void at_ref(at_ctx *c)
                 for (int j = 0; j <= t; j++) s += (a[j] = exp(a[j] - mx));
                 for (int j = 0; j <= t; j++) a[j] /= s;
                 c->lse[((size_t)b * NH + h) * T + t] = mx + log(s);
-                double *o = c->out + ((size_t)b * T + t) * C + h * hs;
+                double *o = c->out + ((size_t)b * T + t) * OS + h * hs;
                 for (int i = 0; i < hs; i++) {
                     o[i] = 0;
                     for (int j = 0; j <= t; j++)
-                        o[i] += a[j] * c->qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + i];
+                        o[i] += a[j] * c->qkv[((size_t)b * T + j) * QS + AT_V(c, h) + i];
                 }
             }
 }
 
 /* The backward formulas of zt_backend.h in double, from the reference forward:
- * D = dout.out, ds = p (dout.v - D), dq += scale ds k, dk += scale ds q, dv += p dout. */
+ * D = dout.out, ds = p (dout.v - D), dq += scale ds k, dk += scale ds q, dv += p dout,
+ * a KV head summing over the query heads that read it. */
 static void at_ref_backward(at_ctx *c, double *dqkv)
 {
-    int B = c->B, T = c->T, C = c->C, NH = c->NH, hs = C / NH;
+    int B = c->B, T = c->T, NH = c->NH, hs = c->HD, QS = AT_QS(c), OS = NH * hs;
     double sc = 1.0 / sqrt(hs);
     at_ref(c);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const size_t rq = ((size_t)b * T + t) * 3 * C + h * hs;
-                const double *q = c->qkv + rq, *dy = c->R + ((size_t)b * T + t) * C + h * hs;
-                const double *y = c->out + ((size_t)b * T + t) * C + h * hs;
+                const size_t rq = ((size_t)b * T + t) * QS + AT_Q(c, h);
+                const double *q = c->qkv + rq, *dy = c->R + ((size_t)b * T + t) * OS + h * hs;
+                const double *y = c->out + ((size_t)b * T + t) * OS + h * hs;
                 const double l = c->lse[((size_t)b * NH + h) * T + t];
                 double D = 0;
                 for (int i = 0; i < hs; i++) D += dy[i] * y[i];
                 for (int j = 0; j <= t; j++) {
-                    const size_t rk = ((size_t)b * T + j) * 3 * C + h * hs;
-                    const double *k = c->qkv + rk + C, *v = c->qkv + rk + 2 * C;
+                    const size_t rk = ((size_t)b * T + j) * QS + AT_K(c, h);
+                    const size_t rv = ((size_t)b * T + j) * QS + AT_V(c, h);
+                    const double *k = c->qkv + rk, *v = c->qkv + rv;
                     double s = 0, dp = 0;
                     for (int i = 0; i < hs; i++) s += q[i] * k[i], dp += dy[i] * v[i];
                     double p = exp(s * sc - l), ds = p * (dp - D);
                     for (int i = 0; i < hs; i++) {
                         dqkv[rq + i] += sc * ds * k[i];
-                        dqkv[rk + C + i] += sc * ds * q[i];
-                        dqkv[rk + 2 * C + i] += p * dy[i];
+                        dqkv[rk + i] += sc * ds * q[i];
+                        dqkv[rv + i] += p * dy[i];
                     }
                 }
             }
@@ -366,27 +656,28 @@ static double at_loss(void *v)
 {
     at_ctx *c = v;
     at_ref(c);
-    return dot_r(c->out, c->R, (size_t)c->B * c->T * c->C);
+    return dot_r(c->out, c->R, (size_t)c->B * c->T * c->NH * c->HD);
 }
 
 /* Forward (out and lse) against the double reference; backward (dqkv +=) by
  * finite differences of L = sum(out * R) when fd is set, and against the
  * double backward formulas always. */
-static void run_attention(int B, int T, int C, int NH, int threads, int fd)
+static void run_gqa(int B, int T, int NH, int NKV, int HD, int threads, int fd)
 {
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
+    size_t nl = (size_t)B * NH * T;
     float *qkv = frand(nq, 1.5), *R = frand(no, 1);
     float *out = frand(no, 1), *lse = frand(nl, 1);
     zt_cpu_set_threads(threads);
-    be->attention_forward(out, lse, qkv, B, T, C, NH);
-    at_ctx c = {B, T, C, NH, f2d(qkv, nq), f2d(R, no), malloc(no * 8), malloc(nl * 8),
+    be->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+    at_ctx c = {B, T, NH, NKV, HD, f2d(qkv, nq), f2d(R, no), malloc(no * 8), malloc(nl * 8),
                 malloc((size_t)T * 8)};
     at_ref(&c);
     CU_ASSERT(vec_err(out, c.out, no, 1e-6) < 1e-5);
     CU_ASSERT(vec_err(lse, c.lse, nl, 1.0) < 1e-6);
 
     float *dq = frand(nq, 1), *dq0 = fcopy(dq, nq);
-    be->attention_backward(dq, R, qkv, out, lse, B, T, C, NH);
+    be->attention_backward(dq, R, qkv, out, lse, B, T, NH, NKV, HD);
     zt_cpu_set_threads(1);
     double *g = calloc(nq, sizeof(double));
     at_ref_backward(&c, g);
@@ -399,6 +690,12 @@ static void run_attention(int B, int T, int C, int NH, int threads, int fd)
     free(g), free(c.qkv), free(c.R), free(c.out), free(c.lse), free(c.p);
     float *bufs[] = {qkv, R, out, lse, dq, dq0};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+}
+
+/* GPT-2's multi-head attention: NKV = NH, HD = C / NH */
+static void run_attention(int B, int T, int C, int NH, int threads, int fd)
+{
+    run_gqa(B, T, NH, NH, C / NH, threads, fd);
 }
 
 static void t_attention(void)
@@ -414,6 +711,22 @@ static void t_attention_ragged(void) { run_attention(1, 131, 48, 2, 2, 0); }
 static void t_attention_long(void) { run_attention(1, 600, 8, 2, 2, 0); }
 /* finite differences across block boundaries: T = 70 is 32 + 32 + 6 */
 static void t_attention_blocks_fd(void) { run_attention(1, 70, 8, 2, 1, 1); }
+/* grouped-query: 4 query heads on 2 KV heads, head size 12 unrelated to any C */
+static void t_attention_gqa(void)
+{
+    run_gqa(2, 5, 4, 2, 12, 1, 1);
+    run_gqa(1, 6, 4, 1, 8, 1, 1); /* NKV = 1: multi-query */
+    run_gqa(2, 3, 3, 3, 5, 1, 1); /* odd head size, NKV = NH */
+}
+/* threaded (KV heads in parallel, each summing its group) and across blocks */
+static void t_attention_gqa_threads(void)
+{
+    run_gqa(2, 16, 6, 2, 12, 2, 1);
+    run_gqa(1, 70, 8, 2, 20, 2, 0);
+    run_gqa(2, 40, 4, 1, 16, 2, 0);
+}
+/* the largest head size the interface allows */
+static void t_attention_hd256(void) { run_gqa(1, 9, 2, 1, 256, 1, 0); }
 
 /* ------------------------------------------------------------------- gelu -- */
 
@@ -892,10 +1205,21 @@ static void t_registry(void)
 }
 
 static const zt_test_t tests[] = {
-    {"encoder forward/backward vs double + FD", t_encoder},
+    {"embedding forward/backward vs double + FD", t_embedding},
+    {"positional forward (+=)/backward vs double + FD", t_positional},
+    {"embedding + positional = GPT-2's fused encoder, bitwise", t_embedding_gpt2_bits},
     {"layernorm forward/backward vs double + FD", t_layernorm},
     {"layernorm threaded backward", t_layernorm_threads},
     {"layernorm eps with tiny variance", t_layernorm_eps},
+    {"layernorm without bias, eps 0.05, vs double + FD", t_layernorm_nobias_eps},
+    {"layernorm without bias, threaded backward", t_layernorm_nobias_threads},
+    {"rmsnorm H=1 forward/backward vs double + FD", t_rmsnorm},
+    {"rmsnorm 3 heads inside wider rows + FD", t_rmsnorm_heads},
+    {"rmsnorm threaded backward", t_rmsnorm_threads},
+    {"rope positions = t, strided heads, + FD", t_rope},
+    {"rope positions array, inv_freq, + FD", t_rope_positions},
+    {"swiglu forward/backward + FD, in place", t_swiglu},
+    {"swiglu threaded", t_swiglu_threads},
     {"matmul W (C,OC) + bias", t_matmul},
     {"matmul W (C,OC) no bias", t_matmul_nobias},
     {"matmul W^T (tied lm_head)", t_matmul_transw},
@@ -905,6 +1229,9 @@ static const zt_test_t tests[] = {
     {"attention T=131: ragged query blocks vs double", t_attention_ragged},
     {"attention T=600: 128-row blocks, ragged, vs double", t_attention_long},
     {"attention T=70 across a block boundary + FD", t_attention_blocks_fd},
+    {"attention GQA NH4/NKV2 HD12, NKV1, odd HD + FD", t_attention_gqa},
+    {"attention GQA threaded, across blocks", t_attention_gqa_threads},
+    {"attention HD=256 vs double", t_attention_hd256},
     {"gelu forward/backward", t_gelu},
     {"matmul + gelu fused = composed", t_matmul_gelu},
     {"matmul + gelu fused = composed, no bias", t_matmul_gelu_nobias},
