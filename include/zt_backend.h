@@ -11,8 +11,8 @@
  * the host on devices that allow it; sync() waits for them.
  *
  * Letters: N rows (= B*T tokens), C channels, OC output channels, B batch,
- * T time, NH heads, NKV key/value heads, HD head size, I MLP size, V vocabulary. Row-major throughout. Backward kernels
- * ACCUMULATE (+=) into parameter gradients (so micro-batches and the tied
+ * T time, NH heads, NKV key/value heads, HD head size, I MLP size, V vocabulary.
+ * Row-major throughout. Backward kernels ACCUMULATE (+=) into parameter gradients (so micro-batches and the tied
  * embedding sum naturally) and OVERWRITE activation gradients unless noted. */
 #ifndef ZT_BACKEND_H
 #define ZT_BACKEND_H

@@ -752,6 +752,13 @@ static void cpu_gelu_matmul_backward(float *dpre, float *restrict dweight, float
     for (size_t i = 0; i < n; i++) dpre[i] = gelu_grad(pre[i]) * dpre[i];
 }
 
+static void cpu_copy_rows(float *restrict dst, int dst_stride, const float *restrict src, int src_stride, int N,
+                          int width)
+{
+    for (int n = 0; n < N; n++)
+        memcpy(dst + (size_t)n * dst_stride, src + (size_t)n * src_stride, (size_t)width * sizeof(float));
+}
+
 static void cpu_residual_forward(float *restrict out, const float *restrict a,
                                  const float *restrict b, size_t n)
 {
@@ -1040,6 +1047,7 @@ const zt_backend_t zt_backend_cpu = {
     .attention_backward = cpu_attention_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
+    .copy_rows = cpu_copy_rows,
     .residual_forward = cpu_residual_forward,
     .accumulate = cpu_accumulate,
     .crossentropy_fused = cpu_crossentropy_fused,
