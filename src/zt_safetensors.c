@@ -174,7 +174,7 @@ int zt_st_parse_header(const char *name, const char *hdr, size_t n, uint64_t dat
             goto fail;
         }
         if (t->end > data_len) {
-            zt_err(err, errlen, "%s: tensor %s: data_offsets end %" PRIu64 " is past the data section (%" PRIu64 " bytes)",
+            zt_err(err, errlen, "%s: tensor %s: data_offsets end %" PRIu64 " is past the data section (%" PRIu64 " bytes; a truncated file?)",
                    name, t->name, t->end, data_len);
             goto fail;
         }

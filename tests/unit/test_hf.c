@@ -507,6 +507,7 @@ static void expect_open_fails(const char *dir, const char *n1, const char *n2, c
             CU_FAIL("message lacks a needle");
         }
     CU_ASSERT(strchr(last_err, '\n') == NULL);
+    if (getenv("ZT_TEST_VERBOSE")) printf("\n    refused: %s", last_err);
 }
 
 static const char *sharded_dir(const char *name)
@@ -595,6 +596,11 @@ static void t_err_index_maps_wrong_shard(void)
     edit_index(dir, "transformer.ln_f.weight", "model-00004-of-00004.safetensors");
     expect_open_fails(dir, pth(dir, "model.safetensors.index.json"), "tensor transformer.ln_f.weight",
                       "model-00004-of-00004.safetensors, which does not hold it");
+    /* both shards named elsewhere in the index: the tensor is found, but not where the index says */
+    const char *d1 = sharded_dir("wrong_shard_both_open");
+    edit_index(d1, "scale", "model-00003-of-00004.safetensors");
+    expect_open_fails(d1, pth(d1, "model.safetensors.index.json"), "tensor scale",
+                      "model-00003-of-00004.safetensors, which does not hold it (model-00004-of-00004.safetensors does)");
     /* a name the index lists that no shard holds */
     const char *d2 = sharded_dir("ghost_tensor");
     edit_index(d2, "lm_head.weight", "model-00001-of-00004.safetensors");
