@@ -4,9 +4,10 @@
  * ({"name": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ...,
  * optional "__metadata__": {string: string}}), then the raw little-endian data;
  * offsets are relative to the end of the header. The header comes from outside
- * (downloaded models), so the parser is a small strict JSON reader for exactly
- * this schema, and every offset is checked against the file before any data is
- * touched. Used by `zt-ckpt export` / `zt-ckpt import`. */
+ * (downloaded models), so it is parsed by jansson and then held to exactly this
+ * schema, and every offset is checked against the file before any data is
+ * touched: the tensors must tile the data section. Used by `zt-ckpt export` /
+ * `zt-ckpt import` and by zt_hf.h (Hugging Face model directories). */
 #ifndef ZT_SAFETENSORS_H
 #define ZT_SAFETENSORS_H
 
@@ -17,7 +18,12 @@
 #define ZT_ST_MAX_DIMS 8
 #define ZT_ST_MAX_HEADER (100u << 20)   /* the reference implementation's limit */
 
+/* The dtypes ztrain reads; the others the format defines (F64, I64, U8, F8_E4M3, ...)
+ * are recognized by name and refused: "unsupported dtype F64 of tensor NAME in FILE". */
 typedef enum { ZT_ST_F32 = 0, ZT_ST_F16 = 1, ZT_ST_BF16 = 2 } zt_st_dtype_t;
+
+int zt_st_dtype_size(zt_st_dtype_t d);          /* bytes per element */
+const char *zt_st_dtype_name(zt_st_dtype_t d);  /* "F32", "F16", "BF16" */
 
 typedef struct zt_st_tensor {
     char name[256];
@@ -62,6 +68,12 @@ typedef struct zt_st_writer {
     zt_st_tensor_t *tensors;
     uint64_t written;           /* bytes of the current tensor written so far */
 } zt_st_writer_t;
+
+/* The JSON header for tensors t[0..n) (their dtype, shape, begin/end), with
+ * {"__metadata__": {"format": "pt"}} first and padded with spaces to a multiple
+ * of 8 bytes; *len is its length. NULL (message in err) for a name that is not
+ * UTF-8. Shared with zt_hf's sharded writer. */
+char *zt_st_header_json(const zt_st_tensor_t *t, int n, size_t *len, char *err, size_t errlen);
 
 int zt_st_writer_open(zt_st_writer_t *w, const char *path, char *err, size_t errlen);
 void zt_st_writer_add(zt_st_writer_t *w, const char *name, int ndim, const int64_t *shape);

@@ -13,6 +13,7 @@
 #include "zt_common.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,20 +87,6 @@ static int utf8_next(const unsigned char *s, size_t n, size_t *i)
     }
     *i += (size_t)len;
     return cp;
-}
-
-static size_t utf8_put(char *out, int cp)
-{
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
-    if (cp < 0x800) { out[0] = (char)(0xc0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xe0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        out[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    out[0] = (char)(0xf0 | (cp >> 18)); out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3f)); out[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
 }
 
 /* Maps a token string in GPT-2's alphabet (UTF-8) to raw bytes, in place-safe out
@@ -184,140 +171,43 @@ static size_t pow2_at_least(size_t n)
 /* ---- loading -------------------------------------------------------------------- */
 
 
-typedef struct { const char *s; size_t n, i; } json_t;
-
-static void json_ws(json_t *j)
-{
-    while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\n' || j->s[j->i] == '\r' || j->s[j->i] == '\t'))
-        j->i++;
-}
-
-static int hex4(const char *s)
-{
-    int v = 0;
-    for (int k = 0; k < 4; k++) {
-        char c = s[k];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= c - '0';
-        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-        else return -1;
-    }
-    return v;
-}
-
-/* Parses a JSON string at j->i into out (UTF-8), returns its length or -1. */
-static long json_string(json_t *j, char *out)
-{
-    if (j->i >= j->n || j->s[j->i] != '"') return -1;
-    j->i++;
-    size_t o = 0;
-    while (j->i < j->n && j->s[j->i] != '"') {
-        char c = j->s[j->i++];
-        if (c != '\\') {
-            out[o++] = c;
-            continue;
-        }
-        if (j->i >= j->n) return -1;
-        c = j->s[j->i++];
-        switch (c) {
-        case '"': case '\\': case '/': out[o++] = c; break;
-        case 'b': out[o++] = '\b'; break;
-        case 'f': out[o++] = '\f'; break;
-        case 'n': out[o++] = '\n'; break;
-        case 'r': out[o++] = '\r'; break;
-        case 't': out[o++] = '\t'; break;
-        case 'u': {
-            if (j->i + 4 > j->n) return -1;
-            int cp = hex4(j->s + j->i);
-            if (cp < 0) return -1;
-            j->i += 4;
-            if (cp >= 0xd800 && cp < 0xdc00 && j->i + 6 <= j->n && j->s[j->i] == '\\' && j->s[j->i + 1] == 'u') {
-                int lo = hex4(j->s + j->i + 2);
-                if (lo >= 0xdc00 && lo < 0xe000) {
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                    j->i += 6;
-                }
-            }
-            o += utf8_put(out + o, cp);
-            break;
-        }
-        default: return -1;
-        }
-    }
-    if (j->i >= j->n) return -1;
-    j->i++;
-    return (long)o;
-}
-
-static int line_of(const char *s, size_t off)
-{
-    int line = 1;
-    for (size_t i = 0; i < off; i++) line += s[i] == '\n';
-    return line;
-}
-
 static int load_vocab(zt_tokenizer_t *t, const char *path, char *err, size_t errlen)
 {
     size_t n = 0;
     char *text = zt_read_file(path, &n, err, errlen);
     if (!text) return -1;
-    json_t j = {text, n, 0};
-    /* Two passes: count entries and find the largest id, then fill. */
-    size_t cap = 1024, count = 0;
-    char **strs = zt_malloc(cap * sizeof *strs);
+    /* jansson refuses a key holding U+0000; a byte-level vocabulary has none (its
+     * alphabet spells byte 0 as U+0100). Of a repeated key the last entry counts. */
+    json_error_t je;
+    json_t *root = json_loadb(text, n, 0, &je);
+    free(text);
+    if (!root) return zt_err(err, errlen, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+    size_t cap = json_is_object(root) ? json_object_size(root) + 1 : 1, count = 0;
+    char **strs = zt_calloc(cap, sizeof *strs);
     size_t *lens = zt_malloc(cap * sizeof *lens);
     int32_t *ids = zt_malloc(cap * sizeof *ids);
-    char *tmp = zt_malloc(n + 1);
     int rc = 0, maxid = -1;
-    json_ws(&j);
-    if (j.i >= n || text[j.i] != '{') {
+    if (!json_is_object(root)) {
         rc = zt_err(err, errlen, "%s: not a JSON object", path);
         goto done;
     }
-    j.i++;
-    json_ws(&j);
-    if (j.i < n && text[j.i] == '}') j.i++;
-    else
-        for (;;) {
-            json_ws(&j);
-            size_t at = j.i;
-            long sl = json_string(&j, tmp);
-            json_ws(&j);
-            if (sl < 0 || j.i >= n || text[j.i] != ':') {
-                rc = zt_err(err, errlen, "%s:%d: expected \"token\": id", path, line_of(text, at));
-                goto done;
-            }
-            j.i++;
-            json_ws(&j);
-            char *end;
-            long id = strtol(text + j.i, &end, 10);
-            if (end == text + j.i || id < 0 || id > 10000000) {
-                rc = zt_err(err, errlen, "%s:%d: bad token id", path, line_of(text, j.i));
-                goto done;
-            }
-            j.i = (size_t)(end - text);
-            if (count == cap) {
-                cap *= 2;
-                strs = realloc(strs, cap * sizeof *strs);
-                lens = realloc(lens, cap * sizeof *lens);
-                ids = realloc(ids, cap * sizeof *ids);
-                if (!strs || !lens || !ids) zt_fatal("out of memory loading %s", path);
-            }
-            size_t bl = unmap_token(tmp, (size_t)sl, tmp);
-            strs[count] = zt_malloc(bl + 1);
-            memcpy(strs[count], tmp, bl);
-            strs[count][bl] = 0;
-            lens[count] = bl;
-            ids[count] = (int32_t)id;
-            if (id > maxid) maxid = (int)id;
-            count++;
-            json_ws(&j);
-            if (j.i < n && text[j.i] == ',') { j.i++; continue; }
-            if (j.i < n && text[j.i] == '}') { j.i++; break; }
-            rc = zt_err(err, errlen, "%s:%d: expected ',' or '}'", path, line_of(text, j.i));
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
+        if (id < 0 || id > 10000000) {
+            rc = zt_err(err, errlen, "%s: bad token id for \"%.40s\" (a non-negative integer up to 10^7)", path, key);
             goto done;
         }
+        size_t sl = strlen(key);
+        strs[count] = zt_malloc(sl + 1);
+        size_t bl = unmap_token(key, sl, strs[count]);
+        strs[count][bl] = 0;
+        lens[count] = bl;
+        ids[count] = (int32_t)id;
+        if (id > maxid) maxid = (int)id;
+        count++;
+    }
     if (count == 0) {
         rc = zt_err(err, errlen, "%s: empty vocabulary", path);
         goto done;
@@ -352,8 +242,7 @@ done:
     free(strs);
     free(lens);
     free(ids);
-    free(tmp);
-    free(text);
+    json_decref(root);
     return rc;
 }
 

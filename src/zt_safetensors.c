@@ -1,11 +1,12 @@
 /* zt_safetensors.c — strict safetensors reader and streaming writer.
  *
- * The JSON header of a downloaded model is untrusted input, so instead of a
- * general JSON library this is a recursive-descent reader for exactly the
- * safetensors schema (an object of tensor objects plus an optional string map
- * "__metadata__"); anything else is rejected with a message naming the file and
- * the tensor. All offsets are validated against dtype x shape and the data
- * section before the data is read, and tensors may not overlap. */
+ * The JSON header of a downloaded model is untrusted input: jansson parses it
+ * (strict RFC 8259, UTF-8 checked, duplicate keys refused, bounded nesting) and
+ * this file then accepts exactly the safetensors schema (an object of tensor
+ * objects plus an optional string map "__metadata__"); anything else is rejected
+ * with a message naming the file and the tensor. All offsets are validated
+ * against dtype x shape and the data section before the data is read: the
+ * tensors must tile the data section without overlap, gap or tail. */
 #include "zt_safetensors.h"
 
 #include <errno.h>
@@ -14,248 +15,96 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #include "zt_common.h"
+#include "zt_fp16.h"
 
-typedef struct {
-    const char *s;
-    size_t n, i;
-    const char *file;
-    char *err;
-    size_t errlen;
-} jp_t;
+/* Every dtype the format defines, so that a file holding one ztrain does not
+ * read is refused by name rather than as garbage; size 0 = not read. */
+static const struct { const char *name; int size; zt_st_dtype_t dtype; } dtypes[] = {
+    { "F32", 4, ZT_ST_F32 }, { "F16", 2, ZT_ST_F16 }, { "BF16", 2, ZT_ST_BF16 },
+    { "F64", 0, 0 }, { "I64", 0, 0 }, { "I32", 0, 0 }, { "I16", 0, 0 }, { "I8", 0, 0 }, { "U64", 0, 0 },
+    { "U32", 0, 0 }, { "U16", 0, 0 }, { "U8", 0, 0 }, { "BOOL", 0, 0 }, { "F8_E4M3", 0, 0 },
+    { "F8_E5M2", 0, 0 }, { "F8_E8M0", 0, 0 }, { "F6_E2M3", 0, 0 }, { "F6_E3M2", 0, 0 }, { "F4", 0, 0 },
+    { "C64", 0, 0 },
+};
 
-static int jp_fail(jp_t *p, const char *what)
-{
-    return zt_err(p->err, p->errlen, "%s: safetensors header: %s at byte %zu", p->file, what, p->i);
-}
+int zt_st_dtype_size(zt_st_dtype_t d) { return d == ZT_ST_F32 ? 4 : 2; }
 
-static void jp_ws(jp_t *p)
-{
-    while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-                           p->s[p->i] == '\r'))
-        p->i++;
-}
-
-static int jp_expect(jp_t *p, char c)
-{
-    jp_ws(p);
-    if (p->i >= p->n || p->s[p->i] != c) {
-        char msg[32];
-        snprintf(msg, sizeof msg, "expected '%c'", c);
-        return jp_fail(p, msg);
-    }
-    p->i++;
-    return 0;
-}
-
-/* Peeks the next non-space character (0 at end). */
-static char jp_peek(jp_t *p)
-{
-    jp_ws(p);
-    return p->i < p->n ? p->s[p->i] : 0;
-}
-
-static void put_utf8(char *out, size_t cap, size_t *k, unsigned cp)
-{
-    unsigned char b[4];
-    int nb;
-    if (cp < 0x80) { b[0] = (unsigned char)cp; nb = 1; }
-    else if (cp < 0x800) { b[0] = 0xC0 | (cp >> 6); b[1] = 0x80 | (cp & 0x3F); nb = 2; }
-    else if (cp < 0x10000) {
-        b[0] = 0xE0 | (cp >> 12); b[1] = 0x80 | ((cp >> 6) & 0x3F); b[2] = 0x80 | (cp & 0x3F); nb = 3;
-    } else {
-        b[0] = 0xF0 | (cp >> 18); b[1] = 0x80 | ((cp >> 12) & 0x3F);
-        b[2] = 0x80 | ((cp >> 6) & 0x3F); b[3] = 0x80 | (cp & 0x3F); nb = 4;
-    }
-    for (int j = 0; j < nb; j++)
-        if (*k + 1 < cap) out[(*k)++] = (char)b[j];
-}
-
-static int hex4(jp_t *p, unsigned *v)
-{
-    if (p->i + 4 > p->n) return jp_fail(p, "truncated \\u escape");
-    *v = 0;
-    for (int j = 0; j < 4; j++) {
-        char c = p->s[p->i++];
-        unsigned d;
-        if (c >= '0' && c <= '9') d = (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') d = (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') d = (unsigned)(c - 'A' + 10);
-        else return jp_fail(p, "bad \\u escape");
-        *v = *v * 16 + d;
-    }
-    return 0;
-}
-
-/* Reads a JSON string into out (NUL-terminated); longer than cap is an error. */
-static int jp_string(jp_t *p, char *out, size_t cap)
-{
-    if (jp_expect(p, '"')) return -1;
-    size_t k = 0;
-    for (;;) {
-        if (p->i >= p->n) return jp_fail(p, "unterminated string");
-        unsigned char c = (unsigned char)p->s[p->i++];
-        if (c == '"') break;
-        if (c < 0x20) return jp_fail(p, "control character in string");
-        if (c != '\\') {
-            if (k + 1 >= cap) return jp_fail(p, "string too long");
-            out[k++] = (char)c;
-            continue;
-        }
-        if (p->i >= p->n) return jp_fail(p, "unterminated escape");
-        char e = p->s[p->i++];
-        char r;
-        switch (e) {
-        case '"': r = '"'; break;
-        case '\\': r = '\\'; break;
-        case '/': r = '/'; break;
-        case 'b': r = '\b'; break;
-        case 'f': r = '\f'; break;
-        case 'n': r = '\n'; break;
-        case 'r': r = '\r'; break;
-        case 't': r = '\t'; break;
-        case 'u': {
-            unsigned cp;
-            if (hex4(p, &cp)) return -1;
-            if (cp >= 0xD800 && cp < 0xDC00) {   /* surrogate pair */
-                unsigned lo;
-                if (p->i + 2 > p->n || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u')
-                    return jp_fail(p, "lone surrogate");
-                p->i += 2;
-                if (hex4(p, &lo)) return -1;
-                if (lo < 0xDC00 || lo > 0xDFFF) return jp_fail(p, "bad surrogate pair");
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                return jp_fail(p, "lone surrogate");
-            }
-            if (cp == 0) return jp_fail(p, "NUL in string");
-            size_t before = k;
-            put_utf8(out, cap, &k, cp);
-            if (k + 1 >= cap && before == k) return jp_fail(p, "string too long");
-            continue;
-        }
-        default: return jp_fail(p, "bad escape");
-        }
-        if (k + 1 >= cap) return jp_fail(p, "string too long");
-        out[k++] = r;
-    }
-    out[k] = 0;
-    return 0;
-}
-
-/* Non-negative integer (no sign, fraction or exponent: offsets and dims only). */
-static int jp_uint(jp_t *p, uint64_t *v)
-{
-    jp_ws(p);
-    size_t start = p->i;
-    *v = 0;
-    while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
-        unsigned d = (unsigned)(p->s[p->i] - '0');
-        if (*v > (UINT64_MAX - d) / 10) return jp_fail(p, "integer overflow");
-        *v = *v * 10 + d;
-        p->i++;
-    }
-    if (p->i == start) return jp_fail(p, "expected a non-negative integer");
-    if (p->i - start > 1 && p->s[start] == '0') return jp_fail(p, "leading zero");
-    if (p->i < p->n && (p->s[p->i] == '.' || p->s[p->i] == 'e' || p->s[p->i] == 'E'))
-        return jp_fail(p, "expected an integer");
-    return 0;
-}
-
-/* [u, u, ...] with at most max entries. */
-static int jp_uint_array(jp_t *p, uint64_t *v, int max, int *count)
-{
-    if (jp_expect(p, '[')) return -1;
-    *count = 0;
-    if (jp_peek(p) == ']') { p->i++; return 0; }
-    for (;;) {
-        if (*count >= max) return jp_fail(p, "too many array entries");
-        if (jp_uint(p, &v[*count])) return -1;
-        (*count)++;
-        char c = jp_peek(p);
-        if (c == ',') { p->i++; continue; }
-        if (c == ']') { p->i++; return 0; }
-        return jp_fail(p, "expected ',' or ']'");
-    }
-}
-
-static int dtype_size(zt_st_dtype_t d) { return d == ZT_ST_F32 ? 4 : 2; }
-
-static const char *dtype_name(zt_st_dtype_t d)
+const char *zt_st_dtype_name(zt_st_dtype_t d)
 {
     return d == ZT_ST_F32 ? "F32" : d == ZT_ST_F16 ? "F16" : "BF16";
 }
 
-static int parse_metadata(jp_t *p)
+/* A JSON integer in [0, INT64_MAX]; jansson already refuses values past int64 ("too big integer"). */
+static int get_uint(const json_t *v, uint64_t *out)
 {
-    char k[256], v[1024];
-    if (jp_expect(p, '{')) return -1;
-    if (jp_peek(p) == '}') { p->i++; return 0; }
-    for (;;) {
-        if (jp_string(p, k, sizeof k) || jp_expect(p, ':') || jp_string(p, v, sizeof v)) return -1;
-        char c = jp_peek(p);
-        if (c == ',') { p->i++; continue; }
-        if (c == '}') { p->i++; return 0; }
-        return jp_fail(p, "expected ',' or '}' in __metadata__");
-    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return -1;
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
 }
 
-static int parse_tensor(jp_t *p, zt_st_tensor_t *t)
+static int parse_metadata(const char *file, const json_t *m, char *err, size_t errlen)
 {
-    int have_dtype = 0, have_shape = 0, have_off = 0;
-    char key[64], val[32];
-    if (jp_expect(p, '{')) return -1;
-    for (;;) {
-        if (jp_string(p, key, sizeof key) || jp_expect(p, ':')) return -1;
-        if (!strcmp(key, "dtype") && !have_dtype) {
-            if (jp_string(p, val, sizeof val)) return -1;
-            if (!strcmp(val, "F32")) t->dtype = ZT_ST_F32;
-            else if (!strcmp(val, "F16")) t->dtype = ZT_ST_F16;
-            else if (!strcmp(val, "BF16")) t->dtype = ZT_ST_BF16;
-            else
-                return zt_err(p->err, p->errlen, "%s: tensor %s: dtype %s is not supported (F32, F16, BF16)",
-                              p->file, t->name, val);
-            have_dtype = 1;
-        } else if (!strcmp(key, "shape") && !have_shape) {
-            uint64_t d[ZT_ST_MAX_DIMS];
-            if (jp_uint_array(p, d, ZT_ST_MAX_DIMS, &t->ndim)) return -1;
-            t->numel = 1;
-            for (int i = 0; i < t->ndim; i++) {
-                if (d[i] > (uint64_t)INT64_MAX || (d[i] && t->numel > UINT64_MAX / 8 / d[i]))
-                    return zt_err(p->err, p->errlen, "%s: tensor %s: shape too large", p->file, t->name);
-                t->shape[i] = (int64_t)d[i];
-                t->numel *= d[i];
-            }
-            have_shape = 1;
-        } else if (!strcmp(key, "data_offsets") && !have_off) {
-            uint64_t o[2];
-            int n;
-            if (jp_uint_array(p, o, 2, &n)) return -1;
-            if (n != 2)
-                return zt_err(p->err, p->errlen, "%s: tensor %s: data_offsets needs 2 entries",
-                              p->file, t->name);
-            t->begin = o[0];
-            t->end = o[1];
-            have_off = 1;
-        } else {
-            return zt_err(p->err, p->errlen, "%s: tensor %s: unexpected or repeated key \"%s\"",
-                          p->file, t->name, key);
-        }
-        char c = jp_peek(p);
-        if (c == ',') { p->i++; continue; }
-        if (c == '}') { p->i++; break; }
-        return jp_fail(p, "expected ',' or '}'");
+    if (!json_is_object(m)) return zt_err(err, errlen, "%s: safetensors header: __metadata__ is not an object", file);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)m, k, v)
+        if (!json_is_string(v))
+            return zt_err(err, errlen, "%s: safetensors header: __metadata__ value \"%s\" is not a string", file, k);
+    return 0;
+}
+
+static int parse_tensor(const char *file, const json_t *v, zt_st_tensor_t *t, char *err, size_t errlen)
+{
+    if (!json_is_object(v)) return zt_err(err, errlen, "%s: tensor %s: entry is not an object", file, t->name);
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x)
+        if (strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "data_offsets"))
+            return zt_err(err, errlen, "%s: tensor %s: unexpected key \"%s\"", file, t->name, k);
+    const json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
+                 *off = json_object_get(v, "data_offsets");
+    if (!dt || !sh || !off)
+        return zt_err(err, errlen, "%s: tensor %s: needs dtype, shape and data_offsets", file, t->name);
+    if (!json_is_string(dt)) return zt_err(err, errlen, "%s: tensor %s: dtype is not a string", file, t->name);
+    const char *dn = json_string_value(dt);
+    size_t di = 0;
+    while (di < sizeof dtypes / sizeof dtypes[0] && strcmp(dtypes[di].name, dn)) di++;
+    if (di == sizeof dtypes / sizeof dtypes[0])
+        return zt_err(err, errlen, "unknown dtype %.32s of tensor %s in %s", dn, t->name, file);
+    if (!dtypes[di].size)
+        return zt_err(err, errlen, "unsupported dtype %s of tensor %s in %s (F32, F16 and BF16 are read)", dn,
+                      t->name, file);
+    t->dtype = dtypes[di].dtype;
+    if (!json_is_array(sh) || json_array_size(sh) > ZT_ST_MAX_DIMS)
+        return zt_err(err, errlen, "%s: tensor %s: shape is not an array of at most %d dimensions", file,
+                      t->name, ZT_ST_MAX_DIMS);
+    t->ndim = (int)json_array_size(sh);
+    t->numel = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        uint64_t d;
+        if (get_uint(json_array_get(sh, (size_t)i), &d))
+            return zt_err(err, errlen, "%s: tensor %s: shape entry %d is not a non-negative integer", file,
+                          t->name, i);
+        /* numel x 8 must stay representable so that byte counts cannot wrap */
+        if (d && t->numel > UINT64_MAX / 8 / d)
+            return zt_err(err, errlen, "%s: tensor %s: shape too large", file, t->name);
+        t->shape[i] = (int64_t)d;
+        t->numel *= d;
     }
-    if (!have_dtype || !have_shape || !have_off)
-        return zt_err(p->err, p->errlen, "%s: tensor %s: needs dtype, shape and data_offsets",
-                      p->file, t->name);
+    if (!json_is_array(off) || json_array_size(off) != 2 || get_uint(json_array_get(off, 0), &t->begin) ||
+        get_uint(json_array_get(off, 1), &t->end))
+        return zt_err(err, errlen, "%s: tensor %s: data_offsets needs 2 non-negative integers", file, t->name);
     return 0;
 }
 
 static int cmp_begin(const void *a, const void *b)
 {
     const zt_st_tensor_t *x = *(zt_st_tensor_t *const *)a, *y = *(zt_st_tensor_t *const *)b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
 }
 
 void zt_st_close(zt_st_file_t *f)
@@ -274,51 +123,41 @@ int zt_st_parse_header(const char *name, const char *hdr, size_t n, uint64_t dat
     snprintf(out->path, sizeof out->path, "%s", name);
     out->data_start = 8 + (uint64_t)n;
     out->data_len = data_len;
-    jp_t p = { hdr, n, 0, name, err, errlen };
-    int cap = 0;
-    int have_meta = 0;
-    if (jp_expect(&p, '{')) goto fail;
-    if (jp_peek(&p) == '}') {
-        p.i++;
-    } else {
-        for (;;) {
-            char key[256];
-            if (jp_string(&p, key, sizeof key) || jp_expect(&p, ':')) goto fail;
-            if (!strcmp(key, "__metadata__")) {
-                if (have_meta) { jp_fail(&p, "repeated __metadata__"); goto fail; }
-                have_meta = 1;
-                if (parse_metadata(&p)) goto fail;
-            } else {
-                if (zt_st_find(out, key) >= 0) {
-                    zt_err(err, errlen, "%s: tensor %s appears twice", name, key);
-                    goto fail;
-                }
-                if (out->ntensors == cap) {
-                    cap = cap ? 2 * cap : 16;
-                    zt_st_tensor_t *nt = realloc(out->tensors, (size_t)cap * sizeof *nt);
-                    if (!nt) zt_fatal("out of memory parsing %s", name);
-                    out->tensors = nt;
-                }
-                zt_st_tensor_t *t = &out->tensors[out->ntensors];
-                memset(t, 0, sizeof *t);
-                snprintf(t->name, sizeof t->name, "%s", key);
-                if (parse_tensor(&p, t)) goto fail;
-                out->ntensors++;
-            }
-            char c = jp_peek(&p);
-            if (c == ',') { p.i++; continue; }
-            if (c == '}') { p.i++; break; }
-            jp_fail(&p, "expected ',' or '}'");
+    /* Duplicate keys are refused rather than letting the last one win, which is
+     * what the reference implementation (serde) does as well. */
+    json_error_t je;
+    json_t *root = json_loadb(hdr, n, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return zt_err(err, errlen, "%s: safetensors header: %s (line %d, column %d)", name, je.text, je.line,
+                      je.column);
+    if (!json_is_object(root)) {
+        zt_err(err, errlen, "%s: safetensors header is not a JSON object", name);
+        goto fail;
+    }
+    out->tensors = zt_calloc(json_object_size(root) + 1, sizeof *out->tensors);
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (!strcmp(key, "__metadata__")) {
+            if (parse_metadata(name, val, err, errlen)) goto fail;
+            continue;
+        }
+        zt_st_tensor_t *t = &out->tensors[out->ntensors];
+        if (strlen(key) >= sizeof t->name) {
+            zt_err(err, errlen, "%s: tensor name longer than %zu bytes: %.64s...", name, sizeof t->name - 1, key);
             goto fail;
         }
+        snprintf(t->name, sizeof t->name, "%s", key);
+        if (parse_tensor(name, val, t, err, errlen)) goto fail;
+        out->ntensors++;
     }
-    jp_ws(&p);
-    if (p.i != n) { jp_fail(&p, "trailing bytes after the header object"); goto fail; }
+    json_decref(root);
+    root = NULL;
 
     /* Offsets: consistent with dtype x shape, inside the data, no overlap. */
     for (int i = 0; i < out->ntensors; i++) {
         zt_st_tensor_t *t = &out->tensors[i];
-        uint64_t need = t->numel * (uint64_t)dtype_size(t->dtype);
+        uint64_t need = t->numel * (uint64_t)zt_st_dtype_size(t->dtype);
         if (t->end < t->begin) {
             zt_err(err, errlen, "%s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] are reversed",
                    name, t->name, t->begin, t->end);
@@ -331,34 +170,46 @@ int zt_st_parse_header(const char *name, const char *hdr, size_t n, uint64_t dat
                 k += (size_t)snprintf(shp + k, sizeof shp - k, "%s%" PRId64, d ? ", " : "", t->shape[d]);
             if (t->ndim == 1 && k < sizeof shp - 2) { shp[k++] = ','; shp[k] = 0; }
             zt_err(err, errlen, "%s: tensor %s: data_offsets span %" PRIu64 " bytes, dtype %s x shape (%s) needs %" PRIu64,
-                   name, t->name, t->end - t->begin, dtype_name(t->dtype), shp, need);
+                   name, t->name, t->end - t->begin, zt_st_dtype_name(t->dtype), shp, need);
             goto fail;
         }
         if (t->end > data_len) {
-            zt_err(err, errlen, "%s: tensor %s: data_offsets end %" PRIu64 " is past the data section (%" PRIu64 " bytes)",
+            zt_err(err, errlen, "%s: tensor %s: data_offsets end %" PRIu64 " is past the data section (%" PRIu64 " bytes; a truncated file?)",
                    name, t->name, t->end, data_len);
             goto fail;
         }
     }
-    if (out->ntensors > 1) {
-        zt_st_tensor_t **ord = malloc((size_t)out->ntensors * sizeof *ord);
-        if (!ord) zt_fatal("out of memory parsing %s", name);
-        for (int i = 0; i < out->ntensors; i++) ord[i] = &out->tensors[i];
-        qsort(ord, (size_t)out->ntensors, sizeof *ord, cmp_begin);
-        const zt_st_tensor_t *far = NULL;   /* non-empty tensor reaching furthest so far */
-        for (int i = 0; i < out->ntensors; i++) {
-            if (ord[i]->end == ord[i]->begin) continue;
-            if (far && ord[i]->begin < far->end) {
-                zt_err(err, errlen, "%s: tensor %s overlaps tensor %s", name, ord[i]->name, far->name);
-                free(ord);
-                goto fail;
-            }
-            if (!far || ord[i]->end > far->end) far = ord[i];
+    /* Sorted by offset the tensors must tile the data section exactly, as the
+     * reference reader demands: a gap or a tail is a sign of a corrupt writer. */
+    zt_st_tensor_t **ord = zt_malloc(((size_t)out->ntensors + 1) * sizeof *ord);
+    for (int i = 0; i < out->ntensors; i++) ord[i] = &out->tensors[i];
+    qsort(ord, (size_t)out->ntensors, sizeof *ord, cmp_begin);
+    uint64_t pos = 0;
+    const zt_st_tensor_t *last = NULL;   /* the tensor that ends at pos */
+    for (int i = 0; i < out->ntensors; i++) {
+        if (ord[i]->begin < pos) {
+            zt_err(err, errlen, "%s: tensor %s overlaps tensor %s", name, ord[i]->name, last->name);
+            free(ord);
+            goto fail;
         }
-        free(ord);
+        if (ord[i]->begin > pos) {
+            zt_err(err, errlen, "%s: tensor %s: %" PRIu64 " unused bytes before its data (the data must be contiguous)",
+                   name, ord[i]->name, ord[i]->begin - pos);
+            free(ord);
+            goto fail;
+        }
+        pos = ord[i]->end;
+        if (ord[i]->end > ord[i]->begin) last = ord[i];
+    }
+    free(ord);
+    if (pos != data_len) {
+        zt_err(err, errlen, "%s: %" PRIu64 " bytes after the last tensor's data (the tensors cover %" PRIu64
+               " of %" PRIu64 ")", name, data_len - pos, pos, data_len);
+        goto fail;
     }
     return 0;
 fail:
+    json_decref(root);
     zt_st_close(out);
     return -1;
 }
@@ -419,27 +270,6 @@ int zt_st_find(const zt_st_file_t *f, const char *name)
     return -1;
 }
 
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1F, m = h & 0x3FF, bits;
-    if (e == 0) {
-        if (m == 0) bits = s;
-        else {  /* subnormal: normalise */
-            int sh = 0;
-            while (!(m & 0x400)) { m <<= 1; sh++; }
-            m &= 0x3FF;
-            bits = s | ((uint32_t)(127 - 15 + 1 - sh) << 23) | (m << 13);
-        }
-    } else if (e == 31) {
-        bits = s | 0x7F800000u | (m << 13);
-    } else {
-        bits = s | ((e + 127 - 15) << 23) | (m << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 int zt_st_read_f32(zt_st_file_t *f, int i, float *out, char *err, size_t errlen)
 {
     const zt_st_tensor_t *t = &f->tensors[i];
@@ -459,7 +289,7 @@ int zt_st_read_f32(zt_st_file_t *f, int i, float *out, char *err, size_t errlen)
             uint32_t bits = (uint32_t)h[k] << 16;
             memcpy(&out[k], &bits, 4);
         } else {
-            out[k] = f16_to_f32(h[k]);
+            out[k] = zt_fp16_to_f32(h[k]);
         }
     }
     return 0;
@@ -495,27 +325,45 @@ void zt_st_writer_add(zt_st_writer_t *w, const char *name, int ndim, const int64
     w->n++;
 }
 
+char *zt_st_header_json(const zt_st_tensor_t *t, int n, size_t *len, char *err, size_t errlen)
+{
+    json_t *root = json_object(), *meta = json_object();
+    if (!root || !meta || json_object_set_new(meta, "format", json_string("pt")) ||
+        json_object_set_new(root, "__metadata__", meta))
+        zt_fatal("out of memory building a safetensors header");
+    for (int i = 0; i < n; i++) {
+        json_t *shape = json_array(), *e;
+        if (!shape) zt_fatal("out of memory building a safetensors header");
+        for (int d = 0; d < t[i].ndim; d++)
+            if (json_array_append_new(shape, json_integer(t[i].shape[d])))
+                zt_fatal("out of memory building a safetensors header");
+        e = json_pack("{s:s, s:o, s:[I, I]}", "dtype", zt_st_dtype_name(t[i].dtype), "shape", shape,
+                      "data_offsets", (json_int_t)t[i].begin, (json_int_t)t[i].end);
+        /* json_object_set_new refuses a key that is not UTF-8, which the reader would refuse too */
+        if (!e || json_object_set_new(root, t[i].name, e)) {
+            json_decref(root);
+            zt_err(err, errlen, "tensor name \"%s\" is not valid UTF-8", t[i].name);
+            return NULL;
+        }
+    }
+    char *js = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!js) zt_fatal("out of memory building a safetensors header");
+    size_t k = strlen(js), padded = (k + 7) / 8 * 8;
+    char *h = zt_malloc(padded + 1);
+    memcpy(h, js, k);
+    free(js);
+    memset(h + k, ' ', padded - k);   /* keeps the data 8-byte aligned, as the reference writer does */
+    h[padded] = 0;
+    *len = padded;
+    return h;
+}
+
 int zt_st_writer_begin(zt_st_writer_t *w, char *err, size_t errlen)
 {
-    size_t cap = 256 + (size_t)w->n * (6 * sizeof w->tensors[0].name + 200), k = 0;
-    char *h = zt_malloc(cap);
-    k += (size_t)snprintf(h + k, cap - k, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < w->n; i++) {
-        const zt_st_tensor_t *t = &w->tensors[i];
-        k += (size_t)snprintf(h + k, cap - k, ",\"");
-        for (const unsigned char *c = (const unsigned char *)t->name; *c; c++) {  /* JSON escape */
-            if (*c == '"' || *c == '\\') { h[k++] = '\\'; h[k++] = (char)*c; }
-            else if (*c < 0x20) k += (size_t)snprintf(h + k, cap - k, "\\u%04x", *c);
-            else h[k++] = (char)*c;
-        }
-        k += (size_t)snprintf(h + k, cap - k, "\":{\"dtype\":\"F32\",\"shape\":[");
-        for (int d = 0; d < t->ndim; d++)
-            k += (size_t)snprintf(h + k, cap - k, "%s%" PRId64, d ? "," : "", t->shape[d]);
-        k += (size_t)snprintf(h + k, cap - k, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
-                              t->begin, t->end);
-    }
-    k += (size_t)snprintf(h + k, cap - k, "}");
-    while (k % 8) h[k++] = ' ';     /* keeps the data 8-byte aligned, as the reference writer does */
+    size_t k;
+    char *h = zt_st_header_json(w->tensors, w->n, &k, err, errlen);
+    if (!h) return -1;
     uint8_t lenb[8];
     for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)((uint64_t)k >> (8 * i));
     int ok = fwrite(lenb, 1, 8, w->fp) == 8 && fwrite(h, 1, k, w->fp) == k;

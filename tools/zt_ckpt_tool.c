@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <libconfig.h>
 #include <libgen.h>
 #include <limits.h>
@@ -275,36 +276,25 @@ static int cmd_export(const char *file, const char *out)
     return rc ? 1 : 0;
 }
 
-/* Integer value of "key" in a flat JSON object (HF config.json); -1 if absent. */
-static long json_int(const char *text, const char *key)
+/* Integer value of "key" in HF's config.json object; -1 if absent or not an integer. */
+static long json_int(const json_t *cfg, const char *key)
 {
-    char pat[80];
-    snprintf(pat, sizeof pat, "\"%s\"", key);
-    const char *p = strstr(text, pat);
-    if (!p) return -1;
-    p += strlen(pat);
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-    if (*p++ != ':') return -1;
-    char *end;
-    long v = strtol(p, &end, 10);
-    return end == p ? -1 : v;
+    const json_t *v = json_object_get(cfg, key);
+    return json_is_integer(v) && json_integer_value(v) <= INT32_MAX ? (long)json_integer_value(v) : -1;
 }
 
 static int cmd_import(const char *st_path, const char *cfg_path, const char *out)
 {
     char err[ZT_ERRLEN];
-    FILE *fp = fopen(cfg_path, "r");
-    if (!fp) {
-        fprintf(stderr, "zt-ckpt: %s: %s\n", cfg_path, strerror(errno));
+    json_error_t je;
+    json_t *cfg = json_load_file(cfg_path, JSON_REJECT_DUPLICATES, &je);
+    if (!cfg) {
+        fprintf(stderr, "zt-ckpt: %s:%d:%d: %s\n", cfg_path, je.line, je.column, je.text);
         return 1;
     }
-    char *text = zt_calloc(1 << 20, 1);
-    size_t tn = fread(text, 1, (1 << 20) - 1, fp);
-    text[tn] = 0;
-    fclose(fp);
-    long L = json_int(text, "n_layer"), NH = json_int(text, "n_head"), C = json_int(text, "n_embd"),
-         V = json_int(text, "vocab_size"), T = json_int(text, "n_positions");
-    free(text);
+    long L = json_int(cfg, "n_layer"), NH = json_int(cfg, "n_head"), C = json_int(cfg, "n_embd"),
+         V = json_int(cfg, "vocab_size"), T = json_int(cfg, "n_positions");
+    json_decref(cfg);
     if (L <= 0 || NH <= 0 || C <= 0 || V <= 0 || T <= 0 || C % NH) {
         fprintf(stderr, "zt-ckpt: %s: needs positive n_layer, n_head, n_embd (divisible by n_head), vocab_size, "
                 "n_positions\n", cfg_path);

@@ -602,20 +602,29 @@ static void test_safetensors_malformed(void)
         { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, "past the data section" },
         { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
           "\"y\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 16, "overlaps" },
-        { "{\"x\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16, "dtype I64 is not supported" },
+        { "{\"x\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16, "unsupported dtype I64 of tensor x in bad.safetensors" },
         { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 16, "reversed" },
-        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 16, "non-negative integer" },
-        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 16, "expected an integer" },
+        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 16, "shape entry 0 is not a non-negative integer" },
+        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 16, "tensor x: shape entry 0 is not a non-negative integer" },
         { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2]}}", 16, "needs dtype, shape and data_offsets" },
         { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"extra\":1}}", 16, "unexpected" },
-        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}} x", 16, "trailing" },
+        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}} x", 16, "end of file expected" },
         { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}", 16, "expected" },
         { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-          "\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, "appears twice" },
-        { "{\"x\\q\":{}}", 0, "bad escape" },
-        { "{\"__metadata__\":{\"a\":1}}", 0, "expected '\"'" },
-        { "[1,2]", 0, "expected '{'" },
-        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,8]}}", 16, "overflow" },
+          "\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, "duplicate object key" },
+        { "{\"x\\q\":{}}", 0, "invalid escape" },
+        { "{\"__metadata__\":{\"a\":1}}", 0, "__metadata__ value \"a\" is not a string" },
+        { "[1,2]", 0, "header is not a JSON object" },
+        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,8]}}", 16, "too big integer" },
+        /* the data must be tiled exactly: no gap, no tail (the reference reader refuses both) */
+        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+          "\"y\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, "tensor y: 4 unused bytes before" },
+        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 16, "8 bytes after the last tensor" },
+        { "{\"w\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16, "unsupported dtype F64 of tensor w in bad.safetensors" },
+        { "{\"w\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16, "unknown dtype Q4 of tensor w" },
+        { "{\"x\\u0000\":{}}", 0, "NUL" },
+        { "{\"\xff\":{}}", 0, "unable to decode byte 0xff" },
+        { "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 16, "data_offsets needs 2" },
     };
     uint8_t buf[1024], zeros[256] = { 0 };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
