@@ -271,7 +271,7 @@ int zt_hf_export_finish(zt_hf_export_t *x, int ok, char *err, size_t errlen)
 {
     char e[ZT_ERRLEN] = "";
     int rc = ok ? 0 : -1;
-    if (!ok) snprintf(e, sizeof e, "%s: export abandoned", x->outdir);
+    if (!ok) snprintf(e, sizeof e, "%.400s: export abandoned", x->outdir);
     if (zt_hf_writer_close(x->w, e, sizeof e) && !rc) rc = -1;
     rc = agree(x->comm, rc, e, sizeof e);
     if (x->writer) {

@@ -102,7 +102,7 @@ static float *to_host(const rig_t *r, const float *dev, int i)
 }
 
 /* Loads every parameter from group `grp` of the fixture (HF names and shapes). */
-static void rig_load(rig_t *r, hid_t file, const char *grp)
+static __attribute__((unused)) void rig_load(rig_t *r, hid_t file, const char *grp)
 {
     for (int i = 0; i < r->tab->nparams; i++) {
         char path[160];
@@ -113,7 +113,7 @@ static void rig_load(rig_t *r, hid_t file, const char *grp)
     }
 }
 
-static void rig_init(rig_t *r, uint64_t seed)
+static __attribute__((unused)) void rig_init(rig_t *r, uint64_t seed)
 {
     for (int i = 0; i < r->tab->nparams; i++) {
         size_t n = r->tab->params[i].numel;
@@ -171,7 +171,7 @@ static double rel_l2(const float *a, const float *b, size_t n)
     return sqrt(num) / (den > 0 ? sqrt(den) : 1e-30);
 }
 
-static int ends_with(const char *s, const char *suffix)
+static __attribute__((unused)) int ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && strcmp(s + n - k, suffix) == 0;

@@ -167,6 +167,29 @@ static void check_forward_backward(fam_t *f)
     rig_free(&r);
 }
 
+/* The key bias's rotary pairs of low frequency: adding b to every key adds
+ * q_t . R_(j-t) b to the scores of row t, nearly the same for every j when the pair
+ * turns by little over the window, and softmax ignores what is the same for every j.
+ * Their exact gradient is therefore close to zero, fp32 rounding noise is not, and
+ * Adam turns noise into full-size updates (as the key third of GPT-2's c_attn.bias,
+ * test_model.c). Pairs that turn by less than 0.05 rad over T positions are checked
+ * with an absolute bound that a real gradient (moving them ~lr = 1e-2 a step) breaks,
+ * then taken out of the relative norm. */
+static void near_null_bias(const zt_model_dims_t *d, int T, float *got, const float *ref, size_t n)
+{
+    CU_ASSERT_FATAL(!d->rope_llama3);
+    const int half = d->HD / 2;
+    double worst = 0;
+    for (size_t k = 0; k < n; k++) {
+        const int i = (int)(k % (size_t)d->HD) % half;
+        const double freq = 1.0 / pow(d->rope_theta, 2.0 * i / d->HD);
+        if (freq * (T - 1) >= 0.05) continue;
+        worst = fmax(worst, fabs((double)got[k] - ref[k]));
+        got[k] = ref[k];
+    }
+    CU_ASSERT(worst < 1e-3);
+}
+
 /* Ten AdamW steps with the schedule and clipping the fixture's attributes give. */
 static void check_training(fam_t *f)
 {
@@ -214,6 +237,7 @@ static void check_training(fam_t *f)
         snprintf(path, sizeof path, "/train/final/%s", p->name);
         float *ref = read_f32(f->ref, path, p->numel);
         float *got = to_host(&r, pw(&r, i), i);
+        if (strstr(p->name, "k_proj.bias")) near_null_bias(&r.tab->dims, T, got, ref, p->numel);
         const double e = rel_l2(got, ref, p->numel);
         if (!(e <= worst)) worst = isnan(e) ? INFINITY : e, worst_name = p->name;
         free(ref);
