@@ -67,7 +67,7 @@ typedef struct zt_model_dims {
     int qkv_bias;               /* q/k/v projections have biases (Qwen2, GPT-2) */
     int o_bias;                 /* the attention output projection has a bias */
     int qk_norm;                /* per-head RMSNorm of q and k (Qwen3) */
-    float norm_eps;             /* layernorm / rmsnorm epsilon */
+    double norm_eps;            /* layernorm / rmsnorm epsilon (double: config.json round trips) */
     double rope_theta;
     /* rope_scaling {"rope_type": "llama3", ...}; rope_llama3 = 0: none */
     int rope_llama3;

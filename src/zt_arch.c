@@ -39,7 +39,7 @@ const char *zt_arch_names(void)
 void zt_model_dims_default(zt_model_dims_t *d)
 {
     memset(d, 0, sizeof *d);
-    d->norm_eps = 1e-5f;
+    d->norm_eps = 1e-5;
     d->rope_theta = 10000.0;
 }
 

@@ -89,7 +89,7 @@ static int gpt2_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, c
     d->V = zt_hf_int(&c, "vocab_size", -1);
     d->maxT = zt_hf_int(&c, "n_positions", -1);
     d->I = zt_hf_int(&c, "n_inner", 4 * (d->C > 0 ? d->C : 0));
-    d->norm_eps = (float)zt_hf_double(&c, "layer_norm_epsilon", GPT2_EPS);
+    d->norm_eps = zt_hf_double(&c, "layer_norm_epsilon", GPT2_EPS);
     d->tied = zt_hf_bool(&c, "tie_word_embeddings", 1);
     if (c.failed) return -1;
     if (zt_hf_has(j, "activation_function")) {
@@ -98,7 +98,7 @@ static int gpt2_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, c
             return zt_err(err, errlen, "%s: activation_function \"%s\" is not supported (gpt2: gelu_new)", file,
                           act ? act : "?");
     }
-    if (fabsf(d->norm_eps - GPT2_EPS) > 1e-12f)
+    if (fabs(d->norm_eps - 1e-5) > 1e-12)
         return zt_err(err, errlen, "%s: layer_norm_epsilon %g is not supported (gpt2: 1e-5)", file, d->norm_eps);
     d->norm_eps = GPT2_EPS;
     d->NKV = d->NH;

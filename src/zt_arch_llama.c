@@ -98,7 +98,7 @@ static int llama_from_config(const zt_config_t *cfg, zt_model_dims_t *d, char *e
     if (v == V_QWEN2 && zt_config_given(cfg, "model.attention_bias"))
         return zt_err(err, errlen, "model.attention_bias does not apply to qwen2 (q/k/v always have biases, o_proj none)");
     variant_biases(v, cfg->model.attention_bias, d);
-    d->norm_eps = (float)cfg->model.rms_norm_eps;
+    d->norm_eps = cfg->model.rms_norm_eps;
     d->rope_theta = cfg->model.rope_theta;
     d->rope_llama3 = strcmp(cfg->model.rope_type, "llama3") == 0;
     d->rope_factor = cfg->model.rope_factor;
@@ -156,7 +156,7 @@ static int llama_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, 
     d->NKV = zt_hf_int(&c, "num_key_value_heads", d->NH);
     d->V = zt_hf_int(&c, "vocab_size", ZT_HF_REQUIRED);
     d->maxT = zt_hf_int(&c, "max_position_embeddings", ZT_HF_REQUIRED);
-    d->norm_eps = (float)zt_hf_double(&c, "rms_norm_eps", 1e-6);
+    d->norm_eps = zt_hf_double(&c, "rms_norm_eps", 1e-6);
     d->tied = zt_hf_bool(&c, "tie_word_embeddings", 0);
     /* Qwen3Config's head_dim defaults to 128; Llama's to hidden / heads */
     d->HD = zt_hf_int(&c, "head_dim", v == V_QWEN3 ? 128 : (d->NH > 0 ? d->C / d->NH : 0));
@@ -453,7 +453,7 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     const zt_backend_t *be = m->be;
     const zt_model_dims_t *d = &m->d;
     const int B = m->B, T = m->T, C = d->C, N = B * T, S = g->S, Q = g->Q, I = d->I;
-    const float eps = d->norm_eps;
+    const float eps = (float)d->norm_eps;
     be->rmsnorm_forward(a->ln1, a->rstd1, x_in, w + g->o_ln1, N, 1, C, C, eps);
     const float *bqkv = d->qkv_bias ? w + g->o_bqkv : NULL;
     if (d->qk_norm) {
@@ -522,7 +522,7 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
 static void llama_final_norm_forward(zt_model_t *m, const float *root, const float *x, float *xf)
 {
     const llama_t *g = m->fam;
-    m->be->rmsnorm_forward(xf, g->rstd_f, x, root + g->o_norm, m->B * m->T, 1, m->d.C, m->d.C, m->d.norm_eps);
+    m->be->rmsnorm_forward(xf, g->rstd_f, x, root + g->o_norm, m->B * m->T, 1, m->d.C, m->d.C, (float)m->d.norm_eps);
 }
 
 static void llama_final_norm_backward(zt_model_t *m, const float *root, float *droot, const float *x,
