@@ -229,37 +229,50 @@ static int attr_get_f64(hid_t loc, const char *name, double *v)
     return attr_get_scalar(loc, name, H5T_FLOAT, H5T_NATIVE_DOUBLE, v);
 }
 
-/* Reads a fixed- or variable-length string attribute; returns malloc'ed text or NULL. */
+/* Reads a string attribute in any form h5py, h5dump users or other tools write:
+ * variable- or fixed-length, ASCII or UTF-8, padded NULLTERM, NULLPAD or SPACEPAD.
+ * Read in the file's own type (same size, padding and character set), so HDF5
+ * converts nothing (its string conversion cuts the last character of an unterminated
+ * fixed-length string, and a vlen read needs the stored character set); the padding
+ * is removed here. Returns malloc'ed text, or NULL. */
 static char *attr_get_str(hid_t loc, const char *name)
 {
     hid_t a = attr_open1(loc, name, H5T_STRING, H5T_STRING);
     if (a < 0) return NULL;
-    hid_t ft = H5Aget_type(a);
     char *out = NULL;
-    if (H5Tis_variable_str(ft) > 0) {
-        hid_t mt = H5Tcopy(H5T_C_S1);
-        H5Tset_size(mt, H5T_VARIABLE);
+    hid_t ft = H5Aget_type(a);
+    hid_t mt = ft >= 0 ? H5Tcopy(ft) : -1;
+    htri_t vl = mt >= 0 ? H5Tis_variable_str(mt) : -1;
+    if (vl > 0) {
+        hid_t sp = H5Aget_space(a);
         char *vs = NULL;
-        if (H5Aread(a, mt, &vs) >= 0 && vs) {
-            out = strdup(vs);
-            H5free_memory(vs);
+        if (sp >= 0 && H5Aread(a, mt, &vs) >= 0) {
+            out = strdup(vs ? vs : "");
+            if (!out) zt_fatal("out of memory");
+            if (H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, &vs) < 0) {
+                free(out);
+                out = NULL;
+            }
         }
-        H5Tclose(mt);
-    } else {
-        size_t sz = H5Tget_size(ft);
-        if (sz > 0 && sz < (64u << 20)) {
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mt, sz);
-            H5Tset_strpad(mt, H5T_STR_NULLTERM);
+        if (sp >= 0) H5Sclose(sp);
+    } else if (vl == 0) {
+        size_t sz = H5Tget_size(mt);
+        H5T_str_t pad = H5Tget_strpad(mt);
+        if (sz > 0 && sz < (64u << 20) && pad >= 0) {
             out = zt_calloc(sz + 1, 1);
             if (H5Aread(a, mt, out) < 0) {
                 free(out);
                 out = NULL;
+            } else {
+                size_t n = strnlen(out, sz);    /* NULLTERM and NULLPAD end at the first NUL */
+                if (pad == H5T_STR_SPACEPAD)
+                    while (n > 0 && out[n - 1] == ' ') n--;
+                out[n] = 0;
             }
-            H5Tclose(mt);
         }
     }
-    H5Tclose(ft);
+    if (mt >= 0) H5Tclose(mt);
+    if (ft >= 0) H5Tclose(ft);
     H5Aclose(a);
     return out;
 }

@@ -57,6 +57,32 @@ fi
 [ "$("$PY" "$CHECK" attr "$ck" step)" = 10 ] || fail "h5py: root attribute step of $ck is not 10"
 [ "$("$PY" "$CHECK" attr "$ck" world_size)" = 2 ] || fail "h5py: root attribute world_size of $ck is not 2"
 
+# --- string attributes as h5py writes them: ztrain resumes from them -----------
+# A Python str becomes a variable-length UTF-8 attribute, np.bytes_ a fixed-length
+# NULLPAD one without terminator; both must resume (the first one bit-exactly).
+for kind in str bytes_; do
+    rm -rf "h5py-$kind"
+    mkdir "h5py-$kind" && cp ddp2-split/ckpt-00000010.h5 "h5py-$kind/" && echo ckpt-00000010.h5 >"h5py-$kind/latest" ||
+        fail "cannot copy ddp2-split/ckpt-00000010.h5"
+    "$PY" - "h5py-$kind/ckpt-00000010.h5" "$kind" <<'PY' || fail "h5py could not rewrite the root string attributes as $kind"
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r+")
+for k in [k for k in f.attrs if isinstance(f.attrs[k], (bytes, str, np.bytes_))]:
+    s = f.attrs[k]
+    s = s.decode() if isinstance(s, bytes) else str(s)
+    del f.attrs[k]
+    f.attrs[k] = s if sys.argv[2] == "str" else np.bytes_(s.encode())
+PY
+done
+# shellcheck disable=SC2086
+run_ztrain 2 $common train.max_steps=20 checkpoint.resume=auto train.output_dir=h5py-str >/dev/null
+assert_contains "$ZT_OUT" "resumed from h5py-str/ckpt-00000010.h5"
+"$PY" "$CHECK" exact ddp2-full h5py-str --from 11 || fail "run resumed from h5py-written string attributes differs"
+# shellcheck disable=SC2086
+run_ztrain 2 $common train.max_steps=11 checkpoint.resume=auto train.output_dir=h5py-bytes_ >/dev/null
+assert_contains "$ZT_OUT" "resumed from h5py-bytes_/ckpt-00000010.h5"
+echo "ok: ztrain resumes from checkpoints whose string attributes h5py rewrote (str, np.bytes_)"
+
 # --- keep_last ---------------------------------------------------------------
 # shellcheck disable=SC2086
 run_ztrain 2 $common train.max_steps=20 checkpoint.save_steps=5 checkpoint.keep_last=2 train.output_dir=keep >/dev/null
