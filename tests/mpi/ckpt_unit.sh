@@ -88,8 +88,20 @@ assert_contains "$ZT_TMP/v2.txt" "/optimizer/exp_avg/transformer.wpe.weight chec
 
 "$ZT_CKPT" consolidate "$SH" "$ZT_TMP/c.h5" || fail "consolidate"
 "$ZT_CKPT" verify "$ZT_TMP/c.h5" || fail "verify consolidated output"
-mkdir -p "$ZT_TMP/hf"
-"$ZT_CKPT" export "$ZT_TMP/c.h5" "$ZT_TMP/hf/model.safetensors" || fail "export"
+# export creates the directories it writes into (mkdir -p): hf/ does not exist yet
+[ ! -e "$ZT_TMP/hf" ] || fail "$ZT_TMP/hf exists before the export"
+"$ZT_CKPT" export "$ZT_TMP/c.h5" "$ZT_TMP/hf/model.safetensors" || fail "export into a new directory"
+# OUTDIR form (not ending in .safetensors), two levels missing
+"$ZT_CKPT" export "$ZT_TMP/c.h5" "$ZT_TMP/out/a/b" > "$ZT_TMP/export-dir.txt" || fail "export into a new OUTDIR"
+[ -s "$ZT_TMP/out/a/b/model.safetensors" ] && [ -s "$ZT_TMP/out/a/b/config.json" ] ||
+    fail "export CKPT OUTDIR wrote no OUTDIR/model.safetensors and OUTDIR/config.json"
+cmp -s "$ZT_TMP/out/a/b/model.safetensors" "$ZT_TMP/hf/model.safetensors" || fail "export into OUTDIR wrote other weights"
+# a directory that cannot be created: the error names it
+: > "$ZT_TMP/plainfile"
+"$ZT_CKPT" export "$ZT_TMP/c.h5" "$ZT_TMP/plainfile/sub" > "$ZT_TMP/export-bad.txt" 2>&1 &&
+    fail "export under a regular file succeeded"
+assert_contains "$ZT_TMP/export-bad.txt" "$ZT_TMP/plainfile: cannot create directory"
+echo "ok: export creates missing output directories and names one it cannot create"
 assert_contains "$ZT_TMP/hf/config.json" '"model_type": "gpt2"'
 "$ZT_CKPT" import "$ZT_TMP/hf/model.safetensors" "$ZT_TMP/hf/config.json" "$ZT_TMP/imported.h5" || fail "import"
 "$ZT_CKPT" verify "$ZT_TMP/imported.h5" || fail "verify imported"
