@@ -111,6 +111,40 @@ assert_contains "$ZT_OUT" "resumed from crash/ckpt-00000010.h5"
 "$PY" "$CHECK" steps crash 11 20 || fail "run resumed after the crash did not log steps 11..20"
 "$PY" "$CHECK" exact ddp2-full crash || fail "run resumed after a crash differs from the uninterrupted one"
 
+# --- a full disk: the save fails cleanly ----------------------------------------
+# A 700 KiB tmpfs holds the checkpoint of step 5 (450 KiB) but not a second one. The
+# save of step 10 must fail with one error line naming the file, keep ckpt 5 as
+# latest, leave no .tmp, and every rank must exit 1 (HDF5 crashed at MPI_Finalize
+# with 139 once). Every rank writes its exit status to a file, and mpirun waits
+# for all of them. A file-size limit (ulimit -f) cannot stand in: it breaks Open
+# MPI's own shared-memory files, so without mount (not root, a container) this skips.
+full="$ZT_TMP/fulldisk"
+mkdir -p "$full" || fail "mkdir $full"
+if mount -t tmpfs -o size=700k tmpfs "$full" 2>/dev/null; then
+    at_exit "umount '$full' 2>/dev/null"
+    mkdir "$ZT_TMP/fullrc" || fail "mkdir"
+    # shellcheck disable=SC2086,SC2016
+    ZT_MPIRUN_ARGS="--mca orte_abort_on_non_zero_status 0" sh "$ZT_MPIRUN" 2 sh -c \
+        '"$@"; rc=$?; echo $rc >"'"$ZT_TMP"'/fullrc/rank-$OMPI_COMM_WORLD_RANK"; exit $rc' sh \
+        "$ZTRAIN" $common train.max_steps=10 checkpoint.save_steps=5 train.output_dir="$full/out" >"$ZT_OUT" 2>&1
+    grep -qF "zt_mpirun.sh: TIMEOUT" "$ZT_OUT" && fail "the job hung after a save on a full disk"
+    for r in 0 1; do
+        [ "$(cat "$ZT_TMP/fullrc/rank-$r" 2>/dev/null)" = 1 ] ||
+            { cat "$ZT_OUT"; fail "rank $r exited $(cat "$ZT_TMP/fullrc/rank-$r" 2>/dev/null) after a save on a full disk, expected 1"; }
+    done
+    grep -qiE "segmentation fault|signal 11" "$ZT_OUT" && { cat "$ZT_OUT"; fail "a rank crashed after a save on a full disk"; }
+    assert_contains "$ZT_OUT" "ztrain: error: checkpoint at step 10 failed: $full/out/ckpt-00000010.h5.tmp: "
+    [ "$(grep -c "error" "$ZT_OUT")" -eq 1 ] || { cat "$ZT_OUT"; fail "a save on a full disk gave more than one error line"; }
+    [ "$(cat "$full/out/latest")" = ckpt-00000005.h5 ] || fail "latest names '$(cat "$full/out/latest")' after the failed save"
+    "$ZT_CKPT" verify "$full/out/ckpt-00000005.h5" >/dev/null || fail "ckpt 5 is invalid after the failed save"
+    left=$(cd "$full/out" && echo ckpt-*)
+    [ "$left" = ckpt-00000005.h5 ] || fail "after the failed save the directory holds '$left'"
+    echo "ok: a save on a full disk: exit 1 on both ranks, $(grep error "$ZT_OUT" | cut -c1-60)..., ckpt 5 intact and latest"
+    umount "$full" || fail "umount $full"
+else
+    echo "SKIP part: full-disk save (cannot mount a tmpfs here: needs root outside a restricted container)"
+fi
+
 # --- kill -9 of one rank while a checkpoint is being written -------------------
 # A wider model makes each save take much longer than a step, and a save every
 # step keeps a ckpt-*.h5.tmp around most of the time; the rank is killed as
