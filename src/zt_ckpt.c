@@ -29,6 +29,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,28 @@
 static const char *group_path[3] = { "/model", "/optimizer/exp_avg", "/optimizer/exp_avg_sq" };
 
 /* ---- small utilities --------------------------------------------------------- */
+
+static int fault_kill_rank = -1;
+static long fault_kill_step = -1;
+
+void zt_ckpt_fault_save_kill(int rank, long step)
+{
+    fault_kill_rank = rank;
+    fault_kill_step = step;
+}
+
+/* fault.kind = save_kill: dies here when this rank saves the chosen step. */
+static void maybe_fault_kill(MPI_Comm comm, long step, const char *file)
+{
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    if (fault_kill_rank < 0 || rank != fault_kill_rank || step != fault_kill_step) return;
+    fprintf(stderr, "ztrain: fault injection: killing rank %d during the save of step %ld (%s partly written)\n",
+            rank, step, file);
+    fflush(stderr);
+    raise(SIGKILL);
+    _exit(137); /* not reached */
+}
 
 static uint64_t splitmix64(uint64_t x)
 {
@@ -696,6 +719,7 @@ static int write_consolidated(const char *tmp, const zt_ckpt_meta_t *m, const ch
                     rc = zt_err(err, errlen, "%s: writing %s/%s failed", tmp, group_path[g], t->params[p].name);
                 if (H5Dclose(d) < 0 && !rc)
                     rc = zt_err(err, errlen, "%s: closing %s/%s failed", tmp, group_path[g], t->params[p].name);
+                if (g == 0 && p == 0) maybe_fault_kill(comm, m->step, tmp);
             }
             rc = agree(comm, rc, err, errlen);
         }
@@ -933,6 +957,7 @@ int zt_ckpt_write_segments(const char *dir, zt_ckpt_meta_t *meta, const char *co
             char p[PATH_MAX + 32];
             snprintf(p, sizeof p, "%s/rank-%d.h5", tmp, rank);
             rc = write_shard_file(p, rank, size, has_opt, segs, nsegs, err, errlen);
+            maybe_fault_kill(comm, m.step, p);
             if (rank == 0 && !rc) {
                 snprintf(p, sizeof p, "%s/index.h5", tmp);
                 rc = write_index(p, &m, cfg, has_opt, size, sums, t, err, errlen);
