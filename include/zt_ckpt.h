@@ -58,6 +58,12 @@ int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text,
 int zt_ckpt_load(const char *path, zt_ckpt_meta_t *meta, int weights_only, zt_shard_t *s,
                  const zt_param_table_t *t, zt_comm_t *comm, char *err, size_t errlen);
 
+/* Fault injection (fault.kind = save_kill, tests only): the save of the checkpoint of
+ * step `step` kills rank `rank` with SIGKILL from inside the save, after the first
+ * tensor of the temporary file (consolidated) or the rank's shard file was written.
+ * rank < 0: off. */
+void zt_ckpt_fault_save_kill(int rank, long step);
+
 /* Newest complete checkpoint in dir (via "latest", falling back to a scan);
  * 0 and path filled, or -1 if none. Not collective. */
 int zt_ckpt_find_latest(const char *dir, char *path, size_t len);

@@ -29,6 +29,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,28 @@
 static const char *group_path[3] = { "/model", "/optimizer/exp_avg", "/optimizer/exp_avg_sq" };
 
 /* ---- small utilities --------------------------------------------------------- */
+
+static int fault_kill_rank = -1;
+static long fault_kill_step = -1;
+
+void zt_ckpt_fault_save_kill(int rank, long step)
+{
+    fault_kill_rank = rank;
+    fault_kill_step = step;
+}
+
+/* fault.kind = save_kill: dies here when this rank saves the chosen step. */
+static void maybe_fault_kill(MPI_Comm comm, long step, const char *file)
+{
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    if (fault_kill_rank < 0 || rank != fault_kill_rank || step != fault_kill_step) return;
+    fprintf(stderr, "ztrain: fault injection: killing rank %d during the save of step %ld (%s partly written)\n",
+            rank, step, file);
+    fflush(stderr);
+    raise(SIGKILL);
+    _exit(137); /* not reached */
+}
 
 static uint64_t splitmix64(uint64_t x)
 {
@@ -229,37 +252,50 @@ static int attr_get_f64(hid_t loc, const char *name, double *v)
     return attr_get_scalar(loc, name, H5T_FLOAT, H5T_NATIVE_DOUBLE, v);
 }
 
-/* Reads a fixed- or variable-length string attribute; returns malloc'ed text or NULL. */
+/* Reads a string attribute in any form h5py, h5dump users or other tools write:
+ * variable- or fixed-length, ASCII or UTF-8, padded NULLTERM, NULLPAD or SPACEPAD.
+ * Read in the file's own type (same size, padding and character set), so HDF5
+ * converts nothing (its string conversion cuts the last character of an unterminated
+ * fixed-length string, and a vlen read needs the stored character set); the padding
+ * is removed here. Returns malloc'ed text, or NULL. */
 static char *attr_get_str(hid_t loc, const char *name)
 {
     hid_t a = attr_open1(loc, name, H5T_STRING, H5T_STRING);
     if (a < 0) return NULL;
-    hid_t ft = H5Aget_type(a);
     char *out = NULL;
-    if (H5Tis_variable_str(ft) > 0) {
-        hid_t mt = H5Tcopy(H5T_C_S1);
-        H5Tset_size(mt, H5T_VARIABLE);
+    hid_t ft = H5Aget_type(a);
+    hid_t mt = ft >= 0 ? H5Tcopy(ft) : -1;
+    htri_t vl = mt >= 0 ? H5Tis_variable_str(mt) : -1;
+    if (vl > 0) {
+        hid_t sp = H5Aget_space(a);
         char *vs = NULL;
-        if (H5Aread(a, mt, &vs) >= 0 && vs) {
-            out = strdup(vs);
-            H5free_memory(vs);
+        if (sp >= 0 && H5Aread(a, mt, &vs) >= 0) {
+            out = strdup(vs ? vs : "");
+            if (!out) zt_fatal("out of memory");
+            if (H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, &vs) < 0) {
+                free(out);
+                out = NULL;
+            }
         }
-        H5Tclose(mt);
-    } else {
-        size_t sz = H5Tget_size(ft);
-        if (sz > 0 && sz < (64u << 20)) {
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mt, sz);
-            H5Tset_strpad(mt, H5T_STR_NULLTERM);
+        if (sp >= 0) H5Sclose(sp);
+    } else if (vl == 0) {
+        size_t sz = H5Tget_size(mt);
+        H5T_str_t pad = H5Tget_strpad(mt);
+        if (sz > 0 && sz < (64u << 20) && pad >= 0) {
             out = zt_calloc(sz + 1, 1);
             if (H5Aread(a, mt, out) < 0) {
                 free(out);
                 out = NULL;
+            } else {
+                size_t n = strnlen(out, sz);    /* NULLTERM and NULLPAD end at the first NUL */
+                if (pad == H5T_STR_SPACEPAD)
+                    while (n > 0 && out[n - 1] == ' ') n--;
+                out[n] = 0;
             }
-            H5Tclose(mt);
         }
     }
-    H5Tclose(ft);
+    if (mt >= 0) H5Tclose(mt);
+    if (ft >= 0) H5Tclose(ft);
     H5Aclose(a);
     return out;
 }
@@ -586,44 +622,115 @@ static void bcast_inputs(MPI_Comm comm, zt_ckpt_meta_t *m, const char *config_te
     ZT_MPI(MPI_Bcast(*cfg, (int)len, MPI_CHAR, 0, comm));
 }
 
+/* After a failed write the file is removed anyway: empty it before closing, so that on a
+ * full disk the metadata that H5Fclose must still flush fits. A failed H5Fclose is fatal
+ * later: HDF5 1.10 then frees the file but keeps its ID, and every rank crashes in
+ * H5F__close_cb when the library shuts down at MPI_Finalize or exit. */
+static void empty_failed_file(const char *path)
+{
+    if (truncate(path, 0) != 0 && errno != ENOENT)
+        fprintf(stderr, "ztrain: warning: %s: cannot empty the failed file: %s\n", path, strerror(errno));
+}
+
+/* Reserves bytes of disk space for a file just created (fallocate), so that a full disk
+ * or a file-size limit is found before any data is written, when closing needs almost
+ * no space. 0 also where the filesystem cannot reserve (EOPNOTSUPP: nothing is checked
+ * there beyond the writes themselves). The file then ends at `bytes`; trim_to_eoa
+ * cuts it back to what HDF5 used. */
+static int reserve_space(const char *path, double bytes, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY);
+    if (fd < 0) return zt_err(err, errlen, "%s: cannot open to reserve space: %s", path, strerror(errno));
+    int rc = fallocate(fd, 0, 0, (off_t)bytes) != 0 ? errno : 0;
+    close(fd);
+    if (rc == 0 || rc == EOPNOTSUPP || rc == ENOSYS) return 0;
+    char b[32];
+    return zt_err(err, errlen, "%s: cannot reserve %s for the checkpoint: %s", path, zt_fmt_bytes(bytes, b, sizeof b),
+                  strerror(rc));
+}
+
+/* The end of the file's allocated space before it is closed (closing never grows it). */
+static haddr_t file_eoa(hid_t f)
+{
+    haddr_t eoa = HADDR_UNDEF;
+    return H5Fget_eoa(f, &eoa) < 0 ? HADDR_UNDEF : eoa;
+}
+
+/* After a successful close: drop what reserve_space reserved beyond the HDF5 data. */
+static int trim_to_eoa(const char *path, haddr_t eoa, char *err, size_t errlen)
+{
+    struct stat st;
+    if (eoa == HADDR_UNDEF || stat(path, &st) != 0 || (haddr_t)st.st_size <= eoa) return 0;
+    if (truncate(path, (off_t)eoa) != 0)
+        return zt_err(err, errlen, "%s: cannot trim the reserved space: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Space for a consolidated file: the data plus a generous bound on its metadata
+ * (object headers, the groups' creation-order indexes, the config attribute). */
+static double file_bytes_bound(const zt_param_table_t *t, int ngroups, const char *cfg)
+{
+    double b = 32768.0 + 2.0 * (double)strlen(cfg ? cfg : "") + 8192.0;
+    for (int p = 0; p < t->nparams; p++) b += ngroups * ((double)t->params[p].numel * 4.0 + 1024.0);
+    return b;
+}
+
 static int write_consolidated(const char *tmp, const zt_ckpt_meta_t *m, const char *cfg, int has_opt,
                               const uint64_t *sums, const zt_io_seg_t *segs, const int *ord,
                               const int *first, const zt_param_table_t *t, MPI_Comm comm, char *err,
                               size_t errlen)
 {
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
     /* 1.8 object headers: large attributes (the config text) and creation order */
-    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    H5Pclose(fapl);
-    int rc = f < 0 ? zt_err(err, errlen, "%s: cannot create checkpoint file", tmp) : 0;
+    if (fapl < 0 || H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0 ||
+        H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) < 0)
+        f = -2;
+    else
+        f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
+    int rc = f == -2 ? zt_err(err, errlen, "%s: cannot set up the MPI-IO file access", tmp)
+             : f < 0 ? zt_err(err, errlen, "%s: cannot create checkpoint file", tmp) : 0;
     if (agree(comm, rc, err, errlen)) {
         if (f >= 0) H5Fclose(f);
         return -1;
     }
-    if (create_groups(f, has_opt) || write_meta(f, m, cfg, has_opt))
+    int ngroups = has_opt ? 3 : 1;
+    if (rank == 0) rc = reserve_space(tmp, file_bytes_bound(t, ngroups, cfg), err, errlen);
+    if (!agree(comm, rc, err, errlen) && (create_groups(f, has_opt) || write_meta(f, m, cfg, has_opt)))
         rc = zt_err(err, errlen, "%s: writing metadata failed", tmp);
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-    int ngroups = has_opt ? 3 : 1;
-    for (int g = 0; g < ngroups; g++)
-        for (int p = 0; p < t->nparams; p++) {
+    if ((dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0) && !rc)
+        rc = zt_err(err, errlen, "%s: cannot set up collective transfers", tmp);
+    rc = agree(comm, rc, err, errlen);
+    /* every rank stops at the same tensor after the first failure (disk full: the rest
+     * would only fail too) */
+    for (int g = 0; g < ngroups && !rc; g++)
+        for (int p = 0; p < t->nparams && !rc; p++) {
             hid_t d = create_dataset(f, g, &t->params[p]);
             if (d < 0) {   /* a collective create fails on every rank alike */
-                if (!rc) rc = zt_err(err, errlen, "%s: cannot create dataset %s/%s", tmp, group_path[g],
-                                     t->params[p].name);
-                continue;
+                rc = zt_err(err, errlen, "%s: cannot create dataset %s/%s", tmp, group_path[g], t->params[p].name);
+            } else {
+                if (attr_u64(d, "checksum", sums[g * t->nparams + p]))
+                    rc = zt_err(err, errlen, "%s: cannot write checksum of %s/%s", tmp, group_path[g],
+                                t->params[p].name);
+                if (transfer(d, 0, g, segs, ord + first[p], first[p + 1] - first[p], dxpl) && !rc)
+                    rc = zt_err(err, errlen, "%s: writing %s/%s failed", tmp, group_path[g], t->params[p].name);
+                if (H5Dclose(d) < 0 && !rc)
+                    rc = zt_err(err, errlen, "%s: closing %s/%s failed", tmp, group_path[g], t->params[p].name);
+                if (g == 0 && p == 0) maybe_fault_kill(comm, m->step, tmp);
             }
-            if (attr_u64(d, "checksum", sums[g * t->nparams + p]) && !rc)
-                rc = zt_err(err, errlen, "%s: cannot write checksum of %s/%s", tmp, group_path[g],
-                            t->params[p].name);
-            if (transfer(d, 0, g, segs, ord + first[p], first[p + 1] - first[p], dxpl) && !rc)
-                rc = zt_err(err, errlen, "%s: writing %s/%s failed", tmp, group_path[g], t->params[p].name);
-            H5Dclose(d);
+            rc = agree(comm, rc, err, errlen);
         }
-    H5Pclose(dxpl);
+    if (dxpl >= 0) H5Pclose(dxpl);
+    if (rc) {
+        if (rank == 0) empty_failed_file(tmp);
+        ZT_MPI(MPI_Barrier(comm));
+    }
+    haddr_t eoa = file_eoa(f);
     if (H5Fclose(f) < 0 && !rc) rc = zt_err(err, errlen, "%s: closing (flushing) the file failed", tmp);
+    if (!rc && rank == 0) rc = trim_to_eoa(tmp, eoa, err, errlen);
     return agree(comm, rc, err, errlen);
 }
 
@@ -657,6 +764,15 @@ static int write_shard_file(const char *path, int rank, int size, int has_opt, c
         len[i] = segs[i].len;
         total += segs[i].len;
     }
+    double bound = 16384.0 + (double)nsegs * 20.0 + (double)total * 4.0 * (has_opt ? 3 : 1);
+    if (reserve_space(path, bound, err, errlen)) {
+        empty_failed_file(path);
+        H5Fclose(f);
+        free(param);
+        free(start);
+        free(len);
+        return -1;
+    }
     int rc = attr_i64(f, "rank", rank) | attr_i64(f, "world_size", size);
     rc |= write_1d(f, "param", H5T_STD_I32LE, H5T_NATIVE_INT32, (size_t)nsegs, param);
     rc |= write_1d(f, "start", H5T_STD_U64LE, H5T_NATIVE_UINT64, (size_t)nsegs, start);
@@ -675,8 +791,10 @@ static int write_shard_file(const char *path, int rank, int size, int has_opt, c
     free(param);
     free(start);
     free(len);
+    if (rc) empty_failed_file(path);    /* see empty_failed_file */
+    haddr_t eoa = file_eoa(f);
     if (H5Fclose(f) < 0) rc = -1;
-    if (!rc && fsync_path(path) != 0) rc = -1;
+    if (!rc && (trim_to_eoa(path, eoa, err, errlen) || fsync_path(path) != 0)) rc = -1;
     if (rc) return zt_err(err, errlen, "%s: writing shard file failed", path);
     return 0;
 }
@@ -718,6 +836,7 @@ static int write_index(const char *path, const zt_ckpt_meta_t *m, const char *cf
     free(names);
     free(ndim);
     free(shape);
+    if (rc) empty_failed_file(path);    /* see empty_failed_file */
     if (H5Fclose(f) < 0) rc = -1;
     if (!rc && fsync_path(path) != 0) rc = -1;
     return rc ? zt_err(err, errlen, "%s: writing the index failed", path) : 0;
@@ -838,6 +957,7 @@ int zt_ckpt_write_segments(const char *dir, zt_ckpt_meta_t *meta, const char *co
             char p[PATH_MAX + 32];
             snprintf(p, sizeof p, "%s/rank-%d.h5", tmp, rank);
             rc = write_shard_file(p, rank, size, has_opt, segs, nsegs, err, errlen);
+            maybe_fault_kill(comm, m.step, p);
             if (rank == 0 && !rc) {
                 snprintf(p, sizeof p, "%s/index.h5", tmp);
                 rc = write_index(p, &m, cfg, has_opt, size, sums, t, err, errlen);
@@ -1517,6 +1637,7 @@ int zt_ckpt_consolidate(const char *shards_dir, const char *out_path, size_t buf
             H5Dclose(d);
         }
     free(buf);
+    if (rc) empty_failed_file(tmp);     /* see empty_failed_file */
     if (H5Fclose(f) < 0 && !rc) rc = zt_err(err, errlen, "%s: close failed", tmp);
     zt_ckpt_reader_close(r);
     if (!rc && (fsync_path(tmp) != 0 || rename(tmp, out_path) != 0))

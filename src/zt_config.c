@@ -283,9 +283,10 @@ static const zkey_t schema[] = {
     /* fault */
     KI("fault.rank", fault.rank, -1, -1, 1 << 24, "Rank that injects the fault; -1 = no fault injection."),
     KL("fault.step", fault.step, 0, 0, BIG_LONG, "Step at which the fault is injected (1-based, as numbered in the progress lines)."),
-    KS("fault.kind", fault.kind, "none", "none|stall|kill|nan|data",
+    KS("fault.kind", fault.kind, "none", "none|stall|kill|nan|data|save_kill",
        "stall: the rank stops responding (tests the watchdog); kill: the rank exits; nan: its gradients become "
-       "NaN; data: its data file reads fail."),
+       "NaN; data: its data file reads fail; save_kill: the rank is killed inside the save of the checkpoint of "
+       "fault.step, after part of the temporary file was written."),
 };
 #define NKEYS ((int)(sizeof schema / sizeof schema[0]))
 _Static_assert(sizeof schema / sizeof schema[0] <= ZT_CONFIG_MAX_KEYS, "raise ZT_CONFIG_MAX_KEYS");

@@ -801,6 +801,7 @@ static int run_loop(run_t *r)
     zt_comm_t *c = r->comm;
     const int sched = zt_sched_parse(cfg->optim.lr_scheduler_type);
     const int fault = zt_fault_parse(cfg->fault.kind);
+    if (!strcmp(cfg->fault.kind, "save_kill")) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
     const size_t BT = (size_t)r->B * r->T;
     const float dscale = 1.0f / (float)((double)BT * r->A * r->dp);
     double t_start = zt_now(), t_window = t_start;

@@ -6,6 +6,9 @@
  *   zt-ckpt consolidate SHARDS_DIR OUT.h5   sharded -> consolidated, streaming
  *   zt-ckpt export FILE OUT.safetensors     model weights with HF GPT-2 names, plus
  *                                           config.json next to it (GPT2LMHeadModel)
+ *   zt-ckpt export FILE OUTDIR              the same as OUTDIR/model.safetensors (any OUT
+ *                                           not ending in .safetensors is a directory);
+ *                                           missing directories are created (mkdir -p)
  *   zt-ckpt import MODEL.safetensors CONFIG.json OUT.h5
  *                                           weights-only checkpoint for model.init_from
  *
@@ -43,6 +46,7 @@ static void usage(void)
             "       zt-ckpt verify FILE\n"
             "       zt-ckpt consolidate SHARDS_DIR OUT.h5\n"
             "       zt-ckpt export FILE OUT.safetensors   (also writes config.json beside it)\n"
+            "       zt-ckpt export FILE OUTDIR            (OUTDIR/model.safetensors and OUTDIR/config.json)\n"
             "       zt-ckpt import MODEL.safetensors CONFIG.json OUT.h5\n");
 }
 
@@ -202,8 +206,41 @@ static int cmd_consolidate(const char *in, const char *out)
     return 0;
 }
 
-static int cmd_export(const char *file, const char *out)
+/* mkdir -p DIR; 0, or -1 with "PATH: cannot create directory: ..." in err. */
+static int make_dirs(const char *dir, char *err, size_t errlen)
 {
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp) return zt_err(err, errlen, "%s: path too long", dir);
+    for (char *p = tmp + 1;; p++) {
+        if (*p != '/' && *p != 0) continue;
+        char c = *p;
+        *p = 0;
+        struct stat st;
+        if (mkdir(tmp, 0755) != 0 && (errno != EEXIST || stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)))
+            return zt_err(err, errlen, "%s: cannot create directory: %s", tmp,
+                          strerror(errno == EEXIST ? ENOTDIR : errno));
+        *p = c;
+        if (!c) return 0;
+    }
+}
+
+static int cmd_export(const char *file, const char *out_arg)
+{
+    /* OUT.safetensors, or a directory for model.safetensors; its directory is created */
+    char out[PATH_MAX], dir[PATH_MAX], derr[ZT_ERRLEN];
+    size_t ol = strlen(out_arg);
+    int n = ol >= 12 && !strcmp(out_arg + ol - 12, ".safetensors")
+                ? snprintf(out, sizeof out, "%s", out_arg)
+                : snprintf(out, sizeof out, "%s%smodel.safetensors", out_arg, ol && out_arg[ol - 1] == '/' ? "" : "/");
+    if (n < 0 || n >= (int)sizeof out) {
+        fprintf(stderr, "zt-ckpt: export: %s: path too long\n", out_arg);
+        return 1;
+    }
+    memcpy(dir, out, sizeof dir);
+    if (make_dirs(dirname(dir), derr, sizeof derr)) {
+        fprintf(stderr, "zt-ckpt: export: %s\n", derr);
+        return 1;
+    }
     zt_ckpt_reader_t *r = open_reader(file);
     if (!r) return 1;
     const zt_param_table_t *t = zt_ckpt_reader_tensors(r);
