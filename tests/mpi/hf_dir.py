@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""hf_dir.py — Hugging Face model directories for tests/mpi/families.sh (numpy, h5py, json).
+
+  hf_dir.py tokens OUT.h5 VOCAB N          a token file (ids < VOCAB, deterministic)
+  hf_dir.py same A B                       A's and B's safetensors hold the same tensors,
+                                           bit for bit (single file or index + shards)
+  hf_dir.py bad KIND SRC DST               copies SRC to DST and breaks it one way:
+       drop-tensor | extra-tensor | bad-shape | f64 | truncate | corrupt-header |
+       missing-shard | unknown-arch
+Reads and writes safetensors by hand (8-byte little-endian header length, JSON header,
+data) so that it needs nothing beyond Debian's python3-numpy and python3-h5py."""
+import json, os, shutil, struct, sys
+import numpy as np
+
+DT = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
+
+
+def read_st(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    return hdr, data
+
+
+def write_st(path, hdr, data):
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+def files(d):
+    idx = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(os.path.join(d, "model.safetensors")):
+        return [os.path.join(d, "model.safetensors")]
+    return sorted(set(os.path.join(d, f) for f in json.load(open(idx))["weight_map"].values()))
+
+
+def tensors(d):
+    out = {}
+    for p in files(d):
+        hdr, data = read_st(p)
+        for k, v in hdr.items():
+            if k == "__metadata__":
+                continue
+            b, e = v["data_offsets"]
+            out[k] = (v["dtype"], tuple(v["shape"]), data[b:e])
+    return out
+
+
+def cmd_same(a, b):
+    ta, tb = tensors(a), tensors(b)
+    if set(ta) != set(tb):
+        print("tensor names differ:", sorted(set(ta) ^ set(tb)))
+        return 1
+    bad = [k for k in ta if ta[k] != tb[k]]
+    for k in bad[:5]:
+        print("differs:", k, ta[k][0], tb[k][0], ta[k][1], tb[k][1])
+    print(f"{len(ta)} tensors, {len(bad)} differ")
+    return 1 if bad else 0
+
+
+def cmd_tokens(out, vocab, n):
+    import h5py
+    ids = (np.arange(n, dtype=np.int64) * 2654435761 % 4294967296 >> 7) % vocab
+    with h5py.File(out, "w") as h:
+        h["tokens"] = ids.astype(np.int32)
+        h.attrs["vocab_size"] = np.int64(vocab)
+        h.attrs["eot_token"] = np.int64(vocab - 1)
+    return 0
+
+
+def cmd_bad(kind, src, dst):
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    st = files(dst)[0]
+    hdr, data = read_st(st)
+    names = [k for k in hdr if k != "__metadata__"]
+    if kind == "drop-tensor":      # the last tensor of the file goes
+        victim = max(names, key=lambda k: hdr[k]["data_offsets"][0])
+        b, e = hdr.pop(victim)["data_offsets"]
+        data = data[:b]
+        print(victim)
+    elif kind == "extra-tensor":
+        hdr["model.layers.0.mlp.extra.weight"] = {"dtype": "F32", "shape": [2], "data_offsets": [len(data), len(data) + 8]}
+        data += b"\0" * 8
+    elif kind == "f64":
+        k = names[0]
+        v = hdr[k]
+        x = np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], DT[v["dtype"]]).astype(np.float64)
+        # rebuild the file with k as F64 at the end
+        parts, off, newhdr = [], 0, {"__metadata__": hdr.get("__metadata__", {})}
+        for n in sorted(names, key=lambda n: hdr[n]["data_offsets"][0]):
+            if n == k:
+                continue
+            b, e = hdr[n]["data_offsets"]
+            parts.append(data[b:e])
+            newhdr[n] = dict(hdr[n], data_offsets=[off, off + e - b])
+            off += e - b
+        raw = x.tobytes()
+        newhdr[k] = {"dtype": "F64", "shape": v["shape"], "data_offsets": [off, off + len(raw)]}
+        hdr, data = newhdr, b"".join(parts) + raw
+        print(k)
+    elif kind == "truncate":
+        write_st(st, hdr, data)
+        size = os.path.getsize(st)
+        with open(st, "r+b") as f:
+            f.truncate(size - 100)
+        return 0
+    elif kind == "corrupt-header":
+        with open(st, "r+b") as f:
+            f.seek(12)
+            f.write(b"}{garbage")
+        return 0
+    elif kind == "missing-shard":
+        os.remove(st)
+        return 0
+    elif kind == "bad-shape":
+        cfgp = os.path.join(dst, "config.json")
+        c = json.load(open(cfgp))
+        c["intermediate_size"] += 8
+        json.dump(c, open(cfgp, "w"), indent=2)
+        return 0
+    elif kind == "unknown-arch":
+        cfgp = os.path.join(dst, "config.json")
+        c = json.load(open(cfgp))
+        c["architectures"], c["model_type"] = ["FooForCausalLM"], "foo"
+        json.dump(c, open(cfgp, "w"), indent=2)
+        return 0
+    else:
+        print("unknown kind", kind)
+        return 2
+    write_st(st, hdr, data)
+    return 0
+
+
+def main(a):
+    if a[:1] == ["same"] and len(a) == 3:
+        return cmd_same(a[1], a[2])
+    if a[:1] == ["tokens"] and len(a) == 4:
+        return cmd_tokens(a[1], int(a[2]), int(a[3]))
+    if a[:1] == ["bad"] and len(a) == 4:
+        return cmd_bad(a[1], a[2], a[3])
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
