@@ -73,7 +73,7 @@ static int gpt2_from_config(const zt_config_t *cfg, zt_model_dims_t *d, char *er
     d->I = cfg->model.intermediate_size ? cfg->model.intermediate_size : 4 * d->C;
     d->V = cfg->model.vocab_size;
     d->maxT = cfg->model.block_size;
-    d->tied = !zt_config_given(cfg, "model.tie_word_embeddings") || cfg->model.tie_word_embeddings;
+    d->tied = 1; /* always: model.tie_word_embeddings is the llama family's */
     d->qkv_bias = d->o_bias = 1;
     d->norm_eps = GPT2_EPS;
     return gpt2_check(d, "model", err, errlen);

@@ -95,7 +95,8 @@ static int llama_from_config(const zt_config_t *cfg, zt_model_dims_t *d, char *e
     d->V = cfg->model.vocab_size;
     d->maxT = cfg->model.block_size;
     d->tied = cfg->model.tie_word_embeddings;
-    if (v == V_QWEN2 && zt_config_given(cfg, "model.attention_bias"))
+    /* a saved config gives every key, false included */
+    if (v == V_QWEN2 && cfg->model.attention_bias)
         return zt_err(err, errlen, "model.attention_bias does not apply to qwen2 (q/k/v always have biases, o_proj none)");
     variant_biases(v, cfg->model.attention_bias, d);
     d->norm_eps = cfg->model.rms_norm_eps;

@@ -4,8 +4,10 @@
  *   zt-ckpt verify FILE                     structure, shapes vs the stored config, NaN/Inf,
  *                                           checksums; exit status 0 (good) or 1
  *   zt-ckpt consolidate SHARDS_DIR OUT.h5   sharded -> consolidated, streaming
- *   zt-ckpt export FILE OUT.safetensors     model weights with HF GPT-2 names, plus
- *                                           config.json next to it (GPT2LMHeadModel)
+ *   zt-ckpt export FILE OUTDIR [--dtype fp32|bf16] [--max-shard-size 5GB]
+ *                                           a Hugging Face model directory of the
+ *                                           checkpoint's family (OUTDIR/model.safetensors
+ *                                           may be given as OUTDIR)
  *   zt-ckpt export FILE OUTDIR              the same as OUTDIR/model.safetensors (any OUT
  *                                           not ending in .safetensors is a directory);
  *                                           missing directories are created (mkdir -p)
@@ -35,6 +37,8 @@
 #include "zt_common.h"
 #include "zt_arch.h"
 #include "zt_config.h"
+#include "zt_hf.h"
+#include "zt_hf_model.h"
 #include "zt_safetensors.h"
 
 #define CHUNK (1u << 20)    /* elements per streamed piece */
@@ -45,7 +49,8 @@ static void usage(void)
             "usage: zt-ckpt info FILE\n"
             "       zt-ckpt verify FILE\n"
             "       zt-ckpt consolidate SHARDS_DIR OUT.h5\n"
-            "       zt-ckpt export FILE OUT.safetensors   (also writes config.json beside it)\n"
+            "       zt-ckpt export FILE OUTDIR [--dtype fp32|bf16] [--max-shard-size 5GB]\n"
+            "                                     a Hugging Face model directory (any family)\n"
             "       zt-ckpt export FILE OUTDIR            (OUTDIR/model.safetensors and OUTDIR/config.json)\n"
             "       zt-ckpt import MODEL.safetensors CONFIG.json OUT.h5\n");
 }
@@ -70,14 +75,24 @@ static zt_ckpt_reader_t *open_reader(const char *arg)
     return r;
 }
 
+/* The stored config; only its model section matters here, so data.seq_len is set to 1:
+ * a config whose other sections do not validate (seq_len beyond a tiny test model's
+ * positions) still names its model. NULL with err. */
+static zt_config_t *stored_config(const char *text, char *err, size_t errlen)
+{
+    zt_config_t *cfg = zt_calloc(1, sizeof *cfg);
+    char *over[] = {"data.seq_len=1"};
+    if (text && zt_config_parse(cfg, text, "stored config", 1, over, err, errlen) == 0) return cfg;
+    free(cfg);
+    return NULL;
+}
+
 /* The parameter table the stored config describes (any family); NULL if it cannot. */
 static zt_param_table_t *table_from_config(const char *text)
 {
-    zt_config_t *cfg = zt_calloc(1, sizeof *cfg);
     char err[ZT_ERRLEN];
-    zt_param_table_t *t = NULL;
-    if (text && zt_config_parse(cfg, text, "stored config", 0, NULL, err, sizeof err) == 0)
-        t = zt_arch_table_from_config(cfg, err, sizeof err);
+    zt_config_t *cfg = stored_config(text, err, sizeof err);
+    zt_param_table_t *t = cfg ? zt_arch_table_from_config(cfg, err, sizeof err) : NULL;
     free(cfg);
     return t;
 }
@@ -206,109 +221,71 @@ static int cmd_consolidate(const char *in, const char *out)
     return 0;
 }
 
-/* mkdir -p DIR; 0, or -1 with "PATH: cannot create directory: ..." in err. */
-static int make_dirs(const char *dir, char *err, size_t errlen)
-{
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp) return zt_err(err, errlen, "%s: path too long", dir);
-    for (char *p = tmp + 1;; p++) {
-        if (*p != '/' && *p != 0) continue;
-        char c = *p;
-        *p = 0;
-        struct stat st;
-        if (mkdir(tmp, 0755) != 0 && (errno != EEXIST || stat(tmp, &st) != 0 || !S_ISDIR(st.st_mode)))
-            return zt_err(err, errlen, "%s: cannot create directory: %s", tmp,
-                          strerror(errno == EEXIST ? ENOTDIR : errno));
-        *p = c;
-        if (!c) return 0;
-    }
-}
 
-static int cmd_export(const char *file, const char *out_arg)
+/* A Hugging Face model directory of any family, streamed tensor by tensor through the
+ * same writer a run's save_hf uses (zt_hf_model.h). OUT.safetensors means its
+ * directory (the file must be model.safetensors); the directory is created. */
+static int cmd_export(const char *file, const char *out_arg, const char *dtype, const char *max_shard)
 {
-    /* OUT.safetensors, or a directory for model.safetensors; its directory is created */
-    char out[PATH_MAX], dir[PATH_MAX], derr[ZT_ERRLEN];
-    size_t ol = strlen(out_arg);
-    int n = ol >= 12 && !strcmp(out_arg + ol - 12, ".safetensors")
-                ? snprintf(out, sizeof out, "%s", out_arg)
-                : snprintf(out, sizeof out, "%s%smodel.safetensors", out_arg, ol && out_arg[ol - 1] == '/' ? "" : "/");
-    if (n < 0 || n >= (int)sizeof out) {
+    char dir[PATH_MAX], tmp[PATH_MAX];
+    const size_t ol = strlen(out_arg);
+    if (ol >= 12 && !strcmp(out_arg + ol - 12, ".safetensors")) {
+        snprintf(tmp, sizeof tmp, "%s", out_arg);
+        if (strcmp(basename(tmp), "model.safetensors")) {
+            fprintf(stderr, "zt-ckpt: export: %s: an HF directory's weights are model.safetensors (or give OUTDIR)\n",
+                    out_arg);
+            return 1;
+        }
+        snprintf(tmp, sizeof tmp, "%s", out_arg);
+        snprintf(dir, sizeof dir, "%s", dirname(tmp));
+    } else if ((size_t)snprintf(dir, sizeof dir, "%s", out_arg) >= sizeof dir) {
         fprintf(stderr, "zt-ckpt: export: %s: path too long\n", out_arg);
         return 1;
     }
-    memcpy(dir, out, sizeof dir);
-    if (make_dirs(dirname(dir), derr, sizeof derr)) {
-        fprintf(stderr, "zt-ckpt: export: %s\n", derr);
+    while (strlen(dir) > 1 && dir[strlen(dir) - 1] == '/') dir[strlen(dir) - 1] = 0;
+    const int64_t shard = zt_hf_parse_size(max_shard);
+    if (shard <= 0 || (strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))) {
+        fprintf(stderr, "zt-ckpt: export: --dtype fp32|bf16 and --max-shard-size SIZE (\"5GB\") expected\n");
         return 1;
     }
     zt_ckpt_reader_t *r = open_reader(file);
     if (!r) return 1;
-    const zt_param_table_t *t = zt_ckpt_reader_tensors(r);
-    char err[ZT_ERRLEN];
-    int wte = -1, wpe = -1, L = 0;
-    for (int p = 0; p < t->nparams; p++) {
-        int l;
-        if (!strcmp(t->params[p].name, "transformer.wte.weight")) wte = p;
-        if (!strcmp(t->params[p].name, "transformer.wpe.weight")) wpe = p;
-        if (sscanf(t->params[p].name, "transformer.h.%d.", &l) == 1 && l + 1 > L) L = l + 1;
+    const zt_param_table_t *st = zt_ckpt_reader_tensors(r);
+    char err[ZT_ERRLEN] = "";
+    zt_config_t *cfg = stored_config(zt_ckpt_reader_config(r), err, sizeof err);
+    zt_param_table_t *t = cfg ? zt_arch_table_from_config(cfg, err, sizeof err) : NULL;
+    int rc = 0;
+    if (!t) rc = zt_err(err, sizeof err, "%s: the stored config does not describe a model (%.300s)", file, err);
+    int *q = t ? zt_calloc((size_t)t->nparams, sizeof *q) : NULL;
+    for (int p = 0; !rc && p < t->nparams; p++) {
+        q[p] = zt_param_table_find(st, t->params[p].name);
+        if (q[p] < 0 || st->params[q[p]].numel != t->params[p].numel)
+            rc = zt_err(err, sizeof err, "%s: tensor /model/%s missing or of another size than the stored config says",
+                        file, t->params[p].name);
     }
-    if (wte < 0 || wpe < 0) {
-        fprintf(stderr, "zt-ckpt: %s: missing tensor /model/transformer.wte.weight or wpe.weight\n", file);
-        zt_ckpt_reader_close(r);
-        return 1;
+    zt_hf_export_t *x = NULL;
+    if (!rc) {
+        x = zt_hf_export_begin(dir, t, dtype, shard, cfg ? cfg->model.name_or_path : "", -1, NULL, err, sizeof err);
+        rc = x ? 0 : -1;
     }
-    zt_param_table_t *dt = table_from_config(zt_ckpt_reader_config(r));
-    if (!dt) {
-        fprintf(stderr, "zt-ckpt: %s: the stored config has no model dimensions (n_head is needed for config.json)\n",
-                file);
-        zt_ckpt_reader_close(r);
-        return 1;
-    }
-    const zt_model_dims_t d = dt->dims;
-    zt_param_table_free(dt);
-    zt_st_writer_t w;
-    if (zt_st_writer_open(&w, out, err, sizeof err)) {
-        fprintf(stderr, "zt-ckpt: %s\n", err);
-        zt_ckpt_reader_close(r);
-        return 1;
-    }
-    /* GPT2LMHeadModel state_dict names; lm_head is tied to wte and not stored */
-    for (int p = 0; p < t->nparams; p++) zt_st_writer_add(&w, t->params[p].name, t->params[p].ndim, t->params[p].shape);
-    int rc = zt_st_writer_begin(&w, err, sizeof err);
     float *buf = zt_malloc(CHUNK * sizeof(float));
-    for (int p = 0; p < t->nparams && !rc; p++)
+    for (int p = 0; !rc && p < t->nparams; p++)
         for (size_t s = 0; s < t->params[p].numel && !rc; s += CHUNK) {
-            size_t n = ZT_MIN((size_t)CHUNK, t->params[p].numel - s);
-            rc = zt_ckpt_reader_read(r, 0, p, s, n, buf, err, sizeof err);
-            if (!rc) rc = zt_st_writer_data(&w, buf, n, err, sizeof err);
+            const size_t n = ZT_MIN((size_t)CHUNK, t->params[p].numel - s);
+            rc = zt_ckpt_reader_read(r, ZT_CKPT_MODEL, q[p], s, n, buf, err, sizeof err);
+            if (!rc) rc = zt_hf_export_write(x, p, s, n, buf, err, sizeof err);
         }
     free(buf);
-    if (zt_st_writer_close(&w, rc ? NULL : err, rc ? 0 : sizeof err) && !rc) rc = -1;
-    if (!rc) {
-        char tmp[PATH_MAX], cj[PATH_MAX + 16];
-        snprintf(tmp, sizeof tmp, "%s", out);
-        snprintf(cj, sizeof cj, "%s/config.json", dirname(tmp));
-        FILE *fp = fopen(cj, "w");
-        if (!fp) {
-            rc = zt_err(err, sizeof err, "%s: cannot write: %s", cj, strerror(errno));
-        } else {
-            fprintf(fp,
-                    "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                    "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %" PRId64 ",\n  \"vocab_size\": %" PRId64 ",\n"
-                    "  \"n_positions\": %" PRId64 ",\n  \"n_ctx\": %" PRId64 ",\n  \"activation_function\": \"gelu_new\",\n"
-                    "  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n  \"resid_pdrop\": 0.0,\n"
-                    "  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n  \"bos_token_id\": %" PRId64 ",\n"
-                    "  \"eos_token_id\": %" PRId64 "\n}\n",
-                    L, d.NH, t->params[wte].shape[1], t->params[wte].shape[0], t->params[wpe].shape[0],
-                    t->params[wpe].shape[0], t->params[wte].shape[0] - 1, t->params[wte].shape[0] - 1);
-            if (fclose(fp) != 0) rc = zt_err(err, sizeof err, "%s: write failed", cj);
-            else printf("wrote %s and %s (%d tensors)\n", out, cj, t->nparams);
-        }
+    if (x) {
+        char e2[ZT_ERRLEN];
+        if (zt_hf_export_finish(x, !rc, rc ? e2 : err, rc ? sizeof e2 : sizeof err) && !rc) rc = -1;
     }
-    if (rc) {
-        fprintf(stderr, "zt-ckpt: %s\n", err);
-        unlink(out);
-    }
+    if (rc) fprintf(stderr, "zt-ckpt: %s\n", err);
+    else printf("wrote %s: %s, %d tensors, %s (config.json, generation_config.json, safetensors)\n", dir,
+                t->arch->hf_class, t->nparams, dtype);
+    free(q);
+    zt_param_table_free(t);
+    free(cfg);
     zt_ckpt_reader_close(r);
     return rc ? 1 : 0;
 }
@@ -423,7 +400,17 @@ int main(int argc, char **argv)
         if (!strcmp(c, "info") && argc == 3) rc = cmd_info(argv[2]);
         else if (!strcmp(c, "verify") && argc == 3) rc = cmd_verify(argv[2]);
         else if (!strcmp(c, "consolidate") && argc == 4) rc = cmd_consolidate(argv[2], argv[3]);
-        else if (!strcmp(c, "export") && argc == 4) rc = cmd_export(argv[2], argv[3]);
+        else if (!strcmp(c, "export") && argc >= 4) {
+            const char *dtype = "fp32", *shard = "5GB";
+            int ok = 1;
+            for (int i = 4; i < argc; i++) {
+                if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
+                else if (!strcmp(argv[i], "--max-shard-size") && i + 1 < argc) shard = argv[++i];
+                else ok = 0;
+            }
+            if (ok) rc = cmd_export(argv[2], argv[3], dtype, shard);
+            else usage();
+        }
         else if (!strcmp(c, "import") && argc == 5) rc = cmd_import(argv[2], argv[3], argv[4]);
         else usage();
         fflush(stdout);
