@@ -9,7 +9,8 @@
  *     multiples of 16 up to 128: precision medium, the bf16 mode that
  *     train.bf16 / fp16 choose; other head sizes fall back to fp32.
  * Both are flash-style (no (B,NH,T,T) buffer; lse (B,NH,T) kept for the
- * backward) and deterministic. */
+ * backward) and deterministic. Grouped-query attention (NKV key/value heads
+ * shared by NH query heads) and any head size HD in range. */
 #include <math.h>
 #include <stddef.h>
 
@@ -21,81 +22,81 @@ extern "C" {
 #include "zt_attention_kernels.cuh"
 
 /* 1/sqrt(hs), computed as the CPU backend does */
-static float fa_scale(int C, int NH) { return 1.0f / sqrtf((float)(C / NH)); }
+static float fa_scale(int HD) { return 1.0f / sqrtf((float)HD); }
 
-/* Grid (B*NH, row tiles of `rows`). */
-static dim3 fa_grid(int B, int T, int NH, int rows)
+/* Grid (B*heads, row tiles of `rows`): heads = NH for the forward and dq kernels,
+ * NKV for the dk/dv kernels (one block per KV head and key tile). */
+static dim3 fa_grid(int B, int T, int heads, int rows)
 {
     const int ntiles = ZT_CEIL_DIV(T, rows);
     if (ntiles > 65535) zt_fatal("attention: sequence length %d above the CUDA kernels' limit", T);
-    return dim3((unsigned)(B * NH), (unsigned)ntiles);
+    return dim3((unsigned)(B * heads), (unsigned)ntiles);
 }
 
 /* ---- fp32 ------------------------------------------------------------------ */
 
 template <int NI>
-static void fa_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+static void fa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                       int HD)
 {
-    const size_t smem = fa_smem_bytes(C / NH, 3);
+    const size_t smem = fa_smem_bytes(HD, 3);
     zt_cuda_smem_optin((const void *)flash_forward_k<NI>, smem, "attention (fp32)");
     flash_forward_k<NI><<<fa_grid(B, T, NH, FA_TILE), FA_WARPS * 32, smem,
-                          zt_cuda_compute_stream()>>>(out, lse, qkv, T, C, NH, fa_scale(C, NH));
+                          zt_cuda_compute_stream()>>>(out, lse, qkv, T, NH, NKV, HD, fa_scale(HD));
     ZT_LAUNCHED();
 }
 
 template <int NI>
 static void fa_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                        const float *lse, int B, int T, int C, int NH)
+                        const float *lse, int B, int T, int NH, int NKV, int HD)
 {
-    const size_t smem = fa_smem_bytes(C / NH, 4);
-    const dim3 grid = fa_grid(B, T, NH, FA_TILE);
-    const float scale = fa_scale(C, NH);
+    const size_t smem = fa_smem_bytes(HD, 4);
+    const float scale = fa_scale(HD);
     cudaStream_t st = zt_cuda_compute_stream();
     zt_cuda_smem_optin((const void *)flash_backward_dq_k<NI>, smem, "attention (fp32)");
-    flash_backward_dq_k<NI><<<grid, FA_WARPS * 32, smem, st>>>(dqkv, dout, qkv, out, lse, T, C,
-                                                               NH, scale);
+    flash_backward_dq_k<NI><<<fa_grid(B, T, NH, FA_TILE), FA_WARPS * 32, smem, st>>>(
+        dqkv, dout, qkv, out, lse, T, NH, NKV, HD, scale);
     ZT_LAUNCHED();
     zt_cuda_smem_optin((const void *)flash_backward_dkv_k<NI>, smem, "attention (fp32)");
-    flash_backward_dkv_k<NI><<<grid, FA_WARPS * 32, smem, st>>>(dqkv, dout, qkv, out, lse, T, C,
-                                                                NH, scale);
+    flash_backward_dkv_k<NI><<<fa_grid(B, T, NKV, FA_TILE), FA_WARPS * 32, smem, st>>>(
+        dqkv, dout, qkv, out, lse, T, NH, NKV, HD, scale);
     ZT_LAUNCHED();
 }
 
 /* ---- bf16 tensor cores ----------------------------------------------------- */
 
 template <int NF>
-static void tc_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+static void tc_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
+                       int HD)
 {
-    const size_t smem = tc_smem_forward(C / NH);
+    const size_t smem = tc_smem_forward(HD);
     zt_cuda_smem_optin((const void *)tc_forward_k<NF>, smem, "attention (bf16)");
     tc_forward_k<NF><<<fa_grid(B, T, NH, TC_ROWS), TC_THREADS, smem,
-                       zt_cuda_compute_stream()>>>(out, lse, qkv, T, C, NH, fa_scale(C, NH));
+                       zt_cuda_compute_stream()>>>(out, lse, qkv, T, NH, NKV, fa_scale(HD));
     ZT_LAUNCHED();
 }
 
 template <int NF>
 static void tc_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                        const float *lse, int B, int T, int C, int NH)
+                        const float *lse, int B, int T, int NH, int NKV, int HD)
 {
-    const int hs = C / NH;
-    const dim3 grid = fa_grid(B, T, NH, TC_ROWS);
-    const float scale = fa_scale(C, NH);
+    const float scale = fa_scale(HD);
     cudaStream_t st = zt_cuda_compute_stream();
-    zt_cuda_smem_optin((const void *)tc_backward_dq_k<NF>, tc_smem_dq(hs), "attention (bf16)");
-    tc_backward_dq_k<NF><<<grid, TC_THREADS, tc_smem_dq(hs), st>>>(dqkv, dout, qkv, out, lse, T,
-                                                                   C, NH, scale);
+    zt_cuda_smem_optin((const void *)tc_backward_dq_k<NF>, tc_smem_dq(HD), "attention (bf16)");
+    tc_backward_dq_k<NF><<<fa_grid(B, T, NH, TC_ROWS), TC_THREADS, tc_smem_dq(HD), st>>>(
+        dqkv, dout, qkv, out, lse, T, NH, NKV, scale);
     ZT_LAUNCHED();
-    zt_cuda_smem_optin((const void *)tc_backward_dkv_k<NF>, tc_smem_dkv(hs), "attention (bf16)");
-    tc_backward_dkv_k<NF><<<grid, TC_THREADS, tc_smem_dkv(hs), st>>>(dqkv, dout, qkv, out, lse,
-                                                                     T, C, NH, scale);
+    zt_cuda_smem_optin((const void *)tc_backward_dkv_k<NF>, tc_smem_dkv(HD), "attention (bf16)");
+    tc_backward_dkv_k<NF><<<fa_grid(B, T, NKV, TC_ROWS), TC_THREADS, tc_smem_dkv(HD), st>>>(
+        dqkv, dout, qkv, out, lse, T, NH, NKV, scale);
     ZT_LAUNCHED();
 }
 
 /* ---- choice ---------------------------------------------------------------- */
 
-typedef void (*fa_forward_fn)(float *, float *, const float *, int, int, int, int);
+typedef void (*fa_forward_fn)(float *, float *, const float *, int, int, int, int, int);
 typedef void (*fa_backward_fn)(float *, const float *, const float *, const float *,
-                               const float *, int, int, int, int);
+                               const float *, int, int, int, int, int);
 /* indexed by NI - 1 = (hs - 1) / 32 */
 static const fa_forward_fn fa_forward_by_ni[FA_MAX_NI] = {
     fa_forward<1>, fa_forward<2>, fa_forward<3>, fa_forward<4>,
@@ -113,34 +114,36 @@ static const fa_backward_fn tc_backward_by_nf[TC_MAX_NF] = {
 
 /* The tensor-core kernels' NF for this head size under the current precision,
  * or 0 for the fp32 kernels. */
-static int tc_nf(int C, int NH)
+static int tc_nf(int HD)
 {
-    const int hs = C / NH;
     if (zt_cuda_matmul_precision() != ZT_MATMUL_MEDIUM) return 0;
-    return hs % 16 == 0 && hs / 16 >= 1 && hs / 16 <= TC_MAX_NF ? hs / 16 : 0;
+    return HD % 16 == 0 && HD / 16 >= 1 && HD / 16 <= TC_MAX_NF ? HD / 16 : 0;
 }
 
-static int fa_ni(int C, int NH)
+/* The fp32 kernels' NI, after checking the shape: a kernel cannot report an error. */
+static int fa_ni(int NH, int NKV, int HD)
 {
-    const int hs = C / NH;
-    if (hs < 1 || hs > 32 * FA_MAX_NI)
-        zt_fatal("attention: head size %d outside the CUDA kernels' range 1..%d", hs,
+    if (HD < 1 || HD > 32 * FA_MAX_NI)
+        zt_fatal("attention: head size %d outside the CUDA kernels' range 1..%d", HD,
                  32 * FA_MAX_NI);
-    return (hs + 31) / 32;
+    if (NKV < 1 || NH < NKV || NH % NKV != 0)
+        zt_fatal("attention: %d query heads cannot share %d key/value heads", NH, NKV);
+    return (HD + 31) / 32;
 }
 
-void zt_cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                               int NH)
+void zt_cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                               int NKV, int HD)
 {
-    const int nf = tc_nf(C, NH);
-    if (nf) tc_forward_by_nf[nf - 1](out, lse, qkv, B, T, C, NH);
-    else fa_forward_by_ni[fa_ni(C, NH) - 1](out, lse, qkv, B, T, C, NH);
+    const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
+    if (nf) tc_forward_by_nf[nf - 1](out, lse, qkv, B, T, NH, NKV, HD);
+    else fa_forward_by_ni[ni - 1](out, lse, qkv, B, T, NH, NKV, HD);
 }
 
 void zt_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                const float *out, const float *lse, int B, int T, int C, int NH)
+                                const float *out, const float *lse, int B, int T, int NH,
+                                int NKV, int HD)
 {
-    const int nf = tc_nf(C, NH);
-    if (nf) tc_backward_by_nf[nf - 1](dqkv, dout, qkv, out, lse, B, T, C, NH);
-    else fa_backward_by_ni[fa_ni(C, NH) - 1](dqkv, dout, qkv, out, lse, B, T, C, NH);
+    const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
+    if (nf) tc_backward_by_nf[nf - 1](dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
+    else fa_backward_by_ni[ni - 1](dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
 }

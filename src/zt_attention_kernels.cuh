@@ -32,6 +32,9 @@
 /* ==== fp32 on CUDA cores (train.matmul_precision = highest / high) ========= */
 
 /* Flash-style causal attention: no (B,NH,T,T) buffer, only lse (B,NH,T).
+ * Grouped-query attention: qkv rows are [q (NH hs) | k (NKV hs) | v (NKV hs)],
+ * query head h reads KV head h / (NH/NKV); the dk/dv kernels run per KV head
+ * and loop over its query heads.
  * A block of FA_WARPS warps owns one head (b,h) and one tile of FA_TILE = 32
  * rows, so a lane maps to one key (or query) of the other tile and warp
  * shuffles broadcast a probability to the lanes that own the head channels
@@ -80,15 +83,17 @@ __device__ __forceinline__ float fa_row_D(const float *dy, const float *y, int h
 
 template <int NI>
 __global__ void __launch_bounds__(FA_WARPS * 32)
-flash_forward_k(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale)
+flash_forward_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV, int HD,
+                float scale)
 {
     ZT_DYNAMIC_SMEM(float, fa_sm);
-    const int hs = C / NH, ld = hs | 1, C3 = 3 * C;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int hs = HD, ld = hs | 1, C3 = (NH + 2 * NKV) * HD, C = NH * HD;  /* qkv, out row strides */
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);  /* tiles with the most keys first */
     const int q0 = tile * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *sq = fa_sm, *sk = sq + FA_TILE * ld, *sv = sk + FA_TILE * ld;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;  // (T, hs) views, row stride 3C
+    const float *base = qkv + (size_t)b * T * C3 + h * hs;  // (T, hs) views, row stride C3
+    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
     fa_load_tile(sq, base, q0, T, hs, ld, C3);
 
     float m[FA_RPW], l[FA_RPW], acc[FA_RPW][NI];
@@ -102,8 +107,8 @@ flash_forward_k(float *out, float *lse, const float *qkv, int T, int C, int NH, 
     for (int kt = 0; kt <= tile; kt++) {  /* causal: key tiles up to the diagonal */
         const int k0 = kt * FA_TILE;
         __syncthreads();  /* the previous K/V tile is no longer read */
-        fa_load_tile(sk, base + C, k0, T, hs, ld, C3);
-        fa_load_tile(sv, base + 2 * C, k0, T, hs, ld, C3);
+        fa_load_tile(sk, kb, k0, T, hs, ld, C3);
+        fa_load_tile(sv, vb, k0, T, hs, ld, C3);
         __syncthreads();
 #pragma unroll
         for (int rr = 0; rr < FA_RPW; rr++) {
@@ -150,15 +155,16 @@ flash_forward_k(float *out, float *lse, const float *qkv, int T, int C, int NH, 
 template <int NI>
 __global__ void __launch_bounds__(FA_WARPS * 32)
 flash_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                    const float *lse, int T, int C, int NH, float scale)
+                    const float *lse, int T, int NH, int NKV, int HD, float scale)
 {
     ZT_DYNAMIC_SMEM(float, fa_sm);
-    const int hs = C / NH, ld = hs | 1, C3 = 3 * C;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int hs = HD, ld = hs | 1, C3 = (NH + 2 * NKV) * HD, C = NH * HD;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);
     const int q0 = tile * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *sq = fa_sm, *sdo = sq + FA_TILE * ld, *sk = sdo + FA_TILE * ld, *sv = sk + FA_TILE * ld;
     const float *base = qkv + (size_t)b * T * C3 + h * hs;
+    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
     const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
     fa_load_tile(sq, base, q0, T, hs, ld, C3);
     fa_load_tile(sdo, dyb, q0, T, hs, ld, C);
@@ -175,8 +181,8 @@ flash_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const floa
     for (int kt = 0; kt <= tile; kt++) {
         const int k0 = kt * FA_TILE;
         __syncthreads();
-        fa_load_tile(sk, base + C, k0, T, hs, ld, C3);
-        fa_load_tile(sv, base + 2 * C, k0, T, hs, ld, C3);
+        fa_load_tile(sk, kb, k0, T, hs, ld, C3);
+        fa_load_tile(sv, vb, k0, T, hs, ld, C3);
         __syncthreads();
 #pragma unroll
         for (int rr = 0; rr < FA_RPW; rr++) {
@@ -211,29 +217,34 @@ flash_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const floa
     }
 }
 
-/* dk, dv for one key tile, streaming the query tiles that can see it. */
+/* dk, dv for one key tile of one KV head (grid (B*NKV, tiles)), streaming the
+ * query tiles that can see it for each of the NH/NKV query heads that read the
+ * KV head in turn: one writer per dk, dv element still, no atomics. */
 template <int NI>
 __global__ void __launch_bounds__(FA_WARPS * 32)
 flash_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                     const float *lse, int T, int C, int NH, float scale)
+                     const float *lse, int T, int NH, int NKV, int HD, float scale)
 {
     ZT_DYNAMIC_SMEM(float, fa_sm);
-    const int hs = C / NH, ld = hs | 1, C3 = 3 * C;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int hs = HD, ld = hs | 1, C3 = (NH + 2 * NKV) * HD, C = NH * HD, grp = NH / NKV;
+    const int b = blockIdx.x / NKV, g = blockIdx.x % NKV;
     const int kt = (int)blockIdx.y;  /* tile 0 sees every query tile: the most work first */
     const int k0 = kt * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *sk = fa_sm, *sv = sk + FA_TILE * ld, *sq = sv + FA_TILE * ld, *sdo = sq + FA_TILE * ld;
     float *sL = sdo + FA_TILE * ld, *sD = sL + FA_TILE;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;
-    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
-    fa_load_tile(sk, base + C, k0, T, hs, ld, C3);
-    fa_load_tile(sv, base + 2 * C, k0, T, hs, ld, C3);
+    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
+    fa_load_tile(sk, kb, k0, T, hs, ld, C3);
+    fa_load_tile(sv, vb, k0, T, hs, ld, C3);
 
     float dk[FA_RPW][NI], dv[FA_RPW][NI];
 #pragma unroll
     for (int rr = 0; rr < FA_RPW; rr++)
 #pragma unroll
         for (int c = 0; c < NI; c++) dk[rr][c] = dv[rr][c] = 0.0f;
+    for (int h = g * grp; h < (g + 1) * grp; h++) {  /* the query heads of this KV head */
+    const int bh = b * NH + h;
+    const float *base = qkv + (size_t)b * T * C3 + h * hs;
+    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
     for (int qt = kt; qt < (int)gridDim.y; qt++) {  /* causal: query tiles from the diagonal */
         const int q0 = qt * FA_TILE;
         __syncthreads();
@@ -273,11 +284,12 @@ flash_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const flo
             }
         }
     }
+    }
 #pragma unroll
     for (int rr = 0; rr < FA_RPW; rr++) {
         const int j = k0 + warp * FA_RPW + rr;
         if (j >= T) continue;
-        float *dkj = dqkv + ((size_t)b * T + j) * C3 + C + h * hs, *dvj = dkj + C;
+        float *dkj = dqkv + ((size_t)b * T + j) * C3 + (NH + g) * hs, *dvj = dkj + NKV * hs;
 #pragma unroll
         for (int c = 0; c < NI; c++) {
             const int i = lane + 32 * c;
@@ -417,18 +429,20 @@ __device__ __forceinline__ int tc_visible_frags(int q, int k0, int T)
 
 template <int NF>
 __global__ void __launch_bounds__(TC_THREADS)
-tc_forward_k(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale)
+tc_forward_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV, float scale)
 {
     ZT_DYNAMIC_SMEM(unsigned char, tc_sm);
-    const int hs = NF * 16, ldh = TC_LDH(hs), ldo = TC_LDO(hs), C3 = 3 * C;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int hs = NF * 16, ldh = TC_LDH(hs), ldo = TC_LDO(hs);
+    const int C3 = (NH + 2 * NKV) * hs, C = NH * hs;  /* qkv, out row strides */
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);  /* tiles with the most keys first */
     const int q0 = tile * TC_ROWS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __nv_bfloat16 *sq = (__nv_bfloat16 *)tc_sm, *sk = sq + TC_ROWS * ldh, *sv = sk + TC_ROWS * ldh;
     float *ss = (float *)(sv + TC_ROWS * ldh);                         // (64, 64) scores
     __nv_bfloat16 *sp = (__nv_bfloat16 *)(ss + TC_ROWS * TC_LDS);      // (64, 64) probabilities
     float *so = (float *)(sp + TC_ROWS * TC_LDP);                      // (64, hs) output
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;  // (T, hs) views, row stride 3C
+    const float *base = qkv + (size_t)b * T * C3 + h * hs;  // (T, hs) views, row stride C3
+    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
     tc_load_tile(sq, base, q0, T, hs, ldh, C3);
     for (int e = threadIdx.x; e < TC_ROWS * hs; e += blockDim.x) so[(e / hs) * ldo + e % hs] = 0.0f;
 
@@ -438,8 +452,8 @@ tc_forward_k(float *out, float *lse, const float *qkv, int T, int C, int NH, flo
     for (int kt = 0; kt <= tile; kt++) {  /* causal: key tiles up to the diagonal */
         const int k0 = kt * TC_ROWS;
         __syncthreads();  /* the previous K/V tile is no longer read */
-        tc_load_tile(sk, base + C, k0, T, hs, ldh, C3);
-        tc_load_tile(sv, base + 2 * C, k0, T, hs, ldh, C3);
+        tc_load_tile(sk, kb, k0, T, hs, ldh, C3);
+        tc_load_tile(sv, vb, k0, T, hs, ldh, C3);
         __syncthreads();
         const int nkf = tc_visible_frags(q0 + w0, k0, T);
         if (nkf == 0) continue;  /* warp-uniform: rows past T */
@@ -509,11 +523,11 @@ __device__ __forceinline__ void tc_add_rows(float *dst, size_t ld_g, const tc_ac
 template <int NF>
 __global__ void __launch_bounds__(TC_THREADS)
 tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                 const float *lse, int T, int C, int NH, float scale)
+                 const float *lse, int T, int NH, int NKV, float scale)
 {
     ZT_DYNAMIC_SMEM(unsigned char, tc_sm);
-    const int hs = NF * 16, ldh = TC_LDH(hs), C3 = 3 * C;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int hs = NF * 16, ldh = TC_LDH(hs), C3 = (NH + 2 * NKV) * hs, C = NH * hs;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);
     const int q0 = tile * TC_ROWS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __nv_bfloat16 *sq = (__nv_bfloat16 *)tc_sm, *sdo = sq + TC_ROWS * ldh;
@@ -522,6 +536,7 @@ tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *
     __nv_bfloat16 *sds = (__nv_bfloat16 *)(sdp + TC_ROWS * TC_LDS);           // (64, 64)
     float *sL = (float *)(sds + TC_ROWS * TC_LDP), *sD = sL + TC_ROWS;
     const float *base = qkv + (size_t)b * T * C3 + h * hs;
+    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
     const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
     tc_load_tile(sq, base, q0, T, hs, ldh, C3);
     tc_load_tile(sdo, dyb, q0, T, hs, ldh, C);
@@ -534,8 +549,8 @@ tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *
     for (int kt = 0; kt <= tile; kt++) {
         const int k0 = kt * TC_ROWS;
         __syncthreads();
-        tc_load_tile(sk, base + C, k0, T, hs, ldh, C3);
-        tc_load_tile(sv, base + 2 * C, k0, T, hs, ldh, C3);
+        tc_load_tile(sk, kb, k0, T, hs, ldh, C3);
+        tc_load_tile(sv, vb, k0, T, hs, ldh, C3);
         __syncthreads();
         const int nkf = tc_visible_frags(q0 + w0, k0, T);
         if (nkf == 0) continue;
@@ -565,15 +580,16 @@ tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *
     tc_add_rows<NF>(dqkv + (size_t)b * T * C3 + h * hs, C3, dq, ss, TC_LDO(hs), w0, q0, T, scale);
 }
 
-/* dk, dv for one key tile, streaming the query tiles that can see it. */
+/* dk, dv for one key tile of one KV head (grid (B*NKV, tiles)), streaming the
+ * query tiles that can see it for each query head of the KV head's group in turn. */
 template <int NF>
 __global__ void __launch_bounds__(TC_THREADS)
 tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                  const float *lse, int T, int C, int NH, float scale)
+                  const float *lse, int T, int NH, int NKV, float scale)
 {
     ZT_DYNAMIC_SMEM(unsigned char, tc_sm);
-    const int hs = NF * 16, ldh = TC_LDH(hs), C3 = 3 * C;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int hs = NF * 16, ldh = TC_LDH(hs), C3 = (NH + 2 * NKV) * hs, C = NH * hs;
+    const int b = blockIdx.x / NKV, g = blockIdx.x % NKV, grp = NH / NKV;
     const int kt = (int)blockIdx.y;  /* tile 0 sees every query tile: the most work first */
     const int k0 = kt * TC_ROWS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __nv_bfloat16 *sk = (__nv_bfloat16 *)tc_sm, *sv = sk + TC_ROWS * ldh;
@@ -581,10 +597,9 @@ tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float 
     float *ss = (float *)(sdo + TC_ROWS * ldh), *sdp = ss + TC_ROWS * TC_LDS;  // (64 keys, 64 queries)
     __nv_bfloat16 *sp = (__nv_bfloat16 *)(sdp + TC_ROWS * TC_LDS), *sds = sp + TC_ROWS * TC_LDP;
     float *sL = (float *)(sds + TC_ROWS * TC_LDP), *sD = sL + TC_ROWS;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;
-    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
-    tc_load_tile(sk, base + C, k0, T, hs, ldh, C3);
-    tc_load_tile(sv, base + 2 * C, k0, T, hs, ldh, C3);
+    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
+    tc_load_tile(sk, kb, k0, T, hs, ldh, C3);
+    tc_load_tile(sv, vb, k0, T, hs, ldh, C3);
 
     const int w0 = warp * 16, r = w0 + lane / 2, half = lane % 2, j = k0 + r;  /* j: the pair's key */
     const int jw = k0 + w0;  /* the warp's first key */
@@ -594,6 +609,10 @@ tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float 
         nvcuda::wmma::fill_fragment(dk[nf], 0.0f);
         nvcuda::wmma::fill_fragment(dv[nf], 0.0f);
     }
+    for (int h = g * grp; h < (g + 1) * grp; h++) {  /* the query heads of this KV head */
+    const int bh = b * NH + h;
+    const float *base = qkv + (size_t)b * T * C3 + h * hs;
+    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
     for (int qt = kt; qt < (int)gridDim.y; qt++) {  /* causal: query tiles from the diagonal */
         const int q0 = qt * TC_ROWS;
         __syncthreads();
@@ -632,10 +651,11 @@ tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float 
             tc_gemm_ab(dk[nf], sds + w0 * TC_LDP, TC_LDP, sq + nf * 16, ldh, f_lo, f_hi);
         }
     }
+    }
     __syncthreads();  /* every warp is done with the score tiles: reuse them as scratch */
-    float *kb = dqkv + (size_t)b * T * C3 + C + h * hs;
-    tc_add_rows<NF>(kb, C3, dk, ss, TC_LDO(hs), w0, k0, T, scale);
-    tc_add_rows<NF>(kb + C, C3, dv, ss, TC_LDO(hs), w0, k0, T, 1.0f);
+    float *dkb = dqkv + (size_t)b * T * C3 + (NH + g) * hs;
+    tc_add_rows<NF>(dkb, C3, dk, ss, TC_LDO(hs), w0, k0, T, scale);
+    tc_add_rows<NF>(dkb + NKV * hs, C3, dv, ss, TC_LDO(hs), w0, k0, T, 1.0f);
 }
 
 /* Dynamic shared memory of the tensor-core kernels, in the order they carve

@@ -16,7 +16,7 @@
  * and the heuristic otherwise assumes 256.
  *
  * Reductions are deterministic (fixed-order partials, no float atomics) except
- * encoder_backward's scatter into dwte, where repeated tokens in a batch add
+ * embedding_backward's scatter into dwte, where repeated tokens in a batch add
  * through atomicAdd. The kernels themselves are in zt_kernels_cuda.cuh, with the
  * launch configuration (block shapes, grid rules) both this file and the host
  * emulation test (tests/gpu/emulate_kernels.cpp) use; this file holds the state,
@@ -338,44 +338,55 @@ static void cuda_sync(void)
     stream_wait(g_stream);
 }
 
-/* ---- encoder --------------------------------------------------------------- */
+/* ---- embedding, positional ------------------------------------------------ */
 
-
-static void cuda_encoder_forward(float *out, const int32_t *inp, const float *wte,
-                                 const float *wpe, int B, int T, int C)
+static void cuda_embedding_forward(float *out, const int32_t *inp, const float *wte, int N, int C)
 {
     ensure_init();
-    size_t n = (size_t)B * T * C;
-    encoder_forward_k<<<ELEM_LAUNCH(n)>>>(out, inp, wte, wpe, B, T, C);
+    size_t n = (size_t)N * C;
+    if (n == 0) return; /* a zero-sized grid is a launch error */
+    embedding_forward_k<<<ELEM_LAUNCH(n)>>>(out, inp, wte, N, C);
     ZT_LAUNCHED();
 }
 
+static void cuda_embedding_backward(float *dwte, const float *dout, const int32_t *inp, int N,
+                                    int C)
+{
+    ensure_init();
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    embedding_backward_k<<<ELEM_LAUNCH(n)>>>(dwte, dout, inp, N, C);
+    ZT_LAUNCHED();
+}
 
-static void cuda_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                                  const int32_t *inp, int B, int T, int C)
+static void cuda_positional_forward(float *out, const float *wpe, int B, int T, int C)
 {
     ensure_init();
     size_t n = (size_t)B * T * C;
-    if (dwte) {
-        encoder_backward_wte_k<<<ELEM_LAUNCH(n)>>>(dwte, dout, inp, B, T, C);
-        ZT_LAUNCHED();
-    }
-    if (dwpe) {
-        encoder_backward_wpe_k<<<ELEM_LAUNCH((size_t)T * C)>>>(dwpe, dout, B, T, C);
-        ZT_LAUNCHED();
-    }
+    if (n == 0) return;
+    positional_forward_k<<<ELEM_LAUNCH(n)>>>(out, wpe, B, T, C);
+    ZT_LAUNCHED();
+}
+
+static void cuda_positional_backward(float *dwpe, const float *dout, int B, int T, int C)
+{
+    ensure_init();
+    size_t n = (size_t)T * C;
+    if (n == 0) return;
+    positional_backward_k<<<ELEM_LAUNCH(n)>>>(dwpe, dout, B, T, C);
+    ZT_LAUNCHED();
 }
 
 /* ---- layernorm ------------------------------------------------------------- */
 
 
 static void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                   const float *weight, const float *bias, int N, int C)
+                                   const float *weight, const float *bias, int N, int C, float eps)
 {
     ensure_init();
     if (N <= 0 || C <= 0) return; /* a zero-sized grid is a launch error */
     layernorm_forward_k<<<ZT_CEIL_DIV(N, LN_WARPS), LN_WARPS * 32, 0, g_stream>>>(
-        out, mean, rstd, inp, weight, bias, N, C);
+        out, mean, rstd, inp, weight, bias, N, C, eps);
     ZT_LAUNCHED();
 }
 
@@ -408,6 +419,85 @@ static void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, c
         ZT_LAUNCHED();
     }
     if (dweight || dbias) colsum_accumulate(dweight, dbias, dout, inp, mean, rstd, N, C);
+}
+
+/* ---- rmsnorm, rope, swiglu ------------------------------------------------- */
+
+static void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                                 int N, int H, int D, int stride, float eps)
+{
+    ensure_init();
+    const size_t G = (size_t)N * H;
+    if (G == 0 || D <= 0) return;
+    rmsnorm_forward_k<<<(unsigned)ZT_CEIL_DIV(G, (size_t)LN_WARPS), LN_WARPS * 32, 0, g_stream>>>(
+        out, rstd, inp, weight, N, H, D, stride, eps);
+    ZT_LAUNCHED();
+}
+
+static void cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                                  const float *weight, const float *rstd, int N, int H, int D,
+                                  int stride)
+{
+    ensure_init();
+    const size_t G = (size_t)N * H;
+    if (G == 0 || D <= 0) return;
+    if (dinp) {
+        rmsnorm_backward_dinp_k<<<(unsigned)ZT_CEIL_DIV(G, (size_t)LN_WARPS), LN_WARPS * 32, 0,
+                                  g_stream>>>(dinp, dout, inp, weight, rstd, N, H, D, stride);
+        ZT_LAUNCHED();
+    }
+    if (dweight) {
+        /* the groups are the rows of a column sum: chunked partials, then in order */
+        const int chunks = zt_colsum_chunks(G > (size_t)INT32_MAX ? INT32_MAX : (int)G);
+        float *part = (float *)scratch((size_t)chunks * D * sizeof(float));
+        dim3 grid(ZT_CEIL_DIV(D, COLSUM_COLS), chunks), block(COLSUM_COLS, COLSUM_ROWS);
+        rmsnorm_dweight_partial_k<<<grid, block, 0, g_stream>>>(part, dout, inp, rstd, N, H, D,
+                                                                stride);
+        ZT_LAUNCHED();
+        colsum_final_k<<<ZT_CEIL_DIV(D, COLSUM_FINAL_THREADS), COLSUM_FINAL_THREADS, 0, g_stream>>>(
+            dweight, NULL, part, part, chunks, D);
+        ZT_LAUNCHED();
+    }
+}
+
+static void rope_launch(float *x, const float *inv_freq, const int32_t *positions, int B, int T,
+                        int H, int D, int stride, float sign)
+{
+    ensure_init();
+    const size_t n = (size_t)B * T * (D / 2);
+    if (n == 0 || H <= 0) return;
+    rope_k<<<ELEM_LAUNCH(n)>>>(x, inv_freq, positions, B, T, H, D, stride, sign);
+    ZT_LAUNCHED();
+}
+
+static void cuda_rope_forward(float *x, const float *inv_freq, const int32_t *positions, int B,
+                              int T, int H, int D, int stride)
+{
+    rope_launch(x, inv_freq, positions, B, T, H, D, stride, 1.0f);
+}
+
+static void cuda_rope_backward(float *dx, const float *inv_freq, const int32_t *positions, int B,
+                               int T, int H, int D, int stride)
+{
+    rope_launch(dx, inv_freq, positions, B, T, H, D, stride, -1.0f);
+}
+
+static void cuda_swiglu_forward(float *out, const float *gu, int N, int NI)
+{
+    ensure_init();
+    const size_t n = (size_t)N * NI;
+    if (n == 0) return;
+    swiglu_forward_k<<<ELEM_LAUNCH(n)>>>(out, gu, N, NI);
+    ZT_LAUNCHED();
+}
+
+static void cuda_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int NI)
+{
+    ensure_init();
+    const size_t n = (size_t)N * NI;
+    if (n == 0) return;
+    swiglu_backward_k<<<ELEM_LAUNCH(n)>>>(dgu, dout, gu, N, NI);
+    ZT_LAUNCHED();
 }
 
 /* ---- matmul (cuBLASLt) ----------------------------------------------------- */
@@ -995,10 +1085,18 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .wait_downloads = cuda_wait_downloads,
     .wait_uploads = cuda_wait_uploads,
     .set_matmul_precision = cuda_set_matmul_precision,
-    .encoder_forward = cuda_encoder_forward,
-    .encoder_backward = cuda_encoder_backward,
+    .embedding_forward = cuda_embedding_forward,
+    .embedding_backward = cuda_embedding_backward,
+    .positional_forward = cuda_positional_forward,
+    .positional_backward = cuda_positional_backward,
     .layernorm_forward = cuda_layernorm_forward,
     .layernorm_backward = cuda_layernorm_backward,
+    .rmsnorm_forward = cuda_rmsnorm_forward,
+    .rmsnorm_backward = cuda_rmsnorm_backward,
+    .rope_forward = cuda_rope_forward,
+    .rope_backward = cuda_rope_backward,
+    .swiglu_forward = cuda_swiglu_forward,
+    .swiglu_backward = cuda_swiglu_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
     .matmul_gelu_forward = cuda_matmul_gelu_forward,

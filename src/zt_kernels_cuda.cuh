@@ -84,43 +84,47 @@ __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2
     else s += s2 * expf(m2 - m);
 }
 
-/* ---- encoder --------------------------------------------------------------- */
+/* ---- embedding, positional ------------------------------------------------ */
 
-__global__ void encoder_forward_k(float *out, const int32_t *inp, const float *wte,
-                                  const float *wpe, int B, int T, int C)
+/* out (N,C) = wte[inp] */
+__global__ void embedding_forward_k(float *out, const int32_t *inp, const float *wte, int N, int C)
 {
-    size_t n = (size_t)B * T * C;
+    size_t n = (size_t)N * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t bt = i / C;
-        int c = (int)(i % C), t = (int)(bt % T);
-        out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = wte[(size_t)inp[i / C] * C + i % C];
 }
 
 /* dwte rows are scattered by token id: the same token may appear many times, so
  * atomics (order-dependent in the last bits). */
-__global__ void encoder_backward_wte_k(float *dwte, const float *dout, const int32_t *inp,
-                                       int B, int T, int C)
+__global__ void embedding_backward_k(float *dwte, const float *dout, const int32_t *inp, int N,
+                                     int C)
 {
-    size_t n = (size_t)B * T * C;
+    size_t n = (size_t)N * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t bt = i / C;
-        int c = (int)(i % C);
-        atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        atomicAdd(&dwte[(size_t)inp[i / C] * C + i % C], dout[i]);
 }
 
-/* dwpe[t] sums over the batch in a fixed order: deterministic. */
-__global__ void encoder_backward_wpe_k(float *dwpe, const float *dout, int B, int T, int C)
+/* out (B,T,C) += wpe[t]: one add, the CPU's, so bit-identical */
+__global__ void positional_forward_k(float *out, const float *wpe, int B, int T, int C)
+{
+    size_t n = (size_t)B * T * C, tc = (size_t)T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] += wpe[i % tc];
+}
+
+/* dwpe[t] += dout[b,t] for b = 0, 1, ... in turn onto the running value, the
+ * CPU's order: deterministic and bit-identical with it. */
+__global__ void positional_backward_k(float *dwpe, const float *dout, int B, int T, int C)
 {
     size_t n = (size_t)T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float acc = 0.0f;
-        for (int b = 0; b < B; b++) acc += dout[(size_t)b * T * C + i];
-        dwpe[i] += acc;
+        float acc = dwpe[i];
+        for (int b = 0; b < B; b++) acc += dout[(size_t)b * n + i];
+        dwpe[i] = acc;
     }
 }
 
@@ -129,7 +133,7 @@ __global__ void encoder_backward_wpe_k(float *dwpe, const float *dout, int B, in
 /* One warp per row; two passes over the row (mean, then centred variance) as the
  * CPU reference does, rather than E[x^2] - E[x]^2, which cancels badly. */
 __global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp,
-                                    const float *w, const float *b, int N, int C)
+                                    const float *w, const float *b, int N, int C, float eps)
 {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -140,7 +144,7 @@ __global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const 
     float m = warp_sum(s) / C;
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) { float d = x[c] - m; v += d * d; }
-    float r = rsqrtf(warp_sum(v) / C + 1e-5f);
+    float r = rsqrtf(warp_sum(v) / C + eps);
     float *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
         float y = (x[c] - m) * r * w[c];
@@ -174,6 +178,138 @@ __global__ void layernorm_backward_dinp_k(float *dinp, const float *dout, const 
     for (int c = lane; c < C; c += 32) {
         float g = dy[c] * w[c], xh = (x[c] - m) * r;
         dx[c] += r * (g - a - xh * bsum);
+    }
+}
+
+/* ---- rmsnorm --------------------------------------------------------------- */
+
+/* Group g = n*H + h of an rmsnorm: D channels at n*stride + h*D. */
+__device__ __forceinline__ size_t rms_offset(size_t g, int H, int D, int stride)
+{
+    return g / H * (size_t)stride + g % H * (size_t)D;
+}
+
+/* One warp per group (LN_WARPS groups per block): the sum of squares in fp32 as
+ * the CPU backend (and HF's float32 mean), rstd = 1/sqrt(mean + eps) with a
+ * correctly rounded division as the CPU's, out = w * (x * rstd). */
+__global__ void rmsnorm_forward_k(float *out, float *rstd, const float *inp, const float *w, int N,
+                                  int H, int D, int stride, float eps)
+{
+    const size_t g = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (g >= (size_t)N * H) return;
+    const size_t off = rms_offset(g, H, D, stride);
+    const float *x = inp + off;
+    float ss = 0.0f;
+    for (int c = lane; c < D; c += 32) ss += x[c] * x[c];
+    const float r = 1.0f / sqrtf(warp_sum(ss) / D + eps);
+    float *o = out + off;
+    for (int c = lane; c < D; c += 32) o[c] = w[c] * (x[c] * r);
+    if (lane == 0) rstd[g] = r;
+}
+
+/* dinp += r (w dy) - x r^3 mean(w dy x) ; warp per group */
+__global__ void rmsnorm_backward_dinp_k(float *dinp, const float *dout, const float *inp,
+                                        const float *w, const float *rstd, int N, int H, int D,
+                                        int stride)
+{
+    const size_t g = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (g >= (size_t)N * H) return;
+    const size_t off = rms_offset(g, H, D, stride);
+    const float *x = inp + off, *dy = dout + off;
+    const float r = rstd[g];
+    float s = 0.0f;
+    for (int c = lane; c < D; c += 32) s += w[c] * dy[c] * x[c];
+    const float k = warp_sum(s) / D * r * r * r;
+    float *dx = dinp + off;
+    for (int c = lane; c < D; c += 32) dx[c] += w[c] * dy[c] * r - x[c] * k;
+}
+
+/* dweight partials: colsum_partial_k's scheme (a block per column tile and row
+ * chunk, fixed order) over the N*H groups as rows, summing dy * (x * rstd);
+ * colsum_final_k then adds the chunks into dweight. */
+__global__ void rmsnorm_dweight_partial_k(float *part, const float *dout, const float *inp,
+                                          const float *rstd, int N, int H, int D, int stride)
+{
+    __shared__ float sw[COLSUM_ROWS][COLSUM_COLS + 1];
+    const int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
+    const size_t G = (size_t)N * H, per = (G + gridDim.y - 1) / gridDim.y;
+    const size_t g0 = blockIdx.y * per, g1 = g0 + per < G ? g0 + per : G;
+    float aw = 0.0f;
+    if (c < D)
+        for (size_t g = g0 + threadIdx.y; g < g1; g += COLSUM_ROWS) {
+            const size_t off = rms_offset(g, H, D, stride) + c;
+            aw += dout[off] * (inp[off] * rstd[g]);
+        }
+    sw[threadIdx.y][threadIdx.x] = aw;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < D) {
+        for (int k = 1; k < COLSUM_ROWS; k++) aw += sw[k][threadIdx.x];
+        part[(size_t)blockIdx.y * D + c] = aw;
+    }
+}
+
+/* ---- rope ------------------------------------------------------------------ */
+
+/* One thread per (row, frequency i < D/2), looping over the H heads, so each
+ * angle's cos and sin are computed once per row as on the CPU: the angle is the
+ * fp32 product pos * inv_freq[i], then cosf, sinf. sign = +1 rotates by +a
+ * (forward), -1 by -a (backward, the transpose). */
+__global__ void rope_k(float *x, const float *inv_freq, const int32_t *positions, int B, int T,
+                       int H, int D, int stride, float sign)
+{
+    const int half = D / 2;
+    const size_t n = (size_t)B * T * half;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = e / half;
+        const int i = (int)(e % half);
+        const float pos = (float)(positions ? positions[r] : (int32_t)(r % T));
+        const float a = pos * inv_freq[i];
+        const float cs = cosf(a), sn = sign * sinf(a);
+        for (int h = 0; h < H; h++) {
+            float *x1 = x + r * stride + (size_t)h * D + i, *x2 = x1 + half;
+            const float a1 = *x1, a2 = *x2;
+            *x1 = a1 * cs - a2 * sn;
+            *x2 = a2 * cs + a1 * sn;
+        }
+    }
+}
+
+/* ---- swiglu ---------------------------------------------------------------- */
+
+/* sigmoid from e = exp(-|x|) <= 1: no overflow for any x, as the CPU's */
+__device__ __forceinline__ float zt_sigmoidf(float x)
+{
+    const float e = expf(-fabsf(x)), inv = 1.0f / (1.0f + e);
+    return x >= 0.0f ? inv : e * inv;
+}
+
+/* gu (N,2I) = [gate | up] -> out (N,I) = silu(gate) * up */
+__global__ void swiglu_forward_k(float *out, const float *gu, int N, int NI)
+{
+    const size_t n = (size_t)N * NI;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = e / NI, i = e % NI;
+        const float g = gu[r * 2 * NI + i], u = gu[r * 2 * NI + NI + i];
+        out[e] = g * zt_sigmoidf(g) * u;
+    }
+}
+
+/* dgu = [dout up silu'(gate) | dout silu(gate)], overwritten; each thread reads
+ * its gate and up before writing the same two elements, so dgu may be gu. */
+__global__ void swiglu_backward_k(float *dgu, const float *dout, const float *gu, int N, int NI)
+{
+    const size_t n = (size_t)N * NI;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = e / NI, i = e % NI, o = r * 2 * NI + i;
+        const float g = gu[o], u = gu[o + NI], dy = dout[e];
+        const float s = zt_sigmoidf(g);
+        dgu[o] = dy * u * (s + g * s * (1.0f - s));
+        dgu[o + NI] = dy * (g * s);
     }
 }
 

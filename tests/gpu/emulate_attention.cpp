@@ -3,8 +3,8 @@
  * Runs the kernel source of src/zt_attention_kernels.cuh through the host
  * emulator (cuda_emul.h: every CUDA thread a coroutine, blocks in turn), so
  * that the fp32 and the bf16 tensor-core kernels are checked on every machine,
- * GPU or not. Per shape (odd T, T below one tile, several tiles; head sizes 16
- * to 128):
+ * GPU or not. Per shape (odd T, T below one tile, several tiles; head sizes 12
+ * to 256; NKV = NH and grouped-query NKV < NH, down to 1):
  *   - out, lse from the forward and dqkv (+=, from random initial values) from
  *     the backward against zt_backend_cpu (the backward gets the CPU's out and
  *     lse on both sides). Bounds: fp32 kernels 2e-5 / 5e-5 as in
@@ -55,59 +55,76 @@ static bool same_bits(const std::vector<float> &a, const std::vector<float> &b)
     return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-static float kscale(int C, int NH) { return 1.0f / sqrtf((float)(C / NH)); }
+static float kscale(int HD) { return 1.0f / sqrtf((float)HD); }
 static unsigned ntiles(int T, int rows) { return (unsigned)((T + rows - 1) / rows); }
 
 /* ---- the kernels through the emulator -------------------------------------- */
 
-typedef void (*fwd_fn)(float *, float *, const float *, int, int, int, int, unsigned);
+/* grids as zt_attention_cuda.cu launches them: (B*NH, tiles) for the forward and
+ * dq kernels, (B*NKV, tiles) for the dk/dv kernels */
+typedef void (*fwd_fn)(float *, float *, const float *, int, int, int, int, int, unsigned);
 typedef void (*bwd_fn)(float *, const float *, const float *, const float *, const float *, int,
-                       int, int, int, unsigned);
+                       int, int, int, int, unsigned);
 
 template <int NF>
-static void tc_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, unsigned sch)
+static void tc_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int HD,
+                   unsigned sch)
 {
-    const float sc = kscale(C, NH);
-    zt_emu::launch(dim3(B * NH, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_forward(C / NH),
-                   [=] { tc_forward_k<NF>(out, lse, qkv, T, C, NH, sc); }, sch);
+    const float sc = kscale(HD);
+    zt_emu::launch(dim3(B * NH, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_forward(HD),
+                   [=] { tc_forward_k<NF>(out, lse, qkv, T, NH, NKV, sc); }, sch);
 }
 template <int NF>
 static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                   const float *lse, int B, int T, int C, int NH, unsigned sch)
+                   const float *lse, int B, int T, int NH, int NKV, int HD, unsigned sch)
 {
-    const float sc = kscale(C, NH);
-    const dim3 grid(B * NH, ntiles(T, TC_ROWS));
-    zt_emu::launch(grid, dim3(TC_THREADS), tc_smem_dq(C / NH),
-                   [=] { tc_backward_dq_k<NF>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
-    zt_emu::launch(grid, dim3(TC_THREADS), tc_smem_dkv(C / NH),
-                   [=] { tc_backward_dkv_k<NF>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
+    const float sc = kscale(HD);
+    zt_emu::launch(dim3(B * NH, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_dq(HD),
+                   [=] { tc_backward_dq_k<NF>(dqkv, dout, qkv, out, lse, T, NH, NKV, sc); }, sch);
+    zt_emu::launch(dim3(B * NKV, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_dkv(HD),
+                   [=] { tc_backward_dkv_k<NF>(dqkv, dout, qkv, out, lse, T, NH, NKV, sc); }, sch);
 }
 template <int NI>
-static void fa_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, unsigned sch)
+static void fa_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int HD,
+                   unsigned sch)
 {
-    const float sc = kscale(C, NH);
-    zt_emu::launch(dim3(B * NH, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), fa_smem_bytes(C / NH, 3),
-                   [=] { flash_forward_k<NI>(out, lse, qkv, T, C, NH, sc); }, sch);
+    const float sc = kscale(HD);
+    zt_emu::launch(dim3(B * NH, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), fa_smem_bytes(HD, 3),
+                   [=] { flash_forward_k<NI>(out, lse, qkv, T, NH, NKV, HD, sc); }, sch);
 }
 template <int NI>
 static void fa_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                   const float *lse, int B, int T, int C, int NH, unsigned sch)
+                   const float *lse, int B, int T, int NH, int NKV, int HD, unsigned sch)
 {
-    const float sc = kscale(C, NH);
-    const dim3 grid(B * NH, ntiles(T, FA_TILE));
-    const size_t smem = fa_smem_bytes(C / NH, 4);
-    zt_emu::launch(grid, dim3(FA_WARPS * 32), smem,
-                   [=] { flash_backward_dq_k<NI>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
-    zt_emu::launch(grid, dim3(FA_WARPS * 32), smem,
-                   [=] { flash_backward_dkv_k<NI>(dqkv, dout, qkv, out, lse, T, C, NH, sc); }, sch);
+    const float sc = kscale(HD);
+    const size_t smem = fa_smem_bytes(HD, 4);
+    zt_emu::launch(dim3(B * NH, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), smem,
+                   [=] { flash_backward_dq_k<NI>(dqkv, dout, qkv, out, lse, T, NH, NKV, HD, sc); },
+                   sch);
+    zt_emu::launch(dim3(B * NKV, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), smem,
+                   [=] { flash_backward_dkv_k<NI>(dqkv, dout, qkv, out, lse, T, NH, NKV, HD, sc); },
+                   sch);
 }
 
 static const fwd_fn tc_fwd_by_nf[TC_MAX_NF] = {tc_fwd<1>, tc_fwd<2>, tc_fwd<3>, tc_fwd<4>,
                                                tc_fwd<5>, tc_fwd<6>, tc_fwd<7>, tc_fwd<8>};
 static const bwd_fn tc_bwd_by_nf[TC_MAX_NF] = {tc_bwd<1>, tc_bwd<2>, tc_bwd<3>, tc_bwd<4>,
                                                tc_bwd<5>, tc_bwd<6>, tc_bwd<7>, tc_bwd<8>};
-static const fwd_fn fa_fwd_by_ni[4] = {fa_fwd<1>, fa_fwd<2>, fa_fwd<3>, fa_fwd<4>};
-static const bwd_fn fa_bwd_by_ni[4] = {fa_bwd<1>, fa_bwd<2>, fa_bwd<3>, fa_bwd<4>};
+static const fwd_fn fa_fwd_by_ni[FA_MAX_NI] = {fa_fwd<1>, fa_fwd<2>, fa_fwd<3>, fa_fwd<4>,
+                                               fa_fwd<5>, fa_fwd<6>, fa_fwd<7>, fa_fwd<8>};
+static const bwd_fn fa_bwd_by_ni[FA_MAX_NI] = {fa_bwd<1>, fa_bwd<2>, fa_bwd<3>, fa_bwd<4>,
+                                               fa_bwd<5>, fa_bwd<6>, fa_bwd<7>, fa_bwd<8>};
+
+/* qkv row layout: row stride, and the channel offsets of query head h and of the
+ * key and value of the KV head it reads */
+struct layout {
+    int NH, NKV, HD;
+    int qs() const { return (NH + 2 * NKV) * HD; }
+    int os() const { return NH * HD; }
+    int q(int h) const { return h * HD; }
+    int k(int h) const { return (NH + h / (NH / NKV)) * HD; }
+    int v(int h) const { return (NH + NKV + h / (NH / NKV)) * HD; }
+};
 
 /* ---- the bf16-rounding reference ----------------------------------------- *
  *
@@ -132,10 +149,10 @@ static float dot16(const float *a, const float *b, int n)
 /* out, lse with p rounded relative to the running max of each 64-key tile, as
  * the tensor-core forward does */
 static void ref_forward_bf16(std::vector<double> &out, std::vector<double> &lse,
-                             const std::vector<float> &qkv, int B, int T, int C, int NH)
+                             const std::vector<float> &qkv, int B, int T, const layout &L)
 {
-    const int hs = C / NH, C3 = 3 * C;
-    const float sc = kscale(C, NH);
+    const int NH = L.NH, hs = L.HD, C3 = L.qs(), C = L.os();
+    const float sc = kscale(hs);
     out.assign((size_t)B * T * C, 0.0);
     lse.assign((size_t)B * NH * T, 0.0);
     std::vector<double> acc(hs);
@@ -143,7 +160,7 @@ static void ref_forward_bf16(std::vector<double> &out, std::vector<double> &lse,
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const float *q = &qkv[((size_t)b * T + t) * C3 + h * hs];
+                const float *q = &qkv[((size_t)b * T + t) * C3 + L.q(h)];
                 float m = -INFINITY;
                 double l = 0.0;
                 std::fill(acc.begin(), acc.end(), 0.0);
@@ -151,7 +168,7 @@ static void ref_forward_bf16(std::vector<double> &out, std::vector<double> &lse,
                     const int n = std::min(TC_ROWS, t + 1 - k0);
                     float mx = -INFINITY;
                     for (int jj = 0; jj < n; jj++) {
-                        s[jj] = dot16(q, &qkv[((size_t)b * T + k0 + jj) * C3 + C + h * hs], hs) * sc;
+                        s[jj] = dot16(q, &qkv[((size_t)b * T + k0 + jj) * C3 + L.k(h)], hs) * sc;
                         mx = std::max(mx, s[jj]);
                     }
                     const float mnew = std::max(m, mx), corr = m == -INFINITY ? 0.0f : expf(m - mnew);
@@ -159,7 +176,7 @@ static void ref_forward_bf16(std::vector<double> &out, std::vector<double> &lse,
                     for (int i = 0; i < hs; i++) acc[i] *= corr;
                     for (int jj = 0; jj < n; jj++) {
                         const float p = expf(s[jj] - mnew);
-                        const float *v = &qkv[((size_t)b * T + k0 + jj) * C3 + 2 * C + h * hs];
+                        const float *v = &qkv[((size_t)b * T + k0 + jj) * C3 + L.v(h)];
                         sum += p;
                         for (int i = 0; i < hs; i++) acc[i] += (double)b16(p) * b16(v[i]);
                     }
@@ -175,20 +192,20 @@ static void ref_forward_bf16(std::vector<double> &out, std::vector<double> &lse,
  * backward rounds them */
 static void ref_backward_bf16(std::vector<double> &dqkv, const std::vector<float> &dout,
                               const std::vector<float> &qkv, const std::vector<float> &out,
-                              const std::vector<float> &lse, int B, int T, int C, int NH)
+                              const std::vector<float> &lse, int B, int T, const layout &lay)
 {
-    const int hs = C / NH, C3 = 3 * C;
-    const float sc = kscale(C, NH);
+    const int NH = lay.NH, hs = lay.HD, C3 = lay.qs(), C = lay.os();
+    const float sc = kscale(hs);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const size_t qt = ((size_t)b * T + t) * C3 + h * hs, ot = ((size_t)b * T + t) * C + h * hs;
+                const size_t qt = ((size_t)b * T + t) * C3 + lay.q(h), ot = ((size_t)b * T + t) * C + h * hs;
                 float De = 0.0f, Do = 0.0f;
                 for (int i = 0; i < hs; i += 2) De += dout[ot + i] * out[ot + i];
                 for (int i = 1; i < hs; i += 2) Do += dout[ot + i] * out[ot + i];
                 const float D = De + Do, L = lse[((size_t)b * NH + h) * T + t];
                 for (int j = 0; j <= t; j++) {
-                    const size_t kj = ((size_t)b * T + j) * C3 + C + h * hs, vj = kj + C;
+                    const size_t kj = ((size_t)b * T + j) * C3 + lay.k(h), vj = ((size_t)b * T + j) * C3 + lay.v(h);
                     const float p = expf(dot16(&qkv[qt], &qkv[kj], hs) * sc - L);
                     const float ds = p * (dot16(&dout[ot], &qkv[vj], hs) - D);
                     const double pb = b16(p), dsb = b16(ds);
@@ -207,28 +224,30 @@ static const unsigned schedules[] = {zt_emu::ASCENDING, zt_emu::DESCENDING, zt_e
 
 /* ---- one shape --------------------------------------------------------------- */
 
-static void attention_case(bool tc, int B, int T, int C, int NH)
+static void attention_case(bool tc, int B, int T, int NH, int NKV, int hs)
 {
-    const int hs = C / NH;
-    const char *kind = tc ? "bf16 tc" : "fp32";
+    const layout L = {NH, NKV, hs};
+    const int C = L.os();
+    char kind[32];
+    snprintf(kind, sizeof kind, "%s NH%d/%d", tc ? "bf16 tc" : "fp32", NH, NKV);
     const double bo = tc ? TC_BOUND_FP32 : 2e-5, bb = tc ? TC_BOUND_FP32 : 5e-5;
     const fwd_fn fwd = tc ? tc_fwd_by_nf[hs / 16 - 1] : fa_fwd_by_ni[(hs - 1) / 32];
     const bwd_fn bwd = tc ? tc_bwd_by_nf[hs / 16 - 1] : fa_bwd_by_ni[(hs - 1) / 32];
 
-    std::vector<float> qkv = rand_vec((size_t)B * T * 3 * C, -2, 2);
+    std::vector<float> qkv = rand_vec((size_t)B * T * L.qs(), -2, 2);
     std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T);
-    zt_backend_cpu.attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    zt_backend_cpu.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, hs);
     std::vector<float> eout[NSCHED], else_[NSCHED];
     for (int k = 0; k < NSCHED; k++) {
         eout[k].assign(out.size(), NAN);
         else_[k].assign(lse.size(), NAN);
-        fwd(eout[k].data(), else_[k].data(), qkv.data(), B, T, C, NH, schedules[k]);
+        fwd(eout[k].data(), else_[k].data(), qkv.data(), B, T, NH, NKV, hs, schedules[k]);
     }
     row(rel_err(eout[0], out), bo, "%s fwd out T%d hs%d", kind, T, hs);
     row(rel_err(else_[0], lse), bo, "%s fwd lse T%d hs%d", kind, T, hs);
     if (tc) {
         std::vector<double> rout, rlse;
-        ref_forward_bf16(rout, rlse, qkv, B, T, C, NH);
+        ref_forward_bf16(rout, rlse, qkv, B, T, L);
         row(rel_err(eout[0], rout), TC_BOUND_BF16REF, "%s fwd out T%d hs%d vs bf16 ref", kind, T,
             hs);
         row(rel_err(else_[0], rlse), TC_BOUND_BF16REF, "%s fwd lse T%d hs%d vs bf16 ref", kind, T, hs);
@@ -240,16 +259,16 @@ static void attention_case(bool tc, int B, int T, int C, int NH)
     std::vector<float> dout = rand_vec((size_t)B * T * C, -1, 1);
     std::vector<float> dqkv0 = rand_vec(qkv.size(), -1, 1), dqkv = dqkv0, edq[NSCHED];
     zt_backend_cpu.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
-                                      B, T, C, NH);
+                                      B, T, NH, NKV, hs);
     for (int k = 0; k < NSCHED; k++) {
         edq[k] = dqkv0;
-        bwd(edq[k].data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
+        bwd(edq[k].data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NKV, hs,
             schedules[k]);
     }
     row(rel_err(edq[0], dqkv), bb, "%s bwd dqkv += T%d hs%d", kind, T, hs);
     if (tc) {
         std::vector<double> rdq(dqkv0.begin(), dqkv0.end());
-        ref_backward_bf16(rdq, dout, qkv, out, lse, B, T, C, NH);
+        ref_backward_bf16(rdq, dout, qkv, out, lse, B, T, L);
         row(rel_err(edq[0], rdq), TC_BOUND_BF16REF, "%s bwd dqkv += T%d hs%d vs bf16 ref", kind, T, hs);
     }
     same = true;
@@ -265,17 +284,24 @@ int main(void)
     printf("  %-44s %12s %10s  %s\n", "kernel / output", "rel.err", "bound", "verdict");
     /* tensor cores: T = 1 (one key), 17 (inside one tile), 64 (exactly one),
      * 100, 131 and 257 (tiles cut by T), 70 with hs = 48 (NF = 3); hs 16..128 */
-    attention_case(true, 2, 1, 128, 2);
-    attention_case(true, 2, 17, 32, 2);
-    attention_case(true, 1, 64, 64, 2);
-    attention_case(true, 2, 100, 128, 2);
-    attention_case(true, 1, 131, 256, 2);
-    attention_case(true, 1, 70, 144, 3);
-    attention_case(true, 1, 257, 64, 1);  /* five tiles, the last with one row */
+    attention_case(true, 2, 1, 2, 2, 64);
+    attention_case(true, 2, 17, 2, 2, 16);
+    attention_case(true, 1, 64, 2, 2, 32);
+    attention_case(true, 2, 100, 2, 2, 64);
+    attention_case(true, 1, 131, 2, 2, 128);
+    attention_case(true, 1, 70, 3, 3, 48);
+    attention_case(true, 1, 257, 1, 1, 64);  /* five tiles, the last with one row */
+    /* grouped-query: 4 query heads on 2 KV heads, on 1 (multi-query) */
+    attention_case(true, 2, 70, 4, 2, 32);
+    attention_case(true, 1, 100, 4, 1, 16);
     /* fp32 (the kernels of precision highest/high): hs 20 (idle lanes), 64, 128 */
-    attention_case(false, 1, 17, 40, 2);
-    attention_case(false, 1, 45, 128, 2);
-    attention_case(false, 1, 40, 256, 2);
+    attention_case(false, 1, 17, 2, 2, 20);
+    attention_case(false, 1, 45, 2, 2, 64);
+    attention_case(false, 1, 40, 2, 2, 128);
+    /* fp32 grouped-query, head sizes unrelated to 32: 12 (NKV 2), 40 (NKV 1), 256 */
+    attention_case(false, 2, 37, 4, 2, 12);
+    attention_case(false, 1, 70, 6, 1, 40);
+    attention_case(false, 1, 33, 4, 2, 256);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     printf("%d comparisons, %d failed (%.1f s, %lu coroutine switches)\n", n_rows, n_bad, secs,

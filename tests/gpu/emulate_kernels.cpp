@@ -13,7 +13,8 @@
  * longer than a warp or block, n = 1. Bounds by kind (normwise relative error
  * max |got - ref| / max |ref|, u = 2^-24 the fp32 unit roundoff):
  *   - bit-exact where both backends do the same single IEEE operation per
- *     element (encoder forward, residual, accumulate, scale) or are defined to
+ *     element (embedding and positional forward, positional backward's sum in
+ *     the same order, residual, accumulate, scale) or are defined to
  *     agree bitwise (bf16 and fp16 conversions, NaN sign and payload included;
  *     include/zt_bf16.h, zt_fp16.h), and for all_finite's flag;
  *   - 1e-6 where the two differ by a few roundings per element (a different
@@ -86,48 +87,59 @@ template <class K> static void grid_stride(size_t n, unsigned threads, unsigned 
     zt_emu::launch(dim3(zt_grid_for(n, (int)threads, SMS)), dim3(threads), 0, kernel, sch);
 }
 
-/* ---- encoder --------------------------------------------------------------- */
+/* ---- embedding, positional ------------------------------------------------ */
 
-static void encoder_case(int B, int T, int C, int V)
+static void embedding_case(int B, int T, int C, int V)
 {
     char what[64];
-    snprintf(what, sizeof what, "encoder B%d T%d C%d V%d", B, T, C, V);
+    snprintf(what, sizeof what, "embedding+positional B%d T%d C%d V%d", B, T, C, V);
     const size_t n = (size_t)B * T * C;
+    const int N = B * T;
     std::vector<float> wte = rand_vec((size_t)V * C, -1, 1), wpe = rand_vec((size_t)T * C, -1, 1);
-    std::vector<int32_t> inp((size_t)B * T);
+    std::vector<int32_t> inp((size_t)N);
     for (auto &t : inp) t = (int32_t)(urand() % (uint32_t)V);  /* V < B T: tokens repeat */
-    std::vector<float> ref(n), out;
-    H->encoder_forward(ref.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+    std::vector<float> ref(n), out, pref, pout;
+    H->embedding_forward(ref.data(), inp.data(), wte.data(), N, C);
     under_schedules(what, [&](unsigned sch) {
         out.assign(n, NAN);
-        grid_stride(n, ELEM_THREADS, sch, [&] {
-            encoder_forward_k(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
-        });
+        grid_stride(n, ELEM_THREADS, sch,
+                    [&] { embedding_forward_k(out.data(), inp.data(), wte.data(), N, C); });
         return bytes(out);
     });
-    row(bit_diffs(out, ref), EXACT, "%s fwd out (bitwise)", what);
+    row(bit_diffs(out, ref), EXACT, "%s embedding fwd (bitwise)", what);
+    /* positional +=, onto the embedding output as the model does */
+    pref = ref;
+    H->positional_forward(pref.data(), wpe.data(), B, T, C);
+    under_schedules(what, [&](unsigned sch) {
+        pout = ref;
+        grid_stride(n, ELEM_THREADS, sch,
+                    [&] { positional_forward_k(pout.data(), wpe.data(), B, T, C); });
+        return bytes(pout);
+    });
+    row(bit_diffs(pout, pref), EXACT, "%s positional fwd += (bitwise)", what);
 
     /* backward: += onto random gradients */
     std::vector<float> dout = rand_vec(n, -1, 1), dwte0 = rand_vec(wte.size(), -1, 1),
                        dwpe0 = rand_vec(wpe.size(), -1, 1);
     std::vector<float> rdwte = dwte0, rdwpe = dwpe0, dwte, dwpe;
-    H->encoder_backward(rdwte.data(), rdwpe.data(), dout.data(), inp.data(), B, T, C);
+    H->embedding_backward(rdwte.data(), dout.data(), inp.data(), N, C);
+    H->positional_backward(rdwpe.data(), dout.data(), B, T, C);
     double wte_err = 0.0;
     under_schedules(what, [&](unsigned sch) {
         dwpe = dwpe0;
         grid_stride((size_t)T * C, ELEM_THREADS, sch,
-                    [&] { encoder_backward_wpe_k(dwpe.data(), dout.data(), B, T, C); });
+                    [&] { positional_backward_k(dwpe.data(), dout.data(), B, T, C); });
         return bytes(dwpe);
     });
-    row(rel_err(dwpe, rdwpe), 1e-6, "%s bwd dwpe +=", what);
+    row(bit_diffs(dwpe, rdwpe), EXACT, "%s positional bwd dwpe += (bitwise)", what);
     under_schedules(what, [&](unsigned sch) {
         dwte = dwte0;
         grid_stride(n, ELEM_THREADS, sch,
-                    [&] { encoder_backward_wte_k(dwte.data(), dout.data(), inp.data(), B, T, C); });
+                    [&] { embedding_backward_k(dwte.data(), dout.data(), inp.data(), N, C); });
         wte_err = std::max(wte_err, rel_err(dwte, rdwte));
         return bytes(dwte);
     }, false);
-    row(wte_err, 1e-5, "%s bwd dwte += (atomics, worst schedule)", what);
+    row(wte_err, 1e-5, "%s embedding bwd dwte += (atomics, worst schedule)", what);
 }
 
 /* ---- layernorm and the column sums --------------------------------------------- */
@@ -148,36 +160,37 @@ static void colsum(float *dw, float *db, const float *dout, const float *inp, co
                    [=] { colsum_final_k(dw, db, part_w, part_b, chunks, C); }, sch);
 }
 
-static void layernorm_case(int N, int C)
+static void layernorm_case(int N, int C, float eps = 1e-5f)
 {
     char what[64];
-    snprintf(what, sizeof what, "layernorm N%d C%d", N, C);
+    snprintf(what, sizeof what, "layernorm N%d C%d eps%g", N, C, (double)eps);
     const size_t n = (size_t)N * C;
     const dim3 grid((N + LN_WARPS - 1) / LN_WARPS), block(LN_WARPS * 32);
     std::vector<float> inp = rand_vec(n, -2, 3), w = rand_vec(C, 0.5f, 1.5f),
                        b = rand_vec(C, -1, 1);
     std::vector<float> rout(n), rmean(N), rrstd(N), out, mean, rstd;
     H->layernorm_forward(rout.data(), rmean.data(), rrstd.data(), inp.data(), w.data(), b.data(), N,
-                         C);
+                         C, eps);
     under_schedules(what, [&](unsigned sch) {
         out.assign(n, NAN);
         mean.assign(N, NAN);
         rstd.assign(N, NAN);
         zt_emu::launch(grid, block, 0, [&] {
             layernorm_forward_k(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
-                                b.data(), N, C);
+                                b.data(), N, C, eps);
         }, sch);
         return bytes(out, mean, rstd);
     });
     row(rel_err(out, rout), 1e-5, "%s fwd out", what);
     row(rel_err(mean, rmean), 1e-5, "%s fwd mean", what);
     row(rel_err(rstd, rrstd), 1e-5, "%s fwd rstd", what);
-    /* no bias, no mean/rstd outputs (the kernel's NULL paths) against a zero bias */
-    std::vector<float> zero(C, 0.0f), rout0(n), out0(n, NAN);
-    H->layernorm_forward(rout0.data(), rmean.data(), rrstd.data(), inp.data(), w.data(),
-                         zero.data(), N, C);
+    /* no bias, no mean/rstd outputs (the kernel's NULL paths) against the CPU's no bias */
+    std::vector<float> rout0(n), out0(n, NAN), m0(N), r0(N);
+    H->layernorm_forward(rout0.data(), m0.data(), r0.data(), inp.data(), w.data(), nullptr, N, C,
+                         eps);
     zt_emu::launch(grid, block, 0, [&] {
-        layernorm_forward_k(out0.data(), nullptr, nullptr, inp.data(), w.data(), nullptr, N, C);
+        layernorm_forward_k(out0.data(), nullptr, nullptr, inp.data(), w.data(), nullptr, N, C,
+                            eps);
     });
     row(rel_err(out0, rout0), 1e-5, "%s fwd out, no bias", what);
 
@@ -202,6 +215,117 @@ static void layernorm_case(int N, int C)
     row(rel_err(dinp, rdinp), 1e-5, "%s bwd dinp +=", what);
     row(rel_err(dw, rdw), 1e-5, "%s bwd dweight += (%d chunks)", what, zt_colsum_chunks(N));
     row(rel_err(db, rdb), 1e-5, "%s bwd dbias +=", what);
+}
+
+/* ---- rmsnorm, rope, swiglu ------------------------------------------------- */
+
+/* N rows of stride S, H groups of D at h*D from base + off: launched as
+ * cuda_rmsnorm_forward / _backward do (warp per group; the dweight partials over
+ * zt_colsum_chunks(N*H) chunks, then colsum_final_k) */
+static void rmsnorm_case(int N, int H_, int D, int S, int off, float eps)
+{
+    char what[80];
+    snprintf(what, sizeof what, "rmsnorm N%d H%d D%d stride%d eps%g", N, H_, D, S, (double)eps);
+    const size_t n = (size_t)N * S + off, G = (size_t)N * H_;
+    const dim3 grid((unsigned)((G + LN_WARPS - 1) / LN_WARPS)), block(LN_WARPS * 32);
+    std::vector<float> inp = rand_vec(n, -2, 3), w = rand_vec(D, 0.5f, 1.5f);
+    std::vector<float> out0 = rand_vec(n, -1, 1), rout = out0, rrstd(G), out, rstd;
+    H->rmsnorm_forward(rout.data() + off, rrstd.data(), inp.data() + off, w.data(), N, H_, D, S, eps);
+    under_schedules(what, [&](unsigned sch) {
+        out = out0;  /* outside the groups: must be left alone */
+        rstd.assign(G, NAN);
+        zt_emu::launch(grid, block, 0, [&] {
+            rmsnorm_forward_k(out.data() + off, rstd.data(), inp.data() + off, w.data(), N, H_, D,
+                              S, eps);
+        }, sch);
+        return bytes(out, rstd);
+    });
+    row(rel_err(out, rout), 1e-5, "%s fwd out", what);
+    row(rel_err(rstd, rrstd), 1e-5, "%s fwd rstd", what);
+
+    std::vector<float> dout = rand_vec(n, -1, 1), dinp0 = rand_vec(n, -1, 1), dw0 = rand_vec(D, -1, 1);
+    std::vector<float> rdinp = dinp0, rdw = dw0, dinp, dw;
+    H->rmsnorm_backward(rdinp.data() + off, rdw.data(), dout.data() + off, inp.data() + off,
+                        w.data(), rrstd.data(), N, H_, D, S);
+    const int chunks = zt_colsum_chunks((int)G);
+    under_schedules(what, [&](unsigned sch) {
+        dinp = dinp0;
+        dw = dw0;
+        zt_emu::launch(grid, block, 0, [&] {
+            rmsnorm_backward_dinp_k(dinp.data() + off, dout.data() + off, inp.data() + off,
+                                    w.data(), rrstd.data(), N, H_, D, S);
+        }, sch);
+        std::vector<float> part((size_t)chunks * D, NAN);
+        float *pp = part.data(), *dwp = dw.data();
+        const float *dy = dout.data() + off, *x = inp.data() + off, *rs = rrstd.data();
+        zt_emu::launch(dim3((D + COLSUM_COLS - 1) / COLSUM_COLS, chunks), dim3(COLSUM_COLS, COLSUM_ROWS),
+                       0, [=] { rmsnorm_dweight_partial_k(pp, dy, x, rs, N, H_, D, S); }, sch);
+        zt_emu::launch(dim3((D + COLSUM_FINAL_THREADS - 1) / COLSUM_FINAL_THREADS),
+                       dim3(COLSUM_FINAL_THREADS), 0,
+                       [=] { colsum_final_k(dwp, nullptr, pp, pp, chunks, D); }, sch);
+        return bytes(dinp, dw);
+    });
+    row(rel_err(dinp, rdinp), 1e-5, "%s bwd dinp +=", what);
+    row(rel_err(dw, rdw), 1e-5, "%s bwd dweight += (%d chunks)", what, chunks);
+}
+
+static void rope_case(int B, int T, int H_, int D, int S, bool with_pos)
+{
+    char what[80];
+    snprintf(what, sizeof what, "rope B%d T%d H%d D%d stride%d%s", B, T, H_, D, S,
+             with_pos ? " positions" : "");
+    const size_t n = (size_t)B * T * S, pairs = (size_t)B * T * (D / 2);
+    std::vector<float> x0 = rand_vec(n, -1, 1), inv(D / 2), ref, x;
+    for (int i = 0; i < D / 2; i++) inv[i] = (float)pow(10000.0, -2.0 * i / D) * (1.0f + 0.25f * (float)i / D);
+    std::vector<int32_t> pos((size_t)B * T);
+    for (auto &p : pos) p = (int32_t)(urand() % 40000u);
+    const int32_t *pp = with_pos ? pos.data() : nullptr;
+    for (int dir = 0; dir < 2; dir++) {  /* forward, then backward (the transpose) */
+        ref = x0;
+        (dir ? H->rope_backward : H->rope_forward)(ref.data(), inv.data(), pp, B, T, H_, D, S);
+        under_schedules(what, [&](unsigned sch) {
+            x = x0;
+            grid_stride(pairs, ELEM_THREADS, sch, [&] {
+                rope_k(x.data(), inv.data(), pp, B, T, H_, D, S, dir ? -1.0f : 1.0f);
+            });
+            return bytes(x);
+        });
+        row(rel_err(x, ref), 1e-6, "%s %s", what, dir ? "bwd" : "fwd");
+    }
+}
+
+static void swiglu_case(int N, int I)
+{
+    char what[64];
+    snprintf(what, sizeof what, "swiglu N%d I%d", N, I);
+    const size_t n = (size_t)N * I;
+    std::vector<float> gu = rand_vec(2 * n, -8, 8), ref(n), out;
+    gu[0] = 90.0f;
+    if (gu.size() > 1) gu[1] = -90.0f;  /* saturated gates */
+    H->swiglu_forward(ref.data(), gu.data(), N, I);
+    under_schedules(what, [&](unsigned sch) {
+        out.assign(n, NAN);
+        grid_stride(n, ELEM_THREADS, sch, [&] { swiglu_forward_k(out.data(), gu.data(), N, I); });
+        return bytes(out);
+    });
+    row(rel_err(out, ref), 1e-6, "%s fwd", what);
+    std::vector<float> dout = rand_vec(n, -1, 1), rd(2 * n), d, dip;
+    H->swiglu_backward(rd.data(), dout.data(), gu.data(), N, I);
+    under_schedules(what, [&](unsigned sch) {
+        d.assign(2 * n, NAN);
+        grid_stride(n, ELEM_THREADS, sch,
+                    [&] { swiglu_backward_k(d.data(), dout.data(), gu.data(), N, I); });
+        return bytes(d);
+    });
+    row(rel_err(d, rd), 1e-6, "%s bwd dgu", what);
+    /* in place, dgu = gu: the same bits as out of place */
+    under_schedules(what, [&](unsigned sch) {
+        dip = gu;
+        grid_stride(n, ELEM_THREADS, sch,
+                    [&] { swiglu_backward_k(dip.data(), dout.data(), dip.data(), N, I); });
+        return bytes(dip);
+    });
+    row(bit_diffs(dip, d), EXACT, "%s bwd in place (bitwise)", what);
 }
 
 /* matmul's bias kernels: add_bias_k (forward, when the epilogue cannot) and the
@@ -425,9 +549,9 @@ int main(void)
     zt_cpu_set_threads(1);
     printf("CUDA backend kernels (host emulation) vs CPU backend\n");
     printf("  %-52s %10s %8s  %s\n", "kernel / output", "error", "bound", "verdict");
-    encoder_case(1, 1, 1, 2);
-    encoder_case(2, 5, 37, 3);
-    encoder_case(3, 67, 50, 29);  /* 10050 elements: the grid-stride loop goes round twice */
+    embedding_case(1, 1, 1, 2);
+    embedding_case(2, 5, 37, 3);
+    embedding_case(3, 67, 50, 29);  /* 10050 elements: the grid-stride loop goes round twice */
     /* one row of two: C = 1 has variance 0, so rstd = 1/sqrt(1e-5) = 316 multiplies
      * the rounding of w dy that the CPU's dinp loop (FMA-contracted) keeps where the
      * kernel's g - mean(g) is exactly 0 (1.3e-5 measured: ill-conditioned, not a bug) */
@@ -455,6 +579,18 @@ int main(void)
     adamw_case(10007, 7);
     conversion_case(false, 9001);
     conversion_case(true, 9001);
+    /* the newer families' kernels last, so the cases above keep their random inputs */
+    layernorm_case(19, 300, 1e-2f); /* another eps */
+    rmsnorm_case(1, 1, 1, 1, 0, 1e-6f);
+    rmsnorm_case(19, 1, 300, 300, 0, 1e-6f);      /* the plain norm, rows longer than a warp */
+    rmsnorm_case(37, 4, 12, 80, 8, 1e-5f);       /* per-head norms inside wider rows */
+    rmsnorm_case(300, 3, 70, 256, 16, 0.1f);     /* 900 groups: 14 chunks, 3 column tiles */
+    rope_case(1, 1, 1, 2, 2, false);
+    rope_case(2, 37, 3, 12, 44, false);          /* heads inside wider rows */
+    rope_case(3, 50, 2, 64, 130, true);          /* 4800 pairs, positions up to 40000 */
+    swiglu_case(1, 1);
+    swiglu_case(7, 300);
+    swiglu_case(13, 1001);                       /* 3 grid-stride rounds */
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     printf("%d comparisons, %d failed (%.1f s, %lu coroutine switches)\n", n_rows, n_bad, secs,

@@ -154,6 +154,75 @@ static void test_encoder(void)
     free(tok);
 }
 
+/* rmsnorm as Qwen3's per-head q_norm inside a packed row (H heads of D at an
+ * offset of a wider stride) and as the plain norm */
+static void rmsnorm_case(int N, int Hh, int D, int S, int off)
+{
+    char what[64];
+    const size_t n = (size_t)N * S + off;
+    pair_t inp = pair_make(n, -2.0f, 3.0f, 0), w = pair_rand(D), out = pair_rand(n);
+    pair_t rstd = pair_rand((size_t)N * Hh);
+    H->rmsnorm_forward(out.h + off, rstd.h, inp.h + off, w.h, N, Hh, D, S, 1e-6f);
+    G->rmsnorm_forward(out.d + off, rstd.d, inp.d + off, w.d, N, Hh, D, S, 1e-6f);
+    snprintf(what, sizeof what, "rmsnorm fwd out H%d D%d", Hh, D);
+    check(what, &out, 1e-5);
+    snprintf(what, sizeof what, "rmsnorm fwd rstd H%d D%d", Hh, D);
+    check(what, &rstd, 1e-5);
+    pair_t dout = pair_rand(n), dinp = pair_rand(n), dw = pair_rand(D);
+    H->rmsnorm_backward(dinp.h + off, dw.h, dout.h + off, inp.h + off, w.h, rstd.h, N, Hh, D, S);
+    G->rmsnorm_backward(dinp.d + off, dw.d, dout.d + off, inp.d + off, w.d, rstd.d, N, Hh, D, S);
+    snprintf(what, sizeof what, "rmsnorm bwd dinp (+=) H%d D%d", Hh, D);
+    check(what, &dinp, 1e-5);
+    snprintf(what, sizeof what, "rmsnorm bwd dweight (+=) H%d D%d", Hh, D);
+    check(what, &dw, 1e-5);
+    pair_free(&inp); pair_free(&w); pair_free(&out); pair_free(&rstd); pair_free(&dout);
+    pair_free(&dinp); pair_free(&dw);
+}
+
+static void test_rmsnorm(void)
+{
+    rmsnorm_case(300, 1, 1000, 1000, 0);
+    rmsnorm_case(257, 16, 128, 4096, 2048);
+}
+
+static void test_rope(void)
+{
+    const int B = 2, T = 300, Hh = 4, D = 128, S = 1024;
+    const size_t n = (size_t)B * T * S;
+    pair_t x = pair_rand(n), inv = pair_rand(D / 2);
+    for (int i = 0; i < D / 2; i++) inv.h[i] = powf(1e6f, -2.0f * i / D);
+    G->from_host(inv.d, inv.h, (size_t)D / 2 * sizeof(float));
+    int32_t *pos = zt_malloc((size_t)B * T * sizeof(int32_t));
+    for (int i = 0; i < B * T; i++) pos[i] = (int32_t)(frand(0, 1) * 32000);
+    int32_t *dpos = ints_dev(pos, (size_t)B * T);
+    H->rope_forward(x.h, inv.h, NULL, B, T, Hh, D, S);
+    G->rope_forward(x.d, inv.d, NULL, B, T, Hh, D, S);
+    check("rope_forward positions t", &x, 1e-5);
+    H->rope_backward(x.h, inv.h, pos, B, T, Hh, D, S);
+    G->rope_backward(x.d, inv.d, dpos, B, T, Hh, D, S);
+    check("rope_backward positions array", &x, 1e-5);
+    pair_free(&x); pair_free(&inv);
+    G->free(dpos);
+    free(pos);
+}
+
+static void test_swiglu(void)
+{
+    const int N = 300, I = 1000;
+    pair_t gu = pair_make((size_t)N * 2 * I, -8.0f, 8.0f, 0), out = pair_rand((size_t)N * I);
+    pair_t dout = pair_rand((size_t)N * I), dgu = pair_rand((size_t)N * 2 * I);
+    H->swiglu_forward(out.h, gu.h, N, I);
+    G->swiglu_forward(out.d, gu.d, N, I);
+    check("swiglu_forward", &out, 1e-5);
+    H->swiglu_backward(dgu.h, dout.h, gu.h, N, I);
+    G->swiglu_backward(dgu.d, dout.d, gu.d, N, I);
+    check("swiglu_backward", &dgu, 1e-5);
+    H->swiglu_backward(gu.h, dout.h, gu.h, N, I); /* in place */
+    G->swiglu_backward(gu.d, dout.d, gu.d, N, I);
+    check("swiglu_backward in place", &gu, 1e-5);
+    pair_free(&gu); pair_free(&out); pair_free(&dout); pair_free(&dgu);
+}
+
 static void test_layernorm(void)
 {
     const int N = 300, C = 100;
@@ -171,6 +240,14 @@ static void test_layernorm(void)
     check("layernorm_backward dinp (+=)", &dinp, 1e-5);
     check("layernorm_backward dweight (+=)", &dw, 1e-5);
     check("layernorm_backward dbias (+=)", &db, 1e-5);
+    /* no bias, another eps; dbias NULL */
+    H->layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, NULL, N, C, 1e-2f);
+    G->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, NULL, N, C, 1e-2f);
+    check("layernorm_forward out, no bias, eps 1e-2", &out, 1e-5);
+    H->layernorm_backward(dinp.h, dw.h, NULL, dout.h, inp.h, w.h, mean.h, rstd.h, N, C);
+    G->layernorm_backward(dinp.d, dw.d, NULL, dout.d, inp.d, w.d, mean.d, rstd.d, N, C);
+    check("layernorm_backward dinp, no dbias", &dinp, 1e-5);
+    check("layernorm_backward dweight, no dbias", &dw, 1e-5);
     pair_free(&inp); pair_free(&w); pair_free(&b); pair_free(&out); pair_free(&mean);
     pair_free(&rstd); pair_free(&dout); pair_free(&dinp); pair_free(&dw); pair_free(&db);
 }
@@ -296,24 +373,26 @@ static void test_matmul_gelu(void)
 /* Forward (out, lse) on both backends; the backward then gets the CPU's out and
  * lse on both sides, so it is compared on identical inputs. Returns the
  * forward's out error. */
-static double attention_case(int B, int T, int C, int NH, double bound_fwd, double bound_bwd)
+static double attention_case(int B, int T, int NH, int NKV, int HD, double bound_fwd,
+                             double bound_bwd)
 {
     char what[64];
-    pair_t qkv = pair_make((size_t)B * T * 3 * C, -2, 2, 0), out = pair_rand((size_t)B * T * C);
+    const size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
+    pair_t qkv = pair_make(nq, -2, 2, 0), out = pair_rand(no);
     pair_t lse = pair_rand((size_t)B * NH * T);
-    H->attention_forward(out.h, lse.h, qkv.h, B, T, NH, NH, C / NH);
-    G->attention_forward(out.d, lse.d, qkv.d, B, T, NH, NH, C / NH);
+    H->attention_forward(out.h, lse.h, qkv.h, B, T, NH, NKV, HD);
+    G->attention_forward(out.d, lse.d, qkv.d, B, T, NH, NKV, HD);
     const double out_err = rel_err(&out);
-    snprintf(what, sizeof what, "attention fwd out T%d hs%d", T, C / NH);
+    snprintf(what, sizeof what, "attention fwd out T%d NH%d/%d hs%d", T, NH, NKV, HD);
     check(what, &out, bound_fwd);
-    snprintf(what, sizeof what, "attention fwd lse T%d hs%d", T, C / NH);
+    snprintf(what, sizeof what, "attention fwd lse T%d NH%d/%d hs%d", T, NH, NKV, HD);
     check(what, &lse, bound_fwd);
     G->from_host(out.d, out.h, out.n * sizeof(float));
     G->from_host(lse.d, lse.h, lse.n * sizeof(float));
-    pair_t dout = pair_rand((size_t)B * T * C), dqkv = pair_rand((size_t)B * T * 3 * C);
-    H->attention_backward(dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, NH, NH, C / NH);
-    G->attention_backward(dqkv.d, dout.d, qkv.d, out.d, lse.d, B, T, NH, NH, C / NH);
-    snprintf(what, sizeof what, "attention bwd dqkv += T%d hs%d", T, C / NH);
+    pair_t dout = pair_rand(no), dqkv = pair_rand(nq);
+    H->attention_backward(dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, NH, NKV, HD);
+    G->attention_backward(dqkv.d, dout.d, qkv.d, out.d, lse.d, B, T, NH, NKV, HD);
+    snprintf(what, sizeof what, "attention bwd dqkv += T%d NH%d/%d hs%d", T, NH, NKV, HD);
     check(what, &dqkv, bound_bwd);
     pair_free(&qkv); pair_free(&out); pair_free(&lse); pair_free(&dout); pair_free(&dqkv);
     return out_err;
@@ -324,11 +403,15 @@ static double attention_case(int B, int T, int C, int NH, double bound_fwd, doub
  * memory: the opt-in path); T = 1 is a single visible key. */
 static void test_attention(void)
 {
-    attention_case(2, 70, 96, 3, 2e-5, 5e-5);
-    attention_case(1, 131, 128, 2, 2e-5, 5e-5);
-    attention_case(2, 45, 60, 3, 2e-5, 5e-5);
-    attention_case(1, 100, 256, 2, 2e-5, 5e-5);
-    attention_case(3, 1, 64, 1, 2e-5, 5e-5);
+    attention_case(2, 70, 3, 3, 32, 2e-5, 5e-5);
+    attention_case(1, 131, 2, 2, 64, 2e-5, 5e-5);
+    attention_case(2, 45, 3, 3, 20, 2e-5, 5e-5);
+    attention_case(1, 100, 2, 2, 128, 2e-5, 5e-5);
+    attention_case(3, 1, 1, 1, 64, 2e-5, 5e-5);
+    /* grouped-query attention, head sizes unrelated to any C */
+    attention_case(2, 70, 4, 2, 12, 2e-5, 5e-5);
+    attention_case(1, 131, 6, 1, 40, 2e-5, 5e-5);
+    attention_case(2, 45, 8, 2, 128, 2e-5, 5e-5);
 }
 
 /* train.matmul_precision = medium: the bf16 tensor-core kernels for head sizes
@@ -343,13 +426,15 @@ static void test_attention_bf16(void)
 {
     const double b = 1.6e-2;
     zt_backend_cuda.set_matmul_precision(ZT_MATMUL_MEDIUM);
-    const double e64 = attention_case(2, 100, 128, 2, b, b);
-    attention_case(1, 131, 256, 2, b, b);
-    attention_case(2, 64, 96, 3, b, b);
-    attention_case(2, 17, 32, 2, b, b);
-    attention_case(3, 1, 64, 1, b, b);
-    attention_case(1, 70, 144, 3, b, b);
-    attention_case(2, 45, 60, 3, 2e-5, 5e-5);
+    const double e64 = attention_case(2, 100, 2, 2, 64, b, b);
+    attention_case(1, 131, 2, 2, 128, b, b);
+    attention_case(2, 64, 3, 3, 32, b, b);
+    attention_case(2, 17, 2, 2, 16, b, b);
+    attention_case(3, 1, 1, 1, 64, b, b);
+    attention_case(1, 70, 3, 3, 48, b, b);
+    attention_case(2, 100, 4, 2, 64, b, b);  /* grouped-query */
+    attention_case(1, 70, 8, 1, 32, b, b);
+    attention_case(2, 45, 3, 3, 20, 2e-5, 5e-5);
     const int on = e64 > 1e-4;
     printf("  %-34s %12.3e %10s  %s\n", "attention bf16 kernels in use", e64, "> 1e-4",
            on ? "ok" : "FAIL");
@@ -545,8 +630,11 @@ static void test_async_transfers(void)
 
 static const zt_test_t tests[] = {
     { "memory", test_memory },
-    { "encoder", test_encoder },
+    { "embedding, positional", test_encoder },
     { "layernorm", test_layernorm },
+    { "rmsnorm", test_rmsnorm },
+    { "rope", test_rope },
+    { "swiglu", test_swiglu },
     { "matmul", test_matmul },
     { "matmul bf16 tensor cores", test_matmul_bf16 },
     { "matmul + gelu fused", test_matmul_gelu },
