@@ -239,6 +239,14 @@ static void cuda_copy(void *dst, const void *src, size_t bytes)
     if (bytes) ZT_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream));
 }
 
+/* a column block of packed rows: one strided copy on the stream, no kernel */
+static void cuda_copy_rows(float *dst, int dst_stride, const float *src, int src_stride, int N, int width)
+{
+    if (N <= 0 || width <= 0) return;
+    ZT_CUDA(cudaMemcpy2DAsync(dst, (size_t)dst_stride * sizeof(float), src, (size_t)src_stride * sizeof(float),
+                              (size_t)width * sizeof(float), (size_t)N, cudaMemcpyDeviceToDevice, g_stream));
+}
+
 static void cuda_to_host(void *host, const void *src, size_t bytes)
 {
     ensure_init();
@@ -1105,6 +1113,7 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .attention_backward = zt_cuda_attention_backward,
     .gelu_forward = cuda_gelu_forward,
     .gelu_backward = cuda_gelu_backward,
+    .copy_rows = cuda_copy_rows,
     .residual_forward = cuda_residual_forward,
     .accumulate = cuda_accumulate,
     .crossentropy_fused = cuda_crossentropy_fused,
