@@ -34,10 +34,9 @@
  * zt_comm_stats (which may block until it is).
  *
  * Errors: a failing NCCL or CUDA call prints the call, NCCL's message and
- * last-error text with rank, host and file:line, aborts every communicator of
- * the process (ncclCommAbort, so its in-flight NCCL work stops) and then the
- * job (MPI_Abort, which ends the other ranks, including those blocked inside
- * NCCL kernels). Set-up failures before ncclCommInitRank are returned on every
+ * last-error text with rank, host and file:line and aborts the job (MPI_Abort,
+ * which ends the other ranks, including those blocked inside NCCL kernels; no
+ * ncclCommAbort first: it is reported to hang, NVIDIA/nccl 863 and 1777). Set-up failures before ncclCommInitRank are returned on every
  * rank; a failure inside ncclCommInitRank is fatal, because the other ranks
  * may be inside NCCL's bootstrap where no MPI agreement can reach them. */
 #ifndef ZT_NCCL_H

@@ -68,21 +68,13 @@ static void maybe_fault_kill(MPI_Comm comm, long step, const char *file)
     _exit(137); /* not reached */
 }
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 uint64_t zt_ckpt_checksum(size_t start, const float *x, size_t n)
 {
     uint64_t s = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t bits;
         memcpy(&bits, &x[i], 4);
-        s += splitmix64(splitmix64((uint64_t)(start + i)) ^ bits);
+        s += zt_splitmix64(zt_splitmix64((uint64_t)(start + i)) ^ bits);
     }
     return s;
 }
@@ -102,46 +94,6 @@ static int agree(MPI_Comm comm, int rc, char *err, size_t errlen)
     ZT_MPI(MPI_Bcast(buf, ZT_ERRLEN, MPI_CHAR, low, comm));
     if (errlen) snprintf(err, errlen, "%s", buf);
     return -1;
-}
-
-static int mkdir_p(const char *dir, char *err, size_t errlen)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; ; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return zt_err(err, errlen, "%s: cannot create directory: %s", tmp, strerror(errno));
-            *p = c;
-            if (!c) break;
-        }
-    }
-    return 0;
-}
-
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb; (void)flag; (void)ftw;
-    return remove(p);
-}
-
-static void rm_rf(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0) return;
-    if (S_ISDIR(st.st_mode)) nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-    else unlink(path);
-}
-
-static int fsync_path(const char *path)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
 }
 
 static int is_dir(const char *path)
@@ -331,7 +283,7 @@ static int write_meta(hid_t f, const zt_ckpt_meta_t *m, const char *config, int 
     rc |= attr_str(f, "ztrain_version", PACKAGE_VERSION);
     rc |= attr_str(f, "config", config ? config : "");
     rc |= attr_i64(f, "weights_only", !has_opt);
-    rc |= attr_str(f, "checksum_algorithm", "sum64(splitmix64(splitmix64(index) ^ fp32_bits))");
+    rc |= attr_str(f, "checksum_algorithm", "sum64(zt_splitmix64(zt_splitmix64(index) ^ fp32_bits))");
     if (has_opt) {
         hid_t g = H5Gopen2(f, "/optimizer", H5P_DEFAULT);
         if (g < 0) return -1;
@@ -794,7 +746,7 @@ static int write_shard_file(const char *path, int rank, int size, int has_opt, c
     if (rc) empty_failed_file(path);    /* see empty_failed_file */
     haddr_t eoa = file_eoa(f);
     if (H5Fclose(f) < 0) rc = -1;
-    if (!rc && (trim_to_eoa(path, eoa, err, errlen) || fsync_path(path) != 0)) rc = -1;
+    if (!rc && (trim_to_eoa(path, eoa, err, errlen) || zt_fsync_path(path) != 0)) rc = -1;
     if (rc) return zt_err(err, errlen, "%s: writing shard file failed", path);
     return 0;
 }
@@ -838,7 +790,7 @@ static int write_index(const char *path, const zt_ckpt_meta_t *m, const char *cf
     free(shape);
     if (rc) empty_failed_file(path);    /* see empty_failed_file */
     if (H5Fclose(f) < 0) rc = -1;
-    if (!rc && fsync_path(path) != 0) rc = -1;
+    if (!rc && zt_fsync_path(path) != 0) rc = -1;
     return rc ? zt_err(err, errlen, "%s: writing the index failed", path) : 0;
 }
 
@@ -871,7 +823,7 @@ static void apply_keep_last(const char *dir, int keep_last, const char *keep_nam
         if (rank >= keep_last) {
             char p[PATH_MAX];
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            rm_rf(p);
+            zt_rm_rf(p);
         }
     }
     closedir(dp);
@@ -881,11 +833,11 @@ static void apply_keep_last(const char *dir, int keep_last, const char *keep_nam
 static int publish(const char *dir, const char *tmp, const char *final, const char *name, int keep_last,
                    char *err, size_t errlen)
 {
-    if (fsync_path(tmp) != 0) return zt_err(err, errlen, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (exists(final)) rm_rf(final);
+    if (zt_fsync_path(tmp) != 0) return zt_err(err, errlen, "%s: fsync failed: %s", tmp, strerror(errno));
+    if (exists(final)) zt_rm_rf(final);
     if (rename(tmp, final) != 0)
         return zt_err(err, errlen, "%s: rename to %s failed: %s", tmp, final, strerror(errno));
-    fsync_path(dir);
+    zt_fsync_path(dir);
     char lt[PATH_MAX], l[PATH_MAX];
     snprintf(lt, sizeof lt, "%s/latest.tmp", dir);
     snprintf(l, sizeof l, "%s/latest", dir);
@@ -895,7 +847,7 @@ static int publish(const char *dir, const char *tmp, const char *final, const ch
     ok &= fflush(fp) == 0 && fsync(fileno(fp)) == 0;
     ok &= fclose(fp) == 0;
     if (!ok || rename(lt, l) != 0) return zt_err(err, errlen, "%s: cannot update: %s", l, strerror(errno));
-    fsync_path(dir);
+    zt_fsync_path(dir);
     if (keep_last > 0) apply_keep_last(dir, keep_last, name);
     return 0;
 }
@@ -923,7 +875,7 @@ int zt_ckpt_write_segments(const char *dir, zt_ckpt_meta_t *meta, const char *co
             segs[i].start + segs[i].len > t->params[segs[i].param].numel)
             rc = zt_err(err, errlen, "checkpoint: segment %d (param %d, [%zu, +%zu)) is outside the table", i,
                         segs[i].param, segs[i].start, segs[i].len);
-    if (rank == 0 && !rc) rc = mkdir_p(dir, err, errlen);
+    if (rank == 0 && !rc) rc = zt_mkdir_p(dir, err, errlen);
     if (agree(comm, rc, err, errlen)) { free(cfg); return -1; }
 
     int has_opt = 1, all_opt;
@@ -950,7 +902,7 @@ int zt_ckpt_write_segments(const char *dir, zt_ckpt_meta_t *meta, const char *co
         free(first);
     } else {
         if (rank == 0) {
-            rm_rf(tmp);
+            zt_rm_rf(tmp);
             if (mkdir(tmp, 0755) != 0) rc = zt_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
         }
         if (!agree(comm, rc, err, errlen)) {
@@ -972,7 +924,7 @@ int zt_ckpt_write_segments(const char *dir, zt_ckpt_meta_t *meta, const char *co
         rc = agree(comm, rc, err, errlen);
     }
     ZT_MPI(MPI_Barrier(comm));
-    if (rc && rank == 0) rm_rf(tmp);
+    if (rc && rank == 0) zt_rm_rf(tmp);
     free(sums);
     free(cfg);
     if (rc) return -1;
@@ -1640,7 +1592,7 @@ int zt_ckpt_consolidate(const char *shards_dir, const char *out_path, size_t buf
     if (rc) empty_failed_file(tmp);     /* see empty_failed_file */
     if (H5Fclose(f) < 0 && !rc) rc = zt_err(err, errlen, "%s: close failed", tmp);
     zt_ckpt_reader_close(r);
-    if (!rc && (fsync_path(tmp) != 0 || rename(tmp, out_path) != 0))
+    if (!rc && (zt_fsync_path(tmp) != 0 || rename(tmp, out_path) != 0))
         rc = zt_err(err, errlen, "%s: cannot sync/rename to %s: %s", tmp, out_path, strerror(errno));
     if (rc) unlink(tmp);
     return rc;

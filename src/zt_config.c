@@ -279,7 +279,7 @@ static const zkey_t schema[] = {
        "\"500MB\", \"2GiB\"); above it the weights are split with model.safetensors.index.json."),
     /* log */
     KB("log.all_ranks", log.all_ranks, 0, "Every rank writes its own log file (rank 0 only otherwise)."),
-    KB("log.plot", log.plot, 1, "Draw the loss curves with gnuplot at the end of the run."),
+    KB("log.plot", log.plot, 1, "Write <output_dir>/loss.svg (training and validation loss; plain SVG, no dependencies) at the end of the run."),
     /* fault */
     KI("fault.rank", fault.rank, -1, -1, 1 << 24, "Rank that injects the fault; -1 = no fault injection."),
     KL("fault.step", fault.step, 0, 0, BIG_LONG, "Step at which the fault is injected (1-based, as numbered in the progress lines)."),

@@ -285,21 +285,13 @@ int zt_data_eot_token(const zt_dataset_t *ds)
 
 /* ---- the sampler ---------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 /* One Feistel pass over 2*h bits: a bijection on [0, 4^h). */
 static uint64_t feistel(uint64_t x, int h, const uint64_t key[4])
 {
     uint64_t mask = (h >= 32) ? 0xffffffffULL : ((1ULL << h) - 1);
     uint64_t l = x >> h, r = x & mask;
     for (int k = 0; k < 4; k++) {
-        uint64_t f = splitmix64(r ^ key[k]) & mask;
+        uint64_t f = zt_splitmix64(r ^ key[k]) & mask;
         uint64_t nl = r;
         r = l ^ f;
         l = nl;
@@ -315,8 +307,8 @@ int64_t zt_data_sample_index(const zt_dataset_t *ds, int64_t g, uint64_t seed, i
     int h = 1;
     while (h < 31 && (1LL << (2 * h)) < S) h++;
     uint64_t key[4];
-    uint64_t base = splitmix64(splitmix64(seed) ^ (uint64_t)epoch * 0xd1b54a32d192ed03ULL);
-    for (int k = 0; k < 4; k++) key[k] = splitmix64(base + (uint64_t)k);
+    uint64_t base = zt_splitmix64(zt_splitmix64(seed) ^ (uint64_t)epoch * 0xd1b54a32d192ed03ULL);
+    for (int k = 0; k < 4; k++) key[k] = zt_splitmix64(base + (uint64_t)k);
     uint64_t x = (uint64_t)pos;
     do x = feistel(x, h, key);
     while (x >= (uint64_t)S);

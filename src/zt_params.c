@@ -96,14 +96,6 @@ const char *zt_role_name(zt_role_t r)
 /* ---- counter-based init ----------------------------------------------------
  * splitmix64 finalizer over (seed, hash(name), index): a pure function, so a
  * rank can produce any slice of any parameter without generating the rest. */
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 static uint64_t name_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
@@ -115,8 +107,8 @@ static uint64_t name_hash(const char *s)
  * odd), so each pair of elements costs one pair of hashes, one log and one sincos. */
 static void normal_pair(uint64_t key, size_t j, double *z0, double *z1)
 {
-    uint64_t a = mix64(key ^ mix64(2 * (uint64_t)j));
-    uint64_t b = mix64(key ^ mix64(2 * (uint64_t)j + 1));
+    uint64_t a = zt_splitmix64(key ^ zt_splitmix64(2 * (uint64_t)j));
+    uint64_t b = zt_splitmix64(key ^ zt_splitmix64(2 * (uint64_t)j + 1));
     /* 53-bit uniforms; u1 in (0,1] so log is finite */
     double u1 = ((double)(a >> 11) + 1.0) * (1.0 / 9007199254740992.0);
     double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
@@ -138,7 +130,7 @@ float zt_param_init_value(const zt_param_t *p, uint64_t seed, size_t idx)
     switch (p->init) {
     case ZT_INIT_ONES: return 1.0f;
     case ZT_INIT_ZEROS: return 0.0f;
-    default: return p->init_std * normal_at(mix64(seed) ^ name_hash(p->name), idx);
+    default: return p->init_std * normal_at(zt_splitmix64(seed) ^ name_hash(p->name), idx);
     }
 }
 
@@ -149,7 +141,7 @@ void zt_param_init_range(const zt_param_t *p, uint64_t seed, size_t start, size_
         for (size_t i = 0; i < n; i++) out[i] = v;
         return;
     }
-    const uint64_t key = mix64(seed) ^ name_hash(p->name);
+    const uint64_t key = zt_splitmix64(seed) ^ name_hash(p->name);
     size_t i = 0;
     if (n && (start & 1)) { /* odd first element: second half of its pair */
         out[i++] = p->init_std * normal_at(key, start);

@@ -83,22 +83,6 @@ static void hist_push(hist_t *h, long step, float v)
     h->val[h->n++] = v;
 }
 
-static int mkdir_p(const char *path, char *err, size_t errlen)
-{
-    char tmp[ZT_STRLEN];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-            return zt_err(err, errlen, "%s: cannot create directory: %s", tmp, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return zt_err(err, errlen, "%s: cannot create directory: %s", tmp, strerror(errno));
-    return 0;
-}
-
 /* train.threads resolved (see its schema text) */
 static int cpu_threads(const zt_config_t *cfg, const zt_backend_t *be, int local_size)
 {
@@ -1023,7 +1007,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         r->threads = cpu_threads(cfg, r->be, comm->local_size);
         zt_cpu_set_threads(r->threads);
     }
-    if (rc == 0) rc = r->rank == 0 ? mkdir_p(cfg->train.output_dir, err, sizeof err) : 0;
+    if (rc == 0) rc = r->rank == 0 ? zt_mkdir_p(cfg->train.output_dir, err, sizeof err) : 0;
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
         free(gpu_cfg);

@@ -15,6 +15,7 @@
 #include "zt_backend.h"
 #include "zt_common.h"
 #include "zt_model.h"
+#include "zt_optim.h"
 #include "zt_test.h"
 
 /* Reads dataset `path` (any shape with n elements) as `type` into out; -1 on mismatch. */
@@ -175,6 +176,66 @@ static __attribute__((unused)) int ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The fixtures' ten AdamW steps (tests/reference/README.md): warmup-cosine schedule
+ * (W 3, lr 1e-2, floor 0.1 lr), clipping at norm 1, betas (0.9, 0.95), eps 1e-8, weight
+ * decay 0.1 on matrices, one batch of /train/inputs per step; asserts each step's loss
+ * and pre-clip norm (1e-5 relative) and lr against /train. Returns the number of
+ * clipped steps; *worst_loss is the worst loss error. */
+static __attribute__((unused)) int rig_train_fixture(rig_t *r, hid_t file, int B, int T, int verbose,
+                                                     double *worst_loss)
+{
+    const int S = 10, W = 3;
+    const double lr = 1e-2, min_lr_ratio = 0.1, max_norm = 1.0;
+    const zt_backend_t *be = r->be;
+    float **m = zt_calloc(r->tab->nunits, sizeof *m), **v = zt_calloc(r->tab->nunits, sizeof *v);
+    for (int u = 0; u < r->tab->nunits; u++) {
+        m[u] = be->alloc(r->tab->unit_numel[u] * sizeof(float));
+        v[u] = be->alloc(r->tab->unit_numel[u] * sizeof(float));
+    }
+    int32_t *inp = read_i32(file, "/train/inputs", (size_t)S * B * T);
+    int32_t *tgt = read_i32(file, "/train/targets", (size_t)S * B * T);
+    float *ref_loss = read_f32(file, "/train/losses", S);
+    float *ref_norm = read_f32(file, "/train/grad_norms", S);
+    float *ref_lr = read_f32(file, "/train/lrs", S);
+    int clipped = 0;
+    *worst_loss = 0;
+    for (int s = 0; s < S; s++) {
+        rig_zero_grads(r);
+        float loss = rig_micro_step(r, inp + (size_t)s * B * T, tgt + (size_t)s * B * T, B, T, 1.0f / (B * T));
+        double ss = 0;
+        for (int i = 0; i < r->tab->nparams; i++) ss += be->sumsq(pg(r, i), r->tab->params[i].numel);
+        const double norm = sqrt(ss), scale = zt_clip_scale(norm, max_norm);
+        const double lr_s = zt_lr_at(ZT_SCHED_COSINE, lr, W, min_lr_ratio, s, S);
+        clipped += scale < 1.0;
+        for (int i = 0; i < r->tab->nparams; i++) {
+            const zt_param_t *p = &r->tab->params[i];
+            be->adamw(pw(r, i), pg(r, i), m[p->unit] + p->offset, v[p->unit] + p->offset, p->numel, (float)lr_s,
+                      0.9f, 0.95f, 1e-8f, p->decay ? 0.1f : 0.0f, (float)scale, s + 1);
+        }
+        be->sync();
+        const double el = zt_relerr(loss, ref_loss[s], 1e-30), en = zt_relerr(norm, ref_norm[s], 1e-30);
+        if (verbose)
+            printf("%s    step %d loss %.6f (rel %.1e) norm %.5f (rel %.1e) lr %.3e\n", s ? "" : "\n", s, loss, el,
+                   norm, en, lr_s);
+        *worst_loss = fmax(*worst_loss, el);
+        CU_ASSERT(el < 1e-5);
+        CU_ASSERT(en < 1e-5);
+        CU_ASSERT(zt_relerr(lr_s, ref_lr[s], 1e-30) < 1e-6);
+    }
+    for (int u = 0; u < r->tab->nunits; u++) {
+        be->free(m[u]);
+        be->free(v[u]);
+    }
+    free(m);
+    free(v);
+    free(inp);
+    free(tgt);
+    free(ref_loss);
+    free(ref_norm);
+    free(ref_lr);
+    return clipped;
 }
 
 #endif
