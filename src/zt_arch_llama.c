@@ -143,10 +143,9 @@ static int rope_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, c
 
 static int llama_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, char *err, size_t errlen)
 {
-    const json_t *mt = json_object_get(j, "model_type");
-    const zt_arch_t *a = zt_arch_for_hf(NULL, mt ? json_string_value(mt) : NULL);
+    /* the variant as zt_hf_model_resolve chose the family: class first, then model_type */
     const json_t *arch0 = json_array_get(json_object_get(j, "architectures"), 0);
-    if (arch0 && json_string_value(arch0)) a = zt_arch_for_hf(json_string_value(arch0), NULL);
+    const zt_arch_t *a = zt_arch_for_hf(json_string_value(arch0), json_string_value(json_object_get(j, "model_type")));
     const int v = variant_of(a);
     zt_model_dims_default(d);
     zt_hf_config_t c = {j, file, err, errlen, 0};
@@ -171,7 +170,6 @@ static int llama_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, 
                       json_string_value(act) ? json_string_value(act) : "?");
     if (mlp_bias) return zt_err(err, errlen, "%s: mlp_bias = true is not supported", file);
     if (sliding) return zt_err(err, errlen, "%s: use_sliding_window = true is not supported", file);
-    if (v == V_LLAMA && d->NH > 0 && d->C % d->NH == 0 && !zt_hf_has(j, "head_dim")) d->HD = d->C / d->NH;
     variant_biases(v, attention_bias, d);
     if (rope_from_hf(j, file, d, err, errlen)) return -1;
     return check_dims(d, file, err, errlen);

@@ -14,14 +14,25 @@ check() {
     shift 2
     # shellcheck disable=SC2086
     run_ztrain "$np" $common parallel.strategy="$st" train.output_dir="$st-$np" "$@" >/dev/null
-    "$PY" "$ZT_SRCDIR/tests/mpi/check_accounting.py" "$st-$np" "$st" "$np" 2 ${group:-} ||
-        fail "$st on $np ranks: accounting differs from theory"
+    "$PY" "$ZT_SRCDIR/tests/mpi/check_accounting.py" "$st-$np${tag:-}" "$st" "$np" 2 ${group:-} ${flag:-} ||
+        fail "$st on $np ranks${tag:-}: accounting differs from theory"
 }
 for st in ddp zero1 zero2 shard_grad_op zero3; do
     check 2 "$st"
     check 3 "$st"
 done
 group=2 check 4 hybrid_shard parallel.shard_group_size=2
+# the llama family: GQA, SwiGLU, an untied head (the root unit holds two vocabulary matrices)
+llama="model.arch=llama model.n_head=4 model.n_kv_head=2 model.head_dim=8 model.intermediate_size=48"
+for st in ddp zero1 zero2 shard_grad_op zero3; do
+    # shellcheck disable=SC2086
+    tag=-llama flag=--llama check 2 "$st" $llama train.output_dir="$st-2-llama"
+done
+# shellcheck disable=SC2086
+tag=-llama flag=--llama check 3 zero3 $llama train.output_dir=zero3-3-llama
+# shellcheck disable=SC2086
+run_ztrain 1 --estimate-memory $common $llama >/dev/null
+assert_contains "$ZT_OUT" "memory estimate per rank: 31968 parameters"
 # --estimate-memory prints every strategy
 run_ztrain 1 --estimate-memory $common >/dev/null
 for st in ddp zero1 zero2 shard_grad_op zero3; do

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP] [--bf16|--fp16] [--reduce-bf16|--reduce-fp16]
-                      [--offload] [--offload-param]
+                      [--offload] [--offload-param] [--llama]
 
 Checks a run's metrics.jsonl against the ZeRO memory formulas and the
 collective volumes theory predicts, computed here independently from the model
@@ -43,7 +43,7 @@ Offload (ZeRO-Offload; both optional):
 import json, sys
 
 def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name16="bf16", offload=False,
-         offload_param=False):
+         offload_param=False, llama=False):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
@@ -52,6 +52,13 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     L, C, V, T = 2, 32, 257, 32
     root = V * C + T * C + 2 * C
     block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C)
+    if llama:
+        # --llama: the tiny Llama of accounting.sh: 4 heads, 2 KV heads, head_dim 8,
+        # MLP 48, untied head: embed + norm + lm_head; input norm, q/k/v, o, post norm,
+        # gate + up, down
+        Q, KV, I = 4 * 8, 2 * 8, 48
+        root = V * C + C + V * C
+        block = C + C * (Q + 2 * KV) + Q * C + C + 2 * I * C + I * C
     units = [root] + [block] * L
     psi = sum(units)
     assert start["parameters"] == psi, (start["parameters"], psi)
@@ -127,10 +134,10 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
 
 if __name__ == "__main__":
     flags = {x for x in sys.argv[1:] if x.startswith("--")}
-    unknown = flags - {"--bf16", "--reduce-bf16", "--fp16", "--reduce-fp16", "--offload", "--offload-param"}
+    unknown = flags - {"--bf16", "--reduce-bf16", "--fp16", "--reduce-fp16", "--offload", "--offload-param", "--llama"}
     if unknown: sys.exit(f"check_accounting.py: unknown option {sorted(unknown)[0]}")
     a = [x for x in sys.argv[1:] if not x.startswith("--")]
     sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None,
                   bool(flags & {"--bf16", "--fp16"}), bool(flags & {"--reduce-bf16", "--reduce-fp16"}),
                   "fp16" if flags & {"--fp16", "--reduce-fp16"} else "bf16",
-                  "--offload" in flags, "--offload-param" in flags))
+                  "--offload" in flags, "--offload-param" in flags, "--llama" in flags))
