@@ -1,8 +1,7 @@
 /* zt_log.h — the one logging module.
  *
  * Rank 0 prints to stdout (flushed per line); with log.all_ranks every rank also
- * writes <output_dir>/rank-<r>.log. Metrics go to <output_dir>/metrics.jsonl, one
- * JSON object per line, written by rank 0 only. */
+ * writes <output_dir>/rank-<r>.log. Metrics (metrics.jsonl) are zt_metrics.h's. */
 #ifndef ZT_LOG_H
 #define ZT_LOG_H
 
@@ -17,10 +16,5 @@ void zt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void zt_log_all(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Rank 0: error line to stderr, "ztrain: error: ..." */
 void zt_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* metrics.jsonl */
-int zt_metrics_open(const char *path, int append);
-void zt_metrics_write(const char *json_line);
-void zt_metrics_close(void);
 
 #endif

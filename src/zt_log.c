@@ -1,4 +1,4 @@
-/* zt_log.c — rank-0 console output, optional per-rank log files, metrics.jsonl. */
+/* zt_log.c — rank-0 console output, optional per-rank log files. */
 #include "zt_log.h"
 
 #include <stdarg.h>
@@ -6,7 +6,6 @@
 
 static int log_rank;
 static FILE *rank_log;
-static FILE *metrics;
 
 void zt_log_init(int rank, const char *rank_log_path)
 {
@@ -65,25 +64,4 @@ void zt_log_error(const char *fmt, ...)
     va_start(ap, fmt);
     vlog(log_rank == 0 ? stderr : NULL, "ztrain: error: ", fmt, ap);
     va_end(ap);
-}
-
-int zt_metrics_open(const char *path, int append)
-{
-    if (log_rank != 0) return 0;
-    metrics = fopen(path, append ? "a" : "w");
-    return metrics ? 0 : -1;
-}
-
-void zt_metrics_write(const char *json_line)
-{
-    if (!metrics) return;
-    fputs(json_line, metrics);
-    fputc('\n', metrics);
-    fflush(metrics);
-}
-
-void zt_metrics_close(void)
-{
-    if (metrics) fclose(metrics);
-    metrics = NULL;
 }

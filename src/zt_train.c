@@ -34,9 +34,13 @@
 #include "zt_data.h"
 #include "zt_hf_model.h"
 #include "zt_log.h"
+#include "zt_metrics.h"
+#include "zt_mfu.h"
 #include "zt_model.h"
 #include "zt_optim.h"
+#include "zt_plot.h"
 #include "zt_run.h"
+#include "zt_sample.h"
 #include "zt_shard.h"
 #include "zt_watchdog.h"
 
@@ -375,122 +379,47 @@ static float evaluate(run_t *r, int *failed)
     return (float)(sum / ((double)nb * r->dp));
 }
 
-/* ---- end-of-run sample --------------------------------------------------------- */
+/* ---- end of run: sample and loss plot ------------------------------------------ */
+
+/* zt_sample_logits_fn: the model's forward over units the shard engine gathers */
+static void sample_logits(void *arg, const int32_t *tokens, int n, float *logits)
+{
+    run_t *r = arg;
+    zt_watchdog_mark("generation", -1, r->step);
+    forward_only(r, tokens, NULL, 1, n);
+    if (logits) zt_model_logits_row(r->model, 0, n - 1, logits);
+}
 
 static void generate_sample(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
-    const int n = cfg->train.sample_tokens, T = r->T;
-    if (n <= 0) return;
-    const char *kind = zt_data_tokenizer(r->train);
-    zt_tokenizer_t *tok = NULL;
-    if (strcmp(kind, "byte") == 0 || kind[0] == 0) {
-        tok = zt_tokenizer_byte();
-    } else if (cfg->data.vocab_file[0] && cfg->data.merges_file[0]) {
-        char terr[ZT_ERRLEN];
-        tok = zt_tokenizer_open_bpe(cfg->data.vocab_file, cfg->data.merges_file, terr, sizeof terr);
-        if (!tok) zt_log("sample: %s; printing token ids", terr);
-    }
-    int32_t *ctx = zt_malloc((size_t)(n + T + 1) * sizeof *ctx);
-    size_t len = 0;
-    if (tok && cfg->train.sample_prompt[0]) {
-        int32_t *p = NULL;
-        size_t pn = 0;
-        if (zt_tokenizer_encode(tok, cfg->train.sample_prompt, strlen(cfg->train.sample_prompt), &p, &pn) == 0) {
-            for (size_t i = 0; i < pn && len < (size_t)T; i++) ctx[len++] = p[i];
-            free(p);
-        }
-    }
-    int eot = zt_data_eot_token(r->train);
-    if (len == 0) ctx[len++] = eot >= 0 && eot < cfg->model.vocab_size ? eot : 0;
-    const size_t prompt_len = len;
-    float *logits = zt_malloc((size_t)cfg->model.vocab_size * sizeof *logits);
-    uint64_t rng = (uint64_t)cfg->train.seed * 0x9E3779B97F4A7C15ULL + 1;
+    if (cfg->train.sample_tokens <= 0) return;
+    zt_tokenizer_t *tok = zt_sample_tokenizer(zt_data_tokenizer(r->train), cfg->data.vocab_file,
+                                              cfg->data.merges_file);
+    const zt_sample_opts_t o = {
+        .tokens = cfg->train.sample_tokens, .context = r->T, .vocab_size = cfg->model.vocab_size,
+        .temperature = ZT_SAMPLE_TEMPERATURE, .seed = (uint64_t)cfg->train.seed,
+        .prompt = cfg->train.sample_prompt, .eot = zt_data_eot_token(r->train),
+    };
+    zt_sample_t smp;
     zt_shard_begin_inference(r->shard);
-    for (int i = 0; i < n; i++) {
-        zt_watchdog_mark("generation", -1, r->step);
-        size_t start = len > (size_t)T ? len - (size_t)T : 0;
-        int t = (int)(len - start);
-        forward_only(r, ctx + start, NULL, 1, t);
-        int32_t next = 0;
-        if (r->rank == 0) {
-            zt_model_logits_row(r->model, 0, t - 1, logits);
-            /* temperature 0.8 sampling with a fixed-seed xorshift generator */
-            double mx = -INFINITY, sum = 0.0;
-            for (int v = 0; v < cfg->model.vocab_size; v++) mx = fmax(mx, logits[v]);
-            for (int v = 0; v < cfg->model.vocab_size; v++) sum += exp((logits[v] - mx) / 0.8);
-            rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-            double u = (double)(rng >> 11) / 9007199254740992.0 * sum, acc = 0.0;
-            next = cfg->model.vocab_size - 1;
-            for (int v = 0; v < cfg->model.vocab_size; v++) {
-                acc += exp((logits[v] - mx) / 0.8);
-                if (acc >= u) { next = v; break; }
-            }
-        }
-        zt_bcast(r->comm, &r->comm->world, &next, 1, ZT_I32, 0);
-        ctx[len++] = next;
-    }
+    zt_sample_generate(&o, tok, sample_logits, r, r->comm, &smp);
     zt_shard_end_inference(r->shard);
-    if (r->rank == 0) {
-        printf("---- sample (%d tokens, temperature 0.8) ----\n", n);
-        for (size_t i = 0; i < len; i++) {
-            if (i < prompt_len && ctx[i] == eot) continue;
-            size_t bl = 0;
-            const char *bytes = tok ? zt_tokenizer_decode_token(tok, ctx[i], &bl) : NULL;
-            if (bytes) fwrite(bytes, 1, bl, stdout);
-            else if (ctx[i] == eot) fputs("\n<|endoftext|>\n", stdout);
-            else printf("[%d]", ctx[i]);
-        }
-        printf("\n---- end of sample ----\n");
-        fflush(stdout);
-    }
-    free(logits);
-    free(ctx);
+    if (r->rank == 0) zt_sample_print(&o, tok, &smp, stdout);
+    zt_sample_free(&smp);
     zt_tokenizer_close(tok);
 }
 
-/* ---- loss plot (SVG, no dependencies) ------------------------------------------ */
-
-static void write_plot(run_t *r, const char *path)
+/* <output_dir>/loss.svg: the training and validation losses */
+static void write_plot(const run_t *r, const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) return;
-    const hist_t *h[2] = {&r->train_hist, &r->val_hist};
-    double xmax = 1, ymin = INFINITY, ymax = -INFINITY;
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < h[k]->n; i++) {
-            if (!isfinite(h[k]->val[i])) continue;
-            xmax = fmax(xmax, (double)h[k]->step[i]);
-            ymin = fmin(ymin, h[k]->val[i]);
-            ymax = fmax(ymax, h[k]->val[i]);
-        }
-    if (!isfinite(ymin)) ymin = 0, ymax = 1;
-    if (ymax - ymin < 1e-6) ymax = ymin + 1;
-    const double W = 800, H = 480, x0 = 70, y0 = 30, pw = W - 100, ph = H - 90;
-    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' font-family='sans-serif' font-size='13'>\n", W, H);
-    fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n");
-    fprintf(f, "<text x='%.0f' y='20'>ztrain loss (%s)</text>\n", x0, r->cfg->source);
-    fprintf(f, "<rect x='%.0f' y='%.0f' width='%.0f' height='%.0f' fill='none' stroke='black'/>\n", x0, y0, pw, ph);
-    for (int i = 0; i <= 4; i++) {
-        double v = ymin + (ymax - ymin) * i / 4.0, y = y0 + ph - ph * i / 4.0;
-        fprintf(f, "<text x='5' y='%.1f'>%.3f</text><line x1='%.0f' x2='%.0f' y1='%.1f' y2='%.1f' stroke='#ddd'/>\n",
-                y + 4, v, x0, x0 + pw, y, y);
-        fprintf(f, "<text x='%.1f' y='%.0f'>%.0f</text>\n", x0 + pw * i / 4.0 - 10, y0 + ph + 18, xmax * i / 4.0);
-    }
-    fprintf(f, "<text x='%.0f' y='%.0f'>step</text>\n", x0 + pw / 2, H - 20);
-    const char *color[2] = {"#1f77b4", "#d62728"}, *label[2] = {"train loss", "validation loss"};
-    for (int k = 0; k < 2; k++) {
-        if (!h[k]->n) continue;
-        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", color[k]);
-        for (int i = 0; i < h[k]->n; i++)
-            if (isfinite(h[k]->val[i]))
-                fprintf(f, "%.1f,%.1f ", x0 + pw * h[k]->step[i] / xmax,
-                        y0 + ph - ph * (h[k]->val[i] - ymin) / (ymax - ymin));
-        fprintf(f, "'/>\n<text x='%.0f' y='%.0f' fill='%s'>%s</text>\n", x0 + pw - 130,
-                y0 + 20 + 18 * k, color[k], label[k]);
-    }
-    fprintf(f, "</svg>\n");
-    fclose(f);
+    char title[ZT_STRLEN + 16];
+    snprintf(title, sizeof title, "ztrain loss (%s)", r->cfg->source);
+    const zt_plot_series_t series[2] = {
+        {"train loss", r->train_hist.step, r->train_hist.val, r->train_hist.n},
+        {"validation loss", r->val_hist.step, r->val_hist.val, r->val_hist.n},
+    };
+    zt_plot_svg(path, title, series, 2);
 }
 
 /* ---- checkpoints ---------------------------------------------------------------- */
@@ -613,30 +542,6 @@ static int maybe_resume(run_t *r)
 
 /* ---- start-up report -------------------------------------------------------------- */
 
-static double measure_peak(run_t *r)
-{
-    /* GEMM throughput of this backend on a GPT-2-sized matmul: the MFU denominator
-     * when train.peak_tflops is not given */
-    const int N = 256, C = 768, OC = 2304;
-    float *a = r->be->alloc((size_t)N * C * 4), *w = r->be->alloc((size_t)C * OC * 4),
-          *o = r->be->alloc((size_t)N * OC * 4);
-    r->be->matmul_forward(o, a, w, NULL, N, C, OC, 0);
-    r->be->sync();
-    /* best single repetition, so a busy machine at start-up does not lower the peak */
-    double best = 1e30, t_end = zt_now() + 0.4;
-    do {
-        double t0 = zt_now();
-        r->be->matmul_forward(o, a, w, NULL, N, C, OC, 0);
-        r->be->sync();
-        best = fmin(best, zt_now() - t0);
-    } while (zt_now() < t_end);
-    double flops = 2.0 * N * C * OC / best;
-    r->be->free(a);
-    r->be->free(w);
-    r->be->free(o);
-    return zt_max_double(r->comm, &r->comm->world, flops) * r->comm->world.size;
-}
-
 static void startup_report(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
@@ -680,26 +585,17 @@ static void startup_report(run_t *r)
     zt_log("traffic per step (estimate): %s of collective buffers", zt_fmt_bytes(e.traffic, b[0], 32));
 }
 
-static void memory_json(const char *key, const zt_shard_mem_t *m, size_t act, char *buf, size_t len)
-{
-    snprintf(buf, len, "\"%s\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"buffers\":%zu,"
-             "\"gathered\":%zu,\"activations\":%zu,\"host\":%zu}", key, m->params, m->grads, m->optim,
-             m->comm_buffers, m->gathered_peak, act, m->host);
-}
-
 /* First metrics record: what the run is, and the per-rank estimates tests check. */
-static void start_record(run_t *r)
+static void start_record(const run_t *r)
 {
     estimate_t e;
     estimate(r->cfg, r->table, r->sopts.strategy, r->comm->world.size, r->comm->shard.size, &e);
-    char mem[512], line[1024];
-    memory_json("memory_estimate", &e.mem, e.activations, mem, sizeof mem);
-    snprintf(line, sizeof line,
-             "{\"start\":true,\"world_size\":%d,\"strategy\":\"%s\",\"layout\":\"%s\",\"parameters\":%zu,"
-             "\"global_batch\":%ld,\"traffic_estimate_bytes\":%.0f,%s}",
-             r->comm->world.size, zt_strategy_name(r->sopts.strategy), r->cfg->parallel.shard_layout,
-             r->table->total_numel, r->G, e.traffic, mem);
-    zt_metrics_write(line);
+    const zt_metrics_start_t rec = {
+        .world_size = r->comm->world.size, .strategy = zt_strategy_name(r->sopts.strategy),
+        .layout = r->cfg->parallel.shard_layout, .parameters = r->table->total_numel, .global_batch = r->G,
+        .traffic_estimate = e.traffic, .mem = &e.mem, .activations = e.activations,
+    };
+    zt_metrics_record_start(&rec);
 }
 
 /* ---- the loop ----------------------------------------------------------------------- */
@@ -709,19 +605,6 @@ static void format_eta(double s, char *buf, size_t len)
     long x = (long)s;
     if (x >= 3600) snprintf(buf, len, "%ldh%02ldm", x / 3600, (x % 3600) / 60);
     else snprintf(buf, len, "%ldm%02lds", x / 60, x % 60);
-}
-
-static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)
-{
-    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
-    size_t o = 0;
-    o += (size_t)snprintf(buf + o, len - o, "{");
-    for (int k = 0; k < ZT_COLL_N; k++) {
-        double busbw = st->seconds[k] > 0 ? st->bus_bytes[k] / st->seconds[k] / 1e9 : 0.0;
-        o += (size_t)snprintf(buf + o, len - o, "%s\"%s\":{\"calls\":%ld,\"bytes\":%.0f,\"seconds\":%.6f,\"busbw_GBps\":%.3f}",
-                              k ? "," : "", names[k], st->calls[k], st->bytes[k], st->seconds[k], busbw);
-    }
-    snprintf(buf + o, len - o, "}");
 }
 
 /* Adds the collectives counted since the last reset to the run's total, and resets. */
@@ -766,17 +649,6 @@ static int loss_scale_overflow(run_t *r)
     zt_log("step %ld: gradient overflow, loss scale %.9g -> %.9g", r->step + 1, S, next);
     r->loss_scale = next;
     return 0;
-}
-
-/* metrics.jsonl record of a step whose optimizer update was skipped, with the loss
- * scale the step ran with */
-static void skipped_record(const run_t *r, const char *reason, double elapsed)
-{
-    char line[256];
-    snprintf(line, sizeof line, "{\"step\":%ld,\"skipped\":true,\"reason\":\"%s\",\"loss_scale\":%.9g,"
-             "\"elapsed_s\":%.3f}", r->step + 1, reason,
-             r->loss_scale, elapsed);
-    zt_metrics_write(line);
 }
 
 static int run_loop(run_t *r)
@@ -839,7 +711,7 @@ static int run_loop(run_t *r)
              * non-finite gradient is an fp16 overflow */
             const int overflow = r->dynamic_scale && isfinite(loss);
             if (overflow || strcmp(cfg->parallel.nonfinite, "skip") == 0) {
-                skipped_record(r, overflow ? "overflow" : "nonfinite", zt_now() - t_start);
+                zt_metrics_record_skipped(r->step + 1, overflow ? "overflow" : "nonfinite", r->loss_scale, zt_now() - t_start);
                 if (overflow && loss_scale_overflow(r) != 0) return ZT_EXIT_NONFINITE;
                 if (!overflow)
                     zt_log("step %ld: non-finite loss or gradient; step skipped (parallel.nonfinite = skip)", r->step + 1);
@@ -885,7 +757,7 @@ static int run_loop(run_t *r)
             double tps = (double)window_steps * r->G * r->T / wdt;
             double flops = tps * r->flops_per_token;
             double eta = (double)(r->total_steps - r->step) * wdt / (double)window_steps;
-            char etab[32], memb[32], cj[1024];
+            char etab[32], memb[32];
             format_eta(eta, etab, sizeof etab);
             zt_fmt_bytes((double)zt_current_rss(), memb, sizeof memb);
             char scaleb[48] = "";
@@ -893,15 +765,13 @@ static int run_loop(run_t *r)
             zt_log("step %5ld/%ld | loss %.4f | lr %.2e | norm %.4f%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
                    r->step, r->total_steps, loss, lr, norm, scaleb, tps, flops / 1e12,
                    100.0 * flops / r->peak_flops, memb, etab);
-            comm_json(zt_comm_stats(c), cj, sizeof cj);
-            char line[2048];
-            snprintf(line, sizeof line,
-                     "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"loss_scale\":%.9g,\"tokens_per_s\":%.3f,"
-                     "\"tflops\":%.6f,\"mfu\":%.6f,\"elapsed_s\":%.3f,\"step_s\":%.6f,\"tokens_seen\":%.0f,"
-                     "\"rss_bytes\":%zu,\"comm\":%s}",
-                     r->step, loss, lr, norm, S, tps, flops / 1e12, flops / r->peak_flops, now - t_start,
-                     wdt / window_steps, r->tokens_seen, zt_current_rss(), cj);
-            zt_metrics_write(line);
+            const zt_metrics_step_t rec = {
+                .step = r->step, .loss = loss, .lr = lr, .grad_norm = norm, .loss_scale = S,
+                .tokens_per_s = tps, .tflops = flops / 1e12, .mfu = flops / r->peak_flops,
+                .elapsed_s = now - t_start, .step_s = wdt / window_steps, .tokens_seen = r->tokens_seen,
+                .rss_bytes = zt_current_rss(), .comm = zt_comm_stats(c),
+            };
+            zt_metrics_record_step(&rec);
             hist_push(&r->train_hist, r->step, (float)loss);
             fold_comm(r);
             t_window = zt_now();
@@ -916,10 +786,7 @@ static int run_loop(run_t *r)
             if (failed) return ZT_EXIT_ERROR;
             r->last_val = vl;
             zt_log("step %5ld/%ld | validation loss %.4f", r->step, r->total_steps, vl);
-            char line[256];
-            snprintf(line, sizeof line, "{\"step\":%ld,\"val_loss\":%.9g,\"elapsed_s\":%.3f}", r->step, vl,
-                     zt_now() - t_start);
-            zt_metrics_write(line);
+            zt_metrics_record_eval(r->step, vl, zt_now() - t_start);
             hist_push(&r->val_hist, r->step, vl);
             t_window = zt_now();
             window_steps = 0;
@@ -1084,7 +951,9 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     r->inp = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
     r->tgt = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
     r->flops_per_token = zt_model_flops_per_token(r->table, r->T);
-    r->peak_flops = cfg->train.peak_tflops > 0 ? cfg->train.peak_tflops * 1e12 * comm->world.size : measure_peak(r);
+    r->peak_flops = cfg->train.peak_tflops > 0 ? cfg->train.peak_tflops * 1e12
+                                              : zt_max_double(comm, &comm->world, zt_mfu_measure_peak(r->be));
+    r->peak_flops *= comm->world.size;
     zt_log("MFU denominator: %.1f GFLOP/s over all ranks (%s)", r->peak_flops / 1e9,
            cfg->train.peak_tflops > 0 ? "train.peak_tflops" : "measured matmul peak of this backend");
 
@@ -1148,15 +1017,13 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         if (r->val) zt_log("summary: final validation loss %.4f", r->last_val);
         comm_summary(r);
         if (r->rank == 0) {
-            char line[1024], mem[512];
-            memory_json("memory_measured", &mm, zt_model_activation_bytes(r->model), mem, sizeof mem);
-            snprintf(line, sizeof line,
-                     "{\"summary\":true,\"steps\":%ld,\"tokens\":%.0f,\"wall_s\":%.3f,\"train_s\":%.3f,"
-                     "\"final_loss\":%.9g,\"final_val_loss\":%.9g,\"peak_rss_bytes\":%.0f,"
-                     "\"device_peak_bytes\":%.0f,%s}",
-                     r->step, r->tokens_seen, wall, r->train_seconds, r->last_loss,
-                     r->val ? r->last_val : -1.0, peak, dev_peak, mem);
-            zt_metrics_write(line);
+            const zt_metrics_summary_t rec = {
+                .steps = r->step, .tokens = r->tokens_seen, .wall_s = wall, .train_s = r->train_seconds,
+                .final_loss = r->last_loss, .final_val_loss = r->val ? r->last_val : -1.0,
+                .peak_rss_bytes = peak, .device_peak_bytes = dev_peak, .mem = &mm,
+                .activations = zt_model_activation_bytes(r->model),
+            };
+            zt_metrics_record_summary(&rec);
         }
     }
     zt_watchdog_stop();
