@@ -354,8 +354,18 @@ int zt_hf_read(zt_hf_dir_t *d, int i, size_t start, size_t n, float *out, char *
     size_t es = (size_t)zt_st_dtype_size(t->dtype);
     uint64_t off = f->data_start + t->begin + (uint64_t)start * es;
     if (t->dtype == ZT_ST_F32) {
-        if (pread_full(fd, out, n * 4, off))
-            return zt_err(err, errlen, "%s: tensor %s: read failed: %s", f->path, t->name, io_reason());
+        /* in pieces, each asking the kernel for the next ones first: one huge pread of a
+         * cold file is served by synchronous readahead, one window at a time, at a
+         * fraction of the disk's speed (measured: 310 MB/s against cat's 1.4 GB/s) */
+        const size_t per = STAGE_BYTES / 4;
+        for (size_t k = 0; k < n; k += per) {
+            const size_t m = ZT_MIN(per, n - k);
+            if (k + per < n)
+                (void)posix_fadvise(fd, (off_t)(off + (uint64_t)(k + per) * 4),
+                                    (off_t)(ZT_MIN(4 * per, n - k - per) * 4), POSIX_FADV_WILLNEED);
+            if (pread_full(fd, out + k, m * 4, off + (uint64_t)k * 4))
+                return zt_err(err, errlen, "%s: tensor %s: read failed: %s", f->path, t->name, io_reason());
+        }
         return 0;
     }
     if (!d->stage) d->stage = zt_malloc(STAGE_BYTES);

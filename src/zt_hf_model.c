@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -107,6 +108,16 @@ static int match_tensors(zt_hf_dir_t *d, const zt_param_table_t *t, int *idx, ch
     return 0;
 }
 
+/* An integer OR over the exponent fields (vectorizes, unlike a float test with an early
+ * exit): the scan costs a fifth of a warm load otherwise. */
+static int all_finite(const float *x, size_t n)
+{
+    const uint32_t *u = (const uint32_t *)(const void *)x;
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+    return !bad;
+}
+
 int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, double *bytes,
                      char *err, size_t errlen)
 {
@@ -125,7 +136,7 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
     for (int i = 0; i < n && !rc; i++) {
         const zt_io_seg_t *g = &segs[i];
         rc = zt_hf_read(d, idx[g->param], g->start, g->len, g->value, e, sizeof e);
-        for (size_t k = 0; k < g->len && !rc; k++)
+        for (size_t k = rc || all_finite(g->value, g->len) ? g->len : 0; k < g->len && !rc; k++)
             if (!isfinite(g->value[k]))
                 rc = zt_err(e, sizeof e, "%s: tensor %s: element %zu is %g", dir, t->params[g->param].name,
                             g->start + k, (double)g->value[k]);
