@@ -56,6 +56,9 @@ typedef struct zt_param {
     float init_std;
     zt_role_t role;
     zt_wlayout_t wlayout;
+    int frozen;         /* no gradient, no optimizer state (LoRA's base); a unit's
+                         * parameters are all frozen or none */
+    int lora_a, lora_b; /* this weight's LoRA adapter parameters, -1 if none */
 } zt_param_t;
 
 /* The shape of a model, family-neutral. A family fills what it uses and leaves
@@ -89,6 +92,11 @@ typedef struct zt_param_table {
     size_t total_numel;
     int root_unit;          /* gathered for the whole micro-step */
     int first_block_unit;   /* block l is unit first_block_unit + l */
+    int *unit_frozen;       /* (nunits) 1: the unit's parameters are frozen */
+    /* LoRA: block l's adapters are unit first_adapter_unit + l (-1: no adapters); the
+     * root unit has none. lora_scale = alpha / r (rsLoRA: alpha / sqrt r). */
+    int first_adapter_unit, lora_rank;
+    float lora_scale;
     int cap;                /* allocated entries of params */
 } zt_param_table_t;
 

@@ -41,23 +41,38 @@ int zt_params_add(zt_param_table_t *t, const char *name, int ndim, int64_t d0, i
     p->init_std = std;
     p->role = role;
     p->wlayout = ndim > 1 ? wlayout : ZT_W_NONE;
+    p->lora_a = p->lora_b = -1;
     return t->nparams++;
 }
 
 void zt_params_finish(zt_param_table_t *t, int nunits, int root_unit, int first_block_unit)
 {
+    /* callable again after more parameters (LoRA's adapter units) were added */
+    free(t->unit_numel);
+    free(t->unit_first);
+    free(t->unit_count);
+    free(t->unit_frozen);
+    t->total_numel = 0;
     t->nunits = nunits;
     t->root_unit = root_unit;
     t->first_block_unit = first_block_unit;
+    if (!t->lora_rank) t->first_adapter_unit = -1;
     t->unit_numel = zt_calloc((size_t)nunits, sizeof *t->unit_numel);
     t->unit_first = zt_calloc((size_t)nunits, sizeof *t->unit_first);
     t->unit_count = zt_calloc((size_t)nunits, sizeof *t->unit_count);
+    t->unit_frozen = zt_calloc((size_t)nunits, sizeof *t->unit_frozen);
     for (int i = 0; i < t->nparams; i++) {
         zt_param_t *p = &t->params[i];
         if (p->unit < 0 || p->unit >= nunits) zt_fatal("parameter %s in unit %d of %d", p->name, p->unit, nunits);
         /* a unit's parameters must be adjacent in the table: its buffer is their concatenation */
-        if (t->unit_count[p->unit]++ == 0) t->unit_first[p->unit] = i;
-        else if (t->params[i - 1].unit != p->unit) zt_fatal("parameter %s: unit %d is not contiguous", p->name, p->unit);
+        if (t->unit_count[p->unit]++ == 0) {
+            t->unit_first[p->unit] = i;
+            t->unit_frozen[p->unit] = p->frozen;
+        } else if (t->params[i - 1].unit != p->unit) {
+            zt_fatal("parameter %s: unit %d is not contiguous", p->name, p->unit);
+        } else if (p->frozen != t->unit_frozen[p->unit]) {
+            zt_fatal("parameter %s: unit %d mixes frozen and trainable parameters", p->name, p->unit);
+        }
         p->offset = t->unit_numel[p->unit];
         t->unit_numel[p->unit] += p->numel;
         t->total_numel += p->numel;
@@ -71,6 +86,7 @@ void zt_param_table_free(zt_param_table_t *t)
     free(t->unit_numel);
     free(t->unit_first);
     free(t->unit_count);
+    free(t->unit_frozen);
     free(t);
 }
 
