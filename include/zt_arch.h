@@ -31,16 +31,20 @@ typedef struct zt_arch_ops {
     void (*destroy)(zt_model_t *m);
     /* x0 (N,C) = embedding of the batch's inputs */
     void (*embed_forward)(zt_model_t *m, const float *root, float *x0);
-    /* root gradients of the embedding from dx0 (N,C) */
+    /* root gradients of the embedding from dx0 (N,C) (not called for a frozen root) */
     void (*embed_backward)(zt_model_t *m, float *droot, const float *dx0);
-    /* out (N,C) = block l applied to x_in (N,C), which stays intact */
-    void (*block_forward)(zt_model_t *m, int l, const float *w, const float *x_in, float *out);
-    /* dx (N,C): in dL/d(block output), out dL/d(x_in); parameter gradients += into dw */
-    void (*block_backward)(zt_model_t *m, int l, const float *w, float *dw, const float *x_in,
-                           float *dx);
+    /* out (N,C) = block l applied to x_in (N,C), which stays intact; lora: the block's
+     * adapter unit or NULL */
+    void (*block_forward)(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
+                          float *out);
+    /* dx (N,C): in dL/d(block output), out dL/d(x_in); parameter gradients += into dw
+     * (NULL: frozen), the adapters' into dlora */
+    void (*block_backward)(zt_model_t *m, int l, const float *w, float *dw, const float *lora, float *dlora,
+                           const float *x_in, float *dx);
     /* xf (N,C) = final norm of x (N,C) */
     void (*final_norm_forward)(zt_model_t *m, const float *root, const float *x, float *xf);
-    /* dx (N,C) = d final norm (overwritten), from dxf (N,C); its parameters' grads += */
+    /* dx (N,C) = d final norm (overwritten), from dxf (N,C); its parameters' grads +=
+     * (droot NULL: frozen) */
     void (*final_norm_backward)(zt_model_t *m, const float *root, float *droot, const float *x,
                                 const float *dxf, float *dx);
     /* element offset of the head weight (V,C) in the root unit (tied: the embedding) */
@@ -65,8 +69,9 @@ typedef struct zt_arch {
     void (*dims_to_config)(const zt_model_dims_t *d, zt_config_t *cfg);
     /* Adds the parameters and finishes the table. */
     void (*build_params)(zt_param_table_t *t, float init_std);
-    /* Bytes of the family's own activations (zt_model.c adds what it keeps). */
-    size_t (*activation_bytes)(const zt_model_dims_t *d, int B, int T, int recompute);
+    /* Bytes of the family's own activations, its LoRA buffers included (zt_model.c adds
+     * what it keeps). */
+    size_t (*activation_bytes)(const zt_param_table_t *t, int B, int T, int recompute);
     /* Training FLOPs per token (6 N over the GEMM parameters + attention), for MFU. */
     double (*flops_per_token)(const zt_model_dims_t *d, int T);
     const zt_arch_ops_t *ops;

@@ -101,7 +101,7 @@ typedef struct zt_backend {
                            int N, int C, int OC, int transw);
     /* dinp (N,C) = dout @ W^T (overwritten: the callers need no zeroing pass) ;
      * dweight += inp^T @ dout (same layout as W) ; dbias (OC) += colsum(dout).
-     * dinp, dbias may be NULL to skip. */
+     * dinp, dweight, dbias may be NULL to skip (dweight: a frozen weight). */
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC, int transw);
     /* The MLP's up projection and its activation as one operation, so that a backend

@@ -65,6 +65,7 @@ typedef struct zt_config {
         double peak_tflops;     /* per rank, for MFU; 0 = measure sgemm peak at start */
         int threads;            /* threads per rank (0 = OMP_NUM_THREADS or 1) */
         char matmul_precision[16]; /* auto | highest | high | medium */
+        char finetuning_type[8];   /* full | lora */
     } train;
     struct {
         double learning_rate;
@@ -103,6 +104,15 @@ typedef struct zt_config {
         int all_ranks;          /* bool: one log file per rank */
         int plot;               /* bool: loss plot at the end */
     } log;
+    struct {
+        int rank;               /* r */
+        double alpha;           /* 0 = 2 * rank (LLaMA-Factory's default) */
+        double dropout;
+        char target[ZT_MAX_FILES][64]; /* "all" or module names (q_proj, c_attn, ...) */
+        int n_target;
+        int use_rslora;         /* bool: scale alpha / sqrt(r) */
+        char adapter_name_or_path[ZT_STRLEN]; /* PEFT adapter directory to start from */
+    } lora;
     struct {                    /* for testing only */
         int rank;               /* -1 = off */
         long step;

@@ -48,13 +48,14 @@ double zt_model_flops_per_token(const zt_param_table_t *t, int T);
  * read (zt_model_loss, zt_model_logits_row). */
 void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *targets, int B, int T);
 void zt_model_forward_embed(zt_model_t *m, const float *root);
-void zt_model_forward_block(zt_model_t *m, int l, const float *unit);
+/* lora: block l's adapter unit (NULL without LoRA) */
+void zt_model_forward_block(zt_model_t *m, int l, const float *unit, const float *lora);
 /* Inference and evaluation: logits, and with targets the per-token losses (read by
  * zt_model_loss). Only the last chunk's logits are kept (zt_model_logits_row). */
 void zt_model_forward_head(zt_model_t *m, const float *root);
 /* Training: the head's forward and backward, chunk by chunk: the losses, the head's
- * parameter gradients (tied wte, ln_f) accumulated into droot, and dL/d(last block
- * output) for backward_block. dscale is the caller's 1/(tokens in the global batch)
+ * parameter gradients (tied wte, ln_f) accumulated into droot (NULL: a frozen root unit),
+ * and dL/d(last block output) for backward_block. dscale is the caller's 1/(tokens in the global batch)
  * share. Needs targets. */
 void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale);
 /* Mean loss of the batch's last head pass (0 without targets); waits for it. */
@@ -64,7 +65,9 @@ int zt_model_head_rows(zt_model_dims_t d, int N);
 /* Tokens per head chunk: at most the automatic size (about 256 MiB of fp32 logits),
  * for tests and tuning; 1 <= rows. */
 void zt_model_set_head_rows(zt_model_t *m, int rows);
-void zt_model_backward_block(zt_model_t *m, int l, const float *unit, float *dunit);
+/* dunit NULL: a frozen unit (no parameter gradients); dlora: the adapters' gradients */
+void zt_model_backward_block(zt_model_t *m, int l, const float *unit, float *dunit, const float *lora,
+                             float *dlora);
 void zt_model_backward_embed(zt_model_t *m, float *droot);
 
 /* Logits of position t of batch row b, copied to host out (V): valid after

@@ -23,7 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { ZT_INIT_NORMAL = 0, ZT_INIT_ZEROS = 1, ZT_INIT_ONES = 2 };
+/* init_std is the standard deviation (NORMAL) or the bound b of U(-b, b) (UNIFORM:
+ * LoRA's A, kaiming-uniform with a = sqrt 5 as PEFT, b = 1 / sqrt(fan_in)) */
+enum { ZT_INIT_NORMAL = 0, ZT_INIT_ZEROS = 1, ZT_INIT_ONES = 2, ZT_INIT_UNIFORM = 3 };
 
 /* What a tensor is. Weights and their biases share a role. */
 typedef enum {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "zt_common.h"
+#include "zt_lora.h"
 
 extern const zt_arch_t zt_arch_gpt2, zt_arch_llama, zt_arch_qwen2, zt_arch_qwen3;
 
@@ -59,5 +60,10 @@ zt_param_table_t *zt_arch_table_from_config(const zt_config_t *cfg, char *err, s
     }
     zt_model_dims_t d;
     if (a->dims_from_config(cfg, &d, err, errlen)) return NULL;
-    return zt_arch_build_table(a, &d, (float)cfg->model.init_std);
+    zt_param_table_t *t = zt_arch_build_table(a, &d, (float)cfg->model.init_std);
+    if (strcmp(cfg->train.finetuning_type, "lora") == 0 && zt_lora_apply(t, cfg, err, errlen)) {
+        zt_param_table_free(t);
+        return NULL;
+    }
+    return t;
 }

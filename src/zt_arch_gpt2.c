@@ -163,8 +163,9 @@ static void gpt2_build(zt_param_table_t *t, float init_std)
     zt_params_finish(t, 1 + d->L, 0, 1);
 }
 
-static size_t gpt2_activation_bytes(const zt_model_dims_t *d, int B, int T, int recompute)
+static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int recompute)
 {
+    const zt_model_dims_t *d = &t->dims;
     const size_t N = (size_t)B * T, C = d->C, lse = (size_t)B * d->NH * T;
     const size_t per_block = N * C /*ln1*/ + 2 * N + 3 * N * C + lse + N * C /*atty*/ +
                              N * C /*res2*/ + N * C /*ln2*/ + 2 * N + 8 * N * C /*fch, gelu*/;
@@ -258,8 +259,10 @@ static void gpt2_embed_backward(zt_model_t *m, float *droot, const float *dx0)
     m->be->positional_backward(droot + g->o_wpe, dx0, m->B, m->T, m->d.C);
 }
 
-static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float *x_in, float *out)
+static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
+                               float *out)
 {
+    (void)lora; /* zt_lora_apply refuses gpt2 */
     const gpt2_t *g = m->fam;
     block_acts_t *a = &g->blk[l];
     const zt_backend_t *be = m->be;
@@ -279,9 +282,10 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     be->residual_forward(out, out, a->res2, (size_t)N * C);
 }
 
-static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw, const float *x_in,
-                                float *dres)
+static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw, const float *lora,
+                                float *dlora, const float *x_in, float *dres)
 {
+    (void)dlora;
     const gpt2_t *g = m->fam;
     const zt_backend_t *be = m->be;
     const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, N = B * T;
@@ -291,7 +295,7 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
         /* re-run the forward to refill the shared buffers; the output goes to a
          * scratch (dres2, free until dln2 below) because the next block's x_in must
          * stay intact */
-        gpt2_block_forward(m, l, w, x_in, m->dres2);
+        gpt2_block_forward(m, l, w, lora, x_in, m->dres2);
     }
     /* dres holds dL/d(block output) (N,C). Output = res2 + fcproj(gelu(fc(ln2(res2)))).
      * dfch = gelu'(fch) * (dres @ Wfcp^T) goes into fch_gelu, which fcproj's weight

@@ -42,6 +42,8 @@ typedef struct llama {
     float *dqkv, *dqkv_pre;     /* (N,S) */
     float *dtmp;                /* (N, max(I, Q)) */
     float *inv_freq;            /* (HD/2) backend memory */
+    float *dw_frozen;           /* (max(C, HD)) where a frozen norm's weight gradient goes */
+    zt_lora_gemm_t lo_qkv, lo_o, lo_gu, lo_down; /* LoRA on the block's four GEMMs */
     int Q, KV, S;
     /* offsets within a block unit (SIZE_MAX: absent) and within the root unit */
     size_t o_ln1, o_wqkv, o_bqkv, o_qn, o_kn, o_wo, o_bo, o_ln2, o_wgu, o_wdown;
@@ -295,12 +297,41 @@ static size_t per_block_floats(const zt_model_dims_t *d, size_t B, size_t T)
     return f;
 }
 
-static size_t llama_activation_bytes(const zt_model_dims_t *d, int B, int T, int recompute)
+/* LoRA on a block's four GEMMs: their n*r summed, and the widest output and input */
+static void lora_shape(const zt_param_table_t *t, size_t *nr, int *oc_max, int *c_max)
 {
+    const zt_model_dims_t *d = &t->dims;
+    const int Q = d->NH * d->HD, S = Q + 2 * d->NKV * d->HD;
+    static const char *const gemm[4][3] = {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
+                                           {"self_attn.o_proj"}, {"mlp.gate_proj", "mlp.up_proj"},
+                                           {"mlp.down_proj"}};
+    const int oc[4] = {S, d->C, 2 * d->I, d->C}, c[4] = {d->C, Q, d->C, d->I};
+    *nr = 0, *oc_max = 0, *c_max = 0;
+    for (int k = 0; k < 4 && t->lora_rank; k++) {
+        int n = 0;
+        for (int i = 0; i < 3 && gemm[k][i]; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.0.%s.lora_A.weight", gemm[k][i]);
+            n += zt_param_table_find(t, name) >= 0;
+        }
+        if (!n) continue;
+        *nr += (size_t)n * t->lora_rank;
+        *oc_max = ZT_MAX(*oc_max, oc[k]);
+        *c_max = ZT_MAX(*c_max, c[k]);
+    }
+}
+
+static size_t llama_activation_bytes(const zt_param_table_t *t, int B, int T, int recompute)
+{
+    const zt_model_dims_t *d = &t->dims;
     const size_t N = (size_t)B * T, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD;
     size_t f = (recompute ? 1 : (size_t)d->L) * per_block_floats(d, (size_t)B, (size_t)T);
     f += N /* rstd_f */ + N * S /* dqkv */ + (d->qk_norm ? N * S : 0) + N * ZT_MAX((size_t)d->I, Q) /* dtmp */ +
-         (size_t)d->HD / 2;
+         (size_t)d->HD / 2 + ZT_MAX((size_t)d->C, (size_t)d->HD) /* dw_frozen */;
+    size_t nr;
+    int oc_max, c_max;
+    lora_shape(t, &nr, &oc_max, &c_max);
+    if (nr) f += (size_t)d->L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, oc_max, c_max);
     return f * sizeof(float);
 }
 
@@ -410,6 +441,22 @@ static void llama_create(zt_model_t *m)
     rope_inv_freq(d, h);
     m->be->from_host(g->inv_freq, h, (size_t)(d->HD / 2) * F);
     free(h);
+    g->dw_frozen = zt_model_alloc(m, ZT_MAX(C, (size_t)d->HD) * F);
+    if (t->lora_rank && d->L > 0) {
+        const int iq = zt_param_table_find(t, "model.layers.0.self_attn.q_proj.weight");
+        const int io = zt_param_table_find(t, "model.layers.0.self_attn.o_proj.weight");
+        const int ig = zt_param_table_find(t, "model.layers.0.mlp.gate_proj.weight");
+        const int id = zt_param_table_find(t, "model.layers.0.mlp.down_proj.weight");
+        const int qkv[3] = {iq, iq + 1, iq + 2}, gu[2] = {ig, ig + 1}; /* adjacent in the table */
+        zt_lora_gemm_init(m, &g->lo_qkv, qkv, 3, d->C);
+        zt_lora_gemm_init(m, &g->lo_o, &io, 1, g->Q);
+        zt_lora_gemm_init(m, &g->lo_gu, gu, 2, d->C);
+        zt_lora_gemm_init(m, &g->lo_down, &id, 1, d->I);
+        size_t nr;
+        int oc_max, c_max;
+        lora_shape(t, &nr, &oc_max, &c_max);
+        if (nr) zt_lora_scratch(m, oc_max, c_max);
+    }
 }
 
 static void llama_destroy(zt_model_t *m)
@@ -429,6 +476,12 @@ static void llama_destroy(zt_model_t *m)
     if (g->dqkv_pre) be->free(g->dqkv_pre);
     be->free(g->dtmp);
     be->free(g->inv_freq);
+    be->free(g->dw_frozen);
+    zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_o, &g->lo_gu, &g->lo_down};
+    for (int i = 0; i < 4; i++) zt_lora_gemm_free(m, lo[i]);
+    float *sc[] = {m->lora_bbd, m->lora_dbbd, m->lora_y, m->lora_dxa, m->lora_dx, m->lora_db};
+    for (size_t i = 0; i < sizeof sc / sizeof *sc; i++)
+        if (sc[i]) be->free(sc[i]);
     free(g->blk);
     free(g);
 }
@@ -445,9 +498,10 @@ static void llama_embed_backward(zt_model_t *m, float *droot, const float *dx0)
     m->be->embedding_backward(droot + g->o_embed, dx0, m->inputs, m->B * m->T, m->d.C);
 }
 
-static void llama_block_forward(zt_model_t *m, int l, const float *w, const float *x_in, float *out)
+static void llama_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
+                                float *out)
 {
-    const llama_t *g = m->fam;
+    llama_t *g = m->fam;
     const block_acts_t *a = &g->blk[l];
     const zt_backend_t *be = m->be;
     const zt_model_dims_t *d = &m->d;
@@ -457,48 +511,60 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     const float *bqkv = d->qkv_bias ? w + g->o_bqkv : NULL;
     if (d->qk_norm) {
         be->matmul_forward(a->qkv_pre, a->ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
+        zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, a->ln1, a->qkv_pre);
         be->copy_rows(a->qkv + Q + g->KV, S, a->qkv_pre + Q + g->KV, S, N, g->KV); // v as it is
         be->rmsnorm_forward(a->qkv, a->qk_rstd, a->qkv_pre, w + g->o_qn, N, d->NH, d->HD, S, eps);
         be->rmsnorm_forward(a->qkv + Q, a->qk_rstd + (size_t)N * d->NH, a->qkv_pre + Q, w + g->o_kn, N, d->NKV,
                             d->HD, S, eps);
     } else {
         be->matmul_forward(a->qkv, a->ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
+        zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, a->ln1, a->qkv);
     }
     be->rope_forward(a->qkv, g->inv_freq, NULL, B, T, d->NH, d->HD, S);
     be->rope_forward(a->qkv + Q, g->inv_freq, NULL, B, T, d->NKV, d->HD, S);
     be->attention_forward(a->atty, a->lse, a->qkv, B, T, d->NH, d->NKV, d->HD); // (N,Q)
     be->matmul_forward(a->res2, a->atty, w + g->o_wo, d->o_bias ? w + g->o_bo : NULL, N, Q, C, 1);
+    zt_lora_gemm_forward(m, &g->lo_o, l, lora, a->atty, a->res2);
     be->residual_forward(a->res2, a->res2, x_in, (size_t)N * C);
     be->rmsnorm_forward(a->ln2, a->rstd2, a->res2, w + g->o_ln2, N, 1, C, C, eps);
     be->matmul_forward(a->gu, a->ln2, w + g->o_wgu, NULL, N, C, 2 * I, 1); // (N,2I) [gate | up]
+    zt_lora_gemm_forward(m, &g->lo_gu, l, lora, a->ln2, a->gu);
     be->swiglu_forward(a->act, a->gu, N, I);                               // (N,I)
     be->matmul_forward(out, a->act, w + g->o_wdown, NULL, N, I, C, 1);
+    zt_lora_gemm_forward(m, &g->lo_down, l, lora, a->act, out);
     be->residual_forward(out, out, a->res2, (size_t)N * C);
 }
 
-static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw, const float *x_in,
-                                 float *dres)
+static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw, const float *lora,
+                                 float *dlora, const float *x_in, float *dres)
 {
-    const llama_t *g = m->fam;
+    llama_t *g = m->fam;
     const block_acts_t *a = &g->blk[l];
     const zt_backend_t *be = m->be;
     const zt_model_dims_t *d = &m->d;
     const int B = m->B, T = m->T, C = d->C, N = B * T, S = g->S, Q = g->Q, I = d->I;
     const size_t F = sizeof(float);
+    /* dw NULL: the base is frozen (LoRA): no weight-gradient GEMMs; the norms' weight
+     * gradients, cheap, land in a scratch */
+#define DW(off) (dw ? dw + (off) : NULL)
+#define DN(off) (dw ? dw + (off) : g->dw_frozen)
     /* re-run the forward to refill the shared buffers; its output goes to dres2, free
      * until dln2 below, because the next block's x_in must stay intact */
-    if (m->recompute) llama_block_forward(m, l, w, x_in, m->dres2);
+    if (m->recompute) llama_block_forward(m, l, w, lora, x_in, m->dres2);
     /* dres = dL/d(out), out = res2 + down(swiglu(gu(ln2(res2)))) */
     float *dact = g->dtmp;
-    be->matmul_backward(dact, dw + g->o_wdown, NULL, dres, a->act, w + g->o_wdown, N, I, C, 1);
+    be->matmul_backward(dact, DW(g->o_wdown), NULL, dres, a->act, w + g->o_wdown, N, I, C, 1);
+    zt_lora_gemm_backward(m, &g->lo_down, l, lora, dlora, a->act, dres, dact);
     be->swiglu_backward(a->gu, dact, a->gu, N, I); // gu becomes dgu: nothing reads it after
     float *dln2 = m->dres2;
-    be->matmul_backward(dln2, dw + g->o_wgu, NULL, a->gu, a->ln2, w + g->o_wgu, N, C, 2 * I, 1);
-    be->rmsnorm_backward(dres, dw + g->o_ln2, dln2, a->res2, w + g->o_ln2, a->rstd2, N, 1, C, C);
+    be->matmul_backward(dln2, DW(g->o_wgu), NULL, a->gu, a->ln2, w + g->o_wgu, N, C, 2 * I, 1);
+    zt_lora_gemm_backward(m, &g->lo_gu, l, lora, dlora, a->ln2, a->gu, dln2);
+    be->rmsnorm_backward(dres, DN(g->o_ln2), dln2, a->res2, w + g->o_ln2, a->rstd2, N, 1, C, C);
     /* dres = dL/d res2 ; res2 = x_in + o(attention(rope(norm(qkv(ln1(x_in)))))) */
     float *datty = g->dtmp;
-    be->matmul_backward(datty, dw + g->o_wo, d->o_bias ? dw + g->o_bo : NULL, dres, a->atty, w + g->o_wo, N, Q,
-                        C, 1);
+    be->matmul_backward(datty, DW(g->o_wo), d->o_bias ? DW(g->o_bo) : NULL, dres, a->atty, w + g->o_wo, N, Q, C,
+                        1);
+    zt_lora_gemm_backward(m, &g->lo_o, l, lora, dlora, a->atty, dres, datty);
     be->memzero(g->dqkv, (size_t)N * S * F);
     be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, B, T, d->NH, d->NKV, d->HD);
     be->rope_backward(g->dqkv, g->inv_freq, NULL, B, T, d->NH, d->HD, S);
@@ -507,15 +573,18 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     if (d->qk_norm) {
         dqkv = g->dqkv_pre;
         be->memzero(dqkv, (size_t)N * S * F);
-        be->rmsnorm_backward(dqkv, dw + g->o_qn, g->dqkv, a->qkv_pre, w + g->o_qn, a->qk_rstd, N, d->NH, d->HD, S);
-        be->rmsnorm_backward(dqkv + Q, dw + g->o_kn, g->dqkv + Q, a->qkv_pre + Q, w + g->o_kn,
+        be->rmsnorm_backward(dqkv, DN(g->o_qn), g->dqkv, a->qkv_pre, w + g->o_qn, a->qk_rstd, N, d->NH, d->HD, S);
+        be->rmsnorm_backward(dqkv + Q, DN(g->o_kn), g->dqkv + Q, a->qkv_pre + Q, w + g->o_kn,
                              a->qk_rstd + (size_t)N * d->NH, N, d->NKV, d->HD, S);
         be->copy_rows(dqkv + Q + g->KV, S, g->dqkv + Q + g->KV, S, N, g->KV);
     }
     float *dln1 = m->dres2;
-    be->matmul_backward(dln1, dw + g->o_wqkv, d->qkv_bias ? dw + g->o_bqkv : NULL, dqkv, a->ln1, w + g->o_wqkv, N,
-                        C, S, 1);
-    be->rmsnorm_backward(dres, dw + g->o_ln1, dln1, x_in, w + g->o_ln1, a->rstd1, N, 1, C, C);
+    be->matmul_backward(dln1, DW(g->o_wqkv), d->qkv_bias ? DW(g->o_bqkv) : NULL, dqkv, a->ln1, w + g->o_wqkv, N, C,
+                        S, 1);
+    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, a->ln1, dqkv, dln1);
+    be->rmsnorm_backward(dres, DN(g->o_ln1), dln1, x_in, w + g->o_ln1, a->rstd1, N, 1, C, C);
+#undef DW
+#undef DN
 }
 
 static void llama_final_norm_forward(zt_model_t *m, const float *root, const float *x, float *xf)
@@ -530,7 +599,8 @@ static void llama_final_norm_backward(zt_model_t *m, const float *root, float *d
     const llama_t *g = m->fam;
     const int N = m->B * m->T, C = m->d.C;
     m->be->memzero(dx, (size_t)N * C * sizeof(float));
-    m->be->rmsnorm_backward(dx, droot + g->o_norm, dxf, x, root + g->o_norm, g->rstd_f, N, 1, C, C);
+    m->be->rmsnorm_backward(dx, droot ? droot + g->o_norm : g->dw_frozen, dxf, x, root + g->o_norm, g->rstd_f, N, 1,
+                            C, C);
 }
 
 static size_t llama_head_offset(const zt_model_t *m) { return ((const llama_t *)m->fam)->o_head; }

@@ -66,6 +66,7 @@ static const struct { const char *name, *help; } sections[] = {
     {"parallel", "How parameters, gradients and optimizer state are sharded across ranks, and where they live."},
     {"checkpoint", "Parallel-HDF5 checkpoints: when to write, how many to keep, resuming."},
     {"log", "Logging and plots."},
+    {"lora", "LoRA adapters (train.finetuning_type = lora), as PEFT's LoraConfig and LLaMA-Factory's lora_* keys."},
     {"fault", "Fault injection, for testing the failure paths only."},
 };
 #define NSECTIONS ((int)(sizeof sections / sizeof sections[0]))
@@ -189,6 +190,9 @@ static const zkey_t schema[] = {
        "CPU threads per rank (OpenMP loops and OpenBLAS). 0 = automatic: with the cpu backend OMP_NUM_THREADS, "
        "or 1 if unset (one single-threaded rank per core trains fastest); with a GPU backend the CPU does only "
        "host work (offloaded AdamW, data), so the node's cores divided by its ranks."),
+    KS("train.finetuning_type", train.finetuning_type, "full", "full|lora",
+       "What trains, as LLaMA-Factory's finetuning_type: full = every parameter; lora = low-rank adapters on the "
+       "lora.target linears of every block, the base frozen (no gradients, no optimizer state)."),
     KS("train.matmul_precision", train.matmul_precision, "auto", "auto|highest|high|medium",
        "GEMM arithmetic on fp32 operands, as torch.set_float32_matmul_precision: highest = fp32, high = TF32 "
        "tensor cores, medium = bf16 tensor cores, all accumulating in fp32; auto = medium with 16-bit "
@@ -280,6 +284,20 @@ static const zkey_t schema[] = {
     /* log */
     KB("log.all_ranks", log.all_ranks, 0, "Every rank writes its own log file (rank 0 only otherwise)."),
     KB("log.plot", log.plot, 1, "Write <output_dir>/loss.svg (training and validation loss; plain SVG, no dependencies) at the end of the run."),
+    /* lora */
+    KI("lora.rank", lora.rank, 8, 1, 4096, "LoRA rank r (PEFT's r, LLaMA-Factory's lora_rank)."),
+    KD("lora.alpha", lora.alpha, 0.0, 0.0, 1e6,
+       "LoRA alpha; the update is scaled by alpha / r. 0 = 2 * rank, LLaMA-Factory's default."),
+    KD("lora.dropout", lora.dropout, 0.0, 0.0, 0.0,
+       "Dropout on the adapters' input (PEFT's lora_dropout). Only 0 is implemented."),
+    KSL("lora.target", lora.target, lora.n_target, "all",
+        "Linears that get adapters: \"all\" = every linear of the blocks (not the embedding or the head), or a "
+        "list of module names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (llama family), "
+        "c_attn, c_proj, c_fc (gpt2)."),
+    KB("lora.use_rslora", lora.use_rslora, 0, "Rank-stabilised LoRA: scale alpha / sqrt(r) instead of alpha / r."),
+    KS("lora.adapter_name_or_path", lora.adapter_name_or_path, "", NULL,
+       "A PEFT adapter directory (adapter_config.json + adapter_model.safetensors) to start from, to continue an "
+       "adapter trained elsewhere; its r, lora_alpha and target_modules must match lora.*."),
     /* fault */
     KI("fault.rank", fault.rank, -1, -1, 1 << 24, "Rank that injects the fault; -1 = no fault injection."),
     KL("fault.step", fault.step, 0, 0, BIG_LONG, "Step at which the fault is injected (1-based, as numbered in the progress lines)."),

@@ -487,7 +487,8 @@ static void matmul_dparams(float *restrict dweight, float *restrict dbias,
                            const float *restrict dout, const float *restrict inp, int N, int C,
                            int OC, int transw)
 {
-    if (transw) /* dW (OC,C) += dout^T @ inp */
+    if (!dweight) { /* a frozen weight (LoRA's base): its gradient GEMM is the saving */
+    } else if (transw) /* dW (OC,C) += dout^T @ inp */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
                     1.0f, dweight, C);
     else /* dW (C,OC) += inp^T @ dout */

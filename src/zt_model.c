@@ -38,6 +38,116 @@ static int head_rows_for(size_t N, size_t V)
 
 int zt_model_head_rows(zt_model_dims_t d, int N) { return head_rows_for((size_t)N, (size_t)d.V); }
 
+/* ---- LoRA ------------------------------------------------------------------------- */
+
+void zt_lora_gemm_init(zt_model_t *m, zt_lora_gemm_t *g, const int *params, int nw, int C)
+{
+    memset(g, 0, sizeof *g);
+    const zt_param_table_t *t = m->table;
+    g->C = C;
+    int col = 0, first_a = -1;
+    for (int i = 0; i < nw; i++) {
+        const zt_param_t *p = &t->params[params[i]];
+        const int out = (int)(p->wlayout == ZT_W_IN_OUT ? p->shape[1] : p->shape[0]);
+        if (p->lora_a >= 0) {
+            if (g->n == ZT_LORA_MAX) zt_fatal("lora: more than %d targets in one GEMM", ZT_LORA_MAX);
+            const zt_param_t *a = &t->params[p->lora_a];
+            /* the A's of one GEMM are the rows of one matrix (zt_lora_apply's order) */
+            if (first_a >= 0 && a->offset != g->a_off + (size_t)g->n * a->numel)
+                zt_fatal("lora: the A matrices of %s's GEMM are not adjacent", p->name);
+            if (first_a < 0) first_a = p->lora_a, g->a_off = a->offset;
+            g->b_off[g->n] = t->params[p->lora_b].offset;
+            g->out_off[g->n] = col;
+            g->out_n[g->n] = out;
+            g->n++;
+        }
+        col += out;
+    }
+    g->OC = col;
+    if (!g->n) return;
+    const size_t N = (size_t)m->Bmax * m->Tmax, nr = (size_t)g->n * t->lora_rank;
+    g->xa = zt_calloc((size_t)m->d.L, sizeof *g->xa);
+    for (int l = 0; l < m->d.L; l++) g->xa[l] = zt_model_alloc(m, N * nr * sizeof(float));
+}
+
+void zt_lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g)
+{
+    if (!g->n) return;
+    for (int l = 0; l < m->d.L; l++) m->be->free(g->xa[l]);
+    free(g->xa);
+    g->n = 0;
+}
+
+size_t zt_lora_scratch_floats(size_t N, int r, int oc_max, int c_max)
+{
+    const size_t R = (size_t)ZT_LORA_MAX * r;
+    return 2 * (size_t)oc_max * R + N * (size_t)oc_max + N * R + N * (size_t)c_max + (size_t)oc_max * r;
+}
+
+void zt_lora_scratch(zt_model_t *m, int oc_max, int c_max)
+{
+    const size_t N = (size_t)m->Bmax * m->Tmax, R = (size_t)ZT_LORA_MAX * m->table->lora_rank, F = sizeof(float);
+    m->lora_oc = (size_t)oc_max;
+    m->lora_c = (size_t)c_max;
+    m->lora_bbd = zt_model_alloc(m, (size_t)oc_max * R * F);
+    m->lora_dbbd = zt_model_alloc(m, (size_t)oc_max * R * F);
+    m->lora_y = zt_model_alloc(m, N * (size_t)oc_max * F);
+    m->lora_dxa = zt_model_alloc(m, N * R * F);
+    m->lora_dx = zt_model_alloc(m, N * (size_t)c_max * F);
+    m->lora_db = zt_model_alloc(m, (size_t)oc_max * m->table->lora_rank * F);
+}
+
+/* B_bd (OC, n r): target i's B (out_i, r) at rows out_off[i], columns i r */
+static const float *lora_bbd(zt_model_t *m, const zt_lora_gemm_t *g, const float *lora)
+{
+    const int r = m->table->lora_rank, nr = g->n * r;
+    if (g->n == 1 && g->out_n[0] == g->OC) return lora + g->b_off[0];
+    m->be->memzero(m->lora_bbd, (size_t)g->OC * nr * sizeof(float));
+    for (int i = 0; i < g->n; i++)
+        m->be->copy_rows(m->lora_bbd + (size_t)g->out_off[i] * nr + (size_t)i * r, nr, lora + g->b_off[i], r,
+                         g->out_n[i], r);
+    return m->lora_bbd;
+}
+
+void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y)
+{
+    if (!g->n) return;
+    const zt_backend_t *be = m->be;
+    const int N = m->B * m->T, nr = g->n * m->table->lora_rank;
+    float *xa = g->xa[l];
+    be->matmul_forward(xa, x, lora + g->a_off, NULL, N, g->C, nr, 1); // (N, n r)
+    be->scale(xa, m->table->lora_scale, (size_t)N * nr);
+    be->matmul_forward(m->lora_y, xa, lora_bbd(m, g, lora), NULL, N, nr, g->OC, 1); // (N, OC)
+    be->accumulate(y, m->lora_y, (size_t)N * g->OC);
+}
+
+void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, float *dlora,
+                           const float *x, const float *dy, float *dx)
+{
+    if (!g->n) return;
+    const zt_backend_t *be = m->be;
+    const int N = m->B * m->T, r = m->table->lora_rank, nr = g->n * r;
+    const int single = g->n == 1 && g->out_n[0] == g->OC;
+    const float *bbd = lora_bbd(m, g, lora);
+    float *dbbd = NULL;
+    if (dlora) {
+        dbbd = single ? dlora + g->b_off[0] : m->lora_dbbd;
+        if (!single) be->memzero(dbbd, (size_t)g->OC * nr * sizeof(float));
+    }
+    /* y += xa B_bd^T: dxa = dy B_bd, dB_bd += dy^T xa */
+    be->matmul_backward(m->lora_dxa, dbbd, NULL, dy, g->xa[l], bbd, N, nr, g->OC, 1);
+    if (dlora && !single)
+        for (int i = 0; i < g->n; i++) {
+            be->copy_rows(m->lora_db, r, dbbd + (size_t)g->out_off[i] * nr + (size_t)i * r, nr, g->out_n[i], r);
+            be->accumulate(dlora + g->b_off[i], m->lora_db, (size_t)g->out_n[i] * r);
+        }
+    /* xa = s x A^T: dx += s dxa A, dA += s dxa^T x */
+    be->scale(m->lora_dxa, m->table->lora_scale, (size_t)N * nr);
+    be->matmul_backward(m->lora_dx, dlora ? dlora + g->a_off : NULL, NULL, m->lora_dxa, x, lora + g->a_off, N,
+                        g->C, nr, 1);
+    be->accumulate(dx, m->lora_dx, (size_t)N * g->C);
+}
+
 size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int T, int recompute)
 {
     const zt_model_dims_t *d = &t->dims;
@@ -45,8 +155,7 @@ size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int 
     size_t floats = (size_t)d->L * N * C /* x_in */ + N * C /* x_out */ + N * C /* xf */ +
                     (size_t)head_rows_for(N, d->V) * d->V /* logits */ + N /* losses */ +
                     2 * N * C /* dres, dres2 */;
-    return floats * sizeof(float) + 2 * N * sizeof(int32_t) +
-           t->arch->activation_bytes(d, B, T, recompute);
+    return floats * sizeof(float) + 2 * N * sizeof(int32_t) + t->arch->activation_bytes(t, B, T, recompute);
 }
 
 double zt_model_flops_per_token(const zt_param_table_t *t, int T) { return t->arch->flops_per_token(&t->dims, T); }
@@ -113,10 +222,10 @@ void zt_model_forward_embed(zt_model_t *m, const float *root)
     m->arch->ops->embed_forward(m, root, m->d.L > 0 ? m->x_in[0] : m->x_out);
 }
 
-void zt_model_forward_block(zt_model_t *m, int l, const float *unit)
+void zt_model_forward_block(zt_model_t *m, int l, const float *unit, const float *lora)
 {
     float *out = l + 1 < m->d.L ? m->x_in[l + 1] : m->x_out;
-    m->arch->ops->block_forward(m, l, unit, m->x_in[l], out);
+    m->arch->ops->block_forward(m, l, unit, lora, m->x_in[l], out);
 }
 
 void zt_model_set_head_rows(zt_model_t *m, int rows)
@@ -130,7 +239,7 @@ void zt_model_set_head_rows(zt_model_t *m, int rows)
  * targets the fused cross-entropy (losses, and with droot dlogits in place); with
  * droot each chunk's lm_head gradients follow at once: dxf rows into dres2 (N,C) and
  * the head weight's gradient, so the chunk buffer is free for the next. */
-static void head_chunks(zt_model_t *m, const float *root, float *droot, float dscale)
+static void head_chunks(zt_model_t *m, const float *root, int train, float *droot, float dscale)
 {
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
@@ -142,21 +251,21 @@ static void head_chunks(zt_model_t *m, const float *root, float *droot, float ds
         be->matmul_forward(m->logits, xf, root + ho, NULL, rows, C, V, 1); // (rows,V)
         m->head_first = r0;
         if (!m->has_targets) continue;
-        be->crossentropy_fused(m->logits, m->losses + r0, m->targets + r0, rows, V, droot ? dscale : 0.0f);
-        if (droot)
-            be->matmul_backward(m->dres2 + (size_t)r0 * C, droot + ho, NULL, m->logits, xf, root + ho, rows,
-                                C, V, 1);
+        be->crossentropy_fused(m->logits, m->losses + r0, m->targets + r0, rows, V, train ? dscale : 0.0f);
+        if (train) /* droot NULL: a frozen head (LoRA) needs only dL/dxf */
+            be->matmul_backward(m->dres2 + (size_t)r0 * C, droot ? droot + ho : NULL, NULL, m->logits, xf,
+                                root + ho, rows, C, V, 1);
     }
     /* read after backward: the device goes on with it meanwhile */
     if (m->has_targets) be->to_host_async(m->host_losses, m->losses, (size_t)N * sizeof(float));
 }
 
-void zt_model_forward_head(zt_model_t *m, const float *root) { head_chunks(m, root, NULL, 0.0f); }
+void zt_model_forward_head(zt_model_t *m, const float *root) { head_chunks(m, root, 0, NULL, 0.0f); }
 
 void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale)
 {
     if (!m->has_targets) zt_fatal("zt_model_train_head: the batch has no targets");
-    head_chunks(m, root, droot, dscale);
+    head_chunks(m, root, 1, droot, dscale);
     /* dxf (N,C) is in dres2 (every chunk wrote its rows); the final norm's backward
      * gives dL/d x_out, the last block's output */
     m->arch->ops->final_norm_backward(m, root, droot, m->x_out, m->dres2, m->dres);
@@ -184,9 +293,12 @@ void zt_model_logits_row(zt_model_t *m, int b, int t, float *out)
     m->be->to_host(out, m->logits + (size_t)(row - m->head_first) * V, V * sizeof(float));
 }
 
-void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw)
+void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw, const float *lora, float *dlora)
 {
-    m->arch->ops->block_backward(m, l, w, dw, m->x_in[l], m->dres);
+    m->arch->ops->block_backward(m, l, w, dw, lora, dlora, m->x_in[l], m->dres);
 }
 
-void zt_model_backward_embed(zt_model_t *m, float *droot) { m->arch->ops->embed_backward(m, droot, m->dres); }
+void zt_model_backward_embed(zt_model_t *m, float *droot)
+{
+    if (droot) m->arch->ops->embed_backward(m, droot, m->dres); /* NULL: a frozen root (LoRA) */
+}

@@ -30,9 +30,47 @@ struct zt_model {
     int32_t *inputs, *targets;  /* (N) backend memory */
     size_t act_bytes;
     void *fam;                  /* the family's state */
+    /* LoRA scratch, shared by the GEMMs (largest sizes): B_bd and its gradient
+     * (OC, 4r), the delta (N, OC), dxa (N, 4r), dx part (N, C), a B block (OC, r) */
+    float *lora_bbd, *lora_dbbd, *lora_y, *lora_dxa, *lora_dx, *lora_db;
+    size_t lora_oc, lora_c;
 };
 
 /* Backend memory counted as activations. */
 void *zt_model_alloc(zt_model_t *m, size_t bytes);
+
+/* ---- LoRA on one GEMM (zt_lora.h) ---------------------------------------------------
+ * A GEMM y (N,OC) = x (N,C) W^T whose output holds up to ZT_LORA_MAX targets side by
+ * side (Llama's q|k|v, gate|up) gets y += s * (x A^T) B_bd^T: the targets' A matrices
+ * are adjacent rows of the adapter unit, one (n r, C) matrix and one GEMM, and B_bd
+ * (OC, n r) is block-diagonal with each target's B (out_i, r) at its columns, assembled
+ * in a scratch with copy_rows (a single target uses its B as it is). The backward adds
+ * into dx and accumulates the adapters' gradients the same way. s * x A^T (N, n r) is
+ * kept per block for the backward. */
+#define ZT_LORA_MAX 4
+typedef struct zt_lora_gemm {
+    int n;                      /* targets (0: no LoRA on this GEMM) */
+    int C, OC;
+    size_t a_off;               /* first A in the adapter unit */
+    size_t b_off[ZT_LORA_MAX];  /* each target's B */
+    int out_off[ZT_LORA_MAX], out_n[ZT_LORA_MAX]; /* its columns of y */
+    float **xa;                 /* (L) s * x A^T (N, n r) */
+} zt_lora_gemm_t;
+
+/* Describes the GEMM over base weights params[0..nw) (their columns of y side by side,
+ * in this order) of input width C; allocates its per-block buffers. */
+void zt_lora_gemm_init(zt_model_t *m, zt_lora_gemm_t *g, const int *params, int nw, int C);
+void zt_lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g);
+/* y (N,OC) += s (x A^T) B_bd^T for block l (no-op without adapters) */
+void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y);
+/* dx (N,C) += the adapters' part of dL/dx; their gradients += into dlora (may be NULL:
+ * dx only) */
+void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, float *dlora,
+                           const float *x, const float *dy, float *dx);
+/* The shared scratch for GEMMs up to oc_max outputs and c_max inputs (a family calls it
+ * once after its zt_lora_gemm_init calls); its floats, for the estimates. */
+void zt_lora_scratch(zt_model_t *m, int oc_max, int c_max);
+size_t zt_lora_scratch_floats(size_t N, int r, int oc_max, int c_max);
+
 
 #endif

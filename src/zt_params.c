@@ -141,17 +141,30 @@ static float normal_at(uint64_t key, size_t idx)
     return (float)(idx & 1 ? z1 : z0);
 }
 
+/* U(-b, b) from one 53-bit uniform per element */
+static float uniform_at(uint64_t key, size_t idx, float b)
+{
+    const uint64_t a = zt_splitmix64(key ^ zt_splitmix64(~(uint64_t)idx));
+    const double u = (double)(a >> 11) * (1.0 / 9007199254740992.0);
+    return (float)((2.0 * u - 1.0) * b);
+}
+
 float zt_param_init_value(const zt_param_t *p, uint64_t seed, size_t idx)
 {
     switch (p->init) {
     case ZT_INIT_ONES: return 1.0f;
     case ZT_INIT_ZEROS: return 0.0f;
+    case ZT_INIT_UNIFORM: return uniform_at(zt_splitmix64(seed) ^ name_hash(p->name), idx, p->init_std);
     default: return p->init_std * normal_at(zt_splitmix64(seed) ^ name_hash(p->name), idx);
     }
 }
 
 void zt_param_init_range(const zt_param_t *p, uint64_t seed, size_t start, size_t n, float *out)
 {
+    if (p->init == ZT_INIT_UNIFORM) {
+        for (size_t i = 0; i < n; i++) out[i] = zt_param_init_value(p, seed, start + i);
+        return;
+    }
     if (p->init != ZT_INIT_NORMAL) {
         const float v = p->init == ZT_INIT_ONES ? 1.0f : 0.0f;
         for (size_t i = 0; i < n; i++) out[i] = v;

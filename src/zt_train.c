@@ -283,7 +283,7 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
-    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit;
+    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
     zt_model_set_batch(m, inp, tgt, r->B, r->T);
     zt_watchdog_mark("forward", 0, r->step + 1);
     /* the root unit (embeddings, tied head, ln_f) stays materialized for the whole
@@ -294,9 +294,12 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     for (int l = 0; l < L; l++) {
         zt_watchdog_mark("forward", b0 + l, r->step + 1);
         const float *w = zt_shard_params(s, b0 + l);
+        /* LoRA: the block's adapter unit beside its frozen base */
+        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
         if (l + 1 < L) zt_shard_prefetch(s, b0 + l + 1);
-        zt_model_forward_block(m, l, w);
+        zt_model_forward_block(m, l, w, lw);
         zt_shard_release(s, b0 + l);
+        if (a0 >= 0) zt_shard_release(s, a0 + l);
     }
     zt_watchdog_mark("forward head", root_unit, r->step + 1);
     float *droot = zt_shard_grads(s, root_unit);
@@ -304,10 +307,15 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     for (int l = L - 1; l >= 0; l--) {
         zt_watchdog_mark("backward", b0 + l, r->step + 1);
         const float *w = zt_shard_params(s, b0 + l);
+        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
         if (l > 0) zt_shard_prefetch(s, b0 + l - 1);
-        zt_model_backward_block(m, l, w, zt_shard_grads(s, b0 + l));
+        zt_model_backward_block(m, l, w, zt_shard_grads(s, b0 + l), lw, a0 >= 0 ? zt_shard_grads(s, a0 + l) : NULL);
         zt_shard_grads_ready(s, b0 + l);
         zt_shard_release(s, b0 + l);
+        if (a0 >= 0) {
+            zt_shard_grads_ready(s, a0 + l);
+            zt_shard_release(s, a0 + l);
+        }
     }
     zt_watchdog_mark("backward", root_unit, r->step + 1);
     zt_model_backward_embed(m, droot);
@@ -323,14 +331,16 @@ static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, int 
     zt_model_t *m = r->model;
     zt_model_set_batch(m, inp, tgt, B, T);
     const zt_param_table_t *t = r->table;
-    const int b0 = t->first_block_unit;
+    const int b0 = t->first_block_unit, a0 = t->first_adapter_unit;
     const float *root = zt_shard_params(s, t->root_unit);
     zt_model_forward_embed(m, root);
     for (int l = 0; l < t->dims.L; l++) {
         const float *w = zt_shard_params(s, b0 + l);
+        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
         if (l + 1 < t->dims.L) zt_shard_prefetch(s, b0 + l + 1);
-        zt_model_forward_block(m, l, w);
+        zt_model_forward_block(m, l, w, lw);
         zt_shard_release(s, b0 + l);
+        if (a0 >= 0) zt_shard_release(s, a0 + l);
     }
     zt_model_forward_head(m, root);
     zt_shard_release(s, t->root_unit);

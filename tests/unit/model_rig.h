@@ -136,7 +136,9 @@ static void rig_blocks_forward(rig_t *r, const int32_t *inp, const int32_t *tgt,
     zt_model_set_batch(r->m, inp, tgt, B, T);
     const int b0 = r->tab->first_block_unit;
     zt_model_forward_embed(r->m, r->w[r->tab->root_unit]);
-    for (int l = 0; l < r->tab->dims.L; l++) zt_model_forward_block(r->m, l, r->w[b0 + l]);
+    const int a0 = r->tab->first_adapter_unit;
+    for (int l = 0; l < r->tab->dims.L; l++)
+        zt_model_forward_block(r->m, l, r->w[b0 + l], a0 >= 0 ? r->w[a0 + l] : NULL);
 }
 
 /* Forward through the blocks and the head (inference); returns the loss. */
@@ -150,13 +152,17 @@ static float rig_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B
 /* One micro-step, the train loop's order; gradients ACCUMULATE into r->g. */
 static float rig_micro_step(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale)
 {
-    const int root = r->tab->root_unit, b0 = r->tab->first_block_unit;
+    const int root = r->tab->root_unit, b0 = r->tab->first_block_unit, a0 = r->tab->first_adapter_unit;
+    /* frozen units (LoRA's base) get no gradients, as the shard engine hands them */
+#define RIG_G(u) (r->tab->unit_frozen && r->tab->unit_frozen[u] ? NULL : r->g[u])
     rig_blocks_forward(r, inp, tgt, B, T);
-    zt_model_train_head(r->m, r->w[root], r->g[root], dscale);
+    zt_model_train_head(r->m, r->w[root], RIG_G(root), dscale);
     float loss = zt_model_loss(r->m);
     for (int l = r->tab->dims.L - 1; l >= 0; l--)
-        zt_model_backward_block(r->m, l, r->w[b0 + l], r->g[b0 + l]);
-    zt_model_backward_embed(r->m, r->g[root]);
+        zt_model_backward_block(r->m, l, r->w[b0 + l], RIG_G(b0 + l), a0 >= 0 ? r->w[a0 + l] : NULL,
+                                a0 >= 0 ? RIG_G(a0 + l) : NULL);
+    zt_model_backward_embed(r->m, RIG_G(root));
+#undef RIG_G
     r->be->sync();
     return loss;
 }
