@@ -244,4 +244,61 @@ static __attribute__((unused)) int rig_train_fixture(rig_t *r, hid_t file, int B
     return clipped;
 }
 
+static __attribute__((unused)) uint64_t lcg(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 33;
+}
+
+/* Analytic gradient against central differences for sampled elements: for each
+ * tensor its largest-gradient element (where a wrong term shows most) and one
+ * random element. fp32 loss rounding (~1e-7) over 2*eps = 2e-3 gives FD noise of
+ * ~1e-4 at worst, hence the absolute floor; init_std 0.3 keeps most gradients well
+ * above it so the 2e-2 relative bound carries the test. A negative control
+ * checks that a 10% error at the largest elements would be rejected. */
+static int fd_ok(double a, double n) { return fabs(a - n) <= 2e-2 * fmax(fabs(a), fabs(n)) + 1e-4; }
+
+/* Checks the tensors `want` accepts (NULL: all); counts into the four totals (see
+ * above: elements, mismatches, large gradients, large ones a 10% error would break). */
+static __attribute__((unused)) void rig_fd_check(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T,
+                                                 int (*want)(const zt_param_t *), uint64_t *rs, int *checked,
+                                                 int *bad, int *big, int *caught)
+{
+    const double eps = 1e-3;
+    for (int i = 0; i < r->tab->nparams; i++) {
+        const zt_param_t *p = &r->tab->params[i];
+        if (want && !want(p)) continue;
+        float *g = to_host(r, pg(r, i), i);
+        size_t imax = 0;
+        for (size_t k = 1; k < p->numel; k++)
+            if (fabsf(g[k]) > fabsf(g[imax])) imax = k;
+        size_t pick[2] = {imax, (size_t)(lcg(rs) % p->numel)};
+        for (int j = 0; j < 2; j++) {
+            size_t k = pick[j];
+            float *e = pw(r, i) + k, orig, val;
+            r->be->to_host(&orig, e, sizeof orig);
+            val = (float)(orig + eps);
+            r->be->from_host(e, &val, sizeof val);
+            double lp = rig_forward(r, inp, tgt, B, T);
+            val = (float)(orig - eps);
+            r->be->from_host(e, &val, sizeof val);
+            double lm = rig_forward(r, inp, tgt, B, T);
+            r->be->from_host(e, &orig, sizeof orig);
+            /* Divide by the step actually taken after fp32 rounding of orig +- eps. */
+            double num = (lp - lm) / ((double)(float)(orig + eps) - (double)(float)(orig - eps));
+            double a = g[k];
+            (*checked)++;
+            if (!fd_ok(a, num)) {
+                (*bad)++;
+                fprintf(stderr, "FD mismatch %s[%zu]: analytic %.6e numeric %.6e\n", p->name, k, a, num);
+            }
+            if (j == 0 && fabs(num) > 1e-2) {
+                (*big)++;
+                *caught += !fd_ok(1.1 * a, num);
+            }
+        }
+        free(g);
+    }
+}
+
 #endif

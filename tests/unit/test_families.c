@@ -16,6 +16,7 @@
 #include "model_rig.h"
 #include "zt_arch.h"
 #include "zt_hf.h"
+#include "zt_lora.h"
 #include "zt_optim.h"
 
 static const char *src_dir(void)
@@ -275,7 +276,141 @@ static void t_fixture_shapes(void)
     fam_close(&q3);
 }
 
+/* ---- LoRA ------------------------------------------------------------------------- */
+
+/* The family's table with LoRA of rank r on every linear (lora.* defaults otherwise). */
+static zt_param_table_t *lora_table(const zt_param_table_t *base, int r)
+{
+    zt_param_table_t *t = zt_arch_build_table(base->arch, &base->dims, 0.3f);
+    zt_config_t *cfg = zt_calloc(1, sizeof *cfg);
+    zt_config_defaults(cfg);
+    cfg->lora.rank = r;
+    char err[ZT_ERRLEN];
+    int rc = zt_lora_apply(t, cfg, err, sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    CU_ASSERT_FATAL(rc == 0);
+    free(cfg);
+    return t;
+}
+
+/* Adapters as PEFT names and shapes them, in adapter units of their own; the base
+ * frozen; alpha defaults to 2r (scale 2). */
+static void t_lora_table(void)
+{
+    fam_t f = fam_open("qwen3");
+    zt_param_table_t *t = lora_table(f.tab, 4);
+    const zt_model_dims_t *d = &t->dims;
+    CU_ASSERT_EQUAL(t->nparams, f.tab->nparams + d->L * 7 * 2);
+    CU_ASSERT_EQUAL(t->nunits, 1 + 2 * d->L);
+    CU_ASSERT_EQUAL(t->first_adapter_unit, 1 + d->L);
+    CU_ASSERT(t->lora_scale == 2.0f);
+    for (int u = 0; u < t->nunits; u++) CU_ASSERT_EQUAL(t->unit_frozen[u], u < t->first_adapter_unit);
+    int a = zt_param_table_find(t, "model.layers.1.self_attn.q_proj.lora_A.weight");
+    int b = zt_param_table_find(t, "model.layers.1.mlp.down_proj.lora_B.weight");
+    CU_ASSERT_FATAL(a >= 0 && b >= 0);
+    CU_ASSERT(t->params[a].shape[0] == 4 && t->params[a].shape[1] == d->C);  /* (r, in) */
+    CU_ASSERT(t->params[b].shape[0] == d->C && t->params[b].shape[1] == 4);  /* (out, r) */
+    CU_ASSERT_EQUAL(t->params[a].unit, t->first_adapter_unit + 1);
+    CU_ASSERT(t->params[b].init == ZT_INIT_ZEROS && t->params[a].init == ZT_INIT_UNIFORM);
+    zt_config_t *cfg = zt_calloc(1, sizeof *cfg);
+    char err[ZT_ERRLEN];
+    zt_config_defaults(cfg);
+    snprintf(cfg->lora.target[0], sizeof cfg->lora.target[0], "c_attn");
+    zt_param_table_t *t2 = zt_arch_build_table(f.tab->arch, &f.tab->dims, 0.02f);
+    CU_ASSERT(zt_lora_apply(t2, cfg, err, sizeof err) != 0);
+    CU_ASSERT(strstr(err, "\"c_attn\" is no linear of qwen3") != NULL);
+    free(cfg);
+    zt_param_table_free(t2);
+    zt_param_table_free(t);
+    zt_param_table_free(f.tab);
+    fam_close(&f);
+}
+
+/* B = 0 at the start: the adapted model computes the base model's loss and logits,
+ * bit for bit (each GEMM adds exact zeros). */
+static void t_lora_starts_as_base(void)
+{
+    fam_t f = fam_open("llama");
+    const int B = f.B, T = f.T, V = f.tab->dims.V;
+    rig_t base = fam_rig(&f, 0);
+    zt_param_table_t *lt = lora_table(f.tab, 4);
+    rig_t r = rig_create_table(lt, B, T, 0);
+    rig_init(&r, 11);
+    for (int i = 0; i < f.tab->nparams; i++) /* the same base weights */
+        r.be->copy(pw(&r, i), pw(&base, i), f.tab->params[i].numel * sizeof(float));
+    int32_t *inp = read_i32(f.ref, "/batch/inputs", (size_t)B * T);
+    int32_t *tgt = read_i32(f.ref, "/batch/targets", (size_t)B * T);
+    float *l0 = zt_malloc((size_t)V * sizeof *l0), *l1 = zt_malloc((size_t)V * sizeof *l1);
+    const float a = rig_forward(&base, inp, tgt, B, T);
+    zt_model_logits_row(base.m, B - 1, T - 1, l0);
+    const float b = rig_forward(&r, inp, tgt, B, T);
+    zt_model_logits_row(r.m, B - 1, T - 1, l1);
+    CU_ASSERT(a == b);
+    CU_ASSERT(memcmp(l0, l1, (size_t)V * sizeof *l0) == 0);
+    free(l0);
+    free(l1);
+    free(inp);
+    free(tgt);
+    rig_free(&r);
+    rig_free(&base);
+    zt_param_table_free(f.tab);
+    fam_close(&f);
+}
+
+static int is_adapter(const zt_param_t *p) { return !p->frozen; }
+
+/* The adapters' gradients against central differences, with non-zero A and B, the
+ * base frozen (no gradient computed for it): qwen3 (q/k norms, qkv biases off, tied)
+ * and llama (untied, GQA). */
+static void t_lora_finite_difference(void)
+{
+    static const char *const fams[] = {"qwen3", "llama"};
+    for (int k = 0; k < 2; k++) {
+        fam_t f = fam_open(fams[k]);
+        const int B = 2, T = 5, V = f.tab->dims.V;
+        zt_param_table_t *lt = lora_table(f.tab, 2);
+        rig_t r = rig_create_table(lt, B, T, 0);
+        rig_init(&r, 7);
+        /* B non-zero, or every A gradient is zero */
+        for (int i = 0; i < lt->nparams; i++)
+            if (strstr(lt->params[i].name, "lora_B")) {
+                zt_param_t q = lt->params[i];
+                q.init = ZT_INIT_UNIFORM;
+                q.init_std = 0.3f;
+                float *h = zt_malloc(q.numel * sizeof *h);
+                zt_param_init_range(&q, 99, 0, q.numel, h);
+                r.be->from_host(pw(&r, i), h, q.numel * sizeof *h);
+                free(h);
+            }
+        int32_t inp[10], tgt[10];
+        uint64_t rs = 42 + (uint64_t)k;
+        for (int i = 0; i < B * T; i++) {
+            inp[i] = (int32_t)(lcg(&rs) % V);
+            tgt[i] = (int32_t)(lcg(&rs) % V);
+        }
+        rig_zero_grads(&r);
+        rig_micro_step(&r, inp, tgt, B, T, 1.0f / (B * T));
+        int checked = 0, bad = 0, big = 0, caught = 0;
+        rig_fd_check(&r, inp, tgt, B, T, is_adapter, &rs, &checked, &bad, &big, &caught);
+        printf("\n    %s LoRA FD: %d adapter elements, %d mismatches; %d large, 10%% error caught at %d", fams[k],
+               checked, bad, big, caught);
+        CU_ASSERT(checked == 2 * 2 * 7 * f.tab->dims.L);
+        CU_ASSERT_EQUAL(bad, 0);
+        CU_ASSERT(big >= checked / 4);
+        CU_ASSERT_EQUAL(caught, big);
+        /* frozen units got no gradient: their buffers are still zero */
+        for (int u = 0; u < lt->first_adapter_unit; u++) CU_ASSERT(r.be->sumsq(r.g[u], lt->unit_numel[u]) == 0.0);
+        rig_free(&r);
+        zt_param_table_free(f.tab);
+        fam_close(&f);
+    }
+    printf("\n");
+}
+
 static const zt_test_t tests[] = {
+    {"lora_table", t_lora_table},
+    {"lora_starts_as_base", t_lora_starts_as_base},
+    {"lora_finite_difference", t_lora_finite_difference},
     {"fixture_shapes", t_fixture_shapes},
     {"llama_vs_transformers", t_llama},
     {"qwen2_vs_transformers", t_qwen2},
