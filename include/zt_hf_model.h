@@ -31,24 +31,34 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
 
 /* An export in progress (zt-ckpt export drives it serially, a run collectively). */
 typedef struct zt_hf_export zt_hf_export_t;
-/* Starts the export of table t's weights to OUTDIR (written as OUTDIR.tmp, renamed by
+/* Starts the export of table t's weights (adapter = 0: the model's, its adapters left
+ * out; 1: a PEFT adapter directory of the adapters alone, adapter_config.json +
+ * adapter_model.safetensors under PEFT's key names) to OUTDIR (written as OUTDIR.tmp, renamed by
  * zt_hf_export_finish): plans the shards, and on the writing process (rank 0 of comm,
  * or the only one with comm NULL) creates the directory, the shard files with their
  * headers, the index, config.json, generation_config.json and copies the tokenizer
  * files of source_dir ("" = none). dtype "bf16" or "fp32"; max_shard_bytes as
  * transformers' max_shard_size; eos_token_id < 0: none known. Collective with comm. */
-zt_hf_export_t *zt_hf_export_begin(const char *outdir, const zt_param_table_t *t, const char *dtype,
+zt_hf_export_t *zt_hf_export_begin(const char *outdir, const zt_param_table_t *t, int adapter, const char *dtype,
                                    int64_t max_shard_bytes, const char *source_dir, int eos_token_id,
                                    zt_comm_t *comm, char *err, size_t errlen);
-/* Elements [start, start+n) of parameter p. Any process, any order. */
+/* Elements [start, start+n) of parameter p (ignored when p is not exported). Any
+ * process, any order. */
 int zt_hf_export_write(zt_hf_export_t *x, int p, size_t start, size_t n, const float *v, char *err, size_t errlen);
 /* Syncs, then (collectively) renames OUTDIR.tmp to OUTDIR, replacing an older OUTDIR
  * only once the new one is complete; frees x. ok = 0 abandons the export (the
  * temporary directory is removed). Returns 0, or -1 with err (the same on every rank). */
 int zt_hf_export_finish(zt_hf_export_t *x, int ok, char *err, size_t errlen);
 
-/* A run's export: each rank writes what it owns (zt_shard_io_segments), nobody gathers. */
+/* A run's export: each rank writes what it owns (zt_shard_io_segments), nobody gathers
+ * the model. adapter = 1: the PEFT adapter directory; 0: the model, which for a LoRA run
+ * is the merged W + scale B A (the small adapters are summed onto every rank for it). */
 int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, const zt_param_table_t *t,
-                     int eos_token_id, zt_comm_t *comm, double *seconds, char *err, size_t errlen);
+                     int adapter, int eos_token_id, zt_comm_t *comm, double *seconds, char *err, size_t errlen);
+
+/* lora.adapter_name_or_path: the adapters from a PEFT directory (its r and alpha must
+ * be lora.*'s, its tensors exactly the adapters of lora.target). Collective. */
+int zt_hf_model_load_adapter(const char *dir, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm,
+                             char *err, size_t errlen);
 
 #endif

@@ -14,6 +14,8 @@
 #include "zt_arch.h"
 #include "zt_common.h"
 #include "zt_hf.h"
+#include "zt_lora.h"
+#include "zt_safetensors.h"
 
 /* model.* keys a config.json decides; one the input gave must agree with it */
 static const char *const shape_keys[] = {
@@ -66,6 +68,11 @@ int zt_hf_model_resolve(zt_config_t *cfg, const char *config_text, const char *f
 
 /* ---- weights in ------------------------------------------------------------------------- */
 
+static int is_adapter_param(const zt_param_table_t *t, const zt_param_t *p)
+{
+    return t->first_adapter_unit >= 0 && p->unit >= t->first_adapter_unit;
+}
+
 /* Tensors transformers drops on load without a word: we do the same. */
 static int ignorable(const zt_param_table_t *t, const char *name)
 {
@@ -83,6 +90,8 @@ static int match_tensors(zt_hf_dir_t *d, const zt_param_table_t *t, int *idx, ch
         int64_t shape[8];
         zt_st_dtype_t dt;
         const char *file = NULL;
+        idx[p] = -1;
+        if (is_adapter_param(t, q)) continue; /* LoRA's adapters are not the model's */
         idx[p] = zt_hf_find(d, q->name, &ndim, shape, &dt, &file);
         if (idx[p] < 0)
             return zt_err(err, errlen, "%s: missing tensor %s (%s %s needs it)", zt_hf_path(d), q->name,
@@ -135,6 +144,7 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
     double got = 0;
     for (int i = 0; i < n && !rc; i++) {
         const zt_io_seg_t *g = &segs[i];
+        if (idx[g->param] < 0) continue;
         rc = zt_hf_read(d, idx[g->param], g->start, g->len, g->value, e, sizeof e);
         for (size_t k = rc || all_finite(g->value, g->len) ? g->len : 0; k < g->len && !rc; k++)
             if (!isfinite(g->value[k]))
@@ -158,8 +168,12 @@ struct zt_hf_export {
     zt_hf_writer_t *w;
     zt_comm_t *comm;
     int writer;             /* this process creates and renames */
+    int adapter;            /* a PEFT adapter directory, not a model */
     const zt_param_table_t *t;
+    int *widx;              /* (nparams) the writer's tensor of each parameter, -1: not exported */
 };
+
+
 
 static int write_json(const char *path, json_t *j, char *err, size_t errlen)
 {
@@ -194,12 +208,39 @@ static void copy_ids(json_t *dst, const char *source_dir)
     json_decref(src);
 }
 
+/* adapter_config.json as PEFT writes it for a LoRA of t */
+static json_t *adapter_config(const zt_param_table_t *t, const char *base)
+{
+    json_t *targets = json_array();
+    for (int p = 0; p < t->nparams; p++) {
+        const zt_param_t *q = &t->params[p];
+        char mod[64];
+        zt_lora_module_name(q, mod, sizeof mod);
+        if (q->block != 0 || q->lora_a < 0 || !mod[0]) continue;
+        json_array_append_new(targets, json_string(mod));
+    }
+    const double alpha = (double)t->lora_scale * t->lora_rank; /* rsLoRA is written as such below */
+    return json_pack("{s:s, s:s, s:i, s:f, s:f, s:o, s:s, s:s, s:b, s:b, s:b, s:n, s:b}", "peft_type", "LORA",
+                     "task_type", "CAUSAL_LM", "r", t->lora_rank, "lora_alpha", alpha, "lora_dropout", 0.0,
+                     "target_modules", targets, "base_model_name_or_path", base ? base : "", "bias", "none",
+                     "fan_in_fan_out", 0, "inference_mode", 1, "use_rslora", 0, "modules_to_save",
+                     "init_lora_weights", 1);
+}
+
 static int make_files(zt_hf_export_t *x, const char *dtype, const char *source_dir, int eos, char *err, size_t errlen)
 {
     zt_rm_rf(x->tmp);
     if (zt_mkdir_p(x->tmp, err, errlen)) return -1;
     if (zt_hf_writer_create_files(x->w, err, errlen)) return -1;
     const zt_param_table_t *t = x->t;
+    if (x->adapter) {
+        char p[ZT_STRLEN + 64];
+        snprintf(p, sizeof p, "%s/adapter_config.json", x->tmp);
+        json_t *a = adapter_config(t, source_dir);
+        const int rc = write_json(p, a, err, errlen);
+        json_decref(a);
+        return rc;
+    }
     json_t *cfg = t->arch->dims_to_hf(&t->dims);
     json_object_set_new(cfg, "torch_dtype", json_string(strcmp(dtype, "bf16") ? "float32" : "bfloat16"));
     json_object_set_new(cfg, "dtype", json_string(strcmp(dtype, "bf16") ? "float32" : "bfloat16"));
@@ -240,7 +281,7 @@ static int agree(zt_comm_t *comm, int rc, char *err, size_t errlen)
     return comm ? zt_agree_error(comm, rc, err, errlen) : rc;
 }
 
-zt_hf_export_t *zt_hf_export_begin(const char *outdir, const zt_param_table_t *t, const char *dtype,
+zt_hf_export_t *zt_hf_export_begin(const char *outdir, const zt_param_table_t *t, int adapter, const char *dtype,
                                    int64_t max_shard_bytes, const char *source_dir, int eos_token_id,
                                    zt_comm_t *comm, char *err, size_t errlen)
 {
@@ -249,23 +290,34 @@ zt_hf_export_t *zt_hf_export_begin(const char *outdir, const zt_param_table_t *t
     snprintf(x->tmp, sizeof x->tmp, "%s.tmp", outdir);
     x->comm = comm;
     x->t = t;
+    x->adapter = adapter;
     x->writer = !comm || comm->world.rank == 0;
+    x->widx = zt_calloc((size_t)t->nparams, sizeof *x->widx);
     zt_hf_out_tensor_t *ot = zt_calloc((size_t)t->nparams, sizeof *ot);
+    int n = 0;
     for (int p = 0; p < t->nparams; p++) {
-        snprintf(ot[p].name, sizeof ot[p].name, "%s", t->params[p].name);
-        ot[p].ndim = t->params[p].ndim;
-        ot[p].shape[0] = t->params[p].shape[0];
-        ot[p].shape[1] = t->params[p].shape[1];
+        const zt_param_t *q = &t->params[p];
+        x->widx[p] = -1;
+        if (is_adapter_param(t, q) != adapter) continue;
+        /* PEFT's keys: base_model.model. + the module path */
+        snprintf(ot[n].name, sizeof ot[n].name, "%s%s", adapter ? "base_model.model." : "", q->name);
+        ot[n].ndim = q->ndim;
+        ot[n].shape[0] = q->shape[0];
+        ot[n].shape[1] = q->shape[1];
+        x->widx[p] = n++;
     }
     char e[ZT_ERRLEN] = "";
-    x->w = zt_hf_writer_plan(x->tmp, ot, t->nparams, strcmp(dtype, "bf16") ? ZT_ST_F32 : ZT_ST_BF16,
-                             (uint64_t)max_shard_bytes, e, sizeof e);
+    x->w = n ? zt_hf_writer_plan(x->tmp, ot, n, strcmp(dtype, "bf16") ? ZT_ST_F32 : ZT_ST_BF16,
+                                 (uint64_t)max_shard_bytes, e, sizeof e)
+             : NULL;
+    if (!n) zt_err(e, sizeof e, "%s: nothing to export (no %s)", outdir, adapter ? "adapters" : "model weights");
     free(ot);
     int rc = x->w ? 0 : -1;
     if (!rc && x->writer) rc = make_files(x, dtype, source_dir, eos_token_id, e, sizeof e);
     if (agree(comm, rc, e, sizeof e)) {
         if (x->writer) zt_rm_rf(x->tmp);
         if (x->w) zt_hf_writer_close(x->w, NULL, 0);
+        free(x->widx);
         free(x);
         zt_err(err, errlen, "%s", e);
         return NULL;
@@ -275,7 +327,7 @@ zt_hf_export_t *zt_hf_export_begin(const char *outdir, const zt_param_table_t *t
 
 int zt_hf_export_write(zt_hf_export_t *x, int p, size_t start, size_t n, const float *v, char *err, size_t errlen)
 {
-    return zt_hf_writer_write(x->w, p, start, n, v, err, errlen);
+    return x->widx[p] < 0 ? 0 : zt_hf_writer_write(x->w, x->widx[p], start, n, v, err, errlen);
 }
 
 int zt_hf_export_finish(zt_hf_export_t *x, int ok, char *err, size_t errlen)
@@ -285,6 +337,13 @@ int zt_hf_export_finish(zt_hf_export_t *x, int ok, char *err, size_t errlen)
     if (!ok) snprintf(e, sizeof e, "%.400s: export abandoned", x->outdir);
     if (zt_hf_writer_close(x->w, e, sizeof e) && !rc) rc = -1;
     rc = agree(x->comm, rc, e, sizeof e);
+    if (x->writer && !rc && x->adapter) {
+        /* PEFT's file name (the writer names a single shard model.safetensors) */
+        char a[ZT_STRLEN + 64], b[ZT_STRLEN + 64];
+        snprintf(a, sizeof a, "%s/model.safetensors", x->tmp);
+        snprintf(b, sizeof b, "%s/adapter_model.safetensors", x->tmp);
+        if (rename(a, b) != 0) rc = zt_err(e, sizeof e, "%s: cannot rename to %s: %s", a, b, strerror(errno));
+    }
     if (x->writer) {
         if (!rc) {
             /* the old directory goes only once the new one is complete */
@@ -307,30 +366,90 @@ int zt_hf_export_finish(zt_hf_export_t *x, int ok, char *err, size_t errlen)
         if (rc) zt_rm_rf(x->tmp);
     }
     rc = agree(x->comm, rc, e, sizeof e);
+    free(x->widx);
     free(x);
     return rc ? zt_err(err, errlen, "%s", e) : 0;
 }
 
+/* Every adapter value on every rank (the write segments are disjoint across the world,
+ * so a sum of zero-filled buffers is the whole): small beside the base. */
+static float *all_adapters(zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, size_t *offs)
+{
+    size_t total = 0;
+    for (int p = 0; p < t->nparams; p++) {
+        offs[p] = total;
+        if (is_adapter_param(t, &t->params[p])) total += t->params[p].numel;
+    }
+    float *all = zt_calloc(total ? total : 1, sizeof *all);
+    zt_io_seg_t *segs = NULL;
+    const int n = zt_shard_io_segments(s, 1, &segs);
+    for (int i = 0; i < n; i++)
+        if (is_adapter_param(t, &t->params[segs[i].param]))
+            memcpy(all + offs[segs[i].param] + segs[i].start, segs[i].value, segs[i].len * sizeof(float));
+    zt_shard_io_done(s, segs, n, 0);
+    if (total) zt_allreduce(comm, &comm->world, ZT_IN_PLACE, all, total, ZT_F32, ZT_SUM);
+    return all;
+}
+
+/* v[k] (element start + k of base weight q, (out, in)) += scale * (B A)[o, i] */
+static void merge_range(const zt_param_table_t *t, const zt_param_t *q, const float *all, const size_t *offs,
+                        size_t start, size_t n, float *v)
+{
+    const int r = t->lora_rank;
+    const size_t in = (size_t)q->shape[1];
+    const float *A = all + offs[q->lora_a], *B = all + offs[q->lora_b]; // (r, in), (out, r)
+    for (size_t k = 0; k < n; k++) {
+        const size_t o = (start + k) / in, i = (start + k) % in;
+        float acc = 0.0f;
+        for (int j = 0; j < r; j++) acc += B[o * r + j] * A[(size_t)j * in + i];
+        v[k] += t->lora_scale * acc;
+    }
+}
+
 int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, const zt_param_table_t *t,
-                     int eos_token_id, zt_comm_t *comm, double *seconds, char *err, size_t errlen)
+                     int adapter, int eos_token_id, zt_comm_t *comm, double *seconds, char *err, size_t errlen)
 {
     const double t0 = zt_now();
-    const char *dtype = strcmp(cfg->checkpoint.hf_dtype, "auto") ? cfg->checkpoint.hf_dtype
-                        : cfg->train.bf16                         ? "bf16"
-                                                                  : "fp32";
-    const int64_t max_shard = zt_hf_parse_size(cfg->checkpoint.hf_max_shard_size);
+    const char *dtype = adapter ? "fp32" /* as PEFT saves adapters */
+                        : strcmp(cfg->checkpoint.hf_dtype, "auto") ? cfg->checkpoint.hf_dtype
+                        : cfg->train.bf16                          ? "bf16"
+                                                                   : "fp32";
+    const int64_t max_shard = adapter ? INT64_MAX : zt_hf_parse_size(cfg->checkpoint.hf_max_shard_size);
     if (max_shard <= 0)
         return zt_err(err, errlen, "checkpoint.hf_max_shard_size: \"%s\" is not a size (\"5GB\", \"500MB\")",
                       cfg->checkpoint.hf_max_shard_size);
-    zt_hf_export_t *x = zt_hf_export_begin(outdir, t, dtype, max_shard, cfg->model.name_or_path, eos_token_id, comm,
-                                           err, errlen);
-    if (!x) return -1;
+    /* a LoRA run's model export is the merged model: W + scale B A */
+    const int merge = !adapter && t->first_adapter_unit >= 0;
+    size_t *offs = merge ? zt_calloc((size_t)t->nparams, sizeof *offs) : NULL;
+    float *all = merge ? all_adapters(s, t, comm, offs) : NULL;
+    zt_hf_export_t *x = zt_hf_export_begin(outdir, t, adapter, dtype, max_shard, cfg->model.name_or_path,
+                                           eos_token_id, comm, err, errlen);
+    if (!x) {
+        free(offs);
+        free(all);
+        return -1;
+    }
     zt_io_seg_t *segs = NULL;
     const int n = zt_shard_io_segments(s, 1, &segs);
     char e[ZT_ERRLEN] = "";
     int rc = 0;
-    for (int i = 0; i < n && !rc; i++)
-        rc = zt_hf_export_write(x, segs[i].param, segs[i].start, segs[i].len, segs[i].value, e, sizeof e);
+    float *tmp = NULL;
+    size_t tmp_n = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const zt_io_seg_t *g = &segs[i];
+        const zt_param_t *q = &t->params[g->param];
+        const float *v = g->value;
+        if (merge && q->lora_a >= 0) {
+            if (g->len > tmp_n) free(tmp), tmp = zt_malloc(g->len * sizeof *tmp), tmp_n = g->len;
+            memcpy(tmp, g->value, g->len * sizeof *tmp);
+            merge_range(t, q, all, offs, g->start, g->len, tmp);
+            v = tmp;
+        }
+        rc = zt_hf_export_write(x, g->param, g->start, g->len, v, e, sizeof e);
+    }
+    free(tmp);
+    free(offs);
+    free(all);
     zt_shard_io_done(s, segs, n, 0);
     if (!rc) rc = zt_hf_export_finish(x, 1, e, sizeof e);
     else {
@@ -339,4 +458,81 @@ int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, 
     }
     if (seconds) *seconds = zt_now() - t0;
     return rc ? zt_err(err, errlen, "%s", e) : 0;
+}
+
+/* ---- adapters in ------------------------------------------------------------------------ */
+
+int zt_hf_model_load_adapter(const char *dir, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm,
+                             char *err, size_t errlen)
+{
+    char e[ZT_ERRLEN] = "", path[ZT_STRLEN + 64];
+    int rc = 0;
+    /* rank 0 checks the config against lora.*: a mismatch is one message on every rank */
+    if (comm->world.rank == 0) {
+        snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+        json_error_t je;
+        json_t *j = json_load_file(path, 0, &je);
+        if (!j) {
+            rc = zt_err(e, sizeof e, "%s: %s", path, je.text);
+        } else {
+            const json_t *rr = json_object_get(j, "r"), *al = json_object_get(j, "lora_alpha");
+            const json_t *rs = json_object_get(j, "use_rslora");
+            const double alpha = json_number_value(al);
+            const double scale = alpha / (json_is_true(rs) ? sqrt((double)json_integer_value(rr)) : (double)json_integer_value(rr));
+            if (!json_is_integer(rr) || json_integer_value(rr) != t->lora_rank)
+                rc = zt_err(e, sizeof e, "%s: r = %lld, lora.rank is %d", path, (long long)json_integer_value(rr),
+                            t->lora_rank);
+            else if (!json_is_number(al) || fabs(scale - t->lora_scale) > 1e-6 * fabs(scale))
+                rc = zt_err(e, sizeof e, "%s: lora_alpha %g (scale %g) disagrees with lora.alpha (scale %g)", path, alpha,
+                            scale, (double)t->lora_scale);
+            json_decref(j);
+        }
+    }
+    if (zt_agree_error(comm, rc, e, sizeof e)) return zt_err(err, errlen, "%s", e);
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    zt_st_file_t f;
+    memset(&f, 0, sizeof f);
+    rc = zt_st_open(path, &f, e, sizeof e);
+    /* every adapter of the table must be there (PEFT's names), and nothing else */
+    int *idx = zt_calloc((size_t)t->nparams, sizeof *idx);
+    int used = 0;
+    for (int p = 0; p < t->nparams && !rc; p++) {
+        const zt_param_t *q = &t->params[p];
+        idx[p] = -1;
+        if (!is_adapter_param(t, q)) continue;
+        char name[256];
+        snprintf(name, sizeof name, "base_model.model.%s", q->name);
+        idx[p] = zt_st_find(&f, name);
+        if (idx[p] < 0) rc = zt_err(e, sizeof e, "%s: missing tensor %s", path, name);
+        else if (f.tensors[idx[p]].numel != q->numel ||
+                 f.tensors[idx[p]].shape[0] != q->shape[0])
+            rc = zt_err(e, sizeof e, "%s: tensor %s has another shape than lora.rank and the model give", path, name);
+        used++;
+    }
+    if (!rc && used != f.ntensors)
+        rc = zt_err(e, sizeof e, "%s: %d tensors, the adapters of lora.target are %d (another target_modules?)", path,
+                    f.ntensors, used);
+    if (zt_agree_error(comm, rc, e, sizeof e)) {
+        free(idx);
+        if (f.fp) zt_st_close(&f);
+        return zt_err(err, errlen, "%s", e);
+    }
+    zt_io_seg_t *segs = NULL;
+    const int n = zt_shard_io_segments(s, 0, &segs);
+    float *buf = NULL;
+    for (int i = 0; i < n && !rc; i++) {
+        const zt_io_seg_t *g = &segs[i];
+        if (idx[g->param] < 0) continue;
+        buf = realloc(buf, t->params[g->param].numel * sizeof *buf);
+        if (!buf) zt_fatal("out of memory reading %s", path);
+        rc = zt_st_read_f32(&f, idx[g->param], buf, e, sizeof e);
+        if (!rc) memcpy(g->value, buf + g->start, g->len * sizeof *buf);
+    }
+    free(buf);
+    free(idx);
+    zt_st_close(&f);
+    zt_shard_io_done(s, segs, n, rc ? 0 : 1);
+    if (zt_agree_error(comm, rc, e, sizeof e)) return zt_err(err, errlen, "%s", e);
+    zt_shard_after_load(s);
+    return 0;
 }

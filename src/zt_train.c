@@ -470,20 +470,27 @@ static int save_checkpoint(run_t *r)
     return 0;
 }
 
-/* checkpoint.save_hf: <output_dir>/hf, every rank writing what it owns */
-static int save_hf(run_t *r)
+/* checkpoint.save_hf: <output_dir>/hf (a LoRA run's merged model), every rank writing
+ * what it owns; adapter: <output_dir>/adapter, PEFT's directory */
+static int save_hf(run_t *r, int adapter)
 {
     const zt_config_t *cfg = r->cfg;
     char dir[ZT_STRLEN + 8], err[ZT_ERRLEN] = "";
-    snprintf(dir, sizeof dir, "%s/hf", cfg->train.output_dir);
-    zt_watchdog_mark("HF export", -1, r->step);
+    snprintf(dir, sizeof dir, "%s/%s", cfg->train.output_dir, adapter ? "adapter" : "hf");
+    zt_watchdog_mark(adapter ? "PEFT export" : "HF export", -1, r->step);
     double sec = 0;
-    if (zt_hf_model_save(dir, cfg, r->shard, r->table, zt_data_eot_token(r->train), r->comm, &sec, err,
+    if (zt_hf_model_save(dir, cfg, r->shard, r->table, adapter, zt_data_eot_token(r->train), r->comm, &sec, err,
                          sizeof err) != 0) {
-        zt_log_error("HF export failed: %s", err);
+        zt_log_error("%s export failed: %s", adapter ? "PEFT" : "HF", err);
         return -1;
     }
-    zt_log("HF export: %s (%s, %zu parameters, %.2f s)", dir, r->table->arch->hf_class, r->table->total_numel, sec);
+    if (adapter)
+        zt_log("PEFT export: %s (LoRA r=%d, scale %g, adapters of %s, %.2f s)", dir, r->table->lora_rank,
+               (double)r->table->lora_scale, cfg->model.name_or_path[0] ? cfg->model.name_or_path : "this run's base",
+               sec);
+    else
+        zt_log("HF export: %s (%s%s, %.2f s)", dir, r->table->arch->hf_class,
+               r->table->first_adapter_unit >= 0 ? ", LoRA merged" : "", sec);
     return 0;
 }
 
@@ -518,7 +525,13 @@ static int maybe_resume(run_t *r)
         zt_log("model: weights of %s loaded (%s read by %d ranks in %.2f s, %.1f MB/s); fresh optimizer",
                cfg->model.name_or_path, zt_fmt_bytes(bytes, b, sizeof b), r->comm->world.size, dt,
                dt > 0 ? bytes / dt / 1e6 : 0.0);
-        return 0;
+    }
+    if (!path[0] && cfg->lora.adapter_name_or_path[0]) {
+        if (zt_hf_model_load_adapter(cfg->lora.adapter_name_or_path, r->shard, r->table, r->comm, err, sizeof err)) {
+            zt_log_error("%s", err);
+            return -1;
+        }
+        zt_log("lora: adapters of %s loaded", cfg->lora.adapter_name_or_path);
     }
     if (!path[0]) return 0;
     zt_ckpt_meta_t meta;
@@ -984,7 +997,8 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     if (exit_code == ZT_EXIT_OK) exit_code = run_loop(r);
     double wall = zt_now() - t0;
 
-    if (exit_code == ZT_EXIT_OK && cfg->checkpoint.save_hf && save_hf(r) != 0) exit_code = ZT_EXIT_ERROR;
+    if (exit_code == ZT_EXIT_OK && r->table->first_adapter_unit >= 0 && save_hf(r, 1) != 0) exit_code = ZT_EXIT_ERROR;
+    if (exit_code == ZT_EXIT_OK && cfg->checkpoint.save_hf && save_hf(r, 0) != 0) exit_code = ZT_EXIT_ERROR;
     if (exit_code == ZT_EXIT_OK) {
         generate_sample(r);
         zt_watchdog_idle();

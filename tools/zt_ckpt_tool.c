@@ -256,6 +256,9 @@ static int cmd_export(const char *file, const char *out_arg, const char *dtype, 
     zt_param_table_t *t = cfg ? zt_arch_table_from_config(cfg, err, sizeof err) : NULL;
     int rc = 0;
     if (!t) rc = zt_err(err, sizeof err, "%s: the stored config does not describe a model (%.300s)", file, err);
+    if (!rc && t->first_adapter_unit >= 0)
+        rc = zt_err(err, sizeof err, "%s: a LoRA checkpoint: its run wrote the merged model (hf/) and the adapters "
+                    "(adapter/); zt-ckpt export does not merge yet", file);
     int *q = t ? zt_calloc((size_t)t->nparams, sizeof *q) : NULL;
     for (int p = 0; !rc && p < t->nparams; p++) {
         q[p] = zt_param_table_find(st, t->params[p].name);
@@ -265,7 +268,7 @@ static int cmd_export(const char *file, const char *out_arg, const char *dtype, 
     }
     zt_hf_export_t *x = NULL;
     if (!rc) {
-        x = zt_hf_export_begin(dir, t, dtype, shard, cfg ? cfg->model.name_or_path : "", -1, NULL, err, sizeof err);
+        x = zt_hf_export_begin(dir, t, 0, dtype, shard, cfg ? cfg->model.name_or_path : "", -1, NULL, err, sizeof err);
         rc = x ? 0 : -1;
     }
     float *buf = zt_malloc(CHUNK * sizeof(float));
