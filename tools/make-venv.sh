@@ -1,6 +1,7 @@
 #!/bin/sh
 # Creates the Python virtualenv for the Hugging Face reference tools (tests/reference/
-# make_hf_fixtures.py, check_hf_export.py, dump_hf_logits.py). Idempotent: an existing venv
+# make_hf_fixtures.py, check_hf_export.py, dump_hf_logits.py, make_lora_fixtures.py,
+# check_peft_export.py). Idempotent: an existing venv
 # that already imports everything is left as it is.
 #   ZT_VENV   venv path (default $HOME/.cache/ztrain-venv)
 #   ZT_PYTHON interpreter that creates it (default python3; Debian needs python3-venv)
