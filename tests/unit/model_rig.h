@@ -211,12 +211,14 @@ static __attribute__((unused)) int rig_train_fixture(rig_t *r, hid_t file, int B
         rig_zero_grads(r);
         float loss = rig_micro_step(r, inp + (size_t)s * B * T, tgt + (size_t)s * B * T, B, T, 1.0f / (B * T));
         double ss = 0;
-        for (int i = 0; i < r->tab->nparams; i++) ss += be->sumsq(pg(r, i), r->tab->params[i].numel);
+        for (int i = 0; i < r->tab->nparams; i++)
+            if (!r->tab->params[i].frozen) ss += be->sumsq(pg(r, i), r->tab->params[i].numel);
         const double norm = sqrt(ss), scale = zt_clip_scale(norm, max_norm);
         const double lr_s = zt_lr_at(ZT_SCHED_COSINE, lr, W, min_lr_ratio, s, S);
         clipped += scale < 1.0;
         for (int i = 0; i < r->tab->nparams; i++) {
             const zt_param_t *p = &r->tab->params[i];
+            if (p->frozen) continue; /* LoRA's base: no optimizer state */
             be->adamw(pw(r, i), pg(r, i), m[p->unit] + p->offset, v[p->unit] + p->offset, p->numel, (float)lr_s,
                       0.9f, 0.95f, 1e-8f, p->decay ? 0.1f : 0.0f, (float)scale, s + 1);
         }

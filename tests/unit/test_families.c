@@ -18,6 +18,7 @@
 #include "zt_hf.h"
 #include "zt_lora.h"
 #include "zt_optim.h"
+#include "zt_safetensors.h"
 
 static const char *src_dir(void)
 {
@@ -70,29 +71,34 @@ static fam_t fam_open(const char *family)
 
 static void fam_close(fam_t *f) { H5Fclose(f->ref); }
 
-/* A rig with the directory's weights, read through zt_hf as a run reads them. */
-static rig_t fam_rig(fam_t *f, int recompute)
+/* The directory's weights into the rig's parameters of the same names (LoRA's
+ * adapters are not in it), read through zt_hf as a run reads them. */
+static void load_dir(rig_t *r, const char *dir)
 {
-    zt_param_table_t *t = zt_arch_build_table(f->tab->arch, &f->tab->dims, 0.02f);
-    rig_t r = rig_create_table(t, f->B, f->T, recompute);
+    const zt_param_table_t *t = r->tab;
     char err[ZT_ERRLEN];
-    zt_hf_dir_t *d = zt_hf_open(f->dir, err, sizeof err);
+    zt_hf_dir_t *d = zt_hf_open(dir, err, sizeof err);
     if (!d) fprintf(stderr, "%s\n", err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
     for (int i = 0; i < t->nparams; i++) {
         const zt_param_t *p = &t->params[i];
-        int ndim;
-        int64_t shape[8];
-        zt_st_dtype_t dt;
-        const char *file;
-        int k = zt_hf_find(d, p->name, &ndim, shape, &dt, &file);
+        if (t->first_adapter_unit >= 0 && p->unit >= t->first_adapter_unit) continue;
+        int k = zt_hf_find(d, p->name, NULL, NULL, NULL, NULL);
         CU_ASSERT_FATAL(k >= 0);
         float *h = zt_malloc(p->numel * sizeof *h);
         CU_ASSERT_FATAL(zt_hf_read(d, k, 0, p->numel, h, err, sizeof err) == 0);
-        r.be->from_host(pw(&r, i), h, p->numel * sizeof *h);
+        r->be->from_host(pw(r, i), h, p->numel * sizeof *h);
         free(h);
     }
     zt_hf_close(d);
+}
+
+/* A rig with the directory's weights. */
+static rig_t fam_rig(fam_t *f, int recompute)
+{
+    zt_param_table_t *t = zt_arch_build_table(f->tab->arch, &f->tab->dims, 0.02f);
+    rig_t r = rig_create_table(t, f->B, f->T, recompute);
+    load_dir(&r, f->dir);
     rig_zero_grads(&r);
     return r;
 }
@@ -407,7 +413,103 @@ static void t_lora_finite_difference(void)
     printf("\n");
 }
 
+/* LoRA against PEFT (tests/reference/hf/lora-<family>, made by make_lora_fixtures.py):
+ * the base directory, PEFT's adapter with non-zero A and B (r 4, alpha 8, every
+ * linear); the batch's logits and loss (1e-5), every adapter gradient (1e-4), ten
+ * AdamW steps of the adapters alone (loss 1e-5, final adapters 1e-4). */
+static void run_lora(const char *family)
+{
+    fam_t f = fam_open(family);
+    const int B = f.B, T = f.T, V = f.tab->dims.V;
+    char adir[1100], path[1200], err[ZT_ERRLEN];
+    snprintf(adir, sizeof adir, "%s/tests/reference/hf/lora-%s", src_dir(), family);
+    zt_param_table_t *lt = lora_table(f.tab, 4);
+    CU_ASSERT(lt->lora_scale == 2.0f);
+    rig_t r = rig_create_table(lt, B, T, 0);
+    load_dir(&r, f.dir);
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", adir);
+    zt_st_file_t st;
+    CU_ASSERT_FATAL(zt_st_open(path, &st, err, sizeof err) == 0);
+    int nad = 0;
+    for (int i = 0; i < lt->nparams; i++) {
+        const zt_param_t *p = &lt->params[i];
+        if (p->unit < lt->first_adapter_unit) continue;
+        char key[256];
+        snprintf(key, sizeof key, "base_model.model.%s", p->name);
+        const int k = zt_st_find(&st, key);
+        CU_ASSERT_FATAL(k >= 0 && st.tensors[k].numel == p->numel);
+        float *h = zt_malloc(p->numel * sizeof *h);
+        CU_ASSERT_FATAL(zt_st_read_f32(&st, k, h, err, sizeof err) == 0);
+        r.be->from_host(pw(&r, i), h, p->numel * sizeof *h);
+        free(h);
+        nad++;
+    }
+    CU_ASSERT_EQUAL(nad, st.ntensors);
+    zt_st_close(&st);
+    snprintf(path, sizeof path, "%s/reference.h5", adir);
+    hid_t ref = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    CU_ASSERT_FATAL(ref >= 0);
+    int32_t *inp = read_i32(ref, "/batch/inputs", (size_t)B * T);
+    int32_t *tgt = read_i32(ref, "/batch/targets", (size_t)B * T);
+    float ref_loss;
+    CU_ASSERT_FATAL(read_ds(ref, "/loss", H5T_NATIVE_FLOAT, &ref_loss, 1) == 0);
+    float *ref_logits = read_f32(ref, "/logits", (size_t)B * T * V);
+    float *got = zt_malloc((size_t)B * T * V * sizeof *got);
+    rig_forward(&r, inp, NULL, B, T);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) zt_model_logits_row(r.m, b, t, got + ((size_t)b * T + t) * V);
+    const double el = rel_l2(got, ref_logits, (size_t)B * T * V);
+    rig_zero_grads(&r);
+    const float loss = rig_micro_step(&r, inp, tgt, B, T, 1.0f / (B * T));
+    double worst = 0;
+    const char *worst_name = "?";
+    for (int i = 0; i < lt->nparams; i++) {
+        const zt_param_t *p = &lt->params[i];
+        if (p->frozen) continue;
+        snprintf(path, sizeof path, "/grads/base_model.model.%s", p->name);
+        float *rg = read_f32(ref, path, p->numel), *g = to_host(&r, pg(&r, i), i);
+        const double e = rel_l2(g, rg, p->numel);
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e, worst_name = p->name;
+        free(rg);
+        free(g);
+    }
+    printf("\n    %s LoRA vs PEFT: logits rel L2 %.2e, loss %.7f vs %.7f, worst adapter gradient %.2e (%s)\n", family,
+           el, loss, ref_loss, worst, worst_name);
+    CU_ASSERT(el < 1e-5);
+    CU_ASSERT(zt_relerr(loss, ref_loss, 1e-30) < 1e-5);
+    CU_ASSERT(worst < 1e-4);
+    double worst_loss;
+    CU_ASSERT(rig_train_fixture(&r, ref, B, T, 0, &worst_loss) == 10);
+    worst = 0;
+    for (int i = 0; i < lt->nparams; i++) {
+        const zt_param_t *p = &lt->params[i];
+        if (p->frozen) continue;
+        snprintf(path, sizeof path, "/train/final/base_model.model.%s", p->name);
+        float *rf = read_f32(ref, path, p->numel), *w = to_host(&r, pw(&r, i), i);
+        const double e = rel_l2(w, rf, p->numel);
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e, worst_name = p->name;
+        free(rf);
+        free(w);
+    }
+    printf("    %s LoRA vs PEFT: 10 steps, worst loss rel %.1e, worst final adapter rel L2 %.2e (%s)\n", family,
+           worst_loss, worst, worst_name);
+    CU_ASSERT(worst < 1e-4);
+    free(got);
+    free(ref_logits);
+    free(inp);
+    free(tgt);
+    H5Fclose(ref);
+    rig_free(&r);
+    zt_param_table_free(f.tab);
+    fam_close(&f);
+}
+
+static void t_lora_llama(void) { run_lora("llama"); }
+static void t_lora_qwen3(void) { run_lora("qwen3"); }
+
 static const zt_test_t tests[] = {
+    {"lora_llama_vs_peft", t_lora_llama},
+    {"lora_qwen3_vs_peft", t_lora_qwen3},
     {"lora_table", t_lora_table},
     {"lora_starts_as_base", t_lora_starts_as_base},
     {"lora_finite_difference", t_lora_finite_difference},
