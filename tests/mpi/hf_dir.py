@@ -4,6 +4,8 @@
   hf_dir.py tokens OUT.h5 VOCAB N          a token file (ids < VOCAB, deterministic)
   hf_dir.py same A B                       A's and B's safetensors hold the same tensors,
                                            bit for bit (single file or index + shards)
+  hf_dir.py close A B TOL                  the same names, values within TOL (max abs)
+  hf_dir.py ckpt CKPT.h5 DIR               the checkpoint's /model tensors of DIR's names equal DIR's
   hf_dir.py bad KIND SRC DST               copies SRC to DST and breaks it one way:
        drop-tensor | extra-tensor | bad-shape | f64 | truncate | corrupt-header |
        missing-shard | unknown-arch
@@ -32,8 +34,9 @@ def write_st(path, hdr, data):
 
 def files(d):
     idx = os.path.join(d, "model.safetensors.index.json")
-    if os.path.exists(os.path.join(d, "model.safetensors")):
-        return [os.path.join(d, "model.safetensors")]
+    for single in ("model.safetensors", "adapter_model.safetensors"):
+        if os.path.exists(os.path.join(d, single)):
+            return [os.path.join(d, single)]
     return sorted(set(os.path.join(d, f) for f in json.load(open(idx))["weight_map"].values()))
 
 
@@ -58,6 +61,37 @@ def cmd_same(a, b):
     for k in bad[:5]:
         print("differs:", k, ta[k][0], tb[k][0], ta[k][1], tb[k][1])
     print(f"{len(ta)} tensors, {len(bad)} differ")
+    return 1 if bad else 0
+
+
+def cmd_close(a, b, tol):
+    ta, tb = tensors(a), tensors(b)
+    if set(ta) != set(tb):
+        print("tensor names differ:", sorted(set(ta) ^ set(tb)))
+        return 1
+    worst, name = 0.0, "-"
+    for k in ta:
+        x = np.frombuffer(ta[k][2], DT[ta[k][0]]).astype(np.float64)
+        y = np.frombuffer(tb[k][2], DT[tb[k][0]]).astype(np.float64)
+        d = float(np.max(np.abs(x - y))) if x.size else 0.0
+        if d > worst:
+            worst, name = d, k
+    print(f"{len(ta)} tensors, max abs difference {worst:.3e} ({name}), tolerance {tol:g}")
+    return 0 if worst <= tol else 1
+
+
+def cmd_ckpt(ckpt, d):
+    """the checkpoint's /model tensors of d's names equal d's, bit for bit"""
+    import h5py
+    t = tensors(d)
+    bad = 0
+    with h5py.File(ckpt, "r") as h:
+        for k, (dt, shape, raw) in t.items():
+            if k not in h["model"]:
+                continue
+            x = h["model"][k][...].astype(np.float32).tobytes()
+            bad += x != np.frombuffer(raw, DT[dt]).astype(np.float32).tobytes()
+    print(f"{len(t)} tensors of {d} against {ckpt}: {bad} differ")
     return 1 if bad else 0
 
 
@@ -138,6 +172,10 @@ def cmd_bad(kind, src, dst):
 def main(a):
     if a[:1] == ["same"] and len(a) == 3:
         return cmd_same(a[1], a[2])
+    if a[:1] == ["close"] and len(a) == 4:
+        return cmd_close(a[1], a[2], float(a[3]))
+    if a[:1] == ["ckpt"] and len(a) == 3:
+        return cmd_ckpt(a[1], a[2])
     if a[:1] == ["tokens"] and len(a) == 4:
         return cmd_tokens(a[1], int(a[2]), int(a[3]))
     if a[:1] == ["bad"] and len(a) == 4:

@@ -1,0 +1,102 @@
+#!/bin/sh
+# lora.sh — LoRA as a run does it: from transformers' llama directory and PEFT's adapter
+# (tests/reference/hf/lora-llama), through every strategy, out as a PEFT adapter and a
+# merged model.
+#  1. Learning rate 0: the adapter written is PEFT's, bit for bit; the merged model is
+#     PEFT's merge_and_unload (fp32 rounding: 1e-6); PEFT and transformers load them
+#     with the same logits (when the venv of tools/make-venv.sh exists).
+#  2. Every strategy and layout at 1-4 ranks trains the same adapters as one rank with
+#     accumulation (1e-5), and the base stays what the directory holds, bit for bit.
+#  3. Gradient and optimizer memory is the adapters': measured against their size.
+#  4. A PEFT adapter that does not fit lora.* fails on every rank with its reason.
+. "$(dirname "$0")/common.sh"
+need_h5py
+HF="$ZT_SRCDIR/tests/reference/hf"
+HFPY="$ZT_SRCDIR/tests/mpi/hf_dir.py"
+cd "$ZT_TMP" || fail "cd"
+"$PY" "$HFPY" tokens tok67.h5 67 20000 || fail "cannot make the token file"
+cat >lora.cfg <<'EOF'
+data = { train_files = "tok67.h5"; val_files = []; seq_len = 8; };
+train = { per_device_train_batch_size = 2; max_steps = 2; logging_steps = 1; sample_tokens = 0;
+          finetuning_type = "lora"; };
+lora = { rank = 4; alpha = 8.0; };
+optim = { learning_rate = 0.0; warmup_steps = 0; };
+checkpoint = { hf_dtype = "fp32"; };
+log = { plot = false; };
+EOF
+base="model.name_or_path=$HF/llama lora.adapter_name_or_path=$HF/lora-llama"
+
+# ---- 1. round trip at learning rate 0 ------------------------------------------------
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $base parallel.strategy=zero3 train.output_dir=rt >/dev/null
+assert_contains "$ZT_OUT" "lora: adapters of $HF/lora-llama loaded"
+assert_contains "$ZT_OUT" "PEFT export: rt/adapter (LoRA r=4, scale 2"
+"$PY" "$HFPY" same rt/adapter "$HF/lora-llama" || fail "the adapter written is not PEFT's"
+"$PY" "$HFPY" close rt/hf "$HF/lora-llama/merged" 1e-6 || fail "the merged export is not PEFT's merge"
+"$PY" -c "import json,sys; c=json.load(open('rt/adapter/adapter_config.json')); \
+sys.exit(not (c['r'] == 4 and c['lora_alpha'] == 8 and c['peft_type'] == 'LORA' and \
+sorted(c['target_modules']) == ['down_proj','gate_proj','k_proj','o_proj','q_proj','up_proj','v_proj']))" ||
+    fail "adapter_config.json lacks r, lora_alpha or target_modules"
+VPY=${ZT_VENV:-$HOME/.cache/ztrain-venv}/bin/python
+if [ -x "$VPY" ]; then
+    "$VPY" "$ZT_SRCDIR/tests/reference/check_peft_export.py" rt/adapter "$HF/llama" "$HF/lora-llama" ||
+        fail "PEFT does not load the adapter with PEFT's logits"
+    "$VPY" "$ZT_SRCDIR/tests/reference/check_hf_export.py" rt/hf "$HF/lora-llama/merged" --atol 1e-5 ||
+        fail "transformers does not load the merged model with the merged logits"
+else
+    echo "note: no venv at $VPY (tools/make-venv.sh): PEFT's own load of the export not checked"
+fi
+
+# ---- 2. every strategy trains the same adapters -----------------------------------------
+train="optim.learning_rate=1e-2 train.max_steps=6 checkpoint.save_hf=false"
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $base $train train.gradient_accumulation_steps=4 train.output_dir=ref >/dev/null
+runs=""
+for cfg in "2 ddp flat 2" "2 zero1 flat 2" "3 zero2 per_param 1" "2 shard_grad_op flat 2" "2 zero3 flat 2" \
+    "4 zero3 per_param 1" "2 zero3 flat 2 train.bf16=true"; do
+    set -- $cfg
+    np=$1 st=$2 layout=$3 A=$4
+    shift 4
+    # 4 sequences per step: np * 2 * A (zero2 on 3 ranks: 6 per step, its own reference)
+    [ "$np" = 3 ] && continue
+    out="np$np-$st-$layout$(echo "$*" | tr -cd 'a-z0-9')"
+    # shellcheck disable=SC2086
+    run_ztrain "$np" lora.cfg $base $train parallel.strategy=$st parallel.shard_layout=$layout \
+        train.per_device_train_batch_size=$((4 / np / A)) train.gradient_accumulation_steps=$A \
+        train.output_dir="$out" "$@" >/dev/null
+    case "$*" in *bf16*) bf="$out" ;; *) runs="$runs $out" ;; esac
+done
+# shellcheck disable=SC2086
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref $runs || fail "a strategy trained other adapters than one rank"
+# bf16 against its own one-rank run
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $base $train train.gradient_accumulation_steps=4 train.bf16=true train.output_dir=ref-bf16 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref-bf16 "$bf" --loss-tol 2e-3 --param-tol 2e-3 ||
+    fail "bf16 LoRA under zero3 diverged from one rank"
+for d in ref np2-zero3-flat; do
+    "$PY" "$HFPY" ckpt "$(ls $d/ckpt-*.h5 | tail -1)" "$HF/llama" || fail "$d: the frozen base moved"
+done
+
+# ---- 3. gradient and optimizer memory is the adapters' -----------------------------------
+"$PY" - ref/metrics.jsonl <<'EOF' || fail "gradient or optimizer memory is not the adapters'"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+start = next(r for r in recs if r.get("start"))
+m = next(r for r in recs if r.get("summary"))["memory_measured"]
+# r 4 on C 32, q 32, k and v 16, MLP 48, 2 blocks: per block q 256, k 192, v 192, o 256,
+# gate 320, up 320, down 320 elements
+adapters = 2 * (256 + 192 + 192 + 256 + 320 + 320 + 320)
+est = start["memory_estimate"]
+# one rank, fp32: gradients 4 bytes and Adam's m, v 8 bytes per adapter element
+print("adapters", adapters, "elements; grads", m["grads"], "optimizer", m["optimizer"], "; estimate", est["grads"],
+      est["optimizer"])
+sys.exit(not (m["grads"] == 4 * adapters and m["optimizer"] == 8 * adapters and
+              est["grads"] == m["grads"] and est["optimizer"] == m["optimizer"]))
+EOF
+
+# ---- 4. an adapter that does not fit ------------------------------------------------------
+expect_fail_with 2 "r = 4, lora.rank is 8" lora.cfg $base lora.rank=8 train.output_dir=bad-r
+expect_fail_with 2 "tensors, the adapters of lora.target are" lora.cfg $base lora.target='["q_proj","v_proj"]' \
+    train.output_dir=bad-target
+expect_fail_with 2 "lora.target: \"c_fc\" is no linear of llama" lora.cfg $base lora.target=c_fc train.output_dir=bad-name
+echo "lora: PEFT's adapter in and out, every strategy trains the same adapters, the base frozen"
