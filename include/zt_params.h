@@ -111,6 +111,9 @@ int zt_params_add(zt_param_table_t *t, const char *name, int ndim, int64_t d0, i
 void zt_params_finish(zt_param_table_t *t, int nunits, int root_unit, int first_block_unit);
 
 void zt_param_table_free(zt_param_table_t *t);
+/* The trainable parameters of t as a table of their own (names, shapes, init; units
+ * kept), map[p] = p's index there or -1 for a frozen p. What a LoRA checkpoint holds. */
+zt_param_table_t *zt_params_trainable(const zt_param_table_t *t, int *map);
 int zt_param_table_find(const zt_param_table_t *t, const char *name); /* -1 if absent */
 const char *zt_role_name(zt_role_t r);
 

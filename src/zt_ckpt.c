@@ -1471,15 +1471,44 @@ int zt_ckpt_read_segments(const char *path, zt_ckpt_meta_t *meta, int weights_on
 
 /* ---- shard-engine wrappers ------------------------------------------------------------- */
 
+/* A table with frozen units (LoRA): the checkpoint holds the trainable parameters alone,
+ * the adapters and their optimizer state; the base is the run's own (model.name_or_path
+ * or the seed) and is loaded again on resume. *view gets that table (NULL: t as it is)
+ * and the returned copy of segs its indices, frozen segments left out. */
+static zt_io_seg_t *trainable_segments(const zt_param_table_t *t, const zt_io_seg_t *segs, int n, int *kept,
+                                       zt_param_table_t **view)
+{
+    *view = NULL;
+    *kept = n;
+    int frozen = 0;
+    for (int u = 0; t->unit_frozen && u < t->nunits; u++) frozen |= t->unit_frozen[u];
+    if (!frozen) return NULL;
+    int *map = zt_calloc((size_t)t->nparams, sizeof *map);
+    *view = zt_params_trainable(t, map);
+    zt_io_seg_t *out = zt_calloc((size_t)(n ? n : 1), sizeof *out);
+    *kept = 0;
+    for (int i = 0; i < n; i++)
+        if (map[segs[i].param] >= 0) {
+            out[*kept] = segs[i];
+            out[(*kept)++].param = map[segs[i].param];
+        }
+    free(map);
+    return out;
+}
+
 int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text, const char *format,
                  int keep_last, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, char *err,
                  size_t errlen)
 {
     zt_io_seg_t *segs = NULL;
-    int n = zt_shard_io_segments(s, 1, &segs);
+    int n = zt_shard_io_segments(s, 1, &segs), kept;
     meta->adam_step = zt_shard_adam_step(s);
-    int rc = zt_ckpt_write_segments(dir, meta, config_text, format, keep_last, segs, n, t, comm->world.comm,
-                                    err, errlen);
+    zt_param_table_t *view;
+    zt_io_seg_t *tsegs = trainable_segments(t, segs, n, &kept, &view);
+    int rc = zt_ckpt_write_segments(dir, meta, config_text, format, keep_last, tsegs ? tsegs : segs, kept,
+                                    view ? view : t, comm->world.comm, err, errlen);
+    free(tsegs);
+    zt_param_table_free(view);
     zt_shard_io_done(s, segs, n, 0);
     return rc;
 }
@@ -1488,8 +1517,14 @@ int zt_ckpt_load(const char *path, zt_ckpt_meta_t *meta, int weights_only, zt_sh
                  const zt_param_table_t *t, zt_comm_t *comm, char *err, size_t errlen)
 {
     zt_io_seg_t *segs = NULL;
-    int n = zt_shard_io_segments(s, 0, &segs);
-    int rc = zt_ckpt_read_segments(path, meta, weights_only, segs, n, t, comm->world.comm, err, errlen);
+    int n = zt_shard_io_segments(s, 0, &segs), kept;
+    zt_param_table_t *view;
+    zt_io_seg_t *tsegs = trainable_segments(t, segs, n, &kept, &view);
+    int rc = zt_ckpt_read_segments(path, meta, weights_only, tsegs ? tsegs : segs, kept, view ? view : t,
+                                   comm->world.comm, err, errlen);
+    free(tsegs);
+    zt_param_table_free(view);
+    /* a frozen base read nothing here: what it holds (loaded before) stays */
     zt_shard_io_done(s, segs, n, rc != 0 ? 0 : weights_only ? 1 : 2);
     if (rc) return -1;
     if (!weights_only) zt_shard_set_adam_step(s, meta->adam_step);

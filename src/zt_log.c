@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static int log_rank;
 static FILE *rank_log;
@@ -27,9 +28,15 @@ static void vlog(FILE *console, const char *prefix, const char *fmt, va_list ap)
     va_list ap2;
     va_copy(ap2, ap);
     if (console) {
-        fputs(prefix, console);
-        vfprintf(console, fmt, ap);
-        fputc('\n', console);
+        /* one write of the whole line, after whatever stdout still holds: an error on
+         * unbuffered stderr must not land inside a progress line when both go to one
+         * file (a test's log, a batch job's output) */
+        char line[4096];
+        const int k = snprintf(line, sizeof line, "%s", prefix);
+        vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
+        strcat(line, "\n");
+        if (console == stderr) fflush(stdout);
+        fputs(line, console);
         fflush(console);
     }
     if (rank_log) {

@@ -90,6 +90,20 @@ void zt_param_table_free(zt_param_table_t *t)
     free(t);
 }
 
+zt_param_table_t *zt_params_trainable(const zt_param_table_t *t, int *map)
+{
+    zt_param_table_t *v = zt_params_new(t->arch, &t->dims);
+    for (int p = 0; p < t->nparams; p++) {
+        const zt_param_t *q = &t->params[p];
+        map[p] = -1;
+        if (q->frozen) continue;
+        map[p] = zt_params_add(v, q->name, q->ndim, q->shape[0], q->shape[1], q->unit, q->block, q->init, q->init_std,
+                               q->role, q->wlayout);
+    }
+    zt_params_finish(v, t->nunits, t->root_unit, t->first_block_unit);
+    return v;
+}
+
 int zt_param_table_find(const zt_param_table_t *t, const char *name)
 {
     for (int i = 0; i < t->nparams; i++)
