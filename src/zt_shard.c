@@ -56,6 +56,15 @@
  * for which the rounding changes nothing). That is what makes an overflow, and so
  * the dynamic loss scale, the same at every world size.
  *
+ * Frozen units (t->unit_frozen[u], LoRA's base) hold their parameters only: full
+ * (fp32) or wfull (16-bit) where parameters are replicated, shard_p (fp32), master
+ * (fp32 under offload_param: it is the working shard) or wshard (16-bit) where they
+ * are sharded; no gfull, gshard, m, v, no fp32 master beside a 16-bit copy, and none
+ * of the reduction or offload landing buffers. Their gradients are NULL, their
+ * grads_ready a no-op, and the optimizer step passes them by (no re-gather: they
+ * never change). Gathers treat them as any unit. The I/O view widens a 16-bit
+ * frozen copy into an fp32 host staging and rounds a loaded one back (io_round).
+ *
  * Ordering: every rank issues the same collectives in the same order because
  * the train loop calls the step protocol identically everywhere. */
 #include <math.h>

@@ -20,7 +20,11 @@
  *     unit), the total as zt_shard_traffic_estimate says;
  *   - the I/O view: read segments cover the frozen parameters (no moments), write
  *     segments the trainable ones only, write-all segments everything, once over the
- *     world; values loaded through a read view land in the frozen base (rounded). */
+ *     world; values loaded through a read view land in the frozen base (rounded).
+ * With ZT_FROZEN_METRICS=DIR it also writes, for the tiny model of
+ * tests/mpi/check_accounting.py (flat layout), a metrics.jsonl per configuration
+ * (rank 0's estimate, measurement and per-step traffic) and the script's arguments
+ * beside it, so that frozen.sh checks the script's independent formulas too. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,6 +335,64 @@ static void check_config(zt_comm_t *c, const zt_backend_t *fbe, const zt_param_t
     zt_shard_free(tn);
 }
 
+static void mem_json(FILE *f, const char *key, const zt_shard_mem_t *m)
+{
+    fprintf(f, "\"%s\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"buffers\":%zu,\"gathered\":%zu,"
+               "\"activations\":0,\"host\":%zu}",
+            key, m->params, m->grads, m->optim, m->comm_buffers, m->gathered_peak, m->host);
+}
+
+/* one metrics.jsonl as a run of the tiny model would write it, and the arguments of
+ * check_accounting.py for it */
+static void write_metrics(const char *root, zt_comm_t *c, const zt_param_table_t *t, const zt_shard_opts_t *o,
+                          int sn, int rn, int group, const char *frozen_arg, const char *tag)
+{
+    const char *what = tag;
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/%s", root, tag);
+    char err[300];
+    if (c->world.rank == 0 && zt_mkdir_p(dir, err, sizeof err) != 0) zt_fatal("%s", err);
+    zt_shard_t *s = zt_shard_create(t, c, &zt_backend_cpu, o);
+    zt_comm_stats_t st[STEPS];
+    for (long k = 1; k <= STEPS; k++) {
+        zt_comm_stats_reset(c);
+        step(s, t, NULL, NULL, k, what);
+        st[k - 1] = *zt_comm_stats(c);
+    }
+    zt_shard_mem_t m, e;
+    zt_shard_memory(s, &m);
+    zt_shard_memory_estimate(t, o, sn, rn, &e);
+    zt_shard_free(s);
+    if (c->world.rank != 0) return;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) zt_fatal("cannot write %s", path);
+    fprintf(f, "{\"start\":true,\"world_size\":%d,\"strategy\":\"%s\",\"parameters\":%zu,", c->world.size,
+            zt_strategy_name(o->strategy), t->total_numel);
+    mem_json(f, "memory_estimate", &e);
+    fprintf(f, "}\n");
+    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+    for (int k = 0; k < STEPS; k++) {
+        fprintf(f, "{\"step\":%d,\"loss\":0,\"comm\":{", k + 1);
+        for (int q = 0; q < ZT_COLL_N; q++)
+            fprintf(f, "%s\"%s\":{\"calls\":%ld,\"bytes\":%.0f,\"busbw_GBps\":0}", q ? "," : "", names[q],
+                    st[k].calls[q], st[k].bytes[q]);
+        fprintf(f, "}}\n");
+    }
+    fprintf(f, "{\"summary\":true,");
+    mem_json(f, "memory_measured", &m);
+    fprintf(f, "}\n");
+    fclose(f);
+    snprintf(path, sizeof path, "%s/args", dir);
+    f = fopen(path, "w");
+    if (!f) zt_fatal("cannot write %s", path);
+    fprintf(f, "%s %d %d", zt_strategy_name(o->strategy), c->world.size, A);
+    if (zt_strategy_is_hybrid(o->strategy)) fprintf(f, " %d", group);
+    fprintf(f, " --frozen=%s%s%s%s\n", frozen_arg, o->bf16 ? " --bf16" : "", o->offload_optim ? " --offload" : "",
+            o->offload_param ? " --offload-param" : "");
+    fclose(f);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -380,6 +442,33 @@ int main(int argc, char **argv)
         zt_param_table_free(t);
     }
     zt_param_table_free(tr);
+    const char *mdir = getenv("ZT_FROZEN_METRICS");
+    for (int mk = 0; mdir && mk < 2; mk++) {
+        /* check_accounting.py's tiny model: GPT-2, 2 layers, C 32, V 257, T 32 */
+        zt_param_table_t *t = zt_arch_gpt2_table(2, 2, 32, 257, 32, 0.02f);
+        for (int p = 0; p < t->nparams; p++) t->params[p].frozen = masks[mk][t->params[p].unit];
+        zt_params_finish(t, t->nunits, t->root_unit, t->first_block_unit);
+        const zt_strategy_t sts[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3, ZT_HYBRID};
+        for (int i = 0; i < 6; i++)
+            for (int prec = 0; prec < 2; prec++)
+                for (int off = 0; off < 3; off++) {
+                    const zt_strategy_t st = sts[i];
+                    const int hyb = zt_strategy_is_hybrid(st);
+                    if (off == 2 && !zt_strategy_shards_params(st)) continue;
+                    if (hyb && g == 1) continue; /* the script's hybrid has shard groups of 2 or more */
+                    zt_shard_opts_t o = {.strategy = st, .layout = ZT_LAYOUT_FLAT, .reshard_after_forward = 1,
+                                         .bucket_bytes = 1 << 20, .bf16 = prec, .offload_optim = off > 0,
+                                         .offload_param = off == 2, .seed = 7};
+                    char tag[128], fz[16] = "";
+                    for (int u = 0; u < 3; u++)
+                        if (masks[mk][u]) snprintf(fz + strlen(fz), sizeof fz - strlen(fz), "%s%d", *fz ? "," : "", u);
+                    snprintf(tag, sizeof tag, "%s-m%d%d%d-%s%s", zt_strategy_name(st), masks[mk][0], masks[mk][1],
+                             masks[mk][2], prec ? "bf16" : "fp32", off == 2 ? "-offp" : off ? "-off" : "");
+                    write_metrics(mdir, hyb ? &ch : &c, t, &o, hyb ? g : world,
+                                  st == ZT_DDP ? world : hyb ? world / g : 1, g, fz, tag);
+                }
+        zt_param_table_free(t);
+    }
     int any = zt_any(&c, failures != 0);
     if (c.world.rank == 0)
         printf("frozen_test: %d ranks: %s (%ld configurations)\n", world, any ? "FAILED" : "all checks passed", configs);
