@@ -86,10 +86,22 @@ void zt_shard_begin_micro(zt_shard_t *s, int micro, int nmicro);
 const float *zt_shard_params(zt_shard_t *s, int unit);     /* full unit params */
 void zt_shard_prefetch(zt_shard_t *s, int unit);            /* may start a gather early */
 void zt_shard_release(zt_shard_t *s, int unit);             /* done with params for now */
-float *zt_shard_grads(zt_shard_t *s, int unit);             /* full unit grad buffer to += into */
-void zt_shard_grads_ready(zt_shard_t *s, int unit);         /* unit's grads final for micro */
-/* After the last micro-step: completes every reduction; returns the global
- * gradient L2 norm squared (each element counted once). With opts.fp16 the owned
+/* Full unit grad buffer to += into; NULL for a frozen unit (t->unit_frozen[unit]),
+ * which has no gradient buffers at all. */
+float *zt_shard_grads(zt_shard_t *s, int unit);
+/* Unit's grads final for micro; for a frozen unit only marks its backward done (no
+ * collective, on every rank alike). */
+void zt_shard_grads_ready(zt_shard_t *s, int unit);
+/* Frozen units (t->unit_frozen[u] = 1, LoRA's base; unit_frozen NULL: none): the
+ * parameters only, in their working dtype: fp32, or the 16-bit working copy without
+ * any fp32 master (sharded where the strategy shards parameters, the full copy
+ * otherwise; in host memory under offload_param). No gradient buffers, no
+ * reductions, no Adam moments; finish_grads, optimizer_step, zero_grads and
+ * begin_step pass them by (they never change, so nothing is re-gathered). Gathers,
+ * prefetch and release work as for any unit.
+ *
+ * After the last micro-step: completes every reduction; returns the global
+ * gradient L2 norm squared (each element counted once, frozen units have none). With opts.fp16 the owned
  * gradients are first rounded to fp16, so a (loss-scaled) value past 65504 turns
  * into Inf and the norm into Inf, whatever the world size and reduce dtype. */
 double zt_shard_finish_grads(zt_shard_t *s);
@@ -107,7 +119,8 @@ void zt_shard_end_inference(zt_shard_t *s);
 
 /* Memory accounting in bytes per rank (what is allocated now, and the peak). The
  * first five are the backend's memory (the device's, on a GPU); `host` is the
- * offloaded state in (pinned) host memory. */
+ * offloaded state in (pinned) host memory. A frozen unit counts in params (or host,
+ * under offload_param) only: grads and optim are those of the trainable units. */
 typedef struct zt_shard_mem {
     size_t params, grads, optim, comm_buffers, gathered_peak;
     size_t host;
@@ -117,7 +130,8 @@ void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out);
 void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
                               int replica_n, zt_shard_mem_t *out);
 /* Theoretical collective bytes per optimizer step (nccl-tests "size" convention summed
- * over calls) for the strategy; used by tests and reports. */
+ * over calls) for the strategy; used by tests and reports. Frozen units move their
+ * parameter gathers only (zero3, shard_grad_op, hybrids): no reduction, no re-gather. */
 double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
                                  int replica_n, int nmicro);
 
@@ -125,21 +139,37 @@ double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_
  * of the parameter (row-major), with HOST pointers to its fp32 master value and Adam
  * moments (staged through host memory when the backend's memory is a device's). `write` lists are disjoint across the world
  * (replicated state is split between replicas so every element is written once);
- * `read` lists cover everything this rank must hold (replicas read the same). */
+ * `read` lists cover everything this rank must hold (replicas read the same).
+ * Frozen parameters have no moments: exp_avg = exp_avg_sq = NULL. Their value is the
+ * fp32 parameter itself, or, where the only copy is 16-bit, an fp32 host staging:
+ * widened from the working copy for a write, rounded into it by io_done for a read. */
 typedef struct zt_io_seg {
     int param;          /* index into the param table */
     size_t start, len;  /* element range of the parameter */
-    float *value, *exp_avg, *exp_avg_sq;  /* host pointers, len elements each */
+    float *value, *exp_avg, *exp_avg_sq;  /* host pointers, len elements each (moments
+                                           * NULL for frozen parameters) */
 } zt_io_seg_t;
-int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs); /* returns count */
-/* Ends an I/O view: for a device backend, copies what was loaded back to the device
- * (loaded: 0 nothing, 1 values only (weights-only load), 2 values and moments) and
- * frees the host staging; frees the array in every case. */
+typedef enum {
+    ZT_IO_READ = 0,         /* every parameter, frozen ones included (checkpoint, HF load) */
+    ZT_IO_WRITE = 1,        /* the trainable parameters with their optimizer state (a
+                             * LoRA checkpoint: the adapters; the base is referred to) */
+    ZT_IO_WRITE_ALL = 2     /* every parameter's value, the frozen base too (HF export);
+                             * trainable ones still carry their moments */
+} zt_io_mode_t;
+int zt_shard_io_view(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs); /* returns count */
+/* = zt_shard_io_view(s, for_write ? ZT_IO_WRITE : ZT_IO_READ, segs): without frozen
+ * units both write modes list the same. */
+int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs);
+/* Ends an I/O view: copies what was loaded to where it lives (a device backend's
+ * memory; a frozen 16-bit working copy, rounded) (loaded: 0 nothing, 1 values only
+ * (weights-only load), 2 values and moments) and frees the host staging; frees the
+ * array in every case. */
 void zt_shard_io_done(zt_shard_t *s, zt_io_seg_t *segs, int n, int loaded);
 /* Optimizer step count (Adam t) owned by the engine; set on resume. */
 long zt_shard_adam_step(const zt_shard_t *s);
 void zt_shard_set_adam_step(zt_shard_t *s, long t);
-/* After the checkpoint reader filled the read segments: re-derive working copies. */
+/* After the checkpoint reader filled the read segments: re-derive working copies
+ * (a frozen unit's replicated copy is re-gathered from the owned parts). */
 void zt_shard_after_load(zt_shard_t *s);
 
 /* Parameter L2 norm over the world, for tests and logs. */

@@ -430,7 +430,8 @@ int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, 
         return -1;
     }
     zt_io_seg_t *segs = NULL;
-    const int n = zt_shard_io_segments(s, 1, &segs);
+    /* every parameter: a LoRA run's frozen base too */
+    const int n = zt_shard_io_view(s, ZT_IO_WRITE_ALL, &segs);
     char e[ZT_ERRLEN] = "";
     int rc = 0;
     float *tmp = NULL;

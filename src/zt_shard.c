@@ -56,6 +56,15 @@
  * for which the rounding changes nothing). That is what makes an overflow, and so
  * the dynamic loss scale, the same at every world size.
  *
+ * Frozen units (t->unit_frozen[u], LoRA's base) hold their parameters only: full
+ * (fp32) or wfull (16-bit) where parameters are replicated, shard_p (fp32), master
+ * (fp32 under offload_param: it is the working shard) or wshard (16-bit) where they
+ * are sharded; no gfull, gshard, m, v, no fp32 master beside a 16-bit copy, and none
+ * of the reduction or offload landing buffers. Their gradients are NULL, their
+ * grads_ready a no-op, and the optimizer step passes them by (no re-gather: they
+ * never change). Gathers treat them as any unit. The I/O view widens a 16-bit
+ * frozen copy into an fp32 host staging and rounds a loaded one back (io_round).
+ *
  * Ordering: every rank issues the same collectives in the same order because
  * the train loop calls the step protocol identically everywhere. */
 #include <math.h>
@@ -84,6 +93,7 @@ typedef struct unit_state {
     void *gath;             /* P elements of the working dtype */
     uint16_t *wfull, *wshard;   /* 16-bit (pdt) working copies (P, S) */
     uint16_t *gcomm, *rs16;     /* 16-bit (gdt) gradients in flight (P), landing (S) */
+    int frozen;             /* no gradients, no optimizer state (see the file comment) */
     int gathered, gather_pending, bwd_done;
     zt_request_t gather_req;
     zt_request_t red_req[MAX_REQ];
@@ -267,6 +277,12 @@ static void build_opt_segments(zt_shard_t *s, int ui)
 /* value pointer of an owned segment (where the master copy lives) */
 static float *seg_value(zt_shard_t *s, unit_state_t *u, const opt_seg_t *g)
 {
+    if (u->frozen) {
+        /* the working copy is the only copy: none in fp32 when it is 16-bit */
+        if (s->mixed) return NULL;
+        if (s->offload_param) return u->master + g->spos;
+        return s->shard_params ? u->shard_p + g->spos : u->full + g->uoff;
+    }
     if (s->offload) return u->master + g->spos;
     return s->shard_params || s->mixed ? u->shard_p + g->spos : u->full + g->uoff;
 }
@@ -427,6 +443,47 @@ static void init_values(zt_shard_t *s, int ui)
     if (s->offload ? s->shard_params : s->mixed && (s->shard_params || s->n == 1)) refresh_working(s, ui);
 }
 
+/* A frozen unit's initial values go straight into its only copy: the fp32
+ * parameters, or rounded into the 16-bit working copy (no fp32 master is kept). */
+static void init_frozen(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    float *stage = zt_malloc(INIT_STAGE * sizeof(float));
+    if (!s->shard_params && !s->mixed) {
+        init_unit_range(s, ui, 0, u->lay.numel, u->full, stage, s->be);
+    } else if (!s->mixed) {
+        const zt_backend_t *dbe = s->offload_param ? &zt_backend_cpu : s->be;
+        float *dst = s->offload_param ? u->master : u->shard_p;
+        for (int i = 0; i < u->noseg; i++)
+            init_unit_range(s, ui, u->oseg[i].uoff, u->oseg[i].len, dst + u->oseg[i].spos, stage, dbe);
+    } else {
+        /* 16-bit: through an fp32 chunk where the working copy lives (offload_param:
+         * the host) */
+        const zt_backend_t *wbe = s->offload_param ? &zt_backend_cpu : s->be;
+        float *tmp = wbe->alloc(INIT_STAGE * sizeof(float));
+        if (!s->shard_params) {
+            for (size_t off = 0; off < u->lay.numel; off += INIT_STAGE) {
+                const size_t n = ZT_MIN(INIT_STAGE, u->lay.numel - off);
+                init_unit_range(s, ui, off, n, tmp, stage, wbe);
+                to16_on(wbe, s->pdt, u->wfull + off, tmp, n);
+            }
+        } else {
+            for (int i = 0; i < u->noseg; i++) {
+                const opt_seg_t *g = &u->oseg[i];
+                for (size_t off = 0; off < g->len; off += INIT_STAGE) {
+                    const size_t n = ZT_MIN(INIT_STAGE, g->len - off);
+                    init_unit_range(s, ui, g->uoff + off, n, tmp, stage, wbe);
+                    to16_on(wbe, s->pdt, u->wshard + g->spos + off, tmp, n);
+                }
+            }
+        }
+        wbe->free(tmp);
+    }
+    free(stage);
+}
+
+static int unit_is_frozen(const zt_param_table_t *t, int ui) { return t->unit_frozen && t->unit_frozen[ui]; }
+
 zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
                             const zt_shard_opts_t *opts)
 {
@@ -472,6 +529,27 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         build_opt_segments(s, ui);
         for (int k = 0; k < MAX_REQ; k++) u->red_req[k].req = MPI_REQUEST_NULL;
         u->gather_req.req = MPI_REQUEST_NULL;
+        u->frozen = unit_is_frozen(t, ui);
+        if (u->frozen) {
+            /* the parameters only: fp32, or the 16-bit working copy (sharded where
+             * the strategy shards parameters, in host memory under offload_param) */
+            if (s->mixed) {
+                if (s->shard_params)
+                    u->wshard = balloc(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->S * 2);
+                else
+                    u->wfull = balloc(s, MEM_PARAMS, u->lay.packed * 2);
+                const int k = ui == s->t->root_unit ? 0 : 1;
+                s->scratch_n[k] = ZT_MAX(s->scratch_n[k], u->lay.numel);
+            } else if (s->shard_params) {
+                if (s->offload_param) u->master = falloc(s, MEM_HOST, u->S);
+                else u->shard_p = falloc(s, MEM_PARAMS, u->S);
+            } else
+                u->full = falloc(s, MEM_PARAMS, u->lay.packed);
+            init_frozen(s, ui);
+            if (opts->layout == ZT_LAYOUT_PER_PARAM && s->n > 1 && u->lay.packed > s->pack_tmp_n)
+                s->pack_tmp_n = u->lay.packed;
+            continue;
+        }
         /* offload: the master, m and v in host memory; the master is the fp32
          * working shard itself when parameter shards are offloaded too */
         const int optim_mem = s->offload ? MEM_HOST : MEM_OPTIM;
@@ -704,6 +782,7 @@ void zt_shard_begin_step(zt_shard_t *s)
 {
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
+        if (u->frozen) continue;
         if (u->gfull && s->persistent_grads) s->be->memzero(u->gfull, u->lay.packed * sizeof(float));
         /* host_grads: the first micro-step's download overwrites the whole shard */
         if (u->gshard && !s->host_grads) s->be->memzero(u->gshard, u->S * sizeof(float));
@@ -726,6 +805,7 @@ void zt_shard_begin_micro(zt_shard_t *s, int micro, int nmicro)
 float *zt_shard_grads(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
+    if (u->frozen) return NULL;
     if (!u->gfull) u->gfull = balloc_z(s, MEM_COMM, u->lay.packed * sizeof(float), 1);
     return u->gfull;
 }
@@ -818,6 +898,7 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
     u->bwd_done = 1;
+    if (u->frozen) return; /* nothing to reduce, on every rank alike */
     const int last = s->micro == s->nmicro - 1;
     /* the previous unit's reduction has had this unit's backward to progress */
     for (int k = ui + 1; k < s->t->nunits; k++)
@@ -888,6 +969,7 @@ double zt_shard_finish_grads(zt_shard_t *s)
     double local = 0.0;
     for (int ui = s->t->nunits - 1; ui >= 0; ui--) {
         unit_state_t *u = &s->u[ui];
+        if (u->frozen) continue;
         reduction_complete(s, ui);
         if (s->host_grads) {
             grad_download_finish(s);
@@ -952,10 +1034,10 @@ static const float *owned_grads(const zt_shard_t *s, const unit_state_t *u)
     return s->o.strategy == ZT_DDP ? u->gfull : u->gshard;
 }
 
-static void download_grads(zt_shard_t *s, int ui)
+static void download_grads(zt_shard_t *s, int ui, int slot)
 {
     unit_state_t *u = &s->u[ui];
-    s->be->to_host_async(s->hgrad[ui & 1], owned_grads(s, u), u->S * sizeof(float));
+    s->be->to_host_async(s->hgrad[slot], owned_grads(s, u), u->S * sizeof(float));
 }
 
 /* Offload pipelines three things per unit, units in reverse order: the download of
@@ -968,17 +1050,21 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
     if (s->offload_param) s->be->wait_uploads();
     /* last unit first: the one download nothing hides is then a block's, and the
      * root unit's (the largest: the embeddings) overlaps AdamW on block 0 */
-    const int last = s->t->nunits - 1;
+    /* frozen units never change: no AdamW, no re-gather */
+    int *order = zt_malloc((size_t)s->t->nunits * sizeof *order), no = 0;
+    for (int ui = s->t->nunits - 1; ui >= 0; ui--)
+        if (!s->u[ui].frozen) order[no++] = ui;
     /* host_grads: the owned gradients are on the host already */
     const int download = s->offload && !s->host_grads;
-    if (download) download_grads(s, last);
-    for (int ui = last; ui >= 0; ui--) {
+    if (download && no) download_grads(s, order[0], 0);
+    for (int k = 0; k < no; k++) {
+        const int ui = order[k];
         unit_state_t *u = &s->u[ui];
         const float *grad = owned_grads(s, u);
         if (download) {
             s->be->wait_downloads();
-            if (ui > 0) download_grads(s, ui - 1);
-            grad = s->hgrad[ui & 1];
+            if (k + 1 < no) download_grads(s, order[k + 1], (k + 1) & 1);
+            grad = s->hgrad[k & 1];
         }
         for (int i = 0; i < u->noseg; i++) {
             const opt_seg_t *g = &u->oseg[i];
@@ -988,6 +1074,7 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
         }
         refresh_working(s, ui);
     }
+    free(order);
     /* the next forward reads the uploads (a device orders itself; the host must not
      * step a master again while its upload may still read it) */
     if (s->offload) s->be->wait_uploads();
@@ -1028,26 +1115,40 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     const int off = o->offload_optim != 0, offp = off && o->offload_param && shard_params;
     /* ...and where gradients are sharded (not the hybrids) the owned accumulators */
     const int host_grads = off && !persistent && !zt_strategy_is_hybrid(st);
+    /* largest, second, all_gathered, owned_all: every unit (gathers, uploads);
+     * largest_t, owned, root_P, block_P: the trainable units (gradients, AdamW) */
     size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0, owned = 0;
-    size_t root_P = 0, block_P = 0;
+    size_t root_P = 0, block_P = 0, largest_t = 0, owned_all = 0;
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;
         zt_unit_layout_build(&lay, t, ui, n, o->layout);
         /* the largest shard (rank 0's) is the per-rank upper bound */
         size_t S = lay.count[0], P = lay.packed;
+        if (P > largest) second = largest, largest = P;
+        else if (P > second) second = P;
+        all_gathered += P;
+        if (o->layout == ZT_LAYOUT_PER_PARAM && n > 1 && P > pack) pack = P;
+        owned_all = ZT_MAX(owned_all, S);
+        if (ui == t->root_unit) root = lay.numel;
+        else block = ZT_MAX(block, lay.numel);
+        if (t->unit_frozen && t->unit_frozen[ui]) {
+            /* frozen: the parameters only, in their working dtype (the fp32 shard is
+             * the host's under offload_param) */
+            if (!offp) out->params += (shard_params ? S : P) * pb;
+            else out->host += S * pb;
+            zt_unit_layout_free(&lay);
+            continue;
+        }
         if (!offp) out->params += (shard_params ? S : P) * pb;
         else if (mixed) out->host += S * 2;
         out->grads += (persistent ? P : 0) * 4 + (st != ZT_DDP && !host_grads ? S : 0) * 4;
         if (host_grads) out->host += S * 4;
         if (off) out->host += S * 12;
         else out->optim += S * ob;
-        if (P > largest) second = largest, largest = P;
-        else if (P > second) second = P;
-        all_gathered += P;
-        if (o->layout == ZT_LAYOUT_PER_PARAM && n > 1 && P > pack) pack = P;
+        largest_t = ZT_MAX(largest_t, P);
         owned = ZT_MAX(owned, S);
-        if (ui == t->root_unit) root = lay.numel, root_P = P;
-        else block = ZT_MAX(block, lay.numel), block_P = ZT_MAX(block_P, P);
+        if (ui == t->root_unit) root_P = P;
+        else block_P = ZT_MAX(block_P, P);
         zt_unit_layout_free(&lay);
     }
     /* transient gradients. Where gradients are sharded a unit's full gradients live
@@ -1058,10 +1159,12 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
      * the persistent accumulators). An upper bound, checked against the allocator's
      * peak by tests/mpi/check_accounting.py. */
     const size_t full = persistent ? 0 : (root_P + (n > 1 ? 2 : 1) * block_P) * 4;
-    out->comm_buffers = pack * ZT_MAX(pb, gb) + full + (n > 1 ? largest / (size_t)n * 4 : 0);
+    /* (landing shards: the largest owned one, rank 0's, which per_param makes more than
+     * P / n where rows do not split evenly) */
+    out->comm_buffers = pack * ZT_MAX(pb, gb) + full + (n > 1 ? owned * 4 : 0);
     /* 16-bit reductions: the rounded copy of a unit's gradients and its landing shard */
     if (reduce16 && (st != ZT_DDP ? n > 1 : replica_n > 1))
-        out->comm_buffers += largest * 2 + (st != ZT_DDP ? largest / (size_t)n * 2 : 0);
+        out->comm_buffers += largest_t * 2 + (st != ZT_DDP ? owned * 2 : 0);
     /* mixed: the fp32 views of the root unit and of the running block */
     if (mixed) out->comm_buffers += (root + block) * 4;
     /* fp16: the 16-bit buffer through which the owned gradients are rounded */
@@ -1069,9 +1172,9 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     /* offload: two host landings of a unit's gradients (and one 16-bit rounding);
      * offload_param: the uploads of the running and the prefetched unit */
     if (off) out->host += 2 * owned * 4 + (mixed && !offp ? owned * 2 : 0);
-    if (offp && n > 1) out->comm_buffers += 2 * owned * pb;
+    if (offp && n > 1) out->comm_buffers += 2 * owned_all * pb;
     /* host_grads: a unit's reduced gradients stay until their download finished */
-    if (host_grads) out->comm_buffers += largest / (size_t)n * 4;
+    if (host_grads) out->comm_buffers += owned * 4;
     if (shard_params) {
         const int keeps_all = st == ZT_SHARD_GRAD_OP || st == ZT_HYBRID_ZERO2 || !o->reshard_after_forward;
         /* zero3: the root unit stays gathered for the micro-step, plus the running
@@ -1093,15 +1196,18 @@ double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_
         zt_unit_layout_build(&lay, t, ui, st == ZT_DDP ? 1 : shard_n, o->layout);
         const double numel = (double)lay.numel, P = (double)lay.packed;
         const double S = (double)lay.count[0];
+        /* frozen: no reductions, and no re-gather after AdamW (it never changes);
+         * the gathers of the parameter-sharding strategies as for any unit */
+        const int frozen = t->unit_frozen && t->unit_frozen[ui];
         switch (st) {
-        case ZT_DDP: bytes += replica_n > 1 ? numel * gb : 0; break;
-        case ZT_ZERO1: bytes += shard_n > 1 ? P * gb + P * pb : 0; break;
-        case ZT_ZERO2: bytes += shard_n > 1 ? nmicro * P * gb + P * pb : 0; break;
+        case ZT_DDP: bytes += replica_n > 1 && !frozen ? numel * gb : 0; break;
+        case ZT_ZERO1: bytes += shard_n > 1 && !frozen ? P * gb + P * pb : 0; break;
+        case ZT_ZERO2: bytes += shard_n > 1 && !frozen ? nmicro * P * gb + P * pb : 0; break;
         default: {
             /* gathers per micro-step: root once; blocks once (keep) or twice (reshard) */
             int gathers = (ui == t->root_unit || !frees_after_forward(&(zt_shard_t){.o = *o})) ? 1 : 2;
-            if (shard_n > 1) bytes += nmicro * (gathers * P * pb + P * gb);
-            if (replica_n > 1) bytes += S * gb;
+            if (shard_n > 1) bytes += nmicro * (gathers * P * pb + (frozen ? 0 : P * gb));
+            if (replica_n > 1 && !frozen) bytes += S * gb;
         }
         }
         zt_unit_layout_free(&lay);
@@ -1111,17 +1217,35 @@ double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_
 
 /* ---- checkpoint view ----------------------------------------------------------------- */
 
-/* The segments with pointers into the backend's memory. */
-static int io_segments_backend(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
+/* Where a segment's state lives. */
+enum {
+    IO_HOST = 0,    /* host memory: handed out as it is */
+    IO_DEV,         /* fp32 in memory the host cannot read: staged through host memory */
+    IO_W16          /* a frozen unit's 16-bit working copy (its only copy): widened into,
+                     * and rounded back from, an fp32 host staging */
+};
+
+typedef struct io_src {
+    int kind;
+    const zt_backend_t *vbe;    /* whose memory value, m and v are (not IO_W16) */
+    float *value, *m, *v;       /* where they live; m, v NULL for frozen parameters */
+    uint16_t *w16;              /* IO_W16 */
+} io_src_t;
+
+/* The segments of a view, with pointers where the state lives (segs[i] and srcs[i]). */
+static int io_list(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs, io_src_t **srcs)
 {
     int total = 0;
     for (int ui = 0; ui < s->t->nunits; ui++) total += s->u[ui].noseg;
     zt_io_seg_t *out = zt_calloc((size_t)total + 1, sizeof *out);
+    io_src_t *src = zt_calloc((size_t)total + 1, sizeof *src);
     /* replicas hold identical state: for writing, each takes a 1/R slice */
     const int R = s->rg ? s->rg->size : 1, k = s->rg ? s->rg->rank : 0;
+    const int for_write = mode != ZT_IO_READ;
     int n = 0;
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
+        if (u->frozen && mode == ZT_IO_WRITE) continue;
         for (int i = 0; i < u->noseg; i++) {
             const opt_seg_t *g = &u->oseg[i];
             size_t lo = 0, hi = g->len;
@@ -1131,72 +1255,146 @@ static int io_segments_backend(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
             }
             if (hi <= lo) continue;
             const zt_param_t *p = &s->t->params[g->param];
+            io_src_t *c = &src[n];
+            if (u->frozen && s->mixed) {
+                c->kind = IO_W16;
+                c->w16 = (s->shard_params ? u->wshard + g->spos : u->wfull + g->uoff) + lo;
+            } else {
+                c->value = seg_value(s, u, g) + lo;
+                if (!u->frozen) {
+                    c->m = u->m + g->spos + lo;
+                    c->v = u->v + g->spos + lo;
+                }
+                /* offload: the trainable state, and a frozen fp32 shard under offload_param */
+                c->vbe = (u->frozen ? s->offload_param : s->offload) ? &zt_backend_cpu : s->be;
+                c->kind = c->vbe->host_memory ? IO_HOST : IO_DEV;
+            }
             out[n++] = (zt_io_seg_t){
                 .param = g->param,
                 .start = g->uoff - p->offset + lo,
                 .len = hi - lo,
-                .value = seg_value(s, u, g) + lo,
-                .exp_avg = u->m + g->spos + lo,
-                .exp_avg_sq = u->v + g->spos + lo,
+                .value = c->value,
+                .exp_avg = c->m,
+                .exp_avg_sq = c->v,
             };
         }
     }
     *segs = out;
+    *srcs = src;
     return n;
 }
 
-/* Host staging for backends whose memory the host cannot read (CUDA): one host block
- * per call, as large as what this rank owns, holding value, exp_avg and exp_avg_sq of
- * each segment one after another; the backend pointers are kept beside it. */
+/* the 16-bit working copy is host memory (offload_param keeps it there) */
+static int w16_host(const zt_shard_t *s) { return s->offload_param || s->be->host_memory; }
+
+#define IO_CHUNK ((size_t)1 << 20)
+/* host fp32 h[0..n) := the 16-bit working elements w[0..n) (CPU conversion kernels) */
+static void io_widen(zt_shard_t *s, float *h, const uint16_t *w, size_t n)
+{
+    void (*conv)(float *, const uint16_t *, size_t) =
+        s->pdt == ZT_F16 ? zt_backend_cpu.from_fp16 : zt_backend_cpu.from_bf16;
+    if (w16_host(s)) {
+        conv(h, w, n);
+        return;
+    }
+    uint16_t *b = zt_malloc(ZT_MAX(ZT_MIN(n, IO_CHUNK), (size_t)1) * 2);
+    for (size_t off = 0; off < n; off += IO_CHUNK) {
+        const size_t k = ZT_MIN(IO_CHUNK, n - off);
+        s->be->to_host(b, w + off, k * 2);
+        conv(h + off, b, k);
+    }
+    free(b);
+}
+
+/* the 16-bit working elements w[0..n) := pdt(host fp32 h[0..n)) */
+static void io_round(zt_shard_t *s, uint16_t *w, const float *h, size_t n)
+{
+    if (w16_host(s)) {
+        to16_on(&zt_backend_cpu, s->pdt, w, h, n);
+        return;
+    }
+    uint16_t *b = zt_malloc(ZT_MAX(ZT_MIN(n, IO_CHUNK), (size_t)1) * 2);
+    for (size_t off = 0; off < n; off += IO_CHUNK) {
+        const size_t k = ZT_MIN(IO_CHUNK, n - off);
+        to16_on(&zt_backend_cpu, s->pdt, b, h + off, k);
+        s->be->from_host(w + off, b, k * 2);
+    }
+    free(b);
+}
+
+/* The view's record, in the spare element after the last segment: one host block
+ * staging what is not host memory (value, then exp_avg and exp_avg_sq where there
+ * are moments, segment after segment), and where each segment's state lives. */
 typedef struct io_stage {
     float *host;
-    zt_io_seg_t *dev;   /* backend-pointer twins of the returned segments */
+    io_src_t *src;
 } io_stage_t;
 
-int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
+int zt_shard_io_view(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs)
 {
-    int n = io_segments_backend(s, for_write, segs);
-    if (s->be->host_memory || s->offload) return n; /* the state is in host memory already */
+    io_src_t *src;
+    const int n = io_list(s, mode, segs, &src);
     zt_io_seg_t *seg = *segs;
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += 3 * seg[i].len;
+    for (int i = 0; i < n; i++)
+        if (src[i].kind != IO_HOST) total += (src[i].m ? 3 : 1) * seg[i].len;
     io_stage_t *st = zt_calloc(1, sizeof *st);
-    st->host = zt_malloc((total ? total : 1) * sizeof(float));
-    st->dev = zt_malloc(((size_t)n + 1) * sizeof *st->dev);
-    memcpy(st->dev, seg, (size_t)n * sizeof *seg);
+    st->src = src;
+    st->host = total ? zt_malloc(total * sizeof(float)) : NULL;
+    const int for_write = mode != ZT_IO_READ;
     size_t off = 0;
     for (int i = 0; i < n; i++) {
+        const io_src_t *c = &src[i];
+        if (c->kind == IO_HOST) continue;
         float *h = st->host + off;
-        if (for_write) {
-            s->be->to_host(h, seg[i].value, seg[i].len * sizeof(float));
-            s->be->to_host(h + seg[i].len, seg[i].exp_avg, seg[i].len * sizeof(float));
-            s->be->to_host(h + 2 * seg[i].len, seg[i].exp_avg_sq, seg[i].len * sizeof(float));
-        }
+        const size_t len = seg[i].len, bytes = len * sizeof(float);
         seg[i].value = h;
-        seg[i].exp_avg = h + seg[i].len;
-        seg[i].exp_avg_sq = h + 2 * seg[i].len;
-        off += 3 * seg[i].len;
+        if (c->kind == IO_W16) {
+            if (for_write) io_widen(s, h, c->w16, len);
+            off += len;
+            continue;
+        }
+        if (for_write) s->be->to_host(h, c->value, bytes);
+        off += len;
+        if (!c->m) continue;
+        seg[i].exp_avg = h + len;
+        seg[i].exp_avg_sq = h + 2 * len;
+        if (for_write) {
+            s->be->to_host(seg[i].exp_avg, c->m, bytes);
+            s->be->to_host(seg[i].exp_avg_sq, c->v, bytes);
+        }
+        off += 2 * len;
     }
-    /* the staging record rides in the spare element after the last segment */
     memcpy(&seg[n], &st, sizeof st);
     return n;
 }
 
+int zt_shard_io_segments(zt_shard_t *s, int for_write, zt_io_seg_t **segs)
+{
+    return zt_shard_io_view(s, for_write ? ZT_IO_WRITE : ZT_IO_READ, segs);
+}
+
 void zt_shard_io_done(zt_shard_t *s, zt_io_seg_t *segs, int n, int loaded)
 {
-    if (!s->be->host_memory && !s->offload) {
-        io_stage_t *st;
-        memcpy(&st, &segs[n], sizeof st);
-        for (int i = 0; loaded && i < n; i++) {
-            s->be->from_host(st->dev[i].value, segs[i].value, segs[i].len * sizeof(float));
-            if (loaded < 2) continue; /* weights only: the moments stay as they are */
-            s->be->from_host(st->dev[i].exp_avg, segs[i].exp_avg, segs[i].len * sizeof(float));
-            s->be->from_host(st->dev[i].exp_avg_sq, segs[i].exp_avg_sq, segs[i].len * sizeof(float));
+    io_stage_t *st;
+    memcpy(&st, &segs[n], sizeof st);
+    /* offload_param: a gather's upload may still read a 16-bit host shard */
+    if (loaded && s->offload_param) s->be->wait_uploads();
+    for (int i = 0; loaded && i < n; i++) {
+        const io_src_t *c = &st->src[i];
+        const size_t bytes = segs[i].len * sizeof(float);
+        if (c->kind == IO_W16) {
+            io_round(s, c->w16, segs[i].value, segs[i].len);
+        } else if (c->kind == IO_DEV) {
+            s->be->from_host(c->value, segs[i].value, bytes);
+            if (loaded < 2 || !c->m) continue; /* weights only: the moments stay as they are */
+            s->be->from_host(c->m, segs[i].exp_avg, bytes);
+            s->be->from_host(c->v, segs[i].exp_avg_sq, bytes);
         }
-        free(st->host);
-        free(st->dev);
-        free(st);
     }
+    free(st->host);
+    free(st->src);
+    free(st);
     free(segs);
 }
 
@@ -1207,7 +1405,10 @@ void zt_shard_after_load(zt_shard_t *s)
 {
     for (int ui = 0; ui < s->t->nunits; ui++) {
         if (s->shard_params) drop_gathered(s, ui);
-        refresh_working(s, ui);
+        /* a frozen unit's owned part was loaded into its only copy (io_done rounded
+         * it where that is 16-bit): a replicated copy still needs the rest */
+        if (!s->u[ui].frozen) refresh_working(s, ui);
+        else if (!s->shard_params && s->n > 1) regather_full(s, ui);
     }
     if (s->offload) s->be->wait_uploads();
     if (s->mixed) invalidate_slots(s);
@@ -1216,9 +1417,20 @@ void zt_shard_after_load(zt_shard_t *s)
 double zt_shard_param_sumsq(zt_shard_t *s)
 {
     zt_io_seg_t *segs;
-    int n = io_segments_backend(s, 1, &segs);
+    io_src_t *src;
+    const int n = io_list(s, ZT_IO_WRITE_ALL, &segs, &src);
     double local = 0.0;
-    for (int i = 0; i < n; i++) local += s->ob->sumsq(segs[i].value, segs[i].len);
+    for (int i = 0; i < n; i++) {
+        if (src[i].kind != IO_W16) {
+            local += src[i].vbe->sumsq(src[i].value, segs[i].len);
+            continue;
+        }
+        float *h = zt_malloc(segs[i].len * sizeof(float));
+        io_widen(s, h, src[i].w16, segs[i].len);
+        local += zt_backend_cpu.sumsq(h, segs[i].len);
+        free(h);
+    }
     free(segs);
+    free(src);
     return zt_sum_double(s->comm, &s->comm->world, local);
 }

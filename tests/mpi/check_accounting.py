@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP] [--bf16|--fp16] [--reduce-bf16|--reduce-fp16]
-                      [--offload] [--offload-param] [--llama]
+                      [--offload] [--offload-param] [--llama] [--frozen=U,...]
 
 Checks a run's metrics.jsonl against the ZeRO memory formulas and the
 collective volumes theory predicts, computed here independently from the model
@@ -39,11 +39,20 @@ Offload (ZeRO-Offload; both optional):
                    backend grads 0, host + 4 * sum(S).
   --offload-param  parallel.offload_param = cpu too: the backend holds no
                    parameter shard; a 16-bit working shard (2 * sum S) joins the host
-                   (fp32: the master is the working shard), no rounding buffer."""
+                   (fp32: the master is the working shard), no rounding buffer.
+Frozen units (LoRA's base; optional):
+  --frozen=U,...   the units given (0 the root, 1.. the blocks; default: the start
+                   record's "frozen_units", if any) are frozen: they hold their
+                   parameters only (Fp bytes per element, the host's under
+                   --offload-param), no gradients, no optimizer state (no fp32
+                   master either), and move no reduction bytes; where parameters
+                   are sharded they are gathered as any unit, and zero1/zero2 do not
+                   re-gather them after the step. Every gradient and optimizer term
+                   above (and the offload landings) counts the trainable units only."""
 import json, sys
 
 def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name16="bf16", offload=False,
-         offload_param=False, llama=False):
+         offload_param=False, llama=False, frozen=None):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
@@ -62,42 +71,51 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     units = [root] + [block] * L
     psi = sum(units)
     assert start["parameters"] == psi, (start["parameters"], psi)
+    if frozen is None:
+        frozen = set(start.get("frozen_units", []))
+    tr = [u not in frozen for u in range(len(units))]
+    psi_t = sum(u for u, t in zip(units, tr) if t)
     n = {"ddp": 1, "hybrid_shard": group, "hybrid_shard_zero2": group}.get(strategy, world)
     P = [-(-u // n) * n for u in units]
     S = [p // n for p in P]
+    Pt = [p for p, t in zip(P, tr) if t]  # the trainable units'
+    St = [x for x, t in zip(S, tr) if t]
+    Sf = [x for x, t in zip(S, tr) if not t]
     F = 4                           # fp32 bytes: gradient accumulators
     Fp = 2 if bf16 else 4           # working parameters and their all-gathers
     Fg = 2 if reduce_bf16 else 4    # gradient reductions
     Fo = 12 if bf16 else 8          # (fp32 master +) Adam m, v
     exp = {"all_reduce": 0, "reduce_scatter": 0, "all_gather": 0}
     if strategy == "ddp":
-        exp["all_reduce"] = Fg * psi if world > 1 else 0
-        mem = (Fp * psi, F * psi, Fo * psi)
+        exp["all_reduce"] = Fg * psi_t if world > 1 else 0
+        mem = (Fp * psi, F * psi_t, Fo * psi_t)
     elif strategy == "zero1":
-        exp["reduce_scatter"] = Fg * sum(P); exp["all_gather"] = Fp * sum(P)
-        mem = (Fp * sum(P), F * sum(P) + F * sum(S), Fo * sum(S))
+        exp["reduce_scatter"] = Fg * sum(Pt); exp["all_gather"] = Fp * sum(Pt)
+        mem = (Fp * sum(P), F * sum(Pt) + F * sum(St), Fo * sum(St))
     elif strategy == "zero2":
-        exp["reduce_scatter"] = A * Fg * sum(P); exp["all_gather"] = Fp * sum(P)
-        mem = (Fp * sum(P), F * sum(S), Fo * sum(S))
+        exp["reduce_scatter"] = A * Fg * sum(Pt); exp["all_gather"] = Fp * sum(Pt)
+        mem = (Fp * sum(P), F * sum(St), Fo * sum(St))
     elif strategy == "shard_grad_op":
-        exp["all_gather"] = A * Fp * sum(P); exp["reduce_scatter"] = A * Fg * sum(P)
-        mem = (Fp * sum(S), F * sum(S), Fo * sum(S))
+        exp["all_gather"] = A * Fp * sum(P); exp["reduce_scatter"] = A * Fg * sum(Pt)
+        mem = (Fp * sum(S), F * sum(St), Fo * sum(St))
     else:  # zero3, hybrid_shard
         exp["all_gather"] = A * Fp * (P[0] + 2 * sum(P[1:]))
-        exp["reduce_scatter"] = A * Fg * sum(P)
+        exp["reduce_scatter"] = A * Fg * sum(Pt)
         if strategy.startswith("hybrid"):
-            exp["all_reduce"] = Fg * sum(S)
-        mem = (Fp * sum(S), F * sum(S), Fo * sum(S))
+            exp["all_reduce"] = Fg * sum(St)
+        mem = (Fp * sum(S), F * sum(St), Fo * sum(St))
     if world == 1:  # one rank communicates nothing
         exp = {k: 0 for k in exp}
     host = 0
     if offload:
-        host = 12 * sum(S) + 8 * max(S) + (2 * max(S) if bf16 and not offload_param else 0)
+        mS = max(St, default=0)
+        host = 12 * sum(St) + 8 * mS + (2 * mS if bf16 and not offload_param else 0)
         if strategy in ("zero2", "shard_grad_op", "zero3"):
-            host += 4 * sum(S)
+            host += 4 * sum(St)
             mem = (mem[0], 0, mem[2])
         if offload_param:
-            host += 2 * sum(S) if bf16 else 0
+            # a frozen shard is its parameters only, fp32 too (no master beside it)
+            host += (2 * sum(St) if bf16 else 0) + Fp * sum(Sf)
             mem = (0, mem[1], 0)
         else:
             mem = (mem[0], mem[1], 0)
@@ -120,12 +138,14 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
         if m.get("host", 0) != host: bad.append(f"{src} host {m.get('host')} != formula {host}")
     if strategy in ("zero3", "hybrid_shard") and n > 1 and not offload:
         total, per = sum(mem), Fp + F + Fo  # 16 fp32, 18 bf16
-        if abs(total - per * psi / n) > per * len(units) * n:
-            bad.append(f"zero3 model state {total} is not {per}*Psi/n = {per * psi / n:.0f} up to padding")
+        want = (Fp * psi + (F + Fo) * psi_t) / n  # frozen: Fp bytes per parameter only
+        if abs(total - want) > per * len(units) * n:
+            bad.append(f"zero3 model state {total} is not {Fp}*Psi/n + {F + Fo}*Psi_trainable/n = {want:.0f} up to padding")
     busbw_ok = all(r["comm"][k]["busbw_GBps"] >= 0 for r in steps for k in exp)
     if not busbw_ok: bad.append("negative busbw")
     dt = (" " + name16 if bf16 else "") + (" reduce-" + name16 if reduce_bf16 else "") + \
-        (" offload" if offload else "") + (" offload-param" if offload_param else "")
+        (" offload" if offload else "") + (" offload-param" if offload_param else "") + \
+        (" frozen " + ",".join(map(str, sorted(frozen))) if frozen else "")
     print(f"{strategy:14s}{dt} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}"
           f" host {host}: "
           + ("ok" if not bad else "FAIL"))
@@ -133,11 +153,15 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     return 1 if bad else 0
 
 if __name__ == "__main__":
-    flags = {x for x in sys.argv[1:] if x.startswith("--")}
+    frozen = None
+    for x in sys.argv[1:]:
+        if x.startswith("--frozen="):
+            frozen = {int(u) for u in x[len("--frozen="):].split(",") if u}
+    flags = {x for x in sys.argv[1:] if x.startswith("--") and not x.startswith("--frozen=")}
     unknown = flags - {"--bf16", "--reduce-bf16", "--fp16", "--reduce-fp16", "--offload", "--offload-param", "--llama"}
     if unknown: sys.exit(f"check_accounting.py: unknown option {sorted(unknown)[0]}")
     a = [x for x in sys.argv[1:] if not x.startswith("--")]
     sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None,
                   bool(flags & {"--bf16", "--fp16"}), bool(flags & {"--reduce-bf16", "--reduce-fp16"}),
                   "fp16" if flags & {"--fp16", "--reduce-fp16"} else "bf16",
-                  "--offload" in flags, "--offload-param" in flags, "--llama" in flags))
+                  "--offload" in flags, "--offload-param" in flags, "--llama" in flags, frozen))
