@@ -128,9 +128,11 @@ struct zt_shard {
     size_t hstage_n;        /* elements of each: the largest owned shard */
     size_t pesz;            /* bytes of a working parameter element */
     zt_dtype_t pdt, gdt;    /* dtype of parameter gathers and of gradient reductions */
-    float *scratch[2];      /* mixed: fp32 view of the root unit [0] and of the running block [1] */
-    size_t scratch_n[2];
-    int slot_unit[2], slot_held[2];
+    /* mixed: fp32 views of the root unit [0], of the running block [1] and of its LoRA
+     * adapter unit [2] (used together with the block) */
+    float *scratch[3];
+    size_t scratch_n[3];
+    int slot_unit[3], slot_held[3];
     zt_shard_mem_t mem, mem_peak;
     /* transient buffers (gathers, unit gradients, landing buffers) are reused by size:
      * returning them to the allocator costs a page fault per 4 KiB on every reuse */
@@ -388,11 +390,16 @@ static void refresh_working(zt_shard_t *s, int ui)
     regather_full(s, ui);
 }
 
+/* which fp32 view slot a unit widens into (mixed) */
+static int slot_of(const zt_param_table_t *t, int ui)
+{
+    return ui == t->root_unit ? 0 : t->first_adapter_unit >= 0 && ui >= t->first_adapter_unit ? 2 : 1;
+}
+
 /* the fp32 views of the working copy are stale after it changed */
 static void invalidate_slots(zt_shard_t *s)
 {
-    s->slot_unit[0] = s->slot_unit[1] = -1;
-    s->slot_held[0] = s->slot_held[1] = 0;
+    for (int k = 0; k < 3; k++) s->slot_unit[k] = -1, s->slot_held[k] = 0;
 }
 
 /* Initial values of unit elements [uoff, uoff + len) into backend memory dst,
@@ -538,7 +545,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
                     u->wshard = balloc(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->S * 2);
                 else
                     u->wfull = balloc(s, MEM_PARAMS, u->lay.packed * 2);
-                const int k = ui == s->t->root_unit ? 0 : 1;
+                const int k = slot_of(s->t, ui);
                 s->scratch_n[k] = ZT_MAX(s->scratch_n[k], u->lay.numel);
             } else if (s->shard_params) {
                 if (s->offload_param) u->master = falloc(s, MEM_HOST, u->S);
@@ -561,7 +568,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
                 u->wshard = balloc(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->S * 2);
             else
                 u->wfull = balloc(s, MEM_PARAMS, u->lay.packed * 2);
-            const int k = ui == s->t->root_unit ? 0 : 1;
+            const int k = slot_of(s->t, ui);
             s->scratch_n[k] = ZT_MAX(s->scratch_n[k], u->lay.numel);
         } else if (s->shard_params) {
             if (!s->offload_param) u->shard_p = falloc(s, MEM_PARAMS, u->S);
@@ -577,7 +584,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
             s->pack_tmp_n = u->lay.packed;
     }
     if (s->pack_tmp_n) s->pack_tmp = balloc(s, MEM_COMM, s->pack_tmp_n * s->pack_es);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         if (s->scratch_n[k]) s->scratch[k] = falloc(s, MEM_COMM, s->scratch_n[k]);
     if (s->offload) s->be->wait_uploads();
     return s;
@@ -620,7 +627,7 @@ void zt_shard_free(zt_shard_t *s)
     BFREE(s, MEM_COMM, s->pack_tmp, s->pack_tmp_n * s->pack_es);
     for (int k = 0; k < 2; k++) ffree(s, MEM_HOST, &s->hgrad[k], s->hstage_n);
     BFREE(s, MEM_HOST, s->h16, s->hstage_n * 2);
-    for (int k = 0; k < 2; k++) ffree(s, MEM_COMM, &s->scratch[k], s->scratch_n[k]);
+    for (int k = 0; k < 3; k++) ffree(s, MEM_COMM, &s->scratch[k], s->scratch_n[k]);
     for (int i = 0; i < s->ncache; i++) s->be->free(s->cache[i].p);
     free(s->u);
     free(s);
@@ -733,7 +740,7 @@ const float *zt_shard_params(zt_shard_t *s, int ui)
         if (!s->mixed) return u->gath;
     }
     /* mixed: widen into the unit's fp32 slot, unless it already holds this unit */
-    const int k = ui == s->t->root_unit ? 0 : 1;
+    const int k = slot_of(s->t, ui);
     if (s->slot_held[k] && s->slot_unit[k] != ui)
         zt_fatal("shard engine: unit %d requested while unit %d is still in use (16-bit params keep one "
                  "block materialized at a time)", ui, s->slot_unit[k]);
@@ -764,13 +771,13 @@ static void drop_gathered(zt_shard_t *s, int ui)
     }
     BFREE(s, MEM_GATHER, u->gath, u->lay.packed * s->pesz);
     u->gathered = 0;
-    const int k = ui == s->t->root_unit ? 0 : 1;
+    const int k = slot_of(s->t, ui);
     if (s->mixed && s->slot_unit[k] == ui) s->slot_unit[k] = -1, s->slot_held[k] = 0;
 }
 
 void zt_shard_release(zt_shard_t *s, int ui)
 {
-    const int k = ui == s->t->root_unit ? 0 : 1;
+    const int k = slot_of(s->t, ui);
     if (s->mixed && s->slot_unit[k] == ui) s->slot_held[k] = 0;
     if (!s->shard_params) return;
     if (s->inference || s->u[ui].bwd_done || frees_after_forward(s)) drop_gathered(s, ui);
@@ -1118,7 +1125,7 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     /* largest, second, all_gathered, owned_all: every unit (gathers, uploads);
      * largest_t, owned, root_P, block_P: the trainable units (gradients, AdamW) */
     size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0, owned = 0;
-    size_t root_P = 0, block_P = 0, largest_t = 0, owned_all = 0;
+    size_t root_P = 0, block_P = 0, largest_t = 0, owned_all = 0, adapter = 0;
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;
         zt_unit_layout_build(&lay, t, ui, n, o->layout);
@@ -1130,6 +1137,7 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
         if (o->layout == ZT_LAYOUT_PER_PARAM && n > 1 && P > pack) pack = P;
         owned_all = ZT_MAX(owned_all, S);
         if (ui == t->root_unit) root = lay.numel;
+        else if (slot_of(t, ui) == 2) adapter = ZT_MAX(adapter, lay.numel);
         else block = ZT_MAX(block, lay.numel);
         if (t->unit_frozen && t->unit_frozen[ui]) {
             /* frozen: the parameters only, in their working dtype (the fp32 shard is
@@ -1165,8 +1173,8 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     /* 16-bit reductions: the rounded copy of a unit's gradients and its landing shard */
     if (reduce16 && (st != ZT_DDP ? n > 1 : replica_n > 1))
         out->comm_buffers += largest_t * 2 + (st != ZT_DDP ? owned * 2 : 0);
-    /* mixed: the fp32 views of the root unit and of the running block */
-    if (mixed) out->comm_buffers += (root + block) * 4;
+    /* mixed: the fp32 views of the root unit, of the running block and of its adapters */
+    if (mixed) out->comm_buffers += (root + block + adapter) * 4;
     /* fp16: the 16-bit buffer through which the owned gradients are rounded */
     if (o->fp16) out->comm_buffers += ZT_MIN(owned, ROUND_CHUNK) * 2;
     /* offload: two host landings of a unit's gradients (and one 16-bit rounding);
@@ -1349,12 +1357,15 @@ int zt_shard_io_view(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs)
         float *h = st->host + off;
         const size_t len = seg[i].len, bytes = len * sizeof(float);
         seg[i].value = h;
+        /* a frozen parameter's staging holds its value for a read too: a reader that
+         * fills only some segments (a LoRA checkpoint, a PEFT adapter: the adapters)
+         * leaves the base as it was when io_done copies every staging back */
         if (c->kind == IO_W16) {
-            if (for_write) io_widen(s, h, c->w16, len);
+            io_widen(s, h, c->w16, len);
             off += len;
             continue;
         }
-        if (for_write) s->be->to_host(h, c->value, bytes);
+        if (for_write || !c->m) s->be->to_host(h, c->value, bytes);
         off += len;
         if (!c->m) continue;
         seg[i].exp_avg = h + len;
