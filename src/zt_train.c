@@ -512,8 +512,10 @@ static int maybe_resume(run_t *r)
         snprintf(path, sizeof path, "%s", cfg->model.init_from);
         weights_only = 1;
     }
-    if (!path[0] && cfg->model.name_or_path[0]) {
-        /* a resumed run has its weights in the checkpoint; a fresh one from the directory */
+    /* a resumed run has its weights in the checkpoint, a fresh one from the directory;
+     * a LoRA checkpoint holds only the adapters, so its base comes from the directory */
+    const int lora = r->table->first_adapter_unit >= 0;
+    if (cfg->model.name_or_path[0] && (!path[0] || lora)) {
         zt_watchdog_mark("model load", -1, 0);
         double t0 = zt_now(), bytes = 0;
         if (zt_hf_model_load(cfg->model.name_or_path, r->shard, r->table, r->comm, &bytes, err, sizeof err)) {
