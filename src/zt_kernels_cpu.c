@@ -27,6 +27,7 @@
 #include "zt_backend.h"
 #include "zt_bf16.h"
 #include "zt_common.h"
+#include "zt_dnnl.h"
 #include "zt_fp16.h"
 
 /* Work below this many elements runs on one thread: a parallel region costs
@@ -448,11 +449,33 @@ static void cpu_swiglu_backward(float *dgu, const float *restrict dout, const fl
 
 /* ----------------------------------------------------------------- matmul -- */
 
+/* Where the GEMMs run: OpenBLAS sgemm (fp32), or oneDNN's bf16 matmul
+ * (zt_dnnl.c) under ZT_MATMUL_MEDIUM on a processor with bf16 units, or with
+ * ZT_DNNL=force. Set by set_matmul_precision; read by every GEMM below. The
+ * fp32 calls are exactly those of before (same arguments, so the same bits). */
+static int g_bf16_gemm = 0;
+static const char *g_gemm_desc = "fp32";
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major; beta is 0 or 1 */
+static inline void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (g_bf16_gemm)
+        zt_dnnl_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, NULL, beta != 0.0f, C, ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 static void cpu_matmul_forward(float *restrict out, const float *restrict inp,
                                const float *restrict weight, const float *restrict bias, int N,
                                int C, int OC, int transw)
 {
     // out (N,OC) = inp (N,C) @ W ; W (C,OC), or (OC,C) used transposed
+    if (g_bf16_gemm) {
+        zt_dnnl_gemm(0, transw, N, OC, C, 1.0f, inp, C, weight, transw ? C : OC, bias, 0, out, OC);
+        return;
+    }
     float beta = 0.0f;
     if (bias) {
         /* The bias rows are written first and the GEMM accumulates onto them:
@@ -474,10 +497,10 @@ static void matmul_dinp(float *restrict dinp, const float *restrict dout,
                         const float *restrict weight, int N, int C, int OC, int transw)
 {
     if (transw) /* W (OC,C) as stored */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
+        gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight,
                     C, 0.0f, dinp, C);
     else /* W (C,OC) transposed */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight, OC,
+        gemm(0, 1, N, C, OC, 1.0f, dout, OC, weight, OC,
                     0.0f, dinp, C);
 }
 
@@ -488,10 +511,10 @@ static void matmul_dparams(float *restrict dweight, float *restrict dbias,
                            int OC, int transw)
 {
     if (transw) /* dW (OC,C) += dout^T @ inp */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+        gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C,
                     1.0f, dweight, C);
     else /* dW (C,OC) += inp^T @ dout */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC,
+        gemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC,
                     1.0f, dweight, OC);
     if (dbias) {
         /* column sums: parallel over column blocks so threads never share a dbias element */
@@ -556,7 +579,7 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
     const int T = a->T, C3 = a->qs, hs = a->hs;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb; /* rows, visible keys */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hs, a->scale,
+        gemm(0, 1, nb, nk, hs, a->scale,
                     a->q + (size_t)t0 * C3, C3, a->k, C3, 0.0f, S, nk);
         for (int r = 0; r < nb; r++) {
             float *restrict row = S + (size_t)r * nk;
@@ -576,7 +599,7 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
             for (int j = 0; j < n; j++) row[j] *= inv;
             for (int j = n; j < nk; j++) row[j] = 0.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hs, nk, 1.0f, S, nk, a->v, C3,
+        gemm(0, 0, nb, hs, nk, 1.0f, S, nk, a->v, C3,
                     0.0f, a->o + (size_t)t0 * a->os, a->os);
     }
 }
@@ -591,9 +614,9 @@ static void att_backward_head(const att_head_t *a, float *restrict S, float *res
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
         const float *qb = a->q + (size_t)t0 * C3, *dyb = a->dout + (size_t)t0 * C;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hs, scale, qb, C3, a->k, C3,
+        gemm(0, 1, nb, nk, hs, scale, qb, C3, a->k, C3,
                     0.0f, S, nk);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hs, 1.0f, dyb, C, a->v, C3,
+        gemm(0, 1, nb, nk, hs, 1.0f, dyb, C, a->v, C3,
                     0.0f, dS, nk);
         for (int r = 0; r < nb; r++) {
             float *restrict p = S + (size_t)r * nk, *restrict ds = dS + (size_t)r * nk;
@@ -614,11 +637,11 @@ static void att_backward_head(const att_head_t *a, float *restrict S, float *res
             for (int j = n; j < nk; j++) p[j] = ds[j] = 0.0f;
         }
         // dq_blk (nb,hs) += dS @ K ; dK (nk,hs) += dS^T @ Q_blk ; dV (nk,hs) += P^T @ dO_blk
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hs, nk, 1.0f, dS, nk, a->k, C3,
+        gemm(0, 0, nb, hs, nk, 1.0f, dS, nk, a->k, C3,
                     1.0f, a->dq + (size_t)t0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nb, 1.0f, dS, nk, qb, C3, 1.0f,
+        gemm(1, 0, nk, hs, nb, 1.0f, dS, nk, qb, C3, 1.0f,
                     a->dk, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nb, 1.0f, S, nk, dyb, C, 1.0f,
+        gemm(1, 0, nk, hs, nb, 1.0f, S, nk, dyb, C, 1.0f,
                     a->dv, C3);
     }
 }
@@ -1007,8 +1030,37 @@ static void cpu_from_fp16(float *restrict out, const uint16_t *restrict in, size
 
 /* ---------------------------------------------------------------- backend -- */
 
-/* OpenBLAS has no reduced-precision sgemm: every level computes in fp32. */
-static void cpu_set_matmul_precision(int level) { (void)level; }
+/* OpenBLAS has no reduced-precision sgemm; ZT_MATMUL_MEDIUM sends the GEMMs
+ * (matmul, the fused GELU operations and attention's inner products) to
+ * oneDNN's bf16 matmul where the processor has bf16 units (or ZT_DNNL=force).
+ * HIGH (TF32) has no CPU counterpart and stays fp32. */
+static void cpu_set_matmul_precision(int level)
+{
+    static char desc[160];
+    int mode = zt_dnnl_mode();
+    g_bf16_gemm = level == ZT_MATMUL_MEDIUM && mode != ZT_DNNL_OFF;
+    if (level != ZT_MATMUL_MEDIUM)
+        g_gemm_desc = "fp32";
+    else if (mode == ZT_DNNL_UNITS)
+        snprintf(desc, sizeof desc, "bf16 (oneDNN, %s)", zt_dnnl_units()), g_gemm_desc = desc;
+    else if (mode == ZT_DNNL_FORCED)
+        snprintf(desc, sizeof desc, "bf16 (oneDNN forced by ZT_DNNL=force without bf16 units, ISA %s: %s)",
+                 zt_dnnl_isa(), zt_dnnl_native_bf16() ? "oneDNN's bf16 matmul, slow"
+                                                      : "bf16-rounded operands in oneDNN's fp32 matmul"),
+            g_gemm_desc = desc;
+#ifndef ZT_HAVE_DNNL
+    else
+        g_gemm_desc = zt_dnnl_units() ? "fp32: built without oneDNN (train.bf16 computes in fp32)"
+                                      : "fp32: no bf16 units (train.bf16 computes in fp32)";
+#else
+    else if (zt_dnnl_units())
+        g_gemm_desc = "fp32: ZT_DNNL=off (train.bf16 computes in fp32)";
+    else
+        g_gemm_desc = "fp32: no bf16 units (train.bf16 computes in fp32)";
+#endif
+}
+
+const char *zt_cpu_gemm_path(void) { return g_gemm_desc; }
 
 const zt_backend_t zt_backend_cpu = {
     .name = "cpu",
