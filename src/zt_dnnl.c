@@ -94,6 +94,15 @@ void zt_dnnl_gemm(int ta, int tb, int M, int N, int K, float alpha, const float 
 }
 int zt_dnnl_native_bf16(void) { return 0; }
 long zt_dnnl_primitives_created(void) { return 0; }
+const void *zt_dnnl_round(int slot, const float *src, int rows, int cols, int ld)
+{
+    zt_fatal("zt_dnnl_round: ztrain was built without oneDNN");
+}
+void zt_dnnl_gemm_rounded(int ta, int tb, int M, int N, int K, float alpha, const void *A,
+                          const void *B, const float *bias, int accumulate, float *C, int ldc)
+{
+    zt_fatal("zt_dnnl_gemm_rounded: ztrain was built without oneDNN");
+}
 
 #else /* ZT_HAVE_DNNL */
 
@@ -259,8 +268,8 @@ static const entry_t *lookup(const gemm_key_t *k)
 /* per-thread: stream, operand scratch, scratchpad */
 typedef struct {
     dnnl_stream_t stream;
-    void *a, *b; /* rounded operands: bf16, or fp32 holding bf16 values */
-    size_t na, nb;
+    void *slot[ZT_DNNL_SLOTS]; /* rounded operands: bf16, or fp32 holding bf16 values */
+    size_t nslot[ZT_DNNL_SLOTS];
     void *scr;
     size_t nscr;
 } tls_t;
@@ -342,6 +351,28 @@ static void round_into(void *dst, const float *restrict src, int rows, int cols,
     }
 }
 
+const void *zt_dnnl_round(int slot, const float *src, int rows, int cols, int ld)
+{
+    if (slot < 0 || slot >= ZT_DNNL_SLOTS) zt_fatal("zt_dnnl_round: slot %d out of range", slot);
+    if (opdt < 0) zt_dnnl_native_bf16();
+    const int wide = opdt != dnnl_bf16;
+    const size_t n = (size_t)ZT_MAX(rows, 0) * ZT_MAX(cols, 0) * (wide ? 4 : 2);
+    tls.slot[slot] = grow(tls.slot[slot], &tls.nslot[slot], n);
+    if (n) round_into(tls.slot[slot], src, rows, cols, ld, wide);
+    return tls.slot[slot];
+}
+
+void zt_dnnl_gemm_rounded(int ta, int tb, int M, int N, int K, float alpha, const void *A,
+                          const void *B, const float *bias, int accumulate, float *C, int ldc)
+{
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        empty_product(M, N, bias, accumulate, C, ldc);
+        return;
+    }
+    gemm_rounded(ta, tb, M, N, K, alpha, A, B, bias, accumulate, C, ldc);
+}
+
 void zt_dnnl_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, const float *bias, int accumulate, float *C, int ldc)
 {
@@ -350,16 +381,9 @@ void zt_dnnl_gemm(int ta, int tb, int M, int N, int K, float alpha, const float 
         empty_product(M, N, bias, accumulate, C, ldc);
         return;
     }
-    if (opdt < 0) zt_dnnl_native_bf16();
-    const int wide = opdt != dnnl_bf16;
-    const size_t es = wide ? 4 : 2, na = (size_t)M * K * es, nb = (size_t)K * N * es;
-    tls.a = grow(tls.a, &tls.na, na);
-    tls.b = grow(tls.b, &tls.nb, nb);
-    if (ta) round_into(tls.a, A, K, M, lda, wide);
-    else round_into(tls.a, A, M, K, lda, wide);
-    if (tb) round_into(tls.b, B, N, K, ldb, wide);
-    else round_into(tls.b, B, K, N, ldb, wide);
-    gemm_rounded(ta, tb, M, N, K, alpha, tls.a, tls.b, bias, accumulate, C, ldc);
+    const void *a = ta ? zt_dnnl_round(0, A, K, M, lda) : zt_dnnl_round(0, A, M, K, lda);
+    const void *b = tb ? zt_dnnl_round(1, B, N, K, ldb) : zt_dnnl_round(1, B, K, N, ldb);
+    gemm_rounded(ta, tb, M, N, K, alpha, a, b, bias, accumulate, C, ldc);
 }
 
 #endif /* ZT_HAVE_DNNL */

@@ -45,6 +45,16 @@ void zt_dnnl_gemm(int ta, int tb, int M, int N, int K, float alpha, const float 
  * numbers holding the bf16-rounded values (the same arithmetic: products of
  * bf16 numbers are exact in fp32), which is what ZT_DNNL=force gets on AVX2 */
 int zt_dnnl_native_bf16(void);
+/* Operands rounded once and used by several GEMMs: src, rows x cols at row
+ * stride ld, rounded into this thread's scratch slot `slot` (contiguous, the
+ * stored layout), valid until the same slot is rounded into again on this
+ * thread. zt_dnnl_gemm uses slots 0 and 1. */
+#define ZT_DNNL_SLOTS 6
+const void *zt_dnnl_round(int slot, const float *src, int rows, int cols, int ld);
+/* zt_dnnl_gemm on operands from zt_dnnl_round: A holds op(A) as stored, (M,K)
+ * or with ta (K,M); B (K,N) or with tb (N,K) */
+void zt_dnnl_gemm_rounded(int ta, int tb, int M, int N, int K, float alpha, const void *A,
+                          const void *B, const float *bias, int accumulate, float *C, int ldc);
 /* Primitives created so far (tests: a repeated shape creates none) */
 long zt_dnnl_primitives_created(void);
 

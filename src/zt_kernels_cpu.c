@@ -510,7 +510,9 @@ static void matmul_dparams(float *restrict dweight, float *restrict dbias,
                            const float *restrict dout, const float *restrict inp, int N, int C,
                            int OC, int transw)
 {
-    if (transw) /* dW (OC,C) += dout^T @ inp */
+    if (!dweight) /* the bias gradient alone (matmul_backward_bf16) */
+        ;
+    else if (transw) /* dW (OC,C) += dout^T @ inp */
         gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C,
                     1.0f, dweight, C);
     else /* dW (C,OC) += inp^T @ dout */
@@ -531,12 +533,37 @@ static void matmul_dparams(float *restrict dweight, float *restrict dbias,
     }
 }
 
+/* The backward under bf16 GEMMs: each operand rounded once for both products
+ * (dout feeds dinp and dweight, like the stored weight and input, which are
+ * rounded before dinp is written, so dinp may alias inp as in the fused GELU
+ * backward); dbias stays fp32 column sums. */
+static void matmul_backward_bf16(float *dinp, float *dweight, float *restrict dbias,
+                                 const float *restrict dout, const float *inp,
+                                 const float *restrict weight, int N, int C, int OC, int transw)
+{
+    const void *dr = zt_dnnl_round(2, dout, N, OC, OC);
+    const void *xr = zt_dnnl_round(3, inp, N, C, C);
+    if (dinp) {
+        const void *wr = transw ? zt_dnnl_round(4, weight, OC, C, C) : zt_dnnl_round(4, weight, C, OC, OC);
+        zt_dnnl_gemm_rounded(0, !transw, N, C, OC, 1.0f, dr, wr, NULL, 0, dinp, C);
+    }
+    if (transw) /* dW (OC,C) += dout^T @ inp */
+        zt_dnnl_gemm_rounded(1, 0, OC, C, N, 1.0f, dr, xr, NULL, 1, dweight, C);
+    else /* dW (C,OC) += inp^T @ dout */
+        zt_dnnl_gemm_rounded(1, 0, C, OC, N, 1.0f, xr, dr, NULL, 1, dweight, OC);
+    if (dbias) matmul_dparams(NULL, dbias, dout, NULL, N, C, OC, transw);
+}
+
 static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
                                 float *restrict dbias, const float *restrict dout,
                                 const float *restrict inp, const float *restrict weight, int N,
                                 int C, int OC, int transw)
 {
     // dout (N,OC), inp (N,C); dinp is overwritten, the parameter gradients accumulate
+    if (g_bf16_gemm) {
+        matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, transw);
+        return;
+    }
     if (dinp) matmul_dinp(dinp, dout, weight, N, C, OC, transw);
     matmul_dparams(dweight, dbias, dout, inp, N, C, OC, transw);
 }
@@ -603,6 +630,82 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
                     0.0f, a->o + (size_t)t0 * a->os, a->os);
     }
 }
+
+/* The same under bf16 GEMMs, each operand rounded once: the head's q, k, v
+ * (and dout in backward) per head, a block's P (and dS) per block, instead of
+ * once per product (zt_dnnl_round slots: 0 dout, 1 P, 2 q, 3 k, 4 v, 5 dS).
+ * The rounded values, the GEMM shapes and so the results are those of the
+ * generic path. */
+#define ATT_AT(p, i) ((const void *)((const char *)(p) + (size_t)(i) * esz))
+static void att_forward_head_bf16(const att_head_t *a, float *restrict S)
+{
+    const int T = a->T, C3 = a->qs, hs = a->hs;
+    const size_t esz = zt_dnnl_native_bf16() ? 2 : 4;
+    const void *qr = zt_dnnl_round(2, a->q, T, hs, C3), *kr = zt_dnnl_round(3, a->k, T, hs, C3);
+    const void *vr = zt_dnnl_round(4, a->v, T, hs, C3);
+    for (int t0 = 0; t0 < T; t0 += a->bq) {
+        const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
+        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, a->scale, ATT_AT(qr, (size_t)t0 * hs), kr, NULL, 0, S, nk);
+        for (int r = 0; r < nb; r++) {
+            float *restrict row = S + (size_t)r * nk;
+            const int n = t0 + r + 1;
+            float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < n; j++) {
+                float e = zt_expf(row[j] - mx);
+                row[j] = e;
+                sum += e;
+            }
+            a->lse_out[t0 + r] = mx + logf(sum);
+            const float inv = 1.0f / sum;
+            for (int j = 0; j < n; j++) row[j] *= inv;
+            for (int j = n; j < nk; j++) row[j] = 0.0f;
+        }
+        const void *pr = zt_dnnl_round(1, S, nb, nk, nk);
+        zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, pr, vr, NULL, 0, a->o + (size_t)t0 * a->os, a->os);
+    }
+}
+
+static void att_backward_head_bf16(const att_head_t *a, float *restrict S, float *restrict dS)
+{
+    const int T = a->T, C = a->os, C3 = a->qs, hs = a->hs;
+    const float scale = a->scale;
+    const size_t esz = zt_dnnl_native_bf16() ? 2 : 4;
+    const void *qr = zt_dnnl_round(2, a->q, T, hs, C3), *kr = zt_dnnl_round(3, a->k, T, hs, C3);
+    const void *vr = zt_dnnl_round(4, a->v, T, hs, C3), *dyr = zt_dnnl_round(0, a->dout, T, hs, C);
+    for (int t0 = 0; t0 < T; t0 += a->bq) {
+        const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
+        const float *dyb = a->dout + (size_t)t0 * C;
+        const void *qbr = ATT_AT(qr, (size_t)t0 * hs), *dybr = ATT_AT(dyr, (size_t)t0 * hs);
+        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, scale, qbr, kr, NULL, 0, S, nk);
+        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, 1.0f, dybr, vr, NULL, 0, dS, nk);
+        for (int r = 0; r < nb; r++) {
+            float *restrict p = S + (size_t)r * nk, *restrict ds = dS + (size_t)r * nk;
+            const float *restrict dy = dyb + (size_t)r * C;
+            const float *restrict y = a->out + (size_t)(t0 + r) * C;
+            const int n = t0 + r + 1;
+            const float l = a->lse[t0 + r];
+            float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+            for (int i = 0; i < hs; i++) D += dy[i] * y[i];
+#pragma omp simd
+            for (int j = 0; j < n; j++) {
+                float pj = zt_expf(p[j] - l);
+                p[j] = pj;
+                ds[j] = pj * (ds[j] - D) * scale;
+            }
+            for (int j = n; j < nk; j++) p[j] = ds[j] = 0.0f;
+        }
+        const void *pr = zt_dnnl_round(1, S, nb, nk, nk), *dsr = zt_dnnl_round(5, dS, nb, nk, nk);
+        zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, dsr, kr, NULL, 1, a->dq + (size_t)t0 * C3, C3);
+        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, dsr, qbr, NULL, 1, a->dk, C3);
+        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, pr, dybr, NULL, 1, a->dv, C3);
+    }
+}
+#undef ATT_AT
 
 /* One head's backward, per query block: P recomputed from S and lse, dP =
  * dO_blk V^T, dS = P (dP - D) scale in place of dP, then the three
@@ -683,11 +786,13 @@ static void att_all_heads(float *o, float *lse_out, const float *lse, float *dqk
                         a.dk = dqkv + row0 + (size_t)(NH + g) * HD;
                         a.dv = dqkv + row0 + (size_t)(NH + NKV + g) * HD;
                         a.lse = lse + loff;
-                        att_backward_head(&a, scr, scr + blk);
+                        if (g_bf16_gemm) att_backward_head_bf16(&a, scr, scr + blk);
+                        else att_backward_head(&a, scr, scr + blk);
                     } else {
                         a.o = o + ooff;
                         a.lse_out = lse_out + loff;
-                        att_forward_head(&a, scr);
+                        if (g_bf16_gemm) att_forward_head_bf16(&a, scr);
+                        else att_forward_head(&a, scr);
                     }
                 }
         free(scr);
@@ -768,8 +873,12 @@ static void cpu_gelu_matmul_backward(float *dpre, float *restrict dweight, float
                                      const float *restrict pre, const float *restrict weight, int N,
                                      int C, int OC)
 {
-    matmul_dparams(dweight, dbias, dy, act, N, C, OC, 0);
-    matmul_dinp(dpre, dy, weight, N, C, OC, 0);
+    if (g_bf16_gemm) {
+        matmul_backward_bf16(dpre, dweight, dbias, dy, act, weight, N, C, OC, 0);
+    } else {
+        matmul_dparams(dweight, dbias, dy, act, N, C, OC, 0);
+        matmul_dinp(dpre, dy, weight, N, C, OC, 0);
+    }
     const size_t n = (size_t)N * C;
 #pragma omp parallel for simd if (n >= ZT_PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) dpre[i] = gelu_grad(pre[i]) * dpre[i];

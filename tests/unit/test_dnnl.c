@@ -239,6 +239,40 @@ static void t_attention(void)
     be->free(qkv), be->free(dout);
 }
 
+/* the fused GELU operations under bf16 GEMMs are still the operations they fuse,
+ * bit for bit, with dpre written over act (the operands are rounded before dpre
+ * is written: matmul_backward_bf16) */
+static void run_matmul_gelu(int with_bias)
+{
+    be->set_matmul_precision(ZT_MATMUL_MEDIUM);
+    const int N = 37, C = 24, OC = 40; /* fc: C -> OC ; fcproj backward: OC -> C */
+    const size_t nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+    float *x = frand(nx, 2), *w = frand(nw, 1), *b = with_bias ? frand(OC, 1) : NULL;
+    float *pre = frand(no, 1), *act = frand(no, 1), *pre1 = be->alloc(no * 4), *act1 = be->alloc(no * 4);
+    be->matmul_gelu_forward(act, pre, x, w, b, N, C, OC);
+    be->matmul_forward(pre1, x, w, b, N, C, OC, 0);
+    be->gelu_forward(act1, pre1, no);
+    CU_ASSERT(memcmp(pre, pre1, no * 4) == 0);
+    CU_ASSERT(memcmp(act, act1, no * 4) == 0);
+
+    /* backward of y (N,C) = act (N,OC) @ W2 (OC,C) + b2 */
+    float *w2 = frand(nw, 1), *dy = frand(nx, 1);
+    float *dw = frand(nw, 1), *db = frand(C, 1), *dw1 = fcopy(dw, nw), *db1 = fcopy(db, C);
+    float *dact = be->alloc(no * 4), *dpre1 = be->alloc(no * 4);
+    be->matmul_backward(dact, dw1, with_bias ? db1 : NULL, dy, act1, w2, N, OC, C, 0);
+    be->gelu_backward(dpre1, pre1, dact, no);
+    be->gelu_matmul_backward(act, dw, with_bias ? db : NULL, dy, act, pre, w2, N, OC, C);
+    CU_ASSERT(memcmp(dw, dw1, nw * 4) == 0);
+    CU_ASSERT(memcmp(db, db1, C * 4) == 0);
+    CU_ASSERT(memcmp(act, dpre1, no * 4) == 0);
+    float *bufs[] = {x, w, b, pre, act, pre1, act1, w2, dy, dw, db, dw1, db1, dact, dpre1};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+    be->set_matmul_precision(ZT_MATMUL_HIGHEST);
+}
+
+static void t_matmul_gelu(void) { run_matmul_gelu(1); }
+static void t_matmul_gelu_nobias(void) { run_matmul_gelu(0); }
+
 static void t_path(void)
 {
     be->set_matmul_precision(ZT_MATMUL_MEDIUM);
@@ -258,6 +292,8 @@ static const zt_test_t tests[] = {
     {"backend matmul W^T + bias, bf16", t_backend_transw_bias},
     {"fp32 levels are OpenBLAS bit for bit", t_fp32_bits},
     {"attention bf16: threads agree, near fp32", t_attention},
+    {"matmul + gelu fused = composed, bf16, dpre over act", t_matmul_gelu},
+    {"matmul + gelu fused = composed, bf16, no bias", t_matmul_gelu_nobias},
     {NULL, NULL},
 };
 
