@@ -21,6 +21,7 @@
 #    fails): 5e-5 loss, 2e-3 params, which still tells the bf16 GEMMs apart from
 #    both fp32 (3.7e-4 / 4.8e-3) and fp32 GEMMs on bf16 parameters (checked below).
 #    GPT-2 (tied head: the transw GEMMs) and Llama (GQA attention, SwiGLU, untied head).
+#    An fp32 model with train.matmul_precision = medium gets the same bf16 GEMMs.
 # 3. fp32 is untouched: with ZT_DNNL=force an fp32 run (train.matmul_precision auto ->
 #    highest) is bit-identical to one without it.
 . "$(dirname "$0")/common.sh"
@@ -64,6 +65,12 @@ assert_contains "$ZT_OUT" "(GEMMs bf16 (oneDNN"
 # shellcheck disable=SC2086
 run_ztrain 2 $common $llama $(batch_args 2) train.bf16=true parallel.strategy=zero3 train.output_dir=lnp2 >/dev/null
 "$PY" "$CMP" lref lnp2 $TOLD || fail "oneDNN bf16 llama: 2-rank zero3 diverged from one rank"
+
+# an fp32 model with train.matmul_precision = medium: bf16 GEMMs, fp32 parameters (as on GPUs)
+run_ztrain 1 $common $(batch_args 1) train.matmul_precision=medium train.output_dir=med >/dev/null
+assert_contains "$ZT_OUT" "(GEMMs bf16 (oneDNN"
+"$PY" "$CMP" ref32 med --loss-tol 5e-3 --param-tol 1e-2 || fail "matmul_precision=medium does not train approximately the fp32 model"
+"$PY" "$CMP" ref32 med $TOLD >/dev/null && fail "matmul_precision=medium gave the fp32 result"
 
 # --- 3 ---
 run_ztrain 1 $common $(batch_args 1) train.output_dir=f32 >/dev/null
