@@ -171,7 +171,8 @@ static int key_eq(const gemm_key_t *a, const gemm_key_t *b)
  * are exact in fp32, so the emulation computes what a bf16 matmul with fp32
  * accumulation computes, up to summation order: ZT_DNNL=force tests this
  * module's rounding, layouts, caching, post-ops and threading on any CPU. */
-static int opdt = -1; /* dnnl_data_type_t once decided */
+/* dnnl_data_type_t once decided (under cache_lock; read without it by zt_dnnl_round) */
+static _Atomic int opdt = -1;
 
 static void decide_opdt(void)
 {
@@ -197,9 +198,11 @@ static void decide_opdt(void)
 
 int zt_dnnl_native_bf16(void)
 {
-    pthread_mutex_lock(&cache_lock);
-    decide_opdt();
-    pthread_mutex_unlock(&cache_lock);
+    if (opdt < 0) {
+        pthread_mutex_lock(&cache_lock);
+        decide_opdt();
+        pthread_mutex_unlock(&cache_lock);
+    }
     return opdt == dnnl_bf16;
 }
 
