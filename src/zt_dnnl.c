@@ -234,6 +234,19 @@ static entry_t *create_entry(const gemm_key_t *k)
     }
     dnnl_primitive_desc_t pd;
     ZT_DNNL(dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL));
+    /* which implementation oneDNN chose: ZT_DNNL_VERBOSE=1 prints each; a reference
+     * (C loop) one is warned about once, as it would make the bf16 path slow */
+    const char *impl = "?";
+    ZT_DNNL(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+    static int warned = 0;
+    const char *verbose = getenv("ZT_DNNL_VERBOSE");
+    if ((verbose && *verbose && strcmp(verbose, "0") != 0) || (strstr(impl, "ref") && !warned)) {
+        fprintf(stderr, "zt_dnnl: %s matmul M=%d N=%d K=%d ta=%d tb=%d ldc=%d bias=%d acc=%d alpha=%g: %s%s\n",
+                opdt == dnnl_bf16 ? "bf16" : "f32 (bf16-rounded)", k->M, k->N, k->K, k->ta, k->tb, k->ldc,
+                k->bias, k->acc, (double)k->alpha, impl,
+                strstr(impl, "ref") ? " (a reference implementation: slow)" : "");
+        if (strstr(impl, "ref")) warned = 1;
+    }
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     if (smd) e->scr_md = *smd;
     e->scr_bytes = smd ? dnnl_memory_desc_get_size(smd) : 0;

@@ -7,7 +7,9 @@
  * on whatever ISA there is, slowly). The operands are rounded to bf16 (round to
  * nearest even, zt_bf16.h) into per-thread scratch; oneDNN multiplies them with
  * fp32 accumulation and fp32 output. Primitives are cached by shape and
- * created once; every oneDNN call is checked (ZT_DNNL below).
+ * created once; every oneDNN call is checked (ZT_DNNL in zt_dnnl.c). ZT_DNNL_VERBOSE=1
+ * prints each primitive and the implementation oneDNN chose for it (stderr); a
+ * reference implementation is reported once in any case.
  *
  * Built only with oneDNN (configure: ZT_HAVE_DNNL); without it zt_dnnl_mode()
  * is ZT_DNNL_OFF and nothing else may be called. */
