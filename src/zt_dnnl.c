@@ -281,9 +281,17 @@ static const entry_t *lookup(const gemm_key_t *k)
     return e;
 }
 
-/* per-thread: stream, operand scratch, scratchpad */
+/* per-thread: stream, operand scratch, scratchpad, and the memory objects of the
+ * primitives this thread ran (created once, re-pointed per call: creating five
+ * objects per call cost microseconds, as much as a small attention GEMM) */
+#define MEMCACHE 256
+typedef struct {
+    const entry_t *e;
+    dnnl_memory_t m[5]; /* src, weights, dst, bias, scratchpad */
+} memset_t;
 typedef struct {
     dnnl_stream_t stream;
+    memset_t mem[MEMCACHE];
     void *slot[ZT_DNNL_SLOTS]; /* rounded operands: bf16, or fp32 holding bf16 values */
     size_t nslot[ZT_DNNL_SLOTS];
     void *scr;
@@ -308,27 +316,31 @@ static void execute(const entry_t *e, const void *A, const void *B, const float 
         ZT_DNNL(dnnl_stream_create(&tls.stream, engine, dnnl_stream_default_flags));
     }
     if (e->scr_bytes) tls.scr = grow(tls.scr, &tls.nscr, e->scr_bytes);
-    dnnl_memory_t ma, mb, mc, mbias = NULL, mscr = NULL;
-    ZT_DNNL(dnnl_memory_create(&ma, &e->a_md, engine, (void *)A));
-    ZT_DNNL(dnnl_memory_create(&mb, &e->b_md, engine, (void *)B));
-    ZT_DNNL(dnnl_memory_create(&mc, &e->c_md, engine, C));
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-    int nargs = 3;
-    if (e->k.bias) {
-        ZT_DNNL(dnnl_memory_create(&mbias, &e->bias_md, engine, (void *)bias));
-        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mbias};
+    void *h[5] = {(void *)A, (void *)B, C, (void *)bias, tls.scr};
+    const dnnl_memory_desc_t *md[5] = {&e->a_md, &e->b_md, &e->c_md, &e->bias_md, &e->scr_md};
+    const int have[5] = {1, 1, 1, e->k.bias, e->scr_bytes > 0};
+    size_t slot = ((uintptr_t)e >> 4) % MEMCACHE;
+    memset_t *ms = &tls.mem[slot];
+    if (ms->e != e) { /* miss: replace what this slot held */
+        for (int i = 0; i < 5; i++)
+            if (ms->m[i]) {
+                ZT_DNNL(dnnl_memory_destroy(ms->m[i]));
+                ms->m[i] = NULL;
+            }
+        for (int i = 0; i < 5; i++)
+            if (have[i]) ZT_DNNL(dnnl_memory_create(&ms->m[i], md[i], engine, h[i]));
+        ms->e = e;
+    } else {
+        for (int i = 0; i < 5; i++)
+            if (have[i]) ZT_DNNL(dnnl_memory_set_data_handle(ms->m[i], h[i]));
     }
-    if (e->scr_bytes) {
-        ZT_DNNL(dnnl_memory_create(&mscr, &e->scr_md, engine, tls.scr));
-        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mscr};
-    }
+    static const int argk[5] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS, DNNL_ARG_SCRATCHPAD};
+    dnnl_exec_arg_t args[5];
+    int nargs = 0;
+    for (int i = 0; i < 5; i++)
+        if (have[i]) args[nargs++] = (dnnl_exec_arg_t){argk[i], ms->m[i]};
     ZT_DNNL(dnnl_primitive_execute(e->prim, tls.stream, nargs, args));
     ZT_DNNL(dnnl_stream_wait(tls.stream));
-    ZT_DNNL(dnnl_memory_destroy(ma));
-    ZT_DNNL(dnnl_memory_destroy(mb));
-    ZT_DNNL(dnnl_memory_destroy(mc));
-    if (mbias) ZT_DNNL(dnnl_memory_destroy(mbias));
-    if (mscr) ZT_DNNL(dnnl_memory_destroy(mscr));
 }
 
 /* K = 0: oneDNN is not asked about empty products */
