@@ -48,7 +48,8 @@ typedef struct zt_backend {
     void (*wait_uploads)(void);
     /* GEMM arithmetic for fp32 operands, as torch.set_float32_matmul_precision:
      * ZT_MATMUL_HIGHEST fp32, _HIGH TF32 tensor cores, _MEDIUM bf16 tensor cores
-     * (fp32 accumulation in all three). A backend without such units ignores it. */
+     * (fp32 accumulation in all three). A backend without such units ignores it; the
+     * CPU backend runs MEDIUM on bf16 units through oneDNN (zt_cpu_gemm_path). */
     void (*set_matmul_precision)(int level);
 
     /* out (N,C) = wte[inp] (token embedding rows) */
@@ -185,5 +186,13 @@ void zt_cpu_set_threads(int n);
  * (want = 1, the default) or the portable code (want = 0); returns 1 when F16C is
  * in use. For tests: both paths give identical bits. */
 int zt_cpu_use_f16c(int want);
+/* The CPU backend's GEMM path after set_matmul_precision, for the startup log:
+ * "fp32", "bf16 (oneDNN, avx512_bf16)" (or amx_bf16), "bf16 (oneDNN forced by
+ * ZT_DNNL=force ...)" or "fp32: no bf16 units (train.bf16 computes in fp32)".
+ * Under ZT_MATMUL_MEDIUM the CPU backend's GEMMs run in bf16 through oneDNN
+ * when the processor has AVX512-BF16 or AMX-BF16 (src/zt_dnnl.h); the
+ * environment variable ZT_DNNL=force does so without the units (tests),
+ * ZT_DNNL=off never. */
+const char *zt_cpu_gemm_path(void);
 
 #endif

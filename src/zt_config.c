@@ -162,7 +162,8 @@ static const zkey_t schema[] = {
        "Seed of the weight initialisation and of sampling; initial weights do not depend on the world size."),
     KB("train.bf16", train.bf16, 0,
        "bf16 working copies of the parameters (gathered and read by the GEMMs; with train.matmul_precision = "
-       "auto the GEMMs and attention run on bf16 tensor cores on a GPU), fp32 master weights, Adam moments and "
+       "auto the GEMMs and attention run on bf16 tensor cores on a GPU, and in bf16 through oneDNN on a CPU with "
+       "AVX512-BF16 or AMX-BF16), fp32 master weights, Adam moments and "
        "gradient accumulators; false = fp32 throughout. Not given: true on the cuda backend (unless "
        "train.fp16 is given), false on the cpu backend."),
     KB("train.fp16", train.fp16, 0,
@@ -197,7 +198,9 @@ static const zkey_t schema[] = {
        "GEMM arithmetic on fp32 operands, as torch.set_float32_matmul_precision: highest = fp32, high = TF32 "
        "tensor cores, medium = bf16 tensor cores, all accumulating in fp32; auto = medium with 16-bit "
        "training (train.bf16 or train.fp16), highest otherwise. medium also runs the CUDA attention on bf16 tensor "
-       "cores (head sizes that are multiples of 16 up to 128). GPUs only: the cpu backend always computes in fp32."),
+       "cores (head sizes that are multiples of 16 up to 128). On the cpu backend medium runs the GEMMs (attention's "
+       "included) in bf16 through oneDNN where the CPU has AVX512-BF16 or AMX-BF16, and in fp32 otherwise (the "
+       "startup line says which); high is fp32 there."),
     /* optim */
     KD("optim.learning_rate", optim.learning_rate, 1e-3, 0.0, 10.0, "Peak learning rate of AdamW."),
     KS("optim.lr_scheduler_type", optim.lr_scheduler_type, "cosine", "constant|linear|cosine",

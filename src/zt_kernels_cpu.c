@@ -27,6 +27,7 @@
 #include "zt_backend.h"
 #include "zt_bf16.h"
 #include "zt_common.h"
+#include "zt_dnnl.h"
 #include "zt_fp16.h"
 
 /* Work below this many elements runs on one thread: a parallel region costs
@@ -448,11 +449,33 @@ static void cpu_swiglu_backward(float *dgu, const float *restrict dout, const fl
 
 /* ----------------------------------------------------------------- matmul -- */
 
+/* Where the GEMMs run: OpenBLAS sgemm (fp32), or oneDNN's bf16 matmul
+ * (zt_dnnl.c) under ZT_MATMUL_MEDIUM on a processor with bf16 units, or with
+ * ZT_DNNL=force. Set by set_matmul_precision; read by every GEMM below. The
+ * fp32 calls are exactly those of before (same arguments, so the same bits). */
+static int g_bf16_gemm = 0;
+static const char *g_gemm_desc = "fp32";
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major; beta is 0 or 1 */
+static inline void gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (g_bf16_gemm)
+        zt_dnnl_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, NULL, beta != 0.0f, C, ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 static void cpu_matmul_forward(float *restrict out, const float *restrict inp,
                                const float *restrict weight, const float *restrict bias, int N,
                                int C, int OC, int transw)
 {
     // out (N,OC) = inp (N,C) @ W ; W (C,OC), or (OC,C) used transposed
+    if (g_bf16_gemm) {
+        zt_dnnl_gemm(0, transw, N, OC, C, 1.0f, inp, C, weight, transw ? C : OC, bias, 0, out, OC);
+        return;
+    }
     float beta = 0.0f;
     if (bias) {
         /* The bias rows are written first and the GEMM accumulates onto them:
@@ -474,10 +497,10 @@ static void matmul_dinp(float *restrict dinp, const float *restrict dout,
                         const float *restrict weight, int N, int C, int OC, int transw)
 {
     if (transw) /* W (OC,C) as stored */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
+        gemm(0, 0, N, C, OC, 1.0f, dout, OC, weight,
                     C, 0.0f, dinp, C);
     else /* W (C,OC) transposed */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight, OC,
+        gemm(0, 1, N, C, OC, 1.0f, dout, OC, weight, OC,
                     0.0f, dinp, C);
 }
 
@@ -487,12 +510,13 @@ static void matmul_dparams(float *restrict dweight, float *restrict dbias,
                            const float *restrict dout, const float *restrict inp, int N, int C,
                            int OC, int transw)
 {
-    if (!dweight) { /* a frozen weight (LoRA's base): its gradient GEMM is the saving */
-    } else if (transw) /* dW (OC,C) += dout^T @ inp */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+    if (!dweight) /* a frozen weight (LoRA's base), or the bias gradient alone */
+        ;
+    else if (transw) /* dW (OC,C) += dout^T @ inp */
+        gemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C,
                     1.0f, dweight, C);
     else /* dW (C,OC) += inp^T @ dout */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC,
+        gemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC,
                     1.0f, dweight, OC);
     if (dbias) {
         /* column sums: parallel over column blocks so threads never share a dbias element */
@@ -509,12 +533,40 @@ static void matmul_dparams(float *restrict dweight, float *restrict dbias,
     }
 }
 
+/* The backward under bf16 GEMMs: each operand rounded once for both products
+ * (dout feeds dinp and dweight, like the stored weight and input, which are
+ * rounded before dinp is written, so dinp may alias inp as in the fused GELU
+ * backward); dbias stays fp32 column sums. */
+static void matmul_backward_bf16(float *dinp, float *dweight, float *restrict dbias,
+                                 const float *restrict dout, const float *inp,
+                                 const float *restrict weight, int N, int C, int OC, int transw)
+{
+    const void *dr = zt_dnnl_round(2, dout, N, OC, OC);
+    /* a frozen weight (LoRA's base) needs neither its input rounded nor its GEMM */
+    const void *xr = dweight ? zt_dnnl_round(3, inp, N, C, C) : NULL;
+    if (dinp) {
+        const void *wr = transw ? zt_dnnl_round(4, weight, OC, C, C) : zt_dnnl_round(4, weight, C, OC, OC);
+        zt_dnnl_gemm_rounded(0, !transw, N, C, OC, 1.0f, dr, wr, NULL, 0, dinp, C);
+    }
+    if (!dweight)
+        ;
+    else if (transw) /* dW (OC,C) += dout^T @ inp */
+        zt_dnnl_gemm_rounded(1, 0, OC, C, N, 1.0f, dr, xr, NULL, 1, dweight, C);
+    else /* dW (C,OC) += inp^T @ dout */
+        zt_dnnl_gemm_rounded(1, 0, C, OC, N, 1.0f, xr, dr, NULL, 1, dweight, OC);
+    if (dbias) matmul_dparams(NULL, dbias, dout, NULL, N, C, OC, transw);
+}
+
 static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
                                 float *restrict dbias, const float *restrict dout,
                                 const float *restrict inp, const float *restrict weight, int N,
                                 int C, int OC, int transw)
 {
     // dout (N,OC), inp (N,C); dinp is overwritten, the parameter gradients accumulate
+    if (g_bf16_gemm) {
+        matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, C, OC, transw);
+        return;
+    }
     if (dinp) matmul_dinp(dinp, dout, weight, N, C, OC, transw);
     matmul_dparams(dweight, dbias, dout, inp, N, C, OC, transw);
 }
@@ -557,7 +609,7 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
     const int T = a->T, C3 = a->qs, hs = a->hs;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb; /* rows, visible keys */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hs, a->scale,
+        gemm(0, 1, nb, nk, hs, a->scale,
                     a->q + (size_t)t0 * C3, C3, a->k, C3, 0.0f, S, nk);
         for (int r = 0; r < nb; r++) {
             float *restrict row = S + (size_t)r * nk;
@@ -577,10 +629,86 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
             for (int j = 0; j < n; j++) row[j] *= inv;
             for (int j = n; j < nk; j++) row[j] = 0.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hs, nk, 1.0f, S, nk, a->v, C3,
+        gemm(0, 0, nb, hs, nk, 1.0f, S, nk, a->v, C3,
                     0.0f, a->o + (size_t)t0 * a->os, a->os);
     }
 }
+
+/* The same under bf16 GEMMs, each operand rounded once: the head's q, k, v
+ * (and dout in backward) per head, a block's P (and dS) per block, instead of
+ * once per product (zt_dnnl_round slots: 0 dout, 1 P, 2 q, 3 k, 4 v, 5 dS).
+ * The rounded values, the GEMM shapes and so the results are those of the
+ * generic path. */
+#define ATT_AT(p, i) ((const void *)((const char *)(p) + (size_t)(i) * esz))
+static void att_forward_head_bf16(const att_head_t *a, float *restrict S)
+{
+    const int T = a->T, C3 = a->qs, hs = a->hs;
+    const size_t esz = zt_dnnl_native_bf16() ? 2 : 4;
+    const void *qr = zt_dnnl_round(2, a->q, T, hs, C3), *kr = zt_dnnl_round(3, a->k, T, hs, C3);
+    const void *vr = zt_dnnl_round(4, a->v, T, hs, C3);
+    for (int t0 = 0; t0 < T; t0 += a->bq) {
+        const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
+        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, a->scale, ATT_AT(qr, (size_t)t0 * hs), kr, NULL, 0, S, nk);
+        for (int r = 0; r < nb; r++) {
+            float *restrict row = S + (size_t)r * nk;
+            const int n = t0 + r + 1;
+            float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < n; j++) {
+                float e = zt_expf(row[j] - mx);
+                row[j] = e;
+                sum += e;
+            }
+            a->lse_out[t0 + r] = mx + logf(sum);
+            const float inv = 1.0f / sum;
+            for (int j = 0; j < n; j++) row[j] *= inv;
+            for (int j = n; j < nk; j++) row[j] = 0.0f;
+        }
+        const void *pr = zt_dnnl_round(1, S, nb, nk, nk);
+        zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, pr, vr, NULL, 0, a->o + (size_t)t0 * a->os, a->os);
+    }
+}
+
+static void att_backward_head_bf16(const att_head_t *a, float *restrict S, float *restrict dS)
+{
+    const int T = a->T, C = a->os, C3 = a->qs, hs = a->hs;
+    const float scale = a->scale;
+    const size_t esz = zt_dnnl_native_bf16() ? 2 : 4;
+    const void *qr = zt_dnnl_round(2, a->q, T, hs, C3), *kr = zt_dnnl_round(3, a->k, T, hs, C3);
+    const void *vr = zt_dnnl_round(4, a->v, T, hs, C3), *dyr = zt_dnnl_round(0, a->dout, T, hs, C);
+    for (int t0 = 0; t0 < T; t0 += a->bq) {
+        const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
+        const float *dyb = a->dout + (size_t)t0 * C;
+        const void *qbr = ATT_AT(qr, (size_t)t0 * hs), *dybr = ATT_AT(dyr, (size_t)t0 * hs);
+        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, scale, qbr, kr, NULL, 0, S, nk);
+        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, 1.0f, dybr, vr, NULL, 0, dS, nk);
+        for (int r = 0; r < nb; r++) {
+            float *restrict p = S + (size_t)r * nk, *restrict ds = dS + (size_t)r * nk;
+            const float *restrict dy = dyb + (size_t)r * C;
+            const float *restrict y = a->out + (size_t)(t0 + r) * C;
+            const int n = t0 + r + 1;
+            const float l = a->lse[t0 + r];
+            float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+            for (int i = 0; i < hs; i++) D += dy[i] * y[i];
+#pragma omp simd
+            for (int j = 0; j < n; j++) {
+                float pj = zt_expf(p[j] - l);
+                p[j] = pj;
+                ds[j] = pj * (ds[j] - D) * scale;
+            }
+            for (int j = n; j < nk; j++) p[j] = ds[j] = 0.0f;
+        }
+        const void *pr = zt_dnnl_round(1, S, nb, nk, nk), *dsr = zt_dnnl_round(5, dS, nb, nk, nk);
+        zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, dsr, kr, NULL, 1, a->dq + (size_t)t0 * C3, C3);
+        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, dsr, qbr, NULL, 1, a->dk, C3);
+        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, pr, dybr, NULL, 1, a->dv, C3);
+    }
+}
+#undef ATT_AT
 
 /* One head's backward, per query block: P recomputed from S and lse, dP =
  * dO_blk V^T, dS = P (dP - D) scale in place of dP, then the three
@@ -592,9 +720,9 @@ static void att_backward_head(const att_head_t *a, float *restrict S, float *res
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
         const float *qb = a->q + (size_t)t0 * C3, *dyb = a->dout + (size_t)t0 * C;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hs, scale, qb, C3, a->k, C3,
+        gemm(0, 1, nb, nk, hs, scale, qb, C3, a->k, C3,
                     0.0f, S, nk);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hs, 1.0f, dyb, C, a->v, C3,
+        gemm(0, 1, nb, nk, hs, 1.0f, dyb, C, a->v, C3,
                     0.0f, dS, nk);
         for (int r = 0; r < nb; r++) {
             float *restrict p = S + (size_t)r * nk, *restrict ds = dS + (size_t)r * nk;
@@ -615,11 +743,11 @@ static void att_backward_head(const att_head_t *a, float *restrict S, float *res
             for (int j = n; j < nk; j++) p[j] = ds[j] = 0.0f;
         }
         // dq_blk (nb,hs) += dS @ K ; dK (nk,hs) += dS^T @ Q_blk ; dV (nk,hs) += P^T @ dO_blk
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hs, nk, 1.0f, dS, nk, a->k, C3,
+        gemm(0, 0, nb, hs, nk, 1.0f, dS, nk, a->k, C3,
                     1.0f, a->dq + (size_t)t0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nb, 1.0f, dS, nk, qb, C3, 1.0f,
+        gemm(1, 0, nk, hs, nb, 1.0f, dS, nk, qb, C3, 1.0f,
                     a->dk, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nb, 1.0f, S, nk, dyb, C, 1.0f,
+        gemm(1, 0, nk, hs, nb, 1.0f, S, nk, dyb, C, 1.0f,
                     a->dv, C3);
     }
 }
@@ -661,11 +789,13 @@ static void att_all_heads(float *o, float *lse_out, const float *lse, float *dqk
                         a.dk = dqkv + row0 + (size_t)(NH + g) * HD;
                         a.dv = dqkv + row0 + (size_t)(NH + NKV + g) * HD;
                         a.lse = lse + loff;
-                        att_backward_head(&a, scr, scr + blk);
+                        if (g_bf16_gemm) att_backward_head_bf16(&a, scr, scr + blk);
+                        else att_backward_head(&a, scr, scr + blk);
                     } else {
                         a.o = o + ooff;
                         a.lse_out = lse_out + loff;
-                        att_forward_head(&a, scr);
+                        if (g_bf16_gemm) att_forward_head_bf16(&a, scr);
+                        else att_forward_head(&a, scr);
                     }
                 }
         free(scr);
@@ -746,8 +876,12 @@ static void cpu_gelu_matmul_backward(float *dpre, float *restrict dweight, float
                                      const float *restrict pre, const float *restrict weight, int N,
                                      int C, int OC)
 {
-    matmul_dparams(dweight, dbias, dy, act, N, C, OC, 0);
-    matmul_dinp(dpre, dy, weight, N, C, OC, 0);
+    if (g_bf16_gemm) {
+        matmul_backward_bf16(dpre, dweight, dbias, dy, act, weight, N, C, OC, 0);
+    } else {
+        matmul_dparams(dweight, dbias, dy, act, N, C, OC, 0);
+        matmul_dinp(dpre, dy, weight, N, C, OC, 0);
+    }
     const size_t n = (size_t)N * C;
 #pragma omp parallel for simd if (n >= ZT_PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) dpre[i] = gelu_grad(pre[i]) * dpre[i];
@@ -1008,8 +1142,37 @@ static void cpu_from_fp16(float *restrict out, const uint16_t *restrict in, size
 
 /* ---------------------------------------------------------------- backend -- */
 
-/* OpenBLAS has no reduced-precision sgemm: every level computes in fp32. */
-static void cpu_set_matmul_precision(int level) { (void)level; }
+/* OpenBLAS has no reduced-precision sgemm; ZT_MATMUL_MEDIUM sends the GEMMs
+ * (matmul, the fused GELU operations and attention's inner products) to
+ * oneDNN's bf16 matmul where the processor has bf16 units (or ZT_DNNL=force).
+ * HIGH (TF32) has no CPU counterpart and stays fp32. */
+static void cpu_set_matmul_precision(int level)
+{
+    static char desc[160];
+    int mode = zt_dnnl_mode();
+    g_bf16_gemm = level == ZT_MATMUL_MEDIUM && mode != ZT_DNNL_OFF;
+    if (level != ZT_MATMUL_MEDIUM)
+        g_gemm_desc = "fp32";
+    else if (mode == ZT_DNNL_UNITS)
+        snprintf(desc, sizeof desc, "bf16 (oneDNN, %s)", zt_dnnl_units()), g_gemm_desc = desc;
+    else if (mode == ZT_DNNL_FORCED)
+        snprintf(desc, sizeof desc, "bf16 (oneDNN forced by ZT_DNNL=force without bf16 units, ISA %s: %s)",
+                 zt_dnnl_isa(), zt_dnnl_native_bf16() ? "oneDNN's bf16 matmul, slow"
+                                                      : "bf16-rounded operands in oneDNN's fp32 matmul"),
+            g_gemm_desc = desc;
+#ifndef ZT_HAVE_DNNL
+    else
+        g_gemm_desc = zt_dnnl_units() ? "fp32: built without oneDNN (train.bf16 computes in fp32)"
+                                      : "fp32: no bf16 units (train.bf16 computes in fp32)";
+#else
+    else if (zt_dnnl_units())
+        g_gemm_desc = "fp32: ZT_DNNL=off (train.bf16 computes in fp32)";
+    else
+        g_gemm_desc = "fp32: no bf16 units (train.bf16 computes in fp32)";
+#endif
+}
+
+const char *zt_cpu_gemm_path(void) { return g_gemm_desc; }
 
 const zt_backend_t zt_backend_cpu = {
     .name = "cpu",

@@ -578,7 +578,7 @@ static void startup_report(run_t *r)
     ZT_MPI(MPI_Gather(host, 64, MPI_CHAR, all, 64, MPI_CHAR, 0, c->world.comm));
     static const char *const matmul[] = {"fp32", "tf32", "bf16"};
     zt_log("ztrain %s: %d ranks on %d nodes, backend %s (GEMMs %s), comm %s, %d thread(s) per rank", PACKAGE_VERSION,
-           c->world.size, c->node_count, r->be->name, strcmp(r->be->name, "cpu") ? matmul[matmul_level(cfg)] : "fp32",
+           c->world.size, c->node_count, r->be->name, strcmp(r->be->name, "cpu") ? matmul[matmul_level(cfg)] : zt_cpu_gemm_path(),
            c->backend, r->threads);
     if (r->rank == 0) {
         for (int i = 0; i < c->world.size; i++)

@@ -23,7 +23,12 @@ ZT_TEST_NAME=$(basename "$0" .sh)
 : "${ZT_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${ZT_BUILDDIR:=$ZT_SRCDIR}"
 : "${OMP_NUM_THREADS:=1}" "${OPENBLAS_NUM_THREADS:=1}"
-export ZT_SRCDIR ZT_BUILDDIR OMP_NUM_THREADS OPENBLAS_NUM_THREADS
+# The CPU GEMMs stay fp32 in every test unless it says otherwise: the tolerances of
+# bf16.sh, fp16.sh and families.sh were derived for fp32 GEMMs on 16-bit parameters, and
+# a CPU with bf16 units would otherwise run train.bf16's GEMMs in bf16 (oneDNN).
+# bf16_dnnl.sh tests that path (ZT_DNNL=force) with its own tolerances.
+: "${ZT_DNNL:=off}"
+export ZT_SRCDIR ZT_BUILDDIR OMP_NUM_THREADS OPENBLAS_NUM_THREADS ZT_DNNL
 ZTRAIN="$ZT_BUILDDIR/ztrain"
 ZT_PREP_DATA="$ZT_BUILDDIR/zt-prep-data"
 ZT_MPIRUN="$ZT_SRCDIR/tests/mpi/zt_mpirun.sh"

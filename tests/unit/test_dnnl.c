@@ -1,0 +1,309 @@
+/* test_dnnl.c — the CPU backend's bf16 GEMMs through oneDNN (src/zt_dnnl.c),
+ * forced on with ZT_DNNL=force so that a processor without bf16 units tests the
+ * same code (oneDNN runs its bf16 matmul on any ISA, slowly), and the fp32 path
+ * bit-identical to plain OpenBLAS sgemm calls.
+ *
+ * The bound, derived (Higham, ch. 3), not fitted. Each product c = alpha sum_k
+ * a_k b_k (+ bias) (+ c0) is computed from the bf16 roundings a' = a(1+e1),
+ * b' = b(1+e2), |e| <= u = 2^-8 (bf16 keeps 8 significand bits, round to nearest
+ * even), so |a'b' - ab| <= |a||b| (2u + u^2); then summed in fp32 in some order
+ * with the scaling, the bias and c0: n = K + 3 terms at most, each carrying a
+ * relative error <= gamma_n = n v / (1 - n v), v = 2^-24. Hence against the
+ * exact (double) product of the fp32 operands
+ *   |c - c_exact| <= S (2u + u^2) + gamma_n (S (1+u)^2 + |bias| + |c0|),
+ * S = |alpha| sum_k |a_k||b_k|, and against OpenBLAS's fp32 result (itself
+ * within gamma_n (S + |bias| + |c0|) of c_exact) the sum of both. Three checks
+ * per output element: (1) that bound against fp32 sgemm, (2) the tight bound
+ * gamma_n (S' + |bias| + |c0|) against the exact product of the bf16-rounded
+ * operands (S' from a', b'): it holds only if the operands were rounded to
+ * nearest as zt_bf16.h does, (3) bf16 is in effect: some element is further
+ * from c_exact than any fp32 computation can be (gamma_n (S + ...)). */
+#include <cblas.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/zt_dnnl.h"
+#include "zt_backend.h"
+#include "zt_bf16.h"
+#include "zt_test.h"
+
+static const zt_backend_t *be = &zt_backend_cpu;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void) /* uniform [-1, 1) */
+{
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static float *frand(size_t n, double amp)
+{
+    float *x = be->alloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(amp * urand());
+    return x;
+}
+
+static float *fcopy(const float *x, size_t n)
+{
+    float *y = be->alloc(n * sizeof(float) + 4);
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+static double bf(float x) { return zt_bf16_to_f32(zt_bf16_from_f32(x)); }
+
+typedef struct {
+    long n, bad_fp32, bad_rounded, beyond_fp32;
+} verdict_t;
+
+/* checks c (M,N) [ldc] = alpha op(A) op(B) + bias + c0 (c0 NULL: overwrite), from the
+ * fp32 operands, against the three bounds above; c32 is OpenBLAS's fp32 result */
+static verdict_t check(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, const float *bias, const float *c0, const float *c,
+                       const float *c32, int ldc)
+{
+    const double u = 1.0 / 256, v = 1.0 / 16777216, n = K + 3, gam = n * v / (1 - n * v);
+    verdict_t r = {0, 0, 0, 0};
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double ex = 0, exr = 0, S = 0, Sr = 0;
+            for (int k = 0; k < K; k++) {
+                float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                ex += (double)a * b, exr += bf(a) * bf(b);
+                S += fabs((double)a * b), Sr += fabs(bf(a) * bf(b));
+            }
+            ex *= alpha, exr *= alpha, S *= fabs(alpha), Sr *= fabs(alpha);
+            double add = 0, addabs = 0;
+            if (bias) add += bias[j], addabs += fabs(bias[j]);
+            if (c0) add += c0[(size_t)i * ldc + j], addabs += fabs(c0[(size_t)i * ldc + j]);
+            ex += add, exr += add;
+            const double got = c[(size_t)i * ldc + j], ref32 = c32[(size_t)i * ldc + j];
+            const double b_exact = S * (2 * u + u * u) + gam * (S * (1 + u) * (1 + u) + addabs);
+            const double b_fp32 = b_exact + gam * (S + addabs);
+            r.n++;
+            if (!(fabs(got - ref32) <= b_fp32)) r.bad_fp32++;
+            if (!(fabs(got - exr) <= gam * (Sr + addabs))) r.bad_rounded++;
+            if (fabs(got - ex) > gam * (S + addabs)) r.beyond_fp32++;
+        }
+    return r;
+}
+
+static void expect(const char *what, verdict_t r)
+{
+    if (r.bad_fp32 || r.bad_rounded || !r.beyond_fp32)
+        printf("\n  %s: %ld elements, %ld outside the bf16 bound vs fp32, %ld outside the bound vs "
+               "rounded operands, %ld beyond fp32 accuracy\n",
+               what, r.n, r.bad_fp32, r.bad_rounded, r.beyond_fp32);
+    CU_ASSERT(r.bad_fp32 == 0);
+    CU_ASSERT(r.bad_rounded == 0);
+    CU_ASSERT(r.beyond_fp32 > 0); /* bf16 really in effect */
+}
+
+/* zt_dnnl_gemm directly: every transpose pair, padded leading dimensions, bias,
+ * accumulation, alpha; a repeated shape creates no primitive */
+static void t_gemm(void)
+{
+    const int M = 19, N = 23, K = 301, pad = 5;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int mode = 0; mode < 3; mode++) { /* 0: plain, 1: bias + accumulate, 2: alpha */
+                int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+                float *A = frand((size_t)(ta ? K : M) * lda, 1.0), *B = frand((size_t)(tb ? N : K) * ldb, 2.0);
+                float *bias = mode == 1 ? frand(N, 1.0) : NULL;
+                float *c = frand((size_t)M * ldc, 3.0), *c0 = mode == 1 ? fcopy(c, (size_t)M * ldc) : NULL;
+                float *c32 = fcopy(c, (size_t)M * ldc);
+                float alpha = mode == 2 ? 0.125f : 1.0f;
+                zt_dnnl_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, bias, mode == 1, c, ldc);
+                if (bias)
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < N; j++) c32[(size_t)i * ldc + j] += bias[j];
+                cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                            K, alpha, A, lda, B, ldb, mode == 1 ? 1.0f : 0.0f, c32, ldc);
+                char what[64];
+                snprintf(what, sizeof what, "ta %d tb %d mode %d", ta, tb, mode);
+                expect(what, check(ta, tb, M, N, K, alpha, A, lda, B, ldb, bias, c0, c, c32, ldc));
+                /* the same shape again: cached primitive, same bits */
+                long before = zt_dnnl_primitives_created();
+                float *c2 = c0 ? fcopy(c0, (size_t)M * ldc) : frand((size_t)M * ldc, 1.0);
+                zt_dnnl_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, bias, mode == 1, c2, ldc);
+                CU_ASSERT(zt_dnnl_primitives_created() == before);
+                for (int i = 0; i < M; i++) CU_ASSERT(memcmp(c2 + (size_t)i * ldc, c + (size_t)i * ldc, N * 4) == 0);
+                float *bufs[] = {A, B, bias, c, c0, c32, c2};
+                for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+            }
+}
+
+/* the backend's matmul_forward / matmul_backward under MEDIUM: forward with and
+ * without bias, W (C,OC) and W^T (transw), dinp overwritten (garbage before),
+ * dweight accumulated onto what it held, dbias as in fp32 */
+static void run_backend(int transw, int with_bias)
+{
+    const int N = 24, C = 96, OC = 40;
+    const size_t nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+    float *x = frand(nx, 1), *w = frand(nw, 0.5), *b = with_bias ? frand(OC, 1) : NULL, *dy = frand(no, 1);
+    float *out = frand(no, 1), *out32 = frand(no, 1);
+    const int ldw = transw ? C : OC;
+    be->set_matmul_precision(ZT_MATMUL_HIGHEST);
+    be->matmul_forward(out32, x, w, b, N, C, OC, transw);
+    be->set_matmul_precision(ZT_MATMUL_MEDIUM);
+    be->matmul_forward(out, x, w, b, N, C, OC, transw);
+    expect("forward", check(0, transw, N, OC, C, 1.0f, x, C, w, ldw, b, NULL, out, out32, OC));
+
+    float *dx = frand(nx, 1), *dw = frand(nw, 1), *db = frand(OC, 1);
+    float *dx32 = fcopy(dx, nx), *dw32 = fcopy(dw, nw), *db32 = fcopy(db, OC), *dw0 = fcopy(dw, nw);
+    be->set_matmul_precision(ZT_MATMUL_HIGHEST);
+    be->matmul_backward(dx32, dw32, b ? db32 : NULL, dy, x, w, N, C, OC, transw);
+    be->set_matmul_precision(ZT_MATMUL_MEDIUM);
+    be->matmul_backward(dx, dw, b ? db : NULL, dy, x, w, N, C, OC, transw);
+    /* dinp (N,C) = dy (N,OC) @ W^T */
+    expect("dinp", check(0, !transw, N, C, OC, 1.0f, dy, OC, w, ldw, NULL, NULL, dx, dx32, C));
+    if (transw) /* dW (OC,C) += dy^T @ x */
+        expect("dweight (transw)", check(1, 0, OC, C, N, 1.0f, dy, OC, x, C, NULL, dw0, dw, dw32, C));
+    else /* dW (C,OC) += x^T @ dy */
+        expect("dweight", check(1, 0, C, OC, N, 1.0f, x, C, dy, OC, NULL, dw0, dw, dw32, OC));
+    CU_ASSERT(memcmp(db, db32, OC * 4) == 0); /* the bias gradient is fp32 column sums either way */
+    be->set_matmul_precision(ZT_MATMUL_HIGHEST);
+    float *bufs[] = {x, w, b, dy, out, out32, dx, dw, db, dx32, dw32, db32, dw0};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+}
+
+static void t_backend(void) { run_backend(0, 1); }
+static void t_backend_nobias(void) { run_backend(0, 0); }
+static void t_backend_transw(void) { run_backend(1, 0); }
+static void t_backend_transw_bias(void) { run_backend(1, 1); }
+
+/* fp32 (HIGHEST, and HIGH, which the CPU has no units for) is OpenBLAS exactly as
+ * before this path existed: the same sgemm calls, so the same bits */
+static void t_fp32_bits(void)
+{
+    const int N = 33, C = 70, OC = 50;
+    const size_t nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+    for (int level = ZT_MATMUL_HIGHEST; level <= ZT_MATMUL_HIGH; level++)
+        for (int transw = 0; transw < 2; transw++) {
+            be->set_matmul_precision(level);
+            CU_ASSERT(strcmp(zt_cpu_gemm_path(), "fp32") == 0);
+            float *x = frand(nx, 1), *w = frand(nw, 1), *b = frand(OC, 1), *dy = frand(no, 1);
+            float *out = be->alloc(no * 4), *ref = be->alloc(no * 4);
+            be->matmul_forward(out, x, w, b, N, C, OC, transw);
+            for (int n = 0; n < N; n++) memcpy(ref + (size_t)n * OC, b, OC * 4);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, transw ? CblasTrans : CblasNoTrans, N, OC, C, 1.0f, x, C,
+                        w, transw ? C : OC, 1.0f, ref, OC);
+            CU_ASSERT(memcmp(out, ref, no * 4) == 0);
+            float *dx = frand(nx, 1), *dw = frand(nw, 1), *dxr = be->alloc(nx * 4), *dwr = fcopy(dw, nw);
+            be->matmul_backward(dx, dw, NULL, dy, x, w, N, C, OC, transw);
+            if (transw) {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dy, OC, w, C, 0.0f, dxr, C);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dy, OC, x, C, 1.0f, dwr, C);
+            } else {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dy, OC, w, OC, 0.0f, dxr, C);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, x, C, dy, OC, 1.0f, dwr, OC);
+            }
+            CU_ASSERT(memcmp(dx, dxr, nx * 4) == 0);
+            CU_ASSERT(memcmp(dw, dwr, nw * 4) == 0);
+            float *bufs[] = {x, w, b, dy, out, ref, dx, dw, dxr, dwr};
+            for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+        }
+}
+
+/* attention under MEDIUM runs its inner GEMMs through oneDNN from several
+ * threads at once: the result is the same with 1 and 2 threads (each (b,h) is
+ * one thread's, in the same order), and close to fp32 (a loose sanity bound:
+ * the softmax between the GEMMs has no simple a-priori bound here; the GEMMs
+ * themselves are bounded above) */
+static void t_attention(void)
+{
+    const int B = 2, T = 70, NH = 4, NKV = 2, HD = 16, qs = (NH + 2 * NKV) * HD, os = NH * HD;
+    const size_t nq = (size_t)B * T * qs, no = (size_t)B * T * os, nl = (size_t)B * NH * T;
+    float *qkv = frand(nq, 1), *dout = frand(no, 1);
+    float *o[3], *l[3], *dq[3];
+    for (int r = 0; r < 3; r++) { /* 0: fp32, 1: bf16 1 thread, 2: bf16 2 threads */
+        o[r] = be->alloc(no * 4), l[r] = be->alloc(nl * 4), dq[r] = be->alloc(nq * 4);
+        be->set_matmul_precision(r ? ZT_MATMUL_MEDIUM : ZT_MATMUL_HIGHEST);
+        zt_cpu_set_threads(r == 2 ? 2 : 1);
+        be->attention_forward(o[r], l[r], qkv, B, T, NH, NKV, HD);
+        be->attention_backward(dq[r], dout, qkv, o[r], l[r], B, T, NH, NKV, HD);
+    }
+    zt_cpu_set_threads(1);
+    be->set_matmul_precision(ZT_MATMUL_HIGHEST);
+    CU_ASSERT(memcmp(o[1], o[2], no * 4) == 0);
+    CU_ASSERT(memcmp(dq[1], dq[2], nq * 4) == 0);
+    double eo = 0, ed = 0, mo = 0, md = 0;
+    for (size_t i = 0; i < no; i++) eo = fmax(eo, fabs(o[1][i] - o[0][i])), mo = fmax(mo, fabs(o[0][i]));
+    for (size_t i = 0; i < nq; i++) ed = fmax(ed, fabs(dq[1][i] - dq[0][i])), md = fmax(md, fabs(dq[0][i]));
+    CU_ASSERT(eo > 0 && eo < 0.05 * mo);
+    CU_ASSERT(ed > 0 && ed < 0.05 * md);
+    for (int r = 0; r < 3; r++) be->free(o[r]), be->free(l[r]), be->free(dq[r]);
+    be->free(qkv), be->free(dout);
+}
+
+/* the fused GELU operations under bf16 GEMMs are still the operations they fuse,
+ * bit for bit, with dpre written over act (the operands are rounded before dpre
+ * is written: matmul_backward_bf16) */
+static void run_matmul_gelu(int with_bias)
+{
+    be->set_matmul_precision(ZT_MATMUL_MEDIUM);
+    const int N = 37, C = 24, OC = 40; /* fc: C -> OC ; fcproj backward: OC -> C */
+    const size_t nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
+    float *x = frand(nx, 2), *w = frand(nw, 1), *b = with_bias ? frand(OC, 1) : NULL;
+    float *pre = frand(no, 1), *act = frand(no, 1), *pre1 = be->alloc(no * 4), *act1 = be->alloc(no * 4);
+    be->matmul_gelu_forward(act, pre, x, w, b, N, C, OC);
+    be->matmul_forward(pre1, x, w, b, N, C, OC, 0);
+    be->gelu_forward(act1, pre1, no);
+    CU_ASSERT(memcmp(pre, pre1, no * 4) == 0);
+    CU_ASSERT(memcmp(act, act1, no * 4) == 0);
+
+    /* backward of y (N,C) = act (N,OC) @ W2 (OC,C) + b2 */
+    float *w2 = frand(nw, 1), *dy = frand(nx, 1);
+    float *dw = frand(nw, 1), *db = frand(C, 1), *dw1 = fcopy(dw, nw), *db1 = fcopy(db, C);
+    float *dact = be->alloc(no * 4), *dpre1 = be->alloc(no * 4);
+    be->matmul_backward(dact, dw1, with_bias ? db1 : NULL, dy, act1, w2, N, OC, C, 0);
+    be->gelu_backward(dpre1, pre1, dact, no);
+    be->gelu_matmul_backward(act, dw, with_bias ? db : NULL, dy, act, pre, w2, N, OC, C);
+    CU_ASSERT(memcmp(dw, dw1, nw * 4) == 0);
+    CU_ASSERT(memcmp(db, db1, C * 4) == 0);
+    CU_ASSERT(memcmp(act, dpre1, no * 4) == 0);
+    float *bufs[] = {x, w, b, pre, act, pre1, act1, w2, dy, dw, db, dw1, db1, dact, dpre1};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+    be->set_matmul_precision(ZT_MATMUL_HIGHEST);
+}
+
+static void t_matmul_gelu(void) { run_matmul_gelu(1); }
+static void t_matmul_gelu_nobias(void) { run_matmul_gelu(0); }
+
+static void t_path(void)
+{
+    be->set_matmul_precision(ZT_MATMUL_MEDIUM);
+    const char *p = zt_cpu_gemm_path();
+    printf("\n  GEMMs under MEDIUM: %s\n", p);
+    CU_ASSERT(strncmp(p, "bf16 (oneDNN", 12) == 0);
+    be->set_matmul_precision(ZT_MATMUL_HIGHEST);
+    CU_ASSERT(strcmp(zt_cpu_gemm_path(), "fp32") == 0);
+}
+
+static const zt_test_t tests[] = {
+    {"GEMM path reported", t_path},
+    {"oneDNN bf16 GEMM: transposes, ld, bias, accumulate, alpha within the derived bound", t_gemm},
+    {"backend matmul W (C,OC) + bias, bf16", t_backend},
+    {"backend matmul W (C,OC) no bias, bf16", t_backend_nobias},
+    {"backend matmul W^T, bf16", t_backend_transw},
+    {"backend matmul W^T + bias, bf16", t_backend_transw_bias},
+    {"fp32 levels are OpenBLAS bit for bit", t_fp32_bits},
+    {"attention bf16: threads agree, near fp32", t_attention},
+    {"matmul + gelu fused = composed, bf16, dpre over act", t_matmul_gelu},
+    {"matmul + gelu fused = composed, bf16, no bias", t_matmul_gelu_nobias},
+    {NULL, NULL},
+};
+
+int main(void)
+{
+    setenv("ZT_DNNL", "force", 1); /* before the first zt_dnnl_mode(): test the path on any CPU */
+    zt_cpu_set_threads(1);
+    if (zt_dnnl_mode() == ZT_DNNL_OFF) {
+        printf("test_dnnl: built without oneDNN: skipped\n");
+        return 77;
+    }
+    return zt_test_run("test_dnnl", tests);
+}
