@@ -28,7 +28,7 @@
 
 #include "zt_arch.h"
 #include "zt_backend.h"
-#include "zt_bpe.h"
+#include "zt_tokenizer.h"
 #include "zt_ckpt.h"
 #include "zt_common.h"
 #include "zt_data.h"

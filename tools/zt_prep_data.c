@@ -15,7 +15,7 @@
  * so the trainer knows how to decode; --bin writes llm.c shards instead.
  * Files are written under a temporary name and renamed, so a failed run never
  * leaves a half-written dataset behind. Serial: no MPI needed. */
-#include "zt_bpe.h"
+#include "zt_tokenizer.h"
 #include "zt_common.h"
 #include "zt_data.h"
 
@@ -90,7 +90,7 @@ static void reserve(tokens_t *t, size_t more)
     }
 }
 
-static void append_text(tokens_t *t, const zt_tokenizer_t *tok, const char *text, size_t len)
+static void append_text(tokens_t *t, zt_tokenizer_t *tok, const char *text, size_t len)
 {
     int32_t *ids = NULL;
     size_t m = 0;
