@@ -8,13 +8,14 @@ pre-tokenizer style ztrain implements:
   gpt2    ByteLevel(use_regex=True) alone (GPT-2's regex inside ByteLevel); the
           merges are rewritten to the legacy "a b" string form;
   llama3  Split(Llama-3 regex, Isolated) + ByteLevel(use_regex=False),
-          BPE ignore_merges=True (three extra whole-word vocabulary entries without
-          merges make ignore_merges visible in the ids);
+          BPE ignore_merges=True (extra whole-word vocabulary entries without
+          merges make ignore_merges visible in the ids), an added token "世界"
+          outside the byte alphabet;
   qwen2   NFC normalizer + Split(Qwen2 regex: single \\p{N}) + ByteLevel(use_regex=False),
           merges in the ["a", "b"] list form; a non-special normalized added token
           "café" (matched after NFC) and a lstrip/rstrip special token "<mask>";
 
-a single_word added token "[w]" in gpt2; each with added special tokens (<|endoftext|>, <|im_start|>, <|im_end|>,
+a single_word added token "[w]" and "<|im_start|>system" (longest match) in gpt2; each with added special tokens (<|endoftext|>, <|im_start|>, <|im_end|>,
 <|begin_of_text|>, ...). The corpus is the fortunes text of /usr/share/games/fortunes
 plus the multilingual test strings below. Then every test string is encoded with
 `tokenizers` (add_special_tokens=False: ztrain writes raw ids) and the ids, the
@@ -63,7 +64,7 @@ STRINGS = [
     "   leading spaces",
     "trailing spaces   ",
     "\r\n\r\nwindows\r\nline  \r\n",
-    "\u00a0nbsp\u3000ideographic\u2003em\u2009thin x\u0085y",
+    "\u00a0nbsp\u3000ideographic\u2003em\u2009thin x\u0085y x\u180ey \u180e!! b\u180e\u180e. \u180e    \u180e    x",
     " ",
     "\n",
     "",
@@ -76,6 +77,7 @@ STRINGS = [
     "a <mask> b<mask>c  <mask>  d",
     "Le café est bon. cafécafé",
     "a[w]b [w] x[w] [w]c ([w]) [w]",
+    "<|im_start|>system\nBe brief.<|im_end|><|im_start|>sys <|im_start|>system",
     # code
     "def f(x):\n    return x**2  # square\n\nif __name__ == '__main__':\n\tprint(f(3))\n",
     "Mixed: Привет123мир, 你好abc, αβγ δεζ, ĞğİıŞş, ß ẞ ǅ",
@@ -121,11 +123,6 @@ def train(corpus, style):
                                   min_frequency=2, special_tokens=SPECIALS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(corpus, trainer=trainer)
-    if style == "gpt2":
-        tok.add_tokens([AddedToken("[w]", single_word=True, normalized=False, special=False)])
-    if style == "qwen2":
-        tok.add_tokens([AddedToken("café", normalized=True, special=False)])
-        tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True, normalized=False)])
     j = json.loads(tok.to_str())
     if style == "llama3":
         j["model"]["ignore_merges"] = True
@@ -139,6 +136,17 @@ def train(corpus, style):
             if s not in j["model"]["vocab"]:
                 j["model"]["vocab"][s] = nxt
                 nxt += 1
+    tok = Tokenizer.from_str(json.dumps(j, ensure_ascii=False))
+    if style == "llama3":  # a token outside the byte alphabet: decoded as its own UTF-8
+        tok.add_tokens([AddedToken("世界", normalized=False, special=False)])
+    if style == "gpt2":
+        tok.add_tokens([AddedToken("[w]", single_word=True, normalized=False, special=False)])
+        # a special token that starts with another: the longest match wins
+        tok.add_special_tokens([AddedToken("<|im_start|>system", special=True, normalized=False)])
+    if style == "qwen2":
+        tok.add_tokens([AddedToken("café", normalized=True, special=False)])
+        tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True, normalized=False)])
+    j = json.loads(tok.to_str())
     if style == "gpt2":
         j["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
     return Tokenizer.from_str(json.dumps(j, ensure_ascii=False)), j
@@ -168,6 +176,8 @@ def main():
         with open(path, "w", encoding="utf-8") as f:
             json.dump(j, f, ensure_ascii=False, indent=1)
         tok = Tokenizer.from_file(path)
+        for a in j["added_tokens"]:  # the file's ids are the ones the library uses
+            assert tok.token_to_id(a["content"]) == a["id"], a
         res = []
         for t in texts:
             ids = tok.encode(t, add_special_tokens=False).ids
