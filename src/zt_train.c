@@ -386,10 +386,14 @@ static void generate_sample(run_t *r)
     zt_tokenizer_t *tok = NULL;
     if (strcmp(kind, "byte") == 0 || kind[0] == 0) {
         tok = zt_tokenizer_byte();
-    } else if (cfg->data.vocab_file[0] && cfg->data.merges_file[0]) {
-        char terr[ZT_ERRLEN];
-        tok = zt_tokenizer_open_bpe(cfg->data.vocab_file, cfg->data.merges_file, terr, sizeof terr);
-        if (!tok) zt_log("sample: %s; printing token ids", terr);
+    } else {
+        char terr[ZT_ERRLEN] = "";
+        const char *path = cfg->data.tokenizer[0] ? cfg->data.tokenizer : NULL;
+        if (!path && cfg->data.vocab_file[0] && cfg->data.merges_file[0])
+            tok = zt_tokenizer_open_bpe(cfg->data.vocab_file, cfg->data.merges_file, terr, sizeof terr);
+        else if (path || cfg->model.name_or_path[0])
+            tok = zt_tokenizer_load(path ? path : cfg->model.name_or_path, terr, sizeof terr);
+        if (!tok && terr[0]) zt_log("sample: %s; printing token ids", terr);
     }
     int32_t *ctx = zt_malloc((size_t)(n + T + 1) * sizeof *ctx);
     size_t len = 0;
