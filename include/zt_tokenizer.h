@@ -6,7 +6,9 @@
  *  - added_tokens: matched in the text before anything else, leftmost-longest,
  *    the normalized=false ones on the raw text, then the normalized=true ones on
  *    the normalized pieces between them; single_word, lstrip and rstrip as the
- *    library applies them (word characters: Unicode letters and numbers);
+ *    library applies them (word characters: the regex crate's Unicode \w);
+ *    the ids are the file's (the library renumbers an added token missing from
+ *    the vocabulary whose id is not after it: a file it never writes);
  *  - normalizer: none or NFC (alone or in a Sequence), through utf8proc;
  *  - pre_tokenizer: ByteLevel (use_regex: GPT-2's pattern), alone or after
  *    Split(Regex or String, behavior Isolated) in a Sequence. Regexes run through

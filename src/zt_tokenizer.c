@@ -172,13 +172,25 @@ static int is_ws(int cp)
 }
 #define WS_CLASS "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
 
-/* Rust's char::is_alphanumeric, approximated by the L and N categories. */
+/* A word character for single_word: the library tests its neighbours with the
+ * regex crate's Unicode \w (Alphabetic, Mark, Decimal_Number,
+ * Connector_Punctuation, Join_Control); Alphabetic as L, Nl and the letter-like
+ * symbols of Other_Alphabetic (circled and squared Latin letters). */
 static int is_word(int cp)
 {
     if (cp < 0) return 0;
-    if (cp < 128) return (cp >= '0' && cp <= '9') || ((cp | 32) >= 'a' && (cp | 32) <= 'z');
-    utf8proc_category_t c = utf8proc_category(cp);
-    return c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_NO;
+    if (cp < 128) return (cp >= '0' && cp <= '9') || ((cp | 32) >= 'a' && (cp | 32) <= 'z') || cp == '_';
+    if (cp == 0x200c || cp == 0x200d || (cp >= 0x24b6 && cp <= 0x24e9) || (cp >= 0x1f130 && cp <= 0x1f149) ||
+        (cp >= 0x1f150 && cp <= 0x1f169) || (cp >= 0x1f170 && cp <= 0x1f189))
+        return 1;
+    switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* The last code point of s[0..n). */
@@ -363,18 +375,44 @@ static void build_set(zt_tokenizer_t *t, match_set_t *ms, int normalized)
     }
 }
 
-/* NFC through utf8proc; NULL when s is ASCII (nothing to do) or not valid UTF-8. */
+/* NFC through utf8proc; NULL when s is ASCII (nothing to do). Only the non-ASCII
+ * runs, each with the ASCII character before it (a base their marks may compose
+ * with), go through utf8proc: an ASCII character is a starter that never
+ * composes with what precedes it, so NFC never acts across one. A run that is
+ * not valid UTF-8 is kept as it is. */
 static char *nfc(const char *s, size_t n, size_t *out_len)
 {
+    const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
-    while (i < n && (unsigned char)s[i] < 0x80) i++;
+    while (i < n && u[i] < 0x80) i++;
     if (i == n) return NULL;
-    utf8proc_uint8_t *dst = NULL;
-    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
-                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (r < 0) return NULL;
-    *out_len = (size_t)r;
-    return (char *)dst;
+    size_t cap = n + n / 2 + 16, o = 0;
+    char *out = zt_malloc(cap);
+    i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && u[j] < 0x80) j++;
+        size_t rs = j == n ? n : j > i ? j - 1 : j, k = j;
+        memcpy(out + o, s + i, rs - i);
+        o += rs - i;
+        if (rs == n) break;
+        while (k < n && u[k] >= 0x80) k++;
+        utf8proc_uint8_t *dst = NULL;
+        utf8proc_ssize_t r = utf8proc_map(u + rs, (utf8proc_ssize_t)(k - rs), &dst, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        const char *src = r >= 0 ? (const char *)dst : s + rs;
+        size_t len = r >= 0 ? (size_t)r : k - rs;
+        if (o + len + (n - k) > cap) {
+            cap = 2 * (o + len + (n - k)) + 16;
+            out = realloc(out, cap);
+            if (!out) zt_fatal("out of memory: NFC of %zu bytes", n);
+        }
+        memcpy(out + o, src, len);
+        o += len;
+        free(dst);
+        i = k;
+    }
+    *out_len = o;
+    return out;
 }
 
 /* Rewrites \s and \S to Unicode White_Space (what Oniguruma means) and compiles. */

@@ -77,6 +77,7 @@ STRINGS = [
     "a <mask> b<mask>c  <mask>  d",
     "Le café est bon. cafécafé",
     "a[w]b [w] x[w] [w]c ([w]) [w]",
+    "y_[w] ²[w] z [w]\u200dM é[w] e\u0301[w] ٣[w] Ⓐ[w]",
     "<|im_start|>system\nBe brief.<|im_end|><|im_start|>sys <|im_start|>system",
     # code
     "def f(x):\n    return x**2  # square\n\nif __name__ == '__main__':\n\tprint(f(3))\n",
