@@ -65,7 +65,7 @@ int zt_data_write_h5_tok(const char *path, const int32_t *tokens, size_t n, int 
 int zt_data_write_bin(const char *path, const int32_t *tokens, size_t n, char *err, size_t errlen);
 
 /* Byte-level tokenizer used when no BPE files are given: token = byte value
- * (vocab 256 + 1 EOT = 257). GPT-2 BPE lives in zt_bpe.h. */
+ * (vocab 256 + 1 EOT = 257). GPT-2 BPE lives in zt_tokenizer.h. */
 #define ZT_BYTE_VOCAB 257
 #define ZT_BYTE_EOT 256
 

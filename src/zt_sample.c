@@ -8,16 +8,21 @@
 #include "zt_common.h"
 #include "zt_log.h"
 
-zt_tokenizer_t *zt_sample_tokenizer(const char *kind, const char *vocab_file, const char *merges_file)
+zt_tokenizer_t *zt_sample_tokenizer(const char *kind, const char *tokenizer, const char *vocab_file,
+                                    const char *merges_file, const char *model_dir)
 {
     zt_tokenizer_t *tok = NULL;
+    char terr[ZT_ERRLEN] = "";
     if (strcmp(kind, "byte") == 0 || kind[0] == 0) {
         tok = zt_tokenizer_byte();
+    } else if (tokenizer[0]) {
+        tok = zt_tokenizer_load(tokenizer, terr, sizeof terr);
     } else if (vocab_file[0] && merges_file[0]) {
-        char terr[ZT_ERRLEN];
         tok = zt_tokenizer_open_bpe(vocab_file, merges_file, terr, sizeof terr);
-        if (!tok) zt_log("sample: %s; printing token ids", terr);
+    } else if (model_dir[0]) {
+        tok = zt_tokenizer_load(model_dir, terr, sizeof terr);
     }
+    if (!tok && terr[0]) zt_log("sample: %s; printing token ids", terr);
     return tok;
 }
 

@@ -28,7 +28,7 @@
 
 #include "zt_arch.h"
 #include "zt_backend.h"
-#include "zt_bpe.h"
+#include "zt_tokenizer.h"
 #include "zt_ckpt.h"
 #include "zt_common.h"
 #include "zt_data.h"
@@ -404,8 +404,8 @@ static void generate_sample(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     if (cfg->train.sample_tokens <= 0) return;
-    zt_tokenizer_t *tok = zt_sample_tokenizer(zt_data_tokenizer(r->train), cfg->data.vocab_file,
-                                              cfg->data.merges_file);
+    zt_tokenizer_t *tok = zt_sample_tokenizer(zt_data_tokenizer(r->train), cfg->data.tokenizer,
+                                              cfg->data.vocab_file, cfg->data.merges_file, cfg->model.name_or_path);
     const zt_sample_opts_t o = {
         .tokens = cfg->train.sample_tokens, .context = r->T, .vocab_size = cfg->model.vocab_size,
         .temperature = ZT_SAMPLE_TEMPERATURE, .seed = (uint64_t)cfg->train.seed,
