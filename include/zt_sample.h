@@ -50,7 +50,7 @@ zt_tokenizer_t *zt_sample_tokenizer(const char *kind, const char *tokenizer, con
 
 /* Encodes the prompt (tok may be NULL) and samples o->tokens tokens after it.
  * Collective over comm's world. */
-void zt_sample_generate(const zt_sample_opts_t *o, const zt_tokenizer_t *tok, zt_sample_logits_fn logits,
+void zt_sample_generate(const zt_sample_opts_t *o, zt_tokenizer_t *tok, zt_sample_logits_fn logits,
                         void *arg, zt_comm_t *comm, zt_sample_t *out);
 
 /* Writes the sample between "---- sample ... ----" and "---- end of sample ----"

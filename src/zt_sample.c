@@ -51,7 +51,7 @@ static int32_t draw(const float *logits, int V, double temperature, double u)
     return V - 1;
 }
 
-void zt_sample_generate(const zt_sample_opts_t *o, const zt_tokenizer_t *tok, zt_sample_logits_fn logits_fn,
+void zt_sample_generate(const zt_sample_opts_t *o, zt_tokenizer_t *tok, zt_sample_logits_fn logits_fn,
                         void *arg, zt_comm_t *comm, zt_sample_t *out)
 {
     const int n = o->tokens, T = o->context, V = o->vocab_size;
