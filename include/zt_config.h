@@ -42,6 +42,7 @@ typedef struct zt_config {
         long seed;
         char vocab_file[ZT_STRLEN];  /* GPT-2 vocab.json, to decode samples of BPE data */
         char merges_file[ZT_STRLEN]; /* GPT-2 merges.txt */
+        char tokenizer[ZT_STRLEN];   /* HF tokenizer dir or tokenizer.json ("" = model.name_or_path) */
     } data;
     struct {
         int per_device_train_batch_size;

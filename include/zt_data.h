@@ -41,6 +41,21 @@ int64_t zt_data_num_tokens(const zt_dataset_t *ds);
 int zt_data_read(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *out,
                  char *err, size_t errlen);
 
+/* SFT sample files (zt-prep-data --format ...; LLaMA-Factory's supervised samples): HDF5
+ * with /input_ids (int32, the samples concatenated), /labels (int32, -100 where a token
+ * carries no loss), /sample_offsets (int64, n + 1), attributes vocab_size, eot_token
+ * (the padding id) and tokenizer. Sample i of the epoch is one sample. */
+int zt_data_is_sft(const zt_dataset_t *ds);
+/* Global sample g as a training row of seq_len positions: inputs, and the targets the
+ * model predicts there (-1: no loss). A token stream gives tokens [i T, i T + T) and the
+ * same shifted by one (zt_data_read); an SFT sample gives input_ids[0 .. n-1) and
+ * labels[1 .. n) (-100 -> -1), cut at seq_len and padded with eot_token / -1. */
+int zt_data_read_pair(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *inp, int32_t *tgt,
+                      char *err, size_t errlen);
+int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels, size_t ntokens,
+                         const int64_t *sample_offsets, size_t nsamples, int vocab_size, int eot_token,
+                         const char *tokenizer, char *err, size_t errlen);
+
 /* The position within epoch that global sample g maps to (exposed for tests). */
 int64_t zt_data_sample_index(const zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle);
 
@@ -65,7 +80,7 @@ int zt_data_write_h5_tok(const char *path, const int32_t *tokens, size_t n, int 
 int zt_data_write_bin(const char *path, const int32_t *tokens, size_t n, char *err, size_t errlen);
 
 /* Byte-level tokenizer used when no BPE files are given: token = byte value
- * (vocab 256 + 1 EOT = 257). GPT-2 BPE lives in zt_bpe.h. */
+ * (vocab 256 + 1 EOT = 257). GPT-2 BPE lives in zt_tokenizer.h. */
 #define ZT_BYTE_VOCAB 257
 #define ZT_BYTE_EOT 256
 

@@ -60,6 +60,9 @@ void zt_model_forward_head(zt_model_t *m, const float *root);
 void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale);
 /* Mean loss of the batch's last head pass (0 without targets); waits for it. */
 float zt_model_loss(zt_model_t *m);
+/* The sum of its per-token losses (targets < 0 add 0), for means over the tokens that
+ * carry a loss (SFT). */
+double zt_model_loss_sum(zt_model_t *m);
 /* Tokens per head chunk the model uses for N tokens per micro-batch (benchmarks). */
 int zt_model_head_rows(zt_model_dims_t d, int N);
 /* Tokens per head chunk: at most the automatic size (about 256 MiB of fp32 logits),

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "zt_bpe.h"
+#include "zt_tokenizer.h"
 #include "zt_comm.h"
 
 /* The temperature of the end-of-run sample (train.sample_tokens). */
@@ -41,14 +41,16 @@ typedef struct zt_sample {
 } zt_sample_t;
 
 /* The tokenizer to encode the prompt and decode with: the byte tokenizer for `kind`
- * "byte" or "", GPT-2 BPE from vocab_file and merges_file when both are given (logs
- * why when they do not load), else NULL (token ids are printed). Close it with
+ * "byte" or ""; else data.tokenizer (a directory or tokenizer.json), else GPT-2 BPE
+ * from vocab_file and merges_file when both are given, else the model directory's
+ * (logs why when it does not load); NULL: token ids are printed. Close it with
  * zt_tokenizer_close. */
-zt_tokenizer_t *zt_sample_tokenizer(const char *kind, const char *vocab_file, const char *merges_file);
+zt_tokenizer_t *zt_sample_tokenizer(const char *kind, const char *tokenizer, const char *vocab_file,
+                                    const char *merges_file, const char *model_dir);
 
 /* Encodes the prompt (tok may be NULL) and samples o->tokens tokens after it.
  * Collective over comm's world. */
-void zt_sample_generate(const zt_sample_opts_t *o, const zt_tokenizer_t *tok, zt_sample_logits_fn logits,
+void zt_sample_generate(const zt_sample_opts_t *o, zt_tokenizer_t *tok, zt_sample_logits_fn logits,
                         void *arg, zt_comm_t *comm, zt_sample_t *out);
 
 /* Writes the sample between "---- sample ... ----" and "---- end of sample ----"

@@ -140,6 +140,11 @@ static const zkey_t schema[] = {
        "print the end-of-run sample as text for GPT-2 BPE token files; without them the sample is printed "
        "as token ids. Byte-level data needs neither."),
     KS("data.merges_file", data.merges_file, "", NULL, "GPT-2 merges.txt, with data.vocab_file."),
+    KS("data.tokenizer", data.tokenizer, "", NULL,
+       "Tokenizer of the token files, to encode train.sample_prompt and print the end-of-run sample as text: "
+       "a Hugging Face model directory (its tokenizer.json, else vocab.json + merges.txt) or a tokenizer.json "
+       "file, as zt-prep-data --tokenizer takes. Empty: data.vocab_file + data.merges_file when set, else "
+       "model.name_or_path when set. Byte-level data needs none."),
     /* train */
     KI("train.per_device_train_batch_size", train.per_device_train_batch_size, 8, 1, 1 << 20,
        "Sequences per rank per micro-step (B). Global batch = B * gradient_accumulation_steps * world size "

@@ -44,6 +44,11 @@ typedef struct {
     int64_t first;          /* index of this file's first sample in the epoch */
     int vocab_attr, eot_attr; /* -1 when absent */
     char tokenizer[32];
+    /* SFT sample files: /input_ids and /labels (the samples concatenated), the
+     * samples' boundaries (nsamples + 1 offsets, in memory) */
+    int is_sft;
+    hid_t labels;
+    int64_t *offsets;
 } zt_file_t;
 
 struct zt_dataset {
@@ -110,26 +115,75 @@ static void h5_str_attr(hid_t obj, const char *name, char *out, size_t len)
     H5Aclose(a);
 }
 
+/* 1-D dataset `name` of exactly n elements (n < 0: any), read into out (n or its size) as
+ * native type mt; -1 with err */
+static int read_1d(zt_file_t *f, const char *name, hid_t mt, int64_t n, void **out, int64_t *got, char *err,
+                   size_t errlen)
+{
+    if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0) return zt_err(err, errlen, "%s: no dataset /%s", f->path, name);
+    hid_t d = H5Dopen2(f->file, name, H5P_DEFAULT);
+    hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+    hsize_t dims[1] = {0};
+    int rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+    if (rank == 1) H5Sget_simple_extent_dims(sp, dims, NULL);
+    if (sp >= 0) H5Sclose(sp);
+    int rc = 0;
+    if (d < 0 || rank != 1) rc = zt_err(err, errlen, "%s: /%s is not a 1-D dataset", f->path, name);
+    else if (n >= 0 && (int64_t)dims[0] != n)
+        rc = zt_err(err, errlen, "%s: /%s has %lld elements, /input_ids %lld", f->path, name, (long long)dims[0],
+                    (long long)n);
+    if (!rc && out) {
+        *out = zt_malloc((size_t)dims[0] * H5Tget_size(mt) + 1);
+        if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0)
+            rc = zt_err(err, errlen, "%s: reading /%s failed", f->path, name);
+    }
+    if (got) *got = (int64_t)dims[0];
+    if (d >= 0) H5Dclose(d);
+    return rc;
+}
+
+/* SFT: /labels beside /input_ids, /sample_offsets (n + 1, from 0 to the token count,
+ * non-decreasing) in memory */
+static int open_sft(zt_file_t *f, char *err, size_t errlen)
+{
+    if (read_1d(f, "labels", H5T_NATIVE_INT32, f->ntok, NULL, NULL, err, errlen)) return -1;
+    f->labels = H5Dopen2(f->file, "labels", H5P_DEFAULT);
+    if (f->labels < 0) return zt_err(err, errlen, "%s: cannot open /labels", f->path);
+    int64_t n1 = 0;
+    if (read_1d(f, "sample_offsets", H5T_NATIVE_INT64, -1, (void **)&f->offsets, &n1, err, errlen)) return -1;
+    if (n1 < 1 || f->offsets[0] != 0 || f->offsets[n1 - 1] != f->ntok)
+        return zt_err(err, errlen, "%s: /sample_offsets must run from 0 to the %lld tokens of /input_ids", f->path,
+                      (long long)f->ntok);
+    for (int64_t i = 0; i + 1 < n1; i++)
+        if (f->offsets[i + 1] < f->offsets[i])
+            return zt_err(err, errlen, "%s: /sample_offsets decreases at sample %lld", f->path, (long long)i);
+    f->nsamples = n1 - 1;
+    return 0;
+}
+
 static int open_h5(zt_file_t *f, char *err, size_t errlen)
 {
     f->file = H5Fopen(f->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f->file < 0) return zt_err(err, errlen, "%s: cannot open as HDF5", f->path);
-    if (H5Lexists(f->file, "tokens", H5P_DEFAULT) <= 0)
-        return zt_err(err, errlen, "%s: no dataset /tokens", f->path);
-    f->dset = H5Dopen2(f->file, "tokens", H5P_DEFAULT);
-    if (f->dset < 0) return zt_err(err, errlen, "%s: cannot open dataset /tokens", f->path);
+    f->is_sft = H5Lexists(f->file, "input_ids", H5P_DEFAULT) > 0;
+    const char *ds_name = f->is_sft ? "input_ids" : "tokens";
+    if (!f->is_sft && H5Lexists(f->file, "tokens", H5P_DEFAULT) <= 0)
+        return zt_err(err, errlen, "%s: no dataset /tokens (a token file) or /input_ids (an SFT file)", f->path);
+    f->dset = H5Dopen2(f->file, ds_name, H5P_DEFAULT);
+    if (f->dset < 0) return zt_err(err, errlen, "%s: cannot open dataset /%s", f->path, ds_name);
     hid_t t = H5Dget_type(f->dset);
     H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
     if (t >= 0) H5Tclose(t);
     if (cls != H5T_INTEGER)
-        return zt_err(err, errlen, "%s: /tokens is not an integer dataset", f->path);
+        return zt_err(err, errlen, "%s: /%s is not an integer dataset", f->path, ds_name);
     hid_t sp = H5Dget_space(f->dset);
     int rank = H5Sget_simple_extent_ndims(sp);
     hsize_t dims[1] = {0};
     if (rank == 1) H5Sget_simple_extent_dims(sp, dims, NULL);
     H5Sclose(sp);
-    if (rank != 1) return zt_err(err, errlen, "%s: /tokens has rank %d, expected 1", f->path, rank);
+    if (rank != 1) return zt_err(err, errlen, "%s: /%s has rank %d, expected 1", f->path, ds_name, rank);
     f->ntok = (int64_t)dims[0];
+    if (f->is_sft && open_sft(f, err, errlen)) return -1;
     if (h5_int_attr(f->dset, "vocab_size", &f->vocab_attr) < 0 ||
         h5_int_attr(f->dset, "eot_token", &f->eot_attr) < 0)
         return zt_err(err, errlen, "%s: unreadable attribute on /tokens", f->path);
@@ -199,7 +253,7 @@ zt_dataset_t *zt_data_open(const char *const *files, int nfiles, int seq_len, in
     for (int i = 0; i < nfiles; i++) {
         zt_file_t *f = &ds->files[i];
         f->fd = -1;
-        f->file = f->dset = -1;
+        f->file = f->dset = f->labels = -1;
         f->vocab_attr = f->eot_attr = -1;
         ds->nfiles = i + 1;
         f->path = strdup(files[i]);
@@ -229,10 +283,19 @@ zt_dataset_t *zt_data_open(const char *const *files, int nfiles, int seq_len, in
                 }
                 break;
             }
-        f->nsamples = f->ntok > 0 ? (f->ntok - 1) / seq_len : 0;
+        if (i > 0 && f->is_sft != ds->files[0].is_sft) {
+            zt_err(err, errlen, "%s: an %s file among %s files (one kind per dataset)", f->path,
+                   f->is_sft ? "SFT" : "token", ds->files[0].is_sft ? "SFT" : "token");
+            goto fail;
+        }
+        if (!f->is_sft) f->nsamples = f->ntok > 0 ? (f->ntok - 1) / seq_len : 0;
         f->first = ds->nsamples;
         ds->nsamples += f->nsamples;
         ds->ntokens += f->ntok;
+    }
+    if (ds->nsamples == 0 && ds->files[0].is_sft) {
+        zt_err(err, errlen, "no samples: %s holds none", files[0]);
+        goto fail;
     }
     if (ds->nsamples == 0) {
         char names[256];
@@ -254,7 +317,9 @@ void zt_data_close(zt_dataset_t *ds)
     for (int i = 0; i < ds->nfiles; i++) {
         zt_file_t *f = &ds->files[i];
         if (f->dset >= 0) H5Dclose(f->dset);
+        if (f->is_sft && f->labels >= 0) H5Dclose(f->labels);
         if (f->file >= 0) H5Fclose(f->file);
+        free(f->offsets);
         if (f->fd >= 0) close(f->fd);
         free(f->path);
     }
@@ -332,6 +397,7 @@ int zt_data_read(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_
                  char *err, size_t errlen)
 {
     if (g < 0) return zt_err(err, errlen, "negative sample index %lld", (long long)g);
+    if (zt_data_is_sft(ds)) return zt_err(err, errlen, "%s: an SFT file has no token rows", ds->files[0].path);
     int64_t idx = zt_data_sample_index(ds, g, seed, shuffle);
     const zt_file_t *f = file_of(ds, idx);
     int n = ds->seq_len + 1;
@@ -364,6 +430,99 @@ int zt_data_read(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_
                           f->path, out[i], (long long)off + i, ds->vocab_size);
     }
     return 0;
+}
+
+static int read_range(const zt_file_t *f, hid_t d, const char *name, int64_t off, int64_t n, int32_t *out,
+                      char *err, size_t errlen)
+{
+    if (n <= 0) return 0;
+    hsize_t start[1] = {(hsize_t)off}, count[1] = {(hsize_t)n};
+    hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, count, NULL);
+    herr_t rc = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+    if (rc >= 0) rc = H5Dread(d, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, out);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return rc < 0 ? zt_err(err, errlen, "%s: reading /%s [%lld, %lld) failed", f->path, name, (long long)off,
+                           (long long)(off + n))
+                  : 0;
+}
+
+int zt_data_is_sft(const zt_dataset_t *ds) { return ds->nfiles > 0 && ds->files[0].is_sft; }
+
+int zt_data_read_pair(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *inp, int32_t *tgt,
+                      char *err, size_t errlen)
+{
+    const int T = ds->seq_len;
+    if (!zt_data_is_sft(ds)) {
+        int32_t *row = zt_malloc((size_t)(T + 1) * sizeof *row);
+        const int rc = zt_data_read(ds, g, seed, shuffle, row, err, errlen);
+        if (!rc) {
+            memcpy(inp, row, (size_t)T * sizeof *row);
+            memcpy(tgt, row + 1, (size_t)T * sizeof *row);
+        }
+        free(row);
+        return rc;
+    }
+    if (g < 0) return zt_err(err, errlen, "negative sample index %lld", (long long)g);
+    const int64_t idx = zt_data_sample_index(ds, g, seed, shuffle);
+    const zt_file_t *f = file_of(ds, idx);
+    const int64_t s = idx - f->first, off = f->offsets[s], len = f->offsets[s + 1] - off;
+    /* input_ids[0 .. n-1) predict labels[1 .. n): at most T positions (a longer sample's
+     * tail is cut), the rest padding that carries no loss */
+    const int64_t n = ZT_MIN(len, (int64_t)T + 1);
+    int32_t *lab = zt_malloc((size_t)(T + 1) * sizeof *lab);
+    int rc = read_range(f, f->dset, "input_ids", off, n, inp, err, errlen);
+    if (!rc) rc = read_range(f, f->labels, "labels", off, n, lab, err, errlen);
+    const int pad = f->eot_attr >= 0 ? f->eot_attr : 0;
+    for (int64_t t = 0; t < T && !rc; t++) {
+        if (t < n - 1) {
+            const int32_t id = inp[t], y = lab[t + 1];
+            if (id < 0 || id >= ds->vocab_size)
+                rc = zt_err(err, errlen, "%s: sample %lld: input id %d at position %lld outside [0, %d)", f->path,
+                            (long long)s, id, (long long)t, ds->vocab_size);
+            else if (y != -100 && (y < 0 || y >= ds->vocab_size))
+                rc = zt_err(err, errlen, "%s: sample %lld: label %d at position %lld is neither -100 nor in [0, %d)",
+                            f->path, (long long)s, y, (long long)t + 1, ds->vocab_size);
+            tgt[t] = y == -100 ? -1 : y;
+        } else {
+            inp[t] = pad;
+            tgt[t] = -1;
+        }
+    }
+    free(lab);
+    return rc;
+}
+
+static int h5_put_int_attr(hid_t obj, const char *name, int v);
+static int h5_put_str_attr(hid_t obj, const char *name, const char *v);
+
+int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels, size_t ntokens,
+                         const int64_t *sample_offsets, size_t nsamples, int vocab_size, int eot_token,
+                         const char *tokenizer, char *err, size_t errlen)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) return zt_err(err, errlen, "%s: cannot create", path);
+    int rc = 0;
+    const struct { const char *name; hid_t type; const void *data; hsize_t n; } ds[3] = {
+        {"input_ids", H5T_NATIVE_INT32, input_ids, ntokens},
+        {"labels", H5T_NATIVE_INT32, labels, ntokens},
+        {"sample_offsets", H5T_NATIVE_INT64, sample_offsets, nsamples + 1},
+    };
+    for (int i = 0; i < 3 && !rc; i++) {
+        hid_t sp = H5Screate_simple(1, &ds[i].n, NULL);
+        hid_t d = H5Dcreate2(f, ds[i].name, ds[i].type == H5T_NATIVE_INT64 ? H5T_STD_I64LE : H5T_STD_I32LE, sp,
+                             H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (d < 0 || (ds[i].n && H5Dwrite(d, ds[i].type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds[i].data) < 0))
+            rc = zt_err(err, errlen, "%s: writing /%s failed", path, ds[i].name);
+        if (d >= 0) H5Dclose(d);
+        H5Sclose(sp);
+    }
+    if (!rc && (h5_put_int_attr(f, "vocab_size", vocab_size) || h5_put_int_attr(f, "eot_token", eot_token) ||
+                (tokenizer && h5_put_str_attr(f, "tokenizer", tokenizer))))
+        rc = zt_err(err, errlen, "%s: writing attributes failed", path);
+    if (H5Fclose(f) < 0 && !rc) rc = zt_err(err, errlen, "%s: close failed", path);
+    return rc;
 }
 
 /* ---- writers ---------------------------------------------------------------- */

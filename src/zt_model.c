@@ -282,6 +282,17 @@ float zt_model_loss(zt_model_t *m)
     return (float)(sum / N);
 }
 
+double zt_model_loss_sum(zt_model_t *m)
+{
+    if (!m->has_targets) return 0.0;
+    m->be->wait_uploads();
+    m->be->wait_downloads();
+    const int N = m->B * m->T;
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += m->host_losses[i];
+    return sum;
+}
+
 void zt_model_logits_row(zt_model_t *m, int b, int t, float *out)
 {
     const size_t V = m->d.V;

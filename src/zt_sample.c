@@ -8,16 +8,21 @@
 #include "zt_common.h"
 #include "zt_log.h"
 
-zt_tokenizer_t *zt_sample_tokenizer(const char *kind, const char *vocab_file, const char *merges_file)
+zt_tokenizer_t *zt_sample_tokenizer(const char *kind, const char *tokenizer, const char *vocab_file,
+                                    const char *merges_file, const char *model_dir)
 {
     zt_tokenizer_t *tok = NULL;
+    char terr[ZT_ERRLEN] = "";
     if (strcmp(kind, "byte") == 0 || kind[0] == 0) {
         tok = zt_tokenizer_byte();
+    } else if (tokenizer[0]) {
+        tok = zt_tokenizer_load(tokenizer, terr, sizeof terr);
     } else if (vocab_file[0] && merges_file[0]) {
-        char terr[ZT_ERRLEN];
         tok = zt_tokenizer_open_bpe(vocab_file, merges_file, terr, sizeof terr);
-        if (!tok) zt_log("sample: %s; printing token ids", terr);
+    } else if (model_dir[0]) {
+        tok = zt_tokenizer_load(model_dir, terr, sizeof terr);
     }
+    if (!tok && terr[0]) zt_log("sample: %s; printing token ids", terr);
     return tok;
 }
 
@@ -46,7 +51,7 @@ static int32_t draw(const float *logits, int V, double temperature, double u)
     return V - 1;
 }
 
-void zt_sample_generate(const zt_sample_opts_t *o, const zt_tokenizer_t *tok, zt_sample_logits_fn logits_fn,
+void zt_sample_generate(const zt_sample_opts_t *o, zt_tokenizer_t *tok, zt_sample_logits_fn logits_fn,
                         void *arg, zt_comm_t *comm, zt_sample_t *out)
 {
     const int n = o->tokens, T = o->context, V = o->vocab_size;

@@ -28,7 +28,7 @@
 
 #include "zt_arch.h"
 #include "zt_backend.h"
-#include "zt_bpe.h"
+#include "zt_tokenizer.h"
 #include "zt_ckpt.h"
 #include "zt_common.h"
 #include "zt_data.h"
@@ -352,32 +352,37 @@ static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_
                      char *err, size_t errlen)
 {
     const int T = r->T;
-    int32_t *row = zt_malloc((size_t)(T + 1) * sizeof *row);
     int rc = 0;
-    for (int b = 0; b < r->B && rc == 0; b++) {
-        rc = zt_data_read(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, row, err, errlen);
-        if (rc == 0) {
-            memcpy(inp + (size_t)b * T, row, (size_t)T * sizeof *row);
-            memcpy(tgt + (size_t)b * T, row + 1, (size_t)T * sizeof *row);
-        }
-    }
-    free(row);
+    for (int b = 0; b < r->B && rc == 0; b++)
+        rc = zt_data_read_pair(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, inp + (size_t)b * T,
+                               tgt + (size_t)b * T, err, errlen);
     return rc;
+}
+
+/* Targets that carry a loss among n */
+static long loss_tokens(const int32_t *tgt, size_t n)
+{
+    long k = 0;
+    for (size_t i = 0; i < n; i++) k += tgt[i] >= 0;
+    return k;
 }
 
 static float evaluate(run_t *r, int *failed)
 {
     char err[ZT_ERRLEN] = "";
     int rc = 0;
-    double sum = 0.0;
-    const int nb = r->cfg->train.eval_batches;
+    double sum = 0.0, count = 0.0;
+    const int nb = r->cfg->train.eval_batches, sft = zt_data_is_sft(r->val);
     zt_shard_begin_inference(r->shard);
     for (int j = 0; j < nb; j++) {
         zt_watchdog_mark("evaluation", -1, r->step);
         int64_t g0 = (int64_t)j * r->dp * r->B + (int64_t)r->rank * r->B;
         if (rc == 0) rc = read_rows(r, r->val, g0, 0, r->inp, r->tgt, err, sizeof err);
         /* every rank runs the pass (zero3 gathers are collective) even after an error */
-        sum += forward_only(r, r->inp, r->tgt, r->B, r->T);
+        const float l = forward_only(r, r->inp, r->tgt, r->B, r->T);
+        /* SFT: a mean over the tokens that carry a loss, as in training */
+        sum += sft ? zt_model_loss_sum(r->model) : l;
+        count += (double)loss_tokens(r->tgt, (size_t)r->B * r->T);
     }
     zt_shard_end_inference(r->shard);
     if (zt_agree_error(r->comm, rc, err, sizeof err)) {
@@ -386,6 +391,10 @@ static float evaluate(run_t *r, int *failed)
         return NAN;
     }
     sum = zt_sum_double(r->comm, &r->comm->world, sum);
+    if (sft) {
+        count = zt_sum_double(r->comm, &r->comm->world, count);
+        return (float)(count > 0 ? sum / count : 0.0);
+    }
     return (float)(sum / ((double)nb * r->dp));
 }
 
@@ -404,8 +413,8 @@ static void generate_sample(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     if (cfg->train.sample_tokens <= 0) return;
-    zt_tokenizer_t *tok = zt_sample_tokenizer(zt_data_tokenizer(r->train), cfg->data.vocab_file,
-                                              cfg->data.merges_file);
+    zt_tokenizer_t *tok = zt_sample_tokenizer(zt_data_tokenizer(r->train), cfg->data.tokenizer,
+                                              cfg->data.vocab_file, cfg->data.merges_file, cfg->model.name_or_path);
     const zt_sample_opts_t o = {
         .tokens = cfg->train.sample_tokens, .context = r->T, .vocab_size = cfg->model.vocab_size,
         .temperature = ZT_SAMPLE_TEMPERATURE, .seed = (uint64_t)cfg->train.seed,
@@ -684,7 +693,9 @@ static int run_loop(run_t *r)
     const int fault = zt_fault_parse(cfg->fault.kind);
     if (!strcmp(cfg->fault.kind, "save_kill")) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
     const size_t BT = (size_t)r->B * r->T;
-    const float dscale = 1.0f / (float)((double)BT * r->A * r->dp);
+    /* a token stream: every position carries a loss */
+    const int sft = zt_data_is_sft(r->train);
+    float dscale = 1.0f / (float)((double)BT * r->A * r->dp);
     double t_start = zt_now(), t_window = t_start;
     long window_steps = 0;
     char err[ZT_ERRLEN];
@@ -714,6 +725,14 @@ static int run_loop(run_t *r)
             return ZT_EXIT_ERROR;
         }
 
+        /* SFT: the loss is the mean over the tokens that carry one in the whole global
+         * batch, counted across ranks and micro-steps (transformers' num_items_in_batch),
+         * so world size and accumulation do not change it */
+        double count = (double)BT * r->A * r->dp;
+        if (sft) {
+            count = zt_sum_double(c, &c->world, (double)loss_tokens(r->tgt, BT * (size_t)r->A));
+            dscale = count > 0 ? (float)(1.0 / count) : 0.0f;
+        }
         double t0 = zt_now();
         zt_shard_begin_step(r->shard);
         double loss_sum = 0.0;
@@ -722,11 +741,13 @@ static int run_loop(run_t *r)
         const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
         for (int m = 0; m < r->A; m++) {
             zt_shard_begin_micro(r->shard, m, r->A);
-            loss_sum += train_micro(r, r->inp + m * BT, r->tgt + m * BT, ds);
+            const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, ds);
+            loss_sum += sft ? zt_model_loss_sum(r->model) : l;
         }
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
         double norm2 = zt_shard_finish_grads(r->shard);
-        double loss = zt_sum_double(c, &c->world, loss_sum) / ((double)r->A * r->dp);
+        double loss = sft ? zt_sum_double(c, &c->world, loss_sum) / (count > 0 ? count : 1.0)
+                          : zt_sum_double(c, &c->world, loss_sum) / ((double)r->A * r->dp);
         /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
          * owned element, reduced over the shard group, after the gradient reduction has
          * spread it to every replica */

@@ -1,21 +1,24 @@
 /* zt_prep_data.c — zt-prep-data: text files -> token files for ztrain.
  *
- *   zt-prep-data [--bpe vocab.json merges.txt] [--val-fraction F] [--eot-between-files]
- *                [--eot-at-line STR] [--bin] -o OUT input.txt [more.txt ...]
+ *   zt-prep-data [--tokenizer DIR|tokenizer.json | --bpe vocab.json merges.txt] [--val-fraction F]
+ *                [--eot-between-files] [--eot-at-line STR] [--bin] -o OUT input.txt [more.txt ...]
+ *   zt-prep-data --write-byte-tokenizer tokenizer.json
  *
- * Tokenizes the inputs in order (byte-level by default, GPT-2 BPE with --bpe) into
- * one stream and splits off its last F of tokens (default 0.1) as validation:
+ * Tokenizes the inputs in order (byte-level by default; a Hugging Face
+ * tokenizer.json or a model directory with --tokenizer; GPT-2 BPE with --bpe) into
+ * one stream, each file (each document with --eot-at-line) encoded as one text,
+ * added/special tokens in it included and splits off its last F of tokens (default 0.1) as validation:
  * OUT-train.h5 and OUT-val.h5. With --val-fraction 0, an OUT ending in .h5 (or
  * .bin) is the single output file. A tail split keeps both files contiguous
  * text; callers wanting an interleaved split (tools/gen-data.sh) split the text
  * themselves and run the tool once per part with --val-fraction 0.
  * --eot-at-line STR turns every line that is exactly STR into one EOT (document
  * separators such as the "%" of fortune files), never two EOTs in a row.
- * HDF5 output carries vocab_size, eot_token and tokenizer ("byte" | "gpt2-bpe")
+ * HDF5 output carries vocab_size, eot_token and tokenizer ("byte" | "gpt2-bpe" | "hf")
  * so the trainer knows how to decode; --bin writes llm.c shards instead.
  * Files are written under a temporary name and renamed, so a failed run never
  * leaves a half-written dataset behind. Serial: no MPI needed. */
-#include "zt_bpe.h"
+#include "zt_tokenizer.h"
 #include "zt_common.h"
 #include "zt_data.h"
 
@@ -32,8 +35,12 @@ static void usage(FILE *out)
             "usage: zt-prep-data [options] -o OUT input.txt [more.txt ...]\n"
             "  -o OUT                 output prefix: writes OUT-train.h5 and OUT-val.h5;\n"
             "                         with --val-fraction 0, OUT ending in .h5/.bin is the one file\n"
+            "  --tokenizer PATH       a Hugging Face tokenizer: a model directory (its tokenizer.json,\n"
+            "                         or vocab.json + merges.txt) or a tokenizer.json file; EOT is\n"
+            "                         tokenizer_config.json's eos_token, else <|endoftext|> or <|end_of_text|>\n"
             "  --bpe VOCAB MERGES     GPT-2 BPE from vocab.json (encoder.json) and merges.txt\n"
             "                         (default: byte-level, vocab 257, EOT 256)\n"
+            "  --write-byte-tokenizer FILE  write the byte-level tokenizer as a tokenizer.json and exit\n"
             "  --val-fraction F       last fraction F of the tokens goes to validation (default 0.1)\n"
             "  --eot-between-files    put the EOT token between consecutive input files\n"
             "  --eot-at-line STR      a line that is exactly STR separates documents: it becomes EOT\n"
@@ -90,7 +97,7 @@ static void reserve(tokens_t *t, size_t more)
     }
 }
 
-static void append_text(tokens_t *t, const zt_tokenizer_t *tok, const char *text, size_t len)
+static void append_text(tokens_t *t, zt_tokenizer_t *tok, const char *text, size_t len)
 {
     int32_t *ids = NULL;
     size_t m = 0;
@@ -112,7 +119,7 @@ static void push_eot(tokens_t *t, int eot)
 
 int main(int argc, char **argv)
 {
-    const char *out = NULL, *vocab = NULL, *merges = NULL;
+    const char *out = NULL, *vocab = NULL, *merges = NULL, *tokpath = NULL;
     double val_fraction = 0.1;
     int eot_between = 0, bin = 0;
     const char *sep = NULL;
@@ -128,6 +135,15 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "-o")) {
             if (i + 1 >= argc) return fail("-o needs a path");
             out = argv[++i];
+        } else if (!strcmp(a, "--tokenizer")) {
+            if (i + 1 >= argc) return fail("--tokenizer needs a directory or a tokenizer.json");
+            tokpath = argv[++i];
+        } else if (!strcmp(a, "--write-byte-tokenizer")) {
+            if (i + 1 >= argc) return fail("--write-byte-tokenizer needs a path");
+            if (zt_tokenizer_write_byte_level_json(argv[i + 1], ZT_BYTE_EOT, err, sizeof err) != 0)
+                return fail("%s", err);
+            printf("zt-prep-data: wrote %s (byte-level, vocab %d, EOT %d)\n", argv[i + 1], ZT_BYTE_VOCAB, ZT_BYTE_EOT);
+            return 0;
         } else if (!strcmp(a, "--bpe")) {
             if (i + 2 >= argc) return fail("--bpe needs two files: vocab.json merges.txt");
             vocab = argv[++i];
@@ -168,10 +184,15 @@ int main(int argc, char **argv)
     if (single && !ends_with(out, ext))
         return fail("-o %s: extension does not match the format (%s)", out, ext);
 
-    zt_tokenizer_t *tok = vocab ? zt_tokenizer_open_bpe(vocab, merges, err, sizeof err) : zt_tokenizer_byte();
+    if (tokpath && vocab) return fail("--tokenizer and --bpe are exclusive");
+    zt_tokenizer_t *tok = tokpath ? zt_tokenizer_load(tokpath, err, sizeof err)
+                          : vocab ? zt_tokenizer_open_bpe(vocab, merges, err, sizeof err)
+                                  : zt_tokenizer_byte();
     if (!tok) return fail("%s", err);
     int eot = zt_tokenizer_eot(tok);
-    if ((eot_between || sep) && eot < 0) return fail("%s has no <|endoftext|> token for EOT separators", vocab);
+    if ((eot_between || sep) && eot < 0)
+        return fail("%s has no end-of-text token (eos_token, <|endoftext|>, <|end_of_text|>) for EOT separators",
+                    tokpath ? tokpath : vocab);
     if (bin && zt_tokenizer_vocab_size(tok) > 65536)
         return fail("--bin stores uint16 ids but the vocabulary has more than 65536 tokens");
 

@@ -2,6 +2,8 @@
 """hf_dir.py — Hugging Face model directories for tests/mpi/families.sh (numpy, h5py, json).
 
   hf_dir.py tokens OUT.h5 VOCAB N          a token file (ids < VOCAB, deterministic)
+  hf_dir.py sft OUT.h5 VOCAB N [label|offsets]  an SFT file of N samples (prompts masked),
+                                           optionally broken one way
   hf_dir.py same A B                       A's and B's safetensors hold the same tensors,
                                            bit for bit (single file or index + shards)
   hf_dir.py close A B TOL                  the same names, values within TOL (max abs)
@@ -95,6 +97,32 @@ def cmd_ckpt(ckpt, d):
     return 1 if bad else 0
 
 
+def cmd_sft(out, vocab, n, bad=""):
+    """n samples of 5..30 tokens whose first part (the prompt) carries no loss"""
+    import h5py
+    rng = np.random.default_rng(7)
+    ids, labels, offs = [], [], [0]
+    for i in range(n):
+        m = int(rng.integers(5, 31))
+        x = rng.integers(0, vocab - 1, m)
+        y = x.copy()
+        y[: int(rng.integers(1, m - 1))] = -100
+        ids += list(x)
+        labels += list(y)
+        offs.append(len(ids))
+    if bad == "label":
+        labels[3] = vocab + 5
+    if bad == "offsets":
+        offs[-1] += 1
+    with h5py.File(out, "w") as h:
+        h["input_ids"] = np.array(ids, np.int32)
+        h["labels"] = np.array(labels, np.int32)
+        h["sample_offsets"] = np.array(offs, np.int64)
+        h.attrs["vocab_size"] = np.int64(vocab)
+        h.attrs["eot_token"] = np.int64(vocab - 1)
+    return 0
+
+
 def cmd_tokens(out, vocab, n):
     import h5py
     ids = (np.arange(n, dtype=np.int64) * 2654435761 % 4294967296 >> 7) % vocab
@@ -176,6 +204,8 @@ def main(a):
         return cmd_close(a[1], a[2], float(a[3]))
     if a[:1] == ["ckpt"] and len(a) == 3:
         return cmd_ckpt(a[1], a[2])
+    if a[:1] == ["sft"] and len(a) in (4, 5):
+        return cmd_sft(a[1], int(a[2]), int(a[3]), a[4] if len(a) == 5 else "")
     if a[:1] == ["tokens"] and len(a) == 4:
         return cmd_tokens(a[1], int(a[2]), int(a[3]))
     if a[:1] == ["bad"] and len(a) == 4:

@@ -54,6 +54,14 @@ run_ztrain 1 "$TINY" data.train_files=bpe-train.h5 data.val_files=bpe-val.h5 mod
     train.output_dir=bpe train.sample_prompt="the model" >/dev/null
 sed -n '/^---- sample/,/^---- end of sample/p' "$ZT_OUT" >bpe-sample.txt
 grep -q "^the model trains on the" bpe-sample.txt || { cat bpe-sample.txt; fail "BPE sample not decoded to text"; }
+# the same through a tokenizer directory (vocab.json + merges.txt here; test_tokenizer
+# checks the ids): zt-prep-data --tokenizer . and data.tokenizer=. decode the sample
+"$ZT_PREP_DATA" --tokenizer . --val-fraction 0.1 -o tokdir bpe.txt >/dev/null || fail "zt-prep-data --tokenizer"
+run_ztrain 1 "$TINY" data.train_files=tokdir-train.h5 data.val_files=tokdir-val.h5 model.vocab_size="$V" \
+    data.tokenizer=. train.max_steps=60 optim.learning_rate=1e-2 \
+    train.output_dir=tokdir train.sample_prompt="the model" >/dev/null
+sed -n '/^---- sample/,/^---- end of sample/p' "$ZT_OUT" >tok-sample.txt
+grep -q "^the model trains on the" tok-sample.txt || { cat tok-sample.txt; fail "data.tokenizer sample not decoded to text"; }
 
 # log.all_ranks: one log file per rank, each with the progress lines
 run_ztrain 2 "$TINY" train.max_steps=3 log.all_ranks=true train.output_dir=logs >/dev/null

@@ -1,8 +1,8 @@
-/* test_data.c — token files, the sampler and the tokenizers (zt_data.h, zt_bpe.h).
+/* test_data.c — token files, the sampler and the tokenizers (zt_data.h, zt_tokenizer.h).
  *
  * Every file is written into a fresh mkdtemp directory: HDF5 through the module's
  * own writer, .bin files by hand here so that broken headers can be made. */
-#include "zt_bpe.h"
+#include "zt_tokenizer.h"
 #include "zt_common.h"
 #include "zt_data.h"
 #include "zt_test.h"
@@ -285,7 +285,7 @@ static void t_byte_tokenizer(void)
     CU_ASSERT_PTR_NULL(zt_tokenizer_decode_token(t, -1, &len));
 }
 
-/* GPT-2's byte alphabet, written independently of zt_bpe.c. */
+/* GPT-2's byte alphabet, written independently of zt_tokenizer.c. */
 static int is_printable(int b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255); }
 
 static void cp_json(FILE *f, int cp)

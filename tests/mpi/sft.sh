@@ -1,0 +1,46 @@
+#!/bin/sh
+# sft.sh — SFT sample files (/input_ids, /labels, /sample_offsets) in the trainer: the
+# loss is the mean over the tokens that carry one in the whole global batch, so every
+# world size and accumulation trains the same model (1e-5), and the samples of a step
+# are exactly the ones one rank would take; bad SFT files fail on every rank.
+. "$(dirname "$0")/common.sh"
+need_h5py
+HFPY="$ZT_SRCDIR/tests/mpi/hf_dir.py"
+cd "$ZT_TMP" || fail "cd"
+"$PY" "$HFPY" sft sft.h5 67 200 || fail "cannot make the SFT file"
+"$PY" "$HFPY" sft val.h5 67 40 || fail "cannot make the SFT file"
+llama="$ZT_SRCDIR/inputs/tiny.cfg model.arch=llama model.n_layer=2 model.n_head=4 model.n_kv_head=2 model.n_embd=32 model.intermediate_size=48
+  model.vocab_size=67 model.block_size=32 data.train_files=sft.h5 data.val_files=val.h5 data.seq_len=24
+  train.max_steps=12 train.eval_steps=6 train.eval_batches=2 train.logging_steps=1 train.sample_tokens=0
+  checkpoint.save_hf=false log.plot=false optim.learning_rate=3e-3"
+# shellcheck disable=SC2086
+run_ztrain 1 $llama train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 train.output_dir=ref >/dev/null
+runs=""
+for cfg in "2 ddp 2 1" "2 zero3 1 2" "4 zero2 1 1" "4 zero3 1 1"; do
+    set -- $cfg
+    # shellcheck disable=SC2086
+    run_ztrain "$1" $llama parallel.strategy=$2 train.per_device_train_batch_size=$3 \
+        train.gradient_accumulation_steps=$4 train.output_dir="np$1-$2-$3" >/dev/null
+    runs="$runs np$1-$2-$3"
+done
+# shellcheck disable=SC2086
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref $runs || fail "an SFT run diverged from one rank with accumulation"
+# the mean is over loss-bearing tokens: a mean over all positions would weigh the
+# padding and the prompts, and differ
+"$PY" - ref/metrics.jsonl <<'PYEOF' || fail "the SFT loss is not a mean over the loss-bearing tokens"
+import json, math, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+first = next(r for r in recs if r.get("step") == 1 and "loss" in r)
+# 67 classes, a fresh model: about ln 67 per loss-bearing token; a mean over every
+# position (most are prompt or padding, which add 0) would be far below it
+print("step-1 loss", first["loss"], "ln 67 =", math.log(67))
+sys.exit(not (abs(first["loss"] - math.log(67)) < 0.3))
+PYEOF
+assert_contains "$ZT_OUT" "validation loss"
+"$PY" "$HFPY" sft bad-label.h5 67 50 label || fail "hf_dir.py"
+expect_fail_with 2 "is neither -100 nor in [0, 67)" $llama data.train_files=bad-label.h5 data.val_files=[] \
+    train.per_device_train_batch_size=2 train.output_dir=bad1
+"$PY" "$HFPY" sft bad-off.h5 67 50 offsets || fail "hf_dir.py"
+expect_fail_with 2 "/sample_offsets must run from 0 to the" $llama data.train_files=bad-off.h5 data.val_files=[] \
+    train.output_dir=bad2
+echo "sft: the loss is per loss-bearing token of the global batch, the same at every world size"

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""make_tokenizer_fixtures.py [OUTDIR] — tokenizer.json fixtures for tests/unit/test_tokenizer.c.
+
+No real model's tokenizer.json can be downloaded here, so small byte-level BPE
+tokenizers are TRAINED with the `tokenizers` library itself, one per
+pre-tokenizer style ztrain implements:
+
+  gpt2    ByteLevel(use_regex=True) alone (GPT-2's regex inside ByteLevel); the
+          merges are rewritten to the legacy "a b" string form;
+  llama3  Split(Llama-3 regex, Isolated) + ByteLevel(use_regex=False),
+          BPE ignore_merges=True (extra whole-word vocabulary entries without
+          merges make ignore_merges visible in the ids), an added token "世界"
+          outside the byte alphabet;
+  qwen2   NFC normalizer + Split(Qwen2 regex: single \\p{N}) + ByteLevel(use_regex=False),
+          merges in the ["a", "b"] list form; a non-special normalized added token
+          "café" (matched after NFC) and a lstrip/rstrip special token "<mask>";
+
+a single_word added token "[w]" and "<|im_start|>system" (longest match) in gpt2; each with added special tokens (<|endoftext|>, <|im_start|>, <|im_end|>,
+<|begin_of_text|>, ...). The corpus is the fortunes text of /usr/share/games/fortunes
+plus the multilingual test strings below. Then every test string is encoded with
+`tokenizers` (add_special_tokens=False: ztrain writes raw ids) and the ids, the
+decoded text, the decoding of the first half of the ids and of every single id
+(where from_utf8_lossy shows) are stored in cases.json. The C test needs only
+the committed files; rerun this script (with ~/.cache/ztrain-venv/bin/python)
+only to regenerate them."""
+import glob
+import json
+import os
+import sys
+
+import tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "tokenizers")
+
+LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|end_of_text|>"]
+
+STRINGS = [
+    "Hello, world!",
+    "The quick brown fox jumps over the lazy dog.",
+    # accented Latin
+    "Café naïve façade Ærøskøbing Ångström élève Zürich São Paulo Łódź",
+    # Cyrillic
+    "Привет, мир! Съешь же ещё этих мягких французских булок, да выпей чаю.",
+    # CJK
+    "你好，世界。東京は日本の首都です。한국어 텍스트도 있습니다。",
+    # Arabic and Hebrew
+    "مرحبا بالعالم، كيف حالك؟ שלום עולם, מה שלומך?",
+    # emoji with joiners, skin tones, flags, variation selectors
+    "👨‍👩‍👧‍👦 family, 🏳️‍🌈 flag, 👍🏽 thumbs, 🇫🇷🇩🇪, ❤️ and ☕ time",
+    # combining marks (NFC composes some for qwen2)
+    "e\u0301 vs \u00e9, n\u0303 vs \u00f1, a\u030a\u0301, Z\u0335\u0321a\u0338l\u0334g\u0337o\u0336",
+    "cafe\u0301 and caf\u00e9 and CAFE\u0301",
+    # digit runs
+    "1234567890 3.14159 1,000,000 2024-12-01 007 12345678901234567890 ٣٤٥ ½",
+    # contractions in any case
+    "I'm you're they've he'll she'd it's don't I'M YOU'RE THEY'VE HE'LL SHE'D IT'S DON'T We'Re tHeY'lL 'S",
+    # whitespace runs and trailing spaces
+    "a  b   c\t\td\n\n\ne  \n  f   ",
+    "   leading spaces",
+    "trailing spaces   ",
+    "\r\n\r\nwindows\r\nline  \r\n",
+    "\u00a0nbsp\u3000ideographic\u2003em\u2009thin x\u0085y x\u180ey \u180e!! b\u180e\u180e. \u180e    \u180e    x",
+    " ",
+    "\n",
+    "",
+    "    \n\n    ",
+    # special tokens inside the text
+    "<|im_start|>user\nHi there!<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n",
+    "text<|endoftext|>more<|endoftext|><|endoftext|> end <|endoftext|>",
+    "<|begin_of_text|>Hello<|end_of_text|>",
+    "almost <|im_start and <|endoftext| and |endoftext|> and <|im_end|x",
+    "a <mask> b<mask>c  <mask>  d",
+    "Le café est bon. cafécafé",
+    "a[w]b [w] x[w] [w]c ([w]) [w]",
+    "y_[w] ²[w] z [w]\u200dM é[w] e\u0301[w] ٣[w] Ⓐ[w]",
+    "<|im_start|>system\nBe brief.<|im_end|><|im_start|>sys <|im_start|>system",
+    # code
+    "def f(x):\n    return x**2  # square\n\nif __name__ == '__main__':\n\tprint(f(3))\n",
+    "Mixed: Привет123мир, 你好abc, αβγ δεζ, ĞğİıŞş, ß ẞ ǅ",
+]
+
+
+def fortune_text():
+    files = sorted(f for f in glob.glob("/usr/share/games/fortunes/*")
+                   if os.path.isfile(f) and not f.endswith((".dat", ".u8")))
+    parts = []
+    for f in files:
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            parts.append(fh.read())
+    return "".join(parts)
+
+
+def long_text(fortunes):
+    """A multi-KB text: a slice of fortunes interleaved with the test strings."""
+    start = fortunes.find("\n%\n", len(fortunes) // 3) + 3
+    chunk = fortunes[start:start + 6000]
+    lines = chunk.split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        if i % 20 == 10:
+            out.append(STRINGS[(i // 20) % len(STRINGS)])
+    return "\n".join(out) + "<|endoftext|>" + "   \n"
+
+
+def train(corpus, style):
+    tok = Tokenizer(models.BPE())
+    if style == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        rx = LLAMA3_RE if style == "llama3" else QWEN2_RE
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(rx), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    if style == "qwen2":
+        tok.normalizer = normalizers.NFC()
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size={"gpt2": 3000, "llama3": 4000, "qwen2": 3500}[style],
+                                  min_frequency=2, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    j = json.loads(tok.to_str())
+    if style == "llama3":
+        j["model"]["ignore_merges"] = True
+        # whole words in the vocabulary with no merge that builds them: only
+        # ignore_merges makes them one token
+        b2u = {b: c for b, c in zip(range(256), bytes_to_unicode())}
+        nxt = max(j["model"]["vocab"].values()) + 1
+        nxt = max(nxt, max(t["id"] for t in j["added_tokens"]) + 1)
+        for w in [" Привет", " французских", "你好", " quick"]:
+            s = "".join(b2u[b] for b in w.encode())
+            if s not in j["model"]["vocab"]:
+                j["model"]["vocab"][s] = nxt
+                nxt += 1
+    tok = Tokenizer.from_str(json.dumps(j, ensure_ascii=False))
+    if style == "llama3":  # a token outside the byte alphabet: decoded as its own UTF-8
+        tok.add_tokens([AddedToken("世界", normalized=False, special=False)])
+    if style == "gpt2":
+        tok.add_tokens([AddedToken("[w]", single_word=True, normalized=False, special=False)])
+        # a special token that starts with another: the longest match wins
+        tok.add_special_tokens([AddedToken("<|im_start|>system", special=True, normalized=False)])
+    if style == "qwen2":
+        tok.add_tokens([AddedToken("café", normalized=True, special=False)])
+        tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=True, special=True, normalized=False)])
+    j = json.loads(tok.to_str())
+    if style == "gpt2":
+        j["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
+    return Tokenizer.from_str(json.dumps(j, ensure_ascii=False)), j
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    m = dict(zip(bs, cs))
+    return [chr(m[b]) for b in range(256)]
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    fortunes = fortune_text()
+    corpus = [p for p in fortunes.split("\n%\n")] + STRINGS * 20
+    texts = STRINGS + [long_text(fortunes)]
+    cases = {"tokenizers_version": tokenizers.__version__, "strings": texts, "tokenizers": {}}
+    for style in ["gpt2", "llama3", "qwen2"]:
+        tok, j = train(corpus, style)
+        path = os.path.join(OUT, f"{style}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(j, f, ensure_ascii=False, indent=1)
+        tok = Tokenizer.from_file(path)
+        for a in j["added_tokens"]:  # the file's ids are the ones the library uses
+            assert tok.token_to_id(a["content"]) == a["id"], a
+        res = []
+        for t in texts:
+            ids = tok.encode(t, add_special_tokens=False).ids
+            half = ids[: len(ids) // 2]
+            res.append({"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
+                        "decoded_half": tok.decode(half, skip_special_tokens=False),
+                        "decoded_each": [tok.decode([i], skip_special_tokens=False) for i in ids[:64]]})
+        entry = {"file": f"{style}.json", "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+                 "cases": res}
+        if style == "llama3":
+            # how many cases ignore_merges changes (the test must be able to see it)
+            j2 = dict(j, model=dict(j["model"], ignore_merges=False))
+            t2 = Tokenizer.from_str(json.dumps(j2))
+            entry["ignore_merges_changes"] = sum(t2.encode(t, add_special_tokens=False).ids != r["ids"]
+                                                 for t, r in zip(texts, res))
+        if style == "qwen2":
+            j2 = dict(j, normalizer=None)
+            t2 = Tokenizer.from_str(json.dumps(j2))
+            entry["nfc_changes"] = sum(t2.encode(t, add_special_tokens=False).ids != r["ids"]
+                                       for t, r in zip(texts, res))
+        cases["tokenizers"][style] = entry
+        print(f"{path}: {os.path.getsize(path)} bytes, vocab {entry['vocab_size']}, "
+              f"{sum(len(r['ids']) for r in res)} fixture ids",
+              {k: v for k, v in entry.items() if k.endswith("changes")})
+    path = os.path.join(OUT, "cases.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(cases, f, ensure_ascii=True, separators=(",", ":"))
+    print(f"{path}: {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,399 @@
+/* test_tokenizer.c — tokenizer.json BPE against the `tokenizers` library (zt_tokenizer.h).
+ *
+ * The fixtures in tests/reference/tokenizers/ come from
+ * tests/reference/make_tokenizer_fixtures.py: three byte-level BPE tokenizers
+ * trained by the library (gpt2: ByteLevel regex, legacy "a b" merges, a
+ * single_word added token; llama3: Llama-3 Split + ignore_merges; qwen2: NFC +
+ * Qwen2 Split, list merges, a normalized added token and an lstrip/rstrip special
+ * token) and cases.json: the ids the library gives each test string, its decoded
+ * text, the decoding of the first half of the ids and of single ids. Only those
+ * committed files are needed here. */
+#include "zt_common.h"
+#include "zt_test.h"
+#include "zt_tokenizer.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char err[ZT_ERRLEN];
+static char tmpdir[256];
+static json_t *cases;
+
+static const char *fixture(const char *name)
+{
+    static char buf[4][1024];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/tests/reference/tokenizers/%s", ZT_SRCDIR, name);
+    return buf[k];
+}
+
+static const char *tpath(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    if (!tmpdir[0]) {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/zt_test_tok.XXXXXX");
+        if (!mkdtemp(tmpdir)) exit(2);
+    }
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static json_t *load_cases(void)
+{
+    if (!cases) {
+        json_error_t je;
+        cases = json_load_file(fixture("cases.json"), 0, &je);
+        if (!cases) printf("\n  cases.json:%d: %s\n", je.line, je.text);
+    }
+    return cases;
+}
+
+static int32_t *json_ids(json_t *arr, size_t *n)
+{
+    *n = json_array_size(arr);
+    int32_t *ids = zt_malloc((*n + 1) * sizeof *ids);
+    for (size_t i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(arr, i));
+    return ids;
+}
+
+static void show(const char *what, const char *text)
+{
+    printf("\n    %s: \"", what);
+    for (const char *p = text; *p && p - text < 80; p++)
+        if ((unsigned char)*p < 32) printf("\\x%02x", (unsigned char)*p);
+        else putchar(*p);
+    printf("\"");
+}
+
+/* Every case of one fixture tokenizer: ids, decoded text, half and single-id decodes. */
+static int check_style(const char *style)
+{
+    json_t *c = load_cases();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    json_t *entry = json_object_get(json_object_get(c, "tokenizers"), style);
+    json_t *strings = json_object_get(c, "strings"), *res = json_object_get(entry, "cases");
+    CU_ASSERT_FATAL(json_array_size(strings) > 20 && json_array_size(strings) == json_array_size(res));
+    zt_tokenizer_t *t = zt_tokenizer_load(fixture(json_string_value(json_object_get(entry, "file"))), err, sizeof err);
+    if (!t) printf("\n  %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    CU_ASSERT_EQUAL(zt_tokenizer_vocab_size(t), json_integer_value(json_object_get(entry, "vocab_size")));
+    CU_ASSERT_STRING_EQUAL(zt_tokenizer_kind(t), "hf");
+    CU_ASSERT_EQUAL(zt_tokenizer_eot(t), zt_tokenizer_token_id(t, "<|endoftext|>", 13));
+    CU_ASSERT(zt_tokenizer_eot(t) >= 0);
+    int bad = 0;
+    size_t total = 0;
+    for (size_t k = 0; k < json_array_size(strings); k++) {
+        const char *text = json_string_value(json_array_get(strings, k));
+        json_t *r = json_array_get(res, k);
+        size_t nw, n, len;
+        int32_t *want = json_ids(json_object_get(r, "ids"), &nw), *ids;
+        CU_ASSERT_EQUAL_FATAL(zt_tokenizer_encode(t, text, strlen(text), &ids, &n), 0);
+        total += n;
+        int same = n == nw && memcmp(ids, want, n * sizeof *ids) == 0;
+        CU_ASSERT(same);
+        if (!same && bad++ < 3) {
+            size_t i = 0;
+            while (i < n && i < nw && ids[i] == want[i]) i++;
+            show(style, text);
+            printf("\n    case %zu: %zu ids (want %zu), first difference at %zu: %d (want %d)", k, n, nw, i,
+                   i < n ? ids[i] : -1, i < nw ? want[i] : -1);
+        }
+        char *dec = zt_tokenizer_decode_utf8(t, want, nw, &len);
+        CU_ASSERT_STRING_EQUAL(dec, json_string_value(json_object_get(r, "decoded")));
+        free(dec);
+        dec = zt_tokenizer_decode_utf8(t, want, nw / 2, &len);
+        CU_ASSERT_STRING_EQUAL(dec, json_string_value(json_object_get(r, "decoded_half")));
+        free(dec);
+        json_t *each = json_object_get(r, "decoded_each");
+        for (size_t i = 0; i < json_array_size(each); i++) {
+            dec = zt_tokenizer_decode_utf8(t, want + i, 1, &len);
+            CU_ASSERT_STRING_EQUAL(dec, json_string_value(json_array_get(each, i)));
+            free(dec);
+        }
+        free(ids);
+        free(want);
+    }
+    CU_ASSERT(total > 2000);
+    zt_tokenizer_close(t);
+    return bad;
+}
+
+static void t_gpt2(void) { CU_ASSERT_EQUAL(check_style("gpt2"), 0); }
+static void t_llama3(void) { CU_ASSERT_EQUAL(check_style("llama3"), 0); }
+static void t_qwen2(void) { CU_ASSERT_EQUAL(check_style("qwen2"), 0); }
+
+/* The fixtures exercise what they claim: ignore_merges and NFC change some ids,
+ * gpt2 has legacy string merges and qwen2 list merges. */
+static void t_fixtures_bite(void)
+{
+    json_t *c = load_cases();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    json_t *tk = json_object_get(c, "tokenizers");
+    CU_ASSERT(json_integer_value(json_object_get(json_object_get(tk, "llama3"), "ignore_merges_changes")) > 0);
+    CU_ASSERT(json_integer_value(json_object_get(json_object_get(tk, "qwen2"), "nfc_changes")) > 0);
+    json_t *g = json_load_file(fixture("gpt2.json"), 0, NULL), *q = json_load_file(fixture("qwen2.json"), 0, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(q);
+    CU_ASSERT(json_is_string(json_array_get(json_object_get(json_object_get(g, "model"), "merges"), 0)));
+    CU_ASSERT(json_is_array(json_array_get(json_object_get(json_object_get(q, "model"), "merges"), 0)));
+    json_decref(g);
+    json_decref(q);
+}
+
+/* GPT-2's vocab.json + merges.txt, written from gpt2.json, go through the same code:
+ * the same ids on every case without added tokens other than <|endoftext|>. */
+static void t_vocab_merges_files(void)
+{
+    json_t *g = json_load_file(fixture("gpt2.json"), 0, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    json_t *m = json_object_get(g, "model");
+    CU_ASSERT_EQUAL_FATAL(json_dump_file(json_object_get(m, "vocab"), tpath("vocab.json"), 0), 0);
+    FILE *f = fopen(tpath("merges.txt"), "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("#version: 0.2\n", f);
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(m, "merges"), i, e) fprintf(f, "%s\n", json_string_value(e));
+    fclose(f);
+    json_decref(g);
+    zt_tokenizer_t *t = zt_tokenizer_open_bpe(tpath("vocab.json"), tpath("merges.txt"), err, sizeof err);
+    if (!t) printf("\n  %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    CU_ASSERT_STRING_EQUAL(zt_tokenizer_kind(t), "gpt2-bpe");
+    json_t *c = load_cases(), *strings = json_object_get(c, "strings");
+    json_t *res = json_object_get(json_object_get(json_object_get(c, "tokenizers"), "gpt2"), "cases");
+    int compared = 0;
+    for (size_t k = 0; k < json_array_size(strings); k++) {
+        const char *text = json_string_value(json_array_get(strings, k));
+        if (strstr(text, "[w]") || strstr(text, "<|im_") || strstr(text, "_of_text|>")) continue;
+        size_t nw, n;
+        int32_t *want = json_ids(json_object_get(json_array_get(res, k), "ids"), &nw), *ids;
+        CU_ASSERT_EQUAL(zt_tokenizer_encode(t, text, strlen(text), &ids, &n), 0);
+        CU_ASSERT(n == nw && memcmp(ids, want, n * sizeof *ids) == 0);
+        free(ids);
+        free(want);
+        compared++;
+    }
+    CU_ASSERT(compared > 20);
+    zt_tokenizer_close(t);
+    /* a directory holding only vocab.json + merges.txt opens through zt_tokenizer_load */
+    t = zt_tokenizer_load(tmpdir, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL(t);
+    if (t) CU_ASSERT_STRING_EQUAL(zt_tokenizer_kind(t), "gpt2-bpe");
+    zt_tokenizer_close(t);
+}
+
+/* Bytes that are not UTF-8 are never lost; the cache gives the same ids warm and cold. */
+static void t_robust_and_cache(void)
+{
+    zt_tokenizer_t *t = zt_tokenizer_load(fixture("qwen2.json"), err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    const char text[] = "\xff\xfe caf\xc3 \xe2\x82 ok<|im_end|>\xf0\x9f\x98 e\xcc \x80\x80";
+    int32_t *ids, *ids2;
+    size_t n, n2, len;
+    CU_ASSERT_EQUAL(zt_tokenizer_encode(t, text, sizeof text - 1, &ids, &n), 0);
+    char *back = zt_tokenizer_decode(t, ids, n, &len);
+    CU_ASSERT_EQUAL(len, sizeof text - 1);
+    CU_ASSERT(memcmp(back, text, sizeof text - 1) == 0);
+    free(back);
+    free(ids);
+    /* (NFC still composes the valid runs: bytes that are not UTF-8 are for ztrain to define,
+     * the library takes no such text) */
+    const char nfc_text[] = "\xff e\xcc\x81";
+    CU_ASSERT_EQUAL(zt_tokenizer_encode(t, nfc_text, sizeof nfc_text - 1, &ids, &n), 0);
+    back = zt_tokenizer_decode(t, ids, n, &len);
+    CU_ASSERT(len == 4 && memcmp(back, "\xff \xc3\xa9", 4) == 0);
+    free(back);
+    free(ids);
+    /* from_utf8_lossy: one U+FFFD per maximal invalid prefix */
+    int32_t one[2] = {zt_tokenizer_token_id(t, "\xe2", 1), zt_tokenizer_token_id(t, "\x82", 1)};
+    back = zt_tokenizer_decode_utf8(t, one, 2, &len);
+    CU_ASSERT_STRING_EQUAL(back, "\xef\xbf\xbd");
+    free(back);
+    one[0] = zt_tokenizer_token_id(t, "\x80", 1);
+    back = zt_tokenizer_decode_utf8(t, (int32_t[]){one[0], one[0]}, 2, &len);
+    CU_ASSERT_STRING_EQUAL(back, "\xef\xbf\xbd\xef\xbf\xbd");
+    free(back);
+
+    json_t *strings = json_object_get(load_cases(), "strings");
+    const char *big = json_string_value(json_array_get(strings, json_array_size(strings) - 1));
+    CU_ASSERT_FATAL(strlen(big) > 4000);
+    CU_ASSERT_EQUAL(zt_tokenizer_encode(t, big, strlen(big), &ids, &n), 0);
+    zt_tokenizer_close(t);
+    t = zt_tokenizer_load(fixture("qwen2.json"), err, sizeof err);
+    CU_ASSERT_EQUAL(zt_tokenizer_encode(t, big, strlen(big), &ids2, &n2), 0); /* cold cache */
+    CU_ASSERT(n == n2 && memcmp(ids, ids2, n * sizeof *ids) == 0);
+    free(ids2);
+    CU_ASSERT_EQUAL(zt_tokenizer_encode(t, big, strlen(big), &ids2, &n2), 0); /* warm */
+    CU_ASSERT(n == n2 && memcmp(ids, ids2, n * sizeof *ids) == 0);
+    free(ids2);
+    free(ids);
+    zt_tokenizer_close(t);
+}
+
+static void put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Bad input is refused with one line naming the file and the JSON key. */
+static void t_errors(void)
+{
+    static const struct { const char *json, *want; } bad[] = {
+        {"{\"model\": {\"type\": \"BPE\"", "bad.json:1:"},
+        {"{\"normalizer\": {\"type\": \"Lowercase\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "normalizer.type 'Lowercase'"},
+        {"{\"pre_tokenizer\": {\"type\": \"Whitespace\"}}", "pre_tokenizer.type 'Whitespace'"},
+        {"{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
+         "{\"Regex\": \"a\"}, \"behavior\": \"Removed\", \"invert\": false}, {\"type\": \"ByteLevel\"}]}}",
+         "pre_tokenizer.pretokenizers[0].behavior 'Removed'"},
+        {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}, \"behavior\": \"Isolated\"}}",
+         "pre_tokenizer.pattern: regex /(a/"},
+        {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true}}",
+         "pre_tokenizer.add_prefix_space"},
+        {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"WordPiece\"}}",
+         "decoder.type 'WordPiece'"},
+        {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": "
+         "{\"type\": \"WordPiece\"}}", "model.type 'WordPiece'"},
+        {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": "
+         "{\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {}, \"merges\": []}}", "model.byte_fallback"},
+        {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": "
+         "{\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\", [\"b\", \"a\"]]}}",
+         "model.merges[1]"},
+        {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": "
+         "{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a\"]}}", "model.merges[0]"},
+        {"{\"added_tokens\": [{\"content\": \"x\"}]}", "added_tokens[0]"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        put(tpath("bad.json"), bad[k].json);
+        err[0] = 0;
+        zt_tokenizer_t *t = zt_tokenizer_load(tpath("bad.json"), err, sizeof err);
+        CU_ASSERT_PTR_NULL(t);
+        zt_tokenizer_close(t);
+        int ok = strstr(err, bad[k].want) && strstr(err, "bad.json") && !strchr(err, '\n');
+        CU_ASSERT(ok);
+        if (!ok) printf("\n    case %zu: got \"%s\", want \"%s\"", k, err, bad[k].want);
+    }
+    CU_ASSERT_PTR_NULL(zt_tokenizer_load(tpath("missing.json"), err, sizeof err));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "missing.json"));
+    CU_ASSERT_EQUAL(mkdir(tpath("emptydir"), 0700), 0);
+    CU_ASSERT_PTR_NULL(zt_tokenizer_load(tpath("emptydir"), err, sizeof err));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "no tokenizer.json"));
+    rmdir(tpath("emptydir"));
+}
+
+/* ztrain's byte tokenizer as tokenizer.json: id = byte, EOT 256 special. */
+static void t_byte_level_json(void)
+{
+    CU_ASSERT_EQUAL_FATAL(zt_tokenizer_write_byte_level_json(tpath("tokenizer.json"), 256, err, sizeof err), 0);
+    zt_tokenizer_t *t = zt_tokenizer_load(tpath("tokenizer.json"), err, sizeof err);
+    if (!t) printf("\n  %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    CU_ASSERT_EQUAL(zt_tokenizer_vocab_size(t), 257);
+    CU_ASSERT_EQUAL(zt_tokenizer_eot(t), 256);
+    char text[600];
+    for (int i = 0; i < 600; i++) text[i] = (char)(i * 37 % 255 + 1);
+    int32_t *ids;
+    size_t n, len;
+    CU_ASSERT_EQUAL(zt_tokenizer_encode(t, text, sizeof text, &ids, &n), 0);
+    CU_ASSERT_EQUAL_FATAL(n, sizeof text);
+    for (size_t i = 0; i < n; i++) CU_ASSERT(ids[i] == (unsigned char)text[i]);
+    char *back = zt_tokenizer_decode(t, ids, n, &len);
+    CU_ASSERT(len == sizeof text && memcmp(back, text, len) == 0);
+    free(back);
+    free(ids);
+    CU_ASSERT_EQUAL(zt_tokenizer_encode(t, "a<|endoftext|>b", 15, &ids, &n), 0);
+    CU_ASSERT(n == 3 && ids[0] == 'a' && ids[1] == 256 && ids[2] == 'b');
+    free(ids);
+    zt_tokenizer_close(t);
+    CU_ASSERT_EQUAL(zt_tokenizer_write_byte_level_json(tpath("x.json"), 255, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "x.json"));
+    unlink(tpath("tokenizer.json"));
+}
+
+/* Throughput on a few MB of text (the fortunes files), printed; never a failure. */
+static void t_speed(void)
+{
+    DIR *d = opendir("/usr/share/games/fortunes");
+    if (!d) {
+        printf("SKIP (no /usr/share/games/fortunes) ");
+        return;
+    }
+    size_t cap = 1 << 22, len = 0;
+    char *buf = zt_malloc(cap);
+    struct dirent *de;
+    while ((de = readdir(d)) && len < 3000000) {
+        size_t nl = strlen(de->d_name);
+        if (de->d_name[0] == '.' || (nl > 4 && (!strcmp(de->d_name + nl - 4, ".dat") || !strcmp(de->d_name + nl - 3, ".u8"))))
+            continue;
+        char p[600];
+        snprintf(p, sizeof p, "/usr/share/games/fortunes/%s", de->d_name);
+        size_t fl;
+        char *s = zt_read_file(p, &fl, err, sizeof err);
+        if (!s) continue;
+        if (len + fl > cap) fl = cap - len;
+        memcpy(buf + len, s, fl);
+        len += fl;
+        free(s);
+    }
+    closedir(d);
+    static const char *const styles[] = {"gpt2.json", "llama3.json", "qwen2.json"};
+    for (int k = 0; k < 3; k++) {
+        zt_tokenizer_t *t = zt_tokenizer_load(fixture(styles[k]), err, sizeof err);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        int32_t *ids;
+        size_t n;
+        CU_ASSERT_EQUAL(zt_tokenizer_encode(t, buf, len, &ids, &n), 0);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double s = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+        printf("\n    %s: %.1f MB, %zu tokens in %.3f s: %.2f M tokens/s", styles[k], (double)len / 1e6, n, s,
+               (double)n / s / 1e6);
+        size_t bl;
+        char *back = zt_tokenizer_decode(t, ids, n, &bl);
+        if (k < 2) CU_ASSERT(bl == len && memcmp(back, buf, len) == 0); /* qwen2 applies NFC */
+        free(back);
+        free(ids);
+        zt_tokenizer_close(t);
+    }
+    free(buf);
+}
+
+static void t_cleanup(void)
+{
+    json_decref(cases);
+    cases = NULL;
+    if (!tmpdir[0]) return;
+    unlink(tpath("vocab.json"));
+    unlink(tpath("merges.txt"));
+    unlink(tpath("bad.json"));
+    CU_ASSERT_EQUAL(rmdir(tmpdir), 0);
+}
+
+static const zt_test_t tests[] = {
+    {"gpt2 (ByteLevel regex, legacy merges, single_word)", t_gpt2},
+    {"llama3 (Split, ignore_merges)", t_llama3},
+    {"qwen2 (NFC, Split, normalized and lstrip/rstrip tokens)", t_qwen2},
+    {"the fixtures exercise what they claim", t_fixtures_bite},
+    {"vocab.json + merges.txt through the same code", t_vocab_merges_files},
+    {"raw bytes, lossy decode, cache", t_robust_and_cache},
+    {"errors name the file and the key", t_errors},
+    {"byte tokenizer as tokenizer.json", t_byte_level_json},
+    {"speed", t_speed},
+    {"cleanup", t_cleanup},
+    {NULL, NULL},
+};
+ZT_TEST_MAIN("test_tokenizer", tests)
