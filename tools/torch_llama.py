@@ -36,6 +36,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--data", default="", help="HDF5 token file (/tokens); random tokens without it")
     ap.add_argument("--fused-adamw", action="store_true", help="torch.optim.AdamW(fused=True)")
+    ap.add_argument("--lora", type=int, default=0,
+                    help="PEFT LoRA of this rank (alpha 2r, every linear of the blocks), the base frozen")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -65,8 +67,16 @@ def main():
     else:
         tok = torch.randint(0, a.vocab, (total * B * T + 1,), dtype=torch.int64)
 
+    if a.lora:
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0, bias="none",
+                                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                 "up_proj", "down_proj"]))
+        print(f"peft LoRA r {a.lora}: {sum(p.numel() for p in model.parameters() if p.requires_grad)} trainable",
+              flush=True)
+    params = [p for p in model.parameters() if p.requires_grad]
     kw = {"fused": True} if a.fused_adamw else {}
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, **kw)
+    opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, **kw)
     times = []
     for step in range(total):
         chunk = tok[step * B * T: (step + 1) * B * T + 1]
@@ -77,7 +87,7 @@ def main():
         logits = model(input_ids=x).logits
         loss = F.cross_entropy(logits.view(-1, a.vocab), y.reshape(-1))
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         dt = time.perf_counter() - t0
         times.append(dt)
