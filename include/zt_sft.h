@@ -98,4 +98,12 @@ typedef struct {
 int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
                 zt_sft_prep_stats_t *st, char *err, size_t errlen);
 
+/* The cache of one input for the trainer: "INPUT.<16 hex digits>.sft.h5" beside it, the
+ * digits an FNV-1a hash of everything that decides the samples: the input's bytes, the
+ * tokenizer's files (tokenizer.json or vocab.json + merges.txt, tokenizer_config.json),
+ * format, template, cutoff_len, the three flags and a version of this code. A change to
+ * any of them names another file; old ones are left for the user to delete. */
+int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size_t outlen, char *err,
+                      size_t errlen);
+
 #endif

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now(void)
 {
@@ -76,4 +78,66 @@ int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, 
     zt_tokenizer_close(tok);
     if (st) *st = s;
     return rc;
+}
+
+#define SFT_CACHE_VERSION "ztrain-sft-1" /* bump when the samples' rules change */
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s)
+{
+    return fnv(h, s ? s : "", (s ? strlen(s) : 0) + 1); /* the NUL separates fields */
+}
+
+/* A file's bytes into the hash; a missing optional file counts as its absence. */
+static int fnv_file(uint64_t *h, const char *path, int required, char *err, size_t errlen)
+{
+    if (!required && access(path, F_OK) != 0) {
+        *h = fnv_str(*h, "-");
+        return 0;
+    }
+    size_t n = 0;
+    char *text = zt_read_file(path, &n, err, errlen);
+    if (!text) return -1;
+    *h = fnv(fnv_str(*h, "+"), text, n);
+    free(text);
+    return 0;
+}
+
+int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size_t outlen, char *err,
+                      size_t errlen)
+{
+    uint64_t h = 14695981039346656037ULL;
+    char buf[64];
+    h = fnv_str(h, SFT_CACHE_VERSION);
+    h = fnv_str(h, p->format);
+    h = fnv_str(h, p->template_name);
+    snprintf(buf, sizeof buf, "%d %d %d %d", p->cutoff_len, p->train_on_prompt, p->mask_history, p->packing);
+    h = fnv_str(h, buf);
+    if (fnv_file(&h, input, 1, err, errlen) != 0) return -1;
+    struct stat st;
+    char f[4200];
+    if (!p->tokenizer || stat(p->tokenizer, &st) != 0)
+        return zt_err(err, errlen, "%s: cannot open the tokenizer", p->tokenizer ? p->tokenizer : "(none)");
+    if (S_ISDIR(st.st_mode)) {
+        static const char *names[] = {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(f, sizeof f, "%s/%s", p->tokenizer, names[i]);
+            if (fnv_file(&h, f, 0, err, errlen) != 0) return -1;
+        }
+    } else {
+        if (fnv_file(&h, p->tokenizer, 1, err, errlen) != 0) return -1;
+        snprintf(f, sizeof f, "%s", p->tokenizer);
+        char *slash = strrchr(f, '/');
+        snprintf(slash ? slash + 1 : f, sizeof f - (size_t)(slash ? slash + 1 - f : 0), "tokenizer_config.json");
+        if (fnv_file(&h, f, 0, err, errlen) != 0) return -1;
+    }
+    if ((size_t)snprintf(out, outlen, "%s.%016llx.sft.h5", input, (unsigned long long)h) >= outlen)
+        return zt_err(err, errlen, "%s: path too long for its SFT cache", input);
+    return 0;
 }
