@@ -108,6 +108,9 @@ SHAREGPT = [
     {"system": "System text from the record's own key.",
      "conversations": [{"from": "human", "value": "Line one\nline two\n\n  indented"},
                        {"from": "gpt", "value": "Seen: 3 lines.\n"}]},
+    # StringFormatter replaces {{idx}} after {{content}}: a literal "{{idx}}" in a user turn becomes the turn number
+    {"conversations": [{"from": "human", "value": "Echo {{idx}} and {{content}}."}, {"from": "gpt", "value": "{{idx}}"},
+                       {"from": "human", "value": "Again {{idx}} {{idx}}"}, {"from": "gpt", "value": "ok"}]},
     {"conversations": [{"from": "human", "value": "Reason?"},
                        {"from": "gpt", "value": "<think>\nhmm\n</think>\n\nYes."},
                        {"from": "human", "value": "Again?"}, {"from": "gpt", "value": "No."}]},
@@ -123,8 +126,13 @@ MESSAGES = [
 TEMPLATE_TOKENIZER = {"default": "gpt2", "alpaca": "gpt2", "llama2": "gpt2", "mistral": "mistral",
                       "llama3": "llama3", "qwen": "qwen", "qwen3": "qwen", "qwen3_nothink": "qwen"}
 
+# packing works per preprocessing batch of 1000 records: 1100 short records of varied lengths
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+PACK = [{"instruction": " ".join(WORDS[(i * 7 + k) % 12] for k in range(1 + i % 3)),
+         "output": " ".join(WORDS[(i * 5 + k) % 12] for k in range(1 + (i * 3) % 4))} for i in range(1100)]
+
 DATA = {"alpaca.json": ("alpaca", ALPACA), "sharegpt.jsonl": ("sharegpt", SHAREGPT),
-        "messages.json": ("messages", MESSAGES)}
+        "messages.json": ("messages", MESSAGES), "packing.jsonl": ("alpaca", PACK)}
 
 
 def write_data():
@@ -134,6 +142,9 @@ def write_data():
     with open(os.path.join(OUT, "sharegpt.jsonl"), "w") as f:
         for r in SHAREGPT:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    with open(os.path.join(OUT, "packing.jsonl"), "w") as f:
+        for r in PACK:
+            f.write(json.dumps(r) + "\n")
     with open(os.path.join(OUT, "messages.json"), "w") as f:
         json.dump(MESSAGES, f, indent=1, ensure_ascii=False)
         f.write("\n")
@@ -173,7 +184,11 @@ def lf_samples(template_name, tok_name, data_file, cutoff_len, train_on_prompt=F
     examples = {k: [r[k] for r in rows] for k in rows[0]}
     cls = PackedSupervisedDatasetProcessor if packing else SupervisedDatasetProcessor
     proc = cls(template=template, tokenizer=tokenizer, processor=None, data_args=data_args)
-    out = proc.preprocess_dataset(examples)
+    out = {"input_ids": [], "labels": []}
+    for b in range(0, len(rows), 1000):  # dataset.map(batched=True, batch_size=preprocessing_batch_size=1000)
+        part = proc.preprocess_dataset({k: v[b:b + 1000] for k, v in examples.items()})
+        out["input_ids"] += part["input_ids"]
+        out["labels"] += part["labels"]
     assert len(out["input_ids"]) == (len(records) if not packing else len(out["input_ids"]))
     special = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id, "pad": tokenizer.pad_token_id}
     return out["input_ids"], out["labels"], special, tokenizer, template
@@ -207,6 +222,7 @@ def main():
     case("llama2-messages", "llama2", "messages.json", 1024)
     case("qwen-alpaca-packing", "qwen", "alpaca.json", 128, packing=True)
     case("default-sharegpt-packing", "default", "sharegpt.jsonl", 96, packing=True)
+    case("qwen3_nothink-1100-packing", "qwen3_nothink", "packing.jsonl", 100, packing=True)
 
     # chat template text: LLaMA-Factory's jinja (fix_jinja_template) through transformers
     conv = [{"role": "system", "content": "You are 'helpful'."}, {"role": "user", "content": "Hi!"},
