@@ -43,6 +43,10 @@ typedef struct zt_config {
         char vocab_file[ZT_STRLEN];  /* GPT-2 vocab.json, to decode samples of BPE data */
         char merges_file[ZT_STRLEN]; /* GPT-2 merges.txt */
         char tokenizer[ZT_STRLEN];   /* HF tokenizer dir or tokenizer.json ("" = model.name_or_path) */
+        char format[16];             /* tokens | alpaca | sharegpt | messages */
+        char template_name[32];      /* data.template: chat template (zt_template.h) */
+        int cutoff_len;              /* LLaMA-Factory's cutoff_len */
+        int train_on_prompt, mask_history, packing; /* bools */
     } data;
     struct {
         int per_device_train_batch_size;

@@ -68,6 +68,11 @@ char *zt_tokenizer_decode(const zt_tokenizer_t *tok, const int32_t *ids, size_t 
  * from_utf8_lossy does: the text `tokenizers`' decode() returns. */
 char *zt_tokenizer_decode_utf8(const zt_tokenizer_t *tok, const int32_t *ids, size_t n, size_t *len);
 
+/* tokenizer_config.json's KEY ("eos_token", "bos_token", "pad_token": a string or
+ * {"content": ...}) in PATH (a directory) or beside it (a tokenizer.json file);
+ * malloc'd, NULL when absent or null. */
+char *zt_tokenizer_config_token(const char *path, const char *key);
+
 /* Id of a token string: an added token's content or a vocabulary entry (raw bytes); -1 if none. */
 int32_t zt_tokenizer_token_id(const zt_tokenizer_t *tok, const char *s, size_t len);
 int zt_tokenizer_vocab_size(const zt_tokenizer_t *tok);

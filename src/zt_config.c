@@ -12,6 +12,7 @@
  * line (or "command line") and the key, never printed or fatal here. */
 #define _GNU_SOURCE /* strcasestr, open_memstream */
 #include "zt_config.h"
+#include "zt_template.h"
 
 #include "zt_common.h"
 
@@ -145,6 +146,26 @@ static const zkey_t schema[] = {
        "a Hugging Face model directory (its tokenizer.json, else vocab.json + merges.txt) or a tokenizer.json "
        "file, as zt-prep-data --tokenizer takes. Empty: data.vocab_file + data.merges_file when set, else "
        "model.name_or_path when set. Byte-level data needs none."),
+    KS("data.format", data.format, "tokens", "tokens|alpaca|sharegpt|messages",
+       "What data.train_files / data.val_files hold: token files (tokens), or instruction data in JSON / JSON "
+       "Lines (alpaca, sharegpt, messages), which rank 0 turns into SFT sample files as LLaMA-Factory's "
+       "supervised processor does (data.template, data.cutoff_len, data.tokenizer) and caches beside each "
+       "input as INPUT.<key>.sft.h5, remade when the file, tokenizer, template or options change."),
+    KS("data.template", data.template_name, "", NULL,
+       "Chat template of instruction data, as LLaMA-Factory names it: default, alpaca, qwen, qwen3, "
+       "qwen3_nothink, llama3, llama2, mistral. Required when data.format is not tokens."),
+    KI("data.cutoff_len", data.cutoff_len, 2048, 1, 1 << 24,
+       "LLaMA-Factory's cutoff_len: the most tokens of one SFT sample; longer conversations are cut turn by "
+       "turn (infer_seqlen). Rows are data.seq_len positions, so samples longer than data.seq_len + 1 lose "
+       "their tail in training."),
+    KB("data.train_on_prompt", data.train_on_prompt, 0,
+       "Prompt tokens carry loss too (LLaMA-Factory's train_on_prompt); false: only the answers do."),
+    KB("data.mask_history", data.mask_history, 0,
+       "Only the last turn's answer carries loss, and truncation keeps the last turns first (LLaMA-Factory's "
+       "mask_history; not with data.train_on_prompt)."),
+    KB("data.packing", data.packing, 0,
+       "Greedy-pack SFT samples into rows of data.cutoff_len tokens, as LLaMA-Factory's packing (no "
+       "neat_packing: attention crosses the packed samples, as there)."),
     /* train */
     KI("train.per_device_train_batch_size", train.per_device_train_batch_size, 8, 1, 1 << 20,
        "Sequences per rank per micro-step (B). Global batch = B * gradient_accumulation_steps * world size "
@@ -906,6 +927,11 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
                       cfg->model.block_size);
     if (cfg->data.n_train_files < 1)
         return zt_err(err, errlen, "data.train_files: at least one training file is required");
+    if (strcmp(cfg->data.format, "tokens") != 0 && !zt_template_find(cfg->data.template_name))
+        return zt_err(err, errlen, "data.format = %s needs data.template (%s), not '%s'", cfg->data.format,
+                      zt_template_names(), cfg->data.template_name);
+    if (cfg->data.mask_history && cfg->data.train_on_prompt)
+        return zt_err(err, errlen, "data.mask_history and data.train_on_prompt are incompatible (as in LLaMA-Factory)");
     if (cfg->train.max_steps <= 0 && cfg->train.num_train_epochs <= 0)
         return zt_err(err, errlen, "train.max_steps and train.num_train_epochs are both 0: nothing to train "
                                    "(set one of them > 0)");

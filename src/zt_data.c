@@ -470,9 +470,13 @@ int zt_data_read_pair(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, i
     /* input_ids[0 .. n-1) predict labels[1 .. n): at most T positions (a longer sample's
      * tail is cut), the rest padding that carries no loss */
     const int64_t n = ZT_MIN(len, (int64_t)T + 1);
-    int32_t *lab = zt_malloc((size_t)(T + 1) * sizeof *lab);
-    int rc = read_range(f, f->dset, "input_ids", off, n, inp, err, errlen);
+    /* n may be T + 1 while inp holds T: read into a T + 1 buffer (reading straight into inp
+     * wrote one id past its end for every sample longer than T) */
+    int32_t *lab = zt_malloc((size_t)(T + 1) * sizeof *lab), *ids = zt_malloc((size_t)(T + 1) * sizeof *ids);
+    int rc = read_range(f, f->dset, "input_ids", off, n, ids, err, errlen);
     if (!rc) rc = read_range(f, f->labels, "labels", off, n, lab, err, errlen);
+    if (!rc) memcpy(inp, ids, (size_t)ZT_MIN(n, (int64_t)T) * sizeof *ids);
+    free(ids);
     const int pad = f->eot_attr >= 0 ? f->eot_attr : 0;
     for (int64_t t = 0; t < T && !rc; t++) {
         if (t < n - 1) {

@@ -773,13 +773,21 @@ static int parse_model(zt_tokenizer_t *t, jctx_t *c, json_t *m, int max_added_id
     return 0;
 }
 
-/* eos_token of tokenizer_config.json (a string or {"content": ...}); NULL if none. */
-static char *config_eos(const char *dir)
+static int is_dir(const char *p);
+
+char *zt_tokenizer_config_token(const char *path, const char *key)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    json_t *root = json_load_file(path, 0, NULL);
-    json_t *e = root ? json_object_get(root, "eos_token") : NULL;
+    /* a tokenizer.json file's directory holds its tokenizer_config.json, as in a model directory */
+    char dir[4096], cfg[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    if (!is_dir(dir)) {
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(dir, sizeof dir, ".");
+    }
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
+    json_t *root = json_load_file(cfg, 0, NULL);
+    json_t *e = root ? json_object_get(root, key) : NULL;
     if (json_is_object(e)) e = json_object_get(e, "content");
     char *s = json_is_string(e) ? strdup(json_string_value(e)) : NULL;
     json_decref(root);
@@ -860,7 +868,7 @@ zt_tokenizer_t *zt_tokenizer_load(const char *path, char *err, size_t errlen)
         zt_err(err, errlen, "%s: no tokenizer.json, nor vocab.json + merges.txt", path);
         return NULL;
     }
-    char *eos = t ? config_eos(path) : NULL;
+    char *eos = t ? zt_tokenizer_config_token(path, "eos_token") : NULL;
     if (eos) {
         int32_t id = zt_tokenizer_token_id(t, eos, strlen(eos));
         if (id >= 0) t->eot = id;

@@ -29,6 +29,7 @@
 #include "zt_arch.h"
 #include "zt_backend.h"
 #include "zt_tokenizer.h"
+#include "zt_sft.h"
 #include "zt_ckpt.h"
 #include "zt_common.h"
 #include "zt_data.h"
@@ -851,15 +852,48 @@ static int run_loop(run_t *r)
     return ZT_EXIT_OK;
 }
 
+/* data.format != tokens: each input becomes its SFT sample file, made by rank 0 unless
+ * the cache (zt_sft_cache_path) already holds it; every rank then opens the caches. */
+static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[ZT_STRLEN + 64], char *err,
+                      size_t errlen)
+{
+    const zt_config_t *cfg = r->cfg;
+    const char *tok = cfg->data.tokenizer[0] ? cfg->data.tokenizer : cfg->model.name_or_path;
+    zt_sft_prep_t p = {tok, cfg->data.format, cfg->data.template_name, cfg->data.cutoff_len,
+                       cfg->data.train_on_prompt, cfg->data.mask_history, cfg->data.packing};
+    int rc = 0;
+    if (!tok[0]) rc = zt_err(err, errlen, "data.format = %s needs data.tokenizer (or model.name_or_path)", p.format);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        rc = zt_sft_cache_path(&p, in[i], out[i], sizeof out[i], err, errlen);
+        if (rc == 0 && r->rank == 0 && access(out[i], F_OK) != 0) {
+            zt_sft_prep_stats_t st;
+            const char *one[1] = {in[i]};
+            rc = zt_sft_prep(&p, one, 1, out[i], &st, err, errlen);
+            if (rc == 0)
+                zt_log("data: %s -> %s: %zu records, %zu samples, %zu tokens (%zu with loss), %.2f s", in[i],
+                       out[i], st.records, st.samples, st.tokens, st.loss_tokens, st.seconds);
+        } else if (rc == 0 && r->rank == 0) {
+            zt_log("data: %s: cached in %s", in[i], out[i]);
+        }
+    }
+    /* the other ranks wait for rank 0's files (and share its error) */
+    return zt_agree_error(r->comm, rc, err, errlen) ? -1 : 0;
+}
+
 static int open_data(run_t *r, char *err, size_t errlen)
 {
     const zt_config_t *cfg = r->cfg;
     const char *files[ZT_MAX_FILES];
-    for (int i = 0; i < cfg->data.n_train_files; i++) files[i] = cfg->data.train_files[i];
+    static char sft[2][ZT_MAX_FILES][ZT_STRLEN + 64];
+    int is_sft = strcmp(cfg->data.format, "tokens") != 0;
+    if (is_sft && (sft_inputs(r, cfg->data.train_files, cfg->data.n_train_files, sft[0], err, errlen) != 0 ||
+                   sft_inputs(r, cfg->data.val_files, cfg->data.n_val_files, sft[1], err, errlen) != 0))
+        return -1;
+    for (int i = 0; i < cfg->data.n_train_files; i++) files[i] = is_sft ? sft[0][i] : cfg->data.train_files[i];
     r->train = zt_data_open(files, cfg->data.n_train_files, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
     if (!r->train) return -1;
     if (cfg->data.n_val_files > 0) {
-        for (int i = 0; i < cfg->data.n_val_files; i++) files[i] = cfg->data.val_files[i];
+        for (int i = 0; i < cfg->data.n_val_files; i++) files[i] = is_sft ? sft[1][i] : cfg->data.val_files[i];
         r->val = zt_data_open(files, cfg->data.n_val_files, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
         if (!r->val) return -1;
     }

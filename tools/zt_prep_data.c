@@ -3,6 +3,8 @@
  *   zt-prep-data [--tokenizer DIR|tokenizer.json | --bpe vocab.json merges.txt] [--val-fraction F]
  *                [--eot-between-files] [--eot-at-line STR] [--bin] -o OUT input.txt [more.txt ...]
  *   zt-prep-data --write-byte-tokenizer tokenizer.json
+ *   zt-prep-data --tokenizer DIR --format alpaca|sharegpt|messages --template NAME --cutoff-len N
+ *                [--train-on-prompt] [--mask-history] [--packing] -o OUT.h5 DATA.json [more.json ...]
  *
  * Tokenizes the inputs in order (byte-level by default; a Hugging Face
  * tokenizer.json or a model directory with --tokenizer; GPT-2 BPE with --bpe) into
@@ -17,10 +19,13 @@
  * HDF5 output carries vocab_size, eot_token and tokenizer ("byte" | "gpt2-bpe" | "hf")
  * so the trainer knows how to decode; --bin writes llm.c shards instead.
  * Files are written under a temporary name and renamed, so a failed run never
- * leaves a half-written dataset behind. Serial: no MPI needed. */
+ * leaves a half-written dataset behind. Serial: no MPI needed.
+ * With --format, the inputs are instruction data (JSON or JSON Lines) and the output is
+ * one SFT sample file as LLaMA-Factory's supervised processor makes it (zt_sft.h). */
 #include "zt_tokenizer.h"
 #include "zt_common.h"
 #include "zt_data.h"
+#include "zt_sft.h"
 
 #include <errno.h>
 #include <math.h>
@@ -45,6 +50,13 @@ static void usage(FILE *out)
             "  --eot-between-files    put the EOT token between consecutive input files\n"
             "  --eot-at-line STR      a line that is exactly STR separates documents: it becomes EOT\n"
             "  --bin                  write llm.c .bin shards instead of HDF5\n"
+            "SFT data (instruction JSON / JSON Lines -> /input_ids, /labels, /sample_offsets):\n"
+            "  --format F             alpaca | sharegpt | messages (default: tokens, plain text as above)\n"
+            "  --template NAME        chat template: default|alpaca|qwen|qwen3|qwen3_nothink|llama3|llama2|mistral\n"
+            "  --cutoff-len N         LLaMA-Factory's cutoff_len (default 2048)\n"
+            "  --train-on-prompt      prompt tokens carry loss too\n"
+            "  --mask-history         only the last turn's answer carries loss\n"
+            "  --packing              greedy-pack samples into rows of cutoff-len tokens\n"
             "  -h, --help             this text\n");
 }
 
@@ -123,6 +135,8 @@ int main(int argc, char **argv)
     double val_fraction = 0.1;
     int eot_between = 0, bin = 0;
     const char *sep = NULL;
+    const char *format = NULL, *template_name = NULL;
+    int cutoff_len = 2048, train_on_prompt = 0, mask_history = 0, packing = 0;
     const char **inputs = zt_calloc((size_t)argc, sizeof *inputs);
     int ninputs = 0;
     char err[ZT_ERRLEN];
@@ -159,6 +173,25 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--eot-at-line")) {
             if (i + 1 >= argc) return fail("--eot-at-line needs a string");
             sep = argv[++i];
+        } else if (!strcmp(a, "--format")) {
+            if (i + 1 >= argc) return fail("--format needs alpaca, sharegpt or messages");
+            format = argv[++i];
+        } else if (!strcmp(a, "--template")) {
+            if (i + 1 >= argc) return fail("--template needs a name");
+            template_name = argv[++i];
+        } else if (!strcmp(a, "--cutoff-len")) {
+            char *end;
+            if (i + 1 >= argc) return fail("--cutoff-len needs a value");
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || v < 1 || v > (1L << 30))
+                return fail("--cutoff-len '%s' is not a positive integer", argv[i]);
+            cutoff_len = (int)v;
+        } else if (!strcmp(a, "--train-on-prompt")) {
+            train_on_prompt = 1;
+        } else if (!strcmp(a, "--mask-history")) {
+            mask_history = 1;
+        } else if (!strcmp(a, "--packing")) {
+            packing = 1;
         } else if (!strcmp(a, "--bin")) {
             bin = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -176,6 +209,23 @@ int main(int argc, char **argv)
         usage(stderr);
         return fail("no input text files given");
     }
+    if (format && strcmp(format, "tokens") != 0) {
+        if (!ends_with(out, ".h5")) return fail("-o %s: an SFT sample file is one .h5 file", out);
+        if (!template_name) return fail("--format %s needs --template (%s)", format, zt_template_names());
+        if (!tokpath) return fail("--format %s needs --tokenizer", format);
+        if (vocab || bin || sep || eot_between) return fail("--bpe, --bin, --eot-* do not apply to --format %s", format);
+        zt_sft_prep_t p = {tokpath, format, template_name, cutoff_len, train_on_prompt, mask_history, packing};
+        zt_sft_prep_stats_t st;
+        if (zt_sft_prep(&p, inputs, ninputs, out, &st, err, sizeof err) != 0) return fail("%s", err);
+        printf("zt-prep-data: %zu records -> %s: %zu samples, %zu tokens (%zu with loss)%s; %.0f tokens/s\n",
+               st.records, out, st.samples, st.tokens, st.loss_tokens, packing ? ", packed" : "",
+               st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0);
+        if (st.dropped) printf("zt-prep-data: %zu samples longer than cutoff_len dropped (packing)\n", st.dropped);
+        free(inputs);
+        return 0;
+    }
+    if (template_name || train_on_prompt || mask_history || packing)
+        return fail("--template, --train-on-prompt, --mask-history, --packing need --format alpaca|sharegpt|messages");
     const char *ext = bin ? ".bin" : ".h5";
     int single = ends_with(out, ".h5") || ends_with(out, ".bin");
     if (single && val_fraction > 0)

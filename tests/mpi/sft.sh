@@ -3,6 +3,9 @@
 # loss is the mean over the tokens that carry one in the whole global batch, so every
 # world size and accumulation trains the same model (1e-5), and the samples of a step
 # are exactly the ones one rank would take; bad SFT files fail on every rank.
+# Instruction JSON in the trainer (data.format = alpaca): rank 0 writes the SFT file
+# zt-prep-data writes, as a cache beside the input that a rerun reuses and a change of
+# options replaces; bad JSON fails on every rank with the file, record and key.
 . "$(dirname "$0")/common.sh"
 need_h5py
 HFPY="$ZT_SRCDIR/tests/mpi/hf_dir.py"
@@ -43,4 +46,41 @@ expect_fail_with 2 "is neither -100 nor in [0, 67)" $llama data.train_files=bad-
 "$PY" "$HFPY" sft bad-off.h5 67 50 offsets || fail "hf_dir.py"
 expect_fail_with 2 "/sample_offsets must run from 0 to the" $llama data.train_files=bad-off.h5 data.val_files=[] \
     train.output_dir=bad2
+
+# ---- data.format = alpaca: the trainer preprocesses the JSON itself ----
+SF="$ZT_SRCDIR/tests/reference/sft"
+cp "$SF/alpaca.json" train.json && cp "$SF/sharegpt.jsonl" val.jsonl || fail "cp"
+json="$ZT_SRCDIR/inputs/tiny.cfg model.arch=llama model.n_layer=1 model.n_head=2 model.n_kv_head=1 model.n_embd=16
+  model.intermediate_size=32 model.vocab_size=3504 model.block_size=128 data.seq_len=127 data.tokenizer=$SF/tok/qwen
+  data.template=qwen data.cutoff_len=128 data.train_files=train.json train.max_steps=2 train.eval_steps=2
+  train.eval_batches=1 train.sample_tokens=0 checkpoint.save_hf=false log.plot=false"
+# shellcheck disable=SC2086
+run_ztrain 2 $json data.format=alpaca data.val_files=[] train.output_dir=json1 >/dev/null
+assert_contains "$ZT_OUT" "7 records, 7 samples"
+set -- train.json.*.sft.h5
+[ $# -eq 1 ] && [ -f "$1" ] || fail "no single cache file beside train.json: $*"
+cache=$1
+"$ZT_PREP_DATA" --tokenizer "$SF/tok/qwen" --format alpaca --template qwen --cutoff-len 128 -o prep.h5 train.json \
+    >/dev/null || fail "zt-prep-data"
+"$PY" - "$cache" prep.h5 <<'PYEOF' || fail "the trainer's SFT cache differs from zt-prep-data's file"
+import sys, h5py
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+sys.exit(not all((a[k][:] == b[k][:]).all() and a[k].shape == b[k].shape for k in ("input_ids", "labels", "sample_offsets")))
+PYEOF
+# shellcheck disable=SC2086
+run_ztrain 1 $json data.format=alpaca data.val_files=[] train.output_dir=json2 >/dev/null
+assert_contains "$ZT_OUT" "cached in $cache"
+# shellcheck disable=SC2086
+run_ztrain 1 $json data.format=alpaca data.val_files=[] data.mask_history=true train.output_dir=json3 >/dev/null
+[ "$(ls train.json.*.sft.h5 | wc -l)" -eq 2 ] || fail "data.mask_history did not make a new cache"
+# shellcheck disable=SC2086
+run_ztrain 2 $json data.format=sharegpt data.train_files=val.jsonl data.val_files=val.jsonl train.output_dir=json4 >/dev/null
+assert_contains "$ZT_OUT" "validation loss"
+printf '[{"instruction": "q", "output": "a"}, {"instruction": "q", "history": [["x"]], "output": "a"}]\n' >bad.json
+# shellcheck disable=SC2086
+expect_fail_with 2 "bad.json: record 1: history[0]: not an [instruction, response] pair" $json data.format=alpaca \
+    data.train_files=bad.json data.val_files=[] train.output_dir=bad3
+# shellcheck disable=SC2086
+expect_fail_with 1 "data.format = alpaca needs data.template" $json data.format=alpaca data.template=chatml \
+    data.val_files=[] train.output_dir=bad4
 echo "sft: the loss is per loss-bearing token of the global batch, the same at every world size"

@@ -82,6 +82,31 @@ static void t_h5_sequential(void)
     free(tok);
 }
 
+/* An SFT sample longer than seq_len is cut to one row: T inputs, T targets, and nothing
+ * written past them (zt_data_read_pair once wrote input T into the caller's T-long row). */
+static void t_sft_long_sample(void)
+{
+    setup_dir();
+    enum { T = 4, N = 10 };
+    int32_t ids[N], labels[N];
+    for (int i = 0; i < N; i++) ids[i] = 10 + i, labels[i] = i < 3 ? -100 : 10 + i;
+    int64_t off[2] = {0, N};
+    CU_ASSERT_EQUAL_FATAL(
+        zt_data_write_sft_h5(tpath("long.h5"), ids, labels, N, off, 1, 257, 256, "byte", err, sizeof err), 0);
+    const char *files[1] = {tpath("long.h5")};
+    zt_dataset_t *ds = zt_data_open(files, 1, T, 257, err, sizeof err);
+    CU_ASSERT_FATAL(ds != NULL);
+    int32_t inp[T + 1], tgt[T + 1];
+    inp[T] = tgt[T] = 777; /* canaries just past the row */
+    CU_ASSERT_EQUAL(zt_data_read_pair(ds, 0, 0, 0, inp, tgt, err, sizeof err), 0);
+    CU_ASSERT(inp[T] == 777 && tgt[T] == 777);
+    for (int t = 0; t < T; t++) {
+        CU_ASSERT_EQUAL(inp[t], 10 + t);
+        CU_ASSERT_EQUAL(tgt[t], t + 1 < 3 ? -1 : 11 + t);
+    }
+    zt_data_close(ds);
+}
+
 static void t_bin_sequential(void)
 {
     setup_dir();
@@ -403,6 +428,7 @@ static void t_cleanup(void)
 static const zt_test_t tests[] = {
     {"h5 sequential samples", t_h5_sequential},
     {"bin sequential samples", t_bin_sequential},
+    {"sft sample longer than seq_len", t_sft_long_sample},
     {"multi-file boundaries", t_multi_file},
     {"shuffle is a deterministic permutation", t_shuffle},
     {"errors name the file", t_errors},

@@ -1,0 +1,109 @@
+/* zt_sft.h — supervised fine-tuning samples from instruction data, as LLaMA-Factory 0.9.5
+ * makes them (data/converter.py, data/processor/supervised.py).
+ *
+ * Records (zt_sft_read) come from a JSON array or JSON Lines file in one of three formats:
+ *  - alpaca:   {"instruction", "input"?, "output", "system"?, "history"?: [[q, a], ...]};
+ *              the user turn is "instruction\ninput" (either part left out when empty);
+ *  - sharegpt: {"conversations": [{"from": "system"?|"human"|"gpt", "value"}...], "system"?};
+ *  - messages: {"messages": [{"role": "system"?|"user"|"assistant", "content"}...]}, OpenAI's
+ *              layout, read as LLaMA-Factory reads it with sharegpt formatting and the
+ *              role/content/user/assistant/system tags.
+ * A leading system turn is the system message; turns must then alternate user, assistant
+ * and end with an assistant turn. Tool turns (observation, function_call, tool, function)
+ * are refused. Errors are one line: "FILE: record I: KEY: problem" (I counts from 0), or
+ * "FILE:LINE:COL: not JSON: ..." — where LLaMA-Factory warns and drops a broken example,
+ * ztrain stops, so bad data is never silently thrown away.
+ *
+ * Samples (zt_sft_build): Template.encode_multiturn, then per turn (the last first with
+ * mask_history) infer_seqlen's truncation to what is left of cutoff_len, prompt labels
+ * -100 unless train_on_prompt, history targets -100 with mask_history. A sample whose
+ * labels are all -100 is kept, as LLaMA-Factory keeps it (it adds no loss; the trainer's
+ * mean is over loss-bearing tokens). With packing, LLaMA-Factory's packing: cutoff_len
+ * is lowered by one (as DataArguments does), each group of 1000 records
+ * (preprocessing_batch_size) is greedy-knapsacked into rows that are padded to
+ * cutoff_len with pad (labels -100); a sample longer than the knapsack is dropped. */
+#ifndef ZT_SFT_H
+#define ZT_SFT_H
+
+#include "zt_template.h"
+#include "zt_tokenizer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { ZT_SFT_ALPACA = 1, ZT_SFT_SHAREGPT, ZT_SFT_MESSAGES } zt_sft_format_t;
+
+/* "alpaca" | "sharegpt" | "messages" -> format, 0 for anything else. */
+zt_sft_format_t zt_sft_format(const char *name);
+
+typedef struct {
+    char *system; /* "" when none: the template's default_system applies */
+    char **msgs;  /* user, assistant, user, assistant, ... (nmsgs even, >= 2) */
+    int nmsgs;
+} zt_sft_record_t;
+
+typedef struct {
+    zt_sft_record_t *rec;
+    size_t n;
+} zt_sft_records_t;
+
+/* Reads path (JSON array when its first non-blank byte is '[', else JSON Lines). */
+int zt_sft_read(const char *path, zt_sft_format_t fmt, zt_sft_records_t *out, char *err, size_t errlen);
+/* The same from memory (name is used in errors). */
+int zt_sft_parse(const char *name, const char *text, size_t len, zt_sft_format_t fmt, zt_sft_records_t *out,
+                 char *err, size_t errlen);
+void zt_sft_records_free(zt_sft_records_t *r);
+
+typedef struct {
+    const zt_template_t *tpl;
+    zt_template_ids_t ids; /* zt_template_special_ids */
+    int cutoff_len;        /* data.cutoff_len (LLaMA-Factory default 2048) */
+    int train_on_prompt;
+    int mask_history;
+    int packing;
+} zt_sft_opts_t;
+
+/* LLaMA-Factory's infer_seqlen: lengths of source and target after cutting to cutoff. */
+void zt_sft_infer_seqlen(int64_t source_len, int64_t target_len, int64_t cutoff, int64_t *new_source,
+                         int64_t *new_target);
+
+/* One record -> input_ids, labels (appended; equal lengths). 0 or -1 with err. */
+int zt_sft_encode(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_record_t *r, zt_ids_t *input_ids,
+                  zt_ids_t *labels, char *err, size_t errlen);
+
+/* The samples of a file: ids and labels concatenated, offsets[nsamples + 1]. */
+typedef struct {
+    zt_ids_t input_ids, labels;
+    int64_t *offsets;
+    size_t nsamples, cap;
+    size_t dropped; /* packing: samples longer than the knapsack */
+} zt_sft_samples_t;
+
+int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_records_t *recs, zt_sft_samples_t *out,
+                 char *err, size_t errlen);
+void zt_sft_samples_free(zt_sft_samples_t *s);
+
+/* JSON files -> one SFT sample file (zt_data_write_sft_h5; written as OUT.tmp, renamed):
+ * what zt-prep-data --format does and the trainer runs for data.format != tokens. */
+typedef struct {
+    const char *tokenizer;     /* model directory or tokenizer.json (zt_tokenizer_load) */
+    const char *format;        /* alpaca | sharegpt | messages */
+    const char *template_name; /* zt_template_find */
+    int cutoff_len, train_on_prompt, mask_history, packing;
+} zt_sft_prep_t;
+typedef struct {
+    size_t records, samples, tokens, loss_tokens, dropped;
+    double seconds; /* reading, templating, tokenizing and masking (not the HDF5 write) */
+} zt_sft_prep_stats_t;
+int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
+                zt_sft_prep_stats_t *st, char *err, size_t errlen);
+
+/* The cache of one input for the trainer: "INPUT.<16 hex digits>.sft.h5" beside it, the
+ * digits an FNV-1a hash of everything that decides the samples: the input's bytes, the
+ * tokenizer's files (tokenizer.json or vocab.json + merges.txt, tokenizer_config.json),
+ * format, template, cutoff_len, the three flags and a version of this code. A change to
+ * any of them names another file; old ones are left for the user to delete. */
+int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size_t outlen, char *err,
+                      size_t errlen);
+
+#endif

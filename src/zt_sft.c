@@ -1,0 +1,207 @@
+/* zt_sft.c — LLaMA-Factory's supervised processor: turns -> input_ids and labels
+ * (SupervisedDatasetProcessor._encode_data_example), and its packing
+ * (PackedSupervisedDatasetProcessor with greedy_knapsack). */
+#include "zt_sft.h"
+
+#include "zt_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define IGNORE_INDEX (-100)
+#define PREPROCESSING_BATCH 1000 /* DataArguments.preprocessing_batch_size: packing is per batch */
+
+void zt_sft_infer_seqlen(int64_t source_len, int64_t target_len, int64_t cutoff, int64_t *new_source,
+                         int64_t *new_target)
+{
+    int64_t max_target;
+    if (target_len * 2 < cutoff) max_target = cutoff; /* truncate the source */
+    else if (source_len * 2 < cutoff) max_target = cutoff - source_len; /* truncate the target */
+    else /* both: int(cutoff * (target / (source + target))) in float64, as Python computes it */
+        max_target = (int64_t)((double)cutoff * ((double)target_len / (double)(source_len + target_len)));
+    int64_t t = max_target < target_len ? max_target : target_len;
+    int64_t max_source = cutoff - t > 0 ? cutoff - t : 0;
+    *new_target = t;
+    *new_source = max_source < source_len ? max_source : source_len;
+}
+
+static void fill(zt_ids_t *a, int32_t v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) zt_ids_push(a, v);
+}
+
+int zt_sft_encode(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_record_t *r, zt_ids_t *input_ids,
+                  zt_ids_t *labels, char *err, size_t errlen)
+{
+    const zt_template_t *t = o->tpl;
+    int n = r->nmsgs, npairs = n / 2;
+    zt_ids_t *enc = zt_calloc((size_t)n, sizeof *enc);
+    /* discarding_history_cot = mask_history and not preserve_thinking (False) */
+    if (zt_template_encode(t, tok, &o->ids, r->system, (const char *const *)r->msgs, n, o->mask_history, enc) !=
+        0) {
+        for (int i = 0; i < n; i++) zt_ids_free(&enc[i]);
+        free(enc);
+        return zt_err(err, errlen, "tokenizer failed");
+    }
+    /* with mask_history the turns are taken last first (the last turn has priority) and
+     * the sample is built back to front: build each turn, then join them reversed */
+    zt_ids_t *ti = zt_calloc((size_t)npairs, sizeof *ti), *tl = zt_calloc((size_t)npairs, sizeof *tl);
+    int64_t total = t->efficient_eos ? 1 : 0;
+    int used = 0;
+    for (int k = 0; k < npairs; k++) {
+        int p = o->mask_history ? npairs - 1 - k : k;
+        const zt_ids_t *src = &enc[2 * p], *tgt = &enc[2 * p + 1];
+        if (total >= o->cutoff_len) break;
+        int64_t sl, tlen;
+        zt_sft_infer_seqlen((int64_t)src->n, (int64_t)tgt->n, o->cutoff_len - total, &sl, &tlen);
+        total += sl + tlen;
+        zt_ids_append(&ti[k], src->v, (size_t)sl);
+        zt_ids_append(&ti[k], tgt->v, (size_t)tlen);
+        if (o->train_on_prompt) {
+            zt_ids_append(&tl[k], src->v, (size_t)sl);
+        } else if (t->efficient_eos && k != 0) {
+            /* LLaMA-Factory writes [eos] + [-100] * (len - 1) even for an empty source */
+            zt_ids_push(&tl[k], o->ids.eos);
+            if (sl > 1) fill(&tl[k], IGNORE_INDEX, (size_t)(sl - 1));
+        } else {
+            fill(&tl[k], IGNORE_INDEX, (size_t)sl);
+        }
+        if (o->mask_history && k != 0) fill(&tl[k], IGNORE_INDEX, (size_t)tlen); /* train on the last turn only */
+        else zt_ids_append(&tl[k], tgt->v, (size_t)tlen);
+        used = k + 1;
+    }
+    for (int j = 0; j < used; j++) {
+        int k = o->mask_history ? used - 1 - j : j;
+        zt_ids_append(input_ids, ti[k].v, ti[k].n);
+        zt_ids_append(labels, tl[k].v, tl[k].n);
+    }
+    if (t->efficient_eos) {
+        zt_ids_push(input_ids, o->ids.eos);
+        zt_ids_push(labels, o->ids.eos);
+    }
+    for (int i = 0; i < npairs; i++) zt_ids_free(&ti[i]), zt_ids_free(&tl[i]);
+    for (int i = 0; i < n; i++) zt_ids_free(&enc[i]);
+    free(ti);
+    free(tl);
+    free(enc);
+    return 0;
+}
+
+static void add_sample(zt_sft_samples_t *s, const int32_t *ids, const int32_t *labels, size_t n)
+{
+    if (s->nsamples + 2 > s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 1024;
+        s->offsets = realloc(s->offsets, s->cap * sizeof *s->offsets);
+        if (!s->offsets) zt_fatal("out of memory");
+    }
+    if (s->nsamples == 0) s->offsets[0] = 0;
+    zt_ids_append(&s->input_ids, ids, n);
+    zt_ids_append(&s->labels, labels, n);
+    s->offsets[++s->nsamples] = (int64_t)s->input_ids.n;
+}
+
+/* greedy_knapsack: lengths sorted ascending; each knapsack repeatedly takes the largest
+ * length that still fits (bisect_right - 1), removing it. */
+typedef struct {
+    int64_t len;
+    size_t index; /* the sample, for length2indexes[length].pop(): the last one of that length */
+} item_t;
+
+static int cmp_item(const void *a, const void *b)
+{
+    const item_t *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index; /* stable: pop() takes the largest index */
+}
+
+static void pack_batch(const zt_sft_opts_t *o, zt_sft_samples_t *out, const zt_ids_t *ids, const zt_ids_t *lab,
+                       size_t n)
+{
+    int64_t cap = o->cutoff_len; /* already lowered by one */
+    item_t *items = zt_malloc((n ? n : 1) * sizeof *items);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if ((int64_t)ids[i].n > cap) {
+            out->dropped++; /* "Dropped lengthy example" */
+            continue;
+        }
+        items[m++] = (item_t){(int64_t)ids[i].n, i};
+    }
+    qsort(items, m, sizeof *items, cmp_item);
+    zt_ids_t row = {0}, rowl = {0};
+    while (m > 0) {
+        int64_t left = cap;
+        row.n = rowl.n = 0;
+        for (;;) {
+            /* bisect_right(lengths, left) - 1 */
+            size_t lo = 0, hi = m;
+            while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (items[mid].len <= left) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo == 0) break;
+            int64_t len = items[lo - 1].len;
+            /* the sample: the last-added index of this length still unused, i.e. the
+             * largest index among equal lengths (they sit together, sorted by index) */
+            size_t j = lo - 1;
+            size_t idx = items[j].index;
+            memmove(items + j, items + j + 1, (m - j - 1) * sizeof *items);
+            m--;
+            left -= len;
+            zt_ids_append(&row, ids[idx].v, ids[idx].n);
+            zt_ids_append(&rowl, lab[idx].v, lab[idx].n);
+        }
+        /* pad to cutoff_len + 1 (the original cutoff_len) */
+        size_t want = (size_t)cap + 1;
+        if (row.n < want) {
+            size_t pad = want - row.n;
+            fill(&row, o->ids.pad, pad);
+            fill(&rowl, IGNORE_INDEX, pad);
+        }
+        add_sample(out, row.v, rowl.v, row.n);
+    }
+    zt_ids_free(&row);
+    zt_ids_free(&rowl);
+    free(items);
+}
+
+int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_records_t *recs, zt_sft_samples_t *out,
+                 char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (o->cutoff_len < 1 + (o->packing ? 1 : 0))
+        return zt_err(err, errlen, "cutoff_len %d is too small", o->cutoff_len);
+    if (o->mask_history && o->train_on_prompt)
+        return zt_err(err, errlen, "mask_history is incompatible with train_on_prompt (as in LLaMA-Factory)");
+    if (o->train_on_prompt && o->tpl->efficient_eos)
+        return zt_err(err, errlen, "template %s does not support train_on_prompt", o->tpl->name);
+    zt_sft_opts_t oo = *o;
+    if (o->packing) oo.cutoff_len -= 1; /* DataArguments.__post_init__: "avoid pad_to_multiple_of" */
+    size_t batch = o->packing ? PREPROCESSING_BATCH : 1;
+    zt_ids_t *ids = zt_calloc(batch, sizeof *ids), *lab = zt_calloc(batch, sizeof *lab);
+    int rc = 0;
+    for (size_t b = 0; rc == 0 && b < recs->n; b += batch) {
+        size_t n = recs->n - b < batch ? recs->n - b : batch;
+        for (size_t i = 0; i < n; i++) {
+            ids[i].n = lab[i].n = 0;
+            if ((rc = zt_sft_encode(&oo, tok, &recs->rec[b + i], &ids[i], &lab[i], err, errlen)) != 0) break;
+            if (!o->packing) add_sample(out, ids[i].v, lab[i].v, ids[i].n);
+        }
+        if (rc == 0 && o->packing) pack_batch(&oo, out, ids, lab, n);
+    }
+    for (size_t i = 0; i < batch; i++) zt_ids_free(&ids[i]), zt_ids_free(&lab[i]);
+    free(ids);
+    free(lab);
+    if (rc != 0) zt_sft_samples_free(out);
+    return rc;
+}
+
+void zt_sft_samples_free(zt_sft_samples_t *s)
+{
+    zt_ids_free(&s->input_ids);
+    zt_ids_free(&s->labels);
+    free(s->offsets);
+    memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,236 @@
+/* zt_sft_json.c — instruction data files (alpaca, sharegpt, messages) to conversations,
+ * as LLaMA-Factory's AlpacaDatasetConverter and SharegptDatasetConverter align them. */
+#include "zt_sft.h"
+
+#include "zt_common.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+zt_sft_format_t zt_sft_format(const char *name)
+{
+    if (!name) return 0;
+    if (strcmp(name, "alpaca") == 0) return ZT_SFT_ALPACA;
+    if (strcmp(name, "sharegpt") == 0) return ZT_SFT_SHAREGPT;
+    if (strcmp(name, "messages") == 0) return ZT_SFT_MESSAGES;
+    return 0;
+}
+
+/* Where a record came from, for one-line errors. */
+typedef struct {
+    const char *file;
+    size_t index;
+    size_t line; /* JSON Lines: its line; 0 in a JSON array */
+    char *err;
+    size_t errlen;
+} where_t;
+
+static int bad(const where_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad(const where_t *w, const char *fmt, ...)
+{
+    char msg[ZT_ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (w->line) return zt_err(w->err, w->errlen, "%s: record %zu (line %zu): %s", w->file, w->index, w->line, msg);
+    return zt_err(w->err, w->errlen, "%s: record %zu: %s", w->file, w->index, msg);
+}
+
+static void add_msg(zt_sft_record_t *r, const char *s)
+{
+    r->msgs = realloc(r->msgs, (size_t)(r->nmsgs + 1) * sizeof *r->msgs);
+    if (!r->msgs) zt_fatal("out of memory");
+    r->msgs[r->nmsgs++] = strdup(s);
+}
+
+static void record_free(zt_sft_record_t *r)
+{
+    for (int i = 0; i < r->nmsgs; i++) free(r->msgs[i]);
+    free(r->msgs);
+    free(r->system);
+    memset(r, 0, sizeof *r);
+}
+
+/* A key that may be absent or null (LLaMA-Factory's missing columns are None): "" then. */
+static int opt_string(const where_t *w, json_t *obj, const char *key, const char **out)
+{
+    json_t *v = json_object_get(obj, key);
+    *out = "";
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return bad(w, "%s: not a string", key);
+    *out = json_string_value(v);
+    return 0;
+}
+
+static int req_string(const where_t *w, json_t *obj, const char *key, const char **out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v) return bad(w, "%s: missing", key);
+    if (!json_is_string(v)) return bad(w, "%s: not a string", key);
+    *out = json_string_value(v);
+    return 0;
+}
+
+static int from_alpaca(const where_t *w, json_t *o, zt_sft_record_t *r)
+{
+    const char *instruction, *input, *output, *system;
+    if (req_string(w, o, "instruction", &instruction) || opt_string(w, o, "input", &input) ||
+        req_string(w, o, "output", &output) || opt_string(w, o, "system", &system))
+        return -1;
+    json_t *h = json_object_get(o, "history");
+    if (h && !json_is_null(h)) {
+        if (!json_is_array(h)) return bad(w, "history: not a list of [instruction, response] pairs");
+        size_t i;
+        json_t *p;
+        json_array_foreach(h, i, p) {
+            if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_string(json_array_get(p, 0)) ||
+                !json_is_string(json_array_get(p, 1)))
+                return bad(w, "history[%zu]: not an [instruction, response] pair of strings", i);
+            add_msg(r, json_string_value(json_array_get(p, 0)));
+            add_msg(r, json_string_value(json_array_get(p, 1)));
+        }
+    }
+    /* "\n".join of the non-empty ones: "instruction\ninput" */
+    size_t li = strlen(instruction), ln = strlen(input);
+    char *q = zt_malloc(li + ln + 2), *e = q;
+    if (li) e = memcpy(e, instruction, li), e += li;
+    if (li && ln) *e++ = '\n';
+    if (ln) e = memcpy(e, input, ln), e += ln;
+    *e = 0;
+    add_msg(r, q);
+    free(q);
+    add_msg(r, output);
+    r->system = strdup(system);
+    return 0;
+}
+
+/* sharegpt and messages: a list of turns; tags name the keys and roles. */
+typedef struct {
+    const char *list, *role, *content, *user, *assistant, *system;
+    const char *tools[3]; /* roles refused: ztrain does no tool calling */
+} tags_t;
+
+static const tags_t sharegpt_tags = {"conversations", "from", "value", "human", "gpt", "system",
+                                     {"observation", "function_call", NULL}};
+static const tags_t messages_tags = {"messages", "role", "content", "user", "assistant", "system",
+                                     {"tool", "function", "observation"}};
+
+static int from_turns(const where_t *w, json_t *o, const tags_t *t, zt_sft_record_t *r)
+{
+    json_t *list = json_object_get(o, t->list);
+    if (!list) return bad(w, "%s: missing", t->list);
+    if (!json_is_array(list)) return bad(w, "%s: not a list of turns", t->list);
+    size_t n = json_array_size(list), first = 0;
+    const char *system = "";
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(list, i);
+        if (!json_is_object(m)) return bad(w, "%s[%zu]: not an object", t->list, i);
+        const char *role, *content;
+        json_t *c = json_object_get(m, t->content);
+        if (req_string(w, m, t->role, &role) != 0)
+            return bad(w, "%s[%zu].%s: missing or not a string", t->list, i, t->role);
+        if (!c) return bad(w, "%s[%zu].%s: missing", t->list, i, t->content);
+        if (!json_is_string(c)) return bad(w, "%s[%zu].%s: not a string", t->list, i, t->content);
+        content = json_string_value(c);
+        for (int k = 0; k < 3 && t->tools[k]; k++)
+            if (strcmp(role, t->tools[k]) == 0)
+                return bad(w, "%s[%zu].%s: '%s': tool turns are not supported", t->list, i, t->role, role);
+        if (i == 0 && strcmp(role, t->system) == 0) {
+            system = content; /* a leading system turn */
+            first = 1;
+            continue;
+        }
+        const char *want = (i - first) % 2 == 0 ? t->user : t->assistant;
+        if (strcmp(role, want) != 0)
+            return bad(w, "%s[%zu].%s: '%s' where '%s' is expected (turns alternate %s, %s after an optional "
+                          "leading %s)",
+                       t->list, i, t->role, role, want, t->user, t->assistant, t->system);
+        add_msg(r, content);
+    }
+    if (r->nmsgs == 0) return bad(w, "%s: no %s/%s turns", t->list, t->user, t->assistant);
+    if (r->nmsgs % 2) return bad(w, "%s: ends with a '%s' turn, not '%s'", t->list, t->user, t->assistant);
+    if (!first && opt_string(w, o, "system", &system) != 0) return -1;
+    r->system = strdup(system);
+    return 0;
+}
+
+static int convert(const where_t *w, json_t *o, zt_sft_format_t fmt, zt_sft_records_t *out)
+{
+    if (!json_is_object(o)) return bad(w, "not a JSON object");
+    zt_sft_record_t r = {0};
+    int rc = fmt == ZT_SFT_ALPACA     ? from_alpaca(w, o, &r)
+             : fmt == ZT_SFT_SHAREGPT ? from_turns(w, o, &sharegpt_tags, &r)
+                                      : from_turns(w, o, &messages_tags, &r);
+    if (rc != 0) {
+        record_free(&r);
+        return -1;
+    }
+    if ((out->n & (out->n - 1)) == 0) { /* grow at powers of two */
+        out->rec = realloc(out->rec, (out->n ? 2 * out->n : 1) * sizeof *out->rec);
+        if (!out->rec) zt_fatal("out of memory");
+    }
+    out->rec[out->n++] = r;
+    return 0;
+}
+
+int zt_sft_parse(const char *name, const char *text, size_t len, zt_sft_format_t fmt, zt_sft_records_t *out,
+                 char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (fmt != ZT_SFT_ALPACA && fmt != ZT_SFT_SHAREGPT && fmt != ZT_SFT_MESSAGES)
+        return zt_err(err, errlen, "%s: unknown data format (expected alpaca, sharegpt or messages)", name);
+    size_t p = 0;
+    while (p < len && (text[p] == ' ' || text[p] == '\t' || text[p] == '\n' || text[p] == '\r')) p++;
+    json_error_t je;
+    where_t w = {name, 0, 0, err, errlen};
+    int rc = 0;
+    if (p < len && text[p] == '[') {
+        json_t *root = json_loadb(text, len, 0, &je);
+        if (!root) return zt_err(err, errlen, "%s:%d:%d: not JSON: %s", name, je.line, je.column, je.text);
+        for (w.index = 0; rc == 0 && w.index < json_array_size(root); w.index++)
+            rc = convert(&w, json_array_get(root, w.index), fmt, out);
+        json_decref(root);
+    } else {
+        size_t line = 1;
+        for (size_t s = 0; rc == 0 && s < len; line++) {
+            const char *nl = memchr(text + s, '\n', len - s);
+            size_t e = nl ? (size_t)(nl - text) : len, q = s;
+            while (q < e && (text[q] == ' ' || text[q] == '\t' || text[q] == '\r')) q++;
+            if (q < e) { /* blank lines are skipped, as JSON Lines readers do */
+                json_t *o = json_loadb(text + s, e - s, 0, &je);
+                w.line = line;
+                if (!o) rc = zt_err(err, errlen, "%s:%zu:%d: not JSON: %s", name, line, je.column, je.text);
+                else rc = convert(&w, o, fmt, out);
+                json_decref(o);
+                w.index++;
+            }
+            s = e + 1;
+        }
+    }
+    if (rc == 0 && out->n == 0) rc = zt_err(err, errlen, "%s: no records", name);
+    if (rc != 0) zt_sft_records_free(out);
+    return rc;
+}
+
+int zt_sft_read(const char *path, zt_sft_format_t fmt, zt_sft_records_t *out, char *err, size_t errlen)
+{
+    size_t len = 0;
+    memset(out, 0, sizeof *out);
+    char *text = zt_read_file(path, &len, err, errlen);
+    if (!text) return -1;
+    int rc = zt_sft_parse(path, text, len, fmt, out, err, errlen);
+    free(text);
+    return rc;
+}
+
+void zt_sft_records_free(zt_sft_records_t *r)
+{
+    for (size_t i = 0; i < r->n; i++) record_free(&r->rec[i]);
+    free(r->rec);
+    r->rec = NULL;
+    r->n = 0;
+}

@@ -1,0 +1,70 @@
+#!/bin/sh
+# sft_prep.sh — zt-prep-data --format on the committed LLaMA-Factory fixtures
+# (tests/reference/sft): the SFT sample file it writes (/input_ids, /labels, /sample_offsets,
+# read back with h5py) holds exactly LLaMA-Factory's input_ids and labels for cases that
+# cover each data format and option (truncation, train_on_prompt, mask_history, packing),
+# its padding id is the template's pad, and bad data fails with one line naming the file,
+# the record and the key. Needs python3 with h5py (SKIP, exit 77, without it).
+set -eu
+B=${ZT_BUILDDIR:-$(pwd)}
+S=${ZT_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+PY=${PYTHON3:-/usr/bin/python3}
+if ! "$PY" -c "import h5py" 2>/dev/null; then
+    echo "SKIP: python3 with h5py is needed (tools/install-deps.sh installs it)"
+    exit 77
+fi
+F="$S/tests/reference/sft"
+d=$(mktemp -d /tmp/zt_sft_prep.XXXXXX)
+trap 'rm -rf "$d"' EXIT
+fail() { echo "FAIL: sft_prep: $*" >&2; exit 1; }
+
+for name in qwen3-alpaca llama2-sharegpt-cut40 mistral-sharegpt llama3-sharegpt-mask-history \
+        llama3-alpaca-train-on-prompt qwen-messages qwen-alpaca-packing default-sharegpt-packing; do
+    # the case's options as zt-prep-data flags, from cases.json
+    args=$("$PY" - "$F/cases.json" "$name" <<'PYEOF'
+import json, sys
+c = next(c for c in json.load(open(sys.argv[1]))["cases"] if c["name"] == sys.argv[2])
+a = ["--tokenizer", c["tokenizer"], "--format", c["format"], "--template", c["template"],
+     "--cutoff-len", str(c["cutoff_len"]), c["data"]]
+a += [f for f, k in (("--train-on-prompt", "train_on_prompt"), ("--mask-history", "mask_history"),
+                     ("--packing", "packing")) if c[k]]
+print(" ".join(a))
+PYEOF
+)
+    # shellcheck disable=SC2086
+    (cd "$F" && "$B/zt-prep-data" $args -o "$d/$name.h5") >"$d/log" 2>&1 || { cat "$d/log"; fail "$name: zt-prep-data failed"; }
+    "$PY" - "$F/cases.json" "$name" "$d/$name.h5" <<'PYEOF' || fail "$name: the SFT file differs from LLaMA-Factory"
+import json, sys
+import h5py
+c = next(c for c in json.load(open(sys.argv[1]))["cases"] if c["name"] == sys.argv[2])
+f = h5py.File(sys.argv[3], "r")
+ids, labels, off = f["input_ids"][:].tolist(), f["labels"][:].tolist(), f["sample_offsets"][:].tolist()
+want_off = [0]
+for s in c["input_ids"]:
+    want_off.append(want_off[-1] + len(s))
+ok = off == want_off
+ok = ok and ids == [t for s in c["input_ids"] for t in s] and labels == [t for s in c["labels"] for t in s]
+ok = ok and int(f.attrs["eot_token"]) == c["special"]["pad"]
+print(sys.argv[2], "samples", len(off) - 1, "tokens", len(ids), "ok" if ok else "DIFFERENT")
+sys.exit(0 if ok else 1)
+PYEOF
+done
+
+# bad data: exit 1, one line naming file, record and key
+printf '[{"instruction": "a", "output": "b"}, {"instruction": "c"}]\n' >"$d/bad.json"
+if "$B/zt-prep-data" --tokenizer "$F/tok/qwen" --format alpaca --template qwen -o "$d/x.h5" "$d/bad.json" 2>"$d/err"; then
+    fail "a record without output was accepted"
+fi
+grep -q "bad.json: record 1: output: missing" "$d/err" || { cat "$d/err"; fail "no file/record/key in the error"; }
+[ "$(wc -l <"$d/err")" -eq 1 ] || fail "the error is not one line"
+printf '{"conversations": [{"from": "human", "value": "q"}, {"from": "human", "value": "q"}]}\n' >"$d/bad.jsonl"
+if "$B/zt-prep-data" --tokenizer "$F/tok/qwen" --format sharegpt --template qwen -o "$d/x.h5" "$d/bad.jsonl" 2>"$d/err"; then
+    fail "turns out of order were accepted"
+fi
+grep -q "record 0 (line 1): conversations\[1\].from: 'human' where 'gpt' is expected" "$d/err" || { cat "$d/err"; fail "turn order error"; }
+if "$B/zt-prep-data" --tokenizer "$F/tok/gpt2" --format alpaca --template llama3 -o "$d/x.h5" "$F/alpaca.json" 2>"$d/err"; then
+    fail "llama3 accepted a tokenizer without <|eot_id|>"
+fi
+grep -q "<|eot_id|>" "$d/err" || fail "missing token not named"
+[ ! -e "$d/x.h5" ] && [ ! -e "$d/x.h5.tmp" ] || fail "a failed run left a file behind"
+echo "sft_prep: zt-prep-data writes LLaMA-Factory's samples"

@@ -1,0 +1,246 @@
+/* test_sft.c — chat templates (zt_template.h) and SFT samples (zt_sft.h) against
+ * LLaMA-Factory 0.9.5 itself.
+ *
+ * tests/reference/sft/cases.json comes from tests/reference/make_sft_fixtures.py: for
+ * each case (template x data file x cutoff_len / train_on_prompt / mask_history /
+ * packing) the input_ids and labels LLaMA-Factory's converters, template and supervised
+ * processor give with the fixture tokenizers of tests/reference/sft/tok/, and per
+ * template the text transformers' apply_chat_template renders with LLaMA-Factory's
+ * jinja template. Only those committed files are needed here. */
+#include "zt_common.h"
+#include "zt_sft.h"
+#include "zt_template.h"
+#include "zt_test.h"
+#include "zt_tokenizer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char err[ZT_ERRLEN];
+static json_t *doc;
+
+static const char *fixture(const char *name)
+{
+    static char buf[4][1024];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/tests/reference/sft/%s", ZT_SRCDIR, name);
+    return buf[k];
+}
+
+static json_t *cases(const char *key)
+{
+    if (!doc) {
+        json_error_t je;
+        doc = json_load_file(fixture("cases.json"), 0, &je);
+        if (!doc) printf("\n  cases.json:%d: %s\n", je.line, je.text);
+    }
+    return doc ? json_object_get(doc, key) : NULL;
+}
+
+static int32_t jid(json_t *v)
+{
+    return json_is_integer(v) ? (int32_t)json_integer_value(v) : -1; /* null: no such token */
+}
+
+/* Compares one sample; prints the first difference (why: a bare CU_ASSERT says nothing). */
+static int same_ids(const char *what, const char *name, size_t s, json_t *want, const int32_t *got, size_t n)
+{
+    if (json_array_size(want) != n) {
+        printf("\n  %s sample %zu %s: length %zu, LLaMA-Factory %zu\n", name, s, what, n, json_array_size(want));
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (jid(json_array_get(want, i)) != got[i]) {
+            printf("\n  %s sample %zu %s[%zu]: %d, LLaMA-Factory %d\n", name, s, what, i, got[i],
+                   jid(json_array_get(want, i)));
+            return 0;
+        }
+    return 1;
+}
+
+static void t_cases(void)
+{
+    json_t *cs = cases("cases");
+    CU_ASSERT_FATAL(json_array_size(cs) >= 30);
+    size_t i;
+    json_t *c;
+    int templates_seen = 0;
+    json_array_foreach(cs, i, c) {
+        const char *name = json_string_value(json_object_get(c, "name"));
+        const char *tokdir = fixture(json_string_value(json_object_get(c, "tokenizer")));
+        zt_tokenizer_t *tok = zt_tokenizer_load(tokdir, err, sizeof err);
+        if (!tok) printf("\n  %s\n", err);
+        CU_ASSERT_FATAL(tok != NULL);
+        zt_sft_opts_t o = {0};
+        o.tpl = zt_template_find(json_string_value(json_object_get(c, "template")));
+        CU_ASSERT_FATAL(o.tpl != NULL);
+        CU_ASSERT_FATAL(zt_template_special_ids(o.tpl, tok, tokdir, &o.ids, err, sizeof err) == 0);
+        json_t *sp = json_object_get(c, "special");
+        CU_ASSERT(o.ids.bos == jid(json_object_get(sp, "bos")));
+        CU_ASSERT(o.ids.eos == jid(json_object_get(sp, "eos")));
+        CU_ASSERT(o.ids.pad == jid(json_object_get(sp, "pad")));
+        o.cutoff_len = (int)json_integer_value(json_object_get(c, "cutoff_len"));
+        o.train_on_prompt = json_is_true(json_object_get(c, "train_on_prompt"));
+        o.mask_history = json_is_true(json_object_get(c, "mask_history"));
+        o.packing = json_is_true(json_object_get(c, "packing"));
+        zt_sft_records_t recs;
+        int rc = zt_sft_read(fixture(json_string_value(json_object_get(c, "data"))),
+                             zt_sft_format(json_string_value(json_object_get(c, "format"))), &recs, err, sizeof err);
+        if (rc) printf("\n  %s\n", err);
+        CU_ASSERT_FATAL(rc == 0);
+        zt_sft_samples_t s;
+        CU_ASSERT_FATAL(zt_sft_build(&o, tok, &recs, &s, err, sizeof err) == 0);
+        json_t *ids = json_object_get(c, "input_ids"), *labels = json_object_get(c, "labels");
+        int ok = s.nsamples == json_array_size(ids);
+        if (!ok) printf("\n  %s: %zu samples, LLaMA-Factory %zu\n", name, s.nsamples, json_array_size(ids));
+        for (size_t k = 0; ok && k < s.nsamples; k++) {
+            size_t a = (size_t)s.offsets[k], n = (size_t)(s.offsets[k + 1] - s.offsets[k]);
+            ok = same_ids("input_ids", name, k, json_array_get(ids, k), s.input_ids.v + a, n) &&
+                 same_ids("labels", name, k, json_array_get(labels, k), s.labels.v + a, n);
+        }
+        CU_ASSERT(ok);
+        templates_seen += strstr(name, "-alpaca") && !strchr(strstr(name, "-alpaca") + 1, '-');
+        zt_sft_samples_free(&s);
+        zt_sft_records_free(&recs);
+        zt_tokenizer_close(tok);
+    }
+    CU_ASSERT(templates_seen == 8); /* every template has its plain alpaca case */
+}
+
+static void t_render(void)
+{
+    json_t *rs = cases("renders");
+    CU_ASSERT_FATAL(json_array_size(rs) == 16);
+    size_t i;
+    json_t *r;
+    json_array_foreach(rs, i, r) {
+        const char *tokdir = fixture(json_string_value(json_object_get(r, "tokenizer")));
+        zt_tokenizer_t *tok = zt_tokenizer_load(tokdir, err, sizeof err);
+        CU_ASSERT_FATAL(tok != NULL);
+        const zt_template_t *t = zt_template_find(json_string_value(json_object_get(r, "template")));
+        CU_ASSERT_FATAL(t != NULL);
+        zt_template_ids_t ids;
+        CU_ASSERT_FATAL(zt_template_special_ids(t, tok, tokdir, &ids, err, sizeof err) == 0);
+        json_t *m = json_object_get(r, "msgs");
+        const char *msgs[16];
+        int n = (int)json_array_size(m);
+        for (int k = 0; k < n && k < 16; k++) msgs[k] = json_string_value(json_array_get(m, (size_t)k));
+        char *text = zt_template_render(t, tok, &ids, json_string_value(json_object_get(r, "system")), msgs, n);
+        const char *want = json_string_value(json_object_get(r, "text"));
+        if (strcmp(text, want) != 0) printf("\n  %s: rendered\n%s\n  jinja:\n%s\n", t->name, text, want);
+        CU_ASSERT(strcmp(text, want) == 0);
+        free(text);
+        zt_tokenizer_close(tok);
+    }
+}
+
+/* Values of LLaMA-Factory's infer_seqlen, computed by hand from its three branches. */
+static void t_infer_seqlen(void)
+{
+    static const int64_t c[][5] = {
+        /* source, target, cutoff -> source', target' */
+        {10, 3, 20, 10, 3},   /* 2 target < cutoff: the target stays, the source fills the rest */
+        {30, 3, 20, 17, 3},   /* ... the source is cut */
+        {3, 30, 20, 3, 17},   /* 2 source < cutoff: the target is cut */
+        {30, 10, 20, 15, 5},  /* both: int(20 * 10/40) = 5, source 15 */
+        {10, 10, 20, 10, 10}, /* both: int(20 * 0.5) = 10, all fits */
+        {7, 13, 9, 4, 5},     /* int(9 * 13/20) = int(5.85) = 5, the source gets the other 4 */
+        {0, 0, 5, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        int64_t s, t;
+        zt_sft_infer_seqlen(c[i][0], c[i][1], c[i][2], &s, &t);
+        if (s != c[i][3] || t != c[i][4])
+            printf("\n  infer_seqlen(%ld, %ld, %ld) = (%ld, %ld), want (%ld, %ld)\n", (long)c[i][0],
+                   (long)c[i][1], (long)c[i][2], (long)s, (long)t, (long)c[i][3], (long)c[i][4]);
+        CU_ASSERT(s == c[i][3] && t == c[i][4]);
+    }
+}
+
+static int parse_fails(const char *text, zt_sft_format_t fmt, const char *want)
+{
+    zt_sft_records_t r;
+    int rc = zt_sft_parse("bad.json", text, strlen(text), fmt, &r, err, sizeof err);
+    if (rc == 0) {
+        zt_sft_records_free(&r);
+        printf("\n  accepted: %s\n", text);
+        return 0;
+    }
+    if (!strstr(err, want)) printf("\n  error '%s' lacks '%s'\n", err, want);
+    return strstr(err, want) != NULL && strchr(err, '\n') == NULL;
+}
+
+static void t_bad_data(void)
+{
+    CU_ASSERT(parse_fails("[{\"instruction\": \"a\", \"output\": }]", ZT_SFT_ALPACA, "bad.json:1:"));
+    CU_ASSERT(parse_fails("{\"instruction\": \"a\", \"output\": \"b\"}\n{\"instruction\": 1", ZT_SFT_ALPACA,
+                          "bad.json:2:"));
+    CU_ASSERT(parse_fails("[{\"instruction\": \"a\", \"output\": \"b\"}, {\"instruction\": \"a\"}]", ZT_SFT_ALPACA,
+                          "bad.json: record 1: output: missing"));
+    CU_ASSERT(parse_fails("[{\"instruction\": \"a\", \"output\": 3}]", ZT_SFT_ALPACA, "record 0: output: not a string"));
+    CU_ASSERT(parse_fails("{\"instruction\": \"a\", \"output\": \"b\", \"history\": [[\"q\"]]}\n", ZT_SFT_ALPACA,
+                          "record 0 (line 1): history[0]: not an [instruction, response] pair"));
+    CU_ASSERT(parse_fails("[{\"conversations\": [{\"from\": \"gpt\", \"value\": \"x\"}]}]", ZT_SFT_SHAREGPT,
+                          "record 0: conversations[0].from: 'gpt' where 'human' is expected"));
+    CU_ASSERT(parse_fails("[{\"conversations\": [{\"from\": \"system\", \"value\": \"s\"}, {\"from\": \"human\", "
+                          "\"value\": \"q\"}, {\"from\": \"human\", \"value\": \"q\"}]}]",
+                          ZT_SFT_SHAREGPT, "conversations[2].from: 'human' where 'gpt' is expected"));
+    CU_ASSERT(parse_fails("[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}]}]", ZT_SFT_SHAREGPT,
+                          "conversations: ends with a 'human' turn"));
+    CU_ASSERT(parse_fails("[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}, {\"from\": "
+                          "\"function_call\", \"value\": \"{}\"}]}]",
+                          ZT_SFT_SHAREGPT, "conversations[1].from: 'function_call': tool turns are not supported"));
+    CU_ASSERT(parse_fails("[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}, {\"from\": "
+                          "\"observation\", \"value\": \"{}\"}]}]",
+                          ZT_SFT_SHAREGPT, "'observation': tool turns are not supported"));
+    CU_ASSERT(parse_fails("[{\"conversations\": [{\"from\": \"human\"}]}]", ZT_SFT_SHAREGPT,
+                          "conversations[0].value: missing"));
+    CU_ASSERT(parse_fails("[{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"tool\", "
+                          "\"content\": \"x\"}]}]",
+                          ZT_SFT_MESSAGES, "messages[1].role: 'tool'"));
+    CU_ASSERT(parse_fails("[{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}]",
+                          ZT_SFT_MESSAGES, "messages[0].content: not a string"));
+    CU_ASSERT(parse_fails("[{\"conversations\": []}]", ZT_SFT_MESSAGES, "record 0: messages: missing"));
+    CU_ASSERT(parse_fails("[3]", ZT_SFT_ALPACA, "record 0: not a JSON object"));
+    CU_ASSERT(parse_fails("  \n", ZT_SFT_ALPACA, "no records"));
+    /* accepted: JSON Lines with blank lines, null optional keys */
+    zt_sft_records_t r;
+    const char *ok = "\n{\"instruction\": \"a\", \"input\": null, \"output\": \"b\", \"system\": null}\n\n"
+                     "{\"instruction\": \"c\", \"input\": \"d\", \"output\": \"e\"}\n";
+    CU_ASSERT_FATAL(zt_sft_parse("ok.jsonl", ok, strlen(ok), ZT_SFT_ALPACA, &r, err, sizeof err) == 0);
+    CU_ASSERT(r.n == 2 && r.rec[1].nmsgs == 2 && strcmp(r.rec[1].msgs[0], "c\nd") == 0 &&
+              strcmp(r.rec[0].msgs[0], "a") == 0 && strcmp(r.rec[0].system, "") == 0);
+    zt_sft_records_free(&r);
+}
+
+static void t_special_ids(void)
+{
+    /* llama3's <|eot_id|> is not in the gpt2 fixture: refused, naming it */
+    const char *dir = fixture("tok/gpt2");
+    zt_tokenizer_t *tok = zt_tokenizer_load(dir, err, sizeof err);
+    CU_ASSERT_FATAL(tok != NULL);
+    zt_template_ids_t ids;
+    CU_ASSERT(zt_template_special_ids(zt_template_find("llama3"), tok, dir, &ids, err, sizeof err) != 0);
+    CU_ASSERT(strstr(err, "<|eot_id|>") != NULL);
+    CU_ASSERT(zt_template_find("chatml") == NULL);
+    /* options LLaMA-Factory refuses */
+    zt_sft_opts_t o = {zt_template_find("qwen"), {-1, 0, 0}, 64, 1, 1, 0};
+    zt_sft_records_t r = {0};
+    zt_sft_samples_t s;
+    CU_ASSERT(zt_sft_build(&o, tok, &r, &s, err, sizeof err) != 0 && strstr(err, "mask_history"));
+    zt_tokenizer_close(tok);
+}
+
+static const zt_test_t tests[] = {
+    {"LLaMA-Factory input_ids and labels, every template and option", t_cases},
+    {"chat text equals LLaMA-Factory's jinja template", t_render},
+    {"infer_seqlen", t_infer_seqlen},
+    {"bad data: one line naming file, record and key", t_bad_data},
+    {"special tokens the template needs", t_special_ids},
+    {NULL, NULL},
+};
+
+ZT_TEST_MAIN("sft", tests)
