@@ -634,6 +634,34 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
     }
 }
 
+/* A query block's rows of the backward (fp32 and bf16 GEMMs alike): S (scores) becomes
+ * P = exp(S - lse), dS (dO V^T) becomes P (dP - D) scale with D = dO . O per row, and
+ * the masked tail of each row is zeroed for the accumulating GEMMs. */
+static void att_ds_rows(const att_head_t *a, int t0, int nb, int nk, float *restrict S, float *restrict dS,
+                        const float *restrict dyb)
+{
+    const int C = a->os, hs = a->hs;
+    const float scale = a->scale;
+    for (int r = 0; r < nb; r++) {
+        float *restrict p = S + (size_t)r * nk, *restrict ds = dS + (size_t)r * nk;
+        const float *restrict dy = dyb + (size_t)r * C;
+        const float *restrict y = a->out + (size_t)(t0 + r) * C;
+        const int n = t0 + r + 1;
+        const float l = a->lse[t0 + r];
+        float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+        for (int i = 0; i < hs; i++) D += dy[i] * y[i];
+        /* s - lse <= 0 up to rounding: within zt_expf's range */
+#pragma omp simd
+        for (int j = 0; j < n; j++) {
+            float pj = zt_expf(p[j] - l);
+            p[j] = pj;
+            ds[j] = pj * (ds[j] - D) * scale;
+        }
+        for (int j = n; j < nk; j++) p[j] = ds[j] = 0.0f;
+    }
+}
+
 /* The same under bf16 GEMMs, each operand rounded once: the head's q, k, v
  * (and dout in backward) per head, a block's P (and dS) per block, instead of
  * once per product (zt_dnnl_round slots: 0 dout, 1 P, 2 q, 3 k, 4 v, 5 dS).
@@ -685,23 +713,7 @@ static void att_backward_head_bf16(const att_head_t *a, float *restrict S, float
         const void *qbr = ATT_AT(qr, (size_t)t0 * hs), *dybr = ATT_AT(dyr, (size_t)t0 * hs);
         zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, scale, qbr, kr, NULL, 0, S, nk);
         zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, 1.0f, dybr, vr, NULL, 0, dS, nk);
-        for (int r = 0; r < nb; r++) {
-            float *restrict p = S + (size_t)r * nk, *restrict ds = dS + (size_t)r * nk;
-            const float *restrict dy = dyb + (size_t)r * C;
-            const float *restrict y = a->out + (size_t)(t0 + r) * C;
-            const int n = t0 + r + 1;
-            const float l = a->lse[t0 + r];
-            float D = 0.0f;
-#pragma omp simd reduction(+ : D)
-            for (int i = 0; i < hs; i++) D += dy[i] * y[i];
-#pragma omp simd
-            for (int j = 0; j < n; j++) {
-                float pj = zt_expf(p[j] - l);
-                p[j] = pj;
-                ds[j] = pj * (ds[j] - D) * scale;
-            }
-            for (int j = n; j < nk; j++) p[j] = ds[j] = 0.0f;
-        }
+        att_ds_rows(a, t0, nb, nk, S, dS, dyb);
         const void *pr = zt_dnnl_round(1, S, nb, nk, nk), *dsr = zt_dnnl_round(5, dS, nb, nk, nk);
         zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, dsr, kr, NULL, 1, a->dq + (size_t)t0 * C3, C3);
         zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, dsr, qbr, NULL, 1, a->dk, C3);
@@ -724,24 +736,7 @@ static void att_backward_head(const att_head_t *a, float *restrict S, float *res
                     0.0f, S, nk);
         gemm(0, 1, nb, nk, hs, 1.0f, dyb, C, a->v, C3,
                     0.0f, dS, nk);
-        for (int r = 0; r < nb; r++) {
-            float *restrict p = S + (size_t)r * nk, *restrict ds = dS + (size_t)r * nk;
-            const float *restrict dy = dyb + (size_t)r * C;
-            const float *restrict y = a->out + (size_t)(t0 + r) * C;
-            const int n = t0 + r + 1;
-            const float l = a->lse[t0 + r];
-            float D = 0.0f;
-#pragma omp simd reduction(+ : D)
-            for (int i = 0; i < hs; i++) D += dy[i] * y[i];
-            /* s - lse <= 0 up to rounding: within zt_expf's range */
-#pragma omp simd
-            for (int j = 0; j < n; j++) {
-                float pj = zt_expf(p[j] - l);
-                p[j] = pj;
-                ds[j] = pj * (ds[j] - D) * scale;
-            }
-            for (int j = n; j < nk; j++) p[j] = ds[j] = 0.0f;
-        }
+        att_ds_rows(a, t0, nb, nk, S, dS, dyb);
         // dq_blk (nb,hs) += dS @ K ; dK (nk,hs) += dS^T @ Q_blk ; dV (nk,hs) += P^T @ dO_blk
         gemm(0, 0, nb, hs, nk, 1.0f, dS, nk, a->k, C3,
                     1.0f, a->dq + (size_t)t0 * C3, C3);

@@ -38,21 +38,7 @@ trap 'rm -rf "$out"' EXIT
 Bsz=4 T=128 V=32000
 DATA=data/llama-rand-32k.h5
 need=$(( (STEPS + WARMUP) * Bsz * T + 1 ))
-"$PY" - "$DATA" "$need" "$V" <<'PY'
-import os, sys, h5py, numpy as np
-path, need, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-n = max(need, 65537)
-if os.path.exists(path):
-    with h5py.File(path, "r") as f:
-        if f["/tokens"].shape[0] >= n and int(f["/tokens"].attrs["vocab_size"]) == V: sys.exit(0)
-os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-t = np.random.default_rng(1337).integers(0, V, size=n, dtype=np.int32)
-with h5py.File(path + ".tmp", "w") as f:
-    d = f.create_dataset("tokens", data=t)
-    d.attrs["vocab_size"] = np.int32(V)
-    d.attrs["eot_token"] = np.int32(V - 1)
-os.replace(path + ".tmp", path)
-PY
+"$PY" tools/rand_tokens.py "$DATA" "$need" "$V"
 
 LLAMA="inputs/tiny.cfg model.arch=llama model.n_layer=12 model.n_embd=768 model.n_head=12 model.n_kv_head=4
  model.head_dim=64 model.intermediate_size=2048 model.vocab_size=$V model.block_size=$T model.tie_word_embeddings=false
