@@ -14,7 +14,9 @@
 #include "zt_arch.h"
 #include "zt_common.h"
 #include "zt_hf.h"
+#include "zt_data.h"
 #include "zt_lora.h"
+#include "zt_tokenizer.h"
 #include "zt_safetensors.h"
 
 /* model.* keys a config.json decides; one the input gave must agree with it */
@@ -272,6 +274,18 @@ static int make_files(zt_hf_export_t *x, const char *dtype, const char *source_d
         snprintf(q, sizeof q, "%s/%s", source_dir, tok[i]);
         snprintf(p, sizeof p, "%s/%s", x->tmp, tok[i]);
         if (stat(q, &st) == 0) rc = copy_file(q, p, err, errlen);
+    }
+    /* ztrain's own byte-level tokenizer (vocabulary 257, end-of-text 256) travels as a
+     * tokenizer.json too, so the directory is complete for AutoTokenizer and pipelines */
+    snprintf(p, sizeof p, "%s/tokenizer.json", x->tmp);
+    if (!rc && stat(p, &st) != 0 && t->dims.V == ZT_BYTE_VOCAB && eos == ZT_BYTE_EOT) {
+        rc = zt_tokenizer_write_byte_level_json(p, eos, err, errlen);
+        json_t *tc = json_pack("{s:s, s:s, s:s, s:s, s:i}", "tokenizer_class", "PreTrainedTokenizerFast", "eos_token",
+                               "<|endoftext|>", "bos_token", "<|endoftext|>", "unk_token", "<|endoftext|>",
+                               "model_max_length", t->dims.maxT);
+        snprintf(p, sizeof p, "%s/tokenizer_config.json", x->tmp);
+        if (!rc) rc = write_json(p, tc, err, errlen);
+        json_decref(tc);
     }
     return rc;
 }

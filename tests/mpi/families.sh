@@ -112,6 +112,20 @@ if [ -x "$VPY" ]; then
 else
     echo "note: no venv at $VPY (tools/make-venv.sh): transformers' own load of the export not checked"
 fi
+# ztrain's own byte-level tokenizer goes out as tokenizer.json: a complete directory
+# shellcheck disable=SC2086
+run_ztrain 1 $common train.max_steps=1 train.output_dir=bytes >/dev/null
+[ -s bytes/hf/tokenizer.json ] && [ -s bytes/hf/tokenizer_config.json ] ||
+    fail "the byte-level model's export has no tokenizer.json"
+if [ -x "$VPY" ]; then
+    "$VPY" -c "import sys; from transformers import AutoTokenizer, pipeline
+t = AutoTokenizer.from_pretrained('bytes/hf')
+ids = t('the model \u00e9')['input_ids']
+assert ids == list('the model \u00e9'.encode()), ids
+assert t.eos_token == '<|endoftext|>' and t.eos_token_id == 256
+print(repr(pipeline('text-generation', model='bytes/hf', tokenizer='bytes/hf')('the', max_new_tokens=3, do_sample=False)[0]['generated_text']))" ||
+        fail "AutoTokenizer or the text-generation pipeline does not run on the byte-level export"
+fi
 echo "families: HF directories round-trip bit for bit"
 
 # ---- 3. bad model directories ----------------------------------------------------------
