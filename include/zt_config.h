@@ -118,6 +118,14 @@ typedef struct zt_config {
         int use_rslora;         /* bool: scale alpha / sqrt(r) */
         char adapter_name_or_path[ZT_STRLEN]; /* PEFT adapter directory to start from */
     } lora;
+    struct {
+        char prompt[ZT_STRLEN];     /* one user message */
+        char prompts_file[ZT_STRLEN]; /* JSON Lines of messages or alpaca records */
+        int max_new_tokens;
+        double temperature;         /* 0 = greedy */
+        double top_p;
+        int top_k;                  /* 0 = all */
+    } generate;
     struct {                    /* for testing only */
         int rank;               /* -1 = off */
         long step;
@@ -125,6 +133,7 @@ typedef struct zt_config {
     } fault;
 
     char source[ZT_STRLEN];     /* file the config came from */
+    int mode_generate;          /* ztrain --generate (not a key: the command line's mode) */
     /* which keys the file or an override gave (by schema index), for defaults that
      * depend on the machine (train.bf16 on a GPU) */
     unsigned char given[ZT_CONFIG_MAX_KEYS];

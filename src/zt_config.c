@@ -68,6 +68,7 @@ static const struct { const char *name, *help; } sections[] = {
     {"checkpoint", "Parallel-HDF5 checkpoints: when to write, how many to keep, resuming."},
     {"log", "Logging and plots."},
     {"lora", "LoRA adapters (train.finetuning_type = lora), as PEFT's LoraConfig and LLaMA-Factory's lora_* keys."},
+    {"generate", "ztrain --generate: prompts completed by the model, under any strategy."},
     {"fault", "Fault injection, for testing the failure paths only."},
 };
 #define NSECTIONS ((int)(sizeof sections / sizeof sections[0]))
@@ -327,6 +328,18 @@ static const zkey_t schema[] = {
     KS("lora.adapter_name_or_path", lora.adapter_name_or_path, "", NULL,
        "A PEFT adapter directory (adapter_config.json + adapter_model.safetensors) to start from, to continue an "
        "adapter trained elsewhere; its r, lora_alpha and target_modules must match lora.*."),
+    /* generate */
+    KS("generate.prompt", generate.prompt, "", NULL,
+       "One user message to complete, rendered with data.template (\"\" = generate.prompts_file)."),
+    KS("generate.prompts_file", generate.prompts_file, "", NULL,
+       "JSON Lines of prompts: {\"messages\": [{\"role\", \"content\"}, ...]} ending with the user's turn, or "
+       "alpaca records {\"instruction\", \"input\", \"system\"}."),
+    KI("generate.max_new_tokens", generate.max_new_tokens, 64, 1, 1 << 20,
+       "Most tokens generated per prompt; the template's eos and stop words end an answer earlier."),
+    KD("generate.temperature", generate.temperature, 0.0, 0.0, 100.0,
+       "Sampling temperature; 0 = greedy (argmax), the same output at every world size and strategy."),
+    KD("generate.top_p", generate.top_p, 1.0, 1e-6, 1.0, "Nucleus sampling: the smallest set of probability >= top_p."),
+    KI("generate.top_k", generate.top_k, 0, 0, 1 << 24, "Sample among the top_k most likely tokens (0 = all)."),
     /* fault */
     KI("fault.rank", fault.rank, -1, -1, 1 << 24, "Rank that injects the fault; -1 = no fault injection."),
     KL("fault.step", fault.step, 0, 0, BIG_LONG, "Step at which the fault is injected (1-based, as numbered in the progress lines)."),

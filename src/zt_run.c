@@ -33,6 +33,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: ztrain [input.cfg] [section.key=value ...]\n"
             "       ztrain --print-config [input.cfg] [section.key=value ...]\n"
+            "       ztrain --generate [input.cfg] [section.key=value ...]   (generate.* prompts -> generations.jsonl)\n"
             "       ztrain --estimate-memory [--ranks N [--ranks-per-node M]] [input.cfg] [section.key=value ...]\n"
             "              (planning: N ranks, M per node; default: the ranks it was launched on)\n"
             "       ztrain --help | --version | --config-markdown\n"
@@ -48,7 +49,7 @@ int zt_run(int argc, char **argv, MPI_Comm world)
     ZT_MPI(MPI_Comm_size(world, &size));
     zt_log_init(rank, NULL);
 
-    enum { TRAIN, PRINT, ESTIMATE } mode = TRAIN;
+    enum { TRAIN, PRINT, ESTIMATE, GENERATE } mode = TRAIN;
     long plan_ranks = 0, plan_per_node = 0;
     const char *input = NULL;
     char **overrides = zt_calloc((size_t)argc + 1, sizeof *overrides);
@@ -74,6 +75,8 @@ int zt_run(int argc, char **argv, MPI_Comm world)
             mode = PRINT;
         } else if (strcmp(a, "--estimate-memory") == 0) {
             mode = ESTIMATE;
+        } else if (strcmp(a, "--generate") == 0) {
+            mode = GENERATE;
         } else if ((strcmp(a, "--ranks") == 0 || strcmp(a, "--ranks-per-node") == 0) && i + 1 < argc) {
             char *end = NULL;
             long v = strtol(argv[i + 1], &end, 10);
@@ -122,6 +125,7 @@ int zt_run(int argc, char **argv, MPI_Comm world)
         return ZT_EXIT_ERROR;
     }
     snprintf(cfg->source, sizeof cfg->source, "%s", input);
+    cfg->mode_generate = mode == GENERATE;
     if (cfg->model.name_or_path[0]) {
         /* the family and every dimension come from config.json: rank 0 reads it */
         char path[ZT_STRLEN + 16];

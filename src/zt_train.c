@@ -33,6 +33,7 @@
 #include "zt_ckpt.h"
 #include "zt_common.h"
 #include "zt_data.h"
+#include "zt_generate.h"
 #include "zt_hf_model.h"
 #include "zt_log.h"
 #include "zt_metrics.h"
@@ -408,6 +409,15 @@ static void sample_logits(void *arg, const int32_t *tokens, int n, float *logits
     zt_watchdog_mark("generation", -1, r->step);
     forward_only(r, tokens, NULL, 1, n);
     if (logits) zt_model_logits_row(r->model, 0, n - 1, logits);
+}
+
+/* --generate's forward: this rank's own sequence, its own logits */
+static void generate_logits(void *arg, const int32_t *tokens, int n, float *logits)
+{
+    run_t *r = arg;
+    zt_watchdog_mark("generation", -1, r->step);
+    forward_only(r, tokens, NULL, 1, n);
+    zt_model_logits_row(r->model, 0, n - 1, logits);
 }
 
 static void generate_sample(run_t *r)
@@ -972,8 +982,8 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         snprintf(path, sizeof path, "%s/rank-%d.log", cfg->train.output_dir, r->rank);
         zt_log_init(r->rank, path);
     }
-    /* the data decides the number of steps, so it is opened first */
-    rc = open_data(r, err, sizeof err);
+    /* the data decides the number of steps, so it is opened first (generation needs none) */
+    rc = cfg->mode_generate ? 0 : open_data(r, err, sizeof err);
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
         zt_data_close(r->train);
@@ -981,7 +991,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         free(gpu_cfg);
         return ZT_EXIT_ERROR;
     }
-    const int64_t S = zt_data_num_samples(r->train);
+    const int64_t S = r->train ? zt_data_num_samples(r->train) : 1;
     r->total_steps = cfg->train.max_steps > 0
                          ? cfg->train.max_steps
                          : (long)ceil(cfg->train.num_train_epochs * (double)S / (double)r->G);
@@ -1038,7 +1048,8 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
            cfg->train.peak_tflops > 0 ? "train.peak_tflops" : "measured matmul peak of this backend");
 
     if (maybe_resume(r) != 0) exit_code = ZT_EXIT_ERROR;
-    if (exit_code == ZT_EXIT_OK && r->rank == 0) {
+    /* a generation leaves the run's config.cfg and metrics.jsonl alone */
+    if (exit_code == ZT_EXIT_OK && r->rank == 0 && !cfg->mode_generate) {
         snprintf(path, sizeof path, "%s/config.cfg", cfg->train.output_dir);
         FILE *f = fopen(path, "w");
         if (f) {
@@ -1051,6 +1062,18 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     }
     zt_watchdog_start(cfg->parallel.timeout_s, r->rank, zt_hostname());
     double t0 = zt_now();
+    if (exit_code == ZT_EXIT_OK && cfg->mode_generate) {
+        /* --generate: the loaded model completes the prompts, nothing trains or is saved */
+        zt_shard_begin_inference(r->shard);
+        const double tg = zt_now();
+        rc = zt_generate_run(cfg, r->T, cfg->model.vocab_size, generate_logits, r, comm, err, sizeof err);
+        zt_shard_end_inference(r->shard);
+        if (rc) zt_log_error("%s", err);
+        else zt_log("generate: %s/generations.jsonl (%.1f s)", cfg->train.output_dir, zt_now() - tg);
+        exit_code = rc ? ZT_EXIT_ERROR : ZT_EXIT_OK;
+        zt_watchdog_stop();
+        goto done;
+    }
     if (exit_code == ZT_EXIT_OK) exit_code = run_loop(r);
     double wall = zt_now() - t0;
 
