@@ -125,6 +125,7 @@ typedef struct zt_config {
         double temperature;         /* 0 = greedy */
         double top_p;
         int top_k;                  /* 0 = all */
+        int at_eval;                /* bool: complete prompts_file at each evaluation */
     } generate;
     struct {                    /* for testing only */
         int rank;               /* -1 = off */

@@ -9,7 +9,8 @@
  * i mod world, all ranks step together (every forward gathers the same units, zero3
  * included), and the sampling generator of prompt i is seeded by (train.seed, i): the
  * output does not depend on the world size or the strategy. Rank 0 writes
- * <output_dir>/generations.jsonl in prompt order. */
+ * <output_dir>/generations.jsonl in prompt order (generations-<step>.jsonl at each
+ * evaluation of a training run with generate.at_eval). */
 #ifndef ZT_GENERATE_H
 #define ZT_GENERATE_H
 
@@ -23,9 +24,9 @@
  * each with its own tokens) */
 typedef void (*zt_generate_logits_fn)(void *arg, const int32_t *tokens, int n, float *logits);
 
-/* Collective. context: the most tokens one forward takes (older ones are dropped). 0, or
- * -1 with err on every rank. */
-int zt_generate_run(const zt_config_t *cfg, int context, int vocab_size, zt_generate_logits_fn fn, void *arg,
-                    zt_comm_t *comm, char *err, size_t errlen);
+/* Collective: writes <output_dir>/<name>. context: the most tokens one forward takes
+ * (older ones are dropped). 0, or -1 with err on every rank. */
+int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int vocab_size, zt_generate_logits_fn fn,
+                    void *arg, zt_comm_t *comm, char *err, size_t errlen);
 
 #endif

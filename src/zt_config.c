@@ -340,6 +340,9 @@ static const zkey_t schema[] = {
        "Sampling temperature; 0 = greedy (argmax), the same output at every world size and strategy."),
     KD("generate.top_p", generate.top_p, 1.0, 1e-6, 1.0, "Nucleus sampling: the smallest set of probability >= top_p."),
     KI("generate.top_k", generate.top_k, 0, 0, 1 << 24, "Sample among the top_k most likely tokens (0 = all)."),
+    KB("generate.at_eval", generate.at_eval, 0,
+       "While training, complete generate.prompts_file at every evaluation (train.eval_steps and the last step) into "
+       "<output_dir>/generations-<step>.jsonl."),
     /* fault */
     KI("fault.rank", fault.rank, -1, -1, 1 << 24, "Rank that injects the fault; -1 = no fault injection."),
     KL("fault.step", fault.step, 0, 0, BIG_LONG, "Step at which the fault is injected (1-based, as numbered in the progress lines)."),

@@ -168,8 +168,8 @@ static int32_t pick(const zt_config_t *cfg, float *logits, int V, uint64_t *rng,
     return order[keep - 1];
 }
 
-int zt_generate_run(const zt_config_t *cfg, int context, int vocab_size, zt_generate_logits_fn fn, void *arg,
-                    zt_comm_t *comm, char *err, size_t errlen)
+int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int vocab_size, zt_generate_logits_fn fn,
+                    void *arg, zt_comm_t *comm, char *err, size_t errlen)
 {
     const int rank = comm->world.rank, world = comm->world.size;
     char e[ZT_ERRLEN] = "";
@@ -198,7 +198,7 @@ int zt_generate_run(const zt_config_t *cfg, int context, int vocab_size, zt_gene
         if (id >= 0) stop[nstop++] = id;
     }
     char part[ZT_STRLEN + 64];
-    snprintf(part, sizeof part, "%s/generations.rank-%d.part", cfg->train.output_dir, rank);
+    snprintf(part, sizeof part, "%s/%s.rank-%d.part", cfg->train.output_dir, name, rank);
     FILE *f = fopen(part, "w");
     rc = f ? 0 : zt_err(e, sizeof e, "%s: cannot write", part);
     float *logits = zt_malloc((size_t)vocab_size * sizeof *logits);
@@ -255,11 +255,11 @@ int zt_generate_run(const zt_config_t *cfg, int context, int vocab_size, zt_gene
      * i mod world */
     if (rank == 0) {
         char path[ZT_STRLEN + 64];
-        snprintf(path, sizeof path, "%s/generations.jsonl", cfg->train.output_dir);
+        snprintf(path, sizeof path, "%s/%s", cfg->train.output_dir, name);
         FILE *out = fopen(path, "w");
         FILE **parts = zt_calloc((size_t)world, sizeof *parts);
         for (int k = 0; k < world && out; k++) {
-            snprintf(part, sizeof part, "%s/generations.rank-%d.part", cfg->train.output_dir, k);
+            snprintf(part, sizeof part, "%s/%s.rank-%d.part", cfg->train.output_dir, name, k);
             parts[k] = fopen(part, "r");
         }
         char *buf = NULL;
@@ -271,7 +271,7 @@ int zt_generate_run(const zt_config_t *cfg, int context, int vocab_size, zt_gene
         free(buf);
         for (int k = 0; k < world; k++) {
             if (parts[k]) fclose(parts[k]);
-            snprintf(part, sizeof part, "%s/generations.rank-%d.part", cfg->train.output_dir, k);
+            snprintf(part, sizeof part, "%s/%s.rank-%d.part", cfg->train.output_dir, name, k);
             unlink(part);
         }
         free(parts);

@@ -849,6 +849,24 @@ static int run_loop(run_t *r)
             window_steps = 0;
             zt_comm_stats_reset(c);
         }
+        if (cfg->generate.at_eval && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
+            /* the evaluation prompts, completed with the model as it is now */
+            fold_comm(r);
+            char name[64];
+            snprintf(name, sizeof name, "generations-%ld.jsonl", r->step);
+            zt_shard_begin_inference(r->shard);
+            const int grc = zt_generate_run(cfg, name, r->T, cfg->model.vocab_size, generate_logits, r, c, err,
+                                            sizeof err);
+            zt_shard_end_inference(r->shard);
+            if (grc) {
+                zt_log_error("%s", err);
+                return ZT_EXIT_ERROR;
+            }
+            zt_log("step %5ld/%ld | generations: %s/%s", r->step, r->total_steps, cfg->train.output_dir, name);
+            t_window = zt_now();
+            window_steps = 0;
+            zt_comm_stats_reset(c);
+        }
         if ((cfg->checkpoint.save_steps > 0 && r->step % cfg->checkpoint.save_steps == 0 && !last) ||
             (last && cfg->checkpoint.save_at_end)) {
             fold_comm(r);
@@ -1066,7 +1084,8 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         /* --generate: the loaded model completes the prompts, nothing trains or is saved */
         zt_shard_begin_inference(r->shard);
         const double tg = zt_now();
-        rc = zt_generate_run(cfg, r->T, cfg->model.vocab_size, generate_logits, r, comm, err, sizeof err);
+        rc = zt_generate_run(cfg, "generations.jsonl", r->T, cfg->model.vocab_size, generate_logits, r, comm, err,
+                             sizeof err);
         zt_shard_end_inference(r->shard);
         if (rc) zt_log_error("%s", err);
         else zt_log("generate: %s/generations.jsonl (%.1f s)", cfg->train.output_dir, zt_now() - tg);
