@@ -602,6 +602,31 @@ typedef struct att_head {
     float scale;
 } att_head_t;
 
+/* A query block's rows of the forward (fp32 and bf16 GEMMs alike): the scores S (nb, nk)
+ * become the causally masked softmax in place (keys 0..t of row t), and each row's
+ * log-sum-exp goes to lse_out. */
+static void att_softmax_rows(const att_head_t *a, int t0, int nb, int nk, float *restrict S)
+{
+    for (int r = 0; r < nb; r++) {
+        float *restrict row = S + (size_t)r * nk;
+        const int n = t0 + r + 1; /* keys 0..t */
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int j = 0; j < n; j++) {
+            float e = zt_expf(row[j] - mx);
+            row[j] = e;
+            s += e;
+        }
+        a->lse_out[t0 + r] = mx + logf(s);
+        const float inv = 1.0f / s;
+        for (int j = 0; j < n; j++) row[j] *= inv;
+        for (int j = n; j < nk; j++) row[j] = 0.0f;
+    }
+}
+
 /* One head: for each query block, S = scale Q_blk K^T, masked softmax (with
  * lse), then O_blk = P V. S is the thread's (bq, T) scratch. */
 static void att_forward_head(const att_head_t *a, float *restrict S)
@@ -611,24 +636,7 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
         const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb; /* rows, visible keys */
         gemm(0, 1, nb, nk, hs, a->scale,
                     a->q + (size_t)t0 * C3, C3, a->k, C3, 0.0f, S, nk);
-        for (int r = 0; r < nb; r++) {
-            float *restrict row = S + (size_t)r * nk;
-            const int n = t0 + r + 1; /* keys 0..t */
-            float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-            for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
-            float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-            for (int j = 0; j < n; j++) {
-                float e = zt_expf(row[j] - mx);
-                row[j] = e;
-                s += e;
-            }
-            a->lse_out[t0 + r] = mx + logf(s);
-            const float inv = 1.0f / s;
-            for (int j = 0; j < n; j++) row[j] *= inv;
-            for (int j = n; j < nk; j++) row[j] = 0.0f;
-        }
+        att_softmax_rows(a, t0, nb, nk, S);
         gemm(0, 0, nb, hs, nk, 1.0f, S, nk, a->v, C3,
                     0.0f, a->o + (size_t)t0 * a->os, a->os);
     }
@@ -677,24 +685,7 @@ static void att_forward_head_bf16(const att_head_t *a, float *restrict S)
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
         zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, a->scale, ATT_AT(qr, (size_t)t0 * hs), kr, NULL, 0, S, nk);
-        for (int r = 0; r < nb; r++) {
-            float *restrict row = S + (size_t)r * nk;
-            const int n = t0 + r + 1;
-            float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-            for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < n; j++) {
-                float e = zt_expf(row[j] - mx);
-                row[j] = e;
-                sum += e;
-            }
-            a->lse_out[t0 + r] = mx + logf(sum);
-            const float inv = 1.0f / sum;
-            for (int j = 0; j < n; j++) row[j] *= inv;
-            for (int j = n; j < nk; j++) row[j] = 0.0f;
-        }
+        att_softmax_rows(a, t0, nb, nk, S);
         const void *pr = zt_dnnl_round(1, S, nb, nk, nk);
         zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, pr, vr, NULL, 0, a->o + (size_t)t0 * a->os, a->os);
     }

@@ -184,6 +184,36 @@ static __attribute__((unused)) int ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+/* Worst relative L2 error of the rig's trainable parameters (frozen ones are skipped):
+ * their gradients (grads = 1) or values (0) against the fixture's datasets `key` + name
+ * ("/grads/", "/train/final/base_model.model." ...); fix, when given, may adjust a tensor
+ * before its norm (fix(ctx, p, got, ref, n)). NaN counts as infinite; *name gets the
+ * worst tensor's name. */
+typedef void (*rig_fix_fn)(void *ctx, const zt_param_t *p, float *got, const float *ref, size_t n);
+static __attribute__((unused)) double rig_worst(const rig_t *r, hid_t file, const char *key, int grads, rig_fix_fn fix,
+                                                void *ctx, const char **name)
+{
+    double worst = 0;
+    *name = "?";
+    for (int i = 0; i < r->tab->nparams; i++) {
+        const zt_param_t *p = &r->tab->params[i];
+        if (p->frozen) continue;
+        char path[256];
+        snprintf(path, sizeof path, "%s%s", key, p->name);
+        float *ref = read_f32(file, path, p->numel);
+        float *got = to_host(r, grads ? pg(r, i) : pw(r, i), i);
+        if (fix) fix(ctx, p, got, ref, p->numel);
+        const double e = rel_l2(got, ref, p->numel);
+        if (!(e <= worst)) {
+            worst = isnan(e) ? INFINITY : e;
+            *name = p->name;
+        }
+        free(ref);
+        free(got);
+    }
+    return worst;
+}
+
 /* The fixtures' ten AdamW steps (tests/reference/README.md): warmup-cosine schedule
  * (W 3, lr 1e-2, floor 0.1 lr), clipping at norm 1, betas (0.9, 0.95), eps 1e-8, weight
  * decay 0.1 on matrices, one batch of /train/inputs per step; asserts each step's loss

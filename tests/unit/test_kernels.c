@@ -15,6 +15,7 @@
 #include "zt_backend.h"
 #include "zt_fp16.h"
 #include "zt_test.h"
+#include "fused_gelu_check.h"
 
 static const zt_backend_t *be = &zt_backend_cpu;
 
@@ -767,31 +768,7 @@ static void t_gelu(void)
 /* matmul_gelu_forward and gelu_matmul_backward are, on every backend, the two
  * operations they fuse: bit for bit here, with dpre written over act as the model
  * does (the parameter gradients must read act before it is overwritten). */
-static void run_matmul_gelu(int with_bias)
-{
-    const int N = 37, C = 24, OC = 40; /* fc: C -> OC ; fcproj backward: OC -> C */
-    const size_t nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
-    float *x = frand(nx, 2), *w = frand(nw, 1), *b = with_bias ? frand(OC, 1) : NULL;
-    float *pre = frand(no, 1), *act = frand(no, 1), *pre1 = be->alloc(no * 4), *act1 = be->alloc(no * 4);
-    be->matmul_gelu_forward(act, pre, x, w, b, N, C, OC);
-    be->matmul_forward(pre1, x, w, b, N, C, OC, 0);
-    be->gelu_forward(act1, pre1, no);
-    CU_ASSERT(memcmp(pre, pre1, no * 4) == 0);
-    CU_ASSERT(memcmp(act, act1, no * 4) == 0);
-
-    /* backward of y (N,C) = act (N,OC) @ W2 (OC,C) + b2 */
-    float *w2 = frand(nw, 1), *dy = frand(nx, 1);
-    float *dw = frand(nw, 1), *db = frand(C, 1), *dw1 = fcopy(dw, nw), *db1 = fcopy(db, C);
-    float *dact = be->alloc(no * 4), *dpre1 = be->alloc(no * 4);
-    be->matmul_backward(dact, dw1, with_bias ? db1 : NULL, dy, act1, w2, N, OC, C, 0);
-    be->gelu_backward(dpre1, pre1, dact, no);
-    be->gelu_matmul_backward(act, dw, with_bias ? db : NULL, dy, act, pre, w2, N, OC, C);
-    CU_ASSERT(memcmp(dw, dw1, nw * 4) == 0);
-    CU_ASSERT(memcmp(db, db1, C * 4) == 0);
-    CU_ASSERT(memcmp(act, dpre1, no * 4) == 0);
-    float *bufs[] = {x, w, b, pre, act, pre1, act1, w2, dy, dw, db, dw1, db1, dact, dpre1};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
-}
+static void run_matmul_gelu(int with_bias) { check_matmul_gelu(be, with_bias, frand); }
 
 static void t_matmul_gelu(void) { run_matmul_gelu(1); }
 static void t_matmul_gelu_nobias(void) { run_matmul_gelu(0); }

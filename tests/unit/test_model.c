@@ -146,23 +146,7 @@ static void t_table_matches_fixture(void)
  * (NaN counts as infinite); *name gets the worst tensor's name. */
 static double worst_grad_error(rig_t *r, const fixture_t *fx, const char **name)
 {
-    double worst = -1;
-    *name = "?";
-    for (int i = 0; i < r->tab->nparams; i++) {
-        const zt_param_t *p = &r->tab->params[i];
-        char path[160];
-        snprintf(path, sizeof path, "/grads/%s", p->name);
-        float *ref = read_f32(fx->file, path, p->numel);
-        float *got = to_host(r, pg(r, i), i);
-        double e = rel_l2(got, ref, p->numel);
-        if (!(e <= worst)) { /* also catches NaN */
-            worst = isnan(e) ? INFINITY : e;
-            *name = p->name;
-        }
-        free(ref);
-        free(got);
-    }
-    return worst;
+    return rig_worst(r, fx->file, "/grads/", 1, NULL, NULL, name);
 }
 
 /* ---- forward/backward parity ------------------------------------------------- */
