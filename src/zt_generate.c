@@ -129,29 +129,33 @@ static void free_prompts(prompt_t *p, int n)
     free(p);
 }
 
+typedef struct { float logit; int id; } cand_t;
+
+/* most likely first; equal logits by id, so the order is the same everywhere */
+static int by_logit(const void *a, const void *b)
+{
+    const cand_t *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
 /* The next token: argmax (ties to the lowest id), or a draw from softmax(logits / temp)
  * restricted to the top_k most likely and to the smallest set of probability >= top_p */
-static int32_t pick(const zt_config_t *cfg, float *logits, int V, uint64_t *rng, int *order)
+static int32_t pick(const zt_config_t *cfg, const float *logits, int V, uint64_t *rng, cand_t *c)
 {
     int best = 0;
     for (int v = 1; v < V; v++)
         if (logits[v] > logits[best]) best = v;
     if (cfg->generate.temperature <= 0) return best;
     const double temp = cfg->generate.temperature;
-    for (int v = 0; v < V; v++) order[v] = v;
-    /* sort ids by logit, descending (stable for equal logits) */
-    for (int i = 1; i < V; i++) {
-        const int x = order[i];
-        int j = i - 1;
-        while (j >= 0 && logits[order[j]] < logits[x]) order[j + 1] = order[j], j--;
-        order[j + 1] = x;
-    }
+    for (int v = 0; v < V; v++) c[v] = (cand_t){logits[v], v};
+    qsort(c, (size_t)V, sizeof *c, by_logit); /* O(V log V): vocabularies of 10^5 */
     int keep = cfg->generate.top_k > 0 ? ZT_MIN(cfg->generate.top_k, V) : V;
     double sum = 0.0;
-    for (int i = 0; i < keep; i++) sum += exp((logits[order[i]] - logits[best]) / temp);
+    for (int i = 0; i < keep; i++) sum += exp((c[i].logit - logits[best]) / temp);
     double acc = 0.0;
     for (int i = 0; i < keep; i++) {
-        acc += exp((logits[order[i]] - logits[best]) / temp) / sum;
+        acc += exp((c[i].logit - logits[best]) / temp) / sum;
         if (acc >= cfg->generate.top_p) {
             keep = i + 1;
             sum *= acc;
@@ -162,10 +166,10 @@ static int32_t pick(const zt_config_t *cfg, float *logits, int V, uint64_t *rng,
     const double u = (double)(*rng >> 11) / 9007199254740992.0 * sum;
     acc = 0.0;
     for (int i = 0; i < keep; i++) {
-        acc += exp((logits[order[i]] - logits[best]) / temp);
-        if (acc >= u) return order[i];
+        acc += exp((c[i].logit - logits[best]) / temp);
+        if (acc >= u) return c[i].id;
     }
-    return order[keep - 1];
+    return c[keep - 1].id;
 }
 
 int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int vocab_size, zt_generate_logits_fn fn,
@@ -202,7 +206,7 @@ int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int v
     FILE *f = fopen(part, "w");
     rc = f ? 0 : zt_err(e, sizeof e, "%s: cannot write", part);
     float *logits = zt_malloc((size_t)vocab_size * sizeof *logits);
-    int *order = zt_malloc((size_t)vocab_size * sizeof *order);
+    cand_t *order = zt_malloc((size_t)vocab_size * sizeof *order);
     const int max_new = cfg->generate.max_new_tokens;
     int32_t *ctx = zt_malloc((size_t)(context + max_new + 1) * sizeof *ctx);
     for (int r0 = 0; r0 < np; r0 += world) {
