@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <mpi.h>
 
+#include "zt_actcoll.h"
+
 typedef enum { ZT_F32 = 0, ZT_BF16 = 1, ZT_I32 = 2, ZT_F64 = 3, ZT_I64 = 4, ZT_U8 = 5, ZT_F16 = 6 } zt_dtype_t;
 struct zt_comm;
 struct zt_comm_backend;
@@ -64,6 +66,13 @@ typedef struct zt_request {
 
 typedef struct zt_comm {
     zt_group_t world, shard, replica;
+    /* The mesh (zt_comm_create_mesh): world rank = tp_rank + tp (sp_rank + sp dp_rank).
+     * tp: the tensor-parallel ranks of one model replica (consecutive, inside a node);
+     * sp: the sequence-parallel ranks at one (tp, dp) position; data: the ranks at one
+     * tp position (sp x dp of them), over which the strategies shard and replicate, and
+     * within which shard and replica are built. tp = sp = 1: data is the world. */
+    zt_group_t tp, sp, data;
+    int mesh_tp, mesh_sp, mesh_dp, dp_rank;
     int local_rank, local_size;     /* within the node */
     int node_count;
     zt_comm_stats_t stats;          /* since the last zt_comm_stats_reset; read with zt_comm_stats */
@@ -103,6 +112,10 @@ typedef struct zt_comm_backend {
 /* Builds world/shard/replica groups from `world`. shard_group_size 0 = one node.
  * Returns -1 with err when the size does not divide the world. */
 int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err, size_t errlen);
+/* The same on a tp x sp x dp mesh (tp innermost); shard_group_size counts data-group
+ * ranks (0 = one node's share). -1 with err when a size does not divide. */
+int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_group_size, char *err,
+                        size_t errlen);
 void zt_comm_destroy(zt_comm_t *c);
 /* Folds deferred collective times in (device backends time collectives with
  * events read after the fact) and returns the counters. */
@@ -155,6 +168,9 @@ void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
 /* MPI: the host waits. Device: later work on the compute stream waits (no host
  * block); the buffers may be reused or freed (stream-ordered) after it. */
 void zt_wait(zt_comm_t *c, zt_request_t *req);
+
+/* The model's activation collectives on c's mesh groups (zt_actcoll.h). */
+void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out);
 
 /* Collective decisions: every rank passes its local flag/value, all get the result. */
 int zt_any(zt_comm_t *c, int local_flag);          /* logical OR over world */

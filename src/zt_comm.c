@@ -103,6 +103,12 @@ static void group_init(zt_group_t *g, MPI_Comm comm, const char *name)
 
 int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err, size_t errlen)
 {
+    return zt_comm_create_mesh(c, world, 1, 1, shard_group_size, err, errlen);
+}
+
+int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_group_size, char *err,
+                        size_t errlen)
+{
     memset(c, 0, sizeof *c);
     c->backend = "mpi";
     if (bf16_sum_op == MPI_OP_NULL) ZT_MPI(MPI_Op_create(bf16_sum, 1, &bf16_sum_op));
@@ -117,27 +123,43 @@ int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err
     ZT_MPI(MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, wdup));
     c->node_count = nodes;
 
-    const int W = c->world.size;
-    int sg = shard_group_size;
-    if (sg <= 0) {
-        /* one node per shard group; all nodes must have the same rank count */
-        int mn = 0, mx = 0;
-        ZT_MPI(MPI_Allreduce(&c->local_size, &mn, 1, MPI_INT, MPI_MIN, wdup));
-        ZT_MPI(MPI_Allreduce(&c->local_size, &mx, 1, MPI_INT, MPI_MAX, wdup));
-        sg = (mn == mx) ? mn : W;
-    }
+    const int W = c->world.size, r = c->world.rank;
+    int mn = 0, mx = 0;
+    ZT_MPI(MPI_Allreduce(&c->local_size, &mn, 1, MPI_INT, MPI_MIN, wdup));
+    ZT_MPI(MPI_Allreduce(&c->local_size, &mx, 1, MPI_INT, MPI_MAX, wdup));
     ZT_MPI(MPI_Comm_free(&node));
-    if (sg > W || W % sg != 0) {
+    if (tp < 1 || sp < 1 || W % (tp * sp) != 0) {
         ZT_MPI(MPI_Comm_free(&wdup));
         return zt_err(err, errlen,
-                      "parallel.shard_group_size (%d) must divide the number of ranks (%d)", sg, W);
+                      "parallel.tensor_parallel_size (%d) x parallel.sequence_parallel_size (%d) must divide "
+                      "the number of ranks (%d)", tp, sp, W);
     }
-    /* shard group: consecutive ranks; replica group: same position in each shard group */
-    MPI_Comm shard, replica;
-    ZT_MPI(MPI_Comm_split(wdup, c->world.rank / sg, c->world.rank, &shard));
-    ZT_MPI(MPI_Comm_split(wdup, c->world.rank % sg, c->world.rank, &replica));
+    /* the data group (ranks with the same tp position: sp x dp of them) is what the
+     * strategies shard or replicate over; its shard groups are counted in its ranks */
+    const int D = W / tp;
+    int sg = shard_group_size;
+    if (sg <= 0) sg = (mn == mx && mn % tp == 0) ? mn / tp : D; /* one node per shard group */
+    if (sg < 1 || sg > D || D % sg != 0) {
+        ZT_MPI(MPI_Comm_free(&wdup));
+        return zt_err(err, errlen, "parallel.shard_group_size (%d) must divide the number of data-parallel "
+                      "ranks (%d = %d ranks / tensor_parallel_size %d)", sg, D, W, tp);
+    }
+    /* rank = tp_rank + tp * (sp_rank + sp * dp_rank): tp innermost, so it stays in a node */
+    c->mesh_tp = tp, c->mesh_sp = sp, c->mesh_dp = W / (tp * sp);
+    const int tpr = r % tp, dpr = r / (tp * sp), dr = r / tp;
+    MPI_Comm tpc, spc, data, shard, replica;
+    ZT_MPI(MPI_Comm_split(wdup, r / tp, r, &tpc));
+    ZT_MPI(MPI_Comm_split(wdup, tpr + tp * dpr, r, &spc));
+    ZT_MPI(MPI_Comm_split(wdup, tpr, r, &data));
+    /* shard group: consecutive data ranks; replica group: same position in each */
+    ZT_MPI(MPI_Comm_split(wdup, tpr + tp * (dr / sg), r, &shard));
+    ZT_MPI(MPI_Comm_split(wdup, tpr + tp * (dr % sg), r, &replica));
+    group_init(&c->tp, tpc, "tp");
+    group_init(&c->sp, spc, "sp");
+    group_init(&c->data, data, "data");
     group_init(&c->shard, shard, "shard");
     group_init(&c->replica, replica, "replica");
+    c->dp_rank = dpr;
     return 0;
 }
 
@@ -150,6 +172,9 @@ void zt_comm_destroy(zt_comm_t *c)
     ring_tmp_bytes = 0;
     MPI_Comm_free(&c->replica.comm);
     MPI_Comm_free(&c->shard.comm);
+    MPI_Comm_free(&c->data.comm);
+    MPI_Comm_free(&c->sp.comm);
+    MPI_Comm_free(&c->tp.comm);
     MPI_Comm_free(&c->world.comm);
 }
 
@@ -569,6 +594,28 @@ void zt_wait(zt_comm_t *c, zt_request_t *req)
     c->stats.seconds[req->kind] += zt_now() - req->t0;
     c->stats.calls[req->kind]++;
     req->t0 = 0;
+}
+
+/* ---- the model's activation collectives ---------------------------------- */
+
+static void act_tp_allreduce(void *ctx, float *x, size_t n, int op)
+{
+    zt_comm_t *c = ctx;
+    zt_allreduce(c, &c->tp, ZT_IN_PLACE, x, n, ZT_F32, op == ZT_ACT_MAX ? ZT_MAX : ZT_SUM);
+}
+
+static void act_tp_allgather(void *ctx, const float *send, float *recv, size_t n)
+{
+    zt_comm_t *c = ctx;
+    zt_allgather(c, &c->tp, send, recv, n, ZT_F32);
+}
+
+void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->ctx = c;
+    out->tp_allreduce = act_tp_allreduce;
+    out->tp_allgather = act_tp_allgather;
 }
 
 int zt_any(zt_comm_t *c, int local_flag)
