@@ -36,8 +36,12 @@ typedef enum { ZT_COLL_ALLREDUCE = 0, ZT_COLL_REDUCE_SCATTER, ZT_COLL_ALLGATHER,
 
 size_t zt_dtype_size(zt_dtype_t t);
 
+/* the groups, for the per-group accounting */
+enum { ZT_GRP_WORLD = 0, ZT_GRP_SHARD, ZT_GRP_REPLICA, ZT_GRP_TP, ZT_GRP_SP, ZT_GRP_DATA, ZT_GRP_N };
+
 typedef struct zt_group {
     MPI_Comm comm;
+    int id;                 /* ZT_GRP_* */
     int rank, size;
     const char *name;       /* "world", "shard", "replica" */
     void *backend_state;    /* e.g. an ncclComm_t */
@@ -48,12 +52,15 @@ typedef struct zt_comm_stats {
     double bus_bytes[ZT_COLL_N];/* bytes * bus factor, so busbw = bus_bytes / seconds */
     double seconds[ZT_COLL_N];  /* from issue to completion (waited) */
     long calls[ZT_COLL_N];
+    double group_bytes[ZT_GRP_N]; /* the same bytes by the group they moved in (ZT_GRP_*) */
+    long group_calls[ZT_GRP_N];
 } zt_comm_stats_t;
 
 typedef struct zt_request {
     MPI_Request req;
     int kind;
     double t0, bus, bytes;
+    int gid;                /* the group's ZT_GRP_* */
     /* a reduce-scatter runs as a ring of point-to-point steps inside zt_wait */
     struct zt_group *g;
     void *send, *recv;

@@ -92,8 +92,9 @@ static MPI_Op mpi_op(zt_redop_t op, zt_dtype_t t)
     return op == ZT_SUM ? MPI_SUM : op == ZT_MAX ? MPI_MAX : MPI_MIN;
 }
 
-static void group_init(zt_group_t *g, MPI_Comm comm, const char *name)
+static void group_init(zt_group_t *g, MPI_Comm comm, const char *name, int id)
 {
+    g->id = id;
     g->comm = comm;
     g->name = name;
     g->backend_state = NULL;
@@ -115,7 +116,7 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_
     if (fp16_sum_op == MPI_OP_NULL) ZT_MPI(MPI_Op_create(fp16_sum, 1, &fp16_sum_op));
     MPI_Comm wdup, node;
     ZT_MPI(MPI_Comm_dup(world, &wdup));
-    group_init(&c->world, wdup, "world");
+    group_init(&c->world, wdup, "world", ZT_GRP_WORLD);
     ZT_MPI(MPI_Comm_split_type(wdup, MPI_COMM_TYPE_SHARED, c->world.rank, MPI_INFO_NULL, &node));
     ZT_MPI(MPI_Comm_rank(node, &c->local_rank));
     ZT_MPI(MPI_Comm_size(node, &c->local_size));
@@ -154,11 +155,11 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_
     /* shard group: consecutive data ranks; replica group: same position in each */
     ZT_MPI(MPI_Comm_split(wdup, tpr + tp * (dr / sg), r, &shard));
     ZT_MPI(MPI_Comm_split(wdup, tpr + tp * (dr % sg), r, &replica));
-    group_init(&c->tp, tpc, "tp");
-    group_init(&c->sp, spc, "sp");
-    group_init(&c->data, data, "data");
-    group_init(&c->shard, shard, "shard");
-    group_init(&c->replica, replica, "replica");
+    group_init(&c->tp, tpc, "tp", ZT_GRP_TP);
+    group_init(&c->sp, spc, "sp", ZT_GRP_SP);
+    group_init(&c->data, data, "data", ZT_GRP_DATA);
+    group_init(&c->shard, shard, "shard", ZT_GRP_SHARD);
+    group_init(&c->replica, replica, "replica", ZT_GRP_REPLICA);
     c->dp_rank = dpr;
     return 0;
 }
@@ -258,8 +259,10 @@ static double bus_factor(int kind, int n)
     return (double)(n - 1) / n;
 }
 
-static void account(zt_comm_t *c, int kind, double bytes, int n, double secs)
+static void account(zt_comm_t *c, const zt_group_t *g, int kind, double bytes, int n, double secs)
 {
+    c->stats.group_bytes[g->id] += bytes;
+    c->stats.group_calls[g->id]++;
     c->stats.bytes[kind] += bytes;
     c->stats.bus_bytes[kind] += bytes * bus_factor(kind, n);
     c->stats.seconds[kind] += secs;
@@ -267,8 +270,9 @@ static void account(zt_comm_t *c, int kind, double bytes, int n, double secs)
 }
 
 /* n: ranks of the group, for the bus factor */
-static void req_start(zt_request_t *req, int kind, double bytes, int n)
+static void req_start(zt_request_t *req, const zt_group_t *grp, int kind, double bytes, int n)
 {
+    req->gid = grp->id;
     req->g = NULL;
     req->dev = NULL;
     req->kind = kind;
@@ -278,9 +282,10 @@ static void req_start(zt_request_t *req, int kind, double bytes, int n)
 }
 
 /* A request for the device backend, accounted like the MPI ones at zt_wait. */
-static void dev_req(zt_request_t *req, const zt_comm_backend_t *be, int kind, double bytes, int n)
+static void dev_req(zt_request_t *req, const zt_group_t *g, const zt_comm_backend_t *be, int kind, double bytes,
+                    int n)
 {
-    req_start(req, kind, bytes, n);
+    req_start(req, g, kind, bytes, n);
     req->dev = be;
     req->req = MPI_REQUEST_NULL;
 }
@@ -317,7 +322,7 @@ void zt_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, siz
     const size_t es = zt_dtype_size(t);
     if (use_ring(g, send, count, t, op)) {
         ring_allreduce(g, recv, count, t);
-        account(c, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
+        account(c, g, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
         return;
     }
     for (size_t off = 0; off < count; off += ZT_CHUNK) {
@@ -326,7 +331,7 @@ void zt_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, siz
         ZT_MPI(MPI_Allreduce(s, (char *)recv + off * es, (int)n, mpi_type(t), mpi_op(op, t),
                              g->comm));
     }
-    account(c, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
+    account(c, g, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
 }
 
 /* dst[i] += src[i] in the buffer's dtype (bf16 and fp16 add in fp32 and round, like the ops) */
@@ -436,7 +441,7 @@ void zt_reduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv
     }
     double t0 = zt_now();
     block_reduce_scatter(g, (void *)send, recv, count, t);
-    account(c, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size,
+    account(c, g, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size,
             zt_now() - t0);
 }
 
@@ -451,7 +456,7 @@ void zt_allgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, siz
     }
     double t0 = zt_now();
     ZT_MPI(MPI_Allgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), g->comm));
-    account(c, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size,
+    account(c, g, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size,
             zt_now() - t0);
 }
 
@@ -470,7 +475,7 @@ void zt_reduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
     if (be) {
         if (send == ZT_IN_PLACE) zt_fatal("zt_reduce_scatterv: ZT_IN_PLACE is not supported");
         zt_request_t r;
-        dev_req(&r, be, ZT_COLL_REDUCE_SCATTER, total_bytes(g, counts, t), g->size);
+        dev_req(&r, g, be, ZT_COLL_REDUCE_SCATTER, total_bytes(g, counts, t), g->size);
         be->ireduce_scatterv(c, g, send, recv, counts, t, &r);
         zt_wait(c, &r);
         return;
@@ -485,7 +490,7 @@ void zt_reduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
     ring_reduce_scatter(g, (void *)send, recv, cn, dp, t);
     free(cn);
     free(dp);
-    account(c, ZT_COLL_REDUCE_SCATTER, total * zt_dtype_size(t), g->size, zt_now() - t0);
+    account(c, g, ZT_COLL_REDUCE_SCATTER, total * zt_dtype_size(t), g->size, zt_now() - t0);
 }
 
 void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, const int *counts,
@@ -494,7 +499,7 @@ void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, co
     const zt_comm_backend_t *be = on_device(c, send, recv);
     if (be) {
         zt_request_t r;
-        dev_req(&r, be, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size);
+        dev_req(&r, g, be, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size);
         be->iallgatherv(c, g, send, recv, counts, displs, t, &r);
         zt_wait(c, &r);
         return;
@@ -502,7 +507,7 @@ void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, co
     double t0 = zt_now();
     ZT_MPI(MPI_Allgatherv(send, counts[g->rank], mpi_type(t), recv, counts, displs, mpi_type(t),
                           g->comm));
-    account(c, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size, zt_now() - t0);
+    account(c, g, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size, zt_now() - t0);
 }
 
 void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root)
@@ -510,14 +515,14 @@ void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t
     const zt_comm_backend_t *be = on_device(c, NULL, buf);
     if (be) {
         zt_request_t r;
-        dev_req(&r, be, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size);
+        dev_req(&r, g, be, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size);
         be->ibcast(c, g, buf, count, t, root, &r);
         zt_wait(c, &r);
         return;
     }
     double t0 = zt_now();
     ZT_MPI(MPI_Bcast(buf, (int)count, mpi_type(t), root, g->comm));
-    account(c, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size, zt_now() - t0);
+    account(c, g, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size, zt_now() - t0);
 }
 
 void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
@@ -525,12 +530,12 @@ void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
 {
     const zt_comm_backend_t *be = on_device(c, send, recv);
     if (be) {
-        dev_req(req, be, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t), g->size);
+        dev_req(req, g, be, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t), g->size);
         be->iallreduce(c, g, send, recv, count, t, op, req);
         return;
     }
     if (count > ZT_CHUNK) zt_fatal("non-blocking all-reduce of %zu elements: use buckets", count);
-    req_start(req, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t), g->size);
+    req_start(req, g, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t), g->size);
     if (use_ring(g, send, count, t, op)) { /* deferred to zt_wait, like the reduce-scatter */
         req_defer(req, g, NULL, recv, count, t);
         return;
@@ -543,13 +548,13 @@ void zt_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
 {
     const zt_comm_backend_t *be = on_device(c, send, recv);
     if (be) {
-        dev_req(req, be, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size);
+        dev_req(req, g, be, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size);
         be->ireduce_scatter(c, g, send, recv, count, t, req);
         return;
     }
     /* deferred to zt_wait: with one thread per rank MPI progresses only inside MPI
      * calls, so starting the ring early would not overlap anything */
-    req_start(req, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size);
+    req_start(req, g, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size);
     req_defer(req, g, send, recv, count, t);
 }
 
@@ -558,11 +563,11 @@ void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
 {
     const zt_comm_backend_t *be = on_device(c, send, recv);
     if (be) {
-        dev_req(req, be, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size);
+        dev_req(req, g, be, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size);
         be->iallgather(c, g, send, recv, count, t, req);
         return;
     }
-    req_start(req, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size);
+    req_start(req, g, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size);
     ZT_MPI(MPI_Iallgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), g->comm,
                           &req->req));
 }
@@ -573,6 +578,8 @@ void zt_wait(zt_comm_t *c, zt_request_t *req)
     if (req->dev) {
         if (req->t0 == 0) return;
         req->dev->wait(c, req); /* adds the seconds, now or at the next flush */
+        c->stats.group_bytes[req->gid] += req->bytes;
+        c->stats.group_calls[req->gid]++;
         c->stats.bytes[req->kind] += req->bytes;
         c->stats.bus_bytes[req->kind] += req->bytes * req->bus;
         c->stats.calls[req->kind]++;
@@ -589,6 +596,8 @@ void zt_wait(zt_comm_t *c, zt_request_t *req)
         req->g = NULL;
         req->t0 = t0; /* time the ring itself, not the wait for our turn */
     }
+    c->stats.group_bytes[req->gid] += req->bytes;
+    c->stats.group_calls[req->gid]++;
     c->stats.bytes[req->kind] += req->bytes;
     c->stats.bus_bytes[req->kind] += req->bytes * req->bus;
     c->stats.seconds[req->kind] += zt_now() - req->t0;

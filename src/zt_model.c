@@ -155,6 +155,8 @@ size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int 
     size_t floats = (size_t)d->L * N * C /* x_in */ + N * C /* x_out */ + N * C /* xf */ +
                     (size_t)head_rows_for(N, d->V) * d->V /* logits */ + N /* losses */ +
                     2 * N * C /* dres, dres2 */;
+    /* tensor parallelism: local ids, the cross-entropy's row statistics, a gathered row */
+    if (d->tp_size > 1) floats += 3 * (size_t)head_rows_for(N, d->V) + (size_t)d->V * d->tp_size + N;
     return floats * sizeof(float) + 2 * N * sizeof(int32_t) + t->arch->activation_bytes(t, B, T, recompute);
 }
 

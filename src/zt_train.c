@@ -679,6 +679,10 @@ static void fold_comm(run_t *r)
         t->seconds[k] += st->seconds[k];
         t->calls[k] += st->calls[k];
     }
+    for (int k = 0; k < ZT_GRP_N; k++) {
+        t->group_bytes[k] += st->group_bytes[k];
+        t->group_calls[k] += st->group_calls[k];
+    }
     zt_comm_stats_reset(r->comm);
 }
 
@@ -695,6 +699,14 @@ static void comm_summary(const run_t *r)
                               t->seconds[k], t->seconds[k] > 0 ? t->bus_bytes[k] / t->seconds[k] / 1e9 : 0.0);
     }
     if (o) zt_log("communication (rank 0, training steps): %s", line);
+    /* by group: what each axis of the mesh moves (tests/mpi/accounting.sh) */
+    static const char *gnames[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data"};
+    o = 0;
+    for (int k = 0; k < ZT_GRP_N; k++)
+        if (t->group_calls[k])
+            o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %ld calls %.0f bytes", o ? "; " : "", gnames[k],
+                                  t->group_calls[k], t->group_bytes[k]);
+    if (o) zt_log("communication by group (rank 0, training steps): %s", line);
 }
 
 /* fp16 dynamic loss scaling after an overflow (a collective verdict): halve the
