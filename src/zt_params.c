@@ -248,13 +248,13 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
     if (tp > 1) {
         const char *what = NULL;
         int v = 0;
+        /* KV heads fewer than tp are replicated: tp / NKV ranks share each */
         if (d->NH % tp) what = "the attention heads", v = d->NH;
-        else if (d->NKV % tp) what = "the key/value heads", v = d->NKV;
+        else if (d->NKV % tp && tp % d->NKV) what = "the key/value heads (or be a multiple of them)", v = d->NKV;
         else if (d->I % tp) what = "the intermediate (MLP) size", v = d->I;
         else if (d->V % tp) what = "the vocabulary", v = d->V;
         if (what) {
-            zt_err(err, errlen, "parallel.tensor_parallel_size (%d) must divide %s (%d)%s", tp, what, v,
-                   d->NKV % tp == 0 || d->NH % tp ? "" : " (key/value heads fewer than tp are not replicated yet)");
+            zt_err(err, errlen, "parallel.tensor_parallel_size (%d) must divide %s (%d)", tp, what, v);
             return NULL;
         }
         if (g->lora_rank) {
@@ -264,7 +264,9 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         }
     }
     zt_param_table_t *t = zt_params_new(g->arch, d);
-    t->dims.NH /= tp, t->dims.NKV /= tp, t->dims.I /= tp, t->dims.V /= tp;
+    /* kv_share: tp ranks that hold one KV head (1 when tp divides the KV heads) */
+    const int kv_share = d->NKV < tp ? tp / d->NKV : 1;
+    t->dims.NH /= tp, t->dims.NKV = d->NKV < tp ? 1 : d->NKV / tp, t->dims.I /= tp, t->dims.V /= tp;
     t->dims.tp_size = tp, t->dims.tp_rank = rank;
     t->lora_rank = g->lora_rank, t->lora_scale = g->lora_scale, t->first_adapter_unit = g->first_adapter_unit;
     for (int i = 0; i < g->nparams; i++) {
@@ -286,6 +288,20 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         p->tp_share = dim < 0 ? tp : 1;
         p->tp_grad_sum = dim < 0 && tp > 1 && q->role == ZT_ROLE_QK_NORM;
         if (dim < 0) continue;
+        if (kv_share > 1 && (q->role == ZT_ROLE_K || q->role == ZT_ROLE_V)) {
+            /* the one KV head of this rank's query heads, whole, shared with the
+             * other ranks of its group; each has a partial gradient of it */
+            const int64_t rows = q->shape[0] / d->NKV;
+            zt_param_t *pk = p;
+            pk->shape[0] = rows;
+            pk->numel = (size_t)rows * (size_t)pk->shape[1];
+            pk->tp_dim = 0;
+            pk->tp_nblk = 1;
+            pk->tp_goff[0] = (int64_t)(rank / kv_share) * rows;
+            pk->tp_share = kv_share;
+            pk->tp_grad_sum = 1;
+            continue;
+        }
         /* GPT-2's c_attn packs q, k and v along its output: three blocks */
         p->tp_dim = dim;
         p->tp_nblk = q->role == ZT_ROLE_QKV ? 3 : 1;

@@ -987,8 +987,21 @@ static void tp_sum_partial_grads(zt_shard_t *s, int ui)
     unit_state_t *u = &s->u[ui];
     for (int p = s->t->unit_first[ui]; p < s->t->unit_first[ui] + s->t->unit_count[ui]; p++) {
         const zt_param_t *pp = &s->t->params[p];
-        if (pp->tp_grad_sum)
+        if (!pp->tp_grad_sum) continue;
+        if (pp->tp_share >= s->tp->size) {
             zt_allreduce(s->comm, s->tp, ZT_IN_PLACE, u->gfull + pp->offset, pp->numel, ZT_F32, ZT_SUM);
+            continue;
+        }
+        /* shared by groups of tp ranks (a KV head fewer than tp): each rank puts its
+         * partial at its slice's place in a zeroed tensor of the global size, the sum
+         * over tp adds each group's partials and nothing else, and each rank takes its
+         * slice back. The buffer is a KV projection: small beside the unit. */
+        const size_t bytes = pp->numel * sizeof(float), at = (size_t)pp->tp_goff[0] * (size_t)pp->shape[1];
+        float *g = s->be->alloc(pp->gnumel * sizeof(float));
+        s->be->copy(g + at, u->gfull + pp->offset, bytes);
+        zt_allreduce(s->comm, s->tp, ZT_IN_PLACE, g, pp->gnumel, ZT_F32, ZT_SUM);
+        s->be->copy(u->gfull + pp->offset, g + at, bytes);
+        s->be->free(g);
     }
 }
 

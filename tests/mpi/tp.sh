@@ -42,6 +42,21 @@ for fam in gpt2 llama qwen3; do
 done
 echo "tp: gpt2, llama and qwen3 at tp 2 and tp 2 x dp 2 (ddp, zero1, zero2, zero3) match one rank"
 
+# KV heads fewer than tp are replicated: one KV head (multi-query) at tp 2, and 2 KV
+# heads at tp 4 (each shared by 2 ranks), with Qwen2's q/k/v biases
+mqa="model.arch=qwen2 model.n_head=4 model.n_kv_head=1 model.n_embd=32 model.head_dim=8 model.intermediate_size=48"
+# shellcheck disable=SC2086
+run_ztrain 1 $common $mqa $(batch_args 1) train.output_dir=mqa-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common $mqa $(batch_args 1) $tp2 parallel.strategy=zero2 train.output_dir=mqa-tp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 1 $common $llama $(batch_args 1) train.output_dir=gqa-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama $(batch_args 1) parallel.tensor_parallel_size=4 train.output_dir=gqa-tp4 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" mqa-ref mqa-tp2 || fail "tp 2 with one KV head diverged from one rank"
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gqa-ref gqa-tp4 || fail "tp 4 with 2 KV heads diverged from one rank"
+echo "tp: KV heads fewer than tp (1 at tp 2, 2 at tp 4) replicated, as one rank"
+
 # ---- 2. resume across meshes ----------------------------------------------------------
 const="optim.lr_scheduler_type=constant"
 # shellcheck disable=SC2086
@@ -78,5 +93,6 @@ expect_fail_with 2 "parallel.tensor_parallel_size (2) must divide the vocabulary
 # shellcheck disable=SC2086
 expect_fail_with 3 "must divide the number of ranks (3)" $common $tp2 train.output_dir=bad
 # shellcheck disable=SC2086
-expect_fail_with 2 "must divide the key/value heads (1)" $common $llama model.n_kv_head=1 $tp2 train.output_dir=bad
+expect_fail_with 4 "must divide the key/value heads (or be a multiple of them) (3)" $common $llama \
+    model.n_head=12 model.n_kv_head=3 parallel.tensor_parallel_size=4 train.output_dir=bad
 echo "tp: refusals name the size and what it does not divide"
