@@ -95,6 +95,9 @@ typedef struct zt_model_dims {
     /* tensor parallelism: a local table's dims hold this rank's share (NH, NKV, I and V
      * divided by tp_size); the vocabulary rows are [tp_rank V, (tp_rank + 1) V) */
     int tp_size, tp_rank;
+    /* sequence parallelism (Ulysses): each of sp_size ranks runs positions
+     * [sp_rank T, (sp_rank + 1) T) of every sequence, T the model's time */
+    int sp_size, sp_rank;
 } zt_model_dims_t;
 
 struct zt_arch;

@@ -193,6 +193,10 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
         m->ce_sz = zt_model_alloc(m, (size_t)m->head_rows * 2 * F);
         m->logits_row_tp = zt_model_alloc(m, V * m->d.tp_size * F);
     }
+    if (m->d.sp_size > 1) {
+        m->sp_positions = zt_model_alloc(m, N * sizeof(int32_t));
+        m->host_sp_positions = be->alloc_host(N * sizeof(int32_t));
+    }
     m->arch->ops->create(m);
     return m;
 }
@@ -208,6 +212,14 @@ void zt_model_free(zt_model_t *m)
     be->free(m->inputs);
     be->free(m->targets);
     be->free_host(m->host_losses);
+    if (m->sp_positions) {
+        be->free(m->sp_positions);
+        be->free_host(m->host_sp_positions);
+    }
+    if (m->sp_send) {
+        be->free(m->sp_send);
+        be->free(m->sp_recv);
+    }
     if (m->inputs_tp) {
         be->free(m->inputs_tp);
         be->free_host(m->host_inputs_tp);
@@ -223,7 +235,8 @@ size_t zt_model_activation_bytes(const zt_model_t *m) { return m->act_bytes; }
 
 void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
-    if (B > m->Bmax || T > m->Tmax || T > m->d.maxT)
+    const int sp = m->d.sp_size > 1 ? m->d.sp_size : 1;
+    if (B > m->Bmax || T > m->Tmax || T * sp > m->d.maxT)
         zt_fatal("batch (%d, %d) exceeds the model's buffers (%d, %d)", B, T, m->Bmax, m->Tmax);
     m->B = B;
     m->T = T;
@@ -240,6 +253,97 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
             m->host_inputs_tp[i] = id >= 0 && id < m->d.V ? id : -1;
         }
         m->be->from_host_async(m->inputs_tp, m->host_inputs_tp, N * sizeof(int32_t));
+    }
+    if (m->sp_positions) {
+        /* this rank's chunk of every sequence */
+        m->be->wait_uploads();
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) m->host_sp_positions[(size_t)b * T + t] = m->d.sp_rank * T + t;
+        m->be->from_host_async(m->sp_positions, m->host_sp_positions, N * sizeof(int32_t));
+    }
+}
+
+const int32_t *zt_model_positions(const zt_model_t *m) { return m->sp_positions; }
+
+void zt_model_sp_scratch(zt_model_t *m, size_t floats)
+{
+    if (m->d.sp_size <= 1 || floats <= m->sp_floats) return;
+    if (m->sp_send) {
+        m->be->free(m->sp_send);
+        m->be->free(m->sp_recv);
+        m->act_bytes -= 2 * m->sp_floats * sizeof(float);
+    }
+    m->sp_floats = floats;
+    m->sp_send = zt_model_alloc(m, floats * sizeof(float));
+    m->sp_recv = zt_model_alloc(m, floats * sizeof(float));
+}
+
+/* Block k of a row: heads[k] heads of hd. Rank j takes per(k) of them from first(k, j):
+ * an even share, or, with fewer heads than ranks, the one its query heads read (GQA's
+ * grouping, q head h -> KV head h / (NH / NKV), with the query heads split evenly). */
+static int sp_per(int heads, int sp) { return heads >= sp ? heads / sp : 1; }
+static int sp_first(int heads, int sp, int j) { return heads >= sp ? j * (heads / sp) : j * heads / sp; }
+
+static void sp_layout(const zt_model_t *m, int nblk, const int *heads, int hd, int *W, int *Wj)
+{
+    *W = *Wj = 0;
+    for (int k = 0; k < nblk; k++) *W += heads[k] * hd, *Wj += sp_per(heads[k], m->d.sp_size) * hd;
+    if ((size_t)m->B * m->T * ZT_MAX(*W, *Wj * m->d.sp_size) > m->sp_floats)
+        zt_fatal("sequence parallelism: rows of %d floats beyond the scratch", *W);
+}
+
+void zt_model_sp_scatter_heads(zt_model_t *m, const float *x, int nblk, const int *heads, int hd, float *y)
+{
+    const zt_backend_t *be = m->be;
+    const int sp = m->d.sp_size, B = m->B, T = m->T, N = B * T;
+    int W, Wj;
+    sp_layout(m, nblk, heads, hd, &W, &Wj);
+    /* send block j (N, Wj): rank j's heads of every block */
+    for (int j = 0; j < sp; j++)
+        for (int k = 0, o = 0, po = 0; k < nblk; o += heads[k] * hd, po += sp_per(heads[k], sp) * hd, k++)
+            be->copy_rows(m->sp_send + (size_t)j * N * Wj + po, Wj, x + o + sp_first(heads[k], sp, j) * hd, W, N,
+                          sp_per(heads[k], sp) * hd);
+    m->ac.sp_alltoall(m->ac.ctx, m->sp_send, m->sp_recv, (size_t)N * Wj);
+    /* block i holds positions [i T, (i + 1) T) of every sequence */
+    for (int i = 0; i < sp; i++)
+        for (int b = 0; b < B; b++)
+            be->copy(y + ((size_t)b * sp * T + (size_t)i * T) * Wj, m->sp_recv + ((size_t)i * N + (size_t)b * T) * Wj,
+                     (size_t)T * Wj * sizeof(float));
+}
+
+void zt_model_sp_gather_heads(zt_model_t *m, const float *y, int nblk, const int *heads, int hd, float *x)
+{
+    const zt_backend_t *be = m->be;
+    const int sp = m->d.sp_size, B = m->B, T = m->T, N = B * T;
+    int W, Wj;
+    sp_layout(m, nblk, heads, hd, &W, &Wj);
+    for (int i = 0; i < sp; i++)
+        for (int b = 0; b < B; b++)
+            be->copy(m->sp_send + ((size_t)i * N + (size_t)b * T) * Wj, y + ((size_t)b * sp * T + (size_t)i * T) * Wj,
+                     (size_t)T * Wj * sizeof(float));
+    m->ac.sp_alltoall(m->ac.ctx, m->sp_send, m->sp_recv, (size_t)N * Wj);
+    /* block j: rank j's heads for this rank's positions; a head several ranks shared
+     * (fewer heads than ranks) gets the sum of their parts: the gradient of a copy */
+    for (int k = 0, o = 0, po = 0; k < nblk; o += heads[k] * hd, po += sp_per(heads[k], sp) * hd, k++) {
+        const int wk = sp_per(heads[k], sp) * hd;
+        if (heads[k] >= sp) {
+            for (int j = 0; j < sp; j++)
+                be->copy_rows(x + o + sp_first(heads[k], sp, j) * hd, W, m->sp_recv + (size_t)j * N * Wj + po, Wj, N,
+                              wk);
+            continue;
+        }
+        /* the send buffer is free now: each shared head summed there, (N, hd) */
+        for (int h = 0; h < heads[k]; h++) {
+            float *acc = m->sp_send, *part = m->sp_send + (size_t)N * hd;
+            int first = 1;
+            for (int j = 0; j < sp; j++) {
+                if (sp_first(heads[k], sp, j) != h) continue;
+                be->copy_rows(first ? acc : part, hd, m->sp_recv + (size_t)j * N * Wj + po, Wj, N, hd);
+                if (!first) be->accumulate(acc, part, (size_t)N * hd);
+                first = 0;
+            }
+            be->copy_rows(x + o + h * hd, W, acc, hd, N, hd);
+        }
     }
 }
 

@@ -268,6 +268,7 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
     const int kv_share = d->NKV < tp ? tp / d->NKV : 1;
     t->dims.NH /= tp, t->dims.NKV = d->NKV < tp ? 1 : d->NKV / tp, t->dims.I /= tp, t->dims.V /= tp;
     t->dims.tp_size = tp, t->dims.tp_rank = rank;
+    if (t->dims.sp_size < 1) t->dims.sp_size = 1;
     t->lora_rank = g->lora_rank, t->lora_scale = g->lora_scale, t->first_adapter_unit = g->first_adapter_unit;
     for (int i = 0; i < g->nparams; i++) {
         const zt_param_t *q = &g->params[i];

@@ -1,5 +1,6 @@
 #!/bin/sh
-# tp.sh — tensor parallelism trains the same model as one rank with accumulation.
+# mesh.sh — tensor and sequence parallelism train the same model as one rank with
+# accumulation.
 #  1. GPT-2 (c_attn split by heads into its q, k, v columns, c_fc by columns, both
 #     c_proj by rows, vocabulary-parallel tied embedding and head) and a Llama GQA
 #     model (untied head, q/k/v, gate/up, o, down) at tp 2, and tp 2 x dp 2 under ddp,
@@ -10,6 +11,10 @@
 #     on 2 ranks -> tp 2, against 20 steps at once.
 #  3. bf16 at tp 2 against its own one-rank run.
 #  4. Sizes tp does not divide are refused on every rank, naming the reason.
+#  5. Sequence parallelism (Ulysses: all-to-all from sequence- to head-sharded around
+#     attention; rope and GPT-2's positions offset by the rank's chunk): sp 2 for GPT-2,
+#     Llama GQA and Qwen3; sp 2 x zero2 and sp 2 x zero3 (4 ranks); tp 2 x sp 2 (Llama:
+#     its one KV head per tp rank replicated over sp, gradients summed back).
 . "$(dirname "$0")/common.sh"
 need_h5py
 tiny_comparison_setup
@@ -40,7 +45,7 @@ for fam in gpt2 llama qwen3; do
     # shellcheck disable=SC2086
     "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" "$fam-ref" $runs || fail "$fam: tensor parallelism diverged from one rank"
 done
-echo "tp: gpt2, llama and qwen3 at tp 2 and tp 2 x dp 2 (ddp, zero1, zero2, zero3) match one rank"
+echo "mesh: gpt2, llama and qwen3 at tp 2 and tp 2 x dp 2 (ddp, zero1, zero2, zero3) match one rank"
 
 # KV heads fewer than tp are replicated: one KV head (multi-query) at tp 2, and 2 KV
 # heads at tp 4 (each shared by 2 ranks), with Qwen2's q/k/v biases
@@ -55,7 +60,7 @@ run_ztrain 1 $common $llama $(batch_args 1) train.output_dir=gqa-ref >/dev/null
 run_ztrain 4 $common $llama $(batch_args 1) parallel.tensor_parallel_size=4 train.output_dir=gqa-tp4 >/dev/null
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" mqa-ref mqa-tp2 || fail "tp 2 with one KV head diverged from one rank"
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gqa-ref gqa-tp4 || fail "tp 4 with 2 KV heads diverged from one rank"
-echo "tp: KV heads fewer than tp (1 at tp 2, 2 at tp 4) replicated, as one rank"
+echo "mesh: KV heads fewer than tp (1 at tp 2, 2 at tp 4) replicated, as one rank"
 
 # ---- 2. resume across meshes ----------------------------------------------------------
 const="optim.lr_scheduler_type=constant"
@@ -75,7 +80,7 @@ run_ztrain 2 $common $llama $const $(batch_args 2) parallel.strategy=zero2 train
 run_ztrain 2 $common $llama $const $(batch_args 1) $tp2 checkpoint.resume=auto train.output_dir=split2 >/dev/null
 assert_contains "$ZT_OUT" "resumed from split2/ckpt-00000010"
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" full split split2 || fail "a resume across tp meshes diverged"
-echo "tp: tp 2 x dp 2 -> ddp on 3 ranks and zero2 on 2 ranks -> tp 2 resume as 20 steps at once"
+echo "mesh: tp 2 x dp 2 -> ddp on 3 ranks and zero2 on 2 ranks -> tp 2 resume as 20 steps at once"
 
 # ---- 3. bf16 ------------------------------------------------------------------------
 # shellcheck disable=SC2086
@@ -95,4 +100,35 @@ expect_fail_with 3 "must divide the number of ranks (3)" $common $tp2 train.outp
 # shellcheck disable=SC2086
 expect_fail_with 4 "must divide the key/value heads (or be a multiple of them) (3)" $common $llama \
     model.n_head=12 model.n_kv_head=3 parallel.tensor_parallel_size=4 train.output_dir=bad
-echo "tp: refusals name the size and what it does not divide"
+echo "mesh: refusals name the size and what it does not divide"
+
+# ---- 5. sequence parallelism (Ulysses) ---------------------------------------------------
+sp2="parallel.sequence_parallel_size=2"
+# (GPT-2 with 4 heads: tp 2 x sp 2 splits them twice)
+for fam in gpt2 llama qwen3; do
+    case $fam in gpt2) arch="model.n_head=4" ;; llama) arch=$llama ;; qwen3) arch=$qwen3 ;; esac
+    # shellcheck disable=SC2086
+    run_ztrain 1 $common $arch $(batch_args 1) train.output_dir="$fam-spref" >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 $common $arch $(batch_args 1) $sp2 train.output_dir="$fam-sp2" >/dev/null
+    assert_contains "$ZT_OUT" "mesh tp 1 x sp 2 x dp 1"
+    runs="$fam-sp2"
+    for st in zero2 zero3; do
+        # shellcheck disable=SC2086
+        run_ztrain 4 $common $arch $(batch_args 2) $sp2 parallel.strategy=$st train.output_dir="$fam-sp2-$st" >/dev/null
+        runs="$runs $fam-sp2-$st"
+    done
+    # shellcheck disable=SC2086
+    run_ztrain 4 $common $arch $(batch_args 1) $sp2 $tp2 train.output_dir="$fam-tp2-sp2" >/dev/null
+    assert_contains "$ZT_OUT" "mesh tp 2 x sp 2 x dp 1"
+    # shellcheck disable=SC2086
+    "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" "$fam-spref" $runs "$fam-tp2-sp2" ||
+        fail "$fam: sequence parallelism diverged from one rank"
+done
+# shellcheck disable=SC2086
+expect_fail_with 2 "parallel.sequence_parallel_size (2) must divide data.seq_len (15)" $common $sp2 data.seq_len=15 \
+    train.output_dir=bad
+# shellcheck disable=SC2086
+expect_fail_with 4 "must divide the attention heads (2) and divide or be a multiple of the key/value heads (2)" \
+    $common parallel.sequence_parallel_size=4 train.output_dir=bad
+echo "mesh: Ulysses sp 2, sp 2 x zero2/zero3 and tp 2 x sp 2 match one rank for gpt2, llama and qwen3"
