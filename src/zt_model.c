@@ -156,7 +156,7 @@ size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int 
                     (size_t)head_rows_for(N, d->V) * d->V /* logits */ + N /* losses */ +
                     2 * N * C /* dres, dres2 */;
     /* tensor parallelism: local ids, the cross-entropy's row statistics, a gathered row */
-    if (d->tp_size > 1) floats += 3 * (size_t)head_rows_for(N, d->V) + (size_t)d->V * d->tp_size + N;
+    if (d->tp_size > 1) floats += 3 * (size_t)head_rows_for(N, d->V) + (size_t)d->vocab_block * (d->tp_size + 1) + N;
     return floats * sizeof(float) + 2 * N * sizeof(int32_t) + t->arch->activation_bytes(t, B, T, recompute);
 }
 
@@ -191,7 +191,7 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
         m->host_inputs_tp = be->alloc_host(N * sizeof(int32_t));
         m->ce_max = zt_model_alloc(m, (size_t)m->head_rows * F);
         m->ce_sz = zt_model_alloc(m, (size_t)m->head_rows * 2 * F);
-        m->logits_row_tp = zt_model_alloc(m, V * m->d.tp_size * F);
+        m->logits_row_tp = zt_model_alloc(m, (size_t)m->d.vocab_block * (m->d.tp_size + 1) * F);
     }
     if (m->d.sp_size > 1) {
         m->sp_positions = zt_model_alloc(m, N * sizeof(int32_t));
@@ -246,7 +246,7 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
     if (targets) m->be->from_host_async(m->targets, targets, N * sizeof(int32_t));
     if (m->inputs_tp) {
         /* this rank's vocabulary rows [v0, v0 + V) as local ids; -1 elsewhere */
-        const int v0 = m->d.tp_rank * m->d.V;
+        const int v0 = m->d.vocab_start;
         m->be->wait_uploads(); /* the previous batch's copy may still read the buffer */
         for (size_t i = 0; i < N; i++) {
             const int id = inputs[i] - v0;
@@ -409,7 +409,7 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
         if (!m->has_targets) continue;
         if (m->inputs_tp) {
             /* vocabulary-parallel: the row statistics over every rank's columns */
-            const int v0 = m->d.tp_rank * V;
+            const int v0 = m->d.vocab_start;
             be->vocab_ce_max(m->ce_max, m->logits, rows, V);
             m->ac.tp_allreduce(m->ac.ctx, m->ce_max, (size_t)rows, ZT_ACT_MAX);
             be->vocab_ce_sum(m->ce_sz, m->logits, m->ce_max, m->targets + r0, v0, rows, V);
@@ -472,9 +472,14 @@ void zt_model_logits_row(zt_model_t *m, int b, int t, float *out)
     m->be->wait_uploads(); /* the batch's host arrays are the caller's again after this */
     const float *x = m->logits + (size_t)(row - m->head_first) * V;
     if (m->inputs_tp) {
-        /* every tp rank's columns, in vocabulary order: the full row */
-        m->ac.tp_allgather(m->ac.ctx, x, m->logits_row_tp, V);
-        m->be->to_host(out, m->logits_row_tp, V * m->d.tp_size * sizeof(float));
+        /* every tp rank's block of columns (the last one's padded), in vocabulary order:
+         * the first vocab_total of them are the full row */
+        const size_t vb = (size_t)m->d.vocab_block;
+        float *pad = m->logits_row_tp + vb * m->d.tp_size;
+        m->be->memzero(pad, vb * sizeof(float));
+        m->be->copy(pad, x, V * sizeof(float));
+        m->ac.tp_allgather(m->ac.ctx, pad, m->logits_row_tp, vb);
+        m->be->to_host(out, m->logits_row_tp, (size_t)m->d.vocab_total * sizeof(float));
         return;
     }
     m->be->to_host(out, x, V * sizeof(float));

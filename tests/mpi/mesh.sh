@@ -62,6 +62,48 @@ run_ztrain 4 $common $llama $(batch_args 1) parallel.tensor_parallel_size=4 trai
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gqa-ref gqa-tp4 || fail "tp 4 with 2 KV heads diverged from one rank"
 echo "mesh: KV heads fewer than tp (1 at tp 2, 2 at tp 4) replicated, as one rank"
 
+# a vocabulary tp does not divide splits in blocks of ceil(V / tp) rows (GPT-2's 50257):
+# 257 at tp 2 is 129 + 128 rows
+# shellcheck disable=SC2086
+run_ztrain 1 $common model.vocab_size=257 $(batch_args 1) train.output_dir=v257-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common model.vocab_size=257 $(batch_args 1) $tp2 train.output_dir=v257-tp2 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" v257-ref v257-tp2 || fail "an uneven vocabulary split diverged"
+
+# Hugging Face directories in and out at tp 2: each rank reads and writes its slices'
+# byte ranges; learning rate 0 gives the input back bit for bit (V = 67: uneven blocks)
+HF="$ZT_SRCDIR/tests/reference/hf"
+HFPY="$ZT_SRCDIR/tests/mpi/hf_dir.py"
+"$PY" "$HFPY" tokens tok67.h5 67 20000 || fail "cannot make the token file"
+cat >hf.cfg <<'EOF2'
+data = { train_files = "tok67.h5"; val_files = []; seq_len = 8; };
+train = { per_device_train_batch_size = 2; max_steps = 2; logging_steps = 1; sample_tokens = 0; };
+optim = { learning_rate = 0.0; warmup_steps = 0; };
+checkpoint = { save_at_end = false; hf_dtype = "fp32"; };
+log = { plot = false; };
+EOF2
+run_ztrain 2 hf.cfg model.name_or_path="$HF/qwen3" $tp2 train.output_dir=hf-q3 >/dev/null
+"$PY" "$HFPY" same hf-q3/hf "$HF/qwen3" || fail "qwen3 through tp 2 differs from transformers' directory"
+run_ztrain 4 hf.cfg model.name_or_path="$HF/llama-sharded" $tp2 parallel.strategy=zero3 \
+    checkpoint.hf_max_shard_size=20KB train.output_dir=hf-ls >/dev/null
+[ -s hf-ls/hf/model-00002-of-00005.safetensors ] || fail "tp 2 x zero3: the export did not shard as transformers does"
+"$PY" "$HFPY" same hf-ls/hf "$HF/llama" || fail "the sharded llama through tp 2 x zero3 differs"
+echo "mesh: HF directories in and out at tp 2 and tp 2 x zero3 bit for bit"
+
+# generation at tp 2 x dp 2 (the tp ranks of a prompt gather its logits row and draw
+# alike) writes what one rank writes
+printf '%s\n' '{"instruction": "Name a colour"}' '{"messages": [{"role": "user", "content": "Hi"}]}' \
+    '{"instruction": "Sum", "input": "2 and 3"}' >prompts.jsonl
+G="$ZT_SRCDIR/inputs/tiny.cfg model.arch=llama model.n_head=4 model.n_kv_head=2 model.intermediate_size=48
+  model.vocab_size=3520 model.block_size=64 data.seq_len=48 data.tokenizer=$ZT_SRCDIR/tests/reference/sft/tok/qwen
+  data.template=qwen generate.prompts_file=prompts.jsonl generate.max_new_tokens=8 log.plot=false"
+# shellcheck disable=SC2086
+run_ztrain 1 --generate $G train.output_dir=gen1 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 --generate $G $tp2 parallel.strategy=zero3 train.output_dir=gen4 >/dev/null
+cmp gen1/generations.jsonl gen4/generations.jsonl || fail "generation at tp 2 x dp 2 differs from one rank"
+echo "mesh: generation at tp 2 x dp 2 as one rank"
+
 # ---- 2. resume across meshes ----------------------------------------------------------
 const="optim.lr_scheduler_type=constant"
 # shellcheck disable=SC2086
@@ -92,9 +134,11 @@ run_ztrain 4 $common $llama train.bf16=true $(batch_args 2) $tp2 parallel.strate
     fail "bf16 at tp 2 x zero3 diverged from one rank"
 
 # ---- 4. refusals ----------------------------------------------------------------------
+"$PY" "$HFPY" tokens tok5.h5 5 2000 || fail "cannot make the token file"
 # shellcheck disable=SC2086
-expect_fail_with 2 "parallel.tensor_parallel_size (2) must divide the vocabulary (257)" $common \
-    model.vocab_size=257 $tp2 train.output_dir=bad
+expect_fail_with 4 "parallel.tensor_parallel_size (4) must divide the vocabulary into non-empty blocks (5)" $common \
+    $llama model.n_kv_head=4 model.vocab_size=5 data.train_files=tok5.h5 parallel.tensor_parallel_size=4 \
+    train.output_dir=bad
 # shellcheck disable=SC2086
 expect_fail_with 3 "must divide the number of ranks (3)" $common $tp2 train.output_dir=bad
 # shellcheck disable=SC2086
