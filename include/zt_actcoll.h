@@ -23,6 +23,10 @@ typedef struct zt_actcoll {
     /* sequence parallelism (Ulysses): recv block r (n floats) = sp rank r's send block
      * of this rank (send and recv hold sp blocks of n) */
     void (*sp_alltoall)(void *ctx, const float *send, float *recv, size_t n);
+    /* ring attention: send (n) to the next sp rank while recv (n) comes from the previous
+     * one; returns a handle that sp_ring_wait completes (the model computes between) */
+    void *(*sp_ring_start)(void *ctx, const float *send, float *recv, size_t n);
+    void (*sp_ring_wait)(void *ctx, void *handle);
 } zt_actcoll_t;
 
 #endif

@@ -32,7 +32,7 @@ struct zt_comm;
 struct zt_comm_backend;
 typedef enum { ZT_SUM = 0, ZT_MAX = 1, ZT_MIN = 2 } zt_redop_t;
 typedef enum { ZT_COLL_ALLREDUCE = 0, ZT_COLL_REDUCE_SCATTER, ZT_COLL_ALLGATHER, ZT_COLL_BCAST,
-               ZT_COLL_ALLTOALL, ZT_COLL_N } zt_coll_kind_t;
+               ZT_COLL_ALLTOALL, ZT_COLL_SENDRECV, ZT_COLL_N } zt_coll_kind_t;
 
 size_t zt_dtype_size(zt_dtype_t t);
 
@@ -58,6 +58,7 @@ typedef struct zt_comm_stats {
 
 typedef struct zt_request {
     MPI_Request req;
+    MPI_Request req2;       /* a send-receive's receive (MPI_REQUEST_NULL otherwise) */
     int kind;
     double t0, bus, bytes;
     int gid;                /* the group's ZT_GRP_* */
@@ -114,6 +115,9 @@ typedef struct zt_comm_backend {
     /* recv[r count ..) = rank r's send[rank count ..) (count elements each way) */
     void (*ialltoall)(struct zt_comm *c, zt_group_t *g, const void *send, void *recv, size_t count, zt_dtype_t t,
                       zt_request_t *req);
+    /* send (count) to group rank `to` and recv (count) from `from` */
+    void (*isendrecv)(struct zt_comm *c, zt_group_t *g, const void *send, int to, void *recv, int from, size_t count,
+                      zt_dtype_t t, zt_request_t *req);
     void (*wait)(struct zt_comm *c, zt_request_t *req);
     /* adds every deferred collective time to c->stats (may block until they finish) */
     void (*flush)(struct zt_comm *c);
@@ -178,6 +182,10 @@ void zt_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
                         zt_dtype_t t, zt_request_t *req);
 void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                    zt_dtype_t t, zt_request_t *req);
+/* send (count) to group rank `to` while recv (count) arrives from `from` (a ring shift:
+ * to = rank + 1, from = rank - 1); accounted as count elements, bus factor 1. */
+void zt_isendrecv(zt_comm_t *c, zt_group_t *g, const void *send, int to, void *recv, int from, size_t count,
+                  zt_dtype_t t, zt_request_t *req);
 /* MPI: the host waits. Device: later work on the compute stream waits (no host
  * block); the buffers may be reused or freed (stream-ordered) after it. */
 void zt_wait(zt_comm_t *c, zt_request_t *req);

@@ -100,6 +100,10 @@ typedef struct zt_model_dims {
     /* sequence parallelism (Ulysses): each of sp_size ranks runs positions
      * [sp_rank T, (sp_rank + 1) T) of every sequence, T the model's time */
     int sp_size, sp_rank;
+    /* sp_ring: ring attention instead: the T positions are chunks sp_rank and
+     * 2 sp - 1 - sp_rank of the sequence's 2 sp chunks of T / 2, stored chunk-major
+     * (B, T/2) of the first, then of the second */
+    int sp_ring;
 } zt_model_dims_t;
 
 struct zt_arch;

@@ -172,9 +172,10 @@ static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int
     const size_t N = (size_t)B * T, C = d->C, A = (size_t)d->NH * d->HD, I = d->I, lse = (size_t)B * d->NH * T;
     const size_t per_block = N * C /*ln1*/ + 2 * N + 3 * N * A + lse + N * A /*atty*/ +
                              N * C /*res2*/ + N * C /*ln2*/ + 2 * N + 2 * N * I /*fch, gelu*/;
-    const size_t sp = d->sp_size > 1 ? 4 * N * A /* qkv_sp, atty_sp */ : 0;
+    const size_t sp = d->sp_size > 1 && !d->sp_ring ? 4 * N * A /* qkv_sp, atty_sp */ : 0;
+    const size_t ring = d->sp_size > 1 && d->sp_ring ? 5 * N * 2 * A + N / 2 * A + N / 2 * (size_t)d->NH : 0;
     const size_t floats = (recompute ? 1 : (size_t)d->L) * (per_block + sp) + 2 * N /*lnf*/ + 3 * N * A /*dqkv*/ +
-                          (sp ? 4 * N * A /* dqkv_sp, datty_sp */ + 6 * N * A /* the all-to-all's */ : 0);
+                          (sp ? 4 * N * A /* dqkv_sp, datty_sp */ + 6 * N * A /* the all-to-all's */ : 0) + ring;
     return floats * sizeof(float);
 }
 
@@ -226,12 +227,13 @@ static void gpt2_create(zt_model_t *m)
         a->ln2_rstd = zt_model_alloc(m, N * F);
         a->fch = zt_model_alloc(m, N * I * F);
         a->fch_gelu = zt_model_alloc(m, N * I * F);
-        if (m->d.sp_size > 1) {
+        if (m->d.sp_size > 1 && !m->d.sp_ring) {
             a->qkv_sp = zt_model_alloc(m, 3 * N * A * F);
             a->atty_sp = zt_model_alloc(m, N * A * F);
         }
     }
-    if (m->d.sp_size > 1) {
+    if (m->d.sp_size > 1 && m->d.sp_ring) zt_model_ring_scratch(m, (int)NH, (int)NH, m->d.HD);
+    if (m->d.sp_size > 1 && !m->d.sp_ring) {
         g->dqkv_sp = zt_model_alloc(m, 3 * N * A * F);
         g->datty_sp = zt_model_alloc(m, N * A * F);
         zt_model_sp_scratch(m, 3 * N * A);
@@ -261,21 +263,34 @@ static void gpt2_destroy(zt_model_t *m)
     free(g);
 }
 
+/* Learned positions: x (N,C) += wpe of each row's position (wpe given), or dwpe += the
+ * rows' gradients dx (dwpe given). Sequence parallelism runs positions sp_rank T ..; ring
+ * attention two chunks of T/2, chunk-major (zt_arch.h's sp_ring) */
+static void gpt2_positions(zt_model_t *m, const float *wpe, float *x, const float *dx, float *dwpe)
+{
+    const zt_model_dims_t *d = &m->d;
+    const int B = m->B, T = m->T, C = d->C, sp = d->sp_size > 1 ? d->sp_size : 1;
+    const int nh = sp > 1 && d->sp_ring ? 2 : 1, t = T / nh;
+    for (int h = 0; h < nh; h++) {
+        const int chunk = sp == 1 ? 0 : nh == 1 ? d->sp_rank : h ? 2 * sp - 1 - d->sp_rank : d->sp_rank;
+        const size_t p0 = (size_t)chunk * t * C, x0 = (size_t)h * B * t * C;
+        if (wpe) m->be->positional_forward(x + x0, wpe + p0, B, t, C);
+        else m->be->positional_backward(dwpe + p0, dx + x0, B, t, C);
+    }
+}
+
 static void gpt2_embed_forward(zt_model_t *m, const float *root, float *x0)
 {
     const gpt2_t *g = m->fam;
     zt_model_embed_tokens(m, root + g->o_wte, x0);
-    /* sequence parallelism: this rank's positions start at sp_rank T */
-    const size_t p0 = (size_t)(m->d.sp_size > 1 ? m->d.sp_rank : 0) * m->T * m->d.C;
-    m->be->positional_forward(x0, root + g->o_wpe + p0, m->B, m->T, m->d.C);
+    gpt2_positions(m, root + g->o_wpe, x0, NULL, NULL);
 }
 
 static void gpt2_embed_backward(zt_model_t *m, float *droot, const float *dx0)
 {
     const gpt2_t *g = m->fam;
     zt_model_embed_tokens_backward(m, droot + g->o_wte, dx0);
-    const size_t p0 = (size_t)(m->d.sp_size > 1 ? m->d.sp_rank : 0) * m->T * m->d.C;
-    m->be->positional_backward(droot + g->o_wpe + p0, dx0, m->B, m->T, m->d.C);
+    gpt2_positions(m, NULL, NULL, dx0, droot + g->o_wpe);
 }
 
 static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
@@ -290,7 +305,9 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w + g->o_ln1w, w + g->o_ln1b, N, C,
                           GPT2_EPS);
     be->matmul_forward(a->qkv, a->ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * A, 0); // (N,3A)
-    if (m->d.sp_size > 1) {
+    if (m->d.sp_size > 1 && m->d.sp_ring) {
+        zt_model_ring_forward(m, a->qkv, NH, NH, HD, a->atty, a->lse);
+    } else if (m->d.sp_size > 1) {
         /* Ulysses: every position for this rank's share of the heads, and back */
         const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
         zt_model_sp_scatter_heads(m, a->qkv, 3, h, HD, a->qkv_sp);
@@ -345,7 +362,10 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
     /* now dres = d res2 ; res2 = x_in + proj(atty) */
     float *datty = m->dres2;
     be->matmul_backward(datty, dw + g->o_projw, dw + g->o_projb, dres, a->atty, w + g->o_projw, N, A, C, 0);
-    if (m->d.sp_size > 1) {
+    if (m->d.sp_size > 1 && m->d.sp_ring) {
+        be->memzero(g->dqkv, 3 * (size_t)N * A * F);
+        zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, NH, NH, HD);
+    } else if (m->d.sp_size > 1) {
         const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
         zt_model_sp_scatter_heads(m, datty, 1, h, HD, g->datty_sp);
         be->memzero(g->dqkv_sp, 3 * (size_t)N * A * F);

@@ -305,7 +305,7 @@ static size_t per_block_floats(const zt_model_dims_t *d, size_t B, size_t T)
     size_t f = N * C + N /* ln1, rstd1 */ + N * S /* qkv */ + B * d->NH * T /* lse */ + N * Q /* atty */ +
                N * C /* res2 */ + N * C + N /* ln2, rstd2 */ + 2 * N * I /* gu */ + N * I /* act */;
     if (d->qk_norm) f += N * S + N * (size_t)(d->NH + d->NKV);
-    if (d->sp_size > 1) f += sp_row_floats(d, N) + N * Q; /* qkv_sp, atty_sp */
+    if (d->sp_size > 1 && !d->sp_ring) f += sp_row_floats(d, N) + N * Q; /* qkv_sp, atty_sp */
     return f;
 }
 
@@ -338,7 +338,10 @@ static size_t llama_activation_bytes(const zt_param_table_t *t, int B, int T, in
     const zt_model_dims_t *d = &t->dims;
     const size_t N = (size_t)B * T, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD;
     size_t f = (recompute ? 1 : (size_t)d->L) * per_block_floats(d, (size_t)B, (size_t)T);
-    if (d->sp_size > 1) f += 3 * sp_row_floats(d, N) + N * Q /* dqkv_sp, datty_sp, the all-to-all's buffers */;
+    if (d->sp_size > 1 && !d->sp_ring)
+        f += 3 * sp_row_floats(d, N) + N * Q /* dqkv_sp, datty_sp, the all-to-all's buffers */;
+    if (d->sp_size > 1 && d->sp_ring) /* ring: K|V blocks, their gradients, one pair's result */
+        f += 5 * N * 2 * (size_t)d->NKV * d->HD + N / 2 * Q + N / 2 * (size_t)d->NH;
     f += N /* rstd_f */ + N * S /* dqkv */ + (d->qk_norm ? N * S : 0) + N * ZT_MAX((size_t)d->I, Q) /* dtmp */ +
          (size_t)d->HD / 2 + ZT_MAX((size_t)d->C, (size_t)d->HD) /* dw_frozen */;
     size_t nr;
@@ -444,12 +447,13 @@ static void llama_create(zt_model_t *m)
         a->rstd2 = zt_model_alloc(m, N * F);
         a->gu = zt_model_alloc(m, 2 * N * I * F);
         a->act = zt_model_alloc(m, N * I * F);
-        if (d->sp_size > 1) {
+        if (d->sp_size > 1 && !d->sp_ring) {
             a->qkv_sp = zt_model_alloc(m, sp_row_floats(d, N) * F);
             a->atty_sp = zt_model_alloc(m, N * Q * F);
         }
     }
-    if (d->sp_size > 1) {
+    if (d->sp_size > 1 && d->sp_ring) zt_model_ring_scratch(m, d->NH, d->NKV, d->HD);
+    if (d->sp_size > 1 && !d->sp_ring) {
         g->dqkv_sp = zt_model_alloc(m, sp_row_floats(d, N) * F);
         g->datty_sp = zt_model_alloc(m, N * Q * F);
         zt_model_sp_scratch(m, sp_row_floats(d, N));
@@ -546,7 +550,9 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     const int32_t *pos = zt_model_positions(m);
     be->rope_forward(a->qkv, g->inv_freq, pos, B, T, d->NH, d->HD, S);
     be->rope_forward(a->qkv + Q, g->inv_freq, pos, B, T, d->NKV, d->HD, S);
-    if (d->sp_size > 1) {
+    if (d->sp_size > 1 && d->sp_ring) {
+        zt_model_ring_forward(m, a->qkv, d->NH, d->NKV, d->HD, a->atty, a->lse);
+    } else if (d->sp_size > 1) {
         /* Ulysses: every position for this rank's share of the heads, and back */
         const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
         zt_model_sp_scatter_heads(m, a->qkv, 3, h, d->HD, a->qkv_sp); // (B, sp T, (NH + 2 nkv) HD / sp)
@@ -601,7 +607,10 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     be->matmul_backward(datty, DW(g->o_wo), d->o_bias ? DW(g->o_bo) : NULL, dres, a->atty, w + g->o_wo, N, Q, C,
                         1);
     zt_lora_gemm_backward(m, &g->lo_o, l, lora, dlora, a->atty, dres, datty);
-    if (d->sp_size > 1) {
+    if (d->sp_size > 1 && d->sp_ring) {
+        be->memzero(g->dqkv, (size_t)N * S * F);
+        zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD);
+    } else if (d->sp_size > 1) {
         const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
         zt_model_sp_scatter_heads(m, datty, 1, h, d->HD, g->datty_sp);
         be->memzero(g->dqkv_sp, sp_row_floats(d, (size_t)N) * F);

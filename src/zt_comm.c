@@ -254,6 +254,7 @@ static const zt_comm_backend_t *on_device(zt_comm_t *c, const void *send, const 
 /* nccl-tests bus factors */
 static double bus_factor(int kind, int n)
 {
+    if (kind == ZT_COLL_SENDRECV) return 1.0;
     if (n <= 1) return 0.0;
     if (kind == ZT_COLL_ALLREDUCE) return 2.0 * (n - 1) / n;
     if (kind == ZT_COLL_BCAST) return 1.0;
@@ -274,6 +275,7 @@ static void account(zt_comm_t *c, const zt_group_t *g, int kind, double bytes, i
 static void req_start(zt_request_t *req, const zt_group_t *grp, int kind, double bytes, int n)
 {
     req->gid = grp->id;
+    req->req2 = MPI_REQUEST_NULL;
     req->g = NULL;
     req->dev = NULL;
     req->kind = kind;
@@ -543,6 +545,22 @@ void zt_alltoall(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size
     account(c, g, ZT_COLL_ALLTOALL, bytes, g->size, zt_now() - t0);
 }
 
+void zt_isendrecv(zt_comm_t *c, zt_group_t *g, const void *send, int to, void *recv, int from, size_t count,
+                  zt_dtype_t t, zt_request_t *req)
+{
+    const double bytes = (double)count * zt_dtype_size(t);
+    const zt_comm_backend_t *be = on_device(c, send, recv);
+    if (be) {
+        dev_req(req, g, be, ZT_COLL_SENDRECV, bytes, g->size);
+        be->isendrecv(c, g, send, to, recv, from, count, t, req);
+        return;
+    }
+    if (count > (size_t)INT_MAX) zt_fatal("zt_isendrecv: %zu elements exceed MPI's int count", count);
+    req_start(req, g, ZT_COLL_SENDRECV, bytes, g->size);
+    ZT_MPI(MPI_Irecv(recv, (int)count, mpi_type(t), from, 77, g->comm, &req->req2));
+    ZT_MPI(MPI_Isend(send, (int)count, mpi_type(t), to, 77, g->comm, &req->req));
+}
+
 void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                    zt_dtype_t t, zt_redop_t op, zt_request_t *req)
 {
@@ -606,6 +624,9 @@ void zt_wait(zt_comm_t *c, zt_request_t *req)
         return;
     }
     if (req->req != MPI_REQUEST_NULL) ZT_MPI(MPI_Wait(&req->req, MPI_STATUS_IGNORE));
+    /* req2 is only ever set by a send-receive (other requests may not initialize it) */
+    if (req->kind == ZT_COLL_SENDRECV && req->req2 != MPI_REQUEST_NULL)
+        ZT_MPI(MPI_Wait(&req->req2, MPI_STATUS_IGNORE));
     if (req->t0 == 0) return;
     if (req->g) {
         const double t0 = zt_now();
@@ -643,6 +664,21 @@ static void act_sp_alltoall(void *ctx, const float *send, float *recv, size_t n)
     zt_alltoall(c, &c->sp, send, recv, n, ZT_F32);
 }
 
+static void *act_sp_ring_start(void *ctx, const float *send, float *recv, size_t n)
+{
+    zt_comm_t *c = ctx;
+    zt_request_t *r = zt_calloc(1, sizeof *r);
+    const int sp = c->sp.size, me = c->sp.rank;
+    zt_isendrecv(c, &c->sp, send, (me + 1) % sp, recv, (me + sp - 1) % sp, n, ZT_F32, r);
+    return r;
+}
+
+static void act_sp_ring_wait(void *ctx, void *h)
+{
+    zt_wait(ctx, h);
+    free(h);
+}
+
 void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -650,6 +686,8 @@ void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out)
     out->tp_allreduce = act_tp_allreduce;
     out->tp_allgather = act_tp_allgather;
     out->sp_alltoall = act_sp_alltoall;
+    out->sp_ring_start = act_sp_ring_start;
+    out->sp_ring_wait = act_sp_ring_wait;
 }
 
 int zt_any(zt_comm_t *c, int local_flag)

@@ -433,6 +433,17 @@ static void nccl_ialltoall(zt_comm_t *c, zt_group_t *g, const void *send, void *
     issued(c, req);
 }
 
+static void nccl_isendrecv(zt_comm_t *c, zt_group_t *g, const void *send, int to, void *recv, int from,
+                           size_t count, zt_dtype_t t, zt_request_t *req)
+{
+    cudaStream_t s = issue(c, req);
+    ZT_NCCL(g, ncclGroupStart());
+    ZT_NCCL(g, ncclSend(send, count, nccl_type(t), to, comm_of(g), s));
+    ZT_NCCL(g, ncclRecv(recv, count, nccl_type(t), from, comm_of(g), s));
+    ZT_NCCL(g, ncclGroupEnd());
+    issued(c, req);
+}
+
 static void nccl_ibcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root,
                         zt_request_t *req)
 {
@@ -453,6 +464,7 @@ const zt_comm_backend_t zt_comm_nccl = {
     .iallgatherv = nccl_iallgatherv,
     .ibcast = nccl_ibcast,
     .ialltoall = nccl_ialltoall,
+    .isendrecv = nccl_isendrecv,
     .wait = nccl_wait,
     .flush = nccl_flush,
 };

@@ -268,7 +268,10 @@ static const zkey_t schema[] = {
        "DeepSpeed-Ulysses does."),
     KS("parallel.sp_mode", parallel.sp_mode, "ulysses", "ulysses|ring",
        "ulysses: an all-to-all from sequence-sharded to head-sharded around attention and back (the heads and "
-       "key/value heads of a tp rank must divide by sp). ring: K/V blocks round the sp ring (not built yet)."),
+       "key/value heads of a tp rank must divide by sp). ring: K/V blocks go round the sp ring and merge through "
+       "the log-sum-exp, the next block's transfer overlapping the current one's compute; each rank holds "
+       "chunks i and 2 sp - 1 - i of 2 sp (causal balance: data.seq_len must divide by 2 sp); any head count "
+       "(cpu backend only for now)."),
     KB("parallel.reshard_after_forward", parallel.reshard_after_forward, 1,
        "zero3 family: free gathered parameters after a unit's forward and gather again in backward "
        "(false keeps them until backward, like shard_grad_op)."),

@@ -596,15 +596,20 @@ static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
 static int att_block_rows(int T) { return ZT_MAX(32, ZT_MIN(128, T / 4)); }
 
 typedef struct att_head {
-    const float *q, *k, *v;     /* (T,hs) views of qkv, row stride qs */
+    const float *q, *k, *v;     /* (T,hs) q (row stride qs), (Tk,hs) k and v (row stride ks) */
     const float *out, *dout;    /* (T,hs) views, row stride os */
     float *o;                   /* forward output view, row stride os */
-    float *dq, *dk, *dv;        /* views of dqkv, row stride qs */
+    float *dq, *dk, *dv;        /* dq row stride qs, dk and dv ks */
     const float *lse;           /* (T) backward reads it */
     float *lse_out;             /* (T) forward writes it */
     int T, qs, os, hs, bq;      /* qs = (NH+2NKV)*HD, os = NH*HD (3C, C for GPT-2); bq: rows per query block */
+    int Tk, ks;                 /* keys; their row stride (ks = qs, Tk = T: one packed qkv) */
+    int causal;                 /* row t sees keys 0..t (same positions), else every key (ring blocks) */
     float scale;
 } att_head_t;
+
+/* keys a query block sees: its causal prefix, or every key of a ring block */
+static int att_keys(const att_head_t *a, int t0, int nb) { return a->causal ? t0 + nb : a->Tk; }
 
 /* A query block's rows of the forward (fp32 and bf16 GEMMs alike): the scores S (nb, nk)
  * become the causally masked softmax in place (keys 0..t of row t), and each row's
@@ -613,7 +618,7 @@ static void att_softmax_rows(const att_head_t *a, int t0, int nb, int nk, float 
 {
     for (int r = 0; r < nb; r++) {
         float *restrict row = S + (size_t)r * nk;
-        const int n = t0 + r + 1; /* keys 0..t */
+        const int n = a->causal ? t0 + r + 1 : nk; /* keys 0..t */
         float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
         for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
@@ -635,13 +640,13 @@ static void att_softmax_rows(const att_head_t *a, int t0, int nb, int nk, float 
  * lse), then O_blk = P V. S is the thread's (bq, T) scratch. */
 static void att_forward_head(const att_head_t *a, float *restrict S)
 {
-    const int T = a->T, C3 = a->qs, hs = a->hs;
+    const int T = a->T, C3 = a->qs, KS = a->ks, hs = a->hs;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
-        const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb; /* rows, visible keys */
+        const int nb = ZT_MIN(a->bq, T - t0), nk = att_keys(a, t0, nb); /* rows, visible keys */
         gemm(0, 1, nb, nk, hs, a->scale,
-                    a->q + (size_t)t0 * C3, C3, a->k, C3, 0.0f, S, nk);
+                    a->q + (size_t)t0 * C3, C3, a->k, KS, 0.0f, S, nk);
         att_softmax_rows(a, t0, nb, nk, S);
-        gemm(0, 0, nb, hs, nk, 1.0f, S, nk, a->v, C3,
+        gemm(0, 0, nb, hs, nk, 1.0f, S, nk, a->v, KS,
                     0.0f, a->o + (size_t)t0 * a->os, a->os);
     }
 }
@@ -658,7 +663,7 @@ static void att_ds_rows(const att_head_t *a, int t0, int nb, int nk, float *rest
         float *restrict p = S + (size_t)r * nk, *restrict ds = dS + (size_t)r * nk;
         const float *restrict dy = dyb + (size_t)r * C;
         const float *restrict y = a->out + (size_t)(t0 + r) * C;
-        const int n = t0 + r + 1;
+        const int n = a->causal ? t0 + r + 1 : nk;
         const float l = a->lse[t0 + r];
         float D = 0.0f;
 #pragma omp simd reduction(+ : D)
@@ -722,23 +727,23 @@ static void att_backward_head_bf16(const att_head_t *a, float *restrict S, float
  * accumulating GEMMs. S, dS are the thread's two (bq, T) scratches. */
 static void att_backward_head(const att_head_t *a, float *restrict S, float *restrict dS)
 {
-    const int T = a->T, C = a->os, C3 = a->qs, hs = a->hs;
+    const int T = a->T, C = a->os, C3 = a->qs, KS = a->ks, hs = a->hs;
     const float scale = a->scale;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
-        const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
+        const int nb = ZT_MIN(a->bq, T - t0), nk = att_keys(a, t0, nb);
         const float *qb = a->q + (size_t)t0 * C3, *dyb = a->dout + (size_t)t0 * C;
-        gemm(0, 1, nb, nk, hs, scale, qb, C3, a->k, C3,
+        gemm(0, 1, nb, nk, hs, scale, qb, C3, a->k, KS,
                     0.0f, S, nk);
-        gemm(0, 1, nb, nk, hs, 1.0f, dyb, C, a->v, C3,
+        gemm(0, 1, nb, nk, hs, 1.0f, dyb, C, a->v, KS,
                     0.0f, dS, nk);
         att_ds_rows(a, t0, nb, nk, S, dS, dyb);
         // dq_blk (nb,hs) += dS @ K ; dK (nk,hs) += dS^T @ Q_blk ; dV (nk,hs) += P^T @ dO_blk
-        gemm(0, 0, nb, hs, nk, 1.0f, dS, nk, a->k, C3,
+        gemm(0, 0, nb, hs, nk, 1.0f, dS, nk, a->k, KS,
                     1.0f, a->dq + (size_t)t0 * C3, C3);
         gemm(1, 0, nk, hs, nb, 1.0f, dS, nk, qb, C3, 1.0f,
-                    a->dk, C3);
+                    a->dk, KS);
         gemm(1, 0, nk, hs, nb, 1.0f, S, nk, dyb, C, 1.0f,
-                    a->dv, C3);
+                    a->dv, KS);
     }
 }
 
@@ -748,43 +753,49 @@ static void att_backward_head(const att_head_t *a, float *restrict S, float *res
  * parallel, each thread doing the NH/NKV query heads of its group in turn: they
  * all accumulate into the same dk, dv, which threads must therefore not share.
  * With NKV = NH (GPT-2) both are the former (b,h) loop, head for head. */
-static void att_all_heads(float *o, float *lse_out, const float *lse, float *dqkv,
-                          const float *qkv, const float *out, const float *dout, int B, int T,
-                          int NH, int NKV, int HD)
+/* The pointers of one call: q (and dq) rows of stride qs with head h at h HD; k, v (and
+ * dk, dv) rows of stride ks with KV head g at g HD. */
+typedef struct att_call {
+    const float *q, *k, *v, *out, *dout, *lse;
+    float *o, *lse_out, *dq, *dk, *dv;
+    int B, T, Tk, NH, NKV, HD, qs, ks, causal, bf16;
+} att_call_t;
+
+static void att_all_heads(const att_call_t *c)
 {
-    const int bwd = dqkv != NULL, bq = att_block_rows(T), grp = NH / NKV;
-    const int qs = (NH + 2 * NKV) * HD, os = NH * HD;
-    const size_t blk = (size_t)bq * T;
+    const int bwd = c->dq != NULL, bq = att_block_rows(c->T), NH = c->NH, NKV = c->NKV, HD = c->HD;
+    const int grp = NH / NKV, T = c->T, Tk = c->Tk, qs = c->qs, ks = c->ks, os = NH * HD;
+    const size_t blk = (size_t)bq * Tk;
     const int nouter = bwd ? NKV : NH, ninner = bwd ? grp : 1;
-#pragma omp parallel if ((size_t)B * NH * T * T * HD >= ZT_PAR_MIN)
+#pragma omp parallel if ((size_t)c->B * NH * T * Tk * HD >= ZT_PAR_MIN)
     {
         float *scr = zt_malloc((bwd ? 2 : 1) * blk * sizeof(float));
 #pragma omp for collapse(2) schedule(static)
-        for (int b = 0; b < B; b++)
+        for (int b = 0; b < c->B; b++)
             for (int u = 0; u < nouter; u++)
                 for (int w = 0; w < ninner; w++) {
                     const int h = u * ninner + w, g = h / grp;
-                    const size_t row0 = (size_t)b * T * qs;
+                    const size_t q0 = (size_t)b * T * qs + (size_t)h * HD, k0 = (size_t)b * Tk * ks + (size_t)g * HD;
                     const size_t ooff = (size_t)b * T * os + (size_t)h * HD;
-                    att_head_t a = {.T = T, .qs = qs, .os = os, .hs = HD, .bq = bq,
-                                    .scale = 1.0f / sqrtf((float)HD)};
-                    a.q = qkv + row0 + (size_t)h * HD;
-                    a.k = qkv + row0 + (size_t)(NH + g) * HD;
-                    a.v = qkv + row0 + (size_t)(NH + NKV + g) * HD;
+                    att_head_t a = {.T = T, .qs = qs, .os = os, .hs = HD, .bq = bq, .Tk = Tk, .ks = ks,
+                                    .causal = c->causal, .scale = 1.0f / sqrtf((float)HD)};
+                    a.q = c->q + q0;
+                    a.k = c->k + k0;
+                    a.v = c->v + k0;
                     const size_t loff = ((size_t)b * NH + h) * T;
                     if (bwd) {
-                        a.out = out + ooff;
-                        a.dout = dout + ooff;
-                        a.dq = dqkv + row0 + (size_t)h * HD;
-                        a.dk = dqkv + row0 + (size_t)(NH + g) * HD;
-                        a.dv = dqkv + row0 + (size_t)(NH + NKV + g) * HD;
-                        a.lse = lse + loff;
-                        if (g_bf16_gemm) att_backward_head_bf16(&a, scr, scr + blk);
+                        a.out = c->out + ooff;
+                        a.dout = c->dout + ooff;
+                        a.dq = c->dq + q0;
+                        a.dk = c->dk + k0;
+                        a.dv = c->dv + k0;
+                        a.lse = c->lse + loff;
+                        if (c->bf16) att_backward_head_bf16(&a, scr, scr + blk);
                         else att_backward_head(&a, scr, scr + blk);
                     } else {
-                        a.o = o + ooff;
-                        a.lse_out = lse_out + loff;
-                        if (g_bf16_gemm) att_forward_head_bf16(&a, scr);
+                        a.o = c->o + ooff;
+                        a.lse_out = c->lse_out + loff;
+                        if (c->bf16) att_forward_head_bf16(&a, scr);
                         else att_forward_head(&a, scr);
                     }
                 }
@@ -792,11 +803,55 @@ static void att_all_heads(float *o, float *lse_out, const float *lse, float *dqk
     }
 }
 
+/* ring attention's blocks (zt_backend.h), always fp32 GEMMs */
+static void cpu_attention_block_forward(float *out, float *lse, const float *q, int qs, const float *k,
+                                        const float *v, int ks, int B, int Tq, int Tk, int NH, int NKV, int HD,
+                                        int causal)
+{
+    att_call_t c = {.q = q, .k = k, .v = v, .o = out, .lse_out = lse, .B = B, .T = Tq, .Tk = Tk, .NH = NH,
+                    .NKV = NKV, .HD = HD, .qs = qs, .ks = ks, .causal = causal};
+    att_all_heads(&c);
+}
+
+static void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, int qs,
+                                         const float *k, const float *v, int ks, const float *out,
+                                         const float *lse, int B, int Tq, int Tk, int NH, int NKV, int HD,
+                                         int causal)
+{
+    att_call_t c = {.q = q, .k = k, .v = v, .out = out, .dout = dout, .lse = lse, .dq = dq, .dk = dk, .dv = dv,
+                    .B = B, .T = Tq, .Tk = Tk, .NH = NH, .NKV = NKV, .HD = HD, .qs = qs, .ks = ks, .causal = causal};
+    att_all_heads(&c);
+}
+
+static void cpu_attention_merge(float *restrict out, float *restrict lse, const float *restrict out2,
+                                const float *restrict lse2, int B, int T, int NH, int HD)
+{
+    // out (B,T,NH*HD), lse (B,NH,T): the softmax over both key sets, from each one's
+#pragma omp parallel for collapse(2) if ((size_t)B * T * NH * HD >= ZT_PAR_MIN) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                float *l = lse + ((size_t)b * NH + h) * T + t;
+                const float l2 = lse2[((size_t)b * NH + h) * T + t], m = fmaxf(*l, l2);
+                if (m == -INFINITY) continue; /* neither block saw a key yet */
+                const float w1 = zt_expf(*l - m), w2 = zt_expf(l2 - m), s = w1 + w2;
+                float *o = out + ((size_t)b * T + t) * NH * HD + (size_t)h * HD;
+                const float *o2 = out2 + ((size_t)b * T + t) * NH * HD + (size_t)h * HD;
+                const float a1 = w1 / s, a2 = w2 / s;
+                for (int i = 0; i < HD; i++) o[i] = a1 * o[i] + a2 * o2[i];
+                *l = m + logf(s);
+            }
+}
+
 static void cpu_attention_forward(float *restrict out, float *restrict lse,
                                   const float *restrict qkv, int B, int T, int NH, int NKV, int HD)
 {
     // qkv (B,T,(NH+2NKV)*HD) -> out (B,T,NH*HD), lse (B,NH,T)
-    att_all_heads(out, lse, NULL, NULL, qkv, NULL, NULL, B, T, NH, NKV, HD);
+    const int qs = (NH + 2 * NKV) * HD;
+    att_call_t c = {.q = qkv, .k = qkv + (size_t)NH * HD, .v = qkv + (size_t)(NH + NKV) * HD, .o = out,
+                    .lse_out = lse, .B = B, .T = T, .Tk = T, .NH = NH, .NKV = NKV, .HD = HD, .qs = qs, .ks = qs,
+                    .causal = 1, .bf16 = g_bf16_gemm};
+    att_all_heads(&c);
 }
 
 static void cpu_attention_backward(float *restrict dqkv, const float *restrict dout,
@@ -805,7 +860,12 @@ static void cpu_attention_backward(float *restrict dqkv, const float *restrict d
                                    int HD)
 {
     // dqkv (B,T,(NH+2NKV)*HD) += ; dout, out (B,T,NH*HD) ; lse (B,NH,T) is only read
-    att_all_heads(NULL, NULL, lse, dqkv, qkv, out, dout, B, T, NH, NKV, HD);
+    const int qs = (NH + 2 * NKV) * HD;
+    const size_t ko = (size_t)NH * HD, vo = (size_t)(NH + NKV) * HD;
+    att_call_t c = {.q = qkv, .k = qkv + ko, .v = qkv + vo, .out = out, .dout = dout, .lse = lse, .dq = dqkv,
+                    .dk = dqkv + ko, .dv = dqkv + vo, .B = B, .T = T, .Tk = T, .NH = NH, .NKV = NKV, .HD = HD,
+                    .qs = qs, .ks = qs, .causal = 1, .bf16 = g_bf16_gemm};
+    att_all_heads(&c);
 }
 
 /* ------------------------------------------------------------ elementwise -- */
@@ -1252,6 +1312,9 @@ const zt_backend_t zt_backend_cpu = {
     .gelu_matmul_backward = cpu_gelu_matmul_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .attention_block_forward = cpu_attention_block_forward,
+    .attention_block_backward = cpu_attention_block_backward,
+    .attention_merge = cpu_attention_merge,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .copy_rows = cpu_copy_rows,

@@ -220,6 +220,11 @@ void zt_model_free(zt_model_t *m)
         be->free(m->sp_send);
         be->free(m->sp_recv);
     }
+    if (m->ring_out) {
+        float *r[] = {m->ring_kv[0], m->ring_kv[1], m->ring_dkv_in, m->ring_dkv[0], m->ring_dkv[1], m->ring_out,
+                      m->ring_lse};
+        for (size_t i = 0; i < sizeof r / sizeof *r; i++) be->free(r[i]);
+    }
     if (m->inputs_tp) {
         be->free(m->inputs_tp);
         be->free_host(m->host_inputs_tp);
@@ -259,6 +264,14 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
         m->be->wait_uploads();
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) m->host_sp_positions[(size_t)b * T + t] = m->d.sp_rank * T + t;
+        if (m->d.sp_ring) {
+            /* chunk-major: (B, c) of chunk sp_rank, then (B, c) of chunk 2 sp - 1 - sp_rank */
+            const int c = T / 2, i = m->d.sp_rank, sp = m->d.sp_size;
+            for (int h = 0; h < 2; h++)
+                for (int b = 0; b < B; b++)
+                    for (int t = 0; t < c; t++)
+                        m->host_sp_positions[((size_t)h * B + b) * c + t] = (h ? 2 * sp - 1 - i : i) * c + t;
+        }
         m->be->from_host_async(m->sp_positions, m->host_sp_positions, N * sizeof(int32_t));
     }
 }
@@ -348,6 +361,110 @@ void zt_model_sp_gather_heads(zt_model_t *m, const float *y, int nblk, const int
 }
 
 void zt_model_set_collectives(zt_model_t *m, const zt_actcoll_t *ac) { m->ac = *ac; }
+
+/* ---- ring attention ---------------------------------------------------------------
+ * Rank i holds chunks i and 2sp-1-i of each sequence (a, b below). Against the K|V of
+ * rank j's chunks (j, 2sp-1-j): a sees j's first chunk when j < i, b sees j's first
+ * always and its second when j > i; j = i gives the two causal diagonals and (b, a).
+ * So every step but the first is two full c x c blocks on every rank: the causal load
+ * balances. A K|V block is (2, B, c, 2 NKV HD): k | v of each row side by side. */
+void zt_model_ring_scratch(zt_model_t *m, int NH, int NKV, int HD)
+{
+    if (m->ring_out) return;
+    const size_t N = (size_t)m->Bmax * m->Tmax, kw = 2 * (size_t)NKV * HD, F = sizeof(float);
+    m->ring_kw = kw, m->ring_q = (size_t)NH * HD, m->ring_nh = (size_t)NH;
+    for (int k = 0; k < 2; k++) {
+        m->ring_kv[k] = zt_model_alloc(m, N * kw * F);
+        m->ring_dkv[k] = zt_model_alloc(m, N * kw * F);
+    }
+    m->ring_dkv_in = zt_model_alloc(m, N * kw * F);
+    m->ring_out = zt_model_alloc(m, N / 2 * m->ring_q * F);
+    m->ring_lse = zt_model_alloc(m, N / 2 * (size_t)NH * F);
+}
+
+/* one block pair: q rows of chunk qh (0, 1) against K|V chunk kh of block kv */
+typedef struct ring_pair { int qh, kh, causal; } ring_pair_t;
+
+static int ring_pairs(const zt_model_t *m, int step, ring_pair_t *p)
+{
+    const int i = m->d.sp_rank, j = (i - step + m->d.sp_size) % m->d.sp_size;
+    int n = 0;
+    if (step == 0) {
+        p[n++] = (ring_pair_t){0, 0, 1};
+        p[n++] = (ring_pair_t){1, 1, 1};
+        p[n++] = (ring_pair_t){1, 0, 0};
+        return n;
+    }
+    if (j < i) p[n++] = (ring_pair_t){0, 0, 0};
+    p[n++] = (ring_pair_t){1, 0, 0};
+    if (j > i) p[n++] = (ring_pair_t){1, 1, 0};
+    return n;
+}
+
+void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int HD, float *out, float *lse)
+{
+    const zt_backend_t *be = m->be;
+    const int B = m->B, c = m->T / 2, sp = m->d.sp_size, S = (NH + 2 * NKV) * HD, kw = 2 * NKV * HD;
+    const size_t Nh = (size_t)B * c, Q = (size_t)NH * HD, L = (size_t)B * NH * c;
+    /* this rank's K|V, both chunks */
+    be->copy_rows(m->ring_kv[0], kw, qkv + Q, S, 2 * (int)Nh, kw);
+    int cur = 0;
+    for (int s = 0; s < sp; s++) {
+        void *h = s + 1 < sp ? m->ac.sp_ring_start(m->ac.ctx, m->ring_kv[cur], m->ring_kv[!cur], 2 * Nh * kw) : NULL;
+        ring_pair_t p[3];
+        const int np = ring_pairs(m, s, p);
+        for (int k = 0; k < np; k++) {
+            const float *kv = m->ring_kv[cur] + (size_t)p[k].kh * Nh * kw;
+            float *o = out + (size_t)p[k].qh * Nh * Q, *l = lse + (size_t)p[k].qh * L;
+            /* the two diagonals start their chunk's result; everything else merges in */
+            const int first = s == 0 && p[k].causal;
+            be->attention_block_forward(first ? o : m->ring_out, first ? l : m->ring_lse,
+                                        qkv + (size_t)p[k].qh * Nh * S, S, kv, kv + (size_t)NKV * HD, kw, B, c, c, NH,
+                                        NKV, HD, p[k].causal);
+            if (!first) be->attention_merge(o, l, m->ring_out, m->ring_lse, B, c, NH, HD);
+        }
+        if (h) m->ac.sp_ring_wait(m->ac.ctx, h);
+        cur = !cur;
+    }
+}
+
+void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const float *qkv, const float *out,
+                            const float *lse, int NH, int NKV, int HD)
+{
+    const zt_backend_t *be = m->be;
+    const int B = m->B, c = m->T / 2, sp = m->d.sp_size, S = (NH + 2 * NKV) * HD, kw = 2 * NKV * HD;
+    const size_t Nh = (size_t)B * c, Q = (size_t)NH * HD, L = (size_t)B * NH * c, n = 2 * Nh * kw;
+    be->copy_rows(m->ring_kv[0], kw, qkv + Q, S, 2 * (int)Nh, kw);
+    int cur = 0;
+    void *dh = NULL;
+    for (int s = 0; s < sp; s++) {
+        /* the next K|V block comes while this one's gradients are computed */
+        void *h = s + 1 < sp ? m->ac.sp_ring_start(m->ac.ctx, m->ring_kv[cur], m->ring_kv[!cur], n) : NULL;
+        float *dkv = m->ring_dkv[s & 1]; /* free: its send (two steps ago) has completed */
+        be->memzero(dkv, n * sizeof(float));
+        ring_pair_t p[3];
+        const int np = ring_pairs(m, s, p);
+        for (int k = 0; k < np; k++) {
+            const size_t ko = (size_t)p[k].kh * Nh * kw, qo = (size_t)p[k].qh * Nh;
+            const float *kv = m->ring_kv[cur] + ko;
+            be->attention_block_backward(dqkv + qo * S, dkv + ko, dkv + ko + (size_t)NKV * HD, dout + qo * Q,
+                                         qkv + qo * S, S, kv, kv + (size_t)NKV * HD, kw, out + qo * Q,
+                                         lse + (size_t)p[k].qh * L, B, c, c, NH, NKV, HD, p[k].causal);
+        }
+        /* the previous ranks' part of this block's gradients arrived meanwhile: add it,
+         * and pass the sum on (after the last step it goes home: rank i + 1 has block i + 1) */
+        if (dh) {
+            m->ac.sp_ring_wait(m->ac.ctx, dh);
+            be->accumulate(dkv, m->ring_dkv_in, n);
+        }
+        dh = m->ac.sp_ring_start(m->ac.ctx, dkv, m->ring_dkv_in, n);
+        if (h) m->ac.sp_ring_wait(m->ac.ctx, h);
+        cur = !cur;
+    }
+    m->ac.sp_ring_wait(m->ac.ctx, dh);
+    /* this rank's own K|V gradients, whole */
+    be->copy_rows(dqkv + Q, S, m->ring_dkv_in, kw, 2 * (int)Nh, kw);
+}
 
 void zt_model_tp_sum(zt_model_t *m, float *x, size_t n)
 {

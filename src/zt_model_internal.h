@@ -47,6 +47,10 @@ struct zt_model {
     int32_t *sp_positions, *host_sp_positions;
     float *sp_send, *sp_recv;
     size_t sp_floats;
+    /* ring attention: K|V blocks in flight (2), their gradients (in, and 2 out), one
+     * block pair's output (N/2, Q) and log-sum-exp (B, NH, T/2) */
+    float *ring_kv[2], *ring_dkv_in, *ring_dkv[2], *ring_out, *ring_lse;
+    size_t ring_kw, ring_q, ring_nh;
 };
 
 /* ---- tensor parallelism, for the families (no-ops at tp 1) ---------------------------
@@ -70,6 +74,17 @@ void zt_model_embed_tokens(zt_model_t *m, const float *wte, float *x0);
 void zt_model_sp_scratch(zt_model_t *m, size_t floats);
 void zt_model_sp_scatter_heads(zt_model_t *m, const float *x, int nblk, const int *heads, int hd, float *y);
 void zt_model_sp_gather_heads(zt_model_t *m, const float *y, int nblk, const int *heads, int hd, float *x);
+/* Ring attention (d.sp_ring): the causal attention of the whole sequence from this
+ * rank's qkv (N,S) (q | k | v as attention_forward's, NH, NKV heads of HD), its two
+ * chunks' rows chunk-major; K|V blocks go round the sp ring, each block pair's result is
+ * merged through the log-sum-exp, the next block's transfer overlapping the current
+ * block's compute. out (N, NH HD); lse (2, B, NH, T/2) per chunk. The backward adds dq
+ * into dqkv's q columns and the K|V gradients, gone round the ring with their blocks,
+ * into its k, v columns (dqkv zeroed by the caller). */
+void zt_model_ring_scratch(zt_model_t *m, int NH, int NKV, int HD);
+void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int HD, float *out, float *lse);
+void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const float *qkv, const float *out,
+                            const float *lse, int NH, int NKV, int HD);
 /* the batch's positions for rope (NULL: 0..T-1, without sp) */
 const int32_t *zt_model_positions(const zt_model_t *m);
 void zt_model_embed_tokens_backward(zt_model_t *m, float *dwte, const float *dx0);

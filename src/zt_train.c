@@ -301,16 +301,18 @@ static int check_fits(const zt_config_t *cfg, const zt_backend_t *be, const zt_p
 
 /* Sequence parallelism's conditions (d: a rank's tp share): every rank a whole chunk of
  * each sequence, and a share of every kind of head. */
-static int sp_check(const zt_config_t *cfg, const zt_model_dims_t *d, int sp, char *err, size_t errlen)
+static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_model_dims_t *d, int sp, char *err,
+                    size_t errlen)
 {
     if (sp <= 1) return 0;
-    if (strcmp(cfg->parallel.sp_mode, "ulysses") != 0)
-        return zt_err(err, errlen, "parallel.sp_mode = %s: ring attention is not built yet (ulysses is)",
-                      cfg->parallel.sp_mode);
-    if (cfg->data.seq_len % sp)
-        return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide data.seq_len (%d)", sp,
-                      cfg->data.seq_len);
-    if (d->NH % sp || (d->NKV % sp && sp % d->NKV))
+    const int ring = strcmp(cfg->parallel.sp_mode, "ring") == 0;
+    if (cfg->data.seq_len % (ring ? 2 * sp : sp))
+        return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide data.seq_len (%d)%s", sp,
+                      cfg->data.seq_len, ring ? " into 2 sp chunks (ring attention's causal balance)" : "");
+    if (ring && !be->attention_block_forward)
+        return zt_err(err, errlen, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
+                      "(parallel.sp_mode = ulysses works there)", be->name);
+    if (!ring && (d->NH % sp || (d->NKV % sp && sp % d->NKV)))
         return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide the attention heads (%d) and "
                       "divide or be a multiple of the key/value heads (%d) of a tensor-parallel rank (Ulysses "
                       "splits heads)", sp, d->NH, d->NKV);
@@ -404,9 +406,20 @@ static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_
         /* sequence parallelism: the sp ranks of a row read it alike and take their chunk */
         rc = zt_data_read_pair(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, r->row_tmp, r->row_tmp + T, err,
                                errlen);
-        const size_t o = (size_t)r->comm->sp.rank * Tm;
-        memcpy(inp + (size_t)b * Tm, r->row_tmp + o, (size_t)Tm * sizeof(int32_t));
-        memcpy(tgt + (size_t)b * Tm, r->row_tmp + T + o, (size_t)Tm * sizeof(int32_t));
+        const int sp = r->comm->mesh_sp, i = r->comm->sp.rank;
+        if (!r->ltable->dims.sp_ring) {
+            const size_t o = (size_t)i * Tm;
+            memcpy(inp + (size_t)b * Tm, r->row_tmp + o, (size_t)Tm * sizeof(int32_t));
+            memcpy(tgt + (size_t)b * Tm, r->row_tmp + T + o, (size_t)Tm * sizeof(int32_t));
+            continue;
+        }
+        /* ring: chunks i and 2 sp - 1 - i of 2 sp, chunk-major over the B rows */
+        const size_t c = (size_t)Tm / 2;
+        for (int h = 0; h < 2; h++) {
+            const size_t o = (size_t)(h ? 2 * sp - 1 - i : i) * c, at = ((size_t)h * r->B + b) * c;
+            memcpy(inp + at, r->row_tmp + o, c * sizeof(int32_t));
+            memcpy(tgt + at, r->row_tmp + T + o, c * sizeof(int32_t));
+        }
     }
     return rc;
 }
@@ -729,7 +742,7 @@ static void fold_comm(run_t *r)
 
 static void comm_summary(const run_t *r)
 {
-    static const char *names[ZT_COLL_N] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "all-to-all"};
+    static const char *names[ZT_COLL_N] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "all-to-all", "send-recv"};
     const zt_comm_stats_t *t = &r->comm_total;
     char line[1024], b[32];
     size_t o = 0;
@@ -1092,7 +1105,8 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         if (r->ltable) {
             r->ltable->dims.sp_size = comm->mesh_sp;
             r->ltable->dims.sp_rank = comm->sp.rank;
-            if (sp_check(cfg, &r->ltable->dims, comm->mesh_sp, err, sizeof err) != 0) {
+            r->ltable->dims.sp_ring = strcmp(cfg->parallel.sp_mode, "ring") == 0;
+            if (sp_check(cfg, r->be, &r->ltable->dims, comm->mesh_sp, err, sizeof err) != 0) {
                 zt_param_table_free(r->ltable);
                 r->ltable = NULL;
             }

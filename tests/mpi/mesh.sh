@@ -12,9 +12,11 @@
 #  3. bf16 at tp 2 against its own one-rank run.
 #  4. Sizes tp does not divide are refused on every rank, naming the reason.
 #  5. Sequence parallelism (Ulysses: all-to-all from sequence- to head-sharded around
-#     attention; rope and GPT-2's positions offset by the rank's chunk): sp 2 for GPT-2,
+#     attention; ring: K|V blocks round the ring, head-tail chunks; rope and GPT-2's
+#     positions of the rank's chunks): sp 2 for GPT-2,
 #     Llama GQA and Qwen3; sp 2 x zero2 and sp 2 x zero3 (4 ranks); tp 2 x sp 2 (Llama:
-#     its one KV head per tp rank replicated over sp, gradients summed back).
+#     its one KV head per tp rank replicated over sp, gradients summed back); ring sp 2,
+#     sp 2 x zero3, tp 2 x sp 2 and sp 4.
 . "$(dirname "$0")/common.sh"
 need_h5py
 tiny_comparison_setup
@@ -165,6 +167,19 @@ for fam in gpt2 llama qwen3; do
     # shellcheck disable=SC2086
     run_ztrain 4 $common $arch $(batch_args 1) $sp2 $tp2 train.output_dir="$fam-tp2-sp2" >/dev/null
     assert_contains "$ZT_OUT" "mesh tp 2 x sp 2 x dp 1"
+    # ring attention: sp 2, sp 2 x zero3 (4 ranks), tp 2 x sp 2, sp 4 (chunks of 2 positions)
+    ring="parallel.sp_mode=ring"
+    # shellcheck disable=SC2086
+    run_ztrain 2 $common $arch $(batch_args 1) $sp2 $ring train.output_dir="$fam-ring2" >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 4 $common $arch $(batch_args 2) $sp2 $ring parallel.strategy=zero3 train.output_dir="$fam-ring2-zero3" \
+        >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 4 $common $arch $(batch_args 1) $sp2 $ring $tp2 train.output_dir="$fam-tp2-ring2" >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 4 $common $arch $(batch_args 1) parallel.sequence_parallel_size=4 $ring train.output_dir="$fam-ring4" \
+        >/dev/null
+    runs="$runs $fam-ring2 $fam-ring2-zero3 $fam-tp2-ring2 $fam-ring4"
     # shellcheck disable=SC2086
     "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" "$fam-spref" $runs "$fam-tp2-sp2" ||
         fail "$fam: sequence parallelism diverged from one rank"
@@ -175,4 +190,7 @@ expect_fail_with 2 "parallel.sequence_parallel_size (2) must divide data.seq_len
 # shellcheck disable=SC2086
 expect_fail_with 4 "must divide the attention heads (2) and divide or be a multiple of the key/value heads (2)" \
     $common parallel.sequence_parallel_size=4 train.output_dir=bad
-echo "mesh: Ulysses sp 2, sp 2 x zero2/zero3 and tp 2 x sp 2 match one rank for gpt2, llama and qwen3"
+# shellcheck disable=SC2086
+expect_fail_with 2 "into 2 sp chunks (ring attention's causal balance)" $common $sp2 parallel.sp_mode=ring \
+    data.seq_len=14 train.output_dir=bad
+echo "mesh: Ulysses and ring sp 2, with zero2/zero3 and tp 2, ring sp 4 match one rank for gpt2, llama and qwen3"

@@ -729,6 +729,80 @@ static void t_attention_gqa_threads(void)
 /* the largest head size the interface allows */
 static void t_attention_hd256(void) { run_gqa(1, 9, 2, 1, 256, 1, 0); }
 
+/* Ring attention's pieces: the sequence in two chunks a, b; out_a = block(a, a, causal),
+ * out_b = block(b, a, full) merged with block(b, b, causal) equal the causal attention
+ * of the whole, and the pairs' backwards (with the merged out and lse) add up to its
+ * backward. Both against the fp32 full kernels, which the references above check. */
+static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
+{
+    const int c = T / 2, S = (NH + 2 * NKV) * HD, Q = NH * HD, kw = 2 * NKV * HD;
+    const size_t nq = (size_t)B * T * S, no = (size_t)B * T * Q, nl = (size_t)B * NH * T;
+    float *qkv = frand(nq, 1.5), *dout = frand(no, 1);
+    float *out = frand(no, 1), *lse = frand(nl, 1), *dq = frand(nq, 1);
+    be->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+    /* chunk-major copies: (B, c) rows of chunk h at h B c */
+    float *q2 = be->alloc(nq * 4), *kv2 = be->alloc((size_t)B * T * kw * 4), *dy2 = be->alloc(no * 4);
+    for (int h = 0; h < 2; h++)
+        for (int b = 0; b < B; b++) {
+            const size_t src = (size_t)b * T + (size_t)h * c, dst = ((size_t)h * B + b) * c;
+            memcpy(q2 + dst * S, qkv + src * S, (size_t)c * S * 4);
+            memcpy(dy2 + dst * Q, dout + src * Q, (size_t)c * Q * 4);
+            for (int t = 0; t < c; t++) memcpy(kv2 + (dst + t) * kw, qkv + (src + t) * S + Q, (size_t)kw * 4);
+        }
+    const size_t Nh = (size_t)B * c, L = (size_t)B * NH * c;
+    float *o2 = be->alloc(no * 4), *l2 = be->alloc(nl * 4), *ot = be->alloc(Nh * Q * 4), *lt = be->alloc(L * 4);
+    const float *ka = kv2, *kb = kv2 + Nh * kw;
+    be->attention_block_forward(o2, l2, q2, S, ka, ka + NKV * HD, kw, B, c, c, NH, NKV, HD, 1);
+    be->attention_block_forward(o2 + Nh * Q, l2 + L, q2 + Nh * S, S, kb, kb + NKV * HD, kw, B, c, c, NH, NKV, HD, 1);
+    be->attention_block_forward(ot, lt, q2 + Nh * S, S, ka, ka + NKV * HD, kw, B, c, c, NH, NKV, HD, 0);
+    be->attention_merge(o2 + Nh * Q, l2 + L, ot, lt, B, c, NH, HD);
+    double eo = 0, el = 0;
+    for (int h = 0; h < 2; h++)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < c; t++) {
+                const size_t src = (size_t)b * T + (size_t)h * c + t, dst = ((size_t)h * B + b) * c + t;
+                for (int i = 0; i < Q; i++) eo = fmax(eo, fabs(o2[dst * Q + i] - out[src * Q + i]));
+                for (int k = 0; k < NH; k++)
+                    el = fmax(el, fabs(l2[(size_t)h * L + ((size_t)b * NH + k) * c + t] -
+                                       lse[((size_t)b * NH + k) * T + (size_t)h * c + t]));
+            }
+    CU_ASSERT(eo < 2e-6);
+    CU_ASSERT(el < 2e-6);
+    /* backward: the full kernel's dqkv (+= into dq) against the pairs' sums */
+    float *dq0 = fcopy(dq, nq);
+    be->attention_backward(dq, dout, qkv, out, lse, B, T, NH, NKV, HD);
+    float *dq2 = be->alloc(nq * 4), *dkv = be->alloc((size_t)B * T * kw * 4);
+    float *da = dkv, *db = dkv + Nh * kw;
+    be->attention_block_backward(dq2, da, da + NKV * HD, dy2, q2, S, ka, ka + NKV * HD, kw, o2, l2, B, c, c, NH,
+                                 NKV, HD, 1);
+    be->attention_block_backward(dq2 + Nh * S, db, db + NKV * HD, dy2 + Nh * Q, q2 + Nh * S, S, kb, kb + NKV * HD,
+                                 kw, o2 + Nh * Q, l2 + L, B, c, c, NH, NKV, HD, 1);
+    be->attention_block_backward(dq2 + Nh * S, da, da + NKV * HD, dy2 + Nh * Q, q2 + Nh * S, S, ka, ka + NKV * HD,
+                                 kw, o2 + Nh * Q, l2 + L, B, c, c, NH, NKV, HD, 0);
+    double eg = 0, mg = 0;
+    for (int h = 0; h < 2; h++)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < c; t++) {
+                const size_t src = (size_t)b * T + (size_t)h * c + t, dst = ((size_t)h * B + b) * c + t;
+                for (int i = 0; i < S; i++) {
+                    const double full = dq[src * S + i] - dq0[src * S + i];
+                    const double ring = i < Q ? dq2[dst * S + i] : dkv[dst * kw + i - Q];
+                    eg = fmax(eg, fabs(full - ring)), mg = fmax(mg, fabs(full));
+                }
+            }
+    CU_ASSERT(mg > 1e-3);   /* the gradients are not all zero */
+    CU_ASSERT(eg < 1e-5 * (1 + mg));
+    float *bufs[] = {qkv, dout, out, lse, dq, q2, kv2, dy2, o2, l2, ot, lt, dq0, dq2, dkv};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+}
+
+static void t_attention_ring_blocks(void)
+{
+    run_ring_blocks(2, 16, 4, 2, 8);
+    run_ring_blocks(1, 140, 2, 1, 12); /* chunks of 70: query blocks across the chunk */
+    run_ring_blocks(2, 6, 3, 3, 5);
+}
+
 /* ------------------------------------------------------------------- gelu -- */
 
 static double gelu_ref(double x)
@@ -1185,6 +1259,7 @@ static const zt_test_t tests[] = {
     {"embedding forward/backward vs double + FD", t_embedding},
     {"positional forward (+=)/backward vs double + FD", t_positional},
     {"embedding + positional = GPT-2's fused encoder, bitwise", t_embedding_gpt2_bits},
+    {"ring attention blocks + merge = causal attention, forward and backward", t_attention_ring_blocks},
     {"layernorm forward/backward vs double + FD", t_layernorm},
     {"layernorm threaded backward", t_layernorm_threads},
     {"layernorm eps with tiny variance", t_layernorm_eps},
