@@ -249,14 +249,14 @@ static void gpt2_embed_forward(zt_model_t *m, const float *root, float *x0)
 {
     const gpt2_t *g = m->fam;
     m->be->embedding_forward(x0, m->inputs, root + g->o_wte, m->B * m->T, m->d.C);
-    m->be->positional_forward(x0, root + g->o_wpe, m->B, m->T, m->d.C);
+    m->be->positional_forward(x0, root + g->o_wpe, m->pos, m->B, m->T, m->d.C); /* m->pos: NULL or packed */
 }
 
 static void gpt2_embed_backward(zt_model_t *m, float *droot, const float *dx0)
 {
     const gpt2_t *g = m->fam;
     m->be->embedding_backward(droot + g->o_wte, dx0, m->inputs, m->B * m->T, m->d.C);
-    m->be->positional_backward(droot + g->o_wpe, dx0, m->B, m->T, m->d.C);
+    m->be->positional_backward(droot + g->o_wpe, dx0, m->pos, m->B, m->T, m->d.C);
 }
 
 static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
@@ -270,7 +270,7 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w + g->o_ln1w, w + g->o_ln1b, N, C,
                           GPT2_EPS);
     be->matmul_forward(a->qkv, a->ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * C, 0); // (N,3C)
-    be->attention_forward(a->atty, a->lse, a->qkv, B, T, NH, NH, C / NH);             // (N,C)
+    be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, NH, NH, C / NH);     // (N,C)
     /* attention projection into a scratch, then the residual add */
     be->matmul_forward(a->res2, a->atty, w + g->o_projw, w + g->o_projb, N, C, C, 0);
     be->residual_forward(a->res2, a->res2, x_in, (size_t)N * C);
@@ -314,7 +314,7 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
     float *datty = m->dres2;
     be->matmul_backward(datty, dw + g->o_projw, dw + g->o_projb, dres, a->atty, w + g->o_projw, N, C, C, 0);
     be->memzero(g->dqkv, 3 * NC * F);
-    be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, B, T, NH, NH, C / NH);
+    be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, C / NH);
     float *dln1 = m->dres2;
     be->matmul_backward(dln1, dw + g->o_qkvw, dw + g->o_qkvb, g->dqkv, a->ln1, w + g->o_qkvw, N, C, 3 * C, 0);
     /* dx_in = d res2 (skip) + ln1 backward */

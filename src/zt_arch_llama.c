@@ -520,9 +520,10 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
         be->matmul_forward(a->qkv, a->ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
         zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, a->ln1, a->qkv);
     }
-    be->rope_forward(a->qkv, g->inv_freq, NULL, B, T, d->NH, d->HD, S);
-    be->rope_forward(a->qkv + Q, g->inv_freq, NULL, B, T, d->NKV, d->HD, S);
-    be->attention_forward(a->atty, a->lse, a->qkv, B, T, d->NH, d->NKV, d->HD); // (N,Q)
+    /* m->pos, m->seg: NULL, or a neat-packed batch's positions and segments */
+    be->rope_forward(a->qkv, g->inv_freq, m->pos, B, T, d->NH, d->HD, S);
+    be->rope_forward(a->qkv + Q, g->inv_freq, m->pos, B, T, d->NKV, d->HD, S);
+    be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, d->NH, d->NKV, d->HD); // (N,Q)
     be->matmul_forward(a->res2, a->atty, w + g->o_wo, d->o_bias ? w + g->o_bo : NULL, N, Q, C, 1);
     zt_lora_gemm_forward(m, &g->lo_o, l, lora, a->atty, a->res2);
     be->residual_forward(a->res2, a->res2, x_in, (size_t)N * C);
@@ -566,9 +567,9 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
                         1);
     zt_lora_gemm_backward(m, &g->lo_o, l, lora, dlora, a->atty, dres, datty);
     be->memzero(g->dqkv, (size_t)N * S * F);
-    be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, B, T, d->NH, d->NKV, d->HD);
-    be->rope_backward(g->dqkv, g->inv_freq, NULL, B, T, d->NH, d->HD, S);
-    be->rope_backward(g->dqkv + Q, g->inv_freq, NULL, B, T, d->NKV, d->HD, S);
+    be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, d->NH, d->NKV, d->HD);
+    be->rope_backward(g->dqkv, g->inv_freq, m->pos, B, T, d->NH, d->HD, S);
+    be->rope_backward(g->dqkv + Q, g->inv_freq, m->pos, B, T, d->NKV, d->HD, S);
     float *dqkv = g->dqkv;
     if (d->qk_norm) {
         dqkv = g->dqkv_pre;

@@ -155,7 +155,8 @@ size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int 
     size_t floats = (size_t)d->L * N * C /* x_in */ + N * C /* x_out */ + N * C /* xf */ +
                     (size_t)head_rows_for(N, d->V) * d->V /* logits */ + N /* losses */ +
                     2 * N * C /* dres, dres2 */;
-    return floats * sizeof(float) + 2 * N * sizeof(int32_t) + t->arch->activation_bytes(t, B, T, recompute);
+    /* inputs, targets, segments, positions */
+    return floats * sizeof(float) + 4 * N * sizeof(int32_t) + t->arch->activation_bytes(t, B, T, recompute);
 }
 
 double zt_model_flops_per_token(const zt_param_table_t *t, int T) { return t->arch->flops_per_token(&t->dims, T); }
@@ -183,6 +184,8 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->dres2 = zt_model_alloc(m, N * C * F);
     m->inputs = zt_model_alloc(m, N * sizeof(int32_t));
     m->targets = zt_model_alloc(m, N * sizeof(int32_t));
+    m->seg_buf = zt_model_alloc(m, N * sizeof(int32_t));
+    m->pos_buf = zt_model_alloc(m, N * sizeof(int32_t));
     m->host_losses = be->alloc_host(N * F); /* pinned on a GPU: the download stays async */
     m->arch->ops->create(m);
     return m;
@@ -198,6 +201,8 @@ void zt_model_free(zt_model_t *m)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
     be->free(m->inputs);
     be->free(m->targets);
+    be->free(m->seg_buf);
+    be->free(m->pos_buf);
     be->free_host(m->host_losses);
     free(m->x_in);
     free(m);
@@ -215,6 +220,20 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
     m->be->from_host_async(m->inputs, inputs, N * sizeof(int32_t));
     m->has_targets = targets != NULL;
     if (targets) m->be->from_host_async(m->targets, targets, N * sizeof(int32_t));
+    m->seg = m->pos = NULL;
+}
+
+void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t *positions)
+{
+    const size_t N = (size_t)m->B * m->T;
+    if (positions)
+        for (size_t i = 0; i < N; i++) /* a kernel cannot report a row of wpe out of range */
+            if (positions[i] < 0 || positions[i] >= m->d.maxT)
+                zt_fatal("position %d of token %zu outside [0, %d)", positions[i], i, m->d.maxT);
+    if (segments) m->be->from_host_async(m->seg_buf, segments, N * sizeof(int32_t));
+    if (positions) m->be->from_host_async(m->pos_buf, positions, N * sizeof(int32_t));
+    m->seg = segments ? m->seg_buf : NULL;
+    m->pos = positions ? m->pos_buf : NULL;
 }
 
 void zt_model_forward_embed(zt_model_t *m, const float *root)

@@ -78,8 +78,8 @@ static void bench_attention(int B, int T, int C, int NH, int reps)
     float *qkv = rnd(N * 3 * C, 2), *out = be->alloc(N * C * 4), *lse = be->alloc(N * NH * 4);
     float *dqkv = be->alloc(N * 3 * C * 4), *dout = rnd(N * C, 1);
     double tf, tb;
-    BEST(reps, tf, be->attention_forward(out, lse, qkv, B, T, NH, NH, C / NH));
-    BEST(reps, tb, be->attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH));
+    BEST(reps, tf, be->attention_forward(out, lse, qkv, NULL, B, T, NH, NH, C / NH));
+    BEST(reps, tb, be->attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, NH, NH, C / NH));
     printf("attention B%d T%-4d C%d NH%d    fwd %8.3f ms | bwd %8.3f ms\n", B, T, C, NH, tf * 1e3,
            tb * 1e3);
     float *bufs[] = {qkv, out, lse, dqkv, dout};
