@@ -165,8 +165,13 @@ static const zkey_t schema[] = {
        "Only the last turn's answer carries loss, and truncation keeps the last turns first (LLaMA-Factory's "
        "mask_history; not with data.train_on_prompt)."),
     KB("data.packing", data.packing, 0,
-       "Greedy-pack SFT samples into rows of data.cutoff_len tokens, as LLaMA-Factory's packing (no "
-       "neat_packing: attention crosses the packed samples, as there)."),
+       "Greedy-pack SFT samples into rows of data.cutoff_len tokens, as LLaMA-Factory's packing: attention "
+       "crosses the packed samples, as there (data.neat_packing keeps them apart)."),
+    KB("data.neat_packing", data.neat_packing, 0,
+       "LLaMA-Factory's neat_packing: the rows of data.packing (it implies it), but a packed sample attends "
+       "only to itself and its positions restart at 0, so each trains as it would in a row of its own; "
+       "the SFT file keeps the boundaries (/segment_ids). A sample file made with zt-prep-data "
+       "--neat-packing trains so whatever this key says."),
     /* train */
     KI("train.per_device_train_batch_size", train.per_device_train_batch_size, 8, 1, 1 << 20,
        "Sequences per rank per micro-step (B). Global batch = B * gradient_accumulation_steps * world size "

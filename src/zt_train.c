@@ -65,6 +65,7 @@ typedef struct run {
     long G, total_steps, step, samples_seen;
     double tokens_seen;
     int32_t *inp, *tgt;     /* (A, B, T) host */
+    int32_t *seg, *pos;     /* (A, B, T) host: neat-packed rows' segments and positions; NULL without */
     double flops_per_token, peak_flops;
     char *config_text;
     hist_t train_hist, val_hist;
@@ -280,13 +281,16 @@ static int check_fits(const zt_config_t *cfg, const zt_backend_t *be, const zt_p
 
 /* ---- passes ---------------------------------------------------------------------- */
 
-static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float dscale)
+/* seg, pos: the rows' segments and positions (neat packing), or NULL */
+static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
+                         float dscale)
 {
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
     const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
     zt_model_set_batch(m, inp, tgt, r->B, r->T);
+    if (seg) zt_model_set_segments(m, seg, pos);
     zt_watchdog_mark("forward", 0, r->step + 1);
     /* the root unit (embeddings, tied head, ln_f) stays materialized for the whole
      * micro-step, as FSDP does for its root module: it is used at both ends */
@@ -327,11 +331,13 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
 }
 
 /* Forward only, inside begin/end_inference; loss if targets given. */
-static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, int B, int T)
+static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
+                          int B, int T)
 {
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     zt_model_set_batch(m, inp, tgt, B, T);
+    if (seg) zt_model_set_segments(m, seg, pos);
     const zt_param_table_t *t = r->table;
     const int b0 = t->first_block_unit, a0 = t->first_adapter_unit;
     const float *root = zt_shard_params(s, t->root_unit);
@@ -349,15 +355,16 @@ static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, int 
     return zt_model_loss(m);
 }
 
-/* Reads rows [g0 + ...] of a dataset into inp/tgt (B rows); 0 or -1 with err. */
-static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_t *inp, int32_t *tgt,
-                     char *err, size_t errlen)
+/* Reads rows [g0 + ...] of a dataset into inp/tgt (B rows), and their segments and
+ * positions into seg/pos when not NULL; 0 or -1 with err. */
+static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_t *inp, int32_t *tgt, int32_t *seg,
+                     int32_t *pos, char *err, size_t errlen)
 {
-    const int T = r->T;
+    const size_t T = (size_t)r->T;
     int rc = 0;
     for (int b = 0; b < r->B && rc == 0; b++)
-        rc = zt_data_read_pair(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, inp + (size_t)b * T,
-                               tgt + (size_t)b * T, err, errlen);
+        rc = zt_data_read_row(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, inp + b * T, tgt + b * T,
+                              seg ? seg + b * T : NULL, pos ? pos + b * T : NULL, err, errlen);
     return rc;
 }
 
@@ -379,9 +386,9 @@ static float evaluate(run_t *r, int *failed)
     for (int j = 0; j < nb; j++) {
         zt_watchdog_mark("evaluation", -1, r->step);
         int64_t g0 = (int64_t)j * r->dp * r->B + (int64_t)r->rank * r->B;
-        if (rc == 0) rc = read_rows(r, r->val, g0, 0, r->inp, r->tgt, err, sizeof err);
+        if (rc == 0) rc = read_rows(r, r->val, g0, 0, r->inp, r->tgt, r->seg, r->pos, err, sizeof err);
         /* every rank runs the pass (zero3 gathers are collective) even after an error */
-        const float l = forward_only(r, r->inp, r->tgt, r->B, r->T);
+        const float l = forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->T);
         /* SFT: a mean over the tokens that carry a loss, as in training */
         sum += sft ? zt_model_loss_sum(r->model) : l;
         count += (double)loss_tokens(r->tgt, (size_t)r->B * r->T);
@@ -407,7 +414,7 @@ static void sample_logits(void *arg, const int32_t *tokens, int n, float *logits
 {
     run_t *r = arg;
     zt_watchdog_mark("generation", -1, r->step);
-    forward_only(r, tokens, NULL, 1, n);
+    forward_only(r, tokens, NULL, NULL, NULL, 1, n);
     if (logits) zt_model_logits_row(r->model, 0, n - 1, logits);
 }
 
@@ -416,7 +423,7 @@ static void generate_logits(void *arg, const int32_t *tokens, int n, float *logi
 {
     run_t *r = arg;
     zt_watchdog_mark("generation", -1, r->step);
-    forward_only(r, tokens, NULL, 1, n);
+    forward_only(r, tokens, NULL, NULL, NULL, 1, n);
     zt_model_logits_row(r->model, 0, n - 1, logits);
 }
 
@@ -727,7 +734,8 @@ static int run_loop(run_t *r)
         err[0] = 0;
         for (int m = 0; m < r->A && rc == 0; m++) {
             int64_t g0 = r->samples_seen + (int64_t)m * r->dp * r->B + (int64_t)r->rank * r->B;
-            rc = read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT, err, sizeof err);
+            rc = read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT,
+                           r->seg ? r->seg + m * BT : NULL, r->pos ? r->pos + m * BT : NULL, err, sizeof err);
         }
         if (injected == ZT_FAULT_DATA)
             rc = zt_err(err, sizeof err, "fault injection: data error on rank %d at step %ld", r->rank, r->step + 1);
@@ -752,7 +760,8 @@ static int run_loop(run_t *r)
         const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
         for (int m = 0; m < r->A; m++) {
             zt_shard_begin_micro(r->shard, m, r->A);
-            const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, ds);
+            const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, r->seg ? r->seg + m * BT : NULL,
+                                        r->pos ? r->pos + m * BT : NULL, ds);
             loss_sum += sft ? zt_model_loss_sum(r->model) : l;
         }
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
@@ -888,7 +897,8 @@ static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[
     const zt_config_t *cfg = r->cfg;
     const char *tok = cfg->data.tokenizer[0] ? cfg->data.tokenizer : cfg->model.name_or_path;
     zt_sft_prep_t p = {tok, cfg->data.format, cfg->data.template_name, cfg->data.cutoff_len,
-                       cfg->data.train_on_prompt, cfg->data.mask_history, cfg->data.packing};
+                       cfg->data.train_on_prompt, cfg->data.mask_history, cfg->data.packing,
+                       cfg->data.neat_packing};
     int rc = 0;
     if (!tok[0]) rc = zt_err(err, errlen, "data.format = %s needs data.tokenizer (or model.name_or_path)", p.format);
     for (int i = 0; rc == 0 && i < n; i++) {
@@ -1058,6 +1068,12 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
      * would wait for the compute stream, once per micro-step */
     r->inp = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
     r->tgt = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
+    if ((r->train && zt_data_has_segments(r->train)) || (r->val && zt_data_has_segments(r->val))) {
+        /* neat-packed rows: their segments and positions go to the model beside the tokens */
+        r->seg = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
+        r->pos = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
+        zt_log("data: neat-packed rows: packed samples attend within themselves, positions from 0");
+    }
     r->flops_per_token = zt_model_flops_per_token(r->table, r->T);
     r->peak_flops = cfg->train.peak_tflops > 0 ? cfg->train.peak_tflops * 1e12
                                               : zt_max_double(comm, &comm->world, zt_mfu_measure_peak(r->be));
@@ -1159,6 +1175,8 @@ done:
     zt_data_close(r->val);
     if (r->inp) r->be->free_host(r->inp);
     if (r->tgt) r->be->free_host(r->tgt);
+    if (r->seg) r->be->free_host(r->seg);
+    if (r->pos) r->be->free_host(r->pos);
     free(r->config_text);
     free(gpu_cfg);
     free(r->train_hist.step);
