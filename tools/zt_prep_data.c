@@ -50,7 +50,7 @@ static void usage(FILE *out)
             "  --eot-between-files    put the EOT token between consecutive input files\n"
             "  --eot-at-line STR      a line that is exactly STR separates documents: it becomes EOT\n"
             "  --bin                  write llm.c .bin shards instead of HDF5\n"
-            "SFT data (instruction JSON / JSON Lines -> /input_ids, /labels, /sample_offsets):\n"
+            "SFT data (instruction JSON / JSON Lines -> /input_ids, /labels, /sample_offsets[, /segment_ids]):\n"
             "  --format F             alpaca | sharegpt | messages (default: tokens, plain text as above)\n"
             "  --template NAME        chat template: default|alpaca|qwen|qwen3|qwen3_nothink|llama3|llama2|mistral\n"
             "  --cutoff-len N         LLaMA-Factory's cutoff_len (default 2048)\n"
