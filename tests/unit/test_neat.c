@@ -156,16 +156,18 @@ static errs_t compare(rig_t *r, const batch_t *bt, int packed, const char **gnam
     return e;
 }
 
-static void run(const char *what, const zt_arch_t *a, zt_model_dims_t d)
+/* recompute: train.gradient_checkpointing (the backward re-runs each block's forward
+ * with the batch's segments) */
+static void run(const char *what, const zt_arch_t *a, zt_model_dims_t d, int recompute)
 {
-    rig_t r = rig_create_table(zt_arch_build_table(a, &d, 0.3f), B, T, 0);
+    rig_t r = rig_create_table(zt_arch_build_table(a, &d, 0.3f), B, T, recompute);
     rig_init(&r, 11);
     const batch_t bt = make_batch(d.V, 5);
     const char *gname, *gname0;
     const errs_t e = compare(&r, &bt, 1, &gname);
     const errs_t c = compare(&r, &bt, 0, &gname0); /* negative control: no segments */
     const double bound = 4.0 * d.L * B * T * 0x1p-24;
-    printf("\n    %-6s packed vs one by one: logits %.1e loss %.1e grads %.1e (%s); bound %.1e; "
+    printf("\n    %-15s packed vs one by one: logits %.1e loss %.1e grads %.1e (%s); bound %.1e; "
            "without segments %.1e %.1e %.1e",
            what, e.logits, e.loss, e.grads, gname, bound, c.logits, c.loss, c.grads);
     CU_ASSERT(e.logits <= bound);
@@ -188,20 +190,21 @@ static void t_gpt2(void)
     zt_model_dims_t d = dims(2, 2, 16, 8);
     d.I = 4 * d.C;
     d.tied = d.qkv_bias = d.o_bias = 1;
-    run("gpt2", zt_arch_get("gpt2"), d);
+    run("gpt2", zt_arch_get("gpt2"), d, 0);
 }
 
 static void t_llama(void)
 {
     zt_model_dims_t d = dims(4, 2, 16, 6); /* GQA, head_dim free of C / NH */
-    run("llama", zt_arch_get("llama"), d);
+    run("llama", zt_arch_get("llama"), d, 0);
+    run("llama+recompute", zt_arch_get("llama"), d, 1);
 }
 
 static void t_qwen3(void)
 {
     zt_model_dims_t d = dims(4, 1, 16, 8);
     d.qk_norm = 1;
-    run("qwen3", zt_arch_get("qwen3"), d);
+    run("qwen3", zt_arch_get("qwen3"), d, 0);
 }
 
 /* Without zt_model_set_segments after zt_model_set_batch a batch is plain: segments
@@ -229,7 +232,7 @@ static void t_reset(void)
 
 static const zt_test_t tests[] = {
     {"gpt2: packed samples = one by one (learned positions)", t_gpt2},
-    {"llama: packed samples = one by one (rope, GQA)", t_llama},
+    {"llama: packed samples = one by one (rope, GQA; and with recompute)", t_llama},
     {"qwen3: packed samples = one by one (q/k norm, MQA)", t_qwen3},
     {"set_batch resets the segments", t_reset},
     {NULL, NULL},
