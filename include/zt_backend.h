@@ -52,7 +52,8 @@ typedef struct zt_backend {
      * CPU backend runs MEDIUM on bf16 units through oneDNN (zt_cpu_gemm_path). */
     void (*set_matmul_precision)(int level);
 
-    /* out (N,C) = wte[inp] (token embedding rows) */
+    /* out (N,C) = wte[inp] (token embedding rows); a negative id gives a zero row (a
+     * vocabulary row another tensor-parallel rank holds), and no gradient */
     void (*embedding_forward)(float *out, const int32_t *inp, const float *wte, int N, int C);
     /* dwte[inp] += dout (N,C) */
     void (*embedding_backward)(float *dwte, const float *dout, const int32_t *inp, int N, int C);
@@ -158,6 +159,19 @@ typedef struct zt_backend {
      * With dscale == 0 only the losses are computed and logits are left unspecified. */
     void (*crossentropy_fused)(float *logits, float *losses, const int32_t *targets,
                                int N, int V, float dscale);
+    /* Vocabulary-parallel cross-entropy (Megatron's): logits (N,V) are this rank's
+     * columns [v0, v0 + V) of the vocabulary, the row statistics are completed by
+     * all-reduces over the tensor-parallel ranks between the passes, so the full
+     * (N, V tp) logits never exist. rowmax (N) = max of each row (then MAX over tp);
+     * sz (N,2) = sum_j exp(logits - rowmax) and the target's logit where it is one of
+     * these columns, else 0 (then SUM over tp); finally losses (N) = log sum - (target
+     * logit - rowmax) and, with dscale != 0, logits become (softmax - onehot) * dscale.
+     * Targets < 0 are ignored (loss 0, gradient 0). */
+    void (*vocab_ce_max)(float *rowmax, const float *logits, int N, int V);
+    void (*vocab_ce_sum)(float *sz, const float *logits, const float *rowmax, const int32_t *targets, int v0,
+                         int N, int V);
+    void (*vocab_ce_grad)(float *logits, float *losses, const float *rowmax, const float *sz,
+                          const int32_t *targets, int v0, int N, int V, float dscale);
     /* x *= s */
     void (*scale)(float *x, float s, size_t n);
     /* sum of x^2 in double, the global-norm building block */

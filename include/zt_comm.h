@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <mpi.h>
 
+#include "zt_actcoll.h"
+
 typedef enum { ZT_F32 = 0, ZT_BF16 = 1, ZT_I32 = 2, ZT_F64 = 3, ZT_I64 = 4, ZT_U8 = 5, ZT_F16 = 6 } zt_dtype_t;
 struct zt_comm;
 struct zt_comm_backend;
@@ -34,8 +36,12 @@ typedef enum { ZT_COLL_ALLREDUCE = 0, ZT_COLL_REDUCE_SCATTER, ZT_COLL_ALLGATHER,
 
 size_t zt_dtype_size(zt_dtype_t t);
 
+/* the groups, for the per-group accounting */
+enum { ZT_GRP_WORLD = 0, ZT_GRP_SHARD, ZT_GRP_REPLICA, ZT_GRP_TP, ZT_GRP_SP, ZT_GRP_DATA, ZT_GRP_N };
+
 typedef struct zt_group {
     MPI_Comm comm;
+    int id;                 /* ZT_GRP_* */
     int rank, size;
     const char *name;       /* "world", "shard", "replica" */
     void *backend_state;    /* e.g. an ncclComm_t */
@@ -46,12 +52,15 @@ typedef struct zt_comm_stats {
     double bus_bytes[ZT_COLL_N];/* bytes * bus factor, so busbw = bus_bytes / seconds */
     double seconds[ZT_COLL_N];  /* from issue to completion (waited) */
     long calls[ZT_COLL_N];
+    double group_bytes[ZT_GRP_N]; /* the same bytes by the group they moved in (ZT_GRP_*) */
+    long group_calls[ZT_GRP_N];
 } zt_comm_stats_t;
 
 typedef struct zt_request {
     MPI_Request req;
     int kind;
     double t0, bus, bytes;
+    int gid;                /* the group's ZT_GRP_* */
     /* a reduce-scatter runs as a ring of point-to-point steps inside zt_wait */
     struct zt_group *g;
     void *send, *recv;
@@ -64,6 +73,13 @@ typedef struct zt_request {
 
 typedef struct zt_comm {
     zt_group_t world, shard, replica;
+    /* The mesh (zt_comm_create_mesh): world rank = tp_rank + tp (sp_rank + sp dp_rank).
+     * tp: the tensor-parallel ranks of one model replica (consecutive, inside a node);
+     * sp: the sequence-parallel ranks at one (tp, dp) position; data: the ranks at one
+     * tp position (sp x dp of them), over which the strategies shard and replicate, and
+     * within which shard and replica are built. tp = sp = 1: data is the world. */
+    zt_group_t tp, sp, data;
+    int mesh_tp, mesh_sp, mesh_dp, dp_rank;
     int local_rank, local_size;     /* within the node */
     int node_count;
     zt_comm_stats_t stats;          /* since the last zt_comm_stats_reset; read with zt_comm_stats */
@@ -103,6 +119,10 @@ typedef struct zt_comm_backend {
 /* Builds world/shard/replica groups from `world`. shard_group_size 0 = one node.
  * Returns -1 with err when the size does not divide the world. */
 int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err, size_t errlen);
+/* The same on a tp x sp x dp mesh (tp innermost); shard_group_size counts data-group
+ * ranks (0 = one node's share). -1 with err when a size does not divide. */
+int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_group_size, char *err,
+                        size_t errlen);
 void zt_comm_destroy(zt_comm_t *c);
 /* Folds deferred collective times in (device backends time collectives with
  * events read after the fact) and returns the counters. */
@@ -155,6 +175,9 @@ void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
 /* MPI: the host waits. Device: later work on the compute stream waits (no host
  * block); the buffers may be reused or freed (stream-ordered) after it. */
 void zt_wait(zt_comm_t *c, zt_request_t *req);
+
+/* The model's activation collectives on c's mesh groups (zt_actcoll.h). */
+void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out);
 
 /* Collective decisions: every rank passes its local flag/value, all get the result. */
 int zt_any(zt_comm_t *c, int local_flag);          /* logical OR over world */

@@ -86,6 +86,7 @@ typedef struct zt_config {
         char strategy[32];      /* ddp|zero0|no_shard|zero1|zero2|shard_grad_op|zero3|full_shard|hybrid_shard|hybrid_shard_zero2|auto */
         char shard_layout[16];  /* flat | per_param */
         int shard_group_size;   /* 0 = ranks of one node */
+        int tensor_parallel_size, sequence_parallel_size;
         int reshard_after_forward; /* bool (zero3 family) */
         double bucket_size_mb;
         char reduce_dtype[8];   /* fp32 | bf16 | fp16 */

@@ -36,6 +36,13 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
                             int recompute);
 void zt_model_free(zt_model_t *m);
 
+/* Tensor parallelism (a table from zt_params_tp_local, d.tp_size > 1): the collectives
+ * the model calls between the tp ranks (zt_actcoll.h); needed before the first pass.
+ * Each tp rank runs the same batch on its heads, MLP columns and vocabulary rows; the
+ * losses, logits rows and residual stream are the same on every tp rank. */
+struct zt_actcoll;
+void zt_model_set_collectives(zt_model_t *m, const struct zt_actcoll *ac);
+
 /* Activation bytes the model allocated (for the memory report). */
 size_t zt_model_activation_bytes(const zt_model_t *m);
 /* Same, analytically, without allocating. */

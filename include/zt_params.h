@@ -31,7 +31,9 @@ enum { ZT_INIT_NORMAL = 0, ZT_INIT_ZEROS = 1, ZT_INIT_ONES = 2, ZT_INIT_UNIFORM 
 typedef enum {
     ZT_ROLE_EMBED = 0,  /* token embedding (V, C): vocabulary rows */
     ZT_ROLE_POS_EMBED,  /* learned positions (maxT, C) */
-    ZT_ROLE_NORM,       /* norm scale or shift (C), (head_dim) for q/k norms: replicated */
+    ZT_ROLE_NORM,       /* norm scale or shift (C): replicated */
+    ZT_ROLE_QK_NORM,    /* per-head q/k norm (head_dim) (Qwen3): replicated, but a tp rank's
+                         * gradient covers only its heads (summed over tp) */
     ZT_ROLE_QKV,        /* GPT-2 c_attn: q, k and v in one (C, 3C) Conv1D */
     ZT_ROLE_Q, ZT_ROLE_K, ZT_ROLE_V,
     ZT_ROLE_O,          /* attention output projection */
@@ -61,6 +63,18 @@ typedef struct zt_param {
     int frozen;         /* no gradient, no optimizer state (LoRA's base); a unit's
                          * parameters are all frozen or none */
     int lora_a, lora_b; /* this weight's LoRA adapter parameters, -1 if none */
+    /* Tensor parallelism (zt_params_tp_local): what of the global tensor (gshape,
+     * gnumel) this rank holds. tp_dim -1: all of it (replicated over tp); 0 or 1: a
+     * slice along that dimension of the stored shape, tp_nblk blocks of
+     * shape[tp_dim] / tp_nblk, block j at global index tp_goff[j] along it (GPT-2's
+     * c_attn: its q, k and v columns of this rank's heads). tp_share: tp ranks that
+     * hold the same elements (1 for a slice, tp replicated); the lowest of them
+     * writes it. tp_grad_sum: those ranks' gradients are partial sums (summed over
+     * tp before the data-parallel reduction). Without tp: tp_dim -1, tp_share 1. */
+    int tp_dim, tp_nblk, tp_share, tp_grad_sum;
+    int64_t tp_goff[3];
+    int64_t gshape[2];
+    size_t gnumel;
 } zt_param_t;
 
 /* The shape of a model, family-neutral. A family fills what it uses and leaves
@@ -78,6 +92,9 @@ typedef struct zt_model_dims {
     int rope_llama3;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max;      /* original_max_position_embeddings */
+    /* tensor parallelism: a local table's dims hold this rank's share (NH, NKV, I and V
+     * divided by tp_size); the vocabulary rows are [tp_rank V, (tp_rank + 1) V) */
+    int tp_size, tp_rank;
 } zt_model_dims_t;
 
 struct zt_arch;
@@ -117,9 +134,20 @@ zt_param_table_t *zt_params_trainable(const zt_param_table_t *t, int *map);
 int zt_param_table_find(const zt_param_table_t *t, const char *name); /* -1 if absent */
 const char *zt_role_name(zt_role_t r);
 
+/* Tensor parallelism: this rank's table of the global table g (same parameters in the
+ * same order, so indices agree; local shapes, units and offsets; dims with the local
+ * heads, intermediate size and vocabulary). -1 with err naming what tp does not divide,
+ * or a parameter it cannot place. tp = 1: a copy. */
+zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank, char *err, size_t errlen);
+/* Calls fn(arg, global_start, local_start, len) for the runs of local elements
+ * [start, start + n) of p that are contiguous in the global tensor, in order. */
+void zt_param_tp_runs(const zt_param_t *p, size_t start, size_t n,
+                      void (*fn)(void *arg, size_t gstart, size_t lstart, size_t len), void *arg);
+
 /* Initial value of element `idx` of parameter p (pure function). */
 float zt_param_init_value(const zt_param_t *p, uint64_t seed, size_t idx);
-/* Fills out[0..n) with elements [start, start+n) of p's initial values. */
+/* Fills out[0..n) with elements [start, start+n) of p's initial values (local
+ * elements of a tp slice take their global element's value). */
 void zt_param_init_range(const zt_param_t *p, uint64_t seed, size_t start, size_t n, float *out);
 
 #endif

@@ -166,10 +166,11 @@ static void gpt2_build(zt_param_table_t *t, float init_std)
 static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int recompute)
 {
     const zt_model_dims_t *d = &t->dims;
-    const size_t N = (size_t)B * T, C = d->C, lse = (size_t)B * d->NH * T;
-    const size_t per_block = N * C /*ln1*/ + 2 * N + 3 * N * C + lse + N * C /*atty*/ +
-                             N * C /*res2*/ + N * C /*ln2*/ + 2 * N + 8 * N * C /*fch, gelu*/;
-    const size_t floats = (recompute ? 1 : (size_t)d->L) * per_block + 2 * N /*lnf*/ + 3 * N * C /*dqkv*/;
+    /* A, I: this rank's attention and MLP widths (C and 4C without tensor parallelism) */
+    const size_t N = (size_t)B * T, C = d->C, A = (size_t)d->NH * d->HD, I = d->I, lse = (size_t)B * d->NH * T;
+    const size_t per_block = N * C /*ln1*/ + 2 * N + 3 * N * A + lse + N * A /*atty*/ +
+                             N * C /*res2*/ + N * C /*ln2*/ + 2 * N + 2 * N * I /*fch, gelu*/;
+    const size_t floats = (recompute ? 1 : (size_t)d->L) * per_block + 2 * N /*lnf*/ + 3 * N * A /*dqkv*/;
     return floats * sizeof(float);
 }
 
@@ -191,7 +192,7 @@ static void gpt2_create(zt_model_t *m)
     m->fam = g;
     const zt_param_table_t *table = m->table;
     const size_t N = (size_t)m->Bmax * m->Tmax, C = m->d.C, L = m->d.L, NH = m->d.NH;
-    const size_t lse = (size_t)m->Bmax * NH * m->Tmax, F = sizeof(float);
+    const size_t A = NH * m->d.HD, I = m->d.I, lse = (size_t)m->Bmax * NH * m->Tmax, F = sizeof(float);
     if (table->nunits > 1) {
         const zt_param_t *p = &table->params[table->unit_first[1]];
         g->o_ln1w = p[0].offset; g->o_ln1b = p[1].offset; g->o_qkvw = p[2].offset;
@@ -212,19 +213,19 @@ static void gpt2_create(zt_model_t *m)
         a->ln1 = zt_model_alloc(m, N * C * F);
         a->ln1_mean = zt_model_alloc(m, N * F);
         a->ln1_rstd = zt_model_alloc(m, N * F);
-        a->qkv = zt_model_alloc(m, 3 * N * C * F);
+        a->qkv = zt_model_alloc(m, 3 * N * A * F);
         a->lse = zt_model_alloc(m, lse * F);
-        a->atty = zt_model_alloc(m, N * C * F);
+        a->atty = zt_model_alloc(m, N * A * F);
         a->res2 = zt_model_alloc(m, N * C * F);
         a->ln2 = zt_model_alloc(m, N * C * F);
         a->ln2_mean = zt_model_alloc(m, N * F);
         a->ln2_rstd = zt_model_alloc(m, N * F);
-        a->fch = zt_model_alloc(m, 4 * N * C * F);
-        a->fch_gelu = zt_model_alloc(m, 4 * N * C * F);
+        a->fch = zt_model_alloc(m, N * I * F);
+        a->fch_gelu = zt_model_alloc(m, N * I * F);
     }
     g->lnf_mean = zt_model_alloc(m, N * F);
     g->lnf_rstd = zt_model_alloc(m, N * F);
-    g->dqkv = zt_model_alloc(m, 3 * N * C * F);
+    g->dqkv = zt_model_alloc(m, 3 * N * A * F);
 }
 
 static void gpt2_destroy(zt_model_t *m)
@@ -248,14 +249,14 @@ static void gpt2_destroy(zt_model_t *m)
 static void gpt2_embed_forward(zt_model_t *m, const float *root, float *x0)
 {
     const gpt2_t *g = m->fam;
-    m->be->embedding_forward(x0, m->inputs, root + g->o_wte, m->B * m->T, m->d.C);
+    zt_model_embed_tokens(m, root + g->o_wte, x0);
     m->be->positional_forward(x0, root + g->o_wpe, m->pos, m->B, m->T, m->d.C); /* m->pos: NULL or packed */
 }
 
 static void gpt2_embed_backward(zt_model_t *m, float *droot, const float *dx0)
 {
     const gpt2_t *g = m->fam;
-    m->be->embedding_backward(droot + g->o_wte, dx0, m->inputs, m->B * m->T, m->d.C);
+    zt_model_embed_tokens_backward(m, droot + g->o_wte, dx0);
     m->be->positional_backward(droot + g->o_wpe, dx0, m->pos, m->B, m->T, m->d.C);
 }
 
@@ -266,19 +267,23 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     const gpt2_t *g = m->fam;
     block_acts_t *a = &g->blk[l];
     const zt_backend_t *be = m->be;
-    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, N = B * T;
+    /* A, I: this rank's attention and MLP widths (C and 4C without tensor parallelism) */
+    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, I = m->d.I, N = B * T;
     be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w + g->o_ln1w, w + g->o_ln1b, N, C,
                           GPT2_EPS);
-    be->matmul_forward(a->qkv, a->ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * C, 0); // (N,3C)
-    be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, NH, NH, C / NH);     // (N,C)
-    /* attention projection into a scratch, then the residual add */
-    be->matmul_forward(a->res2, a->atty, w + g->o_projw, w + g->o_projb, N, C, C, 0);
+    be->matmul_forward(a->qkv, a->ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * A, 0); // (N,3A)
+    be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, NH, NH, HD);         // (N,A)
+    /* attention projection into a scratch (row-parallel: partial sums under tp), then
+     * the residual add */
+    be->matmul_forward(a->res2, a->atty, w + g->o_projw, zt_model_tp_bias(m, w + g->o_projb), N, A, C, 0);
+    zt_model_tp_sum(m, a->res2, (size_t)N * C);
     be->residual_forward(a->res2, a->res2, x_in, (size_t)N * C);
     be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w + g->o_ln2w, w + g->o_ln2b, N, C,
                           GPT2_EPS);
     be->matmul_gelu_forward(a->fch_gelu, a->fch, a->ln2, w + g->o_fcw, w + g->o_fcb, N, C,
-                            4 * C); // (N,4C) each
-    be->matmul_forward(out, a->fch_gelu, w + g->o_fcpw, w + g->o_fcpb, N, 4 * C, C, 0);
+                            I); // (N,I) each
+    be->matmul_forward(out, a->fch_gelu, w + g->o_fcpw, zt_model_tp_bias(m, w + g->o_fcpb), N, I, C, 0);
+    zt_model_tp_sum(m, out, (size_t)N * C);
     be->residual_forward(out, out, a->res2, (size_t)N * C);
 }
 
@@ -288,8 +293,8 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
     (void)dlora;
     const gpt2_t *g = m->fam;
     const zt_backend_t *be = m->be;
-    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, N = B * T;
-    const size_t NC = (size_t)N * C, F = sizeof(float);
+    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, I = m->d.I, N = B * T;
+    const size_t F = sizeof(float);
     block_acts_t *a = &g->blk[l];
     if (m->recompute) {
         /* re-run the forward to refill the shared buffers; the output goes to a
@@ -303,20 +308,22 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
      * are overwritten, so no buffer here is zeroed first (but dqkv: attention accumulates). */
     float *dfch = a->fch_gelu;
     be->gelu_matmul_backward(dfch, dw + g->o_fcpw, dw + g->o_fcpb, dres, a->fch_gelu, a->fch,
-                             w + g->o_fcpw, N, 4 * C, C);
+                             w + g->o_fcpw, N, I, C);
     /* dres2 = dres + ln2 backward(dfch @ Wfc^T) */
     float *dln2 = m->dres2;
-    be->matmul_backward(dln2, dw + g->o_fcw, dw + g->o_fcb, dfch, a->ln2, w + g->o_fcw, N, C, 4 * C, 0);
+    be->matmul_backward(dln2, dw + g->o_fcw, dw + g->o_fcb, dfch, a->ln2, w + g->o_fcw, N, C, I, 0);
+    zt_model_tp_sum(m, dln2, (size_t)N * C); /* column-parallel: each rank's columns' part */
     /* dres (which is d res2 from the skip path) += layernorm backward */
     be->layernorm_backward(dres, dw + g->o_ln2w, dw + g->o_ln2b, dln2, a->res2, w + g->o_ln2w, a->ln2_mean,
                            a->ln2_rstd, N, C);
     /* now dres = d res2 ; res2 = x_in + proj(atty) */
     float *datty = m->dres2;
-    be->matmul_backward(datty, dw + g->o_projw, dw + g->o_projb, dres, a->atty, w + g->o_projw, N, C, C, 0);
-    be->memzero(g->dqkv, 3 * NC * F);
-    be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, C / NH);
+    be->matmul_backward(datty, dw + g->o_projw, dw + g->o_projb, dres, a->atty, w + g->o_projw, N, A, C, 0);
+    be->memzero(g->dqkv, 3 * (size_t)N * A * F);
+    be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD);
     float *dln1 = m->dres2;
-    be->matmul_backward(dln1, dw + g->o_qkvw, dw + g->o_qkvb, g->dqkv, a->ln1, w + g->o_qkvw, N, C, 3 * C, 0);
+    be->matmul_backward(dln1, dw + g->o_qkvw, dw + g->o_qkvb, g->dqkv, a->ln1, w + g->o_qkvw, N, C, 3 * A, 0);
+    zt_model_tp_sum(m, dln1, (size_t)N * C);
     /* dx_in = d res2 (skip) + ln1 backward */
     be->layernorm_backward(dres, dw + g->o_ln1w, dw + g->o_ln1b, dln1, x_in, w + g->o_ln1w, a->ln1_mean,
                            a->ln1_rstd, N, C);

@@ -274,8 +274,8 @@ static void llama_build(zt_param_table_t *t, float init_std)
             P("self_attn.v_proj.bias", 1, KV, 1, ZT_INIT_ZEROS, 0, ZT_ROLE_V);
         }
         if (d->qk_norm) {
-            P("self_attn.q_norm.weight", 1, d->HD, 1, ZT_INIT_ONES, 0, ZT_ROLE_NORM);
-            P("self_attn.k_norm.weight", 1, d->HD, 1, ZT_INIT_ONES, 0, ZT_ROLE_NORM);
+            P("self_attn.q_norm.weight", 1, d->HD, 1, ZT_INIT_ONES, 0, ZT_ROLE_QK_NORM);
+            P("self_attn.k_norm.weight", 1, d->HD, 1, ZT_INIT_ONES, 0, ZT_ROLE_QK_NORM);
         }
         P("self_attn.o_proj.weight", 2, C, Q, ZT_INIT_NORMAL, init_std, ZT_ROLE_O);
         if (d->o_bias) P("self_attn.o_proj.bias", 1, C, 1, ZT_INIT_ZEROS, 0, ZT_ROLE_O);
@@ -489,13 +489,13 @@ static void llama_destroy(zt_model_t *m)
 static void llama_embed_forward(zt_model_t *m, const float *root, float *x0)
 {
     const llama_t *g = m->fam;
-    m->be->embedding_forward(x0, m->inputs, root + g->o_embed, m->B * m->T, m->d.C);
+    zt_model_embed_tokens(m, root + g->o_embed, x0);
 }
 
 static void llama_embed_backward(zt_model_t *m, float *droot, const float *dx0)
 {
     const llama_t *g = m->fam;
-    m->be->embedding_backward(droot + g->o_embed, dx0, m->inputs, m->B * m->T, m->d.C);
+    zt_model_embed_tokens_backward(m, droot + g->o_embed, dx0);
 }
 
 static void llama_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
@@ -524,15 +524,18 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     be->rope_forward(a->qkv, g->inv_freq, m->pos, B, T, d->NH, d->HD, S);
     be->rope_forward(a->qkv + Q, g->inv_freq, m->pos, B, T, d->NKV, d->HD, S);
     be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, d->NH, d->NKV, d->HD); // (N,Q)
-    be->matmul_forward(a->res2, a->atty, w + g->o_wo, d->o_bias ? w + g->o_bo : NULL, N, Q, C, 1);
+    be->matmul_forward(a->res2, a->atty, w + g->o_wo, zt_model_tp_bias(m, d->o_bias ? w + g->o_bo : NULL), N, Q, C,
+                       1); // row-parallel: (N,C) partial sums under tp
     zt_lora_gemm_forward(m, &g->lo_o, l, lora, a->atty, a->res2);
+    zt_model_tp_sum(m, a->res2, (size_t)N * C);
     be->residual_forward(a->res2, a->res2, x_in, (size_t)N * C);
     be->rmsnorm_forward(a->ln2, a->rstd2, a->res2, w + g->o_ln2, N, 1, C, C, eps);
     be->matmul_forward(a->gu, a->ln2, w + g->o_wgu, NULL, N, C, 2 * I, 1); // (N,2I) [gate | up]
     zt_lora_gemm_forward(m, &g->lo_gu, l, lora, a->ln2, a->gu);
     be->swiglu_forward(a->act, a->gu, N, I);                               // (N,I)
-    be->matmul_forward(out, a->act, w + g->o_wdown, NULL, N, I, C, 1);
+    be->matmul_forward(out, a->act, w + g->o_wdown, NULL, N, I, C, 1); // row-parallel
     zt_lora_gemm_forward(m, &g->lo_down, l, lora, a->act, out);
+    zt_model_tp_sum(m, out, (size_t)N * C);
     be->residual_forward(out, out, a->res2, (size_t)N * C);
 }
 
@@ -560,6 +563,7 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     float *dln2 = m->dres2;
     be->matmul_backward(dln2, DW(g->o_wgu), NULL, a->gu, a->ln2, w + g->o_wgu, N, C, 2 * I, 1);
     zt_lora_gemm_backward(m, &g->lo_gu, l, lora, dlora, a->ln2, a->gu, dln2);
+    zt_model_tp_sum(m, dln2, (size_t)N * C); // column-parallel: each rank's columns' part
     be->rmsnorm_backward(dres, DN(g->o_ln2), dln2, a->res2, w + g->o_ln2, a->rstd2, N, 1, C, C);
     /* dres = dL/d res2 ; res2 = x_in + o(attention(rope(norm(qkv(ln1(x_in)))))) */
     float *datty = g->dtmp;
@@ -583,6 +587,7 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     be->matmul_backward(dln1, DW(g->o_wqkv), d->qkv_bias ? DW(g->o_bqkv) : NULL, dqkv, a->ln1, w + g->o_wqkv, N, C,
                         S, 1);
     zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, a->ln1, dqkv, dln1);
+    zt_model_tp_sum(m, dln1, (size_t)N * C);
     be->rmsnorm_backward(dres, DN(g->o_ln1), dln1, x_in, w + g->o_ln1, a->rstd1, N, 1, C, C);
 #undef DW
 #undef DN

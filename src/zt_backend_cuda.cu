@@ -773,6 +773,32 @@ static void cuda_crossentropy_fused(float *logits, float *losses, const int32_t 
     ZT_LAUNCHED();
 }
 
+static void cuda_vocab_ce_max(float *rowmax, const float *logits, int N, int V)
+{
+    ensure_init();
+    if (N <= 0) return;
+    vocab_ce_max_k<<<N, CE_THREADS, 0, g_stream>>>(rowmax, logits, N, V);
+    ZT_LAUNCHED();
+}
+
+static void cuda_vocab_ce_sum(float *sz, const float *logits, const float *rowmax, const int32_t *targets, int v0,
+                              int N, int V)
+{
+    ensure_init();
+    if (N <= 0) return;
+    vocab_ce_sum_k<<<N, CE_THREADS, 0, g_stream>>>(sz, logits, rowmax, targets, v0, N, V);
+    ZT_LAUNCHED();
+}
+
+static void cuda_vocab_ce_grad(float *logits, float *losses, const float *rowmax, const float *sz,
+                               const int32_t *targets, int v0, int N, int V, float dscale)
+{
+    ensure_init();
+    if (N <= 0) return;
+    vocab_ce_grad_k<<<N, CE_THREADS, 0, g_stream>>>(logits, losses, rowmax, sz, targets, v0, N, V, dscale);
+    ZT_LAUNCHED();
+}
+
 /* ---- reductions ------------------------------------------------------------ */
 
 
@@ -1120,6 +1146,9 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .residual_forward = cuda_residual_forward,
     .accumulate = cuda_accumulate,
     .crossentropy_fused = cuda_crossentropy_fused,
+    .vocab_ce_max = cuda_vocab_ce_max,
+    .vocab_ce_sum = cuda_vocab_ce_sum,
+    .vocab_ce_grad = cuda_vocab_ce_grad,
     .scale = cuda_scale,
     .sumsq = cuda_sumsq,
     .all_finite = cuda_all_finite,

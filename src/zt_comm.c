@@ -92,8 +92,9 @@ static MPI_Op mpi_op(zt_redop_t op, zt_dtype_t t)
     return op == ZT_SUM ? MPI_SUM : op == ZT_MAX ? MPI_MAX : MPI_MIN;
 }
 
-static void group_init(zt_group_t *g, MPI_Comm comm, const char *name)
+static void group_init(zt_group_t *g, MPI_Comm comm, const char *name, int id)
 {
+    g->id = id;
     g->comm = comm;
     g->name = name;
     g->backend_state = NULL;
@@ -103,13 +104,19 @@ static void group_init(zt_group_t *g, MPI_Comm comm, const char *name)
 
 int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err, size_t errlen)
 {
+    return zt_comm_create_mesh(c, world, 1, 1, shard_group_size, err, errlen);
+}
+
+int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_group_size, char *err,
+                        size_t errlen)
+{
     memset(c, 0, sizeof *c);
     c->backend = "mpi";
     if (bf16_sum_op == MPI_OP_NULL) ZT_MPI(MPI_Op_create(bf16_sum, 1, &bf16_sum_op));
     if (fp16_sum_op == MPI_OP_NULL) ZT_MPI(MPI_Op_create(fp16_sum, 1, &fp16_sum_op));
     MPI_Comm wdup, node;
     ZT_MPI(MPI_Comm_dup(world, &wdup));
-    group_init(&c->world, wdup, "world");
+    group_init(&c->world, wdup, "world", ZT_GRP_WORLD);
     ZT_MPI(MPI_Comm_split_type(wdup, MPI_COMM_TYPE_SHARED, c->world.rank, MPI_INFO_NULL, &node));
     ZT_MPI(MPI_Comm_rank(node, &c->local_rank));
     ZT_MPI(MPI_Comm_size(node, &c->local_size));
@@ -117,27 +124,43 @@ int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err
     ZT_MPI(MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, wdup));
     c->node_count = nodes;
 
-    const int W = c->world.size;
-    int sg = shard_group_size;
-    if (sg <= 0) {
-        /* one node per shard group; all nodes must have the same rank count */
-        int mn = 0, mx = 0;
-        ZT_MPI(MPI_Allreduce(&c->local_size, &mn, 1, MPI_INT, MPI_MIN, wdup));
-        ZT_MPI(MPI_Allreduce(&c->local_size, &mx, 1, MPI_INT, MPI_MAX, wdup));
-        sg = (mn == mx) ? mn : W;
-    }
+    const int W = c->world.size, r = c->world.rank;
+    int mn = 0, mx = 0;
+    ZT_MPI(MPI_Allreduce(&c->local_size, &mn, 1, MPI_INT, MPI_MIN, wdup));
+    ZT_MPI(MPI_Allreduce(&c->local_size, &mx, 1, MPI_INT, MPI_MAX, wdup));
     ZT_MPI(MPI_Comm_free(&node));
-    if (sg > W || W % sg != 0) {
+    if (tp < 1 || sp < 1 || W % (tp * sp) != 0) {
         ZT_MPI(MPI_Comm_free(&wdup));
         return zt_err(err, errlen,
-                      "parallel.shard_group_size (%d) must divide the number of ranks (%d)", sg, W);
+                      "parallel.tensor_parallel_size (%d) x parallel.sequence_parallel_size (%d) must divide "
+                      "the number of ranks (%d)", tp, sp, W);
     }
-    /* shard group: consecutive ranks; replica group: same position in each shard group */
-    MPI_Comm shard, replica;
-    ZT_MPI(MPI_Comm_split(wdup, c->world.rank / sg, c->world.rank, &shard));
-    ZT_MPI(MPI_Comm_split(wdup, c->world.rank % sg, c->world.rank, &replica));
-    group_init(&c->shard, shard, "shard");
-    group_init(&c->replica, replica, "replica");
+    /* the data group (ranks with the same tp position: sp x dp of them) is what the
+     * strategies shard or replicate over; its shard groups are counted in its ranks */
+    const int D = W / tp;
+    int sg = shard_group_size;
+    if (sg <= 0) sg = (mn == mx && mn % tp == 0) ? mn / tp : D; /* one node per shard group */
+    if (sg < 1 || sg > D || D % sg != 0) {
+        ZT_MPI(MPI_Comm_free(&wdup));
+        return zt_err(err, errlen, "parallel.shard_group_size (%d) must divide the number of data-parallel "
+                      "ranks (%d = %d ranks / tensor_parallel_size %d)", sg, D, W, tp);
+    }
+    /* rank = tp_rank + tp * (sp_rank + sp * dp_rank): tp innermost, so it stays in a node */
+    c->mesh_tp = tp, c->mesh_sp = sp, c->mesh_dp = W / (tp * sp);
+    const int tpr = r % tp, dpr = r / (tp * sp), dr = r / tp;
+    MPI_Comm tpc, spc, data, shard, replica;
+    ZT_MPI(MPI_Comm_split(wdup, r / tp, r, &tpc));
+    ZT_MPI(MPI_Comm_split(wdup, tpr + tp * dpr, r, &spc));
+    ZT_MPI(MPI_Comm_split(wdup, tpr, r, &data));
+    /* shard group: consecutive data ranks; replica group: same position in each */
+    ZT_MPI(MPI_Comm_split(wdup, tpr + tp * (dr / sg), r, &shard));
+    ZT_MPI(MPI_Comm_split(wdup, tpr + tp * (dr % sg), r, &replica));
+    group_init(&c->tp, tpc, "tp", ZT_GRP_TP);
+    group_init(&c->sp, spc, "sp", ZT_GRP_SP);
+    group_init(&c->data, data, "data", ZT_GRP_DATA);
+    group_init(&c->shard, shard, "shard", ZT_GRP_SHARD);
+    group_init(&c->replica, replica, "replica", ZT_GRP_REPLICA);
+    c->dp_rank = dpr;
     return 0;
 }
 
@@ -150,6 +173,9 @@ void zt_comm_destroy(zt_comm_t *c)
     ring_tmp_bytes = 0;
     MPI_Comm_free(&c->replica.comm);
     MPI_Comm_free(&c->shard.comm);
+    MPI_Comm_free(&c->data.comm);
+    MPI_Comm_free(&c->sp.comm);
+    MPI_Comm_free(&c->tp.comm);
     MPI_Comm_free(&c->world.comm);
 }
 
@@ -233,8 +259,10 @@ static double bus_factor(int kind, int n)
     return (double)(n - 1) / n;
 }
 
-static void account(zt_comm_t *c, int kind, double bytes, int n, double secs)
+static void account(zt_comm_t *c, const zt_group_t *g, int kind, double bytes, int n, double secs)
 {
+    c->stats.group_bytes[g->id] += bytes;
+    c->stats.group_calls[g->id]++;
     c->stats.bytes[kind] += bytes;
     c->stats.bus_bytes[kind] += bytes * bus_factor(kind, n);
     c->stats.seconds[kind] += secs;
@@ -242,8 +270,9 @@ static void account(zt_comm_t *c, int kind, double bytes, int n, double secs)
 }
 
 /* n: ranks of the group, for the bus factor */
-static void req_start(zt_request_t *req, int kind, double bytes, int n)
+static void req_start(zt_request_t *req, const zt_group_t *grp, int kind, double bytes, int n)
 {
+    req->gid = grp->id;
     req->g = NULL;
     req->dev = NULL;
     req->kind = kind;
@@ -253,9 +282,10 @@ static void req_start(zt_request_t *req, int kind, double bytes, int n)
 }
 
 /* A request for the device backend, accounted like the MPI ones at zt_wait. */
-static void dev_req(zt_request_t *req, const zt_comm_backend_t *be, int kind, double bytes, int n)
+static void dev_req(zt_request_t *req, const zt_group_t *g, const zt_comm_backend_t *be, int kind, double bytes,
+                    int n)
 {
-    req_start(req, kind, bytes, n);
+    req_start(req, g, kind, bytes, n);
     req->dev = be;
     req->req = MPI_REQUEST_NULL;
 }
@@ -292,7 +322,7 @@ void zt_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, siz
     const size_t es = zt_dtype_size(t);
     if (use_ring(g, send, count, t, op)) {
         ring_allreduce(g, recv, count, t);
-        account(c, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
+        account(c, g, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
         return;
     }
     for (size_t off = 0; off < count; off += ZT_CHUNK) {
@@ -301,7 +331,7 @@ void zt_allreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, siz
         ZT_MPI(MPI_Allreduce(s, (char *)recv + off * es, (int)n, mpi_type(t), mpi_op(op, t),
                              g->comm));
     }
-    account(c, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
+    account(c, g, ZT_COLL_ALLREDUCE, (double)count * es, g->size, zt_now() - t0);
 }
 
 /* dst[i] += src[i] in the buffer's dtype (bf16 and fp16 add in fp32 and round, like the ops) */
@@ -411,7 +441,7 @@ void zt_reduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *recv
     }
     double t0 = zt_now();
     block_reduce_scatter(g, (void *)send, recv, count, t);
-    account(c, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size,
+    account(c, g, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size,
             zt_now() - t0);
 }
 
@@ -426,7 +456,7 @@ void zt_allgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, siz
     }
     double t0 = zt_now();
     ZT_MPI(MPI_Allgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), g->comm));
-    account(c, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size,
+    account(c, g, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size,
             zt_now() - t0);
 }
 
@@ -445,7 +475,7 @@ void zt_reduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
     if (be) {
         if (send == ZT_IN_PLACE) zt_fatal("zt_reduce_scatterv: ZT_IN_PLACE is not supported");
         zt_request_t r;
-        dev_req(&r, be, ZT_COLL_REDUCE_SCATTER, total_bytes(g, counts, t), g->size);
+        dev_req(&r, g, be, ZT_COLL_REDUCE_SCATTER, total_bytes(g, counts, t), g->size);
         be->ireduce_scatterv(c, g, send, recv, counts, t, &r);
         zt_wait(c, &r);
         return;
@@ -460,7 +490,7 @@ void zt_reduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
     ring_reduce_scatter(g, (void *)send, recv, cn, dp, t);
     free(cn);
     free(dp);
-    account(c, ZT_COLL_REDUCE_SCATTER, total * zt_dtype_size(t), g->size, zt_now() - t0);
+    account(c, g, ZT_COLL_REDUCE_SCATTER, total * zt_dtype_size(t), g->size, zt_now() - t0);
 }
 
 void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, const int *counts,
@@ -469,7 +499,7 @@ void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, co
     const zt_comm_backend_t *be = on_device(c, send, recv);
     if (be) {
         zt_request_t r;
-        dev_req(&r, be, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size);
+        dev_req(&r, g, be, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size);
         be->iallgatherv(c, g, send, recv, counts, displs, t, &r);
         zt_wait(c, &r);
         return;
@@ -477,7 +507,7 @@ void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, co
     double t0 = zt_now();
     ZT_MPI(MPI_Allgatherv(send, counts[g->rank], mpi_type(t), recv, counts, displs, mpi_type(t),
                           g->comm));
-    account(c, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size, zt_now() - t0);
+    account(c, g, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size, zt_now() - t0);
 }
 
 void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root)
@@ -485,14 +515,14 @@ void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t
     const zt_comm_backend_t *be = on_device(c, NULL, buf);
     if (be) {
         zt_request_t r;
-        dev_req(&r, be, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size);
+        dev_req(&r, g, be, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size);
         be->ibcast(c, g, buf, count, t, root, &r);
         zt_wait(c, &r);
         return;
     }
     double t0 = zt_now();
     ZT_MPI(MPI_Bcast(buf, (int)count, mpi_type(t), root, g->comm));
-    account(c, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size, zt_now() - t0);
+    account(c, g, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size, zt_now() - t0);
 }
 
 void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
@@ -500,12 +530,12 @@ void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
 {
     const zt_comm_backend_t *be = on_device(c, send, recv);
     if (be) {
-        dev_req(req, be, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t), g->size);
+        dev_req(req, g, be, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t), g->size);
         be->iallreduce(c, g, send, recv, count, t, op, req);
         return;
     }
     if (count > ZT_CHUNK) zt_fatal("non-blocking all-reduce of %zu elements: use buckets", count);
-    req_start(req, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t), g->size);
+    req_start(req, g, ZT_COLL_ALLREDUCE, (double)count * zt_dtype_size(t), g->size);
     if (use_ring(g, send, count, t, op)) { /* deferred to zt_wait, like the reduce-scatter */
         req_defer(req, g, NULL, recv, count, t);
         return;
@@ -518,13 +548,13 @@ void zt_ireduce_scatter(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
 {
     const zt_comm_backend_t *be = on_device(c, send, recv);
     if (be) {
-        dev_req(req, be, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size);
+        dev_req(req, g, be, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size);
         be->ireduce_scatter(c, g, send, recv, count, t, req);
         return;
     }
     /* deferred to zt_wait: with one thread per rank MPI progresses only inside MPI
      * calls, so starting the ring early would not overlap anything */
-    req_start(req, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size);
+    req_start(req, g, ZT_COLL_REDUCE_SCATTER, (double)count * g->size * zt_dtype_size(t), g->size);
     req_defer(req, g, send, recv, count, t);
 }
 
@@ -533,11 +563,11 @@ void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
 {
     const zt_comm_backend_t *be = on_device(c, send, recv);
     if (be) {
-        dev_req(req, be, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size);
+        dev_req(req, g, be, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size);
         be->iallgather(c, g, send, recv, count, t, req);
         return;
     }
-    req_start(req, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size);
+    req_start(req, g, ZT_COLL_ALLGATHER, (double)count * g->size * zt_dtype_size(t), g->size);
     ZT_MPI(MPI_Iallgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), g->comm,
                           &req->req));
 }
@@ -548,6 +578,8 @@ void zt_wait(zt_comm_t *c, zt_request_t *req)
     if (req->dev) {
         if (req->t0 == 0) return;
         req->dev->wait(c, req); /* adds the seconds, now or at the next flush */
+        c->stats.group_bytes[req->gid] += req->bytes;
+        c->stats.group_calls[req->gid]++;
         c->stats.bytes[req->kind] += req->bytes;
         c->stats.bus_bytes[req->kind] += req->bytes * req->bus;
         c->stats.calls[req->kind]++;
@@ -564,11 +596,35 @@ void zt_wait(zt_comm_t *c, zt_request_t *req)
         req->g = NULL;
         req->t0 = t0; /* time the ring itself, not the wait for our turn */
     }
+    c->stats.group_bytes[req->gid] += req->bytes;
+    c->stats.group_calls[req->gid]++;
     c->stats.bytes[req->kind] += req->bytes;
     c->stats.bus_bytes[req->kind] += req->bytes * req->bus;
     c->stats.seconds[req->kind] += zt_now() - req->t0;
     c->stats.calls[req->kind]++;
     req->t0 = 0;
+}
+
+/* ---- the model's activation collectives ---------------------------------- */
+
+static void act_tp_allreduce(void *ctx, float *x, size_t n, int op)
+{
+    zt_comm_t *c = ctx;
+    zt_allreduce(c, &c->tp, ZT_IN_PLACE, x, n, ZT_F32, op == ZT_ACT_MAX ? ZT_MAX : ZT_SUM);
+}
+
+static void act_tp_allgather(void *ctx, const float *send, float *recv, size_t n)
+{
+    zt_comm_t *c = ctx;
+    zt_allgather(c, &c->tp, send, recv, n, ZT_F32);
+}
+
+void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->ctx = c;
+    out->tp_allreduce = act_tp_allreduce;
+    out->tp_allgather = act_tp_allgather;
 }
 
 int zt_any(zt_comm_t *c, int local_flag)

@@ -206,8 +206,8 @@ static void nccl_destroy(zt_comm_t *c)
         ZT_NCCL_CUDA(cudaStreamSynchronize(st->stream));
     }
     zt_cuda_set_wait_hook(NULL);
-    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica};
-    for (int i = 0; i < 3; i++) {
+    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica, &c->tp, &c->sp, &c->data};
+    for (int i = 0; i < 6; i++) {
         ncclComm_t comm = (ncclComm_t)groups[i]->backend_state;
         if (!comm) continue;
         register_live(comm, 0);
@@ -284,10 +284,10 @@ static int nccl_init(zt_comm_t *c, char *err, size_t errlen)
     ZT_NCCL_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     ZT_NCCL_CUDA(cudaStreamCreateWithPriority(&st->stream, cudaStreamNonBlocking, greatest));
     ZT_NCCL_CUDA(cudaEventCreateWithFlags(&st->dep, cudaEventDisableTiming));
-    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica};
-    for (int i = 0; i < 3; i++) {
+    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica, &c->tp, &c->sp, &c->data};
+    for (int i = 0; i < 6; i++) {
         rc = init_group(groups[i], err, errlen);
-        /* every rank takes part in all three, so a world-wide agreement fits here */
+        /* every rank takes part in all of them, so a world-wide agreement fits here */
         if (zt_agree_error(c, rc, err, errlen)) {
             nccl_destroy(c);
             return -1;

@@ -262,6 +262,13 @@ static const zkey_t schema[] = {
        "per_param: every parameter split along dim 0 (FSDP2)."),
     KI("parallel.shard_group_size", parallel.shard_group_size, 0, 0, 1 << 24,
        "Ranks per shard group for the hybrid strategies; 0 = the ranks of one node. Must divide the world size."),
+    KI("parallel.tensor_parallel_size", parallel.tensor_parallel_size, 1, 1, 1 << 16,
+       "Tensor parallelism (Megatron, DeepSpeed AutoTP): ranks that split each block's GEMMs (q/k/v, gate/up, "
+       "c_attn, c_fc by output; o, down, c_proj by input) and the vocabulary of the embedding and head. "
+       "Consecutive ranks (innermost in the mesh, so inside a node); must divide the world, the heads, the KV "
+       "heads, the intermediate size and the vocabulary. The strategy shards over the world / tp data ranks."),
+    KI("parallel.sequence_parallel_size", parallel.sequence_parallel_size, 1, 1, 1 << 16,
+       "Sequence parallelism: ranks that split each sequence (not done yet: must be 1)."),
     KB("parallel.reshard_after_forward", parallel.reshard_after_forward, 1,
        "zero3 family: free gathered parameters after a unit's forward and gather again in backward "
        "(false keeps them until backward, like shard_grad_op)."),
@@ -994,6 +1001,9 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
         return zt_err(err, errlen, "parallel.offload_param = '%s' needs parallel.offload_optimizer = \"cpu\" too "
                                    "(the optimizer steps the parameter shard where it lives)",
                       cfg->parallel.offload_param);
+    if (cfg->parallel.sequence_parallel_size != 1)
+        return zt_err(err, errlen, "parallel.sequence_parallel_size = %d: sequence parallelism is not built yet "
+                                   "(only 1)", cfg->parallel.sequence_parallel_size);
     return 0;
 }
 

@@ -175,7 +175,9 @@ static int32_t pick(const zt_config_t *cfg, const float *logits, int V, uint64_t
 int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int vocab_size, zt_generate_logits_fn fn,
                     void *arg, zt_comm_t *comm, char *err, size_t errlen)
 {
-    const int rank = comm->world.rank, world = comm->world.size;
+    /* prompts go round the data-parallel positions; the tp ranks of one run it together
+     * (same logits, same draws) and the first of them writes it */
+    const int rank = comm->dp_rank, world = comm->mesh_dp, writer = comm->tp.rank == 0 && comm->sp.rank == 0;
     char e[ZT_ERRLEN] = "";
     prompt_t *pr = NULL;
     int np = 0;
@@ -203,8 +205,8 @@ int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int v
     }
     char part[ZT_STRLEN + 64];
     snprintf(part, sizeof part, "%s/%s.rank-%d.part", cfg->train.output_dir, name, rank);
-    FILE *f = fopen(part, "w");
-    rc = f ? 0 : zt_err(e, sizeof e, "%s: cannot write", part);
+    FILE *f = writer ? fopen(part, "w") : NULL;
+    rc = f || !writer ? 0 : zt_err(e, sizeof e, "%s: cannot write", part);
     float *logits = zt_malloc((size_t)vocab_size * sizeof *logits);
     cand_t *order = zt_malloc((size_t)vocab_size * sizeof *order);
     const int max_new = cfg->generate.max_new_tokens;
@@ -236,7 +238,7 @@ int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int v
             for (int k = 0; k < nstop; k++) done |= next == stop[k];
             if (!done) ctx[len++] = next;
         }
-        if (mine && !rc) {
+        if (mine && !rc && writer) {
             size_t n = 0;
             char *out = zt_tokenizer_decode_utf8(tok, ctx + start, len - start, &n);
             json_t *j = json_pack("{s:i, s:s, s:s%, s:i}", "index", i, "prompt", pr[i].text, "output", out ? out : "",
@@ -257,7 +259,7 @@ int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int v
     if (zt_agree_error(comm, rc, e, sizeof e)) return zt_err(err, errlen, "%s", e);
     /* rank 0 puts the ranks' lines in prompt order: prompt i is line i / world of part
      * i mod world */
-    if (rank == 0) {
+    if (comm->world.rank == 0) {
         char path[ZT_STRLEN + 64];
         snprintf(path, sizeof path, "%s/%s", cfg->train.output_dir, name);
         FILE *out = fopen(path, "w");

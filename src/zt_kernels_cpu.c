@@ -136,8 +136,11 @@ static void cpu_embedding_forward(float *restrict out, const int32_t *restrict i
 {
     // out (N,C), wte (V,C)
 #pragma omp parallel for if ((size_t)N * C >= ZT_PAR_MIN) schedule(static)
-    for (int n = 0; n < N; n++)
-        memcpy(out + (size_t)n * C, wte + (size_t)inp[n] * C, (size_t)C * sizeof(float));
+    for (int n = 0; n < N; n++) {
+        /* a negative id is another tp rank's vocabulary row: zeros, summed over tp */
+        if (inp[n] < 0) memset(out + (size_t)n * C, 0, (size_t)C * sizeof(float));
+        else memcpy(out + (size_t)n * C, wte + (size_t)inp[n] * C, (size_t)C * sizeof(float));
+    }
 }
 
 static void cpu_embedding_backward(float *restrict dwte, const float *restrict dout,
@@ -146,6 +149,7 @@ static void cpu_embedding_backward(float *restrict dwte, const float *restrict d
     /* Serial on purpose: a token may repeat in the batch, so rows of dwte are
      * not disjoint; the work (N*C adds) is tiny next to the lm_head GEMM. */
     for (int n = 0; n < N; n++) {
+        if (inp[n] < 0) continue;
         const float *restrict d = dout + (size_t)n * C;
         float *restrict dw = dwte + (size_t)inp[n] * C;
         for (int c = 0; c < C; c++) dw[c] += d[c];
@@ -1239,6 +1243,59 @@ static void cpu_set_matmul_precision(int level)
 
 const char *zt_cpu_gemm_path(void) { return g_gemm_desc; }
 
+/* ---- vocabulary-parallel cross-entropy ---------------------------------------
+ * The three passes of cpu_crossentropy_fused, split where the tp all-reduces go. */
+static void cpu_vocab_ce_max(float *restrict rowmax, const float *restrict logits, int N, int V)
+{
+#pragma omp parallel for if ((size_t)N * V >= ZT_PAR_MIN) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = logits + (size_t)n * V;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+        rowmax[n] = mx;
+    }
+}
+
+static void cpu_vocab_ce_sum(float *restrict sz, const float *restrict logits, const float *restrict rowmax,
+                             const int32_t *restrict targets, int v0, int N, int V)
+{
+#pragma omp parallel for if ((size_t)N * V >= ZT_PAR_MIN) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *restrict x = logits + (size_t)n * V;
+        const float mx = rowmax[n];
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < V; i++) s += zt_expf(x[i] - mx);
+        const int tg = targets[n] - v0;
+        sz[2 * n] = (float)s;
+        sz[2 * n + 1] = targets[n] >= 0 && tg >= 0 && tg < V ? x[tg] : 0.0f;
+    }
+}
+
+static void cpu_vocab_ce_grad(float *restrict logits, float *restrict losses, const float *restrict rowmax,
+                              const float *restrict sz, const int32_t *restrict targets, int v0, int N, int V,
+                              float dscale)
+{
+#pragma omp parallel for if ((size_t)N * V >= ZT_PAR_MIN) schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *restrict x = logits + (size_t)n * V;
+        const int ignore = targets[n] < 0;
+        const double s = sz[2 * n];
+        const float mx = rowmax[n];
+        losses[n] = ignore ? 0.0f : (float)(log(s) - ((double)sz[2 * n + 1] - mx));
+        if (dscale == 0.0f) continue;
+        if (ignore) {
+            memset(x, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        const float f = (float)(dscale / s);
+        for (int i = 0; i < V; i++) x[i] = zt_expf(x[i] - mx) * f;
+        const int tg = targets[n] - v0;
+        if (tg >= 0 && tg < V) x[tg] -= dscale;
+    }
+}
+
 const zt_backend_t zt_backend_cpu = {
     .name = "cpu",
     .host_memory = 1,
@@ -1280,6 +1337,9 @@ const zt_backend_t zt_backend_cpu = {
     .residual_forward = cpu_residual_forward,
     .accumulate = cpu_accumulate,
     .crossentropy_fused = cpu_crossentropy_fused,
+    .vocab_ce_max = cpu_vocab_ce_max,
+    .vocab_ce_sum = cpu_vocab_ce_sum,
+    .vocab_ce_grad = cpu_vocab_ce_grad,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,
     .all_finite = cpu_all_finite,

@@ -92,7 +92,10 @@ __global__ void embedding_forward_k(float *out, const int32_t *inp, const float 
     size_t n = (size_t)N * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] = wte[(size_t)inp[i / C] * C + i % C];
+    {
+        const int32_t id = inp[i / C];
+        out[i] = id < 0 ? 0.0f : wte[(size_t)id * C + i % C]; /* < 0: another tp rank's row */
+    }
 }
 
 /* dwte rows are scattered by token id: the same token may appear many times, so
@@ -103,7 +106,7 @@ __global__ void embedding_backward_k(float *dwte, const float *dout, const int32
     size_t n = (size_t)N * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        atomicAdd(&dwte[(size_t)inp[i / C] * C + i % C], dout[i]);
+        if (inp[i / C] >= 0) atomicAdd(&dwte[(size_t)inp[i / C] * C + i % C], dout[i]);
 }
 
 /* out (B,T,C) += wpe[t], or wpe[positions[b*T+t]]: one add, the CPU's, so bit-identical */
@@ -477,6 +480,58 @@ __global__ void crossentropy_fused_k(float *logits, float *losses, const int32_t
         float g = ignore ? 0.0f : (expf(x[v] - lse) - (v == tgt ? 1.0f : 0.0f)) * dscale;
         x[v] = g;
     }
+}
+
+/* ---- vocabulary-parallel cross-entropy (zt_backend.h) -------------------------
+ * Block per row, as crossentropy_fused_k; the tp all-reduces run between them. */
+__global__ void vocab_ce_max_k(float *rowmax, const float *logits, int N, int V)
+{
+    __shared__ float sm[CE_THREADS / 32];
+    const float *x = logits + (size_t)blockIdx.x * V;
+    float m = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, x[v]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x % 32 == 0) sm[threadIdx.x / 32] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x / 32); w++) m = fmaxf(m, sm[w]);
+        rowmax[blockIdx.x] = fmaxf(m, sm[0]);
+    }
+}
+
+__global__ void vocab_ce_sum_k(float *sz, const float *logits, const float *rowmax, const int32_t *targets, int v0,
+                               int N, int V)
+{
+    __shared__ float ss[CE_THREADS / 32];
+    const int row = blockIdx.x;
+    const float *x = logits + (size_t)row * V;
+    const float mx = rowmax[row];
+    float s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(x[v] - mx);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x % 32 == 0) ss[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float S = ss[0];
+        for (int w = 1; w < (int)(blockDim.x / 32); w++) S += ss[w];
+        const int tg = targets[row] - v0;
+        sz[2 * row] = S;
+        sz[2 * row + 1] = targets[row] >= 0 && tg >= 0 && tg < V ? x[tg] : 0.0f;
+    }
+}
+
+__global__ void vocab_ce_grad_k(float *logits, float *losses, const float *rowmax, const float *sz,
+                                const int32_t *targets, int v0, int N, int V, float dscale)
+{
+    const int row = blockIdx.x;
+    float *x = logits + (size_t)row * V;
+    const int ignore = targets[row] < 0, tg = targets[row] - v0;
+    const float mx = rowmax[row], S = sz[2 * row];
+    if (threadIdx.x == 0) losses[row] = ignore ? 0.0f : logf(S) - (sz[2 * row + 1] - mx);
+    if (dscale == 0.0f) return;
+    const float lse = mx + logf(S);
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        x[v] = ignore ? 0.0f : (expf(x[v] - lse) - (v == tg ? 1.0f : 0.0f)) * dscale;
 }
 
 /* ---- reductions ------------------------------------------------------------ */

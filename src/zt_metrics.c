@@ -42,7 +42,13 @@ static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)
         o += (size_t)snprintf(buf + o, len - o, "%s\"%s\":{\"calls\":%ld,\"bytes\":%.0f,\"seconds\":%.6f,\"busbw_GBps\":%.3f}",
                               k ? "," : "", names[k], st->calls[k], st->bytes[k], st->seconds[k], busbw);
     }
-    snprintf(buf + o, len - o, "}");
+    /* the same bytes by mesh group */
+    static const char *groups[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data"};
+    o += (size_t)snprintf(buf + o, len - o, ",\"groups\":{");
+    for (int k = 0; k < ZT_GRP_N; k++)
+        o += (size_t)snprintf(buf + o, len - o, "%s\"%s\":{\"calls\":%ld,\"bytes\":%.0f}", k ? "," : "", groups[k],
+                              st->group_calls[k], st->group_bytes[k]);
+    snprintf(buf + o, len - o, "}}");
 }
 
 void zt_metrics_record_start(const zt_metrics_start_t *r)
@@ -58,7 +64,7 @@ void zt_metrics_record_start(const zt_metrics_start_t *r)
 
 void zt_metrics_record_step(const zt_metrics_step_t *r)
 {
-    char cj[1024], line[2048];
+    char cj[2048], line[3072];
     comm_json(r->comm, cj, sizeof cj);
     snprintf(line, sizeof line,
              "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"loss_scale\":%.9g,\"tokens_per_s\":%.3f,"

@@ -155,6 +155,8 @@ size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int 
     size_t floats = (size_t)d->L * N * C /* x_in */ + N * C /* x_out */ + N * C /* xf */ +
                     (size_t)head_rows_for(N, d->V) * d->V /* logits */ + N /* losses */ +
                     2 * N * C /* dres, dres2 */;
+    /* tensor parallelism: local ids, the cross-entropy's row statistics, a gathered row */
+    if (d->tp_size > 1) floats += 3 * (size_t)head_rows_for(N, d->V) + (size_t)d->V * d->tp_size + N;
     /* inputs, targets, segments, positions */
     return floats * sizeof(float) + 4 * N * sizeof(int32_t) + t->arch->activation_bytes(t, B, T, recompute);
 }
@@ -187,6 +189,13 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->seg_buf = zt_model_alloc(m, N * sizeof(int32_t));
     m->pos_buf = zt_model_alloc(m, N * sizeof(int32_t));
     m->host_losses = be->alloc_host(N * F); /* pinned on a GPU: the download stays async */
+    if (m->d.tp_size > 1) {
+        m->inputs_tp = zt_model_alloc(m, N * sizeof(int32_t));
+        m->host_inputs_tp = be->alloc_host(N * sizeof(int32_t));
+        m->ce_max = zt_model_alloc(m, (size_t)m->head_rows * F);
+        m->ce_sz = zt_model_alloc(m, (size_t)m->head_rows * 2 * F);
+        m->logits_row_tp = zt_model_alloc(m, V * m->d.tp_size * F);
+    }
     m->arch->ops->create(m);
     return m;
 }
@@ -204,6 +213,13 @@ void zt_model_free(zt_model_t *m)
     be->free(m->seg_buf);
     be->free(m->pos_buf);
     be->free_host(m->host_losses);
+    if (m->inputs_tp) {
+        be->free(m->inputs_tp);
+        be->free_host(m->host_inputs_tp);
+        be->free(m->ce_max);
+        be->free(m->ce_sz);
+        be->free(m->logits_row_tp);
+    }
     free(m->x_in);
     free(m);
 }
@@ -220,6 +236,16 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
     m->be->from_host_async(m->inputs, inputs, N * sizeof(int32_t));
     m->has_targets = targets != NULL;
     if (targets) m->be->from_host_async(m->targets, targets, N * sizeof(int32_t));
+    if (m->inputs_tp) {
+        /* this rank's vocabulary rows [v0, v0 + V) as local ids; -1 elsewhere */
+        const int v0 = m->d.tp_rank * m->d.V;
+        m->be->wait_uploads(); /* the previous batch's copy may still read the buffer */
+        for (size_t i = 0; i < N; i++) {
+            const int id = inputs[i] - v0;
+            m->host_inputs_tp[i] = id >= 0 && id < m->d.V ? id : -1;
+        }
+        m->be->from_host_async(m->inputs_tp, m->host_inputs_tp, N * sizeof(int32_t));
+    }
     m->seg = m->pos = NULL;
 }
 
@@ -234,6 +260,32 @@ void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t
     if (positions) m->be->from_host_async(m->pos_buf, positions, N * sizeof(int32_t));
     m->seg = segments ? m->seg_buf : NULL;
     m->pos = positions ? m->pos_buf : NULL;
+}
+
+void zt_model_set_collectives(zt_model_t *m, const zt_actcoll_t *ac) { m->ac = *ac; }
+
+void zt_model_tp_sum(zt_model_t *m, float *x, size_t n)
+{
+    if (m->d.tp_size <= 1) return;
+    if (!m->ac.tp_allreduce) zt_fatal("tensor parallelism without activation collectives (zt_model_set_collectives)");
+    m->ac.tp_allreduce(m->ac.ctx, x, n, ZT_ACT_SUM);
+}
+
+const float *zt_model_tp_bias(const zt_model_t *m, const float *bias)
+{
+    return m->d.tp_size > 1 && m->d.tp_rank != 0 ? NULL : bias;
+}
+
+void zt_model_embed_tokens(zt_model_t *m, const float *wte, float *x0)
+{
+    const int N = m->B * m->T;
+    m->be->embedding_forward(x0, m->inputs_tp ? m->inputs_tp : m->inputs, wte, N, m->d.C);
+    zt_model_tp_sum(m, x0, (size_t)N * m->d.C);
+}
+
+void zt_model_embed_tokens_backward(zt_model_t *m, float *dwte, const float *dx0)
+{
+    m->be->embedding_backward(dwte, dx0, m->inputs_tp ? m->inputs_tp : m->inputs, m->B * m->T, m->d.C);
 }
 
 void zt_model_forward_embed(zt_model_t *m, const float *root)
@@ -270,7 +322,18 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
         be->matmul_forward(m->logits, xf, root + ho, NULL, rows, C, V, 1); // (rows,V)
         m->head_first = r0;
         if (!m->has_targets) continue;
-        be->crossentropy_fused(m->logits, m->losses + r0, m->targets + r0, rows, V, train ? dscale : 0.0f);
+        if (m->inputs_tp) {
+            /* vocabulary-parallel: the row statistics over every rank's columns */
+            const int v0 = m->d.tp_rank * V;
+            be->vocab_ce_max(m->ce_max, m->logits, rows, V);
+            m->ac.tp_allreduce(m->ac.ctx, m->ce_max, (size_t)rows, ZT_ACT_MAX);
+            be->vocab_ce_sum(m->ce_sz, m->logits, m->ce_max, m->targets + r0, v0, rows, V);
+            m->ac.tp_allreduce(m->ac.ctx, m->ce_sz, 2 * (size_t)rows, ZT_ACT_SUM);
+            be->vocab_ce_grad(m->logits, m->losses + r0, m->ce_max, m->ce_sz, m->targets + r0, v0, rows, V,
+                              train ? dscale : 0.0f);
+        } else {
+            be->crossentropy_fused(m->logits, m->losses + r0, m->targets + r0, rows, V, train ? dscale : 0.0f);
+        }
         if (train) /* droot NULL: a frozen head (LoRA) needs only dL/dxf */
             be->matmul_backward(m->dres2 + (size_t)r0 * C, droot ? droot + ho : NULL, NULL, m->logits, xf,
                                 root + ho, rows, C, V, 1);
@@ -285,6 +348,8 @@ void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float d
 {
     if (!m->has_targets) zt_fatal("zt_model_train_head: the batch has no targets");
     head_chunks(m, root, 1, droot, dscale);
+    /* each tp rank's dxf is its vocabulary rows' part */
+    zt_model_tp_sum(m, m->dres2, (size_t)m->B * m->T * m->d.C);
     /* dxf (N,C) is in dres2 (every chunk wrote its rows); the final norm's backward
      * gives dL/d x_out, the last block's output */
     m->arch->ops->final_norm_backward(m, root, droot, m->x_out, m->dres2, m->dres);
@@ -320,7 +385,14 @@ void zt_model_logits_row(zt_model_t *m, int b, int t, float *out)
         zt_fatal("logits of row %d are not kept (the head keeps rows %d..%d of its last chunk)", row,
                  m->head_first, ZT_MIN(m->head_first + m->head_rows, m->B * m->T) - 1);
     m->be->wait_uploads(); /* the batch's host arrays are the caller's again after this */
-    m->be->to_host(out, m->logits + (size_t)(row - m->head_first) * V, V * sizeof(float));
+    const float *x = m->logits + (size_t)(row - m->head_first) * V;
+    if (m->inputs_tp) {
+        /* every tp rank's columns, in vocabulary order: the full row */
+        m->ac.tp_allgather(m->ac.ctx, x, m->logits_row_tp, V);
+        m->be->to_host(out, m->logits_row_tp, V * m->d.tp_size * sizeof(float));
+        return;
+    }
+    m->be->to_host(out, x, V * sizeof(float));
 }
 
 void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw, const float *lora, float *dlora)

@@ -9,6 +9,7 @@
 #ifndef ZT_MODEL_INTERNAL_H
 #define ZT_MODEL_INTERNAL_H
 
+#include "zt_actcoll.h"
 #include "zt_model.h"
 
 struct zt_model {
@@ -39,7 +40,25 @@ struct zt_model {
      * (OC, 4r), the delta (N, OC), dxa (N, 4r), dx part (N, C), a B block (OC, r) */
     float *lora_bbd, *lora_dbbd, *lora_y, *lora_dxa, *lora_dx, *lora_db;
     size_t lora_oc, lora_c;
+    /* tensor parallelism (d.tp_size > 1): the activation collectives, the batch's ids
+     * as this rank's vocabulary rows (-1: another rank's), the vocabulary-parallel
+     * cross-entropy's row statistics (head_rows) and (head_rows, 2), and one logits
+     * row gathered over tp (V tp) */
+    zt_actcoll_t ac;
+    int32_t *inputs_tp, *host_inputs_tp;
+    float *ce_max, *ce_sz, *logits_row_tp;
 };
+
+/* ---- tensor parallelism, for the families (no-ops at tp 1) ---------------------------
+ * A column-parallel GEMM needs nothing; a row-parallel one leaves partial sums that
+ * zt_model_tp_sum completes (its bias added by one rank only: zt_model_tp_bias); in the
+ * backward, the same holds for dL/dx of a column-parallel GEMM. */
+void zt_model_tp_sum(zt_model_t *m, float *x, size_t n);
+const float *zt_model_tp_bias(const zt_model_t *m, const float *bias);
+/* x0 (N,C) = the token embedding of the batch (vocabulary-parallel: every rank its rows,
+ * summed over tp); the backward adds this rank's rows' gradients */
+void zt_model_embed_tokens(zt_model_t *m, const float *wte, float *x0);
+void zt_model_embed_tokens_backward(zt_model_t *m, float *dwte, const float *dx0);
 
 /* Backend memory counted as activations. */
 void *zt_model_alloc(zt_model_t *m, size_t bytes);

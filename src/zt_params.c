@@ -42,6 +42,12 @@ int zt_params_add(zt_param_table_t *t, const char *name, int ndim, int64_t d0, i
     p->role = role;
     p->wlayout = ndim > 1 ? wlayout : ZT_W_NONE;
     p->lora_a = p->lora_b = -1;
+    p->tp_dim = -1;
+    p->tp_nblk = 1;
+    p->tp_share = 1;
+    p->gshape[0] = p->shape[0];
+    p->gshape[1] = p->shape[1];
+    p->gnumel = p->numel;
     return t->nparams++;
 }
 
@@ -173,7 +179,25 @@ float zt_param_init_value(const zt_param_t *p, uint64_t seed, size_t idx)
     }
 }
 
+static void init_global(const zt_param_t *p, uint64_t seed, size_t start, size_t n, float *out);
+typedef struct { const zt_param_t *p; uint64_t seed; float *out; size_t base; } init_run_t;
+static void init_run(void *arg, size_t gstart, size_t lstart, size_t len)
+{
+    init_run_t *a = arg;
+    init_global(a->p, a->seed, gstart, len, a->out + (lstart - a->base));
+}
+
 void zt_param_init_range(const zt_param_t *p, uint64_t seed, size_t start, size_t n, float *out)
+{
+    if (p->tp_dim < 0) {
+        init_global(p, seed, start, n, out);
+        return;
+    }
+    init_run_t a = {p, seed, out, start};
+    zt_param_tp_runs(p, start, n, init_run, &a);
+}
+
+static void init_global(const zt_param_t *p, uint64_t seed, size_t start, size_t n, float *out)
 {
     if (p->init == ZT_INIT_UNIFORM) {
         for (size_t i = 0; i < n; i++) out[i] = zt_param_init_value(p, seed, start + i);
@@ -198,3 +222,126 @@ void zt_param_init_range(const zt_param_t *p, uint64_t seed, size_t start, size_
     if (i < n) out[i] = p->init_std * normal_at(key, start + i);
 }
 
+
+/* ---- tensor-parallel placement ----------------------------------------------
+ * By role, in the stored layout: column-parallel GEMMs (q/k/v, gate/up, c_attn,
+ * c_fc) keep their output features of this rank's heads or MLP share, row-parallel
+ * ones (o, down, c_proj) their input features; the embedding and the head their
+ * vocabulary rows; norms, positions and the row-parallel biases (added once, after
+ * the all-reduce) are whole on every rank. */
+enum { TP_WHOLE = 0, TP_OUT, TP_IN, TP_ROWS };
+
+static int tp_kind(const zt_param_t *p)
+{
+    switch (p->role) {
+    case ZT_ROLE_EMBED: case ZT_ROLE_HEAD: return TP_ROWS;
+    case ZT_ROLE_QKV: case ZT_ROLE_Q: case ZT_ROLE_K: case ZT_ROLE_V: case ZT_ROLE_GATE: case ZT_ROLE_UP:
+    case ZT_ROLE_FC: return TP_OUT;
+    case ZT_ROLE_O: case ZT_ROLE_DOWN: return p->ndim == 1 ? TP_WHOLE : TP_IN;
+    default: return TP_WHOLE;
+    }
+}
+
+zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank, char *err, size_t errlen)
+{
+    const zt_model_dims_t *d = &g->dims;
+    if (tp > 1) {
+        const char *what = NULL;
+        int v = 0;
+        /* KV heads fewer than tp are replicated: tp / NKV ranks share each */
+        if (d->NH % tp) what = "the attention heads", v = d->NH;
+        else if (d->NKV % tp && tp % d->NKV) what = "the key/value heads (or be a multiple of them)", v = d->NKV;
+        else if (d->I % tp) what = "the intermediate (MLP) size", v = d->I;
+        else if (d->V % tp) what = "the vocabulary", v = d->V;
+        if (what) {
+            zt_err(err, errlen, "parallel.tensor_parallel_size (%d) must divide %s (%d)", tp, what, v);
+            return NULL;
+        }
+        if (g->lora_rank) {
+            zt_err(err, errlen, "parallel.tensor_parallel_size = %d with train.finetuning_type = lora is not built "
+                   "yet", tp);
+            return NULL;
+        }
+    }
+    zt_param_table_t *t = zt_params_new(g->arch, d);
+    /* kv_share: tp ranks that hold one KV head (1 when tp divides the KV heads) */
+    const int kv_share = d->NKV < tp ? tp / d->NKV : 1;
+    t->dims.NH /= tp, t->dims.NKV = d->NKV < tp ? 1 : d->NKV / tp, t->dims.I /= tp, t->dims.V /= tp;
+    t->dims.tp_size = tp, t->dims.tp_rank = rank;
+    t->lora_rank = g->lora_rank, t->lora_scale = g->lora_scale, t->first_adapter_unit = g->first_adapter_unit;
+    for (int i = 0; i < g->nparams; i++) {
+        const zt_param_t *q = &g->params[i];
+        const int k = tp > 1 ? tp_kind(q) : TP_WHOLE;
+        /* dim of the stored tensor the slice runs along */
+        int dim = -1;
+        if (k == TP_ROWS) dim = 0;
+        else if (k == TP_OUT) dim = q->ndim == 1 || q->wlayout == ZT_W_OUT_IN ? 0 : 1;
+        else if (k == TP_IN) dim = q->wlayout == ZT_W_OUT_IN ? 1 : 0;
+        const int64_t d0 = dim == 0 ? q->shape[0] / tp : q->shape[0], d1 = dim == 1 ? q->shape[1] / tp : q->shape[1];
+        const int j = zt_params_add(t, q->name, q->ndim, d0, d1, q->unit, q->block, q->init, q->init_std, q->role,
+                                    q->wlayout);
+        zt_param_t *p = &t->params[j];
+        p->decay = q->decay;
+        p->frozen = q->frozen;
+        p->lora_a = q->lora_a, p->lora_b = q->lora_b;
+        p->gshape[0] = q->shape[0], p->gshape[1] = q->shape[1], p->gnumel = q->numel;
+        p->tp_share = dim < 0 ? tp : 1;
+        p->tp_grad_sum = dim < 0 && tp > 1 && q->role == ZT_ROLE_QK_NORM;
+        if (dim < 0) continue;
+        if (kv_share > 1 && (q->role == ZT_ROLE_K || q->role == ZT_ROLE_V)) {
+            /* the one KV head of this rank's query heads, whole, shared with the
+             * other ranks of its group; each has a partial gradient of it */
+            const int64_t rows = q->shape[0] / d->NKV;
+            zt_param_t *pk = p;
+            pk->shape[0] = rows;
+            pk->numel = (size_t)rows * (size_t)pk->shape[1];
+            pk->tp_dim = 0;
+            pk->tp_nblk = 1;
+            pk->tp_goff[0] = (int64_t)(rank / kv_share) * rows;
+            pk->tp_share = kv_share;
+            pk->tp_grad_sum = 1;
+            continue;
+        }
+        /* GPT-2's c_attn packs q, k and v along its output: three blocks */
+        p->tp_dim = dim;
+        p->tp_nblk = q->role == ZT_ROLE_QKV ? 3 : 1;
+        const int64_t G = q->shape[dim], blk = G / tp / p->tp_nblk;
+        if ((G / tp) % p->tp_nblk || G % tp) {
+            zt_err(err, errlen, "parallel.tensor_parallel_size (%d) does not divide %s (%lld)", tp, q->name,
+                   (long long)G);
+            zt_param_table_free(t);
+            return NULL;
+        }
+        for (int b = 0; b < p->tp_nblk; b++) p->tp_goff[b] = b * (G / p->tp_nblk) + rank * blk;
+    }
+    zt_params_finish(t, g->nunits, g->root_unit, g->first_block_unit);
+    return t;
+}
+
+void zt_param_tp_runs(const zt_param_t *p, size_t start, size_t n,
+                      void (*fn)(void *arg, size_t gstart, size_t lstart, size_t len), void *arg)
+{
+    if (p->tp_dim < 0) {
+        if (n) fn(arg, start, start, n);
+        return;
+    }
+    const size_t L1 = (size_t)p->shape[1], G1 = (size_t)p->gshape[1];
+    const size_t blk = (size_t)p->shape[p->tp_dim] / (size_t)p->tp_nblk;
+    for (size_t e = start, end = start + n; e < end;) {
+        const size_t r = e / L1, c = e % L1;
+        size_t g, run;
+        if (p->tp_dim == 0) {
+            /* whole rows: a block of rows is one global run */
+            const size_t b = r / blk, w = r % blk;
+            g = ((size_t)p->tp_goff[b] + w) * G1 + c;
+            run = (blk - w) * L1 - c;
+        } else {
+            const size_t b = c / blk, w = c % blk;
+            g = r * G1 + (size_t)p->tp_goff[b] + w;
+            run = blk - w;
+        }
+        if (run > end - e) run = end - e;
+        fn(arg, g, e, run);
+        e += run;
+    }
+}

@@ -149,7 +149,11 @@ int zt_run(int argc, char **argv, MPI_Comm world)
     zt_comm_t comm;
     const int hybrid = strncmp(cfg->parallel.strategy, "hybrid", 6) == 0;
     /* shard groups only shape hybrid strategies; the others shard over the world */
-    if (zt_comm_create(&comm, world, hybrid ? cfg->parallel.shard_group_size : 0, err, sizeof err) != 0) {
+    /* --estimate-memory plans for --ranks: the mesh is checked there, not on these ranks */
+    const int est = mode == ESTIMATE;
+    if (zt_comm_create_mesh(&comm, world, est ? 1 : cfg->parallel.tensor_parallel_size,
+                            est ? 1 : cfg->parallel.sequence_parallel_size,
+                            hybrid && !est ? cfg->parallel.shard_group_size : 0, err, sizeof err) != 0) {
         if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", err);
         free(cfg);
         return ZT_EXIT_ERROR;

@@ -122,6 +122,9 @@ struct zt_shard {
                              * and whether it lands in hgrad[0] to be added (micro > 0) */
     const zt_backend_t *ob; /* where the optimizer state lives and AdamW runs */
     int comm_ordered;       /* collectives are stream-ordered after uploads (device comm) */
+    /* tensor parallelism: the tp group (NULL without), this rank's place in it */
+    zt_group_t *tp;
+    int tp_rank;
     float *hgrad[2];        /* offload: host landings of owned gradients, by unit parity
                              * (host_grads: hgrad[0] for micro-steps after the first) */
     uint16_t *h16;          /* offload, 16-bit: host rounding of one unit's owned working copy */
@@ -517,14 +520,16 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     invalidate_slots(s);
     if (st == ZT_DDP) {
         s->sg = NULL;
-        s->rg = comm->world.size > 1 ? &comm->world : NULL;
+        s->rg = comm->data.size > 1 ? &comm->data : NULL;
     } else if (s->hybrid) {
         s->sg = &comm->shard;
         s->rg = comm->replica.size > 1 ? &comm->replica : NULL;
     } else {
-        s->sg = &comm->world;
+        s->sg = &comm->data;
         s->rg = NULL;
     }
+    s->tp = t->dims.tp_size > 1 ? &comm->tp : NULL;
+    s->tp_rank = s->tp ? t->dims.tp_rank : 0;
     s->n = s->sg ? s->sg->size : 1;
     s->rank_in_sg = s->sg ? s->sg->rank : 0;
     s->u = zt_calloc((size_t)t->nunits, sizeof *s->u);
@@ -901,12 +906,18 @@ static void reduce_scatter_unit(zt_shard_t *s, int ui)
     free(counts);
 }
 
+static void tp_sum_partial_grads(zt_shard_t *s, int ui);
+
 void zt_shard_grads_ready(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
     u->bwd_done = 1;
     if (u->frozen) return; /* nothing to reduce, on every rank alike */
     const int last = s->micro == s->nmicro - 1;
+    /* partial gradients of replicated parameters (a q/k norm sees its tp rank's heads
+     * only) are summed over tp before any data-parallel reduction: once per step where
+     * gradients accumulate in place, every micro-step where they are reduced each time */
+    if (s->tp && (last || !s->persistent_grads)) tp_sum_partial_grads(s, ui);
     /* the previous unit's reduction has had this unit's backward to progress */
     for (int k = ui + 1; k < s->t->nunits; k++)
         if (s->u[k].nred || s->u[k].red_pending) reduction_complete(s, k);
@@ -971,6 +982,44 @@ static void round_fp16(zt_shard_t *s, float *x, size_t n)
     BFREE(s, MEM_COMM, b, cap * 2);
 }
 
+static void tp_sum_partial_grads(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = &s->u[ui];
+    for (int p = s->t->unit_first[ui]; p < s->t->unit_first[ui] + s->t->unit_count[ui]; p++) {
+        const zt_param_t *pp = &s->t->params[p];
+        if (!pp->tp_grad_sum) continue;
+        if (pp->tp_share >= s->tp->size) {
+            zt_allreduce(s->comm, s->tp, ZT_IN_PLACE, u->gfull + pp->offset, pp->numel, ZT_F32, ZT_SUM);
+            continue;
+        }
+        /* shared by groups of tp ranks (a KV head fewer than tp): each rank puts its
+         * partial at its slice's place in a zeroed tensor of the global size, the sum
+         * over tp adds each group's partials and nothing else, and each rank takes its
+         * slice back. The buffer is a KV projection: small beside the unit. */
+        const size_t bytes = pp->numel * sizeof(float), at = (size_t)pp->tp_goff[0] * (size_t)pp->shape[1];
+        float *g = s->be->alloc(pp->gnumel * sizeof(float));
+        s->be->copy(g + at, u->gfull + pp->offset, bytes);
+        zt_allreduce(s->comm, s->tp, ZT_IN_PLACE, g, pp->gnumel, ZT_F32, ZT_SUM);
+        s->be->copy(u->gfull + pp->offset, g + at, bytes);
+        s->be->free(g);
+    }
+}
+
+/* The part of a unit's owned gradient sum of squares that lies in parameters other tp
+ * ranks hold too (replicated ones): counted by the lowest holder only, so the global
+ * norm counts every element once (DeepSpeed PR 5411, Megatron 1446). */
+static double tp_shared_sumsq(zt_shard_t *s, int ui, const zt_backend_t *be, const float *buf, int full)
+{
+    unit_state_t *u = &s->u[ui];
+    double x = 0.0;
+    for (int i = 0; i < u->noseg; i++) {
+        const opt_seg_t *g = &u->oseg[i];
+        const zt_param_t *p = &s->t->params[g->param];
+        if (p->tp_share > 1 && s->tp_rank % p->tp_share != 0) x += be->sumsq(buf + (full ? g->uoff : g->spos), g->len);
+    }
+    return x;
+}
+
 double zt_shard_finish_grads(zt_shard_t *s)
 {
     double local = 0.0;
@@ -982,11 +1031,13 @@ double zt_shard_finish_grads(zt_shard_t *s)
             grad_download_finish(s);
             if (s->pdt == ZT_F16) round_fp16(s, u->gshard, u->S);
             local += s->ob->sumsq(u->gshard, u->S);
+            if (s->tp) local -= tp_shared_sumsq(s, ui, s->ob, u->gshard, 0);
             continue;
         }
         if (s->o.strategy == ZT_DDP) {
             if (s->pdt == ZT_F16) round_fp16(s, u->gfull, u->lay.numel);
             local += s->be->sumsq(u->gfull, u->lay.numel);
+            if (s->tp) local -= tp_shared_sumsq(s, ui, s->be, u->gfull, 1);
             continue;
         }
         if (s->rg && s->gdt != ZT_F32) {
@@ -1000,9 +1051,12 @@ double zt_shard_finish_grads(zt_shard_t *s)
         }
         if (s->pdt == ZT_F16) round_fp16(s, u->gshard, u->S);
         local += s->be->sumsq(u->gshard, u->S);
+        if (s->tp) local -= tp_shared_sumsq(s, ui, s->be, u->gshard, 0);
     }
-    /* each element counted once: shards are disjoint within sg, replicas not summed */
+    /* each element counted once: shards are disjoint within sg, replicas not summed,
+     * tp slices disjoint and shared parameters counted by one tp rank */
     if (s->sg && s->n > 1) local = zt_sum_double(s->comm, s->sg, local);
+    if (s->tp) local = zt_sum_double(s->comm, s->tp, local);
     return local;
 }
 
@@ -1241,29 +1295,60 @@ typedef struct io_src {
 } io_src_t;
 
 /* The segments of a view, with pointers where the state lives (segs[i] and srcs[i]). */
+/* one io_list entry per run of a segment that is contiguous in the global tensor (a
+ * tp slice of a column-split weight is one run per row) */
+typedef struct io_acc {
+    zt_io_seg_t *out;
+    io_src_t *src;
+    int n, cap, param;
+    size_t l0;      /* local element of the segment's first run, where c points */
+    io_src_t c;
+} io_acc_t;
+
+static void io_add_run(void *arg, size_t gstart, size_t lstart, size_t len)
+{
+    io_acc_t *a = arg;
+    if (a->n + 1 >= a->cap) {
+        a->cap = 2 * a->cap + 16;
+        a->out = realloc(a->out, (size_t)a->cap * sizeof *a->out);
+        a->src = realloc(a->src, (size_t)a->cap * sizeof *a->src);
+        if (!a->out || !a->src) zt_fatal("out of memory listing checkpoint segments");
+    }
+    io_src_t c = a->c;
+    const size_t d = lstart - a->l0;
+    if (c.value) c.value += d;
+    if (c.m) c.m += d, c.v += d;
+    if (c.w16) c.w16 += d;
+    a->src[a->n] = c;
+    a->out[a->n++] = (zt_io_seg_t){
+        .param = a->param, .start = gstart, .len = len, .value = c.value, .exp_avg = c.m, .exp_avg_sq = c.v,
+    };
+}
+
+/* The segments of a view, with pointers where the state lives (segs[i] and srcs[i]),
+ * in global element ranges of each parameter. */
 static int io_list(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs, io_src_t **srcs)
 {
-    int total = 0;
-    for (int ui = 0; ui < s->t->nunits; ui++) total += s->u[ui].noseg;
-    zt_io_seg_t *out = zt_calloc((size_t)total + 1, sizeof *out);
-    io_src_t *src = zt_calloc((size_t)total + 1, sizeof *src);
+    io_acc_t a = {0};
     /* replicas hold identical state: for writing, each takes a 1/R slice */
     const int R = s->rg ? s->rg->size : 1, k = s->rg ? s->rg->rank : 0;
     const int for_write = mode != ZT_IO_READ;
-    int n = 0;
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
         if (u->frozen && mode == ZT_IO_WRITE) continue;
         for (int i = 0; i < u->noseg; i++) {
             const opt_seg_t *g = &u->oseg[i];
+            const zt_param_t *p = &s->t->params[g->param];
+            /* what other tp ranks hold too is written by the lowest of them */
+            if (for_write && p->tp_share > 1 && s->tp_rank % p->tp_share != 0) continue;
             size_t lo = 0, hi = g->len;
             if (for_write && R > 1) {
                 lo = g->len * (size_t)k / (size_t)R;
                 hi = g->len * (size_t)(k + 1) / (size_t)R;
             }
             if (hi <= lo) continue;
-            const zt_param_t *p = &s->t->params[g->param];
-            io_src_t *c = &src[n];
+            io_src_t *c = &a.c;
+            memset(c, 0, sizeof *c);
             if (u->frozen && s->mixed) {
                 c->kind = IO_W16;
                 c->w16 = (s->shard_params ? u->wshard + g->spos : u->wfull + g->uoff) + lo;
@@ -1277,19 +1362,18 @@ static int io_list(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs, io_src_
                 c->vbe = (u->frozen ? s->offload_param : s->offload) ? &zt_backend_cpu : s->be;
                 c->kind = c->vbe->host_memory ? IO_HOST : IO_DEV;
             }
-            out[n++] = (zt_io_seg_t){
-                .param = g->param,
-                .start = g->uoff - p->offset + lo,
-                .len = hi - lo,
-                .value = c->value,
-                .exp_avg = c->m,
-                .exp_avg_sq = c->v,
-            };
+            a.param = g->param;
+            a.l0 = g->uoff - p->offset + lo;
+            zt_param_tp_runs(p, a.l0, hi - lo, io_add_run, &a);
         }
     }
-    *segs = out;
-    *srcs = src;
-    return n;
+    if (!a.out) {
+        a.out = zt_calloc(1, sizeof *a.out);
+        a.src = zt_calloc(1, sizeof *a.src);
+    }
+    *segs = a.out;
+    *srcs = a.src;
+    return a.n;
 }
 
 /* the 16-bit working copy is host memory (offload_param keeps it there) */

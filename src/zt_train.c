@@ -56,7 +56,10 @@ typedef struct run {
     const zt_config_t *cfg;
     zt_comm_t *comm;
     const zt_backend_t *be;
-    zt_param_table_t *table;
+    zt_param_table_t *table;    /* the model's global tensors: checkpoints, HF directories, reports */
+    zt_param_table_t *ltable;   /* this rank's tp share of it (= table without tp): engine, model */
+    int drank;                  /* this rank's data-parallel position: which rows it reads */
+    float *tp_logits;           /* (V) a sampled row's logits where rank 0's are the ones used */
     zt_model_t *model;
     zt_shard_t *shard;
     zt_dataset_t *train, *val;
@@ -142,6 +145,7 @@ typedef struct estimate {
     double traffic;
 } estimate_t;
 
+/* t: a rank's (tp-local) table; world: the data-parallel ranks the strategy spans */
 static void estimate(const zt_config_t *cfg, const zt_param_table_t *t, zt_strategy_t st, int world,
                      int shard_n, estimate_t *e)
 {
@@ -195,15 +199,24 @@ static double memory_limit(const zt_config_t *cfg, const zt_backend_t *be, int p
 void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
 {
     char err[ZT_ERRLEN];
-    zt_param_table_t *t = zt_arch_table_from_config(cfg, err, sizeof err);
+    zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err), *t = NULL;
+    const int tp = cfg->parallel.tensor_parallel_size;
+    if (g && world % tp) zt_err(err, sizeof err, "parallel.tensor_parallel_size (%d) must divide %d ranks", tp, world);
+    else if (g) t = zt_params_tp_local(g, tp, 0, err, sizeof err);
     if (!t) {
         zt_log_error("%s", err);
+        zt_param_table_free(g);
         return;
     }
+    /* the strategies span the data-parallel ranks: world / tp, per_node / tp of them a node */
+    const size_t total = g->total_numel;
+    zt_param_table_free(g);
+    world /= tp;
+    per_node = ZT_MAX(per_node / tp, 1);
     int shard_n = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size : per_node;
     char b[7][32];
-    zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), B=%d T=%d, %s layout",
-           t->total_numel, world, per_node, cfg->train.per_device_train_batch_size,
+    zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), tp %d, B=%d T=%d, %s layout",
+           total, world * tp, per_node * tp, tp, cfg->train.per_device_train_batch_size,
            cfg->data.seq_len, cfg->parallel.shard_layout);
     zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
            "buffers", "activations", "total", "host");
@@ -258,7 +271,7 @@ static int check_fits(const zt_config_t *cfg, const zt_backend_t *be, const zt_p
                       zt_strategy_t st, const zt_comm_t *c, char *err, size_t errlen)
 {
     estimate_t e;
-    estimate(cfg, t, st, c->world.size, c->shard.size, &e);
+    estimate(cfg, t, st, c->data.size, c->shard.size, &e);
     char what[160], b[2][32];
     const double limit = memory_limit(cfg, be, c->local_size, what, sizeof what);
     /* on a host-memory backend the offloaded state is in the same memory */
@@ -385,7 +398,7 @@ static float evaluate(run_t *r, int *failed)
     zt_shard_begin_inference(r->shard);
     for (int j = 0; j < nb; j++) {
         zt_watchdog_mark("evaluation", -1, r->step);
-        int64_t g0 = (int64_t)j * r->dp * r->B + (int64_t)r->rank * r->B;
+        int64_t g0 = (int64_t)j * r->dp * r->B + (int64_t)r->drank * r->B;
         if (rc == 0) rc = read_rows(r, r->val, g0, 0, r->inp, r->tgt, r->seg, r->pos, err, sizeof err);
         /* every rank runs the pass (zero3 gathers are collective) even after an error */
         const float l = forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->T);
@@ -399,9 +412,10 @@ static float evaluate(run_t *r, int *failed)
         *failed = 1;
         return NAN;
     }
-    sum = zt_sum_double(r->comm, &r->comm->world, sum);
+    /* over the data group: each sequence once (tp ranks hold the same losses) */
+    sum = zt_sum_double(r->comm, &r->comm->data, sum);
     if (sft) {
-        count = zt_sum_double(r->comm, &r->comm->world, count);
+        count = zt_sum_double(r->comm, &r->comm->data, count);
         return (float)(count > 0 ? sum / count : 0.0);
     }
     return (float)(sum / ((double)nb * r->dp));
@@ -415,6 +429,8 @@ static void sample_logits(void *arg, const int32_t *tokens, int n, float *logits
     run_t *r = arg;
     zt_watchdog_mark("generation", -1, r->step);
     forward_only(r, tokens, NULL, NULL, NULL, 1, n);
+    /* under tp the row is gathered from every tp rank: they all take part */
+    if (!logits && r->comm->mesh_tp > 1) logits = r->tp_logits;
     if (logits) zt_model_logits_row(r->model, 0, n - 1, logits);
 }
 
@@ -604,8 +620,8 @@ static void startup_report(run_t *r)
     char *all = r->rank == 0 ? zt_malloc((size_t)c->world.size * 64) : NULL;
     ZT_MPI(MPI_Gather(host, 64, MPI_CHAR, all, 64, MPI_CHAR, 0, c->world.comm));
     static const char *const matmul[] = {"fp32", "tf32", "bf16"};
-    zt_log("ztrain %s: %d ranks on %d nodes, backend %s (GEMMs %s), comm %s, %d thread(s) per rank", PACKAGE_VERSION,
-           c->world.size, c->node_count, r->be->name, strcmp(r->be->name, "cpu") ? matmul[matmul_level(cfg)] : zt_cpu_gemm_path(),
+    zt_log("ztrain %s: %d ranks on %d nodes, mesh tp %d x sp %d x dp %d, backend %s (GEMMs %s), comm %s, %d "
+           "thread(s) per rank", PACKAGE_VERSION, c->world.size, c->node_count, c->mesh_tp, c->mesh_sp, c->mesh_dp, r->be->name, strcmp(r->be->name, "cpu") ? matmul[matmul_level(cfg)] : zt_cpu_gemm_path(),
            c->backend, r->threads);
     if (r->rank == 0) {
         for (int i = 0; i < c->world.size; i++)
@@ -617,16 +633,16 @@ static void startup_report(run_t *r)
     zt_log("model: %s L=%d H=%d KV=%d C=%d head_dim=%d I=%d V=%d block=%d%s, %zu parameters in %d units%s%s",
            t->arch->name, d->L, d->NH, d->NKV, d->C, d->HD, d->I, d->V, d->maxT, d->tied ? " tied" : "",
            t->total_numel, t->nunits, cfg->model.name_or_path[0] ? " from " : "", cfg->model.name_or_path);
-    int sn = zt_strategy_is_hybrid(r->sopts.strategy) ? c->shard.size : c->world.size;
+    int sn = zt_strategy_is_hybrid(r->sopts.strategy) ? c->shard.size : c->data.size;
     zt_log("strategy: %s, layout %s, shard group %d, replica group %d, reshard_after_forward %s",
            zt_strategy_name(r->sopts.strategy), cfg->parallel.shard_layout,
            r->sopts.strategy == ZT_DDP ? 1 : sn,
-           r->sopts.strategy == ZT_DDP ? c->world.size : zt_strategy_is_hybrid(r->sopts.strategy) ? c->replica.size : 1,
+           r->sopts.strategy == ZT_DDP ? c->data.size : zt_strategy_is_hybrid(r->sopts.strategy) ? c->replica.size : 1,
            cfg->parallel.reshard_after_forward ? "true" : "false");
     zt_log("batch: global %ld sequences = %d per device x %d ranks x %d accumulation, T=%d (%ld tokens/step); %ld steps",
            r->G, r->B, r->dp, r->A, r->T, r->G * r->T, r->total_steps);
     estimate_t e;
-    estimate(cfg, t, r->sopts.strategy, c->world.size, c->shard.size, &e);
+    estimate(cfg, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
     char b[8][32];
     zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s%s%s",
            zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
@@ -641,7 +657,7 @@ static void startup_report(run_t *r)
 static void start_record(const run_t *r)
 {
     estimate_t e;
-    estimate(r->cfg, r->table, r->sopts.strategy, r->comm->world.size, r->comm->shard.size, &e);
+    estimate(r->cfg, r->ltable, r->sopts.strategy, r->comm->data.size, r->comm->shard.size, &e);
     const zt_metrics_start_t rec = {
         .world_size = r->comm->world.size, .strategy = zt_strategy_name(r->sopts.strategy),
         .layout = r->cfg->parallel.shard_layout, .parameters = r->table->total_numel, .global_batch = r->G,
@@ -670,6 +686,10 @@ static void fold_comm(run_t *r)
         t->seconds[k] += st->seconds[k];
         t->calls[k] += st->calls[k];
     }
+    for (int k = 0; k < ZT_GRP_N; k++) {
+        t->group_bytes[k] += st->group_bytes[k];
+        t->group_calls[k] += st->group_calls[k];
+    }
     zt_comm_stats_reset(r->comm);
 }
 
@@ -686,6 +706,14 @@ static void comm_summary(const run_t *r)
                               t->seconds[k], t->seconds[k] > 0 ? t->bus_bytes[k] / t->seconds[k] / 1e9 : 0.0);
     }
     if (o) zt_log("communication (rank 0, training steps): %s", line);
+    /* by group: what each axis of the mesh moves (tests/mpi/accounting.sh) */
+    static const char *gnames[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data"};
+    o = 0;
+    for (int k = 0; k < ZT_GRP_N; k++)
+        if (t->group_calls[k])
+            o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %ld calls %.0f bytes", o ? "; " : "", gnames[k],
+                                  t->group_calls[k], t->group_bytes[k]);
+    if (o) zt_log("communication by group (rank 0, training steps): %s", line);
 }
 
 /* fp16 dynamic loss scaling after an overflow (a collective verdict): halve the
@@ -733,7 +761,7 @@ static int run_loop(run_t *r)
         int rc = 0;
         err[0] = 0;
         for (int m = 0; m < r->A && rc == 0; m++) {
-            int64_t g0 = r->samples_seen + (int64_t)m * r->dp * r->B + (int64_t)r->rank * r->B;
+            int64_t g0 = r->samples_seen + (int64_t)m * r->dp * r->B + (int64_t)r->drank * r->B;
             rc = read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT,
                            r->seg ? r->seg + m * BT : NULL, r->pos ? r->pos + m * BT : NULL, err, sizeof err);
         }
@@ -749,7 +777,7 @@ static int run_loop(run_t *r)
          * so world size and accumulation do not change it */
         double count = (double)BT * r->A * r->dp;
         if (sft) {
-            count = zt_sum_double(c, &c->world, (double)loss_tokens(r->tgt, BT * (size_t)r->A));
+            count = zt_sum_double(c, &c->data, (double)loss_tokens(r->tgt, BT * (size_t)r->A));
             dscale = count > 0 ? (float)(1.0 / count) : 0.0f;
         }
         double t0 = zt_now();
@@ -766,8 +794,8 @@ static int run_loop(run_t *r)
         }
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
         double norm2 = zt_shard_finish_grads(r->shard);
-        double loss = sft ? zt_sum_double(c, &c->world, loss_sum) / (count > 0 ? count : 1.0)
-                          : zt_sum_double(c, &c->world, loss_sum) / ((double)r->A * r->dp);
+        double loss = sft ? zt_sum_double(c, &c->data, loss_sum) / (count > 0 ? count : 1.0)
+                          : zt_sum_double(c, &c->data, loss_sum) / ((double)r->A * r->dp);
         /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
          * owned element, reduced over the shard group, after the gradient reduction has
          * spread it to every replica */
@@ -967,7 +995,8 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     r->cfg = cfg;
     r->comm = comm;
     r->rank = comm->world.rank;
-    r->dp = comm->world.size;
+    r->dp = comm->mesh_dp;
+    r->drank = comm->dp_rank;
     r->B = cfg->train.per_device_train_batch_size;
     r->T = cfg->data.seq_len;
     r->A = cfg->train.gradient_accumulation_steps;
@@ -1026,7 +1055,9 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     if (r->total_steps < 1) r->total_steps = 1;
 
     r->table = zt_arch_table_from_config(cfg, err, sizeof err);
-    if (zt_agree_error(comm, r->table ? 0 : -1, err, sizeof err)) {
+    if (r->table && comm->mesh_tp > 1) r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);
+    else r->ltable = r->table;
+    if (zt_agree_error(comm, r->table && r->ltable ? 0 : -1, err, sizeof err)) {
         zt_log_error("%s", err);
         zt_data_close(r->train);
         zt_data_close(r->val);
@@ -1036,7 +1067,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     zt_strategy_t st = zt_strategy_parse(cfg->parallel.strategy);
     char why[256] = "";
     if (strcmp(cfg->parallel.strategy, "auto") == 0)
-        st = pick_auto(cfg, r->be, r->table, comm->world.size, comm->local_size, why, sizeof why);
+        st = pick_auto(cfg, r->be, r->ltable, comm->data.size, comm->local_size, why, sizeof why);
     fill_opts(cfg, st, &r->sopts);
     r->loss_scale = 1.0;
     if (cfg->train.fp16) {
@@ -1055,15 +1086,21 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     else if (cfg->train.fp16)
         zt_log("fp16: static loss scale %.9g", r->loss_scale);
     int exit_code = ZT_EXIT_OK;
-    rc = check_fits(cfg, r->be, r->table, st, comm, err, sizeof err);
+    rc = check_fits(cfg, r->be, r->ltable, st, comm, err, sizeof err);
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
         exit_code = ZT_EXIT_ERROR;
         goto done;
     }
 
-    r->model = zt_model_create(r->table, r->be, r->B, r->T, cfg->train.gradient_checkpointing);
-    r->shard = zt_shard_create(r->table, comm, r->be, &r->sopts);
+    r->model = zt_model_create(r->ltable, r->be, r->B, r->T, cfg->train.gradient_checkpointing);
+    if (comm->mesh_tp > 1) {
+        zt_actcoll_t ac;
+        zt_comm_actcoll(comm, &ac);
+        zt_model_set_collectives(r->model, &ac);
+        r->tp_logits = zt_malloc((size_t)r->table->dims.V * sizeof(float));
+    }
+    r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
      * would wait for the compute stream, once per micro-step */
     r->inp = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
@@ -1170,6 +1207,8 @@ done:
     zt_metrics_close();
     zt_shard_free(r->shard);
     zt_model_free(r->model);
+    if (r->ltable != r->table) zt_param_table_free(r->ltable);
+    free(r->tp_logits);
     zt_param_table_free(r->table);
     zt_data_close(r->train);
     zt_data_close(r->val);

@@ -30,9 +30,25 @@ for st in ddp zero1 zero2 shard_grad_op zero3; do
 done
 # shellcheck disable=SC2086
 tag=-llama flag=--llama check 3 zero3 $llama train.output_dir=zero3-3-llama
+# tensor parallelism: the engine's formulas on a rank's tp slices over the data ranks,
+# and the tp group's activation all-reduces (check_accounting.py --tp)
+for st in ddp zero1 zero3; do
+    # shellcheck disable=SC2086
+    tag=-tp flag="--tp=2 --vocab=258" check 4 "$st" model.vocab_size=258 parallel.tensor_parallel_size=2 \
+        train.output_dir="$st-4-tp"
+    # shellcheck disable=SC2086
+    tag=-tp-llama flag="--tp=2 --vocab=258 --llama" check 2 "$st" $llama model.vocab_size=258 \
+        parallel.tensor_parallel_size=2 train.output_dir="$st-2-tp-llama"
+done
 # shellcheck disable=SC2086
 run_ztrain 1 --estimate-memory $common $llama >/dev/null
 assert_contains "$ZT_OUT" "memory estimate per rank: 31968 parameters"
+# --estimate-memory plans a tp mesh: a rank's slices (the 72448 bytes the tp 2 x dp 2
+# ddp run above measured), over world / tp data ranks
+# shellcheck disable=SC2086
+run_ztrain 1 --estimate-memory --ranks 4 $common model.vocab_size=258 parallel.tensor_parallel_size=2 >/dev/null
+assert_contains "$ZT_OUT" "34752 parameters, 4 ranks (4 per node), tp 2"
+grep -q "^ddp  *70.75 KiB  *70.75 KiB  *141.50 KiB" "$ZT_OUT" || fail "--estimate-memory at tp 2: not a rank's slices"
 # --estimate-memory prints every strategy
 run_ztrain 1 --estimate-memory $common >/dev/null
 for st in ddp zero1 zero2 shard_grad_op zero3; do

@@ -48,29 +48,44 @@ Frozen units (LoRA's base; optional):
                    master either), and move no reduction bytes; where parameters
                    are sharded they are gathered as any unit, and zero1/zero2 do not
                    re-gather them after the step. Every gradient and optimizer term
-                   above (and the offload landings) counts the trainable units only."""
+                   above (and the offload landings) counts the trainable units only.
+Tensor parallelism (optional):
+  --tp=K --vocab=V  parallel.tensor_parallel_size = K (vocabulary V): every formula
+                   above holds for a rank's tp slices (q/k/v, c_attn, gate/up, c_fc by
+                   output, o, down, c_proj by input, the embedding and head by
+                   vocabulary; norms, positions and row-parallel biases whole) over the
+                   world / K data ranks; the tp group moves, per micro-step of N = B T
+                   tokens (fp32, all-reduces): the embedding N C, two per block forward
+                   (attention and MLP outputs) and two backward (their inputs' gradients),
+                   the head's row maxima N and (sum, target logit) 2N, and its dL/dxf N C:
+                   4 (N C (1 + 4 L + 1) + 3 N) bytes."""
 import json, sys
 
 def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name16="bf16", offload=False,
-         offload_param=False, llama=False, frozen=None):
+         offload_param=False, llama=False, frozen=None, tp=1, vocab=257, B=2, T_seq=16):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
     steps = [r for r in recs if "loss" in r and "comm" in r]
     # model shape from the tiny config: read back the parameter count and recompute units
-    L, C, V, T = 2, 32, 257, 32
-    root = V * C + T * C + 2 * C
-    block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C)
+    L, C, V, T = 2, 32, vocab, 32
+    k = tp  # a rank's share of every split dimension
+    root = V // k * C + T * C + 2 * C
+    block = 2 * C + (C * 3 * C + 3 * C) // k + (C * C // k + C) + 2 * C + (C * 4 * C + 4 * C) // k + (4 * C * C // k + C)
+    psi_all = V * C + T * C + 2 * C + L * (2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) +
+                                          (4 * C * C + C))
     if llama:
         # --llama: the tiny Llama of accounting.sh: 4 heads, 2 KV heads, head_dim 8,
         # MLP 48, untied head: embed + norm + lm_head; input norm, q/k/v, o, post norm,
         # gate + up, down
         Q, KV, I = 4 * 8, 2 * 8, 48
-        root = V * C + C + V * C
-        block = C + C * (Q + 2 * KV) + Q * C + C + 2 * I * C + I * C
+        root = V // k * C + C + V // k * C
+        block = C + C * (Q + 2 * KV) // k + Q * C // k + C + 2 * I * C // k + I * C // k
+        psi_all = 2 * V * C + C + L * (C + C * (Q + 2 * KV) + Q * C + C + 2 * I * C + I * C)
     units = [root] + [block] * L
     psi = sum(units)
-    assert start["parameters"] == psi, (start["parameters"], psi)
+    assert start["parameters"] == psi_all, (start["parameters"], psi_all)
+    world //= tp  # the strategies span the data ranks
     if frozen is None:
         frozen = set(start.get("frozen_units", []))
     tr = [u not in frozen for u in range(len(units))]
@@ -120,11 +135,19 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
         else:
             mem = (mem[0], mem[1], 0)
     bad = []
+    N = B * T_seq
+    tp_bytes = 4 * A * (N * C * (1 + 4 * L + 1) + 3 * N) if tp > 1 else 0
     for r in steps:
-        for k, v in exp.items():
-            got = r["comm"][k]["bytes"]
-            if got != v:
-                bad.append(f"step {r['step']}: {k} moved {got:.0f} bytes, theory says {v}")
+        for kind, v in exp.items():
+            got = r["comm"][kind]["bytes"]
+            # the tp group's activation all-reduces are all-reduces too
+            want = v + (tp_bytes if kind == "all_reduce" else 0)
+            if got != want:
+                bad.append(f"step {r['step']}: {kind} moved {got:.0f} bytes, theory says {want}")
+        if tp > 1:
+            got = r["comm"]["groups"]["tp"]["bytes"]
+            if got != tp_bytes:
+                bad.append(f"step {r['step']}: the tp group moved {got:.0f} bytes, theory says {tp_bytes}")
     est, meas = start["memory_estimate"], summary["memory_measured"]
     for name, want in zip(("params", "grads", "optimizer"), mem):
         if est[name] != want: bad.append(f"estimate {name} {est[name]} != formula {want}")
@@ -146,6 +169,7 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     dt = (" " + name16 if bf16 else "") + (" reduce-" + name16 if reduce_bf16 else "") + \
         (" offload" if offload else "") + (" offload-param" if offload_param else "") + \
         (" frozen " + ",".join(map(str, sorted(frozen))) if frozen else "")
+    if tp > 1: dt += f" tp {tp} (tp group {tp_bytes} bytes)"
     print(f"{strategy:14s}{dt} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}"
           f" host {host}: "
           + ("ok" if not bad else "FAIL"))
@@ -153,15 +177,17 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     return 1 if bad else 0
 
 if __name__ == "__main__":
-    frozen = None
+    frozen, tp, vocab = None, 1, 257
     for x in sys.argv[1:]:
         if x.startswith("--frozen="):
             frozen = {int(u) for u in x[len("--frozen="):].split(",") if u}
-    flags = {x for x in sys.argv[1:] if x.startswith("--") and not x.startswith("--frozen=")}
+        if x.startswith("--tp="): tp = int(x[5:])
+        if x.startswith("--vocab="): vocab = int(x[8:])
+    flags = {x for x in sys.argv[1:] if x.startswith("--") and not x.startswith(("--frozen=", "--tp=", "--vocab="))}
     unknown = flags - {"--bf16", "--reduce-bf16", "--fp16", "--reduce-fp16", "--offload", "--offload-param", "--llama"}
     if unknown: sys.exit(f"check_accounting.py: unknown option {sorted(unknown)[0]}")
     a = [x for x in sys.argv[1:] if not x.startswith("--")]
     sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None,
                   bool(flags & {"--bf16", "--fp16"}), bool(flags & {"--reduce-bf16", "--reduce-fp16"}),
                   "fp16" if flags & {"--fp16", "--reduce-fp16"} else "bf16",
-                  "--offload" in flags, "--offload-param" in flags, "--llama" in flags, frozen))
+                  "--offload" in flags, "--offload-param" in flags, "--llama" in flags, frozen, tp, vocab))
