@@ -1,8 +1,8 @@
 #!/bin/sh
 # neat_packing.sh — neat-packed SFT rows (/segment_ids: LLaMA-Factory's neat_packing) in
 # the trainer. A packed sample attends only to itself and its positions start at 0, so:
-#  - every world size and strategy trains the same model as one rank with accumulation
-#    (1e-5, compare_runs.py, as equivalence.sh);
+#  - every world size and strategy (tensor parallelism too) trains the same model as one
+#    rank with accumulation (1e-5, compare_runs.py, as equivalence.sh);
 #  - a run on neat-packed rows trains the same model as a run on the same samples one per
 #    row, in the same global batches (rows of K samples against batches of K times the
 #    rows), for llama (rope, GQA) and gpt2 (learned positions); the same rows without
@@ -41,6 +41,14 @@ for cfg in "2 ddp 1 2" "2 zero3 2 1" "4 zero2 1 1"; do
 done
 # shellcheck disable=SC2086
 "$PY" "$CMP" ref $runs || fail "a neat-packed run diverged from one rank with accumulation"
+# tensor parallelism (the vocabulary must split: 68): each rank's heads see the same segments
+# shellcheck disable=SC2086
+run_ztrain 1 $llama model.vocab_size=68 data.train_files=neat.h5 train.per_device_train_batch_size=1 \
+    train.gradient_accumulation_steps=4 train.output_dir=ref68 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $llama model.vocab_size=68 data.train_files=neat.h5 parallel.tensor_parallel_size=2 \
+    train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 train.output_dir=tp2 >/dev/null
+"$PY" "$CMP" ref68 tp2 || fail "a neat-packed run at tp 2 diverged from one rank"
 
 # ---- neat-packed rows = the same samples one per row: 4 rows of 3 = 12 samples a step ----
 # shellcheck disable=SC2086
