@@ -32,7 +32,7 @@ struct zt_comm;
 struct zt_comm_backend;
 typedef enum { ZT_SUM = 0, ZT_MAX = 1, ZT_MIN = 2 } zt_redop_t;
 typedef enum { ZT_COLL_ALLREDUCE = 0, ZT_COLL_REDUCE_SCATTER, ZT_COLL_ALLGATHER, ZT_COLL_BCAST,
-               ZT_COLL_N } zt_coll_kind_t;
+               ZT_COLL_ALLTOALL, ZT_COLL_N } zt_coll_kind_t;
 
 size_t zt_dtype_size(zt_dtype_t t);
 
@@ -111,6 +111,9 @@ typedef struct zt_comm_backend {
                         const int *counts, const int *displs, zt_dtype_t t, zt_request_t *req);
     void (*ibcast)(struct zt_comm *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root,
                    zt_request_t *req);
+    /* recv[r count ..) = rank r's send[rank count ..) (count elements each way) */
+    void (*ialltoall)(struct zt_comm *c, zt_group_t *g, const void *send, void *recv, size_t count, zt_dtype_t t,
+                      zt_request_t *req);
     void (*wait)(struct zt_comm *c, zt_request_t *req);
     /* adds every deferred collective time to c->stats (may block until they finish) */
     void (*flush)(struct zt_comm *c);
@@ -164,6 +167,9 @@ void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, co
  * zt_reduce_scatter (as MPI defines it), not by zt_reduce_scatterv; send and
  * recv must both be device memory or both host memory. */
 void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root);
+/* recv (size count) = block r of it from rank r: that rank's send[rank count .. +count)
+ * (send and recv distinct). Accounted as size count elements, bus factor (n-1)/n. */
+void zt_alltoall(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count, zt_dtype_t t);
 
 /* Non-blocking versions; zt_wait completes and accounts them. */
 void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,

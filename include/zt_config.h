@@ -87,6 +87,7 @@ typedef struct zt_config {
         char shard_layout[16];  /* flat | per_param */
         int shard_group_size;   /* 0 = ranks of one node */
         int tensor_parallel_size, sequence_parallel_size;
+        char sp_mode[16];       /* ulysses | ring */
         int reshard_after_forward; /* bool (zero3 family) */
         double bucket_size_mb;
         char reduce_dtype[8];   /* fp32 | bf16 | fp16 */

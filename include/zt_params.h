@@ -92,9 +92,14 @@ typedef struct zt_model_dims {
     int rope_llama3;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max;      /* original_max_position_embeddings */
-    /* tensor parallelism: a local table's dims hold this rank's share (NH, NKV, I and V
-     * divided by tp_size); the vocabulary rows are [tp_rank V, (tp_rank + 1) V) */
+    /* tensor parallelism: a local table's dims hold this rank's share (NH, NKV and I
+     * divided by tp_size; V: its vocabulary rows [vocab_start, vocab_start + V), blocks of
+     * vocab_block = ceil(V_total / tp) rows, the last rank's shorter) */
     int tp_size, tp_rank;
+    int vocab_start, vocab_block, vocab_total;
+    /* sequence parallelism (Ulysses): each of sp_size ranks runs positions
+     * [sp_rank T, (sp_rank + 1) T) of every sequence, T the model's time */
+    int sp_size, sp_rank;
 } zt_model_dims_t;
 
 struct zt_arch;

@@ -43,6 +43,7 @@ void zt_model_dims_default(zt_model_dims_t *d)
     d->norm_eps = 1e-5;
     d->rope_theta = 10000.0;
     d->tp_size = 1;
+    d->sp_size = 1;
 }
 
 zt_param_table_t *zt_arch_build_table(const zt_arch_t *a, const zt_model_dims_t *d, float init_std)

@@ -31,12 +31,14 @@
 typedef struct block_acts {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *res2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+    float *qkv_sp, *atty_sp;    /* sequence parallelism: (B, sp T, 3A / sp), (B, sp T, A / sp) */
 } block_acts_t;
 
 typedef struct gpt2 {
     block_acts_t *blk;          /* (L) */
     float *lnf_mean, *lnf_rstd; /* (N) */
     float *dqkv;                /* (N,3C) */
+    float *dqkv_sp, *datty_sp;  /* sequence parallelism */
     /* offsets of each block parameter within a block unit, and of the root's */
     size_t o_ln1w, o_ln1b, o_qkvw, o_qkvb, o_projw, o_projb, o_ln2w, o_ln2b, o_fcw, o_fcb, o_fcpw,
         o_fcpb;
@@ -170,7 +172,9 @@ static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int
     const size_t N = (size_t)B * T, C = d->C, A = (size_t)d->NH * d->HD, I = d->I, lse = (size_t)B * d->NH * T;
     const size_t per_block = N * C /*ln1*/ + 2 * N + 3 * N * A + lse + N * A /*atty*/ +
                              N * C /*res2*/ + N * C /*ln2*/ + 2 * N + 2 * N * I /*fch, gelu*/;
-    const size_t floats = (recompute ? 1 : (size_t)d->L) * per_block + 2 * N /*lnf*/ + 3 * N * A /*dqkv*/;
+    const size_t sp = d->sp_size > 1 ? 4 * N * A /* qkv_sp, atty_sp */ : 0;
+    const size_t floats = (recompute ? 1 : (size_t)d->L) * (per_block + sp) + 2 * N /*lnf*/ + 3 * N * A /*dqkv*/ +
+                          (sp ? 4 * N * A /* dqkv_sp, datty_sp */ + 6 * N * A /* the all-to-all's */ : 0);
     return floats * sizeof(float);
 }
 
@@ -222,6 +226,15 @@ static void gpt2_create(zt_model_t *m)
         a->ln2_rstd = zt_model_alloc(m, N * F);
         a->fch = zt_model_alloc(m, N * I * F);
         a->fch_gelu = zt_model_alloc(m, N * I * F);
+        if (m->d.sp_size > 1) {
+            a->qkv_sp = zt_model_alloc(m, 3 * N * A * F);
+            a->atty_sp = zt_model_alloc(m, N * A * F);
+        }
+    }
+    if (m->d.sp_size > 1) {
+        g->dqkv_sp = zt_model_alloc(m, 3 * N * A * F);
+        g->datty_sp = zt_model_alloc(m, N * A * F);
+        zt_model_sp_scratch(m, 3 * N * A);
     }
     g->lnf_mean = zt_model_alloc(m, N * F);
     g->lnf_rstd = zt_model_alloc(m, N * F);
@@ -236,12 +249,14 @@ static void gpt2_destroy(zt_model_t *m)
         if (m->recompute && l > 0) break;
         block_acts_t *a = &g->blk[l];
         float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->lse, a->atty,
-                         a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
-        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+                         a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->qkv_sp, a->atty_sp};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+            if (bufs[i]) be->free(bufs[i]);
     }
     be->free(g->lnf_mean);
     be->free(g->lnf_rstd);
     be->free(g->dqkv);
+    if (g->dqkv_sp) be->free(g->dqkv_sp), be->free(g->datty_sp);
     free(g->blk);
     free(g);
 }
@@ -250,14 +265,25 @@ static void gpt2_embed_forward(zt_model_t *m, const float *root, float *x0)
 {
     const gpt2_t *g = m->fam;
     zt_model_embed_tokens(m, root + g->o_wte, x0);
-    m->be->positional_forward(x0, root + g->o_wpe, m->pos, m->B, m->T, m->d.C); /* m->pos: NULL or packed */
+    if (m->pos) { /* a packed batch: each token's own position */
+        m->be->positional_forward(x0, root + g->o_wpe, m->pos, m->B, m->T, m->d.C);
+        return;
+    }
+    /* sequence parallelism: this rank's positions start at sp_rank T */
+    const size_t p0 = (size_t)(m->d.sp_size > 1 ? m->d.sp_rank : 0) * m->T * m->d.C;
+    m->be->positional_forward(x0, root + g->o_wpe + p0, NULL, m->B, m->T, m->d.C);
 }
 
 static void gpt2_embed_backward(zt_model_t *m, float *droot, const float *dx0)
 {
     const gpt2_t *g = m->fam;
     zt_model_embed_tokens_backward(m, droot + g->o_wte, dx0);
-    m->be->positional_backward(droot + g->o_wpe, dx0, m->pos, m->B, m->T, m->d.C);
+    if (m->pos) {
+        m->be->positional_backward(droot + g->o_wpe, dx0, m->pos, m->B, m->T, m->d.C);
+        return;
+    }
+    const size_t p0 = (size_t)(m->d.sp_size > 1 ? m->d.sp_rank : 0) * m->T * m->d.C;
+    m->be->positional_backward(droot + g->o_wpe + p0, dx0, NULL, m->B, m->T, m->d.C);
 }
 
 static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
@@ -272,7 +298,16 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w + g->o_ln1w, w + g->o_ln1b, N, C,
                           GPT2_EPS);
     be->matmul_forward(a->qkv, a->ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * A, 0); // (N,3A)
-    be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, NH, NH, HD);         // (N,A)
+    if (m->d.sp_size > 1) {
+        /* Ulysses: every position for this rank's share of the heads, and back; m->seg
+         * (packed rows, or NULL) covers whole sequences */
+        const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
+        zt_model_sp_scatter_heads(m, a->qkv, 3, h, HD, a->qkv_sp);
+        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, NH / sp, NH / sp, HD);
+        zt_model_sp_gather_heads(m, a->atty_sp, 1, h, HD, a->atty);
+    } else {
+        be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, NH, NH, HD); // (N,A)
+    }
     /* attention projection into a scratch (row-parallel: partial sums under tp), then
      * the residual add */
     be->matmul_forward(a->res2, a->atty, w + g->o_projw, zt_model_tp_bias(m, w + g->o_projb), N, A, C, 0);
@@ -319,8 +354,17 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
     /* now dres = d res2 ; res2 = x_in + proj(atty) */
     float *datty = m->dres2;
     be->matmul_backward(datty, dw + g->o_projw, dw + g->o_projb, dres, a->atty, w + g->o_projw, N, A, C, 0);
-    be->memzero(g->dqkv, 3 * (size_t)N * A * F);
-    be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD);
+    if (m->d.sp_size > 1) {
+        const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
+        zt_model_sp_scatter_heads(m, datty, 1, h, HD, g->datty_sp);
+        be->memzero(g->dqkv_sp, 3 * (size_t)N * A * F);
+        be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, m->seg, B, sp * T, NH / sp,
+                               NH / sp, HD);
+        zt_model_sp_gather_heads(m, g->dqkv_sp, 3, h, HD, g->dqkv);
+    } else {
+        be->memzero(g->dqkv, 3 * (size_t)N * A * F);
+        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD);
+    }
     float *dln1 = m->dres2;
     be->matmul_backward(dln1, dw + g->o_qkvw, dw + g->o_qkvb, g->dqkv, a->ln1, w + g->o_qkvw, N, C, 3 * A, 0);
     zt_model_tp_sum(m, dln1, (size_t)N * C);

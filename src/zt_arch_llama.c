@@ -34,12 +34,16 @@ enum { V_LLAMA = 0, V_QWEN2 = 1, V_QWEN3 = 2 };
 
 typedef struct block_acts {
     float *ln1, *rstd1, *qkv_pre, *qk_rstd, *qkv, *lse, *atty, *res2, *ln2, *rstd2, *gu, *act;
+    /* sequence parallelism: qkv and atty for every position of this rank's heads
+     * (B, sp T, S / sp) and (B, sp T, Q / sp) */
+    float *qkv_sp, *atty_sp;
 } block_acts_t;
 
 typedef struct llama {
     block_acts_t *blk;          /* (L) */
     float *rstd_f;              /* (N) final norm */
     float *dqkv, *dqkv_pre;     /* (N,S) */
+    float *dqkv_sp, *datty_sp;  /* sequence parallelism: (B, sp T, S / sp), (B, sp T, Q / sp) */
     float *dtmp;                /* (N, max(I, Q)) */
     float *inv_freq;            /* (HD/2) backend memory */
     float *dw_frozen;           /* (max(C, HD)) where a frozen norm's weight gradient goes */
@@ -288,12 +292,20 @@ static void llama_build(zt_param_table_t *t, float init_std)
     zt_params_finish(t, 1 + d->L, 0, 1);
 }
 
+/* sequence parallelism: (B, sp T) rows of this rank's q, k and v heads, KV heads
+ * replicated where fewer than sp: N (NH + 2 max(NKV, sp)) HD floats */
+static size_t sp_row_floats(const zt_model_dims_t *d, size_t N)
+{
+    return N * ((size_t)d->NH + 2 * (size_t)ZT_MAX(d->NKV, d->sp_size)) * d->HD;
+}
+
 static size_t per_block_floats(const zt_model_dims_t *d, size_t B, size_t T)
 {
     const size_t N = B * T, C = d->C, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD, I = d->I;
     size_t f = N * C + N /* ln1, rstd1 */ + N * S /* qkv */ + B * d->NH * T /* lse */ + N * Q /* atty */ +
                N * C /* res2 */ + N * C + N /* ln2, rstd2 */ + 2 * N * I /* gu */ + N * I /* act */;
     if (d->qk_norm) f += N * S + N * (size_t)(d->NH + d->NKV);
+    if (d->sp_size > 1) f += sp_row_floats(d, N) + N * Q; /* qkv_sp, atty_sp */
     return f;
 }
 
@@ -326,6 +338,7 @@ static size_t llama_activation_bytes(const zt_param_table_t *t, int B, int T, in
     const zt_model_dims_t *d = &t->dims;
     const size_t N = (size_t)B * T, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD;
     size_t f = (recompute ? 1 : (size_t)d->L) * per_block_floats(d, (size_t)B, (size_t)T);
+    if (d->sp_size > 1) f += 3 * sp_row_floats(d, N) + N * Q /* dqkv_sp, datty_sp, the all-to-all's buffers */;
     f += N /* rstd_f */ + N * S /* dqkv */ + (d->qk_norm ? N * S : 0) + N * ZT_MAX((size_t)d->I, Q) /* dtmp */ +
          (size_t)d->HD / 2 + ZT_MAX((size_t)d->C, (size_t)d->HD) /* dw_frozen */;
     size_t nr;
@@ -431,6 +444,15 @@ static void llama_create(zt_model_t *m)
         a->rstd2 = zt_model_alloc(m, N * F);
         a->gu = zt_model_alloc(m, 2 * N * I * F);
         a->act = zt_model_alloc(m, N * I * F);
+        if (d->sp_size > 1) {
+            a->qkv_sp = zt_model_alloc(m, sp_row_floats(d, N) * F);
+            a->atty_sp = zt_model_alloc(m, N * Q * F);
+        }
+    }
+    if (d->sp_size > 1) {
+        g->dqkv_sp = zt_model_alloc(m, sp_row_floats(d, N) * F);
+        g->datty_sp = zt_model_alloc(m, N * Q * F);
+        zt_model_sp_scratch(m, sp_row_floats(d, N));
     }
     g->rstd_f = zt_model_alloc(m, N * F);
     g->dqkv = zt_model_alloc(m, N * S * F);
@@ -467,7 +489,7 @@ static void llama_destroy(zt_model_t *m)
         if (m->recompute && l > 0) break;
         block_acts_t *a = &g->blk[l];
         float *bufs[] = {a->ln1, a->rstd1, a->qkv_pre, a->qk_rstd, a->qkv, a->lse,
-                         a->atty, a->res2, a->ln2, a->rstd2, a->gu, a->act};
+                         a->atty, a->res2, a->ln2, a->rstd2, a->gu, a->act, a->qkv_sp, a->atty_sp};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             if (bufs[i]) be->free(bufs[i]);
     }
@@ -475,6 +497,7 @@ static void llama_destroy(zt_model_t *m)
     be->free(g->dqkv);
     if (g->dqkv_pre) be->free(g->dqkv_pre);
     be->free(g->dtmp);
+    if (g->dqkv_sp) be->free(g->dqkv_sp), be->free(g->datty_sp);
     be->free(g->inv_freq);
     be->free(g->dw_frozen);
     zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_o, &g->lo_gu, &g->lo_down};
@@ -520,10 +543,20 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
         be->matmul_forward(a->qkv, a->ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
         zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, a->ln1, a->qkv);
     }
-    /* m->pos, m->seg: NULL, or a neat-packed batch's positions and segments */
-    be->rope_forward(a->qkv, g->inv_freq, m->pos, B, T, d->NH, d->HD, S);
-    be->rope_forward(a->qkv + Q, g->inv_freq, m->pos, B, T, d->NKV, d->HD, S);
-    be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, d->NH, d->NKV, d->HD); // (N,Q)
+    /* positions: a packed batch's, or under sequence parallelism this rank's chunk's; m->seg
+     * (packed rows, or NULL) covers whole sequences */
+    const int32_t *pos = zt_model_positions(m);
+    be->rope_forward(a->qkv, g->inv_freq, pos, B, T, d->NH, d->HD, S);
+    be->rope_forward(a->qkv + Q, g->inv_freq, pos, B, T, d->NKV, d->HD, S);
+    if (d->sp_size > 1) {
+        /* Ulysses: every position for this rank's share of the heads, and back */
+        const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
+        zt_model_sp_scatter_heads(m, a->qkv, 3, h, d->HD, a->qkv_sp); // (B, sp T, (NH + 2 nkv) HD / sp)
+        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, d->NH / sp, nkv, d->HD);
+        zt_model_sp_gather_heads(m, a->atty_sp, 1, h, d->HD, a->atty); // (N,Q)
+    } else {
+        be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, d->NH, d->NKV, d->HD); // (N,Q)
+    }
     be->matmul_forward(a->res2, a->atty, w + g->o_wo, zt_model_tp_bias(m, d->o_bias ? w + g->o_bo : NULL), N, Q, C,
                        1); // row-parallel: (N,C) partial sums under tp
     zt_lora_gemm_forward(m, &g->lo_o, l, lora, a->atty, a->res2);
@@ -570,10 +603,20 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     be->matmul_backward(datty, DW(g->o_wo), d->o_bias ? DW(g->o_bo) : NULL, dres, a->atty, w + g->o_wo, N, Q, C,
                         1);
     zt_lora_gemm_backward(m, &g->lo_o, l, lora, dlora, a->atty, dres, datty);
-    be->memzero(g->dqkv, (size_t)N * S * F);
-    be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, d->NH, d->NKV, d->HD);
-    be->rope_backward(g->dqkv, g->inv_freq, m->pos, B, T, d->NH, d->HD, S);
-    be->rope_backward(g->dqkv + Q, g->inv_freq, m->pos, B, T, d->NKV, d->HD, S);
+    if (d->sp_size > 1) {
+        const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
+        zt_model_sp_scatter_heads(m, datty, 1, h, d->HD, g->datty_sp);
+        be->memzero(g->dqkv_sp, sp_row_floats(d, (size_t)N) * F);
+        be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, m->seg, B, sp * T, d->NH / sp,
+                               nkv, d->HD);
+        zt_model_sp_gather_heads(m, g->dqkv_sp, 3, h, d->HD, g->dqkv); // (N,S), overwritten
+    } else {
+        be->memzero(g->dqkv, (size_t)N * S * F);
+        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, d->NH, d->NKV, d->HD);
+    }
+    const int32_t *pos = zt_model_positions(m);
+    be->rope_backward(g->dqkv, g->inv_freq, pos, B, T, d->NH, d->HD, S);
+    be->rope_backward(g->dqkv + Q, g->inv_freq, pos, B, T, d->NKV, d->HD, S);
     float *dqkv = g->dqkv;
     if (d->qk_norm) {
         dqkv = g->dqkv_pre;

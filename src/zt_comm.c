@@ -26,6 +26,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #include "zt_bf16.h"
@@ -525,6 +526,23 @@ void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t
     account(c, g, ZT_COLL_BCAST, (double)count * zt_dtype_size(t), g->size, zt_now() - t0);
 }
 
+void zt_alltoall(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count, zt_dtype_t t)
+{
+    const double bytes = (double)count * g->size * zt_dtype_size(t);
+    const zt_comm_backend_t *be = on_device(c, send, recv);
+    if (be) {
+        zt_request_t r;
+        dev_req(&r, g, be, ZT_COLL_ALLTOALL, bytes, g->size);
+        be->ialltoall(c, g, send, recv, count, t, &r);
+        zt_wait(c, &r);
+        return;
+    }
+    if (count > (size_t)INT_MAX) zt_fatal("zt_alltoall: %zu elements per rank exceed MPI's int count", count);
+    double t0 = zt_now();
+    ZT_MPI(MPI_Alltoall(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t), g->comm));
+    account(c, g, ZT_COLL_ALLTOALL, bytes, g->size, zt_now() - t0);
+}
+
 void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                    zt_dtype_t t, zt_redop_t op, zt_request_t *req)
 {
@@ -619,12 +637,19 @@ static void act_tp_allgather(void *ctx, const float *send, float *recv, size_t n
     zt_allgather(c, &c->tp, send, recv, n, ZT_F32);
 }
 
+static void act_sp_alltoall(void *ctx, const float *send, float *recv, size_t n)
+{
+    zt_comm_t *c = ctx;
+    zt_alltoall(c, &c->sp, send, recv, n, ZT_F32);
+}
+
 void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out)
 {
     memset(out, 0, sizeof *out);
     out->ctx = c;
     out->tp_allreduce = act_tp_allreduce;
     out->tp_allgather = act_tp_allgather;
+    out->sp_alltoall = act_sp_alltoall;
 }
 
 int zt_any(zt_comm_t *c, int local_flag)

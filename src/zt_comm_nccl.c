@@ -418,6 +418,21 @@ static void nccl_iallgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void
     issued(c, req);
 }
 
+/* point-to-point pairs in one NCCL group: NCCL has no all-to-all collective */
+static void nccl_ialltoall(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count, zt_dtype_t t,
+                           zt_request_t *req)
+{
+    cudaStream_t s = issue(c, req);
+    const size_t b = count * zt_dtype_size(t);
+    ZT_NCCL(g, ncclGroupStart());
+    for (int p = 0; p < g->size; p++) {
+        ZT_NCCL(g, ncclSend((const char *)send + (size_t)p * b, count, nccl_type(t), p, comm_of(g), s));
+        ZT_NCCL(g, ncclRecv((char *)recv + (size_t)p * b, count, nccl_type(t), p, comm_of(g), s));
+    }
+    ZT_NCCL(g, ncclGroupEnd());
+    issued(c, req);
+}
+
 static void nccl_ibcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root,
                         zt_request_t *req)
 {
@@ -437,6 +452,7 @@ const zt_comm_backend_t zt_comm_nccl = {
     .ireduce_scatterv = nccl_ireduce_scatterv,
     .iallgatherv = nccl_iallgatherv,
     .ibcast = nccl_ibcast,
+    .ialltoall = nccl_ialltoall,
     .wait = nccl_wait,
     .flush = nccl_flush,
 };

@@ -268,7 +268,12 @@ static const zkey_t schema[] = {
        "Consecutive ranks (innermost in the mesh, so inside a node); must divide the world, the heads, the KV "
        "heads, the intermediate size and the vocabulary. The strategy shards over the world / tp data ranks."),
     KI("parallel.sequence_parallel_size", parallel.sequence_parallel_size, 1, 1, 1 << 16,
-       "Sequence parallelism: ranks that split each sequence (not done yet: must be 1)."),
+       "Sequence parallelism: ranks that split each sequence (data.seq_len / sp positions each) and meet in "
+       "attention (parallel.sp_mode). Inside tp in the mesh; the strategy shards over the sp x dp ranks, as "
+       "DeepSpeed-Ulysses does."),
+    KS("parallel.sp_mode", parallel.sp_mode, "ulysses", "ulysses|ring",
+       "ulysses: an all-to-all from sequence-sharded to head-sharded around attention and back (the heads and "
+       "key/value heads of a tp rank must divide by sp). ring: K/V blocks round the sp ring (not built yet)."),
     KB("parallel.reshard_after_forward", parallel.reshard_after_forward, 1,
        "zero3 family: free gathered parameters after a unit's forward and gather again in backward "
        "(false keeps them until backward, like shard_grad_op)."),
@@ -1001,9 +1006,6 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
         return zt_err(err, errlen, "parallel.offload_param = '%s' needs parallel.offload_optimizer = \"cpu\" too "
                                    "(the optimizer steps the parameter shard where it lives)",
                       cfg->parallel.offload_param);
-    if (cfg->parallel.sequence_parallel_size != 1)
-        return zt_err(err, errlen, "parallel.sequence_parallel_size = %d: sequence parallelism is not built yet "
-                                   "(only 1)", cfg->parallel.sequence_parallel_size);
     return 0;
 }
 

@@ -34,7 +34,7 @@ static void memory_json(const char *key, const zt_shard_mem_t *m, size_t act, ch
 
 static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)
 {
-    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+    static const char *names[ZT_COLL_N] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"};
     size_t o = 0;
     o += (size_t)snprintf(buf + o, len - o, "{");
     for (int k = 0; k < ZT_COLL_N; k++) {

@@ -156,9 +156,10 @@ size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int 
                     (size_t)head_rows_for(N, d->V) * d->V /* logits */ + N /* losses */ +
                     2 * N * C /* dres, dres2 */;
     /* tensor parallelism: local ids, the cross-entropy's row statistics, a gathered row */
-    if (d->tp_size > 1) floats += 3 * (size_t)head_rows_for(N, d->V) + (size_t)d->V * d->tp_size + N;
-    /* inputs, targets, segments, positions */
-    return floats * sizeof(float) + 4 * N * sizeof(int32_t) + t->arch->activation_bytes(t, B, T, recompute);
+    if (d->tp_size > 1) floats += 3 * (size_t)head_rows_for(N, d->V) + (size_t)d->vocab_block * (d->tp_size + 1) + N;
+    /* inputs, targets, positions, and the segments of whole sequences (sp T per row) */
+    return floats * sizeof(float) + (3 + (size_t)ZT_MAX(d->sp_size, 1)) * N * sizeof(int32_t) +
+           t->arch->activation_bytes(t, B, T, recompute);
 }
 
 double zt_model_flops_per_token(const zt_param_table_t *t, int T) { return t->arch->flops_per_token(&t->dims, T); }
@@ -186,7 +187,7 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->dres2 = zt_model_alloc(m, N * C * F);
     m->inputs = zt_model_alloc(m, N * sizeof(int32_t));
     m->targets = zt_model_alloc(m, N * sizeof(int32_t));
-    m->seg_buf = zt_model_alloc(m, N * sizeof(int32_t));
+    m->seg_buf = zt_model_alloc(m, N * (size_t)ZT_MAX(m->d.sp_size, 1) * sizeof(int32_t)); /* whole sequences */
     m->pos_buf = zt_model_alloc(m, N * sizeof(int32_t));
     m->host_losses = be->alloc_host(N * F); /* pinned on a GPU: the download stays async */
     if (m->d.tp_size > 1) {
@@ -194,7 +195,11 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
         m->host_inputs_tp = be->alloc_host(N * sizeof(int32_t));
         m->ce_max = zt_model_alloc(m, (size_t)m->head_rows * F);
         m->ce_sz = zt_model_alloc(m, (size_t)m->head_rows * 2 * F);
-        m->logits_row_tp = zt_model_alloc(m, V * m->d.tp_size * F);
+        m->logits_row_tp = zt_model_alloc(m, (size_t)m->d.vocab_block * (m->d.tp_size + 1) * F);
+    }
+    if (m->d.sp_size > 1) {
+        m->sp_positions = zt_model_alloc(m, N * sizeof(int32_t));
+        m->host_sp_positions = be->alloc_host(N * sizeof(int32_t));
     }
     m->arch->ops->create(m);
     return m;
@@ -213,6 +218,14 @@ void zt_model_free(zt_model_t *m)
     be->free(m->seg_buf);
     be->free(m->pos_buf);
     be->free_host(m->host_losses);
+    if (m->sp_positions) {
+        be->free(m->sp_positions);
+        be->free_host(m->host_sp_positions);
+    }
+    if (m->sp_send) {
+        be->free(m->sp_send);
+        be->free(m->sp_recv);
+    }
     if (m->inputs_tp) {
         be->free(m->inputs_tp);
         be->free_host(m->host_inputs_tp);
@@ -228,7 +241,8 @@ size_t zt_model_activation_bytes(const zt_model_t *m) { return m->act_bytes; }
 
 void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
-    if (B > m->Bmax || T > m->Tmax || T > m->d.maxT)
+    const int sp = m->d.sp_size > 1 ? m->d.sp_size : 1;
+    if (B > m->Bmax || T > m->Tmax || T * sp > m->d.maxT)
         zt_fatal("batch (%d, %d) exceeds the model's buffers (%d, %d)", B, T, m->Bmax, m->Tmax);
     m->B = B;
     m->T = T;
@@ -238,7 +252,7 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
     if (targets) m->be->from_host_async(m->targets, targets, N * sizeof(int32_t));
     if (m->inputs_tp) {
         /* this rank's vocabulary rows [v0, v0 + V) as local ids; -1 elsewhere */
-        const int v0 = m->d.tp_rank * m->d.V;
+        const int v0 = m->d.vocab_start;
         m->be->wait_uploads(); /* the previous batch's copy may still read the buffer */
         for (size_t i = 0; i < N; i++) {
             const int id = inputs[i] - v0;
@@ -246,20 +260,112 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
         }
         m->be->from_host_async(m->inputs_tp, m->host_inputs_tp, N * sizeof(int32_t));
     }
+    if (m->sp_positions) {
+        /* this rank's chunk of every sequence */
+        m->be->wait_uploads();
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) m->host_sp_positions[(size_t)b * T + t] = m->d.sp_rank * T + t;
+        m->be->from_host_async(m->sp_positions, m->host_sp_positions, N * sizeof(int32_t));
+    }
     m->seg = m->pos = NULL;
 }
 
 void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t *positions)
 {
-    const size_t N = (size_t)m->B * m->T;
+    const size_t N = (size_t)m->B * m->T, sp = (size_t)ZT_MAX(m->d.sp_size, 1);
     if (positions)
         for (size_t i = 0; i < N; i++) /* a kernel cannot report a row of wpe out of range */
             if (positions[i] < 0 || positions[i] >= m->d.maxT)
                 zt_fatal("position %d of token %zu outside [0, %d)", positions[i], i, m->d.maxT);
-    if (segments) m->be->from_host_async(m->seg_buf, segments, N * sizeof(int32_t));
+    if (segments) m->be->from_host_async(m->seg_buf, segments, N * sp * sizeof(int32_t));
     if (positions) m->be->from_host_async(m->pos_buf, positions, N * sizeof(int32_t));
     m->seg = segments ? m->seg_buf : NULL;
     m->pos = positions ? m->pos_buf : NULL;
+}
+
+/* a packed batch's own positions come first: they are absolute in their sequence */
+const int32_t *zt_model_positions(const zt_model_t *m) { return m->pos ? m->pos : m->sp_positions; }
+
+void zt_model_sp_scratch(zt_model_t *m, size_t floats)
+{
+    if (m->d.sp_size <= 1 || floats <= m->sp_floats) return;
+    if (m->sp_send) {
+        m->be->free(m->sp_send);
+        m->be->free(m->sp_recv);
+        m->act_bytes -= 2 * m->sp_floats * sizeof(float);
+    }
+    m->sp_floats = floats;
+    m->sp_send = zt_model_alloc(m, floats * sizeof(float));
+    m->sp_recv = zt_model_alloc(m, floats * sizeof(float));
+}
+
+/* Block k of a row: heads[k] heads of hd. Rank j takes per(k) of them from first(k, j):
+ * an even share, or, with fewer heads than ranks, the one its query heads read (GQA's
+ * grouping, q head h -> KV head h / (NH / NKV), with the query heads split evenly). */
+static int sp_per(int heads, int sp) { return heads >= sp ? heads / sp : 1; }
+static int sp_first(int heads, int sp, int j) { return heads >= sp ? j * (heads / sp) : j * heads / sp; }
+
+static void sp_layout(const zt_model_t *m, int nblk, const int *heads, int hd, int *W, int *Wj)
+{
+    *W = *Wj = 0;
+    for (int k = 0; k < nblk; k++) *W += heads[k] * hd, *Wj += sp_per(heads[k], m->d.sp_size) * hd;
+    if ((size_t)m->B * m->T * ZT_MAX(*W, *Wj * m->d.sp_size) > m->sp_floats)
+        zt_fatal("sequence parallelism: rows of %d floats beyond the scratch", *W);
+}
+
+void zt_model_sp_scatter_heads(zt_model_t *m, const float *x, int nblk, const int *heads, int hd, float *y)
+{
+    const zt_backend_t *be = m->be;
+    const int sp = m->d.sp_size, B = m->B, T = m->T, N = B * T;
+    int W, Wj;
+    sp_layout(m, nblk, heads, hd, &W, &Wj);
+    /* send block j (N, Wj): rank j's heads of every block */
+    for (int j = 0; j < sp; j++)
+        for (int k = 0, o = 0, po = 0; k < nblk; o += heads[k] * hd, po += sp_per(heads[k], sp) * hd, k++)
+            be->copy_rows(m->sp_send + (size_t)j * N * Wj + po, Wj, x + o + sp_first(heads[k], sp, j) * hd, W, N,
+                          sp_per(heads[k], sp) * hd);
+    m->ac.sp_alltoall(m->ac.ctx, m->sp_send, m->sp_recv, (size_t)N * Wj);
+    /* block i holds positions [i T, (i + 1) T) of every sequence */
+    for (int i = 0; i < sp; i++)
+        for (int b = 0; b < B; b++)
+            be->copy(y + ((size_t)b * sp * T + (size_t)i * T) * Wj, m->sp_recv + ((size_t)i * N + (size_t)b * T) * Wj,
+                     (size_t)T * Wj * sizeof(float));
+}
+
+void zt_model_sp_gather_heads(zt_model_t *m, const float *y, int nblk, const int *heads, int hd, float *x)
+{
+    const zt_backend_t *be = m->be;
+    const int sp = m->d.sp_size, B = m->B, T = m->T, N = B * T;
+    int W, Wj;
+    sp_layout(m, nblk, heads, hd, &W, &Wj);
+    for (int i = 0; i < sp; i++)
+        for (int b = 0; b < B; b++)
+            be->copy(m->sp_send + ((size_t)i * N + (size_t)b * T) * Wj, y + ((size_t)b * sp * T + (size_t)i * T) * Wj,
+                     (size_t)T * Wj * sizeof(float));
+    m->ac.sp_alltoall(m->ac.ctx, m->sp_send, m->sp_recv, (size_t)N * Wj);
+    /* block j: rank j's heads for this rank's positions; a head several ranks shared
+     * (fewer heads than ranks) gets the sum of their parts: the gradient of a copy */
+    for (int k = 0, o = 0, po = 0; k < nblk; o += heads[k] * hd, po += sp_per(heads[k], sp) * hd, k++) {
+        const int wk = sp_per(heads[k], sp) * hd;
+        if (heads[k] >= sp) {
+            for (int j = 0; j < sp; j++)
+                be->copy_rows(x + o + sp_first(heads[k], sp, j) * hd, W, m->sp_recv + (size_t)j * N * Wj + po, Wj, N,
+                              wk);
+            continue;
+        }
+        /* the send buffer is free now: each shared head summed there, (N, hd) */
+        for (int h = 0; h < heads[k]; h++) {
+            float *acc = m->sp_send, *part = m->sp_send + (size_t)N * hd;
+            int first = 1;
+            for (int j = 0; j < sp; j++) {
+                if (sp_first(heads[k], sp, j) != h) continue;
+                be->copy_rows(first ? acc : part, hd, m->sp_recv + (size_t)j * N * Wj + po, Wj, N, hd);
+                if (!first) be->accumulate(acc, part, (size_t)N * hd);
+                first = 0;
+            }
+            be->copy_rows(x + o + h * hd, W, acc, hd, N, hd);
+        }
+    }
 }
 
 void zt_model_set_collectives(zt_model_t *m, const zt_actcoll_t *ac) { m->ac = *ac; }
@@ -324,7 +430,7 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
         if (!m->has_targets) continue;
         if (m->inputs_tp) {
             /* vocabulary-parallel: the row statistics over every rank's columns */
-            const int v0 = m->d.tp_rank * V;
+            const int v0 = m->d.vocab_start;
             be->vocab_ce_max(m->ce_max, m->logits, rows, V);
             m->ac.tp_allreduce(m->ac.ctx, m->ce_max, (size_t)rows, ZT_ACT_MAX);
             be->vocab_ce_sum(m->ce_sz, m->logits, m->ce_max, m->targets + r0, v0, rows, V);
@@ -387,9 +493,14 @@ void zt_model_logits_row(zt_model_t *m, int b, int t, float *out)
     m->be->wait_uploads(); /* the batch's host arrays are the caller's again after this */
     const float *x = m->logits + (size_t)(row - m->head_first) * V;
     if (m->inputs_tp) {
-        /* every tp rank's columns, in vocabulary order: the full row */
-        m->ac.tp_allgather(m->ac.ctx, x, m->logits_row_tp, V);
-        m->be->to_host(out, m->logits_row_tp, V * m->d.tp_size * sizeof(float));
+        /* every tp rank's block of columns (the last one's padded), in vocabulary order:
+         * the first vocab_total of them are the full row */
+        const size_t vb = (size_t)m->d.vocab_block;
+        float *pad = m->logits_row_tp + vb * m->d.tp_size;
+        m->be->memzero(pad, vb * sizeof(float));
+        m->be->copy(pad, x, V * sizeof(float));
+        m->ac.tp_allgather(m->ac.ctx, pad, m->logits_row_tp, vb);
+        m->be->to_host(out, m->logits_row_tp, (size_t)m->d.vocab_total * sizeof(float));
         return;
     }
     m->be->to_host(out, x, V * sizeof(float));

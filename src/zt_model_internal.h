@@ -47,6 +47,11 @@ struct zt_model {
     zt_actcoll_t ac;
     int32_t *inputs_tp, *host_inputs_tp;
     float *ce_max, *ce_sz, *logits_row_tp;
+    /* sequence parallelism (d.sp_size > 1): the batch's global positions (N), the
+     * all-to-all's send and receive buffers (sp_floats each) */
+    int32_t *sp_positions, *host_sp_positions;
+    float *sp_send, *sp_recv;
+    size_t sp_floats;
 };
 
 /* ---- tensor parallelism, for the families (no-ops at tp 1) ---------------------------
@@ -58,6 +63,20 @@ const float *zt_model_tp_bias(const zt_model_t *m, const float *bias);
 /* x0 (N,C) = the token embedding of the batch (vocabulary-parallel: every rank its rows,
  * summed over tp); the backward adds this rank's rows' gradients */
 void zt_model_embed_tokens(zt_model_t *m, const float *wte, float *x0);
+
+/* ---- sequence parallelism (Ulysses), for the families ---------------------------------
+ * Under sp the model runs T positions of each sequence; attention needs all sp T of
+ * them: x (B,T,W), whose rows hold nblk blocks of heads side by side (q | k | v: heads[k]
+ * heads of hd each), goes to y (B, sp T, W') with every position and this rank's share
+ * of each block's heads (one all-to-all): heads / sp of them, or, where a block has
+ * fewer heads than ranks (KV heads), the one head this rank's query heads read
+ * (replicated). gather is the inverse; a replicated head's parts are summed (it carries
+ * gradients there). The first position of this rank's T is sp_rank T. */
+void zt_model_sp_scratch(zt_model_t *m, size_t floats);
+void zt_model_sp_scatter_heads(zt_model_t *m, const float *x, int nblk, const int *heads, int hd, float *y);
+void zt_model_sp_gather_heads(zt_model_t *m, const float *y, int nblk, const int *heads, int hd, float *x);
+/* the batch's positions for rope (NULL: 0..T-1, without sp) */
+const int32_t *zt_model_positions(const zt_model_t *m);
 void zt_model_embed_tokens_backward(zt_model_t *m, float *dwte, const float *dx0);
 
 /* Backend memory counted as activations. */

@@ -252,7 +252,8 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         if (d->NH % tp) what = "the attention heads", v = d->NH;
         else if (d->NKV % tp && tp % d->NKV) what = "the key/value heads (or be a multiple of them)", v = d->NKV;
         else if (d->I % tp) what = "the intermediate (MLP) size", v = d->I;
-        else if (d->V % tp) what = "the vocabulary", v = d->V;
+        /* the vocabulary splits in blocks of ceil(V / tp) rows; every rank needs one */
+        else if ((int64_t)(tp - 1) * ((d->V + tp - 1) / tp) >= d->V) what = "the vocabulary into non-empty blocks", v = d->V;
         if (what) {
             zt_err(err, errlen, "parallel.tensor_parallel_size (%d) must divide %s (%d)", tp, what, v);
             return NULL;
@@ -266,8 +267,12 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
     zt_param_table_t *t = zt_params_new(g->arch, d);
     /* kv_share: tp ranks that hold one KV head (1 when tp divides the KV heads) */
     const int kv_share = d->NKV < tp ? tp / d->NKV : 1;
-    t->dims.NH /= tp, t->dims.NKV = d->NKV < tp ? 1 : d->NKV / tp, t->dims.I /= tp, t->dims.V /= tp;
+    const int vb = (d->V + tp - 1) / tp;
+    t->dims.NH /= tp, t->dims.NKV = d->NKV < tp ? 1 : d->NKV / tp, t->dims.I /= tp;
+    t->dims.V = ZT_MIN(vb, d->V - rank * vb);
+    t->dims.vocab_start = rank * vb, t->dims.vocab_block = vb, t->dims.vocab_total = d->V;
     t->dims.tp_size = tp, t->dims.tp_rank = rank;
+    if (t->dims.sp_size < 1) t->dims.sp_size = 1;
     t->lora_rank = g->lora_rank, t->lora_scale = g->lora_scale, t->first_adapter_unit = g->first_adapter_unit;
     for (int i = 0; i < g->nparams; i++) {
         const zt_param_t *q = &g->params[i];
@@ -277,7 +282,9 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         if (k == TP_ROWS) dim = 0;
         else if (k == TP_OUT) dim = q->ndim == 1 || q->wlayout == ZT_W_OUT_IN ? 0 : 1;
         else if (k == TP_IN) dim = q->wlayout == ZT_W_OUT_IN ? 1 : 0;
-        const int64_t d0 = dim == 0 ? q->shape[0] / tp : q->shape[0], d1 = dim == 1 ? q->shape[1] / tp : q->shape[1];
+        int64_t d0 = dim == 0 ? q->shape[0] / tp : q->shape[0];
+        const int64_t d1 = dim == 1 ? q->shape[1] / tp : q->shape[1];
+        if (k == TP_ROWS) d0 = t->dims.V; /* vocabulary blocks: the last may be shorter */
         const int j = zt_params_add(t, q->name, q->ndim, d0, d1, q->unit, q->block, q->init, q->init_std, q->role,
                                     q->wlayout);
         zt_param_t *p = &t->params[j];
@@ -305,6 +312,10 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         /* GPT-2's c_attn packs q, k and v along its output: three blocks */
         p->tp_dim = dim;
         p->tp_nblk = q->role == ZT_ROLE_QKV ? 3 : 1;
+        if (k == TP_ROWS) {
+            p->tp_goff[0] = t->dims.vocab_start;
+            continue;
+        }
         const int64_t G = q->shape[dim], blk = G / tp / p->tp_nblk;
         if ((G / tp) % p->tp_nblk || G % tp) {
             zt_err(err, errlen, "parallel.tensor_parallel_size (%d) does not divide %s (%lld)", tp, q->name,

@@ -59,6 +59,8 @@ typedef struct run {
     zt_param_table_t *table;    /* the model's global tensors: checkpoints, HF directories, reports */
     zt_param_table_t *ltable;   /* this rank's tp share of it (= table without tp): engine, model */
     int drank;                  /* this rank's data-parallel position: which rows it reads */
+    int Tm;                     /* positions the model runs of each sequence: T / sp */
+    int32_t *row_tmp;           /* (3 T) sequence parallelism: a whole row before its chunk is taken */
     float *tp_logits;           /* (V) a sampled row's logits where rank 0's are the ones used */
     zt_model_t *model;
     zt_shard_t *shard;
@@ -68,7 +70,7 @@ typedef struct run {
     long G, total_steps, step, samples_seen;
     double tokens_seen;
     int32_t *inp, *tgt;     /* (A, B, T) host */
-    int32_t *seg, *pos;     /* (A, B, T) host: neat-packed rows' segments and positions; NULL without */
+    int32_t *seg, *pos;     /* host, neat-packed rows' (NULL without): segments (A, B, T), positions (A, B, Tm) */
     double flops_per_token, peak_flops;
     char *config_text;
     hist_t train_hist, val_hist;
@@ -154,8 +156,10 @@ static void estimate(const zt_config_t *cfg, const zt_param_table_t *t, zt_strat
     int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
     int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
     zt_shard_memory_estimate(t, &o, sn, rn, &e->mem);
+    /* sequence parallelism: a rank runs seq_len / sp positions of each sequence */
     e->activations = zt_model_activation_bytes_estimate(t, cfg->train.per_device_train_batch_size,
-                                                        cfg->data.seq_len, cfg->train.gradient_checkpointing);
+                                                        cfg->data.seq_len / cfg->parallel.sequence_parallel_size,
+                                                        cfg->train.gradient_checkpointing);
     e->total = mem_total(&e->mem) + e->activations;
     e->traffic = zt_shard_traffic_estimate(t, &o, sn, rn, cfg->train.gradient_accumulation_steps);
 }
@@ -203,6 +207,7 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     const int tp = cfg->parallel.tensor_parallel_size;
     if (g && world % tp) zt_err(err, sizeof err, "parallel.tensor_parallel_size (%d) must divide %d ranks", tp, world);
     else if (g) t = zt_params_tp_local(g, tp, 0, err, sizeof err);
+    if (t) t->dims.sp_size = cfg->parallel.sequence_parallel_size;
     if (!t) {
         zt_log_error("%s", err);
         zt_param_table_free(g);
@@ -215,8 +220,9 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     per_node = ZT_MAX(per_node / tp, 1);
     int shard_n = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size : per_node;
     char b[7][32];
-    zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), tp %d, B=%d T=%d, %s layout",
-           total, world * tp, per_node * tp, tp, cfg->train.per_device_train_batch_size,
+    zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), tp %d, sp %d, B=%d T=%d, %s layout",
+           total, world * tp, per_node * tp, tp, cfg->parallel.sequence_parallel_size,
+           cfg->train.per_device_train_batch_size,
            cfg->data.seq_len, cfg->parallel.shard_layout);
     zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
            "buffers", "activations", "total", "host");
@@ -294,6 +300,27 @@ static int check_fits(const zt_config_t *cfg, const zt_backend_t *be, const zt_p
 
 /* ---- passes ---------------------------------------------------------------------- */
 
+/* Sequence parallelism's conditions (d: a rank's tp share): every rank a whole chunk of
+ * each sequence, and a share of every kind of head. */
+static int sp_check(const zt_config_t *cfg, const zt_model_dims_t *d, int sp, char *err, size_t errlen)
+{
+    if (sp <= 1) return 0;
+    if (strcmp(cfg->parallel.sp_mode, "ulysses") != 0)
+        return zt_err(err, errlen, "parallel.sp_mode = %s: ring attention is not built yet (ulysses is)",
+                      cfg->parallel.sp_mode);
+    if (cfg->data.seq_len % sp)
+        return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide data.seq_len (%d)", sp,
+                      cfg->data.seq_len);
+    if (d->NH % sp || (d->NKV % sp && sp % d->NKV))
+        return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide the attention heads (%d) and "
+                      "divide or be a multiple of the key/value heads (%d) of a tensor-parallel rank (Ulysses "
+                      "splits heads)", sp, d->NH, d->NKV);
+    if (cfg->mode_generate || cfg->generate.at_eval)
+        return zt_err(err, errlen, "generation under sequence parallelism is not built yet "
+                      "(parallel.sequence_parallel_size = %d)", sp);
+    return 0;
+}
+
 /* seg, pos: the rows' segments and positions (neat packing), or NULL */
 static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
                          float dscale)
@@ -302,7 +329,7 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
     const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
-    zt_model_set_batch(m, inp, tgt, r->B, r->T);
+    zt_model_set_batch(m, inp, tgt, r->B, r->Tm);
     if (seg) zt_model_set_segments(m, seg, pos);
     zt_watchdog_mark("forward", 0, r->step + 1);
     /* the root unit (embeddings, tied head, ln_f) stays materialized for the whole
@@ -373,11 +400,25 @@ static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, cons
 static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_t *inp, int32_t *tgt, int32_t *seg,
                      int32_t *pos, char *err, size_t errlen)
 {
-    const size_t T = (size_t)r->T;
+    const int T = r->T, Tm = r->Tm;
     int rc = 0;
-    for (int b = 0; b < r->B && rc == 0; b++)
-        rc = zt_data_read_row(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, inp + b * T, tgt + b * T,
-                              seg ? seg + b * T : NULL, pos ? pos + b * T : NULL, err, errlen);
+    for (int b = 0; b < r->B && rc == 0; b++) {
+        /* seg: whole rows, since attention runs over every position of a sequence (under
+         * sequence parallelism too); pos: the positions of the tokens this rank runs */
+        int32_t *sb = seg ? seg + (size_t)b * T : NULL;
+        if (Tm == T) {
+            rc = zt_data_read_row(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, inp + (size_t)b * T,
+                                  tgt + (size_t)b * T, sb, pos ? pos + (size_t)b * T : NULL, err, errlen);
+            continue;
+        }
+        /* sequence parallelism: the sp ranks of a row read it alike and take their chunk */
+        rc = zt_data_read_row(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, r->row_tmp, r->row_tmp + T, sb,
+                              pos ? r->row_tmp + 2 * (size_t)T : NULL, err, errlen);
+        const size_t o = (size_t)r->comm->sp.rank * Tm;
+        memcpy(inp + (size_t)b * Tm, r->row_tmp + o, (size_t)Tm * sizeof(int32_t));
+        memcpy(tgt + (size_t)b * Tm, r->row_tmp + T + o, (size_t)Tm * sizeof(int32_t));
+        if (pos) memcpy(pos + (size_t)b * Tm, r->row_tmp + 2 * (size_t)T + o, (size_t)Tm * sizeof(int32_t));
+    }
     return rc;
 }
 
@@ -401,10 +442,10 @@ static float evaluate(run_t *r, int *failed)
         int64_t g0 = (int64_t)j * r->dp * r->B + (int64_t)r->drank * r->B;
         if (rc == 0) rc = read_rows(r, r->val, g0, 0, r->inp, r->tgt, r->seg, r->pos, err, sizeof err);
         /* every rank runs the pass (zero3 gathers are collective) even after an error */
-        const float l = forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->T);
+        const float l = forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->Tm);
         /* SFT: a mean over the tokens that carry a loss, as in training */
         sum += sft ? zt_model_loss_sum(r->model) : l;
-        count += (double)loss_tokens(r->tgt, (size_t)r->B * r->T);
+        count += (double)loss_tokens(r->tgt, (size_t)r->B * r->Tm);
     }
     zt_shard_end_inference(r->shard);
     if (zt_agree_error(r->comm, rc, err, sizeof err)) {
@@ -418,7 +459,7 @@ static float evaluate(run_t *r, int *failed)
         count = zt_sum_double(r->comm, &r->comm->data, count);
         return (float)(count > 0 ? sum / count : 0.0);
     }
-    return (float)(sum / ((double)nb * r->dp));
+    return (float)(sum / ((double)nb * r->comm->data.size)); /* each a mean of B Tm tokens */
 }
 
 /* ---- end of run: sample and loss plot ------------------------------------------ */
@@ -447,6 +488,10 @@ static void generate_sample(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     if (cfg->train.sample_tokens <= 0) return;
+    if (r->comm->mesh_sp > 1) {
+        zt_log("sample: skipped (generation under sequence parallelism is not built yet)");
+        return;
+    }
     zt_tokenizer_t *tok = zt_sample_tokenizer(zt_data_tokenizer(r->train), cfg->data.tokenizer,
                                               cfg->data.vocab_file, cfg->data.merges_file, cfg->model.name_or_path);
     const zt_sample_opts_t o = {
@@ -695,7 +740,7 @@ static void fold_comm(run_t *r)
 
 static void comm_summary(const run_t *r)
 {
-    static const char *names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast"};
+    static const char *names[ZT_COLL_N] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "all-to-all"};
     const zt_comm_stats_t *t = &r->comm_total;
     char line[1024], b[32];
     size_t o = 0;
@@ -738,10 +783,10 @@ static int run_loop(run_t *r)
     const int sched = zt_sched_parse(cfg->optim.lr_scheduler_type);
     const int fault = zt_fault_parse(cfg->fault.kind);
     if (!strcmp(cfg->fault.kind, "save_kill")) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
-    const size_t BT = (size_t)r->B * r->T;
+    const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T; /* BTs: a micro-step's segments */
     /* a token stream: every position carries a loss */
     const int sft = zt_data_is_sft(r->train);
-    float dscale = 1.0f / (float)((double)BT * r->A * r->dp);
+    float dscale = 1.0f / (float)((double)BT * r->A * r->comm->data.size);
     double t_start = zt_now(), t_window = t_start;
     long window_steps = 0;
     char err[ZT_ERRLEN];
@@ -763,7 +808,7 @@ static int run_loop(run_t *r)
         for (int m = 0; m < r->A && rc == 0; m++) {
             int64_t g0 = r->samples_seen + (int64_t)m * r->dp * r->B + (int64_t)r->drank * r->B;
             rc = read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT,
-                           r->seg ? r->seg + m * BT : NULL, r->pos ? r->pos + m * BT : NULL, err, sizeof err);
+                           r->seg ? r->seg + m * BTs : NULL, r->pos ? r->pos + m * BT : NULL, err, sizeof err);
         }
         if (injected == ZT_FAULT_DATA)
             rc = zt_err(err, sizeof err, "fault injection: data error on rank %d at step %ld", r->rank, r->step + 1);
@@ -775,7 +820,7 @@ static int run_loop(run_t *r)
         /* SFT: the loss is the mean over the tokens that carry one in the whole global
          * batch, counted across ranks and micro-steps (transformers' num_items_in_batch),
          * so world size and accumulation do not change it */
-        double count = (double)BT * r->A * r->dp;
+        double count = (double)BT * r->A * c->data.size;
         if (sft) {
             count = zt_sum_double(c, &c->data, (double)loss_tokens(r->tgt, BT * (size_t)r->A));
             dscale = count > 0 ? (float)(1.0 / count) : 0.0f;
@@ -788,14 +833,14 @@ static int run_loop(run_t *r)
         const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
         for (int m = 0; m < r->A; m++) {
             zt_shard_begin_micro(r->shard, m, r->A);
-            const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, r->seg ? r->seg + m * BT : NULL,
+            const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, r->seg ? r->seg + m * BTs : NULL,
                                         r->pos ? r->pos + m * BT : NULL, ds);
             loss_sum += sft ? zt_model_loss_sum(r->model) : l;
         }
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
         double norm2 = zt_shard_finish_grads(r->shard);
         double loss = sft ? zt_sum_double(c, &c->data, loss_sum) / (count > 0 ? count : 1.0)
-                          : zt_sum_double(c, &c->data, loss_sum) / ((double)r->A * r->dp);
+                          : zt_sum_double(c, &c->data, loss_sum) / ((double)r->A * c->data.size);
         /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
          * owned element, reduced over the shard group, after the gradient reduction has
          * spread it to every replica */
@@ -999,6 +1044,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     r->drank = comm->dp_rank;
     r->B = cfg->train.per_device_train_batch_size;
     r->T = cfg->data.seq_len;
+    r->Tm = r->T / comm->mesh_sp;
     r->A = cfg->train.gradient_accumulation_steps;
     r->G = (long)r->B * r->dp * r->A;
     char err[ZT_ERRLEN] = "";
@@ -1055,8 +1101,19 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     if (r->total_steps < 1) r->total_steps = 1;
 
     r->table = zt_arch_table_from_config(cfg, err, sizeof err);
-    if (r->table && comm->mesh_tp > 1) r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);
-    else r->ltable = r->table;
+    if (r->table && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
+        r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);
+        if (r->ltable) {
+            r->ltable->dims.sp_size = comm->mesh_sp;
+            r->ltable->dims.sp_rank = comm->sp.rank;
+            if (sp_check(cfg, &r->ltable->dims, comm->mesh_sp, err, sizeof err) != 0) {
+                zt_param_table_free(r->ltable);
+                r->ltable = NULL;
+            }
+        }
+    } else {
+        r->ltable = r->table;
+    }
     if (zt_agree_error(comm, r->table && r->ltable ? 0 : -1, err, sizeof err)) {
         zt_log_error("%s", err);
         zt_data_close(r->train);
@@ -1093,22 +1150,24 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         goto done;
     }
 
-    r->model = zt_model_create(r->ltable, r->be, r->B, r->T, cfg->train.gradient_checkpointing);
-    if (comm->mesh_tp > 1) {
+    r->model = zt_model_create(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing);
+    if (comm->mesh_tp > 1 || comm->mesh_sp > 1) {
         zt_actcoll_t ac;
         zt_comm_actcoll(comm, &ac);
         zt_model_set_collectives(r->model, &ac);
         r->tp_logits = zt_malloc((size_t)r->table->dims.V * sizeof(float));
+        r->row_tmp = zt_malloc(3 * (size_t)r->T * sizeof(int32_t)); /* inputs, targets, positions */
     }
     r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
      * would wait for the compute stream, once per micro-step */
-    r->inp = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
-    r->tgt = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
+    r->inp = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
+    r->tgt = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
     if ((r->train && zt_data_has_segments(r->train)) || (r->val && zt_data_has_segments(r->val))) {
-        /* neat-packed rows: their segments and positions go to the model beside the tokens */
+        /* neat-packed rows: their segments (whole rows: attention sees every position of a
+         * sequence) and positions (this rank's tokens) go to the model beside the tokens */
         r->seg = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
-        r->pos = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
+        r->pos = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
         zt_log("data: neat-packed rows: packed samples attend within themselves, positions from 0");
     }
     r->flops_per_token = zt_model_flops_per_token(r->table, r->T);
@@ -1209,6 +1268,7 @@ done:
     zt_model_free(r->model);
     if (r->ltable != r->table) zt_param_table_free(r->ltable);
     free(r->tp_logits);
+    free(r->row_tmp);
     zt_param_table_free(r->table);
     zt_data_close(r->train);
     zt_data_close(r->val);

@@ -47,7 +47,7 @@ assert_contains "$ZT_OUT" "memory estimate per rank: 31968 parameters"
 # ddp run above measured), over world / tp data ranks
 # shellcheck disable=SC2086
 run_ztrain 1 --estimate-memory --ranks 4 $common model.vocab_size=258 parallel.tensor_parallel_size=2 >/dev/null
-assert_contains "$ZT_OUT" "34752 parameters, 4 ranks (4 per node), tp 2"
+assert_contains "$ZT_OUT" "34752 parameters, 4 ranks (4 per node), tp 2, sp 1"
 grep -q "^ddp  *70.75 KiB  *70.75 KiB  *141.50 KiB" "$ZT_OUT" || fail "--estimate-memory at tp 2: not a rank's slices"
 # --estimate-memory prints every strategy
 run_ztrain 1 --estimate-memory $common >/dev/null

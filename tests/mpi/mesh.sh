@@ -1,0 +1,178 @@
+#!/bin/sh
+# mesh.sh — tensor and sequence parallelism train the same model as one rank with
+# accumulation.
+#  1. GPT-2 (c_attn split by heads into its q, k, v columns, c_fc by columns, both
+#     c_proj by rows, vocabulary-parallel tied embedding and head) and a Llama GQA
+#     model (untied head, q/k/v, gate/up, o, down) at tp 2, and tp 2 x dp 2 under ddp,
+#     zero1, zero2 per_param and zero3 on 4 ranks: losses and final parameters
+#     within 1e-5 of one rank (fp32, clipping active at every step); Qwen3's q/k
+#     norms (replicated, gradients summed over tp).
+#  2. The checkpoint stays mesh-independent: tp 2 x dp 2 -> ddp on 3 ranks, and ddp
+#     on 2 ranks -> tp 2, against 20 steps at once.
+#  3. bf16 at tp 2 against its own one-rank run.
+#  4. Sizes tp does not divide are refused on every rank, naming the reason.
+#  5. Sequence parallelism (Ulysses: all-to-all from sequence- to head-sharded around
+#     attention; rope and GPT-2's positions offset by the rank's chunk): sp 2 for GPT-2,
+#     Llama GQA and Qwen3; sp 2 x zero2 and sp 2 x zero3 (4 ranks); tp 2 x sp 2 (Llama:
+#     its one KV head per tp rank replicated over sp, gradients summed back).
+. "$(dirname "$0")/common.sh"
+need_h5py
+tiny_comparison_setup
+# the vocabulary must split over tp: byte-level data with 260 rows (3 never used);
+# max_grad_norm small enough that clipping is active at every step
+common="$common model.vocab_size=260 optim.max_grad_norm=0.05 checkpoint.save_hf=false"
+llama="model.arch=llama model.n_head=4 model.n_kv_head=2 model.n_embd=32 model.head_dim=8
+  model.intermediate_size=48 model.tie_word_embeddings=false"
+qwen3="model.arch=qwen3 model.n_head=4 model.n_kv_head=2 model.n_embd=32 model.head_dim=8
+  model.intermediate_size=48"
+tp2="parallel.tensor_parallel_size=2"
+
+for fam in gpt2 llama qwen3; do
+    case $fam in gpt2) arch="" ;; llama) arch=$llama ;; qwen3) arch=$qwen3 ;; esac
+    # shellcheck disable=SC2086
+    run_ztrain 1 $common $arch $(batch_args 1) train.output_dir="$fam-ref" >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 $common $arch $(batch_args 1) $tp2 train.output_dir="$fam-tp2" >/dev/null
+    assert_contains "$ZT_OUT" "mesh tp 2 x sp 1 x dp 1"
+    runs="$fam-tp2"
+    for st in "ddp flat" "zero1 flat" "zero2 per_param" "zero3 flat"; do
+        set -- $st
+        # shellcheck disable=SC2086
+        run_ztrain 4 $common $arch $(batch_args 2) $tp2 parallel.strategy=$1 parallel.shard_layout=$2 \
+            train.output_dir="$fam-tp2-$1" >/dev/null
+        runs="$runs $fam-tp2-$1"
+    done
+    # shellcheck disable=SC2086
+    "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" "$fam-ref" $runs || fail "$fam: tensor parallelism diverged from one rank"
+done
+echo "mesh: gpt2, llama and qwen3 at tp 2 and tp 2 x dp 2 (ddp, zero1, zero2, zero3) match one rank"
+
+# KV heads fewer than tp are replicated: one KV head (multi-query) at tp 2, and 2 KV
+# heads at tp 4 (each shared by 2 ranks), with Qwen2's q/k/v biases
+mqa="model.arch=qwen2 model.n_head=4 model.n_kv_head=1 model.n_embd=32 model.head_dim=8 model.intermediate_size=48"
+# shellcheck disable=SC2086
+run_ztrain 1 $common $mqa $(batch_args 1) train.output_dir=mqa-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common $mqa $(batch_args 1) $tp2 parallel.strategy=zero2 train.output_dir=mqa-tp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 1 $common $llama $(batch_args 1) train.output_dir=gqa-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama $(batch_args 1) parallel.tensor_parallel_size=4 train.output_dir=gqa-tp4 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" mqa-ref mqa-tp2 || fail "tp 2 with one KV head diverged from one rank"
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gqa-ref gqa-tp4 || fail "tp 4 with 2 KV heads diverged from one rank"
+echo "mesh: KV heads fewer than tp (1 at tp 2, 2 at tp 4) replicated, as one rank"
+
+# a vocabulary tp does not divide splits in blocks of ceil(V / tp) rows (GPT-2's 50257):
+# 257 at tp 2 is 129 + 128 rows
+# shellcheck disable=SC2086
+run_ztrain 1 $common model.vocab_size=257 $(batch_args 1) train.output_dir=v257-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common model.vocab_size=257 $(batch_args 1) $tp2 train.output_dir=v257-tp2 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" v257-ref v257-tp2 || fail "an uneven vocabulary split diverged"
+
+# Hugging Face directories in and out at tp 2: each rank reads and writes its slices'
+# byte ranges; learning rate 0 gives the input back bit for bit (V = 67: uneven blocks)
+HF="$ZT_SRCDIR/tests/reference/hf"
+HFPY="$ZT_SRCDIR/tests/mpi/hf_dir.py"
+"$PY" "$HFPY" tokens tok67.h5 67 20000 || fail "cannot make the token file"
+cat >hf.cfg <<'EOF2'
+data = { train_files = "tok67.h5"; val_files = []; seq_len = 8; };
+train = { per_device_train_batch_size = 2; max_steps = 2; logging_steps = 1; sample_tokens = 0; };
+optim = { learning_rate = 0.0; warmup_steps = 0; };
+checkpoint = { save_at_end = false; hf_dtype = "fp32"; };
+log = { plot = false; };
+EOF2
+run_ztrain 2 hf.cfg model.name_or_path="$HF/qwen3" $tp2 train.output_dir=hf-q3 >/dev/null
+"$PY" "$HFPY" same hf-q3/hf "$HF/qwen3" || fail "qwen3 through tp 2 differs from transformers' directory"
+run_ztrain 4 hf.cfg model.name_or_path="$HF/llama-sharded" $tp2 parallel.strategy=zero3 \
+    checkpoint.hf_max_shard_size=20KB train.output_dir=hf-ls >/dev/null
+[ -s hf-ls/hf/model-00002-of-00005.safetensors ] || fail "tp 2 x zero3: the export did not shard as transformers does"
+"$PY" "$HFPY" same hf-ls/hf "$HF/llama" || fail "the sharded llama through tp 2 x zero3 differs"
+echo "mesh: HF directories in and out at tp 2 and tp 2 x zero3 bit for bit"
+
+# generation at tp 2 x dp 2 (the tp ranks of a prompt gather its logits row and draw
+# alike) writes what one rank writes
+printf '%s\n' '{"instruction": "Name a colour"}' '{"messages": [{"role": "user", "content": "Hi"}]}' \
+    '{"instruction": "Sum", "input": "2 and 3"}' >prompts.jsonl
+G="$ZT_SRCDIR/inputs/tiny.cfg model.arch=llama model.n_head=4 model.n_kv_head=2 model.intermediate_size=48
+  model.vocab_size=3520 model.block_size=64 data.seq_len=48 data.tokenizer=$ZT_SRCDIR/tests/reference/sft/tok/qwen
+  data.template=qwen generate.prompts_file=prompts.jsonl generate.max_new_tokens=8 log.plot=false"
+# shellcheck disable=SC2086
+run_ztrain 1 --generate $G train.output_dir=gen1 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 --generate $G $tp2 parallel.strategy=zero3 train.output_dir=gen4 >/dev/null
+cmp gen1/generations.jsonl gen4/generations.jsonl || fail "generation at tp 2 x dp 2 differs from one rank"
+echo "mesh: generation at tp 2 x dp 2 as one rank"
+
+# ---- 2. resume across meshes ----------------------------------------------------------
+const="optim.lr_scheduler_type=constant"
+# shellcheck disable=SC2086
+run_ztrain 1 $common $llama $const $(batch_args 1) train.output_dir=full >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama $const $(batch_args 2) $tp2 parallel.strategy=zero3 train.max_steps=10 \
+    train.output_dir=split >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 3 $common $llama $const $(batch_args 3) parallel.strategy=ddp checkpoint.resume=auto \
+    train.output_dir=split >/dev/null
+assert_contains "$ZT_OUT" "resumed from split/ckpt-00000010"
+# shellcheck disable=SC2086
+run_ztrain 2 $common $llama $const $(batch_args 2) parallel.strategy=zero2 train.max_steps=10 \
+    train.output_dir=split2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common $llama $const $(batch_args 1) $tp2 checkpoint.resume=auto train.output_dir=split2 >/dev/null
+assert_contains "$ZT_OUT" "resumed from split2/ckpt-00000010"
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" full split split2 || fail "a resume across tp meshes diverged"
+echo "mesh: tp 2 x dp 2 -> ddp on 3 ranks and zero2 on 2 ranks -> tp 2 resume as 20 steps at once"
+
+# ---- 3. bf16 ------------------------------------------------------------------------
+# shellcheck disable=SC2086
+run_ztrain 1 $common $llama train.bf16=true $(batch_args 1) train.output_dir=bf16-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama train.bf16=true $(batch_args 2) $tp2 parallel.strategy=zero3 \
+    train.output_dir=bf16-tp2 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" bf16-ref bf16-tp2 --loss-tol 2e-3 --param-tol 2e-3 ||
+    fail "bf16 at tp 2 x zero3 diverged from one rank"
+
+# ---- 4. refusals ----------------------------------------------------------------------
+"$PY" "$HFPY" tokens tok5.h5 5 2000 || fail "cannot make the token file"
+# shellcheck disable=SC2086
+expect_fail_with 4 "parallel.tensor_parallel_size (4) must divide the vocabulary into non-empty blocks (5)" $common \
+    $llama model.n_kv_head=4 model.vocab_size=5 data.train_files=tok5.h5 parallel.tensor_parallel_size=4 \
+    train.output_dir=bad
+# shellcheck disable=SC2086
+expect_fail_with 3 "must divide the number of ranks (3)" $common $tp2 train.output_dir=bad
+# shellcheck disable=SC2086
+expect_fail_with 4 "must divide the key/value heads (or be a multiple of them) (3)" $common $llama \
+    model.n_head=12 model.n_kv_head=3 parallel.tensor_parallel_size=4 train.output_dir=bad
+echo "mesh: refusals name the size and what it does not divide"
+
+# ---- 5. sequence parallelism (Ulysses) ---------------------------------------------------
+sp2="parallel.sequence_parallel_size=2"
+# (GPT-2 with 4 heads: tp 2 x sp 2 splits them twice)
+for fam in gpt2 llama qwen3; do
+    case $fam in gpt2) arch="model.n_head=4" ;; llama) arch=$llama ;; qwen3) arch=$qwen3 ;; esac
+    # shellcheck disable=SC2086
+    run_ztrain 1 $common $arch $(batch_args 1) train.output_dir="$fam-spref" >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 $common $arch $(batch_args 1) $sp2 train.output_dir="$fam-sp2" >/dev/null
+    assert_contains "$ZT_OUT" "mesh tp 1 x sp 2 x dp 1"
+    runs="$fam-sp2"
+    for st in zero2 zero3; do
+        # shellcheck disable=SC2086
+        run_ztrain 4 $common $arch $(batch_args 2) $sp2 parallel.strategy=$st train.output_dir="$fam-sp2-$st" >/dev/null
+        runs="$runs $fam-sp2-$st"
+    done
+    # shellcheck disable=SC2086
+    run_ztrain 4 $common $arch $(batch_args 1) $sp2 $tp2 train.output_dir="$fam-tp2-sp2" >/dev/null
+    assert_contains "$ZT_OUT" "mesh tp 2 x sp 2 x dp 1"
+    # shellcheck disable=SC2086
+    "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" "$fam-spref" $runs "$fam-tp2-sp2" ||
+        fail "$fam: sequence parallelism diverged from one rank"
+done
+# shellcheck disable=SC2086
+expect_fail_with 2 "parallel.sequence_parallel_size (2) must divide data.seq_len (15)" $common $sp2 data.seq_len=15 \
+    train.output_dir=bad
+# shellcheck disable=SC2086
+expect_fail_with 4 "must divide the attention heads (2) and divide or be a multiple of the key/value heads (2)" \
+    $common parallel.sequence_parallel_size=4 train.output_dir=bad
+echo "mesh: Ulysses sp 2, sp 2 x zero2/zero3 and tp 2 x sp 2 match one rank for gpt2, llama and qwen3"
