@@ -1,8 +1,8 @@
 #!/bin/sh
 # neat_packing.sh — neat-packed SFT rows (/segment_ids: LLaMA-Factory's neat_packing) in
 # the trainer. A packed sample attends only to itself and its positions start at 0, so:
-#  - every world size and strategy (tensor parallelism too) trains the same model as one
-#    rank with accumulation (1e-5, compare_runs.py, as equivalence.sh);
+#  - every world size and strategy (tensor and sequence parallelism too) trains the same
+#    model as one rank with accumulation (1e-5, compare_runs.py, as equivalence.sh);
 #  - a run on neat-packed rows trains the same model as a run on the same samples one per
 #    row, in the same global batches (rows of K samples against batches of K times the
 #    rows), for llama (rope, GQA) and gpt2 (learned positions); the same rows without
@@ -49,6 +49,12 @@ run_ztrain 1 $llama model.vocab_size=68 data.train_files=neat.h5 train.per_devic
 run_ztrain 2 $llama model.vocab_size=68 data.train_files=neat.h5 parallel.tensor_parallel_size=2 \
     train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 train.output_dir=tp2 >/dev/null
 "$PY" "$CMP" ref68 tp2 || fail "a neat-packed run at tp 2 diverged from one rank"
+# sequence parallelism: each rank runs half of every row; attention needs the whole rows'
+# segments, rope and the learned positions this half's positions
+# shellcheck disable=SC2086
+run_ztrain 2 $llama data.train_files=neat.h5 parallel.sequence_parallel_size=2 \
+    train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 train.output_dir=sp2 >/dev/null
+"$PY" "$CMP" ref sp2 || fail "a neat-packed run at sp 2 diverged from one rank"
 
 # ---- neat-packed rows = the same samples one per row: 4 rows of 3 = 12 samples a step ----
 # shellcheck disable=SC2086
@@ -67,7 +73,10 @@ run_ztrain 2 $gpt2 data.train_files=neat.h5 train.per_device_train_batch_size=1 
 # shellcheck disable=SC2086
 run_ztrain 1 $gpt2 data.train_files=apart.h5 train.per_device_train_batch_size=3 \
     train.gradient_accumulation_steps=4 train.output_dir=g-apart >/dev/null
-"$PY" "$CMP" g-apart g-neat || fail "gpt2: neat-packed rows train otherwise than their samples one by one"
+# shellcheck disable=SC2086
+run_ztrain 2 $gpt2 data.train_files=neat.h5 parallel.sequence_parallel_size=2 train.per_device_train_batch_size=1 \
+    train.gradient_accumulation_steps=4 train.output_dir=g-sp2 >/dev/null
+"$PY" "$CMP" g-apart g-neat g-sp2 || fail "gpt2: neat-packed rows train otherwise than their samples one by one"
 
 # ---- data.neat_packing in the trainer: LLaMA-Factory's preprocessing, cached ----
 SF="$ZT_SRCDIR/tests/reference/sft"
