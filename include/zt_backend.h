@@ -57,10 +57,14 @@ typedef struct zt_backend {
     void (*embedding_forward)(float *out, const int32_t *inp, const float *wte, int N, int C);
     /* dwte[inp] += dout (N,C) */
     void (*embedding_backward)(float *dwte, const float *dout, const int32_t *inp, int N, int C);
-    /* out (B,T,C) += wpe[t] (learned positions) */
-    void (*positional_forward)(float *out, const float *wpe, int B, int T, int C);
-    /* dwpe[t] += sum over b of dout (B,T,C) */
-    void (*positional_backward)(float *dwpe, const float *dout, int B, int T, int C);
+    /* out (B,T,C) += wpe[p] (learned positions), p = positions[b*T + t] (B*T), or t when
+     * positions is NULL; positions restart per packed sample under neat packing */
+    void (*positional_forward)(float *out, const float *wpe, const int32_t *positions, int B, int T,
+                               int C);
+    /* dwpe[p] += dout[b,t] over every (b,t), p as in the forward (NULL: dwpe[t] += sum
+     * over b, in increasing b) */
+    void (*positional_backward)(float *dwpe, const float *dout, const int32_t *positions, int B,
+                                int T, int C);
     /* out (N,C), mean (N), rstd (N) = layernorm(inp) * weight + bias, biased variance;
      * bias may be NULL */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
@@ -125,15 +129,21 @@ typedef struct zt_backend {
      * lse (B,NH,T) = log sum_{j<=t} exp(s_tj), the natural log-sum-exp of the scaled
      * scores s_tj = q_t.k_j / sqrt(HD) of each causally masked row, all backward needs
      * besides qkv and out to recompute the probabilities p_tj = exp(s_tj - lse_t).
-     * GPT-2 is NKV = NH, HD = C/NH. */
-    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                              int NKV, int HD);
+     * GPT-2 is NKV = NH, HD = C/NH.
+     * seg (B,T) or NULL: packed samples (neat packing). With seg, query t of row b sees
+     * key j <= t only when seg[b*T+j] == seg[b*T+t] (the sums above run over those j),
+     * so each segment is causal attention on its own; the key t itself is always seen.
+     * NULL is plain causal attention, computed exactly as without the argument. */
+    void (*attention_forward)(float *out, float *lse, const float *qkv, const int32_t *seg, int B,
+                              int T, int NH, int NKV, int HD);
     /* dqkv (B,T,(NH+2NKV)*HD) += from dout (B,T,NH*HD), with qkv, out and lse from the
      * forward: D_t = dout_t.out_t ; ds_tj = p_tj (dout_t.v_j - D_t) ;
      * dq_t += sum_j ds_tj k_j / sqrt(HD) ; dk_j += sum_t ds_tj q_t / sqrt(HD) ;
-     * dv_j += sum_t p_tj dout_t (per query head; a KV head sums its query heads). */
+     * dv_j += sum_t p_tj dout_t (per query head; a KV head sums its query heads).
+     * seg: the forward's (p_tj = 0 where it masks). */
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
-                               const float *lse, int B, int T, int NH, int NKV, int HD);
+                               const float *lse, const int32_t *seg, int B, int T, int NH, int NKV,
+                               int HD);
     /* Ring attention's pieces (sequence parallelism): the attention of a block of Tq
      * queries against a block of Tk keys. q (B,Tq) rows of stride qs, query head h at
      * h*HD; k and v (B,Tk) rows of stride ks, KV head g at g*HD (h reads h / (NH/NKV)).

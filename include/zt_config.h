@@ -47,6 +47,7 @@ typedef struct zt_config {
         char template_name[32];      /* data.template: chat template (zt_template.h) */
         int cutoff_len;              /* LLaMA-Factory's cutoff_len */
         int train_on_prompt, mask_history, packing; /* bools */
+        int neat_packing;            /* bool: packing whose samples do not see each other */
     } data;
     struct {
         int per_device_train_batch_size;

@@ -44,17 +44,32 @@ int zt_data_read(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_
 /* SFT sample files (zt-prep-data --format ...; LLaMA-Factory's supervised samples): HDF5
  * with /input_ids (int32, the samples concatenated), /labels (int32, -100 where a token
  * carries no loss), /sample_offsets (int64, n + 1), attributes vocab_size, eot_token
- * (the padding id) and tokenizer. Sample i of the epoch is one sample. */
+ * (the padding id) and tokenizer. Sample i of the epoch is one sample (a packed row with
+ * --packing). Neat-packed files (--neat-packing) add /segment_ids (int32, beside
+ * /input_ids): per token 1 + the index of its sample in the packed row, 0 on padding
+ * (LLaMA-Factory's neat_packing attention_mask). */
 int zt_data_is_sft(const zt_dataset_t *ds);
+/* 1 when a file of the dataset holds /segment_ids (then zt_data_read_row gives segments) */
+int zt_data_has_segments(const zt_dataset_t *ds);
 /* Global sample g as a training row of seq_len positions: inputs, and the targets the
  * model predicts there (-1: no loss). A token stream gives tokens [i T, i T + T) and the
  * same shifted by one (zt_data_read); an SFT sample gives input_ids[0 .. n-1) and
  * labels[1 .. n) (-100 -> -1), cut at seq_len and padded with eot_token / -1. */
 int zt_data_read_pair(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *inp, int32_t *tgt,
                       char *err, size_t errlen);
-int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels, size_t ntokens,
-                         const int64_t *sample_offsets, size_t nsamples, int vocab_size, int eot_token,
-                         const char *tokenizer, char *err, size_t errlen);
+/* The same, and the row's attention segments and positions (seq_len each; seg and pos may
+ * be NULL), what zt_model_set_segments takes. A neat-packed row: seg = /segment_ids (0 on
+ * the padding, the trainer's padding included), positions restarting at 0 with every
+ * sample (0 on the padding: LLaMA-Factory's position_ids), and no target on a sample's
+ * last token (there labels[t + 1] is the next sample's first label: the sample would be
+ * trained to predict a token it cannot see; LLaMA-Factory's labels are -100 there unless
+ * train_on_prompt). Any other row: seg 1 everywhere (one sequence) and positions t. */
+int zt_data_read_row(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *inp, int32_t *tgt,
+                     int32_t *seg, int32_t *pos, char *err, size_t errlen);
+/* segment_ids: NULL, or per token (neat packing: written as /segment_ids) */
+int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels,
+                         const int32_t *segment_ids, size_t ntokens, const int64_t *sample_offsets, size_t nsamples,
+                         int vocab_size, int eot_token, const char *tokenizer, char *err, size_t errlen);
 
 /* The position within epoch that global sample g maps to (exposed for tests). */
 int64_t zt_data_sample_index(const zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle);

@@ -54,6 +54,19 @@ double zt_model_flops_per_token(const zt_param_table_t *t, int T);
  * is asynchronous: the arrays must stay unchanged until a result of this batch is
  * read (zt_model_loss, zt_model_logits_row). */
 void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *targets, int B, int T);
+/* Packed rows (SFT neat_packing), for the batch set last: host arrays, either may be
+ * NULL. segments (B, sp T: whole sequences, sp = the sequence-parallel size, 1 without;
+ * attention runs over every position of a sequence): token t of row b attends only to the
+ * tokens j <= t of its sequence with segments[b*sp*T+j] == segments[b*sp*T+t] (NULL: to
+ * every j <= t); positions (B,T, this rank's tokens): each one's position, the rope
+ * angle's multiple (llama family) or the row of GPT-2's learned positions (NULL: t, or
+ * sp_rank T + t), each in [0, maxT) (fatal otherwise). Packed samples then do not see each
+ * other and each starts at position 0, so every one of them is computed as if it were
+ * a row of its own (to rounding). zt_model_set_batch resets both to NULL, so a caller
+ * that never calls this gets plain causal rows; the upload is asynchronous, the arrays
+ * must stay unchanged as set_batch's. Why a call of its own: the model takes the
+ * packing as given, whoever made it (zt_data_read_row reads it from an SFT file). */
+void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t *positions);
 void zt_model_forward_embed(zt_model_t *m, const float *root);
 /* lora: block l's adapter unit (NULL without LoRA) */
 void zt_model_forward_block(zt_model_t *m, int l, const float *unit, const float *lora);

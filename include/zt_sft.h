@@ -21,7 +21,12 @@
  * mean is over loss-bearing tokens). With packing, LLaMA-Factory's packing: cutoff_len
  * is lowered by one (as DataArguments does), each group of 1000 records
  * (preprocessing_batch_size) is greedy-knapsacked into rows that are padded to
- * cutoff_len with pad (labels -100); a sample longer than the knapsack is dropped. */
+ * cutoff_len with pad (labels -100); a sample longer than the knapsack is dropped.
+ * With neat_packing (which implies packing, as in LLaMA-Factory) the rows are the same
+ * and each token also gets its segment id, LLaMA-Factory's neat attention_mask: 1 + the
+ * index of its sample in the row (the knapsack's order), 0 on the padding; the trainer
+ * then keeps the packed samples from attending to each other and restarts positions at
+ * each (zt_data_read_row). */
 #ifndef ZT_SFT_H
 #define ZT_SFT_H
 
@@ -61,6 +66,7 @@ typedef struct {
     int train_on_prompt;
     int mask_history;
     int packing;
+    int neat_packing; /* implies packing; rows keep their samples' boundaries (segment_ids) */
 } zt_sft_opts_t;
 
 /* LLaMA-Factory's infer_seqlen: lengths of source and target after cutting to cutoff. */
@@ -71,9 +77,11 @@ void zt_sft_infer_seqlen(int64_t source_len, int64_t target_len, int64_t cutoff,
 int zt_sft_encode(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_record_t *r, zt_ids_t *input_ids,
                   zt_ids_t *labels, char *err, size_t errlen);
 
-/* The samples of a file: ids and labels concatenated, offsets[nsamples + 1]. */
+/* The samples of a file: ids and labels concatenated, offsets[nsamples + 1]; with
+ * neat_packing segment_ids beside them (per token: 1 + its sample's index in the row, 0
+ * on padding), else segment_ids.n = 0. */
 typedef struct {
-    zt_ids_t input_ids, labels;
+    zt_ids_t input_ids, labels, segment_ids;
     int64_t *offsets;
     size_t nsamples, cap;
     size_t dropped; /* packing: samples longer than the knapsack */
@@ -90,6 +98,7 @@ typedef struct {
     const char *format;        /* alpaca | sharegpt | messages */
     const char *template_name; /* zt_template_find */
     int cutoff_len, train_on_prompt, mask_history, packing;
+    int neat_packing; /* implies packing; writes /segment_ids */
 } zt_sft_prep_t;
 typedef struct {
     size_t records, samples, tokens, loss_tokens, dropped;
@@ -101,7 +110,7 @@ int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, 
 /* The cache of one input for the trainer: "INPUT.<16 hex digits>.sft.h5" beside it, the
  * digits an FNV-1a hash of everything that decides the samples: the input's bytes, the
  * tokenizer's files (tokenizer.json or vocab.json + merges.txt, tokenizer_config.json),
- * format, template, cutoff_len, the three flags and a version of this code. A change to
+ * format, template, cutoff_len, the flags (neat_packing too) and a version of this code. A change to
  * any of them names another file; old ones are left for the user to delete. */
 int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size_t outlen, char *err,
                       size_t errlen);

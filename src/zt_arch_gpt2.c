@@ -263,34 +263,20 @@ static void gpt2_destroy(zt_model_t *m)
     free(g);
 }
 
-/* Learned positions: x (N,C) += wpe of each row's position (wpe given), or dwpe += the
- * rows' gradients dx (dwpe given). Sequence parallelism runs positions sp_rank T ..; ring
- * attention two chunks of T/2, chunk-major (zt_arch.h's sp_ring) */
-static void gpt2_positions(zt_model_t *m, const float *wpe, float *x, const float *dx, float *dwpe)
-{
-    const zt_model_dims_t *d = &m->d;
-    const int B = m->B, T = m->T, C = d->C, sp = d->sp_size > 1 ? d->sp_size : 1;
-    const int nh = sp > 1 && d->sp_ring ? 2 : 1, t = T / nh;
-    for (int h = 0; h < nh; h++) {
-        const int chunk = sp == 1 ? 0 : nh == 1 ? d->sp_rank : h ? 2 * sp - 1 - d->sp_rank : d->sp_rank;
-        const size_t p0 = (size_t)chunk * t * C, x0 = (size_t)h * B * t * C;
-        if (wpe) m->be->positional_forward(x + x0, wpe + p0, B, t, C);
-        else m->be->positional_backward(dwpe + p0, dx + x0, B, t, C);
-    }
-}
-
 static void gpt2_embed_forward(zt_model_t *m, const float *root, float *x0)
 {
     const gpt2_t *g = m->fam;
     zt_model_embed_tokens(m, root + g->o_wte, x0);
-    gpt2_positions(m, root + g->o_wpe, x0, NULL, NULL);
+    /* each token's position: a packed batch's, or this rank's chunks under sequence
+     * parallelism (zt_model_positions), else 0..T-1 */
+    m->be->positional_forward(x0, root + g->o_wpe, zt_model_positions(m), m->B, m->T, m->d.C);
 }
 
 static void gpt2_embed_backward(zt_model_t *m, float *droot, const float *dx0)
 {
     const gpt2_t *g = m->fam;
     zt_model_embed_tokens_backward(m, droot + g->o_wte, dx0);
-    gpt2_positions(m, NULL, NULL, dx0, droot + g->o_wpe);
+    m->be->positional_backward(droot + g->o_wpe, dx0, zt_model_positions(m), m->B, m->T, m->d.C);
 }
 
 static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
@@ -308,13 +294,14 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     if (m->d.sp_size > 1 && m->d.sp_ring) {
         zt_model_ring_forward(m, a->qkv, NH, NH, HD, a->atty, a->lse);
     } else if (m->d.sp_size > 1) {
-        /* Ulysses: every position for this rank's share of the heads, and back */
+        /* Ulysses: every position for this rank's share of the heads, and back; m->seg
+         * (packed rows, or NULL) covers whole sequences */
         const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
         zt_model_sp_scatter_heads(m, a->qkv, 3, h, HD, a->qkv_sp);
-        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, B, sp * T, NH / sp, NH / sp, HD);
+        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, NH / sp, NH / sp, HD);
         zt_model_sp_gather_heads(m, a->atty_sp, 1, h, HD, a->atty);
     } else {
-        be->attention_forward(a->atty, a->lse, a->qkv, B, T, NH, NH, HD); // (N,A)
+        be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, NH, NH, HD); // (N,A)
     }
     /* attention projection into a scratch (row-parallel: partial sums under tp), then
      * the residual add */
@@ -369,12 +356,12 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
         const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
         zt_model_sp_scatter_heads(m, datty, 1, h, HD, g->datty_sp);
         be->memzero(g->dqkv_sp, 3 * (size_t)N * A * F);
-        be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, B, sp * T, NH / sp, NH / sp,
-                               HD);
+        be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, m->seg, B, sp * T, NH / sp,
+                               NH / sp, HD);
         zt_model_sp_gather_heads(m, g->dqkv_sp, 3, h, HD, g->dqkv);
     } else {
         be->memzero(g->dqkv, 3 * (size_t)N * A * F);
-        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, B, T, NH, NH, HD);
+        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD);
     }
     float *dln1 = m->dres2;
     be->matmul_backward(dln1, dw + g->o_qkvw, dw + g->o_qkvb, g->dqkv, a->ln1, w + g->o_qkvw, N, C, 3 * A, 0);

@@ -547,6 +547,8 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
         be->matmul_forward(a->qkv, a->ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
         zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, a->ln1, a->qkv);
     }
+    /* positions: a packed batch's, or under sequence parallelism this rank's chunk's; m->seg
+     * (packed rows, or NULL) covers whole sequences */
     const int32_t *pos = zt_model_positions(m);
     be->rope_forward(a->qkv, g->inv_freq, pos, B, T, d->NH, d->HD, S);
     be->rope_forward(a->qkv + Q, g->inv_freq, pos, B, T, d->NKV, d->HD, S);
@@ -556,10 +558,10 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
         /* Ulysses: every position for this rank's share of the heads, and back */
         const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
         zt_model_sp_scatter_heads(m, a->qkv, 3, h, d->HD, a->qkv_sp); // (B, sp T, (NH + 2 nkv) HD / sp)
-        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, B, sp * T, d->NH / sp, nkv, d->HD);
+        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, d->NH / sp, nkv, d->HD);
         zt_model_sp_gather_heads(m, a->atty_sp, 1, h, d->HD, a->atty); // (N,Q)
     } else {
-        be->attention_forward(a->atty, a->lse, a->qkv, B, T, d->NH, d->NKV, d->HD); // (N,Q)
+        be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, d->NH, d->NKV, d->HD); // (N,Q)
     }
     be->matmul_forward(a->res2, a->atty, w + g->o_wo, zt_model_tp_bias(m, d->o_bias ? w + g->o_bo : NULL), N, Q, C,
                        1); // row-parallel: (N,C) partial sums under tp
@@ -614,12 +616,12 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
         const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
         zt_model_sp_scatter_heads(m, datty, 1, h, d->HD, g->datty_sp);
         be->memzero(g->dqkv_sp, sp_row_floats(d, (size_t)N) * F);
-        be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, B, sp * T, d->NH / sp, nkv,
-                               d->HD);
+        be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, m->seg, B, sp * T, d->NH / sp,
+                               nkv, d->HD);
         zt_model_sp_gather_heads(m, g->dqkv_sp, 3, h, d->HD, g->dqkv); // (N,S), overwritten
     } else {
         be->memzero(g->dqkv, (size_t)N * S * F);
-        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, B, T, d->NH, d->NKV, d->HD);
+        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, d->NH, d->NKV, d->HD);
     }
     const int32_t *pos = zt_model_positions(m);
     be->rope_backward(g->dqkv, g->inv_freq, pos, B, T, d->NH, d->HD, S);

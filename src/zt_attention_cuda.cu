@@ -10,7 +10,8 @@
  *     train.bf16 / fp16 choose; other head sizes fall back to fp32.
  * Both are flash-style (no (B,NH,T,T) buffer; lse (B,NH,T) kept for the
  * backward) and deterministic. Grouped-query attention (NKV key/value heads
- * shared by NH query heads) and any head size HD in range. */
+ * shared by NH query heads) and any head size HD in range; seg (B,T) in device
+ * memory, or NULL, masks packed samples from each other (zt_backend.h). */
 #include <math.h>
 #include <stddef.h>
 
@@ -36,67 +37,68 @@ static dim3 fa_grid(int B, int T, int heads, int rows)
 /* ---- fp32 ------------------------------------------------------------------ */
 
 template <int NI>
-static void fa_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
-                       int HD)
+static void fa_forward(float *out, float *lse, const float *qkv, const int32_t *seg, int B, int T,
+                       int NH, int NKV, int HD)
 {
     const size_t smem = fa_smem_bytes(HD, 3);
     zt_cuda_smem_optin((const void *)flash_forward_k<NI>, smem, "attention (fp32)");
     flash_forward_k<NI><<<fa_grid(B, T, NH, FA_TILE), FA_WARPS * 32, smem,
-                          zt_cuda_compute_stream()>>>(out, lse, qkv, T, NH, NKV, HD, fa_scale(HD));
+                          zt_cuda_compute_stream()>>>(out, lse, qkv, seg, T, NH, NKV, HD, fa_scale(HD));
     ZT_LAUNCHED();
 }
 
 template <int NI>
 static void fa_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                        const float *lse, int B, int T, int NH, int NKV, int HD)
+                        const float *lse, const int32_t *seg, int B, int T, int NH, int NKV, int HD)
 {
     const size_t smem = fa_smem_bytes(HD, 4);
     const float scale = fa_scale(HD);
     cudaStream_t st = zt_cuda_compute_stream();
     zt_cuda_smem_optin((const void *)flash_backward_dq_k<NI>, smem, "attention (fp32)");
     flash_backward_dq_k<NI><<<fa_grid(B, T, NH, FA_TILE), FA_WARPS * 32, smem, st>>>(
-        dqkv, dout, qkv, out, lse, T, NH, NKV, HD, scale);
+        dqkv, dout, qkv, out, lse, seg, T, NH, NKV, HD, scale);
     ZT_LAUNCHED();
     zt_cuda_smem_optin((const void *)flash_backward_dkv_k<NI>, smem, "attention (fp32)");
     flash_backward_dkv_k<NI><<<fa_grid(B, T, NKV, FA_TILE), FA_WARPS * 32, smem, st>>>(
-        dqkv, dout, qkv, out, lse, T, NH, NKV, HD, scale);
+        dqkv, dout, qkv, out, lse, seg, T, NH, NKV, HD, scale);
     ZT_LAUNCHED();
 }
 
 /* ---- bf16 tensor cores ----------------------------------------------------- */
 
 template <int NF>
-static void tc_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV,
-                       int HD)
+static void tc_forward(float *out, float *lse, const float *qkv, const int32_t *seg, int B, int T,
+                       int NH, int NKV, int HD)
 {
     const size_t smem = tc_smem_forward(HD);
     zt_cuda_smem_optin((const void *)tc_forward_k<NF>, smem, "attention (bf16)");
     tc_forward_k<NF><<<fa_grid(B, T, NH, TC_ROWS), TC_THREADS, smem,
-                       zt_cuda_compute_stream()>>>(out, lse, qkv, T, NH, NKV, fa_scale(HD));
+                       zt_cuda_compute_stream()>>>(out, lse, qkv, seg, T, NH, NKV, fa_scale(HD));
     ZT_LAUNCHED();
 }
 
 template <int NF>
 static void tc_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                        const float *lse, int B, int T, int NH, int NKV, int HD)
+                        const float *lse, const int32_t *seg, int B, int T, int NH, int NKV, int HD)
 {
     const float scale = fa_scale(HD);
     cudaStream_t st = zt_cuda_compute_stream();
     zt_cuda_smem_optin((const void *)tc_backward_dq_k<NF>, tc_smem_dq(HD), "attention (bf16)");
     tc_backward_dq_k<NF><<<fa_grid(B, T, NH, TC_ROWS), TC_THREADS, tc_smem_dq(HD), st>>>(
-        dqkv, dout, qkv, out, lse, T, NH, NKV, scale);
+        dqkv, dout, qkv, out, lse, seg, T, NH, NKV, scale);
     ZT_LAUNCHED();
     zt_cuda_smem_optin((const void *)tc_backward_dkv_k<NF>, tc_smem_dkv(HD), "attention (bf16)");
     tc_backward_dkv_k<NF><<<fa_grid(B, T, NKV, TC_ROWS), TC_THREADS, tc_smem_dkv(HD), st>>>(
-        dqkv, dout, qkv, out, lse, T, NH, NKV, scale);
+        dqkv, dout, qkv, out, lse, seg, T, NH, NKV, scale);
     ZT_LAUNCHED();
 }
 
 /* ---- choice ---------------------------------------------------------------- */
 
-typedef void (*fa_forward_fn)(float *, float *, const float *, int, int, int, int, int);
+typedef void (*fa_forward_fn)(float *, float *, const float *, const int32_t *, int, int, int, int,
+                              int);
 typedef void (*fa_backward_fn)(float *, const float *, const float *, const float *,
-                               const float *, int, int, int, int, int);
+                               const float *, const int32_t *, int, int, int, int, int);
 /* indexed by NI - 1 = (hs - 1) / 32 */
 static const fa_forward_fn fa_forward_by_ni[FA_MAX_NI] = {
     fa_forward<1>, fa_forward<2>, fa_forward<3>, fa_forward<4>,
@@ -131,19 +133,19 @@ static int fa_ni(int NH, int NKV, int HD)
     return (HD + 31) / 32;
 }
 
-void zt_cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                               int NKV, int HD)
+void zt_cuda_attention_forward(float *out, float *lse, const float *qkv, const int32_t *seg, int B,
+                               int T, int NH, int NKV, int HD)
 {
     const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
-    if (nf) tc_forward_by_nf[nf - 1](out, lse, qkv, B, T, NH, NKV, HD);
-    else fa_forward_by_ni[ni - 1](out, lse, qkv, B, T, NH, NKV, HD);
+    if (nf) tc_forward_by_nf[nf - 1](out, lse, qkv, seg, B, T, NH, NKV, HD);
+    else fa_forward_by_ni[ni - 1](out, lse, qkv, seg, B, T, NH, NKV, HD);
 }
 
 void zt_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                const float *out, const float *lse, int B, int T, int NH,
-                                int NKV, int HD)
+                                const float *out, const float *lse, const int32_t *seg, int B,
+                                int T, int NH, int NKV, int HD)
 {
     const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
-    if (nf) tc_backward_by_nf[nf - 1](dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
-    else fa_backward_by_ni[ni - 1](dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
+    if (nf) tc_backward_by_nf[nf - 1](dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, HD);
+    else fa_backward_by_ni[ni - 1](dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, HD);
 }

@@ -26,6 +26,7 @@
 #endif
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zt_cuda_warp.cuh"
 
@@ -48,7 +49,11 @@
  *            to the end.
  * dq and dk/dv are separate kernels so every output element has one writer:
  * no atomics, and results are deterministic. Rows past T are zero-filled in
- * shared memory and masked, so any T works. */
+ * shared memory and masked, so any T works.
+ * Packed rows (seg, neat packing, both kernel families): a key of another
+ * segment is masked like a key above the diagonal (fa_sees); tiles are not
+ * skipped for it yet, so a packed row costs what one sequence of its length
+ * does. seg NULL takes exactly the causal path. */
 #define FA_TILE 32
 #define FA_WARPS 8
 #define FA_RPW (FA_TILE / FA_WARPS)  /* rows (or keys) per warp */
@@ -63,6 +68,13 @@ __device__ __forceinline__ void fa_load_tile(float *dst, const float *src, int r
         int r = e / hs, i = e - r * hs;
         dst[r * ld + i] = r0 + r < T ? src[(size_t)(r0 + r) * ld_g + i] : 0.0f;
     }
+}
+
+/* Key j visible from query t (t < T): causal, and with segments (sb: the row's
+ * seg, or NULL) in the query's segment. The key t itself always is. */
+__device__ __forceinline__ bool fa_sees(const int32_t *sb, int t, int j)
+{
+    return j <= t && (!sb || sb[j] == sb[t]);
 }
 
 __device__ __forceinline__ float fa_dot(const float *a, const float *b, int hs)
@@ -83,12 +95,13 @@ __device__ __forceinline__ float fa_row_D(const float *dy, const float *y, int h
 
 template <int NI>
 __global__ void __launch_bounds__(FA_WARPS * 32)
-flash_forward_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV, int HD,
-                float scale)
+flash_forward_k(float *out, float *lse, const float *qkv, const int32_t *seg, int T, int NH,
+                int NKV, int HD, float scale)
 {
     ZT_DYNAMIC_SMEM(float, fa_sm);
     const int hs = HD, ld = hs | 1, C3 = (NH + 2 * NKV) * HD, C = NH * HD;  /* qkv, out row strides */
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
+    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);  /* tiles with the most keys first */
     const int q0 = tile * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *sq = fa_sm, *sk = sq + FA_TILE * ld, *sv = sk + FA_TILE * ld;
@@ -114,7 +127,7 @@ flash_forward_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV
         for (int rr = 0; rr < FA_RPW; rr++) {
             const int r = warp * FA_RPW + rr, t = q0 + r, j = k0 + lane;
             float s = -INFINITY;
-            if (t < T && j <= t) s = fa_dot(sq + r * ld, sk + lane * ld, hs) * scale;
+            if (t < T && fa_sees(sb, t, j)) s = fa_dot(sq + r * ld, sk + lane * ld, hs) * scale;
             const float mnew = fmaxf(m[rr], warp_max(s));
             /* -inf guards: masked keys give 0, and a row with nothing yet (or a
              * row past T) keeps m = -inf without computing exp(-inf - -inf) */
@@ -141,7 +154,7 @@ flash_forward_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV
         const int t = q0 + warp * FA_RPW + rr;
         if (t >= T) continue;
         float *o = out + ((size_t)b * T + t) * C + h * hs;
-        const float inv = 1.0f / l[rr];  /* l >= 1: key 0 is always visible */
+        const float inv = 1.0f / l[rr];  /* l >= 1: key t is always visible */
 #pragma unroll
         for (int c = 0; c < NI; c++) {
             const int i = lane + 32 * c;
@@ -155,11 +168,13 @@ flash_forward_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV
 template <int NI>
 __global__ void __launch_bounds__(FA_WARPS * 32)
 flash_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                    const float *lse, int T, int NH, int NKV, int HD, float scale)
+                    const float *lse, const int32_t *seg, int T, int NH, int NKV, int HD,
+                    float scale)
 {
     ZT_DYNAMIC_SMEM(float, fa_sm);
     const int hs = HD, ld = hs | 1, C3 = (NH + 2 * NKV) * HD, C = NH * HD;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
+    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);
     const int q0 = tile * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *sq = fa_sm, *sdo = sq + FA_TILE * ld, *sk = sdo + FA_TILE * ld, *sv = sk + FA_TILE * ld;
@@ -188,7 +203,7 @@ flash_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const floa
         for (int rr = 0; rr < FA_RPW; rr++) {
             const int r = warp * FA_RPW + rr, t = q0 + r, j = k0 + lane;
             float ds = 0.0f;
-            if (t < T && j <= t) {
+            if (t < T && fa_sees(sb, t, j)) {
                 const float p = expf(fa_dot(sq + r * ld, sk + lane * ld, hs) * scale - L[rr]);
                 ds = p * (fa_dot(sdo + r * ld, sv + lane * ld, hs) - D[rr]);
             }
@@ -223,11 +238,13 @@ flash_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const floa
 template <int NI>
 __global__ void __launch_bounds__(FA_WARPS * 32)
 flash_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                     const float *lse, int T, int NH, int NKV, int HD, float scale)
+                     const float *lse, const int32_t *seg, int T, int NH, int NKV, int HD,
+                     float scale)
 {
     ZT_DYNAMIC_SMEM(float, fa_sm);
     const int hs = HD, ld = hs | 1, C3 = (NH + 2 * NKV) * HD, C = NH * HD, grp = NH / NKV;
     const int b = blockIdx.x / NKV, g = blockIdx.x % NKV;
+    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
     const int kt = (int)blockIdx.y;  /* tile 0 sees every query tile: the most work first */
     const int k0 = kt * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *sk = fa_sm, *sv = sk + FA_TILE * ld, *sq = sv + FA_TILE * ld, *sdo = sq + FA_TILE * ld;
@@ -264,7 +281,7 @@ flash_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const flo
         for (int rr = 0; rr < FA_RPW; rr++) {
             const int r = warp * FA_RPW + rr, j = k0 + r, t = q0 + lane;  /* lane = query row */
             float p = 0.0f, ds = 0.0f;
-            if (t < T && j <= t) {
+            if (t < T && fa_sees(sb, t, j)) {
                 p = expf(fa_dot(sq + lane * ld, sk + r * ld, hs) * scale - sL[lane]);
                 ds = p * (fa_dot(sdo + lane * ld, sv + r * ld, hs) - sD[lane]);
             }
@@ -429,12 +446,14 @@ __device__ __forceinline__ int tc_visible_frags(int q, int k0, int T)
 
 template <int NF>
 __global__ void __launch_bounds__(TC_THREADS)
-tc_forward_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV, float scale)
+tc_forward_k(float *out, float *lse, const float *qkv, const int32_t *seg, int T, int NH, int NKV,
+             float scale)
 {
     ZT_DYNAMIC_SMEM(unsigned char, tc_sm);
     const int hs = NF * 16, ldh = TC_LDH(hs), ldo = TC_LDO(hs);
     const int C3 = (NH + 2 * NKV) * hs, C = NH * hs;  /* qkv, out row strides */
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
+    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);  /* tiles with the most keys first */
     const int q0 = tile * TC_ROWS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __nv_bfloat16 *sq = (__nv_bfloat16 *)tc_sm, *sk = sq + TC_ROWS * ldh, *sv = sk + TC_ROWS * ldh;
@@ -465,12 +484,12 @@ tc_forward_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV, f
          * fp32 kernel (masked keys give 0, rows past T keep m = -inf) */
         float mx = -INFINITY;
         for (int j = half; j < nkf * 16; j += 2)
-            if (t < T && k0 + j <= t) mx = fmaxf(mx, ss[r * TC_LDS + j] * scale);
+            if (t < T && fa_sees(sb, t, k0 + j)) mx = fmaxf(mx, ss[r * TC_LDS + j] * scale);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         const float mnew = fmaxf(m, mx);
         float sum = 0.0f;
         for (int j = half; j < nkf * 16; j += 2) {
-            const float p = t < T && k0 + j <= t ? expf(ss[r * TC_LDS + j] * scale - mnew) : 0.0f;
+            const float p = t < T && fa_sees(sb, t, k0 + j) ? expf(ss[r * TC_LDS + j] * scale - mnew) : 0.0f;
             sp[r * TC_LDP + j] = __float2bfloat16(p);
             sum += p;
         }
@@ -494,7 +513,7 @@ tc_forward_k(float *out, float *lse, const float *qkv, int T, int NH, int NKV, f
     }
     if (t < T) {
         float *o = out + ((size_t)b * T + t) * C + h * hs;
-        const float inv = 1.0f / l;  /* l >= 1: key 0 is always visible */
+        const float inv = 1.0f / l;  /* l >= 1: key t is always visible */
         for (int i = half; i < hs; i += 2) o[i] = so[r * ldo + i] * inv;
         if (half == 0) lse[(size_t)bh * T + t] = m + logf(l);
     }
@@ -523,11 +542,12 @@ __device__ __forceinline__ void tc_add_rows(float *dst, size_t ld_g, const tc_ac
 template <int NF>
 __global__ void __launch_bounds__(TC_THREADS)
 tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                 const float *lse, int T, int NH, int NKV, float scale)
+                 const float *lse, const int32_t *seg, int T, int NH, int NKV, float scale)
 {
     ZT_DYNAMIC_SMEM(unsigned char, tc_sm);
     const int hs = NF * 16, ldh = TC_LDH(hs), C3 = (NH + 2 * NKV) * hs, C = NH * hs;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
+    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);
     const int q0 = tile * TC_ROWS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __nv_bfloat16 *sq = (__nv_bfloat16 *)tc_sm, *sdo = sq + TC_ROWS * ldh;
@@ -565,7 +585,7 @@ tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *
         const float L = sL[r], D = sD[r];
         for (int j = half; j < nkf * 16; j += 2) {
             float ds = 0.0f;
-            if (t < T && k0 + j <= t) {
+            if (t < T && fa_sees(sb, t, k0 + j)) {
                 const float p = expf(ss[r * TC_LDS + j] * scale - L);
                 ds = p * (sdp[r * TC_LDS + j] - D);
             }
@@ -585,11 +605,12 @@ tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *
 template <int NF>
 __global__ void __launch_bounds__(TC_THREADS)
 tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                  const float *lse, int T, int NH, int NKV, float scale)
+                  const float *lse, const int32_t *seg, int T, int NH, int NKV, float scale)
 {
     ZT_DYNAMIC_SMEM(unsigned char, tc_sm);
     const int hs = NF * 16, ldh = TC_LDH(hs), C3 = (NH + 2 * NKV) * hs, C = NH * hs;
     const int b = blockIdx.x / NKV, g = blockIdx.x % NKV, grp = NH / NKV;
+    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
     const int kt = (int)blockIdx.y;  /* tile 0 sees every query tile: the most work first */
     const int k0 = kt * TC_ROWS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __nv_bfloat16 *sk = (__nv_bfloat16 *)tc_sm, *sv = sk + TC_ROWS * ldh;
@@ -636,7 +657,7 @@ tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float 
         for (int c = f_lo * 16 + half; c < f_hi * 16; c += 2) {
             const int t = q0 + c;
             float p = 0.0f, ds = 0.0f;
-            if (t < T && j <= t) {
+            if (t < T && fa_sees(sb, t, j)) {
                 p = expf(ss[r * TC_LDS + c] * scale - sL[c]);
                 ds = p * (sdp[r * TC_LDS + c] - sD[c]);
             }

@@ -367,21 +367,24 @@ static void cuda_embedding_backward(float *dwte, const float *dout, const int32_
     ZT_LAUNCHED();
 }
 
-static void cuda_positional_forward(float *out, const float *wpe, int B, int T, int C)
+static void cuda_positional_forward(float *out, const float *wpe, const int32_t *positions, int B,
+                                    int T, int C)
 {
     ensure_init();
     size_t n = (size_t)B * T * C;
     if (n == 0) return;
-    positional_forward_k<<<ELEM_LAUNCH(n)>>>(out, wpe, B, T, C);
+    positional_forward_k<<<ELEM_LAUNCH(n)>>>(out, wpe, positions, B, T, C);
     ZT_LAUNCHED();
 }
 
-static void cuda_positional_backward(float *dwpe, const float *dout, int B, int T, int C)
+static void cuda_positional_backward(float *dwpe, const float *dout, const int32_t *positions,
+                                     int B, int T, int C)
 {
     ensure_init();
     size_t n = (size_t)T * C;
     if (n == 0) return;
-    positional_backward_k<<<ELEM_LAUNCH(n)>>>(dwpe, dout, B, T, C);
+    if (positions) positional_backward_pos_k<<<ELEM_LAUNCH((size_t)C)>>>(dwpe, dout, positions, B, T, C);
+    else positional_backward_k<<<ELEM_LAUNCH(n)>>>(dwpe, dout, B, T, C);
     ZT_LAUNCHED();
 }
 

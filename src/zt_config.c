@@ -165,8 +165,13 @@ static const zkey_t schema[] = {
        "Only the last turn's answer carries loss, and truncation keeps the last turns first (LLaMA-Factory's "
        "mask_history; not with data.train_on_prompt)."),
     KB("data.packing", data.packing, 0,
-       "Greedy-pack SFT samples into rows of data.cutoff_len tokens, as LLaMA-Factory's packing (no "
-       "neat_packing: attention crosses the packed samples, as there)."),
+       "Greedy-pack SFT samples into rows of data.cutoff_len tokens, as LLaMA-Factory's packing: attention "
+       "crosses the packed samples, as there (data.neat_packing keeps them apart)."),
+    KB("data.neat_packing", data.neat_packing, 0,
+       "LLaMA-Factory's neat_packing: the rows of data.packing (it implies it), but a packed sample attends "
+       "only to itself and its positions restart at 0, so each trains as it would in a row of its own; "
+       "the SFT file keeps the boundaries (/segment_ids). For data.format alpaca, sharegpt or messages; a "
+       "sample file made with zt-prep-data --neat-packing trains so by itself."),
     /* train */
     KI("train.per_device_train_batch_size", train.per_device_train_batch_size, 8, 1, 1 << 20,
        "Sequences per rank per micro-step (B). Global batch = B * gradient_accumulation_steps * world size "
@@ -963,6 +968,10 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
                       zt_template_names(), cfg->data.template_name);
     if (cfg->data.mask_history && cfg->data.train_on_prompt)
         return zt_err(err, errlen, "data.mask_history and data.train_on_prompt are incompatible (as in LLaMA-Factory)");
+    /* a token or sample file is trained as it was made: the key would silently do nothing */
+    if (cfg->data.neat_packing && strcmp(cfg->data.format, "tokens") == 0)
+        return zt_err(err, errlen, "data.neat_packing applies to instruction data (data.format = alpaca, sharegpt or "
+                                   "messages); a file made by zt-prep-data --neat-packing trains neatly as it is");
     if (cfg->train.max_steps <= 0 && cfg->train.num_train_epochs <= 0)
         return zt_err(err, errlen, "train.max_steps and train.num_train_epochs are both 0: nothing to train "
                                    "(set one of them > 0)");

@@ -41,10 +41,10 @@ int zt_cuda_matmul_precision(void);
 void zt_cuda_smem_optin(const void *kernel, size_t bytes, const char *what);
 
 /* The backend's attention entries (zt_attention_cuda.cu). */
-void zt_cuda_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                               int NKV, int HD);
+void zt_cuda_attention_forward(float *out, float *lse, const float *qkv, const int32_t *seg, int B,
+                               int T, int NH, int NKV, int HD);
 void zt_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                const float *out, const float *lse, int B, int T, int NH,
-                                int NKV, int HD);
+                                const float *out, const float *lse, const int32_t *seg, int B,
+                                int T, int NH, int NKV, int HD);
 
 #endif

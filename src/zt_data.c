@@ -45,9 +45,10 @@ typedef struct {
     int vocab_attr, eot_attr; /* -1 when absent */
     char tokenizer[32];
     /* SFT sample files: /input_ids and /labels (the samples concatenated), the
-     * samples' boundaries (nsamples + 1 offsets, in memory) */
+     * samples' boundaries (nsamples + 1 offsets, in memory), and for neat-packed rows
+     * /segment_ids (-1: none) */
     int is_sft;
-    hid_t labels;
+    hid_t labels, segs;
     int64_t *offsets;
 } zt_file_t;
 
@@ -158,6 +159,12 @@ static int open_sft(zt_file_t *f, char *err, size_t errlen)
         if (f->offsets[i + 1] < f->offsets[i])
             return zt_err(err, errlen, "%s: /sample_offsets decreases at sample %lld", f->path, (long long)i);
     f->nsamples = n1 - 1;
+    /* neat packing: /segment_ids beside /input_ids; its values are checked as rows are read */
+    if (H5Lexists(f->file, "segment_ids", H5P_DEFAULT) > 0) {
+        if (read_1d(f, "segment_ids", H5T_NATIVE_INT32, f->ntok, NULL, NULL, err, errlen)) return -1;
+        f->segs = H5Dopen2(f->file, "segment_ids", H5P_DEFAULT);
+        if (f->segs < 0) return zt_err(err, errlen, "%s: cannot open /segment_ids", f->path);
+    }
     return 0;
 }
 
@@ -253,7 +260,7 @@ zt_dataset_t *zt_data_open(const char *const *files, int nfiles, int seq_len, in
     for (int i = 0; i < nfiles; i++) {
         zt_file_t *f = &ds->files[i];
         f->fd = -1;
-        f->file = f->dset = f->labels = -1;
+        f->file = f->dset = f->labels = f->segs = -1;
         f->vocab_attr = f->eot_attr = -1;
         ds->nfiles = i + 1;
         f->path = strdup(files[i]);
@@ -318,6 +325,7 @@ void zt_data_close(zt_dataset_t *ds)
         zt_file_t *f = &ds->files[i];
         if (f->dset >= 0) H5Dclose(f->dset);
         if (f->is_sft && f->labels >= 0) H5Dclose(f->labels);
+        if (f->segs >= 0) H5Dclose(f->segs);
         if (f->file >= 0) H5Fclose(f->file);
         free(f->offsets);
         if (f->fd >= 0) close(f->fd);
@@ -449,8 +457,30 @@ static int read_range(const zt_file_t *f, hid_t d, const char *name, int64_t off
 
 int zt_data_is_sft(const zt_dataset_t *ds) { return ds->nfiles > 0 && ds->files[0].is_sft; }
 
+int zt_data_has_segments(const zt_dataset_t *ds)
+{
+    for (int i = 0; i < ds->nfiles; i++)
+        if (ds->files[i].segs >= 0) return 1;
+    return 0;
+}
+
 int zt_data_read_pair(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *inp, int32_t *tgt,
                       char *err, size_t errlen)
+{
+    return zt_data_read_row(ds, g, seed, shuffle, inp, tgt, NULL, NULL, err, errlen);
+}
+
+/* One sequence per row: segment 1 everywhere, positions t */
+static void plain_row(int T, int32_t *seg, int32_t *pos)
+{
+    for (int t = 0; t < T; t++) {
+        if (seg) seg[t] = 1;
+        if (pos) pos[t] = t;
+    }
+}
+
+int zt_data_read_row(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *inp, int32_t *tgt,
+                     int32_t *seg, int32_t *pos, char *err, size_t errlen)
 {
     const int T = ds->seq_len;
     if (!zt_data_is_sft(ds)) {
@@ -459,6 +489,7 @@ int zt_data_read_pair(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, i
         if (!rc) {
             memcpy(inp, row, (size_t)T * sizeof *row);
             memcpy(tgt, row + 1, (size_t)T * sizeof *row);
+            plain_row(T, seg, pos);
         }
         free(row);
         return rc;
@@ -473,8 +504,14 @@ int zt_data_read_pair(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, i
     /* n may be T + 1 while inp holds T: read into a T + 1 buffer (reading straight into inp
      * wrote one id past its end for every sample longer than T) */
     int32_t *lab = zt_malloc((size_t)(T + 1) * sizeof *lab), *ids = zt_malloc((size_t)(T + 1) * sizeof *ids);
+    /* (T + 1) segment ids of the row: the file's, or one sequence (1) without /segment_ids */
+    int32_t *sid = zt_malloc((size_t)(T + 1) * sizeof *sid);
     int rc = read_range(f, f->dset, "input_ids", off, n, ids, err, errlen);
     if (!rc) rc = read_range(f, f->labels, "labels", off, n, lab, err, errlen);
+    if (f->segs < 0)
+        for (int64_t t = 0; t < n; t++) sid[t] = 1;
+    else if (!rc)
+        rc = read_range(f, f->segs, "segment_ids", off, n, sid, err, errlen);
     if (!rc) memcpy(inp, ids, (size_t)ZT_MIN(n, (int64_t)T) * sizeof *ids);
     free(ids);
     const int pad = f->eot_attr >= 0 ? f->eot_attr : 0;
@@ -487,33 +524,50 @@ int zt_data_read_pair(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, i
             else if (y != -100 && (y < 0 || y >= ds->vocab_size))
                 rc = zt_err(err, errlen, "%s: sample %lld: label %d at position %lld is neither -100 nor in [0, %d)",
                             f->path, (long long)s, y, (long long)t + 1, ds->vocab_size);
-            tgt[t] = y == -100 ? -1 : y;
+            else if (sid[t] < 0)
+                rc = zt_err(err, errlen, "%s: sample %lld: segment id %d at position %lld is negative", f->path,
+                            (long long)s, sid[t], (long long)t);
+            /* no target across a segment boundary: the last token of a packed sample
+             * would predict the next sample's first token, which it cannot see */
+            tgt[t] = y == -100 || sid[t + 1] != sid[t] ? -1 : y;
         } else {
             inp[t] = pad;
             tgt[t] = -1;
+            sid[t] = f->segs >= 0 ? 0 : 1; /* the trainer's padding is the file's padding */
+        }
+    }
+    if (!rc && f->segs < 0) plain_row(T, seg, pos);
+    else if (!rc) {
+        /* positions restart with every segment; the padding (0) is at 0, as LLaMA-Factory's
+         * position_ids */
+        for (int t = 0; t < T; t++) {
+            if (seg) seg[t] = sid[t];
+            if (pos) pos[t] = sid[t] == 0 || t == 0 || sid[t - 1] != sid[t] ? 0 : pos[t - 1] + 1;
         }
     }
     free(lab);
+    free(sid);
     return rc;
 }
 
 static int h5_put_int_attr(hid_t obj, const char *name, int v);
 static int h5_put_str_attr(hid_t obj, const char *name, const char *v);
 
-int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels, size_t ntokens,
-                         const int64_t *sample_offsets, size_t nsamples, int vocab_size, int eot_token,
-                         const char *tokenizer, char *err, size_t errlen)
+int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels,
+                         const int32_t *segment_ids, size_t ntokens, const int64_t *sample_offsets, size_t nsamples,
+                         int vocab_size, int eot_token, const char *tokenizer, char *err, size_t errlen)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) return zt_err(err, errlen, "%s: cannot create", path);
     int rc = 0;
-    const struct { const char *name; hid_t type; const void *data; hsize_t n; } ds[3] = {
+    const struct { const char *name; hid_t type; const void *data; hsize_t n; } ds[4] = {
         {"input_ids", H5T_NATIVE_INT32, input_ids, ntokens},
         {"labels", H5T_NATIVE_INT32, labels, ntokens},
         {"sample_offsets", H5T_NATIVE_INT64, sample_offsets, nsamples + 1},
+        {"segment_ids", H5T_NATIVE_INT32, segment_ids, ntokens},
     };
-    for (int i = 0; i < 3 && !rc; i++) {
+    for (int i = 0; i < (segment_ids ? 4 : 3) && !rc; i++) {
         hid_t sp = H5Screate_simple(1, &ds[i].n, NULL);
         hid_t d = H5Dcreate2(f, ds[i].name, ds[i].type == H5T_NATIVE_INT64 ? H5T_STD_I64LE : H5T_STD_I32LE, sp,
                              H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);

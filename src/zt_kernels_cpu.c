@@ -158,22 +158,42 @@ static void cpu_embedding_backward(float *restrict dwte, const float *restrict d
 
 /* out = wte[inp] then += wpe[t] rounds exactly as the former fused
  * wte[inp] + wpe[t] (one float add either way), so GPT-2 is unchanged. */
-static void cpu_positional_forward(float *restrict out, const float *restrict wpe, int B, int T,
-                                   int C)
+static void cpu_positional_forward(float *restrict out, const float *restrict wpe,
+                                   const int32_t *restrict positions, int B, int T, int C)
 {
-    // out (B,T,C) +=, wpe (maxT,C)
+    // out (B,T,C) +=, wpe (maxT,C), positions (B,T) or NULL (= t)
 #pragma omp parallel for collapse(2) if ((size_t)B * T * C >= ZT_PAR_MIN) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *restrict o = out + ((size_t)b * T + t) * C;
-            const float *restrict wp = wpe + (size_t)t * C;
+            const int p = positions ? positions[(size_t)b * T + t] : t;
+            const float *restrict wp = wpe + (size_t)p * C;
             for (int c = 0; c < C; c++) o[c] += wp[c];
         }
 }
 
-static void cpu_positional_backward(float *restrict dwpe, const float *restrict dout, int B,
-                                    int T, int C)
+/* Columns per thread task of the positional backward with positions */
+#define POS_COLS 64
+
+static void cpu_positional_backward(float *restrict dwpe, const float *restrict dout,
+                                    const int32_t *restrict positions, int B, int T, int C)
 {
+    if (positions) {
+        /* Packed rows repeat positions (every sample starts at 0), so the rows of
+         * dwpe that threads would write are not disjoint by t: threads split the
+         * channels instead, and each row of dwpe sums its tokens in (b, t) order,
+         * the same order at any thread count. */
+#pragma omp parallel for if ((size_t)B * T * C >= ZT_PAR_MIN) schedule(static)
+        for (int c0 = 0; c0 < C; c0 += POS_COLS) {
+            const int c1 = ZT_MIN(C, c0 + POS_COLS);
+            for (size_t n = 0; n < (size_t)B * T; n++) {
+                float *restrict dwp = dwpe + (size_t)positions[n] * C;
+                const float *restrict d = dout + n * C;
+                for (int c = c0; c < c1; c++) dwp[c] += d[c];
+            }
+        }
+        return;
+    }
     /* Each dwpe[t] sums its B rows in increasing b, the order of the former fused
      * encoder backward, so GPT-2's gradients keep their bits. Threads split t:
      * disjoint rows of dwpe. */
@@ -587,7 +607,13 @@ static void cpu_matmul_backward(float *restrict dinp, float *restrict dweight,
  * backward recomputes the same scores with the same GEMM shapes and turns them
  * into probabilities with the saved log-sum-exp. Small GEMMs beat scalar dot
  * loops by ~10x; OpenBLAS runs each on one thread at these sizes, so (b,h)
- * pairs are spread over OpenMP threads. */
+ * pairs are spread over OpenMP threads.
+ * Packed rows (seg, neat packing): a block's keys start at the first key any of
+ * its queries can see (the start of its first row's segment), not at 0, so a
+ * row of short samples computes about their own triangles and not the whole
+ * row's; inside that range keys of other segments are masked to -inf before
+ * the softmax (exp gives exact zeros). Without seg the range starts at 0 and
+ * every operation is the one of plain causal attention. */
 
 /* Rows per query block: T/4 in [32, 128]. Smaller blocks compute less of the
  * masked triangle but make more GEMM calls (~1 us each at these sizes); this
@@ -602,24 +628,45 @@ typedef struct att_head {
     float *dq, *dk, *dv;        /* dq row stride qs, dk and dv ks */
     const float *lse;           /* (T) backward reads it */
     float *lse_out;             /* (T) forward writes it */
+    const int32_t *seg;         /* (T) this row's segment ids, NULL: plain causal */
+    const int32_t *lo;          /* (T) with seg: the first key of each query's segment */
     int T, qs, os, hs, bq;      /* qs = (NH+2NKV)*HD, os = NH*HD (3C, C for GPT-2); bq: rows per query block */
     int Tk, ks;                 /* keys; their row stride (ks = qs, Tk = T: one packed qkv) */
     int causal;                 /* row t sees keys 0..t (same positions), else every key (ring blocks) */
     float scale;
 } att_head_t;
 
-/* keys a query block sees: its causal prefix, or every key of a ring block */
-static int att_keys(const att_head_t *a, int t0, int nb) { return a->causal ? t0 + nb : a->Tk; }
+/* keys k0.. a query block sees: its causal prefix, or every key of a ring block */
+static int att_keys(const att_head_t *a, int t0, int nb, int k0) { return a->causal ? t0 + nb - k0 : a->Tk; }
+
+/* First key the queries t0 .. t0+nb-1 can see: 0, or with segments the earliest
+ * start of their segments */
+static int att_key0(const att_head_t *a, int t0, int nb)
+{
+    if (!a->seg) return 0;
+    int k0 = a->lo[t0];
+    for (int r = 1; r < nb; r++) k0 = ZT_MIN(k0, a->lo[t0 + r]);
+    return k0;
+}
+
+/* Scores of keys k0 .. k0+n-1 in row (query t) that belong to another segment: -inf */
+static void att_mask_row(const att_head_t *a, int t, int k0, int n, float *restrict row)
+{
+    const int32_t st = a->seg[t], *restrict sk = a->seg + k0;
+    for (int j = 0; j < n; j++)
+        if (sk[j] != st) row[j] = -INFINITY;
+}
 
 /* A query block's rows of the forward (fp32 and bf16 GEMMs alike): the scores S (nb, nk)
- * become the causally masked softmax in place (keys 0..t of row t), and each row's
- * log-sum-exp goes to lse_out. */
-static void att_softmax_rows(const att_head_t *a, int t0, int nb, int nk, float *restrict S)
+ * of keys k0 .. k0+nk-1 become the causally masked softmax in place (keys k0..t of row
+ * t, less other segments' keys), and each row's log-sum-exp goes to lse_out. */
+static void att_softmax_rows(const att_head_t *a, int t0, int nb, int k0, int nk, float *restrict S)
 {
     for (int r = 0; r < nb; r++) {
         float *restrict row = S + (size_t)r * nk;
-        const int n = a->causal ? t0 + r + 1 : nk; /* keys 0..t */
-        float mx = -INFINITY;
+        const int n = a->causal ? t0 + r + 1 - k0 : nk; /* keys k0..t */
+        if (a->seg) att_mask_row(a, t0 + r, k0, n, row);
+        float mx = -INFINITY; /* finite: key t is always seen */
 #pragma omp simd reduction(max : mx)
         for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
         float s = 0.0f;
@@ -642,20 +689,21 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
 {
     const int T = a->T, C3 = a->qs, KS = a->ks, hs = a->hs;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
-        const int nb = ZT_MIN(a->bq, T - t0), nk = att_keys(a, t0, nb); /* rows, visible keys */
+        const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = att_keys(a, t0, nb, k0); /* rows, keys */
         gemm(0, 1, nb, nk, hs, a->scale,
-                    a->q + (size_t)t0 * C3, C3, a->k, KS, 0.0f, S, nk);
-        att_softmax_rows(a, t0, nb, nk, S);
-        gemm(0, 0, nb, hs, nk, 1.0f, S, nk, a->v, KS,
+                    a->q + (size_t)t0 * C3, C3, a->k + (size_t)k0 * KS, KS, 0.0f, S, nk);
+        att_softmax_rows(a, t0, nb, k0, nk, S);
+        gemm(0, 0, nb, hs, nk, 1.0f, S, nk, a->v + (size_t)k0 * KS, KS,
                     0.0f, a->o + (size_t)t0 * a->os, a->os);
     }
 }
 
-/* A query block's rows of the backward (fp32 and bf16 GEMMs alike): S (scores) becomes
- * P = exp(S - lse), dS (dO V^T) becomes P (dP - D) scale with D = dO . O per row, and
- * the masked tail of each row is zeroed for the accumulating GEMMs. */
-static void att_ds_rows(const att_head_t *a, int t0, int nb, int nk, float *restrict S, float *restrict dS,
-                        const float *restrict dyb)
+/* A query block's rows of the backward (fp32 and bf16 GEMMs alike): S (scores of keys
+ * k0 .. k0+nk-1) becomes P = exp(S - lse), dS (dO V^T) becomes P (dP - D) scale with
+ * D = dO . O per row, and the masked tail of each row is zeroed for the accumulating
+ * GEMMs (other segments' keys: p = exp(-inf) = 0, so ds = 0 too). */
+static void att_ds_rows(const att_head_t *a, int t0, int nb, int k0, int nk, float *restrict S,
+                        float *restrict dS, const float *restrict dyb)
 {
     const int C = a->os, hs = a->hs;
     const float scale = a->scale;
@@ -663,8 +711,9 @@ static void att_ds_rows(const att_head_t *a, int t0, int nb, int nk, float *rest
         float *restrict p = S + (size_t)r * nk, *restrict ds = dS + (size_t)r * nk;
         const float *restrict dy = dyb + (size_t)r * C;
         const float *restrict y = a->out + (size_t)(t0 + r) * C;
-        const int n = a->causal ? t0 + r + 1 : nk;
+        const int n = a->causal ? t0 + r + 1 - k0 : nk;
         const float l = a->lse[t0 + r];
+        if (a->seg) att_mask_row(a, t0 + r, k0, n, p);
         float D = 0.0f;
 #pragma omp simd reduction(+ : D)
         for (int i = 0; i < hs; i++) D += dy[i] * y[i];
@@ -692,11 +741,12 @@ static void att_forward_head_bf16(const att_head_t *a, float *restrict S)
     const void *qr = zt_dnnl_round(2, a->q, T, hs, C3), *kr = zt_dnnl_round(3, a->k, T, hs, C3);
     const void *vr = zt_dnnl_round(4, a->v, T, hs, C3);
     for (int t0 = 0; t0 < T; t0 += a->bq) {
-        const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
-        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, a->scale, ATT_AT(qr, (size_t)t0 * hs), kr, NULL, 0, S, nk);
-        att_softmax_rows(a, t0, nb, nk, S);
+        const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = t0 + nb - k0;
+        const void *kb = ATT_AT(kr, (size_t)k0 * hs), *vb = ATT_AT(vr, (size_t)k0 * hs);
+        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, a->scale, ATT_AT(qr, (size_t)t0 * hs), kb, NULL, 0, S, nk);
+        att_softmax_rows(a, t0, nb, k0, nk, S);
         const void *pr = zt_dnnl_round(1, S, nb, nk, nk);
-        zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, pr, vr, NULL, 0, a->o + (size_t)t0 * a->os, a->os);
+        zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, pr, vb, NULL, 0, a->o + (size_t)t0 * a->os, a->os);
     }
 }
 
@@ -708,16 +758,17 @@ static void att_backward_head_bf16(const att_head_t *a, float *restrict S, float
     const void *qr = zt_dnnl_round(2, a->q, T, hs, C3), *kr = zt_dnnl_round(3, a->k, T, hs, C3);
     const void *vr = zt_dnnl_round(4, a->v, T, hs, C3), *dyr = zt_dnnl_round(0, a->dout, T, hs, C);
     for (int t0 = 0; t0 < T; t0 += a->bq) {
-        const int nb = ZT_MIN(a->bq, T - t0), nk = t0 + nb;
+        const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = t0 + nb - k0;
         const float *dyb = a->dout + (size_t)t0 * C;
         const void *qbr = ATT_AT(qr, (size_t)t0 * hs), *dybr = ATT_AT(dyr, (size_t)t0 * hs);
-        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, scale, qbr, kr, NULL, 0, S, nk);
-        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, 1.0f, dybr, vr, NULL, 0, dS, nk);
-        att_ds_rows(a, t0, nb, nk, S, dS, dyb);
+        const void *kb = ATT_AT(kr, (size_t)k0 * hs), *vb = ATT_AT(vr, (size_t)k0 * hs);
+        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, scale, qbr, kb, NULL, 0, S, nk);
+        zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, 1.0f, dybr, vb, NULL, 0, dS, nk);
+        att_ds_rows(a, t0, nb, k0, nk, S, dS, dyb);
         const void *pr = zt_dnnl_round(1, S, nb, nk, nk), *dsr = zt_dnnl_round(5, dS, nb, nk, nk);
-        zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, dsr, kr, NULL, 1, a->dq + (size_t)t0 * C3, C3);
-        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, dsr, qbr, NULL, 1, a->dk, C3);
-        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, pr, dybr, NULL, 1, a->dv, C3);
+        zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, dsr, kb, NULL, 1, a->dq + (size_t)t0 * C3, C3);
+        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, dsr, qbr, NULL, 1, a->dk + (size_t)k0 * C3, C3);
+        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, pr, dybr, NULL, 1, a->dv + (size_t)k0 * C3, C3);
     }
 }
 #undef ATT_AT
@@ -730,21 +781,45 @@ static void att_backward_head(const att_head_t *a, float *restrict S, float *res
     const int T = a->T, C = a->os, C3 = a->qs, KS = a->ks, hs = a->hs;
     const float scale = a->scale;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
-        const int nb = ZT_MIN(a->bq, T - t0), nk = att_keys(a, t0, nb);
+        const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = att_keys(a, t0, nb, k0);
         const float *qb = a->q + (size_t)t0 * C3, *dyb = a->dout + (size_t)t0 * C;
-        gemm(0, 1, nb, nk, hs, scale, qb, C3, a->k, KS,
+        const float *kb = a->k + (size_t)k0 * KS, *vb = a->v + (size_t)k0 * KS;
+        gemm(0, 1, nb, nk, hs, scale, qb, C3, kb, KS,
                     0.0f, S, nk);
-        gemm(0, 1, nb, nk, hs, 1.0f, dyb, C, a->v, KS,
+        gemm(0, 1, nb, nk, hs, 1.0f, dyb, C, vb, KS,
                     0.0f, dS, nk);
-        att_ds_rows(a, t0, nb, nk, S, dS, dyb);
+        att_ds_rows(a, t0, nb, k0, nk, S, dS, dyb);
         // dq_blk (nb,hs) += dS @ K ; dK (nk,hs) += dS^T @ Q_blk ; dV (nk,hs) += P^T @ dO_blk
-        gemm(0, 0, nb, hs, nk, 1.0f, dS, nk, a->k, KS,
+        gemm(0, 0, nb, hs, nk, 1.0f, dS, nk, kb, KS,
                     1.0f, a->dq + (size_t)t0 * C3, C3);
         gemm(1, 0, nk, hs, nb, 1.0f, dS, nk, qb, C3, 1.0f,
-                    a->dk, KS);
+                    a->dk + (size_t)k0 * KS, KS);
         gemm(1, 0, nk, hs, nb, 1.0f, S, nk, dyb, C, 1.0f,
-                    a->dv, KS);
+                    a->dv + (size_t)k0 * KS, KS);
     }
+}
+
+/* lo (B,T) for segments seg (B,T): per query the first key of its row with the same
+ * segment id, where its visible keys start. A packed row's segments are runs, and a
+ * run continues its predecessor's value; a new run looks back for an earlier run of
+ * the same id (none in packed rows), so any ids work: O(T x runs) per row. */
+static int32_t *att_segment_starts(const int32_t *seg, int B, int T)
+{
+    int32_t *lo = zt_malloc((size_t)B * T * sizeof *lo);
+    for (int b = 0; b < B; b++) {
+        const int32_t *s = seg + (size_t)b * T;
+        int32_t *l = lo + (size_t)b * T;
+        for (int t = 0; t < T; t++) {
+            if (t > 0 && s[t] == s[t - 1]) {
+                l[t] = l[t - 1];
+                continue;
+            }
+            int j = 0;
+            while (s[j] != s[t]) j++; /* stops at t at the latest */
+            l[t] = j;
+        }
+    }
+    return lo;
 }
 
 /* Every head forward (dqkv == NULL) or backward, in parallel when the work is
@@ -754,10 +829,11 @@ static void att_backward_head(const att_head_t *a, float *restrict S, float *res
  * all accumulate into the same dk, dv, which threads must therefore not share.
  * With NKV = NH (GPT-2) both are the former (b,h) loop, head for head. */
 /* The pointers of one call: q (and dq) rows of stride qs with head h at h HD; k, v (and
- * dk, dv) rows of stride ks with KV head g at g HD. */
+ * dk, dv) rows of stride ks with KV head g at g HD; seg (B,T) or NULL. */
 typedef struct att_call {
     const float *q, *k, *v, *out, *dout, *lse;
     float *o, *lse_out, *dq, *dk, *dv;
+    const int32_t *seg;
     int B, T, Tk, NH, NKV, HD, qs, ks, causal, bf16;
 } att_call_t;
 
@@ -765,6 +841,7 @@ static void att_all_heads(const att_call_t *c)
 {
     const int bwd = c->dq != NULL, bq = att_block_rows(c->T), NH = c->NH, NKV = c->NKV, HD = c->HD;
     const int grp = NH / NKV, T = c->T, Tk = c->Tk, qs = c->qs, ks = c->ks, os = NH * HD;
+    int32_t *lo = c->seg ? att_segment_starts(c->seg, c->B, T) : NULL;
     const size_t blk = (size_t)bq * Tk;
     const int nouter = bwd ? NKV : NH, ninner = bwd ? grp : 1;
 #pragma omp parallel if ((size_t)c->B * NH * T * Tk * HD >= ZT_PAR_MIN)
@@ -779,6 +856,7 @@ static void att_all_heads(const att_call_t *c)
                     const size_t ooff = (size_t)b * T * os + (size_t)h * HD;
                     att_head_t a = {.T = T, .qs = qs, .os = os, .hs = HD, .bq = bq, .Tk = Tk, .ks = ks,
                                     .causal = c->causal, .scale = 1.0f / sqrtf((float)HD)};
+                    if (c->seg) a.seg = c->seg + (size_t)b * T, a.lo = lo + (size_t)b * T;
                     a.q = c->q + q0;
                     a.k = c->k + k0;
                     a.v = c->v + k0;
@@ -801,6 +879,33 @@ static void att_all_heads(const att_call_t *c)
                 }
         free(scr);
     }
+    free(lo);
+}
+
+static void cpu_attention_forward(float *restrict out, float *restrict lse,
+                                  const float *restrict qkv, const int32_t *restrict seg, int B,
+                                  int T, int NH, int NKV, int HD)
+{
+    // qkv (B,T,(NH+2NKV)*HD) -> out (B,T,NH*HD), lse (B,NH,T) ; seg (B,T) or NULL
+    const int qs = (NH + 2 * NKV) * HD;
+    att_call_t c = {.q = qkv, .k = qkv + (size_t)NH * HD, .v = qkv + (size_t)(NH + NKV) * HD, .o = out,
+                    .lse_out = lse, .seg = seg, .B = B, .T = T, .Tk = T, .NH = NH, .NKV = NKV, .HD = HD,
+                    .qs = qs, .ks = qs, .causal = 1, .bf16 = g_bf16_gemm};
+    att_all_heads(&c);
+}
+
+static void cpu_attention_backward(float *restrict dqkv, const float *restrict dout,
+                                   const float *restrict qkv, const float *restrict out,
+                                   const float *restrict lse, const int32_t *restrict seg, int B,
+                                   int T, int NH, int NKV, int HD)
+{
+    // dqkv (B,T,(NH+2NKV)*HD) += ; dout, out (B,T,NH*HD) ; lse (B,NH,T) is only read
+    const int qs = (NH + 2 * NKV) * HD;
+    const size_t ko = (size_t)NH * HD, vo = (size_t)(NH + NKV) * HD;
+    att_call_t c = {.q = qkv, .k = qkv + ko, .v = qkv + vo, .out = out, .dout = dout, .lse = lse, .dq = dqkv,
+                    .dk = dqkv + ko, .dv = dqkv + vo, .seg = seg, .B = B, .T = T, .Tk = T, .NH = NH, .NKV = NKV,
+                    .HD = HD, .qs = qs, .ks = qs, .causal = 1, .bf16 = g_bf16_gemm};
+    att_all_heads(&c);
 }
 
 /* ring attention's blocks (zt_backend.h), always fp32 GEMMs */
@@ -841,31 +946,6 @@ static void cpu_attention_merge(float *restrict out, float *restrict lse, const 
                 for (int i = 0; i < HD; i++) o[i] = a1 * o[i] + a2 * o2[i];
                 *l = m + logf(s);
             }
-}
-
-static void cpu_attention_forward(float *restrict out, float *restrict lse,
-                                  const float *restrict qkv, int B, int T, int NH, int NKV, int HD)
-{
-    // qkv (B,T,(NH+2NKV)*HD) -> out (B,T,NH*HD), lse (B,NH,T)
-    const int qs = (NH + 2 * NKV) * HD;
-    att_call_t c = {.q = qkv, .k = qkv + (size_t)NH * HD, .v = qkv + (size_t)(NH + NKV) * HD, .o = out,
-                    .lse_out = lse, .B = B, .T = T, .Tk = T, .NH = NH, .NKV = NKV, .HD = HD, .qs = qs, .ks = qs,
-                    .causal = 1, .bf16 = g_bf16_gemm};
-    att_all_heads(&c);
-}
-
-static void cpu_attention_backward(float *restrict dqkv, const float *restrict dout,
-                                   const float *restrict qkv, const float *restrict out,
-                                   const float *restrict lse, int B, int T, int NH, int NKV,
-                                   int HD)
-{
-    // dqkv (B,T,(NH+2NKV)*HD) += ; dout, out (B,T,NH*HD) ; lse (B,NH,T) is only read
-    const int qs = (NH + 2 * NKV) * HD;
-    const size_t ko = (size_t)NH * HD, vo = (size_t)(NH + NKV) * HD;
-    att_call_t c = {.q = qkv, .k = qkv + ko, .v = qkv + vo, .out = out, .dout = dout, .lse = lse, .dq = dqkv,
-                    .dk = dqkv + ko, .dv = dqkv + vo, .B = B, .T = T, .Tk = T, .NH = NH, .NKV = NKV, .HD = HD,
-                    .qs = qs, .ks = qs, .causal = 1, .bf16 = g_bf16_gemm};
-    att_all_heads(&c);
 }
 
 /* ------------------------------------------------------------ elementwise -- */

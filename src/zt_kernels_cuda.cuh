@@ -109,13 +109,25 @@ __global__ void embedding_backward_k(float *dwte, const float *dout, const int32
         if (inp[i / C] >= 0) atomicAdd(&dwte[(size_t)inp[i / C] * C + i % C], dout[i]);
 }
 
-/* out (B,T,C) += wpe[t]: one add, the CPU's, so bit-identical */
-__global__ void positional_forward_k(float *out, const float *wpe, int B, int T, int C)
+/* out (B,T,C) += wpe[t], or wpe[positions[b*T+t]]: one add, the CPU's, so bit-identical */
+__global__ void positional_forward_k(float *out, const float *wpe, const int32_t *positions, int B,
+                                     int T, int C)
 {
     size_t n = (size_t)B * T * C, tc = (size_t)T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] += wpe[i % tc];
+        out[i] += positions ? wpe[(size_t)positions[i / C] * C + i % C] : wpe[i % tc];
+}
+
+/* With positions (packed rows: rows of dwpe repeat): one thread per channel c walks
+ * the tokens in (b, t) order, the CPU's order, so deterministic and bit-identical
+ * with it. Few threads (C), but this runs once per micro-step on (N, C). */
+__global__ void positional_backward_pos_k(float *dwpe, const float *dout, const int32_t *positions,
+                                          int B, int T, int C)
+{
+    const size_t N = (size_t)B * T;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
+        for (size_t i = 0; i < N; i++) dwpe[(size_t)positions[i] * C + c] += dout[i * C + c];
 }
 
 /* dwpe[t] += dout[b,t] for b = 0, 1, ... in turn onto the running value, the

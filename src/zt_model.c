@@ -157,7 +157,9 @@ size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int 
                     2 * N * C /* dres, dres2 */;
     /* tensor parallelism: local ids, the cross-entropy's row statistics, a gathered row */
     if (d->tp_size > 1) floats += 3 * (size_t)head_rows_for(N, d->V) + (size_t)d->vocab_block * (d->tp_size + 1) + N;
-    return floats * sizeof(float) + 2 * N * sizeof(int32_t) + t->arch->activation_bytes(t, B, T, recompute);
+    /* inputs, targets, positions, and the segments of whole sequences (sp T per row) */
+    return floats * sizeof(float) + (3 + (size_t)ZT_MAX(d->sp_size, 1)) * N * sizeof(int32_t) +
+           t->arch->activation_bytes(t, B, T, recompute);
 }
 
 double zt_model_flops_per_token(const zt_param_table_t *t, int T) { return t->arch->flops_per_token(&t->dims, T); }
@@ -185,6 +187,8 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->dres2 = zt_model_alloc(m, N * C * F);
     m->inputs = zt_model_alloc(m, N * sizeof(int32_t));
     m->targets = zt_model_alloc(m, N * sizeof(int32_t));
+    m->seg_buf = zt_model_alloc(m, N * (size_t)ZT_MAX(m->d.sp_size, 1) * sizeof(int32_t)); /* whole sequences */
+    m->pos_buf = zt_model_alloc(m, N * sizeof(int32_t));
     m->host_losses = be->alloc_host(N * F); /* pinned on a GPU: the download stays async */
     if (m->d.tp_size > 1) {
         m->inputs_tp = zt_model_alloc(m, N * sizeof(int32_t));
@@ -211,6 +215,8 @@ void zt_model_free(zt_model_t *m)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
     be->free(m->inputs);
     be->free(m->targets);
+    be->free(m->seg_buf);
+    be->free(m->pos_buf);
     be->free_host(m->host_losses);
     if (m->sp_positions) {
         be->free(m->sp_positions);
@@ -274,9 +280,24 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
         }
         m->be->from_host_async(m->sp_positions, m->host_sp_positions, N * sizeof(int32_t));
     }
+    m->seg = m->pos = NULL;
 }
 
-const int32_t *zt_model_positions(const zt_model_t *m) { return m->sp_positions; }
+void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t *positions)
+{
+    const size_t N = (size_t)m->B * m->T, sp = (size_t)ZT_MAX(m->d.sp_size, 1);
+    if (positions)
+        for (size_t i = 0; i < N; i++) /* a kernel cannot report a row of wpe out of range */
+            if (positions[i] < 0 || positions[i] >= m->d.maxT)
+                zt_fatal("position %d of token %zu outside [0, %d)", positions[i], i, m->d.maxT);
+    if (segments) m->be->from_host_async(m->seg_buf, segments, N * sp * sizeof(int32_t));
+    if (positions) m->be->from_host_async(m->pos_buf, positions, N * sizeof(int32_t));
+    m->seg = segments ? m->seg_buf : NULL;
+    m->pos = positions ? m->pos_buf : NULL;
+}
+
+/* a packed batch's own positions come first: they are absolute in their sequence */
+const int32_t *zt_model_positions(const zt_model_t *m) { return m->pos ? m->pos : m->sp_positions; }
 
 void zt_model_sp_scratch(zt_model_t *m, size_t floats)
 {

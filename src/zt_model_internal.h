@@ -1,7 +1,7 @@
 /* zt_model_internal.h — what a family file sees of the model (zt_model.c owns it).
  *
  * zt_model.c keeps what every family shares: the batch (backend copies of the
- * inputs and targets), each block's input x_in (the residual stream, kept for
+ * inputs and targets, and of a packed batch's segments and positions), each block's input x_in (the residual stream, kept for
  * backward even with recompute), the last block's output, the final norm's output,
  * the head's logits chunk and the per-token losses, and two residual-stream
  * gradient buffers. A family allocates the rest with zt_model_alloc (counted in
@@ -29,6 +29,11 @@ struct zt_model {
      * for a family's block_backward (the head uses it before the blocks run) */
     float *dres, *dres2;
     int32_t *inputs, *targets;  /* (N) backend memory */
+    /* Packed rows (zt_model_set_segments): the batch's segment ids and positions in
+     * backend memory ((N) each, allocated with the model), and what the family hands
+     * the kernels: those buffers, or NULL (one sequence per row, positions t) */
+    int32_t *seg_buf, *pos_buf;
+    const int32_t *seg, *pos;
     size_t act_bytes;
     void *fam;                  /* the family's state */
     /* LoRA scratch, shared by the GEMMs (largest sizes): B_bd and its gradient

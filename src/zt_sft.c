@@ -1,6 +1,6 @@
 /* zt_sft.c — LLaMA-Factory's supervised processor: turns -> input_ids and labels
  * (SupervisedDatasetProcessor._encode_data_example), and its packing
- * (PackedSupervisedDatasetProcessor with greedy_knapsack). */
+ * (PackedSupervisedDatasetProcessor with greedy_knapsack), neat or not. */
 #include "zt_sft.h"
 
 #include "zt_common.h"
@@ -88,7 +88,9 @@ int zt_sft_encode(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_reco
     return 0;
 }
 
-static void add_sample(zt_sft_samples_t *s, const int32_t *ids, const int32_t *labels, size_t n)
+/* segs: the row's segment ids (neat packing), or NULL */
+static void add_sample(zt_sft_samples_t *s, const int32_t *ids, const int32_t *labels, const int32_t *segs,
+                       size_t n)
 {
     if (s->nsamples + 2 > s->cap) {
         s->cap = s->cap ? 2 * s->cap : 1024;
@@ -98,6 +100,7 @@ static void add_sample(zt_sft_samples_t *s, const int32_t *ids, const int32_t *l
     if (s->nsamples == 0) s->offsets[0] = 0;
     zt_ids_append(&s->input_ids, ids, n);
     zt_ids_append(&s->labels, labels, n);
+    if (segs) zt_ids_append(&s->segment_ids, segs, n);
     s->offsets[++s->nsamples] = (int64_t)s->input_ids.n;
 }
 
@@ -129,10 +132,11 @@ static void pack_batch(const zt_sft_opts_t *o, zt_sft_samples_t *out, const zt_i
         items[m++] = (item_t){(int64_t)ids[i].n, i};
     }
     qsort(items, m, sizeof *items, cmp_item);
-    zt_ids_t row = {0}, rowl = {0};
+    zt_ids_t row = {0}, rowl = {0}, rows = {0};
     while (m > 0) {
         int64_t left = cap;
-        row.n = rowl.n = 0;
+        int32_t k = 0; /* samples in the row so far */
+        row.n = rowl.n = rows.n = 0;
         for (;;) {
             /* bisect_right(lengths, left) - 1 */
             size_t lo = 0, hi = m;
@@ -152,6 +156,7 @@ static void pack_batch(const zt_sft_opts_t *o, zt_sft_samples_t *out, const zt_i
             left -= len;
             zt_ids_append(&row, ids[idx].v, ids[idx].n);
             zt_ids_append(&rowl, lab[idx].v, lab[idx].n);
+            fill(&rows, ++k, ids[idx].n); /* "[i + 1] * len": ids from 1 in the knapsack's order */
         }
         /* pad to cutoff_len + 1 (the original cutoff_len) */
         size_t want = (size_t)cap + 1;
@@ -159,11 +164,13 @@ static void pack_batch(const zt_sft_opts_t *o, zt_sft_samples_t *out, const zt_i
             size_t pad = want - row.n;
             fill(&row, o->ids.pad, pad);
             fill(&rowl, IGNORE_INDEX, pad);
+            fill(&rows, 0, pad); /* neat packing's padding: segment 0 */
         }
-        add_sample(out, row.v, rowl.v, row.n);
+        add_sample(out, row.v, rowl.v, o->neat_packing ? rows.v : NULL, row.n);
     }
     zt_ids_free(&row);
     zt_ids_free(&rowl);
+    zt_ids_free(&rows);
     free(items);
 }
 
@@ -171,13 +178,15 @@ int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_recor
                  char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
+    zt_sft_opts_t oo = *o;
+    oo.packing = o->packing || o->neat_packing; /* DataArguments: neat_packing sets packing */
+    o = &oo;
     if (o->cutoff_len < 1 + (o->packing ? 1 : 0))
         return zt_err(err, errlen, "cutoff_len %d is too small", o->cutoff_len);
     if (o->mask_history && o->train_on_prompt)
         return zt_err(err, errlen, "mask_history is incompatible with train_on_prompt (as in LLaMA-Factory)");
     if (o->train_on_prompt && o->tpl->efficient_eos)
         return zt_err(err, errlen, "template %s does not support train_on_prompt", o->tpl->name);
-    zt_sft_opts_t oo = *o;
     if (o->packing) oo.cutoff_len -= 1; /* DataArguments.__post_init__: "avoid pad_to_multiple_of" */
     size_t batch = o->packing ? PREPROCESSING_BATCH : 1;
     zt_ids_t *ids = zt_calloc(batch, sizeof *ids), *lab = zt_calloc(batch, sizeof *lab);
@@ -187,7 +196,7 @@ int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_recor
         for (size_t i = 0; i < n; i++) {
             ids[i].n = lab[i].n = 0;
             if ((rc = zt_sft_encode(&oo, tok, &recs->rec[b + i], &ids[i], &lab[i], err, errlen)) != 0) break;
-            if (!o->packing) add_sample(out, ids[i].v, lab[i].v, ids[i].n);
+            if (!o->packing) add_sample(out, ids[i].v, lab[i].v, NULL, ids[i].n);
         }
         if (rc == 0 && o->packing) pack_batch(&oo, out, ids, lab, n);
     }
@@ -202,6 +211,7 @@ void zt_sft_samples_free(zt_sft_samples_t *s)
 {
     zt_ids_free(&s->input_ids);
     zt_ids_free(&s->labels);
+    zt_ids_free(&s->segment_ids);
     free(s->offsets);
     memset(s, 0, sizeof *s);
 }

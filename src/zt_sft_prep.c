@@ -37,6 +37,7 @@ int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, 
     o.train_on_prompt = p->train_on_prompt;
     o.mask_history = p->mask_history;
     o.packing = p->packing;
+    o.neat_packing = p->neat_packing;
     zt_tokenizer_t *tok = zt_tokenizer_load(p->tokenizer, err, errlen);
     if (!tok) return -1;
     int rc = zt_template_special_ids(o.tpl, tok, p->tokenizer, &o.ids, err, errlen);
@@ -68,8 +69,9 @@ int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, 
         for (size_t i = 0; i < smp.labels.n; i++) s.loss_tokens += smp.labels.v[i] != -100;
         char tmp[ZT_ERRLEN];
         snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
-        rc = zt_data_write_sft_h5(tmp, smp.input_ids.v, smp.labels.v, smp.input_ids.n, smp.offsets, smp.nsamples,
-                                  zt_tokenizer_vocab_size(tok), o.ids.pad, zt_tokenizer_kind(tok), err, errlen);
+        rc = zt_data_write_sft_h5(tmp, smp.input_ids.v, smp.labels.v, p->neat_packing ? smp.segment_ids.v : NULL,
+                                  smp.input_ids.n, smp.offsets, smp.nsamples, zt_tokenizer_vocab_size(tok), o.ids.pad,
+                                  zt_tokenizer_kind(tok), err, errlen);
         if (rc == 0 && rename(tmp, out_path) != 0)
             rc = zt_err(err, errlen, "%s: rename from %s: %s", out_path, tmp, strerror(errno));
         if (rc != 0) remove(tmp);
@@ -117,8 +119,12 @@ int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size
     h = fnv_str(h, SFT_CACHE_VERSION);
     h = fnv_str(h, p->format);
     h = fnv_str(h, p->template_name);
-    snprintf(buf, sizeof buf, "%d %d %d %d", p->cutoff_len, p->train_on_prompt, p->mask_history, p->packing);
+    /* neat_packing implies packing (the same rows); it is hashed only when set, so the
+     * caches of runs without it keep their names */
+    snprintf(buf, sizeof buf, "%d %d %d %d", p->cutoff_len, p->train_on_prompt, p->mask_history,
+             p->packing || p->neat_packing);
     h = fnv_str(h, buf);
+    if (p->neat_packing) h = fnv_str(h, "neat_packing");
     if (fnv_file(&h, input, 1, err, errlen) != 0) return -1;
     struct stat st;
     char f[4200];

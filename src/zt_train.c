@@ -60,7 +60,7 @@ typedef struct run {
     zt_param_table_t *ltable;   /* this rank's tp share of it (= table without tp): engine, model */
     int drank;                  /* this rank's data-parallel position: which rows it reads */
     int Tm;                     /* positions the model runs of each sequence: T / sp */
-    int32_t *row_tmp;           /* (2 T) sequence parallelism: a whole row before its chunk is taken */
+    int32_t *row_tmp;           /* (3 T) sequence parallelism: a whole row before its chunk is taken */
     float *tp_logits;           /* (V) a sampled row's logits where rank 0's are the ones used */
     zt_model_t *model;
     zt_shard_t *shard;
@@ -70,6 +70,7 @@ typedef struct run {
     long G, total_steps, step, samples_seen;
     double tokens_seen;
     int32_t *inp, *tgt;     /* (A, B, T) host */
+    int32_t *seg, *pos;     /* host, neat-packed rows' (NULL without): segments (A, B, T), positions (A, B, Tm) */
     double flops_per_token, peak_flops;
     char *config_text;
     hist_t train_hist, val_hist;
@@ -309,6 +310,9 @@ static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_mod
     if (cfg->data.seq_len % (ring ? 2 * sp : sp))
         return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide data.seq_len (%d)%s", sp,
                       cfg->data.seq_len, ring ? " into 2 sp chunks (ring attention's causal balance)" : "");
+    if (ring && cfg->data.neat_packing)
+        return zt_err(err, errlen, "data.neat_packing with parallel.sp_mode = ring is not built yet (the ring's "
+                      "blocks take no segments; parallel.sp_mode = ulysses works with it)");
     if (ring && !be->attention_block_forward)
         return zt_err(err, errlen, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
                       "(parallel.sp_mode = ulysses works there)", be->name);
@@ -322,13 +326,16 @@ static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_mod
     return 0;
 }
 
-static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float dscale)
+/* seg, pos: the rows' segments and positions (neat packing), or NULL */
+static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
+                         float dscale)
 {
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
     const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
     zt_model_set_batch(m, inp, tgt, r->B, r->Tm);
+    if (seg) zt_model_set_segments(m, seg, pos);
     zt_watchdog_mark("forward", 0, r->step + 1);
     /* the root unit (embeddings, tied head, ln_f) stays materialized for the whole
      * micro-step, as FSDP does for its root module: it is used at both ends */
@@ -369,11 +376,13 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
 }
 
 /* Forward only, inside begin/end_inference; loss if targets given. */
-static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, int B, int T)
+static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
+                          int B, int T)
 {
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     zt_model_set_batch(m, inp, tgt, B, T);
+    if (seg) zt_model_set_segments(m, seg, pos);
     const zt_param_table_t *t = r->table;
     const int b0 = t->first_block_unit, a0 = t->first_adapter_unit;
     const float *root = zt_shard_params(s, t->root_unit);
@@ -391,29 +400,35 @@ static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, int 
     return zt_model_loss(m);
 }
 
-/* Reads rows [g0 + ...] of a dataset into inp/tgt (B rows); 0 or -1 with err. */
-static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_t *inp, int32_t *tgt,
-                     char *err, size_t errlen)
+/* Reads rows [g0 + ...] of a dataset into inp/tgt (B rows), and their segments and
+ * positions into seg/pos when not NULL; 0 or -1 with err. */
+static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_t *inp, int32_t *tgt, int32_t *seg,
+                     int32_t *pos, char *err, size_t errlen)
 {
     const int T = r->T, Tm = r->Tm;
     int rc = 0;
     for (int b = 0; b < r->B && rc == 0; b++) {
+        /* seg: whole rows, since attention runs over every position of a sequence (under
+         * sequence parallelism too); pos: the positions of the tokens this rank runs */
+        int32_t *sb = seg ? seg + (size_t)b * T : NULL;
         if (Tm == T) {
-            rc = zt_data_read_pair(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, inp + (size_t)b * T,
-                                   tgt + (size_t)b * T, err, errlen);
+            rc = zt_data_read_row(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, inp + (size_t)b * T,
+                                  tgt + (size_t)b * T, sb, pos ? pos + (size_t)b * T : NULL, err, errlen);
             continue;
         }
         /* sequence parallelism: the sp ranks of a row read it alike and take their chunk */
-        rc = zt_data_read_pair(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, r->row_tmp, r->row_tmp + T, err,
-                               errlen);
+        rc = zt_data_read_row(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, r->row_tmp, r->row_tmp + T, sb,
+                              pos ? r->row_tmp + 2 * (size_t)T : NULL, err, errlen);
         const int sp = r->comm->mesh_sp, i = r->comm->sp.rank;
         if (!r->ltable->dims.sp_ring) {
             const size_t o = (size_t)i * Tm;
             memcpy(inp + (size_t)b * Tm, r->row_tmp + o, (size_t)Tm * sizeof(int32_t));
             memcpy(tgt + (size_t)b * Tm, r->row_tmp + T + o, (size_t)Tm * sizeof(int32_t));
+            if (pos) memcpy(pos + (size_t)b * Tm, r->row_tmp + 2 * (size_t)T + o, (size_t)Tm * sizeof(int32_t));
             continue;
         }
-        /* ring: chunks i and 2 sp - 1 - i of 2 sp, chunk-major over the B rows */
+        /* ring: chunks i and 2 sp - 1 - i of 2 sp, chunk-major over the B rows (packed
+         * rows are refused with ring attention: sp_check) */
         const size_t c = (size_t)Tm / 2;
         for (int h = 0; h < 2; h++) {
             const size_t o = (size_t)(h ? 2 * sp - 1 - i : i) * c, at = ((size_t)h * r->B + b) * c;
@@ -442,9 +457,9 @@ static float evaluate(run_t *r, int *failed)
     for (int j = 0; j < nb; j++) {
         zt_watchdog_mark("evaluation", -1, r->step);
         int64_t g0 = (int64_t)j * r->dp * r->B + (int64_t)r->drank * r->B;
-        if (rc == 0) rc = read_rows(r, r->val, g0, 0, r->inp, r->tgt, err, sizeof err);
+        if (rc == 0) rc = read_rows(r, r->val, g0, 0, r->inp, r->tgt, r->seg, r->pos, err, sizeof err);
         /* every rank runs the pass (zero3 gathers are collective) even after an error */
-        const float l = forward_only(r, r->inp, r->tgt, r->B, r->Tm);
+        const float l = forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->Tm);
         /* SFT: a mean over the tokens that carry a loss, as in training */
         sum += sft ? zt_model_loss_sum(r->model) : l;
         count += (double)loss_tokens(r->tgt, (size_t)r->B * r->Tm);
@@ -471,7 +486,7 @@ static void sample_logits(void *arg, const int32_t *tokens, int n, float *logits
 {
     run_t *r = arg;
     zt_watchdog_mark("generation", -1, r->step);
-    forward_only(r, tokens, NULL, 1, n);
+    forward_only(r, tokens, NULL, NULL, NULL, 1, n);
     /* under tp the row is gathered from every tp rank: they all take part */
     if (!logits && r->comm->mesh_tp > 1) logits = r->tp_logits;
     if (logits) zt_model_logits_row(r->model, 0, n - 1, logits);
@@ -482,7 +497,7 @@ static void generate_logits(void *arg, const int32_t *tokens, int n, float *logi
 {
     run_t *r = arg;
     zt_watchdog_mark("generation", -1, r->step);
-    forward_only(r, tokens, NULL, 1, n);
+    forward_only(r, tokens, NULL, NULL, NULL, 1, n);
     zt_model_logits_row(r->model, 0, n - 1, logits);
 }
 
@@ -785,7 +800,7 @@ static int run_loop(run_t *r)
     const int sched = zt_sched_parse(cfg->optim.lr_scheduler_type);
     const int fault = zt_fault_parse(cfg->fault.kind);
     if (!strcmp(cfg->fault.kind, "save_kill")) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
-    const size_t BT = (size_t)r->B * r->Tm;
+    const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T; /* BTs: a micro-step's segments */
     /* a token stream: every position carries a loss */
     const int sft = zt_data_is_sft(r->train);
     float dscale = 1.0f / (float)((double)BT * r->A * r->comm->data.size);
@@ -809,7 +824,8 @@ static int run_loop(run_t *r)
         err[0] = 0;
         for (int m = 0; m < r->A && rc == 0; m++) {
             int64_t g0 = r->samples_seen + (int64_t)m * r->dp * r->B + (int64_t)r->drank * r->B;
-            rc = read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT, err, sizeof err);
+            rc = read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT,
+                           r->seg ? r->seg + m * BTs : NULL, r->pos ? r->pos + m * BT : NULL, err, sizeof err);
         }
         if (injected == ZT_FAULT_DATA)
             rc = zt_err(err, sizeof err, "fault injection: data error on rank %d at step %ld", r->rank, r->step + 1);
@@ -834,7 +850,8 @@ static int run_loop(run_t *r)
         const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
         for (int m = 0; m < r->A; m++) {
             zt_shard_begin_micro(r->shard, m, r->A);
-            const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, ds);
+            const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, r->seg ? r->seg + m * BTs : NULL,
+                                        r->pos ? r->pos + m * BT : NULL, ds);
             loss_sum += sft ? zt_model_loss_sum(r->model) : l;
         }
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
@@ -970,7 +987,8 @@ static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[
     const zt_config_t *cfg = r->cfg;
     const char *tok = cfg->data.tokenizer[0] ? cfg->data.tokenizer : cfg->model.name_or_path;
     zt_sft_prep_t p = {tok, cfg->data.format, cfg->data.template_name, cfg->data.cutoff_len,
-                       cfg->data.train_on_prompt, cfg->data.mask_history, cfg->data.packing};
+                       cfg->data.train_on_prompt, cfg->data.mask_history, cfg->data.packing,
+                       cfg->data.neat_packing};
     int rc = 0;
     if (!tok[0]) rc = zt_err(err, errlen, "data.format = %s needs data.tokenizer (or model.name_or_path)", p.format);
     for (int i = 0; rc == 0 && i < n; i++) {
@@ -1156,13 +1174,20 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         zt_comm_actcoll(comm, &ac);
         zt_model_set_collectives(r->model, &ac);
         r->tp_logits = zt_malloc((size_t)r->table->dims.V * sizeof(float));
-        r->row_tmp = zt_malloc(2 * (size_t)r->T * sizeof(int32_t));
+        r->row_tmp = zt_malloc(3 * (size_t)r->T * sizeof(int32_t)); /* inputs, targets, positions */
     }
     r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
      * would wait for the compute stream, once per micro-step */
     r->inp = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
     r->tgt = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
+    if ((r->train && zt_data_has_segments(r->train)) || (r->val && zt_data_has_segments(r->val))) {
+        /* neat-packed rows: their segments (whole rows: attention sees every position of a
+         * sequence) and positions (this rank's tokens) go to the model beside the tokens */
+        r->seg = r->be->alloc_host((size_t)r->A * r->B * r->T * sizeof(int32_t));
+        r->pos = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
+        zt_log("data: neat-packed rows: packed samples attend within themselves, positions from 0");
+    }
     r->flops_per_token = zt_model_flops_per_token(r->table, r->T);
     r->peak_flops = cfg->train.peak_tflops > 0 ? cfg->train.peak_tflops * 1e12
                                               : zt_max_double(comm, &comm->world, zt_mfu_measure_peak(r->be));
@@ -1267,6 +1292,8 @@ done:
     zt_data_close(r->val);
     if (r->inp) r->be->free_host(r->inp);
     if (r->tgt) r->be->free_host(r->tgt);
+    if (r->seg) r->be->free_host(r->seg);
+    if (r->pos) r->be->free_host(r->pos);
     free(r->config_text);
     free(gpu_cfg);
     free(r->train_hist.step);

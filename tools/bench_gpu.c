@@ -250,11 +250,11 @@ static double bench_step(int level)
     snprintf(sh, sizeof sh, "(%d,%d,%d)", B, T, C);
     TIME_MS(ms, be->embedding_forward(x, inp, wte, N, C));
     add_row("embedding_fwd", sh, ms, 0, 0, F * 2.0 * NC + 4.0 * N, 1);
-    TIME_MS(ms, be->positional_forward(x, wpe, B, T, C));
+    TIME_MS(ms, be->positional_forward(x, wpe, NULL, B, T, C));
     add_row("positional_fwd", sh, ms, 0, 0, F * (2.0 * NC + (double)T * C), 1);
     TIME_MS(ms, be->embedding_backward(dwte, dy, inp, N, C));
     add_row("embedding_bwd", sh, ms, 0, 0, F * 3.0 * NC + 4.0 * N, 1);
-    TIME_MS(ms, be->positional_backward(dwpe, dy, B, T, C));
+    TIME_MS(ms, be->positional_backward(dwpe, dy, NULL, B, T, C));
     add_row("positional_bwd", sh, ms, 0, 0, F * (NC + 2.0 * T * C), 1);
 
     /* layernorm: ln1, ln2 per block and lnf */
@@ -343,9 +343,9 @@ static double bench_step(int level)
         float *dqkv = be->alloc(3 * NC * F), *dao = rnd(NC, 1.0f);
         const double full = 4.0 * B * (double)T * T * C, causal = full * (T + 1.0) / (2.0 * T);
         snprintf(sh, sizeof sh, "B%d T%d NH%d hs%d", B, T, NH, C / NH);
-        TIME_MS(ms, be->attention_forward(ao, lse, qkv, B, T, NH, NH, C / NH));
+        TIME_MS(ms, be->attention_forward(ao, lse, qkv, NULL, B, T, NH, NH, C / NH));
         add_row("attention_fwd", sh, ms, causal, full, 0, L);
-        TIME_MS(ms, be->attention_backward(dqkv, dao, qkv, ao, lse, B, T, NH, NH, C / NH));
+        TIME_MS(ms, be->attention_backward(dqkv, dao, qkv, ao, lse, NULL, B, T, NH, NH, C / NH));
         add_row("attention_bwd", sh, ms, 2 * causal, 2 * full, 0, L);
         be->free(qkv), be->free(ao), be->free(lse), be->free(dqkv), be->free(dao);
     }

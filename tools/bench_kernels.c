@@ -71,19 +71,27 @@ static void bench_matmul(const char *label, int N, int C, int OC, int transw, in
 }
 
 /* Attention at GPT-2 124M heads over a range of T: the flash-style kernels keep
- * only lse (B,NH,T), so the longer sequences are where they must not lose. */
-static void bench_attention(int B, int T, int C, int NH, int reps)
+ * only lse (B,NH,T), so the longer sequences are where they must not lose. With
+ * nseg > 0 each row packs nseg samples of T/nseg tokens (neat packing): a query
+ * block's keys start at its segment, so packed rows should cost about nseg times
+ * less than one causal sequence of T. */
+static void bench_attention(int B, int T, int C, int NH, int reps, int nseg)
 {
     const size_t N = (size_t)B * T;
     float *qkv = rnd(N * 3 * C, 2), *out = be->alloc(N * C * 4), *lse = be->alloc(N * NH * 4);
     float *dqkv = be->alloc(N * 3 * C * 4), *dout = rnd(N * C, 1);
+    int32_t *seg = nseg ? zt_malloc(N * sizeof *seg) : NULL;
+    for (size_t i = 0; seg && i < N; i++) seg[i] = (int32_t)((i % (size_t)T) / (size_t)ZT_MAX(T / nseg, 1));
     double tf, tb;
-    BEST(reps, tf, be->attention_forward(out, lse, qkv, B, T, NH, NH, C / NH));
-    BEST(reps, tb, be->attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH));
-    printf("attention B%d T%-4d C%d NH%d    fwd %8.3f ms | bwd %8.3f ms\n", B, T, C, NH, tf * 1e3,
+    BEST(reps, tf, be->attention_forward(out, lse, qkv, seg, B, T, NH, NH, C / NH));
+    BEST(reps, tb, be->attention_backward(dqkv, dout, qkv, out, lse, seg, B, T, NH, NH, C / NH));
+    char packed[32] = "";
+    if (nseg) snprintf(packed, sizeof packed, " packed %dx%d", nseg, T / nseg);
+    printf("attention B%d T%-4d C%d NH%d%s    fwd %8.3f ms | bwd %8.3f ms\n", B, T, C, NH, packed, tf * 1e3,
            tb * 1e3);
     float *bufs[] = {qkv, out, lse, dqkv, dout};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+    free(seg);
 }
 
 int main(int argc, char **argv)
@@ -115,7 +123,8 @@ int main(int argc, char **argv)
 
     float *qkv = rnd((size_t)N * 3 * C, 2), *ao = be->alloc((size_t)N * C * 4);
     float *dqkv = be->alloc((size_t)N * 3 * C * 4), *dao = rnd((size_t)N * C, 1);
-    for (int Ta = 64; Ta <= 1024; Ta *= 2) bench_attention(B, Ta, C, NH, reps);
+    for (int Ta = 64; Ta <= 1024; Ta *= 2) bench_attention(B, Ta, C, NH, reps, 0);
+    for (int Ta = 256; Ta <= 1024; Ta *= 2) bench_attention(B, Ta, C, NH, reps, 8);
     size_t ng = (size_t)N * 4 * C;
     float *gi = rnd(ng, 6), *go = be->alloc(ng * 4), *gd = rnd(ng, 1), *gdi = be->alloc(ng * 4);
     BEST(reps, t, be->gelu_forward(go, gi, ng));

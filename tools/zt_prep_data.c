@@ -4,7 +4,7 @@
  *                [--eot-between-files] [--eot-at-line STR] [--bin] -o OUT input.txt [more.txt ...]
  *   zt-prep-data --write-byte-tokenizer tokenizer.json
  *   zt-prep-data --tokenizer DIR --format alpaca|sharegpt|messages --template NAME --cutoff-len N
- *                [--train-on-prompt] [--mask-history] [--packing] -o OUT.h5 DATA.json [more.json ...]
+ *                [--train-on-prompt] [--mask-history] [--packing | --neat-packing] -o OUT.h5 DATA.json [more.json ...]
  *
  * Tokenizes the inputs in order (byte-level by default; a Hugging Face
  * tokenizer.json or a model directory with --tokenizer; GPT-2 BPE with --bpe) into
@@ -50,13 +50,15 @@ static void usage(FILE *out)
             "  --eot-between-files    put the EOT token between consecutive input files\n"
             "  --eot-at-line STR      a line that is exactly STR separates documents: it becomes EOT\n"
             "  --bin                  write llm.c .bin shards instead of HDF5\n"
-            "SFT data (instruction JSON / JSON Lines -> /input_ids, /labels, /sample_offsets):\n"
+            "SFT data (instruction JSON / JSON Lines -> /input_ids, /labels, /sample_offsets[, /segment_ids]):\n"
             "  --format F             alpaca | sharegpt | messages (default: tokens, plain text as above)\n"
             "  --template NAME        chat template: default|alpaca|qwen|qwen3|qwen3_nothink|llama3|llama2|mistral\n"
             "  --cutoff-len N         LLaMA-Factory's cutoff_len (default 2048)\n"
             "  --train-on-prompt      prompt tokens carry loss too\n"
             "  --mask-history         only the last turn's answer carries loss\n"
             "  --packing              greedy-pack samples into rows of cutoff-len tokens\n"
+            "  --neat-packing         the same rows, the samples kept apart: /segment_ids (attention\n"
+            "                         within a sample, positions from 0), LLaMA-Factory's neat_packing\n"
             "  -h, --help             this text\n");
 }
 
@@ -136,7 +138,7 @@ int main(int argc, char **argv)
     int eot_between = 0, bin = 0;
     const char *sep = NULL;
     const char *format = NULL, *template_name = NULL;
-    int cutoff_len = 2048, train_on_prompt = 0, mask_history = 0, packing = 0;
+    int cutoff_len = 2048, train_on_prompt = 0, mask_history = 0, packing = 0, neat = 0;
     const char **inputs = zt_calloc((size_t)argc, sizeof *inputs);
     int ninputs = 0;
     char err[ZT_ERRLEN];
@@ -192,6 +194,8 @@ int main(int argc, char **argv)
             mask_history = 1;
         } else if (!strcmp(a, "--packing")) {
             packing = 1;
+        } else if (!strcmp(a, "--neat-packing")) {
+            neat = 1;
         } else if (!strcmp(a, "--bin")) {
             bin = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -214,18 +218,20 @@ int main(int argc, char **argv)
         if (!template_name) return fail("--format %s needs --template (%s)", format, zt_template_names());
         if (!tokpath) return fail("--format %s needs --tokenizer", format);
         if (vocab || bin || sep || eot_between) return fail("--bpe, --bin, --eot-* do not apply to --format %s", format);
-        zt_sft_prep_t p = {tokpath, format, template_name, cutoff_len, train_on_prompt, mask_history, packing};
+        zt_sft_prep_t p = {tokpath, format, template_name, cutoff_len, train_on_prompt, mask_history, packing, neat};
         zt_sft_prep_stats_t st;
         if (zt_sft_prep(&p, inputs, ninputs, out, &st, err, sizeof err) != 0) return fail("%s", err);
         printf("zt-prep-data: %zu records -> %s: %zu samples, %zu tokens (%zu with loss)%s; %.0f tokens/s\n",
-               st.records, out, st.samples, st.tokens, st.loss_tokens, packing ? ", packed" : "",
+               st.records, out, st.samples, st.tokens, st.loss_tokens,
+               neat ? ", neat-packed" : packing ? ", packed" : "",
                st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0);
         if (st.dropped) printf("zt-prep-data: %zu samples longer than cutoff_len dropped (packing)\n", st.dropped);
         free(inputs);
         return 0;
     }
-    if (template_name || train_on_prompt || mask_history || packing)
-        return fail("--template, --train-on-prompt, --mask-history, --packing need --format alpaca|sharegpt|messages");
+    if (template_name || train_on_prompt || mask_history || packing || neat)
+        return fail("--template, --train-on-prompt, --mask-history, --packing, --neat-packing need --format "
+                    "alpaca|sharegpt|messages");
     const char *ext = bin ? ".bin" : ".h5";
     int single = ends_with(out, ".h5") || ends_with(out, ".bin");
     if (single && val_fraction > 0)

@@ -62,47 +62,50 @@ static unsigned ntiles(int T, int rows) { return (unsigned)((T + rows - 1) / row
 
 /* grids as zt_attention_cuda.cu launches them: (B*NH, tiles) for the forward and
  * dq kernels, (B*NKV, tiles) for the dk/dv kernels */
-typedef void (*fwd_fn)(float *, float *, const float *, int, int, int, int, int, unsigned);
-typedef void (*bwd_fn)(float *, const float *, const float *, const float *, const float *, int,
-                       int, int, int, int, unsigned);
+typedef void (*fwd_fn)(float *, float *, const float *, const int32_t *, int, int, int, int, int,
+                       unsigned);
+typedef void (*bwd_fn)(float *, const float *, const float *, const float *, const float *,
+                       const int32_t *, int, int, int, int, int, unsigned);
 
 template <int NF>
-static void tc_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int HD,
-                   unsigned sch)
+static void tc_fwd(float *out, float *lse, const float *qkv, const int32_t *seg, int B, int T, int NH,
+                   int NKV, int HD, unsigned sch)
 {
     const float sc = kscale(HD);
     zt_emu::launch(dim3(B * NH, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_forward(HD),
-                   [=] { tc_forward_k<NF>(out, lse, qkv, T, NH, NKV, sc); }, sch);
+                   [=] { tc_forward_k<NF>(out, lse, qkv, seg, T, NH, NKV, sc); }, sch);
 }
 template <int NF>
 static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                   const float *lse, int B, int T, int NH, int NKV, int HD, unsigned sch)
-{
-    const float sc = kscale(HD);
-    zt_emu::launch(dim3(B * NH, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_dq(HD),
-                   [=] { tc_backward_dq_k<NF>(dqkv, dout, qkv, out, lse, T, NH, NKV, sc); }, sch);
-    zt_emu::launch(dim3(B * NKV, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_dkv(HD),
-                   [=] { tc_backward_dkv_k<NF>(dqkv, dout, qkv, out, lse, T, NH, NKV, sc); }, sch);
-}
-template <int NI>
-static void fa_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int HD,
+                   const float *lse, const int32_t *seg, int B, int T, int NH, int NKV, int HD,
                    unsigned sch)
 {
     const float sc = kscale(HD);
+    zt_emu::launch(dim3(B * NH, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_dq(HD),
+                   [=] { tc_backward_dq_k<NF>(dqkv, dout, qkv, out, lse, seg, T, NH, NKV, sc); }, sch);
+    zt_emu::launch(dim3(B * NKV, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_dkv(HD),
+                   [=] { tc_backward_dkv_k<NF>(dqkv, dout, qkv, out, lse, seg, T, NH, NKV, sc); }, sch);
+}
+template <int NI>
+static void fa_fwd(float *out, float *lse, const float *qkv, const int32_t *seg, int B, int T, int NH,
+                   int NKV, int HD, unsigned sch)
+{
+    const float sc = kscale(HD);
     zt_emu::launch(dim3(B * NH, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), fa_smem_bytes(HD, 3),
-                   [=] { flash_forward_k<NI>(out, lse, qkv, T, NH, NKV, HD, sc); }, sch);
+                   [=] { flash_forward_k<NI>(out, lse, qkv, seg, T, NH, NKV, HD, sc); }, sch);
 }
 template <int NI>
 static void fa_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                   const float *lse, int B, int T, int NH, int NKV, int HD, unsigned sch)
+                   const float *lse, const int32_t *seg, int B, int T, int NH, int NKV, int HD,
+                   unsigned sch)
 {
     const float sc = kscale(HD);
     const size_t smem = fa_smem_bytes(HD, 4);
     zt_emu::launch(dim3(B * NH, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), smem,
-                   [=] { flash_backward_dq_k<NI>(dqkv, dout, qkv, out, lse, T, NH, NKV, HD, sc); },
+                   [=] { flash_backward_dq_k<NI>(dqkv, dout, qkv, out, lse, seg, T, NH, NKV, HD, sc); },
                    sch);
     zt_emu::launch(dim3(B * NKV, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), smem,
-                   [=] { flash_backward_dkv_k<NI>(dqkv, dout, qkv, out, lse, T, NH, NKV, HD, sc); },
+                   [=] { flash_backward_dkv_k<NI>(dqkv, dout, qkv, out, lse, seg, T, NH, NKV, HD, sc); },
                    sch);
 }
 
@@ -138,6 +141,12 @@ struct layout {
 
 static float b16(float x) { return zt_bf16_to_f32(zt_bf16_from_f32(x)); }
 
+/* key j visible from query t of row b: causal, and in its segment when seg is given */
+static bool sees(const int32_t *seg, int b, int T, int t, int j)
+{
+    return j <= t && (!seg || seg[(size_t)b * T + j] == seg[(size_t)b * T + t]);
+}
+
 /* sum_i bf16(a_i) bf16(b_i) in fp32, index order (the products are exact) */
 static float dot16(const float *a, const float *b, int n)
 {
@@ -149,7 +158,8 @@ static float dot16(const float *a, const float *b, int n)
 /* out, lse with p rounded relative to the running max of each 64-key tile, as
  * the tensor-core forward does */
 static void ref_forward_bf16(std::vector<double> &out, std::vector<double> &lse,
-                             const std::vector<float> &qkv, int B, int T, const layout &L)
+                             const std::vector<float> &qkv, const int32_t *seg, int B, int T,
+                             const layout &L)
 {
     const int NH = L.NH, hs = L.HD, C3 = L.qs(), C = L.os();
     const float sc = kscale(hs);
@@ -169,12 +179,14 @@ static void ref_forward_bf16(std::vector<double> &out, std::vector<double> &lse,
                     float mx = -INFINITY;
                     for (int jj = 0; jj < n; jj++) {
                         s[jj] = dot16(q, &qkv[((size_t)b * T + k0 + jj) * C3 + L.k(h)], hs) * sc;
+                        if (!sees(seg, b, T, t, k0 + jj)) s[jj] = -INFINITY;
                         mx = std::max(mx, s[jj]);
                     }
                     const float mnew = std::max(m, mx), corr = m == -INFINITY ? 0.0f : expf(m - mnew);
                     double sum = 0.0;
                     for (int i = 0; i < hs; i++) acc[i] *= corr;
                     for (int jj = 0; jj < n; jj++) {
+                        if (s[jj] == -INFINITY) continue; /* another segment's key */
                         const float p = expf(s[jj] - mnew);
                         const float *v = &qkv[((size_t)b * T + k0 + jj) * C3 + L.v(h)];
                         sum += p;
@@ -192,7 +204,8 @@ static void ref_forward_bf16(std::vector<double> &out, std::vector<double> &lse,
  * backward rounds them */
 static void ref_backward_bf16(std::vector<double> &dqkv, const std::vector<float> &dout,
                               const std::vector<float> &qkv, const std::vector<float> &out,
-                              const std::vector<float> &lse, int B, int T, const layout &lay)
+                              const std::vector<float> &lse, const int32_t *seg, int B, int T,
+                              const layout &lay)
 {
     const int NH = lay.NH, hs = lay.HD, C3 = lay.qs(), C = lay.os();
     const float sc = kscale(hs);
@@ -205,6 +218,7 @@ static void ref_backward_bf16(std::vector<double> &dqkv, const std::vector<float
                 for (int i = 1; i < hs; i += 2) Do += dout[ot + i] * out[ot + i];
                 const float D = De + Do, L = lse[((size_t)b * NH + h) * T + t];
                 for (int j = 0; j <= t; j++) {
+                    if (!sees(seg, b, T, t, j)) continue;
                     const size_t kj = ((size_t)b * T + j) * C3 + lay.k(h), vj = ((size_t)b * T + j) * C3 + lay.v(h);
                     const float p = expf(dot16(&qkv[qt], &qkv[kj], hs) * sc - L);
                     const float ds = p * (dot16(&dout[ot], &qkv[vj], hs) - D);
@@ -224,30 +238,36 @@ static const unsigned schedules[] = {zt_emu::ASCENDING, zt_emu::DESCENDING, zt_e
 
 /* ---- one shape --------------------------------------------------------------- */
 
-static void attention_case(bool tc, int B, int T, int NH, int NKV, int hs)
+/* seg_len > 0: packed rows, segments of seg_len - b tokens (row b), so they start
+ * inside tiles and some tiles hold keys of no query's segment; 0: plain causal */
+static void attention_case(bool tc, int B, int T, int NH, int NKV, int hs, int seg_len = 0)
 {
     const layout L = {NH, NKV, hs};
     const int C = L.os();
-    char kind[32];
-    snprintf(kind, sizeof kind, "%s NH%d/%d", tc ? "bf16 tc" : "fp32", NH, NKV);
+    char kind[48];
+    snprintf(kind, sizeof kind, "%s NH%d/%d%s", tc ? "bf16 tc" : "fp32", NH, NKV, seg_len ? " packed" : "");
+    std::vector<int32_t> segv((size_t)B * T);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) segv[(size_t)b * T + t] = seg_len ? 1 + t / std::max(1, seg_len - b) : 0;
+    const int32_t *seg = seg_len ? segv.data() : nullptr;
     const double bo = tc ? TC_BOUND_FP32 : 2e-5, bb = tc ? TC_BOUND_FP32 : 5e-5;
     const fwd_fn fwd = tc ? tc_fwd_by_nf[hs / 16 - 1] : fa_fwd_by_ni[(hs - 1) / 32];
     const bwd_fn bwd = tc ? tc_bwd_by_nf[hs / 16 - 1] : fa_bwd_by_ni[(hs - 1) / 32];
 
     std::vector<float> qkv = rand_vec((size_t)B * T * L.qs(), -2, 2);
     std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T);
-    zt_backend_cpu.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, hs);
+    zt_backend_cpu.attention_forward(out.data(), lse.data(), qkv.data(), seg, B, T, NH, NKV, hs);
     std::vector<float> eout[NSCHED], else_[NSCHED];
     for (int k = 0; k < NSCHED; k++) {
         eout[k].assign(out.size(), NAN);
         else_[k].assign(lse.size(), NAN);
-        fwd(eout[k].data(), else_[k].data(), qkv.data(), B, T, NH, NKV, hs, schedules[k]);
+        fwd(eout[k].data(), else_[k].data(), qkv.data(), seg, B, T, NH, NKV, hs, schedules[k]);
     }
     row(rel_err(eout[0], out), bo, "%s fwd out T%d hs%d", kind, T, hs);
     row(rel_err(else_[0], lse), bo, "%s fwd lse T%d hs%d", kind, T, hs);
     if (tc) {
         std::vector<double> rout, rlse;
-        ref_forward_bf16(rout, rlse, qkv, B, T, L);
+        ref_forward_bf16(rout, rlse, qkv, seg, B, T, L);
         row(rel_err(eout[0], rout), TC_BOUND_BF16REF, "%s fwd out T%d hs%d vs bf16 ref", kind, T,
             hs);
         row(rel_err(else_[0], rlse), TC_BOUND_BF16REF, "%s fwd lse T%d hs%d vs bf16 ref", kind, T, hs);
@@ -259,16 +279,16 @@ static void attention_case(bool tc, int B, int T, int NH, int NKV, int hs)
     std::vector<float> dout = rand_vec((size_t)B * T * C, -1, 1);
     std::vector<float> dqkv0 = rand_vec(qkv.size(), -1, 1), dqkv = dqkv0, edq[NSCHED];
     zt_backend_cpu.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
-                                      B, T, NH, NKV, hs);
+                                      seg, B, T, NH, NKV, hs);
     for (int k = 0; k < NSCHED; k++) {
         edq[k] = dqkv0;
-        bwd(edq[k].data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NKV, hs,
+        bwd(edq[k].data(), dout.data(), qkv.data(), out.data(), lse.data(), seg, B, T, NH, NKV, hs,
             schedules[k]);
     }
     row(rel_err(edq[0], dqkv), bb, "%s bwd dqkv += T%d hs%d", kind, T, hs);
     if (tc) {
         std::vector<double> rdq(dqkv0.begin(), dqkv0.end());
-        ref_backward_bf16(rdq, dout, qkv, out, lse, B, T, L);
+        ref_backward_bf16(rdq, dout, qkv, out, lse, seg, B, T, L);
         row(rel_err(edq[0], rdq), TC_BOUND_BF16REF, "%s bwd dqkv += T%d hs%d vs bf16 ref", kind, T, hs);
     }
     same = true;
@@ -302,6 +322,13 @@ int main(void)
     attention_case(false, 2, 37, 4, 2, 12);
     attention_case(false, 1, 70, 6, 1, 40);
     attention_case(false, 1, 33, 4, 2, 256);
+    /* packed rows (neat packing): segments of 23 and 22 tokens cut the 64-row tc
+     * tiles and the 32-row fp32 tiles; 5-token segments leave whole tiles of keys
+     * no query of a tile can see; grouped-query with both */
+    attention_case(true, 2, 100, 2, 2, 64, 23);
+    attention_case(true, 1, 131, 4, 2, 32, 5);
+    attention_case(false, 2, 70, 4, 2, 12, 23);
+    attention_case(false, 1, 45, 2, 2, 64, 5);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     printf("%d comparisons, %d failed (%.1f s, %lu coroutine switches)\n", n_rows, n_bad, secs,

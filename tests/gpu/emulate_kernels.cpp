@@ -107,31 +107,42 @@ static void embedding_case(int B, int T, int C, int V)
         return bytes(out);
     });
     row(bit_diffs(out, ref), EXACT, "%s embedding fwd (bitwise)", what);
-    /* positional +=, onto the embedding output as the model does */
-    pref = ref;
-    H->positional_forward(pref.data(), wpe.data(), B, T, C);
-    under_schedules(what, [&](unsigned sch) {
-        pout = ref;
-        grid_stride(n, ELEM_THREADS, sch,
-                    [&] { positional_forward_k(pout.data(), wpe.data(), B, T, C); });
-        return bytes(pout);
-    });
-    row(bit_diffs(pout, pref), EXACT, "%s positional fwd += (bitwise)", what);
-
-    /* backward: += onto random gradients */
+    /* positional +=, onto the embedding output as the model does; at positions t, and
+     * at positions restarting every 4 tokens (neat packing: rows of dwpe repeat) */
+    std::vector<int32_t> pos((size_t)N);
+    for (int i = 0; i < N; i++) pos[(size_t)i] = (i % T) % 4;
     std::vector<float> dout = rand_vec(n, -1, 1), dwte0 = rand_vec(wte.size(), -1, 1),
                        dwpe0 = rand_vec(wpe.size(), -1, 1);
-    std::vector<float> rdwte = dwte0, rdwpe = dwpe0, dwte, dwpe;
+    std::vector<float> rdwte = dwte0, rdwpe, dwte, dwpe;
+    for (int packed = 0; packed < 2; packed++) {
+        const int32_t *P = packed ? pos.data() : nullptr;
+        const char *at = packed ? " positions" : "";
+        pref = ref;
+        H->positional_forward(pref.data(), wpe.data(), P, B, T, C);
+        under_schedules(what, [&](unsigned sch) {
+            pout = ref;
+            grid_stride(n, ELEM_THREADS, sch,
+                        [&] { positional_forward_k(pout.data(), wpe.data(), P, B, T, C); });
+            return bytes(pout);
+        });
+        row(bit_diffs(pout, pref), EXACT, "%s positional%s fwd += (bitwise)", what, at);
+        /* backward: += onto random gradients */
+        rdwpe = dwpe0;
+        H->positional_backward(rdwpe.data(), dout.data(), P, B, T, C);
+        under_schedules(what, [&](unsigned sch) {
+            dwpe = dwpe0;
+            if (P)
+                grid_stride((size_t)C, ELEM_THREADS, sch,
+                            [&] { positional_backward_pos_k(dwpe.data(), dout.data(), P, B, T, C); });
+            else
+                grid_stride((size_t)T * C, ELEM_THREADS, sch,
+                            [&] { positional_backward_k(dwpe.data(), dout.data(), B, T, C); });
+            return bytes(dwpe);
+        });
+        row(bit_diffs(dwpe, rdwpe), EXACT, "%s positional%s bwd dwpe += (bitwise)", what, at);
+    }
     H->embedding_backward(rdwte.data(), dout.data(), inp.data(), N, C);
-    H->positional_backward(rdwpe.data(), dout.data(), B, T, C);
     double wte_err = 0.0;
-    under_schedules(what, [&](unsigned sch) {
-        dwpe = dwpe0;
-        grid_stride((size_t)T * C, ELEM_THREADS, sch,
-                    [&] { positional_backward_k(dwpe.data(), dout.data(), B, T, C); });
-        return bytes(dwpe);
-    });
-    row(bit_diffs(dwpe, rdwpe), EXACT, "%s positional bwd dwpe += (bitwise)", what);
     under_schedules(what, [&](unsigned sch) {
         dwte = dwte0;
         grid_stride(n, ELEM_THREADS, sch,

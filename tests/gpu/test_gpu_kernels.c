@@ -139,19 +139,32 @@ static void test_encoder(void)
     H->embedding_forward(out.h, tok, wte.h, B * T, C);
     G->embedding_forward(out.d, dtok, wte.d, B * T, C);
     check("embedding_forward out", &out, 0);
-    H->positional_forward(out.h, wpe.h, B, T, C);
-    G->positional_forward(out.d, wpe.d, B, T, C);
+    H->positional_forward(out.h, wpe.h, NULL, B, T, C);
+    G->positional_forward(out.d, wpe.d, NULL, B, T, C);
     check("positional_forward out (+=)", &out, 0);
     pair_t dwte = pair_rand((size_t)V * C), dwpe = pair_rand((size_t)T * C);
     H->embedding_backward(dwte.h, out.h, tok, B * T, C);
     G->embedding_backward(dwte.d, out.d, dtok, B * T, C);
-    H->positional_backward(dwpe.h, out.h, B, T, C);
-    G->positional_backward(dwpe.d, out.d, B, T, C);
+    H->positional_backward(dwpe.h, out.h, NULL, B, T, C);
+    G->positional_backward(dwpe.d, out.d, NULL, B, T, C);
     check("embedding_backward dwte (+=)", &dwte, 1e-5);
     check("positional_backward dwpe (+=)", &dwpe, 1e-5);
+    /* packed rows (neat packing): positions restarting every 9 tokens; the backward
+     * sums each row of dwpe in the CPU's (b, t) order, so bit-identical */
+    int32_t *pos = zt_malloc((size_t)B * T * sizeof(int32_t));
+    for (int i = 0; i < B * T; i++) pos[i] = (i % T) % 9;
+    int32_t *dpos = ints_dev(pos, (size_t)B * T);
+    H->positional_forward(out.h, wpe.h, pos, B, T, C);
+    G->positional_forward(out.d, wpe.d, dpos, B, T, C);
+    check("positional_forward positions (+=)", &out, 0);
+    H->positional_backward(dwpe.h, out.h, pos, B, T, C);
+    G->positional_backward(dwpe.d, out.d, dpos, B, T, C);
+    check("positional_backward positions (+=)", &dwpe, 0);
     pair_free(&wte); pair_free(&wpe); pair_free(&out); pair_free(&dwte); pair_free(&dwpe);
     G->free(dtok);
+    G->free(dpos);
     free(tok);
+    free(pos);
 }
 
 /* rmsnorm as Qwen3's per-head q_norm inside a packed row (H heads of D at an
@@ -372,30 +385,45 @@ static void test_matmul_gelu(void)
 
 /* Forward (out, lse) on both backends; the backward then gets the CPU's out and
  * lse on both sides, so it is compared on identical inputs. Returns the
- * forward's out error. */
-static double attention_case(int B, int T, int NH, int NKV, int HD, double bound_fwd,
-                             double bound_bwd)
+ * forward's out error. seg_len > 0: packed rows, segments of seg_len tokens. */
+static double attention_case_seg(int B, int T, int NH, int NKV, int HD, double bound_fwd,
+                                 double bound_bwd, int seg_len)
 {
-    char what[64];
+    char what[80];
     const size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
     pair_t qkv = pair_make(nq, -2, 2, 0), out = pair_rand(no);
     pair_t lse = pair_rand((size_t)B * NH * T);
-    H->attention_forward(out.h, lse.h, qkv.h, B, T, NH, NKV, HD);
-    G->attention_forward(out.d, lse.d, qkv.d, B, T, NH, NKV, HD);
+    int32_t *seg = NULL, *dseg = NULL;
+    if (seg_len) {
+        seg = zt_malloc((size_t)B * T * sizeof(int32_t));
+        for (int i = 0; i < B * T; i++) seg[i] = 1 + (i % T) / seg_len;
+        dseg = ints_dev(seg, (size_t)B * T);
+    }
+    H->attention_forward(out.h, lse.h, qkv.h, seg, B, T, NH, NKV, HD);
+    G->attention_forward(out.d, lse.d, qkv.d, dseg, B, T, NH, NKV, HD);
     const double out_err = rel_err(&out);
-    snprintf(what, sizeof what, "attention fwd out T%d NH%d/%d hs%d", T, NH, NKV, HD);
+    const char *pk = seg_len ? " packed" : "";
+    snprintf(what, sizeof what, "attention fwd out T%d NH%d/%d hs%d%s", T, NH, NKV, HD, pk);
     check(what, &out, bound_fwd);
-    snprintf(what, sizeof what, "attention fwd lse T%d NH%d/%d hs%d", T, NH, NKV, HD);
+    snprintf(what, sizeof what, "attention fwd lse T%d NH%d/%d hs%d%s", T, NH, NKV, HD, pk);
     check(what, &lse, bound_fwd);
     G->from_host(out.d, out.h, out.n * sizeof(float));
     G->from_host(lse.d, lse.h, lse.n * sizeof(float));
     pair_t dout = pair_rand(no), dqkv = pair_rand(nq);
-    H->attention_backward(dqkv.h, dout.h, qkv.h, out.h, lse.h, B, T, NH, NKV, HD);
-    G->attention_backward(dqkv.d, dout.d, qkv.d, out.d, lse.d, B, T, NH, NKV, HD);
-    snprintf(what, sizeof what, "attention bwd dqkv += T%d NH%d/%d hs%d", T, NH, NKV, HD);
+    H->attention_backward(dqkv.h, dout.h, qkv.h, out.h, lse.h, seg, B, T, NH, NKV, HD);
+    G->attention_backward(dqkv.d, dout.d, qkv.d, out.d, lse.d, dseg, B, T, NH, NKV, HD);
+    snprintf(what, sizeof what, "attention bwd dqkv += T%d NH%d/%d hs%d%s", T, NH, NKV, HD, pk);
     check(what, &dqkv, bound_bwd);
     pair_free(&qkv); pair_free(&out); pair_free(&lse); pair_free(&dout); pair_free(&dqkv);
+    if (dseg) G->free(dseg);
+    free(seg);
     return out_err;
+}
+
+static double attention_case(int B, int T, int NH, int NKV, int HD, double bound_fwd,
+                             double bound_bwd)
+{
+    return attention_case_seg(B, T, NH, NKV, HD, bound_fwd, bound_bwd, 0);
 }
 
 /* T = 70 and 131 are not multiples of the 32-row tiles (nor of the CPU's
@@ -412,6 +440,8 @@ static void test_attention(void)
     attention_case(2, 70, 4, 2, 12, 2e-5, 5e-5);
     attention_case(1, 131, 6, 1, 40, 2e-5, 5e-5);
     attention_case(2, 45, 8, 2, 128, 2e-5, 5e-5);
+    /* packed rows: segments of 23 tokens cut the tiles */
+    attention_case_seg(2, 100, 4, 2, 32, 2e-5, 5e-5, 23);
 }
 
 /* train.matmul_precision = medium: the bf16 tensor-core kernels for head sizes
@@ -435,6 +465,7 @@ static void test_attention_bf16(void)
     attention_case(2, 100, 4, 2, 64, b, b);  /* grouped-query */
     attention_case(1, 70, 8, 1, 32, b, b);
     attention_case(2, 45, 3, 3, 20, 2e-5, 5e-5);
+    attention_case_seg(2, 131, 4, 2, 64, b, b, 23); /* packed rows */
     const int on = e64 > 1e-4;
     printf("  %-34s %12.3e %10s  %s\n", "attention bf16 kernels in use", e64, "> 1e-4",
            on ? "ok" : "FAIL");

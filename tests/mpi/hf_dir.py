@@ -4,6 +4,10 @@
   hf_dir.py tokens OUT.h5 VOCAB N          a token file (ids < VOCAB, deterministic)
   hf_dir.py sft OUT.h5 VOCAB N [label|offsets]  an SFT file of N samples (prompts masked),
                                            optionally broken one way
+  hf_dir.py sft-neat NEAT.h5 APART.h5 VOCAB ROWS K T [plain|negative|short]
+                                           ROWS neat-packed rows of T + 1 tokens, K samples each,
+                                           and the same samples one per row; plain: NEAT.h5
+                                           without /segment_ids; negative, short: a broken one
   hf_dir.py same A B                       A's and B's safetensors hold the same tensors,
                                            bit for bit (single file or index + shards)
   hf_dir.py close A B TOL                  the same names, values within TOL (max abs)
@@ -123,6 +127,48 @@ def cmd_sft(out, vocab, n, bad=""):
     return 0
 
 
+def cmd_sft_neat(neat, apart, vocab, rows, k, T, how=""):
+    """rows packed rows of T + 1 tokens holding k samples each (lengths 2..T/k, prompts
+    masked, trained in full otherwise: every sample's first label is a real id, so the
+    target the trainer drops at each boundary would count), padded with vocab - 1 and
+    segment 0 as LLaMA-Factory pads; apart: those samples in order, one per row"""
+    import h5py
+    rng = np.random.default_rng(11)
+    pad = vocab - 1
+    ids, labels, segs, offs = [], [], [], [0]
+    a_ids, a_labels, a_offs = [], [], [0]
+    for r in range(rows):
+        row_ids, row_lab, row_seg = [], [], []
+        for i in range(k):
+            m = int(rng.integers(2, T // k + 1))
+            x = rng.integers(0, vocab - 1, m)
+            y = x.copy()
+            y[1 : 1 + int(rng.integers(0, m - 1))] = -100  # the prompt after a first token
+            row_ids += list(x)
+            row_lab += list(y)
+            row_seg += [i + 1] * m
+            a_ids += list(x)
+            a_labels += list(y)
+            a_offs.append(len(a_ids))
+        fill = T + 1 - len(row_ids)
+        ids += row_ids + [pad] * fill
+        labels += row_lab + [-100] * fill
+        segs += row_seg + [0] * fill
+        offs.append(len(ids))
+    if how == "negative":
+        segs[2] = -3
+    for path, i, l, o, s in ((neat, ids, labels, offs, segs), (apart, a_ids, a_labels, a_offs, None)):
+        with h5py.File(path, "w") as h:
+            h["input_ids"] = np.array(i, np.int32)
+            h["labels"] = np.array(l, np.int32)
+            h["sample_offsets"] = np.array(o, np.int64)
+            if s is not None and how != "plain":
+                h["segment_ids"] = np.array(s[:-1] if how == "short" else s, np.int32)
+            h.attrs["vocab_size"] = np.int64(vocab)
+            h.attrs["eot_token"] = np.int64(pad)
+    return 0
+
+
 def cmd_tokens(out, vocab, n):
     import h5py
     ids = (np.arange(n, dtype=np.int64) * 2654435761 % 4294967296 >> 7) % vocab
@@ -206,6 +252,8 @@ def main(a):
         return cmd_ckpt(a[1], a[2])
     if a[:1] == ["sft"] and len(a) in (4, 5):
         return cmd_sft(a[1], int(a[2]), int(a[3]), a[4] if len(a) == 5 else "")
+    if a[:1] == ["sft-neat"] and len(a) in (7, 8):
+        return cmd_sft_neat(a[1], a[2], *map(int, a[3:7]), a[7] if len(a) == 8 else "")
     if a[:1] == ["tokens"] and len(a) == 4:
         return cmd_tokens(a[1], int(a[2]), int(a[3]))
     if a[:1] == ["bad"] and len(a) == 4:

@@ -9,7 +9,9 @@ Writes tests/reference/sft/:
   cases.json   per case: template, tokenizer, data file, options and LLaMA-Factory's
                input_ids / labels (SupervisedDatasetProcessor or
                PackedSupervisedDatasetProcessor over its own converters, template and
-               fix_special_tokens), and per template the text transformers'
+               fix_special_tokens), for neat_packing cases also its attention_mask (the
+               segment ids: 1 + the sample's index in the row, 0 on padding) and
+               position_ids, and per template the text transformers'
                apply_chat_template gives with the jinja template LLaMA-Factory makes
                (Template.fix_jinja_template).
 
@@ -167,14 +169,15 @@ COLUMNS = {"alpaca": ["instruction", "input", "output", "system", "history"],
 
 
 def lf_samples(template_name, tok_name, data_file, cutoff_len, train_on_prompt=False, mask_history=False,
-               packing=False):
+               packing=False, neat_packing=False):
     fmt, records = DATA[data_file]
     tokenizer = hf_tokenizer(tok_name)
     n_before = len(tokenizer)
+    packing = packing or neat_packing  # DataArguments.__post_init__
     data_args = SimpleNamespace(template=template_name, train_on_prompt=train_on_prompt, mask_history=mask_history,
                                 cutoff_len=cutoff_len - (1 if packing else 0), tool_format=None,
                                 default_system=None, enable_thinking=True, preserve_thinking=False,
-                                neat_packing=False, packing=packing)
+                                neat_packing=neat_packing, packing=packing)
     TEMPLATES.update(copy.deepcopy(PRISTINE))  # get_template_and_fix_tokenizer mutates the template
     template = get_template_and_fix_tokenizer(tokenizer, data_args)
     assert len(tokenizer) == n_before, f"{template_name}: LLaMA-Factory added tokens: the fixture lacks them"
@@ -184,13 +187,16 @@ def lf_samples(template_name, tok_name, data_file, cutoff_len, train_on_prompt=F
     examples = {k: [r[k] for r in rows] for k in rows[0]}
     cls = PackedSupervisedDatasetProcessor if packing else SupervisedDatasetProcessor
     proc = cls(template=template, tokenizer=tokenizer, processor=None, data_args=data_args)
-    out = {"input_ids": [], "labels": []}
+    keys = ["input_ids", "labels"] + (["attention_mask", "position_ids"] if neat_packing else [])
+    out = {k: [] for k in keys}
     for b in range(0, len(rows), 1000):  # dataset.map(batched=True, batch_size=preprocessing_batch_size=1000)
         part = proc.preprocess_dataset({k: v[b:b + 1000] for k, v in examples.items()})
-        out["input_ids"] += part["input_ids"]
-        out["labels"] += part["labels"]
+        for k in keys:
+            out[k] += part[k]
     assert len(out["input_ids"]) == (len(records) if not packing else len(out["input_ids"]))
     special = {"bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id, "pad": tokenizer.pad_token_id}
+    if neat_packing:
+        special["neat"] = {"attention_mask": out["attention_mask"], "position_ids": out["position_ids"]}
     return out["input_ids"], out["labels"], special, tokenizer, template
 
 
@@ -202,11 +208,15 @@ def main():
     def case(name, template_name, data_file, cutoff_len, **opt):
         tok_name = TEMPLATE_TOKENIZER[template_name]
         ids, labels, special, _, _ = lf_samples(template_name, tok_name, data_file, cutoff_len, **opt)
-        cases.append({"name": name, "template": template_name, "tokenizer": "tok/" + tok_name,
-                      "data": data_file, "format": DATA[data_file][0], "cutoff_len": cutoff_len,
-                      "train_on_prompt": opt.get("train_on_prompt", False),
-                      "mask_history": opt.get("mask_history", False), "packing": opt.get("packing", False),
-                      "special": special, "input_ids": ids, "labels": labels})
+        neat = special.pop("neat", None)
+        c = {"name": name, "template": template_name, "tokenizer": "tok/" + tok_name,
+             "data": data_file, "format": DATA[data_file][0], "cutoff_len": cutoff_len,
+             "train_on_prompt": opt.get("train_on_prompt", False),
+             "mask_history": opt.get("mask_history", False), "packing": opt.get("packing", False),
+             "special": special, "input_ids": ids, "labels": labels}
+        if neat:  # only these cases carry the key, so the others stay as they were
+            c.update(neat_packing=True, **neat)
+        cases.append(c)
 
     for t in TEMPLATE_TOKENIZER:
         case(f"{t}-alpaca", t, "alpaca.json", 1024)
@@ -223,6 +233,12 @@ def main():
     case("qwen-alpaca-packing", "qwen", "alpaca.json", 128, packing=True)
     case("default-sharegpt-packing", "default", "sharegpt.jsonl", 96, packing=True)
     case("qwen3_nothink-1100-packing", "qwen3_nothink", "packing.jsonl", 100, packing=True)
+    # neat_packing: the same rows, with the segment ids and positions
+    case("qwen-alpaca-neat-packing", "qwen", "alpaca.json", 128, neat_packing=True)
+    case("default-sharegpt-neat-packing", "default", "sharegpt.jsonl", 96, neat_packing=True)
+    case("qwen3_nothink-1100-neat-packing", "qwen3_nothink", "packing.jsonl", 100, neat_packing=True)
+    case("llama3-alpaca-train-on-prompt-neat-packing", "llama3", "alpaca.json", 256, train_on_prompt=True,
+         neat_packing=True)
 
     # chat template text: LLaMA-Factory's jinja (fix_jinja_template) through transformers
     conv = [{"role": "system", "content": "You are 'helpful'."}, {"role": "user", "content": "Hi!"},

@@ -2,7 +2,8 @@
 # sft_prep.sh — zt-prep-data --format on the committed LLaMA-Factory fixtures
 # (tests/reference/sft): the SFT sample file it writes (/input_ids, /labels, /sample_offsets,
 # read back with h5py) holds exactly LLaMA-Factory's input_ids and labels for cases that
-# cover each data format and option (truncation, train_on_prompt, mask_history, packing),
+# cover each data format and option (truncation, train_on_prompt, mask_history, packing;
+# with --neat-packing also /segment_ids = LLaMA-Factory's neat attention_mask),
 # its padding id is the template's pad, and bad data fails with one line naming the file,
 # the record and the key. Needs python3 with h5py (SKIP, exit 77, without it).
 set -eu
@@ -19,7 +20,8 @@ trap 'rm -rf "$d"' EXIT
 fail() { echo "FAIL: sft_prep: $*" >&2; exit 1; }
 
 for name in qwen3-alpaca llama2-sharegpt-cut40 mistral-sharegpt llama3-sharegpt-mask-history \
-        llama3-alpaca-train-on-prompt qwen-messages qwen-alpaca-packing default-sharegpt-packing; do
+        llama3-alpaca-train-on-prompt qwen-messages qwen-alpaca-packing default-sharegpt-packing \
+        qwen3_nothink-1100-neat-packing llama3-alpaca-train-on-prompt-neat-packing; do
     # the case's options as zt-prep-data flags, from cases.json
     args=$("$PY" - "$F/cases.json" "$name" <<'PYEOF'
 import json, sys
@@ -27,7 +29,7 @@ c = next(c for c in json.load(open(sys.argv[1]))["cases"] if c["name"] == sys.ar
 a = ["--tokenizer", c["tokenizer"], "--format", c["format"], "--template", c["template"],
      "--cutoff-len", str(c["cutoff_len"]), c["data"]]
 a += [f for f, k in (("--train-on-prompt", "train_on_prompt"), ("--mask-history", "mask_history"),
-                     ("--packing", "packing")) if c[k]]
+                     ("--packing", "packing"), ("--neat-packing", "neat_packing")) if c.get(k)]
 print(" ".join(a))
 PYEOF
 )
@@ -45,6 +47,10 @@ for s in c["input_ids"]:
 ok = off == want_off
 ok = ok and ids == [t for s in c["input_ids"] for t in s] and labels == [t for s in c["labels"] for t in s]
 ok = ok and int(f.attrs["eot_token"]) == c["special"]["pad"]
+if c.get("neat_packing"):
+    ok = ok and f["segment_ids"][:].tolist() == [t for s in c["attention_mask"] for t in s]
+else:
+    ok = ok and "segment_ids" not in f
 print(sys.argv[2], "samples", len(off) - 1, "tokens", len(ids), "ok" if ok else "DIFFERENT")
 sys.exit(0 if ok else 1)
 PYEOF

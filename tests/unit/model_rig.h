@@ -131,14 +131,22 @@ static void rig_zero_grads(rig_t *r)
         r->be->memzero(r->g[u], r->tab->unit_numel[u] * sizeof(float));
 }
 
-static void rig_blocks_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T)
+/* seg, pos: a packed batch's segments and positions (zt_model_set_segments), or NULL */
+static void rig_blocks_forward_packed(rig_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg,
+                                      const int32_t *pos, int B, int T)
 {
     zt_model_set_batch(r->m, inp, tgt, B, T);
+    if (seg || pos) zt_model_set_segments(r->m, seg, pos);
     const int b0 = r->tab->first_block_unit;
     zt_model_forward_embed(r->m, r->w[r->tab->root_unit]);
     const int a0 = r->tab->first_adapter_unit;
     for (int l = 0; l < r->tab->dims.L; l++)
         zt_model_forward_block(r->m, l, r->w[b0 + l], a0 >= 0 ? r->w[a0 + l] : NULL);
+}
+
+static void rig_blocks_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T)
+{
+    rig_blocks_forward_packed(r, inp, tgt, NULL, NULL, B, T);
 }
 
 /* Forward through the blocks and the head (inference); returns the loss. */
@@ -149,13 +157,15 @@ static float rig_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B
     return zt_model_loss(r->m);
 }
 
-/* One micro-step, the train loop's order; gradients ACCUMULATE into r->g. */
-static float rig_micro_step(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale)
+/* One micro-step, the train loop's order; gradients ACCUMULATE into r->g. seg, pos as
+ * rig_blocks_forward_packed. */
+static float rig_micro_step_packed(rig_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg,
+                                   const int32_t *pos, int B, int T, float dscale)
 {
     const int root = r->tab->root_unit, b0 = r->tab->first_block_unit, a0 = r->tab->first_adapter_unit;
     /* frozen units (LoRA's base) get no gradients, as the shard engine hands them */
 #define RIG_G(u) (r->tab->unit_frozen && r->tab->unit_frozen[u] ? NULL : r->g[u])
-    rig_blocks_forward(r, inp, tgt, B, T);
+    rig_blocks_forward_packed(r, inp, tgt, seg, pos, B, T);
     zt_model_train_head(r->m, r->w[root], RIG_G(root), dscale);
     float loss = zt_model_loss(r->m);
     for (int l = r->tab->dims.L - 1; l >= 0; l--)
@@ -165,6 +175,11 @@ static float rig_micro_step(rig_t *r, const int32_t *inp, const int32_t *tgt, in
 #undef RIG_G
     r->be->sync();
     return loss;
+}
+
+static float rig_micro_step(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale)
+{
+    return rig_micro_step_packed(r, inp, tgt, NULL, NULL, B, T, dscale);
 }
 
 static double rel_l2(const float *a, const float *b, size_t n)

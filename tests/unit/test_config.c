@@ -250,6 +250,10 @@ static void t_validate(void)
     CU_ASSERT_EQUAL(parse(NULL, 2, nosteps), -1);
     ASSERT_ERR("train.max_steps and train.num_train_epochs are both 0");
 
+    char *neat[] = {"data.neat_packing=true"}; /* data.format = tokens */
+    CU_ASSERT_EQUAL(parse(NULL, 1, neat), -1);
+    ASSERT_ERR("data.neat_packing applies to instruction data");
+
     char *fault[] = {"fault.kind=nan"};
     CU_ASSERT_EQUAL(parse(NULL, 1, fault), -1);
     ASSERT_ERR("fault.rank is -1");

@@ -92,7 +92,7 @@ static void t_sft_long_sample(void)
     for (int i = 0; i < N; i++) ids[i] = 10 + i, labels[i] = i < 3 ? -100 : 10 + i;
     int64_t off[2] = {0, N};
     CU_ASSERT_EQUAL_FATAL(
-        zt_data_write_sft_h5(tpath("long.h5"), ids, labels, N, off, 1, 257, 256, "byte", err, sizeof err), 0);
+        zt_data_write_sft_h5(tpath("long.h5"), ids, labels, NULL, N, off, 1, 257, 256, "byte", err, sizeof err), 0);
     const char *files[1] = {tpath("long.h5")};
     zt_dataset_t *ds = zt_data_open(files, 1, T, 257, err, sizeof err);
     CU_ASSERT_FATAL(ds != NULL);

@@ -213,8 +213,9 @@ static void t_fp32_bits(void)
  * threads at once: the result is the same with 1 and 2 threads (each (b,h) is
  * one thread's, in the same order), and close to fp32 (a loose sanity bound:
  * the softmax between the GEMMs has no simple a-priori bound here; the GEMMs
- * themselves are bounded above) */
-static void t_attention(void)
+ * themselves are bounded above). seg: packed rows (the key ranges of query
+ * blocks start inside the rounded k and v) */
+static void run_attention(const int32_t *seg)
 {
     const int B = 2, T = 70, NH = 4, NKV = 2, HD = 16, qs = (NH + 2 * NKV) * HD, os = NH * HD;
     const size_t nq = (size_t)B * T * qs, no = (size_t)B * T * os, nl = (size_t)B * NH * T;
@@ -224,8 +225,8 @@ static void t_attention(void)
         o[r] = be->alloc(no * 4), l[r] = be->alloc(nl * 4), dq[r] = be->alloc(nq * 4);
         be->set_matmul_precision(r ? ZT_MATMUL_MEDIUM : ZT_MATMUL_HIGHEST);
         zt_cpu_set_threads(r == 2 ? 2 : 1);
-        be->attention_forward(o[r], l[r], qkv, B, T, NH, NKV, HD);
-        be->attention_backward(dq[r], dout, qkv, o[r], l[r], B, T, NH, NKV, HD);
+        be->attention_forward(o[r], l[r], qkv, seg, B, T, NH, NKV, HD);
+        be->attention_backward(dq[r], dout, qkv, o[r], l[r], seg, B, T, NH, NKV, HD);
     }
     zt_cpu_set_threads(1);
     be->set_matmul_precision(ZT_MATMUL_HIGHEST);
@@ -238,6 +239,15 @@ static void t_attention(void)
     CU_ASSERT(ed > 0 && ed < 0.05 * md);
     for (int r = 0; r < 3; r++) be->free(o[r]), be->free(l[r]), be->free(dq[r]);
     be->free(qkv), be->free(dout);
+}
+
+static void t_attention(void) { run_attention(NULL); }
+
+static void t_attention_packed(void)
+{
+    int32_t seg[2 * 70];
+    for (int i = 0; i < 2 * 70; i++) seg[i] = 1 + (i % 70) / (23 - i / 70); /* 23- and 22-token samples */
+    run_attention(seg);
 }
 
 /* the fused GELU operations under bf16 GEMMs are still the operations they fuse,
@@ -272,6 +282,7 @@ static const zt_test_t tests[] = {
     {"backend matmul W^T + bias, bf16", t_backend_transw_bias},
     {"fp32 levels are OpenBLAS bit for bit", t_fp32_bits},
     {"attention bf16: threads agree, near fp32", t_attention},
+    {"attention bf16 on packed rows: threads agree, near fp32", t_attention_packed},
     {"matmul + gelu fused = composed, bf16, dpre over act", t_matmul_gelu},
     {"matmul + gelu fused = composed, bf16, no bias", t_matmul_gelu_nobias},
     {NULL, NULL},

@@ -102,7 +102,7 @@ static double dot_r(const double *out, const double *R, size_t n)
 
 /* ------------------------------------------------- embedding, positional -- */
 
-typedef struct { int B, T, C; const int32_t *inp; double *wte, *wpe, *base, *R, *out; } enc_ctx;
+typedef struct { int B, T, C; const int32_t *inp; double *wte, *wpe, *base, *R, *out; const int32_t *pos; } enc_ctx;
 
 /* out = wte[inp] (embedding), then out = base + wpe[t] (positional, += onto base) */
 static void emb_ref(enc_ctx *c)
@@ -118,7 +118,8 @@ static void pos_ref(enc_ctx *c)
         for (int t = 0; t < c->T; t++)
             for (int k = 0; k < c->C; k++) {
                 size_t i = ((size_t)b * c->T + t) * c->C + k;
-                c->out[i] = c->base[i] + c->wpe[(size_t)t * c->C + k];
+                const int p = c->pos ? c->pos[b * c->T + t] : t;
+                c->out[i] = c->base[i] + c->wpe[(size_t)p * c->C + k];
             }
 }
 
@@ -145,7 +146,7 @@ static void t_embedding(void)
     float *out = frand(no, 1); /* garbage: the forward overwrites */
     be->embedding_forward(out, inp, wte, B * T, C);
     enc_ctx c = {B, T, C, inp, f2d(wte, (size_t)V * C), NULL, NULL, f2d(R, no),
-                 malloc(no * sizeof(double))};
+                 malloc(no * sizeof(double)), NULL};
     emb_ref(&c);
     CU_ASSERT(vec_err(out, c.out, no, 1e-6) == 0); /* a copy: exact */
 
@@ -162,13 +163,13 @@ static void t_positional(void)
     int B = 3, T = 5, C = 7, maxT = 8; /* wpe has more rows than T: only 0..T-1 are used */
     size_t no = (size_t)B * T * C, nw = (size_t)maxT * C;
     float *wpe = frand(nw, 1), *R = frand(no, 1), *out = frand(no, 1);
-    enc_ctx c = {B, T, C, NULL, NULL, f2d(wpe, nw), f2d(out, no), f2d(R, no), malloc(no * 8)};
-    be->positional_forward(out, wpe, B, T, C); /* += onto what out held */
+    enc_ctx c = {B, T, C, NULL, NULL, f2d(wpe, nw), f2d(out, no), f2d(R, no), malloc(no * 8), NULL};
+    be->positional_forward(out, wpe, NULL, B, T, C); /* += onto what out held */
     pos_ref(&c);
     CU_ASSERT(vec_err(out, c.out, no, 1e-6) < 1e-6);
 
     float *dwpe = frand(nw, 1), *dwpe0 = fcopy(dwpe, nw);
-    be->positional_backward(dwpe, R, B, T, C);
+    be->positional_backward(dwpe, R, NULL, B, T, C);
     double *g = fd_grad(pos_loss, &c, c.wpe, nw); /* rows >= T: zero gradient, untouched */
     CU_ASSERT(inc_err(dwpe, dwpe0, g, nw) < TOL);
     CU_ASSERT(memcmp(dwpe + (size_t)T * C, dwpe0 + (size_t)T * C, (nw - (size_t)T * C) * 4) == 0);
@@ -186,7 +187,7 @@ static void t_embedding_gpt2_bits(void)
     size_t no = (size_t)B * T * C;
     float *wte = frand((size_t)V * C, 1), *wpe = frand((size_t)T * C, 1), *out = frand(no, 1);
     be->embedding_forward(out, inp, wte, B * T, C);
-    be->positional_forward(out, wpe, B, T, C);
+    be->positional_forward(out, wpe, NULL, B, T, C);
     float *ref = malloc(no * 4);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -195,7 +196,7 @@ static void t_embedding_gpt2_bits(void)
                     wte[(size_t)inp[b * T + t] * C + k] + wpe[(size_t)t * C + k];
     CU_ASSERT(memcmp(out, ref, no * 4) == 0);
     float *dwpe = frand((size_t)T * C, 1), *dref = fcopy(dwpe, (size_t)T * C);
-    be->positional_backward(dwpe, out, B, T, C);
+    be->positional_backward(dwpe, out, NULL, B, T, C);
     for (int b = 0; b < B; b++)
         for (int k = 0; k < T * C; k++) dref[k] += out[(size_t)b * T * C + k];
     CU_ASSERT(memcmp(dwpe, dref, (size_t)T * C * 4) == 0);
@@ -574,6 +575,40 @@ static void run_matmul(int transw, int with_bias)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
 }
 
+/* Positions per token (neat packing: they restart at every packed sample, so rows of
+ * dwpe repeat within a row and across rows), threaded, against double + FD; and the
+ * positions 0..T-1 given as an array equal NULL bit for bit. */
+static void t_positional_positions(void)
+{
+    int B = 2, T = 9, C = 150, maxT = 12; /* C > 64: the backward's threads split channels */
+    const int32_t pos[18] = {0, 1, 2, 0, 1, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 0, 0, 1};
+    size_t no = (size_t)B * T * C, nw = (size_t)maxT * C;
+    float *wpe = frand(nw, 1), *R = frand(no, 1), *out = frand(no, 1), *out0 = fcopy(out, no);
+    enc_ctx c = {B, T, C, NULL, NULL, f2d(wpe, nw), f2d(out, no), f2d(R, no), malloc(no * 8), pos};
+    zt_cpu_set_threads(2);
+    be->positional_forward(out, wpe, pos, B, T, C);
+    pos_ref(&c);
+    CU_ASSERT(vec_err(out, c.out, no, 1e-6) < 1e-6);
+    float *dwpe = frand(nw, 1), *dwpe0 = fcopy(dwpe, nw);
+    be->positional_backward(dwpe, R, pos, B, T, C);
+    zt_cpu_set_threads(1);
+    double *g = fd_grad(pos_loss, &c, c.wpe, nw); /* rows 6.. unused: zero gradient, untouched */
+    CU_ASSERT(inc_err(dwpe, dwpe0, g, nw) < TOL);
+    CU_ASSERT(memcmp(dwpe + (size_t)6 * C, dwpe0 + (size_t)6 * C, (nw - (size_t)6 * C) * 4) == 0);
+    int32_t tpos[18];
+    for (int i = 0; i < B * T; i++) tpos[i] = i % T;
+    float *a = fcopy(out0, no), *d1 = fcopy(dwpe0, nw), *d2 = fcopy(dwpe0, nw);
+    be->positional_forward(out0, wpe, NULL, B, T, C);
+    be->positional_forward(a, wpe, tpos, B, T, C);
+    be->positional_backward(d1, R, NULL, B, T, C);
+    be->positional_backward(d2, R, tpos, B, T, C);
+    CU_ASSERT(memcmp(out0, a, no * 4) == 0);
+    CU_ASSERT(memcmp(d1, d2, nw * 4) == 0); /* the same (b, t) order of the sums */
+    free(g), free(c.wpe), free(c.base), free(c.R), free(c.out);
+    float *bufs[] = {wpe, R, out, out0, dwpe, dwpe0, a, d1, d2};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+}
+
 static void t_matmul(void) { run_matmul(0, 1); }
 static void t_matmul_nobias(void) { run_matmul(0, 0); }
 static void t_matmul_transw(void) { run_matmul(1, 0); }
@@ -581,7 +616,7 @@ static void t_matmul_transw_bias(void) { run_matmul(1, 1); }
 
 /* -------------------------------------------------------------- attention -- */
 
-typedef struct { int B, T, NH, NKV, HD; double *qkv, *R, *out, *lse, *p; } at_ctx;
+typedef struct { int B, T, NH, NKV, HD; double *qkv, *R, *out, *lse, *p; const int32_t *seg; } at_ctx;
 
 /* channel offsets in a qkv row of (NH + 2 NKV) HD floats: query head h, and the
  * key and value of the KV head that query head h reads (h / (NH/NKV)) */
@@ -589,9 +624,12 @@ typedef struct { int B, T, NH, NKV, HD; double *qkv, *R, *out, *lse, *p; } at_ct
 #define AT_Q(c, h) ((h) * (c)->HD)
 #define AT_K(c, h) (((c)->NH + (h) / ((c)->NH / (c)->NKV)) * (c)->HD)
 #define AT_V(c, h) (((c)->NH + (c)->NKV + (h) / ((c)->NH / (c)->NKV)) * (c)->HD)
+/* key j visible from query t of row b (j <= t): always, or with segments in t's segment */
+#define AT_SEES(c, b, t, j) (!(c)->seg || (c)->seg[(size_t)(b) * (c)->T + (j)] == (c)->seg[(size_t)(b) * (c)->T + (t)])
 
 /* Naive causal attention in double: per row the masked scores, their max, the
- * log-sum-exp and the probabilities, then out = P V. */
+ * log-sum-exp and the probabilities, then out = P V. With segments a key of another
+ * segment is masked like a later one (its score -inf, its probability 0). */
 static void at_ref(at_ctx *c)
 {
     int B = c->B, T = c->T, NH = c->NH, hs = c->HD, QS = AT_QS(c), OS = NH * hs;
@@ -604,6 +642,10 @@ static void at_ref(at_ctx *c)
                 for (int j = 0; j <= t; j++) {
                     const double *k = c->qkv + ((size_t)b * T + j) * QS + AT_K(c, h);
                     a[j] = 0;
+                    if (!AT_SEES(c, b, t, j)) {
+                        a[j] = -INFINITY;
+                        continue;
+                    }
                     for (int i = 0; i < hs; i++) a[j] += q[i] * k[i];
                     a[j] *= sc;
                     if (a[j] > mx) mx = a[j];
@@ -638,6 +680,7 @@ static void at_ref_backward(at_ctx *c, double *dqkv)
                 double D = 0;
                 for (int i = 0; i < hs; i++) D += dy[i] * y[i];
                 for (int j = 0; j <= t; j++) {
+                    if (!AT_SEES(c, b, t, j)) continue;
                     const size_t rk = ((size_t)b * T + j) * QS + AT_K(c, h);
                     const size_t rv = ((size_t)b * T + j) * QS + AT_V(c, h);
                     const double *k = c->qkv + rk, *v = c->qkv + rv;
@@ -662,23 +705,23 @@ static double at_loss(void *v)
 
 /* Forward (out and lse) against the double reference; backward (dqkv +=) by
  * finite differences of L = sum(out * R) when fd is set, and against the
- * double backward formulas always. */
-static void run_gqa(int B, int T, int NH, int NKV, int HD, int threads, int fd)
+ * double backward formulas always. seg (B,T) or NULL, as the kernels take it. */
+static void run_gqa_seg(int B, int T, int NH, int NKV, int HD, int threads, int fd, const int32_t *seg)
 {
     size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
     size_t nl = (size_t)B * NH * T;
     float *qkv = frand(nq, 1.5), *R = frand(no, 1);
     float *out = frand(no, 1), *lse = frand(nl, 1);
     zt_cpu_set_threads(threads);
-    be->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+    be->attention_forward(out, lse, qkv, seg, B, T, NH, NKV, HD);
     at_ctx c = {B, T, NH, NKV, HD, f2d(qkv, nq), f2d(R, no), malloc(no * 8), malloc(nl * 8),
-                malloc((size_t)T * 8)};
+                malloc((size_t)T * 8), seg};
     at_ref(&c);
     CU_ASSERT(vec_err(out, c.out, no, 1e-6) < 1e-5);
     CU_ASSERT(vec_err(lse, c.lse, nl, 1.0) < 1e-6);
 
     float *dq = frand(nq, 1), *dq0 = fcopy(dq, nq);
-    be->attention_backward(dq, R, qkv, out, lse, B, T, NH, NKV, HD);
+    be->attention_backward(dq, R, qkv, out, lse, seg, B, T, NH, NKV, HD);
     zt_cpu_set_threads(1);
     double *g = calloc(nq, sizeof(double));
     at_ref_backward(&c, g);
@@ -691,6 +734,11 @@ static void run_gqa(int B, int T, int NH, int NKV, int HD, int threads, int fd)
     free(g), free(c.qkv), free(c.R), free(c.out), free(c.lse), free(c.p);
     float *bufs[] = {qkv, R, out, lse, dq, dq0};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+}
+
+static void run_gqa(int B, int T, int NH, int NKV, int HD, int threads, int fd)
+{
+    run_gqa_seg(B, T, NH, NKV, HD, threads, fd, NULL);
 }
 
 /* GPT-2's multi-head attention: NKV = NH, HD = C / NH */
@@ -739,7 +787,7 @@ static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
     const size_t nq = (size_t)B * T * S, no = (size_t)B * T * Q, nl = (size_t)B * NH * T;
     float *qkv = frand(nq, 1.5), *dout = frand(no, 1);
     float *out = frand(no, 1), *lse = frand(nl, 1), *dq = frand(nq, 1);
-    be->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+    be->attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HD);
     /* chunk-major copies: (B, c) rows of chunk h at h B c */
     float *q2 = be->alloc(nq * 4), *kv2 = be->alloc((size_t)B * T * kw * 4), *dy2 = be->alloc(no * 4);
     for (int h = 0; h < 2; h++)
@@ -770,7 +818,7 @@ static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
     CU_ASSERT(el < 2e-6);
     /* backward: the full kernel's dqkv (+= into dq) against the pairs' sums */
     float *dq0 = fcopy(dq, nq);
-    be->attention_backward(dq, dout, qkv, out, lse, B, T, NH, NKV, HD);
+    be->attention_backward(dq, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD);
     float *dq2 = be->alloc(nq * 4), *dkv = be->alloc((size_t)B * T * kw * 4);
     float *da = dkv, *db = dkv + Nh * kw;
     be->attention_block_backward(dq2, da, da + NKV * HD, dy2, q2, S, ka, ka + NKV * HD, kw, o2, l2, B, c, c, NH,
@@ -801,6 +849,99 @@ static void t_attention_ring_blocks(void)
     run_ring_blocks(2, 16, 4, 2, 8);
     run_ring_blocks(1, 140, 2, 1, 12); /* chunks of 70: query blocks across the chunk */
     run_ring_blocks(2, 6, 3, 3, 5);
+}
+
+/* ---- packed rows (neat packing) ---- */
+
+/* Segments against the masked double reference + FD: packed runs of 3, 2, 4 tokens
+ * (row 0), a 6-token run after a 3-token one and padding 0s (row 1), and, since the
+ * contract is equality of ids and not runs, an id that comes back (row 2: the first
+ * and third run see each other) */
+static void t_attention_segments_fd(void)
+{
+    const int32_t seg[27] = {1, 1, 1, 2, 2, 3, 3, 3, 3,  5, 5, 5, 6, 6, 6, 6, 6, 6,  1, 1, 2, 2, 1, 1, 1, 0, 0};
+    run_gqa_seg(3, 9, 4, 2, 6, 1, 1, seg);
+    run_gqa_seg(3, 9, 2, 2, 5, 2, 1, seg);
+}
+
+/* Long segments against the double reference, threaded: blocks of 32 query rows
+ * cut by segments of 29 tokens and of 7 (row 1: whole blocks whose first rows' segment
+ * starts in an earlier block), GQA */
+static void t_attention_segments_blocks(void)
+{
+    enum { B = 2, T = 131 };
+    static int32_t seg[B * T];
+    for (int t = 0; t < T; t++) seg[t] = 1 + t / 29, seg[T + t] = 1 + t / 7;
+    run_gqa_seg(B, T, 4, 2, 16, 2, 0, seg);
+}
+
+/* Packed = apart: each segment of a packed row gives the out, lse and dqkv it gives
+ * as a row of its own (B = 1, T = its length). The two differ only in blocking: the
+ * packed row's query blocks start at other rows, so the score rows are cut
+ * elsewhere and the softmax sum and the P V, dS K, dS^T Q, P^T dO products add the
+ * same terms (the masked ones are exact zeros) in another order. A sum of n terms
+ * in fp32 is off by at most (n-1) u sum |term| (u = 2^-24), and the terms of these
+ * sums are at most their largest input (p <= 1, sum p = 1), so two orders differ
+ * by at most 2 n u relative to the scale of the inputs (n <= the longest segment,
+ * 37); the score dot products over HD add HD u. Bound: 2 (37 + HD) u with the
+ * inputs' amplitude as the floor. Also:
+ * segment ids all equal = NULL, bit for bit (one segment is plain causal). */
+static void t_attention_segments_apart(void)
+{
+    enum { T = 100, NH = 4, NKV = 2, HD = 16 };
+    const int len[] = {37, 1, 30, 32}; /* 37 + 1 + 30 + 32 = T: a 1-token sample too */
+    const int QS = (NH + 2 * NKV) * HD, OS = NH * HD;
+    int32_t seg[T];
+    for (int i = 0, t = 0; i < 4; i++)
+        for (int k = 0; k < len[i]; k++) seg[t++] = i + 1;
+    const size_t nq = (size_t)T * QS, no = (size_t)T * OS, nl = (size_t)NH * T;
+    float *qkv = frand(nq, 1.5), *dout = frand(no, 1), *out = frand(no, 1), *lse = frand(nl, 1);
+    float *dq = be->alloc(nq * 4);
+    zt_cpu_set_threads(2);
+    be->attention_forward(out, lse, qkv, seg, 1, T, NH, NKV, HD);
+    be->attention_backward(dq, dout, qkv, out, lse, seg, 1, T, NH, NKV, HD);
+    const double bound = 2.0 * (37 + HD) * 0x1p-24;
+    double worst[3] = {0, 0, 0};
+    for (int i = 0, s0 = 0; i < 4; s0 += len[i++]) {
+        const int n = len[i];
+        float *q1 = fcopy(qkv + (size_t)s0 * QS, (size_t)n * QS), *dy1 = fcopy(dout + (size_t)s0 * OS, (size_t)n * OS);
+        float *o1 = be->alloc((size_t)n * OS * 4), *l1 = be->alloc((size_t)NH * n * 4), *dq1 = be->alloc((size_t)n * QS * 4);
+        be->attention_forward(o1, l1, q1, NULL, 1, n, NH, NKV, HD);
+        be->attention_backward(dq1, dy1, q1, o1, l1, NULL, 1, n, NH, NKV, HD);
+        double *ro = f2d(o1, (size_t)n * OS), *rd = f2d(dq1, (size_t)n * QS), *rl = malloc((size_t)NH * n * 8);
+        float *pl = malloc((size_t)NH * n * 4);
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < n; t++) {
+                rl[h * n + t] = l1[h * n + t];
+                pl[h * n + t] = lse[(size_t)h * T + s0 + t];
+            }
+        const double e[3] = {vec_err(out + (size_t)s0 * OS, ro, (size_t)n * OS, 1.5),
+                             vec_err(pl, rl, (size_t)NH * n, 1.5),
+                             vec_err(dq + (size_t)s0 * QS, rd, (size_t)n * QS, 1.5)};
+        for (int k = 0; k < 3; k++) worst[k] = fmax(worst[k], e[k]);
+        free(ro), free(rd), free(rl), free(pl);
+        float *bufs[] = {q1, dy1, o1, l1, dq1};
+        for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) be->free(bufs[k]);
+    }
+    printf("\n    packed vs apart: out %.1e lse %.1e dqkv %.1e (bound %.1e)\n", worst[0], worst[1], worst[2], bound);
+    for (int k = 0; k < 3; k++) CU_ASSERT(worst[k] <= bound);
+    /* the check has teeth: without the segments the later samples see the earlier ones */
+    float *o2 = be->alloc(no * 4), *l2 = be->alloc(nl * 4);
+    be->attention_forward(o2, l2, qkv, NULL, 1, T, NH, NKV, HD);
+    double *ref = f2d(out, no);
+    CU_ASSERT(vec_err(o2, ref, no, 1.5) > 1e3 * bound);
+    free(ref);
+    /* one segment = NULL, bitwise, forward and backward */
+    int32_t one[T];
+    for (int t = 0; t < T; t++) one[t] = 7;
+    float *o3 = be->alloc(no * 4), *l3 = be->alloc(nl * 4), *d2 = be->alloc(nq * 4), *d3 = be->alloc(nq * 4);
+    be->attention_forward(o3, l3, qkv, one, 1, T, NH, NKV, HD);
+    be->attention_backward(d2, dout, qkv, o2, l2, NULL, 1, T, NH, NKV, HD);
+    be->attention_backward(d3, dout, qkv, o3, l3, one, 1, T, NH, NKV, HD);
+    CU_ASSERT(memcmp(o2, o3, no * 4) == 0 && memcmp(l2, l3, nl * 4) == 0 && memcmp(d2, d3, nq * 4) == 0);
+    zt_cpu_set_threads(1);
+    float *bufs[] = {qkv, dout, out, lse, dq, o2, l2, o3, l3, d2, d3};
+    for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) be->free(bufs[k]);
 }
 
 /* ------------------------------------------------------------------- gelu -- */
@@ -1260,6 +1401,7 @@ static const zt_test_t tests[] = {
     {"positional forward (+=)/backward vs double + FD", t_positional},
     {"embedding + positional = GPT-2's fused encoder, bitwise", t_embedding_gpt2_bits},
     {"ring attention blocks + merge = causal attention, forward and backward", t_attention_ring_blocks},
+    {"positional with positions (packed) + FD; 0..T-1 = NULL bitwise", t_positional_positions},
     {"layernorm forward/backward vs double + FD", t_layernorm},
     {"layernorm threaded backward", t_layernorm_threads},
     {"layernorm eps with tiny variance", t_layernorm_eps},
@@ -1284,6 +1426,9 @@ static const zt_test_t tests[] = {
     {"attention GQA NH4/NKV2 HD12, NKV1, odd HD + FD", t_attention_gqa},
     {"attention GQA threaded, across blocks", t_attention_gqa_threads},
     {"attention HD=256 vs double", t_attention_hd256},
+    {"attention segments vs masked double + FD, reused ids", t_attention_segments_fd},
+    {"attention segments across query blocks, threaded", t_attention_segments_blocks},
+    {"attention packed = each segment apart; one segment = NULL bitwise", t_attention_segments_apart},
     {"gelu forward/backward", t_gelu},
     {"matmul + gelu fused = composed", t_matmul_gelu},
     {"matmul + gelu fused = composed, no bias", t_matmul_gelu_nobias},

@@ -3,11 +3,13 @@
  *
  * tests/reference/sft/cases.json comes from tests/reference/make_sft_fixtures.py: for
  * each case (template x data file x cutoff_len / train_on_prompt / mask_history /
- * packing) the input_ids and labels LLaMA-Factory's converters, template and supervised
- * processor give with the fixture tokenizers of tests/reference/sft/tok/, and per
+ * packing, neat_packing) the input_ids and labels LLaMA-Factory's converters, template
+ * and supervised processor give with the fixture tokenizers of tests/reference/sft/tok/
+ * (with neat_packing also its attention_mask, the segment ids, and position_ids), and per
  * template the text transformers' apply_chat_template renders with LLaMA-Factory's
  * jinja template. Only those committed files are needed here. */
 #include "zt_common.h"
+#include "zt_data.h"
 #include "zt_sft.h"
 #include "zt_template.h"
 #include "zt_test.h"
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static char err[ZT_ERRLEN];
 static json_t *doc;
@@ -61,31 +64,40 @@ static int same_ids(const char *what, const char *name, size_t s, json_t *want, 
     return 1;
 }
 
+/* A case's options and LLaMA-Factory's special ids; the tokenizer loaded into *tok */
+static zt_sft_opts_t case_opts(json_t *c, zt_tokenizer_t **tok)
+{
+    const char *tokdir = fixture(json_string_value(json_object_get(c, "tokenizer")));
+    *tok = zt_tokenizer_load(tokdir, err, sizeof err);
+    if (!*tok) printf("\n  %s\n", err);
+    CU_ASSERT_FATAL(*tok != NULL);
+    zt_sft_opts_t o = {0};
+    o.tpl = zt_template_find(json_string_value(json_object_get(c, "template")));
+    CU_ASSERT_FATAL(o.tpl != NULL);
+    CU_ASSERT_FATAL(zt_template_special_ids(o.tpl, *tok, tokdir, &o.ids, err, sizeof err) == 0);
+    o.cutoff_len = (int)json_integer_value(json_object_get(c, "cutoff_len"));
+    o.train_on_prompt = json_is_true(json_object_get(c, "train_on_prompt"));
+    o.mask_history = json_is_true(json_object_get(c, "mask_history"));
+    o.packing = json_is_true(json_object_get(c, "packing"));
+    o.neat_packing = json_is_true(json_object_get(c, "neat_packing"));
+    return o;
+}
+
 static void t_cases(void)
 {
     json_t *cs = cases("cases");
     CU_ASSERT_FATAL(json_array_size(cs) >= 30);
     size_t i;
     json_t *c;
-    int templates_seen = 0;
+    int templates_seen = 0, neat_seen = 0;
     json_array_foreach(cs, i, c) {
         const char *name = json_string_value(json_object_get(c, "name"));
-        const char *tokdir = fixture(json_string_value(json_object_get(c, "tokenizer")));
-        zt_tokenizer_t *tok = zt_tokenizer_load(tokdir, err, sizeof err);
-        if (!tok) printf("\n  %s\n", err);
-        CU_ASSERT_FATAL(tok != NULL);
-        zt_sft_opts_t o = {0};
-        o.tpl = zt_template_find(json_string_value(json_object_get(c, "template")));
-        CU_ASSERT_FATAL(o.tpl != NULL);
-        CU_ASSERT_FATAL(zt_template_special_ids(o.tpl, tok, tokdir, &o.ids, err, sizeof err) == 0);
+        zt_tokenizer_t *tok;
+        zt_sft_opts_t o = case_opts(c, &tok);
         json_t *sp = json_object_get(c, "special");
         CU_ASSERT(o.ids.bos == jid(json_object_get(sp, "bos")));
         CU_ASSERT(o.ids.eos == jid(json_object_get(sp, "eos")));
         CU_ASSERT(o.ids.pad == jid(json_object_get(sp, "pad")));
-        o.cutoff_len = (int)json_integer_value(json_object_get(c, "cutoff_len"));
-        o.train_on_prompt = json_is_true(json_object_get(c, "train_on_prompt"));
-        o.mask_history = json_is_true(json_object_get(c, "mask_history"));
-        o.packing = json_is_true(json_object_get(c, "packing"));
         zt_sft_records_t recs;
         int rc = zt_sft_read(fixture(json_string_value(json_object_get(c, "data"))),
                              zt_sft_format(json_string_value(json_object_get(c, "format"))), &recs, err, sizeof err);
@@ -94,20 +106,104 @@ static void t_cases(void)
         zt_sft_samples_t s;
         CU_ASSERT_FATAL(zt_sft_build(&o, tok, &recs, &s, err, sizeof err) == 0);
         json_t *ids = json_object_get(c, "input_ids"), *labels = json_object_get(c, "labels");
+        json_t *mask = json_object_get(c, "attention_mask"); /* neat_packing cases only */
         int ok = s.nsamples == json_array_size(ids);
         if (!ok) printf("\n  %s: %zu samples, LLaMA-Factory %zu\n", name, s.nsamples, json_array_size(ids));
+        /* segment ids exactly when neat-packed, beside every token */
+        CU_ASSERT(s.segment_ids.n == (o.neat_packing ? s.input_ids.n : 0));
+        CU_ASSERT(!o.neat_packing || json_array_size(mask) == s.nsamples);
         for (size_t k = 0; ok && k < s.nsamples; k++) {
             size_t a = (size_t)s.offsets[k], n = (size_t)(s.offsets[k + 1] - s.offsets[k]);
             ok = same_ids("input_ids", name, k, json_array_get(ids, k), s.input_ids.v + a, n) &&
-                 same_ids("labels", name, k, json_array_get(labels, k), s.labels.v + a, n);
+                 same_ids("labels", name, k, json_array_get(labels, k), s.labels.v + a, n) &&
+                 (!o.neat_packing ||
+                  same_ids("segment_ids", name, k, json_array_get(mask, k), s.segment_ids.v + a, n));
         }
         CU_ASSERT(ok);
+        neat_seen += o.neat_packing;
         templates_seen += strstr(name, "-alpaca") && !strchr(strstr(name, "-alpaca") + 1, '-');
         zt_sft_samples_free(&s);
         zt_sft_records_free(&recs);
         zt_tokenizer_close(tok);
     }
     CU_ASSERT(templates_seen == 8); /* every template has its plain alpaca case */
+    CU_ASSERT(neat_seen >= 4);
+}
+
+/* The trainer's rows of a neat-packed file (zt_data_read_row, T = cutoff_len - 1, the
+ * packed row's input positions): input ids, segments and positions are LLaMA-Factory's
+ * input_ids, attention_mask and position_ids; the targets are its labels shifted by one
+ * (what its model's loss compares), except that the target a sample's last token would
+ * have, the next sample's first label, is dropped. Without train_on_prompt that label is
+ * -100 anyway, so the targets equal LLaMA-Factory's shifted labels exactly; with it (the
+ * llama3 case) they differ at exactly those tokens, counted here. */
+static void t_neat_rows(void)
+{
+    json_t *cs = cases("cases");
+    size_t i;
+    json_t *c;
+    int checked = 0;
+    json_array_foreach(cs, i, c) {
+        if (!json_is_true(json_object_get(c, "neat_packing"))) continue;
+        const char *name = json_string_value(json_object_get(c, "name"));
+        zt_tokenizer_t *tok;
+        zt_sft_opts_t o = case_opts(c, &tok);
+        zt_sft_records_t recs;
+        CU_ASSERT_FATAL(zt_sft_read(fixture(json_string_value(json_object_get(c, "data"))),
+                                    zt_sft_format(json_string_value(json_object_get(c, "format"))), &recs, err,
+                                    sizeof err) == 0);
+        zt_sft_samples_t s;
+        CU_ASSERT_FATAL(zt_sft_build(&o, tok, &recs, &s, err, sizeof err) == 0);
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/zt_test_neat_%d.h5", (int)getpid());
+        CU_ASSERT_FATAL(zt_data_write_sft_h5(path, s.input_ids.v, s.labels.v, s.segment_ids.v, s.input_ids.n,
+                                             s.offsets, s.nsamples, zt_tokenizer_vocab_size(tok), o.ids.pad, "hf", err,
+                                             sizeof err) == 0);
+        const int T = o.cutoff_len - 1;
+        const char *files[1] = {path};
+        zt_dataset_t *ds = zt_data_open(files, 1, T, zt_tokenizer_vocab_size(tok), err, sizeof err);
+        if (!ds) printf("\n  %s\n", err);
+        CU_ASSERT_FATAL(ds != NULL);
+        CU_ASSERT(zt_data_has_segments(ds));
+        json_t *ids = json_object_get(c, "input_ids"), *labels = json_object_get(c, "labels");
+        json_t *mask = json_object_get(c, "attention_mask"), *posj = json_object_get(c, "position_ids");
+        CU_ASSERT_FATAL(zt_data_num_samples(ds) == (int64_t)json_array_size(ids));
+        int32_t *inp = zt_malloc((size_t)T * 4), *tgt = zt_malloc((size_t)T * 4), *seg = zt_malloc((size_t)T * 4),
+                *pos = zt_malloc((size_t)T * 4);
+        long bad = 0, dropped = 0, loss = 0;
+        for (int64_t g = 0; g < zt_data_num_samples(ds); g++) {
+            CU_ASSERT_FATAL(zt_data_read_row(ds, g, 0, 0, inp, tgt, seg, pos, err, sizeof err) == 0);
+            json_t *ri = json_array_get(ids, (size_t)g), *rl = json_array_get(labels, (size_t)g);
+            json_t *rm = json_array_get(mask, (size_t)g), *rp = json_array_get(posj, (size_t)g);
+            CU_ASSERT_FATAL(json_array_size(ri) == (size_t)T + 1);
+            for (int t = 0; t < T; t++) {
+                const int32_t m = jid(json_array_get(rm, (size_t)t)), m1 = jid(json_array_get(rm, (size_t)t + 1));
+                const int32_t y = jid(json_array_get(rl, (size_t)t + 1)), want = y == -100 ? -1 : y;
+                bad += inp[t] != jid(json_array_get(ri, (size_t)t)) || seg[t] != m ||
+                       pos[t] != jid(json_array_get(rp, (size_t)t));
+                if (m1 != m && want >= 0) { /* the next sample's first label: dropped */
+                    dropped++;
+                    bad += tgt[t] != -1;
+                } else {
+                    bad += tgt[t] != want;
+                }
+                loss += tgt[t] >= 0;
+            }
+        }
+        printf("\n    %s: %lld rows, %ld loss targets, %ld dropped at sample boundaries, %ld differences", name,
+               (long long)zt_data_num_samples(ds), loss, dropped, bad);
+        CU_ASSERT(bad == 0);
+        CU_ASSERT(loss > 0);
+        CU_ASSERT(o.train_on_prompt ? dropped > 0 : dropped == 0);
+        checked++;
+        free(inp), free(tgt), free(seg), free(pos);
+        zt_data_close(ds);
+        remove(path);
+        zt_sft_samples_free(&s);
+        zt_sft_records_free(&recs);
+        zt_tokenizer_close(tok);
+    }
+    CU_ASSERT(checked >= 4);
 }
 
 static void t_render(void)
@@ -227,7 +323,7 @@ static void t_special_ids(void)
     CU_ASSERT(strstr(err, "<|eot_id|>") != NULL);
     CU_ASSERT(zt_template_find("chatml") == NULL);
     /* options LLaMA-Factory refuses */
-    zt_sft_opts_t o = {zt_template_find("qwen"), {-1, 0, 0}, 64, 1, 1, 0};
+    zt_sft_opts_t o = {zt_template_find("qwen"), {-1, 0, 0}, 64, 1, 1, 0, 0};
     zt_sft_records_t r = {0};
     zt_sft_samples_t s;
     CU_ASSERT(zt_sft_build(&o, tok, &r, &s, err, sizeof err) != 0 && strstr(err, "mask_history"));
@@ -236,6 +332,7 @@ static void t_special_ids(void)
 
 static const zt_test_t tests[] = {
     {"LLaMA-Factory input_ids and labels, every template and option", t_cases},
+    {"neat-packed rows = LLaMA-Factory's ids, attention_mask, position_ids", t_neat_rows},
     {"chat text equals LLaMA-Factory's jinja template", t_render},
     {"infer_seqlen", t_infer_seqlen},
     {"bad data: one line naming file, record and key", t_bad_data},
