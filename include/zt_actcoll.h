@@ -27,6 +27,8 @@ typedef struct zt_actcoll {
      * one; returns a handle that sp_ring_wait completes (the model computes between) */
     void *(*sp_ring_start)(void *ctx, const float *send, float *recv, size_t n);
     void (*sp_ring_wait)(void *ctx, void *handle);
+    /* lets the transfer move between pieces of compute (MPI moves it only in its calls) */
+    void (*sp_ring_progress)(void *ctx, void *handle);
 } zt_actcoll_t;
 
 #endif

@@ -51,6 +51,8 @@ typedef struct zt_comm_stats {
     double bytes[ZT_COLL_N];    /* user-buffer bytes (nccl-tests "size") */
     double bus_bytes[ZT_COLL_N];/* bytes * bus factor, so busbw = bus_bytes / seconds */
     double seconds[ZT_COLL_N];  /* from issue to completion (waited) */
+    double wait_seconds[ZT_COLL_N]; /* of those, the host blocked in zt_wait (MPI): what compute
+                                     * between issue and wait did not hide */
     long calls[ZT_COLL_N];
     double group_bytes[ZT_GRP_N]; /* the same bytes by the group they moved in (ZT_GRP_*) */
     long group_calls[ZT_GRP_N];
@@ -186,6 +188,10 @@ void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
  * to = rank + 1, from = rank - 1); accounted as count elements, bus factor 1. */
 void zt_isendrecv(zt_comm_t *c, zt_group_t *g, const void *send, int to, void *recv, int from, size_t count,
                   zt_dtype_t t, zt_request_t *req);
+/* Lets a non-blocking MPI operation progress (MPI_Test) without waiting: called between
+ * pieces of compute, so a transfer that MPI moves only inside its calls (shared-memory
+ * rendezvous) moves during the compute. No-op for device requests. */
+void zt_progress(zt_comm_t *c, zt_request_t *req);
 /* MPI: the host waits. Device: later work on the compute stream waits (no host
  * block); the buffers may be reused or freed (stream-ordered) after it. */
 void zt_wait(zt_comm_t *c, zt_request_t *req);

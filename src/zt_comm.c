@@ -545,6 +545,16 @@ void zt_alltoall(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size
     account(c, g, ZT_COLL_ALLTOALL, bytes, g->size, zt_now() - t0);
 }
 
+void zt_progress(zt_comm_t *c, zt_request_t *req)
+{
+    (void)c;
+    if (req->dev || req->t0 == 0) return;
+    int done = 0;
+    if (req->req != MPI_REQUEST_NULL) ZT_MPI(MPI_Test(&req->req, &done, MPI_STATUS_IGNORE));
+    if (req->kind == ZT_COLL_SENDRECV && req->req2 != MPI_REQUEST_NULL)
+        ZT_MPI(MPI_Test(&req->req2, &done, MPI_STATUS_IGNORE));
+}
+
 void zt_isendrecv(zt_comm_t *c, zt_group_t *g, const void *send, int to, void *recv, int from, size_t count,
                   zt_dtype_t t, zt_request_t *req)
 {
@@ -623,11 +633,13 @@ void zt_wait(zt_comm_t *c, zt_request_t *req)
         req->t0 = 0;
         return;
     }
+    const double tw = zt_now();
     if (req->req != MPI_REQUEST_NULL) ZT_MPI(MPI_Wait(&req->req, MPI_STATUS_IGNORE));
     /* req2 is only ever set by a send-receive (other requests may not initialize it) */
     if (req->kind == ZT_COLL_SENDRECV && req->req2 != MPI_REQUEST_NULL)
         ZT_MPI(MPI_Wait(&req->req2, MPI_STATUS_IGNORE));
     if (req->t0 == 0) return;
+    c->stats.wait_seconds[req->kind] += zt_now() - tw;
     if (req->g) {
         const double t0 = zt_now();
         if (req->kind == ZT_COLL_ALLREDUCE) ring_allreduce(req->g, req->recv, req->count, req->t);
@@ -673,6 +685,8 @@ static void *act_sp_ring_start(void *ctx, const float *send, float *recv, size_t
     return r;
 }
 
+static void act_sp_ring_progress(void *ctx, void *h) { zt_progress(ctx, h); }
+
 static void act_sp_ring_wait(void *ctx, void *h)
 {
     zt_wait(ctx, h);
@@ -688,6 +702,7 @@ void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out)
     out->sp_alltoall = act_sp_alltoall;
     out->sp_ring_start = act_sp_ring_start;
     out->sp_ring_wait = act_sp_ring_wait;
+    out->sp_ring_progress = act_sp_ring_progress;
 }
 
 int zt_any(zt_comm_t *c, int local_flag)

@@ -39,8 +39,10 @@ static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)
     o += (size_t)snprintf(buf + o, len - o, "{");
     for (int k = 0; k < ZT_COLL_N; k++) {
         double busbw = st->seconds[k] > 0 ? st->bus_bytes[k] / st->seconds[k] / 1e9 : 0.0;
-        o += (size_t)snprintf(buf + o, len - o, "%s\"%s\":{\"calls\":%ld,\"bytes\":%.0f,\"seconds\":%.6f,\"busbw_GBps\":%.3f}",
-                              k ? "," : "", names[k], st->calls[k], st->bytes[k], st->seconds[k], busbw);
+        o += (size_t)snprintf(buf + o, len - o,
+                              "%s\"%s\":{\"calls\":%ld,\"bytes\":%.0f,\"seconds\":%.6f,\"wait_s\":%.6f,\"busbw_GBps\":%.3f}",
+                              k ? "," : "", names[k], st->calls[k], st->bytes[k], st->seconds[k], st->wait_seconds[k],
+                              busbw);
     }
     /* the same bytes by mesh group */
     static const char *groups[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data"};

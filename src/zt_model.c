@@ -394,6 +394,10 @@ void zt_model_ring_scratch(zt_model_t *m, int NH, int NKV, int HD)
     if (m->ring_out) return;
     const size_t N = (size_t)m->Bmax * m->Tmax, kw = 2 * (size_t)NKV * HD, F = sizeof(float);
     m->ring_kw = kw, m->ring_q = (size_t)NH * HD, m->ring_nh = (size_t)NH;
+    /* ZT_RING_SERIAL=1 (benchmarks: tools/bench-mesh.sh): each transfer waited for at
+     * once, so its time is the communication the overlap has to hide */
+    const char *e = getenv("ZT_RING_SERIAL");
+    m->ring_serial = e && strcmp(e, "1") == 0;
     for (int k = 0; k < 2; k++) {
         m->ring_kv[k] = zt_model_alloc(m, N * kw * F);
         m->ring_dkv[k] = zt_model_alloc(m, N * kw * F);
@@ -432,6 +436,7 @@ void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int
     int cur = 0;
     for (int s = 0; s < sp; s++) {
         void *h = s + 1 < sp ? m->ac.sp_ring_start(m->ac.ctx, m->ring_kv[cur], m->ring_kv[!cur], 2 * Nh * kw) : NULL;
+        if (h && m->ring_serial) m->ac.sp_ring_wait(m->ac.ctx, h), h = NULL;
         ring_pair_t p[3];
         const int np = ring_pairs(m, s, p);
         for (int k = 0; k < np; k++) {
@@ -443,6 +448,7 @@ void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int
                                         qkv + (size_t)p[k].qh * Nh * S, S, kv, kv + (size_t)NKV * HD, kw, B, c, c, NH,
                                         NKV, HD, p[k].causal);
             if (!first) be->attention_merge(o, l, m->ring_out, m->ring_lse, B, c, NH, HD);
+            if (h) m->ac.sp_ring_progress(m->ac.ctx, h);
         }
         if (h) m->ac.sp_ring_wait(m->ac.ctx, h);
         cur = !cur;
@@ -461,6 +467,7 @@ void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const
     for (int s = 0; s < sp; s++) {
         /* the next K|V block comes while this one's gradients are computed */
         void *h = s + 1 < sp ? m->ac.sp_ring_start(m->ac.ctx, m->ring_kv[cur], m->ring_kv[!cur], n) : NULL;
+        if (h && m->ring_serial) m->ac.sp_ring_wait(m->ac.ctx, h), h = NULL;
         float *dkv = m->ring_dkv[s & 1]; /* free: its send (two steps ago) has completed */
         be->memzero(dkv, n * sizeof(float));
         ring_pair_t p[3];
@@ -471,18 +478,27 @@ void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const
             be->attention_block_backward(dqkv + qo * S, dkv + ko, dkv + ko + (size_t)NKV * HD, dout + qo * Q,
                                          qkv + qo * S, S, kv, kv + (size_t)NKV * HD, kw, out + qo * Q,
                                          lse + (size_t)p[k].qh * L, B, c, c, NH, NKV, HD, p[k].causal);
+            if (h) m->ac.sp_ring_progress(m->ac.ctx, h);
+            if (dh) m->ac.sp_ring_progress(m->ac.ctx, dh);
         }
         /* the previous ranks' part of this block's gradients arrived meanwhile: add it,
          * and pass the sum on (after the last step it goes home: rank i + 1 has block i + 1) */
-        if (dh) {
-            m->ac.sp_ring_wait(m->ac.ctx, dh);
+        if (dh || m->ring_have_in) {
+            if (dh) m->ac.sp_ring_wait(m->ac.ctx, dh);
             be->accumulate(dkv, m->ring_dkv_in, n);
+            m->ring_have_in = 0;
         }
         dh = m->ac.sp_ring_start(m->ac.ctx, dkv, m->ring_dkv_in, n);
+        if (m->ring_serial && s + 1 < sp) {
+            m->ac.sp_ring_wait(m->ac.ctx, dh);
+            dh = NULL;
+            /* the partial is in ring_dkv_in already: the next step adds it */
+            m->ring_have_in = 1;
+        }
         if (h) m->ac.sp_ring_wait(m->ac.ctx, h);
         cur = !cur;
     }
-    m->ac.sp_ring_wait(m->ac.ctx, dh);
+    if (dh) m->ac.sp_ring_wait(m->ac.ctx, dh);
     /* this rank's own K|V gradients, whole */
     be->copy_rows(dqkv + Q, S, m->ring_dkv_in, kw, 2 * (int)Nh, kw);
 }

@@ -56,6 +56,7 @@ struct zt_model {
      * block pair's output (N/2, Q) and log-sum-exp (B, NH, T/2) */
     float *ring_kv[2], *ring_dkv_in, *ring_dkv[2], *ring_out, *ring_lse;
     size_t ring_kw, ring_q, ring_nh;
+    int ring_serial, ring_have_in;
 };
 
 /* ---- tensor parallelism, for the families (no-ops at tp 1) ---------------------------

@@ -746,6 +746,7 @@ static void fold_comm(run_t *r)
         t->bytes[k] += st->bytes[k];
         t->bus_bytes[k] += st->bus_bytes[k];
         t->seconds[k] += st->seconds[k];
+        t->wait_seconds[k] += st->wait_seconds[k];
         t->calls[k] += st->calls[k];
     }
     for (int k = 0; k < ZT_GRP_N; k++) {

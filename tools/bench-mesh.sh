@@ -14,8 +14,13 @@
 #    at sp 1; it trains at sp 2 (2 ranks) and at sp 4 (4 ranks on the 2 cores,
 #    oversubscribed), LONG_STEPS steps each, with the step time and peak RSS per rank.
 #    A short version (T 512, 6 steps) at sp 2 equals one rank (compare_runs.py, fp32 1e-5).
+# 3. Ring attention's overlap: the same Llama at T = 2 x RING_T (1024 per rank), sp 2 ring,
+#    RING_STEPS steps, once as built and once with ZT_RING_SERIAL=1 (each transfer waited
+#    for at once: the communication to hide). Hidden = 1 - (host time blocked in the ring's
+#    waits, overlapped) / (the same, serial), from metrics.jsonl's send_recv wait_s.
 #
 # Environment: STEPS (6), WARMUP (2), ROUNDS (2), LONG_T (8192), LONG_STEPS (2), LIMIT (1.2),
+#   RING_T (1024), RING_STEPS (4),
 #   PY (Debian's python3 with h5py and numpy).
 set -eu
 cd "$(dirname "$0")/.."
@@ -26,6 +31,8 @@ ROUNDS=${ROUNDS:-2}
 LONG_T=${LONG_T:-8192}
 LONG_STEPS=${LONG_STEPS:-2}
 LIMIT=${LIMIT:-1.2}
+RING_T=${RING_T:-1024}
+RING_STEPS=${RING_STEPS:-4}
 PY=${PY:-/usr/bin/python3}
 [ -x "$B/ztrain" ] || { echo "bench-mesh.sh: $B/ztrain not found: sh tools/build.sh $B" >&2; exit 1; }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ZT_DNNL=off
@@ -126,4 +133,31 @@ $MPI -np 1 "$B/ztrain" $SHORT train.gradient_accumulation_steps=1 train.output_d
 $MPI -np 2 "$B/ztrain" $SHORT parallel.sequence_parallel_size=2 train.output_dir="$out/short2" >"$out/short2.log" 2>&1
 # compare_runs.py wants a checkpoint: the short runs save one at the end
 "$PY" tests/mpi/compare_runs.py "$out/short1" "$out/short2" 2>&1 | sed 's/^/  short version (T 512) at sp 2 vs 1 rank: /' || true
+
+# ---- 3. ring attention's overlap ---------------------------------------------------------
+echo
+RT=$((2 * RING_T))
+RING="$LONG data.seq_len=$RT model.block_size=$RT train.max_steps=$RING_STEPS parallel.memory_limit_gb=0
+ parallel.sequence_parallel_size=2 parallel.sp_mode=ring"
+echo "ring attention: Llama L4 C512 at T=$RT (sp 2: $RING_T per rank), $RING_STEPS steps, zero3"
+for mode in overlap serial; do
+    ser=0
+    [ $mode = serial ] && ser=1
+    # shellcheck disable=SC2086
+    ZT_RING_SERIAL=$ser $MPI -x ZT_RING_SERIAL -np 2 "$B/ztrain" $RING train.output_dir="$out/ring-$mode" \
+        >"$out/ring-$mode.log" 2>&1 || { echo "  $mode: FAILED: $(grep -m1 error "$out/ring-$mode.log")"; continue; }
+done
+"$PY" - "$out/ring-overlap/metrics.jsonl" "$out/ring-serial/metrics.jsonl" <<'PY'
+import json, sys, statistics
+def get(path):
+    steps = [json.loads(l) for l in open(path) if '"step_s"' in l][1:]  # the first step warms up
+    sr = [r["comm"]["send_recv"] for r in steps]
+    return (statistics.median(r["step_s"] for r in steps), statistics.median(x["wait_s"] for x in sr),
+            statistics.median(x["bytes"] for x in sr), statistics.median(x["calls"] for x in sr))
+o, s = get(sys.argv[1]), get(sys.argv[2])
+print(f"  overlapped: step {o[0]:.3f} s, ring send-recv {o[2] / 1e6:.1f} MB in {o[3]:.0f} transfers/step, blocked in waits {o[1]:.4f} s")
+print(f"  serial:     step {s[0]:.3f} s, blocked in waits {s[1]:.4f} s (the communication to hide)")
+h = 1 - o[1] / s[1] if s[1] > 0 else float("nan")
+print(f"  hidden behind compute: {100 * h:.0f}% (target >= 50%)")
+PY
 echo "load at end: $(uptime | sed 's/.*load average: //')"
