@@ -20,6 +20,9 @@ typedef struct zt_actcoll {
     void (*tp_allreduce)(void *ctx, float *x, size_t n, int op);
     /* recv (tp n) = every tp rank's send (n), in tp rank order */
     void (*tp_allgather)(void *ctx, const float *send, float *recv, size_t n);
+    /* recv (n) = the sum over the tp ranks of their send block of this rank (send holds
+     * tp blocks of n; clobbered) */
+    void (*tp_reduce_scatter)(void *ctx, float *send, float *recv, size_t n);
     /* sequence parallelism (Ulysses): recv block r (n floats) = sp rank r's send block
      * of this rank (send and recv hold sp blocks of n) */
     void (*sp_alltoall)(void *ctx, const float *send, float *recv, size_t n);

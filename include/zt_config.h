@@ -88,6 +88,7 @@ typedef struct zt_config {
         int shard_group_size;   /* 0 = ranks of one node */
         int tensor_parallel_size, sequence_parallel_size;
         char sp_mode[16];       /* ulysses | ring */
+        int tp_sequence_parallel; /* bool */
         int reshard_after_forward; /* bool (zero3 family) */
         double bucket_size_mb;
         char reduce_dtype[8];   /* fp32 | bf16 | fp16 */

@@ -97,6 +97,12 @@ typedef struct zt_model_dims {
      * vocab_block = ceil(V_total / tp) rows, the last rank's shorter) */
     int tp_size, tp_rank;
     int vocab_start, vocab_block, vocab_total;
+    /* tp_seq (parallel.tp_sequence_parallel, Megatron's sequence parallelism): between
+     * the row- and column-parallel GEMMs the residual stream is split over the tp ranks
+     * by rows (tokens [tp_rank N/tp, (tp_rank + 1) N/tp) of the micro-batch), so the
+     * norms, residual adds and their activations are 1/tp of the tokens; reduce-scatter
+     * and all-gather replace the all-reduces */
+    int tp_seq;
     /* sequence parallelism (Ulysses): each of sp_size ranks runs positions
      * [sp_rank T, (sp_rank + 1) T) of every sequence, T the model's time */
     int sp_size, sp_rank;

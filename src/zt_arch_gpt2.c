@@ -170,8 +170,9 @@ static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int
     const zt_model_dims_t *d = &t->dims;
     /* A, I: this rank's attention and MLP widths (C and 4C without tensor parallelism) */
     const size_t N = (size_t)B * T, C = d->C, A = (size_t)d->NH * d->HD, I = d->I, lse = (size_t)B * d->NH * T;
-    const size_t per_block = N * C /*ln1*/ + 2 * N + 3 * N * A + lse + N * A /*atty*/ +
-                             N * C /*res2*/ + N * C /*ln2*/ + 2 * N + 2 * N * I /*fch, gelu*/;
+    const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
+    const size_t per_block = Nl * C /*ln1*/ + 2 * Nl + 3 * N * A + lse + N * A /*atty*/ +
+                             Nl * C /*res2*/ + Nl * C /*ln2*/ + 2 * Nl + 2 * N * I /*fch, gelu*/;
     const size_t sp = d->sp_size > 1 && !d->sp_ring ? 4 * N * A /* qkv_sp, atty_sp */ : 0;
     const size_t ring = d->sp_size > 1 && d->sp_ring ? 5 * N * 2 * A + N / 2 * A + N / 2 * (size_t)d->NH : 0;
     const size_t floats = (recompute ? 1 : (size_t)d->L) * (per_block + sp) + 2 * N /*lnf*/ + 3 * N * A /*dqkv*/ +
@@ -198,6 +199,7 @@ static void gpt2_create(zt_model_t *m)
     const zt_param_table_t *table = m->table;
     const size_t N = (size_t)m->Bmax * m->Tmax, C = m->d.C, L = m->d.L, NH = m->d.NH;
     const size_t A = NH * m->d.HD, I = m->d.I, lse = (size_t)m->Bmax * NH * m->Tmax, F = sizeof(float);
+    const size_t Nl = m->d.tp_seq ? N / (size_t)m->d.tp_size : N; /* the residual stream's rows */
     if (table->nunits > 1) {
         const zt_param_t *p = &table->params[table->unit_first[1]];
         g->o_ln1w = p[0].offset; g->o_ln1b = p[1].offset; g->o_qkvw = p[2].offset;
@@ -215,16 +217,16 @@ static void gpt2_create(zt_model_t *m)
             *a = g->blk[0];
             continue;
         }
-        a->ln1 = zt_model_alloc(m, N * C * F);
-        a->ln1_mean = zt_model_alloc(m, N * F);
-        a->ln1_rstd = zt_model_alloc(m, N * F);
+        a->ln1 = zt_model_alloc(m, Nl * C * F);
+        a->ln1_mean = zt_model_alloc(m, Nl * F);
+        a->ln1_rstd = zt_model_alloc(m, Nl * F);
         a->qkv = zt_model_alloc(m, 3 * N * A * F);
         a->lse = zt_model_alloc(m, lse * F);
         a->atty = zt_model_alloc(m, N * A * F);
-        a->res2 = zt_model_alloc(m, N * C * F);
-        a->ln2 = zt_model_alloc(m, N * C * F);
-        a->ln2_mean = zt_model_alloc(m, N * F);
-        a->ln2_rstd = zt_model_alloc(m, N * F);
+        a->res2 = zt_model_alloc(m, Nl * C * F);
+        a->ln2 = zt_model_alloc(m, Nl * C * F);
+        a->ln2_mean = zt_model_alloc(m, Nl * F);
+        a->ln2_rstd = zt_model_alloc(m, Nl * F);
         a->fch = zt_model_alloc(m, N * I * F);
         a->fch_gelu = zt_model_alloc(m, N * I * F);
         if (m->d.sp_size > 1 && !m->d.sp_ring) {
@@ -269,14 +271,20 @@ static void gpt2_embed_forward(zt_model_t *m, const float *root, float *x0)
     zt_model_embed_tokens(m, root + g->o_wte, x0);
     /* each token's position: a packed batch's, or this rank's chunks under sequence
      * parallelism (zt_model_positions), else 0..T-1 */
-    m->be->positional_forward(x0, root + g->o_wpe, zt_model_positions(m), m->B, m->T, m->d.C);
+    if (m->d.tp_seq) /* this rank's rows of the residual stream */
+        m->be->positional_forward(x0, root + g->o_wpe, zt_model_row_positions(m), 1, zt_model_rows(m), m->d.C);
+    else
+        m->be->positional_forward(x0, root + g->o_wpe, zt_model_positions(m), m->B, m->T, m->d.C);
 }
 
 static void gpt2_embed_backward(zt_model_t *m, float *droot, const float *dx0)
 {
     const gpt2_t *g = m->fam;
     zt_model_embed_tokens_backward(m, droot + g->o_wte, dx0);
-    m->be->positional_backward(droot + g->o_wpe, dx0, zt_model_positions(m), m->B, m->T, m->d.C);
+    if (m->d.tp_seq) /* this rank's rows: a partial gradient, summed over tp (tp_grad_sum) */
+        m->be->positional_backward(droot + g->o_wpe, dx0, zt_model_row_positions(m), 1, zt_model_rows(m), m->d.C);
+    else
+        m->be->positional_backward(droot + g->o_wpe, dx0, zt_model_positions(m), m->B, m->T, m->d.C);
 }
 
 static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
@@ -287,10 +295,13 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     block_acts_t *a = &g->blk[l];
     const zt_backend_t *be = m->be;
     /* A, I: this rank's attention and MLP widths (C and 4C without tensor parallelism) */
+    /* Nl: the residual stream's rows (N / tp under tp_sequence_parallel) */
     const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, I = m->d.I, N = B * T;
-    be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w + g->o_ln1w, w + g->o_ln1b, N, C,
+    const int Nl = zt_model_rows(m);
+    be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w + g->o_ln1w, w + g->o_ln1b, Nl, C,
                           GPT2_EPS);
-    be->matmul_forward(a->qkv, a->ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * A, 0); // (N,3A)
+    const float *ln1 = zt_model_tp_gather(m, a->ln1, zt_model_tp_scratch(m, 0)); // (N,C)
+    be->matmul_forward(a->qkv, ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * A, 0); // (N,3A)
     if (m->d.sp_size > 1 && m->d.sp_ring) {
         zt_model_ring_forward(m, a->qkv, NH, NH, HD, a->atty, a->lse);
     } else if (m->d.sp_size > 1) {
@@ -305,16 +316,19 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     }
     /* attention projection into a scratch (row-parallel: partial sums under tp), then
      * the residual add */
-    be->matmul_forward(a->res2, a->atty, w + g->o_projw, zt_model_tp_bias(m, w + g->o_projb), N, A, C, 0);
-    zt_model_tp_sum(m, a->res2, (size_t)N * C);
-    be->residual_forward(a->res2, a->res2, x_in, (size_t)N * C);
-    be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w + g->o_ln2w, w + g->o_ln2b, N, C,
+    float *y = zt_model_tp_partial(m, a->res2);
+    be->matmul_forward(y, a->atty, w + g->o_projw, zt_model_tp_bias(m, w + g->o_projb), N, A, C, 0);
+    zt_model_tp_reduce(m, y, a->res2); // (Nl,C)
+    be->residual_forward(a->res2, a->res2, x_in, (size_t)Nl * C);
+    be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w + g->o_ln2w, w + g->o_ln2b, Nl, C,
                           GPT2_EPS);
-    be->matmul_gelu_forward(a->fch_gelu, a->fch, a->ln2, w + g->o_fcw, w + g->o_fcb, N, C,
+    const float *ln2 = zt_model_tp_gather(m, a->ln2, zt_model_tp_scratch(m, 0));
+    be->matmul_gelu_forward(a->fch_gelu, a->fch, ln2, w + g->o_fcw, w + g->o_fcb, N, C,
                             I); // (N,I) each
-    be->matmul_forward(out, a->fch_gelu, w + g->o_fcpw, zt_model_tp_bias(m, w + g->o_fcpb), N, I, C, 0);
-    zt_model_tp_sum(m, out, (size_t)N * C);
-    be->residual_forward(out, out, a->res2, (size_t)N * C);
+    y = zt_model_tp_partial(m, out);
+    be->matmul_forward(y, a->fch_gelu, w + g->o_fcpw, zt_model_tp_bias(m, w + g->o_fcpb), N, I, C, 0);
+    zt_model_tp_reduce(m, y, out);
+    be->residual_forward(out, out, a->res2, (size_t)Nl * C);
 }
 
 static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw, const float *lora,
@@ -324,7 +338,10 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
     const gpt2_t *g = m->fam;
     const zt_backend_t *be = m->be;
     const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, I = m->d.I, N = B * T;
+    const int Nl = zt_model_rows(m);
     const size_t F = sizeof(float);
+    /* tp_sequence_parallel: as llama_block_backward (gathers into scratch 0, reduces into dn) */
+    float *full = zt_model_tp_scratch(m, 0), *dn = m->d.tp_seq ? m->tp_rows : m->dres2;
     block_acts_t *a = &g->blk[l];
     if (m->recompute) {
         /* re-run the forward to refill the shared buffers; the output goes to a
@@ -337,18 +354,20 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
      * gradient reads first and nothing needs after: no (N,4C) scratch. Input gradients
      * are overwritten, so no buffer here is zeroed first (but dqkv: attention accumulates). */
     float *dfch = a->fch_gelu;
-    be->gelu_matmul_backward(dfch, dw + g->o_fcpw, dw + g->o_fcpb, dres, a->fch_gelu, a->fch,
+    const float *dy = zt_model_tp_gather(m, dres, full); // (N,C)
+    be->gelu_matmul_backward(dfch, dw + g->o_fcpw, dw + g->o_fcpb, dy, a->fch_gelu, a->fch,
                              w + g->o_fcpw, N, I, C);
     /* dres2 = dres + ln2 backward(dfch @ Wfc^T) */
-    float *dln2 = m->dres2;
-    be->matmul_backward(dln2, dw + g->o_fcw, dw + g->o_fcb, dfch, a->ln2, w + g->o_fcw, N, C, I, 0);
-    zt_model_tp_sum(m, dln2, (size_t)N * C); /* column-parallel: each rank's columns' part */
+    const float *ln2 = zt_model_tp_gather(m, a->ln2, full);
+    be->matmul_backward(m->dres2, dw + g->o_fcw, dw + g->o_fcb, dfch, ln2, w + g->o_fcw, N, C, I, 0);
+    zt_model_tp_reduce(m, m->dres2, dn); /* column-parallel: each rank's columns' part */
     /* dres (which is d res2 from the skip path) += layernorm backward */
-    be->layernorm_backward(dres, dw + g->o_ln2w, dw + g->o_ln2b, dln2, a->res2, w + g->o_ln2w, a->ln2_mean,
-                           a->ln2_rstd, N, C);
+    be->layernorm_backward(dres, dw + g->o_ln2w, dw + g->o_ln2b, dn, a->res2, w + g->o_ln2w, a->ln2_mean,
+                           a->ln2_rstd, Nl, C);
     /* now dres = d res2 ; res2 = x_in + proj(atty) */
     float *datty = m->dres2;
-    be->matmul_backward(datty, dw + g->o_projw, dw + g->o_projb, dres, a->atty, w + g->o_projw, N, A, C, 0);
+    dy = zt_model_tp_gather(m, dres, full);
+    be->matmul_backward(datty, dw + g->o_projw, dw + g->o_projb, dy, a->atty, w + g->o_projw, N, A, C, 0);
     if (m->d.sp_size > 1 && m->d.sp_ring) {
         be->memzero(g->dqkv, 3 * (size_t)N * A * F);
         zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, NH, NH, HD);
@@ -363,18 +382,18 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
         be->memzero(g->dqkv, 3 * (size_t)N * A * F);
         be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD);
     }
-    float *dln1 = m->dres2;
-    be->matmul_backward(dln1, dw + g->o_qkvw, dw + g->o_qkvb, g->dqkv, a->ln1, w + g->o_qkvw, N, C, 3 * A, 0);
-    zt_model_tp_sum(m, dln1, (size_t)N * C);
+    const float *ln1 = zt_model_tp_gather(m, a->ln1, full);
+    be->matmul_backward(m->dres2, dw + g->o_qkvw, dw + g->o_qkvb, g->dqkv, ln1, w + g->o_qkvw, N, C, 3 * A, 0);
+    zt_model_tp_reduce(m, m->dres2, dn);
     /* dx_in = d res2 (skip) + ln1 backward */
-    be->layernorm_backward(dres, dw + g->o_ln1w, dw + g->o_ln1b, dln1, x_in, w + g->o_ln1w, a->ln1_mean,
-                           a->ln1_rstd, N, C);
+    be->layernorm_backward(dres, dw + g->o_ln1w, dw + g->o_ln1b, dn, x_in, w + g->o_ln1w, a->ln1_mean,
+                           a->ln1_rstd, Nl, C);
 }
 
 static void gpt2_final_norm_forward(zt_model_t *m, const float *root, const float *x, float *xf)
 {
     const gpt2_t *g = m->fam;
-    m->be->layernorm_forward(xf, g->lnf_mean, g->lnf_rstd, x, root + g->o_lnfw, root + g->o_lnfb, m->B * m->T,
+    m->be->layernorm_forward(xf, g->lnf_mean, g->lnf_rstd, x, root + g->o_lnfw, root + g->o_lnfb, zt_model_rows(m),
                              m->d.C, GPT2_EPS);
 }
 
@@ -382,7 +401,7 @@ static void gpt2_final_norm_backward(zt_model_t *m, const float *root, float *dr
                                      const float *dxf, float *dx)
 {
     const gpt2_t *g = m->fam;
-    const int N = m->B * m->T, C = m->d.C;
+    const int N = zt_model_rows(m), C = m->d.C;
     m->be->memzero(dx, (size_t)N * C * sizeof(float));
     m->be->layernorm_backward(dx, droot + g->o_lnfw, droot + g->o_lnfb, dxf, x, root + g->o_lnfw, g->lnf_mean,
                               g->lnf_rstd, N, C);

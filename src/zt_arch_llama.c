@@ -302,8 +302,9 @@ static size_t sp_row_floats(const zt_model_dims_t *d, size_t N)
 static size_t per_block_floats(const zt_model_dims_t *d, size_t B, size_t T)
 {
     const size_t N = B * T, C = d->C, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD, I = d->I;
-    size_t f = N * C + N /* ln1, rstd1 */ + N * S /* qkv */ + B * d->NH * T /* lse */ + N * Q /* atty */ +
-               N * C /* res2 */ + N * C + N /* ln2, rstd2 */ + 2 * N * I /* gu */ + N * I /* act */;
+    const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
+    size_t f = Nl * C + Nl /* ln1, rstd1 */ + N * S /* qkv */ + B * d->NH * T /* lse */ + N * Q /* atty */ +
+               Nl * C /* res2 */ + Nl * C + Nl /* ln2, rstd2 */ + 2 * N * I /* gu */ + N * I /* act */;
     if (d->qk_norm) f += N * S + N * (size_t)(d->NH + d->NKV);
     if (d->sp_size > 1 && !d->sp_ring) f += sp_row_floats(d, N) + N * Q; /* qkv_sp, atty_sp */
     return f;
@@ -410,6 +411,7 @@ static void llama_create(zt_model_t *m)
     g->KV = d->NKV * d->HD;
     g->S = g->Q + 2 * g->KV;
     const size_t N = (size_t)m->Bmax * m->Tmax, C = d->C, S = g->S, Q = g->Q, I = d->I, F = sizeof(float);
+    const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
     if (d->L > 0) {
         g->o_ln1 = off_of(m, "input_layernorm.weight", 1);
         g->o_wqkv = off_of(m, "self_attn.q_proj.weight", 1);
@@ -433,8 +435,8 @@ static void llama_create(zt_model_t *m)
             *a = g->blk[0];
             continue;
         }
-        a->ln1 = zt_model_alloc(m, N * C * F);
-        a->rstd1 = zt_model_alloc(m, N * F);
+        a->ln1 = zt_model_alloc(m, Nl * C * F);
+        a->rstd1 = zt_model_alloc(m, Nl * F);
         if (d->qk_norm) {
             a->qkv_pre = zt_model_alloc(m, N * S * F);
             a->qk_rstd = zt_model_alloc(m, N * (size_t)(d->NH + d->NKV) * F);
@@ -442,9 +444,9 @@ static void llama_create(zt_model_t *m)
         a->qkv = zt_model_alloc(m, N * S * F);
         a->lse = zt_model_alloc(m, (size_t)m->Bmax * d->NH * m->Tmax * F);
         a->atty = zt_model_alloc(m, N * Q * F);
-        a->res2 = zt_model_alloc(m, N * C * F);
-        a->ln2 = zt_model_alloc(m, N * C * F);
-        a->rstd2 = zt_model_alloc(m, N * F);
+        a->res2 = zt_model_alloc(m, Nl * C * F);
+        a->ln2 = zt_model_alloc(m, Nl * C * F);
+        a->rstd2 = zt_model_alloc(m, Nl * F);
         a->gu = zt_model_alloc(m, 2 * N * I * F);
         a->act = zt_model_alloc(m, N * I * F);
         if (d->sp_size > 1 && !d->sp_ring) {
@@ -532,20 +534,22 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     const block_acts_t *a = &g->blk[l];
     const zt_backend_t *be = m->be;
     const zt_model_dims_t *d = &m->d;
-    const int B = m->B, T = m->T, C = d->C, N = B * T, S = g->S, Q = g->Q, I = d->I;
+    /* Nl: the residual stream's rows (N / tp under tp_sequence_parallel) */
+    const int B = m->B, T = m->T, C = d->C, N = B * T, Nl = zt_model_rows(m), S = g->S, Q = g->Q, I = d->I;
     const float eps = (float)d->norm_eps;
-    be->rmsnorm_forward(a->ln1, a->rstd1, x_in, w + g->o_ln1, N, 1, C, C, eps);
+    be->rmsnorm_forward(a->ln1, a->rstd1, x_in, w + g->o_ln1, Nl, 1, C, C, eps);
+    const float *ln1 = zt_model_tp_gather(m, a->ln1, zt_model_tp_scratch(m, 0)); // (N,C)
     const float *bqkv = d->qkv_bias ? w + g->o_bqkv : NULL;
     if (d->qk_norm) {
-        be->matmul_forward(a->qkv_pre, a->ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
-        zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, a->ln1, a->qkv_pre);
+        be->matmul_forward(a->qkv_pre, ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
+        zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, ln1, a->qkv_pre);
         be->copy_rows(a->qkv + Q + g->KV, S, a->qkv_pre + Q + g->KV, S, N, g->KV); // v as it is
         be->rmsnorm_forward(a->qkv, a->qk_rstd, a->qkv_pre, w + g->o_qn, N, d->NH, d->HD, S, eps);
         be->rmsnorm_forward(a->qkv + Q, a->qk_rstd + (size_t)N * d->NH, a->qkv_pre + Q, w + g->o_kn, N, d->NKV,
                             d->HD, S, eps);
     } else {
-        be->matmul_forward(a->qkv, a->ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
-        zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, a->ln1, a->qkv);
+        be->matmul_forward(a->qkv, ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
+        zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, ln1, a->qkv);
     }
     /* positions: a packed batch's, or under sequence parallelism this rank's chunk's; m->seg
      * (packed rows, or NULL) covers whole sequences */
@@ -563,19 +567,21 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     } else {
         be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, d->NH, d->NKV, d->HD); // (N,Q)
     }
-    be->matmul_forward(a->res2, a->atty, w + g->o_wo, zt_model_tp_bias(m, d->o_bias ? w + g->o_bo : NULL), N, Q, C,
-                       1); // row-parallel: (N,C) partial sums under tp
-    zt_lora_gemm_forward(m, &g->lo_o, l, lora, a->atty, a->res2);
-    zt_model_tp_sum(m, a->res2, (size_t)N * C);
-    be->residual_forward(a->res2, a->res2, x_in, (size_t)N * C);
-    be->rmsnorm_forward(a->ln2, a->rstd2, a->res2, w + g->o_ln2, N, 1, C, C, eps);
-    be->matmul_forward(a->gu, a->ln2, w + g->o_wgu, NULL, N, C, 2 * I, 1); // (N,2I) [gate | up]
-    zt_lora_gemm_forward(m, &g->lo_gu, l, lora, a->ln2, a->gu);
+    float *y = zt_model_tp_partial(m, a->res2); // row-parallel: (N,C) partial sums under tp
+    be->matmul_forward(y, a->atty, w + g->o_wo, zt_model_tp_bias(m, d->o_bias ? w + g->o_bo : NULL), N, Q, C, 1);
+    zt_lora_gemm_forward(m, &g->lo_o, l, lora, a->atty, y);
+    zt_model_tp_reduce(m, y, a->res2); // (Nl,C)
+    be->residual_forward(a->res2, a->res2, x_in, (size_t)Nl * C);
+    be->rmsnorm_forward(a->ln2, a->rstd2, a->res2, w + g->o_ln2, Nl, 1, C, C, eps);
+    const float *ln2 = zt_model_tp_gather(m, a->ln2, zt_model_tp_scratch(m, 0)); // (N,C)
+    be->matmul_forward(a->gu, ln2, w + g->o_wgu, NULL, N, C, 2 * I, 1); // (N,2I) [gate | up]
+    zt_lora_gemm_forward(m, &g->lo_gu, l, lora, ln2, a->gu);
     be->swiglu_forward(a->act, a->gu, N, I);                               // (N,I)
-    be->matmul_forward(out, a->act, w + g->o_wdown, NULL, N, I, C, 1); // row-parallel
-    zt_lora_gemm_forward(m, &g->lo_down, l, lora, a->act, out);
-    zt_model_tp_sum(m, out, (size_t)N * C);
-    be->residual_forward(out, out, a->res2, (size_t)N * C);
+    y = zt_model_tp_partial(m, out);
+    be->matmul_forward(y, a->act, w + g->o_wdown, NULL, N, I, C, 1); // row-parallel
+    zt_lora_gemm_forward(m, &g->lo_down, l, lora, a->act, y);
+    zt_model_tp_reduce(m, y, out);
+    be->residual_forward(out, out, a->res2, (size_t)Nl * C);
 }
 
 static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw, const float *lora,
@@ -585,8 +591,11 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     const block_acts_t *a = &g->blk[l];
     const zt_backend_t *be = m->be;
     const zt_model_dims_t *d = &m->d;
-    const int B = m->B, T = m->T, C = d->C, N = B * T, S = g->S, Q = g->Q, I = d->I;
+    const int B = m->B, T = m->T, C = d->C, N = B * T, Nl = zt_model_rows(m), S = g->S, Q = g->Q, I = d->I;
     const size_t F = sizeof(float);
+    /* tp_sequence_parallel: dres and the norms are this rank's Nl rows; the GEMMs see all
+     * N, gathered (tp scratch 0) and reduce-scattered (from dres2 into dn) */
+    float *full = zt_model_tp_scratch(m, 0), *dn = d->tp_seq ? m->tp_rows : m->dres2;
     /* dw NULL: the base is frozen (LoRA): no weight-gradient GEMMs; the norms' weight
      * gradients, cheap, land in a scratch */
 #define DW(off) (dw ? dw + (off) : NULL)
@@ -596,19 +605,20 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     if (m->recompute) llama_block_forward(m, l, w, lora, x_in, m->dres2);
     /* dres = dL/d(out), out = res2 + down(swiglu(gu(ln2(res2)))) */
     float *dact = g->dtmp;
-    be->matmul_backward(dact, DW(g->o_wdown), NULL, dres, a->act, w + g->o_wdown, N, I, C, 1);
-    zt_lora_gemm_backward(m, &g->lo_down, l, lora, dlora, a->act, dres, dact);
+    const float *dy = zt_model_tp_gather(m, dres, full); // (N,C)
+    be->matmul_backward(dact, DW(g->o_wdown), NULL, dy, a->act, w + g->o_wdown, N, I, C, 1);
+    zt_lora_gemm_backward(m, &g->lo_down, l, lora, dlora, a->act, dy, dact);
     be->swiglu_backward(a->gu, dact, a->gu, N, I); // gu becomes dgu: nothing reads it after
-    float *dln2 = m->dres2;
-    be->matmul_backward(dln2, DW(g->o_wgu), NULL, a->gu, a->ln2, w + g->o_wgu, N, C, 2 * I, 1);
-    zt_lora_gemm_backward(m, &g->lo_gu, l, lora, dlora, a->ln2, a->gu, dln2);
-    zt_model_tp_sum(m, dln2, (size_t)N * C); // column-parallel: each rank's columns' part
-    be->rmsnorm_backward(dres, DN(g->o_ln2), dln2, a->res2, w + g->o_ln2, a->rstd2, N, 1, C, C);
+    const float *ln2 = zt_model_tp_gather(m, a->ln2, full);
+    be->matmul_backward(m->dres2, DW(g->o_wgu), NULL, a->gu, ln2, w + g->o_wgu, N, C, 2 * I, 1);
+    zt_lora_gemm_backward(m, &g->lo_gu, l, lora, dlora, ln2, a->gu, m->dres2);
+    zt_model_tp_reduce(m, m->dres2, dn); // column-parallel: each rank's columns' part
+    be->rmsnorm_backward(dres, DN(g->o_ln2), dn, a->res2, w + g->o_ln2, a->rstd2, Nl, 1, C, C);
     /* dres = dL/d res2 ; res2 = x_in + o(attention(rope(norm(qkv(ln1(x_in)))))) */
     float *datty = g->dtmp;
-    be->matmul_backward(datty, DW(g->o_wo), d->o_bias ? DW(g->o_bo) : NULL, dres, a->atty, w + g->o_wo, N, Q, C,
-                        1);
-    zt_lora_gemm_backward(m, &g->lo_o, l, lora, dlora, a->atty, dres, datty);
+    dy = zt_model_tp_gather(m, dres, full);
+    be->matmul_backward(datty, DW(g->o_wo), d->o_bias ? DW(g->o_bo) : NULL, dy, a->atty, w + g->o_wo, N, Q, C, 1);
+    zt_lora_gemm_backward(m, &g->lo_o, l, lora, dlora, a->atty, dy, datty);
     if (d->sp_size > 1 && d->sp_ring) {
         be->memzero(g->dqkv, (size_t)N * S * F);
         zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD);
@@ -635,12 +645,12 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
                              a->qk_rstd + (size_t)N * d->NH, N, d->NKV, d->HD, S);
         be->copy_rows(dqkv + Q + g->KV, S, g->dqkv + Q + g->KV, S, N, g->KV);
     }
-    float *dln1 = m->dres2;
-    be->matmul_backward(dln1, DW(g->o_wqkv), d->qkv_bias ? DW(g->o_bqkv) : NULL, dqkv, a->ln1, w + g->o_wqkv, N, C,
+    const float *ln1 = zt_model_tp_gather(m, a->ln1, full);
+    be->matmul_backward(m->dres2, DW(g->o_wqkv), d->qkv_bias ? DW(g->o_bqkv) : NULL, dqkv, ln1, w + g->o_wqkv, N, C,
                         S, 1);
-    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, a->ln1, dqkv, dln1);
-    zt_model_tp_sum(m, dln1, (size_t)N * C);
-    be->rmsnorm_backward(dres, DN(g->o_ln1), dln1, x_in, w + g->o_ln1, a->rstd1, N, 1, C, C);
+    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, ln1, dqkv, m->dres2);
+    zt_model_tp_reduce(m, m->dres2, dn);
+    be->rmsnorm_backward(dres, DN(g->o_ln1), dn, x_in, w + g->o_ln1, a->rstd1, Nl, 1, C, C);
 #undef DW
 #undef DN
 }
@@ -648,14 +658,15 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
 static void llama_final_norm_forward(zt_model_t *m, const float *root, const float *x, float *xf)
 {
     const llama_t *g = m->fam;
-    m->be->rmsnorm_forward(xf, g->rstd_f, x, root + g->o_norm, m->B * m->T, 1, m->d.C, m->d.C, (float)m->d.norm_eps);
+    m->be->rmsnorm_forward(xf, g->rstd_f, x, root + g->o_norm, zt_model_rows(m), 1, m->d.C, m->d.C,
+                           (float)m->d.norm_eps);
 }
 
 static void llama_final_norm_backward(zt_model_t *m, const float *root, float *droot, const float *x,
                                       const float *dxf, float *dx)
 {
     const llama_t *g = m->fam;
-    const int N = m->B * m->T, C = m->d.C;
+    const int N = zt_model_rows(m), C = m->d.C;
     m->be->memzero(dx, (size_t)N * C * sizeof(float));
     m->be->rmsnorm_backward(dx, droot ? droot + g->o_norm : g->dw_frozen, dxf, x, root + g->o_norm, g->rstd_f, N, 1,
                             C, C);

@@ -670,6 +670,12 @@ static void act_tp_allgather(void *ctx, const float *send, float *recv, size_t n
     zt_allgather(c, &c->tp, send, recv, n, ZT_F32);
 }
 
+static void act_tp_reduce_scatter(void *ctx, float *send, float *recv, size_t n)
+{
+    zt_comm_t *c = ctx;
+    zt_reduce_scatter(c, &c->tp, send, recv, n, ZT_F32);
+}
+
 static void act_sp_alltoall(void *ctx, const float *send, float *recv, size_t n)
 {
     zt_comm_t *c = ctx;
@@ -699,6 +705,7 @@ void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out)
     out->ctx = c;
     out->tp_allreduce = act_tp_allreduce;
     out->tp_allgather = act_tp_allgather;
+    out->tp_reduce_scatter = act_tp_reduce_scatter;
     out->sp_alltoall = act_sp_alltoall;
     out->sp_ring_start = act_sp_ring_start;
     out->sp_ring_wait = act_sp_ring_wait;

@@ -267,6 +267,11 @@ static const zkey_t schema[] = {
        "c_attn, c_fc by output; o, down, c_proj by input) and the vocabulary of the embedding and head. "
        "Consecutive ranks (innermost in the mesh, so inside a node); must divide the world, the heads, the KV "
        "heads, the intermediate size and the vocabulary. The strategy shards over the world / tp data ranks."),
+    KB("parallel.tp_sequence_parallel", parallel.tp_sequence_parallel, 0,
+       "Megatron's sequence parallelism inside tensor parallelism: between the row- and column-parallel GEMMs "
+       "the residual stream is split over the tp ranks by tokens, so norms, residual adds and their activations "
+       "take 1/tp; a reduce-scatter and an all-gather replace each all-reduce (the same bytes). Needs "
+       "per_device_train_batch_size x seq_len / sp divisible by tp."),
     KI("parallel.sequence_parallel_size", parallel.sequence_parallel_size, 1, 1, 1 << 16,
        "Sequence parallelism: ranks that split each sequence (data.seq_len / sp positions each) and meet in "
        "attention (parallel.sp_mode). Inside tp in the mesh; the strategy shards over the sp x dp ranks, as "

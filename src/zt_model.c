@@ -152,7 +152,9 @@ size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int 
 {
     const zt_model_dims_t *d = &t->dims;
     const size_t N = (size_t)B * T, C = d->C;
-    size_t floats = (size_t)d->L * N * C /* x_in */ + N * C /* x_out */ + N * C /* xf */ +
+    const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
+    size_t floats = (size_t)d->L * Nl * C /* x_in */ + Nl * C /* x_out */ + N * C /* xf */ +
+                    (d->tp_seq ? 2 * N * C + Nl * C + Nl : 0) /* tp scratches, rows, positions */ +
                     (size_t)head_rows_for(N, d->V) * d->V /* logits */ + N /* losses */ +
                     2 * N * C /* dres, dres2 */;
     /* tensor parallelism: local ids, the cross-entropy's row statistics, a gathered row */
@@ -176,10 +178,19 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->Tmax = T;
     m->recompute = recompute;
     const size_t N = (size_t)B * T, C = m->d.C, L = m->d.L, V = m->d.V, F = sizeof(float);
+    /* the residual stream: 1/tp of the rows under tp_seq */
+    const size_t Nl = m->d.tp_seq ? N / (size_t)m->d.tp_size : N;
     m->x_in = zt_calloc(L ? L : 1, sizeof *m->x_in);
-    for (size_t l = 0; l < L; l++) m->x_in[l] = zt_model_alloc(m, N * C * F);
-    m->x_out = zt_model_alloc(m, N * C * F);
-    m->xf = zt_model_alloc(m, N * C * F);
+    for (size_t l = 0; l < L; l++) m->x_in[l] = zt_model_alloc(m, Nl * C * F);
+    m->x_out = zt_model_alloc(m, Nl * C * F);
+    m->xf = zt_model_alloc(m, N * C * F); /* gathered for the head */
+    if (m->d.tp_seq) {
+        m->tp_full = zt_model_alloc(m, N * C * F);
+        m->tp_full2 = zt_model_alloc(m, N * C * F);
+        m->tp_rows = zt_model_alloc(m, Nl * C * F);
+        m->tp_pos = zt_model_alloc(m, Nl * sizeof(int32_t));
+        m->host_tp_pos = be->alloc_host(Nl * sizeof(int32_t));
+    }
     m->head_rows = head_rows_for(N, V);
     m->logits = zt_model_alloc(m, (size_t)m->head_rows * V * F);
     m->losses = zt_model_alloc(m, N * F);
@@ -221,6 +232,10 @@ void zt_model_free(zt_model_t *m)
     if (m->sp_positions) {
         be->free(m->sp_positions);
         be->free_host(m->host_sp_positions);
+    }
+    if (m->tp_full) {
+        be->free(m->tp_full), be->free(m->tp_full2), be->free(m->tp_rows), be->free(m->tp_pos);
+        be->free_host(m->host_tp_pos);
     }
     if (m->sp_send) {
         be->free(m->sp_send);
@@ -280,6 +295,16 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
         }
         m->be->from_host_async(m->sp_positions, m->host_sp_positions, N * sizeof(int32_t));
     }
+    if (m->tp_pos) {
+        /* the residual stream's rows of this rank: rows [r N/tp, (r + 1) N/tp) of (B,T),
+         * at their positions (the sp chunk's; a packed batch sets its own in
+         * zt_model_set_segments) */
+        const size_t Nl = N / (size_t)m->d.tp_size, r0 = (size_t)m->d.tp_rank * Nl;
+        m->be->wait_uploads();
+        for (size_t i = 0; i < Nl; i++)
+            m->host_tp_pos[i] = m->sp_positions ? m->host_sp_positions[r0 + i] : (int32_t)((r0 + i) % (size_t)T);
+        m->be->from_host_async(m->tp_pos, m->host_tp_pos, Nl * sizeof(int32_t));
+    }
     m->seg = m->pos = NULL;
 }
 
@@ -294,6 +319,10 @@ void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t
     if (positions) m->be->from_host_async(m->pos_buf, positions, N * sizeof(int32_t));
     m->seg = segments ? m->seg_buf : NULL;
     m->pos = positions ? m->pos_buf : NULL;
+    if (m->tp_pos && positions) {
+        const size_t Nl = N / (size_t)m->d.tp_size;
+        m->be->from_host_async(m->tp_pos, positions + (size_t)m->d.tp_rank * Nl, Nl * sizeof(int32_t));
+    }
 }
 
 /* a packed batch's own positions come first: they are absolute in their sequence */
@@ -510,6 +539,35 @@ void zt_model_tp_sum(zt_model_t *m, float *x, size_t n)
     m->ac.tp_allreduce(m->ac.ctx, x, n, ZT_ACT_SUM);
 }
 
+int zt_model_rows(const zt_model_t *m)
+{
+    return m->d.tp_seq ? m->B * m->T / m->d.tp_size : m->B * m->T;
+}
+
+const float *zt_model_tp_gather(zt_model_t *m, const float *x, float *scratch)
+{
+    if (!m->d.tp_seq) return x;
+    m->ac.tp_allgather(m->ac.ctx, x, scratch, (size_t)zt_model_rows(m) * m->d.C);
+    return scratch;
+}
+
+float *zt_model_tp_partial(zt_model_t *m, float *out) { return m->d.tp_seq ? m->tp_full2 : out; }
+
+void zt_model_tp_reduce(zt_model_t *m, float *y, float *out)
+{
+    const size_t n = (size_t)zt_model_rows(m) * m->d.C;
+    if (m->d.tp_seq) {
+        m->ac.tp_reduce_scatter(m->ac.ctx, y, out, n);
+        return;
+    }
+    zt_model_tp_sum(m, y, n);
+    if (out != y) m->be->copy(out, y, n * sizeof(float));
+}
+
+float *zt_model_tp_scratch(zt_model_t *m, int k) { return k ? m->tp_full2 : m->tp_full; }
+
+const int32_t *zt_model_row_positions(const zt_model_t *m) { return m->d.tp_seq ? m->tp_pos : zt_model_positions(m); }
+
 const float *zt_model_tp_bias(const zt_model_t *m, const float *bias)
 {
     return m->d.tp_size > 1 && m->d.tp_rank != 0 ? NULL : bias;
@@ -518,13 +576,16 @@ const float *zt_model_tp_bias(const zt_model_t *m, const float *bias)
 void zt_model_embed_tokens(zt_model_t *m, const float *wte, float *x0)
 {
     const int N = m->B * m->T;
-    m->be->embedding_forward(x0, m->inputs_tp ? m->inputs_tp : m->inputs, wte, N, m->d.C);
-    zt_model_tp_sum(m, x0, (size_t)N * m->d.C);
+    float *y = zt_model_tp_partial(m, x0); // (N,C) this rank's vocabulary rows' part
+    m->be->embedding_forward(y, m->inputs_tp ? m->inputs_tp : m->inputs, wte, N, m->d.C);
+    zt_model_tp_reduce(m, y, x0);
 }
 
 void zt_model_embed_tokens_backward(zt_model_t *m, float *dwte, const float *dx0)
 {
-    m->be->embedding_backward(dwte, dx0, m->inputs_tp ? m->inputs_tp : m->inputs, m->B * m->T, m->d.C);
+    /* every token may be one of this rank's vocabulary rows: the whole (N,C) gradient */
+    const float *d = zt_model_tp_gather(m, dx0, m->tp_full);
+    m->be->embedding_backward(dwte, d, m->inputs_tp ? m->inputs_tp : m->inputs, m->B * m->T, m->d.C);
 }
 
 void zt_model_forward_embed(zt_model_t *m, const float *root)
@@ -554,7 +615,9 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
     const size_t ho = m->arch->ops->head_offset(m);
-    m->arch->ops->final_norm_forward(m, root, m->x_out, m->xf);
+    /* tp_seq: the final norm on this rank's rows, gathered for the head */
+    m->arch->ops->final_norm_forward(m, root, m->x_out, m->d.tp_seq ? m->tp_rows : m->xf);
+    if (m->d.tp_seq) m->ac.tp_allgather(m->ac.ctx, m->tp_rows, m->xf, (size_t)zt_model_rows(m) * C);
     for (int r0 = 0; r0 < N; r0 += m->head_rows) {
         const int rows = ZT_MIN(m->head_rows, N - r0);
         const float *xf = m->xf + (size_t)r0 * C;
@@ -587,11 +650,12 @@ void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float d
 {
     if (!m->has_targets) zt_fatal("zt_model_train_head: the batch has no targets");
     head_chunks(m, root, 1, droot, dscale);
-    /* each tp rank's dxf is its vocabulary rows' part */
-    zt_model_tp_sum(m, m->dres2, (size_t)m->B * m->T * m->d.C);
+    /* each tp rank's dxf is its vocabulary rows' part (tp_seq: of its rows, reduced) */
+    float *dxf = m->d.tp_seq ? m->tp_rows : m->dres2;
+    zt_model_tp_reduce(m, m->dres2, dxf);
     /* dxf (N,C) is in dres2 (every chunk wrote its rows); the final norm's backward
      * gives dL/d x_out, the last block's output */
-    m->arch->ops->final_norm_backward(m, root, droot, m->x_out, m->dres2, m->dres);
+    m->arch->ops->final_norm_backward(m, root, droot, m->x_out, dxf, m->dres);
 }
 
 float zt_model_loss(zt_model_t *m)

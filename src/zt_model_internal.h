@@ -57,6 +57,10 @@ struct zt_model {
     float *ring_kv[2], *ring_dkv_in, *ring_dkv[2], *ring_out, *ring_lse;
     size_t ring_kw, ring_q, ring_nh;
     int ring_serial, ring_have_in;
+    /* tp_seq: two (N,C) scratches for gathered rows and partial sums, the (Nl,C) landing
+     * of a reduce-scatter, and the residual-stream rows' positions (Nl) */
+    float *tp_full, *tp_full2, *tp_rows;
+    int32_t *tp_pos, *host_tp_pos;
 };
 
 /* ---- tensor parallelism, for the families (no-ops at tp 1) ---------------------------
@@ -64,6 +68,22 @@ struct zt_model {
  * zt_model_tp_sum completes (its bias added by one rank only: zt_model_tp_bias); in the
  * backward, the same holds for dL/dx of a column-parallel GEMM. */
 void zt_model_tp_sum(zt_model_t *m, float *x, size_t n);
+/* Megatron sequence parallelism (d.tp_seq): the residual stream has zt_model_rows rows
+ * (N / tp) on each tp rank. Around a GEMM pair: full = zt_model_tp_gather(m, x, scratch)
+ * gives the (N,C) input of a column-parallel GEMM (x itself without tp_seq); a
+ * row-parallel GEMM writes its partial sums into zt_model_tp_partial(m, out) and
+ * zt_model_tp_reduce(m, y, out) makes out (rows, C) of them: a reduce-scatter, or the
+ * all-reduce in place without tp_seq. The backward mirrors it: the gradient of a
+ * gather is a reduce, of a reduce a gather. */
+int zt_model_rows(const zt_model_t *m);
+const float *zt_model_tp_gather(zt_model_t *m, const float *x, float *scratch);
+float *zt_model_tp_partial(zt_model_t *m, float *out);
+void zt_model_tp_reduce(zt_model_t *m, float *y, float *out);
+/* the scratches the families use with them (N,C) */
+float *zt_model_tp_scratch(zt_model_t *m, int k);
+/* positions of the residual stream's rows (GPT-2's learned positions): the batch's
+ * (zt_model_positions) or, under tp_seq, this rank's rows' */
+const int32_t *zt_model_row_positions(const zt_model_t *m);
 const float *zt_model_tp_bias(const zt_model_t *m, const float *bias);
 /* x0 (N,C) = the token embedding of the batch (vocabulary-parallel: every rank its rows,
  * summed over tp); the backward adds this rank's rows' gradients */

@@ -300,6 +300,27 @@ static int check_fits(const zt_config_t *cfg, const zt_backend_t *be, const zt_p
 
 /* ---- passes ---------------------------------------------------------------------- */
 
+/* Megatron sequence parallelism inside tp: every tp rank a whole share of the tokens; the
+ * replicated parameters its rows feed (norms, learned positions) get partial gradients,
+ * summed over tp by the engine. */
+static int tp_seq_setup(const zt_config_t *cfg, zt_param_table_t *t, int tp, char *err, size_t errlen)
+{
+    if (!cfg->parallel.tp_sequence_parallel || tp <= 1) return 0;
+    const long N = (long)cfg->train.per_device_train_batch_size * (cfg->data.seq_len / cfg->parallel.sequence_parallel_size);
+    if (N % tp)
+        return zt_err(err, errlen, "parallel.tp_sequence_parallel: the %ld tokens of a micro-batch (per rank) must "
+                      "divide by parallel.tensor_parallel_size (%d)", N, tp);
+    /* generation runs batches of any length: not split into tp shares yet */
+    if (cfg->mode_generate || cfg->generate.at_eval)
+        return zt_err(err, errlen, "generation with parallel.tp_sequence_parallel is not built yet");
+    t->dims.tp_seq = 1;
+    for (int i = 0; i < t->nparams; i++) {
+        zt_param_t *p = &t->params[i];
+        if (p->tp_dim < 0 && (p->role == ZT_ROLE_NORM || p->role == ZT_ROLE_POS_EMBED)) p->tp_grad_sum = 1;
+    }
+    return 0;
+}
+
 /* Sequence parallelism's conditions (d: a rank's tp share): every rank a whole chunk of
  * each sequence, and a share of every kind of head. */
 static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_model_dims_t *d, int sp, char *err,
@@ -505,7 +526,7 @@ static void generate_sample(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     if (cfg->train.sample_tokens <= 0) return;
-    if (r->comm->mesh_sp > 1) {
+    if (r->comm->mesh_sp > 1 || r->ltable->dims.tp_seq) {
         zt_log("sample: skipped (generation under sequence parallelism is not built yet)");
         return;
     }
@@ -1125,7 +1146,10 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
             r->ltable->dims.sp_size = comm->mesh_sp;
             r->ltable->dims.sp_rank = comm->sp.rank;
             r->ltable->dims.sp_ring = strcmp(cfg->parallel.sp_mode, "ring") == 0;
-            if (sp_check(cfg, r->be, &r->ltable->dims, comm->mesh_sp, err, sizeof err) != 0) {
+            if (tp_seq_setup(cfg, r->ltable, comm->mesh_tp, err, sizeof err) != 0) {
+                zt_param_table_free(r->ltable);
+                r->ltable = NULL;
+            } else if (sp_check(cfg, r->be, &r->ltable->dims, comm->mesh_sp, err, sizeof err) != 0) {
                 zt_param_table_free(r->ltable);
                 r->ltable = NULL;
             }

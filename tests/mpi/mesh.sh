@@ -6,7 +6,8 @@
 #     model (untied head, q/k/v, gate/up, o, down) at tp 2, and tp 2 x dp 2 under ddp,
 #     zero1, zero2 per_param and zero3 on 4 ranks: losses and final parameters
 #     within 1e-5 of one rank (fp32, clipping active at every step); Qwen3's q/k
-#     norms (replicated, gradients summed over tp).
+#     norms (replicated, gradients summed over tp); each at tp 2 and tp 2 x zero3 with
+#     parallel.tp_sequence_parallel (Megatron: the residual stream split by tokens).
 #  2. The checkpoint stays mesh-independent: tp 2 x dp 2 -> ddp on 3 ranks, and ddp
 #     on 2 ranks -> tp 2, against 20 steps at once.
 #  3. bf16 at tp 2 against its own one-rank run.
@@ -44,8 +45,21 @@ for fam in gpt2 llama qwen3; do
             train.output_dir="$fam-tp2-$1" >/dev/null
         runs="$runs $fam-tp2-$1"
     done
+    # Megatron sequence parallelism inside tp: tp 2, and tp 2 x dp 2 under zero3
+    tps="$tp2 parallel.tp_sequence_parallel=true"
+    # shellcheck disable=SC2086
+    run_ztrain 2 $common $arch $(batch_args 1) $tps train.output_dir="$fam-tps" >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 4 $common $arch $(batch_args 2) $tps parallel.strategy=zero3 train.output_dir="$fam-tps-zero3" >/dev/null
+    runs="$runs $fam-tps $fam-tps-zero3"
     # shellcheck disable=SC2086
     "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" "$fam-ref" $runs || fail "$fam: tensor parallelism diverged from one rank"
+    # with it the tp group reduce-scatters and all-gathers instead of all-reducing
+    "$PY" - "$fam-tps/metrics.jsonl" <<'PYEOF' || fail "$fam: tp_sequence_parallel did not replace the all-reduces"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"step_s"' in l][-1]["comm"]
+assert r["reduce_scatter"]["calls"] > 0 and r["all_gather"]["calls"] > r["reduce_scatter"]["calls"], r
+PYEOF
 done
 echo "mesh: gpt2, llama and qwen3 at tp 2 and tp 2 x dp 2 (ddp, zero1, zero2, zero3) match one rank"
 
@@ -179,7 +193,11 @@ for fam in gpt2 llama qwen3; do
     # shellcheck disable=SC2086
     run_ztrain 4 $common $arch $(batch_args 1) parallel.sequence_parallel_size=4 $ring train.output_dir="$fam-ring4" \
         >/dev/null
-    runs="$runs $fam-ring2 $fam-ring2-zero3 $fam-tp2-ring2 $fam-ring4"
+    # all three: tp 2 with tp_sequence_parallel x Ulysses sp 2
+    # shellcheck disable=SC2086
+    run_ztrain 4 $common $arch $(batch_args 1) $sp2 $tp2 parallel.tp_sequence_parallel=true \
+        train.output_dir="$fam-tps-sp2" >/dev/null
+    runs="$runs $fam-ring2 $fam-ring2-zero3 $fam-tp2-ring2 $fam-ring4 $fam-tps-sp2"
     # shellcheck disable=SC2086
     "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" "$fam-spref" $runs "$fam-tp2-sp2" ||
         fail "$fam: sequence parallelism diverged from one rank"
