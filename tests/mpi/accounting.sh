@@ -43,6 +43,14 @@ done
 # shellcheck disable=SC2086
 run_ztrain 1 --estimate-memory $common $llama >/dev/null
 assert_contains "$ZT_OUT" "memory estimate per rank: 31968 parameters"
+# Ulysses: the sp ranks are data ranks (ZeRO over them), and the sp group's all-to-alls
+for st in ddp zero3; do
+    # shellcheck disable=SC2086
+    tag=-sp flag="--sp=2" check 4 "$st" parallel.sequence_parallel_size=2 train.output_dir="$st-4-sp"
+    # shellcheck disable=SC2086
+    tag=-sp-llama flag="--sp=2 --llama" check 2 "$st" $llama parallel.sequence_parallel_size=2 \
+        train.output_dir="$st-2-sp-llama"
+done
 # --estimate-memory plans a tp mesh: a rank's slices (the 72448 bytes the tp 2 x dp 2
 # ddp run above measured), over world / tp data ranks
 # shellcheck disable=SC2086

@@ -58,11 +58,16 @@ Tensor parallelism (optional):
                    tokens (fp32, all-reduces): the embedding N C, two per block forward
                    (attention and MLP outputs) and two backward (their inputs' gradients),
                    the head's row maxima N and (sum, target logit) 2N, and its dL/dxf N C:
-                   4 (N C (1 + 4 L + 1) + 3 N) bytes."""
+                   4 (N C (1 + 4 L + 1) + 3 N) bytes.
+  --sp=K           parallel.sequence_parallel_size = K, Ulysses: a rank runs N = B T / K
+                   tokens; the sp ranks are data ranks (the formulas above over world / tp
+                   of them); the sp group moves, per micro-step, two all-to-alls a block
+                   forward (qkv to heads, the output back) and two backward: 8 L N (S + Q)
+                   bytes, S = (NH + 2 NKV) HD, Q = NH HD (KV heads at least K)."""
 import json, sys
 
 def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name16="bf16", offload=False,
-         offload_param=False, llama=False, frozen=None, tp=1, vocab=257, B=2, T_seq=16):
+         offload_param=False, llama=False, frozen=None, tp=1, vocab=257, B=2, T_seq=16, sp=1):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
@@ -135,8 +140,10 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
         else:
             mem = (mem[0], mem[1], 0)
     bad = []
-    N = B * T_seq
+    N = B * T_seq // sp
     tp_bytes = 4 * A * (N * C * (1 + 4 * L + 1) + 3 * N) if tp > 1 else 0
+    Sq, Qw = (4 * 8 + 2 * 2 * 8, 4 * 8) if llama else (3 * C, C)
+    sp_bytes = 8 * A * L * N * (Sq // tp + Qw // tp) if sp > 1 else 0
     for r in steps:
         for kind, v in exp.items():
             got = r["comm"][kind]["bytes"]
@@ -148,6 +155,10 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
             got = r["comm"]["groups"]["tp"]["bytes"]
             if got != tp_bytes:
                 bad.append(f"step {r['step']}: the tp group moved {got:.0f} bytes, theory says {tp_bytes}")
+        if sp > 1:
+            got = r["comm"]["groups"]["sp"]["bytes"]
+            if got != sp_bytes or r["comm"]["all_to_all"]["bytes"] != sp_bytes:
+                bad.append(f"step {r['step']}: the sp group moved {got:.0f} bytes, theory says {sp_bytes}")
     est, meas = start["memory_estimate"], summary["memory_measured"]
     for name, want in zip(("params", "grads", "optimizer"), mem):
         if est[name] != want: bad.append(f"estimate {name} {est[name]} != formula {want}")
@@ -170,6 +181,7 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
         (" offload" if offload else "") + (" offload-param" if offload_param else "") + \
         (" frozen " + ",".join(map(str, sorted(frozen))) if frozen else "")
     if tp > 1: dt += f" tp {tp} (tp group {tp_bytes} bytes)"
+    if sp > 1: dt += f" sp {sp} (sp group {sp_bytes} bytes)"
     print(f"{strategy:14s}{dt} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}"
           f" host {host}: "
           + ("ok" if not bad else "FAIL"))
@@ -177,17 +189,19 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     return 1 if bad else 0
 
 if __name__ == "__main__":
-    frozen, tp, vocab = None, 1, 257
+    frozen, tp, vocab, sp = None, 1, 257, 1
     for x in sys.argv[1:]:
         if x.startswith("--frozen="):
             frozen = {int(u) for u in x[len("--frozen="):].split(",") if u}
         if x.startswith("--tp="): tp = int(x[5:])
         if x.startswith("--vocab="): vocab = int(x[8:])
-    flags = {x for x in sys.argv[1:] if x.startswith("--") and not x.startswith(("--frozen=", "--tp=", "--vocab="))}
+        if x.startswith("--sp="): sp = int(x[5:])
+    flags = {x for x in sys.argv[1:]
+             if x.startswith("--") and not x.startswith(("--frozen=", "--tp=", "--vocab=", "--sp="))}
     unknown = flags - {"--bf16", "--reduce-bf16", "--fp16", "--reduce-fp16", "--offload", "--offload-param", "--llama"}
     if unknown: sys.exit(f"check_accounting.py: unknown option {sorted(unknown)[0]}")
     a = [x for x in sys.argv[1:] if not x.startswith("--")]
     sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None,
                   bool(flags & {"--bf16", "--fp16"}), bool(flags & {"--reduce-bf16", "--reduce-fp16"}),
                   "fp16" if flags & {"--fp16", "--reduce-fp16"} else "bf16",
-                  "--offload" in flags, "--offload-param" in flags, "--llama" in flags, frozen, tp, vocab))
+                  "--offload" in flags, "--offload-param" in flags, "--llama" in flags, frozen, tp, vocab, sp=sp))
