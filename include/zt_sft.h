@@ -129,6 +129,8 @@ typedef struct {
     size_t records, samples, tokens, loss_tokens, dropped;
     double seconds;       /* reading, templating, tokenizing, masking, gathering (not the HDF5 write) */
     double total_seconds; /* all of it, the write included */
+    double share_cpu;     /* CPU seconds this process spent parsing and tokenizing its share (the
+                           * part that divides over the ranks; MPI's waits spin, so not the rest) */
 } zt_sft_prep_stats_t;
 int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
                 zt_sft_prep_stats_t *st, char *err, size_t errlen);

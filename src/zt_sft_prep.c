@@ -16,12 +16,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
+static double clock_s(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static double now(void) { return clock_s(CLOCK_MONOTONIC); }
 
 /* The world's verdict: the lowest failing rank's message on every rank (one process: its own). */
 static int agree(zt_comm_t *comm, int rc, char *err, size_t errlen)
@@ -224,16 +226,20 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
     const size_t a = ZT_MIN(N, ngroups * (size_t)rank / (size_t)W * group);
     const size_t b = ZT_MIN(N, ngroups * (size_t)(rank + 1) / (size_t)W * group);
     zt_sft_records_t recs = {0};
+    double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     int64_t key = parse_share(&in, inputs, (int)nfiles, a, b, fmt, &recs, err, errlen);
     if (key == INT64_MAX && mine < ninputs) { /* this rank's unreadable file, after the records before it */
         key = 2 * mine;
         snprintf(err, errlen, "%s", read_err);
     }
+    s.share_cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     rc = agree_first(comm, key, err, errlen);
     s.records = N;
     zt_sft_samples_t smp = {0}, all = {0};
     if (rc == 0) {
+        c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         rc = zt_sft_build(&o, tok, &recs, &smp, err, errlen);
+        s.share_cpu += clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (rc != 0 && smp.failed != SIZE_MAX) { /* name the file and the record */
             const size_t g = a + smp.failed;
             int k = 0;

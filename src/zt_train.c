@@ -1023,8 +1023,8 @@ static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[
             const char *one[1] = {in[i]};
             if (zt_sft_prep_ranks(&p, one, 1, out[i], r->comm, &st, err, errlen)) return -1;
             zt_log("data: %s -> %s: %zu records, %zu samples, %zu tokens (%zu with loss), %.2f s on %d ranks "
-                   "(%.2f s with the write)", in[i], out[i], st.records, st.samples, st.tokens, st.loss_tokens,
-                   st.seconds, r->comm->world.size, st.total_seconds);
+                   "(%.2f s with the write; rank 0's share %.2f s of CPU)", in[i], out[i], st.records, st.samples,
+                   st.tokens, st.loss_tokens, st.seconds, r->comm->world.size, st.total_seconds, st.share_cpu);
         } else {
             zt_log("data: %s: cached in %s", in[i], out[i]);
         }
