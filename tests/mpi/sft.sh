@@ -7,7 +7,8 @@
 # zt-prep-data writes, as a cache beside the input that a rerun reuses and a change of
 # options replaces; bad JSON fails on every rank with the file, record and key. Each rank
 # tokenizes a share of the records: 1, 2 and 3 ranks write the same content (h5dump), with
-# packing (groups of 1000 records) and without, and report the error one rank meets.
+# packing (groups of 1000 records), neat packing (/segment_ids) and without, and report the
+# error one rank meets.
 . "$(dirname "$0")/common.sh"
 need_h5py
 HFPY="$ZT_SRCDIR/tests/mpi/hf_dir.py"
@@ -108,13 +109,14 @@ with open("bad-late.jsonl", "w") as f:
     for i, r in enumerate(recs): f.write(("{" if i == 2222 else json.dumps(r)) + "\n")
 PYEOF
 for np in 1 2 3; do
-    for c in "many.json true" "many.jsonl false"; do
+    for c in "many.json true false" "many.jsonl false false" "many.json false true"; do
         set -- $c
-        d=prep-$np-$1-$2
+        d=prep-$np-$1-$2-$3
         mkdir -p "$d" && cp "$1" "$d/" || fail "cp"
         # shellcheck disable=SC2086
         run_ztrain $np $json data.format=alpaca data.train_files="$d/$1" data.val_files=[] data.cutoff_len=64 \
-            data.seq_len=63 data.packing=$2 train.max_steps=1 train.eval_steps=0 train.output_dir="$d/run" >/dev/null
+            data.seq_len=63 data.packing=$2 data.neat_packing=$3 train.max_steps=1 train.eval_steps=0 \
+            train.output_dir="$d/run" >/dev/null
         assert_contains "$ZT_OUT" "2600 records"
         assert_contains "$ZT_OUT" "on $np ranks"
         set -- "$d/$1".*.sft.h5
@@ -125,7 +127,8 @@ for np in 1 2 3; do
             fail "$d: the cache made on $np ranks differs from one rank's"
     done
 done
-grep -q "sample_offsets" prep-1-many.json-true.dump || fail "h5dump shows no /sample_offsets"
+grep -q "sample_offsets" prep-1-many.json-true-false.dump || fail "h5dump shows no /sample_offsets"
+grep -q "segment_ids" prep-1-many.json-false-true.dump || fail "h5dump shows no /segment_ids of neat packing"
 for np in 1 2; do
     # shellcheck disable=SC2086
     expect_fail_with $np "bad-late.json: record 1900: output: missing" $json data.format=alpaca \
