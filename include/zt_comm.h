@@ -169,6 +169,12 @@ void zt_reduce_scatterv(zt_comm_t *c, zt_group_t *g, const void *send, void *rec
                         const int *counts, zt_dtype_t t);
 void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, const int *counts,
                    const int *displs, zt_dtype_t t);
+/* recv on root = every rank's send (counts[r] elements from rank r) at displs[r]; counts
+ * and displs are given on every rank (the bytes are accounted alike everywhere), recv is
+ * read on root only. Host buffers only (MPI): a file assembled on one rank, not training
+ * traffic. Counted with the all-gathers: the same (n-1)/n of the buffer crosses into root. */
+void zt_gatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, const int *counts,
+                const int *displs, zt_dtype_t t, int root);
 /* On device buffers: ZT_IN_PLACE is taken by zt_allgather(v), zt_allreduce and
  * zt_reduce_scatter (as MPI defines it), not by zt_reduce_scatterv; send and
  * recv must both be device memory or both host memory. */

@@ -9,7 +9,11 @@
  * per seed and element as every parameter. In an adapter unit the A matrices come
  * first, in the base's order, so the A's of linears that share an input and a GEMM
  * (q, k, v; gate, up) are the rows of one matrix. The update of a target W is
- * scale * B A, scale = alpha / r (rsLoRA: alpha / sqrt r). */
+ * scale * B A, scale = alpha / r (rsLoRA: alpha / sqrt r); for a Conv1D (in, out) base
+ * (GPT-2) A and B keep these nn.Linear shapes and the update is its transpose, as PEFT's
+ * fan_in_fan_out. lora.target "all" is every linear of the blocks; a list follows PEFT's
+ * target_modules rule: a module matches a name it equals or ends with after a dot
+ * ("c_proj" is GPT-2's attn.c_proj and mlp.c_proj, "attn.c_proj" the first alone). */
 #ifndef ZT_LORA_H
 #define ZT_LORA_H
 

@@ -26,7 +26,9 @@
  * and each token also gets its segment id, LLaMA-Factory's neat attention_mask: 1 + the
  * index of its sample in the row (the knapsack's order), 0 on the padding; the trainer
  * then keeps the packed samples from attending to each other and restarts positions at
- * each (zt_data_read_row). */
+ * each (zt_data_read_row). Packing's groups count from the first record given, so a
+ * share of the records that starts at a multiple of ZT_SFT_PACK_BATCH packs as it does
+ * in the whole. */
 #ifndef ZT_SFT_H
 #define ZT_SFT_H
 
@@ -37,6 +39,8 @@
 #include <stdint.h>
 
 typedef enum { ZT_SFT_ALPACA = 1, ZT_SFT_SHAREGPT, ZT_SFT_MESSAGES } zt_sft_format_t;
+
+#define ZT_SFT_PACK_BATCH 1000 /* LLaMA-Factory's preprocessing_batch_size: packing is per group */
 
 /* "alpaca" | "sharegpt" | "messages" -> format, 0 for anything else. */
 zt_sft_format_t zt_sft_format(const char *name);
@@ -57,6 +61,26 @@ int zt_sft_read(const char *path, zt_sft_format_t fmt, zt_sft_records_t *out, ch
 /* The same from memory (name is used in errors). */
 int zt_sft_parse(const char *name, const char *text, size_t len, zt_sft_format_t fmt, zt_sft_records_t *out,
                  char *err, size_t errlen);
+
+/* zt_sft_parse in two steps, so that ranks can share a file. zt_sft_index finds where each
+ * record's JSON is (a byte scan: the elements of a JSON array, the non-blank lines of JSON
+ * Lines), with the errors zt_sft_parse gives for a rejected array or an empty file;
+ * zt_sft_parse_range then parses and converts records [begin, end) only, with the
+ * indices, lines and messages zt_sft_parse gives them. A JSON array's syntax comes first,
+ * as when jansson parses it whole: a syntax error anywhere in the range returns
+ * ZT_SFT_SYNTAX (with the whole file's message) before any record's content is
+ * checked; every other error returns -1. */
+typedef struct {
+    size_t n;              /* records */
+    size_t *off, *len;     /* each record's JSON text in the file's */
+    size_t *line;          /* JSON Lines: its line (from 1); 0 in a JSON array */
+    int array;             /* a JSON array, else JSON Lines */
+} zt_sft_index_t;
+#define ZT_SFT_SYNTAX (-2)
+int zt_sft_index(const char *name, const char *text, size_t len, zt_sft_index_t *ix, char *err, size_t errlen);
+void zt_sft_index_free(zt_sft_index_t *ix);
+int zt_sft_parse_range(const char *name, const char *text, size_t len, const zt_sft_index_t *ix, size_t begin,
+                       size_t end, zt_sft_format_t fmt, zt_sft_records_t *out, char *err, size_t errlen);
 void zt_sft_records_free(zt_sft_records_t *r);
 
 typedef struct {
@@ -85,6 +109,7 @@ typedef struct {
     int64_t *offsets;
     size_t nsamples, cap;
     size_t dropped; /* packing: samples longer than the knapsack */
+    size_t failed;  /* after an error: the record of recs that failed (SIZE_MAX: the options) */
 } zt_sft_samples_t;
 
 int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_records_t *recs, zt_sft_samples_t *out,
@@ -102,10 +127,24 @@ typedef struct {
 } zt_sft_prep_t;
 typedef struct {
     size_t records, samples, tokens, loss_tokens, dropped;
-    double seconds; /* reading, templating, tokenizing and masking (not the HDF5 write) */
+    double seconds;       /* reading, templating, tokenizing, masking, gathering (not the HDF5 write) */
+    double total_seconds; /* all of it, the write included */
+    double share_cpu;     /* CPU seconds this process spent parsing and tokenizing its share (the
+                           * part that divides over the ranks; MPI's waits spin, so not the rest) */
 } zt_sft_prep_stats_t;
 int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
                 zt_sft_prep_stats_t *st, char *err, size_t errlen);
+
+/* zt_sft_prep over the ranks of comm's world (NULL: this process alone), collectively:
+ * every rank reads and indexes the inputs, parses, templates and tokenizes its share of
+ * the records (a contiguous range of whole packing groups, ZT_SFT_PACK_BATCH records, so
+ * the packed rows are those of one process), and rank 0 gathers the samples in record
+ * order and writes out_path: the same file one process writes. An error is the one a
+ * single process meets first (the file order, a JSON array's syntax before its records,
+ * the first bad record), one line on every rank, and every rank returns -1. */
+struct zt_comm;
+int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
+                      struct zt_comm *comm, zt_sft_prep_stats_t *st, char *err, size_t errlen);
 
 /* The cache of one input for the trainer: "INPUT.<16 hex digits>.sft.h5" beside it, the
  * digits an FNV-1a hash of everything that decides the samples: the input's bytes, the

@@ -15,7 +15,16 @@
  * backward recomputes the probabilities from qkv, the output atty and the per-row
  * log-sum-exp lse. With recompute (gradient checkpointing) one block's worth of these
  * is shared: backward re-runs the block forward first, which gives bit-identical
- * results because the same kernels see the same inputs. */
+ * results because the same kernels see the same inputs.
+ *
+ * LoRA (zt_lora.h) sits on the four Conv1D GEMMs, each one target (c_attn is one
+ * module for PEFT: one A (r, C), one B (3C, r)). The adapters are PEFT's nn.Linear
+ * shapes whatever the base's layout, so y += s (x A^T) B^T as for Llama; only the
+ * merge transposes (fan_in_fan_out). c_fc's delta belongs before the GELU, so with an
+ * adapter there the fused matmul_gelu_forward gives way to matmul, LoRA, gelu; and
+ * mlp.c_proj's adapter adds to its input gradient before gelu', so with one there
+ * gelu_matmul_backward gives way to matmul_backward, LoRA, gelu_backward. Without
+ * adapters on them both stay fused, so a full fine-tune runs exactly as before. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +48,9 @@ typedef struct gpt2 {
     float *lnf_mean, *lnf_rstd; /* (N) */
     float *dqkv;                /* (N,3C) */
     float *dqkv_sp, *datty_sp;  /* sequence parallelism */
+    float *dact;                /* (N,4C) mlp.c_proj's input gradient before gelu' (LoRA there) */
+    float *dw_frozen;           /* (C) where a frozen LayerNorm's weight gradient goes (LoRA) */
+    zt_lora_gemm_t lo_qkv, lo_proj, lo_fc, lo_fcp; /* LoRA on the block's four GEMMs */
     /* offsets of each block parameter within a block unit, and of the root's */
     size_t o_ln1w, o_ln1b, o_qkvw, o_qkvb, o_projw, o_projb, o_ln2w, o_ln2b, o_fcw, o_fcb, o_fcpw,
         o_fcpb;
@@ -165,6 +177,37 @@ static void gpt2_build(zt_param_table_t *t, float init_std)
     zt_params_finish(t, 1 + d->L, 0, 1);
 }
 
+/* The block's GEMMs: their weights' places in a block unit (LoRA is refused with tensor
+ * parallelism, so their widths are the model's: in C, C, C, 4C; out 3C, C, 4C, C). */
+static const char *const gemm_name[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+static const int gemm_param[4] = {2, 4, 8, 10}, gemm_out[4] = {3, 1, 4, 1}, gemm_in[4] = {1, 1, 1, 4};
+
+/* 1 when block 0's GEMM k has an adapter (every block has the same targets) */
+static int has_lora(const zt_param_table_t *t, int k)
+{
+    char n[96];
+    snprintf(n, sizeof n, "transformer.h.0.%s.lora_A.weight", gemm_name[k]);
+    return t->lora_rank && zt_param_table_find(t, n) >= 0;
+}
+
+/* What LoRA adds: per block s x A^T (N, r) of every adapted GEMM, the shared scratch,
+ * dact with an adapter on mlp.c_proj, and the frozen norms' gradient sink. */
+static size_t gpt2_lora_floats(const zt_param_table_t *t, size_t N)
+{
+    const size_t C = t->dims.C;
+    size_t nr = 0;
+    int oc = 0, in = 0;
+    for (int k = 0; k < 4; k++)
+        if (has_lora(t, k)) {
+            nr += (size_t)t->lora_rank;
+            oc = ZT_MAX(oc, gemm_out[k] * (int)C);
+            in = ZT_MAX(in, gemm_in[k] * (int)C);
+        }
+    if (!nr) return 0;
+    return (size_t)t->dims.L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, oc, in) +
+           (has_lora(t, 3) ? 4 * N * C : 0) + C;
+}
+
 static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int recompute)
 {
     const zt_model_dims_t *d = &t->dims;
@@ -176,7 +219,8 @@ static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int
     const size_t sp = d->sp_size > 1 && !d->sp_ring ? 4 * N * A /* qkv_sp, atty_sp */ : 0;
     const size_t ring = d->sp_size > 1 && d->sp_ring ? 5 * N * 2 * A + N / 2 * A + N / 2 * (size_t)d->NH : 0;
     const size_t floats = (recompute ? 1 : (size_t)d->L) * (per_block + sp) + 2 * N /*lnf*/ + 3 * N * A /*dqkv*/ +
-                          (sp ? 4 * N * A /* dqkv_sp, datty_sp */ + 6 * N * A /* the all-to-all's */ : 0) + ring;
+                          (sp ? 4 * N * A /* dqkv_sp, datty_sp */ + 6 * N * A /* the all-to-all's */ : 0) + ring +
+                          gpt2_lora_floats(t, N);
     return floats * sizeof(float);
 }
 
@@ -243,6 +287,18 @@ static void gpt2_create(zt_model_t *m)
     g->lnf_mean = zt_model_alloc(m, N * F);
     g->lnf_rstd = zt_model_alloc(m, N * F);
     g->dqkv = zt_model_alloc(m, 3 * N * A * F);
+    if (gpt2_lora_floats(table, N)) {
+        zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_proj, &g->lo_fc, &g->lo_fcp};
+        int oc = 0, in = 0;
+        for (int k = 0; k < 4; k++) {
+            const int w = table->unit_first[1] + gemm_param[k];
+            zt_lora_gemm_init(m, lo[k], &w, 1, gemm_in[k] * (int)C);
+            if (lo[k]->n) oc = ZT_MAX(oc, lo[k]->OC), in = ZT_MAX(in, lo[k]->C);
+        }
+        zt_lora_scratch(m, oc, in);
+        if (g->lo_fcp.n) g->dact = zt_model_alloc(m, N * I * F);
+        g->dw_frozen = zt_model_alloc(m, C * F);
+    }
 }
 
 static void gpt2_destroy(zt_model_t *m)
@@ -261,6 +317,11 @@ static void gpt2_destroy(zt_model_t *m)
     be->free(g->lnf_rstd);
     be->free(g->dqkv);
     if (g->dqkv_sp) be->free(g->dqkv_sp), be->free(g->datty_sp);
+    zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_proj, &g->lo_fc, &g->lo_fcp};
+    for (int i = 0; i < 4; i++) zt_lora_gemm_free(m, lo[i]);
+    float *sc[] = {g->dact, g->dw_frozen, m->lora_bbd, m->lora_dbbd, m->lora_y, m->lora_dxa, m->lora_dx, m->lora_db};
+    for (size_t i = 0; i < sizeof sc / sizeof *sc; i++)
+        if (sc[i]) be->free(sc[i]);
     free(g->blk);
     free(g);
 }
@@ -290,8 +351,7 @@ static void gpt2_embed_backward(zt_model_t *m, float *droot, const float *dx0)
 static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
                                float *out)
 {
-    (void)lora; /* zt_lora_apply refuses gpt2 */
-    const gpt2_t *g = m->fam;
+    gpt2_t *g = m->fam;
     block_acts_t *a = &g->blk[l];
     const zt_backend_t *be = m->be;
     /* A, I: this rank's attention and MLP widths (C and 4C without tensor parallelism) */
@@ -302,6 +362,7 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
                           GPT2_EPS);
     const float *ln1 = zt_model_tp_gather(m, a->ln1, zt_model_tp_scratch(m, 0)); // (N,C)
     be->matmul_forward(a->qkv, ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * A, 0); // (N,3A)
+    zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, ln1, a->qkv);
     if (m->d.sp_size > 1 && m->d.sp_ring) {
         zt_model_ring_forward(m, a->qkv, NH, NH, HD, a->atty, a->lse);
     } else if (m->d.sp_size > 1) {
@@ -318,15 +379,23 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
      * the residual add */
     float *y = zt_model_tp_partial(m, a->res2);
     be->matmul_forward(y, a->atty, w + g->o_projw, zt_model_tp_bias(m, w + g->o_projb), N, A, C, 0);
+    zt_lora_gemm_forward(m, &g->lo_proj, l, lora, a->atty, y);
     zt_model_tp_reduce(m, y, a->res2); // (Nl,C)
     be->residual_forward(a->res2, a->res2, x_in, (size_t)Nl * C);
     be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w + g->o_ln2w, w + g->o_ln2b, Nl, C,
                           GPT2_EPS);
     const float *ln2 = zt_model_tp_gather(m, a->ln2, zt_model_tp_scratch(m, 0));
-    be->matmul_gelu_forward(a->fch_gelu, a->fch, ln2, w + g->o_fcw, w + g->o_fcb, N, C,
-                            I); // (N,I) each
+    if (g->lo_fc.n) { /* the adapter's delta goes into the pre-activation, before the GELU */
+        be->matmul_forward(a->fch, ln2, w + g->o_fcw, w + g->o_fcb, N, C, I, 0);
+        zt_lora_gemm_forward(m, &g->lo_fc, l, lora, ln2, a->fch);
+        be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * I);
+    } else {
+        be->matmul_gelu_forward(a->fch_gelu, a->fch, ln2, w + g->o_fcw, w + g->o_fcb, N, C,
+                                I); // (N,I) each
+    }
     y = zt_model_tp_partial(m, out);
     be->matmul_forward(y, a->fch_gelu, w + g->o_fcpw, zt_model_tp_bias(m, w + g->o_fcpb), N, I, C, 0);
+    zt_lora_gemm_forward(m, &g->lo_fcp, l, lora, a->fch_gelu, y);
     zt_model_tp_reduce(m, y, out);
     be->residual_forward(out, out, a->res2, (size_t)Nl * C);
 }
@@ -334,8 +403,7 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
 static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw, const float *lora,
                                 float *dlora, const float *x_in, float *dres)
 {
-    (void)dlora;
-    const gpt2_t *g = m->fam;
+    gpt2_t *g = m->fam;
     const zt_backend_t *be = m->be;
     const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, I = m->d.I, N = B * T;
     const int Nl = zt_model_rows(m);
@@ -343,6 +411,10 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
     /* tp_sequence_parallel: as llama_block_backward (gathers into scratch 0, reduces into dn) */
     float *full = zt_model_tp_scratch(m, 0), *dn = m->d.tp_seq ? m->tp_rows : m->dres2;
     block_acts_t *a = &g->blk[l];
+    /* dw NULL: the base is frozen (LoRA): no weight or bias gradients; the LayerNorms'
+     * weight gradients, which the kernel always writes, land in a scratch */
+#define DW(off) (dw ? dw + (off) : NULL)
+#define DN(off) (dw ? dw + (off) : g->dw_frozen)
     if (m->recompute) {
         /* re-run the forward to refill the shared buffers; the output goes to a
          * scratch (dres2, free until dln2 below) because the next block's x_in must
@@ -355,19 +427,29 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
      * are overwritten, so no buffer here is zeroed first (but dqkv: attention accumulates). */
     float *dfch = a->fch_gelu;
     const float *dy = zt_model_tp_gather(m, dres, full); // (N,C)
-    be->gelu_matmul_backward(dfch, dw + g->o_fcpw, dw + g->o_fcpb, dy, a->fch_gelu, a->fch,
-                             w + g->o_fcpw, N, I, C);
+    if (g->lo_fcp.n) {
+        /* the adapter's part of dL/d act joins the base's before gelu', and the
+         * adapter's weight gradients read act: dact needs a buffer of its own */
+        be->matmul_backward(g->dact, DW(g->o_fcpw), DW(g->o_fcpb), dy, a->fch_gelu, w + g->o_fcpw, N, I, C, 0);
+        zt_lora_gemm_backward(m, &g->lo_fcp, l, lora, dlora, a->fch_gelu, dy, g->dact);
+        be->gelu_backward(dfch, a->fch, g->dact, (size_t)N * I);
+    } else {
+        be->gelu_matmul_backward(dfch, DW(g->o_fcpw), DW(g->o_fcpb), dy, a->fch_gelu, a->fch, w + g->o_fcpw, N, I,
+                                 C);
+    }
     /* dres2 = dres + ln2 backward(dfch @ Wfc^T) */
     const float *ln2 = zt_model_tp_gather(m, a->ln2, full);
-    be->matmul_backward(m->dres2, dw + g->o_fcw, dw + g->o_fcb, dfch, ln2, w + g->o_fcw, N, C, I, 0);
+    be->matmul_backward(m->dres2, DW(g->o_fcw), DW(g->o_fcb), dfch, ln2, w + g->o_fcw, N, C, I, 0);
+    zt_lora_gemm_backward(m, &g->lo_fc, l, lora, dlora, ln2, dfch, m->dres2);
     zt_model_tp_reduce(m, m->dres2, dn); /* column-parallel: each rank's columns' part */
     /* dres (which is d res2 from the skip path) += layernorm backward */
-    be->layernorm_backward(dres, dw + g->o_ln2w, dw + g->o_ln2b, dn, a->res2, w + g->o_ln2w, a->ln2_mean,
+    be->layernorm_backward(dres, DN(g->o_ln2w), DW(g->o_ln2b), dn, a->res2, w + g->o_ln2w, a->ln2_mean,
                            a->ln2_rstd, Nl, C);
     /* now dres = d res2 ; res2 = x_in + proj(atty) */
     float *datty = m->dres2;
     dy = zt_model_tp_gather(m, dres, full);
-    be->matmul_backward(datty, dw + g->o_projw, dw + g->o_projb, dy, a->atty, w + g->o_projw, N, A, C, 0);
+    be->matmul_backward(datty, DW(g->o_projw), DW(g->o_projb), dy, a->atty, w + g->o_projw, N, A, C, 0);
+    zt_lora_gemm_backward(m, &g->lo_proj, l, lora, dlora, a->atty, dy, datty);
     if (m->d.sp_size > 1 && m->d.sp_ring) {
         be->memzero(g->dqkv, 3 * (size_t)N * A * F);
         zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, NH, NH, HD);
@@ -383,11 +465,14 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
         be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD);
     }
     const float *ln1 = zt_model_tp_gather(m, a->ln1, full);
-    be->matmul_backward(m->dres2, dw + g->o_qkvw, dw + g->o_qkvb, g->dqkv, ln1, w + g->o_qkvw, N, C, 3 * A, 0);
+    be->matmul_backward(m->dres2, DW(g->o_qkvw), DW(g->o_qkvb), g->dqkv, ln1, w + g->o_qkvw, N, C, 3 * A, 0);
+    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, ln1, g->dqkv, m->dres2);
     zt_model_tp_reduce(m, m->dres2, dn);
     /* dx_in = d res2 (skip) + ln1 backward */
-    be->layernorm_backward(dres, dw + g->o_ln1w, dw + g->o_ln1b, dn, x_in, w + g->o_ln1w, a->ln1_mean,
+    be->layernorm_backward(dres, DN(g->o_ln1w), DW(g->o_ln1b), dn, x_in, w + g->o_ln1w, a->ln1_mean,
                            a->ln1_rstd, Nl, C);
+#undef DW
+#undef DN
 }
 
 static void gpt2_final_norm_forward(zt_model_t *m, const float *root, const float *x, float *xf)
@@ -403,8 +488,9 @@ static void gpt2_final_norm_backward(zt_model_t *m, const float *root, float *dr
     const gpt2_t *g = m->fam;
     const int N = zt_model_rows(m), C = m->d.C;
     m->be->memzero(dx, (size_t)N * C * sizeof(float));
-    m->be->layernorm_backward(dx, droot + g->o_lnfw, droot + g->o_lnfb, dxf, x, root + g->o_lnfw, g->lnf_mean,
-                              g->lnf_rstd, N, C);
+    /* droot NULL: a frozen root (LoRA) */
+    m->be->layernorm_backward(dx, droot ? droot + g->o_lnfw : g->dw_frozen, droot ? droot + g->o_lnfb : NULL, dxf,
+                              x, root + g->o_lnfw, g->lnf_mean, g->lnf_rstd, N, C);
 }
 
 static size_t gpt2_head_offset(const zt_model_t *m) { return ((const gpt2_t *)m->fam)->o_wte; }

@@ -513,6 +513,15 @@ void zt_allgatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, co
     account(c, g, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size, zt_now() - t0);
 }
 
+void zt_gatherv(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, const int *counts,
+                const int *displs, zt_dtype_t t, int root)
+{
+    if (on_device(c, send, g->rank == root ? recv : NULL)) zt_fatal("zt_gatherv: host buffers only");
+    double t0 = zt_now();
+    ZT_MPI(MPI_Gatherv(send, counts[g->rank], mpi_type(t), recv, counts, displs, mpi_type(t), root, g->comm));
+    account(c, g, ZT_COLL_ALLGATHER, total_bytes(g, counts, t), g->size, zt_now() - t0);
+}
+
 void zt_bcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root)
 {
     const zt_comm_backend_t *be = on_device(c, NULL, buf);

@@ -348,7 +348,8 @@ static const zkey_t schema[] = {
     KSL("lora.target", lora.target, lora.n_target, "all",
         "Linears that get adapters: \"all\" = every linear of the blocks (not the embedding or the head), or a "
         "list of module names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (llama family), "
-        "c_attn, c_proj, c_fc (gpt2)."),
+        "c_attn, c_proj, c_fc (gpt2; c_proj is both attn.c_proj and mlp.c_proj, as PEFT matches a name at the "
+        "end of a module path: attn.c_proj names one)."),
     KB("lora.use_rslora", lora.use_rslora, 0, "Rank-stabilised LoRA: scale alpha / sqrt(r) instead of alpha / r."),
     KS("lora.adapter_name_or_path", lora.adapter_name_or_path, "", NULL,
        "A PEFT adapter directory (adapter_config.json + adapter_model.safetensors) to start from, to continue an "

@@ -210,22 +210,47 @@ static void copy_ids(json_t *dst, const char *source_dir)
     json_decref(src);
 }
 
-/* adapter_config.json as PEFT writes it for a LoRA of t */
+/* The target_modules entry of block 0's adapted linear q: its module name when every
+ * linear of that name has an adapter (GPT-2's "c_proj": attn.c_proj and mlp.c_proj),
+ * else parent.name ("attn.c_proj"), which PEFT's suffix match takes alone. */
+static void target_name(const zt_param_table_t *t, const zt_param_t *q, char *buf, size_t len)
+{
+    char mod[64], other[64];
+    zt_lora_module_name(q, mod, sizeof mod);
+    int all = 1;
+    for (int p = 0; p < t->nparams; p++) {
+        zt_lora_module_name(&t->params[p], other, sizeof other);
+        all &= t->params[p].block != 0 || strcmp(other, mod) || t->params[p].lora_a >= 0;
+    }
+    /* the last one or two parts of q->name = ...parent.mod.weight before ".weight" */
+    const char *end = strrchr(q->name, '.'), *b = end;
+    for (int dots = all ? 1 : 2; b > q->name; b--)
+        if (b[-1] == '.' && --dots == 0) break;
+    snprintf(buf, len, "%.*s", (int)(end - b), b);
+}
+
+/* adapter_config.json as PEFT writes it for a LoRA of t; fan_in_fan_out is true for
+ * Conv1D (in, out) bases, as PEFT sets it for GPT-2 */
 static json_t *adapter_config(const zt_param_table_t *t, const char *base)
 {
     json_t *targets = json_array();
+    int conv1d = 0;
     for (int p = 0; p < t->nparams; p++) {
         const zt_param_t *q = &t->params[p];
-        char mod[64];
-        zt_lora_module_name(q, mod, sizeof mod);
-        if (q->block != 0 || q->lora_a < 0 || !mod[0]) continue;
-        json_array_append_new(targets, json_string(mod));
+        char name[96];
+        if (q->block != 0 || q->lora_a < 0) continue;
+        target_name(t, q, name, sizeof name);
+        conv1d |= q->wlayout == ZT_W_IN_OUT;
+        int seen = 0;
+        for (size_t i = 0; i < json_array_size(targets); i++)
+            seen |= !strcmp(json_string_value(json_array_get(targets, i)), name);
+        if (!seen) json_array_append_new(targets, json_string(name));
     }
     const double alpha = (double)t->lora_scale * t->lora_rank; /* rsLoRA is written as such below */
     return json_pack("{s:s, s:s, s:i, s:f, s:f, s:o, s:s, s:s, s:b, s:b, s:b, s:b, s:n, s:b, s:{}, s:{}}",
                      "peft_type", "LORA", "task_type", "CAUSAL_LM", "r", t->lora_rank, "lora_alpha", alpha,
                      "lora_dropout", 0.0, "target_modules", targets, "base_model_name_or_path", base ? base : "",
-                     "bias", "none", "fan_in_fan_out", 0, "inference_mode", 1, "use_rslora", 0, "use_dora", 0,
+                     "bias", "none", "fan_in_fan_out", conv1d, "inference_mode", 1, "use_rslora", 0, "use_dora", 0,
                      "modules_to_save", "init_lora_weights", 1, "rank_pattern", "alpha_pattern");
 }
 
@@ -405,15 +430,17 @@ static float *all_adapters(zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *
     return all;
 }
 
-/* v[k] (element start + k of base weight q, (out, in)) += scale * (B A)[o, i] */
+/* v[k] (element start + k of base weight q) += scale * (B A)[o, i]: q is (out, in), or
+ * Conv1D's (in, out), where PEFT adds the transpose (fan_in_fan_out) */
 static void merge_range(const zt_param_table_t *t, const zt_param_t *q, const float *all, const size_t *offs,
                         size_t start, size_t n, float *v)
 {
-    const int r = t->lora_rank;
-    const size_t in = (size_t)q->shape[1];
+    const int r = t->lora_rank, conv1d = q->wlayout == ZT_W_IN_OUT;
+    const size_t cols = (size_t)q->shape[1], in = conv1d ? (size_t)q->shape[0] : cols;
     const float *A = all + offs[q->lora_a], *B = all + offs[q->lora_b]; // (r, in), (out, r)
     for (size_t k = 0; k < n; k++) {
-        const size_t o = (start + k) / in, i = (start + k) % in;
+        const size_t row = (start + k) / cols, col = (start + k) % cols;
+        const size_t o = conv1d ? col : row, i = conv1d ? row : col;
         float acc = 0.0f;
         for (int j = 0; j < r; j++) acc += B[o * r + j] * A[(size_t)j * in + i];
         v[k] += t->lora_scale * acc;

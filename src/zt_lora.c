@@ -29,18 +29,26 @@ void zt_lora_module_name(const zt_param_t *p, char *buf, size_t len)
     snprintf(buf, len, "%.*s", (int)(end - b), b);
 }
 
-static int wanted(const zt_config_t *cfg, const char *module)
+/* PEFT's rule for a list of target_modules: a module (the weight's name less ".weight")
+ * is a target when it is the name or ends with "." + name. So "c_proj" takes both of
+ * GPT-2's attn.c_proj and mlp.c_proj, "attn.c_proj" the first alone. */
+static int matches(const zt_param_t *p, const char *want)
+{
+    if (!is_linear(p)) return 0;
+    const size_t n = strlen(p->name) - strlen(".weight"), k = strlen(want);
+    return k <= n && strncmp(p->name + n - k, want, k) == 0 && (k == n || p->name[n - k - 1] == '.');
+}
+
+static int wanted(const zt_config_t *cfg, const zt_param_t *p)
 {
     for (int i = 0; i < cfg->lora.n_target; i++)
-        if (!strcmp(cfg->lora.target[i], "all") || !strcmp(cfg->lora.target[i], module)) return 1;
+        if ((!strcmp(cfg->lora.target[i], "all") && is_linear(p)) || matches(p, cfg->lora.target[i])) return 1;
     return 0;
 }
 
 int zt_lora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_t errlen)
 {
     if (cfg->lora.dropout != 0.0) return zt_err(err, errlen, "lora.dropout: only 0 is implemented");
-    if (strcmp(t->arch->name, "gpt2") == 0)
-        return zt_err(err, errlen, "train.finetuning_type = lora: not implemented for gpt2 yet (llama, qwen2, qwen3)");
     /* every target name must name a linear of this family */
     for (int i = 0; i < cfg->lora.n_target; i++) {
         const char *want = cfg->lora.target[i];
@@ -48,7 +56,7 @@ int zt_lora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_t
         char mod[64], have[512] = "";
         for (int p = 0; p < t->nparams && !found; p++) {
             zt_lora_module_name(&t->params[p], mod, sizeof mod);
-            found = mod[0] && !strcmp(mod, want);
+            found = matches(&t->params[p], want);
             if (mod[0] && t->params[p].block == 0 && !strstr(have, mod))
                 snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", have[0] ? ", " : "", mod);
         }
@@ -67,7 +75,7 @@ int zt_lora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_t
                 zt_param_t q = t->params[p]; /* a copy: adding reallocates the table */
                 char mod[64], name[128];
                 zt_lora_module_name(&q, mod, sizeof mod);
-                if (q.block != l || !mod[0] || !wanted(cfg, mod)) continue;
+                if (q.block != l || !mod[0] || !wanted(cfg, &q)) continue;
                 const int64_t out = q.wlayout == ZT_W_IN_OUT ? q.shape[1] : q.shape[0];
                 const int64_t in = q.wlayout == ZT_W_IN_OUT ? q.shape[0] : q.shape[1];
                 const size_t stem = strlen(q.name) - strlen(".weight");

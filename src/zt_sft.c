@@ -10,7 +10,6 @@
 #include <string.h>
 
 #define IGNORE_INDEX (-100)
-#define PREPROCESSING_BATCH 1000 /* DataArguments.preprocessing_batch_size: packing is per batch */
 
 void zt_sft_infer_seqlen(int64_t source_len, int64_t target_len, int64_t cutoff, int64_t *new_source,
                          int64_t *new_target)
@@ -181,6 +180,7 @@ int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_recor
     zt_sft_opts_t oo = *o;
     oo.packing = o->packing || o->neat_packing; /* DataArguments: neat_packing sets packing */
     o = &oo;
+    out->failed = SIZE_MAX;
     if (o->cutoff_len < 1 + (o->packing ? 1 : 0))
         return zt_err(err, errlen, "cutoff_len %d is too small", o->cutoff_len);
     if (o->mask_history && o->train_on_prompt)
@@ -188,14 +188,17 @@ int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_recor
     if (o->train_on_prompt && o->tpl->efficient_eos)
         return zt_err(err, errlen, "template %s does not support train_on_prompt", o->tpl->name);
     if (o->packing) oo.cutoff_len -= 1; /* DataArguments.__post_init__: "avoid pad_to_multiple_of" */
-    size_t batch = o->packing ? PREPROCESSING_BATCH : 1;
+    size_t batch = o->packing ? ZT_SFT_PACK_BATCH : 1;
     zt_ids_t *ids = zt_calloc(batch, sizeof *ids), *lab = zt_calloc(batch, sizeof *lab);
     int rc = 0;
     for (size_t b = 0; rc == 0 && b < recs->n; b += batch) {
         size_t n = recs->n - b < batch ? recs->n - b : batch;
         for (size_t i = 0; i < n; i++) {
             ids[i].n = lab[i].n = 0;
-            if ((rc = zt_sft_encode(&oo, tok, &recs->rec[b + i], &ids[i], &lab[i], err, errlen)) != 0) break;
+            if ((rc = zt_sft_encode(&oo, tok, &recs->rec[b + i], &ids[i], &lab[i], err, errlen)) != 0) {
+                out->failed = b + i;
+                break;
+            }
             if (!o->packing) add_sample(out, ids[i].v, lab[i].v, NULL, ids[i].n);
         }
         if (rc == 0 && o->packing) pack_batch(&oo, out, ids, lab, n);
@@ -203,7 +206,11 @@ int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_recor
     for (size_t i = 0; i < batch; i++) zt_ids_free(&ids[i]), zt_ids_free(&lab[i]);
     free(ids);
     free(lab);
-    if (rc != 0) zt_sft_samples_free(out);
+    if (rc != 0) {
+        const size_t failed = out->failed;
+        zt_sft_samples_free(out);
+        out->failed = failed;
+    }
     return rc;
 }
 

@@ -177,43 +177,155 @@ static int convert(const where_t *w, json_t *o, zt_sft_format_t fmt, zt_sft_reco
     return 0;
 }
 
+/* JSON's white space, as jansson skips it */
+static int json_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* The end of the JSON value at text[p] (a string, a bracketed value with strings skipped,
+ * or a bare scalar), or 0 where brackets do not close. Only the extent: what is inside is
+ * jansson's to check. */
+static size_t value_end(const char *text, size_t len, size_t p)
+{
+    int depth = 0;
+    for (; p < len; p++) {
+        const char c = text[p];
+        if (c == '"') {
+            for (p++; p < len && text[p] != '"'; p++)
+                if (text[p] == '\\') p++;
+            if (p >= len) return 0;
+            if (depth == 0) return p + 1;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (depth == 0) return p; /* a bare scalar ends at the array's close */
+            if (--depth == 0) return p + 1;
+        } else if (depth == 0 && (c == ',' || json_ws(c))) {
+            return p;
+        }
+    }
+    return depth == 0 ? p : 0;
+}
+
+static void index_add(zt_sft_index_t *ix, size_t off, size_t len, size_t line)
+{
+    if ((ix->n & (ix->n - 1)) == 0) { /* grow at powers of two */
+        const size_t cap = ix->n ? 2 * ix->n : 1;
+        ix->off = realloc(ix->off, cap * sizeof *ix->off);
+        ix->len = realloc(ix->len, cap * sizeof *ix->len);
+        ix->line = realloc(ix->line, cap * sizeof *ix->line);
+        if (!ix->off || !ix->len || !ix->line) zt_fatal("out of memory");
+    }
+    ix->off[ix->n] = off;
+    ix->len[ix->n] = len;
+    ix->line[ix->n++] = line;
+}
+
+/* The whole text through jansson, for the message of a JSON array it rejects: the one
+ * zt_sft_parse always gave. */
+static int array_error(const char *name, const char *text, size_t len, char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je);
+    if (!root) return zt_err(err, errlen, "%s:%d:%d: not JSON: %s", name, je.line, je.column, je.text);
+    json_decref(root);
+    return zt_err(err, errlen, "%s: the record scanner and jansson disagree about this JSON array", name);
+}
+
+int zt_sft_index(const char *name, const char *text, size_t len, zt_sft_index_t *ix, char *err, size_t errlen)
+{
+    memset(ix, 0, sizeof *ix);
+    size_t p = 0;
+    while (p < len && json_ws(text[p])) p++;
+    if (p < len && text[p] == '[') {
+        /* [ value (, value)* ] and nothing but white space after it */
+        ix->array = 1;
+        for (p++; p < len && json_ws(text[p]); p++) {}
+        int bad = p >= len;
+        if (!bad && text[p] == ']') p++;
+        else
+            while (!bad) {
+                const size_t e = value_end(text, len, p);
+                if (!(bad = e <= p)) index_add(ix, p, e - p, 0);
+                for (p = e; !bad && p < len && json_ws(text[p]); p++) {}
+                if (bad || p >= len || (text[p] != ',' && text[p] != ']')) {
+                    bad = 1;
+                    break;
+                }
+                if (text[p++] == ']') break;
+                while (p < len && json_ws(text[p])) p++;
+            }
+        while (!bad && p < len && json_ws(text[p])) p++;
+        if (bad || p != len) {
+            zt_sft_index_free(ix);
+            return array_error(name, text, len, err, errlen);
+        }
+    } else {
+        size_t line = 1;
+        for (size_t s = 0; s < len; line++) {
+            const char *nl = memchr(text + s, '\n', len - s);
+            size_t e = nl ? (size_t)(nl - text) : len, q = s;
+            while (q < e && (text[q] == ' ' || text[q] == '\t' || text[q] == '\r')) q++;
+            if (q < e) index_add(ix, s, e - s, line); /* blank lines are skipped, as JSON Lines readers do */
+            s = e + 1;
+        }
+    }
+    if (ix->n == 0) {
+        zt_sft_index_free(ix);
+        return zt_err(err, errlen, "%s: no records", name);
+    }
+    return 0;
+}
+
+void zt_sft_index_free(zt_sft_index_t *ix)
+{
+    free(ix->off);
+    free(ix->len);
+    free(ix->line);
+    memset(ix, 0, sizeof *ix);
+}
+
+int zt_sft_parse_range(const char *name, const char *text, size_t len, const zt_sft_index_t *ix, size_t begin,
+                       size_t end, zt_sft_format_t fmt, zt_sft_records_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (fmt != ZT_SFT_ALPACA && fmt != ZT_SFT_SHAREGPT && fmt != ZT_SFT_MESSAGES)
+        return zt_err(err, errlen, "%s: unknown data format (expected alpaca, sharegpt or messages)", name);
+    if (end > ix->n || begin > end) zt_fatal("zt_sft_parse_range: records [%zu, %zu) of %zu", begin, end, ix->n);
+    json_error_t je;
+    where_t w = {name, 0, 0, err, errlen};
+    int rc = 0;
+    if (ix->array) {
+        /* every record's syntax before any record's content, as a parse of the whole array */
+        json_t **v = zt_calloc(end - begin + 1, sizeof *v);
+        for (size_t i = begin; rc == 0 && i < end; i++)
+            if (!(v[i - begin] = json_loadb(text + ix->off[i], ix->len[i], JSON_DECODE_ANY, &je)))
+                rc = array_error(name, text, len, err, errlen) ? ZT_SFT_SYNTAX : 0;
+        for (w.index = begin; rc == 0 && w.index < end; w.index++) rc = convert(&w, v[w.index - begin], fmt, out);
+        for (size_t i = begin; i < end; i++) json_decref(v[i - begin]);
+        free(v);
+    } else {
+        for (w.index = begin; rc == 0 && w.index < end; w.index++) {
+            json_t *o = json_loadb(text + ix->off[w.index], ix->len[w.index], 0, &je);
+            w.line = ix->line[w.index];
+            if (!o) rc = zt_err(err, errlen, "%s:%zu:%d: not JSON: %s", name, w.line, je.column, je.text);
+            else rc = convert(&w, o, fmt, out);
+            json_decref(o);
+        }
+    }
+    if (rc != 0) zt_sft_records_free(out);
+    return rc;
+}
+
 int zt_sft_parse(const char *name, const char *text, size_t len, zt_sft_format_t fmt, zt_sft_records_t *out,
                  char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     if (fmt != ZT_SFT_ALPACA && fmt != ZT_SFT_SHAREGPT && fmt != ZT_SFT_MESSAGES)
         return zt_err(err, errlen, "%s: unknown data format (expected alpaca, sharegpt or messages)", name);
-    size_t p = 0;
-    while (p < len && (text[p] == ' ' || text[p] == '\t' || text[p] == '\n' || text[p] == '\r')) p++;
-    json_error_t je;
-    where_t w = {name, 0, 0, err, errlen};
-    int rc = 0;
-    if (p < len && text[p] == '[') {
-        json_t *root = json_loadb(text, len, 0, &je);
-        if (!root) return zt_err(err, errlen, "%s:%d:%d: not JSON: %s", name, je.line, je.column, je.text);
-        for (w.index = 0; rc == 0 && w.index < json_array_size(root); w.index++)
-            rc = convert(&w, json_array_get(root, w.index), fmt, out);
-        json_decref(root);
-    } else {
-        size_t line = 1;
-        for (size_t s = 0; rc == 0 && s < len; line++) {
-            const char *nl = memchr(text + s, '\n', len - s);
-            size_t e = nl ? (size_t)(nl - text) : len, q = s;
-            while (q < e && (text[q] == ' ' || text[q] == '\t' || text[q] == '\r')) q++;
-            if (q < e) { /* blank lines are skipped, as JSON Lines readers do */
-                json_t *o = json_loadb(text + s, e - s, 0, &je);
-                w.line = line;
-                if (!o) rc = zt_err(err, errlen, "%s:%zu:%d: not JSON: %s", name, line, je.column, je.text);
-                else rc = convert(&w, o, fmt, out);
-                json_decref(o);
-                w.index++;
-            }
-            s = e + 1;
-        }
-    }
-    if (rc == 0 && out->n == 0) rc = zt_err(err, errlen, "%s: no records", name);
-    if (rc != 0) zt_sft_records_free(out);
-    return rc;
+    zt_sft_index_t ix;
+    if (zt_sft_index(name, text, len, &ix, err, errlen) != 0) return -1;
+    const int rc = zt_sft_parse_range(name, text, len, &ix, 0, ix.n, fmt, out, err, errlen);
+    zt_sft_index_free(&ix);
+    return rc ? -1 : 0;
 }
 
 int zt_sft_read(const char *path, zt_sft_format_t fmt, zt_sft_records_t *out, char *err, size_t errlen)

@@ -2,81 +2,282 @@
  * tokenize, mask, write. Shared by zt-prep-data and the trainer. */
 #include "zt_sft.h"
 
+#include "zt_comm.h"
 #include "zt_common.h"
 #include "zt_data.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
+static double clock_s(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double now(void) { return clock_s(CLOCK_MONOTONIC); }
+
+/* The world's verdict: the lowest failing rank's message on every rank (one process: its own). */
+static int agree(zt_comm_t *comm, int rc, char *err, size_t errlen)
+{
+    return comm ? zt_agree_error(comm, rc, err, errlen) : rc;
+}
+
+/* The error one process would have met first, on every rank. key orders errors as the
+ * serial reading does, file by file: 2k for file k unreadable or rejected whole (a JSON
+ * array's syntax, no records), 2k + 1 for its first bad record; a record's rank is the
+ * lowest holding that key, and ranks hold records in order. INT64_MAX: no error. */
+static int agree_first(zt_comm_t *comm, int64_t key, char *err, size_t errlen)
+{
+    int64_t first = key;
+    if (comm) zt_allreduce(comm, &comm->world, &key, &first, 1, ZT_I64, ZT_MIN);
+    if (first == INT64_MAX) return 0;
+    return agree(comm, key == first ? -1 : 0, err, errlen) ? -1 : 0;
+}
+
+typedef struct {
+    char **text;
+    size_t *len;
+    int *mapped;
+    zt_sft_index_t *ix;
+    size_t *first; /* (ninputs + 1) global index of each file's first record */
+} inputs_t;
+
+/* Input k's bytes: mapped where it is a regular file, so that the ranks of a node share
+ * the page cache rather than each holding a copy; read otherwise (a pipe, an empty file). */
+static int input_open(inputs_t *in, int k, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    const int fd = open(path, O_RDONLY);
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p != MAP_FAILED) {
+            close(fd);
+            in->text[k] = p, in->len[k] = (size_t)st.st_size, in->mapped[k] = 1;
+            return 0;
+        }
+    }
+    if (fd >= 0) close(fd);
+    in->text[k] = zt_read_file(path, &in->len[k], err, errlen);
+    return in->text[k] ? 0 : -1;
+}
+
+static void inputs_free(inputs_t *in, int n)
+{
+    for (int k = 0; k < n; k++) {
+        if (in->mapped[k]) munmap(in->text[k], in->len[k]);
+        else free(in->text[k]);
+        zt_sft_index_free(&in->ix[k]);
+    }
+    free(in->text);
+    free(in->len);
+    free(in->mapped);
+    free(in->ix);
+    free(in->first);
+}
+
+/* Records [a, b) of the concatenated files, converted; key as agree_first's. */
+static int64_t parse_share(const inputs_t *in, const char *const *inputs, int nfiles, size_t a, size_t b,
+                           zt_sft_format_t fmt, zt_sft_records_t *all, char *err, size_t errlen)
+{
+    for (int k = 0; k < nfiles; k++) {
+        const size_t lo = ZT_MAX(a, in->first[k]), hi = ZT_MIN(b, in->first[k + 1]);
+        if (lo >= hi) continue;
+        zt_sft_records_t r;
+        const int rc = zt_sft_parse_range(inputs[k], in->text[k], in->len[k], &in->ix[k], lo - in->first[k],
+                                          hi - in->first[k], fmt, &r, err, errlen);
+        if (rc) return 2 * (int64_t)k + (rc == ZT_SFT_SYNTAX ? 0 : 1);
+        all->rec = realloc(all->rec, (all->n + r.n) * sizeof *all->rec);
+        if (!all->rec) zt_fatal("out of memory");
+        memcpy(all->rec + all->n, r.rec, r.n * sizeof *r.rec);
+        all->n += r.n;
+        free(r.rec);
+    }
+    return INT64_MAX;
+}
+
+/* Every rank's samples in rank order on rank 0 (offsets rebased; with neat packing the
+ * segment ids too); counts[r] = rank r's tokens, samples, dropped, loss tokens, known
+ * everywhere. */
+static int gather_samples(zt_comm_t *comm, zt_sft_samples_t *mine, int neat, int64_t *counts,
+                          zt_sft_samples_t *all, char *err, size_t errlen)
+{
+    int64_t loss = 0, c[4] = {(int64_t)mine->input_ids.n, (int64_t)mine->nsamples, (int64_t)mine->dropped, 0};
+    for (size_t i = 0; i < mine->labels.n; i++) loss += mine->labels.v[i] != -100;
+    c[3] = loss;
+    const int W = comm ? comm->world.size : 1, rank = comm ? comm->world.rank : 0;
+    if (comm) zt_allgather(comm, &comm->world, c, counts, 4, ZT_I64);
+    else memcpy(counts, c, sizeof c);
+    int64_t tokens = 0, samples = 0;
+    for (int r = 0; r < W; r++) tokens += counts[4 * r], samples += counts[4 * r + 1];
+    if (tokens > INT32_MAX || samples > INT32_MAX) /* MPI's counts and displacements are int */
+        return zt_err(err, errlen, "%lld tokens in %lld samples: more than one SFT file can gather (2^31)",
+                      (long long)tokens, (long long)samples);
+    if (!comm) {
+        *all = *mine;
+        memset(mine, 0, sizeof *mine);
+        if (!all->offsets) all->offsets = zt_calloc(1, sizeof *all->offsets); /* no samples: /sample_offsets [0] */
+        return 0;
+    }
+    int *cn = zt_calloc((size_t)W, sizeof *cn), *dp = zt_calloc((size_t)W, sizeof *dp);
+    int *sn = zt_calloc((size_t)W, sizeof *sn), *sp = zt_calloc((size_t)W, sizeof *sp);
+    for (int r = 0; r < W; r++) {
+        cn[r] = (int)counts[4 * r];
+        sn[r] = (int)counts[4 * r + 1];
+        if (r) dp[r] = dp[r - 1] + cn[r - 1], sp[r] = sp[r - 1] + sn[r - 1];
+    }
+    memset(all, 0, sizeof *all);
+    if (rank == 0) {
+        all->input_ids.v = zt_malloc((size_t)(tokens ? tokens : 1) * sizeof(int32_t));
+        all->labels.v = zt_malloc((size_t)(tokens ? tokens : 1) * sizeof(int32_t));
+        all->input_ids.n = all->labels.n = (size_t)tokens;
+        all->input_ids.cap = all->labels.cap = (size_t)(tokens ? tokens : 1);
+        all->offsets = zt_calloc((size_t)samples + 1, sizeof *all->offsets);
+        all->nsamples = (size_t)samples;
+    }
+    zt_gatherv(comm, &comm->world, mine->input_ids.v, all->input_ids.v, cn, dp, ZT_I32, 0);
+    zt_gatherv(comm, &comm->world, mine->labels.v, all->labels.v, cn, dp, ZT_I32, 0);
+    if (neat) { /* the segment ids count within a row, so they need no rebasing */
+        if (rank == 0) {
+            all->segment_ids.v = zt_malloc((size_t)(tokens ? tokens : 1) * sizeof(int32_t));
+            all->segment_ids.n = (size_t)tokens, all->segment_ids.cap = (size_t)(tokens ? tokens : 1);
+        }
+        zt_gatherv(comm, &comm->world, mine->segment_ids.v, all->segment_ids.v, cn, dp, ZT_I32, 0);
+    }
+    /* each rank's sample ends, its own offsets[1..], land at all->offsets[1 + its first sample] */
+    zt_gatherv(comm, &comm->world, mine->nsamples ? mine->offsets + 1 : NULL, rank == 0 ? all->offsets + 1 : NULL,
+               sn, sp, ZT_I64, 0);
+    for (int r = 0; rank == 0 && r < W; r++)
+        for (int i = 0; i < sn[r]; i++) all->offsets[1 + sp[r] + i] += dp[r];
+    free(cn);
+    free(dp);
+    free(sn);
+    free(sp);
+    return 0;
 }
 
 int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
                 zt_sft_prep_stats_t *st, char *err, size_t errlen)
 {
+    return zt_sft_prep_ranks(p, inputs, ninputs, out_path, NULL, st, err, errlen);
+}
+
+int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
+                      zt_comm_t *comm, zt_sft_prep_stats_t *st, char *err, size_t errlen)
+{
+    const double t0 = now();
+    const int rank = comm ? comm->world.rank : 0, W = comm ? comm->world.size : 1;
     zt_sft_prep_stats_t s = {0};
     zt_sft_opts_t o = {0};
+    zt_tokenizer_t *tok = NULL;
+    int rc = 0;
     zt_sft_format_t fmt = zt_sft_format(p->format);
-    if (!fmt) return zt_err(err, errlen, "data format '%s': expected alpaca, sharegpt or messages", p->format);
-    if (!(o.tpl = zt_template_find(p->template_name)))
-        return zt_err(err, errlen, "template '%s': expected one of %s", p->template_name ? p->template_name : "",
-                      zt_template_names());
-    if (!p->tokenizer || !p->tokenizer[0])
-        return zt_err(err, errlen, "SFT data needs a tokenizer (a model directory or tokenizer.json)");
-    if (ninputs < 1) return zt_err(err, errlen, "no input JSON files");
+    if (!fmt) rc = zt_err(err, errlen, "data format '%s': expected alpaca, sharegpt or messages", p->format);
+    else if (!(o.tpl = zt_template_find(p->template_name)))
+        rc = zt_err(err, errlen, "template '%s': expected one of %s", p->template_name ? p->template_name : "",
+                    zt_template_names());
+    else if (!p->tokenizer || !p->tokenizer[0])
+        rc = zt_err(err, errlen, "SFT data needs a tokenizer (a model directory or tokenizer.json)");
+    else if (ninputs < 1) rc = zt_err(err, errlen, "no input JSON files");
+    else if (!(tok = zt_tokenizer_load(p->tokenizer, err, errlen))) rc = -1;
+    else if (zt_template_special_ids(o.tpl, tok, p->tokenizer, &o.ids, err, errlen) != 0) {
+        char tmp[ZT_ERRLEN];
+        snprintf(tmp, sizeof tmp, "%s", err);
+        rc = zt_err(err, errlen, "%s: template %s: %s", p->tokenizer, o.tpl->name, tmp);
+    }
+    if (agree(comm, rc, err, errlen)) {
+        zt_tokenizer_close(tok);
+        return -1;
+    }
     o.cutoff_len = p->cutoff_len;
     o.train_on_prompt = p->train_on_prompt;
     o.mask_history = p->mask_history;
     o.packing = p->packing;
     o.neat_packing = p->neat_packing;
-    zt_tokenizer_t *tok = zt_tokenizer_load(p->tokenizer, err, errlen);
-    if (!tok) return -1;
-    int rc = zt_template_special_ids(o.tpl, tok, p->tokenizer, &o.ids, err, errlen);
-    if (rc != 0) {
-        char tmp[ZT_ERRLEN];
-        snprintf(tmp, sizeof tmp, "%s", err);
-        zt_err(err, errlen, "%s: template %s: %s", p->tokenizer, o.tpl->name, tmp);
+
+    /* every rank reads and indexes every file (a byte scan); nfiles = those before the
+     * first that fails on any rank, whose records are still checked first */
+    inputs_t in = {zt_calloc((size_t)ninputs, sizeof *in.text), zt_calloc((size_t)ninputs, sizeof *in.len),
+                   zt_calloc((size_t)ninputs, sizeof *in.mapped), zt_calloc((size_t)ninputs, sizeof *in.ix),
+                   zt_calloc((size_t)ninputs + 1, sizeof *in.first)};
+    char read_err[ZT_ERRLEN] = "";
+    int64_t nfiles = ninputs;
+    for (int k = 0; k < ninputs && nfiles == ninputs; k++) {
+        if (input_open(&in, k, inputs[k], read_err, sizeof read_err) ||
+            zt_sft_index(inputs[k], in.text[k], in.len[k], &in.ix[k], read_err, sizeof read_err))
+            nfiles = k;
+        in.first[k + 1] = in.first[k] + in.ix[k].n;
     }
-    double t0 = now();
-    zt_sft_records_t all = {0};
-    for (int k = 0; rc == 0 && k < ninputs; k++) {
-        zt_sft_records_t r;
-        if ((rc = zt_sft_read(inputs[k], fmt, &r, err, errlen)) != 0) break;
-        all.rec = realloc(all.rec, (all.n + r.n) * sizeof *all.rec);
-        if (!all.rec) zt_fatal("out of memory");
-        memcpy(all.rec + all.n, r.rec, r.n * sizeof *r.rec);
-        all.n += r.n;
-        free(r.rec);
+    const int64_t mine = nfiles;
+    if (comm) zt_allreduce(comm, &comm->world, &mine, &nfiles, 1, ZT_I64, ZT_MIN);
+
+    /* this rank's records: a contiguous share of whole packing groups (one record each
+     * without packing), so every group packs as it does in one process */
+    const size_t N = in.first[nfiles], group = p->packing || p->neat_packing ? ZT_SFT_PACK_BATCH : 1;
+    const size_t ngroups = (N + group - 1) / group;
+    const size_t a = ZT_MIN(N, ngroups * (size_t)rank / (size_t)W * group);
+    const size_t b = ZT_MIN(N, ngroups * (size_t)(rank + 1) / (size_t)W * group);
+    zt_sft_records_t recs = {0};
+    double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    int64_t key = parse_share(&in, inputs, (int)nfiles, a, b, fmt, &recs, err, errlen);
+    if (key == INT64_MAX && mine < ninputs) { /* this rank's unreadable file, after the records before it */
+        key = 2 * mine;
+        snprintf(err, errlen, "%s", read_err);
     }
-    zt_sft_samples_t smp = {0};
-    if (rc == 0) rc = zt_sft_build(&o, tok, &all, &smp, err, errlen);
-    s.seconds = now() - t0;
-    s.records = all.n;
-    zt_sft_records_free(&all);
+    s.share_cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    rc = agree_first(comm, key, err, errlen);
+    s.records = N;
+    zt_sft_samples_t smp = {0}, all = {0};
     if (rc == 0) {
-        s.samples = smp.nsamples;
-        s.tokens = smp.input_ids.n;
-        s.dropped = smp.dropped;
-        for (size_t i = 0; i < smp.labels.n; i++) s.loss_tokens += smp.labels.v[i] != -100;
-        char tmp[ZT_ERRLEN];
-        snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
-        rc = zt_data_write_sft_h5(tmp, smp.input_ids.v, smp.labels.v, p->neat_packing ? smp.segment_ids.v : NULL,
-                                  smp.input_ids.n, smp.offsets, smp.nsamples, zt_tokenizer_vocab_size(tok), o.ids.pad,
-                                  zt_tokenizer_kind(tok), err, errlen);
-        if (rc == 0 && rename(tmp, out_path) != 0)
-            rc = zt_err(err, errlen, "%s: rename from %s: %s", out_path, tmp, strerror(errno));
-        if (rc != 0) remove(tmp);
+        c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        rc = zt_sft_build(&o, tok, &recs, &smp, err, errlen);
+        s.share_cpu += clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        if (rc != 0 && smp.failed != SIZE_MAX) { /* name the file and the record */
+            const size_t g = a + smp.failed;
+            int k = 0;
+            while (k + 1 < nfiles && g >= in.first[k + 1]) k++;
+            char tmp[ZT_ERRLEN];
+            snprintf(tmp, sizeof tmp, "%s", err);
+            zt_err(err, errlen, "%s: record %zu: %s", inputs[k], g - in.first[k], tmp);
+        }
+        rc = agree(comm, rc, err, errlen);
     }
+    zt_sft_records_free(&recs);
+    inputs_free(&in, ninputs);
+    int64_t *counts = zt_calloc(4 * (size_t)W, sizeof *counts);
+    if (rc == 0) rc = agree(comm, gather_samples(comm, &smp, p->neat_packing, counts, &all, err, errlen), err, errlen);
+    for (int r = 0; rc == 0 && r < W; r++) {
+        s.tokens += (size_t)counts[4 * r];
+        s.samples += (size_t)counts[4 * r + 1];
+        s.dropped += (size_t)counts[4 * r + 2];
+        s.loss_tokens += (size_t)counts[4 * r + 3];
+    }
+    free(counts);
+    s.seconds = now() - t0;
+    if (rc == 0) {
+        if (rank == 0) {
+            char tmp[ZT_ERRLEN];
+            snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
+            rc = zt_data_write_sft_h5(tmp, all.input_ids.v, all.labels.v, p->neat_packing ? all.segment_ids.v : NULL,
+                                      all.input_ids.n, all.offsets, all.nsamples, zt_tokenizer_vocab_size(tok),
+                                      o.ids.pad, zt_tokenizer_kind(tok), err, errlen);
+            if (rc == 0 && rename(tmp, out_path) != 0)
+                rc = zt_err(err, errlen, "%s: rename from %s: %s", out_path, tmp, strerror(errno));
+            if (rc != 0) remove(tmp);
+        }
+        rc = agree(comm, rc, err, errlen);
+    }
+    s.total_seconds = now() - t0;
     zt_sft_samples_free(&smp);
+    zt_sft_samples_free(&all);
     zt_tokenizer_close(tok);
     if (st) *st = s;
     return rc;

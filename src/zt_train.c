@@ -1001,8 +1001,9 @@ static int run_loop(run_t *r)
     return ZT_EXIT_OK;
 }
 
-/* data.format != tokens: each input becomes its SFT sample file, made by rank 0 unless
- * the cache (zt_sft_cache_path) already holds it; every rank then opens the caches. */
+/* data.format != tokens: each input becomes its SFT sample file unless the cache
+ * (zt_sft_cache_path) already holds it, made by every rank (each tokenizes a share, rank 0
+ * writes); every rank then opens the caches. */
 static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[ZT_STRLEN + 64], char *err,
                       size_t errlen)
 {
@@ -1011,23 +1012,24 @@ static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[
     zt_sft_prep_t p = {tok, cfg->data.format, cfg->data.template_name, cfg->data.cutoff_len,
                        cfg->data.train_on_prompt, cfg->data.mask_history, cfg->data.packing,
                        cfg->data.neat_packing};
-    int rc = 0;
-    if (!tok[0]) rc = zt_err(err, errlen, "data.format = %s needs data.tokenizer (or model.name_or_path)", p.format);
-    for (int i = 0; rc == 0 && i < n; i++) {
-        rc = zt_sft_cache_path(&p, in[i], out[i], sizeof out[i], err, errlen);
-        if (rc == 0 && r->rank == 0 && access(out[i], F_OK) != 0) {
+    if (!tok[0]) /* the same on every rank: the configuration is */
+        return zt_err(err, errlen, "data.format = %s needs data.tokenizer (or model.name_or_path)", p.format);
+    for (int i = 0; i < n; i++) {
+        if (zt_agree_error(r->comm, zt_sft_cache_path(&p, in[i], out[i], sizeof out[i], err, errlen), err, errlen))
+            return -1;
+        /* rank 0's view of the cache decides for all: the preprocessing is collective */
+        if (zt_any(r->comm, r->rank == 0 && access(out[i], F_OK) != 0)) {
             zt_sft_prep_stats_t st;
             const char *one[1] = {in[i]};
-            rc = zt_sft_prep(&p, one, 1, out[i], &st, err, errlen);
-            if (rc == 0)
-                zt_log("data: %s -> %s: %zu records, %zu samples, %zu tokens (%zu with loss), %.2f s", in[i],
-                       out[i], st.records, st.samples, st.tokens, st.loss_tokens, st.seconds);
-        } else if (rc == 0 && r->rank == 0) {
+            if (zt_sft_prep_ranks(&p, one, 1, out[i], r->comm, &st, err, errlen)) return -1;
+            zt_log("data: %s -> %s: %zu records, %zu samples, %zu tokens (%zu with loss), %.2f s on %d ranks "
+                   "(%.2f s with the write; rank 0's share %.2f s of CPU)", in[i], out[i], st.records, st.samples,
+                   st.tokens, st.loss_tokens, st.seconds, r->comm->world.size, st.total_seconds, st.share_cpu);
+        } else {
             zt_log("data: %s: cached in %s", in[i], out[i]);
         }
     }
-    /* the other ranks wait for rank 0's files (and share its error) */
-    return zt_agree_error(r->comm, rc, err, errlen) ? -1 : 0;
+    return 0;
 }
 
 static int open_data(run_t *r, char *err, size_t errlen)

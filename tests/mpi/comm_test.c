@@ -156,6 +156,36 @@ static void t_reduce_scatterv(zt_comm_t *c)
     free(out);
 }
 
+/* Ragged int32 parts, one empty, gathered on the last rank in rank order; counted with
+ * the all-gathers at the whole buffer's bytes on every rank. */
+static void t_gatherv(zt_comm_t *c)
+{
+    zt_group_t *g = &c->world;
+    const int n = g->size, root = n - 1;
+    int *counts = zt_malloc((size_t)n * sizeof *counts), *displs = zt_malloc((size_t)n * sizeof *displs);
+    int total = 0;
+    for (int r = 0; r < n; r++) {
+        counts[r] = r == 1 ? 0 : 500 + 13 * r;
+        displs[r] = total;
+        total += counts[r];
+    }
+    int32_t *mine = zt_malloc((size_t)(counts[g->rank] + 1) * sizeof *mine);
+    int32_t *all = zt_malloc((size_t)total * sizeof *all);
+    for (int i = 0; i < counts[g->rank]; i++) mine[i] = 1000 * g->rank + i;
+    zt_comm_stats_reset(c);
+    zt_gatherv(c, g, mine, all, counts, displs, ZT_I32, root);
+    size_t bad = 0;
+    for (int r = 0; g->rank == root && r < n; r++)
+        for (int i = 0; i < counts[r]; i++) bad += all[displs[r] + i] != 1000 * r + i;
+    CHECK(bad == 0, "gatherv: %zu wrong on the root", bad);
+    CHECK(c->stats.bytes[ZT_COLL_ALLGATHER] == 4.0 * total && c->stats.calls[ZT_COLL_ALLGATHER] == 1,
+          "gatherv accounting: %.0f bytes, want %d", c->stats.bytes[ZT_COLL_ALLGATHER], 4 * total);
+    free(counts);
+    free(displs);
+    free(mine);
+    free(all);
+}
+
 static void t_groups(zt_comm_t *c)
 {
     const int W = c->world.size;
@@ -309,6 +339,7 @@ int main(int argc, char **argv)
         t_allreduce_fp16(&c, sizes[i]);
     }
     t_reduce_scatterv(&c);
+    t_gatherv(&c);
     t_backend_choice(&c);
     t_dispatch(&c);
     int any = zt_any(&c, failures != 0);

@@ -371,7 +371,8 @@ static void write_metrics(const char *root, zt_comm_t *c, const zt_param_table_t
             zt_strategy_name(o->strategy), t->total_numel);
     mem_json(f, "memory_estimate", &e);
     fprintf(f, "}\n");
-    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+    static const char *names[ZT_COLL_N] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all",
+                                           "send_recv"};
     for (int k = 0; k < STEPS; k++) {
         fprintf(f, "{\"step\":%d,\"loss\":0,\"comm\":{", k + 1);
         for (int q = 0; q < ZT_COLL_N; q++)

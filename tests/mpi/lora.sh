@@ -9,6 +9,9 @@
 #     accumulation (1e-5), and the base stays what the directory holds, bit for bit.
 #  3. Gradient and optimizer memory is the adapters': measured against their size.
 #  4. A PEFT adapter that does not fit lora.* fails on every rank with its reason.
+#  5. GPT-2 (tests/reference/hf/gpt2, Conv1D bases, PEFT's lora-gpt2 with fan_in_fan_out):
+#     1's round trip, 2's strategies at 2 ranks against one rank, the base frozen; a
+#     subset of targets (c_attn, attn.c_proj) is written as PEFT loads it.
 . "$(dirname "$0")/common.sh"
 need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
@@ -100,4 +103,60 @@ expect_fail_with 2 "r = 4, lora.rank is 8" lora.cfg $base lora.rank=8 train.outp
 expect_fail_with 2 "tensors, the adapters of lora.target are" lora.cfg $base lora.target='["q_proj","v_proj"]' \
     train.output_dir=bad-target
 expect_fail_with 2 "lora.target: \"c_fc\" is no linear of llama" lora.cfg $base lora.target=c_fc train.output_dir=bad-name
-echo "lora: PEFT's adapter in and out, every strategy trains the same adapters, the base frozen"
+
+# ---- 5. GPT-2 --------------------------------------------------------------------------
+g2="model.name_or_path=$HF/gpt2 lora.adapter_name_or_path=$HF/lora-gpt2"
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $g2 parallel.strategy=zero3 train.output_dir=g2rt >/dev/null
+assert_contains "$ZT_OUT" "lora: adapters of $HF/lora-gpt2 loaded"
+"$PY" "$HFPY" same g2rt/adapter "$HF/lora-gpt2" || fail "gpt2: the adapter written is not PEFT's"
+"$PY" "$HFPY" close g2rt/hf "$HF/lora-gpt2/merged" 1e-6 || fail "gpt2: the merged export is not PEFT's (B A)^T merge"
+"$PY" -c "import json,sys; c=json.load(open('g2rt/adapter/adapter_config.json')); \
+sys.exit(not (c['fan_in_fan_out'] is True and sorted(c['target_modules']) == ['c_attn','c_fc','c_proj']))" ||
+    fail "gpt2: adapter_config.json is not PEFT's for Conv1D (fan_in_fan_out, target_modules)"
+if [ -x "$VPY" ]; then
+    "$VPY" "$ZT_SRCDIR/tests/reference/check_peft_export.py" g2rt/adapter "$HF/gpt2" "$HF/lora-gpt2" ||
+        fail "gpt2: PEFT does not load the adapter with PEFT's logits"
+    "$VPY" "$ZT_SRCDIR/tests/reference/check_hf_export.py" g2rt/hf "$HF/lora-gpt2/merged" --atol 1e-5 ||
+        fail "gpt2: transformers does not load the merged model with the merged logits"
+fi
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $g2 $train train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
+    train.output_dir=g2ref >/dev/null
+g2runs=""
+for cfg in "ddp flat 2" "zero2 per_param 1" "zero3 flat 2" "zero3 per_param 1 train.gradient_checkpointing=true"; do
+    set -- $cfg
+    st=$1 layout=$2 A=$3
+    shift 3
+    out="g2-$st-$layout$(echo "$*" | tr -cd 'a-z0-9')"
+    # 4 sequences per step: 2 ranks x (2 / A) x A
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $g2 $train parallel.strategy=$st parallel.shard_layout=$layout \
+        train.per_device_train_batch_size=$((2 / A)) train.gradient_accumulation_steps=$A train.output_dir="$out" \
+        "$@" >/dev/null
+    g2runs="$g2runs $out"
+done
+# shellcheck disable=SC2086
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" g2ref $g2runs || fail "gpt2: a strategy trained other adapters than one rank"
+"$PY" "$HFPY" ckpt "$(ls g2-zero3-flat/ckpt-*.h5 | tail -1)" "$HF/gpt2" || fail "gpt2: the frozen base moved"
+# a subset: the file names what PEFT must adapt, attn.c_proj and not mlp.c_proj
+run_ztrain 1 lora.cfg "model.name_or_path=$HF/gpt2" 'lora.target=["c_attn","attn.c_proj"]' \
+    train.output_dir=g2sub >/dev/null
+"$PY" -c "import json,sys; c=json.load(open('g2sub/adapter/adapter_config.json')); \
+sys.exit(not sorted(c['target_modules']) == ['attn.c_proj','c_attn'])" ||
+    fail "gpt2: the target_modules of an attn.c_proj adapter would take mlp.c_proj too"
+if [ -x "$VPY" ]; then
+    "$VPY" - g2sub/adapter "$HF/gpt2" <<'EOF' || fail "gpt2: PEFT adapts other modules than the file holds"
+import sys
+from peft import PeftModel
+from safetensors import safe_open
+from transformers import AutoModelForCausalLM
+m = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(sys.argv[2]), sys.argv[1])
+have = sorted(n.replace(".default", "") for n, _ in m.named_parameters() if ".lora_" in n)
+with safe_open(sys.argv[1] + "/adapter_model.safetensors", "pt") as f:
+    want = sorted(f.keys())
+print("gpt2 subset:", len(have), "adapter tensors in PEFT,", len(want), "in the file")
+sys.exit(not (have == want and len(want) == 2 * 2 * 2))
+EOF
+fi
+echo "lora: PEFT's adapter in and out, every strategy trains the same adapters (llama, gpt2), the base frozen"

@@ -3,9 +3,12 @@
 # loss is the mean over the tokens that carry one in the whole global batch, so every
 # world size and accumulation trains the same model (1e-5), and the samples of a step
 # are exactly the ones one rank would take; bad SFT files fail on every rank.
-# Instruction JSON in the trainer (data.format = alpaca): rank 0 writes the SFT file
+# Instruction JSON in the trainer (data.format = alpaca): the ranks write the SFT file
 # zt-prep-data writes, as a cache beside the input that a rerun reuses and a change of
-# options replaces; bad JSON fails on every rank with the file, record and key.
+# options replaces; bad JSON fails on every rank with the file, record and key. Each rank
+# tokenizes a share of the records: 1, 2 and 3 ranks write the same content (h5dump), with
+# packing (groups of 1000 records), neat packing (/segment_ids) and without, and report the
+# error one rank meets.
 . "$(dirname "$0")/common.sh"
 need_h5py
 HFPY="$ZT_SRCDIR/tests/mpi/hf_dir.py"
@@ -83,4 +86,62 @@ expect_fail_with 2 "bad.json: record 1: history[0]: not an [instruction, respons
 # shellcheck disable=SC2086
 expect_fail_with 1 "data.format = alpaca needs data.template" $json data.format=alpaca data.template=chatml \
     data.val_files=[] train.output_dir=bad4
+# ---- the ranks share the preprocessing: the file one rank writes, the error one rank meets ----
+"$PY" - <<'PYEOF' || fail "cannot make the JSON files"
+import json, random
+random.seed(7)
+w = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
+def s(n): return " ".join(random.choice(w) for _ in range(n))
+# 2600 records: three packing groups of 1000, the last short, so 2 and 3 ranks split unevenly
+recs = [{"instruction": s(random.randint(1, 12)), "input": s(random.randint(0, 8)), "output": s(random.randint(1, 40))}
+        for _ in range(2600)]
+json.dump(recs, open("many.json", "w"), indent=1)
+with open("many.jsonl", "w") as f:
+    for r in recs: f.write(json.dumps(r) + "\n")
+bad = [dict(r) for r in recs]
+del bad[1900]["output"]                       # in the second rank's share
+json.dump(bad, open("bad-late.json", "w"), indent=1)
+del bad[100]["output"]                        # in the first rank's share, with a syntax error
+text = json.dumps(bad, indent=1)              # in the second's: the syntax error is what one rank reports
+cut = text.rindex('"output"')
+open("bad-syntax.json", "w").write(text[:cut] + '"output": }' + text[text.index("}", cut) + 1:])
+with open("bad-late.jsonl", "w") as f:
+    for i, r in enumerate(recs): f.write(("{" if i == 2222 else json.dumps(r)) + "\n")
+PYEOF
+for np in 1 2 3; do
+    for c in "many.json true false" "many.jsonl false false" "many.json false true"; do
+        set -- $c
+        d=prep-$np-$1-$2-$3
+        mkdir -p "$d" && cp "$1" "$d/" || fail "cp"
+        # shellcheck disable=SC2086
+        run_ztrain $np $json data.format=alpaca data.train_files="$d/$1" data.val_files=[] data.cutoff_len=64 \
+            data.seq_len=63 data.packing=$2 data.neat_packing=$3 train.max_steps=1 train.eval_steps=0 \
+            train.output_dir="$d/run" >/dev/null
+        assert_contains "$ZT_OUT" "2600 records"
+        assert_contains "$ZT_OUT" "on $np ranks"
+        set -- "$d/$1".*.sft.h5
+        [ -f "$1" ] || fail "$d: no cache file"
+        # the content: every dataset, attribute and type (h5dump's header line names the file)
+        h5dump "$1" | tail -n +2 >"$d.dump" || fail "h5dump $1"
+        [ $np -eq 1 ] || cmp -s "prep-1-${d#prep-$np-}.dump" "$d.dump" ||
+            fail "$d: the cache made on $np ranks differs from one rank's"
+    done
+done
+grep -q "sample_offsets" prep-1-many.json-true-false.dump || fail "h5dump shows no /sample_offsets"
+grep -q "segment_ids" prep-1-many.json-false-true.dump || fail "h5dump shows no /segment_ids of neat packing"
+for np in 1 2; do
+    # shellcheck disable=SC2086
+    expect_fail_with $np "bad-late.json: record 1900: output: missing" $json data.format=alpaca \
+        data.train_files=bad-late.json data.val_files=[] data.packing=true train.output_dir=bad-late$np
+    # shellcheck disable=SC2086
+    expect_fail_with $np "bad-syntax.json:$("$PY" -c "
+import json
+try: json.load(open('bad-syntax.json'))
+except json.JSONDecodeError as e: print(e.lineno)")" $json data.format=alpaca data.train_files=bad-syntax.json \
+        data.val_files=[] data.packing=true train.output_dir=bad-syn$np
+    assert_contains "$ZT_OUT" "not JSON"
+    # shellcheck disable=SC2086
+    expect_fail_with $np "bad-late.jsonl:2223:" $json data.format=alpaca data.train_files=bad-late.jsonl \
+        data.val_files=[] train.output_dir=bad-jsonl$np
+done
 echo "sft: the loss is per loss-bearing token of the global batch, the same at every world size"

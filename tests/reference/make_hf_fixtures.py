@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """make_hf_fixtures.py — Hugging Face transformers reference fixtures for ztrain's
-llama, qwen2 and qwen3 families.
+llama, qwen2, qwen3 and gpt2 families.
 
 For each family it builds a tiny random model with transformers' own class
-(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM; attn_implementation="eager"),
+(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel;
+attn_implementation="eager"),
 saves it as a real HF model directory, and runs it in float64 (model.double()) to write
 
   tests/reference/hf/<family>/{config.json,generation_config.json,model.safetensors}
@@ -29,8 +30,8 @@ fp32 before use (so the stored weights are exactly the ones used), float64 arith
 float32, AdamW with two parameter groups (weight decay on dim >= 2 only), clip_grad_norm_, and
 the warmup-cosine schedule of include/zt_optim.h. Every number comes from transformers itself.
 
-Run:  ~/.cache/ztrain-venv/bin/python tests/reference/make_hf_fixtures.py [-o tests/reference/hf]
-      (tools/make-venv.sh makes the venv)
+Run:  ~/.cache/ztrain-venv/bin/python tests/reference/make_hf_fixtures.py [-o tests/reference/hf] [FAMILY...]
+      (tools/make-venv.sh makes the venv; FAMILY... limits it to those, e.g. gpt2)
 """
 import argparse
 import contextlib
@@ -46,8 +47,8 @@ import torch
 import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 V = 67                      # deliberately odd
 B, T = 2, 8
@@ -118,7 +119,9 @@ class _NoLowPrecision(TorchDispatchMode):
 
 def refresh_rope(model):
     """Recomputes the rotary inv_freq buffers with transformers' own rope init (in float64
-    under hf_float64)."""
+    under hf_float64); GPT-2 has learned positions and no rotary buffers."""
+    if not hasattr(model, "model"):
+        return
     re = model.model.rotary_emb
     fresh = type(re)(model.config)
     re.inv_freq = fresh.inv_freq.to(torch.float64)
@@ -155,6 +158,14 @@ FAMILIES = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM,
               dict(COMMON, head_dim=12, tie_word_embeddings=True, attention_bias=False,
                    use_sliding_window=False, **rope_kwargs(1e6)), 2003),
+    # GPT-2: Conv1D (in, out) weights, LayerNorm with biases, gelu_new, learned positions,
+    # tied head; the base of the lora-gpt2 fixture (make_lora_fixtures.py)
+    "gpt2": (GPT2Config, GPT2LMHeadModel,
+             dict(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64, n_inner=None,
+                  activation_function="gelu_new", layer_norm_epsilon=1e-5, resid_pdrop=0.0,
+                  embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0, bos_token_id=1,
+                  eos_token_id=2, initializer_range=0.02, tie_word_embeddings=True,
+                  use_cache=True), 2004),
 }
 
 
@@ -175,7 +186,7 @@ def init_params(model, gen):
             r = torch.randn(tuple(p.shape), generator=gen, dtype=torch.float64)
             if p.dim() >= 2:
                 v = W_STD * r
-            elif "norm" in name:
+            elif "norm" in name or (".ln_" in name and name.endswith(".weight")):
                 v = 1.0 + G_STD * r
             elif name.endswith(".bias"):
                 v = B_STD * r
@@ -262,7 +273,8 @@ def run_family(family, outdir):
         shutil.rmtree(db, ignore_errors=True)
         copy.deepcopy(model).to(torch.bfloat16).save_pretrained(db, safe_serialization=True)
 
-    base, got = check_rope(model, family)
+    if family != "gpt2":                        # learned positions: no rotary frequencies
+        base, got = check_rope(model, family)
     if family == "llama":
         print(f"  llama3 rope: inv_freq default {base.tolist()}\n"
               f"               inv_freq llama3  {got.tolist()}")
@@ -302,7 +314,8 @@ def train(model, family, names, params, gen, tied, d, seed):
     for n, g in grads.items():
         assert g.abs().max() > 0, f"zero gradient {n}"
     if tied:
-        check_tied_grad(model, idx, tgt, grads[model.base_model_prefix + ".embed_tokens.weight"])
+        E = model.get_input_embeddings().weight
+        check_tied_grad(model, idx, tgt, grads[next(n for n in names if params[n] is E)])
 
     # ---- STEPS AdamW steps ----
     model.zero_grad(set_to_none=True)

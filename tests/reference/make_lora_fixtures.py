@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """make_lora_fixtures.py — PEFT LoRA reference fixtures for ztrain, on the HF fixtures'
-llama and qwen3 models (tests/reference/hf/{llama,qwen3}, made by make_hf_fixtures.py).
+llama, qwen3 and gpt2 models (tests/reference/hf/{llama,qwen3,gpt2}, made by
+make_hf_fixtures.py).
 
 For each base it loads the model with AutoModelForCausalLM.from_pretrained(base,
 attn_implementation="eager"), wraps it with peft.get_peft_model and
@@ -8,6 +9,9 @@ attn_implementation="eager"), wraps it with peft.get_peft_model and
   LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, bias="none", use_rslora=False,
              init_lora_weights=True,
              target_modules=[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj])
+
+(gpt2: target_modules=[c_attn, c_proj, c_fc], so c_proj takes attn.c_proj and mlp.c_proj; its
+Conv1D bases make PEFT set fan_in_fan_out=True, which the script asserts)
 
 then overwrites every lora_A and lora_B with random values (so the forward depends on the
 adapters from the start) and writes
@@ -24,7 +28,7 @@ adapters from the start) and writes
       /train/inputs, /train/targets (S,B,T) int32  = the base fixture's /train batches
       /train/losses, /train/grad_norms (pre-clip, adapter parameters only), /train/lrs (S)
       /train/final/<adapter key>                   adapter parameters after the S AdamW steps
-  tests/reference/hf/lora-llama/merged/
+  tests/reference/hf/lora-{llama,gpt2}/merged/
       merge_and_unload() of the initial adapter, save_pretrained in fp32, plus a small
       reference.h5 (/batch, /logits, /loss of the merged model) for check_hf_export.py
 
@@ -63,19 +67,22 @@ from make_hf_fixtures import (B, T, STEPS, WARMUP, LR, MIN_LR_RATIO, BETAS, EPS,
 
 R, ALPHA = 4, 8
 SCALING = ALPHA / R          # use_rslora=False: lora_alpha / r
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# family: (target_modules, adapted modules per block, fan_in_fan_out)
+TARGETS = {"llama": (LLAMA_TARGETS, 7, False), "qwen3": (LLAMA_TARGETS, 7, False),
+           "gpt2": (["c_attn", "c_proj", "c_fc"], 4, True)}
 A_STD, B_STD = 0.3, 0.05     # lora_A ~ N(0, A_STD), lora_B ~ N(0, B_STD); A_STD 0.1 (PEFT's own
                              # kaiming scale) left llama's grad norms < 1, see the README
-SEEDS = {"llama": 3001, "qwen3": 3003}
-MERGED = {"llama"}           # families that also get lora-<family>/merged/
+SEEDS = {"llama": 3001, "qwen3": 3003, "gpt2": 3004}
+MERGED = {"llama", "gpt2"}   # families that also get lora-<family>/merged/
 
 # run_family's llama/qwen3 models use these modules; so does hf_float64
 assert "transformers.models.llama.modeling_llama" in hf.F64_MODULES
 assert "transformers.models.qwen3.modeling_qwen3" in hf.F64_MODULES
 
 
-def lora_config():
-    return LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=list(TARGETS),
+def lora_config(family):
+    return LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=list(TARGETS[family][0]),
                       bias="none", use_rslora=False, init_lora_weights=True,
                       task_type="CAUSAL_LM")
 
@@ -93,7 +100,7 @@ def adapter_names(pm):
     return out
 
 
-def fix_adapter_dir(d):
+def fix_adapter_dir(d, family):
     """Makes save_pretrained's output reproducible: peft writes target_modules, a set, as a
     list in hash order (which varies with PYTHONHASHSEED), so it is rewritten sorted, with
     peft's own json.dumps(indent=2, sort_keys=True); nothing else changes. The model card
@@ -101,7 +108,8 @@ def fix_adapter_dir(d):
     fn = os.path.join(d, "adapter_config.json")
     with open(fn) as f:
         cfg = json.load(f)
-    assert sorted(cfg["target_modules"]) == sorted(TARGETS), cfg["target_modules"]
+    assert sorted(cfg["target_modules"]) == sorted(TARGETS[family][0]), cfg["target_modules"]
+    assert cfg["fan_in_fan_out"] == TARGETS[family][2], cfg["fan_in_fan_out"]
     cfg["target_modules"] = sorted(cfg["target_modules"])
     with open(fn, "w") as f:
         f.write(json.dumps(cfg, indent=2, sort_keys=True))
@@ -128,13 +136,13 @@ def run_family(family, outdir):
                                                  dtype=torch.float32)
     model.config._attn_implementation = "eager"
     model = model.float().eval()
-    pm = get_peft_model(model, lora_config())
+    pm = get_peft_model(model, lora_config(family))
     pm.peft_config["default"].base_model_name_or_path = f"tests/reference/hf/{family}"
     pm.eval()
     names = adapter_names(pm)                  # trainable name -> file key
     params = dict(pm.named_parameters())
     assert all(("lora_A" in n or "lora_B" in n) for n in names), names
-    assert len(names) == 2 * len(TARGETS) * model.config.num_hidden_layers
+    assert len(names) == 2 * TARGETS[family][1] * model.config.num_hidden_layers
     for n, p in pm.named_parameters():
         assert p.requires_grad == (n in names), f"{n} trainable={p.requires_grad}"
 
@@ -158,7 +166,7 @@ def run_family(family, outdir):
     d = os.path.join(outdir, f"lora-{family}")
     shutil.rmtree(d, ignore_errors=True)
     pm.save_pretrained(d, safe_serialization=True)
-    fix_adapter_dir(d)
+    fix_adapter_dir(d, family)
     with safe_open(os.path.join(d, "adapter_model.safetensors"), "pt") as sf:
         keys = sorted(sf.keys())
         for n, k in names.items():
@@ -179,7 +187,10 @@ def run_family(family, outdir):
                     pre = n[:-len(".lora_A.default.weight")]
                     W = params[pre + ".base_layer.weight"].double()
                     Bm = params[pre + ".lora_B.default.weight"].double()
-                    want = (W + SCALING * (Bm @ p.double())).float()
+                    delta = Bm @ p.double()                     # (out, in)
+                    if TARGETS[family][2]:                       # Conv1D weight (in, out)
+                        delta = delta.T
+                    want = (W + SCALING * delta).float()
                     hfname = pre[len("base_model.model."):] + ".weight"
                     got = dict(merged.named_parameters())[hfname]
                     assert torch.equal(got, want), hfname

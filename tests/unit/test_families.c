@@ -1,9 +1,10 @@
-/* test_families.c — the llama family (llama, qwen2, qwen3) against transformers.
+/* test_families.c — the llama family (llama, qwen2, qwen3) and gpt2 against transformers.
  *
  * tests/reference/hf/<family>/ is a Hugging Face model directory that transformers
  * wrote (LlamaForCausalLM with GQA, llama3 rope scaling and an untied head;
  * Qwen2ForCausalLM with q/k/v biases and a tied head; Qwen3ForCausalLM with q/k norms
- * and head_dim * heads != hidden), and reference.h5 beside it holds one batch with its
+ * and head_dim * heads != hidden; GPT2LMHeadModel, Conv1D weights), and reference.h5
+ * beside it holds one batch with its
  * logits, loss and every gradient, and ten AdamW steps with clipping and warmup-cosine
  * (made by tests/reference/make_hf_fixtures.py in float64, stored as fp32). For each
  * family this suite reads config.json and the safetensors as a run does, runs the
@@ -186,11 +187,21 @@ static void near_null_bias(const zt_model_dims_t *d, int T, float *got, const fl
     CU_ASSERT(worst < 1e-3);
 }
 
-/* rig_worst's fix for the final parameters: qwen2's key bias (above) */
+/* rig_worst's fix for the final parameters: qwen2's key bias (above); GPT-2's key third
+ * of c_attn.bias, whose exact gradient is zero (softmax ignores a constant added to every
+ * key), with the absolute bound of test_model.c */
 static void key_bias_fix(void *ctx, const zt_param_t *p, float *got, const float *ref, size_t n)
 {
     const fam_t *f = ctx;
     if (strstr(p->name, "k_proj.bias")) near_null_bias(&f->tab->dims, f->T, got, ref, n);
+    if (strstr(p->name, "attn.c_attn.bias")) {
+        const int C = f->tab->dims.C;
+        double kmax = 0;
+        CU_ASSERT_FATAL(n == 3 * (size_t)C);
+        for (int k = C; k < 2 * C; k++) kmax = fmax(kmax, fabs((double)got[k] - ref[k]));
+        CU_ASSERT(kmax < 1e-3);
+        memcpy(got + C, ref + C, (size_t)C * sizeof *got);
+    }
 }
 
 /* Ten AdamW steps with the schedule and clipping the fixture's attributes give. */
@@ -247,6 +258,7 @@ static void run_family(const char *family)
 static void t_llama(void) { run_family("llama"); }
 static void t_qwen2(void) { run_family("qwen2"); }
 static void t_qwen3(void) { run_family("qwen3"); }
+static void t_gpt2(void) { run_family("gpt2"); }
 
 /* The fixtures exercise what they claim: GQA, an untied head and llama3 scaling in
  * llama; biases and a tied head in qwen2; q/k norms and head_dim * heads != hidden in
@@ -268,13 +280,15 @@ static void t_fixture_shapes(void)
 
 /* ---- LoRA ------------------------------------------------------------------------- */
 
-/* The family's table with LoRA of rank r on every linear (lora.* defaults otherwise). */
-static zt_param_table_t *lora_table(const zt_param_table_t *base, int r)
+/* The family's table with LoRA of rank r on lora.target `target` (NULL: every linear;
+ * lora.* defaults otherwise). */
+static zt_param_table_t *lora_table_on(const zt_param_table_t *base, int r, const char *target)
 {
     zt_param_table_t *t = zt_arch_build_table(base->arch, &base->dims, 0.3f);
     zt_config_t *cfg = zt_calloc(1, sizeof *cfg);
     zt_config_defaults(cfg);
     cfg->lora.rank = r;
+    if (target) snprintf(cfg->lora.target[0], sizeof cfg->lora.target[0], "%s", target);
     char err[ZT_ERRLEN];
     int rc = zt_lora_apply(t, cfg, err, sizeof err);
     if (rc) fprintf(stderr, "%s\n", err);
@@ -282,6 +296,8 @@ static zt_param_table_t *lora_table(const zt_param_table_t *base, int r)
     free(cfg);
     return t;
 }
+
+static zt_param_table_t *lora_table(const zt_param_table_t *base, int r) { return lora_table_on(base, r, NULL); }
 
 /* Adapters as PEFT names and shapes them, in adapter units of their own; the base
  * frozen; alpha defaults to 2r (scale 2). */
@@ -316,11 +332,65 @@ static void t_lora_table(void)
     fam_close(&f);
 }
 
-/* B = 0 at the start: the adapted model computes the base model's loss and logits,
- * bit for bit (each GEMM adds exact zeros). */
-static void t_lora_starts_as_base(void)
+/* GPT-2's Conv1D linears: "all" is c_attn, attn.c_proj, c_fc, mlp.c_proj; the adapters have
+ * PEFT's nn.Linear shapes, A (r, in) and B (out, r), whatever the (in, out) base; a list
+ * follows PEFT's suffix rule ("c_proj" both projections, "attn.c_proj" the first). */
+static int gpt2_adapters(const char *const *targets, int n, zt_param_table_t **out, char *err, size_t errlen)
 {
-    fam_t f = fam_open("llama");
+    fam_t f = fam_open("gpt2");
+    zt_param_table_t *t = zt_arch_build_table(f.tab->arch, &f.tab->dims, 0.02f);
+    zt_config_t *cfg = zt_calloc(1, sizeof *cfg);
+    zt_config_defaults(cfg);
+    cfg->lora.rank = 4;
+    cfg->lora.n_target = n;
+    for (int i = 0; i < n; i++) snprintf(cfg->lora.target[i], sizeof cfg->lora.target[i], "%s", targets[i]);
+    const int rc = zt_lora_apply(t, cfg, err, errlen);
+    free(cfg);
+    zt_param_table_free(f.tab);
+    fam_close(&f);
+    *out = t;
+    return rc ? -1 : (t->nparams - t->unit_first[t->first_adapter_unit]) / t->dims.L; /* per block */
+}
+
+static void t_lora_table_gpt2(void)
+{
+    char err[ZT_ERRLEN];
+    zt_param_table_t *t;
+    const char *all[] = {"all"}, *cproj[] = {"c_proj"}, *attn[] = {"c_attn", "attn.c_proj"}, *bad[] = {"q_proj"},
+               *part[] = {"proj"};
+    CU_ASSERT_EQUAL(gpt2_adapters(all, 1, &t, err, sizeof err), 8);
+    const int a = zt_param_table_find(t, "transformer.h.1.mlp.c_fc.lora_A.weight");
+    const int b = zt_param_table_find(t, "transformer.h.1.mlp.c_fc.lora_B.weight");
+    const int w = zt_param_table_find(t, "transformer.h.1.mlp.c_fc.weight");
+    CU_ASSERT_FATAL(a >= 0 && b >= 0 && w >= 0);
+    CU_ASSERT(t->params[w].shape[0] == 32 && t->params[w].shape[1] == 128 && t->params[w].wlayout == ZT_W_IN_OUT);
+    CU_ASSERT(t->params[a].shape[0] == 4 && t->params[a].shape[1] == 32);  /* (r, in) */
+    CU_ASSERT(t->params[b].shape[0] == 128 && t->params[b].shape[1] == 4); /* (out, r) */
+    CU_ASSERT(t->params[w].lora_a == a && t->params[w].lora_b == b && t->params[w].frozen);
+    CU_ASSERT(zt_param_table_find(t, "transformer.h.0.attn.c_attn.bias") >= 0 &&
+              t->params[zt_param_table_find(t, "transformer.h.0.attn.c_attn.bias")].lora_a < 0);
+    zt_param_table_free(t);
+    CU_ASSERT_EQUAL(gpt2_adapters(cproj, 1, &t, err, sizeof err), 4);
+    CU_ASSERT(zt_param_table_find(t, "transformer.h.0.attn.c_proj.lora_A.weight") >= 0);
+    CU_ASSERT(zt_param_table_find(t, "transformer.h.0.mlp.c_proj.lora_B.weight") >= 0);
+    zt_param_table_free(t);
+    CU_ASSERT_EQUAL(gpt2_adapters(attn, 2, &t, err, sizeof err), 4);
+    CU_ASSERT(zt_param_table_find(t, "transformer.h.0.attn.c_proj.lora_A.weight") >= 0);
+    CU_ASSERT(zt_param_table_find(t, "transformer.h.0.mlp.c_proj.lora_A.weight") < 0);
+    zt_param_table_free(t);
+    CU_ASSERT(gpt2_adapters(bad, 1, &t, err, sizeof err) < 0);
+    CU_ASSERT(strstr(err, "\"q_proj\" is no linear of gpt2 (all, c_attn, c_proj, c_fc)") != NULL);
+    zt_param_table_free(t);
+    CU_ASSERT(gpt2_adapters(part, 1, &t, err, sizeof err) < 0); /* a suffix of a name is not a module */
+    zt_param_table_free(t);
+}
+
+/* B = 0 at the start: the adapted model computes the base model's loss and logits,
+ * bit for bit (each GEMM adds exact zeros; GPT-2's c_fc then runs unfused, matmul and
+ * gelu, which the CPU's fused op is made of). */
+static void lora_starts_as_base(const char *family)
+{
+    fam_t f = fam_open(family);
     const int B = f.B, T = f.T, V = f.tab->dims.V;
     rig_t base = fam_rig(&f, 0);
     zt_param_table_t *lt = lora_table(f.tab, 4);
@@ -347,18 +417,29 @@ static void t_lora_starts_as_base(void)
     fam_close(&f);
 }
 
+static void t_lora_starts_as_base(void)
+{
+    lora_starts_as_base("llama");
+    lora_starts_as_base("gpt2");
+}
+
 static int is_adapter(const zt_param_t *p) { return !p->frozen; }
 
 /* The adapters' gradients against central differences, with non-zero A and B, the
- * base frozen (no gradient computed for it): qwen3 (q/k norms, qkv biases off, tied)
- * and llama (untied, GQA). */
+ * base frozen (no gradient computed for it): qwen3 (q/k norms, qkv biases off, tied),
+ * llama (untied, GQA) and gpt2 (Conv1D bases; c_fc and mlp.c_proj unfused around the
+ * GELU: both, c_fc alone with the fused backward, mlp.c_proj alone with the fused
+ * forward). The same step with gradient checkpointing gives the same bits, and the
+ * activations allocated are the estimate's. */
 static void t_lora_finite_difference(void)
 {
-    static const char *const fams[] = {"qwen3", "llama"};
-    for (int k = 0; k < 2; k++) {
+    static const char *const fams[] = {"qwen3", "llama", "gpt2", "gpt2", "gpt2"};
+    static const char *const targets[] = {NULL, NULL, NULL, "c_fc", "mlp.c_proj"};
+    static const int linears[] = {7, 7, 4, 1, 1};
+    for (int k = 0; k < 5; k++) {
         fam_t f = fam_open(fams[k]);
         const int B = 2, T = 5, V = f.tab->dims.V;
-        zt_param_table_t *lt = lora_table(f.tab, 2);
+        zt_param_table_t *lt = lora_table_on(f.tab, 2, targets[k]);
         rig_t r = rig_create_table(lt, B, T, 0);
         rig_init(&r, 7);
         /* B non-zero, or every A gradient is zero */
@@ -382,14 +463,24 @@ static void t_lora_finite_difference(void)
         rig_micro_step(&r, inp, tgt, B, T, 1.0f / (B * T));
         int checked = 0, bad = 0, big = 0, caught = 0;
         rig_fd_check(&r, inp, tgt, B, T, is_adapter, &rs, &checked, &bad, &big, &caught);
-        printf("\n    %s LoRA FD: %d adapter elements, %d mismatches; %d large, 10%% error caught at %d", fams[k],
-               checked, bad, big, caught);
-        CU_ASSERT(checked == 2 * 2 * 7 * f.tab->dims.L);
+        printf("\n    %s LoRA (%s) FD: %d adapter elements, %d mismatches; %d large, 10%% error caught at %d",
+               fams[k], targets[k] ? targets[k] : "all", checked, bad, big, caught);
+        CU_ASSERT(checked == 2 * 2 * linears[k] * f.tab->dims.L);
         CU_ASSERT_EQUAL(bad, 0);
         CU_ASSERT(big >= checked / 4);
         CU_ASSERT_EQUAL(caught, big);
         /* frozen units got no gradient: their buffers are still zero */
         for (int u = 0; u < lt->first_adapter_unit; u++) CU_ASSERT(r.be->sumsq(r.g[u], lt->unit_numel[u]) == 0.0);
+        rig_t rc = rig_create_table(lora_table_on(f.tab, 2, targets[k]), B, T, 1); /* a rig owns its table */
+        for (int u = 0; u < lt->nunits; u++) r.be->copy(rc.w[u], r.w[u], lt->unit_numel[u] * sizeof(float));
+        rig_zero_grads(&r);
+        rig_zero_grads(&rc);
+        CU_ASSERT(rig_micro_step(&r, inp, tgt, B, T, 1.0f / (B * T)) == rig_micro_step(&rc, inp, tgt, B, T, 1.0f / (B * T)));
+        for (int u = lt->first_adapter_unit; u < lt->nunits; u++)
+            CU_ASSERT(memcmp(r.g[u], rc.g[u], lt->unit_numel[u] * sizeof(float)) == 0);
+        CU_ASSERT_EQUAL(zt_model_activation_bytes(r.m), zt_model_activation_bytes_estimate(lt, B, T, 0));
+        CU_ASSERT_EQUAL(zt_model_activation_bytes(rc.m), zt_model_activation_bytes_estimate(lt, B, T, 1));
+        rig_free(&rc);
         rig_free(&r);
         zt_param_table_free(f.tab);
         fam_close(&f);
@@ -470,17 +561,21 @@ static void run_lora(const char *family)
 
 static void t_lora_llama(void) { run_lora("llama"); }
 static void t_lora_qwen3(void) { run_lora("qwen3"); }
+static void t_lora_gpt2(void) { run_lora("gpt2"); }
 
 static const zt_test_t tests[] = {
     {"lora_llama_vs_peft", t_lora_llama},
     {"lora_qwen3_vs_peft", t_lora_qwen3},
+    {"lora_gpt2_vs_peft", t_lora_gpt2},
     {"lora_table", t_lora_table},
+    {"lora_table_gpt2", t_lora_table_gpt2},
     {"lora_starts_as_base", t_lora_starts_as_base},
     {"lora_finite_difference", t_lora_finite_difference},
     {"fixture_shapes", t_fixture_shapes},
     {"llama_vs_transformers", t_llama},
     {"qwen2_vs_transformers", t_qwen2},
     {"qwen3_vs_transformers", t_qwen3},
+    {"gpt2_vs_transformers", t_gpt2},
     {NULL, NULL},
 };
 

@@ -312,6 +312,70 @@ static void t_bad_data(void)
     zt_sft_records_free(&r);
 }
 
+/* zt_sft_index + zt_sft_parse_range, what the ranks use to share a file: the byte scan
+ * finds a JSON array's elements through strings with brackets, escaped quotes, nesting
+ * and bare scalars; any share of the records converts to what the whole parse gives
+ * them (global indices in errors); and an array the scan rejects, or a syntax error in a
+ * share, gives jansson's message for the whole file, before any record's content. */
+static void t_index_ranges(void)
+{
+    const char *arr = " [ {\"instruction\": \"a ] } [\", \"output\": \"b \\\" ]\"},\n"
+                      "{\"instruction\": \"c\", \"output\": \"d\", \"history\": [[\"x\", \"{y}\"]]} ,"
+                      "{\"instruction\":\"e\",\"output\":\"f\",\"input\":\"\\\\\"}, 7 ]\n ";
+    const char *lines = "{\"instruction\": \"a\", \"output\": \"b\"}\n\n  \n{\"instruction\": \"c\", \"output\": \"d\"}\r\n"
+                        "{\"instruction\": \"e\", \"output\": 5}\n";
+    zt_sft_index_t ix;
+    CU_ASSERT_FATAL(zt_sft_index("arr.json", arr, strlen(arr), &ix, err, sizeof err) == 0);
+    CU_ASSERT(ix.array && ix.n == 4 && ix.off[3] == (size_t)(strrchr(arr, '7') - arr) && ix.len[3] == 1);
+    zt_sft_records_t whole, part;
+    /* the whole fails at record 3 (a bare 7), a share that stops before it does not */
+    CU_ASSERT(zt_sft_parse("arr.json", arr, strlen(arr), ZT_SFT_ALPACA, &whole, err, sizeof err) != 0);
+    CU_ASSERT(strstr(err, "arr.json: record 3: not a JSON object") != NULL);
+    CU_ASSERT(zt_sft_parse_range("arr.json", arr, strlen(arr), &ix, 3, 4, ZT_SFT_ALPACA, &part, err, sizeof err) == -1);
+    CU_ASSERT(strstr(err, "arr.json: record 3: not a JSON object") != NULL);
+    CU_ASSERT_FATAL(zt_sft_parse_range("arr.json", arr, strlen(arr), &ix, 1, 3, ZT_SFT_ALPACA, &part, err,
+                                       sizeof err) == 0);
+    CU_ASSERT(part.n == 2 && part.rec[0].nmsgs == 4 && strcmp(part.rec[0].msgs[1], "{y}") == 0 &&
+              strcmp(part.rec[1].msgs[0], "e\n\\") == 0);
+    zt_sft_records_free(&part);
+    CU_ASSERT_FATAL(zt_sft_parse_range("arr.json", arr, strlen(arr), &ix, 0, 1, ZT_SFT_ALPACA, &part, err,
+                                       sizeof err) == 0);
+    CU_ASSERT(part.n == 1 && strcmp(part.rec[0].msgs[0], "a ] } [") == 0 && strcmp(part.rec[0].msgs[1], "b \" ]") == 0);
+    zt_sft_records_free(&part);
+    zt_sft_index_free(&ix);
+    /* JSON Lines: blank lines skipped, each record keeps its line */
+    CU_ASSERT_FATAL(zt_sft_index("l.jsonl", lines, strlen(lines), &ix, err, sizeof err) == 0);
+    CU_ASSERT(!ix.array && ix.n == 3 && ix.line[0] == 1 && ix.line[1] == 4 && ix.line[2] == 5);
+    CU_ASSERT(zt_sft_parse_range("l.jsonl", lines, strlen(lines), &ix, 1, 3, ZT_SFT_ALPACA, &part, err, sizeof err) ==
+              -1);
+    CU_ASSERT(strstr(err, "l.jsonl: record 2 (line 5): output: not a string") != NULL);
+    zt_sft_index_free(&ix);
+    /* rejected arrays: the message jansson gives the whole file */
+    const char *bad[] = {"[1,]", "[{} {}]", "[{}] x", "[{\"a\": \"]\"", "[", "[{\"instruction\": }]", "[{]}]",
+                         "[\"a\" 1]"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        json_error_t je;
+        json_t *j = json_loadb(bad[i], strlen(bad[i]), 0, &je);
+        CU_ASSERT_FATAL(j == NULL);
+        char want[ZT_ERRLEN];
+        snprintf(want, sizeof want, "b.json:%d:%d: not JSON: %s", je.line, je.column, je.text);
+        const int rc = zt_sft_parse("b.json", bad[i], strlen(bad[i]), ZT_SFT_ALPACA, &whole, err, sizeof err);
+        if (strcmp(err, want)) printf("\n  %s: '%s', jansson '%s'\n", bad[i], err, want);
+        CU_ASSERT(rc != 0 && strcmp(err, want) == 0);
+    }
+    /* a content error in record 0 and a syntax error in record 2: the syntax error, also
+     * from a share that holds both, and ZT_SFT_SYNTAX tells it apart */
+    const char *mixed = "[{\"instruction\": \"a\"}, {\"instruction\": \"b\", \"output\": \"c\"}, {\"output\": tru}]";
+    CU_ASSERT_FATAL(zt_sft_index("m.json", mixed, strlen(mixed), &ix, err, sizeof err) == 0);
+    CU_ASSERT(zt_sft_parse_range("m.json", mixed, strlen(mixed), &ix, 0, 3, ZT_SFT_ALPACA, &part, err, sizeof err) ==
+              ZT_SFT_SYNTAX);
+    CU_ASSERT(strncmp(err, "m.json:1:", 9) == 0 && strstr(err, "not JSON") != NULL);
+    CU_ASSERT(zt_sft_parse_range("m.json", mixed, strlen(mixed), &ix, 0, 2, ZT_SFT_ALPACA, &part, err, sizeof err) ==
+              -1);
+    CU_ASSERT(strstr(err, "m.json: record 0: output: missing") != NULL);
+    zt_sft_index_free(&ix);
+}
+
 static void t_special_ids(void)
 {
     /* llama3's <|eot_id|> is not in the gpt2 fixture: refused, naming it */
@@ -337,6 +401,7 @@ static const zt_test_t tests[] = {
     {"infer_seqlen", t_infer_seqlen},
     {"bad data: one line naming file, record and key", t_bad_data},
     {"special tokens the template needs", t_special_ids},
+    {"records indexed and parsed in shares, as the ranks do", t_index_ranges},
     {NULL, NULL},
 };
 
