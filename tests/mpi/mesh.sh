@@ -8,9 +8,10 @@
 #     within 1e-5 of one rank (fp32, clipping active at every step); Qwen3's q/k
 #     norms (replicated, gradients summed over tp); each at tp 2 and tp 2 x zero3 with
 #     parallel.tp_sequence_parallel (Megatron: the residual stream split by tokens).
-#  2. The checkpoint stays mesh-independent: tp 2 x dp 2 -> ddp on 3 ranks, and ddp
-#     on 2 ranks -> tp 2, against 20 steps at once.
-#  3. bf16 at tp 2 against its own one-rank run.
+#  2. The checkpoint stays mesh-independent: tp 2 x dp 2 -> ddp on 3 ranks and -> sp 2 x
+#     zero3, zero2 on 2 ranks -> tp 2, ring sp 2 -> tp 2 x sp 2, against 20 steps at once.
+#  3. bf16 at tp 2 x zero3 and at tp 2 (tp_sequence_parallel) x ring sp 2 against its own
+#     one-rank run.
 #  4. Sizes tp does not divide are refused on every rank, naming the reason.
 #  5. Sequence parallelism (Ulysses: all-to-all from sequence- to head-sharded around
 #     attention; ring: K|V blocks round the ring, head-tail chunks; rope and GPT-2's
@@ -137,8 +138,21 @@ run_ztrain 2 $common $llama $const $(batch_args 2) parallel.strategy=zero2 train
 # shellcheck disable=SC2086
 run_ztrain 2 $common $llama $const $(batch_args 1) $tp2 checkpoint.resume=auto train.output_dir=split2 >/dev/null
 assert_contains "$ZT_OUT" "resumed from split2/ckpt-00000010"
-"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" full split split2 || fail "a resume across tp meshes diverged"
-echo "mesh: tp 2 x dp 2 -> ddp on 3 ranks and zero2 on 2 ranks -> tp 2 resume as 20 steps at once"
+# and into sequence parallelism: tp 2 x dp 2 -> Ulysses sp 2 x dp 2, ring sp 2 -> tp 2 x sp 2
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama $const $(batch_args 2) $tp2 train.max_steps=10 train.output_dir=split3 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama $const $(batch_args 2) parallel.sequence_parallel_size=2 parallel.strategy=zero3 \
+    checkpoint.resume=auto train.output_dir=split3 >/dev/null
+assert_contains "$ZT_OUT" "resumed from split3/ckpt-00000010"
+# shellcheck disable=SC2086
+run_ztrain 2 $common $llama $const $(batch_args 1) parallel.sequence_parallel_size=2 parallel.sp_mode=ring \
+    train.max_steps=10 train.output_dir=split4 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama $const $(batch_args 1) $tp2 parallel.sequence_parallel_size=2 checkpoint.resume=auto \
+    train.output_dir=split4 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" full split split2 split3 split4 || fail "a resume across meshes diverged"
+echo "mesh: tp 2 x dp 2 -> ddp on 3 ranks / -> sp 2 x zero3, zero2 -> tp 2, ring sp 2 -> tp 2 x sp 2 resume as 20 steps at once"
 
 # ---- 3. bf16 ------------------------------------------------------------------------
 # shellcheck disable=SC2086
@@ -146,8 +160,11 @@ run_ztrain 1 $common $llama train.bf16=true $(batch_args 1) train.output_dir=bf1
 # shellcheck disable=SC2086
 run_ztrain 4 $common $llama train.bf16=true $(batch_args 2) $tp2 parallel.strategy=zero3 \
     train.output_dir=bf16-tp2 >/dev/null
-"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" bf16-ref bf16-tp2 --loss-tol 2e-3 --param-tol 2e-3 ||
-    fail "bf16 at tp 2 x zero3 diverged from one rank"
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama train.bf16=true $(batch_args 1) $tp2 parallel.sequence_parallel_size=2 \
+    parallel.sp_mode=ring parallel.tp_sequence_parallel=true train.output_dir=bf16-tps-ring >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" bf16-ref bf16-tp2 bf16-tps-ring --loss-tol 2e-3 --param-tol 2e-3 ||
+    fail "bf16 at tp 2 x zero3 or tp 2 (tp_sequence_parallel) x ring sp 2 diverged from one rank"
 
 # ---- 4. refusals ----------------------------------------------------------------------
 "$PY" "$HFPY" tokens tok5.h5 5 2000 || fail "cannot make the token file"
