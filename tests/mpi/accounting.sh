@@ -51,6 +51,18 @@ for st in ddp zero3; do
     tag=-sp-llama flag="--sp=2 --llama" check 2 "$st" $llama parallel.sequence_parallel_size=2 \
         train.output_dir="$st-2-sp-llama"
 done
+# ring attention's send-receives, and tp_sequence_parallel's reduce-scatter / all-gather pairs
+for st in ddp zero3; do
+    # shellcheck disable=SC2086
+    tag=-ring flag="--sp=2 --ring" check 2 "$st" parallel.sequence_parallel_size=2 parallel.sp_mode=ring \
+        train.output_dir="$st-2-ring"
+    # shellcheck disable=SC2086
+    tag=-tps-llama flag="--tp=2 --vocab=258 --tp-seq --llama" check 2 "$st" $llama model.vocab_size=258 \
+        parallel.tensor_parallel_size=2 parallel.tp_sequence_parallel=true train.output_dir="$st-2-tps-llama"
+done
+# shellcheck disable=SC2086
+tag=-tps flag="--tp=2 --vocab=258 --tp-seq" check 4 zero1 model.vocab_size=258 parallel.tensor_parallel_size=2 \
+    parallel.tp_sequence_parallel=true train.output_dir=zero1-4-tps
 # --estimate-memory plans a tp mesh: a rank's slices (the 72448 bytes the tp 2 x dp 2
 # ddp run above measured), over world / tp data ranks
 # shellcheck disable=SC2086

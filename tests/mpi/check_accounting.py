@@ -63,11 +63,20 @@ Tensor parallelism (optional):
                    tokens; the sp ranks are data ranks (the formulas above over world / tp
                    of them); the sp group moves, per micro-step, two all-to-alls a block
                    forward (qkv to heads, the output back) and two backward: 8 L N (S + Q)
-                   bytes, S = (NH + 2 NKV) HD, Q = NH HD (KV heads at least K)."""
+                   bytes, S = (NH + 2 NKV) HD, Q = NH HD (KV heads at least K).
+  --ring           with --sp: ring attention instead; the sp group's send-receives move
+                   L (3 K - 2) N 2 NKV HD floats a micro-step (K - 1 K|V blocks forward,
+                   K - 1 backward, K of their gradients).
+  --tp-seq         with --tp: parallel.tp_sequence_parallel; the tp group reduce-scatters
+                   4 N C (2 + 4 L) and all-gathers 4 N C (2 + 6 L) bytes a micro-step,
+                   all-reduces the head's 12 N, and sums the norms' and positions'
+                   gradients over tp once a step (ddp, zero1) or once a micro-step (zero2,
+                   zero3: gradients reduced each micro-step)."""
 import json, sys
 
 def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name16="bf16", offload=False,
-         offload_param=False, llama=False, frozen=None, tp=1, vocab=257, B=2, T_seq=16, sp=1):
+         offload_param=False, llama=False, frozen=None, tp=1, vocab=257, B=2, T_seq=16, sp=1, ring=False,
+         tp_seq=False):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
@@ -144,11 +153,20 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     tp_bytes = 4 * A * (N * C * (1 + 4 * L + 1) + 3 * N) if tp > 1 else 0
     Sq, Qw = (4 * 8 + 2 * 2 * 8, 4 * 8) if llama else (3 * C, C)
     sp_bytes = 8 * A * L * N * (Sq // tp + Qw // tp) if sp > 1 else 0
+    kw = 2 * 2 * 8 if llama else 2 * C  # 2 NKV HD of a K|V row
+    if ring: sp_bytes = 4 * A * L * (3 * sp - 2) * N * kw // tp
+    extra = {"all_reduce": tp_bytes, "reduce_scatter": 0, "all_gather": 0}
+    if tp_seq:
+        norms = (L * 2 * C + C) if llama else (L * 4 * C + 2 * C + T * C)  # and GPT-2's positions
+        nsum = A if strategy in ("zero2", "zero3", "shard_grad_op") else 1
+        extra = {"all_reduce": 4 * A * 3 * N + 4 * nsum * norms,
+                 "reduce_scatter": 4 * A * N * C * (2 + 4 * L), "all_gather": 4 * A * N * C * (2 + 6 * L)}
+        tp_bytes = sum(extra.values())
     for r in steps:
         for kind, v in exp.items():
             got = r["comm"][kind]["bytes"]
-            # the tp group's activation all-reduces are all-reduces too
-            want = v + (tp_bytes if kind == "all_reduce" else 0)
+            # the tp group's activation collectives are counted with their kinds too
+            want = v + extra[kind]
             if got != want:
                 bad.append(f"step {r['step']}: {kind} moved {got:.0f} bytes, theory says {want}")
         if tp > 1:
@@ -157,7 +175,8 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
                 bad.append(f"step {r['step']}: the tp group moved {got:.0f} bytes, theory says {tp_bytes}")
         if sp > 1:
             got = r["comm"]["groups"]["sp"]["bytes"]
-            if got != sp_bytes or r["comm"]["all_to_all"]["bytes"] != sp_bytes:
+            kind = "send_recv" if ring else "all_to_all"
+            if got != sp_bytes or r["comm"][kind]["bytes"] != sp_bytes:
                 bad.append(f"step {r['step']}: the sp group moved {got:.0f} bytes, theory says {sp_bytes}")
     est, meas = start["memory_estimate"], summary["memory_measured"]
     for name, want in zip(("params", "grads", "optimizer"), mem):
@@ -181,7 +200,8 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
         (" offload" if offload else "") + (" offload-param" if offload_param else "") + \
         (" frozen " + ",".join(map(str, sorted(frozen))) if frozen else "")
     if tp > 1: dt += f" tp {tp} (tp group {tp_bytes} bytes)"
-    if sp > 1: dt += f" sp {sp} (sp group {sp_bytes} bytes)"
+    if sp > 1: dt += f" sp {sp}{' ring' if ring else ''} (sp group {sp_bytes} bytes)"
+    if tp_seq: dt += " tp_seq"
     print(f"{strategy:14s}{dt} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}"
           f" host {host}: "
           + ("ok" if not bad else "FAIL"))
@@ -198,10 +218,12 @@ if __name__ == "__main__":
         if x.startswith("--sp="): sp = int(x[5:])
     flags = {x for x in sys.argv[1:]
              if x.startswith("--") and not x.startswith(("--frozen=", "--tp=", "--vocab=", "--sp="))}
-    unknown = flags - {"--bf16", "--reduce-bf16", "--fp16", "--reduce-fp16", "--offload", "--offload-param", "--llama"}
+    unknown = flags - {"--bf16", "--reduce-bf16", "--fp16", "--reduce-fp16", "--offload", "--offload-param", "--llama",
+                       "--ring", "--tp-seq"}
     if unknown: sys.exit(f"check_accounting.py: unknown option {sorted(unknown)[0]}")
     a = [x for x in sys.argv[1:] if not x.startswith("--")]
     sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None,
                   bool(flags & {"--bf16", "--fp16"}), bool(flags & {"--reduce-bf16", "--reduce-fp16"}),
                   "fp16" if flags & {"--fp16", "--reduce-fp16"} else "bf16",
-                  "--offload" in flags, "--offload-param" in flags, "--llama" in flags, frozen, tp, vocab, sp=sp))
+                  "--offload" in flags, "--offload-param" in flags, "--llama" in flags, frozen, tp, vocab, sp=sp,
+                  ring="--ring" in flags, tp_seq="--tp-seq" in flags))
