@@ -16,5 +16,12 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm);
 /* --estimate-memory: per-rank estimates for every strategy at world size `world`
  * with `per_node` ranks per node (rank 0 prints). */
 void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node);
+/* parallel.strategy = auto with neither parallel.tensor_parallel_size nor
+ * parallel.sequence_parallel_size given: when no strategy fits a rank's memory at tp 1 x
+ * sp 1, the mesh (tp within a node, Ulysses sp) and strategy that fit with the least
+ * traffic per step (the engine's bytes plus the activations' formulas). Sets cfg's tp and
+ * sp and returns 1 with the reason in why; 0 leaves cfg alone (it fits as it is, or
+ * nothing fits: the run's own check says so). Pure arithmetic, the same on every rank. */
+int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, size_t len);
 
 #endif

@@ -165,6 +165,18 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_
     return 0;
 }
 
+int zt_comm_node_ranks(MPI_Comm world)
+{
+    MPI_Comm node;
+    int me = 0, n = 0, mn = 0;
+    ZT_MPI(MPI_Comm_rank(world, &me));
+    ZT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node));
+    ZT_MPI(MPI_Comm_size(node, &n));
+    ZT_MPI(MPI_Comm_free(&node));
+    ZT_MPI(MPI_Allreduce(&n, &mn, 1, MPI_INT, MPI_MIN, world));
+    return mn;
+}
+
 void zt_comm_destroy(zt_comm_t *c)
 {
     if (c->dev) c->dev->destroy(c);

@@ -146,6 +146,11 @@ int zt_run(int argc, char **argv, MPI_Comm world)
         free(cfg);
         return ZT_EXIT_OK;
     }
+    /* parallel.strategy = auto may choose the mesh too, before the groups are made */
+    char why[512] = "";
+    if (mode != ESTIMATE && mode != GENERATE && zt_train_auto_mesh(cfg, size, zt_comm_node_ranks(world), why, sizeof why) &&
+        rank == 0)
+        printf("parallel auto: %s\n", why);
     zt_comm_t comm;
     const int hybrid = strncmp(cfg->parallel.strategy, "hybrid", 6) == 0;
     /* shard groups only shape hybrid strategies; the others shard over the world */

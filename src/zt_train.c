@@ -243,6 +243,71 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     zt_param_table_free(t);
 }
 
+/* Activation bytes a step on the tp and sp groups (doc/design.md's formulas; t: a rank's
+ * table, its NH, NKV tp-local) */
+static double mesh_traffic(const zt_config_t *cfg, const zt_param_table_t *t, int tp, int sp)
+{
+    const zt_model_dims_t *d = &t->dims;
+    const double A = cfg->train.gradient_accumulation_steps, L = d->L, C = d->C;
+    const double N = (double)cfg->train.per_device_train_batch_size * (cfg->data.seq_len / sp);
+    const double S = ((double)d->NH + 2.0 * ZT_MAX(d->NKV, sp)) * d->HD, Q = (double)d->NH * d->HD;
+    return (tp > 1 ? 4.0 * A * (N * C * (2 + 4 * L) + 3 * N) : 0.0) + (sp > 1 ? 8.0 * A * L * N * (S + Q) : 0.0);
+}
+
+int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, size_t len)
+{
+    if (strcmp(cfg->parallel.strategy, "auto") != 0 || zt_config_given(cfg, "parallel.tensor_parallel_size") ||
+        zt_config_given(cfg, "parallel.sequence_parallel_size"))
+        return 0;
+    char err[ZT_ERRLEN], what[160];
+    zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err);
+    if (!g) return 0;
+    static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
+    const double limit = memory_limit(cfg, NULL, per_node, what, sizeof what);
+    zt_config_t c = *cfg;
+    int best_tp = 0, best_sp = 0, found = 0;
+    zt_strategy_t best_st = ZT_DDP;
+    double best_traffic = 0, best_total = 0;
+    /* tp within a node; sp over what is left; tp 1 x sp 1 first */
+    for (int tp = 1; tp <= per_node && tp <= world && !found; tp++) {
+        if (per_node % tp || world % tp) continue;
+        zt_param_table_t *t = zt_params_tp_local(g, tp, 0, err, sizeof err);
+        if (!t) continue;
+        for (int sp = 1; sp <= world / tp; sp++) {
+            const zt_model_dims_t *d = &t->dims;
+            const int ring = strcmp(cfg->parallel.sp_mode, "ring") == 0;
+            if ((world / tp) % sp || cfg->data.seq_len % (ring ? 2 * sp : sp) ||
+                (!ring && (d->NH % sp || (d->NKV % sp && sp % d->NKV))))
+                continue;
+            t->dims.sp_size = sp;
+            c.parallel.tensor_parallel_size = tp, c.parallel.sequence_parallel_size = sp;
+            for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+                estimate_t e;
+                estimate(&c, t, order[i], world / tp, per_node / tp > 0 ? per_node / tp : 1, &e);
+                if ((double)e.total > limit) continue;
+                if (tp == 1 && sp == 1) { /* it fits as it is: the strategy choice as always */
+                    zt_param_table_free(t);
+                    zt_param_table_free(g);
+                    return 0;
+                }
+                const double traffic = e.traffic + mesh_traffic(&c, t, tp, sp);
+                if (!best_tp || traffic < best_traffic)
+                    best_tp = tp, best_sp = sp, best_st = order[i], best_traffic = traffic, best_total = (double)e.total;
+            }
+        }
+        zt_param_table_free(t);
+    }
+    zt_param_table_free(g);
+    if (!best_tp) return 0;
+    char b1[32], b2[32], b3[32];
+    snprintf(why, len, "no strategy fits the limit of %s (%s) at tp 1 x sp 1; tp %d x sp %d with %s fits (%s per rank) "
+             "and moves the least of the meshes that fit (%s a step)", zt_fmt_bytes(limit, b1, 32), what, best_tp,
+             best_sp, zt_strategy_name(best_st), zt_fmt_bytes(best_total, b2, 32), zt_fmt_bytes(best_traffic, b3, 32));
+    cfg->parallel.tensor_parallel_size = best_tp;
+    cfg->parallel.sequence_parallel_size = best_sp;
+    return 1;
+}
+
 /* auto: the least traffic that fits; ordered by collective volume per step */
 static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_backend_t *be, const zt_param_table_t *t,
                                int world, int per_node, char *why, size_t len)

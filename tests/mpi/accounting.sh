@@ -87,9 +87,20 @@ assert_contains "$ZT_OUT" "strategy auto -> zero1: estimated 690.00 KiB per rank
 # nothing fits: auto names the strategy that needs the least, and the run is refused
 # before it allocates, on every rank, with the estimate and the limit
 # shellcheck disable=SC2086
-expect_fail_with 2 "strategy auto -> zero1: nothing fits the limit of 524.29 KiB; zero1 needs the least memory" \
-    $common parallel.strategy=auto parallel.memory_limit_gb=0.0005 train.output_dir=auto-none
-assert_contains "$ZT_OUT" "memory: zero1 needs an estimated 690.00 KiB per rank, more than the limit of 524.29 KiB (parallel.memory_limit_gb)"
+expect_fail_with 2 "strategy auto -> zero1: nothing fits the limit of 314.57 KiB; zero1 needs the least memory" \
+    $common parallel.strategy=auto parallel.memory_limit_gb=0.0003 train.output_dir=auto-none
+assert_contains "$ZT_OUT" "memory: zero1 needs an estimated 690.00 KiB per rank, more than the limit of 314.57 KiB (parallel.memory_limit_gb)"
+# auto considers the mesh: where no strategy fits at tp 1 x sp 1 (524.29 KiB against
+# zero1's 690), tensor parallelism over the 2 ranks does (ddp at tp 2: 405.26 KiB, a
+# rank's slices), and it moves the least of what fits; the run trains so
+# shellcheck disable=SC2086
+run_ztrain 2 $common parallel.strategy=auto parallel.memory_limit_gb=0.0005 train.output_dir=auto-mesh >/dev/null
+assert_contains "$ZT_OUT" "parallel auto: no strategy fits the limit of 524.29 KiB (parallel.memory_limit_gb) at tp 1 x sp 1; tp 2 x sp 1 with ddp fits (405.26 KiB per rank)"
+assert_contains "$ZT_OUT" "mesh tp 2 x sp 1 x dp 1"
+# a mesh given is kept: auto then chooses only the strategy
+# shellcheck disable=SC2086
+expect_fail_with 2 "nothing fits the limit of 524.29 KiB" $common parallel.strategy=auto parallel.memory_limit_gb=0.0005 \
+    parallel.tensor_parallel_size=1 train.output_dir=auto-kept
 # an explicit strategy is checked the same way; the limit given is the one that counts
 # shellcheck disable=SC2086
 expect_fail_with 2 "memory: ddp needs an estimated 733.00 KiB" $common parallel.strategy=ddp parallel.memory_limit_gb=0.00069 \
