@@ -1294,7 +1294,6 @@ typedef struct io_src {
     uint16_t *w16;              /* IO_W16 */
 } io_src_t;
 
-/* The segments of a view, with pointers where the state lives (segs[i] and srcs[i]). */
 /* one io_list entry per run of a segment that is contiguous in the global tensor (a
  * tp slice of a column-split weight is one run per row) */
 typedef struct io_acc {

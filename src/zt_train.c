@@ -265,11 +265,11 @@ int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, siz
     static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
     const double limit = memory_limit(cfg, NULL, per_node, what, sizeof what);
     zt_config_t c = *cfg;
-    int best_tp = 0, best_sp = 0, found = 0;
+    int best_tp = 0, best_sp = 0;
     zt_strategy_t best_st = ZT_DDP;
     double best_traffic = 0, best_total = 0;
     /* tp within a node; sp over what is left; tp 1 x sp 1 first */
-    for (int tp = 1; tp <= per_node && tp <= world && !found; tp++) {
+    for (int tp = 1; tp <= per_node && tp <= world; tp++) {
         if (per_node % tp || world % tp) continue;
         zt_param_table_t *t = zt_params_tp_local(g, tp, 0, err, sizeof err);
         if (!t) continue;
