@@ -190,6 +190,12 @@ typedef struct zt_backend {
                          int N, int V);
     void (*vocab_ce_grad)(float *logits, float *losses, const float *rowmax, const float *sz,
                           const int32_t *targets, int v0, int N, int V, float dscale);
+    /* Dropout with a counter-based mask (LoRA's lora_dropout): out (N,C) = x / (1 - p) where
+     * kept, 0 where dropped; element (n, c) is dropped when u < p, u the top 53 bits of
+     * zt_splitmix64(row_keys[n] ^ salt ^ zt_splitmix64(c + 1)) over 2^53 (row_keys (N)
+     * backend memory). The same keys and salt give the same mask on every backend, so the
+     * backward multiplies by the same mask. out may be x. */
+    void (*dropout_mask)(float *out, const float *x, const uint64_t *row_keys, uint64_t salt, int N, int C, float p);
     /* x *= s */
     void (*scale)(float *x, float s, size_t n);
     /* sum of x^2 in double, the global-norm building block */

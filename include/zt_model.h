@@ -43,6 +43,12 @@ void zt_model_free(zt_model_t *m);
 struct zt_actcoll;
 void zt_model_set_collectives(zt_model_t *m, const struct zt_actcoll *ac);
 
+/* lora.dropout: the training batch's per-token keys (N, host memory that stays unchanged
+ * until the batch's results are read, as the batch's own), the counters of the dropout
+ * masks (zt_backend.h dropout_mask), set after zt_model_set_batch; a batch without them
+ * (evaluation, generation) runs without dropout, as PEFT's eval mode. */
+void zt_model_set_row_keys(zt_model_t *m, const uint64_t *keys);
+
 /* Activation bytes the model allocated (for the memory report). */
 size_t zt_model_activation_bytes(const zt_model_t *m);
 /* Same, analytically, without allocating. */

@@ -131,6 +131,7 @@ typedef struct zt_param_table {
      * root unit has none. lora_scale = alpha / r (rsLoRA: alpha / sqrt r). */
     int first_adapter_unit, lora_rank;
     float lora_scale;
+    double lora_dropout;    /* PEFT's lora_dropout on the adapters' input (0: none) */
     int cap;                /* allocated entries of params */
 } zt_param_table_t;
 

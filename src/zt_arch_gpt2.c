@@ -204,7 +204,7 @@ static size_t gpt2_lora_floats(const zt_param_table_t *t, size_t N)
             in = ZT_MAX(in, gemm_in[k] * (int)C);
         }
     if (!nr) return 0;
-    return (size_t)t->dims.L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, oc, in) +
+    return (size_t)t->dims.L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, oc, in, t->lora_dropout > 0) +
            (has_lora(t, 3) ? 4 * N * C : 0) + C;
 }
 

@@ -348,7 +348,7 @@ static size_t llama_activation_bytes(const zt_param_table_t *t, int B, int T, in
     size_t nr;
     int oc_max, c_max;
     lora_shape(t, &nr, &oc_max, &c_max);
-    if (nr) f += (size_t)d->L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, oc_max, c_max);
+    if (nr) f += (size_t)d->L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, oc_max, c_max, t->lora_dropout > 0);
     return f * sizeof(float);
 }
 

@@ -773,6 +773,16 @@ static void cuda_crossentropy_fused(float *logits, float *losses, const int32_t 
     ZT_LAUNCHED();
 }
 
+static void cuda_dropout_mask(float *out, const float *x, const uint64_t *row_keys, uint64_t salt, int N, int C,
+                              float p)
+{
+    ensure_init();
+    const size_t n = (size_t)N * C;
+    if (n == 0) return;
+    dropout_mask_k<<<ELEM_LAUNCH(n)>>>(out, x, row_keys, salt, N, C, p);
+    ZT_LAUNCHED();
+}
+
 static void cuda_vocab_ce_max(float *rowmax, const float *logits, int N, int V)
 {
     ensure_init();
@@ -1149,6 +1159,7 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .vocab_ce_max = cuda_vocab_ce_max,
     .vocab_ce_sum = cuda_vocab_ce_sum,
     .vocab_ce_grad = cuda_vocab_ce_grad,
+    .dropout_mask = cuda_dropout_mask,
     .scale = cuda_scale,
     .sumsq = cuda_sumsq,
     .all_finite = cuda_all_finite,

@@ -345,8 +345,10 @@ static const zkey_t schema[] = {
     KI("lora.rank", lora.rank, 8, 1, 4096, "LoRA rank r (PEFT's r, LLaMA-Factory's lora_rank)."),
     KD("lora.alpha", lora.alpha, 0.0, 0.0, 1e6,
        "LoRA alpha; the update is scaled by alpha / r. 0 = 2 * rank, LLaMA-Factory's default."),
-    KD("lora.dropout", lora.dropout, 0.0, 0.0, 0.0,
-       "Dropout on the adapters' input (PEFT's lora_dropout). Only 0 is implemented."),
+    KD("lora.dropout", lora.dropout, 0.0, 0.0, 0.95,
+       "Dropout on the adapters' input (PEFT's lora_dropout: each target its own mask, kept inputs scaled "
+       "by 1/(1-p)). The mask is a counter-based hash of (seed, step, sample, position, layer, target, "
+       "channel), so every strategy and mesh drops the same elements; it is not torch's generator."),
     KSL("lora.target", lora.target, lora.n_target, "all",
         "Linears that get adapters: \"all\" = every linear of the blocks (not the embedding or the head), or a "
         "list of module names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (llama family), "

@@ -249,7 +249,8 @@ static json_t *adapter_config(const zt_param_table_t *t, const char *base)
     const double alpha = (double)t->lora_scale * t->lora_rank; /* rsLoRA is written as such below */
     return json_pack("{s:s, s:s, s:i, s:f, s:f, s:o, s:s, s:s, s:b, s:b, s:b, s:b, s:n, s:b, s:{}, s:{}}",
                      "peft_type", "LORA", "task_type", "CAUSAL_LM", "r", t->lora_rank, "lora_alpha", alpha,
-                     "lora_dropout", 0.0, "target_modules", targets, "base_model_name_or_path", base ? base : "",
+                     "lora_dropout", t->lora_dropout, "target_modules", targets, "base_model_name_or_path",
+                     base ? base : "",
                      "bias", "none", "fan_in_fan_out", conv1d, "inference_mode", 1, "use_rslora", 0, "use_dora", 0,
                      "modules_to_save", "init_lora_weights", 1, "rank_pattern", "alpha_pattern");
 }

@@ -1357,6 +1357,21 @@ static void cpu_vocab_ce_grad(float *restrict logits, float *restrict losses, co
     }
 }
 
+static void cpu_dropout_mask(float *out, const float *x, const uint64_t *row_keys, uint64_t salt, int N, int C,
+                             float p)
+{
+    const float keep = 1.0f / (1.0f - p);
+#pragma omp parallel for if ((size_t)N * C >= ZT_PAR_MIN) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const uint64_t k = row_keys[n] ^ salt;
+        for (int c = 0; c < C; c++) {
+            const double u = (double)(zt_splitmix64(k ^ zt_splitmix64((uint64_t)c + 1)) >> 11) * (1.0 / 9007199254740992.0);
+            const size_t i = (size_t)n * C + c;
+            out[i] = u < p ? 0.0f : x[i] * keep;
+        }
+    }
+}
+
 const zt_backend_t zt_backend_cpu = {
     .name = "cpu",
     .host_memory = 1,
@@ -1405,6 +1420,7 @@ const zt_backend_t zt_backend_cpu = {
     .vocab_ce_sum = cpu_vocab_ce_sum,
     .vocab_ce_grad = cpu_vocab_ce_grad,
     .scale = cpu_scale,
+    .dropout_mask = cpu_dropout_mask,
     .sumsq = cpu_sumsq,
     .all_finite = cpu_all_finite,
     .adamw = cpu_adamw,

@@ -482,6 +482,27 @@ __global__ void crossentropy_fused_k(float *logits, float *losses, const int32_t
     }
 }
 
+/* ---- LoRA dropout: the CPU's counter-based mask (zt_backend.h), bit for bit ------- */
+__device__ __forceinline__ uint64_t dropout_mix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+__global__ void dropout_mask_k(float *out, const float *x, const uint64_t *row_keys, uint64_t salt, int N, int C,
+                               float p)
+{
+    const size_t n = (size_t)N * C;
+    const float keep = 1.0f / (1.0f - p);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint64_t k = row_keys[i / C] ^ salt;
+        const double u = (double)(dropout_mix(k ^ dropout_mix((uint64_t)(i % C) + 1)) >> 11) * (1.0 / 9007199254740992.0);
+        out[i] = u < p ? 0.0f : x[i] * keep;
+    }
+}
+
 /* ---- vocabulary-parallel cross-entropy (zt_backend.h) -------------------------
  * Block per row, as crossentropy_fused_k; the tp all-reduces run between them. */
 __global__ void vocab_ce_max_k(float *rowmax, const float *logits, int N, int V)

@@ -48,7 +48,6 @@ static int wanted(const zt_config_t *cfg, const zt_param_t *p)
 
 int zt_lora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_t errlen)
 {
-    if (cfg->lora.dropout != 0.0) return zt_err(err, errlen, "lora.dropout: only 0 is implemented");
     /* every target name must name a linear of this family */
     for (int i = 0; i < cfg->lora.n_target; i++) {
         const char *want = cfg->lora.target[i];
@@ -68,6 +67,7 @@ int zt_lora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_t
     t->lora_rank = r;
     const double alpha = cfg->lora.alpha > 0 ? cfg->lora.alpha : 2.0 * r;
     t->lora_scale = (float)(alpha / (cfg->lora.use_rslora ? sqrt((double)r) : (double)r));
+    t->lora_dropout = cfg->lora.dropout;
     t->first_adapter_unit = base_units;
     for (int l = 0; l < L; l++)
         for (int pass = 0; pass < 2; pass++) /* all A's of the block, then all B's */

@@ -78,10 +78,11 @@ void zt_lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g)
     g->n = 0;
 }
 
-size_t zt_lora_scratch_floats(size_t N, int r, int oc_max, int c_max)
+size_t zt_lora_scratch_floats(size_t N, int r, int oc_max, int c_max, int dropout)
 {
     const size_t R = (size_t)ZT_LORA_MAX * r;
-    return 2 * (size_t)oc_max * R + N * (size_t)oc_max + N * R + N * (size_t)c_max + (size_t)oc_max * r;
+    return 2 * (size_t)oc_max * R + N * (size_t)oc_max + N * R + N * (size_t)c_max + (size_t)oc_max * r +
+           (dropout ? N * (size_t)c_max + N * (size_t)r + N * 2 /* the row keys */ : 0);
 }
 
 void zt_lora_scratch(zt_model_t *m, int oc_max, int c_max)
@@ -95,6 +96,27 @@ void zt_lora_scratch(zt_model_t *m, int oc_max, int c_max)
     m->lora_dxa = zt_model_alloc(m, N * R * F);
     m->lora_dx = zt_model_alloc(m, N * (size_t)c_max * F);
     m->lora_db = zt_model_alloc(m, (size_t)oc_max * m->table->lora_rank * F);
+    if (m->table->lora_dropout > 0) {
+        m->lora_xd = zt_model_alloc(m, N * (size_t)c_max * F);
+        m->lora_t = zt_model_alloc(m, N * (size_t)m->table->lora_rank * F);
+        m->row_keys = zt_model_alloc(m, N * sizeof(uint64_t));
+    }
+}
+
+void zt_model_set_row_keys(zt_model_t *m, const uint64_t *keys)
+{
+    if (!m->row_keys) return;
+    m->be->from_host_async(m->row_keys, keys, (size_t)m->B * m->T * sizeof(uint64_t));
+    m->keys_set = 1;
+}
+
+/* dropout on: a training batch with its keys */
+static int lora_drop(const zt_model_t *m) { return m->row_keys && m->keys_set; }
+
+/* a mask per (block, GEMM, target): the GEMM's A offset in the adapter unit names it */
+static uint64_t lora_salt(const zt_lora_gemm_t *g, int l, int i)
+{
+    return zt_splitmix64(((uint64_t)l << 40) ^ ((uint64_t)g->a_off << 4) ^ (uint64_t)i);
 }
 
 /* B_bd (OC, n r): target i's B (out_i, r) at rows out_off[i], columns i r */
@@ -115,7 +137,17 @@ void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, nr = g->n * m->table->lora_rank;
     float *xa = g->xa[l];
-    be->matmul_forward(xa, x, lora + g->a_off, NULL, N, g->C, nr, 1); // (N, n r)
+    if (lora_drop(m)) {
+        /* PEFT: each target its own dropout of x, so one GEMM per target */
+        const int r = m->table->lora_rank;
+        for (int i = 0; i < g->n; i++) {
+            be->dropout_mask(m->lora_xd, x, m->row_keys, lora_salt(g, l, i), N, g->C, m->table->lora_dropout);
+            be->matmul_forward(m->lora_t, m->lora_xd, lora + g->a_off + (size_t)i * r * g->C, NULL, N, g->C, r, 1);
+            be->copy_rows(xa + (size_t)i * r, nr, m->lora_t, r, N, r);
+        }
+    } else {
+        be->matmul_forward(xa, x, lora + g->a_off, NULL, N, g->C, nr, 1); // (N, n r)
+    }
     be->scale(xa, m->table->lora_scale, (size_t)N * nr);
     be->matmul_forward(m->lora_y, xa, lora_bbd(m, g, lora), NULL, N, nr, g->OC, 1); // (N, OC)
     be->accumulate(y, m->lora_y, (size_t)N * g->OC);
@@ -143,6 +175,20 @@ void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float 
         }
     /* xa = s x A^T: dx += s dxa A, dA += s dxa^T x */
     be->scale(m->lora_dxa, m->table->lora_scale, (size_t)N * nr);
+    if (lora_drop(m)) {
+        /* per target: xa_i = s drop_i(x) A_i^T: dA_i += s dxa_i^T drop_i(x), dx += drop_i(s dxa_i A_i) */
+        for (int i = 0; i < g->n; i++) {
+            const size_t ai = g->a_off + (size_t)i * r * g->C;
+            const uint64_t salt = lora_salt(g, l, i);
+            be->copy_rows(m->lora_t, r, m->lora_dxa + (size_t)i * r, nr, N, r);
+            be->dropout_mask(m->lora_xd, x, m->row_keys, salt, N, g->C, m->table->lora_dropout);
+            be->matmul_backward(m->lora_dx, dlora ? dlora + ai : NULL, NULL, m->lora_t, m->lora_xd, lora + ai, N, g->C,
+                                r, 1);
+            be->dropout_mask(m->lora_dx, m->lora_dx, m->row_keys, salt, N, g->C, m->table->lora_dropout);
+            be->accumulate(dx, m->lora_dx, (size_t)N * g->C);
+        }
+        return;
+    }
     be->matmul_backward(m->lora_dx, dlora ? dlora + g->a_off : NULL, NULL, m->lora_dxa, x, lora + g->a_off, N,
                         g->C, nr, 1);
     be->accumulate(dx, m->lora_dx, (size_t)N * g->C);
@@ -229,6 +275,11 @@ void zt_model_free(zt_model_t *m)
     be->free(m->seg_buf);
     be->free(m->pos_buf);
     be->free_host(m->host_losses);
+    if (m->lora_xd) {
+        be->free(m->lora_xd);
+        be->free(m->lora_t);
+        be->free(m->row_keys);
+    }
     if (m->sp_positions) {
         be->free(m->sp_positions);
         be->free_host(m->host_sp_positions);
@@ -306,6 +357,7 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
         m->be->from_host_async(m->tp_pos, m->host_tp_pos, Nl * sizeof(int32_t));
     }
     m->seg = m->pos = NULL;
+    m->keys_set = 0;
 }
 
 void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t *positions)

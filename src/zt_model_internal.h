@@ -39,6 +39,11 @@ struct zt_model {
     /* LoRA scratch, shared by the GEMMs (largest sizes): B_bd and its gradient
      * (OC, 4r), the delta (N, OC), dxa (N, 4r), dx part (N, C), a B block (OC, r) */
     float *lora_bbd, *lora_dbbd, *lora_y, *lora_dxa, *lora_dx, *lora_db;
+    /* lora.dropout: one target's dropped input (N, C) and its (N, r) part of xa, and the
+     * batch's row keys (N) with whether this batch has them */
+    float *lora_xd, *lora_t;
+    uint64_t *row_keys;
+    int keys_set;
     size_t lora_oc, lora_c;
     /* tensor parallelism (d.tp_size > 1): the activation collectives, the batch's ids
      * as this rank's vocabulary rows (-1: another rank's), the vocabulary-parallel
@@ -149,7 +154,8 @@ void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float 
 /* The shared scratch for GEMMs up to oc_max outputs and c_max inputs (a family calls it
  * once after its zt_lora_gemm_init calls); its floats, for the estimates. */
 void zt_lora_scratch(zt_model_t *m, int oc_max, int c_max);
-size_t zt_lora_scratch_floats(size_t N, int r, int oc_max, int c_max);
+size_t zt_lora_scratch_floats(size_t N, int r, int oc_max, int c_max, int dropout);
+
 
 
 #endif

@@ -61,6 +61,7 @@ typedef struct run {
     int drank;                  /* this rank's data-parallel position: which rows it reads */
     int Tm;                     /* positions the model runs of each sequence: T / sp */
     int32_t *row_tmp;           /* (3 T) sequence parallelism: a whole row before its chunk is taken */
+    uint64_t *keys;             /* (A B Tm) lora.dropout's per-token counters (backend host memory) */
     float *tp_logits;           /* (V) a sampled row's logits where rank 0's are the ones used */
     zt_model_t *model;
     zt_shard_t *shard;
@@ -413,8 +414,29 @@ static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_mod
 }
 
 /* seg, pos: the rows' segments and positions (neat packing), or NULL */
+/* lora.dropout's counters for micro-step m: one key per local token from (seed, step,
+ * the sample's slot in the global batch, its position in the sequence), so any strategy,
+ * world size and mesh drops the same elements of the same token */
+static void dropout_keys(run_t *r, int m, uint64_t *keys)
+{
+    const int B = r->B, Tm = r->Tm, sp = r->comm->mesh_sp, i = r->comm->sp.rank, ring = r->ltable->dims.sp_ring;
+    const int64_t g0 = r->samples_seen + (int64_t)m * r->dp * B + (int64_t)r->drank * B;
+    const uint64_t base = zt_splitmix64((uint64_t)r->cfg->train.seed ^ zt_splitmix64((uint64_t)r->step + 1));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tm; t++) {
+            size_t at = (size_t)b * Tm + t;
+            int pos = i * Tm + t;
+            if (ring) { /* chunk-major: (B, Tm/2) of chunk i, then of chunk 2 sp - 1 - i */
+                const int c = Tm / 2, h = t / c;
+                at = ((size_t)h * B + b) * c + t % c;
+                pos = (h ? 2 * sp - 1 - i : i) * c + t % c;
+            }
+            keys[at] = zt_splitmix64(base ^ zt_splitmix64(((uint64_t)(g0 + b) << 24) ^ (uint64_t)pos));
+        }
+}
+
 static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
-                         float dscale)
+                         const uint64_t *keys, float dscale)
 {
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
@@ -422,6 +444,7 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const
     const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
     zt_model_set_batch(m, inp, tgt, r->B, r->Tm);
     if (seg) zt_model_set_segments(m, seg, pos);
+    if (keys) zt_model_set_row_keys(m, keys);
     zt_watchdog_mark("forward", 0, r->step + 1);
     /* the root unit (embeddings, tied head, ln_f) stays materialized for the whole
      * micro-step, as FSDP does for its root module: it is used at both ends */
@@ -937,8 +960,10 @@ static int run_loop(run_t *r)
         const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
         for (int m = 0; m < r->A; m++) {
             zt_shard_begin_micro(r->shard, m, r->A);
+            uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
+            if (keys) dropout_keys(r, m, keys);
             const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, r->seg ? r->seg + m * BTs : NULL,
-                                        r->pos ? r->pos + m * BT : NULL, ds);
+                                        r->pos ? r->pos + m * BT : NULL, keys, ds);
             loss_sum += sft ? zt_model_loss_sum(r->model) : l;
         }
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
@@ -1272,6 +1297,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
      * would wait for the compute stream, once per micro-step */
     r->inp = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
+    if (r->table->lora_dropout > 0) r->keys = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(uint64_t));
     r->tgt = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
     if ((r->train && zt_data_has_segments(r->train)) || (r->val && zt_data_has_segments(r->val))) {
         /* neat-packed rows: their segments (whole rows: attention sees every position of a
@@ -1383,6 +1409,7 @@ done:
     zt_data_close(r->train);
     zt_data_close(r->val);
     if (r->inp) r->be->free_host(r->inp);
+    if (r->keys) r->be->free_host(r->keys);
     if (r->tgt) r->be->free_host(r->tgt);
     if (r->seg) r->be->free_host(r->seg);
     if (r->pos) r->be->free_host(r->pos);

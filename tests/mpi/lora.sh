@@ -9,6 +9,8 @@
 #     accumulation (1e-5), and the base stays what the directory holds, bit for bit.
 #  3. Gradient and optimizer memory is the adapters': measured against their size.
 #  4. A PEFT adapter that does not fit lora.* fails on every rank with its reason.
+#  2b. lora.dropout 0.1 trains the same adapters under zero3 at 2 ranks and ddp at 4 as one
+#     rank, and differently from dropout 0.
 #  5. GPT-2 (tests/reference/hf/gpt2, Conv1D bases, PEFT's lora-gpt2 with fan_in_fan_out):
 #     1's round trip, 2's strategies at 2 ranks against one rank, the base frozen; a
 #     subset of targets (c_attn, attn.c_proj) is written as PEFT loads it.
@@ -80,6 +82,27 @@ run_ztrain 1 lora.cfg $base $train train.per_device_train_batch_size=1 train.gra
 for d in ref np2-zero3-flat; do
     "$PY" "$HFPY" ckpt "$(ls $d/ckpt-*.h5 | tail -1)" "$HF/llama" || fail "$d: the frozen base moved"
 done
+# lora.dropout 0.1: the masks are a function of (seed, step, sample slot, position, layer,
+# target, channel), so zero3 at 2 ranks and ddp at 4 (one sequence each) drop what one rank
+# drops; and dropout does change the training (the losses after step 1 differ from ref's)
+drop="lora.dropout=0.1"
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $base $train $drop train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
+    train.output_dir=drop-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $base $train $drop parallel.strategy=zero3 train.per_device_train_batch_size=1 \
+    train.gradient_accumulation_steps=2 train.output_dir=drop-zero3 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 lora.cfg $base $train $drop train.per_device_train_batch_size=1 train.output_dir=drop-ddp4 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" drop-ref drop-zero3 drop-ddp4 || fail "lora.dropout: a strategy dropped otherwise"
+"$PY" - ref/metrics.jsonl drop-ref/metrics.jsonl <<'PYEOF' || fail "lora.dropout 0.1 trained as dropout 0"
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f) if '"loss"' in l] for f in sys.argv[1:])
+# the PEFT adapter's B is not 0: its first forward is already dropped
+assert len(a) == len(b) and max(abs(x - y) / abs(x) for x, y in zip(a, b)) > 1e-4, (a, b)
+PYEOF
+"$PY" -c "import json,sys; sys.exit(abs(json.load(open('drop-ref/adapter/adapter_config.json'))['lora_dropout'] - 0.1) > 1e-9)" 2>/dev/null ||
+    [ ! -d drop-ref/adapter ] || fail "adapter_config.json does not record lora_dropout"
 
 # ---- 3. gradient and optimizer memory is the adapters' -----------------------------------
 "$PY" - ref/metrics.jsonl <<'EOF' || fail "gradient or optimizer memory is not the adapters'"

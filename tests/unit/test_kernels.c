@@ -844,6 +844,35 @@ static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
 }
 
+/* LoRA dropout's counter-based mask: p of the elements dropped (within 5 sigma of a
+ * binomial), the kept ones scaled by 1/(1-p) exactly, the same keys and salt the same
+ * mask (in place too), another salt another mask */
+static void t_dropout_mask(void)
+{
+    enum { N = 64, C = 96 };
+    const float p = 0.25f;
+    uint64_t *keys = be->alloc(N * sizeof(uint64_t));
+    for (int n = 0; n < N; n++) keys[n] = 1000003ull * (uint64_t)n + 7;
+    float *x = frand((size_t)N * C, 1), *y = be->alloc((size_t)N * C * 4), *z = fcopy(x, (size_t)N * C);
+    float *w = be->alloc((size_t)N * C * 4);
+    be->dropout_mask(y, x, keys, 42, N, C, p);
+    be->dropout_mask(z, z, keys, 42, N, C, p);
+    be->dropout_mask(w, x, keys, 43, N, C, p);
+    int dropped = 0, same = 1, scaled = 1, differ = 0;
+    for (int i = 0; i < N * C; i++) {
+        dropped += y[i] == 0.0f;
+        same &= y[i] == z[i];
+        scaled &= y[i] == 0.0f || y[i] == x[i] * (1.0f / (1.0f - p));
+        differ += (y[i] == 0.0f) != (w[i] == 0.0f);
+    }
+    const double mean = p * N * C, sd = sqrt(mean * (1 - p));
+    CU_ASSERT(fabs(dropped - mean) < 5 * sd);
+    CU_ASSERT(same);
+    CU_ASSERT(scaled);
+    CU_ASSERT(differ > N * C / 10);
+    be->free(keys), be->free(x), be->free(y), be->free(z), be->free(w);
+}
+
 static void t_attention_ring_blocks(void)
 {
     run_ring_blocks(2, 16, 4, 2, 8);
@@ -1401,6 +1430,7 @@ static const zt_test_t tests[] = {
     {"positional forward (+=)/backward vs double + FD", t_positional},
     {"embedding + positional = GPT-2's fused encoder, bitwise", t_embedding_gpt2_bits},
     {"ring attention blocks + merge = causal attention, forward and backward", t_attention_ring_blocks},
+    {"LoRA dropout mask: rate, scale, determinism", t_dropout_mask},
     {"positional with positions (packed) + FD; 0..T-1 = NULL bitwise", t_positional_positions},
     {"layernorm forward/backward vs double + FD", t_layernorm},
     {"layernorm threaded backward", t_layernorm_threads},
