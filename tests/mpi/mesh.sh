@@ -10,8 +10,9 @@
 #     parallel.tp_sequence_parallel (Megatron: the residual stream split by tokens).
 #  2. The checkpoint stays mesh-independent: tp 2 x dp 2 -> ddp on 3 ranks and -> sp 2 x
 #     zero3, zero2 on 2 ranks -> tp 2, ring sp 2 -> tp 2 x sp 2, against 20 steps at once.
-#  3. bf16 at tp 2 x zero3 and at tp 2 (tp_sequence_parallel) x ring sp 2 against its own
-#     one-rank run.
+#  3. bf16 against its own one-rank run: Llama at tp 2 x zero3, tp 2 (tp_sequence_parallel)
+#     x ring sp 2 and Ulysses sp 2 x zero2; GPT-2 at tp 2 x zero1, Ulysses sp 2, ring sp 2 x
+#     zero3.
 #  4. Sizes tp does not divide are refused on every rank, naming the reason.
 #  5. Sequence parallelism (Ulysses: all-to-all from sequence- to head-sharded around
 #     attention; ring: K|V blocks round the ring, head-tail chunks; rope and GPT-2's
@@ -163,8 +164,25 @@ run_ztrain 4 $common $llama train.bf16=true $(batch_args 2) $tp2 parallel.strate
 # shellcheck disable=SC2086
 run_ztrain 4 $common $llama train.bf16=true $(batch_args 1) $tp2 parallel.sequence_parallel_size=2 \
     parallel.sp_mode=ring parallel.tp_sequence_parallel=true train.output_dir=bf16-tps-ring >/dev/null
-"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" bf16-ref bf16-tp2 bf16-tps-ring --loss-tol 2e-3 --param-tol 2e-3 ||
-    fail "bf16 at tp 2 x zero3 or tp 2 (tp_sequence_parallel) x ring sp 2 diverged from one rank"
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama train.bf16=true $(batch_args 2) parallel.sequence_parallel_size=2 parallel.strategy=zero2 \
+    train.output_dir=bf16-sp2-zero2 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" bf16-ref bf16-tp2 bf16-tps-ring bf16-sp2-zero2 --loss-tol 2e-3 \
+    --param-tol 2e-3 || fail "bf16 under a mesh diverged from one rank"
+# GPT-2 in bf16: tp 2 x zero1, Ulysses sp 2 (4 heads), ring sp 2 x zero3
+# shellcheck disable=SC2086
+run_ztrain 1 $common model.n_head=4 train.bf16=true $(batch_args 1) train.output_dir=bf16-g-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common model.n_head=4 train.bf16=true $(batch_args 2) $tp2 parallel.strategy=zero1 \
+    train.output_dir=bf16-g-tp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common model.n_head=4 train.bf16=true $(batch_args 1) parallel.sequence_parallel_size=2 \
+    train.output_dir=bf16-g-sp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common model.n_head=4 train.bf16=true $(batch_args 2) parallel.sequence_parallel_size=2 \
+    parallel.sp_mode=ring parallel.strategy=zero3 train.output_dir=bf16-g-ring >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" bf16-g-ref bf16-g-tp2 bf16-g-sp2 bf16-g-ring --loss-tol 2e-3 \
+    --param-tol 2e-3 || fail "GPT-2 bf16 under a mesh diverged from one rank"
 
 # ---- 4. refusals ----------------------------------------------------------------------
 "$PY" "$HFPY" tokens tok5.h5 5 2000 || fail "cannot make the token file"
