@@ -148,16 +148,21 @@ typedef struct zt_backend {
      * queries against a block of Tk keys. q (B,Tq) rows of stride qs, query head h at
      * h*HD; k and v (B,Tk) rows of stride ks, KV head g at g*HD (h reads h / (NH/NKV)).
      * causal: the two blocks are the same positions (Tq = Tk, row t sees keys 0..t);
-     * else every key is visible. out (B,Tq,NH*HD) and lse (B,NH,Tq) are this block's alone;
-     * attention_merge folds them into a running result. NULL where a backend lacks them. */
+     * else every key is visible. qseg (B,Tq), kseg (B,Tk): the rows' segment ids (neat
+     * packing; NULL: none): a key is seen only by queries of its segment; a query row that
+     * sees no key of the block gets out 0 and lse -inf. out (B,Tq,NH*HD) and lse (B,NH,Tq)
+     * are this block's alone; attention_merge folds them into a running result. NULL where
+     * a backend lacks them. */
     void (*attention_block_forward)(float *out, float *lse, const float *q, int qs, const float *k, const float *v,
-                                    int ks, int B, int Tq, int Tk, int NH, int NKV, int HD, int causal);
+                                    int ks, const int32_t *qseg, const int32_t *kseg, int B, int Tq, int Tk, int NH,
+                                    int NKV, int HD, int causal);
     /* dq (stride qs) +=, dk, dv (stride ks) += for one block pair, with out and lse the
      * FINAL (merged) output and log-sum-exp of the query rows: the probabilities are
      * exp(s - lse) of the whole row, so the pairs' backwards add up to the full one */
     void (*attention_block_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q, int qs,
-                                     const float *k, const float *v, int ks, const float *out, const float *lse,
-                                     int B, int Tq, int Tk, int NH, int NKV, int HD, int causal);
+                                     const float *k, const float *v, int ks, const int32_t *qseg,
+                                     const int32_t *kseg, const float *out, const float *lse, int B, int Tq, int Tk,
+                                     int NH, int NKV, int HD, int causal);
     /* out, lse (the running result, lse -inf: no key yet) := the softmax over its keys and
      * those of (out2, lse2): lse = log(e^lse + e^lse2), out weighted by e^(lse_i - lse) */
     void (*attention_merge)(float *out, float *lse, const float *out2, const float *lse2, int B, int T, int NH,

@@ -629,6 +629,7 @@ typedef struct att_head {
     const float *lse;           /* (T) backward reads it */
     float *lse_out;             /* (T) forward writes it */
     const int32_t *seg;         /* (T) this row's segment ids, NULL: plain causal */
+    const int32_t *kseg;        /* (Tk) the keys' (seg itself but for ring blocks) */
     const int32_t *lo;          /* (T) with seg: the first key of each query's segment */
     int T, qs, os, hs, bq;      /* qs = (NH+2NKV)*HD, os = NH*HD (3C, C for GPT-2); bq: rows per query block */
     int Tk, ks;                 /* keys; their row stride (ks = qs, Tk = T: one packed qkv) */
@@ -643,7 +644,7 @@ static int att_keys(const att_head_t *a, int t0, int nb, int k0) { return a->cau
  * start of their segments */
 static int att_key0(const att_head_t *a, int t0, int nb)
 {
-    if (!a->seg) return 0;
+    if (!a->seg || !a->lo) return 0; /* no segment starts: a ring block sees from its first key */
     int k0 = a->lo[t0];
     for (int r = 1; r < nb; r++) k0 = ZT_MIN(k0, a->lo[t0 + r]);
     return k0;
@@ -652,7 +653,7 @@ static int att_key0(const att_head_t *a, int t0, int nb)
 /* Scores of keys k0 .. k0+n-1 in row (query t) that belong to another segment: -inf */
 static void att_mask_row(const att_head_t *a, int t, int k0, int n, float *restrict row)
 {
-    const int32_t st = a->seg[t], *restrict sk = a->seg + k0;
+    const int32_t st = a->seg[t], *restrict sk = a->kseg + k0;
     for (int j = 0; j < n; j++)
         if (sk[j] != st) row[j] = -INFINITY;
 }
@@ -666,9 +667,14 @@ static void att_softmax_rows(const att_head_t *a, int t0, int nb, int k0, int nk
         float *restrict row = S + (size_t)r * nk;
         const int n = a->causal ? t0 + r + 1 - k0 : nk; /* keys k0..t */
         if (a->seg) att_mask_row(a, t0 + r, k0, n, row);
-        float mx = -INFINITY; /* finite: key t is always seen */
+        float mx = -INFINITY; /* finite but in a ring block of other segments: key t is seen */
 #pragma omp simd reduction(max : mx)
         for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+        if (mx == -INFINITY) { /* a ring block none of whose keys this query sees */
+            a->lse_out[t0 + r] = -INFINITY;
+            for (int j = 0; j < nk; j++) row[j] = 0.0f;
+            continue;
+        }
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int j = 0; j < n; j++) {
@@ -833,7 +839,7 @@ static int32_t *att_segment_starts(const int32_t *seg, int B, int T)
 typedef struct att_call {
     const float *q, *k, *v, *out, *dout, *lse;
     float *o, *lse_out, *dq, *dk, *dv;
-    const int32_t *seg;
+    const int32_t *seg, *kseg; /* kseg NULL: the keys are the queries' rows (seg) */
     int B, T, Tk, NH, NKV, HD, qs, ks, causal, bf16;
 } att_call_t;
 
@@ -841,7 +847,8 @@ static void att_all_heads(const att_call_t *c)
 {
     const int bwd = c->dq != NULL, bq = att_block_rows(c->T), NH = c->NH, NKV = c->NKV, HD = c->HD;
     const int grp = NH / NKV, T = c->T, Tk = c->Tk, qs = c->qs, ks = c->ks, os = NH * HD;
-    int32_t *lo = c->seg ? att_segment_starts(c->seg, c->B, T) : NULL;
+    /* segment starts only where keys and queries are the same rows */
+    int32_t *lo = c->seg && !c->kseg ? att_segment_starts(c->seg, c->B, T) : NULL;
     const size_t blk = (size_t)bq * Tk;
     const int nouter = bwd ? NKV : NH, ninner = bwd ? grp : 1;
 #pragma omp parallel if ((size_t)c->B * NH * T * Tk * HD >= ZT_PAR_MIN)
@@ -856,7 +863,11 @@ static void att_all_heads(const att_call_t *c)
                     const size_t ooff = (size_t)b * T * os + (size_t)h * HD;
                     att_head_t a = {.T = T, .qs = qs, .os = os, .hs = HD, .bq = bq, .Tk = Tk, .ks = ks,
                                     .causal = c->causal, .scale = 1.0f / sqrtf((float)HD)};
-                    if (c->seg) a.seg = c->seg + (size_t)b * T, a.lo = lo + (size_t)b * T;
+                    if (c->seg) {
+                        a.seg = c->seg + (size_t)b * T;
+                        a.kseg = c->kseg ? c->kseg + (size_t)b * Tk : a.seg;
+                        a.lo = lo ? lo + (size_t)b * T : NULL;
+                    }
                     a.q = c->q + q0;
                     a.k = c->k + k0;
                     a.v = c->v + k0;
@@ -910,21 +921,22 @@ static void cpu_attention_backward(float *restrict dqkv, const float *restrict d
 
 /* ring attention's blocks (zt_backend.h), always fp32 GEMMs */
 static void cpu_attention_block_forward(float *out, float *lse, const float *q, int qs, const float *k,
-                                        const float *v, int ks, int B, int Tq, int Tk, int NH, int NKV, int HD,
-                                        int causal)
+                                        const float *v, int ks, const int32_t *qseg, const int32_t *kseg, int B, int Tq,
+                                        int Tk, int NH, int NKV, int HD, int causal)
 {
-    att_call_t c = {.q = q, .k = k, .v = v, .o = out, .lse_out = lse, .B = B, .T = Tq, .Tk = Tk, .NH = NH,
-                    .NKV = NKV, .HD = HD, .qs = qs, .ks = ks, .causal = causal};
+    att_call_t c = {.q = q, .k = k, .v = v, .o = out, .lse_out = lse, .seg = qseg, .kseg = qseg ? kseg : NULL,
+                    .B = B, .T = Tq, .Tk = Tk, .NH = NH, .NKV = NKV, .HD = HD, .qs = qs, .ks = ks, .causal = causal};
     att_all_heads(&c);
 }
 
 static void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, int qs,
-                                         const float *k, const float *v, int ks, const float *out,
-                                         const float *lse, int B, int Tq, int Tk, int NH, int NKV, int HD,
-                                         int causal)
+                                         const float *k, const float *v, int ks, const int32_t *qseg,
+                                         const int32_t *kseg, const float *out, const float *lse, int B, int Tq,
+                                         int Tk, int NH, int NKV, int HD, int causal)
 {
     att_call_t c = {.q = q, .k = k, .v = v, .out = out, .dout = dout, .lse = lse, .dq = dq, .dk = dk, .dv = dv,
-                    .B = B, .T = Tq, .Tk = Tk, .NH = NH, .NKV = NKV, .HD = HD, .qs = qs, .ks = ks, .causal = causal};
+                    .seg = qseg, .kseg = qseg ? kseg : NULL, .B = B, .T = Tq, .Tk = Tk, .NH = NH, .NKV = NKV,
+                    .HD = HD, .qs = qs, .ks = ks, .causal = causal};
     att_all_heads(&c);
 }
 

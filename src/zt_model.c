@@ -296,6 +296,8 @@ void zt_model_free(zt_model_t *m)
         float *r[] = {m->ring_kv[0], m->ring_kv[1], m->ring_dkv_in, m->ring_dkv[0], m->ring_dkv[1], m->ring_out,
                       m->ring_lse};
         for (size_t i = 0; i < sizeof r / sizeof *r; i++) be->free(r[i]);
+        be->free(m->ring_seg);
+        be->free_host(m->host_ring_seg);
     }
     if (m->inputs_tp) {
         be->free(m->inputs_tp);
@@ -371,6 +373,15 @@ void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t
     if (positions) m->be->from_host_async(m->pos_buf, positions, N * sizeof(int32_t));
     m->seg = segments ? m->seg_buf : NULL;
     m->pos = positions ? m->pos_buf : NULL;
+    if (segments && m->d.sp_ring && m->ring_seg) {
+        /* ring blocks: each chunk's rows of the whole sequences' ids, chunk-major */
+        const size_t Tf = (size_t)m->T * sp, c = (size_t)m->T / 2, B = (size_t)m->B;
+        m->be->wait_uploads();
+        for (size_t ch = 0; ch < 2 * sp; ch++)
+            for (size_t b = 0; b < B; b++)
+                memcpy(m->host_ring_seg + (ch * B + b) * c, segments + b * Tf + ch * c, c * sizeof(int32_t));
+        m->be->from_host_async(m->ring_seg, m->host_ring_seg, N * sp * sizeof(int32_t));
+    }
     if (m->tp_pos && positions) {
         const size_t Nl = N / (size_t)m->d.tp_size;
         m->be->from_host_async(m->tp_pos, positions + (size_t)m->d.tp_rank * Nl, Nl * sizeof(int32_t));
@@ -486,10 +497,22 @@ void zt_model_ring_scratch(zt_model_t *m, int NH, int NKV, int HD)
     m->ring_dkv_in = zt_model_alloc(m, N * kw * F);
     m->ring_out = zt_model_alloc(m, N / 2 * m->ring_q * F);
     m->ring_lse = zt_model_alloc(m, N / 2 * (size_t)NH * F);
+    /* packed rows: every chunk's segment ids, chunk-major (2 sp, B, T/2) */
+    const size_t nseg = N * (size_t)m->d.sp_size;
+    m->ring_seg = zt_model_alloc(m, nseg * sizeof(int32_t));
+    m->host_ring_seg = m->be->alloc_host(nseg * sizeof(int32_t));
 }
 
 /* one block pair: q rows of chunk qh (0, 1) against K|V chunk kh of block kv */
 typedef struct ring_pair { int qh, kh, causal; } ring_pair_t;
+
+/* a packed batch's segment ids of rank j's chunk h (B, T/2), or NULL */
+static const int32_t *ring_seg(const zt_model_t *m, int j, int h)
+{
+    if (!m->seg) return NULL;
+    const int sp = m->d.sp_size, ch = h ? 2 * sp - 1 - j : j;
+    return m->ring_seg + (size_t)ch * m->B * (m->T / 2);
+}
 
 static int ring_pairs(const zt_model_t *m, int step, ring_pair_t *p)
 {
@@ -525,8 +548,10 @@ void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int
             float *o = out + (size_t)p[k].qh * Nh * Q, *l = lse + (size_t)p[k].qh * L;
             /* the two diagonals start their chunk's result; everything else merges in */
             const int first = s == 0 && p[k].causal;
+            const int j = (m->d.sp_rank - s + sp) % sp;
             be->attention_block_forward(first ? o : m->ring_out, first ? l : m->ring_lse,
-                                        qkv + (size_t)p[k].qh * Nh * S, S, kv, kv + (size_t)NKV * HD, kw, B, c, c, NH,
+                                        qkv + (size_t)p[k].qh * Nh * S, S, kv, kv + (size_t)NKV * HD, kw,
+                                        ring_seg(m, m->d.sp_rank, p[k].qh), ring_seg(m, j, p[k].kh), B, c, c, NH,
                                         NKV, HD, p[k].causal);
             if (!first) be->attention_merge(o, l, m->ring_out, m->ring_lse, B, c, NH, HD);
             if (h) m->ac.sp_ring_progress(m->ac.ctx, h);
@@ -556,8 +581,10 @@ void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const
         for (int k = 0; k < np; k++) {
             const size_t ko = (size_t)p[k].kh * Nh * kw, qo = (size_t)p[k].qh * Nh;
             const float *kv = m->ring_kv[cur] + ko;
+            const int j = (m->d.sp_rank - s + sp) % sp;
             be->attention_block_backward(dqkv + qo * S, dkv + ko, dkv + ko + (size_t)NKV * HD, dout + qo * Q,
-                                         qkv + qo * S, S, kv, kv + (size_t)NKV * HD, kw, out + qo * Q,
+                                         qkv + qo * S, S, kv, kv + (size_t)NKV * HD, kw,
+                                         ring_seg(m, m->d.sp_rank, p[k].qh), ring_seg(m, j, p[k].kh), out + qo * Q,
                                          lse + (size_t)p[k].qh * L, B, c, c, NH, NKV, HD, p[k].causal);
             if (h) m->ac.sp_ring_progress(m->ac.ctx, h);
             if (dh) m->ac.sp_ring_progress(m->ac.ctx, dh);

@@ -60,6 +60,7 @@ struct zt_model {
     /* ring attention: K|V blocks in flight (2), their gradients (in, and 2 out), one
      * block pair's output (N/2, Q) and log-sum-exp (B, NH, T/2) */
     float *ring_kv[2], *ring_dkv_in, *ring_dkv[2], *ring_out, *ring_lse;
+    int32_t *ring_seg, *host_ring_seg; /* packed rows' ids per chunk (2 sp, B, T/2) */
     size_t ring_kw, ring_q, ring_nh;
     int ring_serial, ring_have_in;
     /* tp_seq: two (N,C) scratches for gathered rows and partial sums, the (Nl,C) landing

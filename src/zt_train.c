@@ -397,9 +397,6 @@ static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_mod
     if (cfg->data.seq_len % (ring ? 2 * sp : sp))
         return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide data.seq_len (%d)%s", sp,
                       cfg->data.seq_len, ring ? " into 2 sp chunks (ring attention's causal balance)" : "");
-    if (ring && cfg->data.neat_packing)
-        return zt_err(err, errlen, "data.neat_packing with parallel.sp_mode = ring is not built yet (the ring's "
-                      "blocks take no segments; parallel.sp_mode = ulysses works with it)");
     if (ring && !be->attention_block_forward)
         return zt_err(err, errlen, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
                       "(parallel.sp_mode = ulysses works there)", be->name);
@@ -536,13 +533,14 @@ static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_
             if (pos) memcpy(pos + (size_t)b * Tm, r->row_tmp + 2 * (size_t)T + o, (size_t)Tm * sizeof(int32_t));
             continue;
         }
-        /* ring: chunks i and 2 sp - 1 - i of 2 sp, chunk-major over the B rows (packed
-         * rows are refused with ring attention: sp_check) */
+        /* ring: chunks i and 2 sp - 1 - i of 2 sp, chunk-major over the B rows (a packed
+         * row's segments stay whole: the model cuts them per chunk) */
         const size_t c = (size_t)Tm / 2;
         for (int h = 0; h < 2; h++) {
             const size_t o = (size_t)(h ? 2 * sp - 1 - i : i) * c, at = ((size_t)h * r->B + b) * c;
             memcpy(inp + at, r->row_tmp + o, c * sizeof(int32_t));
             memcpy(tgt + at, r->row_tmp + T + o, c * sizeof(int32_t));
+            if (pos) memcpy(pos + at, r->row_tmp + 2 * (size_t)T + o, c * sizeof(int32_t));
         }
     }
     return rc;

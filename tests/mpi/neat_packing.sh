@@ -54,7 +54,11 @@ run_ztrain 2 $llama model.vocab_size=68 data.train_files=neat.h5 parallel.tensor
 # shellcheck disable=SC2086
 run_ztrain 2 $llama data.train_files=neat.h5 parallel.sequence_parallel_size=2 \
     train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 train.output_dir=sp2 >/dev/null
-"$PY" "$CMP" ref sp2 || fail "a neat-packed run at sp 2 diverged from one rank"
+# ring attention: the K|V blocks of other ranks' chunks are masked by the whole rows' ids
+# shellcheck disable=SC2086
+run_ztrain 2 $llama data.train_files=neat.h5 parallel.sequence_parallel_size=2 parallel.sp_mode=ring \
+    train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 train.output_dir=ring2 >/dev/null
+"$PY" "$CMP" ref sp2 ring2 || fail "a neat-packed run at sp 2 (Ulysses or ring) diverged from one rank"
 
 # ---- neat-packed rows = the same samples one per row: 4 rows of 3 = 12 samples a step ----
 # shellcheck disable=SC2086
@@ -76,7 +80,10 @@ run_ztrain 1 $gpt2 data.train_files=apart.h5 train.per_device_train_batch_size=3
 # shellcheck disable=SC2086
 run_ztrain 2 $gpt2 data.train_files=neat.h5 parallel.sequence_parallel_size=2 train.per_device_train_batch_size=1 \
     train.gradient_accumulation_steps=4 train.output_dir=g-sp2 >/dev/null
-"$PY" "$CMP" g-apart g-neat g-sp2 || fail "gpt2: neat-packed rows train otherwise than their samples one by one"
+# shellcheck disable=SC2086
+run_ztrain 2 $gpt2 data.train_files=neat.h5 parallel.sequence_parallel_size=2 parallel.sp_mode=ring \
+    train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 train.output_dir=g-ring2 >/dev/null
+"$PY" "$CMP" g-apart g-neat g-sp2 g-ring2 || fail "gpt2: neat-packed rows train otherwise than their samples one by one"
 
 # ---- data.neat_packing in the trainer: LLaMA-Factory's preprocessing, cached ----
 SF="$ZT_SRCDIR/tests/reference/sft"

@@ -800,9 +800,10 @@ static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
     const size_t Nh = (size_t)B * c, L = (size_t)B * NH * c;
     float *o2 = be->alloc(no * 4), *l2 = be->alloc(nl * 4), *ot = be->alloc(Nh * Q * 4), *lt = be->alloc(L * 4);
     const float *ka = kv2, *kb = kv2 + Nh * kw;
-    be->attention_block_forward(o2, l2, q2, S, ka, ka + NKV * HD, kw, B, c, c, NH, NKV, HD, 1);
-    be->attention_block_forward(o2 + Nh * Q, l2 + L, q2 + Nh * S, S, kb, kb + NKV * HD, kw, B, c, c, NH, NKV, HD, 1);
-    be->attention_block_forward(ot, lt, q2 + Nh * S, S, ka, ka + NKV * HD, kw, B, c, c, NH, NKV, HD, 0);
+    be->attention_block_forward(o2, l2, q2, S, ka, ka + NKV * HD, kw, NULL, NULL, B, c, c, NH, NKV, HD, 1);
+    be->attention_block_forward(o2 + Nh * Q, l2 + L, q2 + Nh * S, S, kb, kb + NKV * HD, kw, NULL, NULL, B, c, c, NH,
+                                NKV, HD, 1);
+    be->attention_block_forward(ot, lt, q2 + Nh * S, S, ka, ka + NKV * HD, kw, NULL, NULL, B, c, c, NH, NKV, HD, 0);
     be->attention_merge(o2 + Nh * Q, l2 + L, ot, lt, B, c, NH, HD);
     double eo = 0, el = 0;
     for (int h = 0; h < 2; h++)
@@ -821,12 +822,12 @@ static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
     be->attention_backward(dq, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD);
     float *dq2 = be->alloc(nq * 4), *dkv = be->alloc((size_t)B * T * kw * 4);
     float *da = dkv, *db = dkv + Nh * kw;
-    be->attention_block_backward(dq2, da, da + NKV * HD, dy2, q2, S, ka, ka + NKV * HD, kw, o2, l2, B, c, c, NH,
+    be->attention_block_backward(dq2, da, da + NKV * HD, dy2, q2, S, ka, ka + NKV * HD, kw, NULL, NULL, o2, l2, B, c, c, NH,
                                  NKV, HD, 1);
     be->attention_block_backward(dq2 + Nh * S, db, db + NKV * HD, dy2 + Nh * Q, q2 + Nh * S, S, kb, kb + NKV * HD,
-                                 kw, o2 + Nh * Q, l2 + L, B, c, c, NH, NKV, HD, 1);
+                                 kw, NULL, NULL, o2 + Nh * Q, l2 + L, B, c, c, NH, NKV, HD, 1);
     be->attention_block_backward(dq2 + Nh * S, da, da + NKV * HD, dy2 + Nh * Q, q2 + Nh * S, S, ka, ka + NKV * HD,
-                                 kw, o2 + Nh * Q, l2 + L, B, c, c, NH, NKV, HD, 0);
+                                 kw, NULL, NULL, o2 + Nh * Q, l2 + L, B, c, c, NH, NKV, HD, 0);
     double eg = 0, mg = 0;
     for (int h = 0; h < 2; h++)
         for (int b = 0; b < B; b++)
