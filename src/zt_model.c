@@ -418,6 +418,20 @@ static void sp_layout(const zt_model_t *m, int nblk, const int *heads, int hd, i
         zt_fatal("sequence parallelism: rows of %d floats beyond the scratch", *W);
 }
 
+/* Between the all-to-all's blocks, (sp, B, T, Wj): block i is positions [i T, (i + 1) T)
+ * of every sequence, and the sequences (B, sp T, Wj): into_sequence copies the first
+ * into the second, else the second into the first */
+static void sp_chunks(const zt_model_t *m, float *dst, const float *src, int Wj, int into_sequence)
+{
+    const int sp = m->d.sp_size, B = m->B, T = m->T;
+    for (int i = 0; i < sp; i++)
+        for (int b = 0; b < B; b++) {
+            const size_t seq = ((size_t)b * sp * T + (size_t)i * T) * Wj, blk = ((size_t)i * B * T + (size_t)b * T) * Wj;
+            m->be->copy(dst + (into_sequence ? seq : blk), src + (into_sequence ? blk : seq),
+                        (size_t)T * Wj * sizeof(float));
+        }
+}
+
 void zt_model_sp_scatter_heads(zt_model_t *m, const float *x, int nblk, const int *heads, int hd, float *y)
 {
     const zt_backend_t *be = m->be;
@@ -430,11 +444,7 @@ void zt_model_sp_scatter_heads(zt_model_t *m, const float *x, int nblk, const in
             be->copy_rows(m->sp_send + (size_t)j * N * Wj + po, Wj, x + o + sp_first(heads[k], sp, j) * hd, W, N,
                           sp_per(heads[k], sp) * hd);
     m->ac.sp_alltoall(m->ac.ctx, m->sp_send, m->sp_recv, (size_t)N * Wj);
-    /* block i holds positions [i T, (i + 1) T) of every sequence */
-    for (int i = 0; i < sp; i++)
-        for (int b = 0; b < B; b++)
-            be->copy(y + ((size_t)b * sp * T + (size_t)i * T) * Wj, m->sp_recv + ((size_t)i * N + (size_t)b * T) * Wj,
-                     (size_t)T * Wj * sizeof(float));
+    sp_chunks(m, y, m->sp_recv, Wj, 1);
 }
 
 void zt_model_sp_gather_heads(zt_model_t *m, const float *y, int nblk, const int *heads, int hd, float *x)
@@ -443,10 +453,7 @@ void zt_model_sp_gather_heads(zt_model_t *m, const float *y, int nblk, const int
     const int sp = m->d.sp_size, B = m->B, T = m->T, N = B * T;
     int W, Wj;
     sp_layout(m, nblk, heads, hd, &W, &Wj);
-    for (int i = 0; i < sp; i++)
-        for (int b = 0; b < B; b++)
-            be->copy(m->sp_send + ((size_t)i * N + (size_t)b * T) * Wj, y + ((size_t)b * sp * T + (size_t)i * T) * Wj,
-                     (size_t)T * Wj * sizeof(float));
+    sp_chunks(m, m->sp_send, y, Wj, 0);
     m->ac.sp_alltoall(m->ac.ctx, m->sp_send, m->sp_recv, (size_t)N * Wj);
     /* block j: rank j's heads for this rank's positions; a head several ranks shared
      * (fewer heads than ranks) gets the sum of their parts: the gradient of a copy */
@@ -611,7 +618,8 @@ void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const
     be->copy_rows(dqkv + Q, S, m->ring_dkv_in, kw, 2 * (int)Nh, kw);
 }
 
-void zt_model_tp_sum(zt_model_t *m, float *x, size_t n)
+/* x := its sum over the tp ranks (no-op at tp 1) */
+static void zt_model_tp_sum(zt_model_t *m, float *x, size_t n)
 {
     if (m->d.tp_size <= 1) return;
     if (!m->ac.tp_allreduce) zt_fatal("tensor parallelism without activation collectives (zt_model_set_collectives)");

@@ -71,9 +71,8 @@ struct zt_model {
 
 /* ---- tensor parallelism, for the families (no-ops at tp 1) ---------------------------
  * A column-parallel GEMM needs nothing; a row-parallel one leaves partial sums that
- * zt_model_tp_sum completes (its bias added by one rank only: zt_model_tp_bias); in the
- * backward, the same holds for dL/dx of a column-parallel GEMM. */
-void zt_model_tp_sum(zt_model_t *m, float *x, size_t n);
+ * zt_model_tp_reduce completes (its bias added by one rank only: zt_model_tp_bias); in
+ * the backward, the same holds for dL/dx of a column-parallel GEMM. */
 /* Megatron sequence parallelism (d.tp_seq): the residual stream has zt_model_rows rows
  * (N / tp) on each tp rank. Around a GEMM pair: full = zt_model_tp_gather(m, x, scratch)
  * gives the (N,C) input of a column-parallel GEMM (x itself without tp_seq); a

@@ -494,6 +494,18 @@ static void init_frozen(zt_shard_t *s, int ui)
 
 static int unit_is_frozen(const zt_param_table_t *t, int ui) { return t->unit_frozen && t->unit_frozen[ui]; }
 
+/* A unit's 16-bit working copy (sharded where the strategy shards parameters, in host
+ * memory under offload_param) and room for its fp32 view in the unit's scratch slot */
+static void alloc_working16(zt_shard_t *s, unit_state_t *u, int ui)
+{
+    if (s->shard_params)
+        u->wshard = balloc(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->S * 2);
+    else
+        u->wfull = balloc(s, MEM_PARAMS, u->lay.packed * 2);
+    const int k = slot_of(s->t, ui);
+    s->scratch_n[k] = ZT_MAX(s->scratch_n[k], u->lay.numel);
+}
+
 zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
                             const zt_shard_opts_t *opts)
 {
@@ -546,12 +558,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
             /* the parameters only: fp32, or the 16-bit working copy (sharded where
              * the strategy shards parameters, in host memory under offload_param) */
             if (s->mixed) {
-                if (s->shard_params)
-                    u->wshard = balloc(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->S * 2);
-                else
-                    u->wfull = balloc(s, MEM_PARAMS, u->lay.packed * 2);
-                const int k = slot_of(s->t, ui);
-                s->scratch_n[k] = ZT_MAX(s->scratch_n[k], u->lay.numel);
+                alloc_working16(s, u, ui);
             } else if (s->shard_params) {
                 if (s->offload_param) u->master = falloc(s, MEM_HOST, u->S);
                 else u->shard_p = falloc(s, MEM_PARAMS, u->S);
@@ -569,12 +576,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         if (s->mixed) {
             /* fp32 master with the optimizer state, 16-bit working copy as the params */
             if (!s->offload) u->shard_p = falloc(s, MEM_OPTIM, u->S);
-            if (s->shard_params)
-                u->wshard = balloc(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->S * 2);
-            else
-                u->wfull = balloc(s, MEM_PARAMS, u->lay.packed * 2);
-            const int k = slot_of(s->t, ui);
-            s->scratch_n[k] = ZT_MAX(s->scratch_n[k], u->lay.numel);
+            alloc_working16(s, u, ui);
         } else if (s->shard_params) {
             if (!s->offload_param) u->shard_p = falloc(s, MEM_PARAMS, u->S);
         } else
