@@ -110,6 +110,13 @@ typedef struct zt_backend {
      * dinp, dweight, dbias may be NULL to skip (dweight: a frozen weight). */
     void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC, int transw);
+    /* C (M,Nn) = alpha op(A) op(B) + beta C, row-major with leading dimensions (floats);
+     * beta is 0 (overwrite) or 1 (accumulate). A is stored (M,K), or (K,M) when ta; B
+     * (K,Nn), or (Nn,K) when tb. For products of column blocks of wider buffers (LoRA's
+     * adapters read and write their target's columns of a fused GEMM's rows in place),
+     * which the whole-buffer matmul_forward/backward cannot express. */
+    void (*gemm)(int ta, int tb, int M, int Nn, int K, float alpha, const float *A, int lda, const float *B,
+                 int ldb, float beta, float *C, int ldc);
     /* The MLP's up projection and its activation as one operation, so that a backend
      * can apply GELU in its GEMM's epilogue: pre (N,OC) = inp (N,C) @ W (C,OC) + bias ;
      * out (N,OC) = gelu(pre). pre is what gelu_matmul_backward needs. */

@@ -178,9 +178,9 @@ static void gpt2_build(zt_param_table_t *t, float init_std)
 }
 
 /* The block's GEMMs: their weights' places in a block unit (LoRA is refused with tensor
- * parallelism, so their widths are the model's: in C, C, C, 4C; out 3C, C, 4C, C). */
+ * parallelism, so their widths are the model's: in C, C, C, 4C). */
 static const char *const gemm_name[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
-static const int gemm_param[4] = {2, 4, 8, 10}, gemm_out[4] = {3, 1, 4, 1}, gemm_in[4] = {1, 1, 1, 4};
+static const int gemm_param[4] = {2, 4, 8, 10}, gemm_in[4] = {1, 1, 1, 4};
 
 /* 1 when block 0's GEMM k has an adapter (every block has the same targets) */
 static int has_lora(const zt_param_table_t *t, int k)
@@ -196,15 +196,14 @@ static size_t gpt2_lora_floats(const zt_param_table_t *t, size_t N)
 {
     const size_t C = t->dims.C;
     size_t nr = 0;
-    int oc = 0, in = 0;
+    int in = 0;
     for (int k = 0; k < 4; k++)
         if (has_lora(t, k)) {
             nr += (size_t)t->lora_rank;
-            oc = ZT_MAX(oc, gemm_out[k] * (int)C);
             in = ZT_MAX(in, gemm_in[k] * (int)C);
         }
     if (!nr) return 0;
-    return (size_t)t->dims.L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, oc, in, t->lora_dropout > 0) +
+    return (size_t)t->dims.L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, in, t->lora_dropout > 0) +
            (has_lora(t, 3) ? 4 * N * C : 0) + C;
 }
 
@@ -289,13 +288,13 @@ static void gpt2_create(zt_model_t *m)
     g->dqkv = zt_model_alloc(m, 3 * N * A * F);
     if (gpt2_lora_floats(table, N)) {
         zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_proj, &g->lo_fc, &g->lo_fcp};
-        int oc = 0, in = 0;
+        int in = 0;
         for (int k = 0; k < 4; k++) {
             const int w = table->unit_first[1] + gemm_param[k];
             zt_lora_gemm_init(m, lo[k], &w, 1, gemm_in[k] * (int)C);
-            if (lo[k]->n) oc = ZT_MAX(oc, lo[k]->OC), in = ZT_MAX(in, lo[k]->C);
+            if (lo[k]->n) in = ZT_MAX(in, lo[k]->C);
         }
-        zt_lora_scratch(m, oc, in);
+        zt_lora_scratch(m, in);
         if (g->lo_fcp.n) g->dact = zt_model_alloc(m, N * I * F);
         g->dw_frozen = zt_model_alloc(m, C * F);
     }
@@ -319,7 +318,7 @@ static void gpt2_destroy(zt_model_t *m)
     if (g->dqkv_sp) be->free(g->dqkv_sp), be->free(g->datty_sp);
     zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_proj, &g->lo_fc, &g->lo_fcp};
     for (int i = 0; i < 4; i++) zt_lora_gemm_free(m, lo[i]);
-    float *sc[] = {g->dact, g->dw_frozen, m->lora_bbd, m->lora_dbbd, m->lora_y, m->lora_dxa, m->lora_dx, m->lora_db};
+    float *sc[] = {g->dact, g->dw_frozen};
     for (size_t i = 0; i < sizeof sc / sizeof *sc; i++)
         if (sc[i]) be->free(sc[i]);
     free(g->blk);

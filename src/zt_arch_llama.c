@@ -311,15 +311,15 @@ static size_t per_block_floats(const zt_model_dims_t *d, size_t B, size_t T)
 }
 
 /* LoRA on a block's four GEMMs: their n*r summed, and the widest output and input */
-static void lora_shape(const zt_param_table_t *t, size_t *nr, int *oc_max, int *c_max)
+static void lora_shape(const zt_param_table_t *t, size_t *nr, int *c_max)
 {
     const zt_model_dims_t *d = &t->dims;
-    const int Q = d->NH * d->HD, S = Q + 2 * d->NKV * d->HD;
+    const int Q = d->NH * d->HD;
     static const char *const gemm[4][3] = {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"},
                                            {"self_attn.o_proj"}, {"mlp.gate_proj", "mlp.up_proj"},
                                            {"mlp.down_proj"}};
-    const int oc[4] = {S, d->C, 2 * d->I, d->C}, c[4] = {d->C, Q, d->C, d->I};
-    *nr = 0, *oc_max = 0, *c_max = 0;
+    const int c[4] = {d->C, Q, d->C, d->I};
+    *nr = 0, *c_max = 0;
     for (int k = 0; k < 4 && t->lora_rank; k++) {
         int n = 0;
         for (int i = 0; i < 3 && gemm[k][i]; i++) {
@@ -329,7 +329,6 @@ static void lora_shape(const zt_param_table_t *t, size_t *nr, int *oc_max, int *
         }
         if (!n) continue;
         *nr += (size_t)n * t->lora_rank;
-        *oc_max = ZT_MAX(*oc_max, oc[k]);
         *c_max = ZT_MAX(*c_max, c[k]);
     }
 }
@@ -346,9 +345,9 @@ static size_t llama_activation_bytes(const zt_param_table_t *t, int B, int T, in
     f += N /* rstd_f */ + N * S /* dqkv */ + (d->qk_norm ? N * S : 0) + N * ZT_MAX((size_t)d->I, Q) /* dtmp */ +
          (size_t)d->HD / 2 + ZT_MAX((size_t)d->C, (size_t)d->HD) /* dw_frozen */;
     size_t nr;
-    int oc_max, c_max;
-    lora_shape(t, &nr, &oc_max, &c_max);
-    if (nr) f += (size_t)d->L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, oc_max, c_max, t->lora_dropout > 0);
+    int c_max;
+    lora_shape(t, &nr, &c_max);
+    if (nr) f += (size_t)d->L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, c_max, t->lora_dropout > 0);
     return f * sizeof(float);
 }
 
@@ -481,9 +480,9 @@ static void llama_create(zt_model_t *m)
         zt_lora_gemm_init(m, &g->lo_gu, gu, 2, d->C);
         zt_lora_gemm_init(m, &g->lo_down, &id, 1, d->I);
         size_t nr;
-        int oc_max, c_max;
-        lora_shape(t, &nr, &oc_max, &c_max);
-        if (nr) zt_lora_scratch(m, oc_max, c_max);
+        int c_max;
+        lora_shape(t, &nr, &c_max);
+        if (nr) zt_lora_scratch(m, c_max);
     }
 }
 
@@ -508,9 +507,6 @@ static void llama_destroy(zt_model_t *m)
     be->free(g->dw_frozen);
     zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_o, &g->lo_gu, &g->lo_down};
     for (int i = 0; i < 4; i++) zt_lora_gemm_free(m, lo[i]);
-    float *sc[] = {m->lora_bbd, m->lora_dbbd, m->lora_y, m->lora_dxa, m->lora_dx, m->lora_db};
-    for (size_t i = 0; i < sizeof sc / sizeof *sc; i++)
-        if (sc[i]) be->free(sc[i]);
     free(g->blk);
     free(g);
 }

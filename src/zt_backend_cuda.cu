@@ -526,14 +526,14 @@ static uint32_t align_of(const void *p)
 enum { EPI_PLAIN, EPI_BIAS, EPI_GELU, EPI_GELU_BIAS, EPI_DGELU };
 
 typedef struct {
-    int m, n, k, ta, tb, beta1, epi;
+    int m, n, k, ta, tb, beta1, epi, lda, ldb, ldd; /* leading dimensions: a column block's view */
     uint32_t al_a, al_b, al_d, al_aux, al_bias;
     cublasComputeType_t compute;
     int found;              /* 0: the heuristic had nothing (an epilogue: the caller composes) */
     cublasLtMatmulAlgo_t algo;
 } algo_entry_t;
 
-#define ALGO_CACHE 128
+#define ALGO_CACHE 256
 static algo_entry_t g_algos[ALGO_CACHE];
 static int g_nalgos;
 
@@ -544,9 +544,9 @@ static int g_nalgos;
  * epilogue was asked for and cuBLASLt has no algorithm with it here (the caller
  * composes the operation itself). A plain GEMM without a tensor-core algorithm runs
  * in fp32; without any, it is fatal. */
-static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B,
-                      int ldb, float *D, int ldd, float beta, int epi, const float *bias,
-                      const float *aux, int64_t auxld)
+static int lt_gemm_scaled(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
+                          const float *B, int ldb, float *D, int ldd, float beta, int epi,
+                          const float *bias, const float *aux, int64_t auxld)
 {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -584,8 +584,8 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
     int known = 0;
     for (int i = 0; i < g_nalgos; i++) {
         algo_entry_t *e = &g_algos[i];
-        if (e->m == m && e->n == n && e->k == k && e->ta == ta && e->tb == tb &&
-            e->beta1 == beta1 && e->epi == epi && e->al_a == al_a && e->al_b == al_b &&
+        if (e->m == m && e->n == n && e->k == k && e->ta == ta && e->tb == tb && e->lda == lda &&
+            e->ldb == ldb && e->ldd == ldd && e->beta1 == beta1 && e->epi == epi && e->al_a == al_a && e->al_b == al_b &&
             e->al_d == al_d && e->al_aux == al_aux && e->al_bias == al_bias &&
             e->compute == g_compute) {
             algo = e->found ? &e->algo : NULL;
@@ -622,6 +622,7 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
         if (g_nalgos < ALGO_CACHE) {
             algo_entry_t *e = &g_algos[g_nalgos++];
             e->m = m; e->n = n; e->k = k; e->ta = ta; e->tb = tb; e->beta1 = beta1;
+            e->lda = lda; e->ldb = ldb; e->ldd = ldd;
             e->epi = epi; e->al_a = al_a; e->al_b = al_b; e->al_d = al_d; e->al_aux = al_aux;
             e->al_bias = al_bias; e->compute = g_compute; e->found = found > 0;
             e->algo = res.algo;
@@ -631,7 +632,6 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
         }
     }
     if (algo) {
-        const float alpha = 1.0f;
         cublasStatus_t ms = cublasLtMatmul(g_lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, algo,
                                            g_workspace, g_workspace_bytes, g_stream);
         /* an epilogue the heuristic offered but the launch rejects (argument checks,
@@ -655,11 +655,18 @@ static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int l
          * rounds, rather than a dead run; its algorithm is cached like any other */
         const cublasComputeType_t fast = g_compute;
         g_compute = CUBLAS_COMPUTE_32F;
-        lt_gemm_cm(ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, EPI_PLAIN, NULL, NULL, 0);
+        lt_gemm_scaled(ta, tb, m, n, k, alpha, A, lda, B, ldb, D, ldd, beta, EPI_PLAIN, NULL, NULL, 0);
         g_compute = fast;
         return 0;
     }
     return algo ? 0 : -1;
+}
+
+static int lt_gemm_cm(int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B,
+                      int ldb, float *D, int ldd, float beta, int epi, const float *bias,
+                      const float *aux, int64_t auxld)
+{
+    return lt_gemm_scaled(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, D, ldd, beta, epi, bias, aux, auxld);
 }
 
 /* Row-major C (M,Nn) = op(A) (M,K) op(B) (K,Nn) + beta C. A is stored (M,K), or
@@ -677,6 +684,19 @@ static void gemm_rm(int ta, int tb, int M, int Nn, int K, const float *A, const 
     lt_gemm_cm(tb, ta, Nn, M, K, B, ldb, A, lda, C, Nn, beta, EPI_PLAIN, NULL, NULL, 0);
 }
 
+
+static void cuda_gemm(int ta, int tb, int M, int Nn, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc)
+{
+    ensure_init();
+    if (M <= 0 || Nn <= 0) return;
+    if (K <= 0) { // C = beta C
+        if (beta == 0.0f) ZT_CUDA(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0, (size_t)Nn * sizeof(float),
+                                                    (size_t)M, g_stream));
+        return;
+    }
+    lt_gemm_scaled(tb, ta, Nn, M, K, alpha, B, ldb, A, lda, C, ldc, beta, EPI_PLAIN, NULL, NULL, 0);
+}
 
 static void cuda_matmul_forward(float *out, const float *inp, const float *weight,
                                 const float *bias, int N, int C, int OC, int transw)
@@ -1146,6 +1166,7 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .swiglu_backward = cuda_swiglu_backward,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
+    .gemm = cuda_gemm,
     .matmul_gelu_forward = cuda_matmul_gelu_forward,
     .gelu_matmul_backward = cuda_gelu_matmul_backward,
     .attention_forward = zt_cuda_attention_forward,

@@ -516,6 +516,13 @@ static void cpu_matmul_forward(float *restrict out, const float *restrict inp,
                     beta, out, OC);
 }
 
+static void cpu_gemm(int ta, int tb, int M, int Nn, int K, float alpha, const float *A, int lda, const float *B,
+                     int ldb, float beta, float *C, int ldc)
+{
+    if (M <= 0 || Nn <= 0) return;
+    gemm(ta, tb, M, Nn, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* dinp (N,C) = dout (N,OC) @ W^T, overwritten (beta = 0) */
 static void matmul_dinp(float *restrict dinp, const float *restrict dout,
                         const float *restrict weight, int N, int C, int OC, int transw)
@@ -1415,6 +1422,7 @@ const zt_backend_t zt_backend_cpu = {
     .swiglu_backward = cpu_swiglu_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
+    .gemm = cpu_gemm,
     .matmul_gelu_forward = cpu_matmul_gelu_forward,
     .gelu_matmul_backward = cpu_gelu_matmul_backward,
     .attention_forward = cpu_attention_forward,

@@ -78,29 +78,34 @@ void zt_lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g)
     g->n = 0;
 }
 
-size_t zt_lora_scratch_floats(size_t N, int r, int oc_max, int c_max, int dropout)
+/* The adapters' products run on their targets' column blocks in place (be->gemm with
+ * leading dimensions): no block-diagonal B of a fused GEMM, no (N, OC) delta and no
+ * separate pass adding it, no (N, C) input-gradient part (accumulated by the GEMM)
+ * unless dropout masks it first. Scratch: dxa (N, ZT_LORA_MAX r); with dropout one
+ * target's masked input and its input-gradient part (N, C) each, and the row keys. */
+size_t zt_lora_scratch_floats(size_t N, int r, int c_max, int dropout)
 {
-    const size_t R = (size_t)ZT_LORA_MAX * r;
-    return 2 * (size_t)oc_max * R + N * (size_t)oc_max + N * R + N * (size_t)c_max + (size_t)oc_max * r +
-           (dropout ? N * (size_t)c_max + N * (size_t)r + N * 2 /* the row keys */ : 0);
+    return N * (size_t)ZT_LORA_MAX * r + (dropout ? 2 * N * (size_t)c_max + N * 2 /* the row keys */ : 0);
 }
 
-void zt_lora_scratch(zt_model_t *m, int oc_max, int c_max)
+void zt_lora_scratch(zt_model_t *m, int c_max)
 {
-    const size_t N = (size_t)m->Bmax * m->Tmax, R = (size_t)ZT_LORA_MAX * m->table->lora_rank, F = sizeof(float);
-    m->lora_oc = (size_t)oc_max;
-    m->lora_c = (size_t)c_max;
-    m->lora_bbd = zt_model_alloc(m, (size_t)oc_max * R * F);
-    m->lora_dbbd = zt_model_alloc(m, (size_t)oc_max * R * F);
-    m->lora_y = zt_model_alloc(m, N * (size_t)oc_max * F);
-    m->lora_dxa = zt_model_alloc(m, N * R * F);
-    m->lora_dx = zt_model_alloc(m, N * (size_t)c_max * F);
-    m->lora_db = zt_model_alloc(m, (size_t)oc_max * m->table->lora_rank * F);
+    const size_t N = (size_t)m->Bmax * m->Tmax, F = sizeof(float);
+    m->lora_dxa = zt_model_alloc(m, N * ZT_LORA_MAX * m->table->lora_rank * F);
     if (m->table->lora_dropout > 0) {
         m->lora_xd = zt_model_alloc(m, N * (size_t)c_max * F);
-        m->lora_t = zt_model_alloc(m, N * (size_t)m->table->lora_rank * F);
+        m->lora_dx = zt_model_alloc(m, N * (size_t)c_max * F);
         m->row_keys = zt_model_alloc(m, N * sizeof(uint64_t));
     }
+}
+
+void zt_lora_scratch_free(zt_model_t *m)
+{
+    void *bufs[] = {m->lora_dxa, m->lora_xd, m->lora_dx, m->row_keys};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) m->be->free(bufs[i]);
+    m->lora_dxa = m->lora_xd = m->lora_dx = NULL;
+    m->row_keys = NULL;
 }
 
 void zt_model_set_row_keys(zt_model_t *m, const uint64_t *keys)
@@ -119,38 +124,24 @@ static uint64_t lora_salt(const zt_lora_gemm_t *g, int l, int i)
     return zt_splitmix64(((uint64_t)l << 40) ^ ((uint64_t)g->a_off << 4) ^ (uint64_t)i);
 }
 
-/* B_bd (OC, n r): target i's B (out_i, r) at rows out_off[i], columns i r */
-static const float *lora_bbd(zt_model_t *m, const zt_lora_gemm_t *g, const float *lora)
-{
-    const int r = m->table->lora_rank, nr = g->n * r;
-    if (g->n == 1 && g->out_n[0] == g->OC) return lora + g->b_off[0];
-    m->be->memzero(m->lora_bbd, (size_t)g->OC * nr * sizeof(float));
-    for (int i = 0; i < g->n; i++)
-        m->be->copy_rows(m->lora_bbd + (size_t)g->out_off[i] * nr + (size_t)i * r, nr, lora + g->b_off[i], r,
-                         g->out_n[i], r);
-    return m->lora_bbd;
-}
-
 void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y)
 {
     if (!g->n) return;
     const zt_backend_t *be = m->be;
-    const int N = m->B * m->T, nr = g->n * m->table->lora_rank;
-    float *xa = g->xa[l];
+    const int N = m->B * m->T, r = m->table->lora_rank, nr = g->n * r, C = g->C;
+    const float s = m->table->lora_scale;
+    float *xa = g->xa[l]; // (N, n r): target i's s x A_i^T in columns [i r, (i + 1) r)
     if (lora_drop(m)) {
         /* PEFT: each target its own dropout of x, so one GEMM per target */
-        const int r = m->table->lora_rank;
         for (int i = 0; i < g->n; i++) {
-            be->dropout_mask(m->lora_xd, x, m->row_keys, lora_salt(g, l, i), N, g->C, m->table->lora_dropout);
-            be->matmul_forward(m->lora_t, m->lora_xd, lora + g->a_off + (size_t)i * r * g->C, NULL, N, g->C, r, 1);
-            be->copy_rows(xa + (size_t)i * r, nr, m->lora_t, r, N, r);
+            be->dropout_mask(m->lora_xd, x, m->row_keys, lora_salt(g, l, i), N, C, m->table->lora_dropout);
+            be->gemm(0, 1, N, r, C, s, m->lora_xd, C, lora + g->a_off + (size_t)i * r * C, C, 0.0f, xa + i * r, nr);
         }
     } else {
-        be->matmul_forward(xa, x, lora + g->a_off, NULL, N, g->C, nr, 1); // (N, n r)
+        be->gemm(0, 1, N, nr, C, s, x, C, lora + g->a_off, C, 0.0f, xa, nr); // the A's are adjacent rows
     }
-    be->scale(xa, m->table->lora_scale, (size_t)N * nr);
-    be->matmul_forward(m->lora_y, xa, lora_bbd(m, g, lora), NULL, N, nr, g->OC, 1); // (N, OC)
-    be->accumulate(y, m->lora_y, (size_t)N * g->OC);
+    for (int i = 0; i < g->n; i++) // y[:, target i's columns] += xa_i B_i^T
+        be->gemm(0, 1, N, g->out_n[i], r, 1.0f, xa + i * r, nr, lora + g->b_off[i], r, 1.0f, y + g->out_off[i], g->OC);
 }
 
 void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, float *dlora,
@@ -158,40 +149,34 @@ void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float 
 {
     if (!g->n) return;
     const zt_backend_t *be = m->be;
-    const int N = m->B * m->T, r = m->table->lora_rank, nr = g->n * r;
-    const int single = g->n == 1 && g->out_n[0] == g->OC;
-    const float *bbd = lora_bbd(m, g, lora);
-    float *dbbd = NULL;
-    if (dlora) {
-        dbbd = single ? dlora + g->b_off[0] : m->lora_dbbd;
-        if (!single) be->memzero(dbbd, (size_t)g->OC * nr * sizeof(float));
+    const int N = m->B * m->T, r = m->table->lora_rank, nr = g->n * r, C = g->C, OC = g->OC;
+    const float s = m->table->lora_scale;
+    const float *xa = g->xa[l];
+    float *dxa = m->lora_dxa; // (N, n r)
+    /* y_i += xa_i B_i^T: dxa_i = dy_i B_i, dB_i += dy_i^T xa_i (dy_i: target i's columns of dy) */
+    for (int i = 0; i < g->n; i++) {
+        const float *dyi = dy + g->out_off[i];
+        be->gemm(0, 0, N, r, g->out_n[i], 1.0f, dyi, OC, lora + g->b_off[i], r, 0.0f, dxa + i * r, nr);
+        if (dlora) be->gemm(1, 0, g->out_n[i], r, N, 1.0f, dyi, OC, xa + i * r, nr, 1.0f, dlora + g->b_off[i], r);
     }
-    /* y += xa B_bd^T: dxa = dy B_bd, dB_bd += dy^T xa */
-    be->matmul_backward(m->lora_dxa, dbbd, NULL, dy, g->xa[l], bbd, N, nr, g->OC, 1);
-    if (dlora && !single)
-        for (int i = 0; i < g->n; i++) {
-            be->copy_rows(m->lora_db, r, dbbd + (size_t)g->out_off[i] * nr + (size_t)i * r, nr, g->out_n[i], r);
-            be->accumulate(dlora + g->b_off[i], m->lora_db, (size_t)g->out_n[i] * r);
-        }
-    /* xa = s x A^T: dx += s dxa A, dA += s dxa^T x */
-    be->scale(m->lora_dxa, m->table->lora_scale, (size_t)N * nr);
     if (lora_drop(m)) {
-        /* per target: xa_i = s drop_i(x) A_i^T: dA_i += s dxa_i^T drop_i(x), dx += drop_i(s dxa_i A_i) */
+        /* xa_i = s drop_i(x) A_i^T: dA_i += s dxa_i^T drop_i(x), dx += drop_i(s dxa_i A_i) */
         for (int i = 0; i < g->n; i++) {
-            const size_t ai = g->a_off + (size_t)i * r * g->C;
+            const size_t ai = g->a_off + (size_t)i * r * C;
             const uint64_t salt = lora_salt(g, l, i);
-            be->copy_rows(m->lora_t, r, m->lora_dxa + (size_t)i * r, nr, N, r);
-            be->dropout_mask(m->lora_xd, x, m->row_keys, salt, N, g->C, m->table->lora_dropout);
-            be->matmul_backward(m->lora_dx, dlora ? dlora + ai : NULL, NULL, m->lora_t, m->lora_xd, lora + ai, N, g->C,
-                                r, 1);
-            be->dropout_mask(m->lora_dx, m->lora_dx, m->row_keys, salt, N, g->C, m->table->lora_dropout);
-            be->accumulate(dx, m->lora_dx, (size_t)N * g->C);
+            if (dlora) {
+                be->dropout_mask(m->lora_xd, x, m->row_keys, salt, N, C, m->table->lora_dropout);
+                be->gemm(1, 0, r, C, N, s, dxa + i * r, nr, m->lora_xd, C, 1.0f, dlora + ai, C);
+            }
+            be->gemm(0, 0, N, C, r, s, dxa + i * r, nr, lora + ai, C, 0.0f, m->lora_dx, C);
+            be->dropout_mask(m->lora_dx, m->lora_dx, m->row_keys, salt, N, C, m->table->lora_dropout);
+            be->accumulate(dx, m->lora_dx, (size_t)N * C);
         }
         return;
     }
-    be->matmul_backward(m->lora_dx, dlora ? dlora + g->a_off : NULL, NULL, m->lora_dxa, x, lora + g->a_off, N,
-                        g->C, nr, 1);
-    be->accumulate(dx, m->lora_dx, (size_t)N * g->C);
+    /* xa = s x A^T: dx += s dxa A, dA += s dxa^T x */
+    be->gemm(0, 0, N, C, nr, s, dxa, nr, lora + g->a_off, C, 1.0f, dx, C);
+    if (dlora) be->gemm(1, 0, nr, C, N, s, dxa, nr, x, C, 1.0f, dlora + g->a_off, C);
 }
 
 size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int T, int recompute)
@@ -275,11 +260,7 @@ void zt_model_free(zt_model_t *m)
     be->free(m->seg_buf);
     be->free(m->pos_buf);
     be->free_host(m->host_losses);
-    if (m->lora_xd) {
-        be->free(m->lora_xd);
-        be->free(m->lora_t);
-        be->free(m->row_keys);
-    }
+    zt_lora_scratch_free(m);
     if (m->sp_positions) {
         be->free(m->sp_positions);
         be->free_host(m->host_sp_positions);

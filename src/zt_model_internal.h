@@ -36,15 +36,12 @@ struct zt_model {
     const int32_t *seg, *pos;
     size_t act_bytes;
     void *fam;                  /* the family's state */
-    /* LoRA scratch, shared by the GEMMs (largest sizes): B_bd and its gradient
-     * (OC, 4r), the delta (N, OC), dxa (N, 4r), dx part (N, C), a B block (OC, r) */
-    float *lora_bbd, *lora_dbbd, *lora_y, *lora_dxa, *lora_dx, *lora_db;
-    /* lora.dropout: one target's dropped input (N, C) and its (N, r) part of xa, and the
-     * batch's row keys (N) with whether this batch has them */
-    float *lora_xd, *lora_t;
+    /* LoRA scratch, shared by the GEMMs (zt_lora_scratch): dxa (N, ZT_LORA_MAX r); under
+     * lora.dropout one target's dropped input and its input-gradient part (N, C), and
+     * the batch's row keys (N) with whether this batch has them */
+    float *lora_dxa, *lora_xd, *lora_dx;
     uint64_t *row_keys;
     int keys_set;
-    size_t lora_oc, lora_c;
     /* tensor parallelism (d.tp_size > 1): the activation collectives, the batch's ids
      * as this rank's vocabulary rows (-1: another rank's), the vocabulary-parallel
      * cross-entropy's row statistics (head_rows) and (head_rows, 2), and one logits
@@ -125,11 +122,11 @@ void *zt_model_alloc(zt_model_t *m, size_t bytes);
 
 /* ---- LoRA on one GEMM (zt_lora.h) ---------------------------------------------------
  * A GEMM y (N,OC) = x (N,C) W^T whose output holds up to ZT_LORA_MAX targets side by
- * side (Llama's q|k|v, gate|up) gets y += s * (x A^T) B_bd^T: the targets' A matrices
- * are adjacent rows of the adapter unit, one (n r, C) matrix and one GEMM, and B_bd
- * (OC, n r) is block-diagonal with each target's B (out_i, r) at its columns, assembled
- * in a scratch with copy_rows (a single target uses its B as it is). The backward adds
- * into dx and accumulates the adapters' gradients the same way. s * x A^T (N, n r) is
+ * side (Llama's q|k|v, gate|up) gets y_i += s * (x A_i^T) B_i^T on each target's columns
+ * y_i: the targets' A matrices are adjacent rows of the adapter unit, so x A^T is one
+ * (n r, C) product, and each B product reads and accumulates its columns in place (a
+ * GEMM with leading dimensions, beta 1). The backward adds into dx and accumulates the
+ * adapters' gradients the same way, with no scratch the size of y. s * x A^T (N, n r) is
  * kept per block for the backward. */
 #define ZT_LORA_MAX 4
 typedef struct zt_lora_gemm {
@@ -145,16 +142,17 @@ typedef struct zt_lora_gemm {
  * in this order) of input width C; allocates its per-block buffers. */
 void zt_lora_gemm_init(zt_model_t *m, zt_lora_gemm_t *g, const int *params, int nw, int C);
 void zt_lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g);
-/* y (N,OC) += s (x A^T) B_bd^T for block l (no-op without adapters) */
+/* y (N,OC) += s x A_i^T B_i^T in each target i's columns, block l (no-op without adapters) */
 void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y);
 /* dx (N,C) += the adapters' part of dL/dx; their gradients += into dlora (may be NULL:
  * dx only) */
 void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, float *dlora,
                            const float *x, const float *dy, float *dx);
-/* The shared scratch for GEMMs up to oc_max outputs and c_max inputs (a family calls it
- * once after its zt_lora_gemm_init calls); its floats, for the estimates. */
-void zt_lora_scratch(zt_model_t *m, int oc_max, int c_max);
-size_t zt_lora_scratch_floats(size_t N, int r, int oc_max, int c_max, int dropout);
+/* The shared scratch for GEMMs up to c_max inputs (a family calls it once after its
+ * zt_lora_gemm_init calls; the model frees it); its floats, for the estimates. */
+void zt_lora_scratch(zt_model_t *m, int c_max);
+void zt_lora_scratch_free(zt_model_t *m);
+size_t zt_lora_scratch_floats(size_t N, int r, int c_max, int dropout);
 
 
 
