@@ -464,8 +464,10 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
         be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD);
     }
     const float *ln1 = zt_model_tp_gather(m, a->ln1, full);
-    be->matmul_backward(m->dres2, DW(g->o_qkvw), DW(g->o_qkvb), g->dqkv, ln1, w + g->o_qkvw, N, C, 3 * A, 0);
-    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, ln1, g->dqkv, m->dres2);
+    float *dln1 = zt_model_needs_dx_in(m, l, dw) ? m->dres2 : NULL;
+    be->matmul_backward(dln1, DW(g->o_qkvw), DW(g->o_qkvb), g->dqkv, ln1, w + g->o_qkvw, N, C, 3 * A, 0);
+    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, ln1, g->dqkv, dln1);
+    if (!dln1) return;
     zt_model_tp_reduce(m, m->dres2, dn);
     /* dx_in = d res2 (skip) + ln1 backward */
     be->layernorm_backward(dres, DN(g->o_ln1w), DW(g->o_ln1b), dn, x_in, w + g->o_ln1w, a->ln1_mean,

@@ -642,9 +642,11 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
         be->copy_rows(dqkv + Q + g->KV, S, g->dqkv + Q + g->KV, S, N, g->KV);
     }
     const float *ln1 = zt_model_tp_gather(m, a->ln1, full);
-    be->matmul_backward(m->dres2, DW(g->o_wqkv), d->qkv_bias ? DW(g->o_bqkv) : NULL, dqkv, ln1, w + g->o_wqkv, N, C,
+    float *dln1 = zt_model_needs_dx_in(m, l, dw) ? m->dres2 : NULL;
+    be->matmul_backward(dln1, DW(g->o_wqkv), d->qkv_bias ? DW(g->o_bqkv) : NULL, dqkv, ln1, w + g->o_wqkv, N, C,
                         S, 1);
-    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, ln1, dqkv, m->dres2);
+    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, ln1, dqkv, dln1);
+    if (!dln1) return;
     zt_model_tp_reduce(m, m->dres2, dn);
     be->rmsnorm_backward(dres, DN(g->o_ln1), dn, x_in, w + g->o_ln1, a->rstd1, Nl, 1, C, C);
 #undef DW

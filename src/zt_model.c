@@ -168,6 +168,7 @@ void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float 
                 be->dropout_mask(m->lora_xd, x, m->row_keys, salt, N, C, m->table->lora_dropout);
                 be->gemm(1, 0, r, C, N, s, dxa + i * r, nr, m->lora_xd, C, 1.0f, dlora + ai, C);
             }
+            if (!dx) continue;
             be->gemm(0, 0, N, C, r, s, dxa + i * r, nr, lora + ai, C, 0.0f, m->lora_dx, C);
             be->dropout_mask(m->lora_dx, m->lora_dx, m->row_keys, salt, N, C, m->table->lora_dropout);
             be->accumulate(dx, m->lora_dx, (size_t)N * C);
@@ -175,7 +176,7 @@ void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float 
         return;
     }
     /* xa = s x A^T: dx += s dxa A, dA += s dxa^T x */
-    be->gemm(0, 0, N, C, nr, s, dxa, nr, lora + g->a_off, C, 1.0f, dx, C);
+    if (dx) be->gemm(0, 0, N, C, nr, s, dxa, nr, lora + g->a_off, C, 1.0f, dx, C);
     if (dlora) be->gemm(1, 0, nr, C, N, s, dxa, nr, x, C, 1.0f, dlora + g->a_off, C);
 }
 
@@ -769,6 +770,12 @@ void zt_model_logits_row(zt_model_t *m, int b, int t, float *out)
         return;
     }
     m->be->to_host(out, x, V * sizeof(float));
+}
+
+int zt_model_needs_dx_in(const zt_model_t *m, int l, const float *dw)
+{
+    /* block 0 under a frozen root (LoRA): dL/dx_in would only feed the embedding's gradient */
+    return l > 0 || dw || !m->table->unit_frozen[m->table->root_unit];
 }
 
 void zt_model_backward_block(zt_model_t *m, int l, const float *w, float *dw, const float *lora, float *dlora)

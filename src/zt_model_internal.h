@@ -117,6 +117,11 @@ void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const
 const int32_t *zt_model_positions(const zt_model_t *m);
 void zt_model_embed_tokens_backward(zt_model_t *m, float *dwte, const float *dx0);
 
+/* Whether block l's backward must produce dL/d(its input): not block 0's when the root
+ * (embeddings) is frozen and the block has no trainable base weights (LoRA), which
+ * saves the first GEMM's input gradient and the first norm's backward. */
+int zt_model_needs_dx_in(const zt_model_t *m, int l, const float *dw);
+
 /* Backend memory counted as activations. */
 void *zt_model_alloc(zt_model_t *m, size_t bytes);
 
@@ -145,7 +150,7 @@ void zt_lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g);
 /* y (N,OC) += s x A_i^T B_i^T in each target i's columns, block l (no-op without adapters) */
 void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y);
 /* dx (N,C) += the adapters' part of dL/dx; their gradients += into dlora (may be NULL:
- * dx only) */
+ * dx only; dx may be NULL: the gradients only) */
 void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, float *dlora,
                            const float *x, const float *dy, float *dx);
 /* The shared scratch for GEMMs up to c_max inputs (a family calls it once after its
