@@ -773,10 +773,10 @@ static void att_forward_head_bf16(const att_head_t *a, float *restrict S)
 {
     const int T = a->T, C3 = a->qs, hs = a->hs;
     const size_t esz = zt_dnnl_native_bf16() ? 2 : 4;
-    const void *qr = zt_dnnl_round(2, a->q, T, hs, C3), *kr = zt_dnnl_round(3, a->k, T, hs, C3);
-    const void *vr = zt_dnnl_round(4, a->v, T, hs, C3);
+    const void *qr = zt_dnnl_round(2, a->q, T, hs, C3), *kr = zt_dnnl_round(3, a->k, a->Tk, hs, a->ks);
+    const void *vr = zt_dnnl_round(4, a->v, a->Tk, hs, a->ks);
     for (int t0 = 0; t0 < T; t0 += a->bq) {
-        const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = t0 + nb - k0;
+        const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = att_keys(a, t0, nb, k0);
         const void *kb = ATT_AT(kr, (size_t)k0 * hs), *vb = ATT_AT(vr, (size_t)k0 * hs);
         zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, a->scale, ATT_AT(qr, (size_t)t0 * hs), kb, NULL, 0, S, nk);
         att_softmax_rows(a, t0, nb, k0, nk, S);
@@ -790,10 +790,10 @@ static void att_backward_head_bf16(const att_head_t *a, float *restrict S, float
     const int T = a->T, C = a->os, C3 = a->qs, hs = a->hs;
     const float scale = a->scale;
     const size_t esz = zt_dnnl_native_bf16() ? 2 : 4;
-    const void *qr = zt_dnnl_round(2, a->q, T, hs, C3), *kr = zt_dnnl_round(3, a->k, T, hs, C3);
-    const void *vr = zt_dnnl_round(4, a->v, T, hs, C3), *dyr = zt_dnnl_round(0, a->dout, T, hs, C);
+    const void *qr = zt_dnnl_round(2, a->q, T, hs, C3), *kr = zt_dnnl_round(3, a->k, a->Tk, hs, a->ks);
+    const void *vr = zt_dnnl_round(4, a->v, a->Tk, hs, a->ks), *dyr = zt_dnnl_round(0, a->dout, T, hs, C);
     for (int t0 = 0; t0 < T; t0 += a->bq) {
-        const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = t0 + nb - k0;
+        const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = att_keys(a, t0, nb, k0);
         const float *dyb = a->dout + (size_t)t0 * C;
         const void *qbr = ATT_AT(qr, (size_t)t0 * hs), *dybr = ATT_AT(dyr, (size_t)t0 * hs);
         const void *kb = ATT_AT(kr, (size_t)k0 * hs), *vb = ATT_AT(vr, (size_t)k0 * hs);
@@ -802,8 +802,8 @@ static void att_backward_head_bf16(const att_head_t *a, float *restrict S, float
         att_ds_rows(a, t0, nb, k0, nk, S, dS, dyb);
         const void *pr = zt_dnnl_round(1, S, nb, nk, nk), *dsr = zt_dnnl_round(5, dS, nb, nk, nk);
         zt_dnnl_gemm_rounded(0, 0, nb, hs, nk, 1.0f, dsr, kb, NULL, 1, a->dq + (size_t)t0 * C3, C3);
-        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, dsr, qbr, NULL, 1, a->dk + (size_t)k0 * C3, C3);
-        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, pr, dybr, NULL, 1, a->dv + (size_t)k0 * C3, C3);
+        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, dsr, qbr, NULL, 1, a->dk + (size_t)k0 * a->ks, a->ks);
+        zt_dnnl_gemm_rounded(1, 0, nk, hs, nb, 1.0f, pr, dybr, NULL, 1, a->dv + (size_t)k0 * a->ks, a->ks);
     }
 }
 #undef ATT_AT
@@ -948,13 +948,15 @@ static void cpu_attention_backward(float *restrict dqkv, const float *restrict d
     att_all_heads(&c);
 }
 
-/* ring attention's blocks (zt_backend.h), always fp32 GEMMs */
+/* ring attention's blocks (zt_backend.h): under MEDIUM with bf16 GEMMs like the full
+ * kernels, each operand rounded once per call */
 static void cpu_attention_block_forward(float *out, float *lse, const float *q, int qs, const float *k,
                                         const float *v, int ks, const int32_t *qseg, const int32_t *kseg, int B, int Tq,
                                         int Tk, int NH, int NKV, int HD, int causal)
 {
     att_call_t c = {.q = q, .k = k, .v = v, .o = out, .lse_out = lse, .seg = qseg, .kseg = qseg ? kseg : NULL,
-                    .B = B, .T = Tq, .Tk = Tk, .NH = NH, .NKV = NKV, .HD = HD, .qs = qs, .ks = ks, .causal = causal};
+                    .B = B, .T = Tq, .Tk = Tk, .NH = NH, .NKV = NKV, .HD = HD, .qs = qs, .ks = ks, .causal = causal,
+                    .bf16 = g_bf16_gemm};
     att_all_heads(&c);
 }
 
@@ -965,7 +967,7 @@ static void cpu_attention_block_backward(float *dq, float *dk, float *dv, const 
 {
     att_call_t c = {.q = q, .k = k, .v = v, .out = out, .dout = dout, .lse = lse, .dq = dq, .dk = dk, .dv = dv,
                     .seg = qseg, .kseg = qseg ? kseg : NULL, .B = B, .T = Tq, .Tk = Tk, .NH = NH, .NKV = NKV,
-                    .HD = HD, .qs = qs, .ks = ks, .causal = causal};
+                    .HD = HD, .qs = qs, .ks = ks, .causal = causal, .bf16 = g_bf16_gemm};
     att_all_heads(&c);
 }
 

@@ -250,6 +250,44 @@ static void t_attention_packed(void)
     run_attention(seg);
 }
 
+/* ring attention's block kernels under MEDIUM: separate k|v rows (stride ks != qs), keys
+ * Tk != queries Tq (non-causal) and a causal diagonal pair; the same checks as the full
+ * kernels above: bf16 at 1 and 2 threads agree bit for bit, differ from fp32 (so the
+ * bf16 GEMMs ran) and stay near it */
+static void t_attention_blocks(void)
+{
+    const int B = 2, NH = 4, NKV = 2, HD = 16, S = (NH + 2 * NKV) * HD, Q = NH * HD, kw = 2 * NKV * HD;
+    for (int causal = 0; causal < 2; causal++) {
+        const int Tq = 40, Tk = causal ? Tq : 56;
+        const size_t nq = (size_t)B * Tq * S, nkv = (size_t)B * Tk * kw, no = (size_t)B * Tq * Q;
+        const size_t nl = (size_t)B * NH * Tq;
+        float *q = frand(nq, 1.5), *kv = frand(nkv, 1.5), *dout = frand(no, 1);
+        float *o[3], *l[3], *dq[3], *dkv[3];
+        for (int r = 0; r < 3; r++) { /* 0: fp32, 1: bf16 1 thread, 2: bf16 2 threads */
+            o[r] = be->alloc(no * 4), l[r] = be->alloc(nl * 4), dq[r] = be->alloc(nq * 4);
+            dkv[r] = be->alloc(nkv * 4);
+            be->set_matmul_precision(r ? ZT_MATMUL_MEDIUM : ZT_MATMUL_HIGHEST);
+            zt_cpu_set_threads(r == 2 ? 2 : 1);
+            be->attention_block_forward(o[r], l[r], q, S, kv, kv + NKV * HD, kw, NULL, NULL, B, Tq, Tk, NH, NKV, HD,
+                                        causal);
+            be->attention_block_backward(dq[r], dkv[r], dkv[r] + NKV * HD, dout, q, S, kv, kv + NKV * HD, kw, NULL,
+                                         NULL, o[r], l[r], B, Tq, Tk, NH, NKV, HD, causal);
+        }
+        zt_cpu_set_threads(1);
+        be->set_matmul_precision(ZT_MATMUL_HIGHEST);
+        CU_ASSERT(memcmp(o[1], o[2], no * 4) == 0);
+        CU_ASSERT(memcmp(dq[1], dq[2], nq * 4) == 0);
+        CU_ASSERT(memcmp(dkv[1], dkv[2], nkv * 4) == 0);
+        double eo = 0, mo = 0, ed = 0, md = 0;
+        for (size_t i = 0; i < no; i++) eo = fmax(eo, fabs(o[1][i] - o[0][i])), mo = fmax(mo, fabs(o[0][i]));
+        for (size_t i = 0; i < nkv; i++) ed = fmax(ed, fabs(dkv[1][i] - dkv[0][i])), md = fmax(md, fabs(dkv[0][i]));
+        CU_ASSERT(eo > 0 && eo < 0.05 * mo);
+        CU_ASSERT(ed > 0 && ed < 0.05 * md);
+        for (int r = 0; r < 3; r++) be->free(o[r]), be->free(l[r]), be->free(dq[r]), be->free(dkv[r]);
+        be->free(q), be->free(kv), be->free(dout);
+    }
+}
+
 /* the fused GELU operations under bf16 GEMMs are still the operations they fuse,
  * bit for bit, with dpre written over act (the operands are rounded before dpre
  * is written: matmul_backward_bf16) */
@@ -283,6 +321,7 @@ static const zt_test_t tests[] = {
     {"fp32 levels are OpenBLAS bit for bit", t_fp32_bits},
     {"attention bf16: threads agree, near fp32", t_attention},
     {"attention bf16 on packed rows: threads agree, near fp32", t_attention_packed},
+    {"ring attention blocks bf16 (k|v apart, Tk != Tq): threads agree, near fp32", t_attention_blocks},
     {"matmul + gelu fused = composed, bf16, dpre over act", t_matmul_gelu},
     {"matmul + gelu fused = composed, bf16, no bias", t_matmul_gelu_nobias},
     {NULL, NULL},
