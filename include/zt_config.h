@@ -48,6 +48,7 @@ typedef struct zt_config {
         int cutoff_len;              /* LLaMA-Factory's cutoff_len */
         int train_on_prompt, mask_history, packing; /* bools */
         int neat_packing;            /* bool: packing whose samples do not see each other */
+        long max_samples;            /* LLaMA-Factory's max_samples: first records of each file (0 = all) */
     } data;
     struct {
         int per_device_train_batch_size;
@@ -77,6 +78,7 @@ typedef struct zt_config {
         double learning_rate;
         char lr_scheduler_type[32]; /* constant | linear | cosine */
         long warmup_steps;
+        double warmup_ratio;    /* warm-up as a fraction of the run's steps, when warmup_steps is 0 */
         double min_lr_ratio;
         double weight_decay;
         double adam_beta1, adam_beta2, adam_epsilon;

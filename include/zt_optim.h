@@ -14,6 +14,10 @@ enum { ZT_SCHED_CONSTANT = 0, ZT_SCHED_LINEAR = 1, ZT_SCHED_COSINE = 2 };
 
 int zt_sched_parse(const char *name);   /* -1 if unknown */
 double zt_lr_at(int sched, double lr, long warmup, double min_lr_ratio, long step, long total);
+/* The warm-up W of a run of total steps: warmup_steps when > 0, else ceil(total * ratio)
+ * in doubles, as transformers' get_warmup_steps (100 steps at 0.07 warm up for 8: the
+ * product is 7.000000000000001). */
+long zt_warmup_steps(long warmup_steps, double warmup_ratio, long total);
 double zt_clip_scale(double grad_norm, double max_norm);
 
 #endif

@@ -124,9 +124,11 @@ typedef struct {
     const char *template_name; /* zt_template_find */
     int cutoff_len, train_on_prompt, mask_history, packing;
     int neat_packing; /* implies packing; writes /segment_ids */
+    long max_samples; /* LLaMA-Factory's max_samples: each input's first records only (0 = all) */
 } zt_sft_prep_t;
 typedef struct {
     size_t records, samples, tokens, loss_tokens, dropped;
+    size_t unread;        /* records past max_samples in their inputs (counted, never parsed) */
     double seconds;       /* reading, templating, tokenizing, masking, gathering (not the HDF5 write) */
     double total_seconds; /* all of it, the write included */
     double share_cpu;     /* CPU seconds this process spent parsing and tokenizing its share (the
@@ -149,8 +151,9 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
 /* The cache of one input for the trainer: "INPUT.<16 hex digits>.sft.h5" beside it, the
  * digits an FNV-1a hash of everything that decides the samples: the input's bytes, the
  * tokenizer's files (tokenizer.json or vocab.json + merges.txt, tokenizer_config.json),
- * format, template, cutoff_len, the flags (neat_packing too) and a version of this code. A change to
- * any of them names another file; old ones are left for the user to delete. */
+ * format, template, cutoff_len, the flags (neat_packing too), max_samples and a version
+ * of this code. A change to any of them names another file; old ones are left for the
+ * user to delete. */
 int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size_t outlen, char *err,
                       size_t errlen);
 

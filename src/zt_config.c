@@ -172,6 +172,10 @@ static const zkey_t schema[] = {
        "only to itself and its positions restart at 0, so each trains as it would in a row of its own; "
        "the SFT file keeps the boundaries (/segment_ids). For data.format alpaca, sharegpt or messages; a "
        "sample file made with zt-prep-data --neat-packing trains so by itself."),
+    KL("data.max_samples", data.max_samples, 0, 0, BIG_LONG,
+       "LLaMA-Factory's max_samples: each instruction file (training and validation) keeps only its first this "
+       "many records, in file order, before preprocessing and before any shuffle; the rest are not read. 0 = "
+       "every record. For data.format alpaca, sharegpt or messages (zt-prep-data --max-samples)."),
     /* train */
     KI("train.per_device_train_batch_size", train.per_device_train_batch_size, 8, 1, 1 << 20,
        "Sequences per rank per micro-step (B). Global batch = B * gradient_accumulation_steps * world size "
@@ -239,7 +243,11 @@ static const zkey_t schema[] = {
        "Learning-rate schedule after warm-up: constant, linear decay or cosine decay to "
        "learning_rate * min_lr_ratio at the last step."),
     KL("optim.warmup_steps", optim.warmup_steps, 20, 0, BIG_LONG,
-       "Steps of linear warm-up from 0 to the peak learning rate."),
+       "Steps of linear warm-up from 0 to the peak learning rate; 0 when only optim.warmup_ratio is given."),
+    KD("optim.warmup_ratio", optim.warmup_ratio, 0.0, 0.0, 1.0,
+       "Warm-up as a fraction of the run's optimizer steps, transformers' warmup_ratio: ceil(steps * ratio) "
+       "steps (get_warmup_steps; transformers 5 reads a warmup_steps below 1 so). Used when "
+       "optim.warmup_steps is 0: given alone it sets that to 0, not to its default 20; both above 0 are refused."),
     KD("optim.min_lr_ratio", optim.min_lr_ratio, 0.1, 0.0, 1.0,
        "Final learning rate as a fraction of the peak (linear and cosine schedules)."),
     KD("optim.weight_decay", optim.weight_decay, 0.1, 0.0, 10.0,
@@ -927,6 +935,9 @@ int zt_config_parse(zt_config_t *cfg, const char *text, const char *filename, in
     if (text && parse_text(cfg, text, filename, err, errlen)) return -1;
     for (int i = 0; i < noverrides; i++)
         if (apply_override(cfg, overrides[i], err, errlen)) return -1;
+    /* a ratio given alone must not lose to warmup_steps' default (transformers' is 0); the
+     * printed config then says warmup_steps = 0, so it parses back to the same run */
+    if (cfg->optim.warmup_ratio > 0 && !zt_config_given(cfg, "optim.warmup_steps")) cfg->optim.warmup_steps = 0;
     return zt_config_validate(cfg, err, errlen);
 }
 
@@ -982,10 +993,18 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (cfg->data.neat_packing && strcmp(cfg->data.format, "tokens") == 0)
         return zt_err(err, errlen, "data.neat_packing applies to instruction data (data.format = alpaca, sharegpt or "
                                    "messages); a file made by zt-prep-data --neat-packing trains neatly as it is");
+    if (cfg->data.max_samples > 0 && strcmp(cfg->data.format, "tokens") == 0)
+        return zt_err(err, errlen, "data.max_samples (%ld) applies to instruction data (data.format = alpaca, "
+                                   "sharegpt or messages), not to token files", cfg->data.max_samples);
     if (cfg->train.max_steps <= 0 && cfg->train.num_train_epochs <= 0)
         return zt_err(err, errlen, "train.max_steps and train.num_train_epochs are both 0: nothing to train "
                                    "(set one of them > 0)");
     if (cfg->optim.warmup_steps < 0) return zt_err(err, errlen, "optim.warmup_steps must be >= 0");
+    /* transformers lets warmup_steps override the ratio; here the ratio would silently do nothing */
+    if (cfg->optim.warmup_ratio > 0 && cfg->optim.warmup_steps > 0)
+        return zt_err(err, errlen, "optim.warmup_ratio (%g) and optim.warmup_steps (%ld) are both set: give one "
+                                   "(optim.warmup_steps = 0 warms up for the ratio)",
+                      cfg->optim.warmup_ratio, cfg->optim.warmup_steps);
     if (!(cfg->optim.min_lr_ratio >= 0 && cfg->optim.min_lr_ratio <= 1))
         return zt_err(err, errlen, "optim.min_lr_ratio (%g) must be in [0, 1]", cfg->optim.min_lr_ratio);
     if (cfg->optim.adam_epsilon <= 0)

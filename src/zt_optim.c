@@ -25,6 +25,12 @@ double zt_lr_at(int sched, double lr, long warmup, double min_lr_ratio, long ste
     return floor_lr + (lr - floor_lr) * 0.5 * (1.0 + cos(M_PI * p));
 }
 
+long zt_warmup_steps(long warmup_steps, double warmup_ratio, long total)
+{
+    if (warmup_steps > 0 || !(warmup_ratio > 0)) return warmup_steps;
+    return (long)ceil((double)total * warmup_ratio);
+}
+
 double zt_clip_scale(double grad_norm, double max_norm)
 {
     if (max_norm <= 0.0) return 1.0;

@@ -214,6 +214,12 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
         if (input_open(&in, k, inputs[k], read_err, sizeof read_err) ||
             zt_sft_index(inputs[k], in.text[k], in.len[k], &in.ix[k], read_err, sizeof read_err))
             nfiles = k;
+        /* LLaMA-Factory selects range(max_samples) of each dataset as loaded, before its
+         * preprocessing and the merge's shuffle: the file's first records */
+        if (p->max_samples > 0 && in.ix[k].n > (size_t)p->max_samples) {
+            s.unread += in.ix[k].n - (size_t)p->max_samples;
+            in.ix[k].n = (size_t)p->max_samples;
+        }
         in.first[k + 1] = in.first[k] + in.ix[k].n;
     }
     const int64_t mine = nfiles;
@@ -326,6 +332,10 @@ int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size
              p->packing || p->neat_packing);
     h = fnv_str(h, buf);
     if (p->neat_packing) h = fnv_str(h, "neat_packing");
+    if (p->max_samples > 0) { /* likewise only when set: caches of whole files keep their names */
+        snprintf(buf, sizeof buf, "max_samples %ld", p->max_samples);
+        h = fnv_str(h, buf);
+    }
     if (fnv_file(&h, input, 1, err, errlen) != 0) return -1;
     struct stat st;
     char f[4200];

@@ -69,6 +69,7 @@ typedef struct run {
     zt_shard_opts_t sopts;
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
+    long warmup;            /* warm-up steps: optim.warmup_steps, or optim.warmup_ratio of total_steps */
     double tokens_seen;
     int32_t *inp, *tgt;     /* (A, B, T) host */
     int32_t *seg, *pos;     /* host, neat-packed rows' (NULL without): segments (A, B, T), positions (A, B, Tm) */
@@ -810,6 +811,9 @@ static void startup_report(run_t *r)
            cfg->parallel.reshard_after_forward ? "true" : "false");
     zt_log("batch: global %ld sequences = %d per device x %d ranks x %d accumulation, T=%d (%ld tokens/step); %ld steps",
            r->G, r->B, r->dp, r->A, r->T, r->G * r->T, r->total_steps);
+    if (cfg->optim.warmup_steps == 0 && cfg->optim.warmup_ratio > 0)
+        zt_log("warm-up: %ld steps = ceil(%ld steps x optim.warmup_ratio %g)", r->warmup, r->total_steps,
+               cfg->optim.warmup_ratio);
     estimate_t e;
     estimate(cfg, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
     char b[8][32];
@@ -994,8 +998,8 @@ static int run_loop(run_t *r)
         }
         const long adam_t = zt_shard_adam_step(r->shard); /* optimizer steps so far */
         const double S = r->loss_scale, norm = sqrt(norm2) / S;
-        double lr = zt_lr_at(sched, cfg->optim.learning_rate, cfg->optim.warmup_steps,
-                             cfg->optim.min_lr_ratio, adam_t, r->total_steps);
+        double lr = zt_lr_at(sched, cfg->optim.learning_rate, r->warmup, cfg->optim.min_lr_ratio, adam_t,
+                             r->total_steps);
         zt_adamw_hp_t hp = {
             .lr = (float)lr, .beta1 = (float)cfg->optim.adam_beta1, .beta2 = (float)cfg->optim.adam_beta2,
             .eps = (float)cfg->optim.adam_epsilon, .weight_decay = (float)cfg->optim.weight_decay,
@@ -1099,7 +1103,7 @@ static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[
     const char *tok = cfg->data.tokenizer[0] ? cfg->data.tokenizer : cfg->model.name_or_path;
     zt_sft_prep_t p = {tok, cfg->data.format, cfg->data.template_name, cfg->data.cutoff_len,
                        cfg->data.train_on_prompt, cfg->data.mask_history, cfg->data.packing,
-                       cfg->data.neat_packing};
+                       cfg->data.neat_packing, cfg->data.max_samples};
     if (!tok[0]) /* the same on every rank: the configuration is */
         return zt_err(err, errlen, "data.format = %s needs data.tokenizer (or model.name_or_path)", p.format);
     for (int i = 0; i < n; i++) {
@@ -1113,6 +1117,9 @@ static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[
             zt_log("data: %s -> %s: %zu records, %zu samples, %zu tokens (%zu with loss), %.2f s on %d ranks "
                    "(%.2f s with the write; rank 0's share %.2f s of CPU)", in[i], out[i], st.records, st.samples,
                    st.tokens, st.loss_tokens, st.seconds, r->comm->world.size, st.total_seconds, st.share_cpu);
+            if (st.unread)
+                zt_log("data: %s: the first %zu records (data.max_samples = %ld); %zu more not read", in[i],
+                       st.records, cfg->data.max_samples, st.unread);
         } else {
             zt_log("data: %s: cached in %s", in[i], out[i]);
         }
@@ -1228,6 +1235,9 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
                          ? cfg->train.max_steps
                          : (long)ceil(cfg->train.num_train_epochs * (double)S / (double)r->G);
     if (r->total_steps < 1) r->total_steps = 1;
+    /* from the steps of this run, as transformers does: a resumed run that derives the same
+     * total_steps (its checkpoint's config) warms up the same */
+    r->warmup = zt_warmup_steps(cfg->optim.warmup_steps, cfg->optim.warmup_ratio, r->total_steps);
 
     r->table = zt_arch_table_from_config(cfg, err, sizeof err);
     if (r->table && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {

@@ -4,7 +4,8 @@
  *                [--eot-between-files] [--eot-at-line STR] [--bin] -o OUT input.txt [more.txt ...]
  *   zt-prep-data --write-byte-tokenizer tokenizer.json
  *   zt-prep-data --tokenizer DIR --format alpaca|sharegpt|messages --template NAME --cutoff-len N
- *                [--train-on-prompt] [--mask-history] [--packing | --neat-packing] -o OUT.h5 DATA.json [more.json ...]
+ *                [--train-on-prompt] [--mask-history] [--packing | --neat-packing] [--max-samples N]
+ *                -o OUT.h5 DATA.json [more.json ...]
  *
  * Tokenizes the inputs in order (byte-level by default; a Hugging Face
  * tokenizer.json or a model directory with --tokenizer; GPT-2 BPE with --bpe) into
@@ -59,6 +60,7 @@ static void usage(FILE *out)
             "  --packing              greedy-pack samples into rows of cutoff-len tokens\n"
             "  --neat-packing         the same rows, the samples kept apart: /segment_ids (attention\n"
             "                         within a sample, positions from 0), LLaMA-Factory's neat_packing\n"
+            "  --max-samples N        only the first N records of each input (LLaMA-Factory's max_samples)\n"
             "  -h, --help             this text\n");
 }
 
@@ -139,6 +141,7 @@ int main(int argc, char **argv)
     const char *sep = NULL;
     const char *format = NULL, *template_name = NULL;
     int cutoff_len = 2048, train_on_prompt = 0, mask_history = 0, packing = 0, neat = 0;
+    long max_samples = 0;
     const char **inputs = zt_calloc((size_t)argc, sizeof *inputs);
     int ninputs = 0;
     char err[ZT_ERRLEN];
@@ -188,6 +191,13 @@ int main(int argc, char **argv)
             if (*end || end == argv[i] || v < 1 || v > (1L << 30))
                 return fail("--cutoff-len '%s' is not a positive integer", argv[i]);
             cutoff_len = (int)v;
+        } else if (!strcmp(a, "--max-samples")) {
+            char *end;
+            if (i + 1 >= argc) return fail("--max-samples needs a value");
+            errno = 0;
+            max_samples = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || errno || max_samples < 1)
+                return fail("--max-samples '%s' is not a positive integer", argv[i]);
         } else if (!strcmp(a, "--train-on-prompt")) {
             train_on_prompt = 1;
         } else if (!strcmp(a, "--mask-history")) {
@@ -218,20 +228,22 @@ int main(int argc, char **argv)
         if (!template_name) return fail("--format %s needs --template (%s)", format, zt_template_names());
         if (!tokpath) return fail("--format %s needs --tokenizer", format);
         if (vocab || bin || sep || eot_between) return fail("--bpe, --bin, --eot-* do not apply to --format %s", format);
-        zt_sft_prep_t p = {tokpath, format, template_name, cutoff_len, train_on_prompt, mask_history, packing, neat};
+        zt_sft_prep_t p = {tokpath, format, template_name, cutoff_len, train_on_prompt, mask_history, packing, neat,
+                           max_samples};
         zt_sft_prep_stats_t st;
         if (zt_sft_prep(&p, inputs, ninputs, out, &st, err, sizeof err) != 0) return fail("%s", err);
         printf("zt-prep-data: %zu records -> %s: %zu samples, %zu tokens (%zu with loss)%s; %.0f tokens/s\n",
                st.records, out, st.samples, st.tokens, st.loss_tokens,
                neat ? ", neat-packed" : packing ? ", packed" : "",
                st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0);
+        if (st.unread) printf("zt-prep-data: %zu records past --max-samples %ld not read\n", st.unread, max_samples);
         if (st.dropped) printf("zt-prep-data: %zu samples longer than cutoff_len dropped (packing)\n", st.dropped);
         free(inputs);
         return 0;
     }
-    if (template_name || train_on_prompt || mask_history || packing || neat)
-        return fail("--template, --train-on-prompt, --mask-history, --packing, --neat-packing need --format "
-                    "alpaca|sharegpt|messages");
+    if (template_name || train_on_prompt || mask_history || packing || neat || max_samples)
+        return fail("--template, --train-on-prompt, --mask-history, --packing, --neat-packing, --max-samples need "
+                    "--format alpaca|sharegpt|messages");
     const char *ext = bin ? ".bin" : ".h5";
     int single = ends_with(out, ".h5") || ends_with(out, ".bin");
     if (single && val_fraction > 0)

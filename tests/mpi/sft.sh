@@ -9,6 +9,9 @@
 # tokenizes a share of the records: 1, 2 and 3 ranks write the same content (h5dump), with
 # packing (groups of 1000 records), neat packing (/segment_ids) and without, and report the
 # error one rank meets.
+# data.max_samples keeps each file's first records: the first samples of the whole file,
+# the same on 1 and 2 ranks and from zt-prep-data --max-samples, a cache of its own per
+# value (0 names the cache of a run without it); refused for token files.
 . "$(dirname "$0")/common.sh"
 need_h5py
 HFPY="$ZT_SRCDIR/tests/mpi/hf_dir.py"
@@ -129,6 +132,53 @@ for np in 1 2 3; do
 done
 grep -q "sample_offsets" prep-1-many.json-true-false.dump || fail "h5dump shows no /sample_offsets"
 grep -q "segment_ids" prep-1-many.json-false-true.dump || fail "h5dump shows no /segment_ids of neat packing"
+# ---- data.max_samples: each file's first records, as LLaMA-Factory selects them ----
+set -- prep-1-many.jsonl-false-false/many.jsonl.*.sft.h5
+full=$1
+for np in 1 2; do
+    mkdir -p "ms$np" && cp many.jsonl "ms$np/" || fail "cp"
+    # shellcheck disable=SC2086
+    run_ztrain $np $json data.format=alpaca data.train_files="ms$np/many.jsonl" data.val_files=[] data.cutoff_len=64 \
+        data.seq_len=63 data.max_samples=1500 train.max_steps=1 train.eval_steps=0 train.output_dir="ms$np/run" >/dev/null
+    assert_contains "$ZT_OUT" "1500 records"
+    assert_contains "$ZT_OUT" "the first 1500 records (data.max_samples = 1500); 1100 more not read"
+    set -- "ms$np"/many.jsonl.*.sft.h5
+    [ $# -eq 1 ] && [ -f "$1" ] || fail "ms$np: not one cache file: $*"
+    [ "${1##*/}" != "${full##*/}" ] || fail "data.max_samples did not change the cache's name"
+    h5dump "$1" | tail -n +2 >"ms$np.dump" || fail "h5dump $1"
+done
+cmp -s ms1.dump ms2.dump || fail "data.max_samples: the cache made on 2 ranks differs from one rank's"
+set -- ms1/many.jsonl.*.sft.h5
+ms=$1
+"$PY" - "$ms" "$full" 1500 <<'PYEOF' || fail "data.max_samples=1500: not the first 1500 samples of the whole file"
+import sys, h5py
+a, b, k = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r"), int(sys.argv[3])
+off, full = a["sample_offsets"][:], b["sample_offsets"][:]
+n = int(full[k])
+ok = len(off) == k + 1 and (off == full[:k + 1]).all() and len(full) > k + 1
+ok = ok and all((a[d][:] == b[d][:n]).all() and a[d].shape == (n,) for d in ("input_ids", "labels"))
+print("max_samples", k, "of", len(full) - 1, "samples:", len(off) - 1, "tokens", n, "ok" if ok else "DIFFERENT")
+sys.exit(not ok)
+PYEOF
+"$ZT_PREP_DATA" --tokenizer "$SF/tok/qwen" --format alpaca --template qwen --cutoff-len 64 --max-samples 1500 \
+    -o ms-prep.h5 many.jsonl >ms-prep.log || fail "zt-prep-data --max-samples"
+assert_contains ms-prep.log "1100 records past --max-samples 1500 not read"
+h5dump ms-prep.h5 | tail -n +2 | cmp -s ms1.dump - || fail "zt-prep-data --max-samples 1500 differs from the trainer's cache"
+# shellcheck disable=SC2086
+run_ztrain 1 $json data.format=alpaca data.train_files=ms1/many.jsonl data.val_files=[] data.cutoff_len=64 \
+    data.seq_len=63 data.max_samples=1500 train.max_steps=1 train.eval_steps=0 train.output_dir=ms1/run2 >/dev/null
+assert_contains "$ZT_OUT" "cached in $ms"
+# shellcheck disable=SC2086
+run_ztrain 1 $json data.format=alpaca data.train_files=ms1/many.jsonl data.val_files=[] data.cutoff_len=64 \
+    data.seq_len=63 data.max_samples=1200 train.max_steps=1 train.eval_steps=0 train.output_dir=ms1/run3 >/dev/null
+assert_contains "$ZT_OUT" "1200 records"
+[ "$(ls ms1/many.jsonl.*.sft.h5 | wc -l)" -eq 2 ] || fail "a new data.max_samples did not make a new cache"
+# shellcheck disable=SC2086
+run_ztrain 1 $json data.format=alpaca data.train_files=ms1/many.jsonl data.val_files=[] data.cutoff_len=64 \
+    data.seq_len=63 data.max_samples=0 train.max_steps=1 train.eval_steps=0 train.output_dir=ms1/run4 >/dev/null
+[ -f "ms1/${full##*/}" ] || fail "data.max_samples = 0 did not keep the cache name of a run without it"
+# shellcheck disable=SC2086
+expect_fail_with 1 "data.max_samples (5) applies to instruction data" $llama data.max_samples=5 train.output_dir=bad5
 for np in 1 2; do
     # shellcheck disable=SC2086
     expect_fail_with $np "bad-late.json: record 1900: output: missing" $json data.format=alpaca \

@@ -4,8 +4,8 @@
 # read back with h5py) holds exactly LLaMA-Factory's input_ids and labels for cases that
 # cover each data format and option (truncation, train_on_prompt, mask_history, packing;
 # with --neat-packing also /segment_ids = LLaMA-Factory's neat attention_mask),
-# its padding id is the template's pad, and bad data fails with one line naming the file,
-# the record and the key. Needs python3 with h5py (SKIP, exit 77, without it).
+# its padding id is the template's pad, --max-samples keeps the first records of each
+# input, and bad data fails with one line naming the file, the record and the key. Needs python3 with h5py (SKIP, exit 77, without it).
 set -eu
 B=${ZT_BUILDDIR:-$(pwd)}
 S=${ZT_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -55,6 +55,33 @@ print(sys.argv[2], "samples", len(off) - 1, "tokens", len(ids), "ok" if ok else 
 sys.exit(0 if ok else 1)
 PYEOF
 done
+
+# --max-samples N: the first N records of each input, as LLaMA-Factory's max_samples takes
+# range(N) of each dataset before merging them: of alpaca.json (7 records) twice, samples
+# 0-2 and 0-2 of the whole file's
+(cd "$F" && "$B/zt-prep-data" --tokenizer tok/qwen --format alpaca --template qwen -o "$d/all.h5" alpaca.json &&
+    "$B/zt-prep-data" --tokenizer tok/qwen --format alpaca --template qwen --max-samples 3 -o "$d/ms.h5" \
+        alpaca.json alpaca.json) >"$d/log" 2>&1 || { cat "$d/log"; fail "zt-prep-data --max-samples failed"; }
+grep -q "8 records past --max-samples 3 not read" "$d/log" || { cat "$d/log"; fail "--max-samples: no count of the records left"; }
+"$PY" - "$d/all.h5" "$d/ms.h5" <<'PYEOF' || fail "--max-samples 3: not the first 3 samples of each input"
+import sys
+import h5py
+a, m = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+def samples(f, key):
+    o, v = f["sample_offsets"][:].tolist(), f[key][:].tolist()
+    return [v[o[i]:o[i + 1]] for i in range(len(o) - 1)]
+ok = all(samples(m, k) == 2 * samples(a, k)[:3] for k in ("input_ids", "labels"))
+sys.exit(not ok)
+PYEOF
+if "$B/zt-prep-data" --max-samples 3 -o "$d/t.h5" --val-fraction 0 "$F/alpaca.json" 2>"$d/err"; then
+    fail "--max-samples was accepted for plain text"
+fi
+grep -q "max-samples need --format" "$d/err" || { cat "$d/err"; fail "--max-samples without --format: no error"; }
+if "$B/zt-prep-data" --tokenizer "$F/tok/qwen" --format alpaca --template qwen --max-samples 0 -o "$d/x.h5" \
+        "$F/alpaca.json" 2>"$d/err"; then
+    fail "--max-samples 0 was accepted"
+fi
+grep -q "max-samples '0' is not a positive integer" "$d/err" || { cat "$d/err"; fail "--max-samples 0: no error"; }
 
 # bad data: exit 1, one line naming file, record and key
 printf '[{"instruction": "a", "output": "b"}, {"instruction": "c"}]\n' >"$d/bad.json"

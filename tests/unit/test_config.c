@@ -268,6 +268,50 @@ static void t_validate(void)
     ASSERT_ERR("parallel.strategy: 'zero9' must be one of");
 }
 
+/* LLaMA-Factory's warmup_ratio and max_samples: ranges, what they may be combined with,
+ * and a ratio given alone replacing warmup_steps' default in a config that parses back */
+static void t_lf_keys(void)
+{
+    CU_ASSERT_EQUAL(parse("optim = {\n warmup_ratio = 1.5; };", 0, NULL), -1);
+    CU_ASSERT_STRING_EQUAL(err, "in.cfg:2: optim.warmup_ratio: 1.5 is out of range [0, 1]");
+    char *neg[] = {"optim.warmup_ratio=-0.1"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, neg), -1);
+    ASSERT_ERR("optim.warmup_ratio: -0.1 is out of range [0, 1]");
+    CU_ASSERT_PTR_NULL(strchr(err, '\n'));
+
+    char *ratio[] = {"optim.warmup_ratio=0.1"};
+    CU_ASSERT_EQUAL_FATAL(parse(NULL, 1, ratio), 0);
+    CU_ASSERT_EQUAL(cfg.optim.warmup_steps, 0); /* not the default 20, which would override it */
+    CU_ASSERT_DOUBLE_EQUAL(cfg.optim.warmup_ratio, 0.1, 0);
+    char *text = zt_config_to_string(&cfg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "warmup_steps = 0;"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "warmup_ratio = 0.1;"));
+    CU_ASSERT_EQUAL(zt_config_parse(&cfg2, text, "stored", 0, NULL, err, sizeof err), 0);
+    CU_ASSERT(cfg2.optim.warmup_steps == 0 && cfg2.optim.warmup_ratio == 0.1);
+    free(text);
+    char *zero[] = {"optim.warmup_ratio=0.1", "optim.warmup_steps=0"};
+    CU_ASSERT_EQUAL(parse(NULL, 2, zero), 0);
+    char *both[] = {"optim.warmup_ratio=0.1", "optim.warmup_steps=5"};
+    CU_ASSERT_EQUAL(parse(NULL, 2, both), -1);
+    CU_ASSERT_STRING_EQUAL(err, "optim.warmup_ratio (0.1) and optim.warmup_steps (5) are both set: give one "
+                                "(optim.warmup_steps = 0 warms up for the ratio)");
+    CU_ASSERT_EQUAL(parse("optim = { warmup_steps = 7; };", 0, NULL), 0);
+    CU_ASSERT_EQUAL(cfg.optim.warmup_steps, 7);
+
+    char *tokens[] = {"data.max_samples=1000"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, tokens), -1);
+    CU_ASSERT_STRING_EQUAL(err, "data.max_samples (1000) applies to instruction data (data.format = alpaca, "
+                                "sharegpt or messages), not to token files");
+    char *sft[] = {"data.format=alpaca", "data.template=qwen", "data.max_samples=1000"};
+    CU_ASSERT_EQUAL(parse(NULL, 3, sft), 0);
+    CU_ASSERT_EQUAL(cfg.data.max_samples, 1000);
+    CU_ASSERT_EQUAL(parse("data = { format = \"alpaca\"; template = \"qwen\"; max_samples = -1; };", 0, NULL), -1);
+    ASSERT_ERR("in.cfg:1: data.max_samples: -1 is out of range [0, ");
+    CU_ASSERT_EQUAL(parse(NULL, 0, NULL), 0);
+    CU_ASSERT_EQUAL(cfg.data.max_samples, 0);
+    CU_ASSERT_DOUBLE_EQUAL(cfg.optim.warmup_ratio, 0.0, 0);
+}
+
 /* fp16 and loss scaling: exclusive with bf16, fp16 reductions only with fp16, and
  * a minimum scale the dynamic scale can start from */
 static void t_validate_fp16(void)
@@ -468,6 +512,7 @@ static const zt_test_t tests[] = {
     {"syntax error has line", t_syntax_error},
     {"cross-field validation", t_validate},
     {"fp16 and loss-scale validation", t_validate_fp16},
+    {"warmup_ratio and max_samples", t_lf_keys},
     {"print/parse round trip", t_round_trip},
     {"string list forms", t_string_list},
     {"help and markdown list every key", t_help_markdown_complete},

@@ -20,6 +20,21 @@ static void t_warmup(void)
     CU_ASSERT_DOUBLE_EQUAL(zt_lr_at(ZT_SCHED_CONSTANT, 1e-3, 0, 0.1, 50, 100), 1e-3, 1e-12);
 }
 
+/* optim.warmup_ratio: the values of transformers' get_warmup_steps,
+ * math.ceil(num_training_steps * warmup_ratio), computed with Python */
+static void t_warmup_ratio(void)
+{
+    CU_ASSERT_EQUAL(zt_warmup_steps(0, 0.1, 375), 38);
+    CU_ASSERT_EQUAL(zt_warmup_steps(0, 0.5, 12), 6);
+    CU_ASSERT_EQUAL(zt_warmup_steps(0, 0.07, 100), 8); /* 7.000000000000001: not rounded to 7 */
+    CU_ASSERT_EQUAL(zt_warmup_steps(0, 0.28, 375), 106);
+    CU_ASSERT_EQUAL(zt_warmup_steps(0, 0.01, 3), 1);
+    CU_ASSERT_EQUAL(zt_warmup_steps(0, 1.0, 7), 7);
+    CU_ASSERT_EQUAL(zt_warmup_steps(0, 0.0, 100), 0);
+    CU_ASSERT_EQUAL(zt_warmup_steps(5, 0.0, 100), 5);
+    CU_ASSERT_EQUAL(zt_warmup_steps(5, 0.5, 100), 5); /* warmup_steps > 0 wins, as in transformers */
+}
+
 static void t_cosine(void)
 {
     /* W=10, S=110: p=0.5 at step 60 -> floor + (lr-floor)/2 */
@@ -45,6 +60,6 @@ static void t_clip(void)
 }
 
 static const zt_test_t tests[] = {
-    {"schedule names", t_parse}, {"warmup", t_warmup}, {"cosine", t_cosine},
+    {"schedule names", t_parse}, {"warmup", t_warmup}, {"warmup ratio", t_warmup_ratio}, {"cosine", t_cosine},
     {"linear", t_linear}, {"clip factor", t_clip}, {NULL, NULL}};
 ZT_TEST_MAIN("optim", tests)
