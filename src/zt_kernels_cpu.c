@@ -94,41 +94,19 @@ static inline float zt_expf(float x)
  * out zeroed pages (no memset) and a freed buffer leaves no hole in the malloc
  * heap. Through malloc, the buffers the shard engine allocates and frees every
  * step fragmented the heap and peak RSS grew step after step. Every buffer has a
- * 64-byte header just before it recording how it was made.
- *
- * Buffers of CPU_HUGE_MIN or more start on a 2 MiB boundary and are advised as
- * transparent huge pages (Debian's default THP mode is "madvise": nothing gets them
- * unasked). A GEMM streaming a 154 MB embedding or the optimizer's four passes over
- * the parameters then miss the TLB once per 2 MiB rather than per 4 KiB, and the
- * hardware prefetchers do not stop at every 4 KiB page boundary. The mapping is trimmed
- * to the buffer, so a partial 2 MiB at either end stays in small pages and RSS does
- * not grow past what is touched. */
+ * 64-byte header just before it recording how it was made. */
 #define CPU_HDR 64
-#define CPU_PAGE ((size_t)4096)
 #define CPU_MMAP_MIN ((size_t)1 << 20)
-#define CPU_HUGE ((size_t)2 << 20)
-#define CPU_HUGE_MIN ((size_t)4 << 20)
 typedef struct { size_t bytes; int mapped; } cpu_hdr_t;
 
 static void *cpu_alloc(size_t bytes)
 {
     if (bytes >= CPU_MMAP_MIN) {
-        const size_t len = CPU_PAGE + ZT_CEIL_DIV(bytes, CPU_PAGE) * CPU_PAGE; /* header page + buffer */
-        const int huge = bytes >= CPU_HUGE_MIN;
-        const size_t map = len + (huge ? CPU_HUGE : 0);
-        char *raw = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (raw == MAP_FAILED) zt_fatal("out of memory mapping %zu bytes: %s", bytes, strerror(errno));
-        char *base = raw; /* the header page; the user pointer is the page after it */
-        if (huge) {
-            base = (char *)((((uintptr_t)raw + CPU_PAGE + CPU_HUGE - 1) & ~(uintptr_t)(CPU_HUGE - 1)) - CPU_PAGE);
-            if (base > raw && munmap(raw, (size_t)(base - raw)) != 0) zt_fatal("munmap failed: %s", strerror(errno));
-            const size_t tail = (size_t)(raw + map - (base + len));
-            if (tail && munmap(base + len, tail) != 0) zt_fatal("munmap failed: %s", strerror(errno));
-            /* advice only: a kernel without THP answers EINVAL and the pages stay small */
-            (void)madvise(base + CPU_PAGE, len - CPU_PAGE, MADV_HUGEPAGE);
-        }
-        char *p = base + CPU_PAGE;
-        *(cpu_hdr_t *)(p - CPU_HDR) = (cpu_hdr_t){len, 1};
+        const size_t page = 4096, total = bytes + page;
+        char *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED) zt_fatal("out of memory mapping %zu bytes: %s", bytes, strerror(errno));
+        char *p = base + page; /* page-aligned user pointer, header in the first page */
+        *(cpu_hdr_t *)(p - CPU_HDR) = (cpu_hdr_t){total, 1};
         return p;
     }
     char *base = zt_aligned_alloc(bytes + CPU_HDR);
@@ -142,7 +120,7 @@ static void cpu_free(void *p)
     if (!p) return;
     cpu_hdr_t h = *(cpu_hdr_t *)((char *)p - CPU_HDR);
     if (h.mapped) {
-        if (munmap((char *)p - CPU_PAGE, h.bytes) != 0) zt_fatal("munmap failed: %s", strerror(errno));
+        if (munmap((char *)p - 4096, h.bytes) != 0) zt_fatal("munmap failed: %s", strerror(errno));
     } else {
         free((char *)p - CPU_HDR);
     }
