@@ -3,7 +3,8 @@
 # Llama-style model of tools/bench-llama.sh (L=12, C=768, 12 heads, 4 KV heads, MLP 2048,
 # vocabulary 32000, untied; B=4, T=128, fp32, one rank, one thread):
 #   ztrain full fine-tuning, ztrain LoRA (rank 8, every linear), PEFT + transformers LoRA
-#   (the same, torch's eager CPU), in alternating rounds (ROUNDS, default 2).
+#   (the same, torch's eager CPU), in alternating rounds (ROUNDS, default 3): this VM's
+#   speed drifts by 10-25% over minutes, so each round's ratios are printed beside the means.
 # Targets: ztrain LoRA <= 0.7x ztrain full's step time; ztrain LoRA >= 1.3x PEFT's tokens/s.
 # Prints the median step time of the steps after WARMUP of each run, and the memory
 # the shard engine measured (gradients, optimizer) beside the estimate.
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 B=${1:-build}
 STEPS=${STEPS:-6}
 WARMUP=${WARMUP:-2}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-3}
 PY=${PY:-$HOME/.cache/ztrain-venv/bin/python}
 [ -x "$PY" ] || sh tools/make-venv.sh
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -59,6 +60,9 @@ while [ "$i" -le "$ROUNDS" ]; do
 done
 awk -v f="$full" -v l="$lora" -v p="$peft" 'BEGIN {
     nf = split(f, a, " "); split(l, b, " "); split(p, c, " ");
-    for (k = 1; k <= nf; k++) { F += a[k]; L += b[k]; P += c[k] } F /= nf; L /= nf; P /= nf;
+    for (k = 1; k <= nf; k++) {
+        printf "round %d: LoRA / full %.2f, LoRA / PEFT speed %.2fx\n", k, b[k] / a[k], c[k] / b[k];
+        F += a[k]; L += b[k]; P += c[k] }
+    F /= nf; L /= nf; P /= nf;
     printf "mean: LoRA / full step time %.2f (target <= 0.70); ztrain LoRA / PEFT speed %.2fx (target >= 1.3x)\n", L / F, P / L }'
 echo "load at end: $(uptime | sed 's/.*load average: //')"
