@@ -43,6 +43,12 @@ void zt_model_free(zt_model_t *m);
 struct zt_actcoll;
 void zt_model_set_collectives(zt_model_t *m, const struct zt_actcoll *ac);
 
+/* Ring attention's causal balance: each sequence is cut into 2 sp chunks and sp rank i
+ * holds chunk i then chunk 2 sp - 1 - i (h = 0, 1), chunk-major over the batch's rows
+ * ((B, T/2) of the first, then of the second). The global chunk of rank i's half h; the
+ * data reader, the model's positions and segment ids and the dropout keys all follow it. */
+static inline int zt_model_ring_chunk(int sp, int i, int h) { return h ? 2 * sp - 1 - i : i; }
+
 /* lora.dropout: the training batch's per-token keys (N, host memory that stays unchanged
  * until the batch's results are read, as the batch's own), the counters of the dropout
  * masks (zt_backend.h dropout_mask), set after zt_model_set_batch; a batch without them

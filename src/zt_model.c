@@ -326,7 +326,7 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
             for (int h = 0; h < 2; h++)
                 for (int b = 0; b < B; b++)
                     for (int t = 0; t < c; t++)
-                        m->host_sp_positions[((size_t)h * B + b) * c + t] = (h ? 2 * sp - 1 - i : i) * c + t;
+                        m->host_sp_positions[((size_t)h * B + b) * c + t] = zt_model_ring_chunk(sp, i, h) * c + t;
         }
         m->be->from_host_async(m->sp_positions, m->host_sp_positions, N * sizeof(int32_t));
     }
@@ -499,8 +499,7 @@ typedef struct ring_pair { int qh, kh, causal; } ring_pair_t;
 static const int32_t *ring_seg(const zt_model_t *m, int j, int h)
 {
     if (!m->seg) return NULL;
-    const int sp = m->d.sp_size, ch = h ? 2 * sp - 1 - j : j;
-    return m->ring_seg + (size_t)ch * m->B * (m->T / 2);
+    return m->ring_seg + (size_t)zt_model_ring_chunk(m->d.sp_size, j, h) * m->B * (m->T / 2);
 }
 
 static int ring_pairs(const zt_model_t *m, int step, ring_pair_t *p)

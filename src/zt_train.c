@@ -411,7 +411,6 @@ static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_mod
     return 0;
 }
 
-/* seg, pos: the rows' segments and positions (neat packing), or NULL */
 /* lora.dropout's counters for micro-step m: one key per local token from (seed, step,
  * the sample's slot in the global batch, its position in the sequence), so any strategy,
  * world size and mesh drops the same elements of the same token */
@@ -427,12 +426,14 @@ static void dropout_keys(run_t *r, int m, uint64_t *keys)
             if (ring) { /* chunk-major: (B, Tm/2) of chunk i, then of chunk 2 sp - 1 - i */
                 const int c = Tm / 2, h = t / c;
                 at = ((size_t)h * B + b) * c + t % c;
-                pos = (h ? 2 * sp - 1 - i : i) * c + t % c;
+                pos = zt_model_ring_chunk(sp, i, h) * c + t % c;
             }
             keys[at] = zt_splitmix64(base ^ zt_splitmix64(((uint64_t)(g0 + b) << 24) ^ (uint64_t)pos));
         }
 }
 
+/* seg, pos: the rows' segments and positions (neat packing), or NULL; keys: lora.dropout's
+ * per-token counters, or NULL */
 static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
                          const uint64_t *keys, float dscale)
 {
@@ -538,7 +539,7 @@ static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_
          * row's segments stay whole: the model cuts them per chunk) */
         const size_t c = (size_t)Tm / 2;
         for (int h = 0; h < 2; h++) {
-            const size_t o = (size_t)(h ? 2 * sp - 1 - i : i) * c, at = ((size_t)h * r->B + b) * c;
+            const size_t o = (size_t)zt_model_ring_chunk(sp, i, h) * c, at = ((size_t)h * r->B + b) * c;
             memcpy(inp + at, r->row_tmp + o, c * sizeof(int32_t));
             memcpy(tgt + at, r->row_tmp + T + o, c * sizeof(int32_t));
             if (pos) memcpy(pos + at, r->row_tmp + 2 * (size_t)T + o, c * sizeof(int32_t));
