@@ -204,10 +204,12 @@ typedef struct zt_backend {
                           const int32_t *targets, int v0, int N, int V, float dscale);
     /* Dropout with a counter-based mask (LoRA's lora_dropout): out (N,C) = x / (1 - p) where
      * kept, 0 where dropped; element (n, c) is dropped when u < p, u the top 53 bits of
-     * zt_splitmix64(row_keys[n] ^ salt ^ zt_splitmix64(c + 1)) over 2^53 (row_keys (N)
-     * backend memory). The same keys and salt give the same mask on every backend, so the
-     * backward multiplies by the same mask. out may be x. */
-    void (*dropout_mask)(float *out, const float *x, const uint64_t *row_keys, uint64_t salt, int N, int C, float p);
+     * zt_splitmix64(row_keys[n] ^ salt ^ zt_splitmix64(c0 + c + 1)) over 2^53 (row_keys (N)
+     * backend memory; c0: x's first column in the whole input, so a tp rank's slice of
+     * the features draws that slice of one rank's mask). The same keys and salt give the
+     * same mask on every backend, so the backward multiplies by the same mask. out may be x. */
+    void (*dropout_mask)(float *out, const float *x, const uint64_t *row_keys, uint64_t salt, int N, int C, int c0,
+                         float p);
     /* x *= s */
     void (*scale)(float *x, float s, size_t n);
     /* sum of x^2 in double, the global-norm building block */

@@ -63,6 +63,8 @@ typedef struct zt_param {
     int frozen;         /* no gradient, no optimizer state (LoRA's base); a unit's
                          * parameters are all frozen or none */
     int lora_a, lora_b; /* this weight's LoRA adapter parameters, -1 if none */
+    int adapter;        /* 'A' (r, in) or 'B' (out, r): a LoRA matrix, of its base
+                         * weight's role; 0 for any other parameter */
     /* Tensor parallelism (zt_params_tp_local): what of the global tensor (gshape,
      * gnumel) this rank holds. tp_dim -1: all of it (replicated over tp); 0 or 1: a
      * slice along that dimension of the stored shape, tp_nblk blocks of

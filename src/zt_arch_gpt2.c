@@ -177,10 +177,15 @@ static void gpt2_build(zt_param_table_t *t, float init_std)
     zt_params_finish(t, 1 + d->L, 0, 1);
 }
 
-/* The block's GEMMs: their weights' places in a block unit (LoRA is refused with tensor
- * parallelism, so their widths are the model's: in C, C, C, 4C). */
+/* The block's GEMMs: their weights' places in a block unit, and their input widths on
+ * this rank (the row-parallel c_proj's are this tp rank's share of the heads and the MLP) */
 static const char *const gemm_name[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
-static const int gemm_param[4] = {2, 4, 8, 10}, gemm_in[4] = {1, 1, 1, 4};
+static const int gemm_param[4] = {2, 4, 8, 10};
+static int gemm_in(const zt_model_dims_t *d, int k)
+{
+    const int in[4] = {d->C, d->NH * d->HD, d->C, d->I};
+    return in[k];
+}
 
 /* 1 when block 0's GEMM k has an adapter (every block has the same targets) */
 static int has_lora(const zt_param_table_t *t, int k)
@@ -200,11 +205,11 @@ static size_t gpt2_lora_floats(const zt_param_table_t *t, size_t N)
     for (int k = 0; k < 4; k++)
         if (has_lora(t, k)) {
             nr += (size_t)t->lora_rank;
-            in = ZT_MAX(in, gemm_in[k] * (int)C);
+            in = ZT_MAX(in, gemm_in(&t->dims, k));
         }
     if (!nr) return 0;
     return (size_t)t->dims.L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, in, t->lora_dropout > 0) +
-           (has_lora(t, 3) ? 4 * N * C : 0) + C;
+           (has_lora(t, 3) ? N * (size_t)t->dims.I : 0) + C;
 }
 
 static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int recompute)
@@ -291,7 +296,7 @@ static void gpt2_create(zt_model_t *m)
         int in = 0;
         for (int k = 0; k < 4; k++) {
             const int w = table->unit_first[1] + gemm_param[k];
-            zt_lora_gemm_init(m, lo[k], &w, 1, gemm_in[k] * (int)C);
+            zt_lora_gemm_init(m, lo[k], &w, 1, gemm_in(&m->d, k));
             if (lo[k]->n) in = ZT_MAX(in, lo[k]->C);
         }
         zt_lora_scratch(m, in);

@@ -794,12 +794,12 @@ static void cuda_crossentropy_fused(float *logits, float *losses, const int32_t 
 }
 
 static void cuda_dropout_mask(float *out, const float *x, const uint64_t *row_keys, uint64_t salt, int N, int C,
-                              float p)
+                              int c0, float p)
 {
     ensure_init();
     const size_t n = (size_t)N * C;
     if (n == 0) return;
-    dropout_mask_k<<<ELEM_LAUNCH(n)>>>(out, x, row_keys, salt, N, C, p);
+    dropout_mask_k<<<ELEM_LAUNCH(n)>>>(out, x, row_keys, salt, N, C, c0, p);
     ZT_LAUNCHED();
 }
 

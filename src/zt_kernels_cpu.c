@@ -1379,14 +1379,14 @@ static void cpu_vocab_ce_grad(float *restrict logits, float *restrict losses, co
 }
 
 static void cpu_dropout_mask(float *out, const float *x, const uint64_t *row_keys, uint64_t salt, int N, int C,
-                             float p)
+                             int c0, float p)
 {
     const float keep = 1.0f / (1.0f - p);
 #pragma omp parallel for if ((size_t)N * C >= ZT_PAR_MIN) schedule(static)
     for (int n = 0; n < N; n++) {
         const uint64_t k = row_keys[n] ^ salt;
         for (int c = 0; c < C; c++) {
-            const double u = (double)(zt_splitmix64(k ^ zt_splitmix64((uint64_t)c + 1)) >> 11) * (1.0 / 9007199254740992.0);
+            const double u = (double)(zt_splitmix64(k ^ zt_splitmix64((uint64_t)(c0 + c) + 1)) >> 11) * (1.0 / 9007199254740992.0);
             const size_t i = (size_t)n * C + c;
             out[i] = u < p ? 0.0f : x[i] * keep;
         }

@@ -492,13 +492,13 @@ __device__ __forceinline__ uint64_t dropout_mix(uint64_t x)
 }
 
 __global__ void dropout_mask_k(float *out, const float *x, const uint64_t *row_keys, uint64_t salt, int N, int C,
-                               float p)
+                               int c0, float p)
 {
     const size_t n = (size_t)N * C;
     const float keep = 1.0f / (1.0f - p);
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const uint64_t k = row_keys[i / C] ^ salt;
-        const double u = (double)(dropout_mix(k ^ dropout_mix((uint64_t)(i % C) + 1)) >> 11) * (1.0 / 9007199254740992.0);
+        const double u = (double)(dropout_mix(k ^ dropout_mix((uint64_t)(c0 + i % C) + 1)) >> 11) * (1.0 / 9007199254740992.0);
         out[i] = u < p ? 0.0f : x[i] * keep;
     }
 }

@@ -84,6 +84,7 @@ int zt_lora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_t
                                                    ZT_W_OUT_IN)
                                    : zt_params_add(t, name, 2, r, in, base_units + l, l, ZT_INIT_UNIFORM,
                                                    (float)(1.0 / sqrt((double)in)), q.role, ZT_W_OUT_IN);
+                t->params[k].adapter = pass ? 'B' : 'A';
                 if (pass) t->params[p].lora_b = k;
                 else t->params[p].lora_a = k;
             }

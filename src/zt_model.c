@@ -55,7 +55,11 @@ void zt_lora_gemm_init(zt_model_t *m, zt_lora_gemm_t *g, const int *params, int 
             /* the A's of one GEMM are the rows of one matrix (zt_lora_apply's order) */
             if (first_a >= 0 && a->offset != g->a_off + (size_t)g->n * a->numel)
                 zt_fatal("lora: the A matrices of %s's GEMM are not adjacent", p->name);
-            if (first_a < 0) first_a = p->lora_a, g->a_off = a->offset;
+            if (first_a < 0) {
+                first_a = p->lora_a, g->a_off = a->offset;
+                g->c0 = a->tp_dim == 1 ? (int)a->tp_goff[0] : 0;
+                for (int q = 0; q < first_a; q++) g->mask_id += t->params[q].unit == a->unit ? t->params[q].gnumel : 0;
+            }
             g->b_off[g->n] = t->params[p->lora_b].offset;
             g->out_off[g->n] = col;
             g->out_n[g->n] = out;
@@ -118,10 +122,10 @@ void zt_model_set_row_keys(zt_model_t *m, const uint64_t *keys)
 /* dropout on: a training batch with its keys */
 static int lora_drop(const zt_model_t *m) { return m->row_keys && m->keys_set; }
 
-/* a mask per (block, GEMM, target): the GEMM's A offset in the adapter unit names it */
+/* a mask per (block, GEMM, target), the same at every tp */
 static uint64_t lora_salt(const zt_lora_gemm_t *g, int l, int i)
 {
-    return zt_splitmix64(((uint64_t)l << 40) ^ ((uint64_t)g->a_off << 4) ^ (uint64_t)i);
+    return zt_splitmix64(((uint64_t)l << 40) ^ (g->mask_id << 4) ^ (uint64_t)i);
 }
 
 void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y)
@@ -134,7 +138,7 @@ void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *
     if (lora_drop(m)) {
         /* PEFT: each target its own dropout of x, so one GEMM per target */
         for (int i = 0; i < g->n; i++) {
-            be->dropout_mask(m->lora_xd, x, m->row_keys, lora_salt(g, l, i), N, C, m->table->lora_dropout);
+            be->dropout_mask(m->lora_xd, x, m->row_keys, lora_salt(g, l, i), N, C, g->c0, m->table->lora_dropout);
             be->gemm(0, 1, N, r, C, s, m->lora_xd, C, lora + g->a_off + (size_t)i * r * C, C, 0.0f, xa + i * r, nr);
         }
     } else {
@@ -165,12 +169,12 @@ void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float 
             const size_t ai = g->a_off + (size_t)i * r * C;
             const uint64_t salt = lora_salt(g, l, i);
             if (dlora) {
-                be->dropout_mask(m->lora_xd, x, m->row_keys, salt, N, C, m->table->lora_dropout);
+                be->dropout_mask(m->lora_xd, x, m->row_keys, salt, N, C, g->c0, m->table->lora_dropout);
                 be->gemm(1, 0, r, C, N, s, dxa + i * r, nr, m->lora_xd, C, 1.0f, dlora + ai, C);
             }
             if (!dx) continue;
             be->gemm(0, 0, N, C, r, s, dxa + i * r, nr, lora + ai, C, 0.0f, m->lora_dx, C);
-            be->dropout_mask(m->lora_dx, m->lora_dx, m->row_keys, salt, N, C, m->table->lora_dropout);
+            be->dropout_mask(m->lora_dx, m->lora_dx, m->row_keys, salt, N, C, g->c0, m->table->lora_dropout);
             be->accumulate(dx, m->lora_dx, (size_t)N * C);
         }
         return;

@@ -138,6 +138,9 @@ typedef struct zt_lora_gemm {
     int n;                      /* targets (0: no LoRA on this GEMM) */
     int C, OC;
     size_t a_off;               /* first A in the adapter unit */
+    uint64_t mask_id;           /* dropout: the first A's offset in the whole (tp 1) unit */
+    int c0;                     /* dropout: x's first column in the whole input (a tp
+                                 * rank's slice of a row-parallel GEMM's input) */
     size_t b_off[ZT_LORA_MAX];  /* each target's B */
     int out_off[ZT_LORA_MAX], out_n[ZT_LORA_MAX]; /* its columns of y */
     float **xa;                 /* (L) s * x A^T (N, n r) */

@@ -228,7 +228,13 @@ static void init_global(const zt_param_t *p, uint64_t seed, size_t start, size_t
  * c_fc) keep their output features of this rank's heads or MLP share, row-parallel
  * ones (o, down, c_proj) their input features; the embedding and the head their
  * vocabulary rows; norms, positions and the row-parallel biases (added once, after
- * the all-reduce) are whole on every rank. */
+ * the all-reduce) are whole on every rank.
+ * A LoRA pair y += s (x A^T) B^T follows its base: on a column-parallel base, B (out, r)
+ * keeps this rank's output rows and A is whole; on a row-parallel one, A (r, in) keeps
+ * this rank's input columns and B is whole (each rank's x A^T is a partial sum, which
+ * the base's own all-reduce of y completes). The whole matrix's gradient is then a
+ * partial sum on each rank (dA from this rank's output columns of dy, dB from its
+ * partial x A^T), summed over tp as a q/k norm's. */
 enum { TP_WHOLE = 0, TP_OUT, TP_IN, TP_ROWS };
 
 static int tp_kind(const zt_param_t *p)
@@ -236,8 +242,8 @@ static int tp_kind(const zt_param_t *p)
     switch (p->role) {
     case ZT_ROLE_EMBED: case ZT_ROLE_HEAD: return TP_ROWS;
     case ZT_ROLE_QKV: case ZT_ROLE_Q: case ZT_ROLE_K: case ZT_ROLE_V: case ZT_ROLE_GATE: case ZT_ROLE_UP:
-    case ZT_ROLE_FC: return TP_OUT;
-    case ZT_ROLE_O: case ZT_ROLE_DOWN: return p->ndim == 1 ? TP_WHOLE : TP_IN;
+    case ZT_ROLE_FC: return p->adapter == 'A' ? TP_WHOLE : TP_OUT;
+    case ZT_ROLE_O: case ZT_ROLE_DOWN: return p->ndim == 1 || p->adapter == 'B' ? TP_WHOLE : TP_IN;
     default: return TP_WHOLE;
     }
 }
@@ -256,11 +262,6 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         else if ((int64_t)(tp - 1) * ((d->V + tp - 1) / tp) >= d->V) what = "the vocabulary into non-empty blocks", v = d->V;
         if (what) {
             zt_err(err, errlen, "parallel.tensor_parallel_size (%d) must divide %s (%d)", tp, what, v);
-            return NULL;
-        }
-        if (g->lora_rank) {
-            zt_err(err, errlen, "parallel.tensor_parallel_size = %d with train.finetuning_type = lora is not built "
-                   "yet", tp);
             return NULL;
         }
     }
@@ -291,10 +292,10 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         zt_param_t *p = &t->params[j];
         p->decay = q->decay;
         p->frozen = q->frozen;
-        p->lora_a = q->lora_a, p->lora_b = q->lora_b;
+        p->lora_a = q->lora_a, p->lora_b = q->lora_b, p->adapter = q->adapter;
         p->gshape[0] = q->shape[0], p->gshape[1] = q->shape[1], p->gnumel = q->numel;
         p->tp_share = dim < 0 ? tp : 1;
-        p->tp_grad_sum = dim < 0 && tp > 1 && q->role == ZT_ROLE_QK_NORM;
+        p->tp_grad_sum = dim < 0 && tp > 1 && (q->role == ZT_ROLE_QK_NORM || q->adapter);
         if (dim < 0) continue;
         if (kv_share > 1 && (q->role == ZT_ROLE_K || q->role == ZT_ROLE_V)) {
             /* the one KV head of this rank's query heads, whole, shared with the

@@ -169,6 +169,23 @@ tiny_comparison_setup() {
   train.sample_tokens=0 train.max_steps=20 optim.warmup_steps=3 optim.learning_rate=3e-3"
 }
 
+# lora_setup: in the current directory, tok67.h5 (random tokens of the 67-word vocabulary
+# of tests/reference/hf's llama and gpt2) and lora.cfg, the base of the LoRA runs: 2 steps
+# of 2 sequences of 8 tokens at learning rate 0, rank 4 and alpha 8 as PEFT's adapters
+# there (lora.sh, lora_tp.sh). Needs need_h5py.
+lora_setup() {
+    "$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" tokens tok67.h5 67 20000 || fail "cannot make the token file"
+    cat >lora.cfg <<'EOF'
+data = { train_files = "tok67.h5"; val_files = []; seq_len = 8; };
+train = { per_device_train_batch_size = 2; max_steps = 2; logging_steps = 1; sample_tokens = 0;
+          finetuning_type = "lora"; };
+lora = { rank = 4; alpha = 8.0; };
+optim = { learning_rate = 0.0; warmup_steps = 0; };
+checkpoint = { hf_dtype = "fp32"; };
+log = { plot = false; };
+EOF
+}
+
 # resume_exact NP NAME [key=value...]: 20 steps at once (NAME-full) vs 10 + 10 in one
 # output_dir (NAME-split), with $common as the base arguments; the caller compares
 # them (resume_check.py exact). $common needs a learning-rate schedule that does not

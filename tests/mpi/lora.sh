@@ -19,16 +19,7 @@ need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
 HFPY="$ZT_SRCDIR/tests/mpi/hf_dir.py"
 cd "$ZT_TMP" || fail "cd"
-"$PY" "$HFPY" tokens tok67.h5 67 20000 || fail "cannot make the token file"
-cat >lora.cfg <<'EOF'
-data = { train_files = "tok67.h5"; val_files = []; seq_len = 8; };
-train = { per_device_train_batch_size = 2; max_steps = 2; logging_steps = 1; sample_tokens = 0;
-          finetuning_type = "lora"; };
-lora = { rank = 4; alpha = 8.0; };
-optim = { learning_rate = 0.0; warmup_steps = 0; };
-checkpoint = { hf_dtype = "fp32"; };
-log = { plot = false; };
-EOF
+lora_setup
 base="model.name_or_path=$HF/llama lora.adapter_name_or_path=$HF/lora-llama"
 
 # ---- 1. round trip at learning rate 0 ------------------------------------------------

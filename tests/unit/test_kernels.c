@@ -856,9 +856,9 @@ static void t_dropout_mask(void)
     for (int n = 0; n < N; n++) keys[n] = 1000003ull * (uint64_t)n + 7;
     float *x = frand((size_t)N * C, 1), *y = be->alloc((size_t)N * C * 4), *z = fcopy(x, (size_t)N * C);
     float *w = be->alloc((size_t)N * C * 4);
-    be->dropout_mask(y, x, keys, 42, N, C, p);
-    be->dropout_mask(z, z, keys, 42, N, C, p);
-    be->dropout_mask(w, x, keys, 43, N, C, p);
+    be->dropout_mask(y, x, keys, 42, N, C, 0, p);
+    be->dropout_mask(z, z, keys, 42, N, C, 0, p);
+    be->dropout_mask(w, x, keys, 43, N, C, 0, p);
     int dropped = 0, same = 1, scaled = 1, differ = 0;
     for (int i = 0; i < N * C; i++) {
         dropped += y[i] == 0.0f;
@@ -871,6 +871,22 @@ static void t_dropout_mask(void)
     CU_ASSERT(same);
     CU_ASSERT(scaled);
     CU_ASSERT(differ > N * C / 10);
+    /* a tp rank's column slice [h, C) of x, told its first column, draws that slice of
+     * the whole mask (and not the mask of columns [0, C - h)) */
+    enum { H = 40 };
+    float *xs = be->alloc((size_t)N * (C - H) * 4), *ys = be->alloc((size_t)N * (C - H) * 4);
+    for (int n = 0; n < N; n++)
+        for (int c = H; c < C; c++) xs[n * (C - H) + c - H] = x[n * C + c];
+    be->dropout_mask(ys, xs, keys, 42, N, C - H, H, p);
+    int slice = 1, shifted = 0;
+    for (int n = 0; n < N; n++)
+        for (int c = H; c < C; c++) {
+            slice &= ys[n * (C - H) + c - H] == y[n * C + c];
+            shifted += (ys[n * (C - H) + c - H] == 0.0f) != (y[n * C + c - H] == 0.0f);
+        }
+    CU_ASSERT(slice);
+    CU_ASSERT(shifted > N * (C - H) / 10);
+    be->free(xs), be->free(ys);
     be->free(keys), be->free(x), be->free(y), be->free(z), be->free(w);
 }
 
@@ -1431,7 +1447,7 @@ static const zt_test_t tests[] = {
     {"positional forward (+=)/backward vs double + FD", t_positional},
     {"embedding + positional = GPT-2's fused encoder, bitwise", t_embedding_gpt2_bits},
     {"ring attention blocks + merge = causal attention, forward and backward", t_attention_ring_blocks},
-    {"LoRA dropout mask: rate, scale, determinism", t_dropout_mask},
+    {"LoRA dropout mask: rate, scale, determinism, a column slice", t_dropout_mask},
     {"positional with positions (packed) + FD; 0..T-1 = NULL bitwise", t_positional_positions},
     {"layernorm forward/backward vs double + FD", t_layernorm},
     {"layernorm threaded backward", t_layernorm_threads},
