@@ -85,6 +85,10 @@ void zt_model_forward_block(zt_model_t *m, int l, const float *unit, const float
 /* Inference and evaluation: logits, and with targets the per-token losses (read by
  * zt_model_loss). Only the last chunk's logits are kept (zt_model_logits_row). */
 void zt_model_forward_head(zt_model_t *m, const float *root);
+/* Generation: the logits of position t of batch row b alone (one row of the head's GEMM
+ * instead of every row's), for zt_model_logits_row. Every tp rank of the model's group
+ * calls it. */
+void zt_model_forward_head_row(zt_model_t *m, const float *root, int b, int t);
 /* Training: the head's forward and backward, chunk by chunk: the losses, the head's
  * parameter gradients (tied wte, ln_f) accumulated into droot (NULL: a frozen root unit),
  * and dL/d(last block output) for backward_block. dscale is the caller's 1/(tokens in the global batch)
@@ -107,7 +111,8 @@ void zt_model_backward_embed(zt_model_t *m, float *droot);
 
 /* Logits of position t of batch row b, copied to host out (V): valid after
  * forward_head without targets, or with targets on the CPU backend, and only for
- * the tokens of the head's last chunk (the last one always is); fatal otherwise. */
+ * the tokens of the head's last chunk (the last one always is), or after
+ * forward_head_row for that row; fatal otherwise. */
 void zt_model_logits_row(zt_model_t *m, int b, int t, float *out);
 
 #endif

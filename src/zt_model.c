@@ -682,14 +682,19 @@ void zt_model_set_head_rows(zt_model_t *m, int rows)
  * targets the fused cross-entropy (losses, and with droot dlogits in place); with
  * droot each chunk's lm_head gradients follow at once: dxf rows into dres2 (N,C) and
  * the head weight's gradient, so the chunk buffer is free for the next. */
+/* xf (N,C): the final norm's output over every row (tp_seq: on this rank's rows, gathered) */
+static void head_input(zt_model_t *m, const float *root)
+{
+    m->arch->ops->final_norm_forward(m, root, m->x_out, m->d.tp_seq ? m->tp_rows : m->xf);
+    if (m->d.tp_seq) m->ac.tp_allgather(m->ac.ctx, m->tp_rows, m->xf, (size_t)zt_model_rows(m) * m->d.C);
+}
+
 static void head_chunks(zt_model_t *m, const float *root, int train, float *droot, float dscale)
 {
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
     const size_t ho = m->arch->ops->head_offset(m);
-    /* tp_seq: the final norm on this rank's rows, gathered for the head */
-    m->arch->ops->final_norm_forward(m, root, m->x_out, m->d.tp_seq ? m->tp_rows : m->xf);
-    if (m->d.tp_seq) m->ac.tp_allgather(m->ac.ctx, m->tp_rows, m->xf, (size_t)zt_model_rows(m) * C);
+    head_input(m, root);
     for (int r0 = 0; r0 < N; r0 += m->head_rows) {
         const int rows = ZT_MIN(m->head_rows, N - r0);
         const float *xf = m->xf + (size_t)r0 * C;
@@ -717,6 +722,16 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
 }
 
 void zt_model_forward_head(zt_model_t *m, const float *root) { head_chunks(m, root, 0, NULL, 0.0f); }
+
+void zt_model_forward_head_row(zt_model_t *m, const float *root, int b, int t)
+{
+    const int row = b * m->T + t, C = m->d.C;
+    if (b < 0 || b >= m->B || t < 0 || t >= m->T) zt_fatal("zt_model_forward_head_row: no position (%d, %d)", b, t);
+    head_input(m, root);
+    m->be->matmul_forward(m->logits, m->xf + (size_t)row * C, root + m->arch->ops->head_offset(m), NULL, 1, C, m->d.V,
+                          1); // (1,V)
+    m->head_first = row;
+}
 
 void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale)
 {

@@ -367,6 +367,14 @@ static int check_fits(const zt_config_t *cfg, const zt_backend_t *be, const zt_p
 
 /* ---- passes ---------------------------------------------------------------------- */
 
+/* Generation's sequences are padded to a multiple of this: each of sp ranks a whole
+ * chunk (ring attention: two), and under tp_sequence_parallel (tp_seq: tp, else 1) each
+ * tp rank a whole share of those tokens */
+static int gen_quantum(int sp, int ring, int tp_seq)
+{
+    return (sp > 1 && ring ? 2 * sp : ZT_MAX(sp, 1)) * ZT_MAX(tp_seq, 1);
+}
+
 /* Megatron sequence parallelism inside tp: every tp rank a whole share of the tokens; the
  * replicated parameters its rows feed (norms, learned positions) get partial gradients,
  * summed over tp by the engine. */
@@ -377,9 +385,11 @@ static int tp_seq_setup(const zt_config_t *cfg, zt_param_table_t *t, int tp, cha
     if (N % tp)
         return zt_err(err, errlen, "parallel.tp_sequence_parallel: the %ld tokens of a micro-batch (per rank) must "
                       "divide by parallel.tensor_parallel_size (%d)", N, tp);
-    /* generation runs batches of any length: not split into tp shares yet */
-    if (cfg->mode_generate || cfg->generate.at_eval)
-        return zt_err(err, errlen, "generation with parallel.tp_sequence_parallel is not built yet");
+    /* generation pads a sequence to whole shares of the mesh, up to data.seq_len */
+    const int q = gen_quantum(cfg->parallel.sequence_parallel_size, !strcmp(cfg->parallel.sp_mode, "ring"), tp);
+    if ((cfg->mode_generate || cfg->generate.at_eval) && cfg->data.seq_len % q)
+        return zt_err(err, errlen, "generation with parallel.tp_sequence_parallel: data.seq_len (%d) must divide by "
+                      "%d (tensor_parallel_size x the sequence parallel chunks)", cfg->data.seq_len, q);
     t->dims.tp_seq = 1;
     for (int i = 0; i < t->nparams; i++) {
         zt_param_t *p = &t->params[i];
@@ -405,9 +415,6 @@ static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_mod
         return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide the attention heads (%d) and "
                       "divide or be a multiple of the key/value heads (%d) of a tensor-parallel rank (Ulysses "
                       "splits heads)", sp, d->NH, d->NKV);
-    if (cfg->mode_generate || cfg->generate.at_eval)
-        return zt_err(err, errlen, "generation under sequence parallelism is not built yet "
-                      "(parallel.sequence_parallel_size = %d)", sp);
     return 0;
 }
 
@@ -483,9 +490,10 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const
     return zt_model_loss(m);
 }
 
-/* Forward only, inside begin/end_inference; loss if targets given. */
-static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
-                          int B, int T)
+/* Inside begin/end_inference: the batch through the embedding and the blocks; the root
+ * unit stays gathered for the head (the caller releases it) */
+static const float *forward_blocks(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg,
+                                   const int32_t *pos, int B, int T)
 {
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
@@ -503,9 +511,32 @@ static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, cons
         zt_shard_release(s, b0 + l);
         if (a0 >= 0) zt_shard_release(s, a0 + l);
     }
-    zt_model_forward_head(m, root);
-    zt_shard_release(s, t->root_unit);
-    return zt_model_loss(m);
+    return root;
+}
+
+/* Forward only, inside begin/end_inference; loss if targets given. */
+static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
+                          int B, int T)
+{
+    const float *root = forward_blocks(r, inp, tgt, seg, pos, B, T);
+    zt_model_forward_head(r->model, root);
+    zt_shard_release(r->shard, r->table->root_unit);
+    return zt_model_loss(r->model);
+}
+
+/* Sequence parallelism: this rank's chunk of a row of T tokens into dst, as row b of B
+ * rows of T / sp (ring attention: chunks i and 2 sp - 1 - i of 2 sp, chunk-major over
+ * the B rows) */
+static void sp_chunk(const run_t *r, const int32_t *row, int T, int b, int B, int32_t *dst)
+{
+    const int sp = r->comm->mesh_sp, i = r->comm->sp.rank, Tm = T / sp;
+    if (!r->ltable->dims.sp_ring) {
+        memcpy(dst + (size_t)b * Tm, row + (size_t)i * Tm, (size_t)Tm * sizeof(int32_t));
+        return;
+    }
+    const size_t c = (size_t)Tm / 2;
+    for (int h = 0; h < 2; h++)
+        memcpy(dst + ((size_t)h * B + b) * c, row + (size_t)zt_model_ring_chunk(sp, i, h) * c, c * sizeof(int32_t));
 }
 
 /* Reads rows [g0 + ...] of a dataset into inp/tgt (B rows), and their segments and
@@ -524,26 +555,13 @@ static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_
                                   tgt + (size_t)b * T, sb, pos ? pos + (size_t)b * T : NULL, err, errlen);
             continue;
         }
-        /* sequence parallelism: the sp ranks of a row read it alike and take their chunk */
+        /* sequence parallelism: the sp ranks of a row read it alike and take their chunk
+         * (a packed row's segments stay whole: the model cuts them per chunk) */
         rc = zt_data_read_row(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, r->row_tmp, r->row_tmp + T, sb,
                               pos ? r->row_tmp + 2 * (size_t)T : NULL, err, errlen);
-        const int sp = r->comm->mesh_sp, i = r->comm->sp.rank;
-        if (!r->ltable->dims.sp_ring) {
-            const size_t o = (size_t)i * Tm;
-            memcpy(inp + (size_t)b * Tm, r->row_tmp + o, (size_t)Tm * sizeof(int32_t));
-            memcpy(tgt + (size_t)b * Tm, r->row_tmp + T + o, (size_t)Tm * sizeof(int32_t));
-            if (pos) memcpy(pos + (size_t)b * Tm, r->row_tmp + 2 * (size_t)T + o, (size_t)Tm * sizeof(int32_t));
-            continue;
-        }
-        /* ring: chunks i and 2 sp - 1 - i of 2 sp, chunk-major over the B rows (a packed
-         * row's segments stay whole: the model cuts them per chunk) */
-        const size_t c = (size_t)Tm / 2;
-        for (int h = 0; h < 2; h++) {
-            const size_t o = (size_t)zt_model_ring_chunk(sp, i, h) * c, at = ((size_t)h * r->B + b) * c;
-            memcpy(inp + at, r->row_tmp + o, c * sizeof(int32_t));
-            memcpy(tgt + at, r->row_tmp + T + o, c * sizeof(int32_t));
-            if (pos) memcpy(pos + at, r->row_tmp + 2 * (size_t)T + o, c * sizeof(int32_t));
-        }
+        sp_chunk(r, r->row_tmp, T, b, r->B, inp);
+        sp_chunk(r, r->row_tmp + T, T, b, r->B, tgt);
+        if (pos) sp_chunk(r, r->row_tmp + 2 * (size_t)T, T, b, r->B, pos);
     }
     return rc;
 }
@@ -590,32 +608,60 @@ static float evaluate(run_t *r, int *failed)
 
 /* ---- end of run: sample and loss plot ------------------------------------------ */
 
-/* zt_sample_logits_fn: the model's forward over units the shard engine gathers */
-static void sample_logits(void *arg, const int32_t *tokens, int n, float *logits)
+/* zt_sample_logits_fn / zt_generate_logits_fn: the logits of the last of n tokens (one
+ * sequence) into logits (V) over units the shard engine gathers. Every rank of the
+ * model's tp x sp group calls it with the same tokens; logits NULL: a rank that needs
+ * none. Under sequence parallelism or tp_sequence_parallel the tokens are padded at the
+ * end to whole shares (attention is causal: what follows position n - 1 leaves its
+ * logits alone), each rank runs its chunk, the ranks that hold position n - 1 run the
+ * head on that row alone, and the other sp ranks get its logits by broadcast. */
+static void last_logits(void *arg, const int32_t *tokens, int n, float *logits)
 {
     run_t *r = arg;
     zt_watchdog_mark("generation", -1, r->step);
-    forward_only(r, tokens, NULL, NULL, NULL, 1, n);
-    /* under tp the row is gathered from every tp rank: they all take part */
-    if (!logits && r->comm->mesh_tp > 1) logits = r->tp_logits;
-    if (logits) zt_model_logits_row(r->model, 0, n - 1, logits);
-}
-
-/* --generate's forward: this rank's own sequence, its own logits */
-static void generate_logits(void *arg, const int32_t *tokens, int n, float *logits)
-{
-    run_t *r = arg;
-    zt_watchdog_mark("generation", -1, r->step);
-    forward_only(r, tokens, NULL, NULL, NULL, 1, n);
-    zt_model_logits_row(r->model, 0, n - 1, logits);
+    const zt_model_dims_t *d = &r->ltable->dims;
+    const int sp = r->comm->mesh_sp, q = gen_quantum(sp, d->sp_ring, d->tp_seq ? d->tp_size : 0);
+    const int np = (n + q - 1) / q * q, Tl = np / sp;
+    const int32_t *mine = tokens;
+    int owner = 0, t = n - 1;
+    if (q > 1) {
+        int32_t *row = r->row_tmp, *chunk = r->row_tmp + r->T; // (T) padded, (T / sp) this rank's
+        memcpy(row, tokens, (size_t)n * sizeof *row);
+        for (int k = n; k < np; k++) row[k] = tokens[n - 1];
+        mine = row;
+        if (sp > 1) {
+            sp_chunk(r, row, np, 0, 1, chunk);
+            mine = chunk;
+            if (d->sp_ring) {
+                const int c = Tl / 2, k = (n - 1) / c; /* chunk k of 2 sp holds position n - 1 */
+                owner = k < sp ? k : 2 * sp - 1 - k;
+                t = (k < sp ? 0 : c) + (n - 1) % c;
+            } else {
+                owner = (n - 1) / Tl;
+                t = (n - 1) % Tl;
+            }
+        }
+    }
+    const float *root = forward_blocks(r, mine, NULL, NULL, NULL, 1, q > 1 ? Tl : n);
+    /* under tp the row is gathered from every tp rank, under sp broadcast: all take part */
+    if (!logits && (r->comm->mesh_tp > 1 || sp > 1)) logits = r->tp_logits;
+    if (r->comm->sp.rank == owner) {
+        zt_model_forward_head_row(r->model, root, 0, t);
+        if (logits) zt_model_logits_row(r->model, 0, t, logits);
+    }
+    zt_shard_release(r->shard, r->table->root_unit);
+    if (sp > 1) zt_bcast(r->comm, &r->comm->sp, logits, (size_t)r->table->dims.V, ZT_F32, owner);
 }
 
 static void generate_sample(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     if (cfg->train.sample_tokens <= 0) return;
-    if (r->comm->mesh_sp > 1 || r->ltable->dims.tp_seq) {
-        zt_log("sample: skipped (generation under sequence parallelism is not built yet)");
+    const zt_model_dims_t *d = &r->ltable->dims;
+    const int q = gen_quantum(r->comm->mesh_sp, d->sp_ring, d->tp_seq ? d->tp_size : 0);
+    if (r->T % q) {
+        zt_log("sample: skipped (data.seq_len %d does not split into whole shares of %d tokens for the mesh)", r->T,
+               q);
         return;
     }
     zt_tokenizer_t *tok = zt_sample_tokenizer(zt_data_tokenizer(r->train), cfg->data.tokenizer,
@@ -627,7 +673,7 @@ static void generate_sample(run_t *r)
     };
     zt_sample_t smp;
     zt_shard_begin_inference(r->shard);
-    zt_sample_generate(&o, tok, sample_logits, r, r->comm, &smp);
+    zt_sample_generate(&o, tok, last_logits, r, r->comm, &smp);
     zt_shard_end_inference(r->shard);
     if (r->rank == 0) zt_sample_print(&o, tok, &smp, stdout);
     zt_sample_free(&smp);
@@ -1069,7 +1115,7 @@ static int run_loop(run_t *r)
             char name[64];
             snprintf(name, sizeof name, "generations-%ld.jsonl", r->step);
             zt_shard_begin_inference(r->shard);
-            const int grc = zt_generate_run(cfg, name, r->T, cfg->model.vocab_size, generate_logits, r, c, err,
+            const int grc = zt_generate_run(cfg, name, r->T, cfg->model.vocab_size, last_logits, r, c, err,
                                             sizeof err);
             zt_shard_end_inference(r->shard);
             if (grc) {
@@ -1341,7 +1387,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         /* --generate: the loaded model completes the prompts, nothing trains or is saved */
         zt_shard_begin_inference(r->shard);
         const double tg = zt_now();
-        rc = zt_generate_run(cfg, "generations.jsonl", r->T, cfg->model.vocab_size, generate_logits, r, comm, err,
+        rc = zt_generate_run(cfg, "generations.jsonl", r->T, cfg->model.vocab_size, last_logits, r, comm, err,
                              sizeof err);
         zt_shard_end_inference(r->shard);
         if (rc) zt_log_error("%s", err);
