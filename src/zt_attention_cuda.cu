@@ -36,32 +36,51 @@ static dim3 fa_grid(int B, int T, int heads, int rows)
 
 /* ---- fp32 ------------------------------------------------------------------ */
 
+/* self-attention over qkv rows [q | k | v] (and dqkv alike) as an fa_args */
+static fa_args fa_self(const float *qkv, float *dqkv, const int32_t *seg, int T, int NH, int NKV, int HD)
+{
+    const int C3 = (NH + 2 * NKV) * HD;
+    const size_t ko = (size_t)NH * HD, vo = (size_t)(NH + NKV) * HD;
+    fa_args a = {qkv, qkv + ko, qkv + vo, dqkv, dqkv ? dqkv + ko : NULL, dqkv ? dqkv + vo : NULL,
+                 seg, seg, C3, C3, T, T, NH, NKV, HD, 1, fa_scale(HD)};
+    return a;
+}
+
+template <int NI>
+static void fa_forward_args(float *out, float *lse, const fa_args &a, int B)
+{
+    const size_t smem = fa_smem_bytes(a.HD, 3);
+    zt_cuda_smem_optin((const void *)flash_forward_k<NI>, smem, "attention (fp32)");
+    flash_forward_k<NI><<<fa_grid(B, a.Tq, a.NH, FA_TILE), FA_WARPS * 32, smem, zt_cuda_compute_stream()>>>(out, lse,
+                                                                                                            a);
+    ZT_LAUNCHED();
+}
+
+template <int NI>
+static void fa_backward_args(const float *dout, const float *out, const float *lse, const fa_args &a, int B)
+{
+    const size_t smem = fa_smem_bytes(a.HD, 4);
+    cudaStream_t st = zt_cuda_compute_stream();
+    zt_cuda_smem_optin((const void *)flash_backward_dq_k<NI>, smem, "attention (fp32)");
+    flash_backward_dq_k<NI><<<fa_grid(B, a.Tq, a.NH, FA_TILE), FA_WARPS * 32, smem, st>>>(dout, out, lse, a);
+    ZT_LAUNCHED();
+    zt_cuda_smem_optin((const void *)flash_backward_dkv_k<NI>, smem, "attention (fp32)");
+    flash_backward_dkv_k<NI><<<fa_grid(B, a.Tk, a.NKV, FA_TILE), FA_WARPS * 32, smem, st>>>(dout, out, lse, a);
+    ZT_LAUNCHED();
+}
+
 template <int NI>
 static void fa_forward(float *out, float *lse, const float *qkv, const int32_t *seg, int B, int T,
                        int NH, int NKV, int HD)
 {
-    const size_t smem = fa_smem_bytes(HD, 3);
-    zt_cuda_smem_optin((const void *)flash_forward_k<NI>, smem, "attention (fp32)");
-    flash_forward_k<NI><<<fa_grid(B, T, NH, FA_TILE), FA_WARPS * 32, smem,
-                          zt_cuda_compute_stream()>>>(out, lse, qkv, seg, T, NH, NKV, HD, fa_scale(HD));
-    ZT_LAUNCHED();
+    fa_forward_args<NI>(out, lse, fa_self(qkv, NULL, seg, T, NH, NKV, HD), B);
 }
 
 template <int NI>
 static void fa_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                         const float *lse, const int32_t *seg, int B, int T, int NH, int NKV, int HD)
 {
-    const size_t smem = fa_smem_bytes(HD, 4);
-    const float scale = fa_scale(HD);
-    cudaStream_t st = zt_cuda_compute_stream();
-    zt_cuda_smem_optin((const void *)flash_backward_dq_k<NI>, smem, "attention (fp32)");
-    flash_backward_dq_k<NI><<<fa_grid(B, T, NH, FA_TILE), FA_WARPS * 32, smem, st>>>(
-        dqkv, dout, qkv, out, lse, seg, T, NH, NKV, HD, scale);
-    ZT_LAUNCHED();
-    zt_cuda_smem_optin((const void *)flash_backward_dkv_k<NI>, smem, "attention (fp32)");
-    flash_backward_dkv_k<NI><<<fa_grid(B, T, NKV, FA_TILE), FA_WARPS * 32, smem, st>>>(
-        dqkv, dout, qkv, out, lse, seg, T, NH, NKV, HD, scale);
-    ZT_LAUNCHED();
+    fa_backward_args<NI>(dout, out, lse, fa_self(qkv, dqkv, seg, T, NH, NKV, HD), B);
 }
 
 /* ---- bf16 tensor cores ----------------------------------------------------- */
@@ -99,7 +118,15 @@ typedef void (*fa_forward_fn)(float *, float *, const float *, const int32_t *, 
                               int);
 typedef void (*fa_backward_fn)(float *, const float *, const float *, const float *,
                                const float *, const int32_t *, int, int, int, int, int);
+typedef void (*fa_block_forward_fn)(float *, float *, const fa_args &, int);
+typedef void (*fa_block_backward_fn)(const float *, const float *, const float *, const fa_args &, int);
 /* indexed by NI - 1 = (hs - 1) / 32 */
+static const fa_block_forward_fn fa_block_forward_by_ni[FA_MAX_NI] = {
+    fa_forward_args<1>, fa_forward_args<2>, fa_forward_args<3>, fa_forward_args<4>,
+    fa_forward_args<5>, fa_forward_args<6>, fa_forward_args<7>, fa_forward_args<8>};
+static const fa_block_backward_fn fa_block_backward_by_ni[FA_MAX_NI] = {
+    fa_backward_args<1>, fa_backward_args<2>, fa_backward_args<3>, fa_backward_args<4>,
+    fa_backward_args<5>, fa_backward_args<6>, fa_backward_args<7>, fa_backward_args<8>};
 static const fa_forward_fn fa_forward_by_ni[FA_MAX_NI] = {
     fa_forward<1>, fa_forward<2>, fa_forward<3>, fa_forward<4>,
     fa_forward<5>, fa_forward<6>, fa_forward<7>, fa_forward<8>};
@@ -148,4 +175,48 @@ void zt_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv
     const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
     if (nf) tc_backward_by_nf[nf - 1](dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, HD);
     else fa_backward_by_ni[ni - 1](dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, HD);
+}
+
+/* ---- ring attention's blocks (zt_backend.h) ----------------------------------
+ * The fp32 kernels under every precision: the tensor-core kernels take the
+ * self-attention's packed qkv rows only, so a ring run under precision medium
+ * computes its attention in fp32 (more exact, slower than its GEMMs' bf16). */
+
+static fa_args fa_block(const float *q, int qs, const float *k, const float *v, int ks, float *dq, float *dk,
+                        float *dv, const int32_t *qseg, const int32_t *kseg, int Tq, int Tk, int NH, int NKV, int HD,
+                        int causal)
+{
+    if (causal && Tq != Tk) zt_fatal("attention: a causal block needs as many queries as keys (%d, %d)", Tq, Tk);
+    fa_args a = {q, k, v, dq, dk, dv, qseg, qseg ? kseg : NULL, qs, ks, Tq, Tk, NH, NKV, HD, causal, fa_scale(HD)};
+    return a;
+}
+
+void zt_cuda_attention_block_forward(float *out, float *lse, const float *q, int qs, const float *k, const float *v,
+                                     int ks, const int32_t *qseg, const int32_t *kseg, int B, int Tq, int Tk, int NH,
+                                     int NKV, int HD, int causal)
+{
+    const int ni = fa_ni(NH, NKV, HD);
+    fa_block_forward_by_ni[ni - 1](out, lse,
+                                   fa_block(q, qs, k, v, ks, NULL, NULL, NULL, qseg, kseg, Tq, Tk, NH, NKV, HD, causal),
+                                   B);
+}
+
+void zt_cuda_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, int qs,
+                                      const float *k, const float *v, int ks, const int32_t *qseg,
+                                      const int32_t *kseg, const float *out, const float *lse, int B, int Tq, int Tk,
+                                      int NH, int NKV, int HD, int causal)
+{
+    const int ni = fa_ni(NH, NKV, HD);
+    fa_block_backward_by_ni[ni - 1](dout, out, lse,
+                                    fa_block(q, qs, k, v, ks, dq, dk, dv, qseg, kseg, Tq, Tk, NH, NKV, HD, causal), B);
+}
+
+void zt_cuda_attention_merge(float *out, float *lse, const float *out2, const float *lse2, int B, int T, int NH,
+                             int HD)
+{
+    const size_t rows = (size_t)B * NH * T;
+    if (!rows) return;
+    const unsigned blocks = (unsigned)ZT_MIN(ZT_CEIL_DIV(rows, (size_t)256), (size_t)65535);
+    attention_merge_k<<<blocks, 256, 0, zt_cuda_compute_stream()>>>(out, lse, out2, lse2, B, T, NH, HD);
+    ZT_LAUNCHED();
 }

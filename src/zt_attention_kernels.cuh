@@ -32,32 +32,47 @@
 
 /* ==== fp32 on CUDA cores (train.matmul_precision = highest / high) ========= */
 
-/* Flash-style causal attention: no (B,NH,T,T) buffer, only lse (B,NH,T).
- * Grouped-query attention: qkv rows are [q (NH hs) | k (NKV hs) | v (NKV hs)],
- * query head h reads KV head h / (NH/NKV); the dk/dv kernels run per KV head
- * and loop over its query heads.
+/* Flash-style attention: no (B,NH,Tq,Tk) buffer, only lse (B,NH,Tq). One call's
+ * operands are an fa_args: queries q (B,Tq) rows of stride qs with query head h at
+ * h*HD, keys and values k, v (B,Tk) rows of stride ks with KV head g at g*HD
+ * (grouped-query: query head h reads KV head h / (NH/NKV); the dk/dv kernels run
+ * per KV head and loop over its query heads). The model's self-attention passes
+ * the three parts of its qkv rows [q (NH hs) | k (NKV hs) | v (NKV hs)], Tq = Tk = T,
+ * causal; ring attention (sequence parallelism) passes a block of queries against
+ * a block of keys: causal when they are the same positions, else every key is seen.
  * A block of FA_WARPS warps owns one head (b,h) and one tile of FA_TILE = 32
  * rows, so a lane maps to one key (or query) of the other tile and warp
  * shuffles broadcast a probability to the lanes that own the head channels
  * (lane + 32c, c < NI = ceil(hs/32), in registers). Tiles sit in shared memory
  * with an odd row stride, so lanes reading 32 different rows hit 32 banks.
- *   forward: Q tile resident, K/V tiles streamed 0..diagonal, online softmax
- *            (running max m, sum l, rescaled accumulator), writes out and lse.
+ *   forward: Q tile resident, K/V tiles streamed (causal: 0..diagonal), online
+ *            softmax (running max m, sum l, rescaled accumulator), writes out
+ *            and lse; a row that sees no key gets out 0 and lse -inf.
  *   dq:      Q and dO tiles resident, K/V streamed; p = exp(s - lse) is
  *            recomputed, ds = p (dO.v - D) with D = dO.out per row.
- *   dk, dv:  K/V tile resident, Q/dO/lse/D tiles streamed from the diagonal
- *            to the end.
+ *   dk, dv:  K/V tile resident, Q/dO/lse/D tiles streamed (causal: from the
+ *            diagonal to the end).
+ * The backward takes the FINAL out and lse of the query rows (over every key
+ * block), so ring attention's block pairs add up to the whole backward.
  * dq and dk/dv are separate kernels so every output element has one writer:
- * no atomics, and results are deterministic. Rows past T are zero-filled in
- * shared memory and masked, so any T works.
- * Packed rows (seg, neat packing, both kernel families): a key of another
+ * no atomics, and results are deterministic. Rows past Tq or Tk are zero-filled
+ * in shared memory and masked, so any lengths work.
+ * Packed rows (qseg, kseg: neat packing, both kernel families): a key of another
  * segment is masked like a key above the diagonal (fa_sees); tiles are not
  * skipped for it yet, so a packed row costs what one sequence of its length
- * does. seg NULL takes exactly the causal path. */
+ * does. qseg NULL takes exactly the unsegmented path. */
 #define FA_TILE 32
 #define FA_WARPS 8
 #define FA_RPW (FA_TILE / FA_WARPS)  /* rows (or keys) per warp */
 #define FA_MAX_NI 8                  /* head size up to 256 */
+
+struct fa_args {
+    const float *q, *k, *v;    /* device pointers, the strides below */
+    float *dq, *dk, *dv;       /* the backward's outputs (+=), strides qs, ks */
+    const int32_t *qseg, *kseg; /* (B,Tq), (B,Tk) segment ids, or NULL */
+    int qs, ks, Tq, Tk, NH, NKV, HD, causal;
+    float scale;
+};
 
 /* Loads rows r0.. r0+FA_TILE-1 of a (T, hs) view with row stride ld_g into a
  * shared tile with row stride ld; rows at or past T become zeros. */
@@ -70,11 +85,24 @@ __device__ __forceinline__ void fa_load_tile(float *dst, const float *src, int r
     }
 }
 
-/* Key j visible from query t (t < T): causal, and with segments (sb: the row's
- * seg, or NULL) in the query's segment. The key t itself always is. */
+/* Key j visible from query t (t < Tq): a key of the block, causal when the call is,
+ * and with segments (qsb, ksb: the batch row's, or NULL) in the query's segment */
+__device__ __forceinline__ bool fa_sees(const fa_args &a, const int32_t *qsb, const int32_t *ksb, int t, int j)
+{
+    return j < a.Tk && (!a.causal || j <= t) && (!qsb || ksb[j] == qsb[t]);
+}
+
+/* The self-attention form (the tensor-core kernels): causal, segments sb or NULL; the
+ * key t itself always visible */
 __device__ __forceinline__ bool fa_sees(const int32_t *sb, int t, int j)
 {
     return j <= t && (!sb || sb[j] == sb[t]);
+}
+
+/* the key tiles query tile `tile` meets: up to the diagonal when causal */
+__device__ __forceinline__ int fa_last_key_tile(const fa_args &a, int tile)
+{
+    return a.causal ? tile : (a.Tk + FA_TILE - 1) / FA_TILE - 1;
 }
 
 __device__ __forceinline__ float fa_dot(const float *a, const float *b, int hs)
@@ -95,19 +123,18 @@ __device__ __forceinline__ float fa_row_D(const float *dy, const float *y, int h
 
 template <int NI>
 __global__ void __launch_bounds__(FA_WARPS * 32)
-flash_forward_k(float *out, float *lse, const float *qkv, const int32_t *seg, int T, int NH,
-                int NKV, int HD, float scale)
+flash_forward_k(float *out, float *lse, const fa_args a)
 {
     ZT_DYNAMIC_SMEM(float, fa_sm);
-    const int hs = HD, ld = hs | 1, C3 = (NH + 2 * NKV) * HD, C = NH * HD;  /* qkv, out row strides */
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
-    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
+    const int hs = a.HD, ld = hs | 1, NH = a.NH, Tq = a.Tq, C = NH * hs;  /* out's row stride */
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / a.NKV);
+    const int32_t *qsb = a.qseg ? a.qseg + (size_t)b * Tq : NULL, *ksb = a.qseg ? a.kseg + (size_t)b * a.Tk : NULL;
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);  /* tiles with the most keys first */
     const int q0 = tile * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *sq = fa_sm, *sk = sq + FA_TILE * ld, *sv = sk + FA_TILE * ld;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;  // (T, hs) views, row stride C3
-    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
-    fa_load_tile(sq, base, q0, T, hs, ld, C3);
+    const float *qb = a.q + (size_t)b * Tq * a.qs + h * hs;  // (Tq, hs) view, row stride qs
+    const float *kb = a.k + (size_t)b * a.Tk * a.ks + g * hs, *vb = a.v + (size_t)b * a.Tk * a.ks + g * hs;
+    fa_load_tile(sq, qb, q0, Tq, hs, ld, a.qs);
 
     float m[FA_RPW], l[FA_RPW], acc[FA_RPW][NI];
 #pragma unroll
@@ -117,20 +144,20 @@ flash_forward_k(float *out, float *lse, const float *qkv, const int32_t *seg, in
 #pragma unroll
         for (int c = 0; c < NI; c++) acc[rr][c] = 0.0f;
     }
-    for (int kt = 0; kt <= tile; kt++) {  /* causal: key tiles up to the diagonal */
+    for (int kt = 0; kt <= fa_last_key_tile(a, tile); kt++) {
         const int k0 = kt * FA_TILE;
         __syncthreads();  /* the previous K/V tile is no longer read */
-        fa_load_tile(sk, kb, k0, T, hs, ld, C3);
-        fa_load_tile(sv, vb, k0, T, hs, ld, C3);
+        fa_load_tile(sk, kb, k0, a.Tk, hs, ld, a.ks);
+        fa_load_tile(sv, vb, k0, a.Tk, hs, ld, a.ks);
         __syncthreads();
 #pragma unroll
         for (int rr = 0; rr < FA_RPW; rr++) {
             const int r = warp * FA_RPW + rr, t = q0 + r, j = k0 + lane;
             float s = -INFINITY;
-            if (t < T && fa_sees(sb, t, j)) s = fa_dot(sq + r * ld, sk + lane * ld, hs) * scale;
+            if (t < Tq && fa_sees(a, qsb, ksb, t, j)) s = fa_dot(sq + r * ld, sk + lane * ld, hs) * a.scale;
             const float mnew = fmaxf(m[rr], warp_max(s));
             /* -inf guards: masked keys give 0, and a row with nothing yet (or a
-             * row past T) keeps m = -inf without computing exp(-inf - -inf) */
+             * row past Tq) keeps m = -inf without computing exp(-inf - -inf) */
             const float p = s == -INFINITY ? 0.0f : expf(s - mnew);
             const float corr = m[rr] == -INFINITY ? 0.0f : expf(m[rr] - mnew);
             l[rr] = l[rr] * corr + warp_sum(p);
@@ -152,59 +179,59 @@ flash_forward_k(float *out, float *lse, const float *qkv, const int32_t *seg, in
 #pragma unroll
     for (int rr = 0; rr < FA_RPW; rr++) {
         const int t = q0 + warp * FA_RPW + rr;
-        if (t >= T) continue;
-        float *o = out + ((size_t)b * T + t) * C + h * hs;
-        const float inv = 1.0f / l[rr];  /* l >= 1: key t is always visible */
+        if (t >= Tq) continue;
+        float *o = out + ((size_t)b * Tq + t) * C + h * hs;
+        /* l = 0: the row saw no key of this block (self-attention always sees key t) */
+        const float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f;
 #pragma unroll
         for (int c = 0; c < NI; c++) {
             const int i = lane + 32 * c;
             if (i < hs) o[i] = acc[rr][c] * inv;
         }
-        if (lane == 0) lse[(size_t)bh * T + t] = m[rr] + logf(l[rr]);
+        if (lane == 0) lse[(size_t)bh * Tq + t] = l[rr] > 0.0f ? m[rr] + logf(l[rr]) : -INFINITY;
     }
 }
 
 /* dq for one query tile; D per row is computed here from dout and out. */
 template <int NI>
 __global__ void __launch_bounds__(FA_WARPS * 32)
-flash_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                    const float *lse, const int32_t *seg, int T, int NH, int NKV, int HD,
-                    float scale)
+flash_backward_dq_k(const float *dout, const float *out, const float *lse, const fa_args a)
 {
     ZT_DYNAMIC_SMEM(float, fa_sm);
-    const int hs = HD, ld = hs | 1, C3 = (NH + 2 * NKV) * HD, C = NH * HD;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
-    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
+    const int hs = a.HD, ld = hs | 1, NH = a.NH, Tq = a.Tq, C = NH * hs;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / a.NKV);
+    const int32_t *qsb = a.qseg ? a.qseg + (size_t)b * Tq : NULL, *ksb = a.qseg ? a.kseg + (size_t)b * a.Tk : NULL;
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);
     const int q0 = tile * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *sq = fa_sm, *sdo = sq + FA_TILE * ld, *sk = sdo + FA_TILE * ld, *sv = sk + FA_TILE * ld;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;
-    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
-    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
-    fa_load_tile(sq, base, q0, T, hs, ld, C3);
-    fa_load_tile(sdo, dyb, q0, T, hs, ld, C);
+    const float *qb = a.q + (size_t)b * Tq * a.qs + h * hs;
+    const float *kb = a.k + (size_t)b * a.Tk * a.ks + g * hs, *vb = a.v + (size_t)b * a.Tk * a.ks + g * hs;
+    const float *dyb = dout + (size_t)b * Tq * C + h * hs, *yb = out + (size_t)b * Tq * C + h * hs;
+    fa_load_tile(sq, qb, q0, Tq, hs, ld, a.qs);
+    fa_load_tile(sdo, dyb, q0, Tq, hs, ld, C);
 
     float L[FA_RPW], D[FA_RPW], acc[FA_RPW][NI];
 #pragma unroll
     for (int rr = 0; rr < FA_RPW; rr++) {
         const int t = q0 + warp * FA_RPW + rr;
-        L[rr] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
-        D[rr] = t < T ? fa_row_D(dyb + (size_t)t * C, yb + (size_t)t * C, hs) : 0.0f;
+        L[rr] = t < Tq ? lse[(size_t)bh * Tq + t] : -INFINITY;
+        D[rr] = t < Tq ? fa_row_D(dyb + (size_t)t * C, yb + (size_t)t * C, hs) : 0.0f;
 #pragma unroll
         for (int c = 0; c < NI; c++) acc[rr][c] = 0.0f;
     }
-    for (int kt = 0; kt <= tile; kt++) {
+    for (int kt = 0; kt <= fa_last_key_tile(a, tile); kt++) {
         const int k0 = kt * FA_TILE;
         __syncthreads();
-        fa_load_tile(sk, kb, k0, T, hs, ld, C3);
-        fa_load_tile(sv, vb, k0, T, hs, ld, C3);
+        fa_load_tile(sk, kb, k0, a.Tk, hs, ld, a.ks);
+        fa_load_tile(sv, vb, k0, a.Tk, hs, ld, a.ks);
         __syncthreads();
 #pragma unroll
         for (int rr = 0; rr < FA_RPW; rr++) {
             const int r = warp * FA_RPW + rr, t = q0 + r, j = k0 + lane;
             float ds = 0.0f;
-            if (t < T && fa_sees(sb, t, j)) {
-                const float p = expf(fa_dot(sq + r * ld, sk + lane * ld, hs) * scale - L[rr]);
+            /* L = -inf: a row with no key anywhere has no gradient */
+            if (t < Tq && L[rr] != -INFINITY && fa_sees(a, qsb, ksb, t, j)) {
+                const float p = expf(fa_dot(sq + r * ld, sk + lane * ld, hs) * a.scale - L[rr]);
                 ds = p * (fa_dot(sdo + r * ld, sv + lane * ld, hs) - D[rr]);
             }
 #pragma unroll 4
@@ -222,36 +249,35 @@ flash_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const floa
 #pragma unroll
     for (int rr = 0; rr < FA_RPW; rr++) {
         const int t = q0 + warp * FA_RPW + rr;
-        if (t >= T) continue;
-        float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+        if (t >= Tq) continue;
+        float *dq = a.dq + ((size_t)b * Tq + t) * a.qs + h * hs;
 #pragma unroll
         for (int c = 0; c < NI; c++) {
             const int i = lane + 32 * c;
-            if (i < hs) dq[i] += acc[rr][c] * scale;
+            if (i < hs) dq[i] += acc[rr][c] * a.scale;
         }
     }
 }
 
-/* dk, dv for one key tile of one KV head (grid (B*NKV, tiles)), streaming the
+/* dk, dv for one key tile of one KV head (grid (B*NKV, key tiles)), streaming the
  * query tiles that can see it for each of the NH/NKV query heads that read the
  * KV head in turn: one writer per dk, dv element still, no atomics. */
 template <int NI>
 __global__ void __launch_bounds__(FA_WARPS * 32)
-flash_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                     const float *lse, const int32_t *seg, int T, int NH, int NKV, int HD,
-                     float scale)
+flash_backward_dkv_k(const float *dout, const float *out, const float *lse, const fa_args a)
 {
     ZT_DYNAMIC_SMEM(float, fa_sm);
-    const int hs = HD, ld = hs | 1, C3 = (NH + 2 * NKV) * HD, C = NH * HD, grp = NH / NKV;
+    const int hs = a.HD, ld = hs | 1, NH = a.NH, NKV = a.NKV, Tq = a.Tq, C = NH * hs, grp = NH / NKV;
     const int b = blockIdx.x / NKV, g = blockIdx.x % NKV;
-    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
+    const int32_t *qsb = a.qseg ? a.qseg + (size_t)b * Tq : NULL, *ksb = a.qseg ? a.kseg + (size_t)b * a.Tk : NULL;
     const int kt = (int)blockIdx.y;  /* tile 0 sees every query tile: the most work first */
+    const int nqt = (Tq + FA_TILE - 1) / FA_TILE;
     const int k0 = kt * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *sk = fa_sm, *sv = sk + FA_TILE * ld, *sq = sv + FA_TILE * ld, *sdo = sq + FA_TILE * ld;
     float *sL = sdo + FA_TILE * ld, *sD = sL + FA_TILE;
-    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
-    fa_load_tile(sk, kb, k0, T, hs, ld, C3);
-    fa_load_tile(sv, vb, k0, T, hs, ld, C3);
+    const float *kb = a.k + (size_t)b * a.Tk * a.ks + g * hs, *vb = a.v + (size_t)b * a.Tk * a.ks + g * hs;
+    fa_load_tile(sk, kb, k0, a.Tk, hs, ld, a.ks);
+    fa_load_tile(sv, vb, k0, a.Tk, hs, ld, a.ks);
 
     float dk[FA_RPW][NI], dv[FA_RPW][NI];
 #pragma unroll
@@ -260,20 +286,20 @@ flash_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const flo
         for (int c = 0; c < NI; c++) dk[rr][c] = dv[rr][c] = 0.0f;
     for (int h = g * grp; h < (g + 1) * grp; h++) {  /* the query heads of this KV head */
     const int bh = b * NH + h;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;
-    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
-    for (int qt = kt; qt < (int)gridDim.y; qt++) {  /* causal: query tiles from the diagonal */
+    const float *qb = a.q + (size_t)b * Tq * a.qs + h * hs;
+    const float *dyb = dout + (size_t)b * Tq * C + h * hs, *yb = out + (size_t)b * Tq * C + h * hs;
+    for (int qt = a.causal ? kt : 0; qt < nqt; qt++) {  /* causal: query tiles from the diagonal */
         const int q0 = qt * FA_TILE;
         __syncthreads();
-        fa_load_tile(sq, base, q0, T, hs, ld, C3);
-        fa_load_tile(sdo, dyb, q0, T, hs, ld, C);
+        fa_load_tile(sq, qb, q0, Tq, hs, ld, a.qs);
+        fa_load_tile(sdo, dyb, q0, Tq, hs, ld, C);
 #pragma unroll
         for (int rr = 0; rr < FA_RPW; rr++) {
             const int r = warp * FA_RPW + rr, t = q0 + r;
-            const float d = t < T ? fa_row_D(dyb + (size_t)t * C, yb + (size_t)t * C, hs) : 0.0f;
+            const float d = t < Tq ? fa_row_D(dyb + (size_t)t * C, yb + (size_t)t * C, hs) : 0.0f;
             if (lane == 0) {
                 sD[r] = d;
-                sL[r] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
+                sL[r] = t < Tq ? lse[(size_t)bh * Tq + t] : -INFINITY;
             }
         }
         __syncthreads();
@@ -281,8 +307,8 @@ flash_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const flo
         for (int rr = 0; rr < FA_RPW; rr++) {
             const int r = warp * FA_RPW + rr, j = k0 + r, t = q0 + lane;  /* lane = query row */
             float p = 0.0f, ds = 0.0f;
-            if (t < T && fa_sees(sb, t, j)) {
-                p = expf(fa_dot(sq + lane * ld, sk + r * ld, hs) * scale - sL[lane]);
+            if (t < Tq && sL[lane] != -INFINITY && fa_sees(a, qsb, ksb, t, j)) {
+                p = expf(fa_dot(sq + lane * ld, sk + r * ld, hs) * a.scale - sL[lane]);
                 ds = p * (fa_dot(sdo + lane * ld, sv + r * ld, hs) - sD[lane]);
             }
 #pragma unroll 4
@@ -305,19 +331,36 @@ flash_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const flo
 #pragma unroll
     for (int rr = 0; rr < FA_RPW; rr++) {
         const int j = k0 + warp * FA_RPW + rr;
-        if (j >= T) continue;
-        float *dkj = dqkv + ((size_t)b * T + j) * C3 + (NH + g) * hs, *dvj = dkj + NKV * hs;
+        if (j >= a.Tk) continue;
+        float *dkj = a.dk + ((size_t)b * a.Tk + j) * a.ks + g * hs, *dvj = a.dv + ((size_t)b * a.Tk + j) * a.ks + g * hs;
 #pragma unroll
         for (int c = 0; c < NI; c++) {
             const int i = lane + 32 * c;
             if (i < hs) {
-                dkj[i] += dk[rr][c] * scale;
+                dkj[i] += dk[rr][c] * a.scale;
                 dvj[i] += dv[rr][c];
             }
         }
     }
 }
 
+/* Ring attention's merge (zt_backend.h attention_merge): out, lse (B,T,NH*HD),
+ * (B,NH,T) := the softmax over both key sets; one thread per (b, h, t) row */
+__global__ void attention_merge_k(float *out, float *lse, const float *out2, const float *lse2, int B, int T, int NH,
+                                  int HD)
+{
+    const size_t n = (size_t)B * NH * T;
+    for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < n; r += (size_t)gridDim.x * blockDim.x) {
+        const size_t b = r / ((size_t)NH * T), h = r / T % NH, t = r % T;
+        const float l1 = lse[r], l2 = lse2[r], m = fmaxf(l1, l2);
+        if (m == -INFINITY) continue; /* neither block saw a key yet */
+        const float w1 = expf(l1 - m), w2 = expf(l2 - m), s = w1 + w2, a1 = w1 / s, a2 = w2 / s;
+        float *o = out + (b * T + t) * NH * HD + h * HD;
+        const float *o2 = out2 + (b * T + t) * NH * HD + h * HD;
+        for (int i = 0; i < HD; i++) o[i] = a1 * o[i] + a2 * o2[i];
+        lse[r] = m + logf(s);
+    }
+}
 
 /* Dynamic shared memory of the fp32 kernels: `tiles` (FA_TILE, hs) tiles with
  * an odd row stride, plus the lse and D rows of the dk/dv kernel. */

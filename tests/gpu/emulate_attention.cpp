@@ -15,6 +15,9 @@
  *     rounded relative to it): what is left is fp32 accumulation order and the
  *     rare p or ds whose bf16 rounding flips, so the bound is two orders of
  *     magnitude tighter (TC_BOUND_BF16REF);
+ *   - ring attention's block kernels (fp32: a block of queries against a block of
+ *     keys in rows of their own strides, causal or full, rows that see no key) and
+ *     the merge of two blocks' results, against the CPU backend's;
  *   - each launch under three schedules of the emulator (warps in turn, in
  *     ascending and descending order; warps interleaved at random at every
  *     warp barrier): the results must be bit-identical, as a race on shared
@@ -86,28 +89,51 @@ static void tc_bwd(float *dqkv, const float *dout, const float *qkv, const float
     zt_emu::launch(dim3(B * NKV, ntiles(T, TC_ROWS)), dim3(TC_THREADS), tc_smem_dkv(HD),
                    [=] { tc_backward_dkv_k<NF>(dqkv, dout, qkv, out, lse, seg, T, NH, NKV, sc); }, sch);
 }
+/* the fp32 kernels on an fa_args, as zt_attention_cuda.cu launches them */
+template <int NI>
+static void fa_fwd_args(float *out, float *lse, const fa_args &a, int B, unsigned sch)
+{
+    zt_emu::launch(dim3(B * a.NH, ntiles(a.Tq, FA_TILE)), dim3(FA_WARPS * 32), fa_smem_bytes(a.HD, 3),
+                   [=] { flash_forward_k<NI>(out, lse, a); }, sch);
+}
+template <int NI>
+static void fa_bwd_args(const float *dout, const float *out, const float *lse, const fa_args &a, int B, unsigned sch)
+{
+    const size_t smem = fa_smem_bytes(a.HD, 4);
+    zt_emu::launch(dim3(B * a.NH, ntiles(a.Tq, FA_TILE)), dim3(FA_WARPS * 32), smem,
+                   [=] { flash_backward_dq_k<NI>(dout, out, lse, a); }, sch);
+    zt_emu::launch(dim3(B * a.NKV, ntiles(a.Tk, FA_TILE)), dim3(FA_WARPS * 32), smem,
+                   [=] { flash_backward_dkv_k<NI>(dout, out, lse, a); }, sch);
+}
+/* self-attention over packed qkv rows, as zt_attention_cuda.cu's fa_self */
+static fa_args self_args(const float *qkv, float *dqkv, const int32_t *seg, int T, int NH, int NKV, int HD)
+{
+    const int C3 = (NH + 2 * NKV) * HD;
+    const size_t ko = (size_t)NH * HD, vo = (size_t)(NH + NKV) * HD;
+    return fa_args{qkv, qkv + ko, qkv + vo, dqkv, dqkv ? dqkv + ko : nullptr, dqkv ? dqkv + vo : nullptr,
+                   seg, seg, C3, C3, T, T, NH, NKV, HD, 1, kscale(HD)};
+}
 template <int NI>
 static void fa_fwd(float *out, float *lse, const float *qkv, const int32_t *seg, int B, int T, int NH,
                    int NKV, int HD, unsigned sch)
 {
-    const float sc = kscale(HD);
-    zt_emu::launch(dim3(B * NH, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), fa_smem_bytes(HD, 3),
-                   [=] { flash_forward_k<NI>(out, lse, qkv, seg, T, NH, NKV, HD, sc); }, sch);
+    fa_fwd_args<NI>(out, lse, self_args(qkv, nullptr, seg, T, NH, NKV, HD), B, sch);
 }
 template <int NI>
 static void fa_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
                    const float *lse, const int32_t *seg, int B, int T, int NH, int NKV, int HD,
                    unsigned sch)
 {
-    const float sc = kscale(HD);
-    const size_t smem = fa_smem_bytes(HD, 4);
-    zt_emu::launch(dim3(B * NH, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), smem,
-                   [=] { flash_backward_dq_k<NI>(dqkv, dout, qkv, out, lse, seg, T, NH, NKV, HD, sc); },
-                   sch);
-    zt_emu::launch(dim3(B * NKV, ntiles(T, FA_TILE)), dim3(FA_WARPS * 32), smem,
-                   [=] { flash_backward_dkv_k<NI>(dqkv, dout, qkv, out, lse, seg, T, NH, NKV, HD, sc); },
-                   sch);
+    fa_bwd_args<NI>(dout, out, lse, self_args(qkv, dqkv, seg, T, NH, NKV, HD), B, sch);
 }
+typedef void (*fwd_args_fn)(float *, float *, const fa_args &, int, unsigned);
+typedef void (*bwd_args_fn)(const float *, const float *, const float *, const fa_args &, int, unsigned);
+static const fwd_args_fn fa_fwd_args_by_ni[FA_MAX_NI] = {fa_fwd_args<1>, fa_fwd_args<2>, fa_fwd_args<3>,
+                                                         fa_fwd_args<4>, fa_fwd_args<5>, fa_fwd_args<6>,
+                                                         fa_fwd_args<7>, fa_fwd_args<8>};
+static const bwd_args_fn fa_bwd_args_by_ni[FA_MAX_NI] = {fa_bwd_args<1>, fa_bwd_args<2>, fa_bwd_args<3>,
+                                                         fa_bwd_args<4>, fa_bwd_args<5>, fa_bwd_args<6>,
+                                                         fa_bwd_args<7>, fa_bwd_args<8>};
 
 static const fwd_fn tc_fwd_by_nf[TC_MAX_NF] = {tc_fwd<1>, tc_fwd<2>, tc_fwd<3>, tc_fwd<4>,
                                                tc_fwd<5>, tc_fwd<6>, tc_fwd<7>, tc_fwd<8>};
@@ -296,6 +322,98 @@ static void attention_case(bool tc, int B, int T, int NH, int NKV, int hs, int s
     row(same ? 0.0 : INFINITY, 0.0, "%s bwd T%d hs%d schedules bitwise", kind, T, hs);
 }
 
+/* log-sum-exps: the rows that saw no key (-inf) the same, and the rest's normwise error */
+static double lse_err(const std::vector<float> &got, const std::vector<float> &ref)
+{
+    std::vector<float> g = got, r = ref;
+    for (size_t i = 0; i < g.size(); i++) {
+        if ((g[i] == -INFINITY) != (r[i] == -INFINITY)) return INFINITY;
+        if (r[i] == -INFINITY) g[i] = r[i] = 0.0f;
+    }
+    return rel_err(g, r);
+}
+
+/* Ring attention's pieces (sequence parallelism): a block of Tq queries against a
+ * block of Tk keys, q and k|v in rows of their own (odd) strides, as zt_model.c's ring
+ * passes them; causal (the diagonal pair, Tq = Tk) or every key seen. seg_len > 0:
+ * the queries' segments are the keys' shifted by `shift` positions, so some query rows
+ * see no key of the block (out 0, lse -inf). The backward gets the CPU's out and lse on
+ * both sides (the FINAL ones, in a ring run). */
+static void block_case(int B, int Tq, int Tk, int NH, int NKV, int hs, int causal, int seg_len = 0, int shift = 0)
+{
+    const int qs = NH * hs + 7, ks = 2 * NKV * hs + 3, C = NH * hs;
+    char kind[64];
+    snprintf(kind, sizeof kind, "fp32 block %s NH%d/%d%s", causal ? "causal" : "full", NH, NKV,
+             seg_len ? " packed" : "");
+    std::vector<int32_t> qsegv((size_t)B * Tq), ksegv((size_t)B * Tk);
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < Tq; t++) qsegv[(size_t)b * Tq + t] = seg_len ? 1 + (t + shift) / seg_len : 0;
+        for (int j = 0; j < Tk; j++) ksegv[(size_t)b * Tk + j] = seg_len ? 1 + j / seg_len : 0;
+    }
+    const int32_t *qseg = seg_len ? qsegv.data() : nullptr, *kseg = seg_len ? ksegv.data() : nullptr;
+    std::vector<float> q = rand_vec((size_t)B * Tq * qs, -2, 2), kv = rand_vec((size_t)B * Tk * ks, -2, 2);
+    const float *k = kv.data(), *v = kv.data() + (size_t)NKV * hs;
+    std::vector<float> out((size_t)B * Tq * C), lse((size_t)B * NH * Tq);
+    zt_backend_cpu.attention_block_forward(out.data(), lse.data(), q.data(), qs, k, v, ks, qseg, kseg, B, Tq, Tk, NH,
+                                           NKV, hs, causal);
+    int none = 0;
+    for (float x : lse) none += x == -INFINITY;
+    const fa_args a0 = {q.data(), k, v, nullptr, nullptr, nullptr, qseg, kseg, qs, ks, Tq, Tk, NH, NKV, hs, causal,
+                        kscale(hs)};
+    std::vector<float> eout[NSCHED], elses[NSCHED];
+    for (int s = 0; s < NSCHED; s++) {
+        eout[s].assign(out.size(), NAN);
+        elses[s].assign(lse.size(), NAN);
+        fa_fwd_args_by_ni[(hs - 1) / 32](eout[s].data(), elses[s].data(), a0, B, schedules[s]);
+    }
+    row(rel_err(eout[0], out), 2e-5, "%s fwd out %dx%d hs%d", kind, Tq, Tk, hs);
+    row(lse_err(elses[0], lse), 2e-5, "%s fwd lse %dx%d hs%d (%d rows no key)", kind, Tq, Tk, hs, none);
+    bool same = true;
+    for (int s = 1; s < NSCHED; s++) same &= same_bits(eout[0], eout[s]) && same_bits(elses[0], elses[s]);
+    row(same ? 0.0 : INFINITY, 0.0, "%s fwd %dx%d schedules bitwise", kind, Tq, Tk);
+
+    std::vector<float> dout = rand_vec(out.size(), -1, 1);
+    const std::vector<float> dq0 = rand_vec(q.size(), -1, 1), dkv0 = rand_vec(kv.size(), -1, 1);
+    std::vector<float> dq = dq0, dkv = dkv0, edq[NSCHED], edkv[NSCHED];
+    zt_backend_cpu.attention_block_backward(dq.data(), dkv.data(), dkv.data() + (size_t)NKV * hs, dout.data(),
+                                            q.data(), qs, k, v, ks, qseg, kseg, out.data(), lse.data(), B, Tq, Tk,
+                                            NH, NKV, hs, causal);
+    for (int s = 0; s < NSCHED; s++) {
+        edq[s] = dq0;
+        edkv[s] = dkv0;
+        fa_args a = a0;
+        a.dq = edq[s].data(), a.dk = edkv[s].data(), a.dv = edkv[s].data() + (size_t)NKV * hs;
+        fa_bwd_args_by_ni[(hs - 1) / 32](dout.data(), out.data(), lse.data(), a, B, schedules[s]);
+    }
+    row(rel_err(edq[0], dq), 5e-5, "%s bwd dq += %dx%d hs%d", kind, Tq, Tk, hs);
+    row(rel_err(edkv[0], dkv), 5e-5, "%s bwd dk|dv += %dx%d hs%d", kind, Tq, Tk, hs);
+    /* the comparisons above are of something: the backward moved both (the initial
+     * values alone would compare equal) */
+    row(rel_err(dq, dq0) > 1e-3 && rel_err(dkv, dkv0) > 1e-3 ? 0.0 : INFINITY, 0.0, "%s bwd %dx%d changes dq, dk|dv",
+        kind, Tq, Tk);
+    same = true;
+    for (int s = 1; s < NSCHED; s++) same &= same_bits(edq[0], edq[s]) && same_bits(edkv[0], edkv[s]);
+    row(same ? 0.0 : INFINITY, 0.0, "%s bwd %dx%d schedules bitwise", kind, Tq, Tk);
+}
+
+/* the merge of two blocks' results, rows of either or both without keys (-inf) among them */
+static void merge_case(int B, int T, int NH, int hs)
+{
+    const size_t no = (size_t)B * T * NH * hs, nl = (size_t)B * NH * T;
+    std::vector<float> out = rand_vec(no, -1, 1), out2 = rand_vec(no, -1, 1);
+    std::vector<float> lse = rand_vec(nl, -3, 3), lse2 = rand_vec(nl, -3, 3);
+    for (size_t i = 0; i < nl; i += 5) lse[i] = -INFINITY;
+    for (size_t i = 0; i < nl; i += 7) lse2[i] = -INFINITY;
+    std::vector<float> ref = out, rlse = lse, got = out, glse = lse;
+    zt_backend_cpu.attention_merge(ref.data(), rlse.data(), out2.data(), lse2.data(), B, T, NH, hs);
+    const float *o2 = out2.data(), *l2 = lse2.data();
+    float *go = got.data(), *gl = glse.data();
+    zt_emu::launch(dim3(ntiles((int)nl, 64)), dim3(64), 0, [=] { attention_merge_k(go, gl, o2, l2, B, T, NH, hs); },
+                   zt_emu::ASCENDING);
+    row(rel_err(got, ref), 1e-6, "merge out T%d NH%d hs%d", T, NH, hs);
+    row(lse_err(glse, rlse), 1e-6, "merge lse T%d NH%d hs%d", T, NH, hs);
+}
+
 int main(void)
 {
     const auto t0 = std::chrono::steady_clock::now();
@@ -329,6 +447,16 @@ int main(void)
     attention_case(true, 1, 131, 4, 2, 32, 5);
     attention_case(false, 2, 70, 4, 2, 12, 23);
     attention_case(false, 1, 45, 2, 2, 64, 5);
+    /* ring attention's blocks (fp32 under every precision): a causal diagonal pair; full
+     * pairs with Tq != Tk (tiles cut differently on each side), grouped-query, hs 12 / 64 /
+     * 20; packed rows whose query segments are shifted against the keys', so some rows
+     * see no key of the block */
+    block_case(1, 40, 40, 2, 2, 64, 1);
+    block_case(1, 37, 45, 4, 2, 12, 0);
+    block_case(1, 70, 33, 3, 1, 20, 0);
+    block_case(1, 40, 40, 4, 2, 12, 1, 9);
+    block_case(1, 45, 38, 2, 1, 64, 0, 10, 25);
+    merge_case(2, 13, 3, 20);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     printf("%d comparisons, %d failed (%.1f s, %lu coroutine switches)\n", n_rows, n_bad, secs,

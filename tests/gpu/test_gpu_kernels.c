@@ -444,6 +444,55 @@ static void test_attention(void)
     attention_case_seg(2, 100, 4, 2, 32, 2e-5, 5e-5, 23);
 }
 
+/* Ring attention's pieces: a block of Tq queries (rows of stride qs) against Tk keys
+ * (k|v rows of stride ks), causal (Tq = Tk) or full, forward and backward (with the
+ * CPU's out and lse on both sides), and the merge of two blocks' results. fp32 kernels
+ * under every precision, so the fp32 bounds. */
+static void attention_block_case(int Tq, int Tk, int NH, int NKV, int HD, int causal)
+{
+    char what[80];
+    const int B = 2, qs = NH * HD + 3, ks = 2 * NKV * HD + 1;
+    const size_t no = (size_t)B * Tq * NH * HD, nl = (size_t)B * NH * Tq;
+    pair_t q = pair_make((size_t)B * Tq * qs, -2, 2, 0), kv = pair_make((size_t)B * Tk * ks, -2, 2, 0);
+    pair_t out = pair_rand(no), lse = pair_rand(nl);
+    const size_t vo = (size_t)NKV * HD;
+    H->attention_block_forward(out.h, lse.h, q.h, qs, kv.h, kv.h + vo, ks, NULL, NULL, B, Tq, Tk, NH, NKV, HD, causal);
+    G->attention_block_forward(out.d, lse.d, q.d, qs, kv.d, kv.d + vo, ks, NULL, NULL, B, Tq, Tk, NH, NKV, HD, causal);
+    const char *kind = causal ? "causal" : "full";
+    snprintf(what, sizeof what, "ring block %s fwd out %dx%d hs%d", kind, Tq, Tk, HD);
+    check(what, &out, 2e-5);
+    snprintf(what, sizeof what, "ring block %s fwd lse %dx%d hs%d", kind, Tq, Tk, HD);
+    check(what, &lse, 2e-5);
+    G->from_host(out.d, out.h, out.n * sizeof(float));
+    G->from_host(lse.d, lse.h, lse.n * sizeof(float));
+    pair_t dout = pair_rand(no), dq = pair_rand(q.n), dkv = pair_rand(kv.n);
+    H->attention_block_backward(dq.h, dkv.h, dkv.h + vo, dout.h, q.h, qs, kv.h, kv.h + vo, ks, NULL, NULL, out.h,
+                                lse.h, B, Tq, Tk, NH, NKV, HD, causal);
+    G->attention_block_backward(dq.d, dkv.d, dkv.d + vo, dout.d, q.d, qs, kv.d, kv.d + vo, ks, NULL, NULL, out.d,
+                                lse.d, B, Tq, Tk, NH, NKV, HD, causal);
+    snprintf(what, sizeof what, "ring block %s bwd dq += %dx%d", kind, Tq, Tk);
+    check(what, &dq, 5e-5);
+    snprintf(what, sizeof what, "ring block %s bwd dk|dv += %dx%d", kind, Tq, Tk);
+    check(what, &dkv, 5e-5);
+    /* merge this block's result into another's */
+    pair_t o2 = pair_rand(no), l2 = pair_make(nl, -3, 3, 0);
+    H->attention_merge(o2.h, l2.h, out.h, lse.h, B, Tq, NH, HD);
+    G->attention_merge(o2.d, l2.d, out.d, lse.d, B, Tq, NH, HD);
+    snprintf(what, sizeof what, "ring merge out T%d hs%d", Tq, HD);
+    check(what, &o2, 1e-6);
+    snprintf(what, sizeof what, "ring merge lse T%d hs%d", Tq, HD);
+    check(what, &l2, 1e-6);
+    pair_free(&q); pair_free(&kv); pair_free(&out); pair_free(&lse); pair_free(&dout); pair_free(&dq);
+    pair_free(&dkv); pair_free(&o2); pair_free(&l2);
+}
+
+static void test_attention_blocks(void)
+{
+    attention_block_case(70, 70, 4, 2, 64, 1);
+    attention_block_case(37, 45, 4, 2, 12, 0);
+    attention_block_case(131, 64, 6, 1, 128, 0);
+}
+
 /* train.matmul_precision = medium: the bf16 tensor-core kernels for head sizes
  * that are multiples of 16 up to 128. q, k, v, dout, p and ds are rounded to
  * bf16 (unit roundoff u = 2^-8); the error analysis in
@@ -671,6 +720,7 @@ static const zt_test_t tests[] = {
     { "matmul + gelu fused", test_matmul_gelu },
     { "attention", test_attention },
     { "attention bf16 tensor cores", test_attention_bf16 },
+    { "ring attention blocks", test_attention_blocks },
     { "elementwise", test_elementwise },
     { "crossentropy", test_crossentropy },
     { "reductions", test_reductions },
