@@ -295,6 +295,13 @@ if [ $HAVE_GPU = 1 ] && [ "${ngpu:-1}" -ge 2 ]; then
             parallel.strategy=$1 parallel.shard_layout=$2 train.output_dir="$WORK/run-2-$1-$2"
         same_loss "loss cpu vs 2 gpus $1 $2" "$ref" "$(last_loss "$WORK/run-2-$1-$2/metrics.jsonl")"
     done
+    # ring attention (sp 2 x dp 1: the same 4 sequences in 2 micro-steps): its block
+    # kernels and the K|V ring over NCCL
+    # shellcheck disable=SC2086
+    run_step "train cuda 2 ranks ring sp 2" 120 $MPIRUN2 "$ZTRAIN" $base parallel.backend=cuda \
+        parallel.sequence_parallel_size=2 parallel.sp_mode=ring train.gradient_accumulation_steps=2 \
+        train.output_dir="$WORK/run-2-ring"
+    same_loss "loss cpu vs 2 gpus ring sp 2" "$ref" "$(last_loss "$WORK/run-2-ring/metrics.jsonl")"
 fi
 
 # ---- benchmark: GPT-2 124M, T=1024, one GPU --------------------------------------
