@@ -132,6 +132,7 @@ typedef struct zt_config {
         double top_p;
         int top_k;                  /* 0 = all */
         int at_eval;                /* bool: complete prompts_file at each evaluation */
+        int use_cache;              /* bool: a KV cache for generation */
     } generate;
     struct {                    /* for testing only */
         int rank;               /* -1 = off */

@@ -89,6 +89,13 @@ void zt_model_forward_head(zt_model_t *m, const float *root);
  * instead of every row's), for zt_model_logits_row. Every tp rank of the model's group
  * calls it. */
 void zt_model_forward_head_row(zt_model_t *m, const float *root, int b, int t);
+/* Generation's KV cache (one sequence, no sequence parallelism or tp_sequence_parallel):
+ * on allocates each block's keys and values for Tmax positions, off frees them. With it
+ * on, zt_model_kv_past(m, past) before a forward says that its batch (1, T) continues
+ * the past positions already cached (0: a new sequence, T tokens from position 0; past
+ * > 0: T = 1, the token at position past); positions are then past + t. */
+void zt_model_kv_cache(zt_model_t *m, int on);
+void zt_model_kv_past(zt_model_t *m, int past);
 /* Training: the head's forward and backward, chunk by chunk: the losses, the head's
  * parameter gradients (tied wte, ln_f) accumulated into droot (NULL: a frozen root unit),
  * and dL/d(last block output) for backward_block. dscale is the caller's 1/(tokens in the global batch)

@@ -377,7 +377,7 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
         be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, NH / sp, NH / sp, HD);
         zt_model_sp_gather_heads(m, a->atty_sp, 1, h, HD, a->atty);
     } else {
-        be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, NH, NH, HD); // (N,A)
+        zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, NH, NH, HD); // (N,A)
     }
     /* attention projection into a scratch (row-parallel: partial sums under tp), then
      * the residual add */

@@ -561,7 +561,7 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
         be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, d->NH / sp, nkv, d->HD);
         zt_model_sp_gather_heads(m, a->atty_sp, 1, h, d->HD, a->atty); // (N,Q)
     } else {
-        be->attention_forward(a->atty, a->lse, a->qkv, m->seg, B, T, d->NH, d->NKV, d->HD); // (N,Q)
+        zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD); // (N,Q)
     }
     float *y = zt_model_tp_partial(m, a->res2); // row-parallel: (N,C) partial sums under tp
     be->matmul_forward(y, a->atty, w + g->o_wo, zt_model_tp_bias(m, d->o_bias ? w + g->o_bo : NULL), N, Q, C, 1);

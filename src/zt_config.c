@@ -378,6 +378,10 @@ static const zkey_t schema[] = {
        "Sampling temperature; 0 = greedy (argmax), the same output at every world size and strategy."),
     KD("generate.top_p", generate.top_p, 1.0, 1e-6, 1.0, "Nucleus sampling: the smallest set of probability >= top_p."),
     KI("generate.top_k", generate.top_k, 0, 0, 1 << 24, "Sample among the top_k most likely tokens (0 = all)."),
+    KB("generate.use_cache", generate.use_cache, 1,
+       "Keep each block's keys and values of a sequence (HF's use_cache): a new token runs alone against them "
+       "instead of the whole sequence again. Used without sequence parallelism or tp_sequence_parallel, while the "
+       "sequence fits data.seq_len."),
     KB("generate.at_eval", generate.at_eval, 0,
        "While training, complete generate.prompts_file at every evaluation (train.eval_steps and the last step) into "
        "<output_dir>/generations-<step>.jsonl."),

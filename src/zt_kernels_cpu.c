@@ -508,6 +508,13 @@ static void cpu_matmul_forward(float *restrict out, const float *restrict inp,
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
+    if (N == 1) {
+        /* one row (generation's next token): a matrix-vector product streams W once,
+         * where sgemm would first copy all of it into its packed panels */
+        if (transw) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, beta, out, 1);
+        else cblas_sgemv(CblasRowMajor, CblasTrans, C, OC, 1.0f, weight, OC, inp, 1, beta, out, 1);
+        return;
+    }
     if (transw)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
                     beta, out, OC);

@@ -264,6 +264,7 @@ void zt_model_free(zt_model_t *m)
     be->free(m->targets);
     be->free(m->seg_buf);
     be->free(m->pos_buf);
+    zt_model_kv_cache(m, 0);
     be->free_host(m->host_losses);
     zt_lora_scratch_free(m);
     if (m->sp_positions) {
@@ -731,6 +732,49 @@ void zt_model_forward_head_row(zt_model_t *m, const float *root, int b, int t)
     m->be->matmul_forward(m->logits, m->xf + (size_t)row * C, root + m->arch->ops->head_offset(m), NULL, 1, C, m->d.V,
                           1); // (1,V)
     m->head_first = row;
+}
+
+/* ---- generation's KV cache ------------------------------------------------------------ */
+
+static size_t kv_width(const zt_model_t *m) { return 2 * (size_t)m->d.NKV * m->d.HD; }
+
+void zt_model_kv_cache(zt_model_t *m, int on)
+{
+    if (on && (m->d.sp_size > 1 || m->d.tp_seq)) zt_fatal("zt_model_kv_cache: not under sp or tp_sequence_parallel");
+    if (on && !m->kv) {
+        m->kv = zt_calloc((size_t)m->d.L, sizeof *m->kv);
+        for (int l = 0; l < m->d.L; l++) m->kv[l] = m->be->alloc((size_t)m->Tmax * kv_width(m) * sizeof(float));
+    } else if (!on && m->kv) {
+        for (int l = 0; l < m->d.L; l++) m->be->free(m->kv[l]);
+        free(m->kv);
+        m->kv = NULL;
+    }
+    m->kv_past = 0;
+}
+
+void zt_model_kv_past(zt_model_t *m, int past)
+{
+    if (!m->kv) zt_fatal("zt_model_kv_past: no KV cache");
+    m->kv_past = past;
+}
+
+void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV, int HD)
+{
+    const zt_backend_t *be = m->be;
+    if (!m->kv) {
+        be->attention_forward(out, lse, qkv, m->seg, m->B, m->T, NH, NKV, HD);
+        return;
+    }
+    const int S = (NH + 2 * NKV) * HD, W = (int)kv_width(m), past = m->kv_past, T = m->T;
+    if (m->B != 1 || past + T > m->Tmax || (past > 0 && T != 1))
+        zt_fatal("KV cache: a batch (%d, %d) after %d positions (one sequence; then one token at a time, up to %d)",
+                 m->B, T, past, m->Tmax);
+    float *cache = m->kv[l];
+    be->copy_rows(cache + (size_t)past * W, W, qkv + (size_t)NH * HD, S, T, W); // k | v of this call
+    if (past == 0) be->attention_forward(out, lse, qkv, NULL, 1, T, NH, NKV, HD);
+    else /* the new token sees every cached position, itself the last */
+        be->attention_block_forward(out, lse, qkv, S, cache, cache + W / 2, W, NULL, NULL, 1, 1, past + 1, NH, NKV,
+                                    HD, 0);
 }
 
 void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale)

@@ -64,6 +64,10 @@ struct zt_model {
      * of a reduce-scatter, and the residual-stream rows' positions (Nl) */
     float *tp_full, *tp_full2, *tp_rows;
     int32_t *tp_pos, *host_tp_pos;
+    /* generation's KV cache (zt_model_kv_cache): per block (Tmax, 2 NKV HD) rows [k | v]
+     * of one sequence, and how many positions the next forward follows */
+    float **kv;
+    int kv_past;
 };
 
 /* ---- tensor parallelism, for the families (no-ops at tp 1) ---------------------------
@@ -78,6 +82,14 @@ struct zt_model {
  * all-reduce in place without tp_seq. The backward mirrors it: the gradient of a
  * gather is a reduce, of a reduce a gather. */
 int zt_model_rows(const zt_model_t *m);
+
+/* The self-attention of block l over the batch's qkv rows (N, (NH + 2 NKV) HD) into
+ * out (N, NH HD) and lse, causal within each row (m->seg: packed rows). With the KV
+ * cache on (one sequence) this call's keys and values go to the cache's rows [past,
+ * past + T) first; a call after past > 0 positions (one new token) attends to all
+ * past + 1 of them. */
+void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV,
+                             int HD);
 const float *zt_model_tp_gather(zt_model_t *m, const float *x, float *scratch);
 float *zt_model_tp_partial(zt_model_t *m, float *out);
 void zt_model_tp_reduce(zt_model_t *m, float *y, float *out);

@@ -63,6 +63,10 @@ typedef struct run {
     int32_t *row_tmp;           /* (3 T) sequence parallelism: a whole row before its chunk is taken */
     uint64_t *keys;             /* (A B Tm) lora.dropout's per-token counters (backend host memory) */
     float *tp_logits;           /* (V) a sampled row's logits where rank 0's are the ones used */
+    /* generation's KV cache (generate.use_cache): on, and the sequence it holds (kv_n of
+     * kv_tok, T), the positions of a forward's tokens (T) */
+    int kv_on, kv_n;
+    int32_t *kv_tok, *kv_pos;
     zt_model_t *model;
     zt_shard_t *shard;
     zt_dataset_t *train, *val;
@@ -498,7 +502,7 @@ static const float *forward_blocks(run_t *r, const int32_t *inp, const int32_t *
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     zt_model_set_batch(m, inp, tgt, B, T);
-    if (seg) zt_model_set_segments(m, seg, pos);
+    if (seg || pos) zt_model_set_segments(m, seg, pos);
     const zt_param_table_t *t = r->table;
     const int b0 = t->first_block_unit, a0 = t->first_adapter_unit;
     const float *root = zt_shard_params(s, t->root_unit);
@@ -614,7 +618,9 @@ static float evaluate(run_t *r, int *failed)
  * none. Under sequence parallelism or tp_sequence_parallel the tokens are padded at the
  * end to whole shares (attention is causal: what follows position n - 1 leaves its
  * logits alone), each rank runs its chunk, the ranks that hold position n - 1 run the
- * head on that row alone, and the other sp ranks get its logits by broadcast. */
+ * head on that row alone, and the other sp ranks get its logits by broadcast. With the
+ * KV cache (generation_begin) a call that adds one token to the last call's tokens runs
+ * that token alone. */
 static void last_logits(void *arg, const int32_t *tokens, int n, float *logits)
 {
     run_t *r = arg;
@@ -642,7 +648,19 @@ static void last_logits(void *arg, const int32_t *tokens, int n, float *logits)
             }
         }
     }
-    const float *root = forward_blocks(r, mine, NULL, NULL, NULL, 1, q > 1 ? Tl : n);
+    /* the KV cache (never with q > 1): a sequence that extends the cached one by a token
+     * runs that token alone at its position; any other starts the cache again */
+    int past = 0;
+    if (r->kv_on) {
+        if (n == r->kv_n + 1 && !memcmp(tokens, r->kv_tok, (size_t)r->kv_n * sizeof *tokens)) past = r->kv_n;
+        memcpy(r->kv_tok + past, tokens + past, (size_t)(n - past) * sizeof *tokens);
+        for (int k = past; k < n; k++) r->kv_pos[k - past] = k;
+        r->kv_n = n;
+        zt_model_kv_past(r->model, past);
+        mine = tokens + past;
+        t = n - past - 1;
+    }
+    const float *root = forward_blocks(r, mine, NULL, NULL, r->kv_on ? r->kv_pos : NULL, 1, q > 1 ? Tl : n - past);
     /* under tp the row is gathered from every tp rank, under sp broadcast: all take part */
     if (!logits && (r->comm->mesh_tp > 1 || sp > 1)) logits = r->tp_logits;
     if (r->comm->sp.rank == owner) {
@@ -651,6 +669,31 @@ static void last_logits(void *arg, const int32_t *tokens, int n, float *logits)
     }
     zt_shard_release(r->shard, r->table->root_unit);
     if (sp > 1) zt_bcast(r->comm, &r->comm->sp, logits, (size_t)r->table->dims.V, ZT_F32, owner);
+}
+
+/* Around generation: the shard engine's inference mode, and the KV cache where it
+ * applies (one sequence per rank without sequence parallelism or tp_sequence_parallel) */
+static void generation_begin(run_t *r)
+{
+    zt_shard_begin_inference(r->shard);
+    r->kv_on = r->cfg->generate.use_cache && r->comm->mesh_sp == 1 && !r->ltable->dims.tp_seq;
+    if (!r->kv_on) return;
+    zt_model_kv_cache(r->model, 1);
+    r->kv_tok = zt_malloc((size_t)r->T * sizeof *r->kv_tok);
+    r->kv_pos = zt_malloc((size_t)r->T * sizeof *r->kv_pos);
+    r->kv_n = 0;
+}
+
+static void generation_end(run_t *r)
+{
+    if (r->kv_on) {
+        zt_model_kv_cache(r->model, 0);
+        free(r->kv_tok);
+        free(r->kv_pos);
+        r->kv_tok = r->kv_pos = NULL;
+        r->kv_on = 0;
+    }
+    zt_shard_end_inference(r->shard);
 }
 
 static void generate_sample(run_t *r)
@@ -672,9 +715,9 @@ static void generate_sample(run_t *r)
         .prompt = cfg->train.sample_prompt, .eot = zt_data_eot_token(r->train),
     };
     zt_sample_t smp;
-    zt_shard_begin_inference(r->shard);
+    generation_begin(r);
     zt_sample_generate(&o, tok, last_logits, r, r->comm, &smp);
-    zt_shard_end_inference(r->shard);
+    generation_end(r);
     if (r->rank == 0) zt_sample_print(&o, tok, &smp, stdout);
     zt_sample_free(&smp);
     zt_tokenizer_close(tok);
@@ -1114,10 +1157,10 @@ static int run_loop(run_t *r)
             fold_comm(r);
             char name[64];
             snprintf(name, sizeof name, "generations-%ld.jsonl", r->step);
-            zt_shard_begin_inference(r->shard);
+            generation_begin(r);
             const int grc = zt_generate_run(cfg, name, r->T, cfg->model.vocab_size, last_logits, r, c, err,
                                             sizeof err);
-            zt_shard_end_inference(r->shard);
+            generation_end(r);
             if (grc) {
                 zt_log_error("%s", err);
                 return ZT_EXIT_ERROR;
@@ -1385,11 +1428,11 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     double t0 = zt_now();
     if (exit_code == ZT_EXIT_OK && cfg->mode_generate) {
         /* --generate: the loaded model completes the prompts, nothing trains or is saved */
-        zt_shard_begin_inference(r->shard);
+        generation_begin(r);
         const double tg = zt_now();
         rc = zt_generate_run(cfg, "generations.jsonl", r->T, cfg->model.vocab_size, last_logits, r, comm, err,
                              sizeof err);
-        zt_shard_end_inference(r->shard);
+        generation_end(r);
         if (rc) zt_log_error("%s", err);
         else zt_log("generate: %s/generations.jsonl (%.1f s)", cfg->train.output_dir, zt_now() - tg);
         exit_code = rc ? ZT_EXIT_ERROR : ZT_EXIT_OK;

@@ -32,7 +32,9 @@ done
 # (on the sp rank that holds it, broadcast to the others): the same greedy output
 sp2="parallel.sequence_parallel_size=2"
 tps="parallel.tensor_parallel_size=2 parallel.tp_sequence_parallel=true"
-for cfg in "2 u $sp2" "2 r $sp2 parallel.sp_mode=ring" "2 t $tps" "4 tr $tps $sp2 parallel.sp_mode=ring"; do
+# (and tp 2 with the KV cache: each rank caches its heads' keys and values)
+for cfg in "2 u $sp2" "2 r $sp2 parallel.sp_mode=ring" "2 t $tps" "4 tr $tps $sp2 parallel.sp_mode=ring" \
+    "2 tc parallel.tensor_parallel_size=2"; do
     set -- $cfg
     np=$1 name=$2
     shift 2
@@ -47,12 +49,26 @@ assert [r["index"] for r in recs] == list(range(5)), recs
 assert recs[1]["prompt"] == "Sum 2 and 3" and recs[2]["prompt"] == "Translate to French\nthe model"
 assert all(0 < r["new_tokens"] <= 12 and isinstance(r["output"], str) for r in recs)
 PYEOF
+# the KV cache (generate.use_cache, on unless sp or tp_sequence_parallel) against the whole
+# sequence run again for every token: the same greedy output at 1 rank, zero3 on 2, tp 2
+# (prompts longer than data.seq_len slide their window and start the cache again)
+for cfg in "1 nc1" "2 nc2 parallel.strategy=zero3" "2 nct parallel.tensor_parallel_size=2"; do
+    set -- $cfg
+    np=$1 name=$2
+    shift 2
+    # shellcheck disable=SC2086
+    run_ztrain "$np" --generate $G generate.use_cache=false "$@" train.output_dir="$name" >/dev/null
+    cmp g1/generations.jsonl "$name/generations.jsonl" || fail "greedy output without the KV cache ($*) differs"
+done
 samp="generate.temperature=0.8 generate.top_k=50 generate.top_p=0.9"
 # shellcheck disable=SC2086
 run_ztrain 1 --generate $G $samp train.output_dir=s1 >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 --generate $G $samp parallel.strategy=zero3 train.output_dir=s2 >/dev/null
 cmp s1/generations.jsonl s2/generations.jsonl || fail "sampled output depends on the world size"
+# shellcheck disable=SC2086
+run_ztrain 1 --generate $G $samp generate.use_cache=false train.output_dir=s1nc >/dev/null
+cmp s1/generations.jsonl s1nc/generations.jsonl || fail "sampled output without the KV cache differs"
 cmp -s s1/generations.jsonl g1/generations.jsonl && fail "sampling at temperature 0.8 gave the greedy output"
 printf '{"messages": [{"role": "user", "content": "ok"}]}\n{"messages": [{"role": "assistant"' >bad.jsonl
 # shellcheck disable=SC2086

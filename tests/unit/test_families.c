@@ -425,6 +425,82 @@ static void t_lora_starts_as_base(void)
 
 static int is_adapter(const zt_param_t *p) { return !p->frozen; }
 
+/* The rig's LoRA B matrices non-zero (they start at 0, where every A gradient is zero
+ * and the adapters change nothing) */
+static void lora_b_nonzero(rig_t *r)
+{
+    for (int i = 0; i < r->tab->nparams; i++)
+        if (r->tab->params[i].adapter == 'B') {
+            zt_param_t q = r->tab->params[i];
+            q.init = ZT_INIT_UNIFORM;
+            q.init_std = 0.3f;
+            float *h = zt_malloc(q.numel * sizeof *h);
+            zt_param_init_range(&q, 99, 0, q.numel, h);
+            r->be->from_host(pw(r, i), h, q.numel * sizeof *h);
+            free(h);
+        }
+}
+
+/* Generation's KV cache: a prompt of n0 tokens at once, then one token at a time against
+ * the cached keys and values (positions past + t), gives the logits of running each
+ * prefix whole, to fp32 rounding: llama (GQA, untied), qwen2 (q/k/v biases), qwen3
+ * (q/k norms) and gpt2 (learned positions) with the directory's weights, and llama and
+ * gpt2 with LoRA adapters (random, B non-zero). */
+static void kv_cache_case(const char *family, int lora)
+{
+    fam_t f = fam_open(family);
+    enum { T = 12, n0 = 5 };
+    const int V = f.tab->dims.V;
+    zt_param_table_t *t = lora ? lora_table(f.tab, 2) : zt_arch_build_table(f.tab->arch, &f.tab->dims, 0.02f);
+    rig_t r = rig_create_table(t, 1, T, 0);
+    rig_init(&r, 5);
+    load_dir(&r, f.dir);
+    if (lora) lora_b_nonzero(&r);
+    const float *root = r.w[r.tab->root_unit];
+    int32_t tok[T];
+    uint64_t rs = 17;
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)(lcg(&rs) % V);
+    /* each prefix [0, n) whole, no cache: the logits of its last token */
+    float *want = zt_malloc((size_t)(T - n0 + 1) * V * sizeof *want), *got = zt_malloc((size_t)V * sizeof *got);
+    for (int n = n0; n <= T; n++) {
+        rig_blocks_forward(&r, tok, NULL, 1, n);
+        zt_model_forward_head_row(r.m, root, 0, n - 1);
+        zt_model_logits_row(r.m, 0, n - 1, want + (size_t)(n - n0) * V);
+    }
+    zt_model_kv_cache(r.m, 1);
+    double worst = 0.0, moved = 0.0;
+    for (int n = n0; n <= T; n++) {
+        const int past = n == n0 ? 0 : n - 1, pos = past;
+        zt_model_kv_past(r.m, past);
+        if (past) rig_blocks_forward_packed(&r, tok + past, NULL, NULL, &pos, 1, 1);
+        else rig_blocks_forward(&r, tok, NULL, 1, n0);
+        zt_model_forward_head_row(r.m, root, 0, n - past - 1);
+        zt_model_logits_row(r.m, 0, n - past - 1, got);
+        worst = fmax(worst, rel_l2(got, want + (size_t)(n - n0) * V, (size_t)V));
+        if (n > n0) moved = fmax(moved, rel_l2(want + (size_t)(n - n0) * V, want, (size_t)V));
+    }
+    zt_model_kv_cache(r.m, 0);
+    printf("\n    %s%s KV cache: %d tokens after a %d-token prompt, logits rel L2 %.2e against whole prefixes "
+           "(which differ by up to %.2e)", family, lora ? " + LoRA" : "", T - n0, n0, worst, moved);
+    CU_ASSERT(worst < 1e-5);
+    CU_ASSERT(moved > 1e-2); /* the prefixes' logits differ: a stale or misplaced key would show */
+    free(want);
+    free(got);
+    rig_free(&r);
+    zt_param_table_free(f.tab);
+    fam_close(&f);
+}
+
+static void t_kv_cache(void)
+{
+    kv_cache_case("llama", 0);
+    kv_cache_case("qwen2", 0);
+    kv_cache_case("qwen3", 0);
+    kv_cache_case("gpt2", 0);
+    kv_cache_case("llama", 1);
+    kv_cache_case("gpt2", 1);
+}
+
 /* The adapters' gradients against central differences, with non-zero A and B, the
  * base frozen (no gradient computed for it): qwen3 (q/k norms, qkv biases off, tied),
  * llama (untied, GQA) and gpt2 (Conv1D bases; c_fc and mlp.c_proj unfused around the
@@ -442,17 +518,7 @@ static void t_lora_finite_difference(void)
         zt_param_table_t *lt = lora_table_on(f.tab, 2, targets[k]);
         rig_t r = rig_create_table(lt, B, T, 0);
         rig_init(&r, 7);
-        /* B non-zero, or every A gradient is zero */
-        for (int i = 0; i < lt->nparams; i++)
-            if (strstr(lt->params[i].name, "lora_B")) {
-                zt_param_t q = lt->params[i];
-                q.init = ZT_INIT_UNIFORM;
-                q.init_std = 0.3f;
-                float *h = zt_malloc(q.numel * sizeof *h);
-                zt_param_init_range(&q, 99, 0, q.numel, h);
-                r.be->from_host(pw(&r, i), h, q.numel * sizeof *h);
-                free(h);
-            }
+        lora_b_nonzero(&r);
         int32_t inp[10], tgt[10];
         uint64_t rs = 42 + (uint64_t)k;
         for (int i = 0; i < B * T; i++) {
@@ -572,6 +638,7 @@ static const zt_test_t tests[] = {
     {"lora_starts_as_base", t_lora_starts_as_base},
     {"lora_finite_difference", t_lora_finite_difference},
     {"fixture_shapes", t_fixture_shapes},
+    {"kv_cache_vs_whole_prefixes", t_kv_cache},
     {"llama_vs_transformers", t_llama},
     {"qwen2_vs_transformers", t_qwen2},
     {"qwen3_vs_transformers", t_qwen3},

@@ -539,9 +539,9 @@ static double mm_loss(void *v)
     return dot_r(c->out, c->R, (size_t)c->N * c->OC);
 }
 
-static void run_matmul(int transw, int with_bias)
+static void run_matmul(int transw, int with_bias, int N)
 {
-    int N = 5, C = 7, OC = 9;
+    int C = 7, OC = 9;
     size_t nx = (size_t)N * C, nw = (size_t)C * OC, no = (size_t)N * OC;
     float *x = frand(nx, 1), *w = frand(nw, 1), *b = with_bias ? frand(OC, 1) : NULL;
     float *R = frand(no, 1), *out = frand(no, 1); /* garbage in out: forward must overwrite */
@@ -609,10 +609,15 @@ static void t_positional_positions(void)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
 }
 
-static void t_matmul(void) { run_matmul(0, 1); }
-static void t_matmul_nobias(void) { run_matmul(0, 0); }
-static void t_matmul_transw(void) { run_matmul(1, 0); }
-static void t_matmul_transw_bias(void) { run_matmul(1, 1); }
+static void t_matmul(void) { run_matmul(0, 1, 5); }
+static void t_matmul_nobias(void) { run_matmul(0, 0, 5); }
+static void t_matmul_transw(void) { run_matmul(1, 0, 5); }
+static void t_matmul_transw_bias(void) { run_matmul(1, 1, 5); }
+/* one row (generation's next token: the forward is a matrix-vector product) */
+static void t_matmul_one_row(void)
+{
+    for (int k = 0; k < 4; k++) run_matmul(k & 1, k >> 1, 1);
+}
 
 /* -------------------------------------------------------------- attention -- */
 
@@ -1465,6 +1470,7 @@ static const zt_test_t tests[] = {
     {"matmul W (C,OC) no bias", t_matmul_nobias},
     {"matmul W^T (tied lm_head)", t_matmul_transw},
     {"matmul W^T + bias", t_matmul_transw_bias},
+    {"matmul forward one row (gemv), backward", t_matmul_one_row},
     {"attention forward/backward vs double + FD", t_attention},
     {"attention threaded", t_attention_threads},
     {"attention T=131: ragged query blocks vs double", t_attention_ragged},
