@@ -679,10 +679,6 @@ void zt_model_set_head_rows(zt_model_t *m, int rows)
     m->head_rows = rows;
 }
 
-/* The head over rows [0, N) in chunks: final norm, logits (head_rows,V), and with
- * targets the fused cross-entropy (losses, and with droot dlogits in place); with
- * droot each chunk's lm_head gradients follow at once: dxf rows into dres2 (N,C) and
- * the head weight's gradient, so the chunk buffer is free for the next. */
 /* xf (N,C): the final norm's output over every row (tp_seq: on this rank's rows, gathered) */
 static void head_input(zt_model_t *m, const float *root)
 {
@@ -690,6 +686,10 @@ static void head_input(zt_model_t *m, const float *root)
     if (m->d.tp_seq) m->ac.tp_allgather(m->ac.ctx, m->tp_rows, m->xf, (size_t)zt_model_rows(m) * m->d.C);
 }
 
+/* The head over rows [0, N) in chunks: final norm, logits (head_rows,V), and with
+ * targets the fused cross-entropy (losses, and with droot dlogits in place); with
+ * droot each chunk's lm_head gradients follow at once: dxf rows into dres2 (N,C) and
+ * the head weight's gradient, so the chunk buffer is free for the next. */
 static void head_chunks(zt_model_t *m, const float *root, int train, float *droot, float dscale)
 {
     const zt_backend_t *be = m->be;

@@ -68,6 +68,20 @@ run_ztrain 2 lora.cfg $llama $train $tp2 parallel.tp_sequence_parallel=true trai
 for d in tp2 tp2-zero3; do
     "$PY" "$HFPY" ckpt "$(ls $d/ckpt-*.h5 | tail -1)" "$HF/llama" || fail "$d: the frozen base moved"
 done
+# memory at tp 2: the estimate is what was allocated, and a rank holds less than at tp 1
+"$PY" - ref/metrics.jsonl tp2/metrics.jsonl <<'EOF' || fail "LoRA at tp 2: memory estimate or split wrong"
+import json, sys
+def mem(f):
+    recs = [json.loads(l) for l in open(f)]
+    return (next(r for r in recs if r.get("start"))["memory_estimate"],
+            next(r for r in recs if r.get("summary"))["memory_measured"])
+(e1, m1), (e2, m2) = mem(sys.argv[1]), mem(sys.argv[2])
+keys = ("params", "grads", "optimizer", "activations")
+print("tp 1:", {k: m1[k] for k in keys}, "tp 2:", {k: m2[k] for k in keys})
+assert all(e2[k] == m2[k] for k in keys), (e2, m2)
+# the base and B of column-parallel / A of row-parallel weights split; the other halves whole
+assert m2["params"] < 0.6 * m1["params"] and m1["grads"] / 2 < m2["grads"] < m1["grads"], (m1, m2)
+EOF
 # shellcheck disable=SC2086
 run_ztrain 1 lora.cfg $g2 $train $one train.output_dir=g2ref >/dev/null
 # shellcheck disable=SC2086
