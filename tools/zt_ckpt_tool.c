@@ -10,7 +10,10 @@
  *                                           may be given as OUTDIR)
  *   zt-ckpt export FILE OUTDIR              the same as OUTDIR/model.safetensors (any OUT
  *                                           not ending in .safetensors is a directory);
- *                                           missing directories are created (mkdir -p)
+ *                                           missing directories are created (mkdir -p);
+ *                                           a LoRA checkpoint gives its PEFT adapter
+ *                                           directory (adapter_config.json and
+ *                                           adapter_model.safetensors, fp32)
  *   zt-ckpt import MODEL.safetensors CONFIG.json OUT.h5
  *                                           weights-only checkpoint for model.init_from
  *
@@ -51,7 +54,8 @@ static void usage(void)
             "       zt-ckpt consolidate SHARDS_DIR OUT.h5\n"
             "       zt-ckpt export FILE OUTDIR [--dtype fp32|bf16] [--max-shard-size 5GB]\n"
             "                                     a Hugging Face model directory (any family)\n"
-            "       zt-ckpt export FILE OUTDIR            (OUTDIR/model.safetensors and OUTDIR/config.json)\n"
+            "       zt-ckpt export FILE OUTDIR            (OUTDIR/model.safetensors and OUTDIR/config.json;\n"
+            "                                             a LoRA checkpoint: its PEFT adapter directory)\n"
             "       zt-ckpt import MODEL.safetensors CONFIG.json OUT.h5\n");
 }
 
@@ -243,7 +247,7 @@ static int cmd_export(const char *file, const char *out_arg, const char *dtype, 
         return 1;
     }
     while (strlen(dir) > 1 && dir[strlen(dir) - 1] == '/') dir[strlen(dir) - 1] = 0;
-    const int64_t shard = zt_hf_parse_size(max_shard);
+    int64_t shard = zt_hf_parse_size(max_shard);
     if (shard <= 0 || (strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))) {
         fprintf(stderr, "zt-ckpt: export: --dtype fp32|bf16 and --max-shard-size SIZE (\"5GB\") expected\n");
         return 1;
@@ -256,11 +260,14 @@ static int cmd_export(const char *file, const char *out_arg, const char *dtype, 
     zt_param_table_t *t = cfg ? zt_arch_table_from_config(cfg, err, sizeof err) : NULL;
     int rc = 0;
     if (!t) rc = zt_err(err, sizeof err, "%s: the stored config does not describe a model (%.300s)", file, err);
-    if (!rc && t->first_adapter_unit >= 0)
-        rc = zt_err(err, sizeof err, "%s: a LoRA checkpoint: its run wrote the merged model (hf/) and the adapters "
-                    "(adapter/); zt-ckpt export does not merge yet", file);
+    /* a LoRA checkpoint holds the adapters (the base is model.name_or_path's): it
+     * exports as the PEFT adapter directory, in fp32 as PEFT saves adapters */
+    const int adapter = t && t->first_adapter_unit >= 0;
+    if (adapter) dtype = "fp32", shard = INT64_MAX;
     int *q = t ? zt_calloc((size_t)t->nparams, sizeof *q) : NULL;
     for (int p = 0; !rc && p < t->nparams; p++) {
+        q[p] = -1;
+        if (adapter && t->params[p].unit < t->first_adapter_unit) continue;
         q[p] = zt_param_table_find(st, t->params[p].name);
         if (q[p] < 0 || st->params[q[p]].numel != t->params[p].numel)
             rc = zt_err(err, sizeof err, "%s: tensor /model/%s missing or of another size than the stored config says",
@@ -268,22 +275,30 @@ static int cmd_export(const char *file, const char *out_arg, const char *dtype, 
     }
     zt_hf_export_t *x = NULL;
     if (!rc) {
-        x = zt_hf_export_begin(dir, t, 0, dtype, shard, cfg ? cfg->model.name_or_path : "", -1, NULL, err, sizeof err);
+        x = zt_hf_export_begin(dir, t, adapter, dtype, shard, cfg ? cfg->model.name_or_path : "", -1, NULL, err,
+                               sizeof err);
         rc = x ? 0 : -1;
     }
     float *buf = zt_malloc(CHUNK * sizeof(float));
-    for (int p = 0; !rc && p < t->nparams; p++)
+    int written = 0;
+    for (int p = 0; !rc && p < t->nparams; p++) {
+        if (q[p] < 0) continue; /* a LoRA checkpoint's frozen base */
+        written++;
         for (size_t s = 0; s < t->params[p].numel && !rc; s += CHUNK) {
             const size_t n = ZT_MIN((size_t)CHUNK, t->params[p].numel - s);
             rc = zt_ckpt_reader_read(r, ZT_CKPT_MODEL, q[p], s, n, buf, err, sizeof err);
             if (!rc) rc = zt_hf_export_write(x, p, s, n, buf, err, sizeof err);
         }
+    }
     free(buf);
     if (x) {
         char e2[ZT_ERRLEN];
         if (zt_hf_export_finish(x, !rc, rc ? e2 : err, rc ? sizeof e2 : sizeof err) && !rc) rc = -1;
     }
     if (rc) fprintf(stderr, "zt-ckpt: %s\n", err);
+    else if (adapter)
+        printf("wrote %s: the PEFT LoRA adapter of %s (r=%d), %d tensors, fp32 (adapter_config.json, "
+               "adapter_model.safetensors)\n", dir, t->arch->hf_class, t->lora_rank, written);
     else printf("wrote %s: %s, %d tensors, %s (config.json, generation_config.json, safetensors)\n", dir,
                 t->arch->hf_class, t->nparams, dtype);
     free(q);

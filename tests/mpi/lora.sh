@@ -124,6 +124,10 @@ g2="model.name_or_path=$HF/gpt2 lora.adapter_name_or_path=$HF/lora-gpt2"
 run_ztrain 2 lora.cfg $g2 parallel.strategy=zero3 train.output_dir=g2rt >/dev/null
 assert_contains "$ZT_OUT" "lora: adapters of $HF/lora-gpt2 loaded"
 "$PY" "$HFPY" same g2rt/adapter "$HF/lora-gpt2" || fail "gpt2: the adapter written is not PEFT's"
+# zt-ckpt export of a LoRA checkpoint: its PEFT adapter directory (Conv1D: fan_in_fan_out)
+"$ZT_CKPT" export g2rt/ckpt-00000002.h5 g2rt-export >/dev/null || fail "gpt2: zt-ckpt export of a LoRA checkpoint"
+"$PY" "$HFPY" same g2rt-export "$HF/lora-gpt2" || fail "gpt2: zt-ckpt export of the LoRA checkpoint is not the adapter"
+cmp g2rt-export/adapter_config.json g2rt/adapter/adapter_config.json || fail "gpt2: zt-ckpt export: another adapter_config.json"
 "$PY" "$HFPY" close g2rt/hf "$HF/lora-gpt2/merged" 1e-6 || fail "gpt2: the merged export is not PEFT's (B A)^T merge"
 "$PY" -c "import json,sys; c=json.load(open('g2rt/adapter/adapter_config.json')); \
 sys.exit(not (c['fan_in_fan_out'] is True and sorted(c['target_modules']) == ['c_attn','c_fc','c_proj']))" ||

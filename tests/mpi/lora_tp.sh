@@ -14,7 +14,7 @@
 #  3. lora.dropout 0.1 at tp 2 (and tp 2 x zero3) drops what one rank drops: a row-parallel
 #     input's slice draws its columns of the one-rank mask.
 #  4. A LoRA checkpoint written at tp 2 resumes at 1 rank (and one from 1 rank at tp 2 x
-#     dp 2) as the straight run.
+#     dp 2) as the straight run; zt-ckpt export makes it the PEFT adapter the run wrote.
 . "$(dirname "$0")/common.sh"
 need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
@@ -129,4 +129,8 @@ run_ztrain 4 lora.cfg $llama $train $const $tp2 parallel.strategy=zero3 train.pe
     checkpoint.resume=auto train.output_dir=split2 >/dev/null
 assert_contains "$ZT_OUT" "resumed from split2/ckpt-00000003"
 "$PY" "$CMP" full split split2 || fail "a LoRA checkpoint resumed across tp diverged"
+# zt-ckpt export of a LoRA checkpoint written at tp 2 is the PEFT adapter its run wrote
+"$ZT_CKPT" export "$(ls tp2/ckpt-*.h5 | tail -1)" tp2-export >/dev/null || fail "zt-ckpt export of a LoRA checkpoint"
+"$PY" "$HFPY" same tp2-export tp2/adapter || fail "zt-ckpt export of the tp 2 LoRA checkpoint is not its run's adapter"
+cmp tp2-export/adapter_config.json tp2/adapter/adapter_config.json || fail "zt-ckpt export: another adapter_config.json"
 echo "lora_tp: LoRA checkpoints tp 2 -> 1 rank and 1 rank -> tp 2 x zero3 resume as 6 steps at once"
