@@ -56,6 +56,13 @@ int zt_hf_export_finish(zt_hf_export_t *x, int ok, char *err, size_t errlen);
 int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, const zt_param_table_t *t,
                      int adapter, int eos_token_id, zt_comm_t *comm, double *seconds, char *err, size_t errlen);
 
+/* A LoRA merge: v[k] (elements [start, start + n) of base weight p) += scale (B A) as
+ * PEFT's merge_and_unload (the transpose for Conv1D bases); adapters holds every adapter
+ * tensor of t whole, adapter parameter i at adapters + offs[i]. A no-op for a weight
+ * without adapters. */
+void zt_hf_lora_merge(const zt_param_table_t *t, int p, const float *adapters, const size_t *offs, size_t start,
+                      size_t n, float *v);
+
 /* lora.adapter_name_or_path: the adapters from a PEFT directory (its r and alpha must
  * be lora.*'s, its tensors exactly the adapters of lora.target). Collective. */
 int zt_hf_model_load_adapter(const char *dir, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm,

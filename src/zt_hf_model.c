@@ -433,9 +433,11 @@ static float *all_adapters(zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *
 
 /* v[k] (element start + k of base weight q) += scale * (B A)[o, i]: q is (out, in), or
  * Conv1D's (in, out), where PEFT adds the transpose (fan_in_fan_out) */
-static void merge_range(const zt_param_table_t *t, const zt_param_t *q, const float *all, const size_t *offs,
-                        size_t start, size_t n, float *v)
+void zt_hf_lora_merge(const zt_param_table_t *t, int p, const float *all, const size_t *offs, size_t start, size_t n,
+                      float *v)
 {
+    const zt_param_t *q = &t->params[p];
+    if (q->lora_a < 0) return;
     const int r = t->lora_rank, conv1d = q->wlayout == ZT_W_IN_OUT;
     const size_t cols = (size_t)q->shape[1], in = conv1d ? (size_t)q->shape[0] : cols;
     const float *A = all + offs[q->lora_a], *B = all + offs[q->lora_b]; // (r, in), (out, r)
@@ -485,7 +487,7 @@ int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, 
         if (merge && q->lora_a >= 0) {
             if (g->len > tmp_n) free(tmp), tmp = zt_malloc(g->len * sizeof *tmp), tmp_n = g->len;
             memcpy(tmp, g->value, g->len * sizeof *tmp);
-            merge_range(t, q, all, offs, g->start, g->len, tmp);
+            zt_hf_lora_merge(t, g->param, all, offs, g->start, g->len, tmp);
             v = tmp;
         }
         rc = zt_hf_export_write(x, g->param, g->start, g->len, v, e, sizeof e);

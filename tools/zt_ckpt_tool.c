@@ -13,7 +13,9 @@
  *                                           missing directories are created (mkdir -p);
  *                                           a LoRA checkpoint gives its PEFT adapter
  *                                           directory (adapter_config.json and
- *                                           adapter_model.safetensors, fp32)
+ *                                           adapter_model.safetensors, fp32), with
+ *                                           --merge the merged model (the base read
+ *                                           from its model.name_or_path)
  *   zt-ckpt import MODEL.safetensors CONFIG.json OUT.h5
  *                                           weights-only checkpoint for model.init_from
  *
@@ -55,7 +57,8 @@ static void usage(void)
             "       zt-ckpt export FILE OUTDIR [--dtype fp32|bf16] [--max-shard-size 5GB]\n"
             "                                     a Hugging Face model directory (any family)\n"
             "       zt-ckpt export FILE OUTDIR            (OUTDIR/model.safetensors and OUTDIR/config.json;\n"
-            "                                             a LoRA checkpoint: its PEFT adapter directory)\n"
+            "                                             a LoRA checkpoint: its PEFT adapter directory;\n"
+            "                                             --merge: the model merged with it)\n"
             "       zt-ckpt import MODEL.safetensors CONFIG.json OUT.h5\n");
 }
 
@@ -229,7 +232,48 @@ static int cmd_consolidate(const char *in, const char *out)
 /* A Hugging Face model directory of any family, streamed tensor by tensor through the
  * same writer a run's save_hf uses (zt_hf_model.h). OUT.safetensors means its
  * directory (the file must be model.safetensors); the directory is created. */
-static int cmd_export(const char *file, const char *out_arg, const char *dtype, const char *max_shard)
+/* A LoRA checkpoint's merged model: each base weight of DIR (the run's model.name_or_path)
+ * with scale B A added, as the run's own hf/ export and PEFT's merge_and_unload */
+static int export_merged(zt_ckpt_reader_t *r, const zt_param_table_t *t, const int *q, const char *base,
+                         zt_hf_export_t *x, float *buf, char *err, size_t errlen)
+{
+    size_t *offs = zt_calloc((size_t)t->nparams, sizeof *offs), total = 0;
+    for (int p = 0; p < t->nparams; p++)
+        if (q[p] >= 0) offs[p] = total, total += t->params[p].numel;
+    float *all = zt_malloc((total ? total : 1) * sizeof *all);
+    int rc = 0;
+    for (int p = 0; p < t->nparams && !rc; p++)
+        for (size_t s = 0; q[p] >= 0 && s < t->params[p].numel && !rc; s += CHUNK)
+            rc = zt_ckpt_reader_read(r, ZT_CKPT_MODEL, q[p], s, ZT_MIN((size_t)CHUNK, t->params[p].numel - s),
+                                     all + offs[p] + s, err, errlen);
+    zt_hf_dir_t *d = rc ? NULL : zt_hf_open(base, err, errlen);
+    if (!rc && !d) rc = -1;
+    for (int p = 0; p < t->nparams && !rc; p++) {
+        if (q[p] >= 0) continue; /* the adapters themselves */
+        const zt_param_t *pp = &t->params[p];
+        int ndim;
+        int64_t shape[8];
+        const int k = zt_hf_find(d, pp->name, &ndim, shape, NULL, NULL);
+        if (k < 0 || ndim != pp->ndim || shape[0] != pp->shape[0] || (ndim > 1 && shape[1] != pp->shape[1])) {
+            rc = zt_err(err, errlen, "%s: tensor %s %s the LoRA checkpoint's base", base, pp->name,
+                        k < 0 ? "missing: not" : "of another shape: not");
+            break;
+        }
+        for (size_t s = 0; s < pp->numel && !rc; s += CHUNK) {
+            const size_t n = ZT_MIN((size_t)CHUNK, pp->numel - s);
+            rc = zt_hf_read(d, k, s, n, buf, err, errlen);
+            if (rc) break;
+            zt_hf_lora_merge(t, p, all, offs, s, n, buf);
+            rc = zt_hf_export_write(x, p, s, n, buf, err, errlen);
+        }
+    }
+    zt_hf_close(d);
+    free(all);
+    free(offs);
+    return rc;
+}
+
+static int cmd_export(const char *file, const char *out_arg, const char *dtype, const char *max_shard, int merge)
 {
     char dir[PATH_MAX], tmp[PATH_MAX];
     const size_t ol = strlen(out_arg);
@@ -262,12 +306,17 @@ static int cmd_export(const char *file, const char *out_arg, const char *dtype, 
     if (!t) rc = zt_err(err, sizeof err, "%s: the stored config does not describe a model (%.300s)", file, err);
     /* a LoRA checkpoint holds the adapters (the base is model.name_or_path's): it
      * exports as the PEFT adapter directory, in fp32 as PEFT saves adapters */
-    const int adapter = t && t->first_adapter_unit >= 0;
+    const int lora = t && t->first_adapter_unit >= 0, adapter = lora && !merge;
+    const char *base = cfg ? cfg->model.name_or_path : "";
+    if (!rc && merge && !lora) rc = zt_err(err, sizeof err, "%s: --merge: not a LoRA checkpoint", file);
+    if (!rc && merge && !base[0])
+        rc = zt_err(err, sizeof err, "%s: --merge needs the base, and its model.name_or_path is empty (a LoRA run "
+                    "from a seeded model: its own hf/ export is the merged model)", file);
     if (adapter) dtype = "fp32", shard = INT64_MAX;
     int *q = t ? zt_calloc((size_t)t->nparams, sizeof *q) : NULL;
     for (int p = 0; !rc && p < t->nparams; p++) {
         q[p] = -1;
-        if (adapter && t->params[p].unit < t->first_adapter_unit) continue;
+        if (lora && t->params[p].unit < t->first_adapter_unit) continue; /* the base: not in the file */
         q[p] = zt_param_table_find(st, t->params[p].name);
         if (q[p] < 0 || st->params[q[p]].numel != t->params[p].numel)
             rc = zt_err(err, sizeof err, "%s: tensor /model/%s missing or of another size than the stored config says",
@@ -281,7 +330,8 @@ static int cmd_export(const char *file, const char *out_arg, const char *dtype, 
     }
     float *buf = zt_malloc(CHUNK * sizeof(float));
     int written = 0;
-    for (int p = 0; !rc && p < t->nparams; p++) {
+    if (!rc && merge) rc = export_merged(r, t, q, base, x, buf, err, sizeof err), written = t->nparams;
+    for (int p = 0; !rc && !merge && p < t->nparams; p++) {
         if (q[p] < 0) continue; /* a LoRA checkpoint's frozen base */
         written++;
         for (size_t s = 0; s < t->params[p].numel && !rc; s += CHUNK) {
@@ -299,6 +349,9 @@ static int cmd_export(const char *file, const char *out_arg, const char *dtype, 
     else if (adapter)
         printf("wrote %s: the PEFT LoRA adapter of %s (r=%d), %d tensors, fp32 (adapter_config.json, "
                "adapter_model.safetensors)\n", dir, t->arch->hf_class, t->lora_rank, written);
+    else if (merge)
+        printf("wrote %s: %s, %s merged with its LoRA adapters (scale %g), %s\n", dir, t->arch->hf_class, base,
+               (double)t->lora_scale, dtype);
     else printf("wrote %s: %s, %d tensors, %s (config.json, generation_config.json, safetensors)\n", dir,
                 t->arch->hf_class, t->nparams, dtype);
     free(q);
@@ -420,13 +473,14 @@ int main(int argc, char **argv)
         else if (!strcmp(c, "consolidate") && argc == 4) rc = cmd_consolidate(argv[2], argv[3]);
         else if (!strcmp(c, "export") && argc >= 4) {
             const char *dtype = "fp32", *shard = "5GB";
-            int ok = 1;
+            int ok = 1, merge = 0;
             for (int i = 4; i < argc; i++) {
                 if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
                 else if (!strcmp(argv[i], "--max-shard-size") && i + 1 < argc) shard = argv[++i];
+                else if (!strcmp(argv[i], "--merge")) merge = 1;
                 else ok = 0;
             }
-            if (ok) rc = cmd_export(argv[2], argv[3], dtype, shard);
+            if (ok) rc = cmd_export(argv[2], argv[3], dtype, shard, merge);
             else usage();
         }
         else if (!strcmp(c, "import") && argc == 5) rc = cmd_import(argv[2], argv[3], argv[4]);

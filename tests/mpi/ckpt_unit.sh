@@ -102,6 +102,11 @@ cmp -s "$ZT_TMP/out/a/b/model.safetensors" "$ZT_TMP/hf/model.safetensors" || fai
     fail "export under a regular file succeeded"
 assert_contains "$ZT_TMP/export-bad.txt" "$ZT_TMP/plainfile: cannot create directory"
 echo "ok: export creates missing output directories and names one it cannot create"
+# --merge is for LoRA checkpoints
+"$ZT_CKPT" export "$ZT_TMP/c.h5" "$ZT_TMP/merged" --merge > "$ZT_TMP/export-merge.txt" 2>&1 &&
+    fail "export --merge of a checkpoint without adapters succeeded"
+assert_contains "$ZT_TMP/export-merge.txt" "--merge: not a LoRA checkpoint"
+[ ! -e "$ZT_TMP/merged" ] || fail "a refused export --merge left $ZT_TMP/merged"
 assert_contains "$ZT_TMP/hf/config.json" '"model_type": "gpt2"'
 "$ZT_CKPT" import "$ZT_TMP/hf/model.safetensors" "$ZT_TMP/hf/config.json" "$ZT_TMP/imported.h5" || fail "import"
 "$ZT_CKPT" verify "$ZT_TMP/imported.h5" || fail "verify imported"

@@ -128,6 +128,11 @@ assert_contains "$ZT_OUT" "lora: adapters of $HF/lora-gpt2 loaded"
 "$ZT_CKPT" export g2rt/ckpt-00000002.h5 g2rt-export >/dev/null || fail "gpt2: zt-ckpt export of a LoRA checkpoint"
 "$PY" "$HFPY" same g2rt-export "$HF/lora-gpt2" || fail "gpt2: zt-ckpt export of the LoRA checkpoint is not the adapter"
 cmp g2rt-export/adapter_config.json g2rt/adapter/adapter_config.json || fail "gpt2: zt-ckpt export: another adapter_config.json"
+# --merge: the base (model.name_or_path) with the adapters merged, as the run's hf/ export
+for d in rt g2rt; do
+    "$ZT_CKPT" export "$d/ckpt-00000002.h5" "$d-merged" --merge >/dev/null || fail "$d: zt-ckpt export --merge"
+    "$PY" "$HFPY" same "$d-merged" "$d/hf" || fail "$d: zt-ckpt export --merge is not the run's merged model"
+done
 "$PY" "$HFPY" close g2rt/hf "$HF/lora-gpt2/merged" 1e-6 || fail "gpt2: the merged export is not PEFT's (B A)^T merge"
 "$PY" -c "import json,sys; c=json.load(open('g2rt/adapter/adapter_config.json')); \
 sys.exit(not (c['fan_in_fan_out'] is True and sorted(c['target_modules']) == ['c_attn','c_fc','c_proj']))" ||
