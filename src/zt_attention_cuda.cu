@@ -69,77 +69,48 @@ static void fa_backward_args(const float *dout, const float *out, const float *l
     ZT_LAUNCHED();
 }
 
-template <int NI>
-static void fa_forward(float *out, float *lse, const float *qkv, const int32_t *seg, int B, int T,
-                       int NH, int NKV, int HD)
-{
-    fa_forward_args<NI>(out, lse, fa_self(qkv, NULL, seg, T, NH, NKV, HD), B);
-}
-
-template <int NI>
-static void fa_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                        const float *lse, const int32_t *seg, int B, int T, int NH, int NKV, int HD)
-{
-    fa_backward_args<NI>(dout, out, lse, fa_self(qkv, dqkv, seg, T, NH, NKV, HD), B);
-}
-
 /* ---- bf16 tensor cores ----------------------------------------------------- */
 
 template <int NF>
-static void tc_forward(float *out, float *lse, const float *qkv, const int32_t *seg, int B, int T,
-                       int NH, int NKV, int HD)
+static void tc_forward_args(float *out, float *lse, const fa_args &a, int B)
 {
-    const size_t smem = tc_smem_forward(HD);
+    const size_t smem = tc_smem_forward(a.HD);
     zt_cuda_smem_optin((const void *)tc_forward_k<NF>, smem, "attention (bf16)");
-    tc_forward_k<NF><<<fa_grid(B, T, NH, TC_ROWS), TC_THREADS, smem,
-                       zt_cuda_compute_stream()>>>(out, lse, qkv, seg, T, NH, NKV, fa_scale(HD));
+    tc_forward_k<NF><<<fa_grid(B, a.Tq, a.NH, TC_ROWS), TC_THREADS, smem, zt_cuda_compute_stream()>>>(out, lse, a);
     ZT_LAUNCHED();
 }
 
 template <int NF>
-static void tc_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                        const float *lse, const int32_t *seg, int B, int T, int NH, int NKV, int HD)
+static void tc_backward_args(const float *dout, const float *out, const float *lse, const fa_args &a, int B)
 {
-    const float scale = fa_scale(HD);
     cudaStream_t st = zt_cuda_compute_stream();
-    zt_cuda_smem_optin((const void *)tc_backward_dq_k<NF>, tc_smem_dq(HD), "attention (bf16)");
-    tc_backward_dq_k<NF><<<fa_grid(B, T, NH, TC_ROWS), TC_THREADS, tc_smem_dq(HD), st>>>(
-        dqkv, dout, qkv, out, lse, seg, T, NH, NKV, scale);
+    zt_cuda_smem_optin((const void *)tc_backward_dq_k<NF>, tc_smem_dq(a.HD), "attention (bf16)");
+    tc_backward_dq_k<NF><<<fa_grid(B, a.Tq, a.NH, TC_ROWS), TC_THREADS, tc_smem_dq(a.HD), st>>>(dout, out, lse, a);
     ZT_LAUNCHED();
-    zt_cuda_smem_optin((const void *)tc_backward_dkv_k<NF>, tc_smem_dkv(HD), "attention (bf16)");
-    tc_backward_dkv_k<NF><<<fa_grid(B, T, NKV, TC_ROWS), TC_THREADS, tc_smem_dkv(HD), st>>>(
-        dqkv, dout, qkv, out, lse, seg, T, NH, NKV, scale);
+    zt_cuda_smem_optin((const void *)tc_backward_dkv_k<NF>, tc_smem_dkv(a.HD), "attention (bf16)");
+    tc_backward_dkv_k<NF><<<fa_grid(B, a.Tk, a.NKV, TC_ROWS), TC_THREADS, tc_smem_dkv(a.HD), st>>>(dout, out, lse,
+                                                                                                     a);
     ZT_LAUNCHED();
 }
 
 /* ---- choice ---------------------------------------------------------------- */
 
-typedef void (*fa_forward_fn)(float *, float *, const float *, const int32_t *, int, int, int, int,
-                              int);
-typedef void (*fa_backward_fn)(float *, const float *, const float *, const float *,
-                               const float *, const int32_t *, int, int, int, int, int);
-typedef void (*fa_block_forward_fn)(float *, float *, const fa_args &, int);
-typedef void (*fa_block_backward_fn)(const float *, const float *, const float *, const fa_args &, int);
+typedef void (*fa_forward_fn)(float *, float *, const fa_args &, int);
+typedef void (*fa_backward_fn)(const float *, const float *, const float *, const fa_args &, int);
 /* indexed by NI - 1 = (hs - 1) / 32 */
-static const fa_block_forward_fn fa_block_forward_by_ni[FA_MAX_NI] = {
+static const fa_forward_fn fa_forward_by_ni[FA_MAX_NI] = {
     fa_forward_args<1>, fa_forward_args<2>, fa_forward_args<3>, fa_forward_args<4>,
     fa_forward_args<5>, fa_forward_args<6>, fa_forward_args<7>, fa_forward_args<8>};
-static const fa_block_backward_fn fa_block_backward_by_ni[FA_MAX_NI] = {
+static const fa_backward_fn fa_backward_by_ni[FA_MAX_NI] = {
     fa_backward_args<1>, fa_backward_args<2>, fa_backward_args<3>, fa_backward_args<4>,
     fa_backward_args<5>, fa_backward_args<6>, fa_backward_args<7>, fa_backward_args<8>};
-static const fa_forward_fn fa_forward_by_ni[FA_MAX_NI] = {
-    fa_forward<1>, fa_forward<2>, fa_forward<3>, fa_forward<4>,
-    fa_forward<5>, fa_forward<6>, fa_forward<7>, fa_forward<8>};
-static const fa_backward_fn fa_backward_by_ni[FA_MAX_NI] = {
-    fa_backward<1>, fa_backward<2>, fa_backward<3>, fa_backward<4>,
-    fa_backward<5>, fa_backward<6>, fa_backward<7>, fa_backward<8>};
 /* indexed by NF - 1 = hs / 16 - 1 */
 static const fa_forward_fn tc_forward_by_nf[TC_MAX_NF] = {
-    tc_forward<1>, tc_forward<2>, tc_forward<3>, tc_forward<4>,
-    tc_forward<5>, tc_forward<6>, tc_forward<7>, tc_forward<8>};
+    tc_forward_args<1>, tc_forward_args<2>, tc_forward_args<3>, tc_forward_args<4>,
+    tc_forward_args<5>, tc_forward_args<6>, tc_forward_args<7>, tc_forward_args<8>};
 static const fa_backward_fn tc_backward_by_nf[TC_MAX_NF] = {
-    tc_backward<1>, tc_backward<2>, tc_backward<3>, tc_backward<4>,
-    tc_backward<5>, tc_backward<6>, tc_backward<7>, tc_backward<8>};
+    tc_backward_args<1>, tc_backward_args<2>, tc_backward_args<3>, tc_backward_args<4>,
+    tc_backward_args<5>, tc_backward_args<6>, tc_backward_args<7>, tc_backward_args<8>};
 
 /* The tensor-core kernels' NF for this head size under the current precision,
  * or 0 for the fp32 kernels. */
@@ -164,8 +135,9 @@ void zt_cuda_attention_forward(float *out, float *lse, const float *qkv, const i
                                int T, int NH, int NKV, int HD)
 {
     const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
-    if (nf) tc_forward_by_nf[nf - 1](out, lse, qkv, seg, B, T, NH, NKV, HD);
-    else fa_forward_by_ni[ni - 1](out, lse, qkv, seg, B, T, NH, NKV, HD);
+    const fa_args a = fa_self(qkv, NULL, seg, T, NH, NKV, HD);
+    if (nf) tc_forward_by_nf[nf - 1](out, lse, a, B);
+    else fa_forward_by_ni[ni - 1](out, lse, a, B);
 }
 
 void zt_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
@@ -173,14 +145,14 @@ void zt_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv
                                 int T, int NH, int NKV, int HD)
 {
     const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
-    if (nf) tc_backward_by_nf[nf - 1](dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, HD);
-    else fa_backward_by_ni[ni - 1](dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, HD);
+    const fa_args a = fa_self(qkv, dqkv, seg, T, NH, NKV, HD);
+    if (nf) tc_backward_by_nf[nf - 1](dout, out, lse, a, B);
+    else fa_backward_by_ni[ni - 1](dout, out, lse, a, B);
 }
 
 /* ---- ring attention's blocks (zt_backend.h) ----------------------------------
- * The fp32 kernels under every precision: the tensor-core kernels take the
- * self-attention's packed qkv rows only, so a ring run under precision medium
- * computes its attention in fp32 (more exact, slower than its GEMMs' bf16). */
+ * The same two kernel families on a block pair's fa_args, chosen as for the
+ * self-attention (tensor cores under precision medium for head sizes they take). */
 
 static fa_args fa_block(const float *q, int qs, const float *k, const float *v, int ks, float *dq, float *dk,
                         float *dv, const int32_t *qseg, const int32_t *kseg, int Tq, int Tk, int NH, int NKV, int HD,
@@ -195,10 +167,10 @@ void zt_cuda_attention_block_forward(float *out, float *lse, const float *q, int
                                      int ks, const int32_t *qseg, const int32_t *kseg, int B, int Tq, int Tk, int NH,
                                      int NKV, int HD, int causal)
 {
-    const int ni = fa_ni(NH, NKV, HD);
-    fa_block_forward_by_ni[ni - 1](out, lse,
-                                   fa_block(q, qs, k, v, ks, NULL, NULL, NULL, qseg, kseg, Tq, Tk, NH, NKV, HD, causal),
-                                   B);
+    const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
+    const fa_args a = fa_block(q, qs, k, v, ks, NULL, NULL, NULL, qseg, kseg, Tq, Tk, NH, NKV, HD, causal);
+    if (nf) tc_forward_by_nf[nf - 1](out, lse, a, B);
+    else fa_forward_by_ni[ni - 1](out, lse, a, B);
 }
 
 void zt_cuda_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, int qs,
@@ -206,9 +178,10 @@ void zt_cuda_attention_block_backward(float *dq, float *dk, float *dv, const flo
                                       const int32_t *kseg, const float *out, const float *lse, int B, int Tq, int Tk,
                                       int NH, int NKV, int HD, int causal)
 {
-    const int ni = fa_ni(NH, NKV, HD);
-    fa_block_backward_by_ni[ni - 1](dout, out, lse,
-                                    fa_block(q, qs, k, v, ks, dq, dk, dv, qseg, kseg, Tq, Tk, NH, NKV, HD, causal), B);
+    const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
+    const fa_args a = fa_block(q, qs, k, v, ks, dq, dk, dv, qseg, kseg, Tq, Tk, NH, NKV, HD, causal);
+    if (nf) tc_backward_by_nf[nf - 1](dout, out, lse, a, B);
+    else fa_backward_by_ni[ni - 1](dout, out, lse, a, B);
 }
 
 void zt_cuda_attention_merge(float *out, float *lse, const float *out2, const float *lse2, int B, int T, int NH,

@@ -92,13 +92,6 @@ __device__ __forceinline__ bool fa_sees(const fa_args &a, const int32_t *qsb, co
     return j < a.Tk && (!a.causal || j <= t) && (!qsb || ksb[j] == qsb[t]);
 }
 
-/* The self-attention form (the tensor-core kernels): causal, segments sb or NULL; the
- * key t itself always visible */
-__device__ __forceinline__ bool fa_sees(const int32_t *sb, int t, int j)
-{
-    return j <= t && (!sb || sb[j] == sb[t]);
-}
-
 /* the key tiles query tile `tile` meets: up to the diagonal when causal */
 __device__ __forceinline__ int fa_last_key_tile(const fa_args &a, int tile)
 {
@@ -479,60 +472,67 @@ __device__ __forceinline__ void tc_gemm_ab(tc_acc_t &acc, const __nv_bfloat16 *a
 }
 
 /* Key fragments of a key tile at k0 that the warp's query rows q..q+15 can see
- * (causal, and only rows below T): 0..4. */
-__device__ __forceinline__ int tc_visible_frags(int q, int k0, int T)
+ * (causal: up to the last real row; else every key below Tk; only rows below Tq): 0..4. */
+__device__ __forceinline__ int tc_visible_frags(const fa_args &a, int q, int k0)
 {
-    const int last = min(q + 15, T - 1);  /* the warp's last real row */
-    if (q >= T || last < k0) return 0;
+    if (q >= a.Tq) return 0;
+    const int last = a.causal ? min(q + 15, a.Tq - 1) : a.Tk - 1;  /* the last key seen */
+    if (last < k0) return 0;
     return min(TC_ROWS / 16, (last - k0) / 16 + 1);
+}
+
+/* the key tiles of a (64-row) query tile: up to the diagonal when causal */
+__device__ __forceinline__ int tc_last_key_tile(const fa_args &a, int tile)
+{
+    return a.causal ? tile : (a.Tk + TC_ROWS - 1) / TC_ROWS - 1;
 }
 
 template <int NF>
 __global__ void __launch_bounds__(TC_THREADS)
-tc_forward_k(float *out, float *lse, const float *qkv, const int32_t *seg, int T, int NH, int NKV,
-             float scale)
+tc_forward_k(float *out, float *lse, const fa_args a)
 {
     ZT_DYNAMIC_SMEM(unsigned char, tc_sm);
-    const int hs = NF * 16, ldh = TC_LDH(hs), ldo = TC_LDO(hs);
-    const int C3 = (NH + 2 * NKV) * hs, C = NH * hs;  /* qkv, out row strides */
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
-    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
+    const int hs = NF * 16, ldh = TC_LDH(hs), ldo = TC_LDO(hs), NH = a.NH, Tq = a.Tq;
+    const int C = NH * hs;  /* out's row stride */
+    const float scale = a.scale;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / a.NKV);
+    const int32_t *qsb = a.qseg ? a.qseg + (size_t)b * Tq : NULL, *ksb = a.qseg ? a.kseg + (size_t)b * a.Tk : NULL;
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);  /* tiles with the most keys first */
     const int q0 = tile * TC_ROWS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __nv_bfloat16 *sq = (__nv_bfloat16 *)tc_sm, *sk = sq + TC_ROWS * ldh, *sv = sk + TC_ROWS * ldh;
     float *ss = (float *)(sv + TC_ROWS * ldh);                         // (64, 64) scores
     __nv_bfloat16 *sp = (__nv_bfloat16 *)(ss + TC_ROWS * TC_LDS);      // (64, 64) probabilities
     float *so = (float *)(sp + TC_ROWS * TC_LDP);                      // (64, hs) output
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;  // (T, hs) views, row stride C3
-    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
-    tc_load_tile(sq, base, q0, T, hs, ldh, C3);
+    const float *qb = a.q + (size_t)b * Tq * a.qs + h * hs;  // (Tq, hs) view, row stride qs
+    const float *kb = a.k + (size_t)b * a.Tk * a.ks + g * hs, *vb = a.v + (size_t)b * a.Tk * a.ks + g * hs;
+    tc_load_tile(sq, qb, q0, Tq, hs, ldh, a.qs);
     for (int e = threadIdx.x; e < TC_ROWS * hs; e += blockDim.x) so[(e / hs) * ldo + e % hs] = 0.0f;
 
     const int w0 = warp * 16;                                     /* the warp's rows */
     const int r = w0 + lane / 2, half = lane % 2, t = q0 + r;     /* the lane pair's row */
     float m = -INFINITY, l = 0.0f;
-    for (int kt = 0; kt <= tile; kt++) {  /* causal: key tiles up to the diagonal */
+    for (int kt = 0; kt <= tc_last_key_tile(a, tile); kt++) {
         const int k0 = kt * TC_ROWS;
         __syncthreads();  /* the previous K/V tile is no longer read */
-        tc_load_tile(sk, kb, k0, T, hs, ldh, C3);
-        tc_load_tile(sv, vb, k0, T, hs, ldh, C3);
+        tc_load_tile(sk, kb, k0, a.Tk, hs, ldh, a.ks);
+        tc_load_tile(sv, vb, k0, a.Tk, hs, ldh, a.ks);
         __syncthreads();
-        const int nkf = tc_visible_frags(q0 + w0, k0, T);
-        if (nkf == 0) continue;  /* warp-uniform: rows past T */
+        const int nkf = tc_visible_frags(a, q0 + w0, k0);
+        if (nkf == 0) continue;  /* warp-uniform: rows past Tq */
         for (int nf = 0; nf < nkf; nf++)  // S (16, 16 nkf) = Q_w K^T
             tc_gemm_abt(ss + w0 * TC_LDS + nf * 16, TC_LDS, sq + w0 * ldh, ldh,
                         sk + nf * 16 * ldh, ldh, NF);
         __syncwarp();
         /* online softmax over this tile's visible keys; -inf guards as in the
-         * fp32 kernel (masked keys give 0, rows past T keep m = -inf) */
+         * fp32 kernel (masked keys give 0, rows past Tq keep m = -inf) */
         float mx = -INFINITY;
         for (int j = half; j < nkf * 16; j += 2)
-            if (t < T && fa_sees(sb, t, k0 + j)) mx = fmaxf(mx, ss[r * TC_LDS + j] * scale);
+            if (t < Tq && fa_sees(a, qsb, ksb, t, k0 + j)) mx = fmaxf(mx, ss[r * TC_LDS + j] * scale);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         const float mnew = fmaxf(m, mx);
         float sum = 0.0f;
         for (int j = half; j < nkf * 16; j += 2) {
-            const float p = t < T && fa_sees(sb, t, k0 + j) ? expf(ss[r * TC_LDS + j] * scale - mnew) : 0.0f;
+            const float p = t < Tq && fa_sees(a, qsb, ksb, t, k0 + j) ? expf(ss[r * TC_LDS + j] * scale - mnew) : 0.0f;
             sp[r * TC_LDP + j] = __float2bfloat16(p);
             sum += p;
         }
@@ -554,11 +554,12 @@ tc_forward_k(float *out, float *lse, const float *qkv, const int32_t *seg, int T
         }
         __syncwarp();
     }
-    if (t < T) {
-        float *o = out + ((size_t)b * T + t) * C + h * hs;
-        const float inv = 1.0f / l;  /* l >= 1: key t is always visible */
+    if (t < Tq) {
+        float *o = out + ((size_t)b * Tq + t) * C + h * hs;
+        /* l = 0: the row saw no key of this block (self-attention always sees key t) */
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int i = half; i < hs; i += 2) o[i] = so[r * ldo + i] * inv;
-        if (half == 0) lse[(size_t)bh * T + t] = m + logf(l);
+        if (half == 0) lse[(size_t)bh * Tq + t] = l > 0.0f ? m + logf(l) : -INFINITY;
     }
 }
 
@@ -584,13 +585,13 @@ __device__ __forceinline__ void tc_add_rows(float *dst, size_t ld_g, const tc_ac
 /* dq for one query tile; lse and D per row are staged in shared memory. */
 template <int NF>
 __global__ void __launch_bounds__(TC_THREADS)
-tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                 const float *lse, const int32_t *seg, int T, int NH, int NKV, float scale)
+tc_backward_dq_k(const float *dout, const float *out, const float *lse, const fa_args a)
 {
     ZT_DYNAMIC_SMEM(unsigned char, tc_sm);
-    const int hs = NF * 16, ldh = TC_LDH(hs), C3 = (NH + 2 * NKV) * hs, C = NH * hs;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / NKV);
-    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
+    const int hs = NF * 16, ldh = TC_LDH(hs), NH = a.NH, Tq = a.Tq, C = NH * hs;
+    const float scale = a.scale;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH, g = h / (NH / a.NKV);
+    const int32_t *qsb = a.qseg ? a.qseg + (size_t)b * Tq : NULL, *ksb = a.qseg ? a.kseg + (size_t)b * a.Tk : NULL;
     const int tile = (int)(gridDim.y - 1 - blockIdx.y);
     const int q0 = tile * TC_ROWS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __nv_bfloat16 *sq = (__nv_bfloat16 *)tc_sm, *sdo = sq + TC_ROWS * ldh;
@@ -598,24 +599,24 @@ tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *
     float *ss = (float *)(sv + TC_ROWS * ldh), *sdp = ss + TC_ROWS * TC_LDS;  // (64, 64) each
     __nv_bfloat16 *sds = (__nv_bfloat16 *)(sdp + TC_ROWS * TC_LDS);           // (64, 64)
     float *sL = (float *)(sds + TC_ROWS * TC_LDP), *sD = sL + TC_ROWS;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;
-    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
-    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
-    tc_load_tile(sq, base, q0, T, hs, ldh, C3);
-    tc_load_tile(sdo, dyb, q0, T, hs, ldh, C);
-    tc_load_row_stats(sL, sD, lse + (size_t)bh * T, dyb, yb, q0, T, hs, C);
+    const float *qb = a.q + (size_t)b * Tq * a.qs + h * hs;
+    const float *kb = a.k + (size_t)b * a.Tk * a.ks + g * hs, *vb = a.v + (size_t)b * a.Tk * a.ks + g * hs;
+    const float *dyb = dout + (size_t)b * Tq * C + h * hs, *yb = out + (size_t)b * Tq * C + h * hs;
+    tc_load_tile(sq, qb, q0, Tq, hs, ldh, a.qs);
+    tc_load_tile(sdo, dyb, q0, Tq, hs, ldh, C);
+    tc_load_row_stats(sL, sD, lse + (size_t)bh * Tq, dyb, yb, q0, Tq, hs, C);
 
     const int w0 = warp * 16, r = w0 + lane / 2, half = lane % 2, t = q0 + r;
     tc_acc_t dq[NF];
 #pragma unroll
     for (int nf = 0; nf < NF; nf++) nvcuda::wmma::fill_fragment(dq[nf], 0.0f);
-    for (int kt = 0; kt <= tile; kt++) {
+    for (int kt = 0; kt <= tc_last_key_tile(a, tile); kt++) {
         const int k0 = kt * TC_ROWS;
         __syncthreads();
-        tc_load_tile(sk, kb, k0, T, hs, ldh, C3);
-        tc_load_tile(sv, vb, k0, T, hs, ldh, C3);
+        tc_load_tile(sk, kb, k0, a.Tk, hs, ldh, a.ks);
+        tc_load_tile(sv, vb, k0, a.Tk, hs, ldh, a.ks);
         __syncthreads();
-        const int nkf = tc_visible_frags(q0 + w0, k0, T);
+        const int nkf = tc_visible_frags(a, q0 + w0, k0);
         if (nkf == 0) continue;
         for (int nf = 0; nf < nkf; nf++) {
             // S (16, 16 nkf) = Q_w K^T ; dP = dO_w V^T
@@ -628,7 +629,8 @@ tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *
         const float L = sL[r], D = sD[r];
         for (int j = half; j < nkf * 16; j += 2) {
             float ds = 0.0f;
-            if (t < T && fa_sees(sb, t, k0 + j)) {
+            /* L = -inf: a row with no key anywhere has no gradient */
+            if (t < Tq && L != -INFINITY && fa_sees(a, qsb, ksb, t, k0 + j)) {
                 const float p = expf(ss[r * TC_LDS + j] * scale - L);
                 ds = p * (sdp[r * TC_LDS + j] - D);
             }
@@ -640,20 +642,21 @@ tc_backward_dq_k(float *dqkv, const float *dout, const float *qkv, const float *
             tc_gemm_ab(dq[nf], sds + w0 * TC_LDP, TC_LDP, sk + nf * 16, ldh, 0, nkf);
     }
     __syncthreads();  /* every warp is done with the score tiles: reuse them as scratch */
-    tc_add_rows<NF>(dqkv + (size_t)b * T * C3 + h * hs, C3, dq, ss, TC_LDO(hs), w0, q0, T, scale);
+    tc_add_rows<NF>(a.dq + (size_t)b * Tq * a.qs + h * hs, a.qs, dq, ss, TC_LDO(hs), w0, q0, Tq, scale);
 }
 
 /* dk, dv for one key tile of one KV head (grid (B*NKV, tiles)), streaming the
  * query tiles that can see it for each query head of the KV head's group in turn. */
 template <int NF>
 __global__ void __launch_bounds__(TC_THREADS)
-tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *out,
-                  const float *lse, const int32_t *seg, int T, int NH, int NKV, float scale)
+tc_backward_dkv_k(const float *dout, const float *out, const float *lse, const fa_args a)
 {
     ZT_DYNAMIC_SMEM(unsigned char, tc_sm);
-    const int hs = NF * 16, ldh = TC_LDH(hs), C3 = (NH + 2 * NKV) * hs, C = NH * hs;
+    const int hs = NF * 16, ldh = TC_LDH(hs), NH = a.NH, NKV = a.NKV, Tq = a.Tq, Tk = a.Tk, C = NH * hs;
+    const float scale = a.scale;
     const int b = blockIdx.x / NKV, g = blockIdx.x % NKV, grp = NH / NKV;
-    const int32_t *sb = seg ? seg + (size_t)b * T : NULL;  /* this row's segments */
+    const int32_t *qsb = a.qseg ? a.qseg + (size_t)b * Tq : NULL, *ksb = a.qseg ? a.kseg + (size_t)b * Tk : NULL;
+    const int nqt = (Tq + TC_ROWS - 1) / TC_ROWS;
     const int kt = (int)blockIdx.y;  /* tile 0 sees every query tile: the most work first */
     const int k0 = kt * TC_ROWS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __nv_bfloat16 *sk = (__nv_bfloat16 *)tc_sm, *sv = sk + TC_ROWS * ldh;
@@ -661,9 +664,9 @@ tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float 
     float *ss = (float *)(sdo + TC_ROWS * ldh), *sdp = ss + TC_ROWS * TC_LDS;  // (64 keys, 64 queries)
     __nv_bfloat16 *sp = (__nv_bfloat16 *)(sdp + TC_ROWS * TC_LDS), *sds = sp + TC_ROWS * TC_LDP;
     float *sL = (float *)(sds + TC_ROWS * TC_LDP), *sD = sL + TC_ROWS;
-    const float *kb = qkv + (size_t)b * T * C3 + (NH + g) * hs, *vb = kb + NKV * hs;
-    tc_load_tile(sk, kb, k0, T, hs, ldh, C3);
-    tc_load_tile(sv, vb, k0, T, hs, ldh, C3);
+    const float *kb = a.k + (size_t)b * Tk * a.ks + g * hs, *vb = a.v + (size_t)b * Tk * a.ks + g * hs;
+    tc_load_tile(sk, kb, k0, Tk, hs, ldh, a.ks);
+    tc_load_tile(sv, vb, k0, Tk, hs, ldh, a.ks);
 
     const int w0 = warp * 16, r = w0 + lane / 2, half = lane % 2, j = k0 + r;  /* j: the pair's key */
     const int jw = k0 + w0;  /* the warp's first key */
@@ -675,19 +678,20 @@ tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float 
     }
     for (int h = g * grp; h < (g + 1) * grp; h++) {  /* the query heads of this KV head */
     const int bh = b * NH + h;
-    const float *base = qkv + (size_t)b * T * C3 + h * hs;
-    const float *dyb = dout + (size_t)b * T * C + h * hs, *yb = out + (size_t)b * T * C + h * hs;
-    for (int qt = kt; qt < (int)gridDim.y; qt++) {  /* causal: query tiles from the diagonal */
+    const float *qb = a.q + (size_t)b * Tq * a.qs + h * hs;
+    const float *dyb = dout + (size_t)b * Tq * C + h * hs, *yb = out + (size_t)b * Tq * C + h * hs;
+    for (int qt = a.causal ? kt : 0; qt < nqt; qt++) {  /* causal: query tiles from the diagonal */
         const int q0 = qt * TC_ROWS;
         __syncthreads();
-        tc_load_tile(sq, base, q0, T, hs, ldh, C3);
-        tc_load_tile(sdo, dyb, q0, T, hs, ldh, C);
-        tc_load_row_stats(sL, sD, lse + (size_t)bh * T, dyb, yb, q0, T, hs, C);
+        tc_load_tile(sq, qb, q0, Tq, hs, ldh, a.qs);
+        tc_load_tile(sdo, dyb, q0, Tq, hs, ldh, C);
+        tc_load_row_stats(sL, sD, lse + (size_t)bh * Tq, dyb, yb, q0, Tq, hs, C);
         __syncthreads();
-        /* query fragments [f_lo, f_hi) that can see one of the warp's keys and
-         * hold a row below T; none when the warp's keys are all past T */
-        const int f_lo = jw > q0 ? (jw - q0) / 16 : 0;
-        const int f_hi = jw >= T ? f_lo : min(TC_ROWS / 16, (T - q0 + 15) / 16);
+        /* query fragments [f_lo, f_hi) that can see one of the warp's keys (causal:
+         * from the diagonal) and hold a row below Tq; none when the warp's keys are
+         * all past Tk */
+        const int f_lo = a.causal && jw > q0 ? (jw - q0) / 16 : 0;
+        const int f_hi = jw >= Tk ? f_lo : min(TC_ROWS / 16, (Tq - q0 + 15) / 16);
         if (f_lo >= f_hi) continue;
         for (int f = f_lo; f < f_hi; f++) {
             // S^T (16 keys, 16) = K_w Q_f^T ; dP^T = V_w dO_f^T
@@ -700,7 +704,7 @@ tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float 
         for (int c = f_lo * 16 + half; c < f_hi * 16; c += 2) {
             const int t = q0 + c;
             float p = 0.0f, ds = 0.0f;
-            if (t < T && fa_sees(sb, t, j)) {
+            if (t < Tq && sL[c] != -INFINITY && fa_sees(a, qsb, ksb, t, j)) {
                 p = expf(ss[r * TC_LDS + c] * scale - sL[c]);
                 ds = p * (sdp[r * TC_LDS + c] - sD[c]);
             }
@@ -717,9 +721,8 @@ tc_backward_dkv_k(float *dqkv, const float *dout, const float *qkv, const float 
     }
     }
     __syncthreads();  /* every warp is done with the score tiles: reuse them as scratch */
-    float *dkb = dqkv + (size_t)b * T * C3 + (NH + g) * hs;
-    tc_add_rows<NF>(dkb, C3, dk, ss, TC_LDO(hs), w0, k0, T, scale);
-    tc_add_rows<NF>(dkb + NKV * hs, C3, dv, ss, TC_LDO(hs), w0, k0, T, 1.0f);
+    tc_add_rows<NF>(a.dk + (size_t)b * Tk * a.ks + g * hs, a.ks, dk, ss, TC_LDO(hs), w0, k0, Tk, scale);
+    tc_add_rows<NF>(a.dv + (size_t)b * Tk * a.ks + g * hs, a.ks, dv, ss, TC_LDO(hs), w0, k0, Tk, 1.0f);
 }
 
 /* Dynamic shared memory of the tensor-core kernels, in the order they carve
