@@ -10,7 +10,8 @@
 #  2. tp 2, tp 4 (Llama's 2 KV heads each shared by 2 ranks: their B's gradients summed
 #     over the pair), tp 2 x dp 2 under zero2 and zero3, tp 2 with
 #     tp_sequence_parallel, and GPT-2 at tp 2 and tp 2 x zero3, train the same adapters
-#     as one rank with accumulation (compare_runs: 1e-5), the base frozen bit for bit.
+#     as one rank with accumulation (compare_runs: 1e-5), the base frozen bit for bit;
+#     freshly initialised adapters too (tp 2); at tp 2 the memory is the estimate's.
 #  3. lora.dropout 0.1 at tp 2 (and tp 2 x zero3) drops what one rank drops: a row-parallel
 #     input's slice draws its columns of the one-rank mask.
 #  4. A LoRA checkpoint written at tp 2 resumes at 1 rank (and one from 1 rank at tp 2 x
@@ -65,6 +66,13 @@ run_ztrain 2 lora.cfg $llama $train $tp2 parallel.tp_sequence_parallel=true trai
     train.output_dir=tps >/dev/null
 # shellcheck disable=SC2086
 "$PY" "$CMP" ref $runs tps || fail "llama: LoRA under tp trained other adapters than one rank"
+# fresh adapters (no PEFT directory): tp 2 draws each slice of A as one rank draws the whole
+fresh="model.name_or_path=$HF/llama"
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $fresh $train $one train.output_dir=fresh-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $fresh $train $tp2 train.per_device_train_batch_size=4 train.output_dir=fresh-tp2 >/dev/null
+"$PY" "$CMP" fresh-ref fresh-tp2 || fail "llama: fresh LoRA adapters at tp 2 differ from one rank's"
 for d in tp2 tp2-zero3; do
     "$PY" "$HFPY" ckpt "$(ls $d/ckpt-*.h5 | tail -1)" "$HF/llama" || fail "$d: the frozen base moved"
 done
