@@ -96,16 +96,17 @@ static inline float zt_expf(float x)
  * step fragmented the heap and peak RSS grew step after step. Every buffer has a
  * 64-byte header just before it recording how it was made. */
 #define CPU_HDR 64
+#define CPU_PAGE ((size_t)4096)
 #define CPU_MMAP_MIN ((size_t)1 << 20)
 typedef struct { size_t bytes; int mapped; } cpu_hdr_t;
 
 static void *cpu_alloc(size_t bytes)
 {
     if (bytes >= CPU_MMAP_MIN) {
-        const size_t page = 4096, total = bytes + page;
+        const size_t total = bytes + CPU_PAGE;
         char *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (base == MAP_FAILED) zt_fatal("out of memory mapping %zu bytes: %s", bytes, strerror(errno));
-        char *p = base + page; /* page-aligned user pointer, header in the first page */
+        char *p = base + CPU_PAGE; /* page-aligned user pointer, header in the first page */
         *(cpu_hdr_t *)(p - CPU_HDR) = (cpu_hdr_t){total, 1};
         return p;
     }
@@ -120,7 +121,7 @@ static void cpu_free(void *p)
     if (!p) return;
     cpu_hdr_t h = *(cpu_hdr_t *)((char *)p - CPU_HDR);
     if (h.mapped) {
-        if (munmap((char *)p - 4096, h.bytes) != 0) zt_fatal("munmap failed: %s", strerror(errno));
+        if (munmap((char *)p - CPU_PAGE, h.bytes) != 0) zt_fatal("munmap failed: %s", strerror(errno));
     } else {
         free((char *)p - CPU_HDR);
     }

@@ -82,14 +82,6 @@ struct zt_model {
  * all-reduce in place without tp_seq. The backward mirrors it: the gradient of a
  * gather is a reduce, of a reduce a gather. */
 int zt_model_rows(const zt_model_t *m);
-
-/* The self-attention of block l over the batch's qkv rows (N, (NH + 2 NKV) HD) into
- * out (N, NH HD) and lse, causal within each row (m->seg: packed rows). With the KV
- * cache on (one sequence) this call's keys and values go to the cache's rows [past,
- * past + T) first; a call after past > 0 positions (one new token) attends to all
- * past + 1 of them. */
-void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV,
-                             int HD);
 const float *zt_model_tp_gather(zt_model_t *m, const float *x, float *scratch);
 float *zt_model_tp_partial(zt_model_t *m, float *out);
 void zt_model_tp_reduce(zt_model_t *m, float *y, float *out);
@@ -136,6 +128,14 @@ int zt_model_needs_dx_in(const zt_model_t *m, int l, const float *dw);
 
 /* Backend memory counted as activations. */
 void *zt_model_alloc(zt_model_t *m, size_t bytes);
+
+/* The self-attention of block l over the batch's qkv rows (N, (NH + 2 NKV) HD) into
+ * out (N, NH HD) and lse, causal within each row (m->seg: packed rows). With the KV
+ * cache on (one sequence) this call's keys and values go to the cache's rows [past,
+ * past + T) first; a call after past > 0 positions (one new token) attends to all
+ * past + 1 of them. */
+void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV,
+                             int HD);
 
 /* ---- LoRA on one GEMM (zt_lora.h) ---------------------------------------------------
  * A GEMM y (N,OC) = x (N,C) W^T whose output holds up to ZT_LORA_MAX targets side by

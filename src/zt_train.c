@@ -639,9 +639,11 @@ static void last_logits(void *arg, const int32_t *tokens, int n, float *logits)
             sp_chunk(r, row, np, 0, 1, chunk);
             mine = chunk;
             if (d->sp_ring) {
-                const int c = Tl / 2, k = (n - 1) / c; /* chunk k of 2 sp holds position n - 1 */
-                owner = k < sp ? k : 2 * sp - 1 - k;
-                t = (k < sp ? 0 : c) + (n - 1) % c;
+                /* chunk k of 2 sp holds position n - 1: rank k's first half, or the second
+                 * half of the rank the chunk rule (its own inverse) gives */
+                const int c = Tl / 2, k = (n - 1) / c, h = k >= sp;
+                owner = zt_model_ring_chunk(sp, k, h);
+                t = h * c + (n - 1) % c;
             } else {
                 owner = (n - 1) / Tl;
                 t = (n - 1) % Tl;

@@ -330,7 +330,7 @@ static int cmd_export(const char *file, const char *out_arg, const char *dtype, 
     }
     float *buf = zt_malloc(CHUNK * sizeof(float));
     int written = 0;
-    if (!rc && merge) rc = export_merged(r, t, q, base, x, buf, err, sizeof err), written = t->nparams;
+    if (!rc && merge) rc = export_merged(r, t, q, base, x, buf, err, sizeof err);
     for (int p = 0; !rc && !merge && p < t->nparams; p++) {
         if (q[p] < 0) continue; /* a LoRA checkpoint's frozen base */
         written++;
