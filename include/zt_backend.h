@@ -230,6 +230,11 @@ typedef struct zt_backend {
      * device may return another quiet NaN for a NaN */
     void (*to_fp16)(uint16_t *out, const float *in, size_t n);
     void (*from_fp16)(float *out, const uint16_t *in, size_t n);
+    /* The engine's fp32 view view[0, n) holds exactly the bf16 values bf16[0, n)
+     * (it was widened from them) until the next call for the same slot (0..2); a
+     * NULL bf16 withdraws it. bf16 GEMMs may then read a weight inside the view
+     * from its bf16 copy instead of rounding it again per GEMM. Optional (NULL). */
+    void (*bf16_view)(int slot, const float *view, const uint16_t *bf16, size_t n);
     /* 1 when the host can read and write this backend's buffers directly (last, so
      * initializers that omit it mean "device memory") */
     int host_memory;

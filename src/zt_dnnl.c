@@ -94,6 +94,8 @@ void zt_dnnl_gemm(int ta, int tb, int M, int N, int K, float alpha, const float 
 }
 int zt_dnnl_native_bf16(void) { return 0; }
 long zt_dnnl_primitives_created(void) { return 0; }
+void zt_dnnl_view(int slot, const float *view, const uint16_t *bf16, size_t n) {}
+void zt_dnnl_round_counts(long *from_view, long *rounded) { *from_view = *rounded = 0; }
 const void *zt_dnnl_round(int slot, const float *src, int rows, int cols, int ld)
 {
     zt_fatal("zt_dnnl_round: ztrain was built without oneDNN");
@@ -379,12 +381,85 @@ static void round_into(void *dst, const float *restrict src, int rows, int cols,
     }
 }
 
+/* zt_dnnl_view's registry: written between kernels by the main thread, read by
+ * zt_dnnl_round from any thread */
+static struct {
+    const float *view;
+    const uint16_t *bf16;
+    size_t n;
+} views[ZT_DNNL_NVIEW];
+static _Atomic long nfrom_view, nrounded;
+
+static void print_counts(void)
+{
+    fprintf(stderr, "zt_dnnl: %ld GEMM operands read from bf16 working copies, %ld rounded\n",
+            (long)nfrom_view, (long)nrounded);
+}
+
+/* 0 off, 1 on, 2 check (tests: every operand taken from a view is compared with
+ * its rounding, so a wrong or stale registration fails even where, as on AVX2, the
+ * GEMM reads the fp32 view itself) */
+static int views_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *env = getenv("ZT_DNNL_VIEWS");
+        on = env && strcmp(env, "off") == 0 ? 0 : env && strcmp(env, "check") == 0 ? 2 : 1;
+        const char *verbose = getenv("ZT_DNNL_VERBOSE");
+        if (verbose && *verbose && strcmp(verbose, "0") != 0) atexit(print_counts);
+    }
+    return on;
+}
+
+void zt_dnnl_view(int slot, const float *view, const uint16_t *bf16, size_t n)
+{
+    if (slot < 0 || slot >= ZT_DNNL_NVIEW) zt_fatal("zt_dnnl_view: slot %d out of range", slot);
+    if (!views_on() || !bf16) view = NULL, bf16 = NULL, n = 0;
+    views[slot].view = view, views[slot].bf16 = bf16, views[slot].n = n;
+}
+
+void zt_dnnl_round_counts(long *from_view, long *rounded)
+{
+    *from_view = nfrom_view;
+    *rounded = nrounded;
+}
+
+/* the operand's bf16 values where a registered view holds them (contiguous only:
+ * the GEMM reads its operands densely in their stored layout), else NULL */
+static const void *from_view(const float *src, size_t n, int wide)
+{
+    const uintptr_t a = (uintptr_t)src;
+    for (int k = 0; k < ZT_DNNL_NVIEW; k++) {
+        const uintptr_t v = (uintptr_t)views[k].view;
+        if (!v || a < v || (a - v) % sizeof(float)) continue;
+        const size_t at = (a - v) / sizeof(float);
+        if (n > views[k].n || at > views[k].n - n) continue;
+        const uint16_t *h = views[k].bf16 + at;
+        if (views_on() == 2)
+            for (size_t i = 0; i < n; i++)
+                if (zt_bf16_from_bits(((const uint32_t *)src)[i]) != h[i])
+                    zt_fatal("zt_dnnl: element %zu of an operand taken from view slot %d is not its bf16 "
+                             "copy (%#x, rounded %#x)", at + i, k, h[i],
+                             zt_bf16_from_bits(((const uint32_t *)src)[i]));
+        return wide ? (const void *)src : (const void *)h;
+    }
+    return NULL;
+}
+
 const void *zt_dnnl_round(int slot, const float *src, int rows, int cols, int ld)
 {
     if (slot < 0 || slot >= ZT_DNNL_SLOTS) zt_fatal("zt_dnnl_round: slot %d out of range", slot);
     if (opdt < 0) zt_dnnl_native_bf16();
     const int wide = opdt != dnnl_bf16;
-    const size_t n = (size_t)ZT_MAX(rows, 0) * ZT_MAX(cols, 0) * (wide ? 4 : 2);
+    const size_t count = (size_t)ZT_MAX(rows, 0) * ZT_MAX(cols, 0), n = count * (wide ? 4 : 2);
+    if (count && (ld == cols || rows == 1)) {
+        const void *v = from_view(src, count, wide);
+        if (v) {
+            nfrom_view++;
+            return v;
+        }
+    }
+    nrounded++;
     tls.slot[slot] = grow(tls.slot[slot], &tls.nslot[slot], n);
     if (n) round_into(tls.slot[slot], src, rows, cols, ld, wide);
     return tls.slot[slot];

@@ -57,6 +57,21 @@ const void *zt_dnnl_round(int slot, const float *src, int rows, int cols, int ld
  * or with ta (K,M); B (K,N) or with tb (N,K) */
 void zt_dnnl_gemm_rounded(int ta, int tb, int M, int N, int K, float alpha, const void *A,
                           const void *B, const float *bias, int accumulate, float *C, int ldc);
+/* bf16 working copies (zt_backend.h's bf16_view): view[0, n) holds exactly the
+ * bf16 values bf16[0, n). zt_dnnl_round of a contiguous operand lying inside a
+ * registered view then rounds nothing: it returns the operand's place in the bf16
+ * copy, or, where the operands go to oneDNN's fp32 matmul as bf16-valued fp32
+ * (zt_dnnl_native_bf16() == 0), the operand itself, which already holds those
+ * values. Either way the GEMM reads what rounding would have produced, bit for
+ * bit. bf16 NULL withdraws the slot. Call between kernels, never while a GEMM
+ * runs. The environment variable ZT_DNNL_VIEWS=off ignores the views, =check
+ * compares each operand taken from one with its rounding and aborts on a
+ * difference (tests). */
+#define ZT_DNNL_NVIEW 3
+void zt_dnnl_view(int slot, const float *view, const uint16_t *bf16, size_t n);
+/* Operands zt_dnnl_round took from a registered view, and those it rounded, so far
+ * in this process (ZT_DNNL_VERBOSE=1 prints both at exit) */
+void zt_dnnl_round_counts(long *from_view, long *rounded);
 /* Primitives created so far (tests: a repeated shape creates none) */
 long zt_dnnl_primitives_created(void);
 

@@ -1458,4 +1458,5 @@ const zt_backend_t zt_backend_cpu = {
     .from_bf16 = cpu_from_bf16,
     .to_fp16 = cpu_to_fp16,
     .from_fp16 = cpu_from_fp16,
+    .bf16_view = zt_dnnl_view,
 };

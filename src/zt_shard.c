@@ -399,10 +399,22 @@ static int slot_of(const zt_param_table_t *t, int ui)
     return ui == t->root_unit ? 0 : t->first_adapter_unit >= 0 && ui >= t->first_adapter_unit ? 2 : 1;
 }
 
+/* Fp32 view slot k now holds unit ui widened from its 16-bit copy w16 (ui < 0:
+ * nothing). A bf16 copy is offered to the backend, whose bf16 GEMMs may then read
+ * the unit's weights from it instead of rounding the view again: the two hold
+ * the same values for exactly as long as the slot holds the unit. */
+static void slot_set(zt_shard_t *s, int k, int ui, const uint16_t *w16)
+{
+    s->slot_unit[k] = ui;
+    if (!s->be->bf16_view) return;
+    const int bf16 = ui >= 0 && s->pdt == ZT_BF16;
+    s->be->bf16_view(k, bf16 ? s->scratch[k] : NULL, bf16 ? w16 : NULL, bf16 ? s->u[ui].lay.numel : 0);
+}
+
 /* the fp32 views of the working copy are stale after it changed */
 static void invalidate_slots(zt_shard_t *s)
 {
-    for (int k = 0; k < 3; k++) s->slot_unit[k] = -1, s->slot_held[k] = 0;
+    for (int k = 0; k < 3; k++) slot_set(s, k, -1, NULL), s->slot_held[k] = 0;
 }
 
 /* Initial values of unit elements [uoff, uoff + len) into backend memory dst,
@@ -634,6 +646,7 @@ void zt_shard_free(zt_shard_t *s)
     BFREE(s, MEM_COMM, s->pack_tmp, s->pack_tmp_n * s->pack_es);
     for (int k = 0; k < 2; k++) ffree(s, MEM_HOST, &s->hgrad[k], s->hstage_n);
     BFREE(s, MEM_HOST, s->h16, s->hstage_n * 2);
+    invalidate_slots(s); /* the backend forgets views about to be freed */
     for (int k = 0; k < 3; k++) ffree(s, MEM_COMM, &s->scratch[k], s->scratch_n[k]);
     for (int i = 0; i < s->ncache; i++) s->be->free(s->cache[i].p);
     free(s->u);
@@ -752,9 +765,9 @@ const float *zt_shard_params(zt_shard_t *s, int ui)
         zt_fatal("shard engine: unit %d requested while unit %d is still in use (16-bit params keep one "
                  "block materialized at a time)", ui, s->slot_unit[k]);
     if (s->slot_unit[k] != ui) {
-        from16(s, s->pdt, s->scratch[k], s->shard_params ? (const uint16_t *)u->gath : u->wfull,
-               u->lay.numel);
-        s->slot_unit[k] = ui;
+        const uint16_t *w16 = s->shard_params ? (const uint16_t *)u->gath : u->wfull;
+        from16(s, s->pdt, s->scratch[k], w16, u->lay.numel);
+        slot_set(s, k, ui, w16);
     }
     s->slot_held[k] = 1;
     return s->scratch[k];
@@ -779,7 +792,7 @@ static void drop_gathered(zt_shard_t *s, int ui)
     BFREE(s, MEM_GATHER, u->gath, u->lay.packed * s->pesz);
     u->gathered = 0;
     const int k = slot_of(s->t, ui);
-    if (s->mixed && s->slot_unit[k] == ui) s->slot_unit[k] = -1, s->slot_held[k] = 0;
+    if (s->mixed && s->slot_unit[k] == ui) slot_set(s, k, -1, NULL), s->slot_held[k] = 0;
 }
 
 void zt_shard_release(zt_shard_t *s, int ui)

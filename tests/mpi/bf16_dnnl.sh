@@ -26,6 +26,13 @@
 #    An fp32 model with train.matmul_precision = medium gets the same bf16 GEMMs.
 # 3. fp32 is untouched: with ZT_DNNL=force an fp32 run (train.matmul_precision auto ->
 #    highest) is bit-identical to one without it.
+# 4. Weights are read from the bf16 working copy instead of being rounded per GEMM
+#    (zt_dnnl_view): every weight of every step is (the count ZT_DNNL_VERBOSE prints), each
+#    such weight is its bf16 copy's values (ZT_DNNL_VIEWS=check compares them: on AVX2 the
+#    GEMM reads the fp32 view, and only the check sees a wrong or stale copy), and the
+#    runs are bit for bit those that round them (ZT_DNNL_VIEWS=off), with the working
+#    copy replicated (ddp), gathered (zero3, 2 ranks), split (tp 2, llama) and frozen under
+#    LoRA adapters (whose own working copies are views as well).
 . "$(dirname "$0")/common.sh"
 need_h5py
 CMP="$ZT_SRCDIR/tests/mpi/compare_runs.py"
@@ -93,4 +100,38 @@ assert_contains "$ZT_OUT" "(GEMMs bf16 (oneDNN"
 run_ztrain 1 $common $(batch_args 1) train.output_dir=f32 >/dev/null
 grep -qF "GEMMs fp32)" "$ZT_OUT" || fail "ZT_DNNL=force changed an fp32 run's GEMM path"
 "$PY" "$CMP" ref32 f32 --loss-tol 0 --param-tol 0 || fail "ZT_DNNL=force changed an fp32 run's bits"
-echo "bf16_dnnl: oneDNN bf16 GEMMs (forced) track fp32, match across strategies and world sizes; fp32 untouched"
+
+# --- 4 ---
+export ZT_DNNL_VERBOSE=1
+run_ztrain 1 $common $(batch_args 1) train.bf16=true train.max_steps=2 train.output_dir=count >/dev/null
+# per micro-batch the tiny GPT-2 (2 layers) reads 4 weights per layer in the forward and
+# again in the backward and the tied head twice: 18; 6 micro-batches x 2 steps
+viewed=$(sed -n 's/^zt_dnnl: \([0-9]*\) GEMM operands read from bf16 working copies.*/\1/p' "$ZT_OUT")
+[ "${viewed:-0}" -eq 216 ] || fail "zt_dnnl views: ${viewed:-no} weights read from the bf16 copy, expected 216"
+unset ZT_DNNL_VERBOSE
+export ZT_DNNL_VIEWS=check
+run_ztrain 1 $common $(batch_args 1) train.bf16=true train.output_dir=ref-v >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common $(batch_args 2) train.bf16=true parallel.strategy=zero3 train.output_dir=np2-zero3-v >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common $llama $(batch_args 1) train.bf16=true parallel.tensor_parallel_size=2 train.output_dir=ltp2-v >/dev/null
+lora_setup
+lora="model.name_or_path=$ZT_SRCDIR/tests/reference/hf/llama train.bf16=true optim.learning_rate=1e-2 train.max_steps=4
+  checkpoint.save_hf=false"
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $lora train.output_dir=lora-v >/dev/null
+export ZT_DNNL_VIEWS=off
+run_ztrain 1 $common $(batch_args 1) train.bf16=true train.output_dir=ref-r >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common $(batch_args 2) train.bf16=true parallel.strategy=zero3 train.output_dir=np2-zero3-r >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common $llama $(batch_args 1) train.bf16=true parallel.tensor_parallel_size=2 train.output_dir=ltp2-r >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $lora train.output_dir=lora-r >/dev/null
+unset ZT_DNNL_VIEWS
+for r in ref np2-zero3 ltp2 lora; do
+    "$PY" "$CMP" "$r-r" "$r-v" --loss-tol 0 --param-tol 0 || fail "zt_dnnl views: $r is not the run that rounds every weight"
+done
+"$PY" "$CMP" ref ref-v --loss-tol 0 --param-tol 0 || fail "zt_dnnl views: ZT_DNNL_VIEWS=check changed the run"
+echo "bf16_dnnl: oneDNN bf16 GEMMs (forced) track fp32, match across strategies and world sizes; fp32 untouched;"
+echo "  weights read from the bf16 working copy, bit for bit the rounding"

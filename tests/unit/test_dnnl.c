@@ -311,6 +311,46 @@ static void t_path(void)
     CU_ASSERT(strcmp(zt_cpu_gemm_path(), "fp32") == 0);
 }
 
+/* zt_dnnl_view: a contiguous operand inside a registered view is not rounded again
+ * (its bf16 copy, or on fp32-matmul oneDNN the view itself, goes to the GEMM) and the
+ * product is bit for bit the one that rounds; strided, overhanging and withdrawn
+ * operands are rounded as before. */
+static void t_views(void)
+{
+    const int C = 24, OC = 40, N = 8;
+    const size_t n = (size_t)3 * C * OC; /* three weights in one unit */
+    uint16_t *h = malloc(n * sizeof *h);
+    float *view = malloc(n * sizeof *view), *x = malloc((size_t)N * C * sizeof *x);
+    float *y0 = malloc((size_t)N * OC * sizeof *y0), *y1 = malloc((size_t)N * OC * sizeof *y1);
+    for (size_t i = 0; i < n; i++) h[i] = zt_bf16_from_f32((float)urand());
+    be->from_bf16(view, h, n);
+    for (int i = 0; i < N * C; i++) x[i] = (float)urand();
+    const float *w = view + (size_t)C * OC; /* the second weight, (C, OC) */
+    const int native = zt_dnnl_native_bf16();
+    be->set_matmul_precision(ZT_MATMUL_MEDIUM);
+    be->matmul_forward(y0, x, w, NULL, N, C, OC, 0); /* rounds w */
+    long v0, r0, v1, r1;
+    zt_dnnl_round_counts(&v0, &r0);
+    be->bf16_view(1, view, h, n);
+    const void *got = zt_dnnl_round(0, w, C, OC, OC);
+    CU_ASSERT(got == (native ? (const void *)(h + (size_t)C * OC) : (const void *)w));
+    be->matmul_forward(y1, x, w, NULL, N, C, OC, 0);
+    CU_ASSERT(memcmp(y0, y1, (size_t)N * OC * sizeof *y0) == 0);
+    zt_dnnl_round_counts(&v1, &r1);
+    CU_ASSERT(v1 - v0 == 2); /* the round above and the forward's weight; its input rounded */
+    CU_ASSERT(r1 - r0 == 1);
+    /* rounded as before: a strided block (ld != cols), an operand running past the
+     * view's end, and anything after the view is withdrawn */
+    CU_ASSERT(zt_dnnl_round(0, w, C, OC / 2, OC) != (const void *)w);
+    CU_ASSERT(zt_dnnl_round(0, view + n - 10, 1, 20, 20) != (const void *)(view + n - 10));
+    be->bf16_view(1, NULL, NULL, 0);
+    CU_ASSERT(zt_dnnl_round(0, w, C, OC, OC) != (const void *)w);
+    zt_dnnl_round_counts(&v0, &r0);
+    CU_ASSERT(v0 == v1 && r0 - r1 == 3);
+    be->set_matmul_precision(ZT_MATMUL_HIGHEST);
+    free(h), free(view), free(x), free(y0), free(y1);
+}
+
 static const zt_test_t tests[] = {
     {"GEMM path reported", t_path},
     {"oneDNN bf16 GEMM: transposes, ld, bias, accumulate, alpha within the derived bound", t_gemm},
@@ -324,6 +364,7 @@ static const zt_test_t tests[] = {
     {"ring attention blocks bf16 (k|v apart, Tk != Tq): threads agree, near fp32", t_attention_blocks},
     {"matmul + gelu fused = composed, bf16, dpre over act", t_matmul_gelu},
     {"matmul + gelu fused = composed, bf16, no bias", t_matmul_gelu_nobias},
+    {"bf16 views: weights read from their bf16 copy, bit for bit the rounding", t_views},
     {NULL, NULL},
 };
 
