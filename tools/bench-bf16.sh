@@ -8,6 +8,8 @@
 #   3. tools/torch_cpu_peer.py fp32 and autocast(bfloat16) at the same shapes and threads;
 #   4. the ratios the issue asks for: bf16 / fp32 (target >= 1.6), bf16 / torch
 #      autocast (target >= 1.3), fp32 share of the sgemm peak (target >= 90%).
+# Where there are bf16 units a row with ZT_DNNL_VIEWS=off shows what reading the weights
+# from the bf16 working copy (instead of rounding them per GEMM) gains.
 # On a CPU without avx512_bf16 the bf16 rows print "n/a": ztrain's train.bf16 then
 # computes its GEMMs in fp32 by design, and torch's CPU autocast emulates bf16 (a 2-layer
 # Llama step took 47 s on an AVX2 machine). BENCH_FORCED=1 adds ztrain rows with
@@ -25,10 +27,10 @@ PY=${ZT_TORCH_PYTHON:-$HOME/.cache/ztrain-venv/bin/python}
 PEER=tools/torch_cpu_peer.py
 [ -f data/train.h5 ] || sh tools/gen-data.sh "$B" data
 make -C "$B" -s tools/bench_kernels ztrain >/dev/null
-export ZT_DNNL="${ZT_DNNL:-}"
+export ZT_DNNL="${ZT_DNNL:-}" ZT_DNNL_VIEWS="${ZT_DNNL_VIEWS:-}"
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 root=""; [ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
-MPIRUN="mpirun $root --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x ZT_DNNL"
+MPIRUN="mpirun $root --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x ZT_DNNL -x ZT_DNNL_VIEWS"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -102,7 +104,13 @@ for m in gpt2 llama; do
     # shellcheck disable=SC2086
     pb=$(na && pt $targs --bf16) || pb="n/a"
     report "$label, 1 rank" "$zf" "$zb" "${pf:-0}" "$pb"
-    [ "$zb" = n/a ] || echo "    ztrain bf16 GEMM path: $(echo "$zb" | cut -d' ' -f3 | tr '~' ' ')"
+    if [ "$zb" != n/a ]; then
+        echo "    ztrain bf16 GEMM path: $(echo "$zb" | cut -d' ' -f3 | tr '~' ' ')"
+        # the weights rounded per GEMM instead of read from the bf16 working copy (zt_dnnl_view)
+        # shellcheck disable=SC2086
+        zr=$(ZT_DNNL= ZT_DNNL_VIEWS=off zt "$m-bf16-r" $cfg train.bf16=true)
+        echo "    ztrain bf16 with ZT_DNNL_VIEWS=off (weights rounded per GEMM): $(echo "$zr" | cut -d' ' -f1) tok/s"
+    fi
     if [ "${BENCH_FORCED:-0}" = 1 ]; then
         # shellcheck disable=SC2086
         zx=$(ZT_DNNL=force zt "$m-forced" $cfg train.bf16=true)
