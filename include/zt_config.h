@@ -133,6 +133,7 @@ typedef struct zt_config {
         int top_k;                  /* 0 = all */
         int at_eval;                /* bool: complete prompts_file at each evaluation */
         int use_cache;              /* bool: a KV cache for generation */
+        int batch_size;             /* prompts one rank completes at once */
     } generate;
     struct {                    /* for testing only */
         int rank;               /* -1 = off */

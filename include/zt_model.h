@@ -85,17 +85,30 @@ void zt_model_forward_block(zt_model_t *m, int l, const float *unit, const float
 /* Inference and evaluation: logits, and with targets the per-token losses (read by
  * zt_model_loss). Only the last chunk's logits are kept (zt_model_logits_row). */
 void zt_model_forward_head(zt_model_t *m, const float *root);
-/* Generation: the logits of position t of batch row b alone (one row of the head's GEMM
- * instead of every row's), for zt_model_logits_row. Every tp rank of the model's group
- * calls it. */
-void zt_model_forward_head_row(zt_model_t *m, const float *root, int b, int t);
-/* Generation's KV cache (one sequence, no sequence parallelism or tp_sequence_parallel):
- * on allocates each block's keys and values for Tmax positions, off frees them. With it
- * on, zt_model_kv_past(m, past) before a forward says that its batch (1, T) continues
- * the past positions already cached (0: a new sequence, T tokens from position 0; past
- * > 0: T = 1, the token at position past); positions are then past + t. */
-void zt_model_kv_cache(zt_model_t *m, int on);
-void zt_model_kv_past(zt_model_t *m, int past);
+/* Generation: the logits of n rows from position t of batch row b on (rows of the head's
+ * GEMM instead of every row's; n at most zt_model_head_rows), for zt_model_logits_row.
+ * Every tp rank of the model's group calls it. */
+void zt_model_forward_head_rows(zt_model_t *m, const float *root, int b, int t, int n);
+static inline void zt_model_forward_head_row(zt_model_t *m, const float *root, int b, int t)
+{
+    zt_model_forward_head_rows(m, root, b, t, 1);
+}
+/* The rows zt_model_forward_head_rows may compute at once */
+int zt_model_head_rows_kept(const zt_model_t *m);
+/* Generation's KV cache (no sequence parallelism or tp_sequence_parallel): nseq > 0
+ * allocates each block's keys and values of nseq sequences of Tmax positions, 0 frees
+ * them. With it on, before each forward of a batch (1, T):
+ *  - zt_model_kv_seq(m, slot, past): the batch continues sequence `slot` after the past
+ *    positions already cached (0: a new sequence, T tokens from position 0; past > 0:
+ *    T = 1, the token at position past); positions are then past + t;
+ *    zt_model_kv_past(m, past) is sequence 0's;
+ *  - zt_model_kv_rows(m, n, slot, past): T = n tokens, token i the next of sequence
+ *    slot[i] (distinct) at position past[i] (the caller's positions array says so too),
+ *    each attending to its own sequence only: n sequences step at once. */
+void zt_model_kv_cache(zt_model_t *m, int nseq);
+void zt_model_kv_seq(zt_model_t *m, int slot, int past);
+void zt_model_kv_rows(zt_model_t *m, int n, const int *slot, const int *past);
+static inline void zt_model_kv_past(zt_model_t *m, int past) { zt_model_kv_seq(m, 0, past); }
 /* Training: the head's forward and backward, chunk by chunk: the losses, the head's
  * parameter gradients (tied wte, ln_f) accumulated into droot (NULL: a frozen root unit),
  * and dL/d(last block output) for backward_block. dscale is the caller's 1/(tokens in the global batch)

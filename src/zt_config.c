@@ -382,6 +382,11 @@ static const zkey_t schema[] = {
        "Keep each block's keys and values of a sequence (HF's use_cache): a new token runs alone against them "
        "instead of the whole sequence again. Used without sequence parallelism or tp_sequence_parallel, while the "
        "sequence fits data.seq_len."),
+    KI("generate.batch_size", generate.batch_size, 1, 1, 1024,
+       "Prompts each data-parallel rank completes at once (HF's generate on a batch): with the KV cache their new "
+       "tokens run as one batch, one GEMM row each, which reads every weight once per step for all of them. Each "
+       "holds its own cache (n_layer x data.seq_len x 2 x num_key_value_heads x head_dim floats). Outputs are the "
+       "same as one at a time up to fp32 rounding: greedy output may differ where two tokens' logits nearly tie."),
     KB("generate.at_eval", generate.at_eval, 0,
        "While training, complete generate.prompts_file at every evaluation (train.eval_steps and the last step) into "
        "<output_dir>/generations-<step>.jsonl."),
@@ -486,13 +491,20 @@ static int levenshtein(const char *a, const char *b)
     return prev[lb];
 }
 
-/* Best known key for a misspelt `name`: a key whose part after the dot equals
- * the name's (right key, wrong section, or no section at all) wins; otherwise
+/* Best known key for a misspelt `name`: a key of the name's own section that
+ * contains its part after the dot (a shorthand) wins, then a key whose part after the
+ * dot equals the name's (right key, wrong section, or no section at all); otherwise
  * the nearest full name if it is close enough to be a plausible typo. */
 static const char *suggest_key(const char *name)
 {
     const char *dot = strrchr(name, '.');
     const char *bare = dot ? dot + 1 : name;
+    /* train.batch_size is train.per_device_train_batch_size, not generate.batch_size */
+    if (dot && strlen(bare) >= 4)
+        for (int i = 0; i < NKEYS; i++)
+            if (!strncmp(schema[i].name, name, (size_t)(dot - name) + 1) &&
+                strcasestr(schema[i].name + (dot - name) + 1, bare))
+                return schema[i].name;
     for (int i = 0; i < NKEYS; i++)
         if (strcasecmp(strchr(schema[i].name, '.') + 1, bare) == 0) return schema[i].name;
     int best = 1000;

@@ -172,8 +172,8 @@ static int32_t pick(const zt_config_t *cfg, const float *logits, int V, uint64_t
     return c[keep - 1].id;
 }
 
-int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int vocab_size, zt_generate_logits_fn fn,
-                    void *arg, zt_comm_t *comm, char *err, size_t errlen)
+int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int batch, int vocab_size,
+                    zt_generate_logits_fn fn, void *arg, zt_comm_t *comm, char *err, size_t errlen)
 {
     /* prompts go round the data-parallel positions; the tp ranks of one run it together
      * (same logits, same draws) and the first of them writes it */
@@ -207,42 +207,67 @@ int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int v
     snprintf(part, sizeof part, "%s/%s.rank-%d.part", cfg->train.output_dir, name, rank);
     FILE *f = writer ? fopen(part, "w") : NULL;
     rc = f || !writer ? 0 : zt_err(e, sizeof e, "%s: cannot write", part);
-    float *logits = zt_malloc((size_t)vocab_size * sizeof *logits);
+    const int G = ZT_MAX(batch, 1), max_new = cfg->generate.max_new_tokens;
+    float *logits = zt_malloc((size_t)G * vocab_size * sizeof *logits);
     cand_t *order = zt_malloc((size_t)vocab_size * sizeof *order);
-    const int max_new = cfg->generate.max_new_tokens;
-    int32_t *ctx = zt_malloc((size_t)(context + max_new + 1) * sizeof *ctx);
-    for (int r0 = 0; r0 < np; r0 += world) {
-        const int i = r0 + rank, mine = i < np && !rc;
-        size_t len = 0, plen = 0;
-        if (mine) {
-            zt_ids_t ids = {0}, labels = {0};
-            rc = zt_sft_encode(&o, tok, &pr[i].rec, &ids, &labels, e, sizeof e);
-            /* the prompt: everything before the last answer (its labels are the ids) */
-            for (size_t k = 0; !rc && k < labels.n; k++)
-                if (labels.v[k] == -100) plen = k + 1;
-            /* a prompt longer than the context keeps its end */
-            for (size_t k = plen > (size_t)context ? plen - (size_t)context : 0; k < plen; k++) ctx[len++] = ids.v[k];
-            zt_ids_free(&ids);
-            zt_ids_free(&labels);
+    /* row b of a group: prompt idx[b] (-1: none), its tokens ctx + b W (the prompt from
+     * start[b], then what was generated, len[b] in all) and its sampling generator */
+    const size_t W = (size_t)context + max_new + 1;
+    int32_t *ctx = zt_malloc((size_t)G * W * sizeof *ctx);
+    int *idx = zt_malloc((size_t)G * sizeof *idx), *done = zt_malloc((size_t)G * sizeof *done);
+    int *n = zt_malloc((size_t)G * sizeof *n);
+    size_t *len = zt_malloc((size_t)G * sizeof *len), *start = zt_malloc((size_t)G * sizeof *start);
+    uint64_t *rng = zt_malloc((size_t)G * sizeof *rng);
+    const int32_t **win = zt_malloc((size_t)G * sizeof *win);
+    for (int g0 = 0; g0 < np; g0 += world * G) {
+        for (int b = 0; b < G; b++) {
+            const int i = g0 + b * world + rank;
+            int32_t *c = ctx + (size_t)b * W;
+            idx[b] = i < np && !rc ? i : -1;
+            len[b] = 0;
+            if (idx[b] >= 0) {
+                zt_ids_t ids = {0}, labels = {0};
+                size_t plen = 0;
+                rc = zt_sft_encode(&o, tok, &pr[i].rec, &ids, &labels, e, sizeof e);
+                /* the prompt: everything before the last answer (its labels are the ids) */
+                for (size_t k = 0; !rc && k < labels.n; k++)
+                    if (labels.v[k] == -100) plen = k + 1;
+                /* a prompt longer than the context keeps its end */
+                for (size_t k = plen > (size_t)context ? plen - (size_t)context : 0; k < plen; k++) c[len[b]++] = ids.v[k];
+                zt_ids_free(&ids);
+                zt_ids_free(&labels);
+                if (rc) idx[b] = -1;
+            }
+            rng[b] = zt_splitmix64((uint64_t)cfg->train.seed ^ zt_splitmix64((uint64_t)i + 1));
+            start[b] = len[b];
+            done[b] = idx[b] < 0 || len[b] == 0;
         }
-        uint64_t rng = zt_splitmix64((uint64_t)cfg->train.seed ^ zt_splitmix64((uint64_t)i + 1));
-        const size_t start = len;
-        int done = !mine || len == 0;
         /* every rank steps until all are done: each forward gathers the same units */
-        for (int step = 0; step < max_new && zt_any(comm, !done); step++) {
-            const size_t from = len > (size_t)context ? len - (size_t)context : 0;
-            int32_t dummy = 0;
-            fn(arg, done ? &dummy : ctx + from, done ? 1 : (int)(len - from), logits);
-            if (done) continue;
-            const int32_t next = pick(cfg, logits, vocab_size, &rng, order);
-            for (int k = 0; k < nstop; k++) done |= next == stop[k];
-            if (!done) ctx[len++] = next;
+        int active = 0;
+        for (int b = 0; b < G; b++) active |= !done[b];
+        for (int step = 0; step < max_new && zt_any(comm, active); step++) {
+            for (int b = 0; b < G; b++) {
+                const size_t from = len[b] > (size_t)context ? len[b] - (size_t)context : 0;
+                win[b] = ctx + (size_t)b * W + from;
+                n[b] = done[b] ? 0 : (int)(len[b] - from);
+            }
+            fn(arg, G, win, n, logits);
+            active = 0;
+            for (int b = 0; b < G; b++) {
+                if (done[b]) continue;
+                const int32_t next = pick(cfg, logits + (size_t)b * vocab_size, vocab_size, &rng[b], order);
+                for (int k = 0; k < nstop; k++) done[b] |= next == stop[k];
+                if (!done[b]) ctx[(size_t)b * W + len[b]++] = next;
+                active |= !done[b];
+            }
         }
-        if (mine && !rc && writer) {
-            size_t n = 0;
-            char *out = zt_tokenizer_decode_utf8(tok, ctx + start, len - start, &n);
+        for (int b = 0; b < G && writer && !rc; b++) {
+            if (idx[b] < 0) continue;
+            size_t nb = 0;
+            const int i = idx[b];
+            char *out = zt_tokenizer_decode_utf8(tok, ctx + (size_t)b * W + start[b], len[b] - start[b], &nb);
             json_t *j = json_pack("{s:i, s:s, s:s%, s:i}", "index", i, "prompt", pr[i].text, "output", out ? out : "",
-                                  n, "new_tokens", (int)(len - start));
+                                  nb, "new_tokens", (int)(len[b] - start[b]));
             char *line = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
             if (fprintf(f, "%s\n", line) < 0) rc = zt_err(e, sizeof e, "%s: write failed", part);
             free(line);
@@ -250,6 +275,13 @@ int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int v
             free(out);
         }
     }
+    free(win);
+    free(rng);
+    free(start);
+    free(len);
+    free(n);
+    free(done);
+    free(idx);
     if (f && fclose(f) != 0 && !rc) rc = zt_err(e, sizeof e, "%s: write failed", part);
     free(ctx);
     free(order);

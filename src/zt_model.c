@@ -724,38 +724,73 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
 
 void zt_model_forward_head(zt_model_t *m, const float *root) { head_chunks(m, root, 0, NULL, 0.0f); }
 
-void zt_model_forward_head_row(zt_model_t *m, const float *root, int b, int t)
+void zt_model_forward_head_rows(zt_model_t *m, const float *root, int b, int t, int n)
 {
     const int row = b * m->T + t, C = m->d.C;
-    if (b < 0 || b >= m->B || t < 0 || t >= m->T) zt_fatal("zt_model_forward_head_row: no position (%d, %d)", b, t);
+    if (b < 0 || b >= m->B || t < 0 || t >= m->T || n < 1 || n > m->head_rows || row + n > m->B * m->T)
+        zt_fatal("zt_model_forward_head_rows: no rows [%d, %d) from (%d, %d) (%d kept at most)", row, row + n, b, t,
+                 m->head_rows);
     head_input(m, root);
-    m->be->matmul_forward(m->logits, m->xf + (size_t)row * C, root + m->arch->ops->head_offset(m), NULL, 1, C, m->d.V,
-                          1); // (1,V)
+    m->be->matmul_forward(m->logits, m->xf + (size_t)row * C, root + m->arch->ops->head_offset(m), NULL, n, C, m->d.V,
+                          1); // (n,V)
     m->head_first = row;
 }
+
+int zt_model_head_rows_kept(const zt_model_t *m) { return m->head_rows; }
 
 /* ---- generation's KV cache ------------------------------------------------------------ */
 
 static size_t kv_width(const zt_model_t *m) { return 2 * (size_t)m->d.NKV * m->d.HD; }
 
-void zt_model_kv_cache(zt_model_t *m, int on)
+void zt_model_kv_cache(zt_model_t *m, int nseq)
 {
-    if (on && (m->d.sp_size > 1 || m->d.tp_seq)) zt_fatal("zt_model_kv_cache: not under sp or tp_sequence_parallel");
-    if (on && !m->kv) {
-        m->kv = zt_calloc((size_t)m->d.L, sizeof *m->kv);
-        for (int l = 0; l < m->d.L; l++) m->kv[l] = m->be->alloc((size_t)m->Tmax * kv_width(m) * sizeof(float));
-    } else if (!on && m->kv) {
+    if (nseq && (m->d.sp_size > 1 || m->d.tp_seq)) zt_fatal("zt_model_kv_cache: not under sp or tp_sequence_parallel");
+    if (m->kv && nseq != m->kv_nseq) {
         for (int l = 0; l < m->d.L; l++) m->be->free(m->kv[l]);
         free(m->kv);
+        free(m->kv_slot);
+        free(m->kv_pastv);
         m->kv = NULL;
+        m->kv_slot = m->kv_pastv = NULL;
+        m->kv_nseq = 0;
     }
-    m->kv_past = 0;
+    if (nseq && !m->kv) {
+        m->kv = zt_calloc((size_t)m->d.L, sizeof *m->kv);
+        for (int l = 0; l < m->d.L; l++)
+            m->kv[l] = m->be->alloc((size_t)nseq * m->Tmax * kv_width(m) * sizeof(float));
+        m->kv_slot = zt_calloc((size_t)nseq, sizeof *m->kv_slot);
+        m->kv_pastv = zt_calloc((size_t)nseq, sizeof *m->kv_pastv);
+        m->kv_nseq = nseq;
+    }
+    m->kv_nrows = 1;
+    if (m->kv) m->kv_slot[0] = m->kv_pastv[0] = 0;
 }
 
-void zt_model_kv_past(zt_model_t *m, int past)
+void zt_model_kv_seq(zt_model_t *m, int slot, int past)
 {
-    if (!m->kv) zt_fatal("zt_model_kv_past: no KV cache");
-    m->kv_past = past;
+    if (!m->kv) zt_fatal("zt_model_kv_seq: no KV cache");
+    if (slot < 0 || slot >= m->kv_nseq || past < 0 || past >= m->Tmax)
+        zt_fatal("zt_model_kv_seq: sequence %d after %d positions (the cache holds %d of %d)", slot, past, m->kv_nseq,
+                 m->Tmax);
+    m->kv_nrows = 1;
+    m->kv_slot[0] = slot;
+    m->kv_pastv[0] = past;
+}
+
+void zt_model_kv_rows(zt_model_t *m, int n, const int *slot, const int *past)
+{
+    if (!m->kv) zt_fatal("zt_model_kv_rows: no KV cache");
+    if (n < 1 || n > m->kv_nseq) zt_fatal("zt_model_kv_rows: %d sequences (the cache holds %d)", n, m->kv_nseq);
+    for (int i = 0; i < n; i++) {
+        if (slot[i] < 0 || slot[i] >= m->kv_nseq || past[i] < 0 || past[i] >= m->Tmax)
+            zt_fatal("zt_model_kv_rows: sequence %d after %d positions (the cache holds %d of %d)", slot[i], past[i],
+                     m->kv_nseq, m->Tmax);
+        for (int j = 0; j < i; j++)
+            if (slot[j] == slot[i]) zt_fatal("zt_model_kv_rows: sequence %d twice", slot[i]);
+        m->kv_slot[i] = slot[i];
+        m->kv_pastv[i] = past[i];
+    }
+    m->kv_nrows = n;
 }
 
 void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV, int HD)
@@ -765,11 +800,26 @@ void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out,
         be->attention_forward(out, lse, qkv, m->seg, m->B, m->T, NH, NKV, HD);
         return;
     }
-    const int S = (NH + 2 * NKV) * HD, W = (int)kv_width(m), past = m->kv_past, T = m->T;
+    const int S = (NH + 2 * NKV) * HD, W = (int)kv_width(m), T = m->T;
+    const size_t seq = (size_t)m->Tmax * W; /* one sequence's cache */
+    if (m->kv_nrows > 1) {
+        if (m->B != 1 || T != m->kv_nrows)
+            zt_fatal("KV cache: a batch (%d, %d) for %d sequences' next tokens", m->B, T, m->kv_nrows);
+        for (int i = 0; i < T; i++) {
+            float *cache = m->kv[l] + (size_t)m->kv_slot[i] * seq;
+            const int past = m->kv_pastv[i];
+            const float *row = qkv + (size_t)i * S;
+            be->copy_rows(cache + (size_t)past * W, W, row + (size_t)NH * HD, S, 1, W); // k | v of token i
+            be->attention_block_forward(out + (size_t)i * NH * HD, lse + (size_t)i * NH, row, S, cache, cache + W / 2,
+                                        W, NULL, NULL, 1, 1, past + 1, NH, NKV, HD, 0);
+        }
+        return;
+    }
+    const int past = m->kv_pastv[0];
     if (m->B != 1 || past + T > m->Tmax || (past > 0 && T != 1))
         zt_fatal("KV cache: a batch (%d, %d) after %d positions (one sequence; then one token at a time, up to %d)",
                  m->B, T, past, m->Tmax);
-    float *cache = m->kv[l];
+    float *cache = m->kv[l] + (size_t)m->kv_slot[0] * seq;
     be->copy_rows(cache + (size_t)past * W, W, qkv + (size_t)NH * HD, S, T, W); // k | v of this call
     if (past == 0) be->attention_forward(out, lse, qkv, NULL, 1, T, NH, NKV, HD);
     else /* the new token sees every cached position, itself the last */

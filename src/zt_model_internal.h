@@ -64,10 +64,13 @@ struct zt_model {
      * of a reduce-scatter, and the residual-stream rows' positions (Nl) */
     float *tp_full, *tp_full2, *tp_rows;
     int32_t *tp_pos, *host_tp_pos;
-    /* generation's KV cache (zt_model_kv_cache): per block (Tmax, 2 NKV HD) rows [k | v]
-     * of one sequence, and how many positions the next forward follows */
+    /* generation's KV cache (zt_model_kv_cache): per block (kv_nseq, Tmax, 2 NKV HD)
+     * rows [k | v] of kv_nseq sequences; what the next forward is: kv_nrows = 1, the
+     * sequence in kv_slot[0] after kv_pastv[0] positions; kv_nrows > 1, token i the next
+     * of sequence kv_slot[i] at position kv_pastv[i] */
     float **kv;
-    int kv_past;
+    int kv_nseq, kv_nrows;
+    int *kv_slot, *kv_pastv;
 };
 
 /* ---- tensor parallelism, for the families (no-ops at tp 1) ---------------------------
@@ -131,9 +134,11 @@ void *zt_model_alloc(zt_model_t *m, size_t bytes);
 
 /* The self-attention of block l over the batch's qkv rows (N, (NH + 2 NKV) HD) into
  * out (N, NH HD) and lse, causal within each row (m->seg: packed rows). With the KV
- * cache on (one sequence) this call's keys and values go to the cache's rows [past,
- * past + T) first; a call after past > 0 positions (one new token) attends to all
- * past + 1 of them. */
+ * cache on, one sequence: this call's keys and values go to its cache rows [past,
+ * past + T) first, and a call after past > 0 positions (one new token) attends to all
+ * past + 1 of them; several (zt_model_kv_rows): each token goes to its sequence's
+ * cache and attends to that sequence's past + 1 positions alone (lse is then not
+ * kept: there is no backward). */
 void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV,
                              int HD);
 

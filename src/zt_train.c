@@ -63,10 +63,12 @@ typedef struct run {
     int32_t *row_tmp;           /* (3 T) sequence parallelism: a whole row before its chunk is taken */
     uint64_t *keys;             /* (A B Tm) lora.dropout's per-token counters (backend host memory) */
     float *tp_logits;           /* (V) a sampled row's logits where rank 0's are the ones used */
-    /* generation's KV cache (generate.use_cache): on, and the sequence it holds (kv_n of
-     * kv_tok, T), the positions of a forward's tokens (T) */
-    int kv_on, kv_n;
-    int32_t *kv_tok, *kv_pos;
+    /* generation's KV cache (generate.use_cache): on, the sequences it holds (kv_nseq:
+     * generate.batch_size, and one more for the rounds a rank has nothing to run; slot
+     * k holds kv_n[k] tokens of kv_tok + k T), the positions of a forward's tokens (T) */
+    int kv_on, kv_nseq, gen_batch;
+    int *kv_n, *kv_slot, *kv_past;
+    int32_t *kv_tok, *kv_pos, *kv_inp; /* kv_inp (kv_nseq): a batch's new tokens */
     zt_model_t *model;
     zt_shard_t *shard;
     zt_dataset_t *train, *val;
@@ -621,9 +623,15 @@ static float evaluate(run_t *r, int *failed)
  * head on that row alone, and the other sp ranks get its logits by broadcast. With the
  * KV cache (generation_begin) a call that adds one token to the last call's tokens runs
  * that token alone. */
-static void last_logits(void *arg, const int32_t *tokens, int n, float *logits)
+/* the KV cache's slot holds tokens[0, n - 1): a forward of the last token alone continues it */
+static int extends_cached(const run_t *r, int slot, const int32_t *tokens, int n)
 {
-    run_t *r = arg;
+    const int k = r->kv_n[slot];
+    return n == k + 1 && !memcmp(tokens, r->kv_tok + (size_t)slot * r->T, (size_t)k * sizeof *tokens);
+}
+
+static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *logits)
+{
     zt_watchdog_mark("generation", -1, r->step);
     const zt_model_dims_t *d = &r->ltable->dims;
     const int sp = r->comm->mesh_sp, q = gen_quantum(sp, d->sp_ring, d->tp_seq ? d->tp_size : 0);
@@ -654,11 +662,12 @@ static void last_logits(void *arg, const int32_t *tokens, int n, float *logits)
      * runs that token alone at its position; any other starts the cache again */
     int past = 0;
     if (r->kv_on) {
-        if (n == r->kv_n + 1 && !memcmp(tokens, r->kv_tok, (size_t)r->kv_n * sizeof *tokens)) past = r->kv_n;
-        memcpy(r->kv_tok + past, tokens + past, (size_t)(n - past) * sizeof *tokens);
+        int32_t *held = r->kv_tok + (size_t)slot * r->T;
+        if (extends_cached(r, slot, tokens, n)) past = r->kv_n[slot];
+        memcpy(held + past, tokens + past, (size_t)(n - past) * sizeof *tokens);
         for (int k = past; k < n; k++) r->kv_pos[k - past] = k;
-        r->kv_n = n;
-        zt_model_kv_past(r->model, past);
+        r->kv_n[slot] = n;
+        zt_model_kv_seq(r->model, slot, past);
         mine = tokens + past;
         t = n - past - 1;
     }
@@ -673,17 +682,82 @@ static void last_logits(void *arg, const int32_t *tokens, int n, float *logits)
     if (sp > 1) zt_bcast(r->comm, &r->comm->sp, logits, (size_t)r->table->dims.V, ZT_F32, owner);
 }
 
+static void last_logits(void *arg, const int32_t *tokens, int n, float *logits) { seq_logits(arg, 0, tokens, n, logits); }
+
+/* Batched generation (zt_generate_logits_fn): the logits (G, V) of the last tokens of G
+ * sequences; n[b] = 0: row b has nothing to run. Without the cache each row runs as
+ * one sequence (a row with nothing runs one token, so that every rank runs as many
+ * forwards). With it, a row that is not its slot's cached tokens plus one runs whole
+ * into its slot, and then the rows that add a token to theirs run those tokens as one
+ * batch (1, rows), each attending to its own cache (zt_model_kv_rows): every weight is
+ * read once for all of them. The data-parallel ranks agree how many whole runs and
+ * whether a batch follow, so that every forward (and the gathers in it) is the same on
+ * all; a rank with fewer runs one token into the spare slot. */
+static void batch_logits(void *arg, int G, const int32_t *const *tokens, const int *n, float *logits)
+{
+    run_t *r = arg;
+    const size_t V = (size_t)r->table->dims.V;
+    const int32_t none = 0;
+    if (!r->kv_on || r->kv_nseq < 2) {
+        for (int b = 0; b < G; b++) seq_logits(r, 0, n[b] ? tokens[b] : &none, n[b] ? n[b] : 1, logits + b * V);
+        return;
+    }
+    if (G > r->kv_nseq - 1) zt_fatal("generation: %d sequences at once, the KV cache holds %d", G, r->kv_nseq - 1);
+    const int spare = r->kv_nseq - 1;
+    int whole = 0, add = 0;
+    for (int b = 0; b < G; b++) {
+        if (!n[b]) continue;
+        if (extends_cached(r, b, tokens[b], n[b])) add++;
+        else whole++;
+    }
+    zt_group_t *dg = &r->comm->data;
+    const int whole_all = (int)zt_max_double(r->comm, dg, whole), add_any = zt_max_double(r->comm, dg, add) > 0;
+    for (int b = 0; b < G; b++)
+        if (n[b] && !extends_cached(r, b, tokens[b], n[b])) seq_logits(r, b, tokens[b], n[b], logits + b * V);
+    for (int k = whole; k < whole_all; k++) seq_logits(r, spare, &none, 1, NULL);
+    if (!add_any) return;
+    /* one token per extended row, at its position, into its slot */
+    int32_t *inp = r->kv_inp;
+    int nd = 0;
+    for (int b = 0; b < G; b++) {
+        if (!n[b] || r->kv_n[b] != n[b] - 1) continue; /* a whole run just made kv_n[b] = n[b] */
+        inp[nd] = tokens[b][n[b] - 1];
+        r->kv_pos[nd] = r->kv_past[nd] = n[b] - 1;
+        r->kv_slot[nd++] = b;
+        r->kv_tok[(size_t)b * r->T + n[b] - 1] = tokens[b][n[b] - 1];
+        r->kv_n[b] = n[b];
+    }
+    if (!nd) inp[nd] = 0, r->kv_pos[nd] = r->kv_past[nd] = 0, r->kv_slot[nd++] = spare;
+    zt_watchdog_mark("generation", -1, r->step);
+    zt_model_kv_rows(r->model, nd, r->kv_slot, r->kv_past);
+    const float *root = forward_blocks(r, inp, NULL, NULL, r->kv_pos, 1, nd);
+    const int hr = zt_model_head_rows_kept(r->model);
+    for (int i0 = 0; i0 < nd; i0 += hr) {
+        const int rows = ZT_MIN(hr, nd - i0);
+        zt_model_forward_head_rows(r->model, root, 0, i0, rows);
+        for (int i = i0; i < i0 + rows; i++)
+            if (r->kv_slot[i] != spare) zt_model_logits_row(r->model, 0, i, logits + (size_t)r->kv_slot[i] * V);
+    }
+    zt_shard_release(r->shard, r->table->root_unit);
+}
+
 /* Around generation: the shard engine's inference mode, and the KV cache where it
- * applies (one sequence per rank without sequence parallelism or tp_sequence_parallel) */
-static void generation_begin(run_t *r)
+ * applies (without sequence parallelism or tp_sequence_parallel) for `batch` sequences
+ * at once (at most data.seq_len: the batch of their new tokens is one row) */
+static void generation_begin(run_t *r, int batch)
 {
     zt_shard_begin_inference(r->shard);
+    r->gen_batch = ZT_MAX(1, ZT_MIN(batch, r->T));
     r->kv_on = r->cfg->generate.use_cache && r->comm->mesh_sp == 1 && !r->ltable->dims.tp_seq;
     if (!r->kv_on) return;
-    zt_model_kv_cache(r->model, 1);
-    r->kv_tok = zt_malloc((size_t)r->T * sizeof *r->kv_tok);
+    r->kv_nseq = r->gen_batch > 1 ? r->gen_batch + 1 : 1;
+    zt_model_kv_cache(r->model, r->kv_nseq);
+    r->kv_tok = zt_malloc((size_t)r->kv_nseq * r->T * sizeof *r->kv_tok);
     r->kv_pos = zt_malloc((size_t)r->T * sizeof *r->kv_pos);
-    r->kv_n = 0;
+    r->kv_n = zt_calloc((size_t)r->kv_nseq, sizeof *r->kv_n);
+    r->kv_slot = zt_calloc((size_t)r->kv_nseq, sizeof *r->kv_slot);
+    r->kv_past = zt_calloc((size_t)r->kv_nseq, sizeof *r->kv_past);
+    r->kv_inp = zt_calloc((size_t)r->kv_nseq, sizeof *r->kv_inp);
 }
 
 static void generation_end(run_t *r)
@@ -692,8 +766,14 @@ static void generation_end(run_t *r)
         zt_model_kv_cache(r->model, 0);
         free(r->kv_tok);
         free(r->kv_pos);
-        r->kv_tok = r->kv_pos = NULL;
+        free(r->kv_n);
+        free(r->kv_slot);
+        free(r->kv_past);
+        free(r->kv_inp);
+        r->kv_tok = r->kv_pos = r->kv_inp = NULL;
+        r->kv_n = r->kv_slot = r->kv_past = NULL;
         r->kv_on = 0;
+        r->kv_nseq = 0;
     }
     zt_shard_end_inference(r->shard);
 }
@@ -717,7 +797,7 @@ static void generate_sample(run_t *r)
         .prompt = cfg->train.sample_prompt, .eot = zt_data_eot_token(r->train),
     };
     zt_sample_t smp;
-    generation_begin(r);
+    generation_begin(r, 1);
     zt_sample_generate(&o, tok, last_logits, r, r->comm, &smp);
     generation_end(r);
     if (r->rank == 0) zt_sample_print(&o, tok, &smp, stdout);
@@ -1159,8 +1239,8 @@ static int run_loop(run_t *r)
             fold_comm(r);
             char name[64];
             snprintf(name, sizeof name, "generations-%ld.jsonl", r->step);
-            generation_begin(r);
-            const int grc = zt_generate_run(cfg, name, r->T, cfg->model.vocab_size, last_logits, r, c, err,
+            generation_begin(r, cfg->generate.batch_size);
+            const int grc = zt_generate_run(cfg, name, r->T, r->gen_batch, r->table->dims.V, batch_logits, r, c, err,
                                             sizeof err);
             generation_end(r);
             if (grc) {
@@ -1430,10 +1510,12 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     double t0 = zt_now();
     if (exit_code == ZT_EXIT_OK && cfg->mode_generate) {
         /* --generate: the loaded model completes the prompts, nothing trains or is saved */
-        generation_begin(r);
+        generation_begin(r, cfg->generate.batch_size);
+        zt_log("generate: %d prompts at once per rank, KV cache %s", r->gen_batch,
+               r->kv_on ? "on" : cfg->generate.use_cache ? "off (sequence parallelism or tp_sequence_parallel)" : "off");
         const double tg = zt_now();
-        rc = zt_generate_run(cfg, "generations.jsonl", r->T, cfg->model.vocab_size, last_logits, r, comm, err,
-                             sizeof err);
+        rc = zt_generate_run(cfg, "generations.jsonl", r->T, r->gen_batch, r->table->dims.V, batch_logits, r, comm,
+                             err, sizeof err);
         generation_end(r);
         if (rc) zt_log_error("%s", err);
         else zt_log("generate: %s/generations.jsonl (%.1f s)", cfg->train.output_dir, zt_now() - tg);

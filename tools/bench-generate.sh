@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench-generate.sh [BUILDDIR] — generation speed: ztrain --generate with and without its
-# KV cache (generate.use_cache) against transformers' generate(use_cache=True), side by
-# side, one rank, one thread, greedy.
+# KV cache (generate.use_cache), one prompt at a time and the 4 at once
+# (generate.batch_size=4), against transformers' generate(use_cache=True) on one prompt
+# and on a batch of 4, side by side, one rank, one thread, greedy.
 #
 # The ~125M Llama-style model of the families issue (L=12, C=768, 12 heads, 4 KV heads,
 # intermediate 2048, vocab 32000), seeded weights on both sides (speed does not depend on
@@ -44,9 +45,12 @@ set -- $(zt cache)
 zc=$1 nc=$2
 set -- $(zt nocache generate.use_cache=false)
 zn=$1 nn=$2
-pt=0
+set -- $(zt batch generate.batch_size=4)
+zb=$1 nb=$2
+cmp -s "$out/cache/generations.jsonl" "$out/batch/generations.jsonl" && same=same || same=different
+pt="0 0"
 if [ -x "$PY" ]; then
-    pt=$("$PY" - "$NEW" "$PROMPT_TOKENS" <<'EOF' 2>/dev/null || echo 0
+    pt=$("$PY" - "$NEW" "$PROMPT_TOKENS" <<'EOF' 2>/dev/null || echo 0 0
 import sys, time, torch
 from transformers import LlamaConfig, LlamaForCausalLM
 new, plen = int(sys.argv[1]), int(sys.argv[2])
@@ -57,24 +61,33 @@ cfg = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num
                   tie_word_embeddings=False)
 m = LlamaForCausalLM(cfg).eval()
 g = torch.Generator().manual_seed(1)
-t, n = 0.0, 0
+rates = []
 with torch.inference_mode():
-    for i in range(5):  # the first one warms up, not counted
-        ids = torch.randint(0, 32000, (1, plen), generator=g)
-        t0 = time.perf_counter()
-        o = m.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True,
-                       pad_token_id=0)
-        if i:
-            t += time.perf_counter() - t0
-            n += o.shape[1] - plen
-print(f"{n / t:.1f}")
+    for batch, runs in ((1, 4), (4, 1)):  # the 4 prompts one by one, then as one batch
+        t, n = 0.0, 0
+        for i in range(runs + 1):  # the first one warms up, not counted
+            ids = torch.randint(0, 32000, (batch, plen), generator=g)
+            t0 = time.perf_counter()
+            o = m.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True,
+                           pad_token_id=0, attention_mask=torch.ones_like(ids))
+            if i:
+                t += time.perf_counter() - t0
+                n += (o.shape[1] - plen) * batch
+        rates.append(f"{n / t:.1f}")
+print(" ".join(rates))
 EOF
 )
 fi
 printf '%-44s %12s\n' "new tokens / s (4 prompts x $NEW, $PROMPT_TOKENS-token prompts)" ""
 printf '%-44s %12s  (%s new tokens)\n' "ztrain, KV cache (generate.use_cache=true)" "$zc" "$nc"
 printf '%-44s %12s  (%s new tokens)\n' "ztrain, no cache (the whole sequence per token)" "$zn" "$nn"
+printf '%-44s %12s  (%s new tokens; output %s as one at a time)\n' "ztrain, KV cache, generate.batch_size=4" "$zb" "$nb" "$same"
+set -- $pt
+pt=$1 pb=$2
 printf '%-44s %12s\n' "transformers generate, use_cache=True" "$pt"
-awk -v a="$zc" -v b="$zn" -v c="$pt" 'BEGIN {
+printf '%-44s %12s\n' "transformers generate, batch of 4" "$pb"
+awk -v a="$zc" -v b="$zn" -v c="$pt" -v d="$zb" -v e="$pb" 'BEGIN {
     if (b > 0) printf "cache / no cache: %.1fx\n", a / b
-    if (c > 0) printf "ztrain (cache) / transformers: %.2fx\n", a / c }'
+    if (c > 0) printf "ztrain (cache) / transformers: %.2fx\n", a / c
+    if (a > 0) printf "ztrain batch of 4 / one at a time: %.2fx\n", d / a
+    if (e > 0) printf "ztrain batch of 4 / transformers batch of 4: %.2fx\n", d / e }'

@@ -70,6 +70,25 @@ cmp s1/generations.jsonl s2/generations.jsonl || fail "sampled output depends on
 run_ztrain 1 --generate $G $samp generate.use_cache=false train.output_dir=s1nc >/dev/null
 cmp s1/generations.jsonl s1nc/generations.jsonl || fail "sampled output without the KV cache differs"
 cmp -s s1/generations.jsonl g1/generations.jsonl && fail "sampling at temperature 0.8 gave the greedy output"
+# several prompts at once (generate.batch_size): each its own cache, a step's new tokens one
+# batch; the same greedy bytes as one at a time: 5 prompts in groups of 3 (the second with
+# an absent row), zero3 on 2 ranks in groups of 2 (the ranks' rows end and slide their
+# windows at different steps: the spare sequence keeps their forwards in step), tp 2 x
+# zero3 on 4, the cache off; and the same sampled output
+for cfg in "1 b3 generate.batch_size=3" "2 b2z parallel.strategy=zero3 generate.batch_size=2" \
+    "4 b4tz parallel.tensor_parallel_size=2 parallel.strategy=zero3 generate.batch_size=4" \
+    "1 b3nc generate.batch_size=3 generate.use_cache=false"; do
+    set -- $cfg
+    np=$1 name=$2
+    shift 2
+    # shellcheck disable=SC2086
+    run_ztrain "$np" --generate $G "$@" train.output_dir="$name" >/dev/null
+    assert_contains "$ZT_OUT" "generate: $(echo "$*" | sed 's/.*batch_size=\([0-9]*\).*/\1/') prompts at once per rank"
+    cmp g1/generations.jsonl "$name/generations.jsonl" || fail "greedy output with $* differs from one at a time"
+done
+# shellcheck disable=SC2086
+run_ztrain 1 --generate $G $samp generate.batch_size=4 train.output_dir=s1b >/dev/null
+cmp s1/generations.jsonl s1b/generations.jsonl || fail "sampled output with generate.batch_size=4 differs"
 printf '{"messages": [{"role": "user", "content": "ok"}]}\n{"messages": [{"role": "assistant"' >bad.jsonl
 # shellcheck disable=SC2086
 expect_fail_with 2 "bad.jsonl:2:" --generate $G generate.prompts_file=bad.jsonl train.output_dir=bad
@@ -102,4 +121,4 @@ run_ztrain 4 $G data.train_files=tok.h5 data.val_files=[] train.max_steps=1 opti
 # shellcheck disable=SC2086
 expect_fail_with 4 "data.seq_len (42) must divide by 4" --generate $G $tps $sp2 parallel.sp_mode=ulysses \
     data.seq_len=42 train.output_dir=bad-len
-echo "generate: greedy and sampled outputs are the same at every world size, strategy and mesh"
+echo "generate: greedy and sampled outputs are the same at every world size, strategy, mesh and batch"
