@@ -96,11 +96,11 @@ printf '{"messages": [{"role": "assistant", "content": "x"}]}\n' >bad2.jsonl
 # shellcheck disable=SC2086
 expect_fail_with 2 "bad2.jsonl:1: messages[0] is assistant, expected user" --generate $G \
     generate.prompts_file=bad2.jsonl train.output_dir=bad2
-# while training: the prompts completed at each evaluation (generate.at_eval)
+# while training: the prompts completed at each evaluation (generate.at_eval), two at once
 "$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" tokens tok.h5 3520 20000 || fail "cannot make the token file"
 # shellcheck disable=SC2086
 run_ztrain 2 $G parallel.strategy=zero3 data.train_files=tok.h5 data.val_files=[] train.max_steps=4 \
-    train.eval_steps=2 generate.at_eval=true optim.learning_rate=1e-2 train.output_dir=t >/dev/null
+    train.eval_steps=2 generate.at_eval=true generate.batch_size=2 optim.learning_rate=1e-2 train.output_dir=t >/dev/null
 for s in 2 4; do
     [ "$(wc -l <"t/generations-$s.jsonl")" -eq 5 ] || fail "no generations of step $s while training"
 done
