@@ -1511,8 +1511,12 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     if (exit_code == ZT_EXIT_OK && cfg->mode_generate) {
         /* --generate: the loaded model completes the prompts, nothing trains or is saved */
         generation_begin(r, cfg->generate.batch_size);
-        zt_log("generate: %d prompts at once per rank, KV cache %s", r->gen_batch,
-               r->kv_on ? "on" : cfg->generate.use_cache ? "off (sequence parallelism or tp_sequence_parallel)" : "off");
+        char kvb[32];
+        const zt_model_dims_t *ld = &r->ltable->dims;
+        zt_fmt_bytes((double)r->kv_nseq * ld->L * r->T * 2 * ld->NKV * ld->HD * sizeof(float), kvb, sizeof kvb);
+        zt_log("generate: %d prompts at once per rank, KV cache %s%s%s", r->gen_batch,
+               r->kv_on ? "on (" : cfg->generate.use_cache ? "off (sequence parallelism or tp_sequence_parallel)" : "off",
+               r->kv_on ? kvb : "", r->kv_on ? " per rank)" : "");
         const double tg = zt_now();
         rc = zt_generate_run(cfg, "generations.jsonl", r->T, r->gen_batch, r->table->dims.V, batch_logits, r, comm,
                              err, sizeof err);

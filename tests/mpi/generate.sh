@@ -33,7 +33,7 @@ done
 sp2="parallel.sequence_parallel_size=2"
 tps="parallel.tensor_parallel_size=2 parallel.tp_sequence_parallel=true"
 # (and tp 2 with the KV cache: each rank caches its heads' keys and values)
-for cfg in "2 u $sp2" "2 r $sp2 parallel.sp_mode=ring" "2 t $tps" "4 tr $tps $sp2 parallel.sp_mode=ring" \
+for cfg in "2 u $sp2" "2 r $sp2 parallel.sp_mode=ring generate.batch_size=2" "2 t $tps" "4 tr $tps $sp2 parallel.sp_mode=ring" \
     "2 tc parallel.tensor_parallel_size=2"; do
     set -- $cfg
     np=$1 name=$2
