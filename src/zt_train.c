@@ -614,15 +614,6 @@ static float evaluate(run_t *r, int *failed)
 
 /* ---- end of run: sample and loss plot ------------------------------------------ */
 
-/* zt_sample_logits_fn / zt_generate_logits_fn: the logits of the last of n tokens (one
- * sequence) into logits (V) over units the shard engine gathers. Every rank of the
- * model's tp x sp group calls it with the same tokens; logits NULL: a rank that needs
- * none. Under sequence parallelism or tp_sequence_parallel the tokens are padded at the
- * end to whole shares (attention is causal: what follows position n - 1 leaves its
- * logits alone), each rank runs its chunk, the ranks that hold position n - 1 run the
- * head on that row alone, and the other sp ranks get its logits by broadcast. With the
- * KV cache (generation_begin) a call that adds one token to the last call's tokens runs
- * that token alone. */
 /* the KV cache's slot holds tokens[0, n - 1): a forward of the last token alone continues it */
 static int extends_cached(const run_t *r, int slot, const int32_t *tokens, int n)
 {
@@ -630,6 +621,14 @@ static int extends_cached(const run_t *r, int slot, const int32_t *tokens, int n
     return n == k + 1 && !memcmp(tokens, r->kv_tok + (size_t)slot * r->T, (size_t)k * sizeof *tokens);
 }
 
+/* The logits of the last of n tokens of one sequence (KV cache slot `slot`) into logits
+ * (V) over units the shard engine gathers. Every rank of the model's tp x sp group calls
+ * it with the same tokens; logits NULL: a rank that needs none. Under sequence parallelism or tp_sequence_parallel the tokens are padded at the
+ * end to whole shares (attention is causal: what follows position n - 1 leaves its
+ * logits alone), each rank runs its chunk, the ranks that hold position n - 1 run the
+ * head on that row alone, and the other sp ranks get its logits by broadcast. With the
+ * KV cache (generation_begin) a call that adds one token to the slot's tokens runs that
+ * token alone. */
 static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *logits)
 {
     zt_watchdog_mark("generation", -1, r->step);
@@ -682,6 +681,7 @@ static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *
     if (sp > 1) zt_bcast(r->comm, &r->comm->sp, logits, (size_t)r->table->dims.V, ZT_F32, owner);
 }
 
+/* zt_sample_logits_fn: one sequence, the cache's first slot */
 static void last_logits(void *arg, const int32_t *tokens, int n, float *logits) { seq_logits(arg, 0, tokens, n, logits); }
 
 /* Batched generation (zt_generate_logits_fn): the logits (G, V) of the last tokens of G
