@@ -233,7 +233,8 @@ int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int b
                 for (size_t k = 0; !rc && k < labels.n; k++)
                     if (labels.v[k] == -100) plen = k + 1;
                 /* a prompt longer than the context keeps its end */
-                for (size_t k = plen > (size_t)context ? plen - (size_t)context : 0; k < plen; k++) c[len[b]++] = ids.v[k];
+                for (size_t k = plen > (size_t)context ? plen - (size_t)context : 0; k < plen; k++)
+                    c[len[b]++] = ids.v[k];
                 zt_ids_free(&ids);
                 zt_ids_free(&labels);
                 if (rc) idx[b] = -1;

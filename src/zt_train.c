@@ -623,12 +623,12 @@ static int extends_cached(const run_t *r, int slot, const int32_t *tokens, int n
 
 /* The logits of the last of n tokens of one sequence (KV cache slot `slot`) into logits
  * (V) over units the shard engine gathers. Every rank of the model's tp x sp group calls
- * it with the same tokens; logits NULL: a rank that needs none. Under sequence parallelism or tp_sequence_parallel the tokens are padded at the
- * end to whole shares (attention is causal: what follows position n - 1 leaves its
- * logits alone), each rank runs its chunk, the ranks that hold position n - 1 run the
- * head on that row alone, and the other sp ranks get its logits by broadcast. With the
- * KV cache (generation_begin) a call that adds one token to the slot's tokens runs that
- * token alone. */
+ * it with the same tokens; logits NULL: a rank that needs none. Under sequence
+ * parallelism or tp_sequence_parallel the tokens are padded at the end to whole shares
+ * (attention is causal: what follows position n - 1 leaves its logits alone), each rank
+ * runs its chunk, the ranks that hold position n - 1 run the head on that row alone, and
+ * the other sp ranks get its logits by broadcast. With the KV cache (generation_begin) a
+ * call that adds one token to the slot's tokens runs that token alone. */
 static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *logits)
 {
     zt_watchdog_mark("generation", -1, r->step);
@@ -682,7 +682,10 @@ static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *
 }
 
 /* zt_sample_logits_fn: one sequence, the cache's first slot */
-static void last_logits(void *arg, const int32_t *tokens, int n, float *logits) { seq_logits(arg, 0, tokens, n, logits); }
+static void last_logits(void *arg, const int32_t *tokens, int n, float *logits)
+{
+    seq_logits(arg, 0, tokens, n, logits);
+}
 
 /* Batched generation (zt_generate_logits_fn): the logits (G, V) of the last tokens of G
  * sequences; n[b] = 0: row b has nothing to run. Without the cache each row runs as
@@ -1514,8 +1517,8 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         char kvb[32];
         const zt_model_dims_t *ld = &r->ltable->dims;
         zt_fmt_bytes((double)r->kv_nseq * ld->L * r->T * 2 * ld->NKV * ld->HD * sizeof(float), kvb, sizeof kvb);
-        zt_log("generate: %d prompts at once per rank, KV cache %s%s%s", r->gen_batch,
-               r->kv_on ? "on (" : cfg->generate.use_cache ? "off (sequence parallelism or tp_sequence_parallel)" : "off",
+        const char *why = cfg->generate.use_cache ? "off (sequence parallelism or tp_sequence_parallel)" : "off";
+        zt_log("generate: %d prompts at once per rank, KV cache %s%s%s", r->gen_batch, r->kv_on ? "on (" : why,
                r->kv_on ? kvb : "", r->kv_on ? " per rank)" : "");
         const double tg = zt_now();
         rc = zt_generate_run(cfg, "generations.jsonl", r->T, r->gen_batch, r->table->dims.V, batch_logits, r, comm,
