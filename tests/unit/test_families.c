@@ -494,17 +494,19 @@ static void kv_cache_case(const char *family, int lora)
 /* Several sequences stepping at once (zt_model_kv_rows, generate.batch_size): sequences
  * of 5, 2 and 8 prompt tokens in slots 0..2, then 4 new tokens each as one batch (1, 3)
  * per step, the rows in another order at every step, give each sequence's whole-prefix
- * logits; a row reading another sequence's cache would not. */
-static void kv_rows_case(const char *family)
+ * logits; a row reading another sequence's cache would not. llama, qwen3, gpt2, and
+ * llama with LoRA adapters (B non-zero). */
+static void kv_rows_case(const char *family, int lora)
 {
     fam_t f = fam_open(family);
     enum { NS = 3, STEPS = 4, T = 12 };
     static const int n0[NS] = {5, 2, 8};
     const int V = f.tab->dims.V;
-    zt_param_table_t *t = zt_arch_build_table(f.tab->arch, &f.tab->dims, 0.02f);
+    zt_param_table_t *t = lora ? lora_table(f.tab, 2) : zt_arch_build_table(f.tab->arch, &f.tab->dims, 0.02f);
     rig_t r = rig_create_table(t, 1, T, 0);
     rig_init(&r, 5);
     load_dir(&r, f.dir);
+    if (lora) lora_b_nonzero(&r);
     const float *root = r.w[r.tab->root_unit];
     int32_t tok[NS][T];
     uint64_t rs = 23;
@@ -542,8 +544,8 @@ static void kv_rows_case(const char *family)
         }
     }
     zt_model_kv_cache(r.m, 0);
-    printf("\n    %s KV cache, %d sequences at once: logits rel L2 %.2e against whole prefixes (another "
-           "sequence's: %.2e)", family, NS, worst, other);
+    printf("\n    %s%s KV cache, %d sequences at once: logits rel L2 %.2e against whole prefixes (another "
+           "sequence's: %.2e)", family, lora ? " + LoRA" : "", NS, worst, other);
     CU_ASSERT(worst < 1e-5);
     CU_ASSERT(other > 1e-2);
     free(want);
@@ -555,9 +557,10 @@ static void kv_rows_case(const char *family)
 
 static void t_kv_rows(void)
 {
-    kv_rows_case("llama");
-    kv_rows_case("qwen3");
-    kv_rows_case("gpt2");
+    kv_rows_case("llama", 0);
+    kv_rows_case("qwen3", 0);
+    kv_rows_case("gpt2", 0);
+    kv_rows_case("llama", 1);
 }
 
 static void t_kv_cache(void)
