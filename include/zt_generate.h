@@ -6,7 +6,8 @@
  * (the conversation up to the assistant's answer) and completed token by token: greedy
  * (generate.temperature = 0) or sampled with temperature, top_k and top_p, until the
  * template's eos / stop words or generate.max_new_tokens. Prompt i goes to rank
- * i mod world, which completes generate.batch_size of its prompts at once; all ranks
+ * i mod world, which completes generate.batch_size of its prompts at once (a row whose
+ * answer ended takes the rank's next prompt at the next step); all ranks
  * step together (every forward gathers the same units, zero3 included), and the
  * sampling generator of prompt i is seeded by (train.seed, i): the output does not
  * depend on the world size, the strategy or the batch (up to fp32 rounding of batched
@@ -30,8 +31,7 @@ typedef void (*zt_generate_logits_fn)(void *arg, int batch, const int32_t *const
 
 /* Collective: writes <output_dir>/<name>. context: the most tokens one forward takes
  * (older ones are dropped); batch: the prompts a data-parallel rank completes at once
- * (prompt i is rank i mod world's, in its group of batch). 0, or -1 with err on every
- * rank. */
+ * (prompt i is rank i mod world's). 0, or -1 with err on every rank. */
 int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int batch, int vocab_size,
                     zt_generate_logits_fn fn, void *arg, zt_comm_t *comm, char *err, size_t errlen);
 

@@ -384,7 +384,8 @@ static const zkey_t schema[] = {
        "sequence fits data.seq_len."),
     KI("generate.batch_size", generate.batch_size, 1, 1, 1024,
        "Prompts each data-parallel rank completes at once (HF's generate on a batch): with the KV cache their new "
-       "tokens run as one batch, one GEMM row each, which reads every weight once per step for all of them. Each "
+       "tokens run as one batch, one GEMM row each, which reads every weight once per step for all of them; a row "
+       "whose answer ended takes the next prompt at once. Each "
        "holds its own cache (n_layer x data.seq_len x 2 x num_key_value_heads x head_dim floats). Outputs are the "
        "same as one at a time up to fp32 rounding: greedy output may differ where two tokens' logits nearly tie."),
     KB("generate.at_eval", generate.at_eval, 0,

@@ -210,24 +210,43 @@ int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int b
     const int G = ZT_MAX(batch, 1), max_new = cfg->generate.max_new_tokens;
     float *logits = zt_malloc((size_t)G * vocab_size * sizeof *logits);
     cand_t *order = zt_malloc((size_t)vocab_size * sizeof *order);
-    /* row b of a group: prompt idx[b] (-1: none), its tokens ctx + b W (the prompt from
-     * start[b], then what was generated, len[b] in all) and its sampling generator */
+    /* This rank's prompts are i = rank + k world, k = 0 .. mine - 1. Row b holds prompt
+     * idx[b] (-1: none), its k kk[b], its tokens ctx + b W (the prompt from start[b], then
+     * what was generated, len[b] in all) and its sampling generator; a row takes the next
+     * prompt as soon as its last one ends (continuous batching), and the finished lines
+     * wait in line[k] to be written in prompt order. */
     const size_t W = (size_t)context + max_new + 1;
+    const int mine = np > rank ? (np - rank + world - 1) / world : 0;
     int32_t *ctx = zt_malloc((size_t)G * W * sizeof *ctx);
-    int *idx = zt_malloc((size_t)G * sizeof *idx), *done = zt_malloc((size_t)G * sizeof *done);
-    int *n = zt_malloc((size_t)G * sizeof *n);
+    int *idx = zt_malloc((size_t)G * sizeof *idx), *kk = zt_malloc((size_t)G * sizeof *kk);
+    int *done = zt_malloc((size_t)G * sizeof *done), *n = zt_malloc((size_t)G * sizeof *n);
     size_t *len = zt_malloc((size_t)G * sizeof *len), *start = zt_malloc((size_t)G * sizeof *start);
     uint64_t *rng = zt_malloc((size_t)G * sizeof *rng);
     const int32_t **win = zt_malloc((size_t)G * sizeof *win);
-    for (int g0 = 0; g0 < np; g0 += world * G) {
+    char **line = zt_calloc((size_t)ZT_MAX(mine, 1), sizeof *line);
+    for (int b = 0; b < G; b++) idx[b] = -1, done[b] = 1;
+    for (int next = 0;;) {
+        int active = 0;
         for (int b = 0; b < G; b++) {
-            const int i = g0 + b * world + rank;
-            int32_t *c = ctx + (size_t)b * W;
-            idx[b] = i < np && !rc ? i : -1;
-            len[b] = 0;
-            if (idx[b] >= 0) {
+            /* an ended row: its line, then the next prompt (one that ends at once too) */
+            while (done[b]) {
+                if (idx[b] >= 0 && writer && !rc) {
+                    size_t nb = 0;
+                    const int i = idx[b];
+                    char *out = zt_tokenizer_decode_utf8(tok, ctx + (size_t)b * W + start[b], len[b] - start[b], &nb);
+                    json_t *j = json_pack("{s:i, s:s, s:s%, s:i}", "index", i, "prompt", pr[i].text, "output",
+                                          out ? out : "", nb, "new_tokens", (int)(len[b] - start[b]));
+                    line[kk[b]] = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+                    json_decref(j);
+                    free(out);
+                }
+                idx[b] = -1;
+                if (next >= mine || rc) break;
+                const int i = rank + next * world;
+                int32_t *c = ctx + (size_t)b * W;
                 zt_ids_t ids = {0}, labels = {0};
                 size_t plen = 0;
+                len[b] = 0;
                 rc = zt_sft_encode(&o, tok, &pr[i].rec, &ids, &labels, e, sizeof e);
                 /* the prompt: everything before the last answer (its labels are the ids) */
                 for (size_t k = 0; !rc && k < labels.n; k++)
@@ -237,45 +256,35 @@ int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int b
                     c[len[b]++] = ids.v[k];
                 zt_ids_free(&ids);
                 zt_ids_free(&labels);
-                if (rc) idx[b] = -1;
+                if (rc) break;
+                idx[b] = i, kk[b] = next++;
+                rng[b] = zt_splitmix64((uint64_t)cfg->train.seed ^ zt_splitmix64((uint64_t)i + 1));
+                start[b] = len[b];
+                done[b] = len[b] == 0 || max_new <= 0;
             }
-            rng[b] = zt_splitmix64((uint64_t)cfg->train.seed ^ zt_splitmix64((uint64_t)i + 1));
-            start[b] = len[b];
-            done[b] = idx[b] < 0 || len[b] == 0;
+            active |= !done[b];
         }
         /* every rank steps until all are done: each forward gathers the same units */
-        int active = 0;
-        for (int b = 0; b < G; b++) active |= !done[b];
-        for (int step = 0; step < max_new && zt_any(comm, active); step++) {
-            for (int b = 0; b < G; b++) {
-                const size_t from = len[b] > (size_t)context ? len[b] - (size_t)context : 0;
-                win[b] = ctx + (size_t)b * W + from;
-                n[b] = done[b] ? 0 : (int)(len[b] - from);
-            }
-            fn(arg, G, win, n, logits);
-            active = 0;
-            for (int b = 0; b < G; b++) {
-                if (done[b]) continue;
-                const int32_t next = pick(cfg, logits + (size_t)b * vocab_size, vocab_size, &rng[b], order);
-                for (int k = 0; k < nstop; k++) done[b] |= next == stop[k];
-                if (!done[b]) ctx[(size_t)b * W + len[b]++] = next;
-                active |= !done[b];
-            }
+        if (!zt_any(comm, active)) break;
+        for (int b = 0; b < G; b++) {
+            const size_t from = len[b] > (size_t)context ? len[b] - (size_t)context : 0;
+            win[b] = ctx + (size_t)b * W + from;
+            n[b] = done[b] ? 0 : (int)(len[b] - from);
         }
-        for (int b = 0; b < G && writer && !rc; b++) {
-            if (idx[b] < 0) continue;
-            size_t nb = 0;
-            const int i = idx[b];
-            char *out = zt_tokenizer_decode_utf8(tok, ctx + (size_t)b * W + start[b], len[b] - start[b], &nb);
-            json_t *j = json_pack("{s:i, s:s, s:s%, s:i}", "index", i, "prompt", pr[i].text, "output", out ? out : "",
-                                  nb, "new_tokens", (int)(len[b] - start[b]));
-            char *line = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
-            if (fprintf(f, "%s\n", line) < 0) rc = zt_err(e, sizeof e, "%s: write failed", part);
-            free(line);
-            json_decref(j);
-            free(out);
+        fn(arg, G, win, n, logits);
+        for (int b = 0; b < G; b++) {
+            if (done[b]) continue;
+            const int32_t tk = pick(cfg, logits + (size_t)b * vocab_size, vocab_size, &rng[b], order);
+            for (int k = 0; k < nstop; k++) done[b] |= tk == stop[k];
+            if (!done[b]) ctx[(size_t)b * W + len[b]++] = tk;
+            done[b] |= len[b] - start[b] >= (size_t)max_new;
         }
     }
+    for (int k = 0; k < mine && writer && !rc; k++)
+        if (!line[k] || fprintf(f, "%s\n", line[k]) < 0) rc = zt_err(e, sizeof e, "%s: write failed", part);
+    for (int k = 0; k < mine; k++) free(line[k]);
+    free(line);
+    free(kk);
     free(win);
     free(rng);
     free(start);

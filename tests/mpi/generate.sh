@@ -33,15 +33,22 @@ done
 sp2="parallel.sequence_parallel_size=2"
 tps="parallel.tensor_parallel_size=2 parallel.tp_sequence_parallel=true"
 # (and tp 2 with the KV cache: each rank caches its heads' keys and values)
-for cfg in "2 u $sp2" "2 r $sp2 parallel.sp_mode=ring generate.batch_size=2" "2 t $tps" "4 tr $tps $sp2 parallel.sp_mode=ring" \
-    "2 tc parallel.tensor_parallel_size=2"; do
-    set -- $cfg
-    np=$1 name=$2
+# same_generations REF BASE "NP NAME key=value ..." ...: each run writes REF's generations.jsonl
+same_generations() {
+    ref=$1 base=$2
     shift 2
-    # shellcheck disable=SC2086
-    run_ztrain "$np" --generate $G "$@" train.output_dir="$name" >/dev/null
-    cmp g1/generations.jsonl "$name/generations.jsonl" || fail "greedy output under $* differs from one rank's"
-done
+    for cfg in "$@"; do
+        # shellcheck disable=SC2086
+        set -- $cfg
+        np=$1 name=$2
+        shift 2
+        # shellcheck disable=SC2086
+        run_ztrain "$np" --generate $base "$@" train.output_dir="$name" >/dev/null
+        cmp "$ref/generations.jsonl" "$name/generations.jsonl" || fail "generations with $* differ from $ref's"
+    done
+}
+same_generations g1 "$G" "2 u $sp2" "2 r $sp2 parallel.sp_mode=ring generate.batch_size=2" "2 t $tps" \
+    "4 tr $tps $sp2 parallel.sp_mode=ring" "2 tc parallel.tensor_parallel_size=2"
 "$PY" - g1/generations.jsonl <<'PYEOF' || fail "generations.jsonl is not one record per prompt in order"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
@@ -71,10 +78,10 @@ run_ztrain 1 --generate $G $samp generate.use_cache=false train.output_dir=s1nc 
 cmp s1/generations.jsonl s1nc/generations.jsonl || fail "sampled output without the KV cache differs"
 cmp -s s1/generations.jsonl g1/generations.jsonl && fail "sampling at temperature 0.8 gave the greedy output"
 # several prompts at once (generate.batch_size): each its own cache, a step's new tokens one
-# batch; the same greedy bytes as one at a time: 5 prompts in groups of 3 (the second with
-# an absent row), zero3 on 2 ranks in groups of 2 (the ranks' rows end and slide their
-# windows at different steps: the spare sequence keeps their forwards in step), tp 2 x
-# zero3 on 4, the cache off; and the same sampled output
+# batch, a row taking the rank's next prompt when its last one ends; the same greedy bytes
+# as one at a time: 5 prompts 3 at a time, zero3 on 2 ranks 2 at a time (the ranks' rows
+# slide their windows at different steps: the spare sequence keeps their forwards in
+# step), tp 2 x zero3 on 4, the cache off; and the same sampled output
 for cfg in "1 b3 generate.batch_size=3" "2 b2z parallel.strategy=zero3 generate.batch_size=2" \
     "4 b4tz parallel.tensor_parallel_size=2 parallel.strategy=zero3 generate.batch_size=4" \
     "1 b3nc generate.batch_size=3 generate.use_cache=false"; do
@@ -89,6 +96,23 @@ done
 # shellcheck disable=SC2086
 run_ztrain 1 --generate $G $samp generate.batch_size=4 train.output_dir=s1b >/dev/null
 cmp s1/generations.jsonl s1b/generations.jsonl || fail "sampled output with generate.batch_size=4 differs"
+# answers that end at different steps (the byte tokenizer's end-of-text, sampled at
+# temperature 1.5 from the seeded model): their rows take the next prompts at once, and
+# the 24 outputs are still one at a time's, in prompt order
+"$PY" -c "
+import json
+for i in range(24): print(json.dumps({'instruction': 'q%d %s' % (i, 'x' * (i % 5))}))" >many.jsonl
+M="$ZT_SRCDIR/inputs/tiny.cfg model.arch=llama model.n_head=4 model.n_kv_head=2 model.intermediate_size=48
+  model.block_size=64 data.seq_len=48 data.template=default generate.prompts_file=many.jsonl
+  generate.max_new_tokens=40 generate.temperature=1.5 log.plot=false"
+# shellcheck disable=SC2086
+run_ztrain 1 --generate $M train.output_dir=m1 >/dev/null
+"$PY" - m1/generations.jsonl <<'PYEOF' || fail "no sampled answer ended before generate.max_new_tokens"
+import json, sys
+n = [json.loads(l)["new_tokens"] for l in open(sys.argv[1])]
+assert len(n) == 24 and sum(k < 40 for k in n) >= 3, n
+PYEOF
+same_generations m1 "$M" "1 m3 generate.batch_size=3" "2 m4z generate.batch_size=4 parallel.strategy=zero3"
 printf '{"messages": [{"role": "user", "content": "ok"}]}\n{"messages": [{"role": "assistant"' >bad.jsonl
 # shellcheck disable=SC2086
 expect_fail_with 2 "bad.jsonl:2:" --generate $G generate.prompts_file=bad.jsonl train.output_dir=bad
