@@ -341,6 +341,18 @@ static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_backend_t *be, c
     return smallest;
 }
 
+/* Generation's KV cache per rank (generation_begin) where the run generates with it:
+ * --generate and generate.at_eval, without sp or tp_sequence_parallel. d: the rank's
+ * (tp-local) dims. */
+static double kv_cache_bytes(const zt_config_t *cfg, const zt_model_dims_t *d)
+{
+    if (!(cfg->mode_generate || cfg->generate.at_eval) || !cfg->generate.use_cache ||
+        cfg->parallel.sequence_parallel_size > 1 || d->tp_seq)
+        return 0.0;
+    const int T = cfg->data.seq_len, b = ZT_MAX(1, ZT_MIN(cfg->generate.batch_size, T));
+    return (double)(b > 1 ? b + 1 : 1) * d->L * T * 2.0 * d->NKV * d->HD * sizeof(float);
+}
+
 /* A run whose estimate exceeds the memory it may fill is refused before anything
  * large is allocated: an out-of-memory kill of one rank minutes later says less. The
  * estimate matches the allocations of model state exactly (accounting.sh) and the
@@ -351,17 +363,25 @@ static int check_fits(const zt_config_t *cfg, const zt_backend_t *be, const zt_p
 {
     estimate_t e;
     estimate(cfg, t, st, c->data.size, c->shard.size, &e);
-    char what[160], b[2][32];
+    char what[160], b[3][32];
     const double limit = memory_limit(cfg, be, c->local_size, what, sizeof what);
     /* on a host-memory backend the offloaded state is in the same memory */
-    const double need = (double)e.total + (be->host_memory ? (double)e.mem.host : 0.0);
-    if (need > limit)
+    const double state = (double)e.total + (be->host_memory ? (double)e.mem.host : 0.0);
+    const double kv = kv_cache_bytes(cfg, &t->dims);
+    if (state <= limit && state + kv > limit)
+        return zt_err(err, errlen,
+                      "memory: generation's KV cache for generate.batch_size=%d needs %s per rank beside the "
+                      "model's estimated %s, more than the limit of %s (%s); lower generate.batch_size or "
+                      "data.seq_len, or set generate.use_cache=false",
+                      cfg->generate.batch_size, zt_fmt_bytes(kv, b[0], 32), zt_fmt_bytes(state, b[1], 32),
+                      zt_fmt_bytes(limit, b[2], 32), what);
+    if (state > limit)
         return zt_err(err, errlen,
                       "memory: %s needs an estimated %s per rank, more than the limit of %s (%s); compare "
                       "strategies with --estimate-memory, then shard more (zero3), offload "
                       "(parallel.offload_optimizer), recompute activations (train.gradient_checkpointing) "
                       "or lower train.per_device_train_batch_size (parallel.memory_limit_gb sets the limit)",
-                      zt_strategy_name(st), zt_fmt_bytes(need, b[0], 32), zt_fmt_bytes(limit, b[1], 32), what);
+                      zt_strategy_name(st), zt_fmt_bytes(state, b[0], 32), zt_fmt_bytes(limit, b[1], 32), what);
     const double host = host_memory_per_rank(c->local_size);
     if (!be->host_memory && (double)e.mem.host > host)
         return zt_err(err, errlen,
@@ -1515,8 +1535,7 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         /* --generate: the loaded model completes the prompts, nothing trains or is saved */
         generation_begin(r, cfg->generate.batch_size);
         char kvb[32];
-        const zt_model_dims_t *ld = &r->ltable->dims;
-        zt_fmt_bytes((double)r->kv_nseq * ld->L * r->T * 2 * ld->NKV * ld->HD * sizeof(float), kvb, sizeof kvb);
+        zt_fmt_bytes(kv_cache_bytes(cfg, &r->ltable->dims), kvb, sizeof kvb);
         const char *why = cfg->generate.use_cache ? "off (sequence parallelism or tp_sequence_parallel)" : "off";
         zt_log("generate: %d prompts at once per rank, KV cache %s%s%s", r->gen_batch, r->kv_on ? "on (" : why,
                r->kv_on ? kvb : "", r->kv_on ? " per rank)" : "");

@@ -120,6 +120,14 @@ printf '{"messages": [{"role": "assistant", "content": "x"}]}\n' >bad2.jsonl
 # shellcheck disable=SC2086
 expect_fail_with 2 "bad2.jsonl:1: messages[0] is assistant, expected user" --generate $G \
     generate.prompts_file=bad2.jsonl train.output_dir=bad2
+# a batch whose KV cache would not fit beside the model is refused before anything is
+# allocated (the tiny model's estimate is 5.33 MiB, the cache of 48 + 1 sequences 588 KiB);
+# one sequence's fits the same limit
+# shellcheck disable=SC2086
+expect_fail_with 2 "generation's KV cache for generate.batch_size=48 needs 588.00 KiB per rank" --generate $G \
+    generate.batch_size=48 parallel.memory_limit_gb=0.00547 train.output_dir=kvbig
+# shellcheck disable=SC2086
+run_ztrain 1 --generate $G parallel.memory_limit_gb=0.00547 train.output_dir=kvsmall >/dev/null
 # while training: the prompts completed at each evaluation (generate.at_eval), two at once
 "$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" tokens tok.h5 3520 20000 || fail "cannot make the token file"
 # shellcheck disable=SC2086
