@@ -233,7 +233,8 @@ int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int b
                 if (idx[b] >= 0 && writer && !rc) {
                     size_t nb = 0;
                     const int i = idx[b];
-                    char *out = zt_tokenizer_decode_utf8(tok, ctx + (size_t)b * W + start[b], len[b] - start[b], &nb);
+                    const int32_t *answer = ctx + (size_t)b * W + start[b];
+                    char *out = zt_tokenizer_decode_utf8(tok, answer, len[b] - start[b], &nb);
                     json_t *j = json_pack("{s:i, s:s, s:s%, s:i}", "index", i, "prompt", pr[i].text, "output",
                                           out ? out : "", nb, "new_tokens", (int)(len[b] - start[b]));
                     line[kk[b]] = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
