@@ -86,7 +86,7 @@ void zt_model_forward_block(zt_model_t *m, int l, const float *unit, const float
  * zt_model_loss). Only the last chunk's logits are kept (zt_model_logits_row). */
 void zt_model_forward_head(zt_model_t *m, const float *root);
 /* Generation: the logits of n rows from position t of batch row b on (rows of the head's
- * GEMM instead of every row's; n at most zt_model_head_rows), for zt_model_logits_row.
+ * GEMM instead of every row's; n at most zt_model_head_rows_kept), for zt_model_logits_row.
  * Every tp rank of the model's group calls it. */
 void zt_model_forward_head_rows(zt_model_t *m, const float *root, int b, int t, int n);
 static inline void zt_model_forward_head_row(zt_model_t *m, const float *root, int b, int t)
