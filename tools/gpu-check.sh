@@ -19,7 +19,9 @@
 # the CPU backend), the per-kernel benchmark (tools/bench_gpu.c), the NCCL test on every visible GPU, then the tiny model
 # trained for ZT_GPU_STEPS steps with parallel.backend=cpu and =cuda: the two
 # loss curves must agree (same data, same initial weights), and the cuda run must
-# have used the NCCL comm backend. With two or more GPUs, 2-rank cuda runs (ddp:
+# have used the NCCL comm backend; zero3 with both offloads against it; greedy generation
+# of 6 prompts 4 at a time on the GPU against one at a time on the CPU (the batched KV
+# cache, generate.batch_size). With two or more GPUs, 2-rank cuda runs (ddp:
 # all-reduce; zero3: prefetched all-gather + reduce-scatter; zero2 per_param:
 # the v-collectives) against one CPU rank with the same global batch. Prints one table;
 # exit status 0 only when every step that ran passed (a skipped step is shown).
@@ -272,7 +274,30 @@ if [ $HAVE_GPU = 1 ]; then
         train.output_dir="$WORK/run-offload" train.bf16=false \
         train.matmul_precision="$([ "${ZT_CUDA_TF32:-0}" = 1 ] && echo high || echo highest)"
     same_loss "loss cuda vs cuda offload" "$loss_cuda" "$(last_loss "$WORK/run-offload/metrics.jsonl")"
-
+    # generation with the KV cache, 4 prompts at once on the GPU (per-sequence cache slots,
+    # the one-query block kernel per row, the batched head) against one at a time on the
+    # CPU, greedy, generate.sh's seeded tiny Llama and qwen tokenizer (answers that differ
+    # by prompt): a wrong slot or row garbles every answer, while the GPU's other rounding
+    # may flip a near tie in one or two of the 6
+    for i in 1 2 3 4 5 6; do printf '{"instruction": "prompt %d: %s"}\n' "$i" "$(printf 'rank model %.0s' $(seq $i))"; done \
+        >"$WORK/prompts.jsonl"
+    for be in cpu cuda; do
+        b=1
+        [ $be = cuda ] && b=4
+        run_step "generate $be, batch $b" 60 $MPIRUN1 "$ZTRAIN" --generate "$SRC/inputs/tiny.cfg" model.arch=llama \
+            model.n_head=4 model.n_kv_head=2 model.intermediate_size=48 model.vocab_size=3520 model.block_size=64 \
+            data.seq_len=48 data.tokenizer="$SRC/tests/reference/sft/tok/qwen" data.template=qwen \
+            generate.prompts_file="$WORK/prompts.jsonl" generate.max_new_tokens=16 generate.batch_size=$b \
+            parallel.backend=$be train.bf16=false train.matmul_precision=highest train.output_dir="$WORK/gen-$be"
+    done
+    if [ -f "$WORK/gen-cpu/generations.jsonl" ] && [ -f "$WORK/gen-cuda/generations.jsonl" ]; then
+        same=$(paste -d '\n' "$WORK/gen-cpu/generations.jsonl" "$WORK/gen-cuda/generations.jsonl" |
+            awk 'NR % 2 { a = $0; next } { n += (a == $0) } END { print n + 0 }')
+        if [ "$same" -ge 4 ]; then row "generate cuda batch = cpu" ok "$same/6 answers identical"
+        else row "generate cuda batch = cpu" FAIL "$same/6 answers identical"; fi
+    else
+        row "generate cuda batch = cpu" SKIP "a generation run failed (see above)"
+    fi
 fi
 
 # ---- two ranks on two GPUs: the collectives of the shard engine through NCCL ----
