@@ -18,6 +18,7 @@
 
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,7 +389,15 @@ static struct {
     const uint16_t *bf16;
     size_t n;
 } views[ZT_DNNL_NVIEW];
+/* counted only once asked for (ZT_DNNL_VERBOSE, zt_dnnl_round_counts): the attention's
+ * threads round operands at once, and a shared counter would be a contended line */
 static _Atomic long nfrom_view, nrounded;
+static int counting;
+
+static void tally(_Atomic long *c)
+{
+    if (counting) atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
 
 static void print_counts(void)
 {
@@ -399,16 +408,21 @@ static void print_counts(void)
 /* 0 off, 1 on, 2 check (tests: every operand taken from a view is compared with
  * its rounding, so a wrong or stale registration fails even where, as on AVX2, the
  * GEMM reads the fp32 view itself) */
+static int views_mode;
+static pthread_once_t views_once = PTHREAD_ONCE_INIT;
+
+static void read_views_env(void)
+{
+    const char *env = getenv("ZT_DNNL_VIEWS");
+    views_mode = env && strcmp(env, "off") == 0 ? 0 : env && strcmp(env, "check") == 0 ? 2 : 1;
+    const char *verbose = getenv("ZT_DNNL_VERBOSE");
+    if (verbose && *verbose && strcmp(verbose, "0") != 0) counting = 1, atexit(print_counts);
+}
+
 static int views_on(void)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *env = getenv("ZT_DNNL_VIEWS");
-        on = env && strcmp(env, "off") == 0 ? 0 : env && strcmp(env, "check") == 0 ? 2 : 1;
-        const char *verbose = getenv("ZT_DNNL_VERBOSE");
-        if (verbose && *verbose && strcmp(verbose, "0") != 0) atexit(print_counts);
-    }
-    return on;
+    pthread_once(&views_once, read_views_env);
+    return views_mode;
 }
 
 void zt_dnnl_view(int slot, const float *view, const uint16_t *bf16, size_t n)
@@ -420,6 +434,7 @@ void zt_dnnl_view(int slot, const float *view, const uint16_t *bf16, size_t n)
 
 void zt_dnnl_round_counts(long *from_view, long *rounded)
 {
+    counting = 1;
     *from_view = nfrom_view;
     *rounded = nrounded;
 }
@@ -450,16 +465,17 @@ const void *zt_dnnl_round(int slot, const float *src, int rows, int cols, int ld
 {
     if (slot < 0 || slot >= ZT_DNNL_SLOTS) zt_fatal("zt_dnnl_round: slot %d out of range", slot);
     if (opdt < 0) zt_dnnl_native_bf16();
+    views_on(); /* reads the environment once (ZT_DNNL_VERBOSE turns the counters on) */
     const int wide = opdt != dnnl_bf16;
     const size_t count = (size_t)ZT_MAX(rows, 0) * ZT_MAX(cols, 0), n = count * (wide ? 4 : 2);
     if (count && (ld == cols || rows == 1)) {
         const void *v = from_view(src, count, wide);
         if (v) {
-            nfrom_view++;
+            tally(&nfrom_view);
             return v;
         }
     }
-    nrounded++;
+    tally(&nrounded);
     tls.slot[slot] = grow(tls.slot[slot], &tls.nslot[slot], n);
     if (n) round_into(tls.slot[slot], src, rows, cols, ld, wide);
     return tls.slot[slot];

@@ -69,8 +69,9 @@ void zt_dnnl_gemm_rounded(int ta, int tb, int M, int N, int K, float alpha, cons
  * difference (tests). */
 #define ZT_DNNL_NVIEW 3
 void zt_dnnl_view(int slot, const float *view, const uint16_t *bf16, size_t n);
-/* Operands zt_dnnl_round took from a registered view, and those it rounded, so far
- * in this process (ZT_DNNL_VERBOSE=1 prints both at exit) */
+/* Operands zt_dnnl_round took from a registered view, and those it rounded, since the
+ * first call of this (or, with ZT_DNNL_VERBOSE=1, which prints both at exit, since the
+ * start) */
 void zt_dnnl_round_counts(long *from_view, long *rounded);
 /* Primitives created so far (tests: a repeated shape creates none) */
 long zt_dnnl_primitives_created(void);

@@ -341,16 +341,27 @@ static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_backend_t *be, c
     return smallest;
 }
 
-/* Generation's KV cache per rank (generation_begin) where the run generates with it:
- * --generate and generate.at_eval, without sp or tp_sequence_parallel. d: the rank's
- * (tp-local) dims. */
+/* Prompts generated at once: at most T = data.seq_len, as their new tokens are one row */
+static int gen_batch_of(int batch, int T) { return ZT_MAX(1, ZT_MIN(batch, T)); }
+
+/* Sequences generation's KV cache holds for `batch` prompts at once: one each and a spare
+ * (batch_logits), or 0 where there is no cache (generate.use_cache off, sequence
+ * parallelism, tp_sequence_parallel) */
+static int kv_sequences(const zt_config_t *cfg, int sp, int tp_seq, int batch)
+{
+    if (!cfg->generate.use_cache || sp > 1 || tp_seq) return 0;
+    return batch > 1 ? batch + 1 : 1;
+}
+
+/* Generation's KV cache per rank where the run generates (--generate, generate.at_eval).
+ * d: the rank's (tp-local) dims. */
 static double kv_cache_bytes(const zt_config_t *cfg, const zt_model_dims_t *d)
 {
-    if (!(cfg->mode_generate || cfg->generate.at_eval) || !cfg->generate.use_cache ||
-        cfg->parallel.sequence_parallel_size > 1 || d->tp_seq)
-        return 0.0;
-    const int T = cfg->data.seq_len, b = ZT_MAX(1, ZT_MIN(cfg->generate.batch_size, T));
-    return (double)(b > 1 ? b + 1 : 1) * d->L * T * 2.0 * d->NKV * d->HD * sizeof(float);
+    if (!cfg->mode_generate && !cfg->generate.at_eval) return 0.0;
+    const int T = cfg->data.seq_len;
+    const int nseq = kv_sequences(cfg, cfg->parallel.sequence_parallel_size, d->tp_seq,
+                                  gen_batch_of(cfg->generate.batch_size, T));
+    return (double)nseq * d->L * T * 2.0 * d->NKV * d->HD * sizeof(float);
 }
 
 /* A run whose estimate exceeds the memory it may fill is refused before anything
@@ -770,10 +781,10 @@ static void batch_logits(void *arg, int G, const int32_t *const *tokens, const i
 static void generation_begin(run_t *r, int batch)
 {
     zt_shard_begin_inference(r->shard);
-    r->gen_batch = ZT_MAX(1, ZT_MIN(batch, r->T));
-    r->kv_on = r->cfg->generate.use_cache && r->comm->mesh_sp == 1 && !r->ltable->dims.tp_seq;
+    r->gen_batch = gen_batch_of(batch, r->T);
+    r->kv_nseq = kv_sequences(r->cfg, r->comm->mesh_sp, r->ltable->dims.tp_seq, r->gen_batch);
+    r->kv_on = r->kv_nseq > 0;
     if (!r->kv_on) return;
-    r->kv_nseq = r->gen_batch > 1 ? r->gen_batch + 1 : 1;
     zt_model_kv_cache(r->model, r->kv_nseq);
     r->kv_tok = zt_malloc((size_t)r->kv_nseq * r->T * sizeof *r->kv_tok);
     r->kv_pos = zt_malloc((size_t)r->T * sizeof *r->kv_pos);

@@ -441,6 +441,26 @@ static void lora_b_nonzero(rig_t *r)
         }
 }
 
+/* The KV cache cases' model: a family's directory weights in a rig of one row of T
+ * positions, with LoRA adapters (random, B non-zero) when asked */
+static rig_t kv_rig(const fam_t *f, int lora, int T)
+{
+    zt_param_table_t *t = lora ? lora_table(f->tab, 2) : zt_arch_build_table(f->tab->arch, &f->tab->dims, 0.02f);
+    rig_t r = rig_create_table(t, 1, T, 0);
+    rig_init(&r, 5);
+    load_dir(&r, f->dir);
+    if (lora) lora_b_nonzero(&r);
+    return r;
+}
+
+/* the logits (V) of the last of the n tokens run whole, no cache */
+static void whole_prefix_logits(rig_t *r, const int32_t *tok, int n, float *out)
+{
+    rig_blocks_forward(r, tok, NULL, 1, n);
+    zt_model_forward_head_row(r->m, r->w[r->tab->root_unit], 0, n - 1);
+    zt_model_logits_row(r->m, 0, n - 1, out);
+}
+
 /* Generation's KV cache: a prompt of n0 tokens at once, then one token at a time against
  * the cached keys and values (positions past + t), gives the logits of running each
  * prefix whole, to fp32 rounding: llama (GQA, untied), qwen2 (q/k/v biases), qwen3
@@ -451,22 +471,14 @@ static void kv_cache_case(const char *family, int lora)
     fam_t f = fam_open(family);
     enum { T = 12, n0 = 5 };
     const int V = f.tab->dims.V;
-    zt_param_table_t *t = lora ? lora_table(f.tab, 2) : zt_arch_build_table(f.tab->arch, &f.tab->dims, 0.02f);
-    rig_t r = rig_create_table(t, 1, T, 0);
-    rig_init(&r, 5);
-    load_dir(&r, f.dir);
-    if (lora) lora_b_nonzero(&r);
+    rig_t r = kv_rig(&f, lora, T);
     const float *root = r.w[r.tab->root_unit];
     int32_t tok[T];
     uint64_t rs = 17;
     for (int i = 0; i < T; i++) tok[i] = (int32_t)(lcg(&rs) % V);
     /* each prefix [0, n) whole, no cache: the logits of its last token */
     float *want = zt_malloc((size_t)(T - n0 + 1) * V * sizeof *want), *got = zt_malloc((size_t)V * sizeof *got);
-    for (int n = n0; n <= T; n++) {
-        rig_blocks_forward(&r, tok, NULL, 1, n);
-        zt_model_forward_head_row(r.m, root, 0, n - 1);
-        zt_model_logits_row(r.m, 0, n - 1, want + (size_t)(n - n0) * V);
-    }
+    for (int n = n0; n <= T; n++) whole_prefix_logits(&r, tok, n, want + (size_t)(n - n0) * V);
     zt_model_kv_cache(r.m, 1);
     double worst = 0.0, moved = 0.0;
     for (int n = n0; n <= T; n++) {
@@ -502,11 +514,7 @@ static void kv_rows_case(const char *family, int lora)
     enum { NS = 3, STEPS = 4, T = 12 };
     static const int n0[NS] = {5, 2, 8};
     const int V = f.tab->dims.V;
-    zt_param_table_t *t = lora ? lora_table(f.tab, 2) : zt_arch_build_table(f.tab->arch, &f.tab->dims, 0.02f);
-    rig_t r = rig_create_table(t, 1, T, 0);
-    rig_init(&r, 5);
-    load_dir(&r, f.dir);
-    if (lora) lora_b_nonzero(&r);
+    rig_t r = kv_rig(&f, lora, T);
     const float *root = r.w[r.tab->root_unit];
     int32_t tok[NS][T];
     uint64_t rs = 23;
@@ -514,12 +522,8 @@ static void kv_rows_case(const char *family, int lora)
         for (int i = 0; i < T; i++) tok[q][i] = (int32_t)(lcg(&rs) % V);
     float *want = zt_malloc((size_t)NS * STEPS * V * sizeof *want), *got = zt_malloc((size_t)V * sizeof *got);
     for (int q = 0; q < NS; q++)
-        for (int k = 0; k < STEPS; k++) { /* prefix of n0 + k + 1 tokens: its last is new token k */
-            const int n = n0[q] + k + 1;
-            rig_blocks_forward(&r, tok[q], NULL, 1, n);
-            zt_model_forward_head_row(r.m, root, 0, n - 1);
-            zt_model_logits_row(r.m, 0, n - 1, want + ((size_t)q * STEPS + k) * V);
-        }
+        for (int k = 0; k < STEPS; k++) /* prefix of n0 + k + 1 tokens: its last is new token k */
+            whole_prefix_logits(&r, tok[q], n0[q] + k + 1, want + ((size_t)q * STEPS + k) * V);
     zt_model_kv_cache(r.m, NS);
     for (int q = 0; q < NS; q++) {
         zt_model_kv_seq(r.m, q, 0);
