@@ -17,7 +17,7 @@
 
 typedef struct zt_config {
     struct {
-        char arch[64];          /* gpt2 | llama | qwen2 | qwen3 */
+        char arch[64];          /* gpt2 | llama | qwen2 | qwen3 | mistral */
         char name_or_path[ZT_STRLEN]; /* HF model directory ("" = none) */
         int n_layer, n_head, n_embd;
         int vocab_size, block_size;
@@ -29,6 +29,7 @@ typedef struct zt_config {
         char rope_type[16];     /* default | llama3 */
         double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
         int rope_original_max_position_embeddings;
+        int sliding_window;     /* mistral; 0 = none */
         double init_std;        /* N(0, init_std) for matrices and embeddings */
         char init_from[ZT_STRLEN]; /* checkpoint to take weights from ("" = none) */
     } model;

@@ -94,6 +94,10 @@ typedef struct zt_model_dims {
     int rope_llama3;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max;      /* original_max_position_embeddings */
+    /* mistral's sliding_window (0 = none): a token attends to the last sliding_window
+     * positions. The attention is full causal, which equals it while no row is longer
+     * than the window, so longer rows are refused (llama_from_config) */
+    int sliding_window;
     /* tensor parallelism: a local table's dims hold this rank's share (NH, NKV and I
      * divided by tp_size; V: its vocabulary rows [vocab_start, vocab_start + V), blocks of
      * vocab_block = ceil(V_total / tp) rows, the last rank's shorter) */

@@ -1,5 +1,5 @@
-/* zt_arch_llama.c — the Llama family: llama, qwen2, qwen3 (HF LlamaForCausalLM,
- * Qwen2ForCausalLM, Qwen3ForCausalLM).
+/* zt_arch_llama.c — the Llama family: llama, qwen2, qwen3, mistral (HF LlamaForCausalLM,
+ * Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM).
  *
  * Pre-RMSNorm blocks, rotary positions (HF's rotate_half, rope_theta, optional
  * "llama3" frequency scaling), grouped-query attention with head_dim independent of
@@ -9,6 +9,8 @@
  *   qwen2   q/k/v biases always, none on o_proj
  *   qwen3   per-head RMSNorm of q and k (q_norm, k_norm) before the rotation;
  *           biases on q/k/v/o only with attention_bias
+ *   mistral no biases; sliding_window, which the full causal attention equals for
+ *           rows that fit in it (longer ones are refused)
  * HF names and shapes; the table order puts tensors one GEMM uses side by side:
  * q_proj, k_proj, v_proj weights are the rows of one (Q + 2KV, C) matrix (and their
  * biases one vector), gate_proj and up_proj those of one (2I, C) matrix.
@@ -30,7 +32,7 @@
 #include "zt_hf_config.h"
 #include "zt_model_internal.h"
 
-enum { V_LLAMA = 0, V_QWEN2 = 1, V_QWEN3 = 2 };
+enum { V_LLAMA = 0, V_QWEN2 = 1, V_QWEN3 = 2, V_MISTRAL = 3 };
 
 typedef struct block_acts {
     float *ln1, *rstd1, *qkv_pre, *qk_rstd, *qkv, *lse, *atty, *res2, *ln2, *rstd2, *gu, *act;
@@ -70,6 +72,7 @@ static int check_dims(const zt_model_dims_t *d, const char *where, char *err, si
     if (d->HD > 256) return zt_err(err, errlen, "%s: head_dim %d above 256 (the attention kernels' limit)", where, d->HD);
     if (!(d->norm_eps > 0)) return zt_err(err, errlen, "%s: rms_norm_eps must be > 0", where);
     if (!(d->rope_theta > 0)) return zt_err(err, errlen, "%s: rope_theta must be > 0", where);
+    if (d->sliding_window < 0) return zt_err(err, errlen, "%s: sliding_window must be positive or null", where);
     if (d->rope_llama3 && !(d->rope_factor > 0 && d->rope_high_freq_factor > d->rope_low_freq_factor &&
                             d->rope_low_freq_factor > 0 && d->rope_original_max > 0))
         return zt_err(err, errlen, "%s: llama3 rope scaling needs factor > 0, high_freq_factor > low_freq_factor > 0 and "
@@ -104,6 +107,17 @@ static int llama_from_config(const zt_config_t *cfg, zt_model_dims_t *d, char *e
     /* a saved config gives every key, false included */
     if (v == V_QWEN2 && cfg->model.attention_bias)
         return zt_err(err, errlen, "model.attention_bias does not apply to qwen2 (q/k/v always have biases, o_proj none)");
+    if (v == V_MISTRAL && cfg->model.attention_bias)
+        return zt_err(err, errlen, "model.attention_bias does not apply to mistral (no biases)");
+    if (v != V_MISTRAL && cfg->model.sliding_window)
+        return zt_err(err, errlen, "model.sliding_window applies to mistral only, not %s", cfg->model.arch);
+    d->sliding_window = cfg->model.sliding_window;
+    /* the attention never sees more than data.seq_len positions (generation slides its
+     * window at the same length), so within the window it is exactly mistral's */
+    if (d->sliding_window && cfg->data.seq_len > d->sliding_window)
+        return zt_err(err, errlen, "data.seq_len (%d) exceeds model.sliding_window (%d): ztrain's attention is full "
+                      "causal, equal to mistral's sliding window only for rows that fit in it", cfg->data.seq_len,
+                      d->sliding_window);
     variant_biases(v, cfg->model.attention_bias, d);
     d->norm_eps = cfg->model.rms_norm_eps;
     d->rope_theta = cfg->model.rope_theta;
@@ -169,6 +183,8 @@ static int llama_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, 
     const int attention_bias = zt_hf_bool(&c, "attention_bias", 0);
     const int mlp_bias = zt_hf_bool(&c, "mlp_bias", 0);
     const int sliding = zt_hf_bool(&c, "use_sliding_window", 0);
+    /* Qwen2/3 keep a sliding_window next to use_sliding_window false: only mistral uses it */
+    if (v == V_MISTRAL) d->sliding_window = zt_hf_int(&c, "sliding_window", 0);
     if (c.failed) return -1;
     const json_t *act = json_object_get(j, "hidden_act");
     if (act && (!json_string_value(act) || strcmp(json_string_value(act), "silu")))
@@ -176,6 +192,7 @@ static int llama_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, 
                       json_string_value(act) ? json_string_value(act) : "?");
     if (mlp_bias) return zt_err(err, errlen, "%s: mlp_bias = true is not supported", file);
     if (sliding) return zt_err(err, errlen, "%s: use_sliding_window = true is not supported", file);
+    if (v == V_MISTRAL && attention_bias) return zt_err(err, errlen, "%s: attention_bias = true is not supported (mistral)", file);
     variant_biases(v, attention_bias, d);
     if (rope_from_hf(j, file, d, err, errlen)) return -1;
     return check_dims(d, file, err, errlen);
@@ -226,6 +243,13 @@ static json_t *qwen3_to_hf(const zt_model_dims_t *d)
     return j;
 }
 
+static json_t *mistral_to_hf(const zt_model_dims_t *d)
+{
+    json_t *j = llama_to_hf_common(d, "MistralForCausalLM", "mistral");
+    json_object_set_new(j, "sliding_window", d->sliding_window ? json_integer(d->sliding_window) : json_null());
+    return j;
+}
+
 static void llama_to_config(const zt_model_dims_t *d, zt_config_t *cfg)
 {
     cfg->model.n_layer = d->L;
@@ -240,6 +264,7 @@ static void llama_to_config(const zt_model_dims_t *d, zt_config_t *cfg)
     cfg->model.rms_norm_eps = d->norm_eps;
     cfg->model.rope_theta = d->rope_theta;
     cfg->model.attention_bias = d->o_bias;
+    cfg->model.sliding_window = d->sliding_window;
     snprintf(cfg->model.rope_type, sizeof cfg->model.rope_type, "%s", d->rope_llama3 ? "llama3" : "default");
     if (d->rope_llama3) {
         cfg->model.rope_factor = d->rope_factor;
@@ -694,8 +719,9 @@ static const zt_arch_ops_t llama_ops = {
 LLAMA_ENTRY(zt_arch_llama, "llama", "LlamaForCausalLM", "llama", llama_to_hf);
 LLAMA_ENTRY(zt_arch_qwen2, "qwen2", "Qwen2ForCausalLM", "qwen2", qwen2_to_hf);
 LLAMA_ENTRY(zt_arch_qwen3, "qwen3", "Qwen3ForCausalLM", "qwen3", qwen3_to_hf);
+LLAMA_ENTRY(zt_arch_mistral, "mistral", "MistralForCausalLM", "mistral", mistral_to_hf);
 
 static int variant_of(const zt_arch_t *a)
 {
-    return a == &zt_arch_qwen2 ? V_QWEN2 : a == &zt_arch_qwen3 ? V_QWEN3 : V_LLAMA;
+    return a == &zt_arch_qwen2 ? V_QWEN2 : a == &zt_arch_qwen3 ? V_QWEN3 : a == &zt_arch_mistral ? V_MISTRAL : V_LLAMA;
 }

@@ -77,11 +77,11 @@ static const struct { const char *name, *help; } sections[] = {
 
 static const zkey_t schema[] = {
     /* model */
-    KS("model.arch", model.arch, "gpt2", "gpt2|llama|qwen2|qwen3",
+    KS("model.arch", model.arch, "gpt2", "gpt2|llama|qwen2|qwen3|mistral",
        "Model family: gpt2 (GPT2LMHeadModel: learned positions, pre-LayerNorm, GELU MLP of 4*n_embd, tied head), "
        "llama (LlamaForCausalLM: RMSNorm, RoPE, grouped-query attention, SwiGLU), qwen2 (Qwen2ForCausalLM: llama "
-       "with q/k/v biases), qwen3 (Qwen3ForCausalLM: llama with per-head q/k RMSNorm). With model.name_or_path it "
-       "comes from config.json."),
+       "with q/k/v biases), qwen3 (Qwen3ForCausalLM: llama with per-head q/k RMSNorm), mistral (MistralForCausalLM: llama without "
+       "biases, with model.sliding_window). With model.name_or_path it comes from config.json."),
     KS("model.name_or_path", model.name_or_path, "", NULL,
        "Hugging Face model directory (config.json + model.safetensors or model.safetensors.index.json and its "
        "shards), as LLaMA-Factory's model_name_or_path: the family and every dimension come from config.json, the "
@@ -111,7 +111,7 @@ static const zkey_t schema[] = {
     KB("model.tie_word_embeddings", model.tie_word_embeddings, 0,
        "lm_head shares the token embedding (llama family; gpt2 is always tied)."),
     KB("model.attention_bias", model.attention_bias, 0,
-       "Biases on q/k/v/o_proj (llama, qwen3; qwen2 always has q/k/v biases and no o_proj bias)."),
+       "Biases on q/k/v/o_proj (llama, qwen3; qwen2 always has q/k/v biases and no o_proj bias, mistral none)."),
     KS("model.rope_type", model.rope_type, "default", "default|llama3",
        "rope_scaling's rope_type: llama3 divides the long-wavelength frequencies by rope_factor and interpolates "
        "between the two wavelength bounds (Llama 3.1/3.2)."),
@@ -122,6 +122,10 @@ static const zkey_t schema[] = {
        "llama3 rope scaling: high_freq_factor."),
     KI("model.rope_original_max_position_embeddings", model.rope_original_max_position_embeddings, 8192, 1,
        1 << 24, "llama3 rope scaling: original_max_position_embeddings."),
+    KI("model.sliding_window", model.sliding_window, 0, 0, 1 << 24,
+       "mistral: HF's sliding_window, the positions a token attends to (0 = null: all before it). ztrain's "
+       "attention is full causal, the same while no row is longer than the window: data.seq_len above it is "
+       "refused."),
     KS("model.init_from", model.init_from, "", NULL,
        "Checkpoint to take the initial weights from (fine-tuning); \"\" = random initialisation. Only the weights "
        "are read; the step count and optimizer state start fresh."),

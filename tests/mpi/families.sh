@@ -5,7 +5,7 @@
 #     layout at 1-4 ranks trains the same model as one rank with accumulation (fp32:
 #     1e-5); bf16 and fp16 runs match their one-rank references; resume and reshard of
 #     a Llama checkpoint across strategies and world sizes.
-#  2. HF in and out: transformers' qwen3 and sharded llama directories -> ztrain
+#  2. HF in and out: transformers' qwen3, mistral and sharded llama directories -> ztrain
 #     (learning rate 0) -> save_hf gives the same tensors bit for bit, sharded when asked;
 #     ztrain reads its own export back identically; zero3 on 2 ranks from an HF
 #     directory equals 1 rank; transformers loads the export with the same logits
@@ -91,6 +91,16 @@ run_ztrain 3 hf.cfg model.name_or_path="$HF/llama-sharded" parallel.strategy=zer
 [ -s ls/hf/model.safetensors.index.json ] || fail "no index for a sharded export"
 [ -s ls/hf/model-00002-of-00005.safetensors ] || fail "the export did not split as transformers does (5 shards of 20KB)"
 "$PY" "$HFPY" same ls/hf "$HF/llama" || fail "the sharded llama round trip differs"
+# mistral: its class, model_type and sliding_window go out again (rows of 8 fit its 16)
+run_ztrain 2 hf.cfg model.name_or_path="$HF/mistral" parallel.strategy=zero3 train.output_dir=mi >/dev/null
+assert_contains "$ZT_OUT" "model: mistral L=2 H=4 KV=2 C=32 head_dim=12 I=48 V=67 block=64"
+"$PY" "$HFPY" same mi/hf "$HF/mistral" || fail "the mistral export differs from transformers' directory"
+"$PY" - mi/hf/config.json <<'PY' || fail "the mistral export's config.json"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["architectures"] == ["MistralForCausalLM"] and c["model_type"] == "mistral", c
+assert c["sliding_window"] == 16 and c["head_dim"] == 12 and not c["tie_word_embeddings"], c
+PY
 # ztrain reads its own export back
 run_ztrain 1 hf.cfg model.name_or_path="$PWD/q3/hf" train.output_dir=q3b >/dev/null
 "$PY" "$HFPY" same q3b/hf q3/hf || fail "ztrain's own export did not read back identically"
@@ -109,6 +119,8 @@ if [ -x "$VPY" ]; then
         fail "transformers does not load the qwen3 export with the same logits"
     "$VPY" "$ZT_SRCDIR/tests/reference/check_hf_export.py" ls/hf "$HF/llama" --atol 1e-5 ||
         fail "transformers does not load the sharded llama export with the same logits"
+    "$VPY" "$ZT_SRCDIR/tests/reference/check_hf_export.py" mi/hf "$HF/mistral" --atol 1e-5 ||
+        fail "transformers does not load the mistral export with the same logits"
 else
     echo "note: no venv at $VPY (tools/make-venv.sh): transformers' own load of the export not checked"
 fi
@@ -145,5 +157,12 @@ bad missing-shard "$HF/llama-sharded" "model-00001-of-00005.safetensors"
 bad unknown-arch "$HF/qwen3" "unknown architecture FooForCausalLM"
 expect_fail_with 2 "model.n_layer = 3 in the input disagrees with" hf.cfg model.name_or_path="$HF/qwen3" \
     model.n_layer=3 train.output_dir=out-disagree
+# rows longer than mistral's window: full causal attention would differ from it
+expect_fail_with 2 "data.seq_len (32) exceeds sliding_window (16) of $HF/mistral/config.json" hf.cfg \
+    model.name_or_path="$HF/mistral" data.seq_len=32 train.output_dir=out-window
+expect_fail_with 2 "data.seq_len (64) exceeds model.sliding_window (32)" hf.cfg model.arch=mistral \
+    model.sliding_window=32 data.seq_len=64 model.block_size=64 train.output_dir=out-window2
+expect_fail_with 2 "model.sliding_window applies to mistral only" hf.cfg model.arch=llama model.sliding_window=32 \
+    train.output_dir=out-window3
 expect_fail_with 2 "config.json: cannot open" hf.cfg model.name_or_path="$PWD/nowhere" train.output_dir=out-none
 echo "families: every bad model directory fails on every rank with its reason"

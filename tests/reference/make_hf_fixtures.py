@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """make_hf_fixtures.py — Hugging Face transformers reference fixtures for ztrain's
-llama, qwen2, qwen3 and gpt2 families.
+llama, qwen2, qwen3, mistral and gpt2 families.
 
 For each family it builds a tiny random model with transformers' own class
-(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel;
+(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, GPT2LMHeadModel;
 attn_implementation="eager"),
 saves it as a real HF model directory, and runs it in float64 (model.double()) to write
 
@@ -47,8 +47,8 @@ import torch
 import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 V = 67                      # deliberately odd
 B, T = 2, 8
@@ -74,6 +74,7 @@ TV_MAJOR = int(transformers.__version__.split(".")[0])
 F64_MODULES = ["transformers.models.llama.modeling_llama",
                "transformers.models.qwen2.modeling_qwen2",
                "transformers.models.qwen3.modeling_qwen3",
+               "transformers.models.mistral.modeling_mistral",
                "transformers.modeling_rope_utils"]
 
 
@@ -158,6 +159,11 @@ FAMILIES = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM,
               dict(COMMON, head_dim=12, tie_word_embeddings=True, attention_bias=False,
                    use_sliding_window=False, **rope_kwargs(1e6)), 2003),
+    # Mistral: no biases, head_dim * heads != hidden (as Mistral-Nemo), untied, and a
+    # sliding_window that the rows (T = 8) fit in, where it equals full causal attention
+    "mistral": (MistralConfig, MistralForCausalLM,
+                dict(COMMON, head_dim=12, tie_word_embeddings=False, sliding_window=16,
+                     **rope_kwargs(1e6)), 2005),
     # GPT-2: Conv1D (in, out) weights, LayerNorm with biases, gelu_new, learned positions,
     # tied head; the base of the lora-gpt2 fixture (make_lora_fixtures.py)
     "gpt2": (GPT2Config, GPT2LMHeadModel,

@@ -1,9 +1,10 @@
-/* test_families.c — the llama family (llama, qwen2, qwen3) and gpt2 against transformers.
+/* test_families.c — the llama family (llama, qwen2, qwen3, mistral) and gpt2 against transformers.
  *
  * tests/reference/hf/<family>/ is a Hugging Face model directory that transformers
  * wrote (LlamaForCausalLM with GQA, llama3 rope scaling and an untied head;
  * Qwen2ForCausalLM with q/k/v biases and a tied head; Qwen3ForCausalLM with q/k norms
- * and head_dim * heads != hidden; GPT2LMHeadModel, Conv1D weights), and reference.h5
+ * and head_dim * heads != hidden; MistralForCausalLM without biases, head_dim * heads
+ * != hidden and a sliding_window the rows fit in; GPT2LMHeadModel, Conv1D weights), and reference.h5
  * beside it holds one batch with its
  * logits, loss and every gradient, and ten AdamW steps with clipping and warmup-cosine
  * (made by tests/reference/make_hf_fixtures.py in float64, stored as fp32). For each
@@ -258,24 +259,30 @@ static void run_family(const char *family)
 static void t_llama(void) { run_family("llama"); }
 static void t_qwen2(void) { run_family("qwen2"); }
 static void t_qwen3(void) { run_family("qwen3"); }
+static void t_mistral(void) { run_family("mistral"); }
 static void t_gpt2(void) { run_family("gpt2"); }
 
 /* The fixtures exercise what they claim: GQA, an untied head and llama3 scaling in
  * llama; biases and a tied head in qwen2; q/k norms and head_dim * heads != hidden in
- * qwen3. */
+ * qwen3; no biases, head_dim * heads != hidden, an untied head and a sliding window
+ * longer than the rows in mistral. */
 static void t_fixture_shapes(void)
 {
-    fam_t l = fam_open("llama"), q2 = fam_open("qwen2"), q3 = fam_open("qwen3");
+    fam_t l = fam_open("llama"), q2 = fam_open("qwen2"), q3 = fam_open("qwen3"), mi = fam_open("mistral");
     CU_ASSERT(l.tab->dims.NKV < l.tab->dims.NH && !l.tab->dims.tied && l.tab->dims.rope_llama3);
     CU_ASSERT(zt_param_table_find(l.tab, "lm_head.weight") >= 0);
     CU_ASSERT(q2.tab->dims.qkv_bias && !q2.tab->dims.o_bias && q2.tab->dims.tied);
     CU_ASSERT(zt_param_table_find(q2.tab, "lm_head.weight") < 0);
     CU_ASSERT(q3.tab->dims.qk_norm && q3.tab->dims.NH * q3.tab->dims.HD != q3.tab->dims.C);
-    zt_param_table_t *ts[3] = {l.tab, q2.tab, q3.tab};
-    for (int i = 0; i < 3; i++) zt_param_table_free(ts[i]);
+    const zt_model_dims_t *md = &mi.tab->dims;
+    CU_ASSERT(!md->qkv_bias && !md->o_bias && !md->qk_norm && !md->tied && md->NH * md->HD != md->C);
+    CU_ASSERT(md->sliding_window >= mi.T && zt_param_table_find(mi.tab, "lm_head.weight") >= 0);
+    zt_param_table_t *ts[4] = {l.tab, q2.tab, q3.tab, mi.tab};
+    for (int i = 0; i < 4; i++) zt_param_table_free(ts[i]);
     fam_close(&l);
     fam_close(&q2);
     fam_close(&q3);
+    fam_close(&mi);
 }
 
 /* ---- LoRA ------------------------------------------------------------------------- */
@@ -719,6 +726,7 @@ static const zt_test_t tests[] = {
     {"llama_vs_transformers", t_llama},
     {"qwen2_vs_transformers", t_qwen2},
     {"qwen3_vs_transformers", t_qwen3},
+    {"mistral_vs_transformers", t_mistral},
     {"gpt2_vs_transformers", t_gpt2},
     {NULL, NULL},
 };
