@@ -2,25 +2,36 @@
  * GPT-2 vocab.json + merges.txt, and ztrain's own byte tokenizer.
  *
  * tokenizer.json is read as the `tokenizers` library reads it, for the BPE
- * models of GPT-2, Llama-3 and Qwen2/Qwen3 (and models trained alike):
+ * models of GPT-2, Llama-3 and Qwen2/Qwen3, the SentencePiece-style BPE of
+ * Llama-2, TinyLlama, Mistral-7B, Vicuna, CodeLlama (and models trained alike):
  *  - added_tokens: matched in the text before anything else, leftmost-longest,
  *    the normalized=false ones on the raw text, then the normalized=true ones on
  *    the normalized pieces between them; single_word, lstrip and rstrip as the
  *    library applies them (word characters: the regex crate's Unicode \w);
  *    the ids are the file's (the library renumbers an added token missing from
  *    the vocabulary whose id is not after it: a file it never writes);
- *  - normalizer: none or NFC (alone or in a Sequence), through utf8proc;
+ *  - normalizer: none, NFC (through utf8proc), Prepend, Replace (String
+ *    pattern), alone or in a Sequence, on each piece between added tokens;
  *  - pre_tokenizer: ByteLevel (use_regex: GPT-2's pattern), alone or after
  *    Split(Regex or String, behavior Isolated) in a Sequence. Regexes run through
  *    PCRE2 (UTF + UCP, JIT when available) with \s and \S rewritten to Unicode
- *    White_Space, which is what the library's Oniguruma means by them;
+ *    White_Space, which is what the library's Oniguruma means by them. For a
+ *    SentencePiece-style file: none, or Metaspace alone (prepend_scheme first,
+ *    always, never; split; the older add_prefix_space and str_rep keys);
  *  - model: BPE with merges as "a b" strings or ["a", "b"] lists, ignore_merges
- *    (a pre-token that is itself in the vocabulary is one token), unk_token;
+ *    (a pre-token that is itself in the vocabulary is one token), unk_token,
+ *    fuse_unk, and for SentencePiece-style files byte_fallback (a character
+ *    outside the vocabulary becomes its bytes' "<0xXX>" tokens);
  *  - decoder: ByteLevel (tokens back to bytes; a token with a character outside
- *    the byte alphabet stays as its UTF-8, as in the library).
+ *    the byte alphabet stays as its UTF-8, as in the library), which makes the
+ *    file byte level. Any other decoder makes it SentencePiece style (BPE over
+ *    the text's characters, the vocabulary's strings as they are): Metaspace, or
+ *    a Sequence of Replace (String), ByteFallback, Fuse, then Strip on the fused
+ *    text, as Llama-2 and Mistral have.
  * What is not implemented (other models, normalizers, pre-tokenizers, decoders,
- * BPE dropout, byte_fallback, add_prefix_space) is refused with a one-line error
- * naming the file and the JSON key. The post_processor is not applied: ids are
+ * BPE dropout, byte_fallback at byte level, add_prefix_space in ByteLevel,
+ * Metaspace in a Sequence, a decoder step out of that order) is refused with a
+ * one-line error naming the file and the JSON key. The post_processor is not applied: ids are
  * those of encode(text, add_special_tokens=False), as token files want.
  * The GPT-2 files (vocab.json + merges.txt) build the same object: ByteLevel with
  * GPT-2's regex, and "<|endoftext|>" as a special added token when the vocabulary
@@ -60,12 +71,26 @@ void zt_tokenizer_close(zt_tokenizer_t *tok);
 
 /* Encodes len bytes of text; *out is malloc'd (caller frees), *n its length. Returns 0 or -1. */
 int zt_tokenizer_encode(zt_tokenizer_t *tok, const char *text, size_t len, int32_t **out, size_t *n);
-/* Bytes of one token (not NUL-terminated in general); NULL for an id outside the vocab. */
+/* Bytes of one token (not NUL-terminated in general); NULL for an id outside the vocab.
+ * This is the token as it decodes after the first: for a SentencePiece-style
+ * file "▁the" gives " the" and "<0xE4>" the byte 0xE4 (with a ByteFallback decoder). */
 const char *zt_tokenizer_decode_token(const zt_tokenizer_t *tok, int32_t id, size_t *len);
-/* Decodes n tokens into a malloc'd NUL-terminated string of their bytes; unknown ids are skipped. */
+/* The same for the token a decode starts with: a SentencePiece-style decoder
+ * drops the space its normalizer or pre-tokenizer put there (Strip(" ", 1, 0)
+ * on the text, or the Metaspace decoder's first token), so "▁the" gives "the".
+ * Text printed token by token reads as zt_tokenizer_decode's when its first
+ * token goes through this and the rest through zt_tokenizer_decode_token (Strip
+ * on a first token that decodes to nothing would reach into the next; no file
+ * we know has such a token). Same as zt_tokenizer_decode_token for the other kinds. */
+const char *zt_tokenizer_decode_first(const zt_tokenizer_t *tok, int32_t id, size_t *len);
+/* Decodes n tokens into a malloc'd NUL-terminated string of their bytes; unknown ids are
+ * skipped. The decoder's start-of-text rule applies to the first (see above), so
+ * decoding a continuation on its own drops its leading space, as `tokenizers` does. */
 char *zt_tokenizer_decode(const zt_tokenizer_t *tok, const int32_t *ids, size_t n, size_t *len);
 /* As zt_tokenizer_decode, then invalid UTF-8 replaced by U+FFFD as Rust's
- * from_utf8_lossy does: the text `tokenizers`' decode() returns. */
+ * from_utf8_lossy does (byte level), or as the ByteFallback decoder does (a run
+ * of byte tokens that is not UTF-8 becomes one U+FFFD per byte): the text
+ * `tokenizers`' decode() returns. */
 char *zt_tokenizer_decode_utf8(const zt_tokenizer_t *tok, const int32_t *ids, size_t n, size_t *len);
 
 /* tokenizer_config.json's KEY ("eos_token", "bos_token", "pad_token": a string or

@@ -87,11 +87,14 @@ void zt_sample_generate(const zt_sample_opts_t *o, zt_tokenizer_t *tok, zt_sampl
 void zt_sample_print(const zt_sample_opts_t *o, const zt_tokenizer_t *tok, const zt_sample_t *s, FILE *f)
 {
     fprintf(f, "---- sample (%zu tokens, temperature %g) ----\n", s->len - s->prompt_len, o->temperature);
+    int first = 1; /* a SentencePiece decoder strips the text's leading space (decode_first) */
     for (size_t i = 0; i < s->len; i++) {
         const int32_t id = s->tokens[i];
         if (i < s->prompt_len && id == o->eot) continue;
         size_t bl = 0;
-        const char *bytes = tok ? zt_tokenizer_decode_token(tok, id, &bl) : NULL;
+        const char *bytes = !tok ? NULL : first ? zt_tokenizer_decode_first(tok, id, &bl)
+                                                : zt_tokenizer_decode_token(tok, id, &bl);
+        first = 0;
         if (bytes) fwrite(bytes, 1, bl, f);
         else if (id == o->eot) fputs("\n<|endoftext|>\n", f);
         else fprintf(f, "[%d]", id);

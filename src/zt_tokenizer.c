@@ -1,14 +1,25 @@
-/* zt_tokenizer.c — byte-level BPE as Hugging Face `tokenizers` runs it, and the byte tokenizer.
+/* zt_tokenizer.c — BPE as Hugging Face `tokenizers` runs it (byte-level and
+ * SentencePiece-style), and the byte tokenizer.
  *
  * Tokens are held as raw bytes: vocabulary strings are mapped back through the
  * inverse of GPT-2's byte-to-unicode table at load time, so encoding works on
  * the text's bytes (a byte-level pre-token's characters are its bytes) and
  * decoding is a table lookup. The pipeline is the library's:
- *   added tokens (normalized=false) on the raw text -> NFC of the other pieces ->
- *   added tokens (normalized=true) -> Split regexes (Isolated) -> BPE per pre-token.
+ *   added tokens (normalized=false) on the raw text -> the normalizer (NFC,
+ *   Prepend, Replace) on each other piece -> added tokens (normalized=true) ->
+ *   Split regexes (Isolated) or Metaspace -> BPE per pre-token.
  * BPE is the library's Word::merge_all: a heap of (rank, position) over a linked
  * list of symbols, O(n log n) in the pre-token's length; merge ranks live in a
- * hash map of id pairs, and a bounded cache maps pre-token bytes to their ids. */
+ * hash map of id pairs, and a bounded cache maps pre-token bytes to their ids.
+ *
+ * A SentencePiece-style file (Llama-2, Mistral: no ByteLevel anywhere) is
+ * "char level": the symbols are the pre-token's UTF-8 characters, the
+ * vocabulary keeps its own strings ("▁the", "<0xE4>") in `key` for lookups,
+ * and `tok` holds what the file's decoder makes of each token on its own
+ * ("▁" -> " ", "<0xE4>" -> the byte). What the decoder does across tokens is
+ * done at decode time: a run of byte tokens that is not UTF-8 becomes one
+ * U+FFFD per byte (ByteFallback), Strip acts on the fused text, the Metaspace
+ * decoder treats the first token apart. */
 #include "zt_tokenizer.h"
 
 #include "zt_common.h"
@@ -51,12 +62,27 @@ typedef struct {
     int jit;
 } split_t;
 
+/* A normalizer step, applied to each piece between added tokens in file order. */
+typedef enum { NORM_NFC, NORM_PREPEND, NORM_REPLACE } norm_kind_t;
+typedef struct {
+    norm_kind_t kind;
+    char *a, *b; /* PREPEND a; REPLACE every a by b */
+    size_t la, lb;
+} norm_t;
+
+typedef enum { PREPEND_ALWAYS, PREPEND_FIRST, PREPEND_NEVER } prepend_t;
+
+/* DEC_PIECES: a Sequence of Replace (per token), ByteFallback, Fuse, Strip (on the fused text). */
+typedef enum { DEC_BYTELEVEL, DEC_METASPACE, DEC_PIECES } dec_kind_t;
+
 typedef struct {
     uint64_t h; /* 0 = empty */
     uint32_t off, len, ids_off, nids;
 } cache_slot_t;
 
 #define MAX_SPLITS 4
+#define MAX_NORMS 8
+#define MAX_REPLACE 4
 #define CACHE_SLOTS (1u << 17)
 #define CACHE_MAX_WORD 256
 
@@ -72,9 +98,30 @@ struct zt_tokenizer {
     size_t pair_cap;
     int32_t byte_id[256];   /* -1: not in the vocabulary */
     int32_t unk;
-    int ignore_merges, nfc;
+    int ignore_merges, byte_fallback, fuse_unk;
+    int32_t fb_id[256];     /* byte_fallback: the id of "<0xXX>", -1: not in the vocabulary */
+    int char_level;         /* SentencePiece style: symbols are characters, see the top */
+    char **key;             /* char level: (V) the vocabulary's own strings, which str_map indexes */
+    size_t *key_len;        /* (V) */
+    int nnorm;
+    norm_t norm[MAX_NORMS];
     int nsplit;
     split_t split[MAX_SPLITS];
+    int metaspace, ms_split; /* the Metaspace pre-tokenizer */
+    prepend_t ms_prepend;
+    char ms_rep[8];
+    size_t ms_rep_len;
+    const char *enc_text, *first_base; /* Metaspace "first": where the piece at offset 0 of the input starts */
+    dec_kind_t dec;
+    unsigned char *is_byte; /* (V) ByteFallback decoder: tok is the one byte of a "<0xXX>" token */
+    char **tok_first;       /* (V) Metaspace decoder: a token as the first of a decode (NULL: as tok) */
+    size_t *tok_first_len;
+    int nrepl, dec_fallback, strip_start, strip_stop;
+    char *repl_a[MAX_REPLACE], *repl_b[MAX_REPLACE];
+    size_t repl_la[MAX_REPLACE], repl_lb[MAX_REPLACE];
+    char strip_c[8], dec_rep[8];
+    size_t strip_len, dec_rep_len;
+    int dec_first_strip;    /* Metaspace decoder: the first token loses its replacement characters */
     int nadded;
     added_t *added;
     match_set_t raw_set, norm_set;
@@ -220,20 +267,23 @@ static uint64_t hash_u64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* str_map indexes the vocabulary's strings: raw bytes (byte level) or the file's own (char level). */
 static int32_t str_lookup(const zt_tokenizer_t *t, const char *s, size_t n)
 {
+    char *const *ks = t->key ? t->key : t->tok;
+    const size_t *kl = t->key ? t->key_len : t->tok_len;
     size_t m = t->str_cap - 1;
     for (size_t h = hash_bytes(s, n) & m;; h = (h + 1) & m) {
         int32_t id = t->str_map[h];
         if (id < 0) return -1;
-        if (t->tok_len[id] == n && memcmp(t->tok[id], s, n) == 0) return id;
+        if (kl[id] == n && memcmp(ks[id], s, n) == 0) return id;
     }
 }
 
 static void str_insert(zt_tokenizer_t *t, int32_t id)
 {
     size_t m = t->str_cap - 1;
-    size_t h = hash_bytes(t->tok[id], t->tok_len[id]) & m;
+    size_t h = t->key ? hash_bytes(t->key[id], t->key_len[id]) & m : hash_bytes(t->tok[id], t->tok_len[id]) & m;
     while (t->str_map[h] >= 0) h = (h + 1) & m;
     t->str_map[h] = id;
 }
@@ -275,7 +325,8 @@ typedef struct {
     unsigned char *bytelevel;
 } vocab_list_t;
 
-static void vl_push(vocab_list_t *v, const char *key, int32_t id)
+/* unmap: byte-level keys go back to raw bytes; char-level ones are kept as they are. */
+static void vl_push(vocab_list_t *v, const char *key, int32_t id, int unmap)
 {
     if (v->n == v->cap) {
         v->cap = v->cap ? 2 * v->cap : 1024;
@@ -287,7 +338,12 @@ static void vl_push(vocab_list_t *v, const char *key, int32_t id)
     }
     size_t sl = strlen(key);
     v->raw[v->n] = zt_malloc(sl + 1);
-    v->bytelevel[v->n] = (unsigned char)unmap_token(key, sl, v->raw[v->n], &v->len[v->n]);
+    if (unmap) v->bytelevel[v->n] = (unsigned char)unmap_token(key, sl, v->raw[v->n], &v->len[v->n]);
+    else {
+        memcpy(v->raw[v->n], key, sl);
+        v->len[v->n] = sl;
+        v->bytelevel[v->n] = 1;
+    }
     v->raw[v->n][v->len[v->n]] = 0;
     v->id[v->n++] = id;
 }
@@ -312,16 +368,22 @@ static int install_vocab(zt_tokenizer_t *t, vocab_list_t *v, int max_extra_id, c
     t->vocab_size = maxid + 1;
     t->tok = zt_calloc((size_t)t->vocab_size, sizeof *t->tok);
     t->tok_len = zt_calloc((size_t)t->vocab_size, sizeof *t->tok_len);
+    if (t->char_level) { /* tok is the decoder's, made in finish() */
+        t->key = zt_calloc((size_t)t->vocab_size, sizeof *t->key);
+        t->key_len = zt_calloc((size_t)t->vocab_size, sizeof *t->key_len);
+    }
+    char **ks = t->key ? t->key : t->tok;
+    size_t *kl = t->key ? t->key_len : t->tok_len;
     t->str_cap = pow2_at_least(2 * v->n);
     t->str_map = zt_malloc(t->str_cap * sizeof *t->str_map);
     for (size_t i = 0; i < t->str_cap; i++) t->str_map[i] = -1;
     for (size_t i = 0; i < v->n; i++) {
         int32_t id = v->id[i];
-        if (t->tok[id]) return zt_err(err, errlen, "%s: id %d used twice", where, id);
-        t->tok[id] = v->raw[i];
-        t->tok_len[id] = v->len[i];
+        if (ks[id]) return zt_err(err, errlen, "%s: id %d used twice", where, id);
+        ks[id] = v->raw[i];
+        kl[id] = v->len[i];
         v->raw[i] = NULL;
-        if (v->bytelevel[i] && str_lookup(t, t->tok[id], t->tok_len[id]) < 0) str_insert(t, id);
+        if (v->bytelevel[i] && str_lookup(t, ks[id], kl[id]) < 0) str_insert(t, id);
     }
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
@@ -330,15 +392,25 @@ static int install_vocab(zt_tokenizer_t *t, vocab_list_t *v, int max_extra_id, c
     return 0;
 }
 
-/* A merge of two vocabulary strings (byte-level alphabet). Returns 0, 1 when the
- * merge cannot take part in byte-level encoding (skipped), -1 when a part is
- * missing from the vocabulary. */
+/* A vocabulary string in the form str_map holds: raw bytes (byte level; 0 when
+ * it is not in the byte alphabet) or as it is (char level). */
+static int key_form(const zt_tokenizer_t *t, const char *s, size_t n, char *out, size_t *olen)
+{
+    if (!t->char_level) return unmap_token(s, n, out, olen);
+    memcpy(out, s, n);
+    *olen = n;
+    return 1;
+}
+
+/* A merge of two vocabulary strings. Returns 0, 1 when the merge cannot take
+ * part in byte-level encoding (skipped), -1 when a part is missing from the
+ * vocabulary. */
 static int add_merge(zt_tokenizer_t *t, const char *a, size_t la, const char *b, size_t lb, int32_t rank)
 {
     char *buf = zt_malloc(2 * (la + lb) + 2), *ra = buf, *rb = buf + la + 1, *ab = buf + la + lb + 2;
     size_t ra_len, rb_len;
     int rc = 1;
-    if (unmap_token(a, la, ra, &ra_len) && unmap_token(b, lb, rb, &rb_len)) {
+    if (key_form(t, a, la, ra, &ra_len) && key_form(t, b, lb, rb, &rb_len)) {
         memcpy(ab, ra, ra_len);
         memcpy(ab + ra_len, rb, rb_len);
         int32_t ia = str_lookup(t, ra, ra_len), ib = str_lookup(t, rb, rb_len), im = str_lookup(t, ab, ra_len + rb_len);
@@ -415,6 +487,59 @@ static char *nfc(const char *s, size_t n, size_t *out_len)
     return out;
 }
 
+/* Every a in s[0..n) replaced by b, left to right without overlaps (the library's
+ * Replace with a String pattern); NULL when there is none. */
+static char *replace_all(const char *s, size_t n, const char *a, size_t la, const char *b, size_t lb, size_t *out_len)
+{
+    size_t hits = 0;
+    for (size_t i = 0; i + la <= n;)
+        if (memcmp(s + i, a, la) == 0) hits++, i += la;
+        else i++;
+    if (hits == 0) return NULL;
+    char *out = zt_malloc(n - hits * la + hits * lb + 1), *o = out;
+    for (size_t i = 0; i < n;)
+        if (i + la <= n && memcmp(s + i, a, la) == 0) {
+            memcpy(o, b, lb);
+            o += lb;
+            i += la;
+        } else {
+            *o++ = s[i++];
+        }
+    *out_len = (size_t)(o - out);
+    return out;
+}
+
+/* One normalizer step; NULL when it leaves the text as it is. */
+static char *norm_step(const norm_t *m, const char *s, size_t n, size_t *out_len)
+{
+    if (m->kind == NORM_NFC) return nfc(s, n, out_len);
+    if (m->kind == NORM_REPLACE) return replace_all(s, n, m->a, m->la, m->b, m->lb, out_len);
+    if (n == 0) return NULL; /* Prepend leaves an empty piece alone */
+    char *out = zt_malloc(m->la + n + 1);
+    memcpy(out, m->a, m->la);
+    memcpy(out + m->la, s, n);
+    *out_len = m->la + n;
+    return out;
+}
+
+/* The normalizer on one piece; NULL when nothing changed. */
+static char *normalize(const zt_tokenizer_t *t, const char *s, size_t n, size_t *out_len)
+{
+    char *cur = NULL;
+    size_t cl = n;
+    for (int i = 0; i < t->nnorm; i++) {
+        size_t nl;
+        char *r = norm_step(&t->norm[i], cur ? cur : s, cl, &nl);
+        if (r) {
+            free(cur);
+            cur = r;
+            cl = nl;
+        }
+    }
+    *out_len = cl;
+    return cur;
+}
+
 /* Rewrites \s and \S to Unicode White_Space (what Oniguruma means) and compiles. */
 static int add_split(zt_tokenizer_t *t, const char *pat, int literal, const char *where, char *err, size_t errlen)
 {
@@ -486,7 +611,7 @@ static zt_tokenizer_t *new_bpe(const char *kind_name)
     t->kind_name = kind_name;
     t->eot = -1;
     t->unk = -1;
-    for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
+    for (int b = 0; b < 256; b++) t->byte_id[b] = t->fb_id[b] = -1;
     return t;
 }
 
@@ -507,20 +632,95 @@ static void add_added(zt_tokenizer_t *t, const char *content, int32_t id, int si
     a->special = (unsigned char)special;
 }
 
+/* "<0xXX>" as the ByteFallback decoder reads it (Rust's u8::from_str_radix on
+ * the two characters, which takes a leading '+' and either case): the byte, or -1. */
+static int byte_token(const char *s, size_t n)
+{
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
+    int v = 0;
+    for (int k = s[3] == '+' ? 4 : 3; k < 5; k++) {
+        int c = (unsigned char)s[k], d = c >= '0' && c <= '9' ? c - '0' : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = 16 * v + d;
+    }
+    return v;
+}
+
+/* Char level: what the decoder makes of token id on its own, from its string s. */
+static void set_decoded(zt_tokenizer_t *t, int32_t id, const char *s, size_t n)
+{
+    char *d = NULL;
+    size_t dl = 0;
+    free(t->tok[id]);
+    free(t->tok_first[id]);
+    t->tok_first[id] = NULL;
+    t->is_byte[id] = 0;
+    if (t->dec == DEC_METASPACE) {
+        d = replace_all(s, n, t->dec_rep, t->dec_rep_len, " ", 1, &dl);
+        if (t->dec_first_strip) {
+            size_t fl;
+            char *f = replace_all(s, n, t->dec_rep, t->dec_rep_len, "", 0, &fl);
+            if (f) {
+                t->tok_first[id] = f;
+                t->tok_first_len[id] = fl;
+            }
+        }
+    } else {
+        for (int k = 0; k < t->nrepl; k++) {
+            size_t rl;
+            char *r = replace_all(d ? d : s, d ? dl : n, t->repl_a[k], t->repl_la[k], t->repl_b[k], t->repl_lb[k], &rl);
+            if (r) {
+                free(d);
+                d = r;
+                dl = rl;
+            }
+        }
+        int b = t->dec_fallback ? byte_token(d ? d : s, d ? dl : n) : -1;
+        if (b >= 0) {
+            free(d);
+            d = zt_malloc(2);
+            d[0] = (char)b;
+            dl = 1;
+            t->is_byte[id] = 1;
+        }
+    }
+    if (!d) {
+        d = zt_malloc(n + 1);
+        memcpy(d, s, n);
+        dl = n;
+    }
+    d[dl] = 0;
+    t->tok[id] = d;
+    t->tok_len[id] = dl;
+}
+
 /* After the vocabulary: added tokens' decoded bytes override the model's, the
  * normalized ones are matched in normalized form, the match sets are built. */
 static void finish(zt_tokenizer_t *t)
 {
+    if (t->char_level) {
+        t->is_byte = zt_calloc((size_t)t->vocab_size, 1);
+        t->tok_first = zt_calloc((size_t)t->vocab_size, sizeof *t->tok_first);
+        t->tok_first_len = zt_calloc((size_t)t->vocab_size, sizeof *t->tok_first_len);
+        for (int32_t id = 0; id < t->vocab_size; id++)
+            if (t->key[id]) set_decoded(t, id, t->key[id], t->key_len[id]);
+    }
     for (int i = 0; i < t->nadded; i++) {
+        /* the library decodes a normalized token from its normalized form ("▁<pad>") */
         added_t *a = &t->added[i];
-        char *raw = zt_malloc(a->len + 1);
-        size_t rl;
-        unmap_token(a->s, a->len, raw, &rl);
-        free(t->tok[a->id]);
-        t->tok[a->id] = raw;
-        t->tok_len[a->id] = rl;
         size_t nl;
-        char *ns = a->normalized && t->nfc ? nfc(a->s, a->len, &nl) : NULL;
+        char *ns = a->normalized ? normalize(t, a->s, a->len, &nl) : NULL;
+        const char *ds = ns ? ns : a->s;
+        size_t dl = ns ? nl : a->len;
+        if (t->char_level) set_decoded(t, a->id, ds, dl);
+        else {
+            char *raw = zt_malloc(dl + 1);
+            size_t rl;
+            unmap_token(ds, dl, raw, &rl);
+            free(t->tok[a->id]);
+            t->tok[a->id] = raw;
+            t->tok_len[a->id] = rl;
+        }
         if (ns) {
             free(a->s);
             a->s = ns;
@@ -561,7 +761,7 @@ static int load_vocab_json(vocab_list_t *v, const char *path, char *err, size_t 
         json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
         if (id < 0 || id > 10000000)
             rc = zt_err(err, errlen, "%s: bad token id for \"%.40s\" (a non-negative integer up to 10^7)", path, key);
-        else vl_push(v, key, (int32_t)id);
+        else vl_push(v, key, (int32_t)id, 1);
     }
     json_decref(root);
     return rc;
@@ -636,12 +836,60 @@ static int refuse_set(jctx_t *c, json_t *obj, const char *objname, const char *k
 
 static const char *jtype(json_t *obj) { return json_string_value(json_object_get(obj, "type")); }
 
+static char *dup_bytes(const char *s, size_t n)
+{
+    char *d = zt_malloc(n + 1);
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+/* obj.key: a string of exactly one character (a Rust char), copied to out[8]. */
+static int one_char(jctx_t *c, json_t *obj, const char *name, const char *key, char *out, size_t *len)
+{
+    json_t *v = json_object_get(obj, key);
+    const char *s = json_string_value(v);
+    size_t n = s ? json_string_length(v) : 0, i = 0;
+    if (n == 0 || n > 4 || utf8_next((const unsigned char *)s, n, &i) <= 0 || i != n)
+        return zt_err(c->err, c->errlen, "%s: %s.%s: not one character", c->path, name, key);
+    memcpy(out, s, n);
+    out[n] = 0;
+    *len = n;
+    return 0;
+}
+
+/* obj.pattern {"String": ...} and obj.content, malloc'd (a Regex pattern is not implemented). */
+static int string_replace(jctx_t *c, json_t *obj, const char *name, char **a, size_t *la, char **b, size_t *lb)
+{
+    json_t *pat = json_object_get(obj, "pattern"), *str = json_object_get(pat, "String"),
+           *content = json_object_get(obj, "content");
+    if (json_object_get(pat, "Regex"))
+        return zt_err(c->err, c->errlen, "%s: %s.pattern.Regex: not supported (String only)", c->path, name);
+    if (!json_is_string(str) || !json_string_length(str))
+        return zt_err(c->err, c->errlen, "%s: %s.pattern: no String", c->path, name);
+    if (!json_is_string(content)) return zt_err(c->err, c->errlen, "%s: %s.content: not a string", c->path, name);
+    *a = dup_bytes(json_string_value(str), *la = json_string_length(str));
+    *b = dup_bytes(json_string_value(content), *lb = json_string_length(content));
+    return 0;
+}
+
 static int parse_normalizer(zt_tokenizer_t *t, jctx_t *c, json_t *n, const char *name)
 {
     if (!n || json_is_null(n)) return 0;
     const char *ty = jtype(n);
-    if (ty && strcmp(ty, "NFC") == 0) {
-        t->nfc = 1;
+    if (ty && (strcmp(ty, "NFC") == 0 || strcmp(ty, "Prepend") == 0 || strcmp(ty, "Replace") == 0)) {
+        if (t->nnorm == MAX_NORMS)
+            return zt_err(c->err, c->errlen, "%s: %s: more than %d normalizers", c->path, name, MAX_NORMS);
+        norm_t *m = &t->norm[t->nnorm];
+        *m = (norm_t){.kind = ty[0] == 'N' ? NORM_NFC : ty[0] == 'P' ? NORM_PREPEND : NORM_REPLACE};
+        if (m->kind == NORM_PREPEND) {
+            json_t *pre = json_object_get(n, "prepend");
+            if (!json_is_string(pre)) return zt_err(c->err, c->errlen, "%s: %s.prepend: not a string", c->path, name);
+            m->a = dup_bytes(json_string_value(pre), m->la = json_string_length(pre));
+        } else if (m->kind == NORM_REPLACE && string_replace(c, n, name, &m->a, &m->la, &m->b, &m->lb) != 0) {
+            return -1;
+        }
+        t->nnorm++;
         return 0;
     }
     if (ty && strcmp(ty, "Sequence") == 0) {
@@ -656,14 +904,52 @@ static int parse_normalizer(zt_tokenizer_t *t, jctx_t *c, json_t *n, const char 
         }
         return 0;
     }
-    return zt_err(c->err, c->errlen, "%s: %s.type '%s' is not supported (NFC only)", c->path, name, ty ? ty : "?");
+    return zt_err(c->err, c->errlen, "%s: %s.type '%s' is not supported (NFC, Prepend, Replace, Sequence)", c->path,
+                  name, ty ? ty : "?");
+}
+
+/* A Metaspace pre-tokenizer or decoder, read as the library's deserializer reads it:
+ * prepend_scheme defaults to always, split to true; the older add_prefix_space
+ * (false means never, and then prepend_scheme must say never too) and str_rep keys. */
+static int parse_metaspace(jctx_t *c, json_t *p, const char *name, char *rep, size_t *rep_len, prepend_t *scheme,
+                           int *split)
+{
+    if (one_char(c, p, name, "replacement", rep, rep_len) != 0) return -1;
+    json_t *ps = json_object_get(p, "prepend_scheme"), *aps = json_object_get(p, "add_prefix_space"),
+           *sp = json_object_get(p, "split");
+    const char *pss = json_string_value(ps);
+    *scheme = PREPEND_ALWAYS;
+    if (ps && !pss) return zt_err(c->err, c->errlen, "%s: %s.prepend_scheme: not a string", c->path, name);
+    if (pss && strcmp(pss, "first") == 0) *scheme = PREPEND_FIRST;
+    else if (pss && strcmp(pss, "never") == 0) *scheme = PREPEND_NEVER;
+    else if (pss && strcmp(pss, "always") != 0)
+        return zt_err(c->err, c->errlen, "%s: %s.prepend_scheme '%s' is not supported (first, always, never)",
+                      c->path, name, pss);
+    if (aps && !json_is_boolean(aps))
+        return zt_err(c->err, c->errlen, "%s: %s.add_prefix_space: not a boolean", c->path, name);
+    if (json_is_false(aps)) {
+        if (*scheme != PREPEND_NEVER)
+            return zt_err(c->err, c->errlen, "%s: %s.add_prefix_space is false but prepend_scheme is not never",
+                          c->path, name);
+    }
+    if (sp && !json_is_null(sp) && !json_is_boolean(sp))
+        return zt_err(c->err, c->errlen, "%s: %s.split: not a boolean", c->path, name);
+    *split = !json_is_false(sp);
+    return 0;
 }
 
 static int parse_pretok(zt_tokenizer_t *t, jctx_t *c, json_t *p, const char *name, int *bytelevel)
 {
     const char *ty = p ? jtype(p) : NULL;
     if (*bytelevel) return zt_err(c->err, c->errlen, "%s: %s: a pre-tokenizer after ByteLevel is not supported", c->path, name);
-    if (!ty) return zt_err(c->err, c->errlen, "%s: %s: no type (a byte-level pre-tokenizer is needed)", c->path, name);
+    if (!ty && strcmp(name, "pre_tokenizer") == 0 && (!p || json_is_null(p))) return 0; /* none */
+    if (!ty) return zt_err(c->err, c->errlen, "%s: %s: no type", c->path, name);
+    if (strcmp(ty, "Metaspace") == 0) {
+        if (strcmp(name, "pre_tokenizer") != 0)
+            return zt_err(c->err, c->errlen, "%s: %s: Metaspace inside a Sequence is not supported", c->path, name);
+        t->metaspace = 1;
+        return parse_metaspace(c, p, name, t->ms_rep, &t->ms_rep_len, &t->ms_prepend, &t->ms_split);
+    }
     if (strcmp(ty, "Sequence") == 0) {
         json_t *arr = json_object_get(p, "pretokenizers");
         if (!json_is_array(arr)) return zt_err(c->err, c->errlen, "%s: %s.pretokenizers: not an array", c->path, name);
@@ -699,7 +985,84 @@ static int parse_pretok(zt_tokenizer_t *t, jctx_t *c, json_t *p, const char *nam
         snprintf(where, sizeof where, "%s: %s.pattern", c->path, name);
         return add_split(t, rx ? rx : lit, rx == NULL, where, c->err, c->errlen);
     }
-    return zt_err(c->err, c->errlen, "%s: %s.type '%s' is not supported (ByteLevel, Split, Sequence)", c->path, name, ty);
+    return zt_err(c->err, c->errlen, "%s: %s.type '%s' is not supported (ByteLevel, Split, Sequence, Metaspace)", c->path,
+                  name, ty);
+}
+
+/* One step of a SentencePiece-style decoder Sequence. *stage: 0 per token
+ * (Replace), 1 after ByteFallback, 2 after Fuse (one string: Strip acts on the
+ * whole text), 3 after Strip. */
+static int parse_dec_step(zt_tokenizer_t *t, jctx_t *c, json_t *d, const char *name, int *stage)
+{
+    const char *ty = jtype(d);
+    if (ty && strcmp(ty, "Replace") == 0) {
+        if (*stage > 0)
+            return zt_err(c->err, c->errlen, "%s: %s: Replace after ByteFallback or Fuse is not supported", c->path, name);
+        if (t->nrepl == MAX_REPLACE) return zt_err(c->err, c->errlen, "%s: %s: more than %d Replace", c->path, name, MAX_REPLACE);
+        int k = t->nrepl;
+        if (string_replace(c, d, name, &t->repl_a[k], &t->repl_la[k], &t->repl_b[k], &t->repl_lb[k]) != 0) return -1;
+        t->nrepl++;
+        return 0;
+    }
+    if (ty && strcmp(ty, "ByteFallback") == 0) {
+        if (*stage > 0)
+            return zt_err(c->err, c->errlen, "%s: %s: ByteFallback after ByteFallback or Fuse is not supported", c->path, name);
+        t->dec_fallback = 1;
+        *stage = 1;
+        return 0;
+    }
+    if (ty && strcmp(ty, "Fuse") == 0) {
+        if (*stage < 2) *stage = 2;
+        return 0;
+    }
+    if (ty && strcmp(ty, "Strip") == 0) {
+        json_t *a = json_object_get(d, "start"), *b = json_object_get(d, "stop");
+        if (*stage != 2)
+            return zt_err(c->err, c->errlen, "%s: %s: Strip %s is not supported (only one, after Fuse)", c->path, name,
+                          *stage < 2 ? "before Fuse (on each token)" : "twice");
+        if (one_char(c, d, name, "content", t->strip_c, &t->strip_len) != 0) return -1;
+        if (!json_is_integer(a) || !json_is_integer(b) || json_integer_value(a) < 0 || json_integer_value(b) < 0 ||
+            json_integer_value(a) > 1000000 || json_integer_value(b) > 1000000)
+            return zt_err(c->err, c->errlen, "%s: %s.start, .stop: not counts", c->path, name);
+        t->strip_start = (int)json_integer_value(a);
+        t->strip_stop = (int)json_integer_value(b);
+        *stage = 3;
+        return 0;
+    }
+    return zt_err(c->err, c->errlen, "%s: %s.type '%s' is not supported (ByteLevel, Metaspace, or a Sequence of "
+                  "Replace, ByteFallback, Fuse, Strip)", c->path, name, ty ? ty : "null");
+}
+
+/* The decoder decides the kind: ByteLevel is byte level, the others char level. */
+static int parse_decoder(zt_tokenizer_t *t, jctx_t *c, json_t *d)
+{
+    const char *ty = jtype(d);
+    if (ty && strcmp(ty, "ByteLevel") == 0) {
+        t->dec = DEC_BYTELEVEL;
+        return 0;
+    }
+    t->char_level = 1;
+    if (ty && strcmp(ty, "Metaspace") == 0) {
+        prepend_t scheme;
+        int split;
+        t->dec = DEC_METASPACE;
+        if (parse_metaspace(c, d, "decoder", t->dec_rep, &t->dec_rep_len, &scheme, &split) != 0) return -1;
+        t->dec_first_strip = scheme != PREPEND_NEVER;
+        return 0;
+    }
+    t->dec = DEC_PIECES;
+    int stage = 0;
+    if (!ty || strcmp(ty, "Sequence") != 0) return parse_dec_step(t, c, d, "decoder", &stage);
+    json_t *arr = json_object_get(d, "decoders");
+    if (!json_is_array(arr)) return zt_err(c->err, c->errlen, "%s: decoder.decoders: not an array", c->path);
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) {
+        char sub[64];
+        snprintf(sub, sizeof sub, "decoder.decoders[%zu]", i);
+        if (parse_dec_step(t, c, e, sub, &stage) != 0) return -1;
+    }
+    return 0;
 }
 
 static int parse_model(zt_tokenizer_t *t, jctx_t *c, json_t *m, int max_added_id)
@@ -708,9 +1071,12 @@ static int parse_model(zt_tokenizer_t *t, jctx_t *c, json_t *m, int max_added_id
     if (!json_is_object(m)) return zt_err(c->err, c->errlen, "%s: model: missing", c->path);
     if (ty && strcmp(ty, "BPE") != 0)
         return zt_err(c->err, c->errlen, "%s: model.type '%s' is not supported (BPE only)", c->path, ty);
-    if (refuse_set(c, m, "model", "dropout") || refuse_set(c, m, "model", "byte_fallback") ||
+    /* byte_fallback is for char-level files: a byte-level vocabulary has every byte */
+    if (refuse_set(c, m, "model", "dropout") || (!t->char_level && refuse_set(c, m, "model", "byte_fallback")) ||
         refuse_set(c, m, "model", "continuing_subword_prefix") || refuse_set(c, m, "model", "end_of_word_suffix"))
         return -1;
+    t->byte_fallback = json_is_true(json_object_get(m, "byte_fallback"));
+    t->fuse_unk = json_is_true(json_object_get(m, "fuse_unk"));
     json_t *vocab = json_object_get(m, "vocab"), *merges = json_object_get(m, "merges");
     if (!json_is_object(vocab)) return zt_err(c->err, c->errlen, "%s: model.vocab: not an object", c->path);
     if (!json_is_array(merges)) return zt_err(c->err, c->errlen, "%s: model.merges: not an array", c->path);
@@ -724,7 +1090,7 @@ static int parse_model(zt_tokenizer_t *t, jctx_t *c, json_t *m, int max_added_id
             rc = zt_err(c->err, c->errlen, "%s: model.vocab[\"%.40s\"]: not a token id (0..10^7)", c->path, key);
             break;
         }
-        vl_push(&v, key, (int32_t)id);
+        vl_push(&v, key, (int32_t)id, !t->char_level);
     }
     char where[600];
     snprintf(where, sizeof where, "%s: model.vocab", c->path);
@@ -761,14 +1127,17 @@ static int parse_model(zt_tokenizer_t *t, jctx_t *c, json_t *m, int max_added_id
     }
     json_t *unk = json_object_get(m, "unk_token");
     if (json_is_string(unk)) {
-        if (json_is_true(json_object_get(m, "fuse_unk")))
-            return zt_err(c->err, c->errlen, "%s: model.fuse_unk is true: not supported", c->path);
         size_t ul;
         char *raw = zt_malloc(json_string_length(unk) + 1);
-        unmap_token(json_string_value(unk), json_string_length(unk), raw, &ul);
+        key_form(t, json_string_value(unk), json_string_length(unk), raw, &ul);
         t->unk = str_lookup(t, raw, ul);
         free(raw);
         if (t->unk < 0) return zt_err(c->err, c->errlen, "%s: model.unk_token: not in model.vocab", c->path);
+    }
+    for (int b = 0; t->byte_fallback && b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b); /* the library's format!("<{b:#04X}>") */
+        t->fb_id[b] = str_lookup(t, name, 6);
     }
     return 0;
 }
@@ -831,12 +1200,13 @@ zt_tokenizer_t *zt_tokenizer_open_json(const char *path, char *err, size_t errle
     }
     if (rc == 0) rc = parse_normalizer(t, &c, json_object_get(root, "normalizer"), "normalizer");
     if (rc == 0) rc = parse_pretok(t, &c, json_object_get(root, "pre_tokenizer"), "pre_tokenizer", &bytelevel);
-    if (rc == 0 && !bytelevel)
-        rc = zt_err(err, errlen, "%s: pre_tokenizer: no ByteLevel (only byte-level BPE is supported)", path);
-    json_t *dec = json_object_get(root, "decoder");
-    if (rc == 0 && !(jtype(dec) && strcmp(jtype(dec), "ByteLevel") == 0))
-        rc = zt_err(err, errlen, "%s: decoder.type '%s' is not supported (ByteLevel only)", path,
-                    jtype(dec) ? jtype(dec) : "null");
+    if (rc == 0) rc = parse_decoder(t, &c, json_object_get(root, "decoder"));
+    if (rc == 0 && !t->char_level && !bytelevel)
+        rc = zt_err(err, errlen, "%s: pre_tokenizer: no ByteLevel (the ByteLevel decoder needs it; a SentencePiece-"
+                    "style file has Metaspace or none)", path);
+    if (rc == 0 && t->char_level && (bytelevel || t->nsplit))
+        rc = zt_err(err, errlen, "%s: pre_tokenizer: %s with a %s decoder is not supported (SentencePiece style: "
+                    "Metaspace or none)", path, bytelevel ? "ByteLevel" : "Split", jtype(json_object_get(root, "decoder")));
     if (rc == 0) rc = parse_model(t, &c, json_object_get(root, "model"), max_added);
     json_decref(root);
     if (rc != 0) {
@@ -897,8 +1267,25 @@ void zt_tokenizer_close(zt_tokenizer_t *t)
     if (!t || t == &byte_tok) return;
     if (t->tok)
         for (int i = 0; i < t->vocab_size; i++) free(t->tok[i]);
+    if (t->key)
+        for (int i = 0; i < t->vocab_size; i++) free(t->key[i]);
+    if (t->tok_first)
+        for (int i = 0; i < t->vocab_size; i++) free(t->tok_first[i]);
     free(t->tok);
     free(t->tok_len);
+    free(t->key);
+    free(t->key_len);
+    free(t->tok_first);
+    free(t->tok_first_len);
+    free(t->is_byte);
+    for (int i = 0; i < t->nnorm; i++) {
+        free(t->norm[i].a);
+        free(t->norm[i].b);
+    }
+    for (int i = 0; i < t->nrepl; i++) {
+        free(t->repl_a[i]);
+        free(t->repl_b[i]);
+    }
     free(t->str_map);
     free(t->pairs);
     for (int i = 0; i < t->nsplit; i++) {
@@ -958,6 +1345,41 @@ static uint64_t heap_pop(uint64_t *h, size_t *n)
     return top;
 }
 
+/* The library's BPE::merge_word before the merges: a symbol per character (a
+ * byte at byte level; at char level a UTF-8 character, or a byte that is not
+ * UTF-8, which only byte_fallback can spell), else its bytes' <0xXX> tokens when
+ * all exist, else unk. An unk waits until the next known character or the end
+ * (so byte-fallback tokens after it come first, as in the library) and, with
+ * fuse_unk, swallows the unknowns that follow. Returns the count (<= n). */
+static size_t word_symbols(const zt_tokenizer_t *t, const unsigned char *s, size_t n, int32_t *c)
+{
+    size_t k = 0;
+    int unk = 0; /* one pending */
+    for (size_t i = 0, j; i < n; i = j) {
+        j = i;
+        if (t->char_level) utf8_next(s, n, &j);
+        else j++;
+        int32_t id = j - i == 1 ? t->byte_id[s[i]] : str_lookup(t, (const char *)s + i, j - i);
+        if (id >= 0) {
+            if (unk) c[k++] = t->unk;
+            unk = 0;
+            c[k++] = id;
+            continue;
+        }
+        size_t b = i;
+        while (t->byte_fallback && b < j && t->fb_id[s[b]] >= 0) b++;
+        if (t->byte_fallback && b == j) {
+            for (b = i; b < j; b++) c[k++] = t->fb_id[s[b]];
+            continue;
+        }
+        if (t->unk < 0) continue; /* no token and no unk: the library drops it */
+        if (unk && !t->fuse_unk) c[k++] = t->unk;
+        unk = 1;
+    }
+    if (unk) c[k++] = t->unk;
+    return k;
+}
+
 /* The library's Word::merge_all: pop the (lowest rank, leftmost) pair, merge it if
  * it is still current, push the two pairs it forms with its neighbours. */
 static void bpe_merge(const zt_tokenizer_t *t, const unsigned char *s, size_t n, ivec_t *out)
@@ -967,16 +1389,9 @@ static void bpe_merge(const zt_tokenizer_t *t, const unsigned char *s, size_t n,
     int32_t *mem = n <= 128 ? sbuf : zt_malloc(4 * n * sizeof *mem);
     uint64_t *heap = n <= 128 ? hbuf : zt_malloc(2 * n * sizeof *heap);
     int32_t *c = mem, *prev = mem + n, *next = mem + 2 * n, *alive = mem + 3 * n;
-    size_t k = 0, hn = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = t->byte_id[s[i]];
-        if (id < 0) id = t->unk;
-        if (id < 0) continue; /* no token and no unk: the library drops it */
-        c[k] = id;
-        alive[k] = 1;
-        k++;
-    }
+    size_t k = word_symbols(t, s, n, c), hn = 0;
     for (size_t i = 0; i < k; i++) {
+        alive[i] = 1;
         prev[i] = (int32_t)i - 1;
         next[i] = i + 1 < k ? (int32_t)i + 1 : -1;
     }
@@ -1166,9 +1581,45 @@ static void split_added(zt_tokenizer_t *t, const match_set_t *ms, const char *s,
     if (start_offset < n) piece(t, s + start_offset, n - start_offset, out);
 }
 
+/* The library's Metaspace pre-tokenizer: spaces become the replacement, which is
+ * prepended (always; or first: only to the piece that starts at offset 0 of the
+ * input) unless the piece starts with it; split: cut before each replacement. */
+static void metaspace_piece(zt_tokenizer_t *t, const char *s, size_t n, ivec_t *out)
+{
+    const char *r = t->ms_rep;
+    const size_t rl = t->ms_rep_len;
+    size_t spaces = 0, o = 0;
+    for (size_t i = 0; i < n; i++) spaces += s[i] == ' ';
+    char sbuf[1024], *buf = n + (spaces + 1) * rl <= sizeof sbuf ? sbuf : zt_malloc(n + (spaces + 1) * rl);
+    int starts = s[0] == ' ' || (n >= rl && memcmp(s, r, rl) == 0);
+    if (!starts && (t->ms_prepend == PREPEND_ALWAYS || (t->ms_prepend == PREPEND_FIRST && s == t->first_base))) {
+        memcpy(buf, r, rl);
+        o = rl;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == ' ') {
+            memcpy(buf + o, r, rl);
+            o += rl;
+        } else {
+            buf[o++] = s[i];
+        }
+    size_t start = 0;
+    for (size_t i = 0; t->ms_split && i + rl <= o;)
+        if (memcmp(buf + i, r, rl) == 0) {
+            if (i > start) bpe_word(t, buf + start, i - start, out);
+            start = i;
+            i += rl;
+        } else {
+            i++;
+        }
+    bpe_word(t, buf + start, o - start, out);
+    if (buf != sbuf) free(buf);
+}
+
 static void model_piece(zt_tokenizer_t *t, const char *s, size_t n, ivec_t *out)
 {
-    pre_tokenize(t, 0, s, n, out);
+    if (t->metaspace && n > 0) metaspace_piece(t, s, n, out);
+    else pre_tokenize(t, 0, s, n, out);
 }
 
 /* A piece between normalized=false added tokens: normalize it, then the
@@ -1176,8 +1627,10 @@ static void model_piece(zt_tokenizer_t *t, const char *s, size_t n, ivec_t *out)
 static void normalized_piece(zt_tokenizer_t *t, const char *s, size_t n, ivec_t *out)
 {
     size_t nl = 0;
-    char *ns = t->nfc ? nfc(s, n, &nl) : NULL;
-    split_added(t, &t->norm_set, ns ? ns : s, ns ? nl : n, model_piece, out);
+    char *ns = t->nnorm ? normalize(t, s, n, &nl) : NULL;
+    const char *p = ns ? ns : s;
+    t->first_base = s == t->enc_text ? p : NULL; /* its offset 0 is the input's */
+    split_added(t, &t->norm_set, p, ns ? nl : n, model_piece, out);
     free(ns);
 }
 
@@ -1189,7 +1642,9 @@ int zt_tokenizer_encode(zt_tokenizer_t *t, const char *text, size_t len, int32_t
         for (size_t i = 0; i < len; i++) v.ids[i] = (unsigned char)text[i];
         v.n = len;
     } else {
+        t->enc_text = text;
         split_added(t, &t->raw_set, text, len, normalized_piece, &v);
+        t->enc_text = t->first_base = NULL;
         if (!v.ids) v.ids = zt_malloc(sizeof(int32_t));
     }
     *out = v.ids;
@@ -1215,24 +1670,6 @@ const char *zt_tokenizer_decode_token(const zt_tokenizer_t *t, int32_t id, size_
     if (id < 0 || id >= t->vocab_size || !t->tok[id]) return NULL;
     *len = t->tok_len[id];
     return t->tok[id];
-}
-
-char *zt_tokenizer_decode(const zt_tokenizer_t *t, const int32_t *ids, size_t n, size_t *len)
-{
-    size_t total = 0, l;
-    for (size_t i = 0; i < n; i++)
-        if (zt_tokenizer_decode_token(t, ids[i], &l)) total += l;
-    char *s = zt_malloc(total + 1), *p = s;
-    for (size_t i = 0; i < n; i++) {
-        const char *b = zt_tokenizer_decode_token(t, ids[i], &l);
-        if (b) {
-            memcpy(p, b, l);
-            p += l;
-        }
-    }
-    *p = 0;
-    if (len) *len = total;
-    return s;
 }
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 with *bad = the length of
@@ -1267,8 +1704,85 @@ static size_t utf8_valid(const unsigned char *s, size_t n, size_t *bad)
     return (size_t)need + 1;
 }
 
+/* Strip's start: how many bytes of s[0..n) up to strip_start strip characters take. */
+static size_t strip_head(const zt_tokenizer_t *t, const char *s, size_t n)
+{
+    size_t o = 0;
+    for (int k = 0; k < t->strip_start && n - o >= t->strip_len && memcmp(s + o, t->strip_c, t->strip_len) == 0; k++)
+        o += t->strip_len;
+    return o;
+}
+
+const char *zt_tokenizer_decode_first(const zt_tokenizer_t *t, int32_t id, size_t *len)
+{
+    const char *s = zt_tokenizer_decode_token(t, id, len);
+    if (!s || !t->char_level) return s;
+    if (t->tok_first[id]) {
+        *len = t->tok_first_len[id];
+        return t->tok_first[id];
+    }
+    size_t h = strip_head(t, s, *len);
+    *len -= h;
+    return s + h;
+}
+
+static int valid_utf8(const unsigned char *s, size_t n)
+{
+    size_t bad, v;
+    for (size_t i = 0; i < n; i += v)
+        if ((v = utf8_valid(s + i, n - i, &bad)) == 0) return 0;
+    return 1;
+}
+
+/* The tokens' bytes as the decoder joins them. lossy (char level): a run of
+ * ByteFallback tokens that is not UTF-8 becomes one U+FFFD per byte, as the
+ * library's ByteFallback decoder makes it; the other tokens are the file's
+ * strings, UTF-8 already. */
+static char *decode_ids(const zt_tokenizer_t *t, const int32_t *ids, size_t n, int lossy, size_t *len)
+{
+    size_t total = 0, l, o = 0, run = 0;
+    for (size_t i = 0; i < n; i++)
+        if (zt_tokenizer_decode_token(t, ids[i], &l)) total += l;
+    char *s = zt_malloc(3 * total + 1);
+    int first = 1, in_run = 0;
+    for (size_t i = 0; i <= n; i++) {
+        const char *b = i < n ? zt_tokenizer_decode_token(t, ids[i], &l) : NULL;
+        if (i < n && !b) continue;
+        int byte = b && t->is_byte && t->is_byte[ids[i]];
+        if (in_run && !byte && lossy && !valid_utf8((unsigned char *)s + run, o - run)) {
+            size_t nb = o - run;
+            for (size_t k = 0; k < nb; k++) memcpy(s + run + 3 * k, "\xef\xbf\xbd", 3);
+            o = run + 3 * nb;
+        }
+        if (!b) break;
+        if (byte && !in_run) run = o;
+        in_run = byte;
+        if (first && t->tok_first && t->tok_first[ids[i]]) { /* the Metaspace decoder's first token */
+            b = t->tok_first[ids[i]];
+            l = t->tok_first_len[ids[i]];
+        }
+        first = 0;
+        memcpy(s + o, b, l);
+        o += l;
+    }
+    size_t h = strip_head(t, s, o); /* Strip works on the fused text */
+    for (int k = 0; k < t->strip_stop && o - h >= t->strip_len && memcmp(s + o - t->strip_len, t->strip_c, t->strip_len) == 0;
+         k++)
+        o -= t->strip_len;
+    memmove(s, s + h, o - h);
+    s[o - h] = 0;
+    if (len) *len = o - h;
+    return s;
+}
+
+char *zt_tokenizer_decode(const zt_tokenizer_t *t, const int32_t *ids, size_t n, size_t *len)
+{
+    return decode_ids(t, ids, n, 0, len);
+}
+
 char *zt_tokenizer_decode_utf8(const zt_tokenizer_t *t, const int32_t *ids, size_t n, size_t *len)
 {
+    if (t->kind == TOK_BPE && t->char_level) return decode_ids(t, ids, n, 1, len);
     size_t rl;
     char *raw = zt_tokenizer_decode(t, ids, n, &rl);
     char *s = zt_malloc(3 * rl + 1), *o = s;

@@ -1,7 +1,8 @@
 /* fuzz_tokenizer.c — libFuzzer target for encoding arbitrary bytes with the
  * tokenizer.json tokenizers of tests/reference/tokenizers (GPT-2's ByteLevel regex,
  * Llama-3's and Qwen2's Split regexes through PCRE2, Qwen2's NFC through utf8proc,
- * added tokens, BPE merges): dataset records are text ztrain did not write.
+ * the SentencePiece-style llama2 and mistral with byte fallback, added tokens,
+ * BPE merges): dataset records are text ztrain did not write.
  *
  * Asserted (a violation aborts, so libFuzzer reports it):
  *  - every id is inside the vocabulary;
@@ -10,7 +11,13 @@
  *  - Qwen2 normalizes (NFC) before it splits, so its decode is the normalized text,
  *    and encoding that again gives the same ids; except where the ids hold the
  *    fixture's added token "café", which decodes as `tokenizers` decodes it: é is in
- *    the byte alphabet, so the ByteLevel decoder turns it into the byte 0xE9.
+ *    the byte alphabet, so the ByteLevel decoder turns it into the byte 0xE9;
+ *  - llama2 (Prepend "▁" + Replace " " -> "▁", byte fallback) and mistral (Metaspace,
+ *    prepend first) decode a text back byte for byte, bytes that are not UTF-8 too
+ *    (byte fallback spells them), less the one leading space that mistral's
+ *    Metaspace takes for its "▁" and Strip removes; unless the text holds "▁"
+ *    (which decodes as a space), '<' or '[' (added tokens, which take Prepend
+ *    again), or for llama2 a byte 0xF0 (its fixture has no "<0xF0>": unk).
  * The tokenizers are loaded once, from $ZT_FUZZ_TOKENIZERS (default
  * tests/reference/tokenizers, relative to the working directory). */
 #include <stdint.h>
@@ -21,8 +28,8 @@
 #include "zt_common.h"
 #include "zt_tokenizer.h"
 
-static const char *const names[] = {"gpt2", "llama3", "qwen2"};
-enum { NTOK = 3 };
+static const char *const names[] = {"gpt2", "llama3", "qwen2", "llama2", "mistral"};
+enum { NTOK = 5, LLAMA2 = 3, MISTRAL = 4 };
 static zt_tokenizer_t *tok[NTOK];
 static int32_t cafe = -1; /* qwen2's added token "café" */
 
@@ -66,6 +73,15 @@ static int memchr_id(const int32_t *ids, size_t n, int32_t id)
     return 0;
 }
 
+/* The SentencePiece-style round trip applies: no "▁", no added-token text, no unk. */
+static int sp_plain(int i, const char *s, size_t size)
+{
+    if (memchr(s, '<', size) || memchr(s, '[', size) || (i == LLAMA2 && memchr(s, 0xf0, size))) return 0;
+    for (size_t k = 0; k + 3 <= size; k++)
+        if (memcmp(s + k, "\xe2\x96\x81", 3) == 0) return 0;
+    return 1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!tok[0]) load();
@@ -74,7 +90,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t n = 0, dl = 0;
         int32_t *ids = encode(i, s, size, &n);
         char *back = zt_tokenizer_decode(tok[i], ids, n, &dl);
-        if (i < 2) {
+        if (i >= LLAMA2) {
+            size_t skip = i == MISTRAL && size > 0 && s[0] == ' ';
+            if (sp_plain(i, s, size) && (dl != size - skip || memcmp(back, s + skip, dl) != 0)) {
+                fprintf(stderr, "fuzz_tokenizer: %s: decode(encode(x)) != x (%zu -> %zu bytes)\n", names[i], size, dl);
+                abort();
+            }
+        } else if (i < 2) {
             if (dl != size || memcmp(back, s, size) != 0) {
                 fprintf(stderr, "fuzz_tokenizer: %s: decode(encode(x)) != x (%zu -> %zu bytes)\n", names[i], size, dl);
                 abort();

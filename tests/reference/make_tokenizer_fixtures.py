@@ -16,7 +16,32 @@ pre-tokenizer style ztrain implements:
           "café" (matched after NFC) and a lstrip/rstrip special token "<mask>";
 
 a single_word added token "[w]" and "<|im_start|>system" (longest match) in gpt2; each with added special tokens (<|endoftext|>, <|im_start|>, <|im_end|>,
-<|begin_of_text|>, ...). The corpus is the fortunes text of /usr/share/games/fortunes
+<|begin_of_text|>, ...).
+
+and two SentencePiece-style BPE tokenizers (symbols are the characters of the
+text, "▁" for a space, byte_fallback to <0xXX> tokens, fuse_unk, unk "<unk>",
+specials <unk> <s> </s>, the 256 byte tokens in the vocabulary as ids 3..258
+but not among the added tokens, as Llama-2's file has them), trained with a
+Metaspace pre-tokenizer and then rewritten to the two forms found on the hub:
+
+  llama2   the legacy form: normalizer Sequence[Prepend("▁"), Replace(" " -> "▁")],
+           no pre-tokenizer, decoder Sequence[Replace("▁" -> " "), ByteFallback,
+           Fuse, Strip(" ", 1, 0)]; "<0xF0>" is renamed "<0xf0>" so that 4-byte
+           characters (emoji) take the unk path (fused), while the ByteFallback
+           decoder still reads the lowercase name; a normalized non-special added
+           token "<pad>" (matched in its normalized form "▁<pad>");
+  mistral  the newer form: no normalizer, Metaspace(prepend_scheme "first",
+           split false), the same decoder, special added tokens "[INST]" and
+           "[/INST]".
+
+CJK and emoji are left out of their training text, so those characters are
+not in the vocabulary (byte fallback). Variants of mistral.json (the file with
+its pre_tokenizer and decoder replaced, as a "patch" in cases.json, so no
+further vocabulary is committed) cover the Metaspace decoder: "metaspace"
+(Metaspace in the old add_prefix_space/str_rep form: prepend always, split
+true) and "metaspace_never" (prepend_scheme never, split true). These styles
+also get SP_STRINGS ("extra_strings") and "decode_cases": id lists chosen to
+show byte runs, invalid UTF-8 and the start-of-text strip. The corpus is the fortunes text of /usr/share/games/fortunes
 plus the multilingual test strings below. Then every test string is encoded with
 `tokenizers` (add_special_tokens=False: ztrain writes raw ids) and the ids, the
 decoded text, the decoding of the first half of the ids and of every single id
@@ -82,6 +107,41 @@ STRINGS = [
     # code
     "def f(x):\n    return x**2  # square\n\nif __name__ == '__main__':\n\tprint(f(3))\n",
     "Mixed: Привет123мир, 你好abc, αβγ δεζ, ĞğİıŞş, ß ẞ ǅ",
+]
+
+
+SP_SPECIALS = ["<unk>", "<s>", "</s>"]
+SP_BYTES = [f"<0x{b:02X}>" for b in range(256)]
+SP_DECODER = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+    {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+SP_VARIANTS = {
+    "metaspace": {
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True, "str_rep": "\u2581"},
+        "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}},
+    "metaspace_never": {
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": True},
+        "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": True}},
+}
+SP_STRINGS = [
+    "<s>Hello</s> world<s> x</s>",
+    "<s>[INST] What is 2+2? [/INST] 4</s><s>[INST]again[/INST]",
+    "[INST]",
+    " leading space",
+    "  two leading spaces",
+    "\u2581already \u2581meta\u2581space \u2581\u2581x \u2581",
+    "\u2581",
+    "a \u2581 b\u2581\u2581",
+    "Hi <pad> x<pad> <pad>y",
+    "<pad>",
+    " <pad>",
+    "<0x41> looks like a byte token; <unk> and <s > too",
+    "a\U0001F600b\U0001F600\U0001F600c\u2615d\u4f60\u597de\u200d",
+    "\U0001F468\u200d\U0001F469\u200d\U0001F467 ok \U0001F600",
+    "\u4f60",
+    "\U0001F600",
+    "\U0001F600\u2615\U0001F600x\U0001F600 \u2615",
+    "\t\ttabs\n\nnewlines\r\n  ",
 ]
 
 
@@ -153,6 +213,49 @@ def train(corpus, style):
     return Tokenizer.from_str(json.dumps(j, ensure_ascii=False)), j
 
 
+def train_sp(corpus, style):
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    # mistral: trained unsplit, so some tokens span words ("▁of▁the") and split=true changes ids
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=style == "llama2")
+    trainer = trainers.BpeTrainer(vocab_size=2000, min_frequency=2, special_tokens=SP_SPECIALS + SP_BYTES,
+                                  show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    j = json.loads(tok.to_str())
+    j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] in SP_SPECIALS]
+    if style == "llama2":
+        j["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+        j["pre_tokenizer"] = None
+        v = j["model"]["vocab"]
+        v["<0xf0>"] = v.pop("<0xF0>")
+    else:
+        j["normalizer"] = None
+        j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+    j["decoder"] = SP_DECODER
+    tok = Tokenizer.from_str(json.dumps(j, ensure_ascii=False))
+    if style == "llama2":
+        tok.add_tokens([AddedToken("<pad>", normalized=True, special=False)])
+    else:
+        tok.add_special_tokens([AddedToken("[INST]", normalized=False, special=True),
+                                AddedToken("[/INST]", normalized=False, special=True)])
+    j = json.loads(tok.to_str())
+    return Tokenizer.from_str(json.dumps(j, ensure_ascii=False)), j
+
+
+def sp_decode_cases(tok):
+    """Id lists for the decoder: byte runs valid and not, spaces at the start, ids outside the vocabulary."""
+    i = tok.token_to_id
+    b = lambda x: i(f"<0x{x:02X}>") if i(f"<0x{x:02X}>") is not None else i(f"<0x{x:02x}>")
+    hello = tok.encode("Hello", add_special_tokens=False).ids
+    lists = [[], [i("\u2581")], [i("\u2581"), i("\u2581")], [b(0xE4), b(0xBD)], [b(0xE4), b(0xBD), b(0xA0)],
+             [b(0xE4), i("a"), b(0xBD)], [b(0x20), i("a")], [b(0x20)], [b(0x20), b(0x20)], [i("<s>")] + hello,
+             hello + [i("</s>"), i("\u2581"), i("x")], [b(0xF0), b(0x9F), b(0x98), b(0x80)],
+             [b(0xC3), b(0xA9), b(0xFF)], [i("<unk>")], [10 ** 6] + hello, [b(0x41), b(0x42)] + hello,
+             [i("\u2581\u2581")] if i("\u2581\u2581") is not None else [i("\u2581"), b(0x20)]]
+    return [{"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)} for ids in lists]
+
+
 def bytes_to_unicode():
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs, n = bs[:], 0
@@ -171,23 +274,42 @@ def main():
     corpus = [p for p in fortunes.split("\n%\n")] + STRINGS * 20
     texts = STRINGS + [long_text(fortunes)]
     cases = {"tokenizers_version": tokenizers.__version__, "strings": texts, "tokenizers": {}}
-    for style in ["gpt2", "llama3", "qwen2"]:
-        tok, j = train(corpus, style)
-        path = os.path.join(OUT, f"{style}.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(j, f, ensure_ascii=False, indent=1)
-        tok = Tokenizer.from_file(path)
+    # SentencePiece-style training text: no CJK or emoji, so those take byte fallback (or unk)
+    sp_corpus = [p for p in corpus if not any(ord(ch) >= 0x2E80 for ch in p)]
+    sp_files = {}
+    for style in ["gpt2", "llama3", "qwen2", "llama2", "mistral"] + list(SP_VARIANTS):
+        sp = style not in ("gpt2", "llama3", "qwen2")
+        if style in SP_VARIANTS:
+            j = dict(sp_files["mistral"], **SP_VARIANTS[style])
+            tok = Tokenizer.from_str(json.dumps(j))
+            path = os.path.join(OUT, "mistral.json")
+        else:
+            tok, j = train_sp(sp_corpus, style) if sp else train(corpus, style)
+            path = os.path.join(OUT, f"{style}.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(j, f, ensure_ascii=False, indent=1)
+            tok = Tokenizer.from_file(path)
+            sp_files[style] = j
         for a in j["added_tokens"]:  # the file's ids are the ones the library uses
             assert tok.token_to_id(a["content"]) == a["id"], a
         res = []
-        for t in texts:
+        for t in texts + (SP_STRINGS if sp else []):
             ids = tok.encode(t, add_special_tokens=False).ids
             half = ids[: len(ids) // 2]
             res.append({"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
                         "decoded_half": tok.decode(half, skip_special_tokens=False),
-                        "decoded_each": [tok.decode([i], skip_special_tokens=False) for i in ids[:64]]})
-        entry = {"file": f"{style}.json", "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+                        "decoded_each": [tok.decode([i], skip_special_tokens=False) for i in ids[:64 if not sp else 24]]})
+        entry = {"file": os.path.basename(path), "vocab_size": tok.get_vocab_size(with_added_tokens=True),
                  "cases": res}
+        if sp:
+            entry["extra_strings"] = SP_STRINGS
+            entry["decode_cases"] = sp_decode_cases(tok)
+            if style in SP_VARIANTS:
+                entry["patch"] = SP_VARIANTS[style]
+            # how many cases byte fallback and unk change: the test must be able to see them
+            fb = tok.token_to_id("<0xE4>")
+            entry["byte_fallback_ids"] = sum(fb in r["ids"] for r in res)
+            entry["unk_ids"] = sum(r["ids"].count(tok.token_to_id("<unk>")) for r in res)
         if style == "llama3":
             # how many cases ignore_merges changes (the test must be able to see it)
             j2 = dict(j, model=dict(j["model"], ignore_merges=False))
@@ -202,7 +324,7 @@ def main():
         cases["tokenizers"][style] = entry
         print(f"{path}: {os.path.getsize(path)} bytes, vocab {entry['vocab_size']}, "
               f"{sum(len(r['ids']) for r in res)} fixture ids",
-              {k: v for k, v in entry.items() if k.endswith("changes")})
+              {k: v for k, v in entry.items() if k.endswith(("changes", "_ids"))})
     path = os.path.join(OUT, "cases.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=True, separators=(",", ":"))
