@@ -632,6 +632,14 @@ static void add_added(zt_tokenizer_t *t, const char *content, int32_t id, int si
     a->special = (unsigned char)special;
 }
 
+static char *dup_bytes(const char *s, size_t n)
+{
+    char *d = zt_malloc(n + 1);
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
 /* "<0xXX>" as the ByteFallback decoder reads it (Rust's u8::from_str_radix on
  * the two characters, which takes a leading '+' and either case): the byte, or -1. */
 static int byte_token(const char *s, size_t n)
@@ -685,8 +693,7 @@ static void set_decoded(zt_tokenizer_t *t, int32_t id, const char *s, size_t n)
         }
     }
     if (!d) {
-        d = zt_malloc(n + 1);
-        memcpy(d, s, n);
+        d = dup_bytes(s, n);
         dl = n;
     }
     d[dl] = 0;
@@ -835,14 +842,6 @@ static int refuse_set(jctx_t *c, json_t *obj, const char *objname, const char *k
 }
 
 static const char *jtype(json_t *obj) { return json_string_value(json_object_get(obj, "type")); }
-
-static char *dup_bytes(const char *s, size_t n)
-{
-    char *d = zt_malloc(n + 1);
-    memcpy(d, s, n);
-    d[n] = 0;
-    return d;
-}
 
 /* obj.key: a string of exactly one character (a Rust char), copied to out[8]. */
 static int one_char(jctx_t *c, json_t *obj, const char *name, const char *key, char *out, size_t *len)
