@@ -31,8 +31,9 @@ typedef struct zt_arch_ops {
     void (*destroy)(zt_model_t *m);
     /* x0 (N,C) = embedding of the batch's inputs */
     void (*embed_forward)(zt_model_t *m, const float *root, float *x0);
-    /* root gradients of the embedding from dx0 (N,C) (not called for a frozen root) */
-    void (*embed_backward)(zt_model_t *m, float *droot, const float *dx0);
+    /* root gradients of the embedding from dx0 (N,C) (not called for a frozen root);
+     * dx0 is the caller's scratch, free to be scaled in place */
+    void (*embed_backward)(zt_model_t *m, float *droot, float *dx0);
     /* out (N,C) = block l applied to x_in (N,C), which stays intact; lora: the block's
      * adapter unit or NULL */
     void (*block_forward)(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,

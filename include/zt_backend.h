@@ -100,6 +100,11 @@ typedef struct zt_backend {
     void (*swiglu_forward)(float *out, const float *gu, int N, int NI);
     /* dgu (N,2I) = d/d[gate | up] from dout (N,I), overwritten; dgu may be gu itself */
     void (*swiglu_backward)(float *dgu, const float *dout, const float *gu, int N, int NI);
+    /* GeGLU (Gemma's MLP), the same layout: out (N,I) = gelu(gate) * up with the tanh
+     * approximation of gelu_forward (HF's gelu_pytorch_tanh) */
+    void (*geglu_forward)(float *out, const float *gu, int N, int NI);
+    /* dgu (N,2I) from dout (N,I), overwritten; dgu may be gu itself */
+    void (*geglu_backward)(float *dgu, const float *dout, const float *gu, int N, int NI);
     /* out (N,OC) = inp (N,C) @ W + bias, W is (C,OC) (HF Conv1D layout), or
      * W is (OC,C) and used transposed when transw != 0 (tied lm_head: W = wte).
      * bias may be NULL. */
@@ -140,17 +145,19 @@ typedef struct zt_backend {
      * seg (B,T) or NULL: packed samples (neat packing). With seg, query t of row b sees
      * key j <= t only when seg[b*T+j] == seg[b*T+t] (the sums above run over those j),
      * so each segment is causal attention on its own; the key t itself is always seen.
-     * NULL is plain causal attention, computed exactly as without the argument. */
+     * NULL is plain causal attention, computed exactly as without the argument.
+     * window > 0: a sliding window (HF's sliding_window, Mistral's and Gemma's local
+     * layers): query t sees key j only when t - j < window as well; 0: no window. */
     void (*attention_forward)(float *out, float *lse, const float *qkv, const int32_t *seg, int B,
-                              int T, int NH, int NKV, int HD);
+                              int T, int NH, int NKV, int HD, int window);
     /* dqkv (B,T,(NH+2NKV)*HD) += from dout (B,T,NH*HD), with qkv, out and lse from the
      * forward: D_t = dout_t.out_t ; ds_tj = p_tj (dout_t.v_j - D_t) ;
      * dq_t += sum_j ds_tj k_j / sqrt(HD) ; dk_j += sum_t ds_tj q_t / sqrt(HD) ;
      * dv_j += sum_t p_tj dout_t (per query head; a KV head sums its query heads).
-     * seg: the forward's (p_tj = 0 where it masks). */
+     * seg, window: the forward's (p_tj = 0 where they mask). */
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *lse, const int32_t *seg, int B, int T, int NH, int NKV,
-                               int HD);
+                               int HD, int window);
     /* Ring attention's pieces (sequence parallelism): the attention of a block of Tq
      * queries against a block of Tk keys. q (B,Tq) rows of stride qs, query head h at
      * h*HD; k and v (B,Tk) rows of stride ks, KV head g at g*HD (h reads h / (NH/NKV)).

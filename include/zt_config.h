@@ -17,7 +17,7 @@
 
 typedef struct zt_config {
     struct {
-        char arch[64];          /* gpt2 | llama | qwen2 | qwen3 | mistral */
+        char arch[64];          /* gpt2 | llama | qwen2 | qwen3 | mistral | gemma3 */
         char name_or_path[ZT_STRLEN]; /* HF model directory ("" = none) */
         int n_layer, n_head, n_embd;
         int vocab_size, block_size;
@@ -26,10 +26,12 @@ typedef struct zt_config {
         int intermediate_size;  /* 0 = the family's default */
         double rope_theta, rms_norm_eps;
         int tie_word_embeddings, attention_bias; /* bools */
-        char rope_type[16];     /* default | llama3 */
+        char rope_type[16];     /* default | llama3 | linear */
         double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
         int rope_original_max_position_embeddings;
-        int sliding_window;     /* mistral; 0 = none */
+        int sliding_window;     /* mistral, gemma3; 0 = none */
+        int sliding_window_pattern; /* gemma3: layer l is full attention when (l + 1) % pattern == 0 */
+        double rope_local_base_freq; /* gemma3: the sliding layers' rope_theta */
         double init_std;        /* N(0, init_std) for matrices and embeddings */
         char init_from[ZT_STRLEN]; /* checkpoint to take weights from ("" = none) */
     } model;

@@ -90,14 +90,21 @@ typedef struct zt_model_dims {
     int qk_norm;                /* per-head RMSNorm of q and k (Qwen3) */
     double norm_eps;            /* layernorm / rmsnorm epsilon (double: config.json round trips) */
     double rope_theta;
-    /* rope_scaling {"rope_type": "llama3", ...}; rope_llama3 = 0: none */
-    int rope_llama3;
+    /* rope_scaling {"rope_type": "llama3", ...}; rope_llama3 = 0: none. rope_linear:
+     * {"rope_type": "linear", "factor"}, every frequency / factor */
+    int rope_llama3, rope_linear;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max;      /* original_max_position_embeddings */
-    /* mistral's sliding_window (0 = none): a token attends to the last sliding_window
-     * positions. The attention is full causal, which equals it while no row is longer
-     * than the window, so longer rows are refused (llama_from_config) */
-    int sliding_window;
+    /* sliding_window (0 = none): a token attends to the last sliding_window positions,
+     * itself included: every layer (mistral) or, with sliding_pattern p > 0, the layers l
+     * with (l + 1) % p != 0 (gemma3's sliding_attention layers), whose rotary base is
+     * rope_local_theta */
+    int sliding_window, sliding_pattern;
+    double rope_local_theta;
+    /* Gemma: RMSNorms scale by (1 + weight) (norm_plus1), four per block (sandwich:
+     * the attention's and the MLP's outputs are normed before the residual adds), GeGLU
+     * MLP (act_gelu), token embeddings times sqrt(C) (embed_scale) */
+    int norm_plus1, sandwich, act_gelu, embed_scale;
     /* tensor parallelism: a local table's dims hold this rank's share (NH, NKV and I
      * divided by tp_size; V: its vocabulary rows [vocab_start, vocab_start + V), blocks of
      * vocab_block = ceil(V_total / tp) rows, the last rank's shorter) */

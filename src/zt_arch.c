@@ -6,10 +6,10 @@
 #include "zt_common.h"
 #include "zt_lora.h"
 
-extern const zt_arch_t zt_arch_gpt2, zt_arch_llama, zt_arch_qwen2, zt_arch_qwen3, zt_arch_mistral;
+extern const zt_arch_t zt_arch_gpt2, zt_arch_llama, zt_arch_qwen2, zt_arch_qwen3, zt_arch_mistral, zt_arch_gemma3;
 
-const zt_arch_t *const zt_archs[] = {&zt_arch_gpt2, &zt_arch_llama, &zt_arch_qwen2, &zt_arch_qwen3, &zt_arch_mistral,
-                                     NULL};
+const zt_arch_t *const zt_archs[] = {&zt_arch_gpt2,    &zt_arch_llama,  &zt_arch_qwen2, &zt_arch_qwen3,
+                                     &zt_arch_mistral, &zt_arch_gemma3, NULL};
 
 const zt_arch_t *zt_arch_get(const char *name)
 {

@@ -342,7 +342,7 @@ static void gpt2_embed_forward(zt_model_t *m, const float *root, float *x0)
         m->be->positional_forward(x0, root + g->o_wpe, zt_model_positions(m), m->B, m->T, m->d.C);
 }
 
-static void gpt2_embed_backward(zt_model_t *m, float *droot, const float *dx0)
+static void gpt2_embed_backward(zt_model_t *m, float *droot, float *dx0)
 {
     const gpt2_t *g = m->fam;
     zt_model_embed_tokens_backward(m, droot + g->o_wte, dx0);
@@ -374,10 +374,10 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
          * (packed rows, or NULL) covers whole sequences */
         const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
         zt_model_sp_scatter_heads(m, a->qkv, 3, h, HD, a->qkv_sp);
-        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, NH / sp, NH / sp, HD);
+        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, NH / sp, NH / sp, HD, 0);
         zt_model_sp_gather_heads(m, a->atty_sp, 1, h, HD, a->atty);
     } else {
-        zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, NH, NH, HD); // (N,A)
+        zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, NH, NH, HD, 0); // (N,A)
     }
     /* attention projection into a scratch (row-parallel: partial sums under tp), then
      * the residual add */
@@ -462,11 +462,11 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
         zt_model_sp_scatter_heads(m, datty, 1, h, HD, g->datty_sp);
         be->memzero(g->dqkv_sp, 3 * (size_t)N * A * F);
         be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, m->seg, B, sp * T, NH / sp,
-                               NH / sp, HD);
+                               NH / sp, HD, 0);
         zt_model_sp_gather_heads(m, g->dqkv_sp, 3, h, HD, g->dqkv);
     } else {
         be->memzero(g->dqkv, 3 * (size_t)N * A * F);
-        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD);
+        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD, 0);
     }
     const float *ln1 = zt_model_tp_gather(m, a->ln1, full);
     float *dln1 = zt_model_needs_dx_in(m, l, dw) ? m->dres2 : NULL;

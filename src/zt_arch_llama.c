@@ -1,5 +1,5 @@
-/* zt_arch_llama.c — the Llama family: llama, qwen2, qwen3, mistral (HF LlamaForCausalLM,
- * Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM).
+/* zt_arch_llama.c — the Llama family: llama, qwen2, qwen3, mistral, gemma3 (HF LlamaForCausalLM,
+ * Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Gemma3ForCausalLM).
  *
  * Pre-RMSNorm blocks, rotary positions (HF's rotate_half, rope_theta, optional
  * "llama3" frequency scaling), grouped-query attention with head_dim independent of
@@ -9,8 +9,16 @@
  *   qwen2   q/k/v biases always, none on o_proj
  *   qwen3   per-head RMSNorm of q and k (q_norm, k_norm) before the rotation;
  *           biases on q/k/v/o only with attention_bias
- *   mistral no biases; sliding_window, which the full causal attention equals for
- *           rows that fit in it (longer ones are refused)
+ *   mistral no biases; every layer attends through a sliding_window
+ *   gemma3  Gemma 3's text model: RMSNorms scale by (1 + weight) and there are four
+ *           per block (input_layernorm; post_attention_layernorm on the attention's
+ *           output before its residual add; pre_ and post_feedforward_layernorm around
+ *           the MLP), q_norm/k_norm as qwen3, GeGLU (gelu_pytorch_tanh) for SwiGLU,
+ *           embeddings times sqrt(hidden_size), biases only with attention_bias; its
+ *           sliding_attention layers (layer_types) see a sliding_window and rotate with
+ *           rope_local_base_freq, the full_attention ones with rope_theta (and rope
+ *           scaling). The attention scale is query_pre_attn_scalar^-0.5, which must be
+ *           head_dim's.
  * HF names and shapes; the table order puts tensors one GEMM uses side by side:
  * q_proj, k_proj, v_proj weights are the rows of one (Q + 2KV, C) matrix (and their
  * biases one vector), gate_proj and up_proj those of one (2I, C) matrix.
@@ -19,8 +27,9 @@
  *
  * Letters: Q = NH*HD, KV = NKV*HD, S = Q + 2KV (a qkv row), I intermediate size.
  * Activations kept per block (N = B*T): ln1 (N,C) rstd1 (N) [qkv_pre (N,S) qk_rstd
- * (N*(NH+NKV)): qwen3] qkv (N,S) after norm and rotation, lse (B,NH,T) atty (N,Q)
- * res2 (N,C) ln2 (N,C) rstd2 (N) gu (N,2I) act (N,I). With recompute one block's worth
+ * (N*(NH+NKV)): qwen3, gemma3] qkv (N,S) after norm and rotation, lse (B,NH,T) atty (N,Q)
+ * [ao (N,C) rstd_pa (N): gemma3's attention output before its norm] res2 (N,C) ln2 (N,C)
+ * rstd2 (N) gu (N,2I) act (N,I) [mo (N,C) rstd_pf (N): the MLP's output before its norm]. With recompute one block's worth
  * is shared and the backward re-runs the block forward first (bit-identical). */
 #include <jansson.h>
 #include <math.h>
@@ -32,10 +41,11 @@
 #include "zt_hf_config.h"
 #include "zt_model_internal.h"
 
-enum { V_LLAMA = 0, V_QWEN2 = 1, V_QWEN3 = 2, V_MISTRAL = 3 };
+enum { V_LLAMA = 0, V_QWEN2 = 1, V_QWEN3 = 2, V_MISTRAL = 3, V_GEMMA3 = 4 };
 
 typedef struct block_acts {
     float *ln1, *rstd1, *qkv_pre, *qk_rstd, *qkv, *lse, *atty, *res2, *ln2, *rstd2, *gu, *act;
+    float *ao, *rstd_pa, *mo, *rstd_pf; /* sandwich norms' inputs and rstd */
     /* sequence parallelism: qkv and atty for every position of this rank's heads
      * (B, sp T, S / sp) and (B, sp T, Q / sp) */
     float *qkv_sp, *atty_sp;
@@ -48,11 +58,14 @@ typedef struct llama {
     float *dqkv_sp, *datty_sp;  /* sequence parallelism: (B, sp T, S / sp), (B, sp T, Q / sp) */
     float *dtmp;                /* (N, max(I, Q)) */
     float *inv_freq;            /* (HD/2) backend memory */
+    float *inv_freq_local;      /* (HD/2) the sliding layers' (gemma3), else NULL */
     float *dw_frozen;           /* (max(C, HD)) where a frozen norm's weight gradient goes */
+    float *ones, *w1;           /* norm_plus1: (max(C, HD)) ones, and 1 + the weight of the norm in use */
+    float *dsand;               /* sandwich: (Nl,C) the gradient of a normed output's input */
     zt_lora_gemm_t lo_qkv, lo_o, lo_gu, lo_down; /* LoRA on the block's four GEMMs */
     int Q, KV, S;
     /* offsets within a block unit (SIZE_MAX: absent) and within the root unit */
-    size_t o_ln1, o_wqkv, o_bqkv, o_qn, o_kn, o_wo, o_bo, o_ln2, o_wgu, o_wdown;
+    size_t o_ln1, o_wqkv, o_bqkv, o_qn, o_kn, o_wo, o_bo, o_ln2, o_wgu, o_wdown, o_pa, o_pf;
     size_t o_embed, o_norm, o_head;
 } llama_t;
 
@@ -73,6 +86,9 @@ static int check_dims(const zt_model_dims_t *d, const char *where, char *err, si
     if (!(d->norm_eps > 0)) return zt_err(err, errlen, "%s: rms_norm_eps must be > 0", where);
     if (!(d->rope_theta > 0)) return zt_err(err, errlen, "%s: rope_theta must be > 0", where);
     if (d->sliding_window < 0) return zt_err(err, errlen, "%s: sliding_window must be positive or null", where);
+    if (d->sliding_pattern && !(d->rope_local_theta > 0))
+        return zt_err(err, errlen, "%s: rope_local_base_freq must be > 0", where);
+    if (d->rope_linear && !(d->rope_factor > 0)) return zt_err(err, errlen, "%s: linear rope scaling needs factor > 0", where);
     if (d->rope_llama3 && !(d->rope_factor > 0 && d->rope_high_freq_factor > d->rope_low_freq_factor &&
                             d->rope_low_freq_factor > 0 && d->rope_original_max > 0))
         return zt_err(err, errlen, "%s: llama3 rope scaling needs factor > 0, high_freq_factor > low_freq_factor > 0 and "
@@ -80,12 +96,20 @@ static int check_dims(const zt_model_dims_t *d, const char *where, char *err, si
     return 0;
 }
 
+/* biases, norms and the MLP's activation, which the variant fixes */
 static void variant_biases(int v, int attention_bias, zt_model_dims_t *d)
 {
     d->qkv_bias = v == V_QWEN2 ? 1 : attention_bias;
     d->o_bias = v == V_QWEN2 ? 0 : attention_bias;
-    d->qk_norm = v == V_QWEN3;
+    d->qk_norm = v == V_QWEN3 || v == V_GEMMA3;
+    d->norm_plus1 = d->sandwich = d->act_gelu = d->embed_scale = v == V_GEMMA3;
 }
+
+/* gemma3's layers l with (l + 1) % pattern == 0 are full attention (Gemma3TextConfig's
+ * layer_types), the others sliding_attention; mistral's layers (pattern 0) all slide */
+static int layer_slides(const zt_model_dims_t *d, int l) { return !d->sliding_pattern || (l + 1) % d->sliding_pattern; }
+
+static int layer_window(const zt_model_dims_t *d, int l) { return layer_slides(d, l) ? d->sliding_window : 0; }
 
 static int llama_from_config(const zt_config_t *cfg, zt_model_dims_t *d, char *err, size_t errlen)
 {
@@ -109,19 +133,18 @@ static int llama_from_config(const zt_config_t *cfg, zt_model_dims_t *d, char *e
         return zt_err(err, errlen, "model.attention_bias does not apply to qwen2 (q/k/v always have biases, o_proj none)");
     if (v == V_MISTRAL && cfg->model.attention_bias)
         return zt_err(err, errlen, "model.attention_bias does not apply to mistral (no biases)");
-    if (v != V_MISTRAL && cfg->model.sliding_window)
-        return zt_err(err, errlen, "model.sliding_window applies to mistral only, not %s", cfg->model.arch);
+    if (v != V_MISTRAL && v != V_GEMMA3 && cfg->model.sliding_window)
+        return zt_err(err, errlen, "model.sliding_window applies to mistral and gemma3, not %s", cfg->model.arch);
     d->sliding_window = cfg->model.sliding_window;
-    /* the attention never sees more than data.seq_len positions (generation slides its
-     * window at the same length), so within the window it is exactly mistral's */
-    if (d->sliding_window && cfg->data.seq_len > d->sliding_window)
-        return zt_err(err, errlen, "data.seq_len (%d) exceeds model.sliding_window (%d): ztrain's attention is full "
-                      "causal, equal to mistral's sliding window only for rows that fit in it", cfg->data.seq_len,
-                      d->sliding_window);
+    if (v == V_GEMMA3) {
+        d->sliding_pattern = cfg->model.sliding_window_pattern;
+        d->rope_local_theta = cfg->model.rope_local_base_freq;
+    }
     variant_biases(v, cfg->model.attention_bias, d);
     d->norm_eps = cfg->model.rms_norm_eps;
     d->rope_theta = cfg->model.rope_theta;
     d->rope_llama3 = strcmp(cfg->model.rope_type, "llama3") == 0;
+    d->rope_linear = strcmp(cfg->model.rope_type, "linear") == 0;
     d->rope_factor = cfg->model.rope_factor;
     d->rope_low_freq_factor = cfg->model.rope_low_freq_factor;
     d->rope_high_freq_factor = cfg->model.rope_high_freq_factor;
@@ -129,7 +152,33 @@ static int llama_from_config(const zt_config_t *cfg, zt_model_dims_t *d, char *e
     return check_dims(d, "model", err, errlen);
 }
 
-/* rope_scaling (transformers 4.x) or rope_parameters (5.x): {"rope_type" (or "type"): "default" | "llama3", ...} */
+/* A rope_scaling object (or null): {"rope_type" (or "type"): "default" | "llama3" | "linear", ...} */
+static int rope_scaling_from_hf(const json_t *rs, const char *file, zt_model_dims_t *d, char *err, size_t errlen)
+{
+    if (!rs || json_is_null(rs)) return 0;
+    if (!json_is_object(rs)) return zt_err(err, errlen, "%s: rope_scaling must be an object or null", file);
+    const json_t *t = json_object_get(rs, "rope_type");
+    if (!t) t = json_object_get(rs, "type");
+    const char *type = t ? json_string_value(t) : "default";
+    if (!type) return zt_err(err, errlen, "%s: rope_type must be a string", file);
+    if (strcmp(type, "default") == 0) return 0;
+    zt_hf_config_t s = {rs, file, err, errlen, 0};
+    if (strcmp(type, "linear") == 0) {
+        d->rope_linear = 1;
+        d->rope_factor = zt_hf_double(&s, "factor", ZT_HF_REQUIRED);
+        return s.failed ? -1 : 0;
+    }
+    if (strcmp(type, "llama3") != 0)
+        return zt_err(err, errlen, "%s: rope_type \"%s\" is not supported (default, llama3, linear)", file, type);
+    d->rope_llama3 = 1;
+    d->rope_factor = zt_hf_double(&s, "factor", -1);
+    d->rope_low_freq_factor = zt_hf_double(&s, "low_freq_factor", -1);
+    d->rope_high_freq_factor = zt_hf_double(&s, "high_freq_factor", -1);
+    d->rope_original_max = zt_hf_int(&s, "original_max_position_embeddings", ZT_HF_REQUIRED);
+    return s.failed ? -1 : 0;
+}
+
+/* rope_theta + rope_scaling (transformers 4.x) or rope_parameters (5.x) */
 static int rope_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, char *err, size_t errlen)
 {
     const json_t *rp = json_object_get(j, "rope_parameters");
@@ -143,22 +192,87 @@ static int rope_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, c
         if (p.failed) return -1;
         if (!rs || json_is_null(rs)) rs = rp;
     }
-    if (!rs || json_is_null(rs)) return 0;
-    if (!json_is_object(rs)) return zt_err(err, errlen, "%s: rope_scaling must be an object or null", file);
-    const json_t *t = json_object_get(rs, "rope_type");
-    if (!t) t = json_object_get(rs, "type");
-    const char *type = t ? json_string_value(t) : "default";
-    if (!type) return zt_err(err, errlen, "%s: rope_type must be a string", file);
-    if (strcmp(type, "default") == 0) return 0;
-    if (strcmp(type, "llama3") != 0)
-        return zt_err(err, errlen, "%s: rope_type \"%s\" is not supported (default, llama3)", file, type);
-    zt_hf_config_t s = {rs, file, err, errlen, 0};
-    d->rope_llama3 = 1;
-    d->rope_factor = zt_hf_double(&s, "factor", -1);
-    d->rope_low_freq_factor = zt_hf_double(&s, "low_freq_factor", -1);
-    d->rope_high_freq_factor = zt_hf_double(&s, "high_freq_factor", -1);
-    d->rope_original_max = zt_hf_int(&s, "original_max_position_embeddings", ZT_HF_REQUIRED);
-    return s.failed ? -1 : 0;
+    return rope_scaling_from_hf(rs, file, d, err, errlen);
+}
+
+/* Gemma 3: 4.x gives rope_theta (the full_attention layers', default 1e6),
+ * rope_local_base_freq (the sliding ones', 1e4) and rope_scaling (full_attention only);
+ * 5.x rope_parameters {"sliding_attention": {...}, "full_attention": {...}}, whose
+ * sliding part must be default rope */
+static int gemma3_rope_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, char *err, size_t errlen)
+{
+    zt_hf_config_t c = {j, file, err, errlen, 0};
+    d->rope_theta = zt_hf_double(&c, "rope_theta", 1e6);
+    d->rope_local_theta = zt_hf_double(&c, "rope_local_base_freq", 1e4);
+    if (c.failed) return -1;
+    const json_t *rp = json_object_get(j, "rope_parameters"), *full = NULL;
+    if (rp && json_is_object(rp)) {
+        const json_t *sl = json_object_get(rp, "sliding_attention");
+        full = json_object_get(rp, "full_attention");
+        if ((sl && !json_is_object(sl)) || (full && !json_is_object(full)))
+            return zt_err(err, errlen, "%s: rope_parameters.sliding_attention and .full_attention must be objects", file);
+        zt_hf_config_t ps = {sl, file, err, errlen, 0}, pf = {full, file, err, errlen, 0};
+        if (sl && zt_hf_has(sl, "rope_theta")) d->rope_local_theta = zt_hf_double(&ps, "rope_theta", 0);
+        if (full && zt_hf_has(full, "rope_theta")) d->rope_theta = zt_hf_double(&pf, "rope_theta", 0);
+        if (ps.failed || pf.failed) return -1;
+        zt_model_dims_t local = *d;
+        if (rope_scaling_from_hf(sl, file, &local, err, errlen)) return -1;
+        if (local.rope_llama3 || local.rope_linear)
+            return zt_err(err, errlen, "%s: rope scaling of the sliding_attention layers is not supported", file);
+    }
+    const json_t *rs = json_object_get(j, "rope_scaling");
+    return rope_scaling_from_hf(rs && !json_is_null(rs) ? rs : full, file, d, err, errlen);
+}
+
+/* Gemma 3's layer kinds: layer_types (a list of "sliding_attention" / "full_attention")
+ * or sliding_window_pattern (default 6), as the pattern ztrain keeps: layer l is full
+ * attention when (l + 1) % pattern == 0 (L + 1: none is) */
+static int gemma3_layers_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, char *err, size_t errlen)
+{
+    zt_hf_config_t c = {j, file, err, errlen, 0};
+    const json_t *lt = json_object_get(j, "layer_types");
+    if (!lt || json_is_null(lt)) {
+        d->sliding_pattern = zt_hf_int(&c, "sliding_window_pattern", 6);
+        return c.failed ? -1 : d->sliding_pattern < 1 ? zt_err(err, errlen, "%s: sliding_window_pattern must be >= 1",
+                                                                file)
+                                                      : 0;
+    }
+    if (!json_is_array(lt) || (int)json_array_size(lt) != d->L)
+        return zt_err(err, errlen, "%s: layer_types must be a list of num_hidden_layers (%d) strings", file, d->L);
+    int first_full = -1;
+    for (int l = 0; l < d->L; l++) {
+        const char *k = json_string_value(json_array_get(lt, (size_t)l));
+        if (!k || (strcmp(k, "sliding_attention") && strcmp(k, "full_attention")))
+            return zt_err(err, errlen, "%s: layer_types[%d] must be \"sliding_attention\" or \"full_attention\"",
+                          file, l);
+        if (first_full < 0 && !strcmp(k, "full_attention")) first_full = l;
+    }
+    d->sliding_pattern = first_full < 0 ? d->L + 1 : first_full + 1;
+    for (int l = 0; l < d->L; l++)
+        if (layer_slides(d, l) != !strcmp(json_string_value(json_array_get(lt, (size_t)l)), "sliding_attention"))
+            return zt_err(err, errlen, "%s: layer_types: layer %d breaks the pattern of a full_attention layer every %d "
+                          "layers, the one ztrain runs", file, l, d->sliding_pattern);
+    return 0;
+}
+
+/* What Gemma 3 adds to the llama keys; what ztrain does not compute is refused */
+static int gemma3_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, char *err, size_t errlen)
+{
+    zt_hf_config_t c = {j, file, err, errlen, 0};
+    const double qpas = zt_hf_double(&c, "query_pre_attn_scalar", 256);
+    const int bidirectional = zt_hf_bool(&c, "use_bidirectional_attention", 0);
+    if (c.failed) return -1;
+    if (qpas != d->HD)
+        return zt_err(err, errlen, "%s: query_pre_attn_scalar (%g) other than head_dim (%d) is not supported", file,
+                      qpas, d->HD);
+    if (bidirectional) return zt_err(err, errlen, "%s: use_bidirectional_attention = true is not supported", file);
+    static const char *const softcaps[] = {"final_logit_softcapping", "attn_logit_softcapping"};
+    for (int k = 0; k < 2; k++) {
+        const json_t *v = json_object_get(j, softcaps[k]);
+        if (v && !json_is_null(v)) return zt_err(err, errlen, "%s: %s is not supported (null)", file, softcaps[k]);
+    }
+    if (gemma3_layers_from_hf(j, file, d, err, errlen)) return -1;
+    return gemma3_rope_from_hf(j, file, d, err, errlen);
 }
 
 static int llama_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, char *err, size_t errlen)
@@ -177,38 +291,54 @@ static int llama_from_hf(const json_t *j, const char *file, zt_model_dims_t *d, 
     d->V = zt_hf_int(&c, "vocab_size", ZT_HF_REQUIRED);
     d->maxT = zt_hf_int(&c, "max_position_embeddings", ZT_HF_REQUIRED);
     d->norm_eps = zt_hf_double(&c, "rms_norm_eps", 1e-6);
-    d->tied = zt_hf_bool(&c, "tie_word_embeddings", 0);
-    /* Qwen3Config's head_dim defaults to 128; Llama's to hidden / heads */
-    d->HD = zt_hf_int(&c, "head_dim", v == V_QWEN3 ? 128 : (d->NH > 0 ? d->C / d->NH : 0));
+    d->tied = zt_hf_bool(&c, "tie_word_embeddings", v == V_GEMMA3); /* Gemma3TextConfig ties by default */
+    /* Qwen3Config's and Gemma3TextConfig's head_dim default to 128 and 256; Llama's to hidden / heads */
+    d->HD = zt_hf_int(&c, "head_dim", v == V_QWEN3 ? 128 : v == V_GEMMA3 ? 256 : (d->NH > 0 ? d->C / d->NH : 0));
     const int attention_bias = zt_hf_bool(&c, "attention_bias", 0);
     const int mlp_bias = zt_hf_bool(&c, "mlp_bias", 0);
     const int sliding = zt_hf_bool(&c, "use_sliding_window", 0);
-    /* Qwen2/3 keep a sliding_window next to use_sliding_window false: only mistral uses it */
-    if (v == V_MISTRAL) d->sliding_window = zt_hf_int(&c, "sliding_window", 0);
+    /* Qwen2/3 keep a sliding_window next to use_sliding_window false: only mistral and gemma3 use it */
+    if (v == V_MISTRAL || v == V_GEMMA3) d->sliding_window = zt_hf_int(&c, "sliding_window", v == V_GEMMA3 ? 4096 : 0);
     if (c.failed) return -1;
-    const json_t *act = json_object_get(j, "hidden_act");
-    if (act && (!json_string_value(act) || strcmp(json_string_value(act), "silu")))
-        return zt_err(err, errlen, "%s: hidden_act \"%s\" is not supported (silu)", file,
-                      json_string_value(act) ? json_string_value(act) : "?");
+    /* Gemma spells the activation hidden_activation (hidden_act is an older alias) */
+    const char *want = v == V_GEMMA3 ? "gelu_pytorch_tanh" : "silu";
+    for (int k = 0; k < 2; k++) {
+        const char *key = k ? "hidden_activation" : "hidden_act";
+        const json_t *act = json_object_get(j, key);
+        if (act && !json_is_null(act) && (!json_string_value(act) || strcmp(json_string_value(act), want)))
+            return zt_err(err, errlen, "%s: %s \"%s\" is not supported (%s)", file, key,
+                          json_string_value(act) ? json_string_value(act) : "?", want);
+    }
     if (mlp_bias) return zt_err(err, errlen, "%s: mlp_bias = true is not supported", file);
     if (sliding) return zt_err(err, errlen, "%s: use_sliding_window = true is not supported", file);
     if (v == V_MISTRAL && attention_bias) return zt_err(err, errlen, "%s: attention_bias = true is not supported (mistral)", file);
     variant_biases(v, attention_bias, d);
-    if (rope_from_hf(j, file, d, err, errlen)) return -1;
+    if (v == V_GEMMA3) {
+        if (gemma3_from_hf(j, file, d, err, errlen)) return -1;
+    } else if (rope_from_hf(j, file, d, err, errlen)) {
+        return -1;
+    }
     return check_dims(d, file, err, errlen);
+}
+
+/* rope_scaling (null for none) into *scaling, and rope_parameters with theta (new references) */
+static void rope_to_hf(const zt_model_dims_t *d, double theta, json_t **scaling, json_t **params)
+{
+    const char *type = d->rope_llama3 ? "llama3" : d->rope_linear ? "linear" : "default";
+    *scaling = json_null();
+    *params = json_pack("{s:s, s:f}", "rope_type", type, "rope_theta", theta);
+    if (d->rope_llama3)
+        *scaling = json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", d->rope_factor,
+                             "low_freq_factor", d->rope_low_freq_factor, "high_freq_factor",
+                             d->rope_high_freq_factor, "original_max_position_embeddings", d->rope_original_max);
+    if (d->rope_linear) *scaling = json_pack("{s:s, s:f}", "rope_type", "linear", "factor", d->rope_factor);
+    if (!json_is_null(*scaling)) json_object_update(*params, *scaling);
 }
 
 static json_t *llama_to_hf_common(const zt_model_dims_t *d, const char *cls, const char *type)
 {
-    json_t *rope = json_null();
-    json_t *params = json_pack("{s:s, s:f}", "rope_type", d->rope_llama3 ? "llama3" : "default", "rope_theta",
-                               d->rope_theta);
-    if (d->rope_llama3) {
-        rope = json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", d->rope_factor,
-                         "low_freq_factor", d->rope_low_freq_factor, "high_freq_factor", d->rope_high_freq_factor,
-                         "original_max_position_embeddings", d->rope_original_max);
-        json_object_update(params, rope);
-    }
+    json_t *rope, *params;
+    rope_to_hf(d, d->rope_theta, &rope, &params);
     /* both spellings: transformers 4.x reads rope_theta + rope_scaling, 5.x rope_parameters */
     return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:o, s:b, s:s, s:f, "
                      "s:f, s:b}",
@@ -250,6 +380,32 @@ static json_t *mistral_to_hf(const zt_model_dims_t *d)
     return j;
 }
 
+/* Gemma 3 in both spellings: 4.x's rope_theta / rope_local_base_freq / rope_scaling /
+ * sliding_window_pattern and 5.x's rope_parameters per layer kind / layer_types */
+static json_t *gemma3_to_hf(const zt_model_dims_t *d)
+{
+    json_t *j = llama_to_hf_common(d, "Gemma3ForCausalLM", "gemma3_text");
+    json_t *full = json_object_get(j, "rope_parameters");
+    json_incref(full);
+    json_object_set_new(j, "rope_parameters", json_pack("{s:{s:s, s:f}, s:o}", "sliding_attention", "rope_type",
+                                                        "default", "rope_theta", d->rope_local_theta,
+                                                        "full_attention", full));
+    json_object_del(j, "hidden_act");
+    json_t *types = json_array();
+    for (int l = 0; l < d->L; l++)
+        json_array_append_new(types, json_string(layer_slides(d, l) ? "sliding_attention" : "full_attention"));
+    json_t *g = json_pack("{s:s, s:f, s:o, s:i, s:o, s:i, s:n, s:n, s:b, s:b}", "hidden_activation",
+                                    "gelu_pytorch_tanh", "rope_local_base_freq", d->rope_local_theta,
+                                    "sliding_window", d->sliding_window ? json_integer(d->sliding_window) : json_null(),
+                                    "sliding_window_pattern", d->sliding_pattern, "layer_types", types,
+                                    "query_pre_attn_scalar", d->HD, "final_logit_softcapping",
+                                    "attn_logit_softcapping", "attention_bias", d->qkv_bias,
+                                    "use_bidirectional_attention", 0);
+    json_object_update(j, g);
+    json_decref(g);
+    return j;
+}
+
 static void llama_to_config(const zt_model_dims_t *d, zt_config_t *cfg)
 {
     cfg->model.n_layer = d->L;
@@ -265,7 +421,13 @@ static void llama_to_config(const zt_model_dims_t *d, zt_config_t *cfg)
     cfg->model.rope_theta = d->rope_theta;
     cfg->model.attention_bias = d->o_bias;
     cfg->model.sliding_window = d->sliding_window;
-    snprintf(cfg->model.rope_type, sizeof cfg->model.rope_type, "%s", d->rope_llama3 ? "llama3" : "default");
+    if (d->sliding_pattern) {
+        cfg->model.sliding_window_pattern = d->sliding_pattern;
+        cfg->model.rope_local_base_freq = d->rope_local_theta;
+    }
+    snprintf(cfg->model.rope_type, sizeof cfg->model.rope_type, "%s",
+             d->rope_llama3 ? "llama3" : d->rope_linear ? "linear" : "default");
+    if (d->rope_linear) cfg->model.rope_factor = d->rope_factor;
     if (d->rope_llama3) {
         cfg->model.rope_factor = d->rope_factor;
         cfg->model.rope_low_freq_factor = d->rope_low_freq_factor;
@@ -282,7 +444,9 @@ static void llama_build(zt_param_table_t *t, float init_std)
     const int64_t C = d->C, Q = (int64_t)d->NH * d->HD, KV = (int64_t)d->NKV * d->HD, I = d->I;
     zt_params_add(t, "model.embed_tokens.weight", 2, d->V, C, 0, -1, ZT_INIT_NORMAL, init_std, ZT_ROLE_EMBED,
                   ZT_W_OUT_IN);
-    zt_params_add(t, "model.norm.weight", 1, C, 1, 0, -1, ZT_INIT_ONES, 0, ZT_ROLE_NORM, ZT_W_NONE);
+    /* a (1 + weight) norm starts at zero, the identity as HF's Gemma3RMSNorm */
+    const int norm_init = d->norm_plus1 ? ZT_INIT_ZEROS : ZT_INIT_ONES;
+    zt_params_add(t, "model.norm.weight", 1, C, 1, 0, -1, norm_init, 0, ZT_ROLE_NORM, ZT_W_NONE);
     if (!d->tied)
         zt_params_add(t, "lm_head.weight", 2, d->V, C, 0, -1, ZT_INIT_NORMAL, init_std, ZT_ROLE_HEAD, ZT_W_OUT_IN);
     for (int l = 0; l < d->L; l++) {
@@ -293,7 +457,7 @@ static void llama_build(zt_param_table_t *t, float init_std)
         snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);               \
         zt_params_add(t, n, nd, a, b, u, l, init, std, role, ZT_W_OUT_IN);    \
     } while (0)
-        P("input_layernorm.weight", 1, C, 1, ZT_INIT_ONES, 0, ZT_ROLE_NORM);
+        P("input_layernorm.weight", 1, C, 1, norm_init, 0, ZT_ROLE_NORM);
         P("self_attn.q_proj.weight", 2, Q, C, ZT_INIT_NORMAL, init_std, ZT_ROLE_Q);
         P("self_attn.k_proj.weight", 2, KV, C, ZT_INIT_NORMAL, init_std, ZT_ROLE_K);
         P("self_attn.v_proj.weight", 2, KV, C, ZT_INIT_NORMAL, init_std, ZT_ROLE_V);
@@ -303,15 +467,18 @@ static void llama_build(zt_param_table_t *t, float init_std)
             P("self_attn.v_proj.bias", 1, KV, 1, ZT_INIT_ZEROS, 0, ZT_ROLE_V);
         }
         if (d->qk_norm) {
-            P("self_attn.q_norm.weight", 1, d->HD, 1, ZT_INIT_ONES, 0, ZT_ROLE_QK_NORM);
-            P("self_attn.k_norm.weight", 1, d->HD, 1, ZT_INIT_ONES, 0, ZT_ROLE_QK_NORM);
+            P("self_attn.q_norm.weight", 1, d->HD, 1, norm_init, 0, ZT_ROLE_QK_NORM);
+            P("self_attn.k_norm.weight", 1, d->HD, 1, norm_init, 0, ZT_ROLE_QK_NORM);
         }
         P("self_attn.o_proj.weight", 2, C, Q, ZT_INIT_NORMAL, init_std, ZT_ROLE_O);
         if (d->o_bias) P("self_attn.o_proj.bias", 1, C, 1, ZT_INIT_ZEROS, 0, ZT_ROLE_O);
-        P("post_attention_layernorm.weight", 1, C, 1, ZT_INIT_ONES, 0, ZT_ROLE_NORM);
+        /* llama's pre-MLP norm; gemma3's norm of the attention's output, its pre-MLP norm next */
+        P("post_attention_layernorm.weight", 1, C, 1, norm_init, 0, ZT_ROLE_NORM);
+        if (d->sandwich) P("pre_feedforward_layernorm.weight", 1, C, 1, norm_init, 0, ZT_ROLE_NORM);
         P("mlp.gate_proj.weight", 2, I, C, ZT_INIT_NORMAL, init_std, ZT_ROLE_GATE);
         P("mlp.up_proj.weight", 2, I, C, ZT_INIT_NORMAL, init_std, ZT_ROLE_UP);
         P("mlp.down_proj.weight", 2, C, I, ZT_INIT_NORMAL, init_std, ZT_ROLE_DOWN);
+        if (d->sandwich) P("post_feedforward_layernorm.weight", 1, C, 1, norm_init, 0, ZT_ROLE_NORM);
 #undef P
     }
     zt_params_finish(t, 1 + d->L, 0, 1);
@@ -331,6 +498,7 @@ static size_t per_block_floats(const zt_model_dims_t *d, size_t B, size_t T)
     size_t f = Nl * C + Nl /* ln1, rstd1 */ + N * S /* qkv */ + B * d->NH * T /* lse */ + N * Q /* atty */ +
                Nl * C /* res2 */ + Nl * C + Nl /* ln2, rstd2 */ + 2 * N * I /* gu */ + N * I /* act */;
     if (d->qk_norm) f += N * S + N * (size_t)(d->NH + d->NKV);
+    if (d->sandwich) f += 2 * (Nl * C + Nl); /* ao, rstd_pa, mo, rstd_pf */
     if (d->sp_size > 1 && !d->sp_ring) f += sp_row_floats(d, N) + N * Q; /* qkv_sp, atty_sp */
     return f;
 }
@@ -367,8 +535,10 @@ static size_t llama_activation_bytes(const zt_param_table_t *t, int B, int T, in
         f += 3 * sp_row_floats(d, N) + N * Q /* dqkv_sp, datty_sp, the all-to-all's buffers */;
     if (d->sp_size > 1 && d->sp_ring) /* ring: K|V blocks, their gradients, one pair's result */
         f += 5 * N * 2 * (size_t)d->NKV * d->HD + N / 2 * Q + N / 2 * (size_t)d->NH;
+    const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N, CH = ZT_MAX((size_t)d->C, (size_t)d->HD);
     f += N /* rstd_f */ + N * S /* dqkv */ + (d->qk_norm ? N * S : 0) + N * ZT_MAX((size_t)d->I, Q) /* dtmp */ +
-         (size_t)d->HD / 2 + ZT_MAX((size_t)d->C, (size_t)d->HD) /* dw_frozen */;
+         (size_t)d->HD / 2 * (d->sliding_pattern ? 2 : 1) /* inv_freq, _local */ + CH /* dw_frozen */ +
+         (d->norm_plus1 ? 2 * CH : 0) /* ones, w1 */ + (d->sandwich ? Nl * (size_t)d->C : 0) /* dsand */;
     size_t nr;
     int c_max;
     lora_shape(t, &nr, &c_max);
@@ -391,12 +561,13 @@ static double llama_flops_per_token(const zt_model_dims_t *d, int T)
 /* HF's inv_freq (fp32): 1 / theta^(2i/HD), then, for llama3, long wavelengths divided by
  * factor and the band between the two wavelength bounds interpolated smoothly
  * (transformers' _compute_llama3_parameters). */
-static void rope_inv_freq(const zt_model_dims_t *d, float *out)
+static void rope_inv_freq(const zt_model_dims_t *d, double theta, int scaled, float *out)
 {
     const int half = d->HD / 2;
     for (int i = 0; i < half; i++) {
-        float f = (float)(1.0 / pow(d->rope_theta, (double)(2 * i) / d->HD));
-        if (d->rope_llama3) {
+        float f = (float)(1.0 / pow(theta, (double)(2 * i) / d->HD));
+        if (scaled && d->rope_linear) f = (float)(f / d->rope_factor); /* transformers: inv_freq /= factor */
+        if (scaled && d->rope_llama3) {
             const double old = d->rope_original_max, lo = old / d->rope_low_freq_factor,
                          hi = old / d->rope_high_freq_factor, wavelen = 2.0 * M_PI / f;
             double g = wavelen > lo ? f / d->rope_factor : f;
@@ -444,7 +615,10 @@ static void llama_create(zt_model_t *m)
         g->o_kn = off_of(m, "self_attn.k_norm.weight", d->qk_norm);
         g->o_wo = off_of(m, "self_attn.o_proj.weight", 1);
         g->o_bo = off_of(m, "self_attn.o_proj.bias", d->o_bias);
-        g->o_ln2 = off_of(m, "post_attention_layernorm.weight", 1);
+        /* gemma3: post_attention_layernorm norms the attention's output */
+        g->o_pa = d->sandwich ? off_of(m, "post_attention_layernorm.weight", 1) : SIZE_MAX;
+        g->o_ln2 = off_of(m, d->sandwich ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight", 1);
+        g->o_pf = d->sandwich ? off_of(m, "post_feedforward_layernorm.weight", 1) : SIZE_MAX;
         g->o_wgu = off_of(m, "mlp.gate_proj.weight", 1);
         g->o_wdown = off_of(m, "mlp.down_proj.weight", 1);
     }
@@ -473,6 +647,12 @@ static void llama_create(zt_model_t *m)
         a->rstd2 = zt_model_alloc(m, Nl * F);
         a->gu = zt_model_alloc(m, 2 * N * I * F);
         a->act = zt_model_alloc(m, N * I * F);
+        if (d->sandwich) {
+            a->ao = zt_model_alloc(m, Nl * C * F);
+            a->rstd_pa = zt_model_alloc(m, Nl * F);
+            a->mo = zt_model_alloc(m, Nl * C * F);
+            a->rstd_pf = zt_model_alloc(m, Nl * F);
+        }
         if (d->sp_size > 1 && !d->sp_ring) {
             a->qkv_sp = zt_model_alloc(m, sp_row_floats(d, N) * F);
             a->atty_sp = zt_model_alloc(m, N * Q * F);
@@ -488,12 +668,25 @@ static void llama_create(zt_model_t *m)
     g->dqkv = zt_model_alloc(m, N * S * F);
     if (d->qk_norm) g->dqkv_pre = zt_model_alloc(m, N * S * F);
     g->dtmp = zt_model_alloc(m, N * ZT_MAX(I, Q) * F);
-    g->inv_freq = zt_model_alloc(m, (size_t)(d->HD / 2) * F);
-    float *h = zt_malloc((size_t)(d->HD / 2) * F);
-    rope_inv_freq(d, h);
-    m->be->from_host(g->inv_freq, h, (size_t)(d->HD / 2) * F);
+    const size_t half = (size_t)(d->HD / 2), CH = ZT_MAX(C, (size_t)d->HD);
+    float *h = zt_malloc(ZT_MAX(half, CH) * F);
+    g->inv_freq = zt_model_alloc(m, half * F);
+    rope_inv_freq(d, d->rope_theta, 1, h);
+    m->be->from_host(g->inv_freq, h, half * F);
+    if (d->sliding_pattern) { /* gemma3's sliding layers: their own base, never scaled (as HF) */
+        g->inv_freq_local = zt_model_alloc(m, half * F);
+        rope_inv_freq(d, d->rope_local_theta, 0, h);
+        m->be->from_host(g->inv_freq_local, h, half * F);
+    }
+    g->dw_frozen = zt_model_alloc(m, CH * F);
+    if (d->norm_plus1) {
+        for (size_t i = 0; i < CH; i++) h[i] = 1.0f;
+        g->ones = zt_model_alloc(m, CH * F);
+        m->be->from_host(g->ones, h, CH * F);
+        g->w1 = zt_model_alloc(m, CH * F);
+    }
     free(h);
-    g->dw_frozen = zt_model_alloc(m, ZT_MAX(C, (size_t)d->HD) * F);
+    if (d->sandwich) g->dsand = zt_model_alloc(m, Nl * C * F);
     if (t->lora_rank && d->L > 0) {
         const int iq = zt_param_table_find(t, "model.layers.0.self_attn.q_proj.weight");
         const int io = zt_param_table_find(t, "model.layers.0.self_attn.o_proj.weight");
@@ -518,8 +711,8 @@ static void llama_destroy(zt_model_t *m)
     for (int l = 0; l < m->d.L; l++) {
         if (m->recompute && l > 0) break;
         block_acts_t *a = &g->blk[l];
-        float *bufs[] = {a->ln1, a->rstd1, a->qkv_pre, a->qk_rstd, a->qkv, a->lse,
-                         a->atty, a->res2, a->ln2, a->rstd2, a->gu, a->act, a->qkv_sp, a->atty_sp};
+        float *bufs[] = {a->ln1, a->rstd1, a->qkv_pre, a->qk_rstd, a->qkv, a->lse,     a->atty,    a->res2, a->ln2,
+                         a->rstd2, a->gu,  a->act,  a->qkv_sp, a->atty_sp, a->ao, a->rstd_pa, a->mo, a->rstd_pf};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             if (bufs[i]) be->free(bufs[i]);
     }
@@ -530,22 +723,64 @@ static void llama_destroy(zt_model_t *m)
     if (g->dqkv_sp) be->free(g->dqkv_sp), be->free(g->datty_sp);
     be->free(g->inv_freq);
     be->free(g->dw_frozen);
+    float *extra[] = {g->inv_freq_local, g->ones, g->w1, g->dsand};
+    for (size_t i = 0; i < sizeof extra / sizeof *extra; i++)
+        if (extra[i]) be->free(extra[i]);
     zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_o, &g->lo_gu, &g->lo_down};
     for (int i = 0; i < 4; i++) zt_lora_gemm_free(m, lo[i]);
     free(g->blk);
     free(g);
 }
 
+/* The weight a norm multiplies by: w itself, or for Gemma's (1 + w) norms 1 + w, made in
+ * g->w1 (n floats) for this one call. d(1 + w)/dw = 1, so the backward kernels take the
+ * same 1 + w and accumulate w's gradient as they would the weight's. */
+static const float *norm_weight(zt_model_t *m, const float *w, int n)
+{
+    const llama_t *g = m->fam;
+    if (!m->d.norm_plus1) return w;
+    m->be->copy(g->w1, g->ones, (size_t)n * sizeof(float));
+    m->be->accumulate(g->w1, w, (size_t)n);
+    return g->w1;
+}
+
+/* Gemma's embedding scale: HF's float32 tensor of hidden_size ** 0.5 */
+static float embed_multiplier(const zt_model_dims_t *d) { return (float)sqrt((double)d->C); }
+
 static void llama_embed_forward(zt_model_t *m, const float *root, float *x0)
 {
     const llama_t *g = m->fam;
     zt_model_embed_tokens(m, root + g->o_embed, x0);
+    if (m->d.embed_scale) m->be->scale(x0, embed_multiplier(&m->d), (size_t)zt_model_rows(m) * m->d.C);
 }
 
-static void llama_embed_backward(zt_model_t *m, float *droot, const float *dx0)
+static void llama_embed_backward(zt_model_t *m, float *droot, float *dx0)
 {
     const llama_t *g = m->fam;
+    if (m->d.embed_scale) m->be->scale(dx0, embed_multiplier(&m->d), (size_t)zt_model_rows(m) * m->d.C);
     zt_model_embed_tokens_backward(m, droot + g->o_embed, dx0);
+}
+
+/* gemma3's sandwich: res = x + norm(y), y (Nl,C) the sublayer's output, normed with the
+ * unit's weight at offset o (rstd (Nl) kept for the backward) */
+static void sandwich_forward(zt_model_t *m, float *res, const float *x, const float *y, float *rstd, const float *w,
+                             size_t o)
+{
+    const int Nl = zt_model_rows(m), C = m->d.C;
+    m->be->rmsnorm_forward(res, rstd, y, norm_weight(m, w + o, C), Nl, 1, C, C, (float)m->d.norm_eps);
+    m->be->residual_forward(res, res, x, (size_t)Nl * C);
+}
+
+/* dL/dy (Nl,C) into g->dsand from dres = dL/dres (the residual's own part stays in dres) */
+static const float *sandwich_backward(zt_model_t *m, const float *dres, const float *y, const float *rstd,
+                                      const float *w, float *dw, size_t o)
+{
+    const llama_t *g = m->fam;
+    const int Nl = zt_model_rows(m), C = m->d.C;
+    m->be->memzero(g->dsand, (size_t)Nl * C * sizeof(float));
+    m->be->rmsnorm_backward(g->dsand, dw ? dw + o : g->dw_frozen, dres, y, norm_weight(m, w + o, C), rstd, Nl, 1, C,
+                            C);
+    return g->dsand;
 }
 
 static void llama_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
@@ -558,16 +793,19 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     /* Nl: the residual stream's rows (N / tp under tp_sequence_parallel) */
     const int B = m->B, T = m->T, C = d->C, N = B * T, Nl = zt_model_rows(m), S = g->S, Q = g->Q, I = d->I;
     const float eps = (float)d->norm_eps;
-    be->rmsnorm_forward(a->ln1, a->rstd1, x_in, w + g->o_ln1, Nl, 1, C, C, eps);
+    const int window = layer_window(d, l);
+    const float *inv_freq = g->inv_freq_local && layer_slides(d, l) ? g->inv_freq_local : g->inv_freq;
+    be->rmsnorm_forward(a->ln1, a->rstd1, x_in, norm_weight(m, w + g->o_ln1, C), Nl, 1, C, C, eps);
     const float *ln1 = zt_model_tp_gather(m, a->ln1, zt_model_tp_scratch(m, 0)); // (N,C)
     const float *bqkv = d->qkv_bias ? w + g->o_bqkv : NULL;
     if (d->qk_norm) {
         be->matmul_forward(a->qkv_pre, ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
         zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, ln1, a->qkv_pre);
         be->copy_rows(a->qkv + Q + g->KV, S, a->qkv_pre + Q + g->KV, S, N, g->KV); // v as it is
-        be->rmsnorm_forward(a->qkv, a->qk_rstd, a->qkv_pre, w + g->o_qn, N, d->NH, d->HD, S, eps);
-        be->rmsnorm_forward(a->qkv + Q, a->qk_rstd + (size_t)N * d->NH, a->qkv_pre + Q, w + g->o_kn, N, d->NKV,
-                            d->HD, S, eps);
+        be->rmsnorm_forward(a->qkv, a->qk_rstd, a->qkv_pre, norm_weight(m, w + g->o_qn, d->HD), N, d->NH, d->HD, S,
+                            eps);
+        be->rmsnorm_forward(a->qkv + Q, a->qk_rstd + (size_t)N * d->NH, a->qkv_pre + Q,
+                            norm_weight(m, w + g->o_kn, d->HD), N, d->NKV, d->HD, S, eps);
     } else {
         be->matmul_forward(a->qkv, ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
         zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, ln1, a->qkv);
@@ -575,34 +813,40 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     /* positions: a packed batch's, or under sequence parallelism this rank's chunk's; m->seg
      * (packed rows, or NULL) covers whole sequences */
     const int32_t *pos = zt_model_positions(m);
-    be->rope_forward(a->qkv, g->inv_freq, pos, B, T, d->NH, d->HD, S);
-    be->rope_forward(a->qkv + Q, g->inv_freq, pos, B, T, d->NKV, d->HD, S);
+    be->rope_forward(a->qkv, inv_freq, pos, B, T, d->NH, d->HD, S);
+    be->rope_forward(a->qkv + Q, inv_freq, pos, B, T, d->NKV, d->HD, S);
     if (d->sp_size > 1 && d->sp_ring) {
-        zt_model_ring_forward(m, a->qkv, d->NH, d->NKV, d->HD, a->atty, a->lse);
+        zt_model_ring_forward(m, a->qkv, d->NH, d->NKV, d->HD, a->atty, a->lse); /* no window (sp_check) */
     } else if (d->sp_size > 1) {
         /* Ulysses: every position for this rank's share of the heads, and back */
         const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
         zt_model_sp_scatter_heads(m, a->qkv, 3, h, d->HD, a->qkv_sp); // (B, sp T, (NH + 2 nkv) HD / sp)
-        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, d->NH / sp, nkv, d->HD);
+        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, d->NH / sp, nkv, d->HD, window);
         zt_model_sp_gather_heads(m, a->atty_sp, 1, h, d->HD, a->atty); // (N,Q)
     } else {
-        zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD); // (N,Q)
+        zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD, window); // (N,Q)
     }
-    float *y = zt_model_tp_partial(m, a->res2); // row-parallel: (N,C) partial sums under tp
+    /* the attention's output: into res2 (llama), or into ao, normed into res2 (gemma3) */
+    float *ao = d->sandwich ? a->ao : a->res2;
+    float *y = zt_model_tp_partial(m, ao); // row-parallel: (N,C) partial sums under tp
     be->matmul_forward(y, a->atty, w + g->o_wo, zt_model_tp_bias(m, d->o_bias ? w + g->o_bo : NULL), N, Q, C, 1);
     zt_lora_gemm_forward(m, &g->lo_o, l, lora, a->atty, y);
-    zt_model_tp_reduce(m, y, a->res2); // (Nl,C)
-    be->residual_forward(a->res2, a->res2, x_in, (size_t)Nl * C);
-    be->rmsnorm_forward(a->ln2, a->rstd2, a->res2, w + g->o_ln2, Nl, 1, C, C, eps);
+    zt_model_tp_reduce(m, y, ao); // (Nl,C)
+    if (d->sandwich) sandwich_forward(m, a->res2, x_in, ao, a->rstd_pa, w, g->o_pa);
+    else be->residual_forward(a->res2, a->res2, x_in, (size_t)Nl * C);
+    be->rmsnorm_forward(a->ln2, a->rstd2, a->res2, norm_weight(m, w + g->o_ln2, C), Nl, 1, C, C, eps);
     const float *ln2 = zt_model_tp_gather(m, a->ln2, zt_model_tp_scratch(m, 0)); // (N,C)
     be->matmul_forward(a->gu, ln2, w + g->o_wgu, NULL, N, C, 2 * I, 1); // (N,2I) [gate | up]
     zt_lora_gemm_forward(m, &g->lo_gu, l, lora, ln2, a->gu);
-    be->swiglu_forward(a->act, a->gu, N, I);                               // (N,I)
-    y = zt_model_tp_partial(m, out);
+    if (d->act_gelu) be->geglu_forward(a->act, a->gu, N, I); // (N,I)
+    else be->swiglu_forward(a->act, a->gu, N, I);
+    float *mo = d->sandwich ? a->mo : out;
+    y = zt_model_tp_partial(m, mo);
     be->matmul_forward(y, a->act, w + g->o_wdown, NULL, N, I, C, 1); // row-parallel
     zt_lora_gemm_forward(m, &g->lo_down, l, lora, a->act, y);
-    zt_model_tp_reduce(m, y, out);
-    be->residual_forward(out, out, a->res2, (size_t)Nl * C);
+    zt_model_tp_reduce(m, y, mo);
+    if (d->sandwich) sandwich_forward(m, out, a->res2, mo, a->rstd_pf, w, g->o_pf);
+    else be->residual_forward(out, out, a->res2, (size_t)Nl * C);
 }
 
 static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw, const float *lora,
@@ -614,6 +858,8 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     const zt_model_dims_t *d = &m->d;
     const int B = m->B, T = m->T, C = d->C, N = B * T, Nl = zt_model_rows(m), S = g->S, Q = g->Q, I = d->I;
     const size_t F = sizeof(float);
+    const int window = layer_window(d, l);
+    const float *inv_freq = g->inv_freq_local && layer_slides(d, l) ? g->inv_freq_local : g->inv_freq;
     /* tp_sequence_parallel: dres and the norms are this rank's Nl rows; the GEMMs see all
      * N, gathered (tp scratch 0) and reduce-scattered (from dres2 into dn) */
     float *full = zt_model_tp_scratch(m, 0), *dn = d->tp_seq ? m->tp_rows : m->dres2;
@@ -624,20 +870,24 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     /* re-run the forward to refill the shared buffers; its output goes to dres2, free
      * until dln2 below, because the next block's x_in must stay intact */
     if (m->recompute) llama_block_forward(m, l, w, lora, x_in, m->dres2);
-    /* dres = dL/d(out), out = res2 + down(swiglu(gu(ln2(res2)))) */
+    /* dres = dL/d(out), out = res2 + down(swiglu(gu(ln2(res2)))) (gemma3: + norm(down(...))) */
     float *dact = g->dtmp;
-    const float *dy = zt_model_tp_gather(m, dres, full); // (N,C)
+    const float *dmo = d->sandwich ? sandwich_backward(m, dres, a->mo, a->rstd_pf, w, dw, g->o_pf) : dres;
+    const float *dy = zt_model_tp_gather(m, dmo, full); // (N,C)
     be->matmul_backward(dact, DW(g->o_wdown), NULL, dy, a->act, w + g->o_wdown, N, I, C, 1);
     zt_lora_gemm_backward(m, &g->lo_down, l, lora, dlora, a->act, dy, dact);
-    be->swiglu_backward(a->gu, dact, a->gu, N, I); // gu becomes dgu: nothing reads it after
+    // gu becomes dgu: nothing reads it after
+    if (d->act_gelu) be->geglu_backward(a->gu, dact, a->gu, N, I);
+    else be->swiglu_backward(a->gu, dact, a->gu, N, I);
     const float *ln2 = zt_model_tp_gather(m, a->ln2, full);
     be->matmul_backward(m->dres2, DW(g->o_wgu), NULL, a->gu, ln2, w + g->o_wgu, N, C, 2 * I, 1);
     zt_lora_gemm_backward(m, &g->lo_gu, l, lora, dlora, ln2, a->gu, m->dres2);
     zt_model_tp_reduce(m, m->dres2, dn); // column-parallel: each rank's columns' part
-    be->rmsnorm_backward(dres, DN(g->o_ln2), dn, a->res2, w + g->o_ln2, a->rstd2, Nl, 1, C, C);
-    /* dres = dL/d res2 ; res2 = x_in + o(attention(rope(norm(qkv(ln1(x_in)))))) */
+    be->rmsnorm_backward(dres, DN(g->o_ln2), dn, a->res2, norm_weight(m, w + g->o_ln2, C), a->rstd2, Nl, 1, C, C);
+    /* dres = dL/d res2 ; res2 = x_in + o(attention(rope(norm(qkv(ln1(x_in)))))) (gemma3: + norm(o(...))) */
     float *datty = g->dtmp;
-    dy = zt_model_tp_gather(m, dres, full);
+    const float *dao = d->sandwich ? sandwich_backward(m, dres, a->ao, a->rstd_pa, w, dw, g->o_pa) : dres;
+    dy = zt_model_tp_gather(m, dao, full);
     be->matmul_backward(datty, DW(g->o_wo), d->o_bias ? DW(g->o_bo) : NULL, dy, a->atty, w + g->o_wo, N, Q, C, 1);
     zt_lora_gemm_backward(m, &g->lo_o, l, lora, dlora, a->atty, dy, datty);
     if (d->sp_size > 1 && d->sp_ring) {
@@ -648,21 +898,22 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
         zt_model_sp_scatter_heads(m, datty, 1, h, d->HD, g->datty_sp);
         be->memzero(g->dqkv_sp, sp_row_floats(d, (size_t)N) * F);
         be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, m->seg, B, sp * T, d->NH / sp,
-                               nkv, d->HD);
+                               nkv, d->HD, window);
         zt_model_sp_gather_heads(m, g->dqkv_sp, 3, h, d->HD, g->dqkv); // (N,S), overwritten
     } else {
         be->memzero(g->dqkv, (size_t)N * S * F);
-        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, d->NH, d->NKV, d->HD);
+        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, d->NH, d->NKV, d->HD, window);
     }
     const int32_t *pos = zt_model_positions(m);
-    be->rope_backward(g->dqkv, g->inv_freq, pos, B, T, d->NH, d->HD, S);
-    be->rope_backward(g->dqkv + Q, g->inv_freq, pos, B, T, d->NKV, d->HD, S);
+    be->rope_backward(g->dqkv, inv_freq, pos, B, T, d->NH, d->HD, S);
+    be->rope_backward(g->dqkv + Q, inv_freq, pos, B, T, d->NKV, d->HD, S);
     float *dqkv = g->dqkv;
     if (d->qk_norm) {
         dqkv = g->dqkv_pre;
         be->memzero(dqkv, (size_t)N * S * F);
-        be->rmsnorm_backward(dqkv, DN(g->o_qn), g->dqkv, a->qkv_pre, w + g->o_qn, a->qk_rstd, N, d->NH, d->HD, S);
-        be->rmsnorm_backward(dqkv + Q, DN(g->o_kn), g->dqkv + Q, a->qkv_pre + Q, w + g->o_kn,
+        be->rmsnorm_backward(dqkv, DN(g->o_qn), g->dqkv, a->qkv_pre, norm_weight(m, w + g->o_qn, d->HD), a->qk_rstd, N,
+                             d->NH, d->HD, S);
+        be->rmsnorm_backward(dqkv + Q, DN(g->o_kn), g->dqkv + Q, a->qkv_pre + Q, norm_weight(m, w + g->o_kn, d->HD),
                              a->qk_rstd + (size_t)N * d->NH, N, d->NKV, d->HD, S);
         be->copy_rows(dqkv + Q + g->KV, S, g->dqkv + Q + g->KV, S, N, g->KV);
     }
@@ -673,7 +924,7 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, ln1, dqkv, dln1);
     if (!dln1) return;
     zt_model_tp_reduce(m, m->dres2, dn);
-    be->rmsnorm_backward(dres, DN(g->o_ln1), dn, x_in, w + g->o_ln1, a->rstd1, Nl, 1, C, C);
+    be->rmsnorm_backward(dres, DN(g->o_ln1), dn, x_in, norm_weight(m, w + g->o_ln1, C), a->rstd1, Nl, 1, C, C);
 #undef DW
 #undef DN
 }
@@ -681,8 +932,8 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
 static void llama_final_norm_forward(zt_model_t *m, const float *root, const float *x, float *xf)
 {
     const llama_t *g = m->fam;
-    m->be->rmsnorm_forward(xf, g->rstd_f, x, root + g->o_norm, zt_model_rows(m), 1, m->d.C, m->d.C,
-                           (float)m->d.norm_eps);
+    m->be->rmsnorm_forward(xf, g->rstd_f, x, norm_weight(m, root + g->o_norm, m->d.C), zt_model_rows(m), 1, m->d.C,
+                           m->d.C, (float)m->d.norm_eps);
 }
 
 static void llama_final_norm_backward(zt_model_t *m, const float *root, float *droot, const float *x,
@@ -691,8 +942,8 @@ static void llama_final_norm_backward(zt_model_t *m, const float *root, float *d
     const llama_t *g = m->fam;
     const int N = zt_model_rows(m), C = m->d.C;
     m->be->memzero(dx, (size_t)N * C * sizeof(float));
-    m->be->rmsnorm_backward(dx, droot ? droot + g->o_norm : g->dw_frozen, dxf, x, root + g->o_norm, g->rstd_f, N, 1,
-                            C, C);
+    m->be->rmsnorm_backward(dx, droot ? droot + g->o_norm : g->dw_frozen, dxf, x, norm_weight(m, root + g->o_norm, C),
+                            g->rstd_f, N, 1, C, C);
 }
 
 static size_t llama_head_offset(const zt_model_t *m) { return ((const llama_t *)m->fam)->o_head; }
@@ -720,8 +971,13 @@ LLAMA_ENTRY(zt_arch_llama, "llama", "LlamaForCausalLM", "llama", llama_to_hf);
 LLAMA_ENTRY(zt_arch_qwen2, "qwen2", "Qwen2ForCausalLM", "qwen2", qwen2_to_hf);
 LLAMA_ENTRY(zt_arch_qwen3, "qwen3", "Qwen3ForCausalLM", "qwen3", qwen3_to_hf);
 LLAMA_ENTRY(zt_arch_mistral, "mistral", "MistralForCausalLM", "mistral", mistral_to_hf);
+LLAMA_ENTRY(zt_arch_gemma3, "gemma3", "Gemma3ForCausalLM", "gemma3_text", gemma3_to_hf);
 
 static int variant_of(const zt_arch_t *a)
 {
-    return a == &zt_arch_qwen2 ? V_QWEN2 : a == &zt_arch_qwen3 ? V_QWEN3 : a == &zt_arch_mistral ? V_MISTRAL : V_LLAMA;
+    return a == &zt_arch_qwen2     ? V_QWEN2
+           : a == &zt_arch_qwen3   ? V_QWEN3
+           : a == &zt_arch_mistral ? V_MISTRAL
+           : a == &zt_arch_gemma3  ? V_GEMMA3
+                                   : V_LLAMA;
 }

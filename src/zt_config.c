@@ -77,11 +77,13 @@ static const struct { const char *name, *help; } sections[] = {
 
 static const zkey_t schema[] = {
     /* model */
-    KS("model.arch", model.arch, "gpt2", "gpt2|llama|qwen2|qwen3|mistral",
+    KS("model.arch", model.arch, "gpt2", "gpt2|llama|qwen2|qwen3|mistral|gemma3",
        "Model family: gpt2 (GPT2LMHeadModel: learned positions, pre-LayerNorm, GELU MLP of 4*n_embd, tied head), "
        "llama (LlamaForCausalLM: RMSNorm, RoPE, grouped-query attention, SwiGLU), qwen2 (Qwen2ForCausalLM: llama "
        "with q/k/v biases), qwen3 (Qwen3ForCausalLM: llama with per-head q/k RMSNorm), mistral (MistralForCausalLM: llama without "
-       "biases, with model.sliding_window). With model.name_or_path it comes from config.json."),
+       "biases, with model.sliding_window), gemma3 (Gemma3ForCausalLM, Gemma 3 text: GeGLU, (1 + w) RMSNorms "
+       "around attention and MLP, q/k norms, embeddings scaled by sqrt(n_embd), tied head, sliding-window layers "
+       "with their own rope_local_base_freq). With model.name_or_path it comes from config.json."),
     KS("model.name_or_path", model.name_or_path, "", NULL,
        "Hugging Face model directory (config.json + model.safetensors or model.safetensors.index.json and its "
        "shards), as LLaMA-Factory's model_name_or_path: the family and every dimension come from config.json, the "
@@ -112,10 +114,11 @@ static const zkey_t schema[] = {
        "lm_head shares the token embedding (llama family; gpt2 is always tied)."),
     KB("model.attention_bias", model.attention_bias, 0,
        "Biases on q/k/v/o_proj (llama, qwen3; qwen2 always has q/k/v biases and no o_proj bias, mistral none)."),
-    KS("model.rope_type", model.rope_type, "default", "default|llama3",
+    KS("model.rope_type", model.rope_type, "default", "default|llama3|linear",
        "rope_scaling's rope_type: llama3 divides the long-wavelength frequencies by rope_factor and interpolates "
-       "between the two wavelength bounds (Llama 3.1/3.2)."),
-    KD("model.rope_factor", model.rope_factor, 8.0, 1e-6, 1e6, "llama3 rope scaling: factor."),
+       "between the two wavelength bounds (Llama 3.1/3.2); linear divides every frequency by rope_factor (gemma3: "
+       "its full-attention layers only, as HF)."),
+    KD("model.rope_factor", model.rope_factor, 8.0, 1e-6, 1e6, "llama3 and linear rope scaling: factor."),
     KD("model.rope_low_freq_factor", model.rope_low_freq_factor, 1.0, 1e-6, 1e6,
        "llama3 rope scaling: low_freq_factor."),
     KD("model.rope_high_freq_factor", model.rope_high_freq_factor, 4.0, 1e-6, 1e6,
@@ -123,9 +126,13 @@ static const zkey_t schema[] = {
     KI("model.rope_original_max_position_embeddings", model.rope_original_max_position_embeddings, 8192, 1,
        1 << 24, "llama3 rope scaling: original_max_position_embeddings."),
     KI("model.sliding_window", model.sliding_window, 0, 0, 1 << 24,
-       "mistral: HF's sliding_window, the positions a token attends to (0 = null: all before it). ztrain's "
-       "attention is full causal, the same while no row is longer than the window: data.seq_len above it is "
-       "refused."),
+       "mistral, gemma3: HF's sliding_window: token t attends to positions t - sliding_window + 1 .. t (0 = null: "
+       "all before it); every mistral layer, gemma3's sliding_attention layers."),
+    KI("model.sliding_window_pattern", model.sliding_window_pattern, 6, 1, 1024,
+       "gemma3: every sliding_window_pattern-th layer (layers p-1, 2p-1, ...) is full_attention, the others "
+       "sliding_attention (HF's layer_types as Gemma3TextConfig builds them)."),
+    KD("model.rope_local_base_freq", model.rope_local_base_freq, 10000.0, 1.0, 1e12,
+       "gemma3: rope_theta of the sliding_attention layers (model.rope_theta is the full_attention layers')."),
     KS("model.init_from", model.init_from, "", NULL,
        "Checkpoint to take the initial weights from (fine-tuning); \"\" = random initialisation. Only the weights "
        "are read; the step count and optimizer state start fresh."),

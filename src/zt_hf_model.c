@@ -25,7 +25,7 @@ static const char *const shape_keys[] = {
     "model.intermediate_size", "model.vocab_size", "model.block_size", "model.rope_theta", "model.rms_norm_eps",
     "model.tie_word_embeddings", "model.attention_bias", "model.rope_type", "model.rope_factor",
     "model.rope_low_freq_factor", "model.rope_high_freq_factor", "model.rope_original_max_position_embeddings",
-    "model.sliding_window",
+    "model.sliding_window", "model.sliding_window_pattern", "model.rope_local_base_freq",
 };
 
 int zt_hf_model_resolve(zt_config_t *cfg, const char *config_text, const char *file, char *err, size_t errlen)
@@ -65,10 +65,6 @@ int zt_hf_model_resolve(zt_config_t *cfg, const char *config_text, const char *f
     if (cfg->data.seq_len > d.maxT)
         return zt_err(err, errlen, "data.seq_len (%d) exceeds max_position_embeddings (%d) of %s", cfg->data.seq_len,
                       d.maxT, file);
-    if (d.sliding_window && cfg->data.seq_len > d.sliding_window)
-        return zt_err(err, errlen, "data.seq_len (%d) exceeds sliding_window (%d) of %s: ztrain's attention is full "
-                      "causal, equal to the sliding window only for rows that fit in it", cfg->data.seq_len,
-                      d.sliding_window, file);
     cfg->model = hf.model; /* hf began as a copy of cfg: its other keys are the input's */
     return 0;
 }

@@ -424,7 +424,7 @@ static void cpu_rope_backward(float *restrict dx, const float *restrict inv_freq
     rope_apply(dx, inv_freq, positions, B, T, H, D, stride, -1.0f);
 }
 
-/* ----------------------------------------------------------------- swiglu -- */
+/* ---------------------------------------------------------------- sigmoid -- */
 
 /* sigmoid(x) from e = exp(-|x|) <= 1 (no overflow, zt_expf's range), as gelu_sig */
 static inline float zt_sigmoid(float x)
@@ -432,44 +432,6 @@ static inline float zt_sigmoid(float x)
     float e = zt_expf(-fabsf(x));
     float inv = 1.0f / (1.0f + e);
     return zt_sel(x >= 0.0f, inv, e * inv);
-}
-
-static void cpu_swiglu_forward(float *restrict out, const float *restrict gu, int N, int NI)
-{
-    // gu (N, 2I) = [gate | up] -> out (N, I)
-    const size_t n = (size_t)N * NI;
-#pragma omp parallel for if (n >= ZT_PAR_MIN) schedule(static)
-    for (int r = 0; r < N; r++) {
-        const float *restrict g = gu + (size_t)r * 2 * NI, *restrict u = g + NI;
-        float *restrict o = out + (size_t)r * NI;
-#pragma omp simd
-        for (int i = 0; i < NI; i++) o[i] = g[i] * zt_sigmoid(g[i]) * u[i];
-    }
-}
-
-/* d silu(g)/dg = s + g s (1 - s), s = sigmoid(g). dgu may be gu: iteration i
- * reads gate i and up i before writing the same two elements and touches no
- * other, so the loop is a valid simd loop with or without the alias (hence no
- * restrict on dgu and gu, and the explicit simd pragma). */
-static void cpu_swiglu_backward(float *dgu, const float *restrict dout, const float *gu, int N,
-                                int NI)
-{
-    // dgu (N, 2I) = ; dout (N, I) ; gu (N, 2I)
-    const size_t n = (size_t)N * NI;
-#pragma omp parallel for if (n >= ZT_PAR_MIN) schedule(static)
-    for (int r = 0; r < N; r++) {
-        const float *g = gu + (size_t)r * 2 * NI, *u = g + NI;
-        float *dg = dgu + (size_t)r * 2 * NI, *du = dg + NI;
-        const float *restrict dy = dout + (size_t)r * NI;
-#pragma omp simd
-        for (int i = 0; i < NI; i++) {
-            float gi = g[i], ui = u[i];
-            float s = zt_sigmoid(gi);
-            float silu = gi * s;
-            dg[i] = dy[i] * ui * (s + gi * s * (1.0f - s));
-            du[i] = dy[i] * silu;
-        }
-    }
 }
 
 /* ----------------------------------------------------------------- matmul -- */
@@ -649,20 +611,31 @@ typedef struct att_head {
     int T, qs, os, hs, bq;      /* qs = (NH+2NKV)*HD, os = NH*HD (3C, C for GPT-2); bq: rows per query block */
     int Tk, ks;                 /* keys; their row stride (ks = qs, Tk = T: one packed qkv) */
     int causal;                 /* row t sees keys 0..t (same positions), else every key (ring blocks) */
+    int window;                 /* causal only: > 0, row t sees keys t - window + 1 .. t */
     float scale;
 } att_head_t;
 
 /* keys k0.. a query block sees: its causal prefix, or every key of a ring block */
 static int att_keys(const att_head_t *a, int t0, int nb, int k0) { return a->causal ? t0 + nb - k0 : a->Tk; }
 
-/* First key the queries t0 .. t0+nb-1 can see: 0, or with segments the earliest
- * start of their segments */
+/* First key query t can see by the window alone */
+static int att_window0(const att_head_t *a, int t) { return a->window ? ZT_MAX(0, t - a->window + 1) : 0; }
+
+/* First key the queries t0 .. t0+nb-1 can see: 0, or the earliest start of their
+ * segments and windows (the first row's window starts first) */
 static int att_key0(const att_head_t *a, int t0, int nb)
 {
-    if (!a->seg || !a->lo) return 0; /* no segment starts: a ring block sees from its first key */
-    int k0 = a->lo[t0];
-    for (int r = 1; r < nb; r++) k0 = ZT_MIN(k0, a->lo[t0 + r]);
+    if (!a->seg || !a->lo) return att_window0(a, t0); /* a ring block (no window) sees from its first key */
+    int k0 = ZT_MAX(a->lo[t0], att_window0(a, t0));
+    for (int r = 1; r < nb; r++) k0 = ZT_MIN(k0, ZT_MAX(a->lo[t0 + r], att_window0(a, t0 + r)));
     return k0;
+}
+
+/* Scores of keys k0 .. that row t's window has left behind: -inf (exp gives exact zeros) */
+static void att_window_row(const att_head_t *a, int t, int k0, float *restrict row)
+{
+    const int m = att_window0(a, t) - k0;
+    for (int j = 0; j < m; j++) row[j] = -INFINITY;
 }
 
 /* Scores of keys k0 .. k0+n-1 in row (query t) that belong to another segment: -inf */
@@ -682,6 +655,7 @@ static void att_softmax_rows(const att_head_t *a, int t0, int nb, int k0, int nk
         float *restrict row = S + (size_t)r * nk;
         const int n = a->causal ? t0 + r + 1 - k0 : nk; /* keys k0..t */
         if (a->seg) att_mask_row(a, t0 + r, k0, n, row);
+        if (a->window) att_window_row(a, t0 + r, k0, row);
         float mx = -INFINITY; /* finite but in a ring block of other segments: key t is seen */
 #pragma omp simd reduction(max : mx)
         for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
@@ -735,6 +709,7 @@ static void att_ds_rows(const att_head_t *a, int t0, int nb, int k0, int nk, flo
         const int n = a->causal ? t0 + r + 1 - k0 : nk;
         const float l = a->lse[t0 + r];
         if (a->seg) att_mask_row(a, t0 + r, k0, n, p);
+        if (a->window) att_window_row(a, t0 + r, k0, p);
         float D = 0.0f;
 #pragma omp simd reduction(+ : D)
         for (int i = 0; i < hs; i++) D += dy[i] * y[i];
@@ -855,7 +830,7 @@ typedef struct att_call {
     const float *q, *k, *v, *out, *dout, *lse;
     float *o, *lse_out, *dq, *dk, *dv;
     const int32_t *seg, *kseg; /* kseg NULL: the keys are the queries' rows (seg) */
-    int B, T, Tk, NH, NKV, HD, qs, ks, causal, bf16;
+    int B, T, Tk, NH, NKV, HD, qs, ks, causal, window, bf16;
 } att_call_t;
 
 static void att_all_heads(const att_call_t *c)
@@ -877,7 +852,7 @@ static void att_all_heads(const att_call_t *c)
                     const size_t q0 = (size_t)b * T * qs + (size_t)h * HD, k0 = (size_t)b * Tk * ks + (size_t)g * HD;
                     const size_t ooff = (size_t)b * T * os + (size_t)h * HD;
                     att_head_t a = {.T = T, .qs = qs, .os = os, .hs = HD, .bq = bq, .Tk = Tk, .ks = ks,
-                                    .causal = c->causal, .scale = 1.0f / sqrtf((float)HD)};
+                                    .causal = c->causal, .window = c->window, .scale = 1.0f / sqrtf((float)HD)};
                     if (c->seg) {
                         a.seg = c->seg + (size_t)b * T;
                         a.kseg = c->kseg ? c->kseg + (size_t)b * Tk : a.seg;
@@ -910,27 +885,27 @@ static void att_all_heads(const att_call_t *c)
 
 static void cpu_attention_forward(float *restrict out, float *restrict lse,
                                   const float *restrict qkv, const int32_t *restrict seg, int B,
-                                  int T, int NH, int NKV, int HD)
+                                  int T, int NH, int NKV, int HD, int window)
 {
     // qkv (B,T,(NH+2NKV)*HD) -> out (B,T,NH*HD), lse (B,NH,T) ; seg (B,T) or NULL
     const int qs = (NH + 2 * NKV) * HD;
     att_call_t c = {.q = qkv, .k = qkv + (size_t)NH * HD, .v = qkv + (size_t)(NH + NKV) * HD, .o = out,
                     .lse_out = lse, .seg = seg, .B = B, .T = T, .Tk = T, .NH = NH, .NKV = NKV, .HD = HD,
-                    .qs = qs, .ks = qs, .causal = 1, .bf16 = g_bf16_gemm};
+                    .qs = qs, .ks = qs, .causal = 1, .window = window, .bf16 = g_bf16_gemm};
     att_all_heads(&c);
 }
 
 static void cpu_attention_backward(float *restrict dqkv, const float *restrict dout,
                                    const float *restrict qkv, const float *restrict out,
                                    const float *restrict lse, const int32_t *restrict seg, int B,
-                                   int T, int NH, int NKV, int HD)
+                                   int T, int NH, int NKV, int HD, int window)
 {
     // dqkv (B,T,(NH+2NKV)*HD) += ; dout, out (B,T,NH*HD) ; lse (B,NH,T) is only read
     const int qs = (NH + 2 * NKV) * HD;
     const size_t ko = (size_t)NH * HD, vo = (size_t)(NH + NKV) * HD;
     att_call_t c = {.q = qkv, .k = qkv + ko, .v = qkv + vo, .out = out, .dout = dout, .lse = lse, .dq = dqkv,
                     .dk = dqkv + ko, .dv = dqkv + vo, .seg = seg, .B = B, .T = T, .Tk = T, .NH = NH, .NKV = NKV,
-                    .HD = HD, .qs = qs, .ks = qs, .causal = 1, .bf16 = g_bf16_gemm};
+                    .HD = HD, .qs = qs, .ks = qs, .causal = 1, .window = window, .bf16 = g_bf16_gemm};
     att_all_heads(&c);
 }
 
@@ -1018,6 +993,66 @@ static void cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
 {
 #pragma omp parallel for simd if (n >= ZT_PAR_MIN) schedule(static)
     for (size_t i = 0; i < n; i++) dinp[i] = gelu_grad(inp[i]) * dout[i];
+}
+
+/* The gated MLPs, SwiGLU and GeGLU: gu (N, 2I) = [gate | up] per row (one GEMM over
+ * gate_proj and up_proj), out (N, I) = act(gate) * up with act silu or tanh-GELU
+ * (gelu_sig above). */
+static void glu_forward(float *restrict out, const float *restrict gu, int N, int NI, int gelu)
+{
+    const size_t n = (size_t)N * NI;
+#pragma omp parallel for if (n >= ZT_PAR_MIN) schedule(static)
+    for (int r = 0; r < N; r++) {
+        const float *restrict g = gu + (size_t)r * 2 * NI, *restrict u = g + NI;
+        float *restrict o = out + (size_t)r * NI;
+#pragma omp simd
+        for (int i = 0; i < NI; i++) {
+            float s1s, x = g[i];
+            const float a = gelu ? x * gelu_sig(x, &s1s) : x * zt_sigmoid(x);
+            o[i] = a * u[i];
+        }
+    }
+}
+
+/* dgu (N, 2I) = d/d[gate | up] from dout (N, I): d silu(g)/dg = s + g s (1 - s) with
+ * s = sigmoid(g), d gelu(g)/dg = gelu_grad. dgu may be gu: iteration i reads gate i and
+ * up i before writing the same two elements and touches no other, so the loop is a
+ * valid simd loop with or without the alias (hence no restrict on dgu and gu, and the
+ * explicit simd pragma). */
+static void glu_backward(float *dgu, const float *restrict dout, const float *gu, int N, int NI, int gelu)
+{
+    const size_t n = (size_t)N * NI;
+#pragma omp parallel for if (n >= ZT_PAR_MIN) schedule(static)
+    for (int r = 0; r < N; r++) {
+        const float *g = gu + (size_t)r * 2 * NI, *u = g + NI;
+        float *dg = dgu + (size_t)r * 2 * NI, *du = dg + NI;
+        const float *restrict dy = dout + (size_t)r * NI;
+#pragma omp simd
+        for (int i = 0; i < NI; i++) {
+            float s1s, gi = g[i], ui = u[i], act, dact;
+            if (gelu) {
+                act = gi * gelu_sig(gi, &s1s);
+                dact = gelu_grad(gi);
+            } else {
+                const float s = zt_sigmoid(gi);
+                act = gi * s;
+                dact = s + gi * s * (1.0f - s);
+            }
+            dg[i] = dy[i] * ui * dact;
+            du[i] = dy[i] * act;
+        }
+    }
+}
+
+static void cpu_swiglu_forward(float *out, const float *gu, int N, int NI) { glu_forward(out, gu, N, NI, 0); }
+static void cpu_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int NI)
+{
+    glu_backward(dgu, dout, gu, N, NI, 0);
+}
+static void cpu_geglu_forward(float *out, const float *gu, int N, int NI) { glu_forward(out, gu, N, NI, 1); }
+static void cpu_geglu_backward(float *dgu, const float *dout, const float *gu, int N, int NI)
+{
+    glu_backward(dgu, dout, gu, N, NI, 1);
 }
 
 /* OpenBLAS's sgemm has no epilogue: on the CPU the fused operations are composed. */
@@ -1430,6 +1465,8 @@ const zt_backend_t zt_backend_cpu = {
     .rope_backward = cpu_rope_backward,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
+    .geglu_forward = cpu_geglu_forward,
+    .geglu_backward = cpu_geglu_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .gemm = cpu_gemm,

@@ -793,11 +793,15 @@ void zt_model_kv_rows(zt_model_t *m, int n, const int *slot, const int *past)
     m->kv_nrows = n;
 }
 
-void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV, int HD)
+/* the first cached position a token at position `past` sees (window 0: all) */
+static int window_start(int past, int window) { return window && past + 1 > window ? past + 1 - window : 0; }
+
+void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV, int HD,
+                             int window)
 {
     const zt_backend_t *be = m->be;
     if (!m->kv) {
-        be->attention_forward(out, lse, qkv, m->seg, m->B, m->T, NH, NKV, HD);
+        be->attention_forward(out, lse, qkv, m->seg, m->B, m->T, NH, NKV, HD, window);
         return;
     }
     const int S = (NH + 2 * NKV) * HD, W = (int)kv_width(m), T = m->T;
@@ -810,8 +814,10 @@ void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out,
             const int past = m->kv_pastv[i];
             const float *row = qkv + (size_t)i * S;
             be->copy_rows(cache + (size_t)past * W, W, row + (size_t)NH * HD, S, 1, W); // k | v of token i
-            be->attention_block_forward(out + (size_t)i * NH * HD, lse + (size_t)i * NH, row, S, cache, cache + W / 2,
-                                        W, NULL, NULL, 1, 1, past + 1, NH, NKV, HD, 0);
+            const int k0 = window_start(past, window);
+            be->attention_block_forward(out + (size_t)i * NH * HD, lse + (size_t)i * NH, row, S, cache + (size_t)k0 * W,
+                                        cache + (size_t)k0 * W + W / 2, W, NULL, NULL, 1, 1, past + 1 - k0, NH, NKV,
+                                        HD, 0);
         }
         return;
     }
@@ -821,10 +827,12 @@ void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out,
                  m->B, T, past, m->Tmax);
     float *cache = m->kv[l] + (size_t)m->kv_slot[0] * seq;
     be->copy_rows(cache + (size_t)past * W, W, qkv + (size_t)NH * HD, S, T, W); // k | v of this call
-    if (past == 0) be->attention_forward(out, lse, qkv, NULL, 1, T, NH, NKV, HD);
-    else /* the new token sees every cached position, itself the last */
-        be->attention_block_forward(out, lse, qkv, S, cache, cache + W / 2, W, NULL, NULL, 1, 1, past + 1, NH, NKV,
-                                    HD, 0);
+    if (past == 0) be->attention_forward(out, lse, qkv, NULL, 1, T, NH, NKV, HD, window);
+    else { /* the new token sees every cached position in its window, itself the last */
+        const int k0 = window_start(past, window);
+        be->attention_block_forward(out, lse, qkv, S, cache + (size_t)k0 * W, cache + (size_t)k0 * W + W / 2, W, NULL,
+                                    NULL, 1, 1, past + 1 - k0, NH, NKV, HD, 0);
+    }
 }
 
 void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale)

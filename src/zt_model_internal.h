@@ -138,9 +138,10 @@ void *zt_model_alloc(zt_model_t *m, size_t bytes);
  * past + T) first, and a call after past > 0 positions (one new token) attends to all
  * past + 1 of them; several (zt_model_kv_rows): each token goes to its sequence's
  * cache and attends to that sequence's past + 1 positions alone (lse is then not
- * kept: there is no backward). */
+ * kept: there is no backward). window > 0: a sliding window (attention_forward's),
+ * the cached positions before it unread. */
 void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV,
-                             int HD);
+                             int HD, int window);
 
 /* ---- LoRA on one GEMM (zt_lora.h) ---------------------------------------------------
  * A GEMM y (N,OC) = x (N,C) W^T whose output holds up to ZT_LORA_MAX targets side by

@@ -448,6 +448,9 @@ static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_mod
     if (ring && !be->attention_block_forward)
         return zt_err(err, errlen, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
                       "(parallel.sp_mode = ulysses works there)", be->name);
+    if (ring && d->sliding_window)
+        return zt_err(err, errlen, "parallel.sp_mode = ring: ring attention has no sliding window yet (the model's "
+                      "sliding_window is %d; parallel.sp_mode = ulysses works with it)", d->sliding_window);
     if (!ring && (d->NH % sp || (d->NKV % sp && sp % d->NKV)))
         return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide the attention heads (%d) and "
                       "divide or be a multiple of the key/value heads (%d) of a tensor-parallel rank (Ulysses "
@@ -1006,8 +1009,13 @@ static void startup_report(run_t *r)
     }
     const zt_param_table_t *t = r->table;
     const zt_model_dims_t *d = &t->dims;
-    zt_log("model: %s L=%d H=%d KV=%d C=%d head_dim=%d I=%d V=%d block=%d%s, %zu parameters in %d units%s%s",
-           t->arch->name, d->L, d->NH, d->NKV, d->C, d->HD, d->I, d->V, d->maxT, d->tied ? " tied" : "",
+    char window[64] = "";
+    if (d->sliding_window && d->sliding_pattern)
+        snprintf(window, sizeof window, " window=%d (every %d layers one full)", d->sliding_window, d->sliding_pattern);
+    else if (d->sliding_window)
+        snprintf(window, sizeof window, " window=%d", d->sliding_window);
+    zt_log("model: %s L=%d H=%d KV=%d C=%d head_dim=%d I=%d V=%d block=%d%s%s, %zu parameters in %d units%s%s",
+           t->arch->name, d->L, d->NH, d->NKV, d->C, d->HD, d->I, d->V, d->maxT, d->tied ? " tied" : "", window,
            t->total_numel, t->nunits, cfg->model.name_or_path[0] ? " from " : "", cfg->model.name_or_path);
     int sn = zt_strategy_is_hybrid(r->sopts.strategy) ? c->shard.size : c->data.size;
     zt_log("strategy: %s, layout %s, shard group %d, replica group %d, reshard_after_forward %s",

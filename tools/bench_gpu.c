@@ -343,9 +343,9 @@ static double bench_step(int level)
         float *dqkv = be->alloc(3 * NC * F), *dao = rnd(NC, 1.0f);
         const double full = 4.0 * B * (double)T * T * C, causal = full * (T + 1.0) / (2.0 * T);
         snprintf(sh, sizeof sh, "B%d T%d NH%d hs%d", B, T, NH, C / NH);
-        TIME_MS(ms, be->attention_forward(ao, lse, qkv, NULL, B, T, NH, NH, C / NH));
+        TIME_MS(ms, be->attention_forward(ao, lse, qkv, NULL, B, T, NH, NH, C / NH, 0));
         add_row("attention_fwd", sh, ms, causal, full, 0, L);
-        TIME_MS(ms, be->attention_backward(dqkv, dao, qkv, ao, lse, NULL, B, T, NH, NH, C / NH));
+        TIME_MS(ms, be->attention_backward(dqkv, dao, qkv, ao, lse, NULL, B, T, NH, NH, C / NH, 0));
         add_row("attention_bwd", sh, ms, 2 * causal, 2 * full, 0, L);
         be->free(qkv), be->free(ao), be->free(lse), be->free(dqkv), be->free(dao);
     }

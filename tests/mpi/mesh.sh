@@ -7,7 +7,8 @@
 #     zero1, zero2 per_param and zero3 on 4 ranks: losses and final parameters
 #     within 1e-5 of one rank (fp32, clipping active at every step); Qwen3's q/k
 #     norms (replicated, gradients summed over tp); each at tp 2 and tp 2 x zero3 with
-#     parallel.tp_sequence_parallel (Megatron: the residual stream split by tokens).
+#     parallel.tp_sequence_parallel (Megatron: the residual stream split by tokens);
+#     Gemma 3 (sandwich norms, a sliding and a full layer) through the same runs.
 #  2. The checkpoint stays mesh-independent: tp 2 x dp 2 -> ddp on 3 ranks and -> sp 2 x
 #     zero3, zero2 on 2 ranks -> tp 2, ring sp 2 -> tp 2 x sp 2, against 20 steps at once.
 #  3. bf16 against its own one-rank run: Llama at tp 2 x zero3, tp 2 (tp_sequence_parallel)
@@ -30,10 +31,13 @@ llama="model.arch=llama model.n_head=4 model.n_kv_head=2 model.n_embd=32 model.h
   model.intermediate_size=48 model.tie_word_embeddings=false"
 qwen3="model.arch=qwen3 model.n_head=4 model.n_kv_head=2 model.n_embd=32 model.head_dim=8
   model.intermediate_size=48"
+# Gemma 3: layer 0 slides (a window of 5 over rows of 16), layer 1 is full attention
+gemma3="model.arch=gemma3 model.n_head=4 model.n_kv_head=2 model.n_embd=32 model.head_dim=8
+  model.intermediate_size=48 model.tie_word_embeddings=true model.sliding_window=5 model.sliding_window_pattern=2"
 tp2="parallel.tensor_parallel_size=2"
 
-for fam in gpt2 llama qwen3; do
-    case $fam in gpt2) arch="" ;; llama) arch=$llama ;; qwen3) arch=$qwen3 ;; esac
+for fam in gpt2 llama qwen3 gemma3; do
+    case $fam in gpt2) arch="" ;; llama) arch=$llama ;; qwen3) arch=$qwen3 ;; gemma3) arch=$gemma3 ;; esac
     # shellcheck disable=SC2086
     run_ztrain 1 $common $arch $(batch_args 1) train.output_dir="$fam-ref" >/dev/null
     # shellcheck disable=SC2086
@@ -63,7 +67,7 @@ r = [json.loads(l) for l in open(sys.argv[1]) if '"step_s"' in l][-1]["comm"]
 assert r["reduce_scatter"]["calls"] > 0 and r["all_gather"]["calls"] > r["reduce_scatter"]["calls"], r
 PYEOF
 done
-echo "mesh: gpt2, llama and qwen3 at tp 2 and tp 2 x dp 2 (ddp, zero1, zero2, zero3) match one rank"
+echo "mesh: gpt2, llama, qwen3 and gemma3 at tp 2 and tp 2 x dp 2 (ddp, zero1, zero2, zero3) match one rank"
 
 # KV heads fewer than tp are replicated: one KV head (multi-query) at tp 2, and 2 KV
 # heads at tp 4 (each shared by 2 ranks), with Qwen2's q/k/v biases
@@ -247,3 +251,18 @@ expect_fail_with 4 "must divide the attention heads (2) and divide or be a multi
 expect_fail_with 2 "into 2 sp chunks (ring attention's causal balance)" $common $sp2 parallel.sp_mode=ring \
     data.seq_len=14 train.output_dir=bad
 echo "mesh: Ulysses and ring sp 2, with zero2/zero3 and tp 2, ring sp 4 match one rank for gpt2, llama and qwen3"
+# Gemma 3's sliding window under Ulysses (each rank's heads over the whole sequence): sp 2,
+# sp 2 x zero3, tp 2 (tp_sequence_parallel) x sp 2; ring attention has no window yet
+# shellcheck disable=SC2086
+run_ztrain 2 $common $gemma3 $(batch_args 1) $sp2 train.output_dir=gemma3-sp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $gemma3 $(batch_args 2) $sp2 parallel.strategy=zero3 train.output_dir=gemma3-sp2-zero3 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $gemma3 $(batch_args 1) $sp2 $tp2 parallel.tp_sequence_parallel=true \
+    train.output_dir=gemma3-tps-sp2 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gemma3-ref gemma3-sp2 gemma3-sp2-zero3 gemma3-tps-sp2 ||
+    fail "gemma3: Ulysses sequence parallelism diverged from one rank"
+# shellcheck disable=SC2086
+expect_fail_with 2 "ring attention has no sliding window yet" $common $gemma3 $sp2 parallel.sp_mode=ring \
+    train.output_dir=bad
+echo "mesh: gemma3's sliding window under Ulysses sp 2, sp 2 x zero3 and tp 2 x sp 2 matches one rank"

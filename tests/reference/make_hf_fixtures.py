@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_hf_fixtures.py — Hugging Face transformers reference fixtures for ztrain's
-llama, qwen2, qwen3, mistral and gpt2 families.
+llama, qwen2, qwen3, mistral, gemma3 and gpt2 families.
 
 For each family it builds a tiny random model with transformers' own class
 (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, GPT2LMHeadModel;
@@ -47,8 +47,10 @@ import torch
 import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
+from transformers.models.gemma3 import modeling_gemma3
 
 V = 67                      # deliberately odd
 B, T = 2, 8
@@ -58,7 +60,7 @@ BETAS, EPS, WD, MAX_NORM = (0.9, 0.95), 1e-8, 0.1, 1.0
 SHARD_SIZE = "20KB"         # llama-sharded: several shards of a ~80 KB model
 
 # std of the random init: matrices (incl. embeddings) N(0, W_STD), biases N(0, B_STD),
-# RMSNorm weights 1 + N(0, 0.1)
+# RMSNorm weights 1 + N(0, 0.1) (Gemma's (1 + w) norms: w = N(0, 0.1))
 W_STD, B_STD, G_STD = 0.05, 0.05, 0.1
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -75,7 +77,16 @@ F64_MODULES = ["transformers.models.llama.modeling_llama",
                "transformers.models.qwen2.modeling_qwen2",
                "transformers.models.qwen3.modeling_qwen3",
                "transformers.models.mistral.modeling_mistral",
+               "transformers.models.gemma3.modeling_gemma3",
                "transformers.modeling_rope_utils"]
+
+
+def _gemma3_rmsnorm_f64(self, x):
+    # Gemma3RMSNorm.forward with its x.float() / weight.float() (tensor methods, which no
+    # module-level rebinding reaches) as float64: the same (1 + weight) arithmetic
+    output = self._norm(x.to(torch.float64))
+    output = output * (1.0 + self.weight.to(torch.float64))
+    return output.type_as(x)
 
 
 class _TorchF64:
@@ -90,13 +101,17 @@ class _TorchF64:
 def hf_float64(enabled=True):
     mods = [importlib.import_module(m) for m in F64_MODULES] if enabled else []
     saved = [m.torch for m in mods]
+    norm_fwd = modeling_gemma3.Gemma3RMSNorm.forward
     try:
         for m in mods:
             m.torch = _TorchF64()
+        if enabled:
+            modeling_gemma3.Gemma3RMSNorm.forward = _gemma3_rmsnorm_f64
         yield
     finally:
         for m, t in zip(mods, saved):
             m.torch = t
+        modeling_gemma3.Gemma3RMSNorm.forward = norm_fwd
 
 
 class _NoLowPrecision(TorchDispatchMode):
@@ -125,8 +140,11 @@ def refresh_rope(model):
         return
     re = model.model.rotary_emb
     fresh = type(re)(model.config)
-    re.inv_freq = fresh.inv_freq.to(torch.float64)
-    re.original_inv_freq = fresh.original_inv_freq.to(torch.float64)
+    # Gemma 3 keeps one pair per layer kind (sliding_attention_inv_freq, ...)
+    kinds = [f"{k}_" for k in getattr(re, "layer_types", [])] or [""]
+    for k in kinds:
+        setattr(re, f"{k}inv_freq", getattr(fresh, f"{k}inv_freq").to(torch.float64))
+        setattr(re, f"{k}original_inv_freq", getattr(fresh, f"{k}original_inv_freq").to(torch.float64))
 
 
 def rope_kwargs(theta, scaling=None):
@@ -160,10 +178,22 @@ FAMILIES = {
               dict(COMMON, head_dim=12, tie_word_embeddings=True, attention_bias=False,
                    use_sliding_window=False, **rope_kwargs(1e6)), 2003),
     # Mistral: no biases, head_dim * heads != hidden (as Mistral-Nemo), untied, and a
-    # sliding_window that the rows (T = 8) fit in, where it equals full causal attention
+    # sliding_window shorter than the rows (T = 8), so that the window masks
     "mistral": (MistralConfig, MistralForCausalLM,
-                dict(COMMON, head_dim=12, tie_word_embeddings=False, sliding_window=16,
+                dict(COMMON, head_dim=12, tie_word_embeddings=False, sliding_window=5,
                      **rope_kwargs(1e6)), 2005),
+    # Gemma 3 text: layer 0 sliding_attention (window 3 over rows of 8, rope base 1e4),
+    # layer 1 full_attention (rope base 1e6 with linear scaling), head_dim 16 with
+    # query_pre_attn_scalar equal to it, tied, GeGLU, (1 + w) norms
+    "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM,
+               dict({k: v for k, v in COMMON.items() if k != "hidden_act"}, head_dim=16,
+                    hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=16,
+                    sliding_window=3, layer_types=["sliding_attention", "full_attention"],
+                    tie_word_embeddings=True, attention_bias=False, final_logit_softcapping=None,
+                    attn_logit_softcapping=None, pad_token_id=0,
+                    rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                     "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                        "rope_theta": 1e6}}), 2006),
     # GPT-2: Conv1D (in, out) weights, LayerNorm with biases, gelu_new, learned positions,
     # tied head; the base of the lora-gpt2 fixture (make_lora_fixtures.py)
     "gpt2": (GPT2Config, GPT2LMHeadModel,
@@ -186,14 +216,16 @@ def build(family):
 
 
 def init_params(model, gen):
-    """Random, non-trivial values in named_parameters order, rounded to fp32."""
+    """Random, non-trivial values in named_parameters order, rounded to fp32. Gemma's norms
+    scale by (1 + weight): theirs are N(0, G_STD), the same 1 + N(0, G_STD) scales."""
+    unit = 0.0 if model.config.model_type.startswith("gemma") else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(tuple(p.shape), generator=gen, dtype=torch.float64)
             if p.dim() >= 2:
                 v = W_STD * r
             elif "norm" in name or (".ln_" in name and name.endswith(".weight")):
-                v = 1.0 + G_STD * r
+                v = unit + G_STD * r
             elif name.endswith(".bias"):
                 v = B_STD * r
             else:
@@ -246,7 +278,11 @@ def check_tied_grad(model, idx, tgt, combined):
     E = model.get_input_embeddings().weight
     a = E.detach().clone().requires_grad_(True)
     model.zero_grad(set_to_none=True)
-    _, loss = forward_loss(model, idx, tgt, inputs_embeds=a[idx])
+    emb = a[idx]
+    scale = getattr(model.get_input_embeddings(), "embed_scale", None)  # Gemma's, inside embed_tokens
+    if scale is not None:
+        emb = emb * scale.to(emb.dtype)
+    _, loss = forward_loss(model, idx, tgt, inputs_embeds=emb)
     loss.backward()
     g_head, g_emb = E.grad.detach().clone(), a.grad.detach().clone()
     model.zero_grad(set_to_none=True)
@@ -279,7 +315,7 @@ def run_family(family, outdir):
         shutil.rmtree(db, ignore_errors=True)
         copy.deepcopy(model).to(torch.bfloat16).save_pretrained(db, safe_serialization=True)
 
-    if family != "gpt2":                        # learned positions: no rotary frequencies
+    if family not in ("gpt2", "gemma3"):        # learned positions / two rotary bases
         base, got = check_rope(model, family)
     if family == "llama":
         print(f"  llama3 rope: inv_freq default {base.tolist()}\n"

@@ -235,8 +235,8 @@ static void run_attention(const int32_t *seg)
         o[r] = be->alloc(no * 4), l[r] = be->alloc(nl * 4), dq[r] = be->alloc(nq * 4);
         be->set_matmul_precision(r ? ZT_MATMUL_MEDIUM : ZT_MATMUL_HIGHEST);
         zt_cpu_set_threads(r == 2 ? 2 : 1);
-        be->attention_forward(o[r], l[r], qkv, seg, B, T, NH, NKV, HD);
-        be->attention_backward(dq[r], dout, qkv, o[r], l[r], seg, B, T, NH, NKV, HD);
+        be->attention_forward(o[r], l[r], qkv, seg, B, T, NH, NKV, HD, 0);
+        be->attention_backward(dq[r], dout, qkv, o[r], l[r], seg, B, T, NH, NKV, HD, 0);
     }
     zt_cpu_set_threads(1);
     be->set_matmul_precision(ZT_MATMUL_HIGHEST);

@@ -1,4 +1,4 @@
-/* test_families.c — the llama family (llama, qwen2, qwen3, mistral) and gpt2 against transformers.
+/* test_families.c — the llama family (llama, qwen2, qwen3, mistral, gemma3) and gpt2 against transformers.
  *
  * tests/reference/hf/<family>/ is a Hugging Face model directory that transformers
  * wrote (LlamaForCausalLM with GQA, llama3 rope scaling and an untied head;
@@ -260,15 +260,19 @@ static void t_llama(void) { run_family("llama"); }
 static void t_qwen2(void) { run_family("qwen2"); }
 static void t_qwen3(void) { run_family("qwen3"); }
 static void t_mistral(void) { run_family("mistral"); }
+static void t_gemma3(void) { run_family("gemma3"); }
 static void t_gpt2(void) { run_family("gpt2"); }
 
 /* The fixtures exercise what they claim: GQA, an untied head and llama3 scaling in
  * llama; biases and a tied head in qwen2; q/k norms and head_dim * heads != hidden in
  * qwen3; no biases, head_dim * heads != hidden, an untied head and a sliding window
- * longer than the rows in mistral. */
+ * shorter than the rows in mistral; in gemma3 everything Gemma (the (1 + w) sandwich
+ * norms, q/k norms, GeGLU, the embedding scale, a tied head), a sliding layer (window
+ * shorter than the rows, its own rope base) then a full one with linear rope scaling. */
 static void t_fixture_shapes(void)
 {
     fam_t l = fam_open("llama"), q2 = fam_open("qwen2"), q3 = fam_open("qwen3"), mi = fam_open("mistral");
+    fam_t ge = fam_open("gemma3");
     CU_ASSERT(l.tab->dims.NKV < l.tab->dims.NH && !l.tab->dims.tied && l.tab->dims.rope_llama3);
     CU_ASSERT(zt_param_table_find(l.tab, "lm_head.weight") >= 0);
     CU_ASSERT(q2.tab->dims.qkv_bias && !q2.tab->dims.o_bias && q2.tab->dims.tied);
@@ -276,13 +280,21 @@ static void t_fixture_shapes(void)
     CU_ASSERT(q3.tab->dims.qk_norm && q3.tab->dims.NH * q3.tab->dims.HD != q3.tab->dims.C);
     const zt_model_dims_t *md = &mi.tab->dims;
     CU_ASSERT(!md->qkv_bias && !md->o_bias && !md->qk_norm && !md->tied && md->NH * md->HD != md->C);
-    CU_ASSERT(md->sliding_window >= mi.T && zt_param_table_find(mi.tab, "lm_head.weight") >= 0);
-    zt_param_table_t *ts[4] = {l.tab, q2.tab, q3.tab, mi.tab};
-    for (int i = 0; i < 4; i++) zt_param_table_free(ts[i]);
+    CU_ASSERT(md->sliding_window > 1 && md->sliding_window < mi.T && !md->sliding_pattern);
+    CU_ASSERT(zt_param_table_find(mi.tab, "lm_head.weight") >= 0);
+    const zt_model_dims_t *gd = &ge.tab->dims;
+    CU_ASSERT(gd->norm_plus1 && gd->sandwich && gd->act_gelu && gd->embed_scale && gd->qk_norm && gd->tied);
+    CU_ASSERT(gd->sliding_window > 1 && gd->sliding_window < ge.T && gd->sliding_pattern == 2 && gd->L == 2);
+    CU_ASSERT(gd->rope_linear && gd->rope_factor == 4.0 && gd->rope_local_theta == 1e4 && gd->rope_theta == 1e6);
+    CU_ASSERT(zt_param_table_find(ge.tab, "model.layers.1.pre_feedforward_layernorm.weight") >= 0);
+    CU_ASSERT(zt_param_table_find(ge.tab, "model.layers.1.post_feedforward_layernorm.weight") >= 0);
+    zt_param_table_t *ts[5] = {l.tab, q2.tab, q3.tab, mi.tab, ge.tab};
+    for (int i = 0; i < 5; i++) zt_param_table_free(ts[i]);
     fam_close(&l);
     fam_close(&q2);
     fam_close(&q3);
     fam_close(&mi);
+    fam_close(&ge);
 }
 
 /* ---- LoRA ------------------------------------------------------------------------- */
@@ -571,6 +583,7 @@ static void t_kv_rows(void)
     kv_rows_case("llama", 0);
     kv_rows_case("qwen3", 0);
     kv_rows_case("gpt2", 0);
+    kv_rows_case("gemma3", 0);
     kv_rows_case("llama", 1);
 }
 
@@ -580,22 +593,24 @@ static void t_kv_cache(void)
     kv_cache_case("qwen2", 0);
     kv_cache_case("qwen3", 0);
     kv_cache_case("gpt2", 0);
+    kv_cache_case("mistral", 0);
+    kv_cache_case("gemma3", 0);
     kv_cache_case("llama", 1);
     kv_cache_case("gpt2", 1);
 }
 
 /* The adapters' gradients against central differences, with non-zero A and B, the
  * base frozen (no gradient computed for it): qwen3 (q/k norms, qkv biases off, tied),
- * llama (untied, GQA) and gpt2 (Conv1D bases; c_fc and mlp.c_proj unfused around the
+ * llama (untied, GQA), gpt2 (Conv1D bases; c_fc and mlp.c_proj unfused around the
  * GELU: both, c_fc alone with the fused backward, mlp.c_proj alone with the fused
- * forward). The same step with gradient checkpointing gives the same bits, and the
+ * forward) and gemma3 (its sandwich norms, GeGLU, a window of 3 over T = 5). The same step with gradient checkpointing gives the same bits, and the
  * activations allocated are the estimate's. */
 static void t_lora_finite_difference(void)
 {
-    static const char *const fams[] = {"qwen3", "llama", "gpt2", "gpt2", "gpt2"};
-    static const char *const targets[] = {NULL, NULL, NULL, "c_fc", "mlp.c_proj"};
-    static const int linears[] = {7, 7, 4, 1, 1};
-    for (int k = 0; k < 5; k++) {
+    static const char *const fams[] = {"qwen3", "llama", "gpt2", "gpt2", "gpt2", "gemma3"};
+    static const char *const targets[] = {NULL, NULL, NULL, "c_fc", "mlp.c_proj", NULL};
+    static const int linears[] = {7, 7, 4, 1, 1, 7};
+    for (int k = 0; k < 6; k++) {
         fam_t f = fam_open(fams[k]);
         const int B = 2, T = 5, V = f.tab->dims.V;
         zt_param_table_t *lt = lora_table_on(f.tab, 2, targets[k]);
@@ -711,11 +726,13 @@ static void run_lora(const char *family)
 static void t_lora_llama(void) { run_lora("llama"); }
 static void t_lora_qwen3(void) { run_lora("qwen3"); }
 static void t_lora_gpt2(void) { run_lora("gpt2"); }
+static void t_lora_gemma3(void) { run_lora("gemma3"); }
 
 static const zt_test_t tests[] = {
     {"lora_llama_vs_peft", t_lora_llama},
     {"lora_qwen3_vs_peft", t_lora_qwen3},
     {"lora_gpt2_vs_peft", t_lora_gpt2},
+    {"lora_gemma3_vs_peft", t_lora_gemma3},
     {"lora_table", t_lora_table},
     {"lora_table_gpt2", t_lora_table_gpt2},
     {"lora_starts_as_base", t_lora_starts_as_base},
@@ -727,6 +744,7 @@ static const zt_test_t tests[] = {
     {"qwen2_vs_transformers", t_qwen2},
     {"qwen3_vs_transformers", t_qwen3},
     {"mistral_vs_transformers", t_mistral},
+    {"gemma3_vs_transformers", t_gemma3},
     {"gpt2_vs_transformers", t_gpt2},
     {NULL, NULL},
 };

@@ -621,7 +621,7 @@ static void t_matmul_one_row(void)
 
 /* -------------------------------------------------------------- attention -- */
 
-typedef struct { int B, T, NH, NKV, HD; double *qkv, *R, *out, *lse, *p; const int32_t *seg; } at_ctx;
+typedef struct { int B, T, NH, NKV, HD; double *qkv, *R, *out, *lse, *p; const int32_t *seg; int window; } at_ctx;
 
 /* channel offsets in a qkv row of (NH + 2 NKV) HD floats: query head h, and the
  * key and value of the KV head that query head h reads (h / (NH/NKV)) */
@@ -629,8 +629,11 @@ typedef struct { int B, T, NH, NKV, HD; double *qkv, *R, *out, *lse, *p; const i
 #define AT_Q(c, h) ((h) * (c)->HD)
 #define AT_K(c, h) (((c)->NH + (h) / ((c)->NH / (c)->NKV)) * (c)->HD)
 #define AT_V(c, h) (((c)->NH + (c)->NKV + (h) / ((c)->NH / (c)->NKV)) * (c)->HD)
-/* key j visible from query t of row b (j <= t): always, or with segments in t's segment */
-#define AT_SEES(c, b, t, j) (!(c)->seg || (c)->seg[(size_t)(b) * (c)->T + (j)] == (c)->seg[(size_t)(b) * (c)->T + (t)])
+/* key j visible from query t of row b (j <= t): always, or with segments in t's segment,
+ * and with a window when t - j < window */
+#define AT_SEES(c, b, t, j)                                                                               \
+    ((!(c)->seg || (c)->seg[(size_t)(b) * (c)->T + (j)] == (c)->seg[(size_t)(b) * (c)->T + (t)]) &&    \
+     (!(c)->window || (t) - (j) < (c)->window))
 
 /* Naive causal attention in double: per row the masked scores, their max, the
  * log-sum-exp and the probabilities, then out = P V. With segments a key of another
@@ -710,23 +713,23 @@ static double at_loss(void *v)
 
 /* Forward (out and lse) against the double reference; backward (dqkv +=) by
  * finite differences of L = sum(out * R) when fd is set, and against the
- * double backward formulas always. seg (B,T) or NULL, as the kernels take it. */
-static void run_gqa_seg(int B, int T, int NH, int NKV, int HD, int threads, int fd, const int32_t *seg)
+ * double backward formulas always. seg (B,T) or NULL and window, as the kernels take them. */
+static void run_gqa_win(int B, int T, int NH, int NKV, int HD, int threads, int fd, const int32_t *seg, int window)
 {
     size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
     size_t nl = (size_t)B * NH * T;
     float *qkv = frand(nq, 1.5), *R = frand(no, 1);
     float *out = frand(no, 1), *lse = frand(nl, 1);
     zt_cpu_set_threads(threads);
-    be->attention_forward(out, lse, qkv, seg, B, T, NH, NKV, HD);
+    be->attention_forward(out, lse, qkv, seg, B, T, NH, NKV, HD, window);
     at_ctx c = {B, T, NH, NKV, HD, f2d(qkv, nq), f2d(R, no), malloc(no * 8), malloc(nl * 8),
-                malloc((size_t)T * 8), seg};
+                malloc((size_t)T * 8), seg, window};
     at_ref(&c);
     CU_ASSERT(vec_err(out, c.out, no, 1e-6) < 1e-5);
     CU_ASSERT(vec_err(lse, c.lse, nl, 1.0) < 1e-6);
 
     float *dq = frand(nq, 1), *dq0 = fcopy(dq, nq);
-    be->attention_backward(dq, R, qkv, out, lse, seg, B, T, NH, NKV, HD);
+    be->attention_backward(dq, R, qkv, out, lse, seg, B, T, NH, NKV, HD, window);
     zt_cpu_set_threads(1);
     double *g = calloc(nq, sizeof(double));
     at_ref_backward(&c, g);
@@ -739,6 +742,11 @@ static void run_gqa_seg(int B, int T, int NH, int NKV, int HD, int threads, int 
     free(g), free(c.qkv), free(c.R), free(c.out), free(c.lse), free(c.p);
     float *bufs[] = {qkv, R, out, lse, dq, dq0};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+}
+
+static void run_gqa_seg(int B, int T, int NH, int NKV, int HD, int threads, int fd, const int32_t *seg)
+{
+    run_gqa_win(B, T, NH, NKV, HD, threads, fd, seg, 0);
 }
 
 static void run_gqa(int B, int T, int NH, int NKV, int HD, int threads, int fd)
@@ -792,7 +800,7 @@ static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
     const size_t nq = (size_t)B * T * S, no = (size_t)B * T * Q, nl = (size_t)B * NH * T;
     float *qkv = frand(nq, 1.5), *dout = frand(no, 1);
     float *out = frand(no, 1), *lse = frand(nl, 1), *dq = frand(nq, 1);
-    be->attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HD);
+    be->attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HD, 0);
     /* chunk-major copies: (B, c) rows of chunk h at h B c */
     float *q2 = be->alloc(nq * 4), *kv2 = be->alloc((size_t)B * T * kw * 4), *dy2 = be->alloc(no * 4);
     for (int h = 0; h < 2; h++)
@@ -824,7 +832,7 @@ static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
     CU_ASSERT(el < 2e-6);
     /* backward: the full kernel's dqkv (+= into dq) against the pairs' sums */
     float *dq0 = fcopy(dq, nq);
-    be->attention_backward(dq, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD);
+    be->attention_backward(dq, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD, 0);
     float *dq2 = be->alloc(nq * 4), *dkv = be->alloc((size_t)B * T * kw * 4);
     float *da = dkv, *db = dkv + Nh * kw;
     be->attention_block_backward(dq2, da, da + NKV * HD, dy2, q2, S, ka, ka + NKV * HD, kw, NULL, NULL, o2, l2, B, c, c, NH,
@@ -926,6 +934,39 @@ static void t_attention_segments_blocks(void)
     run_gqa_seg(B, T, 4, 2, 16, 2, 0, seg);
 }
 
+/* Sliding windows against the masked double reference: + FD on short rows (window 1:
+ * each query sees itself alone; 3; 8 = T: no key left out), threaded on long rows whose
+ * query blocks (32 and 75 rows) start inside and outside the window of their first
+ * row, with packed segments shorter and longer than the window, GQA. A window of T or
+ * more is the plain kernel bit for bit. */
+static void t_attention_window(void)
+{
+    enum { B = 2, T = 300 };
+    run_gqa_win(2, 8, 4, 2, 6, 1, 1, NULL, 1);
+    run_gqa_win(2, 8, 4, 2, 6, 1, 1, NULL, 3);
+    run_gqa_win(2, 8, 2, 1, 5, 2, 1, NULL, 8);
+    const int32_t seg9[18] = {1, 1, 1, 1, 1, 2, 2, 2, 2, 5, 5, 6, 6, 6, 6, 6, 6, 6};
+    run_gqa_win(2, 9, 4, 2, 6, 1, 1, seg9, 3);
+    run_gqa_win(B, 131, 4, 2, 16, 2, 0, NULL, 37);
+    run_gqa_win(B, T, 4, 2, 16, 2, 0, NULL, 100);
+    static int32_t seg[B * T];
+    for (int t = 0; t < T; t++) seg[t] = 1 + t / 29, seg[T + t] = 1 + t / 140;
+    run_gqa_win(B, T, 4, 2, 16, 2, 0, seg, 50);
+
+    const int NH = 2, NKV = 1, HD = 8, t2 = 70;
+    const size_t nq = (size_t)t2 * (NH + 2 * NKV) * HD, no = (size_t)t2 * NH * HD, nl = (size_t)NH * t2;
+    float *qkv = frand(nq, 1.5), *dout = frand(no, 1);
+    float *o[2], *l[2], *d[2];
+    for (int r = 0; r < 2; r++) {
+        o[r] = be->alloc(no * 4), l[r] = be->alloc(nl * 4), d[r] = be->alloc(nq * 4);
+        be->attention_forward(o[r], l[r], qkv, NULL, 1, t2, NH, NKV, HD, r ? t2 : 0);
+        be->attention_backward(d[r], dout, qkv, o[r], l[r], NULL, 1, t2, NH, NKV, HD, r ? t2 : 0);
+    }
+    CU_ASSERT(memcmp(o[0], o[1], no * 4) == 0 && memcmp(l[0], l[1], nl * 4) == 0 && memcmp(d[0], d[1], nq * 4) == 0);
+    for (int r = 0; r < 2; r++) be->free(o[r]), be->free(l[r]), be->free(d[r]);
+    be->free(qkv), be->free(dout);
+}
+
 /* Packed = apart: each segment of a packed row gives the out, lse and dqkv it gives
  * as a row of its own (B = 1, T = its length). The two differ only in blocking: the
  * packed row's query blocks start at other rows, so the score rows are cut
@@ -949,16 +990,16 @@ static void t_attention_segments_apart(void)
     float *qkv = frand(nq, 1.5), *dout = frand(no, 1), *out = frand(no, 1), *lse = frand(nl, 1);
     float *dq = be->alloc(nq * 4);
     zt_cpu_set_threads(2);
-    be->attention_forward(out, lse, qkv, seg, 1, T, NH, NKV, HD);
-    be->attention_backward(dq, dout, qkv, out, lse, seg, 1, T, NH, NKV, HD);
+    be->attention_forward(out, lse, qkv, seg, 1, T, NH, NKV, HD, 0);
+    be->attention_backward(dq, dout, qkv, out, lse, seg, 1, T, NH, NKV, HD, 0);
     const double bound = 2.0 * (37 + HD) * 0x1p-24;
     double worst[3] = {0, 0, 0};
     for (int i = 0, s0 = 0; i < 4; s0 += len[i++]) {
         const int n = len[i];
         float *q1 = fcopy(qkv + (size_t)s0 * QS, (size_t)n * QS), *dy1 = fcopy(dout + (size_t)s0 * OS, (size_t)n * OS);
         float *o1 = be->alloc((size_t)n * OS * 4), *l1 = be->alloc((size_t)NH * n * 4), *dq1 = be->alloc((size_t)n * QS * 4);
-        be->attention_forward(o1, l1, q1, NULL, 1, n, NH, NKV, HD);
-        be->attention_backward(dq1, dy1, q1, o1, l1, NULL, 1, n, NH, NKV, HD);
+        be->attention_forward(o1, l1, q1, NULL, 1, n, NH, NKV, HD, 0);
+        be->attention_backward(dq1, dy1, q1, o1, l1, NULL, 1, n, NH, NKV, HD, 0);
         double *ro = f2d(o1, (size_t)n * OS), *rd = f2d(dq1, (size_t)n * QS), *rl = malloc((size_t)NH * n * 8);
         float *pl = malloc((size_t)NH * n * 4);
         for (int h = 0; h < NH; h++)
@@ -978,7 +1019,7 @@ static void t_attention_segments_apart(void)
     for (int k = 0; k < 3; k++) CU_ASSERT(worst[k] <= bound);
     /* the check has teeth: without the segments the later samples see the earlier ones */
     float *o2 = be->alloc(no * 4), *l2 = be->alloc(nl * 4);
-    be->attention_forward(o2, l2, qkv, NULL, 1, T, NH, NKV, HD);
+    be->attention_forward(o2, l2, qkv, NULL, 1, T, NH, NKV, HD, 0);
     double *ref = f2d(out, no);
     CU_ASSERT(vec_err(o2, ref, no, 1.5) > 1e3 * bound);
     free(ref);
@@ -986,9 +1027,9 @@ static void t_attention_segments_apart(void)
     int32_t one[T];
     for (int t = 0; t < T; t++) one[t] = 7;
     float *o3 = be->alloc(no * 4), *l3 = be->alloc(nl * 4), *d2 = be->alloc(nq * 4), *d3 = be->alloc(nq * 4);
-    be->attention_forward(o3, l3, qkv, one, 1, T, NH, NKV, HD);
-    be->attention_backward(d2, dout, qkv, o2, l2, NULL, 1, T, NH, NKV, HD);
-    be->attention_backward(d3, dout, qkv, o3, l3, one, 1, T, NH, NKV, HD);
+    be->attention_forward(o3, l3, qkv, one, 1, T, NH, NKV, HD, 0);
+    be->attention_backward(d2, dout, qkv, o2, l2, NULL, 1, T, NH, NKV, HD, 0);
+    be->attention_backward(d3, dout, qkv, o3, l3, one, 1, T, NH, NKV, HD, 0);
     CU_ASSERT(memcmp(o2, o3, no * 4) == 0 && memcmp(l2, l3, nl * 4) == 0 && memcmp(d2, d3, nq * 4) == 0);
     zt_cpu_set_threads(1);
     float *bufs[] = {qkv, dout, out, lse, dq, o2, l2, o3, l3, d2, d3};
@@ -1482,6 +1523,7 @@ static const zt_test_t tests[] = {
     {"attention segments vs masked double + FD, reused ids", t_attention_segments_fd},
     {"attention segments across query blocks, threaded", t_attention_segments_blocks},
     {"attention packed = each segment apart; one segment = NULL bitwise", t_attention_segments_apart},
+    {"attention sliding window vs masked double + FD; window T = none bitwise", t_attention_window},
     {"gelu forward/backward", t_gelu},
     {"matmul + gelu fused = composed", t_matmul_gelu},
     {"matmul + gelu fused = composed, no bias", t_matmul_gelu_nobias},
