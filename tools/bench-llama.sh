@@ -17,6 +17,9 @@
 # each ztrain run measures at start (best single N=256 x 768 x 2304 matmul), and, once per
 # run, tools/bench_kernels' best cblas_sgemm over GPT-2 124M's shapes.
 #
+# FAMILY=gemma3: the same shape as Gemma 3 (ztrain's model.arch=gemma3 against transformers'
+# Gemma3ForCausalLM): tied head, sliding window WINDOW (64) on all layers but every 6th.
+#
 # Environment: STEPS (8), WARMUP (2), ROUNDS (2), PY (the venv's python; tools/make-venv.sh),
 #   GPT2=1 also runs ztrain's GPT-2 124M 1-rank row of tools/bench.sh (needs data/train.h5,
 #   made by tools/gen-data.sh) as a no-regression check, PROFILE=1 adds a perf profile of
@@ -47,8 +50,14 @@ ZTCOMMON="data.val_files=[] train.logging_steps=1 train.sample_tokens=0 checkpoi
  checkpoint.save_hf=false parallel.strategy=ddp"
 TORCH="tools/torch_llama.py --threads 1 --layers 12 --dim 768 --heads 12 --kv-heads 4 --head-dim 64
  --intermediate 2048 --vocab $V --seq $T --batch $Bsz --data $DATA ${TORCH_ARGS:-}"
+if [ "${FAMILY:-llama}" = gemma3 ]; then
+    WINDOW=${WINDOW:-64}
+    LLAMA="$(echo "$LLAMA" | sed 's/model.arch=llama/model.arch=gemma3/; s/model.tie_word_embeddings=false/model.tie_word_embeddings=true/')
+ model.sliding_window=$WINDOW model.sliding_window_pattern=6"
+    TORCH="$TORCH --family gemma3 --window $WINDOW"
+fi
 
-echo "ztrain llama benchmark — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc --all) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)," \
+echo "ztrain ${FAMILY:-llama} benchmark — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc --all) cores, $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)," \
      "flags:$(for f in avx2 avx512f avx512_bf16; do grep -qw $f /proc/cpuinfo && printf ' %s' $f || printf ' no-%s' $f; done)"
 echo "load at start: $(uptime | sed 's/.*load average: //')"
 echo "ztrain: $B/ztrain $(echo $LLAMA $ZTCOMMON | tr '\n' ' ') train.max_steps=$((STEPS + WARMUP))"

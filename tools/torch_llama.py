@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """torch_llama.py — the PyTorch / Hugging Face transformers peer of tools/bench-llama.sh.
 
-Trains transformers' LlamaForCausalLM (fp32, SDPA attention, torch.optim.AdamW,
+Trains transformers' LlamaForCausalLM, or with --family gemma3 Gemma3ForCausalLM (tied,
+--window sliding window, every 6th layer full attention) (fp32, SDPA attention, torch.optim.AdamW,
 gradient clipping at 1.0 as ztrain's default optim.max_grad_norm) on consecutive
 windows of the same token file ztrain reads (/tokens of an HDF5 file), or on
 uniformly random tokens without --data, and prints, like ztrain's metrics:
@@ -36,22 +37,33 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--data", default="", help="HDF5 token file (/tokens); random tokens without it")
     ap.add_argument("--fused-adamw", action="store_true", help="torch.optim.AdamW(fused=True)")
+    ap.add_argument("--family", default="llama", choices=["llama", "gemma3"])
+    ap.add_argument("--window", type=int, default=4096, help="gemma3: sliding_window")
     ap.add_argument("--lora", type=int, default=0,
                     help="PEFT LoRA of this rank (alpha 2r, every linear of the blocks), the base frozen")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(1337)
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
     import transformers
 
-    cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.dim, intermediate_size=a.intermediate,
-                      num_hidden_layers=a.layers, num_attention_heads=a.heads,
-                      num_key_value_heads=a.kv_heads, head_dim=a.head_dim,
-                      max_position_embeddings=a.seq, rms_norm_eps=1e-6, rope_theta=10000.0,
-                      tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
-                      attn_implementation="sdpa")
-    model = LlamaForCausalLM(cfg).float().train()
+    if a.family == "gemma3":
+        cfg = Gemma3TextConfig(vocab_size=a.vocab, hidden_size=a.dim, intermediate_size=a.intermediate,
+                               num_hidden_layers=a.layers, num_attention_heads=a.heads,
+                               num_key_value_heads=a.kv_heads, head_dim=a.head_dim,
+                               query_pre_attn_scalar=a.head_dim, sliding_window=a.window,
+                               max_position_embeddings=a.seq, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                               attn_implementation="sdpa")
+        model = Gemma3ForCausalLM(cfg).float().train()
+    else:
+        cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.dim, intermediate_size=a.intermediate,
+                          num_hidden_layers=a.layers, num_attention_heads=a.heads,
+                          num_key_value_heads=a.kv_heads, head_dim=a.head_dim,
+                          max_position_embeddings=a.seq, rms_norm_eps=1e-6, rope_theta=10000.0,
+                          tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+                          attn_implementation="sdpa")
+        model = LlamaForCausalLM(cfg).float().train()
     nparam = sum(p.numel() for p in model.parameters())
     print(f"torch {torch.__version__} transformers {transformers.__version__} threads {torch.get_num_threads()} "
           f"attn {model.config._attn_implementation} params {nparam}", flush=True)
