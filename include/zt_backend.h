@@ -166,17 +166,19 @@ typedef struct zt_backend {
      * packing; NULL: none): a key is seen only by queries of its segment; a query row that
      * sees no key of the block gets out 0 and lse -inf. out (B,Tq,NH*HD) and lse (B,NH,Tq)
      * are this block's alone; attention_merge folds them into a running result. NULL where
-     * a backend lacks them. */
+     * a backend lacks them. window > 0: a sliding window (attention_forward's), query row t
+     * at delta + t positions after key 0 (causal blocks: delta 0) sees key j only when
+     * delta + t - j < window; 0: no window (delta unused). */
     void (*attention_block_forward)(float *out, float *lse, const float *q, int qs, const float *k, const float *v,
                                     int ks, const int32_t *qseg, const int32_t *kseg, int B, int Tq, int Tk, int NH,
-                                    int NKV, int HD, int causal);
+                                    int NKV, int HD, int causal, int window, int delta);
     /* dq (stride qs) +=, dk, dv (stride ks) += for one block pair, with out and lse the
      * FINAL (merged) output and log-sum-exp of the query rows: the probabilities are
      * exp(s - lse) of the whole row, so the pairs' backwards add up to the full one */
     void (*attention_block_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q, int qs,
                                      const float *k, const float *v, int ks, const int32_t *qseg,
                                      const int32_t *kseg, const float *out, const float *lse, int B, int Tq, int Tk,
-                                     int NH, int NKV, int HD, int causal);
+                                     int NH, int NKV, int HD, int causal, int window, int delta);
     /* out, lse (the running result, lse -inf: no key yet) := the softmax over its keys and
      * those of (out2, lse2): lse = log(e^lse + e^lse2), out weighted by e^(lse_i - lse) */
     void (*attention_merge)(float *out, float *lse, const float *out2, const float *lse2, int B, int T, int NH,

@@ -368,7 +368,7 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     be->matmul_forward(a->qkv, ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * A, 0); // (N,3A)
     zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, ln1, a->qkv);
     if (m->d.sp_size > 1 && m->d.sp_ring) {
-        zt_model_ring_forward(m, a->qkv, NH, NH, HD, a->atty, a->lse);
+        zt_model_ring_forward(m, a->qkv, NH, NH, HD, 0, a->atty, a->lse);
     } else if (m->d.sp_size > 1) {
         /* Ulysses: every position for this rank's share of the heads, and back; m->seg
          * (packed rows, or NULL) covers whole sequences */
@@ -456,7 +456,7 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
     zt_lora_gemm_backward(m, &g->lo_proj, l, lora, dlora, a->atty, dy, datty);
     if (m->d.sp_size > 1 && m->d.sp_ring) {
         be->memzero(g->dqkv, 3 * (size_t)N * A * F);
-        zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, NH, NH, HD);
+        zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, NH, NH, HD, 0);
     } else if (m->d.sp_size > 1) {
         const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
         zt_model_sp_scatter_heads(m, datty, 1, h, HD, g->datty_sp);

@@ -816,7 +816,7 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     be->rope_forward(a->qkv, inv_freq, pos, B, T, d->NH, d->HD, S);
     be->rope_forward(a->qkv + Q, inv_freq, pos, B, T, d->NKV, d->HD, S);
     if (d->sp_size > 1 && d->sp_ring) {
-        zt_model_ring_forward(m, a->qkv, d->NH, d->NKV, d->HD, a->atty, a->lse); /* no window (sp_check) */
+        zt_model_ring_forward(m, a->qkv, d->NH, d->NKV, d->HD, window, a->atty, a->lse);
     } else if (d->sp_size > 1) {
         /* Ulysses: every position for this rank's share of the heads, and back */
         const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
@@ -892,7 +892,7 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     zt_lora_gemm_backward(m, &g->lo_o, l, lora, dlora, a->atty, dy, datty);
     if (d->sp_size > 1 && d->sp_ring) {
         be->memzero(g->dqkv, (size_t)N * S * F);
-        zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD);
+        zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD, window);
     } else if (d->sp_size > 1) {
         const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
         zt_model_sp_scatter_heads(m, datty, 1, h, d->HD, g->datty_sp);

@@ -611,30 +611,44 @@ typedef struct att_head {
     int T, qs, os, hs, bq;      /* qs = (NH+2NKV)*HD, os = NH*HD (3C, C for GPT-2); bq: rows per query block */
     int Tk, ks;                 /* keys; their row stride (ks = qs, Tk = T: one packed qkv) */
     int causal;                 /* row t sees keys 0..t (same positions), else every key (ring blocks) */
-    int window;                 /* causal only: > 0, row t sees keys t - window + 1 .. t */
+    int window, wdelta;         /* > 0: row t (wdelta + t positions after key 0) sees keys wdelta + t - window + 1 .. */
     float scale;
 } att_head_t;
 
-/* keys k0.. a query block sees: its causal prefix, or every key of a ring block */
-static int att_keys(const att_head_t *a, int t0, int nb, int k0) { return a->causal ? t0 + nb - k0 : a->Tk; }
+/* keys k0.. a query block sees: its causal prefix, or the rest of a ring block's keys */
+static int att_keys(const att_head_t *a, int t0, int nb, int k0) { return a->causal ? t0 + nb - k0 : a->Tk - k0; }
 
-/* First key query t can see by the window alone */
-static int att_window0(const att_head_t *a, int t) { return a->window ? ZT_MAX(0, t - a->window + 1) : 0; }
+/* A query block that sees none of a ring block's keys (its window ends before them):
+ * out 0 and lse -inf, as a row that sees none in att_softmax_rows */
+static void att_empty_rows(const att_head_t *a, int t0, int nb)
+{
+    for (int r = 0; r < nb; r++) {
+        a->lse_out[t0 + r] = -INFINITY;
+        memset(a->o + (size_t)(t0 + r) * a->os, 0, (size_t)a->hs * sizeof(float));
+    }
+}
+
+/* First key query t can see by the window alone (Tk and beyond: none of the block's) */
+static int att_window0(const att_head_t *a, int t)
+{
+    return a->window ? ZT_MIN(a->Tk, ZT_MAX(0, a->wdelta + t - a->window + 1)) : 0;
+}
 
 /* First key the queries t0 .. t0+nb-1 can see: 0, or the earliest start of their
  * segments and windows (the first row's window starts first) */
 static int att_key0(const att_head_t *a, int t0, int nb)
 {
-    if (!a->seg || !a->lo) return att_window0(a, t0); /* a ring block (no window) sees from its first key */
+    if (!a->seg || !a->lo) return att_window0(a, t0); /* a ring block: its first key, or its first row's window */
     int k0 = ZT_MAX(a->lo[t0], att_window0(a, t0));
     for (int r = 1; r < nb; r++) k0 = ZT_MIN(k0, ZT_MAX(a->lo[t0 + r], att_window0(a, t0 + r)));
     return k0;
 }
 
-/* Scores of keys k0 .. that row t's window has left behind: -inf (exp gives exact zeros) */
-static void att_window_row(const att_head_t *a, int t, int k0, float *restrict row)
+/* Scores of keys k0 .. k0+n-1 that row t's window has left behind: -inf (exp gives exact
+ * zeros; a ring block's row may lose them all) */
+static void att_window_row(const att_head_t *a, int t, int k0, int n, float *restrict row)
 {
-    const int m = att_window0(a, t) - k0;
+    const int m = ZT_MIN(att_window0(a, t) - k0, n);
     for (int j = 0; j < m; j++) row[j] = -INFINITY;
 }
 
@@ -655,7 +669,7 @@ static void att_softmax_rows(const att_head_t *a, int t0, int nb, int k0, int nk
         float *restrict row = S + (size_t)r * nk;
         const int n = a->causal ? t0 + r + 1 - k0 : nk; /* keys k0..t */
         if (a->seg) att_mask_row(a, t0 + r, k0, n, row);
-        if (a->window) att_window_row(a, t0 + r, k0, row);
+        if (a->window) att_window_row(a, t0 + r, k0, n, row);
         float mx = -INFINITY; /* finite but in a ring block of other segments: key t is seen */
 #pragma omp simd reduction(max : mx)
         for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
@@ -685,6 +699,10 @@ static void att_forward_head(const att_head_t *a, float *restrict S)
     const int T = a->T, C3 = a->qs, KS = a->ks, hs = a->hs;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = att_keys(a, t0, nb, k0); /* rows, keys */
+        if (nk <= 0) {
+            att_empty_rows(a, t0, nb);
+            continue;
+        }
         gemm(0, 1, nb, nk, hs, a->scale,
                     a->q + (size_t)t0 * C3, C3, a->k + (size_t)k0 * KS, KS, 0.0f, S, nk);
         att_softmax_rows(a, t0, nb, k0, nk, S);
@@ -709,7 +727,7 @@ static void att_ds_rows(const att_head_t *a, int t0, int nb, int k0, int nk, flo
         const int n = a->causal ? t0 + r + 1 - k0 : nk;
         const float l = a->lse[t0 + r];
         if (a->seg) att_mask_row(a, t0 + r, k0, n, p);
-        if (a->window) att_window_row(a, t0 + r, k0, p);
+        if (a->window) att_window_row(a, t0 + r, k0, n, p);
         float D = 0.0f;
 #pragma omp simd reduction(+ : D)
         for (int i = 0; i < hs; i++) D += dy[i] * y[i];
@@ -738,6 +756,10 @@ static void att_forward_head_bf16(const att_head_t *a, float *restrict S)
     const void *vr = zt_dnnl_round(4, a->v, a->Tk, hs, a->ks);
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = att_keys(a, t0, nb, k0);
+        if (nk <= 0) {
+            att_empty_rows(a, t0, nb);
+            continue;
+        }
         const void *kb = ATT_AT(kr, (size_t)k0 * hs), *vb = ATT_AT(vr, (size_t)k0 * hs);
         zt_dnnl_gemm_rounded(0, 1, nb, nk, hs, a->scale, ATT_AT(qr, (size_t)t0 * hs), kb, NULL, 0, S, nk);
         att_softmax_rows(a, t0, nb, k0, nk, S);
@@ -755,6 +777,7 @@ static void att_backward_head_bf16(const att_head_t *a, float *restrict S, float
     const void *vr = zt_dnnl_round(4, a->v, a->Tk, hs, a->ks), *dyr = zt_dnnl_round(0, a->dout, T, hs, C);
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = att_keys(a, t0, nb, k0);
+        if (nk <= 0) continue; /* none of the block's keys: no gradient */
         const float *dyb = a->dout + (size_t)t0 * C;
         const void *qbr = ATT_AT(qr, (size_t)t0 * hs), *dybr = ATT_AT(dyr, (size_t)t0 * hs);
         const void *kb = ATT_AT(kr, (size_t)k0 * hs), *vb = ATT_AT(vr, (size_t)k0 * hs);
@@ -778,6 +801,7 @@ static void att_backward_head(const att_head_t *a, float *restrict S, float *res
     const float scale = a->scale;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = att_keys(a, t0, nb, k0);
+        if (nk <= 0) continue; /* none of the block's keys: no gradient */
         const float *qb = a->q + (size_t)t0 * C3, *dyb = a->dout + (size_t)t0 * C;
         const float *kb = a->k + (size_t)k0 * KS, *vb = a->v + (size_t)k0 * KS;
         gemm(0, 1, nb, nk, hs, scale, qb, C3, kb, KS,
@@ -830,7 +854,7 @@ typedef struct att_call {
     const float *q, *k, *v, *out, *dout, *lse;
     float *o, *lse_out, *dq, *dk, *dv;
     const int32_t *seg, *kseg; /* kseg NULL: the keys are the queries' rows (seg) */
-    int B, T, Tk, NH, NKV, HD, qs, ks, causal, window, bf16;
+    int B, T, Tk, NH, NKV, HD, qs, ks, causal, window, wdelta, bf16;
 } att_call_t;
 
 static void att_all_heads(const att_call_t *c)
@@ -852,7 +876,8 @@ static void att_all_heads(const att_call_t *c)
                     const size_t q0 = (size_t)b * T * qs + (size_t)h * HD, k0 = (size_t)b * Tk * ks + (size_t)g * HD;
                     const size_t ooff = (size_t)b * T * os + (size_t)h * HD;
                     att_head_t a = {.T = T, .qs = qs, .os = os, .hs = HD, .bq = bq, .Tk = Tk, .ks = ks,
-                                    .causal = c->causal, .window = c->window, .scale = 1.0f / sqrtf((float)HD)};
+                                    .causal = c->causal, .window = c->window, .wdelta = c->wdelta,
+                                    .scale = 1.0f / sqrtf((float)HD)};
                     if (c->seg) {
                         a.seg = c->seg + (size_t)b * T;
                         a.kseg = c->kseg ? c->kseg + (size_t)b * Tk : a.seg;
@@ -913,22 +938,23 @@ static void cpu_attention_backward(float *restrict dqkv, const float *restrict d
  * kernels, each operand rounded once per call */
 static void cpu_attention_block_forward(float *out, float *lse, const float *q, int qs, const float *k,
                                         const float *v, int ks, const int32_t *qseg, const int32_t *kseg, int B, int Tq,
-                                        int Tk, int NH, int NKV, int HD, int causal)
+                                        int Tk, int NH, int NKV, int HD, int causal, int window, int delta)
 {
     att_call_t c = {.q = q, .k = k, .v = v, .o = out, .lse_out = lse, .seg = qseg, .kseg = qseg ? kseg : NULL,
                     .B = B, .T = Tq, .Tk = Tk, .NH = NH, .NKV = NKV, .HD = HD, .qs = qs, .ks = ks, .causal = causal,
-                    .bf16 = g_bf16_gemm};
+                    .window = window, .wdelta = window ? delta : 0, .bf16 = g_bf16_gemm};
     att_all_heads(&c);
 }
 
 static void cpu_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, int qs,
                                          const float *k, const float *v, int ks, const int32_t *qseg,
                                          const int32_t *kseg, const float *out, const float *lse, int B, int Tq,
-                                         int Tk, int NH, int NKV, int HD, int causal)
+                                         int Tk, int NH, int NKV, int HD, int causal, int window, int delta)
 {
     att_call_t c = {.q = q, .k = k, .v = v, .out = out, .dout = dout, .lse = lse, .dq = dq, .dk = dk, .dv = dv,
                     .seg = qseg, .kseg = qseg ? kseg : NULL, .B = B, .T = Tq, .Tk = Tk, .NH = NH, .NKV = NKV,
-                    .HD = HD, .qs = qs, .ks = ks, .causal = causal, .bf16 = g_bf16_gemm};
+                    .HD = HD, .qs = qs, .ks = ks, .causal = causal, .window = window, .wdelta = window ? delta : 0,
+                    .bf16 = g_bf16_gemm};
     att_all_heads(&c);
 }
 

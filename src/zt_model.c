@@ -497,8 +497,9 @@ void zt_model_ring_scratch(zt_model_t *m, int NH, int NKV, int HD)
     m->host_ring_seg = m->be->alloc_host(nseg * sizeof(int32_t));
 }
 
-/* one block pair: q rows of chunk qh (0, 1) against K|V chunk kh of block kv */
-typedef struct ring_pair { int qh, kh, causal; } ring_pair_t;
+/* one block pair: q rows of chunk qh (0, 1) against K|V chunk kh of block kv; delta: the
+ * q chunk's first position less the k chunk's (a sliding window's offset) */
+typedef struct ring_pair { int qh, kh, causal, delta; } ring_pair_t;
 
 /* a packed batch's segment ids of rank j's chunk h (B, T/2), or NULL */
 static const int32_t *ring_seg(const zt_model_t *m, int j, int h)
@@ -507,23 +508,35 @@ static const int32_t *ring_seg(const zt_model_t *m, int j, int h)
     return m->ring_seg + (size_t)zt_model_ring_chunk(m->d.sp_size, j, h) * m->B * (m->T / 2);
 }
 
-static int ring_pairs(const zt_model_t *m, int step, ring_pair_t *p)
+/* The pairs of step `step`; with a sliding window, the non-diagonal pairs none of whose
+ * keys any query's window reaches (the nearest pair of positions window or more apart)
+ * are left out, so a window shorter than the sequence skips most blocks */
+static int ring_pairs(const zt_model_t *m, int step, int window, ring_pair_t *p)
 {
-    const int i = m->d.sp_rank, j = (i - step + m->d.sp_size) % m->d.sp_size;
+    const int sp = m->d.sp_size, i = m->d.sp_rank, j = (i - step + sp) % sp, c = m->T / 2;
+    ring_pair_t all[3];
     int n = 0;
     if (step == 0) {
-        p[n++] = (ring_pair_t){0, 0, 1};
-        p[n++] = (ring_pair_t){1, 1, 1};
-        p[n++] = (ring_pair_t){1, 0, 0};
-        return n;
+        all[n++] = (ring_pair_t){0, 0, 1, 0};
+        all[n++] = (ring_pair_t){1, 1, 1, 0};
+        all[n++] = (ring_pair_t){1, 0, 0, 0};
+    } else {
+        if (j < i) all[n++] = (ring_pair_t){0, 0, 0, 0};
+        all[n++] = (ring_pair_t){1, 0, 0, 0};
+        if (j > i) all[n++] = (ring_pair_t){1, 1, 0, 0};
     }
-    if (j < i) p[n++] = (ring_pair_t){0, 0, 0};
-    p[n++] = (ring_pair_t){1, 0, 0};
-    if (j > i) p[n++] = (ring_pair_t){1, 1, 0};
-    return n;
+    int kept = 0;
+    for (int k = 0; k < n; k++) {
+        ring_pair_t q = all[k];
+        q.delta = (zt_model_ring_chunk(sp, i, q.qh) - zt_model_ring_chunk(sp, j, q.kh)) * c;
+        if (!q.causal && window && q.delta - (c - 1) >= window) continue;
+        p[kept++] = q;
+    }
+    return kept;
 }
 
-void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int HD, float *out, float *lse)
+void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int HD, int window, float *out,
+                           float *lse)
 {
     const zt_backend_t *be = m->be;
     const int B = m->B, c = m->T / 2, sp = m->d.sp_size, S = (NH + 2 * NKV) * HD, kw = 2 * NKV * HD;
@@ -535,7 +548,7 @@ void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int
         void *h = s + 1 < sp ? m->ac.sp_ring_start(m->ac.ctx, m->ring_kv[cur], m->ring_kv[!cur], 2 * Nh * kw) : NULL;
         if (h && m->ring_serial) m->ac.sp_ring_wait(m->ac.ctx, h), h = NULL;
         ring_pair_t p[3];
-        const int np = ring_pairs(m, s, p);
+        const int np = ring_pairs(m, s, window, p);
         for (int k = 0; k < np; k++) {
             const float *kv = m->ring_kv[cur] + (size_t)p[k].kh * Nh * kw;
             float *o = out + (size_t)p[k].qh * Nh * Q, *l = lse + (size_t)p[k].qh * L;
@@ -545,7 +558,7 @@ void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int
             be->attention_block_forward(first ? o : m->ring_out, first ? l : m->ring_lse,
                                         qkv + (size_t)p[k].qh * Nh * S, S, kv, kv + (size_t)NKV * HD, kw,
                                         ring_seg(m, m->d.sp_rank, p[k].qh), ring_seg(m, j, p[k].kh), B, c, c, NH,
-                                        NKV, HD, p[k].causal);
+                                        NKV, HD, p[k].causal, window, p[k].delta);
             if (!first) be->attention_merge(o, l, m->ring_out, m->ring_lse, B, c, NH, HD);
             if (h) m->ac.sp_ring_progress(m->ac.ctx, h);
         }
@@ -555,7 +568,7 @@ void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int
 }
 
 void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int NH, int NKV, int HD)
+                            const float *lse, int NH, int NKV, int HD, int window)
 {
     const zt_backend_t *be = m->be;
     const int B = m->B, c = m->T / 2, sp = m->d.sp_size, S = (NH + 2 * NKV) * HD, kw = 2 * NKV * HD;
@@ -570,7 +583,7 @@ void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const
         float *dkv = m->ring_dkv[s & 1]; /* free: its send (two steps ago) has completed */
         be->memzero(dkv, n * sizeof(float));
         ring_pair_t p[3];
-        const int np = ring_pairs(m, s, p);
+        const int np = ring_pairs(m, s, window, p);
         for (int k = 0; k < np; k++) {
             const size_t ko = (size_t)p[k].kh * Nh * kw, qo = (size_t)p[k].qh * Nh;
             const float *kv = m->ring_kv[cur] + ko;
@@ -578,7 +591,8 @@ void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const
             be->attention_block_backward(dqkv + qo * S, dkv + ko, dkv + ko + (size_t)NKV * HD, dout + qo * Q,
                                          qkv + qo * S, S, kv, kv + (size_t)NKV * HD, kw,
                                          ring_seg(m, m->d.sp_rank, p[k].qh), ring_seg(m, j, p[k].kh), out + qo * Q,
-                                         lse + (size_t)p[k].qh * L, B, c, c, NH, NKV, HD, p[k].causal);
+                                         lse + (size_t)p[k].qh * L, B, c, c, NH, NKV, HD, p[k].causal, window,
+                                         p[k].delta);
             if (h) m->ac.sp_ring_progress(m->ac.ctx, h);
             if (dh) m->ac.sp_ring_progress(m->ac.ctx, dh);
         }
@@ -817,7 +831,7 @@ void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out,
             const int k0 = window_start(past, window);
             be->attention_block_forward(out + (size_t)i * NH * HD, lse + (size_t)i * NH, row, S, cache + (size_t)k0 * W,
                                         cache + (size_t)k0 * W + W / 2, W, NULL, NULL, 1, 1, past + 1 - k0, NH, NKV,
-                                        HD, 0);
+                                        HD, 0, 0, 0);
         }
         return;
     }
@@ -831,7 +845,7 @@ void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out,
     else { /* the new token sees every cached position in its window, itself the last */
         const int k0 = window_start(past, window);
         be->attention_block_forward(out, lse, qkv, S, cache + (size_t)k0 * W, cache + (size_t)k0 * W + W / 2, W, NULL,
-                                    NULL, 1, 1, past + 1 - k0, NH, NKV, HD, 0);
+                                    NULL, 1, 1, past + 1 - k0, NH, NKV, HD, 0, 0, 0);
     }
 }
 

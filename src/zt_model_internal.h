@@ -115,11 +115,13 @@ void zt_model_sp_gather_heads(zt_model_t *m, const float *y, int nblk, const int
  * merged through the log-sum-exp, the next block's transfer overlapping the current
  * block's compute. out (N, NH HD); lse (2, B, NH, T/2) per chunk. The backward adds dq
  * into dqkv's q columns and the K|V gradients, gone round the ring with their blocks,
- * into its k, v columns (dqkv zeroed by the caller). */
+ * into its k, v columns (dqkv zeroed by the caller). window > 0: a sliding window, the
+ * block pairs wholly outside it skipped. */
 void zt_model_ring_scratch(zt_model_t *m, int NH, int NKV, int HD);
-void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int HD, float *out, float *lse);
+void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int HD, int window, float *out,
+                           float *lse);
 void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int NH, int NKV, int HD);
+                            const float *lse, int NH, int NKV, int HD, int window);
 /* the batch's positions for rope (NULL: 0..T-1, without sp) */
 const int32_t *zt_model_positions(const zt_model_t *m);
 void zt_model_embed_tokens_backward(zt_model_t *m, float *dwte, const float *dx0);

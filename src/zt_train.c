@@ -448,9 +448,6 @@ static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_mod
     if (ring && !be->attention_block_forward)
         return zt_err(err, errlen, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
                       "(parallel.sp_mode = ulysses works there)", be->name);
-    if (ring && d->sliding_window)
-        return zt_err(err, errlen, "parallel.sp_mode = ring: ring attention has no sliding window yet (the model's "
-                      "sliding_window is %d; parallel.sp_mode = ulysses works with it)", d->sliding_window);
     if (!ring && (d->NH % sp || (d->NKV % sp && sp % d->NKV)))
         return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide the attention heads (%d) and "
                       "divide or be a multiple of the key/value heads (%d) of a tensor-parallel rank (Ulysses "

@@ -251,8 +251,10 @@ expect_fail_with 4 "must divide the attention heads (2) and divide or be a multi
 expect_fail_with 2 "into 2 sp chunks (ring attention's causal balance)" $common $sp2 parallel.sp_mode=ring \
     data.seq_len=14 train.output_dir=bad
 echo "mesh: Ulysses and ring sp 2, with zero2/zero3 and tp 2, ring sp 4 match one rank for gpt2, llama and qwen3"
-# Gemma 3's sliding window under Ulysses (each rank's heads over the whole sequence): sp 2,
-# sp 2 x zero3, tp 2 (tp_sequence_parallel) x sp 2; ring attention has no window yet
+# Gemma 3's sliding window (5 over rows of 16) under Ulysses (each rank's heads over the
+# whole sequence): sp 2, sp 2 x zero3, tp 2 (tp_sequence_parallel) x sp 2; and ring
+# attention, whose block pairs beyond the window are skipped: sp 2, tp 2 x sp 2 and sp 4
+# (chunks of 2 positions: most pairs skipped, the others offset)
 # shellcheck disable=SC2086
 run_ztrain 2 $common $gemma3 $(batch_args 1) $sp2 train.output_dir=gemma3-sp2 >/dev/null
 # shellcheck disable=SC2086
@@ -260,9 +262,13 @@ run_ztrain 4 $common $gemma3 $(batch_args 2) $sp2 parallel.strategy=zero3 train.
 # shellcheck disable=SC2086
 run_ztrain 4 $common $gemma3 $(batch_args 1) $sp2 $tp2 parallel.tp_sequence_parallel=true \
     train.output_dir=gemma3-tps-sp2 >/dev/null
-"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gemma3-ref gemma3-sp2 gemma3-sp2-zero3 gemma3-tps-sp2 ||
-    fail "gemma3: Ulysses sequence parallelism diverged from one rank"
 # shellcheck disable=SC2086
-expect_fail_with 2 "ring attention has no sliding window yet" $common $gemma3 $sp2 parallel.sp_mode=ring \
-    train.output_dir=bad
-echo "mesh: gemma3's sliding window under Ulysses sp 2, sp 2 x zero3 and tp 2 x sp 2 matches one rank"
+run_ztrain 2 $common $gemma3 $(batch_args 1) $sp2 parallel.sp_mode=ring train.output_dir=gemma3-ring2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $gemma3 $(batch_args 1) $sp2 $tp2 parallel.sp_mode=ring train.output_dir=gemma3-tp2-ring2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $gemma3 $(batch_args 1) parallel.sequence_parallel_size=4 parallel.sp_mode=ring \
+    train.output_dir=gemma3-ring4 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gemma3-ref gemma3-sp2 gemma3-sp2-zero3 gemma3-tps-sp2 gemma3-ring2 \
+    gemma3-tp2-ring2 gemma3-ring4 || fail "gemma3: sequence parallelism diverged from one rank"
+echo "mesh: gemma3's sliding window under Ulysses sp 2, sp 2 x zero3, tp 2 x sp 2 and ring sp 2, tp 2 x ring sp 2, ring sp 4 matches one rank"

@@ -274,9 +274,9 @@ static void t_attention_blocks(void)
             be->set_matmul_precision(r ? ZT_MATMUL_MEDIUM : ZT_MATMUL_HIGHEST);
             zt_cpu_set_threads(r == 2 ? 2 : 1);
             be->attention_block_forward(o[r], l[r], q, S, kv, kv + NKV * HD, kw, NULL, NULL, B, Tq, Tk, NH, NKV, HD,
-                                        causal);
+                                        causal, 0, 0);
             be->attention_block_backward(dq[r], dkv[r], dkv[r] + NKV * HD, dout, q, S, kv, kv + NKV * HD, kw, NULL,
-                                         NULL, o[r], l[r], B, Tq, Tk, NH, NKV, HD, causal);
+                                         NULL, o[r], l[r], B, Tq, Tk, NH, NKV, HD, causal, 0, 0);
         }
         zt_cpu_set_threads(1);
         be->set_matmul_precision(ZT_MATMUL_HIGHEST);

@@ -793,14 +793,16 @@ static void t_attention_hd256(void) { run_gqa(1, 9, 2, 1, 256, 1, 0); }
 /* Ring attention's pieces: the sequence in two chunks a, b; out_a = block(a, a, causal),
  * out_b = block(b, a, full) merged with block(b, b, causal) equal the causal attention
  * of the whole, and the pairs' backwards (with the merged out and lse) add up to its
- * backward. Both against the fp32 full kernels, which the references above check. */
-static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
+ * backward. Both against the fp32 full kernels, which the references above check. With
+ * a sliding window the (b, a) block is offset by delta = c: rows of b whose window ends
+ * before chunk a see none of its keys (out 0, lse -inf, merged away). */
+static void run_ring_blocks_win(int B, int T, int NH, int NKV, int HD, int window)
 {
     const int c = T / 2, S = (NH + 2 * NKV) * HD, Q = NH * HD, kw = 2 * NKV * HD;
     const size_t nq = (size_t)B * T * S, no = (size_t)B * T * Q, nl = (size_t)B * NH * T;
     float *qkv = frand(nq, 1.5), *dout = frand(no, 1);
     float *out = frand(no, 1), *lse = frand(nl, 1), *dq = frand(nq, 1);
-    be->attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HD, 0);
+    be->attention_forward(out, lse, qkv, NULL, B, T, NH, NKV, HD, window);
     /* chunk-major copies: (B, c) rows of chunk h at h B c */
     float *q2 = be->alloc(nq * 4), *kv2 = be->alloc((size_t)B * T * kw * 4), *dy2 = be->alloc(no * 4);
     for (int h = 0; h < 2; h++)
@@ -813,10 +815,11 @@ static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
     const size_t Nh = (size_t)B * c, L = (size_t)B * NH * c;
     float *o2 = be->alloc(no * 4), *l2 = be->alloc(nl * 4), *ot = be->alloc(Nh * Q * 4), *lt = be->alloc(L * 4);
     const float *ka = kv2, *kb = kv2 + Nh * kw;
-    be->attention_block_forward(o2, l2, q2, S, ka, ka + NKV * HD, kw, NULL, NULL, B, c, c, NH, NKV, HD, 1);
+    be->attention_block_forward(o2, l2, q2, S, ka, ka + NKV * HD, kw, NULL, NULL, B, c, c, NH, NKV, HD, 1, window, 0);
     be->attention_block_forward(o2 + Nh * Q, l2 + L, q2 + Nh * S, S, kb, kb + NKV * HD, kw, NULL, NULL, B, c, c, NH,
-                                NKV, HD, 1);
-    be->attention_block_forward(ot, lt, q2 + Nh * S, S, ka, ka + NKV * HD, kw, NULL, NULL, B, c, c, NH, NKV, HD, 0);
+                                NKV, HD, 1, window, 0);
+    be->attention_block_forward(ot, lt, q2 + Nh * S, S, ka, ka + NKV * HD, kw, NULL, NULL, B, c, c, NH, NKV, HD, 0,
+                                window, c);
     be->attention_merge(o2 + Nh * Q, l2 + L, ot, lt, B, c, NH, HD);
     double eo = 0, el = 0;
     for (int h = 0; h < 2; h++)
@@ -832,15 +835,15 @@ static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
     CU_ASSERT(el < 2e-6);
     /* backward: the full kernel's dqkv (+= into dq) against the pairs' sums */
     float *dq0 = fcopy(dq, nq);
-    be->attention_backward(dq, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD, 0);
+    be->attention_backward(dq, dout, qkv, out, lse, NULL, B, T, NH, NKV, HD, window);
     float *dq2 = be->alloc(nq * 4), *dkv = be->alloc((size_t)B * T * kw * 4);
     float *da = dkv, *db = dkv + Nh * kw;
     be->attention_block_backward(dq2, da, da + NKV * HD, dy2, q2, S, ka, ka + NKV * HD, kw, NULL, NULL, o2, l2, B, c, c, NH,
-                                 NKV, HD, 1);
+                                 NKV, HD, 1, window, 0);
     be->attention_block_backward(dq2 + Nh * S, db, db + NKV * HD, dy2 + Nh * Q, q2 + Nh * S, S, kb, kb + NKV * HD,
-                                 kw, NULL, NULL, o2 + Nh * Q, l2 + L, B, c, c, NH, NKV, HD, 1);
+                                 kw, NULL, NULL, o2 + Nh * Q, l2 + L, B, c, c, NH, NKV, HD, 1, window, 0);
     be->attention_block_backward(dq2 + Nh * S, da, da + NKV * HD, dy2 + Nh * Q, q2 + Nh * S, S, ka, ka + NKV * HD,
-                                 kw, NULL, NULL, o2 + Nh * Q, l2 + L, B, c, c, NH, NKV, HD, 0);
+                                 kw, NULL, NULL, o2 + Nh * Q, l2 + L, B, c, c, NH, NKV, HD, 0, window, c);
     double eg = 0, mg = 0;
     for (int h = 0; h < 2; h++)
         for (int b = 0; b < B; b++)
@@ -856,6 +859,19 @@ static void run_ring_blocks(int B, int T, int NH, int NKV, int HD)
     CU_ASSERT(eg < 1e-5 * (1 + mg));
     float *bufs[] = {qkv, dout, out, lse, dq, q2, kv2, dy2, o2, l2, ot, lt, dq0, dq2, dkv};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+}
+
+static void run_ring_blocks(int B, int T, int NH, int NKV, int HD) { run_ring_blocks_win(B, T, NH, NKV, HD, 0); }
+
+/* windows reaching into the other chunk for some rows (5 over chunks of 8; 37 over
+ * chunks of 70, query blocks of 32 whose every row sees none), for none (1: the (b, a)
+ * block all empty), and beyond it (9 > c) */
+static void t_ring_blocks_window(void)
+{
+    run_ring_blocks_win(2, 16, 4, 2, 8, 5);
+    run_ring_blocks_win(1, 140, 2, 1, 12, 37);
+    run_ring_blocks_win(2, 16, 4, 2, 8, 1);
+    run_ring_blocks_win(2, 16, 2, 2, 5, 9);
 }
 
 /* LoRA dropout's counter-based mask: p of the elements dropped (within 5 sigma of a
@@ -1493,6 +1509,7 @@ static const zt_test_t tests[] = {
     {"positional forward (+=)/backward vs double + FD", t_positional},
     {"embedding + positional = GPT-2's fused encoder, bitwise", t_embedding_gpt2_bits},
     {"ring attention blocks + merge = causal attention, forward and backward", t_attention_ring_blocks},
+    {"ring attention blocks with a sliding window (offset blocks, empty rows) = windowed attention", t_ring_blocks_window},
     {"LoRA dropout mask: rate, scale, determinism, a column slice", t_dropout_mask},
     {"positional with positions (packed) + FD; 0..T-1 = NULL bitwise", t_positional_positions},
     {"layernorm forward/backward vs double + FD", t_layernorm},
