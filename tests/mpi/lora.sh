@@ -4,7 +4,8 @@
 # merged model.
 #  1. Learning rate 0: the adapter written is PEFT's, bit for bit; the merged model is
 #     PEFT's merge_and_unload (fp32 rounding: 1e-6); PEFT and transformers load them
-#     with the same logits (when the venv of tools/make-venv.sh exists).
+#     with the same logits (when the venv of tools/make-venv.sh exists); gemma3's adapter
+#     (lora-gemma3) round-trips and loads in PEFT the same way.
 #  2. Every strategy and layout at 1-4 ranks trains the same adapters as one rank with
 #     accumulation (1e-5), and the base stays what the directory holds, bit for bit.
 #  3. Gradient and optimizer memory is the adapters': measured against their size.
@@ -41,6 +42,15 @@ if [ -x "$VPY" ]; then
         fail "transformers does not load the merged model with the merged logits"
 else
     echo "note: no venv at $VPY (tools/make-venv.sh): PEFT's own load of the export not checked"
+fi
+# gemma3 (GeGLU, sandwich norms, a sliding window): its PEFT adapter in and out unchanged, and PEFT
+# loads ztrain's with PEFT's logits
+run_ztrain 2 lora.cfg model.name_or_path="$HF/gemma3" lora.adapter_name_or_path="$HF/lora-gemma3" \
+    parallel.strategy=zero3 train.output_dir=g3rt >/dev/null
+"$PY" "$HFPY" same g3rt/adapter "$HF/lora-gemma3" || fail "the gemma3 adapter written is not PEFT's"
+if [ -x "$VPY" ]; then
+    "$VPY" "$ZT_SRCDIR/tests/reference/check_peft_export.py" g3rt/adapter "$HF/gemma3" "$HF/lora-gemma3" ||
+        fail "PEFT does not load the gemma3 adapter with PEFT's logits"
 fi
 
 # ---- 2. every strategy trains the same adapters -----------------------------------------
