@@ -49,7 +49,7 @@ typedef struct {
 } zt_template_t;
 
 /* The template called name (default, alpaca, qwen, qwen3, qwen3_nothink, llama3, llama2,
- * mistral), or NULL. */
+ * mistral, gemma, gemma2, gemma3), or NULL. */
 const zt_template_t *zt_template_find(const char *name);
 /* "default|alpaca|...": the names, for help texts and errors. */
 const char *zt_template_names(void);

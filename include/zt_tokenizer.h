@@ -3,7 +3,8 @@
  *
  * tokenizer.json is read as the `tokenizers` library reads it, for the BPE
  * models of GPT-2, Llama-3 and Qwen2/Qwen3, the SentencePiece-style BPE of
- * Llama-2, TinyLlama, Mistral-7B, Vicuna, CodeLlama (and models trained alike):
+ * Llama-2, TinyLlama, Mistral-7B, Vicuna, CodeLlama, Gemma 1/2/3 (and models
+ * trained alike):
  *  - added_tokens: matched in the text before anything else, leftmost-longest,
  *    the normalized=false ones on the raw text, then the normalized=true ones on
  *    the normalized pieces between them; single_word, lstrip and rstrip as the
@@ -13,11 +14,16 @@
  *  - normalizer: none, NFC (through utf8proc), Prepend, Replace (String
  *    pattern), alone or in a Sequence, on each piece between added tokens;
  *  - pre_tokenizer: ByteLevel (use_regex: GPT-2's pattern), alone or after
- *    Split(Regex or String, behavior Isolated) in a Sequence. Regexes run through
+ *    Split in a Sequence; Split: a Regex or String pattern, every behavior
+ *    (Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous), invert,
+ *    empty matches where Oniguruma's find_iter finds them. Regexes run through
  *    PCRE2 (UTF + UCP, JIT when available) with \s and \S rewritten to Unicode
- *    White_Space, which is what the library's Oniguruma means by them. For a
- *    SentencePiece-style file: none, or Metaspace alone (prepend_scheme first,
- *    always, never; split; the older add_prefix_space and str_rep keys);
+ *    White_Space, \h and \H to hex digits and \uHHHH to \x{HHHH}, which is what
+ *    the library's Oniguruma means by them. For a SentencePiece-style file: none,
+ *    Split alone or in a Sequence (Gemma: Split(" ", MergedWithPrevious) after a
+ *    Replace(" " -> "▁") normalizer, which finds nothing), or Metaspace alone
+ *    (prepend_scheme first, always, never; split; the older add_prefix_space and
+ *    str_rep keys);
  *  - model: BPE with merges as "a b" strings or ["a", "b"] lists, ignore_merges
  *    (a pre-token that is itself in the vocabulary is one token), unk_token,
  *    fuse_unk, and for SentencePiece-style files byte_fallback (a character
@@ -27,7 +33,7 @@
  *    file byte level. Any other decoder makes it SentencePiece style (BPE over
  *    the text's characters, the vocabulary's strings as they are): Metaspace, or
  *    a Sequence of Replace (String), ByteFallback, Fuse, then Strip on the fused
- *    text, as Llama-2 and Mistral have.
+ *    text, as Llama-2 and Mistral have (Gemma: no Strip).
  * What is not implemented (other models, normalizers, pre-tokenizers, decoders,
  * BPE dropout, byte_fallback at byte level, add_prefix_space in ByteLevel,
  * Metaspace in a Sequence, a decoder step out of that order) is refused with a

@@ -165,7 +165,7 @@ static const zkey_t schema[] = {
        "input as INPUT.<key>.sft.h5, remade when the file, tokenizer, template or options change."),
     KS("data.template", data.template_name, "", NULL,
        "Chat template of instruction data, as LLaMA-Factory names it: default, alpaca, qwen, qwen3, "
-       "qwen3_nothink, llama3, llama2, mistral. Required when data.format is not tokens."),
+       "qwen3_nothink, llama3, llama2, mistral, gemma, gemma2, gemma3. Required when data.format is not tokens."),
     KI("data.cutoff_len", data.cutoff_len, 2048, 1, 1 << 24,
        "LLaMA-Factory's cutoff_len: the most tokens of one SFT sample; longer conversations are cut turn by "
        "turn (infer_seqlen). Rows are data.seq_len positions, so samples longer than data.seq_len + 1 lose "

@@ -1,7 +1,7 @@
 /* zt_template.c — LLaMA-Factory's chat templates as a table, and Template._encode.
  *
  * The table transcribes llamafactory 0.9.5 data/template.py's register_template calls
- * for the eight templates, with register_template's defaults filled in: format_system
+ * for the eleven templates, with register_template's defaults filled in: format_system
  * defaults to the plain "{{content}}" formatter (not to format_user), format_assistant
  * to "{{content}}" + eos (no eos with efficient_eos), format_prefix to nothing,
  * thought_words to ("<think>\n", "\n</think>\n\n"). */
@@ -85,6 +85,15 @@ static const zt_template_t templates[] = {
      .default_system = "",
      .thought_words = THINK,
      .fuse_system = 1},
+    /* gemma3 is gemma with a multimodal plugin: for text its samples are gemma's */
+#define GEMMA_TURNS                                                                                   \
+    .format_user = {T("<start_of_turn>user\n{{content}}<end_of_turn>\n<start_of_turn>model\n")},      \
+    .format_assistant = {T("{{content}}<end_of_turn>\n")}, .format_system = {T("{{content}}\n\n")}, \
+    .format_prefix = {BOS}, .default_system = "", .thought_words = THINK, .fuse_system = 1
+    {.name = "gemma", GEMMA_TURNS, .stop_words = {"<end_of_turn>"}, .replace_eos = 1},
+    {.name = "gemma2", GEMMA_TURNS, .stop_words = {"<eos>", "<end_of_turn>"}, .efficient_eos = 1},
+    {.name = "gemma3", GEMMA_TURNS, .stop_words = {"<end_of_turn>"}, .replace_eos = 1},
+#undef GEMMA_TURNS
 };
 #define NTEMPLATES (sizeof templates / sizeof templates[0])
 
@@ -97,7 +106,7 @@ const zt_template_t *zt_template_find(const char *name)
 
 const char *zt_template_names(void)
 {
-    return "default|alpaca|qwen|qwen3|qwen3_nothink|llama3|llama2|mistral";
+    return "default|alpaca|qwen|qwen3|qwen3_nothink|llama3|llama2|mistral|gemma|gemma2|gemma3";
 }
 
 void zt_ids_push(zt_ids_t *a, int32_t id)
@@ -148,7 +157,8 @@ int zt_template_special_ids(const zt_template_t *t, const zt_tokenizer_t *tok, c
     if (t->replace_eos) rc = token_of(tok, t->stop_words[0], "the template's eos, stop_words[0]", &ids->eos, err, errlen);
     else rc = token_of(tok, eos ? eos : "<|endoftext|>", eos ? "eos_token" : "the eos LLaMA-Factory adds",
                        &ids->eos, err, errlen);
-    for (int i = 1; rc == 0 && i < 2 && t->stop_words[i]; i++) {
+    /* the other stop words: LLaMA-Factory adds them as special tokens */
+    for (int i = t->replace_eos; rc == 0 && i < 2 && t->stop_words[i]; i++) {
         int32_t sw;
         rc = token_of(tok, t->stop_words[i], "a stop word, added as a special token", &sw, err, errlen);
     }

@@ -7,12 +7,12 @@
  * decoding is a table lookup. The pipeline is the library's:
  *   added tokens (normalized=false) on the raw text -> the normalizer (NFC,
  *   Prepend, Replace) on each other piece -> added tokens (normalized=true) ->
- *   Split regexes (Isolated) or Metaspace -> BPE per pre-token.
+ *   Split pre-tokenizers (any behavior) or Metaspace -> BPE per pre-token.
  * BPE is the library's Word::merge_all: a heap of (rank, position) over a linked
  * list of symbols, O(n log n) in the pre-token's length; merge ranks live in a
  * hash map of id pairs, and a bounded cache maps pre-token bytes to their ids.
  *
- * A SentencePiece-style file (Llama-2, Mistral: no ByteLevel anywhere) is
+ * A SentencePiece-style file (Llama-2, Mistral, Gemma: no ByteLevel anywhere) is
  * "char level": the symbols are the pre-token's UTF-8 characters, the
  * vocabulary keeps its own strings ("▁the", "<0xE4>") in `key` for lookups,
  * and `tok` holds what the file's decoder makes of each token on its own
@@ -56,10 +56,15 @@ typedef struct {
     int start[257];
 } match_set_t;
 
+/* A Split pre-tokenizer's behavior: what becomes of the matches (the library's
+ * SplitDelimiterBehavior). */
+typedef enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS } split_behavior_t;
+
 typedef struct {
     pcre2_code *re;
     pcre2_match_data *md;
-    int jit;
+    int jit, invert;
+    split_behavior_t behavior;
 } split_t;
 
 /* A normalizer step, applied to each piece between added tokens in file order. */
@@ -540,8 +545,11 @@ static char *normalize(const zt_tokenizer_t *t, const char *s, size_t n, size_t 
     return cur;
 }
 
-/* Rewrites \s and \S to Unicode White_Space (what Oniguruma means) and compiles. */
-static int add_split(zt_tokenizer_t *t, const char *pat, int literal, const char *where, char *err, size_t errlen)
+/* Rewrites Oniguruma's (Ruby syntax) escapes that PCRE2 reads otherwise or not at
+ * all: \s and \S to Unicode White_Space, \h and \H to hex digits (PCRE2's \h is
+ * horizontal space), \uHHHH to \x{HHHH}; then compiles. */
+static int add_split(zt_tokenizer_t *t, const char *pat, int literal, split_behavior_t behavior, int invert,
+                     const char *where, char *err, size_t errlen)
 {
     if (t->nsplit == MAX_SPLITS) return zt_err(err, errlen, "%s: more than %d Split pre-tokenizers", where, MAX_SPLITS);
     size_t n = strlen(pat);
@@ -556,10 +564,15 @@ static int add_split(zt_tokenizer_t *t, const char *pat, int literal, const char
             if (c == '\\' && i + 1 < n) {
                 char d = pat[++i];
                 if (d == 's') o += sprintf(o, in_class ? "%s" : "[%s]", WS_CLASS);
-                else if (d == 'S' && !in_class) o += sprintf(o, "[^%s]", WS_CLASS);
-                else if (d == 'S') {
+                else if (d == 'h') o += sprintf(o, in_class ? "%s" : "[%s]", "0-9a-fA-F");
+                else if ((d == 'S' || d == 'H') && !in_class)
+                    o += sprintf(o, "[^%s]", d == 'S' ? WS_CLASS : "0-9a-fA-F");
+                else if (d == 'S' || d == 'H') {
                     free(p);
-                    return zt_err(err, errlen, "%s: \\S inside a character class is not supported", where);
+                    return zt_err(err, errlen, "%s: \\%c inside a character class is not supported", where, d);
+                } else if (d == 'u' && i + 4 < n && strspn(pat + i + 1, "0123456789abcdefABCDEF") >= 4) {
+                    o += sprintf(o, "\\x{%.4s}", pat + i + 1);
+                    i += 4;
                 } else {
                     *o++ = c;
                     *o++ = d;
@@ -598,6 +611,8 @@ static int add_split(zt_tokenizer_t *t, const char *pat, int literal, const char
     }
     split_t *s = &t->split[t->nsplit++];
     s->re = re;
+    s->behavior = behavior;
+    s->invert = invert;
     s->jit = pcre2_jit_compile(re, PCRE2_JIT_COMPLETE) == 0;
     s->md = pcre2_match_data_create_from_pattern(re, NULL);
     return 0;
@@ -813,7 +828,7 @@ zt_tokenizer_t *zt_tokenizer_open_bpe(const char *vocab_json, const char *merges
     if (rc == 0) rc = install_vocab(t, &v, -1, vocab_json, err, errlen);
     vl_free(&v);
     if (rc == 0) rc = load_merges_txt(t, merges_txt, err, errlen);
-    if (rc == 0) rc = add_split(t, GPT2_PATTERN, 0, vocab_json, err, errlen);
+    if (rc == 0) rc = add_split(t, GPT2_PATTERN, 0, SPLIT_ISOLATED, 0, vocab_json, err, errlen);
     if (rc != 0) {
         zt_tokenizer_close(t);
         return NULL;
@@ -965,24 +980,31 @@ static int parse_pretok(zt_tokenizer_t *t, jctx_t *c, json_t *p, const char *nam
         if (json_is_true(json_object_get(p, "add_prefix_space")))
             return zt_err(c->err, c->errlen, "%s: %s.add_prefix_space is true: not supported", c->path, name);
         json_t *ur = json_object_get(p, "use_regex");
-        if ((!ur || json_is_true(ur)) && add_split(t, GPT2_PATTERN, 0, c->path, c->err, c->errlen) != 0) return -1;
+        if ((!ur || json_is_true(ur)) &&
+            add_split(t, GPT2_PATTERN, 0, SPLIT_ISOLATED, 0, c->path, c->err, c->errlen) != 0)
+            return -1;
         *bytelevel = 1;
         return 0;
     }
     if (strcmp(ty, "Split") == 0) {
-        json_t *pat = json_object_get(p, "pattern");
+        static const char *const behaviors[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
+                                                "Contiguous"};
+        json_t *pat = json_object_get(p, "pattern"), *inv = json_object_get(p, "invert");
         const char *rx = json_string_value(json_object_get(pat, "Regex"));
         const char *lit = json_string_value(json_object_get(pat, "String"));
         const char *beh = json_string_value(json_object_get(p, "behavior"));
         if (!rx && !lit) return zt_err(c->err, c->errlen, "%s: %s.pattern: neither Regex nor String", c->path, name);
-        if (!beh || strcmp(beh, "Isolated") != 0)
-            return zt_err(c->err, c->errlen, "%s: %s.behavior '%s' is not supported (Isolated only)", c->path, name,
-                          beh ? beh : "?");
-        if (json_is_true(json_object_get(p, "invert")))
-            return zt_err(c->err, c->errlen, "%s: %s.invert is true: not supported", c->path, name);
+        int b = 0;
+        while (beh && b < 5 && strcmp(beh, behaviors[b]) != 0) b++;
+        if (!beh || b == 5)
+            return zt_err(c->err, c->errlen, "%s: %s.behavior '%s' is not supported (Removed, Isolated, "
+                          "MergedWithPrevious, MergedWithNext, Contiguous)", c->path, name, beh ? beh : "?");
+        if (inv && !json_is_boolean(inv))
+            return zt_err(c->err, c->errlen, "%s: %s.invert: not a boolean", c->path, name);
         char where[600];
         snprintf(where, sizeof where, "%s: %s.pattern", c->path, name);
-        return add_split(t, rx ? rx : lit, rx == NULL, where, c->err, c->errlen);
+        return add_split(t, rx ? rx : lit, rx == NULL, (split_behavior_t)b, json_is_true(inv), where, c->err,
+                         c->errlen);
     }
     return zt_err(c->err, c->errlen, "%s: %s.type '%s' is not supported (ByteLevel, Split, Sequence, Metaspace)", c->path,
                   name, ty);
@@ -1202,10 +1224,10 @@ zt_tokenizer_t *zt_tokenizer_open_json(const char *path, char *err, size_t errle
     if (rc == 0) rc = parse_decoder(t, &c, json_object_get(root, "decoder"));
     if (rc == 0 && !t->char_level && !bytelevel)
         rc = zt_err(err, errlen, "%s: pre_tokenizer: no ByteLevel (the ByteLevel decoder needs it; a SentencePiece-"
-                    "style file has Metaspace or none)", path);
-    if (rc == 0 && t->char_level && (bytelevel || t->nsplit))
-        rc = zt_err(err, errlen, "%s: pre_tokenizer: %s with a %s decoder is not supported (SentencePiece style: "
-                    "Metaspace or none)", path, bytelevel ? "ByteLevel" : "Split", jtype(json_object_get(root, "decoder")));
+                    "style file has Split, Metaspace or none)", path);
+    if (rc == 0 && t->char_level && bytelevel)
+        rc = zt_err(err, errlen, "%s: pre_tokenizer: ByteLevel with a %s decoder is not supported (SentencePiece "
+                    "style: Split, Metaspace or none)", path, jtype(json_object_get(root, "decoder")));
     if (rc == 0) rc = parse_model(t, &c, json_object_get(root, "model"), max_added);
     json_decref(root);
     if (rc != 0) {
@@ -1487,7 +1509,23 @@ static void bpe_word(zt_tokenizer_t *t, const char *s, size_t n, ivec_t *out)
     t->cache_used++;
 }
 
-/* Split regex `level` (Isolated: matches and the gaps between them are pieces), then the next. */
+static void pre_tokenize(zt_tokenizer_t *t, int level, const char *s, size_t n, ivec_t *out);
+
+/* The piece [a, b) of s to the next level; the library drops empty pieces. */
+static void split_piece(zt_tokenizer_t *t, int level, const char *s, size_t a, size_t b, ivec_t *out)
+{
+    if (b > a) pre_tokenize(t, level + 1, s + a, b - a, out);
+}
+
+/* Split `level`, then the next. The library's NormalizedString::split: s is cut
+ * into segments, the matches (flagged; empty ones too) and the gaps between them,
+ * found as Oniguruma's find_iter finds them (an empty match right where the
+ * previous match ended is skipped: the search moves on one character); invert
+ * swaps the flags. The behavior folds the segments into pieces: Isolated keeps
+ * each, Removed drops the matches, Contiguous joins runs of equal flags,
+ * MergedWithPrevious joins a match to the gap before it, MergedWithNext to the
+ * gap after it. Streamed: `cur` is the piece being built, `pend` (MergedWithNext)
+ * a match waiting for its gap. */
 static void pre_tokenize(zt_tokenizer_t *t, int level, const char *s, size_t n, ivec_t *out)
 {
     if (n == 0) return;
@@ -1496,25 +1534,68 @@ static void pre_tokenize(zt_tokenizer_t *t, int level, const char *s, size_t n, 
         return;
     }
     split_t *sp = &t->split[level];
-    size_t pos = 0, prev = 0;
-    while (pos < n) {
-        int rc = sp->jit ? pcre2_jit_match(sp->re, (PCRE2_SPTR)s, n, pos, 0, sp->md, NULL)
-                         : pcre2_match(sp->re, (PCRE2_SPTR)s, n, pos, 0, sp->md, NULL);
-        if (rc < 0) break;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(sp->md);
-        size_t ms = ov[0], me = ov[1];
-        if (me <= ms) { /* an empty match: skip one character */
-            size_t j = ms;
-            if (j >= n) break;
-            utf8_next((const unsigned char *)s, n, &j);
-            pos = j;
-            continue;
+    size_t pos = 0, prev = 0, cur_a = 0, cur_b = 0, pend_a = 0;
+    int have_cur = 0, cur_flag = 0, have_pend = 0;
+    long last_match_end = -1;
+    for (int done = 0; !done;) {
+        size_t seg[2][2];
+        int nseg = 0, flag0;
+        int rc = pos <= n ? (sp->jit ? pcre2_jit_match(sp->re, (PCRE2_SPTR)s, n, pos, 0, sp->md, NULL)
+                                     : pcre2_match(sp->re, (PCRE2_SPTR)s, n, pos, 0, sp->md, NULL))
+                          : -1;
+        if (rc >= 0) {
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(sp->md);
+            size_t ms = ov[0], me = ov[1] < ov[0] ? ov[0] : ov[1];
+            if (me == ms && last_match_end == (long)me) { /* move on one character */
+                if (pos >= n) pos = n + 1;
+                else utf8_next((const unsigned char *)s, n, &pos);
+                continue;
+            }
+            pos = me;
+            last_match_end = (long)me;
+            if (ms > prev) {
+                seg[nseg][0] = prev, seg[nseg++][1] = ms;
+            }
+            seg[nseg][0] = ms, seg[nseg++][1] = me;
+            flag0 = ms > prev ? 0 : 1; /* the gap, if any, comes first */
+            prev = me;
+        } else {
+            done = 1;
+            if (prev >= n) break;
+            seg[nseg][0] = prev, seg[nseg++][1] = n;
+            flag0 = 0;
         }
-        if (ms > prev) pre_tokenize(t, level + 1, s + prev, ms - prev, out);
-        pre_tokenize(t, level + 1, s + ms, me - ms, out);
-        prev = pos = me;
+        for (int k = 0; k < nseg; k++) {
+            size_t a = seg[k][0], b = seg[k][1];
+            int m = (k == 0 ? flag0 : 1) != sp->invert;
+            switch (sp->behavior) {
+            case SPLIT_ISOLATED:
+                split_piece(t, level, s, a, b, out);
+                break;
+            case SPLIT_REMOVED:
+                if (!m) split_piece(t, level, s, a, b, out);
+                break;
+            case SPLIT_CONTIGUOUS:
+            case SPLIT_MERGED_PREV:
+                if (have_cur && (sp->behavior == SPLIT_CONTIGUOUS ? m == cur_flag : m && !cur_flag)) {
+                    cur_b = b;
+                } else {
+                    if (have_cur) split_piece(t, level, s, cur_a, cur_b, out);
+                    have_cur = 1, cur_a = a, cur_b = b;
+                }
+                cur_flag = m;
+                break;
+            case SPLIT_MERGED_NEXT:
+                if (have_pend) split_piece(t, level, s, pend_a, m ? a : b, out);
+                if (m) have_pend = 1, pend_a = a;
+                else if (!have_pend) split_piece(t, level, s, a, b, out);
+                else have_pend = 0;
+                break;
+            }
+        }
     }
-    if (prev < n) pre_tokenize(t, level + 1, s + prev, n - prev, out);
+    if (have_cur) split_piece(t, level, s, cur_a, cur_b, out);
+    if (have_pend) split_piece(t, level, s, pend_a, n, out);
 }
 
 typedef void (*piece_fn)(zt_tokenizer_t *t, const char *s, size_t n, ivec_t *out);

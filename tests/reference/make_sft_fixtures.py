@@ -50,7 +50,10 @@ TOKENIZERS = {
     # qwen, qwen3: <|im_start|> <|im_end|> are in the fixture; <think> </think> as Qwen3 has them
     # (added, not special); no bos, as Qwen's tokenizer_config says
     "qwen": ("qwen2.json", [], ["<think>", "</think>"], None, "<|endoftext|>"),
+    # gemma, gemma2, gemma3: the turn tokens as Gemma 3 has them; pad_token <pad> as Gemma's tokenizer_config says
+    "gemma": ("gemma.json", ["<start_of_turn>", "<end_of_turn>"], [], "<bos>", "<eos>"),
 }
+PAD = {"gemma": "<pad>"}  # the others have none: LLaMA-Factory pads with eos
 
 
 def make_tokenizers():
@@ -64,6 +67,8 @@ def make_tokenizers():
             tok.add_tokens([AddedToken(s, special=False, normalized=False) for s in plain])
         tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
         cfg = {"bos_token": bos, "eos_token": eos, "tokenizer_class": "PreTrainedTokenizerFast"}
+        if name in PAD:
+            cfg["pad_token"] = PAD[name]
         with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
             json.dump(cfg, f, indent=2, sort_keys=True)
             f.write("\n")
@@ -75,6 +80,8 @@ def hf_tokenizer(name):
     kw = {"eos_token": eos}
     if bos:
         kw["bos_token"] = bos
+    if name in PAD:
+        kw["pad_token"] = PAD[name]
     return PreTrainedTokenizerFast(tokenizer_file=os.path.join(d, "tokenizer.json"), **kw)
 
 
@@ -127,6 +134,13 @@ MESSAGES = [
 
 TEMPLATE_TOKENIZER = {"default": "gpt2", "alpaca": "gpt2", "llama2": "gpt2", "mistral": "mistral",
                       "llama3": "llama3", "qwen": "qwen", "qwen3": "qwen", "qwen3_nothink": "qwen"}
+# added later: their cases and renders come after the others', so those stay as they were
+GEMMA_TEMPLATES = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma"}
+TEMPLATE_TOKENIZER.update(GEMMA_TEMPLATES)
+# gemma3's mm_plugin (Gemma3Plugin) wants a processor with an image processor, even for text: a stand-in with
+# what its process_messages reads, which only a message with an <image> placeholder would use
+GEMMA3_PROCESSOR = SimpleNamespace(image_processor=object(), boi_token="<start_of_image>",
+                                   full_image_sequence="<start_of_image>", image_do_pan_and_scan=False)
 
 # packing works per preprocessing batch of 1000 records: 1100 short records of varied lengths
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
@@ -186,7 +200,8 @@ def lf_samples(template_name, tok_name, data_file, cutoff_len, train_on_prompt=F
     rows = [conv({k: r.get(k) for k in COLUMNS[fmt]}) for r in records]
     examples = {k: [r[k] for r in rows] for k in rows[0]}
     cls = PackedSupervisedDatasetProcessor if packing else SupervisedDatasetProcessor
-    proc = cls(template=template, tokenizer=tokenizer, processor=None, data_args=data_args)
+    processor = GEMMA3_PROCESSOR if template_name == "gemma3" else None
+    proc = cls(template=template, tokenizer=tokenizer, processor=processor, data_args=data_args)
     keys = ["input_ids", "labels"] + (["attention_mask", "position_ids"] if neat_packing else [])
     out = {k: [] for k in keys}
     for b in range(0, len(rows), 1000):  # dataset.map(batched=True, batch_size=preprocessing_batch_size=1000)
@@ -218,7 +233,7 @@ def main():
             c.update(neat_packing=True, **neat)
         cases.append(c)
 
-    for t in TEMPLATE_TOKENIZER:
+    for t in (t for t in TEMPLATE_TOKENIZER if t not in GEMMA_TEMPLATES):
         case(f"{t}-alpaca", t, "alpaca.json", 1024)
         case(f"{t}-sharegpt", t, "sharegpt.jsonl", 1024)
         case(f"{t}-sharegpt-cut40", t, "sharegpt.jsonl", 40)  # infer_seqlen on every turn
@@ -239,13 +254,26 @@ def main():
     case("qwen3_nothink-1100-neat-packing", "qwen3_nothink", "packing.jsonl", 100, neat_packing=True)
     case("llama3-alpaca-train-on-prompt-neat-packing", "llama3", "alpaca.json", 256, train_on_prompt=True,
          neat_packing=True)
+    for t in GEMMA_TEMPLATES:
+        case(f"{t}-alpaca", t, "alpaca.json", 1024)
+        case(f"{t}-sharegpt", t, "sharegpt.jsonl", 1024)
+        case(f"{t}-sharegpt-cut40", t, "sharegpt.jsonl", 40)
+        case(f"{t}-alpaca-cut24", t, "alpaca.json", 24)
+    case("gemma-messages", "gemma", "messages.json", 1024)
+    case("gemma2-sharegpt-mask-history", "gemma2", "sharegpt.jsonl", 1024, mask_history=True)  # efficient_eos
+    case("gemma-sharegpt-packing", "gemma", "sharegpt.jsonl", 96, packing=True)
+    # text only, gemma3 makes gemma's samples
+    by_name = {c["name"]: c for c in cases}
+    for suffix in ("alpaca", "sharegpt", "sharegpt-cut40", "alpaca-cut24"):
+        a, b = by_name["gemma-" + suffix], by_name["gemma3-" + suffix]
+        assert (a["input_ids"], a["labels"], a["special"]) == (b["input_ids"], b["labels"], b["special"]), suffix
 
     # chat template text: LLaMA-Factory's jinja (fix_jinja_template) through transformers
     conv = [{"role": "system", "content": "You are 'helpful'."}, {"role": "user", "content": "Hi!"},
             {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "2+2?"},
             {"role": "assistant", "content": "4"}]
     renders = []
-    for t, tok_name in TEMPLATE_TOKENIZER.items():
+    for t, tok_name in TEMPLATE_TOKENIZER.items():  # the gemma ones last
         for msgs in (conv, conv[1:]):
             _, _, _, tokenizer, template = lf_samples(t, tok_name, "messages.json", 1024)
             text = tokenizer.apply_chat_template(msgs, tokenize=False)

@@ -34,18 +34,40 @@ Metaspace pre-tokenizer and then rewritten to the two forms found on the hub:
            split false), the same decoder, special added tokens "[INST]" and
            "[/INST]".
 
+and a Gemma-style one (Gemma 1/2/3 as transformers' GemmaTokenizer builds it):
+
+  gemma    normalizer Replace(" " -> "▁"), pre_tokenizer Split(String " ",
+           MergedWithPrevious) (which finds no space after the normalizer: the
+           text between added tokens is one pre-token, so merges join words as
+           SentencePiece's do), no prefix space, decoder Sequence[Replace("▁" ->
+           " "), ByteFallback, Fuse] (no Strip), BPE byte_fallback and fuse_unk
+           with unk "<unk>", specials <pad>=0 <eos>=1 <bos>=2 <unk>=3 <mask>=4, the
+           256 byte tokens after them, and the hub's post_processor
+           TemplateProcessing("<bos> $A"), not used by encode(add_special_tokens=
+           False); trained with digits apart and "▁" runs as words of their own,
+           as Gemma's vocabulary has them (single digits, "▁▁▁▁", "\\n\\n").
+
 CJK and emoji are left out of their training text, so those characters are
 not in the vocabulary (byte fallback). Variants of mistral.json (the file with
 its pre_tokenizer and decoder replaced, as a "patch" in cases.json, so no
 further vocabulary is committed) cover the Metaspace decoder: "metaspace"
 (Metaspace in the old add_prefix_space/str_rep form: prepend always, split
-true) and "metaspace_never" (prepend_scheme never, split true). These styles
-also get SP_STRINGS ("extra_strings") and "decode_cases": id lists chosen to
-show byte runs, invalid UTF-8 and the start-of-text strip. The corpus is the fortunes text of /usr/share/games/fortunes
-plus the multilingual test strings below. Then every test string is encoded with
-`tokenizers` (add_special_tokens=False: ztrain writes raw ids) and the ids, the
-decoded text, the decoding of the first half of the ids and of every single id
-(where from_utf8_lossy shows) are stored in cases.json. The C test needs only
+true) and "metaspace_never" (prepend_scheme never, split true). Variants of
+gemma.json cover the Split pre-tokenizer's behaviors, String and Regex patterns,
+empty matches and invert: "gemma_next" (Split "▁" MergedWithNext), "gemma_prev"
+(Split \\p{N} Isolated, then \\p{L}+ MergedWithPrevious), "gemma_contiguous"
+(Split "\\n" Removed, then ▁|(?=[.,!?]) Contiguous: an empty lookahead match)
+and "gemma_invert" (Split "▁" MergedWithPrevious, invert); "behavior_changes"
+counts the cases whose ids change when every behavior is Isolated (0 for gemma
+itself: its Split finds nothing), "invert_changes" those that change without
+invert. These styles also get SP_STRINGS (gemma also GEMMA_STRINGS:
+"extra_strings") and "decode_cases": id lists chosen to show byte runs, invalid
+UTF-8 and the start-of-text strip. The corpus is the fortunes text of
+/usr/share/games/fortunes plus the multilingual test strings below. Then
+every test string is encoded with `tokenizers` (add_special_tokens=False:
+ztrain writes raw ids) and the ids, the decoded text, the decoding of the first
+half of the ids and of every single id (where from_utf8_lossy shows) are stored
+in cases.json. The C test needs only
 the committed files; rerun this script (with ~/.cache/ztrain-venv/bin/python)
 only to regenerate them."""
 import glob
@@ -54,7 +76,8 @@ import os
 import sys
 
 import tokenizers
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
+                        trainers)
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "tokenizers")
 
@@ -142,6 +165,36 @@ SP_STRINGS = [
     "\U0001F600",
     "\U0001F600\u2615\U0001F600x\U0001F600 \u2615",
     "\t\ttabs\n\nnewlines\r\n  ",
+]
+
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+GEMMA_DECODER = {"type": "Sequence", "decoders": SP_DECODER["decoders"][:3]}
+# training only: words are "▁word", runs of "▁" (less one before a word), other whitespace runs, single digits
+GEMMA_TRAIN_SPLIT = r"▁?[^▁\s\p{N}]+|▁+(?![^▁\s\p{N}])|▁|\s+|\p{N}"
+
+
+def split(pattern, behavior, invert=False, regex=True):
+    return {"type": "Split", "pattern": {"Regex" if regex else "String": pattern}, "behavior": behavior,
+            "invert": invert}
+
+
+GEMMA_VARIANTS = {
+    "gemma_next": {"pre_tokenizer": split("\u2581", "MergedWithNext", regex=False)},
+    "gemma_prev": {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        split(r"\p{N}", "Isolated"), split(r"\p{L}+", "MergedWithPrevious")]}},
+    "gemma_contiguous": {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        split(r"\n", "Removed"), split(r"\u2581|(?=[.,!?])", "Contiguous")]}},
+    "gemma_invert": {"pre_tokenizer": split("\u2581", "MergedWithPrevious", invert=True, regex=False)},
+}
+GEMMA_STRINGS = [
+    "<bos>Hello<eos> <pad><mask><unk>x",
+    "<start_of_turn>user\nHi!<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n",
+    "a  b   c    d     e        f",
+    "x\n\n\ny\n\n\n\n  z\t\tw",
+    "Numbers 1234567 and 3.14159, 2024-12-01.",
+    "Wait... what?! Yes, no. Maybe.",
+    "\u2581\u2581\u2581 already \u2581\u2581",
+    "    def f(x):\n        return x  # four spaces\n",
 ]
 
 
@@ -243,14 +296,39 @@ def train_sp(corpus, style):
     return Tokenizer.from_str(json.dumps(j, ensure_ascii=False)), j
 
 
-def sp_decode_cases(tok):
+def train_gemma(corpus):
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(GEMMA_TRAIN_SPLIT), behavior="isolated", invert=False)
+    trainer = trainers.BpeTrainer(vocab_size=2000, min_frequency=2, special_tokens=GEMMA_SPECIALS + SP_BYTES,
+                                  show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    # the form transformers' GemmaTokenizer (and the hub's tokenizer.json) has
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous", invert=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
+                                                       special_tokens=[("<bos>", 2)])
+    j = json.loads(tok.to_str())
+    j["added_tokens"] = [a for a in j["added_tokens"] if a["content"] in GEMMA_SPECIALS]
+    assert [a["content"] for a in j["added_tokens"]] == GEMMA_SPECIALS and j["decoder"] == GEMMA_DECODER
+    return Tokenizer.from_str(json.dumps(j, ensure_ascii=False)), j
+
+
+def splits_as(p, **kw):
+    """A pre_tokenizer with every Split's keys set to kw."""
+    if p and p["type"] == "Sequence":
+        return dict(p, pretokenizers=[splits_as(q, **kw) for q in p["pretokenizers"]])
+    return dict(p, **kw) if p and p["type"] == "Split" else p
+
+
+def sp_decode_cases(tok, bos="<s>", eos="</s>"):
     """Id lists for the decoder: byte runs valid and not, spaces at the start, ids outside the vocabulary."""
     i = tok.token_to_id
     b = lambda x: i(f"<0x{x:02X}>") if i(f"<0x{x:02X}>") is not None else i(f"<0x{x:02x}>")
     hello = tok.encode("Hello", add_special_tokens=False).ids
     lists = [[], [i("\u2581")], [i("\u2581"), i("\u2581")], [b(0xE4), b(0xBD)], [b(0xE4), b(0xBD), b(0xA0)],
-             [b(0xE4), i("a"), b(0xBD)], [b(0x20), i("a")], [b(0x20)], [b(0x20), b(0x20)], [i("<s>")] + hello,
-             hello + [i("</s>"), i("\u2581"), i("x")], [b(0xF0), b(0x9F), b(0x98), b(0x80)],
+             [b(0xE4), i("a"), b(0xBD)], [b(0x20), i("a")], [b(0x20)], [b(0x20), b(0x20)], [i(bos)] + hello,
+             hello + [i(eos), i("\u2581"), i("x")], [b(0xF0), b(0x9F), b(0x98), b(0x80)],
              [b(0xC3), b(0xA9), b(0xFF)], [i("<unk>")], [10 ** 6] + hello, [b(0x41), b(0x42)] + hello,
              [i("\u2581\u2581")] if i("\u2581\u2581") is not None else [i("\u2581"), b(0x20)]]
     return [{"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)} for ids in lists]
@@ -277,14 +355,19 @@ def main():
     # SentencePiece-style training text: no CJK or emoji, so those take byte fallback (or unk)
     sp_corpus = [p for p in corpus if not any(ord(ch) >= 0x2E80 for ch in p)]
     sp_files = {}
-    for style in ["gpt2", "llama3", "qwen2", "llama2", "mistral"] + list(SP_VARIANTS):
+    variants = dict({k: ("mistral", v) for k, v in SP_VARIANTS.items()},
+                    **{k: ("gemma", v) for k, v in GEMMA_VARIANTS.items()})
+    styles = ["gpt2", "llama3", "qwen2", "llama2", "mistral"] + list(SP_VARIANTS) + ["gemma"] + list(GEMMA_VARIANTS)
+    for style in styles:
         sp = style not in ("gpt2", "llama3", "qwen2")
-        if style in SP_VARIANTS:
-            j = dict(sp_files["mistral"], **SP_VARIANTS[style])
+        gemma = style.startswith("gemma")
+        if style in variants:
+            base, patch = variants[style]
+            j = dict(sp_files[base], **patch)
             tok = Tokenizer.from_str(json.dumps(j))
-            path = os.path.join(OUT, "mistral.json")
+            path = os.path.join(OUT, f"{base}.json")
         else:
-            tok, j = train_sp(sp_corpus, style) if sp else train(corpus, style)
+            tok, j = train_gemma(sp_corpus) if gemma else train_sp(sp_corpus, style) if sp else train(corpus, style)
             path = os.path.join(OUT, f"{style}.json")
             with open(path, "w", encoding="utf-8") as f:
                 json.dump(j, f, ensure_ascii=False, indent=1)
@@ -292,8 +375,9 @@ def main():
             sp_files[style] = j
         for a in j["added_tokens"]:  # the file's ids are the ones the library uses
             assert tok.token_to_id(a["content"]) == a["id"], a
+        extra = SP_STRINGS + (GEMMA_STRINGS if gemma else []) if sp else []
         res = []
-        for t in texts + (SP_STRINGS if sp else []):
+        for t in texts + extra:
             ids = tok.encode(t, add_special_tokens=False).ids
             half = ids[: len(ids) // 2]
             res.append({"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
@@ -302,14 +386,22 @@ def main():
         entry = {"file": os.path.basename(path), "vocab_size": tok.get_vocab_size(with_added_tokens=True),
                  "cases": res}
         if sp:
-            entry["extra_strings"] = SP_STRINGS
-            entry["decode_cases"] = sp_decode_cases(tok)
-            if style in SP_VARIANTS:
-                entry["patch"] = SP_VARIANTS[style]
+            entry["extra_strings"] = extra
+            entry["decode_cases"] = sp_decode_cases(tok, *(["<bos>", "<eos>"] if gemma else []))
+            if style in variants:
+                entry["patch"] = variants[style][1]
             # how many cases byte fallback and unk change: the test must be able to see them
             fb = tok.token_to_id("<0xE4>")
             entry["byte_fallback_ids"] = sum(fb in r["ids"] for r in res)
             entry["unk_ids"] = sum(r["ids"].count(tok.token_to_id("<unk>")) for r in res)
+        if gemma:
+            entry["eot"] = "<eos>"
+            # how many cases the Split behaviors and invert change (the test must be able to see them)
+            for key, kw in (("behavior_changes", {"behavior": "Isolated", "invert": False}),
+                            ("invert_changes", {"invert": False})):
+                t2 = Tokenizer.from_str(json.dumps(dict(j, pre_tokenizer=splits_as(j["pre_tokenizer"], **kw))))
+                entry[key] = sum(t2.encode(t, add_special_tokens=False).ids != r["ids"]
+                                 for t, r in zip(texts + extra, res))
         if style == "llama3":
             # how many cases ignore_merges changes (the test must be able to see it)
             j2 = dict(j, model=dict(j["model"], ignore_merges=False))

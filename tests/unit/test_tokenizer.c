@@ -9,7 +9,10 @@
  * llama2, the legacy Prepend + Replace normalizer without a pre-tokenizer, and
  * mistral, Metaspace(first) with [INST] tokens, both with the Replace,
  * ByteFallback, Fuse, Strip decoder; "metaspace" and "metaspace_never" are
- * mistral.json with the Metaspace pre-tokenizer and decoder patched in) and
+ * mistral.json with the Metaspace pre-tokenizer and decoder patched in; and
+ * gemma, Gemma's Replace normalizer, Split(" ", MergedWithPrevious) and decoder
+ * without Strip, with variants "gemma_next", "gemma_prev", "gemma_contiguous",
+ * "gemma_invert" patching in Split pre-tokenizers of every behavior) and
  * cases.json: the ids the library gives each test string, its decoded text, the
  * decoding of the first half of the ids and of single ids, and for the
  * SentencePiece styles more strings and id lists to decode. Only those
@@ -89,12 +92,10 @@ static json_t *style_entry(const char *style)
     return entry;
 }
 
-/* A fixture entry's tokenizer: its file, or that file with the entry's "patch"
- * (top-level keys replaced) written to the temporary directory. */
-static zt_tokenizer_t *open_style(const char *style)
+/* A fixture file, or that file with `patch` (top-level keys replaced) written to the
+ * temporary directory. */
+static zt_tokenizer_t *open_patched(const char *file, json_t *patch)
 {
-    json_t *entry = style_entry(style), *patch = json_object_get(entry, "patch");
-    const char *file = fixture(json_string_value(json_object_get(entry, "file")));
     if (patch) {
         json_t *j = json_load_file(file, 0, NULL);
         CU_ASSERT_PTR_NOT_NULL_FATAL(j);
@@ -109,6 +110,13 @@ static zt_tokenizer_t *open_style(const char *style)
     return t;
 }
 
+/* A fixture entry's tokenizer: its file, with the entry's "patch" if it has one. */
+static zt_tokenizer_t *open_style(const char *style)
+{
+    json_t *entry = style_entry(style);
+    return open_patched(fixture(json_string_value(json_object_get(entry, "file"))), json_object_get(entry, "patch"));
+}
+
 /* Every case of one fixture tokenizer: ids, decoded text, half and single-id decodes. */
 static int check_style(const char *style)
 {
@@ -119,7 +127,8 @@ static int check_style(const char *style)
     zt_tokenizer_t *t = open_style(style);
     CU_ASSERT_EQUAL(zt_tokenizer_vocab_size(t), json_integer_value(json_object_get(entry, "vocab_size")));
     CU_ASSERT_STRING_EQUAL(zt_tokenizer_kind(t), "hf");
-    const char *eot = extra ? "</s>" : "<|endoftext|>";
+    const char *eot = json_string_value(json_object_get(entry, "eot"));
+    if (!eot) eot = extra ? "</s>" : "<|endoftext|>";
     CU_ASSERT_EQUAL(zt_tokenizer_eot(t), zt_tokenizer_token_id(t, eot, strlen(eot)));
     CU_ASSERT(zt_tokenizer_eot(t) >= 0);
     int bad = 0;
@@ -198,6 +207,11 @@ static void t_llama2(void) { CU_ASSERT_EQUAL(check_style("llama2"), 0); }
 static void t_mistral(void) { CU_ASSERT_EQUAL(check_style("mistral"), 0); }
 static void t_metaspace(void) { CU_ASSERT_EQUAL(check_style("metaspace"), 0); }
 static void t_metaspace_never(void) { CU_ASSERT_EQUAL(check_style("metaspace_never"), 0); }
+static void t_gemma(void) { CU_ASSERT_EQUAL(check_style("gemma"), 0); }
+static void t_gemma_next(void) { CU_ASSERT_EQUAL(check_style("gemma_next"), 0); }
+static void t_gemma_prev(void) { CU_ASSERT_EQUAL(check_style("gemma_prev"), 0); }
+static void t_gemma_contiguous(void) { CU_ASSERT_EQUAL(check_style("gemma_contiguous"), 0); }
+static void t_gemma_invert(void) { CU_ASSERT_EQUAL(check_style("gemma_invert"), 0); }
 
 static int32_t id_of(const zt_tokenizer_t *t, const char *s)
 {
@@ -271,6 +285,41 @@ static void t_sentencepiece_rules(void)
     CU_ASSERT(encodes_to(t, "[INST]Hi", (const char *[]){"[INST]", "H", "i", NULL}));
     CU_ASSERT(encodes_to(t, "[INST] Hi", (const char *[]){"[INST]", "\xe2\x96\x81" "H", "i", NULL}));
     zt_tokenizer_close(t);
+
+    /* Gemma: no prefix space, no Strip, the post_processor's <bos> not added; the text between
+     * added tokens is one pre-token, so a run of spaces merges with the word after it as the
+     * merges rank it */
+#define M "\xe2\x96\x81" /* "▁" */
+    t = open_style("gemma");
+    CU_ASSERT(encodes_to(t, "Hi", (const char *[]){"H", "i", NULL}));
+    CU_ASSERT(encodes_to(t, " Hi<eos>", (const char *[]){M "H", "i", "<eos>", NULL}));
+    CU_ASSERT(encodes_to(t, "a  b   c", (const char *[]){"a", M, M "b", M M, M "c", NULL}));
+    first = zt_tokenizer_decode_first(t, id_of(t, M "b"), &len);
+    CU_ASSERT(len == 2 && memcmp(first, " b", 2) == 0);
+    CU_ASSERT_EQUAL(zt_tokenizer_eot(t), id_of(t, "<eos>"));
+    CU_ASSERT(id_of(t, "<pad>") == 0 && id_of(t, "<eos>") == 1 && id_of(t, "<bos>") == 2 && id_of(t, "<unk>") == 3);
+    zt_tokenizer_close(t);
+    /* Split behaviors (as `tokenizers` splits: checked by hand) */
+    t = open_style("gemma_next"); /* "▁" MergedWithNext: a, ▁, ▁b, ▁c, ▁ */
+    CU_ASSERT(encodes_to(t, "a  b c ", (const char *[]){"a", M, M "b", M "c", M, NULL}));
+    zt_tokenizer_close(t);
+    t = open_style("gemma_contiguous"); /* "\n" Removed, then ▁|(?=[.,!?]) Contiguous: a, ▁▁, b, ., ▁ */
+    CU_ASSERT(encodes_to(t, "a\n  b. ", (const char *[]){"a", M M, "b", ".", M, NULL}));
+    zt_tokenizer_close(t);
+    /* Oniguruma's \h is a hex digit (PCRE2's: horizontal space), \uHHHH a code point:
+     * \h+ Removed, then \u2581 MergedWithNext */
+    json_t *patch = json_loads("{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
+                               "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\h+\"}, "
+                               "\"behavior\": \"Removed\"}, "
+                               "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\u2581\"}, "
+                               "\"behavior\": \"MergedWithNext\"}]}}", 0, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(patch);
+    t = open_patched(fixture("gemma.json"), patch);
+    json_decref(patch);
+    CU_ASSERT(encodes_to(t, "Deadbeef is 0xFF, not good",
+                         (const char *[]){M "is", M, "x", ",", M "not", M "g", "oo", NULL}));
+    zt_tokenizer_close(t);
+#undef M
 }
 
 /* The fixtures exercise what they claim: ignore_merges and NFC change some ids,
@@ -287,6 +336,14 @@ static void t_fixtures_bite(void)
     /* mistral's one unk is the text "<unk>" (an added token); llama2 has unknown characters */
     CU_ASSERT(json_integer_value(json_object_get(json_object_get(tk, "llama2"), "unk_ids")) >
               json_integer_value(json_object_get(json_object_get(tk, "mistral"), "unk_ids")) + 5);
+    /* gemma's own Split finds no space after the normalizer; the variants' behaviors (and
+     * gemma_invert's invert) change ids */
+    CU_ASSERT(json_integer_value(json_object_get(json_object_get(tk, "gemma"), "byte_fallback_ids")) > 0);
+    CU_ASSERT(json_integer_value(json_object_get(json_object_get(tk, "gemma"), "behavior_changes")) == 0);
+    static const char *const gv[] = {"gemma_next", "gemma_prev", "gemma_contiguous", "gemma_invert"};
+    for (int k = 0; k < 4; k++)
+        CU_ASSERT(json_integer_value(json_object_get(json_object_get(tk, gv[k]), "behavior_changes")) > 10);
+    CU_ASSERT(json_integer_value(json_object_get(json_object_get(tk, "gemma_invert"), "invert_changes")) > 10);
     json_t *g = json_load_file(fixture("gpt2.json"), 0, NULL), *q = json_load_file(fixture("qwen2.json"), 0, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     CU_ASSERT_PTR_NOT_NULL_FATAL(q);
@@ -404,8 +461,13 @@ static void t_errors(void)
          "normalizer.type 'Lowercase'"},
         {"{\"pre_tokenizer\": {\"type\": \"Whitespace\"}}", "pre_tokenizer.type 'Whitespace'"},
         {"{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
-         "{\"Regex\": \"a\"}, \"behavior\": \"Removed\", \"invert\": false}, {\"type\": \"ByteLevel\"}]}}",
-         "pre_tokenizer.pretokenizers[0].behavior 'Removed'"},
+         "{\"Regex\": \"a\"}, \"behavior\": \"Merged\", \"invert\": false}, {\"type\": \"ByteLevel\"}]}}",
+         "pre_tokenizer.pretokenizers[0].behavior 'Merged'"},
+        {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"Isolated\", "
+         "\"invert\": 1}}", "pre_tokenizer.invert: not a boolean"},
+        {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}}}", "pre_tokenizer.behavior '?'"},
+        {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"[\\\\H]\"}, \"behavior\": \"Removed\"}}",
+         "pre_tokenizer.pattern: \\H inside a character class"},
         {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}, \"behavior\": \"Isolated\"}}",
          "pre_tokenizer.pattern: regex /(a/"},
         {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true}}",
@@ -536,9 +598,11 @@ static void t_speed(void)
         free(s);
     }
     closedir(d);
-    /* llama2: the whole text is one pre-token (no pre-tokenizer), as in the library */
-    static const char *const styles[] = {"gpt2.json", "llama3.json", "qwen2.json", "llama2.json", "mistral.json"};
-    for (int k = 0; k < 5; k++) {
+    /* llama2, gemma: the whole text is one pre-token (no pre-tokenizer / a Split that finds
+     * nothing), as in the library */
+    static const char *const styles[] = {"gpt2.json", "llama3.json", "qwen2.json", "llama2.json", "mistral.json",
+                                         "gemma.json"};
+    for (int k = 0; k < 6; k++) {
         zt_tokenizer_t *t = zt_tokenizer_load(fixture(styles[k]), err, sizeof err);
         CU_ASSERT_PTR_NOT_NULL_FATAL(t);
         struct timespec a, b;
@@ -580,6 +644,11 @@ static const zt_test_t tests[] = {
     {"mistral (Metaspace first, [INST])", t_mistral},
     {"metaspace (add_prefix_space form, split, Metaspace decoder)", t_metaspace},
     {"metaspace_never (prepend never, split, Metaspace decoder)", t_metaspace_never},
+    {"gemma (Replace, Split \" \" MergedWithPrevious, no Strip)", t_gemma},
+    {"gemma_next (Split String MergedWithNext)", t_gemma_next},
+    {"gemma_prev (Split Isolated, Regex MergedWithPrevious)", t_gemma_prev},
+    {"gemma_contiguous (Split Removed, Contiguous with an empty match)", t_gemma_contiguous},
+    {"gemma_invert (Split MergedWithPrevious, invert)", t_gemma_invert},
     {"SentencePiece rules one by one", t_sentencepiece_rules},
     {"the fixtures exercise what they claim", t_fixtures_bite},
     {"vocab.json + merges.txt through the same code", t_vocab_merges_files},
