@@ -477,7 +477,8 @@ static char *slurp(const char *path)
 static void t_shipped_inputs(void)
 {
     const char *files[] = {"inputs/default.cfg", "inputs/tiny.cfg", "inputs/gpt2-124m.cfg",
-                           "inputs/llama-3.2-1b.cfg", "inputs/qwen3-0.6b.cfg", "inputs/qwen3_lora_sft.cfg"};
+                           "inputs/llama-3.2-1b.cfg", "inputs/qwen3-0.6b.cfg", "inputs/qwen3_lora_sft.cfg",
+                           "inputs/gemma-3-1b.cfg", "inputs/gemma3_lora_sft.cfg"};
     for (int i = 0; i < (int)(sizeof files / sizeof *files); i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", ZT_SRCDIR, files[i]);
