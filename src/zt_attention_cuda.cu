@@ -11,7 +11,8 @@
  * Both are flash-style (no (B,NH,T,T) buffer; lse (B,NH,T) kept for the
  * backward) and deterministic. Grouped-query attention (NKV key/value heads
  * shared by NH query heads) and any head size HD in range; seg (B,T) in device
- * memory, or NULL, masks packed samples from each other (zt_backend.h). */
+ * memory, or NULL, masks packed samples from each other, and window > 0 is a
+ * sliding window (zt_backend.h). */
 #include <math.h>
 #include <stddef.h>
 
@@ -37,12 +38,13 @@ static dim3 fa_grid(int B, int T, int heads, int rows)
 /* ---- fp32 ------------------------------------------------------------------ */
 
 /* self-attention over qkv rows [q | k | v] (and dqkv alike) as an fa_args */
-static fa_args fa_self(const float *qkv, float *dqkv, const int32_t *seg, int T, int NH, int NKV, int HD)
+static fa_args fa_self(const float *qkv, float *dqkv, const int32_t *seg, int T, int NH, int NKV, int HD,
+                       int window)
 {
     const int C3 = (NH + 2 * NKV) * HD;
     const size_t ko = (size_t)NH * HD, vo = (size_t)(NH + NKV) * HD;
     fa_args a = {qkv, qkv + ko, qkv + vo, dqkv, dqkv ? dqkv + ko : NULL, dqkv ? dqkv + vo : NULL,
-                 seg, seg, C3, C3, T, T, NH, NKV, HD, 1, fa_scale(HD)};
+                 seg, seg, C3, C3, T, T, NH, NKV, HD, 1, window, 0, fa_scale(HD)};
     return a;
 }
 
@@ -132,20 +134,20 @@ static int fa_ni(int NH, int NKV, int HD)
 }
 
 void zt_cuda_attention_forward(float *out, float *lse, const float *qkv, const int32_t *seg, int B,
-                               int T, int NH, int NKV, int HD)
+                               int T, int NH, int NKV, int HD, int window)
 {
     const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
-    const fa_args a = fa_self(qkv, NULL, seg, T, NH, NKV, HD);
+    const fa_args a = fa_self(qkv, NULL, seg, T, NH, NKV, HD, window);
     if (nf) tc_forward_by_nf[nf - 1](out, lse, a, B);
     else fa_forward_by_ni[ni - 1](out, lse, a, B);
 }
 
 void zt_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
                                 const float *out, const float *lse, const int32_t *seg, int B,
-                                int T, int NH, int NKV, int HD)
+                                int T, int NH, int NKV, int HD, int window)
 {
     const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
-    const fa_args a = fa_self(qkv, dqkv, seg, T, NH, NKV, HD);
+    const fa_args a = fa_self(qkv, dqkv, seg, T, NH, NKV, HD, window);
     if (nf) tc_backward_by_nf[nf - 1](dout, out, lse, a, B);
     else fa_backward_by_ni[ni - 1](dout, out, lse, a, B);
 }
@@ -156,19 +158,21 @@ void zt_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv
 
 static fa_args fa_block(const float *q, int qs, const float *k, const float *v, int ks, float *dq, float *dk,
                         float *dv, const int32_t *qseg, const int32_t *kseg, int Tq, int Tk, int NH, int NKV, int HD,
-                        int causal)
+                        int causal, int window, int delta)
 {
     if (causal && Tq != Tk) zt_fatal("attention: a causal block needs as many queries as keys (%d, %d)", Tq, Tk);
-    fa_args a = {q, k, v, dq, dk, dv, qseg, qseg ? kseg : NULL, qs, ks, Tq, Tk, NH, NKV, HD, causal, fa_scale(HD)};
+    fa_args a = {q, k, v, dq, dk, dv, qseg, qseg ? kseg : NULL, qs, ks, Tq, Tk, NH, NKV, HD, causal,
+                 window, delta, fa_scale(HD)};
     return a;
 }
 
 void zt_cuda_attention_block_forward(float *out, float *lse, const float *q, int qs, const float *k, const float *v,
                                      int ks, const int32_t *qseg, const int32_t *kseg, int B, int Tq, int Tk, int NH,
-                                     int NKV, int HD, int causal)
+                                     int NKV, int HD, int causal, int window, int delta)
 {
     const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
-    const fa_args a = fa_block(q, qs, k, v, ks, NULL, NULL, NULL, qseg, kseg, Tq, Tk, NH, NKV, HD, causal);
+    const fa_args a = fa_block(q, qs, k, v, ks, NULL, NULL, NULL, qseg, kseg, Tq, Tk, NH, NKV, HD, causal, window,
+                               delta);
     if (nf) tc_forward_by_nf[nf - 1](out, lse, a, B);
     else fa_forward_by_ni[ni - 1](out, lse, a, B);
 }
@@ -176,10 +180,10 @@ void zt_cuda_attention_block_forward(float *out, float *lse, const float *q, int
 void zt_cuda_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, int qs,
                                       const float *k, const float *v, int ks, const int32_t *qseg,
                                       const int32_t *kseg, const float *out, const float *lse, int B, int Tq, int Tk,
-                                      int NH, int NKV, int HD, int causal)
+                                      int NH, int NKV, int HD, int causal, int window, int delta)
 {
     const int ni = fa_ni(NH, NKV, HD), nf = tc_nf(HD);
-    const fa_args a = fa_block(q, qs, k, v, ks, dq, dk, dv, qseg, kseg, Tq, Tk, NH, NKV, HD, causal);
+    const fa_args a = fa_block(q, qs, k, v, ks, dq, dk, dv, qseg, kseg, Tq, Tk, NH, NKV, HD, causal, window, delta);
     if (nf) tc_backward_by_nf[nf - 1](dout, out, lse, a, B);
     else fa_backward_by_ni[ni - 1](dout, out, lse, a, B);
 }

@@ -60,7 +60,14 @@
  * Packed rows (qseg, kseg: neat packing, both kernel families): a key of another
  * segment is masked like a key above the diagonal (fa_sees); tiles are not
  * skipped for it yet, so a packed row costs what one sequence of its length
- * does. qseg NULL takes exactly the unsegmented path. */
+ * does. qseg NULL takes exactly the unsegmented path.
+ * Sliding window (window > 0: HF's sliding_window): query t, delta + t positions
+ * after key 0 (self-attention and causal blocks: delta 0; ring attention's earlier
+ * key blocks: their distance), sees key j only when delta + t - j < window as
+ * well; the key tiles wholly outside every row's window are skipped
+ * (fa_first_key_tile, fa_query_tile_end), so a window costs O(T window), and the
+ * rest are masked in fa_sees. A row whose window ends before a block's keys gets
+ * out 0 and lse -inf, as a row of other segments does. 0: the path above. */
 #define FA_TILE 32
 #define FA_WARPS 8
 #define FA_RPW (FA_TILE / FA_WARPS)  /* rows (or keys) per warp */
@@ -71,6 +78,7 @@ struct fa_args {
     float *dq, *dk, *dv;       /* the backward's outputs (+=), strides qs, ks */
     const int32_t *qseg, *kseg; /* (B,Tq), (B,Tk) segment ids, or NULL */
     int qs, ks, Tq, Tk, NH, NKV, HD, causal;
+    int window, delta;         /* > 0: t sees keys delta + t - window + 1 .. ; 0: no window */
     float scale;
 };
 
@@ -86,10 +94,29 @@ __device__ __forceinline__ void fa_load_tile(float *dst, const float *src, int r
 }
 
 /* Key j visible from query t (t < Tq): a key of the block, causal when the call is,
- * and with segments (qsb, ksb: the batch row's, or NULL) in the query's segment */
+ * inside t's window when there is one, and with segments (qsb, ksb: the batch row's,
+ * or NULL) in the query's segment */
 __device__ __forceinline__ bool fa_sees(const fa_args &a, const int32_t *qsb, const int32_t *ksb, int t, int j)
 {
-    return j < a.Tk && (!a.causal || j <= t) && (!qsb || ksb[j] == qsb[t]);
+    return j < a.Tk && (!a.causal || j <= t) && (!a.window || a.delta + t - j < a.window) &&
+           (!qsb || ksb[j] == qsb[t]);
+}
+
+/* The first key tile (tiles of `rows` keys) that query rows q0.. meet: 0, or the
+ * one where the first row's window starts (later rows' windows start later; past
+ * the last tile: none). Both kernel families, with their tile sizes. */
+__device__ __forceinline__ int fa_first_key_tile(const fa_args &a, int q0, int rows)
+{
+    return a.window ? max(0, a.delta + q0 - a.window + 1) / rows : 0;
+}
+
+/* One past the last query tile (of `rows` rows, nqt in all) that sees a key of
+ * k0 .. k0+rows-1: with a window, the tile of the last key's last query
+ * t = (k0 + rows - 1) + window - 1 - delta; none when t < 0 */
+__device__ __forceinline__ int fa_query_tile_end(const fa_args &a, int k0, int rows, int nqt)
+{
+    const int t = k0 + rows + a.window - 2 - a.delta;
+    return a.window ? (t < 0 ? 0 : min(nqt, t / rows + 1)) : nqt;
 }
 
 /* the key tiles query tile `tile` meets: up to the diagonal when causal */
@@ -137,7 +164,7 @@ flash_forward_k(float *out, float *lse, const fa_args a)
 #pragma unroll
         for (int c = 0; c < NI; c++) acc[rr][c] = 0.0f;
     }
-    for (int kt = 0; kt <= fa_last_key_tile(a, tile); kt++) {
+    for (int kt = fa_first_key_tile(a, q0, FA_TILE); kt <= fa_last_key_tile(a, tile); kt++) {
         const int k0 = kt * FA_TILE;
         __syncthreads();  /* the previous K/V tile is no longer read */
         fa_load_tile(sk, kb, k0, a.Tk, hs, ld, a.ks);
@@ -212,7 +239,7 @@ flash_backward_dq_k(const float *dout, const float *out, const float *lse, const
 #pragma unroll
         for (int c = 0; c < NI; c++) acc[rr][c] = 0.0f;
     }
-    for (int kt = 0; kt <= fa_last_key_tile(a, tile); kt++) {
+    for (int kt = fa_first_key_tile(a, q0, FA_TILE); kt <= fa_last_key_tile(a, tile); kt++) {
         const int k0 = kt * FA_TILE;
         __syncthreads();
         fa_load_tile(sk, kb, k0, a.Tk, hs, ld, a.ks);
@@ -264,8 +291,8 @@ flash_backward_dkv_k(const float *dout, const float *out, const float *lse, cons
     const int b = blockIdx.x / NKV, g = blockIdx.x % NKV;
     const int32_t *qsb = a.qseg ? a.qseg + (size_t)b * Tq : NULL, *ksb = a.qseg ? a.kseg + (size_t)b * a.Tk : NULL;
     const int kt = (int)blockIdx.y;  /* tile 0 sees every query tile: the most work first */
-    const int nqt = (Tq + FA_TILE - 1) / FA_TILE;
     const int k0 = kt * FA_TILE, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int nqt = fa_query_tile_end(a, k0, FA_TILE, (Tq + FA_TILE - 1) / FA_TILE);
     float *sk = fa_sm, *sv = sk + FA_TILE * ld, *sq = sv + FA_TILE * ld, *sdo = sq + FA_TILE * ld;
     float *sL = sdo + FA_TILE * ld, *sD = sL + FA_TILE;
     const float *kb = a.k + (size_t)b * a.Tk * a.ks + g * hs, *vb = a.v + (size_t)b * a.Tk * a.ks + g * hs;
@@ -387,9 +414,10 @@ static inline size_t fa_smem_bytes(int hs, int tiles)
  *            registers for the whole key loop.
  *   dk, dv:  the transposed products S^T = K Q^T and dP^T = V dO^T for the
  *            block's keys, then dv += P^T dO and dk += dS^T Q in registers.
- * Causality and T are handled per 16-wide fragment: fragments wholly above the
- * diagonal or past T are skipped, the rest masked element-wise. Every output
- * element has one writer: no atomics, deterministic. */
+ * Causality, windows and T are handled per 16-wide fragment: fragments wholly
+ * above the diagonal, before the rows' windows or past T are skipped, the rest
+ * masked element-wise. Every output element has one writer: no atomics,
+ * deterministic. */
 #define TC_ROWS 64
 #define TC_WARPS 4
 #define TC_THREADS (TC_WARPS * 32)
@@ -481,6 +509,13 @@ __device__ __forceinline__ int tc_visible_frags(const fa_args &a, int q, int k0)
     return min(TC_ROWS / 16, (last - k0) / 16 + 1);
 }
 
+/* The first of those fragments: 0, or with a window the one holding the first key
+ * of row q's window (rows q+1.. start later); TC_ROWS / 16 or more: none */
+__device__ __forceinline__ int tc_first_frag(const fa_args &a, int q, int k0)
+{
+    return a.window ? max(0, a.delta + q - a.window + 1 - k0) / 16 : 0;
+}
+
 /* the key tiles of a (64-row) query tile: up to the diagonal when causal */
 __device__ __forceinline__ int tc_last_key_tile(const fa_args &a, int tile)
 {
@@ -511,27 +546,27 @@ tc_forward_k(float *out, float *lse, const fa_args a)
     const int w0 = warp * 16;                                     /* the warp's rows */
     const int r = w0 + lane / 2, half = lane % 2, t = q0 + r;     /* the lane pair's row */
     float m = -INFINITY, l = 0.0f;
-    for (int kt = 0; kt <= tc_last_key_tile(a, tile); kt++) {
+    for (int kt = fa_first_key_tile(a, q0, TC_ROWS); kt <= tc_last_key_tile(a, tile); kt++) {
         const int k0 = kt * TC_ROWS;
         __syncthreads();  /* the previous K/V tile is no longer read */
         tc_load_tile(sk, kb, k0, a.Tk, hs, ldh, a.ks);
         tc_load_tile(sv, vb, k0, a.Tk, hs, ldh, a.ks);
         __syncthreads();
-        const int nkf = tc_visible_frags(a, q0 + w0, k0);
-        if (nkf == 0) continue;  /* warp-uniform: rows past Tq */
-        for (int nf = 0; nf < nkf; nf++)  // S (16, 16 nkf) = Q_w K^T
+        const int nkf = tc_visible_frags(a, q0 + w0, k0), kf0 = tc_first_frag(a, q0 + w0, k0);
+        if (kf0 >= nkf) continue;  /* warp-uniform: rows past Tq, or keys before their windows */
+        for (int nf = kf0; nf < nkf; nf++)  // S (16, 16 nkf) = Q_w K^T (fragments kf0..)
             tc_gemm_abt(ss + w0 * TC_LDS + nf * 16, TC_LDS, sq + w0 * ldh, ldh,
                         sk + nf * 16 * ldh, ldh, NF);
         __syncwarp();
         /* online softmax over this tile's visible keys; -inf guards as in the
          * fp32 kernel (masked keys give 0, rows past Tq keep m = -inf) */
         float mx = -INFINITY;
-        for (int j = half; j < nkf * 16; j += 2)
+        for (int j = kf0 * 16 + half; j < nkf * 16; j += 2)
             if (t < Tq && fa_sees(a, qsb, ksb, t, k0 + j)) mx = fmaxf(mx, ss[r * TC_LDS + j] * scale);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         const float mnew = fmaxf(m, mx);
         float sum = 0.0f;
-        for (int j = half; j < nkf * 16; j += 2) {
+        for (int j = kf0 * 16 + half; j < nkf * 16; j += 2) {
             const float p = t < Tq && fa_sees(a, qsb, ksb, t, k0 + j) ? expf(ss[r * TC_LDS + j] * scale - mnew) : 0.0f;
             sp[r * TC_LDP + j] = __float2bfloat16(p);
             sum += p;
@@ -548,7 +583,7 @@ tc_forward_k(float *out, float *lse, const fa_args a)
             tc_acc_t acc;
             nvcuda::wmma::load_matrix_sync(acc, so + w0 * ldo + nf * 16, ldo,
                                            nvcuda::wmma::mem_row_major);
-            tc_gemm_ab(acc, sp + w0 * TC_LDP, TC_LDP, sv + nf * 16, ldh, 0, nkf);
+            tc_gemm_ab(acc, sp + w0 * TC_LDP, TC_LDP, sv + nf * 16, ldh, kf0, nkf);
             nvcuda::wmma::store_matrix_sync(so + w0 * ldo + nf * 16, acc, ldo,
                                             nvcuda::wmma::mem_row_major);
         }
@@ -556,9 +591,11 @@ tc_forward_k(float *out, float *lse, const fa_args a)
     }
     if (t < Tq) {
         float *o = out + ((size_t)b * Tq + t) * C + h * hs;
-        /* l = 0: the row saw no key of this block (self-attention always sees key t) */
+        /* l = 0: the row saw no key of this block (self-attention always sees key t).
+         * so is not read then: when the window skips every key tile, no barrier
+         * separates its zeroing by other threads from this read. */
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int i = half; i < hs; i += 2) o[i] = so[r * ldo + i] * inv;
+        for (int i = half; i < hs; i += 2) o[i] = l > 0.0f ? so[r * ldo + i] * inv : 0.0f;
         if (half == 0) lse[(size_t)bh * Tq + t] = l > 0.0f ? m + logf(l) : -INFINITY;
     }
 }
@@ -610,15 +647,15 @@ tc_backward_dq_k(const float *dout, const float *out, const float *lse, const fa
     tc_acc_t dq[NF];
 #pragma unroll
     for (int nf = 0; nf < NF; nf++) nvcuda::wmma::fill_fragment(dq[nf], 0.0f);
-    for (int kt = 0; kt <= tc_last_key_tile(a, tile); kt++) {
+    for (int kt = fa_first_key_tile(a, q0, TC_ROWS); kt <= tc_last_key_tile(a, tile); kt++) {
         const int k0 = kt * TC_ROWS;
         __syncthreads();
         tc_load_tile(sk, kb, k0, a.Tk, hs, ldh, a.ks);
         tc_load_tile(sv, vb, k0, a.Tk, hs, ldh, a.ks);
         __syncthreads();
-        const int nkf = tc_visible_frags(a, q0 + w0, k0);
-        if (nkf == 0) continue;
-        for (int nf = 0; nf < nkf; nf++) {
+        const int nkf = tc_visible_frags(a, q0 + w0, k0), kf0 = tc_first_frag(a, q0 + w0, k0);
+        if (kf0 >= nkf) continue;
+        for (int nf = kf0; nf < nkf; nf++) {
             // S (16, 16 nkf) = Q_w K^T ; dP = dO_w V^T
             tc_gemm_abt(ss + w0 * TC_LDS + nf * 16, TC_LDS, sq + w0 * ldh, ldh,
                         sk + nf * 16 * ldh, ldh, NF);
@@ -627,7 +664,7 @@ tc_backward_dq_k(const float *dout, const float *out, const float *lse, const fa
         }
         __syncwarp();
         const float L = sL[r], D = sD[r];
-        for (int j = half; j < nkf * 16; j += 2) {
+        for (int j = kf0 * 16 + half; j < nkf * 16; j += 2) {
             float ds = 0.0f;
             /* L = -inf: a row with no key anywhere has no gradient */
             if (t < Tq && L != -INFINITY && fa_sees(a, qsb, ksb, t, k0 + j)) {
@@ -639,7 +676,7 @@ tc_backward_dq_k(const float *dout, const float *out, const float *lse, const fa
         __syncwarp();
 #pragma unroll
         for (int nf = 0; nf < NF; nf++)  // dq_w (16, hs) += dS_w (16, 16 nkf) K (16 nkf, hs)
-            tc_gemm_ab(dq[nf], sds + w0 * TC_LDP, TC_LDP, sk + nf * 16, ldh, 0, nkf);
+            tc_gemm_ab(dq[nf], sds + w0 * TC_LDP, TC_LDP, sk + nf * 16, ldh, kf0, nkf);
     }
     __syncthreads();  /* every warp is done with the score tiles: reuse them as scratch */
     tc_add_rows<NF>(a.dq + (size_t)b * Tq * a.qs + h * hs, a.qs, dq, ss, TC_LDO(hs), w0, q0, Tq, scale);
@@ -656,9 +693,9 @@ tc_backward_dkv_k(const float *dout, const float *out, const float *lse, const f
     const float scale = a.scale;
     const int b = blockIdx.x / NKV, g = blockIdx.x % NKV, grp = NH / NKV;
     const int32_t *qsb = a.qseg ? a.qseg + (size_t)b * Tq : NULL, *ksb = a.qseg ? a.kseg + (size_t)b * Tk : NULL;
-    const int nqt = (Tq + TC_ROWS - 1) / TC_ROWS;
     const int kt = (int)blockIdx.y;  /* tile 0 sees every query tile: the most work first */
     const int k0 = kt * TC_ROWS, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int nqt = fa_query_tile_end(a, k0, TC_ROWS, (Tq + TC_ROWS - 1) / TC_ROWS);
     __nv_bfloat16 *sk = (__nv_bfloat16 *)tc_sm, *sv = sk + TC_ROWS * ldh;
     __nv_bfloat16 *sq = sv + TC_ROWS * ldh, *sdo = sq + TC_ROWS * ldh;
     float *ss = (float *)(sdo + TC_ROWS * ldh), *sdp = ss + TC_ROWS * TC_LDS;  // (64 keys, 64 queries)
@@ -688,10 +725,12 @@ tc_backward_dkv_k(const float *dout, const float *out, const float *lse, const f
         tc_load_row_stats(sL, sD, lse + (size_t)bh * Tq, dyb, yb, q0, Tq, hs, C);
         __syncthreads();
         /* query fragments [f_lo, f_hi) that can see one of the warp's keys (causal:
-         * from the diagonal) and hold a row below Tq; none when the warp's keys are
-         * all past Tk */
+         * from the diagonal; with a window, up to the one holding jw + 14 + window -
+         * delta, the last query of the warp's last key) and hold a row below Tq; none
+         * when the warp's keys are all past Tk */
         const int f_lo = a.causal && jw > q0 ? (jw - q0) / 16 : 0;
-        const int f_hi = jw >= Tk ? f_lo : min(TC_ROWS / 16, (Tq - q0 + 15) / 16);
+        int f_hi = jw >= Tk ? f_lo : min(TC_ROWS / 16, (Tq - q0 + 15) / 16);
+        if (a.window) f_hi = min(f_hi, max(0, jw + 14 + a.window - a.delta - q0 + 16) / 16);
         if (f_lo >= f_hi) continue;
         for (int f = f_lo; f < f_hi; f++) {
             // S^T (16 keys, 16) = K_w Q_f^T ; dP^T = V_w dO_f^T

@@ -432,7 +432,7 @@ static void cuda_layernorm_backward(float *dinp, float *dweight, float *dbias, c
     if (dweight || dbias) colsum_accumulate(dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
-/* ---- rmsnorm, rope, swiglu ------------------------------------------------- */
+/* ---- rmsnorm, rope, swiglu, geglu ------------------------------------------ */
 
 static void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
                                  int N, int H, int D, int stride, float eps)
@@ -493,21 +493,22 @@ static void cuda_rope_backward(float *dx, const float *inv_freq, const int32_t *
     rope_launch(dx, inv_freq, positions, B, T, H, D, stride, -1.0f);
 }
 
-static void cuda_swiglu_forward(float *out, const float *gu, int N, int NI)
+/* swiglu (ACT = GLU_SILU) and geglu (GLU_GELU): one kernel pair on the gate's activation */
+template <int ACT> static void cuda_glu_forward(float *out, const float *gu, int N, int NI)
 {
     ensure_init();
     const size_t n = (size_t)N * NI;
     if (n == 0) return;
-    swiglu_forward_k<<<ELEM_LAUNCH(n)>>>(out, gu, N, NI);
+    glu_forward_k<ACT><<<ELEM_LAUNCH(n)>>>(out, gu, N, NI);
     ZT_LAUNCHED();
 }
 
-static void cuda_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int NI)
+template <int ACT> static void cuda_glu_backward(float *dgu, const float *dout, const float *gu, int N, int NI)
 {
     ensure_init();
     const size_t n = (size_t)N * NI;
     if (n == 0) return;
-    swiglu_backward_k<<<ELEM_LAUNCH(n)>>>(dgu, dout, gu, N, NI);
+    glu_backward_k<ACT><<<ELEM_LAUNCH(n)>>>(dgu, dout, gu, N, NI);
     ZT_LAUNCHED();
 }
 
@@ -1162,8 +1163,10 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .rmsnorm_backward = cuda_rmsnorm_backward,
     .rope_forward = cuda_rope_forward,
     .rope_backward = cuda_rope_backward,
-    .swiglu_forward = cuda_swiglu_forward,
-    .swiglu_backward = cuda_swiglu_backward,
+    .swiglu_forward = cuda_glu_forward<GLU_SILU>,
+    .swiglu_backward = cuda_glu_backward<GLU_SILU>,
+    .geglu_forward = cuda_glu_forward<GLU_GELU>,
+    .geglu_backward = cuda_glu_backward<GLU_GELU>,
     .matmul_forward = cuda_matmul_forward,
     .matmul_backward = cuda_matmul_backward,
     .gemm = cuda_gemm,

@@ -42,18 +42,18 @@ void zt_cuda_smem_optin(const void *kernel, size_t bytes, const char *what);
 
 /* The backend's attention entries (zt_attention_cuda.cu). */
 void zt_cuda_attention_forward(float *out, float *lse, const float *qkv, const int32_t *seg, int B,
-                               int T, int NH, int NKV, int HD);
+                               int T, int NH, int NKV, int HD, int window);
 void zt_cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
                                 const float *out, const float *lse, const int32_t *seg, int B,
-                                int T, int NH, int NKV, int HD);
+                                int T, int NH, int NKV, int HD, int window);
 /* ring attention's blocks and merge (zt_backend.h), fp32 kernels under every precision */
 void zt_cuda_attention_block_forward(float *out, float *lse, const float *q, int qs, const float *k, const float *v,
                                      int ks, const int32_t *qseg, const int32_t *kseg, int B, int Tq, int Tk, int NH,
-                                     int NKV, int HD, int causal);
+                                     int NKV, int HD, int causal, int window, int delta);
 void zt_cuda_attention_block_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, int qs,
                                       const float *k, const float *v, int ks, const int32_t *qseg,
                                       const int32_t *kseg, const float *out, const float *lse, int B, int Tq, int Tk,
-                                      int NH, int NKV, int HD, int causal);
+                                      int NH, int NKV, int HD, int causal, int window, int delta);
 void zt_cuda_attention_merge(float *out, float *lse, const float *out2, const float *lse2, int B, int T, int NH,
                              int HD);
 

@@ -292,42 +292,6 @@ __global__ void rope_k(float *x, const float *inv_freq, const int32_t *positions
     }
 }
 
-/* ---- swiglu ---------------------------------------------------------------- */
-
-/* sigmoid from e = exp(-|x|) <= 1: no overflow for any x, as the CPU's */
-__device__ __forceinline__ float zt_sigmoidf(float x)
-{
-    const float e = expf(-fabsf(x)), inv = 1.0f / (1.0f + e);
-    return x >= 0.0f ? inv : e * inv;
-}
-
-/* gu (N,2I) = [gate | up] -> out (N,I) = silu(gate) * up */
-__global__ void swiglu_forward_k(float *out, const float *gu, int N, int NI)
-{
-    const size_t n = (size_t)N * NI;
-    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
-         e += (size_t)gridDim.x * blockDim.x) {
-        const size_t r = e / NI, i = e % NI;
-        const float g = gu[r * 2 * NI + i], u = gu[r * 2 * NI + NI + i];
-        out[e] = g * zt_sigmoidf(g) * u;
-    }
-}
-
-/* dgu = [dout up silu'(gate) | dout silu(gate)], overwritten; each thread reads
- * its gate and up before writing the same two elements, so dgu may be gu. */
-__global__ void swiglu_backward_k(float *dgu, const float *dout, const float *gu, int N, int NI)
-{
-    const size_t n = (size_t)N * NI;
-    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
-         e += (size_t)gridDim.x * blockDim.x) {
-        const size_t r = e / NI, i = e % NI, o = r * 2 * NI + i;
-        const float g = gu[o], u = gu[o + NI], dy = dout[e];
-        const float s = zt_sigmoidf(g);
-        dgu[o] = dy * u * (s + g * s * (1.0f - s));
-        dgu[o + NI] = dy * (g * s);
-    }
-}
-
 /* ---- column sums (layernorm dweight/dbias, matmul dbias) ------------------- */
 
 /* Column sums over N rows in two deterministic stages: a block of COLSUM_COLS
@@ -409,15 +373,76 @@ __global__ void gelu_forward_k(float *out, const float *inp, size_t n)
     }
 }
 
-/* d/dx [x s(2u)] = s + 2 x s (1 - s) du/dx, with 1 - s = e s */
+/* gelu'(x) from sg = gelu_sig(x, &e): d/dx [x s(2u)] = s + 2 x s (1 - s) du/dx,
+ * with 1 - s = e s */
+__device__ __forceinline__ float gelu_grad(float x, float sg, float e)
+{
+    float du = GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+    return sg + 2.0f * x * sg * (e * sg) * du;
+}
+
 __global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t n)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float e, x = inp[i];
         float sg = gelu_sig(x, &e);
-        float du = GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = (sg + 2.0f * x * sg * (e * sg) * du) * dout[i];
+        dinp[i] = gelu_grad(x, sg, e) * dout[i];
+    }
+}
+
+/* ---- gated MLPs: swiglu, geglu ---------------------------------------------- */
+
+/* sigmoid from e = exp(-|x|) <= 1: no overflow for any x, as the CPU's */
+__device__ __forceinline__ float zt_sigmoidf(float x)
+{
+    const float e = expf(-fabsf(x)), inv = 1.0f / (1.0f + e);
+    return x >= 0.0f ? inv : e * inv;
+}
+
+/* The gate's activation: GLU_SILU (swiglu, Llama's MLP) or GLU_GELU, the tanh gelu
+ * of gelu_forward_k (geglu, Gemma's MLP). Returns act(g), and act'(g) in *dact
+ * unless NULL (the forward, which then never computes it). */
+enum { GLU_SILU, GLU_GELU };
+template <int ACT> __device__ __forceinline__ float glu_act(float g, float *dact)
+{
+    if (ACT == GLU_GELU) {
+        float e;
+        const float sg = gelu_sig(g, &e);
+        if (dact) *dact = gelu_grad(g, sg, e);
+        return g * sg;
+    }
+    const float s = zt_sigmoidf(g);
+    if (dact) *dact = s + g * s * (1.0f - s);
+    return g * s;
+}
+
+/* gu (N,2I) = [gate | up] -> out (N,I) = act(gate) * up */
+template <int ACT> __global__ void glu_forward_k(float *out, const float *gu, int N, int NI)
+{
+    const size_t n = (size_t)N * NI;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = e / NI, i = e % NI;
+        const float g = gu[r * 2 * NI + i], u = gu[r * 2 * NI + NI + i];
+        out[e] = glu_act<ACT>(g, NULL) * u;
+    }
+}
+
+/* dgu = [dout up act'(gate) | dout act(gate)], overwritten; each thread reads
+ * its gate and up before writing the same two elements, so dgu may be gu. */
+template <int ACT>
+__global__ void glu_backward_k(float *dgu, const float *dout, const float *gu, int N, int NI)
+{
+    const size_t n = (size_t)N * NI;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = e / NI, i = e % NI, o = r * 2 * NI + i;
+        const float g = gu[o], u = gu[o + NI], dy = dout[e];
+        float da;
+        const float act = glu_act<ACT>(g, &da);
+        dgu[o] = dy * u * da;
+        dgu[o + NI] = dy * act;
     }
 }
 

@@ -228,7 +228,7 @@ static void layernorm_case(int N, int C, float eps = 1e-5f)
     row(rel_err(db, rdb), 1e-5, "%s bwd dbias +=", what);
 }
 
-/* ---- rmsnorm, rope, swiglu ------------------------------------------------- */
+/* ---- rmsnorm, rope, swiglu, geglu ------------------------------------------ */
 
 /* N rows of stride S, H groups of D at h*D from base + off: launched as
  * cuda_rmsnorm_forward / _backward do (warp per group; the dweight partials over
@@ -305,38 +305,52 @@ static void rope_case(int B, int T, int H_, int D, int S, bool with_pos)
     }
 }
 
-static void swiglu_case(int N, int I)
+/* the gated MLPs' kernels, gu (N,2I) = [gate | up] -> out (N,I) = act(gate) * up:
+ * swiglu (silu) and geglu (tanh gelu), against the CPU backend's of the same name */
+typedef void (*glu_fwd_fn)(float *out, const float *gu, int N, int NI);
+typedef void (*glu_bwd_fn)(float *dgu, const float *dout, const float *gu, int N, int NI);
+static void glu_case(const char *name, glu_fwd_fn ref_fwd, glu_bwd_fn ref_bwd, glu_fwd_fn fwd_k, glu_bwd_fn bwd_k,
+                     int N, int I)
 {
     char what[64];
-    snprintf(what, sizeof what, "swiglu N%d I%d", N, I);
+    snprintf(what, sizeof what, "%s N%d I%d", name, N, I);
     const size_t n = (size_t)N * I;
     std::vector<float> gu = rand_vec(2 * n, -8, 8), ref(n), out;
     gu[0] = 90.0f;
     if (gu.size() > 1) gu[1] = -90.0f;  /* saturated gates */
-    H->swiglu_forward(ref.data(), gu.data(), N, I);
+    ref_fwd(ref.data(), gu.data(), N, I);
     under_schedules(what, [&](unsigned sch) {
         out.assign(n, NAN);
-        grid_stride(n, ELEM_THREADS, sch, [&] { swiglu_forward_k(out.data(), gu.data(), N, I); });
+        grid_stride(n, ELEM_THREADS, sch, [&] { fwd_k(out.data(), gu.data(), N, I); });
         return bytes(out);
     });
     row(rel_err(out, ref), 1e-6, "%s fwd", what);
     std::vector<float> dout = rand_vec(n, -1, 1), rd(2 * n), d, dip;
-    H->swiglu_backward(rd.data(), dout.data(), gu.data(), N, I);
+    ref_bwd(rd.data(), dout.data(), gu.data(), N, I);
     under_schedules(what, [&](unsigned sch) {
         d.assign(2 * n, NAN);
-        grid_stride(n, ELEM_THREADS, sch,
-                    [&] { swiglu_backward_k(d.data(), dout.data(), gu.data(), N, I); });
+        grid_stride(n, ELEM_THREADS, sch, [&] { bwd_k(d.data(), dout.data(), gu.data(), N, I); });
         return bytes(d);
     });
     row(rel_err(d, rd), 1e-6, "%s bwd dgu", what);
     /* in place, dgu = gu: the same bits as out of place */
     under_schedules(what, [&](unsigned sch) {
         dip = gu;
-        grid_stride(n, ELEM_THREADS, sch,
-                    [&] { swiglu_backward_k(dip.data(), dout.data(), dip.data(), N, I); });
+        grid_stride(n, ELEM_THREADS, sch, [&] { bwd_k(dip.data(), dout.data(), dip.data(), N, I); });
         return bytes(dip);
     });
     row(bit_diffs(dip, d), EXACT, "%s bwd in place (bitwise)", what);
+}
+
+static void swiglu_case(int N, int I)
+{
+    glu_case("swiglu", H->swiglu_forward, H->swiglu_backward, glu_forward_k<GLU_SILU>, glu_backward_k<GLU_SILU>, N,
+             I);
+}
+
+static void geglu_case(int N, int I)
+{
+    glu_case("geglu", H->geglu_forward, H->geglu_backward, glu_forward_k<GLU_GELU>, glu_backward_k<GLU_GELU>, N, I);
 }
 
 /* matmul's bias kernels: add_bias_k (forward, when the epilogue cannot) and the
@@ -602,6 +616,9 @@ int main(void)
     swiglu_case(1, 1);
     swiglu_case(7, 300);
     swiglu_case(13, 1001);                       /* 3 grid-stride rounds */
+    geglu_case(1, 1);
+    geglu_case(7, 300);
+    geglu_case(13, 1001);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     printf("%d comparisons, %d failed (%.1f s, %lu coroutine switches)\n", n_rows, n_bad, secs,

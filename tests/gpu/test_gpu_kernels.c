@@ -219,22 +219,37 @@ static void test_rope(void)
     free(pos);
 }
 
-static void test_swiglu(void)
+typedef void (*glu_fwd_fn)(float *out, const float *gu, int N, int NI);
+typedef void (*glu_bwd_fn)(float *dgu, const float *dout, const float *gu, int N, int NI);
+
+/* the gated MLPs, gu (N,2I) = [gate | up]: swiglu (silu) or geglu (tanh gelu) */
+static void glu_case(const char *name, int geglu)
 {
     const int N = 300, I = 1000;
+    const glu_fwd_fn hf = geglu ? H->geglu_forward : H->swiglu_forward,
+                     gf = geglu ? G->geglu_forward : G->swiglu_forward;
+    const glu_bwd_fn hb = geglu ? H->geglu_backward : H->swiglu_backward,
+                     gb = geglu ? G->geglu_backward : G->swiglu_backward;
+    char what[64];
     pair_t gu = pair_make((size_t)N * 2 * I, -8.0f, 8.0f, 0), out = pair_rand((size_t)N * I);
     pair_t dout = pair_rand((size_t)N * I), dgu = pair_rand((size_t)N * 2 * I);
-    H->swiglu_forward(out.h, gu.h, N, I);
-    G->swiglu_forward(out.d, gu.d, N, I);
-    check("swiglu_forward", &out, 1e-5);
-    H->swiglu_backward(dgu.h, dout.h, gu.h, N, I);
-    G->swiglu_backward(dgu.d, dout.d, gu.d, N, I);
-    check("swiglu_backward", &dgu, 1e-5);
-    H->swiglu_backward(gu.h, dout.h, gu.h, N, I); /* in place */
-    G->swiglu_backward(gu.d, dout.d, gu.d, N, I);
-    check("swiglu_backward in place", &gu, 1e-5);
+    hf(out.h, gu.h, N, I);
+    gf(out.d, gu.d, N, I);
+    snprintf(what, sizeof what, "%s_forward", name);
+    check(what, &out, 1e-5);
+    hb(dgu.h, dout.h, gu.h, N, I);
+    gb(dgu.d, dout.d, gu.d, N, I);
+    snprintf(what, sizeof what, "%s_backward", name);
+    check(what, &dgu, 1e-5);
+    hb(gu.h, dout.h, gu.h, N, I); /* in place */
+    gb(gu.d, dout.d, gu.d, N, I);
+    snprintf(what, sizeof what, "%s_backward in place", name);
+    check(what, &gu, 1e-5);
     pair_free(&gu); pair_free(&out); pair_free(&dout); pair_free(&dgu);
 }
+
+static void test_swiglu(void) { glu_case("swiglu", 0); }
+static void test_geglu(void) { glu_case("geglu", 1); }
 
 static void test_layernorm(void)
 {
@@ -385,9 +400,10 @@ static void test_matmul_gelu(void)
 
 /* Forward (out, lse) on both backends; the backward then gets the CPU's out and
  * lse on both sides, so it is compared on identical inputs. Returns the
- * forward's out error. seg_len > 0: packed rows, segments of seg_len tokens. */
+ * forward's out error. seg_len > 0: packed rows, segments of seg_len tokens;
+ * window > 0: a sliding window. */
 static double attention_case_seg(int B, int T, int NH, int NKV, int HD, double bound_fwd,
-                                 double bound_bwd, int seg_len)
+                                 double bound_bwd, int seg_len, int window)
 {
     char what[80];
     const size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD;
@@ -399,10 +415,12 @@ static double attention_case_seg(int B, int T, int NH, int NKV, int HD, double b
         for (int i = 0; i < B * T; i++) seg[i] = 1 + (i % T) / seg_len;
         dseg = ints_dev(seg, (size_t)B * T);
     }
-    H->attention_forward(out.h, lse.h, qkv.h, seg, B, T, NH, NKV, HD);
-    G->attention_forward(out.d, lse.d, qkv.d, dseg, B, T, NH, NKV, HD);
+    H->attention_forward(out.h, lse.h, qkv.h, seg, B, T, NH, NKV, HD, window);
+    G->attention_forward(out.d, lse.d, qkv.d, dseg, B, T, NH, NKV, HD, window);
     const double out_err = rel_err(&out);
-    const char *pk = seg_len ? " packed" : "";
+    char pk[32];
+    snprintf(pk, sizeof pk, "%s", seg_len ? " packed" : "");
+    if (window) snprintf(pk + strlen(pk), sizeof pk - strlen(pk), " win%d", window);
     snprintf(what, sizeof what, "attention fwd out T%d NH%d/%d hs%d%s", T, NH, NKV, HD, pk);
     check(what, &out, bound_fwd);
     snprintf(what, sizeof what, "attention fwd lse T%d NH%d/%d hs%d%s", T, NH, NKV, HD, pk);
@@ -410,8 +428,8 @@ static double attention_case_seg(int B, int T, int NH, int NKV, int HD, double b
     G->from_host(out.d, out.h, out.n * sizeof(float));
     G->from_host(lse.d, lse.h, lse.n * sizeof(float));
     pair_t dout = pair_rand(no), dqkv = pair_rand(nq);
-    H->attention_backward(dqkv.h, dout.h, qkv.h, out.h, lse.h, seg, B, T, NH, NKV, HD);
-    G->attention_backward(dqkv.d, dout.d, qkv.d, out.d, lse.d, dseg, B, T, NH, NKV, HD);
+    H->attention_backward(dqkv.h, dout.h, qkv.h, out.h, lse.h, seg, B, T, NH, NKV, HD, window);
+    G->attention_backward(dqkv.d, dout.d, qkv.d, out.d, lse.d, dseg, B, T, NH, NKV, HD, window);
     snprintf(what, sizeof what, "attention bwd dqkv += T%d NH%d/%d hs%d%s", T, NH, NKV, HD, pk);
     check(what, &dqkv, bound_bwd);
     pair_free(&qkv); pair_free(&out); pair_free(&lse); pair_free(&dout); pair_free(&dqkv);
@@ -423,7 +441,7 @@ static double attention_case_seg(int B, int T, int NH, int NKV, int HD, double b
 static double attention_case(int B, int T, int NH, int NKV, int HD, double bound_fwd,
                              double bound_bwd)
 {
-    return attention_case_seg(B, T, NH, NKV, HD, bound_fwd, bound_bwd, 0);
+    return attention_case_seg(B, T, NH, NKV, HD, bound_fwd, bound_bwd, 0, 0);
 }
 
 /* T = 70 and 131 are not multiples of the 32-row tiles (nor of the CPU's
@@ -441,14 +459,19 @@ static void test_attention(void)
     attention_case(1, 131, 6, 1, 40, 2e-5, 5e-5);
     attention_case(2, 45, 8, 2, 128, 2e-5, 5e-5);
     /* packed rows: segments of 23 tokens cut the tiles */
-    attention_case_seg(2, 100, 4, 2, 32, 2e-5, 5e-5, 23);
+    attention_case_seg(2, 100, 4, 2, 32, 2e-5, 5e-5, 23, 0);
+    /* sliding windows: across several tiles (grouped-query), inside one with packed rows */
+    attention_case_seg(2, 131, 4, 2, 32, 2e-5, 5e-5, 0, 40);
+    attention_case_seg(2, 100, 4, 2, 64, 2e-5, 5e-5, 23, 10);
 }
 
 /* Ring attention's pieces: a block of Tq queries (rows of stride qs) against Tk keys
  * (k|v rows of stride ks), causal (Tq = Tk) or full, forward and backward (with the
  * CPU's out and lse on both sides), and the merge of two blocks' results; bound b: the
- * fp32 kernels' (2e-5 forward, 5e-5 backward) or the tensor cores' 1.6e-2. */
-static void attention_block_case(int Tq, int Tk, int NH, int NKV, int HD, int causal, double b)
+ * fp32 kernels' (2e-5 forward, 5e-5 backward) or the tensor cores' 1.6e-2. window > 0:
+ * a sliding window, the queries delta positions after the keys (every row must see a
+ * key: an lse of -inf would compare as non-finite). */
+static void attention_block_case(int Tq, int Tk, int NH, int NKV, int HD, int causal, int window, int delta, double b)
 {
     const double bf = b > 0 ? b : 2e-5, bb = b > 0 ? b : 5e-5;
     char what[80];
@@ -457,9 +480,13 @@ static void attention_block_case(int Tq, int Tk, int NH, int NKV, int HD, int ca
     pair_t q = pair_make((size_t)B * Tq * qs, -2, 2, 0), kv = pair_make((size_t)B * Tk * ks, -2, 2, 0);
     pair_t out = pair_rand(no), lse = pair_rand(nl);
     const size_t vo = (size_t)NKV * HD;
-    H->attention_block_forward(out.h, lse.h, q.h, qs, kv.h, kv.h + vo, ks, NULL, NULL, B, Tq, Tk, NH, NKV, HD, causal);
-    G->attention_block_forward(out.d, lse.d, q.d, qs, kv.d, kv.d + vo, ks, NULL, NULL, B, Tq, Tk, NH, NKV, HD, causal);
-    const char *kind = causal ? "causal" : "full";
+    H->attention_block_forward(out.h, lse.h, q.h, qs, kv.h, kv.h + vo, ks, NULL, NULL, B, Tq, Tk, NH, NKV, HD, causal,
+                               window, delta);
+    G->attention_block_forward(out.d, lse.d, q.d, qs, kv.d, kv.d + vo, ks, NULL, NULL, B, Tq, Tk, NH, NKV, HD, causal,
+                               window, delta);
+    char kind[40];
+    snprintf(kind, sizeof kind, "%s", causal ? "causal" : "full");
+    if (window) snprintf(kind + strlen(kind), sizeof kind - strlen(kind), " win%d+%d", window, delta);
     snprintf(what, sizeof what, "ring block %s fwd out %dx%d hs%d", kind, Tq, Tk, HD);
     check(what, &out, bf);
     snprintf(what, sizeof what, "ring block %s fwd lse %dx%d hs%d", kind, Tq, Tk, HD);
@@ -468,9 +495,9 @@ static void attention_block_case(int Tq, int Tk, int NH, int NKV, int HD, int ca
     G->from_host(lse.d, lse.h, lse.n * sizeof(float));
     pair_t dout = pair_rand(no), dq = pair_rand(q.n), dkv = pair_rand(kv.n);
     H->attention_block_backward(dq.h, dkv.h, dkv.h + vo, dout.h, q.h, qs, kv.h, kv.h + vo, ks, NULL, NULL, out.h,
-                                lse.h, B, Tq, Tk, NH, NKV, HD, causal);
+                                lse.h, B, Tq, Tk, NH, NKV, HD, causal, window, delta);
     G->attention_block_backward(dq.d, dkv.d, dkv.d + vo, dout.d, q.d, qs, kv.d, kv.d + vo, ks, NULL, NULL, out.d,
-                                lse.d, B, Tq, Tk, NH, NKV, HD, causal);
+                                lse.d, B, Tq, Tk, NH, NKV, HD, causal, window, delta);
     snprintf(what, sizeof what, "ring block %s bwd dq += %dx%d", kind, Tq, Tk);
     check(what, &dq, bb);
     snprintf(what, sizeof what, "ring block %s bwd dk|dv += %dx%d", kind, Tq, Tk);
@@ -489,14 +516,19 @@ static void attention_block_case(int Tq, int Tk, int NH, int NKV, int HD, int ca
 
 static void test_attention_blocks(void)
 {
-    attention_block_case(70, 70, 4, 2, 64, 1, 0);
-    attention_block_case(37, 45, 4, 2, 12, 0, 0);
-    attention_block_case(131, 64, 6, 1, 128, 0, 0);
+    attention_block_case(70, 70, 4, 2, 64, 1, 0, 0, 0);
+    attention_block_case(37, 45, 4, 2, 12, 0, 0, 0, 0);
+    attention_block_case(131, 64, 6, 1, 128, 0, 0, 0, 0);
+    /* sliding windows: the diagonal pair, and an earlier key block the window cuts */
+    attention_block_case(70, 70, 4, 2, 64, 1, 34, 0, 0);
+    attention_block_case(70, 70, 4, 2, 64, 0, 100, 70, 0);
     /* precision medium: the tensor-core kernels (hs 64, 32), 12 falls back to fp32 */
     zt_backend_cuda.set_matmul_precision(ZT_MATMUL_MEDIUM);
-    attention_block_case(70, 100, 4, 2, 64, 0, 1.6e-2);
-    attention_block_case(80, 80, 2, 2, 32, 1, 1.6e-2);
-    attention_block_case(37, 45, 4, 2, 12, 0, 0);
+    attention_block_case(70, 100, 4, 2, 64, 0, 0, 0, 1.6e-2);
+    attention_block_case(80, 80, 2, 2, 32, 1, 0, 0, 1.6e-2);
+    attention_block_case(37, 45, 4, 2, 12, 0, 0, 0, 0);
+    attention_block_case(80, 80, 2, 2, 32, 1, 34, 0, 1.6e-2);
+    attention_block_case(100, 100, 4, 2, 64, 0, 130, 100, 1.6e-2);
     zt_backend_cuda.set_matmul_precision(gemm_precision);
 }
 
@@ -521,7 +553,9 @@ static void test_attention_bf16(void)
     attention_case(2, 100, 4, 2, 64, b, b);  /* grouped-query */
     attention_case(1, 70, 8, 1, 32, b, b);
     attention_case(2, 45, 3, 3, 20, 2e-5, 5e-5);
-    attention_case_seg(2, 131, 4, 2, 64, b, b, 23); /* packed rows */
+    attention_case_seg(2, 131, 4, 2, 64, b, b, 23, 0); /* packed rows */
+    attention_case_seg(2, 200, 4, 2, 64, b, b, 0, 70);  /* sliding windows */
+    attention_case_seg(1, 131, 2, 1, 32, b, b, 23, 17);
     const int on = e64 > 1e-4;
     printf("  %-34s %12.3e %10s  %s\n", "attention bf16 kernels in use", e64, "> 1e-4",
            on ? "ok" : "FAIL");
@@ -722,6 +756,7 @@ static const zt_test_t tests[] = {
     { "rmsnorm", test_rmsnorm },
     { "rope", test_rope },
     { "swiglu", test_swiglu },
+    { "geglu", test_geglu },
     { "matmul", test_matmul },
     { "matmul bf16 tensor cores", test_matmul_bf16 },
     { "matmul + gelu fused", test_matmul_gelu },
