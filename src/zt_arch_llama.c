@@ -136,6 +136,10 @@ static int llama_from_config(const zt_config_t *cfg, zt_model_dims_t *d, char *e
     if (v != V_MISTRAL && v != V_GEMMA3 && cfg->model.sliding_window)
         return zt_err(err, errlen, "model.sliding_window applies to mistral and gemma3, not %s", cfg->model.arch);
     d->sliding_window = cfg->model.sliding_window;
+    /* a saved config gives these at their defaults for every family */
+    if (v != V_GEMMA3 && (cfg->model.sliding_window_pattern != 6 || cfg->model.rope_local_base_freq != 10000.0))
+        return zt_err(err, errlen, "model.sliding_window_pattern and model.rope_local_base_freq apply to gemma3, not %s",
+                      cfg->model.arch);
     if (v == V_GEMMA3) {
         d->sliding_pattern = cfg->model.sliding_window_pattern;
         d->rope_local_theta = cfg->model.rope_local_base_freq;

@@ -179,6 +179,8 @@ expect_fail_with 2 "model.n_layer = 3 in the input disagrees with" hf.cfg model.
     model.n_layer=3 train.output_dir=out-disagree
 expect_fail_with 2 "model.sliding_window applies to mistral and gemma3, not llama" hf.cfg model.arch=llama \
     model.sliding_window=32 train.output_dir=out-window3
+expect_fail_with 2 "model.sliding_window_pattern and model.rope_local_base_freq apply to gemma3, not mistral" hf.cfg \
+    model.arch=mistral model.sliding_window_pattern=2 train.output_dir=out-window4
 # what Gemma 3 configs may hold that ztrain does not compute: one line naming file and key
 g3bad() {
     key=$1 val=$2 text=$3
