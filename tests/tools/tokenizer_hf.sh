@@ -4,7 +4,8 @@
 #  1. ztrain's byte tokenizer written as tokenizer.json (--write-byte-tokenizer) loads in
 #     transformers' AutoTokenizer, encodes a text to exactly the ids of zt-prep-data's
 #     byte-level token file and decodes them back to the text;
-#  2. for each fixture tokenizer (tests/reference/tokenizers), `zt-prep-data --tokenizer`
+#  2. for each fixture tokenizer (tests/reference/tokenizers: byte-level gpt2, llama3, qwen2;
+#     SentencePiece-style llama2, mistral, gemma), `zt-prep-data --tokenizer`
 #     on a ~1 MB file (fortunes + multilingual text + special tokens) and on ~0.5 MB of
 #     random strings (letters, marks, spaces, digits, scripts, emoji, added tokens) writes
 #     the ids tokenizers' encode() gives for the whole file as one string.
@@ -52,7 +53,7 @@ mkdir "$d/byte"
 "$B/zt-prep-data" --write-byte-tokenizer "$d/byte/tokenizer.json"
 "$B/zt-prep-data" --val-fraction 0 -o "$d/byte.h5" "$d/plain.txt"
 "$B/zt-prep-data" --tokenizer "$d/byte" --val-fraction 0 -o "$d/byte2.h5" "$d/plain.txt"
-for s in gpt2 llama3 qwen2; do
+for s in gpt2 llama3 qwen2 llama2 mistral gemma; do
     for f in big random; do
         "$B/zt-prep-data" --tokenizer "$S/tests/reference/tokenizers/$s.json" --val-fraction 0 -o "$d/$s-$f.h5" "$d/$f.txt"
     done
@@ -79,7 +80,7 @@ if tok("a<|endoftext|>b", add_special_tokens=False)["input_ids"] != [97, 256, 98
 print(f"byte-level tokenizer.json: AutoTokenizer ({type(tok).__name__}) matches, {len(hf)} ids")
 for f in ("big", "random"):
     text = open(f"{d}/{f}.txt", encoding="utf-8", newline="").read()
-    for s in ("gpt2", "llama3", "qwen2"):
+    for s in ("gpt2", "llama3", "qwen2", "llama2", "mistral", "gemma"):
         t = Tokenizer.from_file(f"{src}/tests/reference/tokenizers/{s}.json")
         want, got = t.encode(text, add_special_tokens=False).ids, ids(f"{d}/{s}-{f}.h5")
         if want != got:
