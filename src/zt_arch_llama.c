@@ -787,6 +787,13 @@ static const float *sandwich_backward(zt_model_t *m, const float *dres, const fl
     return g->dsand;
 }
 
+/* block l's rotary frequencies: gemma3's sliding layers have their own base */
+static const float *layer_inv_freq(const zt_model_t *m, int l)
+{
+    const llama_t *g = m->fam;
+    return g->inv_freq_local && layer_slides(&m->d, l) ? g->inv_freq_local : g->inv_freq;
+}
+
 static void llama_block_forward(zt_model_t *m, int l, const float *w, const float *lora, const float *x_in,
                                 float *out)
 {
@@ -798,7 +805,7 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     const int B = m->B, T = m->T, C = d->C, N = B * T, Nl = zt_model_rows(m), S = g->S, Q = g->Q, I = d->I;
     const float eps = (float)d->norm_eps;
     const int window = layer_window(d, l);
-    const float *inv_freq = g->inv_freq_local && layer_slides(d, l) ? g->inv_freq_local : g->inv_freq;
+    const float *inv_freq = layer_inv_freq(m, l);
     be->rmsnorm_forward(a->ln1, a->rstd1, x_in, norm_weight(m, w + g->o_ln1, C), Nl, 1, C, C, eps);
     const float *ln1 = zt_model_tp_gather(m, a->ln1, zt_model_tp_scratch(m, 0)); // (N,C)
     const float *bqkv = d->qkv_bias ? w + g->o_bqkv : NULL;
@@ -863,7 +870,7 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     const int B = m->B, T = m->T, C = d->C, N = B * T, Nl = zt_model_rows(m), S = g->S, Q = g->Q, I = d->I;
     const size_t F = sizeof(float);
     const int window = layer_window(d, l);
-    const float *inv_freq = g->inv_freq_local && layer_slides(d, l) ? g->inv_freq_local : g->inv_freq;
+    const float *inv_freq = layer_inv_freq(m, l);
     /* tp_sequence_parallel: dres and the norms are this rank's Nl rows; the GEMMs see all
      * N, gathered (tp scratch 0) and reduce-scattered (from dres2 into dn) */
     float *full = zt_model_tp_scratch(m, 0), *dn = d->tp_seq ? m->tp_rows : m->dres2;
