@@ -77,12 +77,16 @@ typedef struct zt_config {
         char matmul_precision[16]; /* auto | highest | high | medium */
         char finetuning_type[8];   /* full | lora */
     } train;
-    struct {
+    struct zt_config_optim {
         double learning_rate;
-        char lr_scheduler_type[32]; /* constant | linear | cosine */
+        char lr_scheduler_type[32]; /* transformers' SchedulerType (zt_optim.h) */
         long warmup_steps;
         double warmup_ratio;    /* warm-up as a fraction of the run's steps, when warmup_steps is 0 */
-        double min_lr_ratio;
+        /* lr_scheduler_kwargs (-1, or timescale 0: not given) */
+        double num_cycles, power, lr_end, timescale, min_lr, min_lr_rate, warmup_lr_rate;
+        long num_stable_steps, num_decay_steps;
+        char warmup_type[8], decay_type[8]; /* linear | cosine | 1-sqrt */
+        double min_lr_ratio;    /* warmup_stable_decay */
         double weight_decay;
         double adam_beta1, adam_beta2, adam_epsilon;
         double max_grad_norm;   /* 0 = no clipping */
@@ -162,6 +166,13 @@ int zt_config_given(const zt_config_t *cfg, const char *key);
  * 'optim.learnin_rate' (did you mean 'optim.learning_rate'?)"). */
 int zt_config_parse(zt_config_t *cfg, const char *text, const char *filename,
                     int noverrides, char *const overrides[], char *err, size_t errlen);
+
+/* The run's learning-rate schedule (zt_optim.h) for `total` optimizer steps: get_scheduler's
+ * arguments from optim.*, its warm-up from optim.warmup_steps or warmup_ratio. Returns 0, or
+ * -1 with a one-line message where transformers would raise (polynomial's lr_end not below
+ * the learning rate, or no steps to decay over). */
+struct zt_lr_schedule;
+int zt_config_lr_schedule(const zt_config_t *cfg, long total, struct zt_lr_schedule *s, char *err, size_t errlen);
 
 /* Cross-field validation that needs only the config (seq_len <= block_size, ...). */
 int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen);

@@ -12,6 +12,7 @@
  * line (or "command line") and the key, never printed or fatal here. */
 #define _GNU_SOURCE /* strcasestr, open_memstream */
 #include "zt_config.h"
+#include "zt_optim.h"
 #include "zt_template.h"
 
 #include "zt_common.h"
@@ -73,6 +74,9 @@ static const struct { const char *name, *help; } sections[] = {
 };
 #define NSECTIONS ((int)(sizeof sections / sizeof sections[0]))
 
+#define SCHEDULERS                                                                                   \
+    "linear|cosine|cosine_with_restarts|polynomial|constant|constant_with_warmup|inverse_sqrt|cosine_with_min_lr|" \
+    "cosine_warmup_with_min_lr|warmup_stable_decay"
 #define STRATEGIES "ddp|zero0|no_shard|zero1|zero2|shard_grad_op|zero3|full_shard|hybrid_shard|hybrid_shard_zero2|auto"
 
 static const zkey_t schema[] = {
@@ -195,18 +199,20 @@ static const zkey_t schema[] = {
        "Micro-steps whose gradients are summed before one optimizer step."),
     KL("train.max_steps", train.max_steps, 0, 0, BIG_LONG,
        "Optimizer steps to run; 0 = derive from train.num_train_epochs and the size of the training data."),
-    KD("train.num_train_epochs", train.num_train_epochs, 1.0, 0.0, 1e9,
-       "Passes over the training data (fractional allowed); used only when train.max_steps = 0."),
-    KI("train.logging_steps", train.logging_steps, 10, 1, 1 << 30,
-       "Log loss, learning rate, throughput and memory every this many steps."),
+    KD("train.num_train_epochs", train.num_train_epochs, 3.0, 0.0, 1e9,
+       "Passes over the training data (fractional allowed); used only when train.max_steps = 0 (transformers' "
+       "default 3)."),
+    KI("train.logging_steps", train.logging_steps, 500, 1, 1 << 30,
+       "Log loss, learning rate, throughput and memory every this many steps (transformers' default 500)."),
     KI("train.eval_steps", train.eval_steps, 100, 0, 1 << 30,
        "Evaluate the validation loss every this many steps; 0 = only at the end."),
     KI("train.eval_batches", train.eval_batches, 8, 0, 1 << 30,
        "Validation batches (per rank) per evaluation; 0 = no evaluation."),
     KS("train.output_dir", train.output_dir, "runs/default", NULL,
        "Directory for the log, metrics.jsonl, plots, the resolved config and checkpoints."),
-    KL("train.seed", train.seed, 1337, 0, BIG_LONG,
-       "Seed of the weight initialisation and of sampling; initial weights do not depend on the world size."),
+    KL("train.seed", train.seed, 42, 0, BIG_LONG,
+       "Seed of the weight initialisation and of sampling (transformers' default 42); initial weights do not "
+       "depend on the world size."),
     KB("train.bf16", train.bf16, 0,
        "bf16 working copies of the parameters (gathered and read by the GEMMs; with train.matmul_precision = "
        "auto the GEMMs and attention run on bf16 tensor cores on a GPU, and in bf16 through oneDNN on a CPU with "
@@ -249,23 +255,58 @@ static const zkey_t schema[] = {
        "included) in bf16 through oneDNN where the CPU has AVX512-BF16 or AMX-BF16, and in fp32 otherwise (the "
        "startup line says which); high is fp32 there."),
     /* optim */
-    KD("optim.learning_rate", optim.learning_rate, 1e-3, 0.0, 10.0, "Peak learning rate of AdamW."),
-    KS("optim.lr_scheduler_type", optim.lr_scheduler_type, "cosine", "constant|linear|cosine",
-       "Learning-rate schedule after warm-up: constant, linear decay or cosine decay to "
-       "learning_rate * min_lr_ratio at the last step."),
-    KL("optim.warmup_steps", optim.warmup_steps, 20, 0, BIG_LONG,
-       "Steps of linear warm-up from 0 to the peak learning rate; 0 when only optim.warmup_ratio is given."),
+    KD("optim.learning_rate", optim.learning_rate, 5e-5, 0.0, 10.0,
+       "Peak learning rate of AdamW (transformers' learning_rate, whose default it has)."),
+    KS("optim.lr_scheduler_type", optim.lr_scheduler_type, "linear", SCHEDULERS,
+       "transformers' lr_scheduler_type: the learning rate of every optimizer step is get_scheduler's for this "
+       "type, optim.warmup_steps (or warmup_ratio) and the run's steps, with the scheduler's keyword arguments "
+       "(lr_scheduler_kwargs) below. Warm-up, where the type has one, rises linearly from 0 at the first step to "
+       "the peak at step warmup_steps + 1. linear and cosine decay to 0; cosine_with_min_lr to optim.min_lr or "
+       "optim.min_lr_rate; constant ignores the warm-up (constant_with_warmup takes it); inverse_sqrt decays as "
+       "1/sqrt past optim.timescale; warmup_stable_decay holds the peak, then decays over optim.num_decay_steps. "
+       "reduce_lr_on_plateau and greedy follow evaluation metrics and are not available."),
+    KL("optim.warmup_steps", optim.warmup_steps, 0, 0, BIG_LONG,
+       "transformers' warmup_steps: steps of linear warm-up from 0 to the peak learning rate."),
     KD("optim.warmup_ratio", optim.warmup_ratio, 0.0, 0.0, 1.0,
        "Warm-up as a fraction of the run's optimizer steps, transformers' warmup_ratio: ceil(steps * ratio) "
-       "steps (get_warmup_steps; transformers 5 reads a warmup_steps below 1 so). Used when "
-       "optim.warmup_steps is 0: given alone it sets that to 0, not to its default 20; both above 0 are refused."),
-    KD("optim.min_lr_ratio", optim.min_lr_ratio, 0.1, 0.0, 1.0,
-       "Final learning rate as a fraction of the peak (linear and cosine schedules)."),
-    KD("optim.weight_decay", optim.weight_decay, 0.1, 0.0, 10.0,
+       "steps (get_warmup_steps; transformers 5 reads a warmup_steps below 1 so). Exclusive with "
+       "optim.warmup_steps."),
+    /* lr_scheduler_kwargs, flat: transformers' names; -1 (or 0 for timescale) = the argument not given */
+    KD("optim.num_cycles", optim.num_cycles, -1.0, -1.0, 1e6,
+       "lr_scheduler_kwargs num_cycles (cosine, cosine_with_restarts, cosine_with_min_lr, "
+       "cosine_warmup_with_min_lr, warmup_stable_decay's cosine decay): -1 = the type's default, 0.5 half a "
+       "cosine wave (1 for cosine_with_restarts: restarts)."),
+    KD("optim.power", optim.power, 1.0, 0.0, 1e6, "lr_scheduler_kwargs power (polynomial)."),
+    KD("optim.lr_end", optim.lr_end, 1e-7, 0.0, 10.0,
+       "lr_scheduler_kwargs lr_end (polynomial): the learning rate the decay ends at; below optim.learning_rate."),
+    KD("optim.timescale", optim.timescale, 0.0, 0.0, 1e15,
+       "lr_scheduler_kwargs timescale (inverse_sqrt); 0 = None: optim.warmup_steps, or 10000 without warm-up."),
+    KD("optim.min_lr", optim.min_lr, -1.0, -1.0, 10.0,
+       "lr_scheduler_kwargs min_lr (cosine_with_min_lr, cosine_warmup_with_min_lr): the floor as a learning "
+       "rate; -1 = None. Exclusive with optim.min_lr_rate; one of them is required by those types."),
+    KD("optim.min_lr_rate", optim.min_lr_rate, -1.0, -1.0, 1.0,
+       "lr_scheduler_kwargs min_lr_rate (cosine_with_min_lr, cosine_warmup_with_min_lr): the floor as a "
+       "fraction of optim.learning_rate; -1 = None."),
+    KD("optim.warmup_lr_rate", optim.warmup_lr_rate, -1.0, -1.0, 1.0,
+       "lr_scheduler_kwargs warmup_lr_rate (cosine_warmup_with_min_lr): the first step's learning rate as a "
+       "fraction of the peak; -1 = None: the warm-up starts at 1/warmup_steps of it."),
+    KL("optim.num_stable_steps", optim.num_stable_steps, -1, -1, BIG_LONG,
+       "lr_scheduler_kwargs num_stable_steps (warmup_stable_decay); -1 = None: the run's steps less the warm-up "
+       "and the decay."),
+    KL("optim.num_decay_steps", optim.num_decay_steps, -1, -1, BIG_LONG,
+       "lr_scheduler_kwargs num_decay_steps (warmup_stable_decay, which requires it); -1 = not given."),
+    KS("optim.warmup_type", optim.warmup_type, "linear", "linear|cosine|1-sqrt",
+       "lr_scheduler_kwargs warmup_type (warmup_stable_decay)."),
+    KS("optim.decay_type", optim.decay_type, "cosine", "linear|cosine|1-sqrt",
+       "lr_scheduler_kwargs decay_type (warmup_stable_decay)."),
+    KD("optim.min_lr_ratio", optim.min_lr_ratio, 0.0, 0.0, 1.0,
+       "lr_scheduler_kwargs min_lr_ratio (warmup_stable_decay): where its warm-up starts and its decay ends, as "
+       "a fraction of the peak. For a floor under cosine, use cosine_with_min_lr and optim.min_lr_rate."),
+    KD("optim.weight_decay", optim.weight_decay, 0.0, 0.0, 10.0,
        "Decoupled (AdamW) weight decay, applied to matrices and embeddings only, not to biases or LayerNorm "
        "parameters."),
     KD("optim.adam_beta1", optim.adam_beta1, 0.9, 0.0, 0.999999, "Adam first-moment decay."),
-    KD("optim.adam_beta2", optim.adam_beta2, 0.95, 0.0, 0.999999999, "Adam second-moment decay."),
+    KD("optim.adam_beta2", optim.adam_beta2, 0.999, 0.0, 0.999999999, "Adam second-moment decay."),
     KD("optim.adam_epsilon", optim.adam_epsilon, 1e-8, 0.0, 1.0, "Adam denominator epsilon."),
     KD("optim.max_grad_norm", optim.max_grad_norm, 1.0, 0.0, 1e9,
        "Clip the global gradient L2 norm (over all ranks' shards) to this value; 0 = no clipping."),
@@ -337,8 +378,9 @@ static const zkey_t schema[] = {
        "What a NaN/Inf loss or gradient norm does: abort the job (naming step and rank), or skip the optimizer "
        "step on every rank and continue."),
     /* checkpoint */
-    KI("checkpoint.save_steps", checkpoint.save_steps, 0, 0, 1 << 30,
-       "Write a checkpoint every this many steps; 0 = only at the end (see checkpoint.save_at_end)."),
+    KI("checkpoint.save_steps", checkpoint.save_steps, 500, 0, 1 << 30,
+       "Write a checkpoint every this many steps (transformers' default 500); 0 = only at the end (see "
+       "checkpoint.save_at_end)."),
     KB("checkpoint.save_at_end", checkpoint.save_at_end, 1, "Write a checkpoint when training finishes."),
     KI("checkpoint.keep_last", checkpoint.keep_last, 2, 0, 1 << 20,
        "Keep only the newest this many checkpoints in train.output_dir; 0 = keep all."),
@@ -963,13 +1005,106 @@ int zt_config_parse(zt_config_t *cfg, const char *text, const char *filename, in
     if (text && parse_text(cfg, text, filename, err, errlen)) return -1;
     for (int i = 0; i < noverrides; i++)
         if (apply_override(cfg, overrides[i], err, errlen)) return -1;
-    /* a ratio given alone must not lose to warmup_steps' default (transformers' is 0); the
-     * printed config then says warmup_steps = 0, so it parses back to the same run */
-    if (cfg->optim.warmup_ratio > 0 && !zt_config_given(cfg, "optim.warmup_steps")) cfg->optim.warmup_steps = 0;
     return zt_config_validate(cfg, err, errlen);
 }
 
 /* ---- validation ---------------------------------------------------------- */
+
+/* ---- the learning-rate schedule ----------------------------------------------- */
+
+/* transformers' lr_scheduler_kwargs as optim.* keys: whether the run sets each (a value
+ * other than "not given"), for the rule that a type takes only its own arguments
+ * (get_scheduler passes them on and the schedule function raises TypeError on others) */
+static const struct {
+    const char *key;
+    unsigned bit;
+} sched_kwargs[] = {
+    {"optim.num_cycles", ZT_KW_NUM_CYCLES},           {"optim.power", ZT_KW_POWER},
+    {"optim.lr_end", ZT_KW_LR_END},                   {"optim.timescale", ZT_KW_TIMESCALE},
+    {"optim.min_lr", ZT_KW_MIN_LR},                   {"optim.min_lr_rate", ZT_KW_MIN_LR_RATE},
+    {"optim.warmup_lr_rate", ZT_KW_WARMUP_LR_RATE},   {"optim.num_stable_steps", ZT_KW_NUM_STABLE_STEPS},
+    {"optim.num_decay_steps", ZT_KW_NUM_DECAY_STEPS}, {"optim.warmup_type", ZT_KW_WARMUP_TYPE},
+    {"optim.decay_type", ZT_KW_DECAY_TYPE},           {"optim.min_lr_ratio", ZT_KW_MIN_LR_RATIO},
+};
+
+static unsigned sched_kwargs_set(const zt_config_t *cfg)
+{
+    const struct zt_config_optim *o = &cfg->optim;
+    return (o->num_cycles != -1.0 ? ZT_KW_NUM_CYCLES : 0) | (o->power != 1.0 ? ZT_KW_POWER : 0) |
+           (o->lr_end != 1e-7 ? ZT_KW_LR_END : 0) | (o->timescale != 0.0 ? ZT_KW_TIMESCALE : 0) |
+           (o->min_lr != -1.0 ? ZT_KW_MIN_LR : 0) | (o->min_lr_rate != -1.0 ? ZT_KW_MIN_LR_RATE : 0) |
+           (o->warmup_lr_rate != -1.0 ? ZT_KW_WARMUP_LR_RATE : 0) |
+           (o->num_stable_steps != -1 ? ZT_KW_NUM_STABLE_STEPS : 0) |
+           (o->num_decay_steps != -1 ? ZT_KW_NUM_DECAY_STEPS : 0) |
+           (strcmp(o->warmup_type, "linear") ? ZT_KW_WARMUP_TYPE : 0) |
+           (strcmp(o->decay_type, "cosine") ? ZT_KW_DECAY_TYPE : 0) | (o->min_lr_ratio != 0.0 ? ZT_KW_MIN_LR_RATIO : 0);
+}
+
+static int check_schedule(const zt_config_t *cfg, char *err, size_t errlen)
+{
+    const struct zt_config_optim *o = &cfg->optim;
+    const int t = zt_sched_parse(o->lr_scheduler_type);
+    if (t < 0) return zt_err(err, errlen, "optim.lr_scheduler_type '%s' is not one of %s", o->lr_scheduler_type,
+                             SCHEDULERS);
+    const unsigned extra = sched_kwargs_set(cfg) & ~zt_sched_kwargs((zt_sched_type_t)t);
+    for (size_t i = 0; extra && i < sizeof sched_kwargs / sizeof sched_kwargs[0]; i++) {
+        if (!(extra & sched_kwargs[i].bit)) continue;
+        if (sched_kwargs[i].bit == ZT_KW_MIN_LR_RATIO && (t == ZT_SCHED_COSINE || t == ZT_SCHED_LINEAR))
+            return zt_err(err, errlen, "optim.min_lr_ratio is warmup_stable_decay's argument; transformers' %s "
+                                       "decays to 0: for a floor use lr_scheduler_type = \"cosine_with_min_lr\" "
+                                       "and optim.min_lr_rate", o->lr_scheduler_type);
+        return zt_err(err, errlen, "%s is not an argument of lr_scheduler_type %s (transformers' get_scheduler "
+                                   "raises on it); it belongs to another schedule", sched_kwargs[i].key,
+                      o->lr_scheduler_type);
+    }
+    if ((t == ZT_SCHED_COSINE_WITH_MIN_LR || t == ZT_SCHED_COSINE_WARMUP_WITH_MIN_LR) &&
+        (o->min_lr < 0) == (o->min_lr_rate < 0))
+        return zt_err(err, errlen, "lr_scheduler_type %s needs exactly one of optim.min_lr and optim.min_lr_rate "
+                                   "(transformers' lr_scheduler_kwargs)", o->lr_scheduler_type);
+    if (t == ZT_SCHED_WARMUP_STABLE_DECAY && o->num_decay_steps < 0)
+        return zt_err(err, errlen, "lr_scheduler_type warmup_stable_decay needs optim.num_decay_steps "
+                                   "(transformers' get_wsd_schedule requires num_decay_steps)");
+    if (t == ZT_SCHED_POLYNOMIAL && !(o->learning_rate > o->lr_end))
+        return zt_err(err, errlen, "optim.lr_end (%g) must be smaller than optim.learning_rate (%g) for the "
+                                   "polynomial schedule, as transformers requires", o->lr_end, o->learning_rate);
+    if (t == ZT_SCHED_CONSTANT && (o->warmup_steps > 0 || o->warmup_ratio > 0))
+        return zt_err(err, errlen, "lr_scheduler_type constant has no warm-up (transformers' get_constant_schedule "
+                                   "ignores it): optim.%s would do nothing; use \"constant_with_warmup\"",
+                      o->warmup_steps > 0 ? "warmup_steps" : "warmup_ratio");
+    return 0;
+}
+
+int zt_config_lr_schedule(const zt_config_t *cfg, long total, zt_lr_schedule_t *s, char *err, size_t errlen)
+{
+    const struct zt_config_optim *o = &cfg->optim;
+    *s = (zt_lr_schedule_t){
+        .type = (zt_sched_type_t)zt_sched_parse(o->lr_scheduler_type),
+        .lr = o->learning_rate,
+        .warmup = zt_warmup_steps(o->warmup_steps, o->warmup_ratio, total),
+        .total = total,
+        .power = o->power,
+        .lr_end = o->lr_end,
+        .warmup_lr_rate = o->warmup_lr_rate,
+        .num_decay = o->num_decay_steps,
+        .warmup_shape = (zt_sched_shape_t)zt_sched_shape_parse(o->warmup_type),
+        .decay_shape = (zt_sched_shape_t)zt_sched_shape_parse(o->decay_type),
+        .min_lr_ratio = o->min_lr_ratio,
+    };
+    /* num_cycles' default is the schedule function's: 1 for hard restarts, half a wave else */
+    s->num_cycles = o->num_cycles >= 0 ? o->num_cycles : s->type == ZT_SCHED_COSINE_WITH_RESTARTS ? 1.0 : 0.5;
+    /* get_inverse_sqrt_schedule: timescale = num_warmup_steps or 10_000 */
+    s->timescale = o->timescale > 0 ? o->timescale : s->warmup > 0 ? (double)s->warmup : 10000.0;
+    /* min_lr is turned into a rate of the optimizer's lr, as transformers does */
+    s->min_lr_rate = o->min_lr >= 0 ? o->min_lr / o->learning_rate : o->min_lr_rate >= 0 ? o->min_lr_rate : 0.0;
+    s->num_stable = o->num_stable_steps >= 0 ? o->num_stable_steps : total - s->warmup - o->num_decay_steps;
+    if (s->type == ZT_SCHED_POLYNOMIAL && s->warmup >= total)
+        return zt_err(err, errlen, "the polynomial schedule has no steps to decay over: its warm-up (%ld) covers "
+                                   "all %ld optimizer steps (transformers divides by zero)", s->warmup, total);
+    if (s->type == ZT_SCHED_INVERSE_SQRT && o->timescale > 0 && o->timescale != floor(o->timescale))
+        return zt_err(err, errlen, "optim.timescale (%g) must be a whole number of steps", o->timescale);
+    return 0;
+}
+
 
 int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
 {
@@ -1033,8 +1168,7 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
         return zt_err(err, errlen, "optim.warmup_ratio (%g) and optim.warmup_steps (%ld) are both set: give one "
                                    "(optim.warmup_steps = 0 warms up for the ratio)",
                       cfg->optim.warmup_ratio, cfg->optim.warmup_steps);
-    if (!(cfg->optim.min_lr_ratio >= 0 && cfg->optim.min_lr_ratio <= 1))
-        return zt_err(err, errlen, "optim.min_lr_ratio (%g) must be in [0, 1]", cfg->optim.min_lr_ratio);
+    if (check_schedule(cfg, err, errlen)) return -1;
     if (cfg->optim.adam_epsilon <= 0)
         return zt_err(err, errlen, "optim.adam_epsilon (%g) must be > 0", cfg->optim.adam_epsilon);
     if (!cfg->checkpoint.resume[0])

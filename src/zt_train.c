@@ -75,7 +75,8 @@ typedef struct run {
     zt_shard_opts_t sopts;
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
-    long warmup;            /* warm-up steps: optim.warmup_steps, or optim.warmup_ratio of total_steps */
+    zt_lr_schedule_t sched; /* transformers' schedule for total_steps (its warm-up: optim.warmup_steps, or
+                             * optim.warmup_ratio of total_steps) */
     double tokens_seen;
     int32_t *inp, *tgt;     /* (A, B, T) host */
     int32_t *seg, *pos;     /* host, neat-packed rows' (NULL without): segments (A, B, T), positions (A, B, Tm) */
@@ -1023,7 +1024,7 @@ static void startup_report(run_t *r)
     zt_log("batch: global %ld sequences = %d per device x %d ranks x %d accumulation, T=%d (%ld tokens/step); %ld steps",
            r->G, r->B, r->dp, r->A, r->T, r->G * r->T, r->total_steps);
     if (cfg->optim.warmup_steps == 0 && cfg->optim.warmup_ratio > 0)
-        zt_log("warm-up: %ld steps = ceil(%ld steps x optim.warmup_ratio %g)", r->warmup, r->total_steps,
+        zt_log("warm-up: %ld steps = ceil(%ld steps x optim.warmup_ratio %g)", r->sched.warmup, r->total_steps,
                cfg->optim.warmup_ratio);
     estimate_t e;
     estimate(cfg, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
@@ -1120,7 +1121,6 @@ static int run_loop(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     zt_comm_t *c = r->comm;
-    const int sched = zt_sched_parse(cfg->optim.lr_scheduler_type);
     const int fault = zt_fault_parse(cfg->fault.kind);
     if (!strcmp(cfg->fault.kind, "save_kill")) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
     const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T; /* BTs: a micro-step's segments */
@@ -1209,8 +1209,7 @@ static int run_loop(run_t *r)
         }
         const long adam_t = zt_shard_adam_step(r->shard); /* optimizer steps so far */
         const double S = r->loss_scale, norm = sqrt(norm2) / S;
-        double lr = zt_lr_at(sched, cfg->optim.learning_rate, r->warmup, cfg->optim.min_lr_ratio, adam_t,
-                             r->total_steps);
+        double lr = zt_lr_at(&r->sched, adam_t);
         zt_adamw_hp_t hp = {
             .lr = (float)lr, .beta1 = (float)cfg->optim.adam_beta1, .beta2 = (float)cfg->optim.adam_beta2,
             .eps = (float)cfg->optim.adam_epsilon, .weight_decay = (float)cfg->optim.weight_decay,
@@ -1432,8 +1431,18 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         snprintf(path, sizeof path, "%s/rank-%d.log", cfg->train.output_dir, r->rank);
         zt_log_init(r->rank, path);
     }
-    /* the data decides the number of steps, so it is opened first (generation needs none) */
+    /* the data decides the number of steps, so it is opened first (generation needs none); the
+     * schedule comes from the steps of this run, as transformers does: a resumed run that
+     * derives the same total_steps (its checkpoint's config) warms up the same */
     rc = cfg->mode_generate ? 0 : open_data(r, err, sizeof err);
+    if (rc == 0) {
+        const int64_t S = r->train ? zt_data_num_samples(r->train) : 1;
+        r->total_steps = cfg->train.max_steps > 0
+                             ? cfg->train.max_steps
+                             : (long)ceil(cfg->train.num_train_epochs * (double)S / (double)r->G);
+        if (r->total_steps < 1) r->total_steps = 1;
+        rc = zt_config_lr_schedule(cfg, r->total_steps, &r->sched, err, sizeof err);
+    }
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
         zt_data_close(r->train);
@@ -1441,14 +1450,6 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         free(gpu_cfg);
         return ZT_EXIT_ERROR;
     }
-    const int64_t S = r->train ? zt_data_num_samples(r->train) : 1;
-    r->total_steps = cfg->train.max_steps > 0
-                         ? cfg->train.max_steps
-                         : (long)ceil(cfg->train.num_train_epochs * (double)S / (double)r->G);
-    if (r->total_steps < 1) r->total_steps = 1;
-    /* from the steps of this run, as transformers does: a resumed run that derives the same
-     * total_steps (its checkpoint's config) warms up the same */
-    r->warmup = zt_warmup_steps(cfg->optim.warmup_steps, cfg->optim.warmup_ratio, r->total_steps);
 
     r->table = zt_arch_table_from_config(cfg, err, sizeof err);
     if (r->table && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {

@@ -117,7 +117,7 @@ group=2 check 4 hybrid_shard bf16 parallel.shard_group_size=2
 # --- 4. exact resume in bf16 ---------------------------------------------------
 # constant learning rate, so that a 10-step run follows the 20-step schedule
 rcommon="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_files=[] train.eval_steps=0
-  train.sample_tokens=0 optim.warmup_steps=3 optim.learning_rate=3e-3 optim.lr_scheduler_type=constant
+  train.sample_tokens=0 optim.warmup_steps=3 optim.learning_rate=3e-3 optim.lr_scheduler_type=constant_with_warmup
   train.bf16=true parallel.reduce_dtype=bf16"
 resume_exact() {
     np=$1 name=$2

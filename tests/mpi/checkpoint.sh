@@ -17,7 +17,7 @@ cd "$ZT_TMP" || fail "cd"
 # schedule of a max_steps=10 run differs from that of a max_steps=20 one, so the
 # split run would rightly differ.
 common="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_files=[] train.eval_steps=0
-  train.sample_tokens=0 optim.warmup_steps=3 optim.learning_rate=3e-3 optim.lr_scheduler_type=constant"
+  train.sample_tokens=0 optim.warmup_steps=3 optim.learning_rate=3e-3 optim.lr_scheduler_type=constant_with_warmup"
 
 resume_exact 2 ddp2 parallel.strategy=ddp
 "$PY" "$CHECK" exact ddp2-full ddp2-split || fail "ddp on 2 ranks: resumed run differs from the uninterrupted one"

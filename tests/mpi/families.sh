@@ -58,7 +58,7 @@ done
 
 # resume across strategies and world sizes: 10 steps as zero3 on 2 ranks, 10 more as
 # ddp on 3 ranks, against 20 at once on one rank (constant schedule after warm-up)
-const="optim.lr_scheduler_type=constant"
+const="optim.lr_scheduler_type=constant_with_warmup"
 # shellcheck disable=SC2086
 run_ztrain 1 $common $llama $const $(batch_args 1) train.output_dir=full >/dev/null
 # shellcheck disable=SC2086

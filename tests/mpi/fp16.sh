@@ -106,7 +106,7 @@ head -c 193 data/tiny.txt >one.txt
 "$ZT_PREP_DATA" --val-fraction 0 -o data/one.h5 one.txt >/dev/null 2>&1 || fail "zt-prep-data on one.txt"
 same="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/one.h5 data.shuffle=false data.val_files=[]
   train.eval_steps=0 train.sample_tokens=0 optim.warmup_steps=3 optim.learning_rate=3e-3
-  optim.lr_scheduler_type=constant train.fp16=true parallel.reduce_dtype=fp16 parallel.strategy=zero2"
+  optim.lr_scheduler_type=constant_with_warmup train.fp16=true parallel.reduce_dtype=fp16 parallel.strategy=zero2"
 # shellcheck disable=SC2086
 run_ztrain 2 $same $(batch_args 2) train.initial_scale_power=22 train.max_steps=20 train.output_dir=ovf >/dev/null
 scales ovf >ovf.scales
@@ -170,7 +170,7 @@ scales nan | sed -n 4,5p | tr '\n' ' ' | grep -qx "4 65536 overflow 5 32768 - " 
 
 # --- 6. exact resume with the scale moving on both sides of the checkpoint --------
 rcommon="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_files=[] train.eval_steps=0
-  train.sample_tokens=0 optim.warmup_steps=3 optim.learning_rate=3e-3 optim.lr_scheduler_type=constant
+  train.sample_tokens=0 optim.warmup_steps=3 optim.learning_rate=3e-3 optim.lr_scheduler_type=constant_with_warmup
   train.fp16=true parallel.reduce_dtype=fp16 train.initial_scale_power=19 train.loss_scale_window=4
   parallel.strategy=zero3 parallel.shard_layout=per_param"
 # shellcheck disable=SC2086

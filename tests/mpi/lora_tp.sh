@@ -121,7 +121,7 @@ echo "lora_tp: lora.dropout at tp 2 and tp 2 x zero3 = one rank's masks"
 # ---- 4. checkpoints across meshes ---------------------------------------------------------
 # 3 steps at tp 2 resumed to 6 at 1 rank; 3 at 1 rank resumed at tp 2 x dp 2 (zero3); a
 # constant schedule, so that 3 steps are the first half of 6
-const="optim.lr_scheduler_type=constant"
+const="optim.lr_scheduler_type=constant_with_warmup"
 # shellcheck disable=SC2086
 run_ztrain 1 lora.cfg $llama $train $const $one train.output_dir=full >/dev/null
 # shellcheck disable=SC2086

@@ -127,7 +127,7 @@ cmp gen1/generations.jsonl gen4/generations.jsonl || fail "generation at tp 2 x 
 echo "mesh: generation at tp 2 x dp 2 as one rank"
 
 # ---- 2. resume across meshes ----------------------------------------------------------
-const="optim.lr_scheduler_type=constant"
+const="optim.lr_scheduler_type=constant_with_warmup"
 # shellcheck disable=SC2086
 run_ztrain 1 $common $llama $const $(batch_args 1) train.output_dir=full >/dev/null
 # shellcheck disable=SC2086

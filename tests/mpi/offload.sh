@@ -96,7 +96,7 @@ PYEOF
 done
 
 # checkpoints: the format does not know about offload; resume bit-exact either way
-common="$common optim.lr_scheduler_type=constant"
+common="$common optim.lr_scheduler_type=constant_with_warmup"
 resume_exact 2 ckoff parallel.strategy=zero3 $offp
 "$PY" "$CHECK" exact ckoff-full ckoff-split || fail "offloaded zero3: resumed run differs from the uninterrupted one"
 # shellcheck disable=SC2086

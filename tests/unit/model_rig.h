@@ -229,16 +229,16 @@ static __attribute__((unused)) double rig_worst(const rig_t *r, hid_t file, cons
     return worst;
 }
 
-/* The fixtures' ten AdamW steps (tests/reference/README.md): warmup-cosine schedule
- * (W 3, lr 1e-2, floor 0.1 lr), clipping at norm 1, betas (0.9, 0.95), eps 1e-8, weight
- * decay 0.1 on matrices, one batch of /train/inputs per step; asserts each step's loss
- * and pre-clip norm (1e-5 relative) and lr against /train. Returns the number of
+/* The fixtures' ten AdamW steps (tests/reference/README.md): the learning rates of
+ * /train/lrs, clipping at norm 1, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on
+ * matrices, one batch of /train/inputs per step; asserts each step's loss and pre-clip
+ * norm (1e-5 relative) against /train. Returns the number of
  * clipped steps; *worst_loss is the worst loss error. */
 static __attribute__((unused)) int rig_train_fixture(rig_t *r, hid_t file, int B, int T, int verbose,
                                                      double *worst_loss)
 {
-    const int S = 10, W = 3;
-    const double lr = 1e-2, min_lr_ratio = 0.1, max_norm = 1.0;
+    const int S = 10;
+    const double max_norm = 1.0;
     const zt_backend_t *be = r->be;
     float **m = zt_calloc(r->tab->nunits, sizeof *m), **v = zt_calloc(r->tab->nunits, sizeof *v);
     for (int u = 0; u < r->tab->nunits; u++) {
@@ -259,7 +259,10 @@ static __attribute__((unused)) int rig_train_fixture(rig_t *r, hid_t file, int B
         for (int i = 0; i < r->tab->nparams; i++)
             if (!r->tab->params[i].frozen) ss += be->sumsq(pg(r, i), r->tab->params[i].numel);
         const double norm = sqrt(ss), scale = zt_clip_scale(norm, max_norm);
-        const double lr_s = zt_lr_at(ZT_SCHED_COSINE, lr, W, min_lr_ratio, s, S);
+        /* the fixture's own learning rates (a warm-up cosine of its script's): what is checked
+         * here is the model and AdamW; the schedules are checked against transformers'
+         * get_scheduler in test_optim */
+        const double lr_s = ref_lr[s];
         clipped += scale < 1.0;
         for (int i = 0; i < r->tab->nparams; i++) {
             const zt_param_t *p = &r->tab->params[i];
@@ -275,7 +278,6 @@ static __attribute__((unused)) int rig_train_fixture(rig_t *r, hid_t file, int B
         *worst_loss = fmax(*worst_loss, el);
         CU_ASSERT(el < 1e-5);
         CU_ASSERT(en < 1e-5);
-        CU_ASSERT(zt_relerr(lr_s, ref_lr[s], 1e-30) < 1e-6);
     }
     for (int u = 0; u < r->tab->nunits; u++) {
         be->free(m[u]);
