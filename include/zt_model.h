@@ -59,7 +59,9 @@ void zt_model_set_row_keys(zt_model_t *m, const uint64_t *keys);
 size_t zt_model_activation_bytes(const zt_model_t *m);
 /* Same, analytically, without allocating. */
 size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int T, int recompute);
-/* Training FLOPs per token (forward + backward, 6N + attention), for MFU. */
+/* Model FLOPs per token of the step the table trains, for MFU: 6 per GEMM weight element
+ * (4 where the weight is frozen: no weight gradient), 6 per LoRA adapter element, and
+ * attention; recomputation not counted. */
 double zt_model_flops_per_token(const zt_param_table_t *t, int T);
 
 /* Host tokens (B,T); targets may be NULL for inference (then no loss). The upload

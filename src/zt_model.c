@@ -200,7 +200,28 @@ size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int 
            t->arch->activation_bytes(t, B, T, recompute);
 }
 
-double zt_model_flops_per_token(const zt_param_table_t *t, int T) { return t->arch->flops_per_token(&t->dims, T); }
+/* Model FLOPs of the step the table trains (the convention of doc/performance.md): the family
+ * counts 6 per GEMM weight element per token (2 forward, 2 for the input gradient, 2 for the
+ * weight gradient) and attention; a frozen weight (LoRA's base, a frozen unit) has no weight
+ * gradient, so 2 of its 6 go, and each LoRA matrix, trained, costs its 6. Recomputation
+ * (gradient checkpointing) is not counted: it is extra work, not the model's. */
+static int gemm_weight(const zt_param_table_t *t, const zt_param_t *p)
+{
+    if (p->ndim != 2 || p->adapter) return 0;
+    if (p->role == ZT_ROLE_EMBED) return t->dims.tied; /* a GEMM only as the tied head */
+    return p->role >= ZT_ROLE_QKV && p->role <= ZT_ROLE_HEAD;
+}
+
+double zt_model_flops_per_token(const zt_param_table_t *t, int T)
+{
+    double f = t->arch->flops_per_token(&t->dims, T);
+    for (int i = 0; i < t->nparams; i++) {
+        const zt_param_t *p = &t->params[i];
+        if (p->adapter) f += 6.0 * (double)p->gnumel;
+        else if (p->frozen && gemm_weight(t, p)) f -= 2.0 * (double)p->gnumel;
+    }
+    return f;
+}
 
 zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *be, int B, int T,
                             int recompute)

@@ -303,10 +303,13 @@ static __attribute__((unused)) uint64_t lcg(uint64_t *s)
  * tensor its largest-gradient element (where a wrong term shows most) and one
  * random element. The loss is the double mean of the fp32 per-token losses: the fp32
  * mean (ulp 4.8e-7 at a loss of 4) over 2*eps = 2e-3 gave FD noise of up to 2.4e-4,
- * above the absolute floor (GPT-2's LoRA met it once); init_std 0.3 keeps most
- * gradients well above the floor so the 2e-2 relative bound carries the test. A negative control
- * checks that a 10% error at the largest elements would be rejected. */
-static int fd_ok(double a, double n) { return fabs(a - n) <= 2e-2 * fmax(fabs(a), fabs(n)) + 1e-4; }
+ * above the absolute floor (GPT-2's LoRA met it once); the fp32 forward itself (its GEMMs'
+ * rounding, which differs between AVX2 and AVX-512 kernels) leaves noise of the same size
+ * (gemma3's LoRA: 2.15e-4 at a gradient of 5.7e-3 on an AVX-512 CPU), hence the floor of
+ * 3e-4. init_std 0.3 keeps most gradients well above it so the 2e-2 relative bound carries
+ * the test. A negative control checks that a 10% error at the largest elements (above 1e-2,
+ * where 10% exceeds 2% plus the floor) would be rejected. */
+static int fd_ok(double a, double n) { return fabs(a - n) <= 2e-2 * fmax(fabs(a), fabs(n)) + 3e-4; }
 
 /* Checks the tensors `want` accepts (NULL: all); counts into the four totals (see
  * above: elements, mismatches, large gradients, large ones a 10% error would break). */

@@ -351,6 +351,38 @@ static void t_lora_table(void)
     fam_close(&f);
 }
 
+/* Model FLOPs per token (the MFU numerator) count the step's work: 6 per GEMM weight element
+ * of full fine-tuning, 4 for a frozen base (no weight gradient) and 6 per adapter element,
+ * attention in both; written out here from the shapes, not from the table walk. */
+static void t_lora_flops(void)
+{
+    const int T = 64, r = 8;
+    fam_t f = fam_open("qwen3");
+    const zt_model_dims_t *d = &f.tab->dims;
+    const double C = d->C, Q = (double)d->NH * d->HD, KV = (double)d->NKV * d->HD, I = d->I, L = d->L, V = d->V;
+    const double gemm = L * (C * (Q + 2 * KV) + Q * C + 3 * C * I) + V * C, attn = 12 * L * Q * T;
+    /* q, k, v, o, gate, up, down: r (in + out) each */
+    const double adapters = L * r * ((C + Q) + 2 * (C + KV) + (Q + C) + 2 * (C + I) + (I + C));
+    CU_ASSERT_DOUBLE_EQUAL(zt_model_flops_per_token(f.tab, T), 6 * gemm + attn, 1e-6 * gemm);
+    zt_param_table_t *t = lora_table(f.tab, r);
+    const double lora = zt_model_flops_per_token(t, T);
+    printf("(qwen3 LoRA / full: %.3f) ", lora / (6 * gemm + attn));
+    CU_ASSERT_DOUBLE_EQUAL(lora, 4 * gemm + 6 * adapters + attn, 1e-6 * gemm);
+    zt_param_table_free(t);
+    zt_param_table_free(f.tab);
+    fam_close(&f);
+    /* GPT-2: the head is the tied wte, frozen under LoRA; c_attn C->3C, c_proj, c_fc C->4C,
+     * mlp.c_proj 4C->C */
+    f = fam_open("gpt2");
+    d = &f.tab->dims;
+    const double g2 = d->L * 12.0 * d->C * d->C + (double)d->V * d->C, a2 = 12.0 * d->L * d->C * T;
+    t = lora_table(f.tab, r);
+    CU_ASSERT_DOUBLE_EQUAL(zt_model_flops_per_token(t, T), 4 * g2 + 6 * d->L * r * 16.0 * d->C + a2, 1e-6 * g2);
+    zt_param_table_free(t);
+    zt_param_table_free(f.tab);
+    fam_close(&f);
+}
+
 /* GPT-2's Conv1D linears: "all" is c_attn, attn.c_proj, c_fc, mlp.c_proj; the adapters have
  * PEFT's nn.Linear shapes, A (r, in) and B (out, r), whatever the (in, out) base; a list
  * follows PEFT's suffix rule ("c_proj" both projections, "attn.c_proj" the first). */
@@ -735,6 +767,7 @@ static const zt_test_t tests[] = {
     {"lora_gemma3_vs_peft", t_lora_gemma3},
     {"lora_table", t_lora_table},
     {"lora_table_gpt2", t_lora_table_gpt2},
+    {"lora_flops", t_lora_flops},
     {"lora_starts_as_base", t_lora_starts_as_base},
     {"lora_finite_difference", t_lora_finite_difference},
     {"fixture_shapes", t_fixture_shapes},
