@@ -174,6 +174,11 @@ int zt_config_parse(zt_config_t *cfg, const char *text, const char *filename,
 struct zt_lr_schedule;
 int zt_config_lr_schedule(const zt_config_t *cfg, long total, struct zt_lr_schedule *s, char *err, size_t errlen);
 
+/* Sets `key` from `value` as a `section.key=value` override spells it; errors name `where`
+ * (an input's file:line). Marks the key given. 0, or -1 with a one-line message. */
+int zt_config_set(zt_config_t *cfg, const char *key, const char *value, const char *where, char *err,
+                  size_t errlen);
+
 /* Cross-field validation that needs only the config (seq_len <= block_size, ...). */
 int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen);
 

@@ -930,6 +930,8 @@ static int parse_bool(const char *v, int *out)
     return -1;
 }
 
+static int set_text(zt_config_t *cfg, const char *name, char *val, const char *where, char *err, size_t errlen);
+
 static int apply_override(zt_config_t *cfg, const char *ov, char *err, size_t errlen)
 {
     const char *where = "command line";
@@ -939,7 +941,20 @@ static int apply_override(zt_config_t *cfg, const char *ov, char *err, size_t er
     char *eq = strchr(buf, '=');
     if (!eq) return zt_err(err, errlen, "%s: '%s' is not of the form section.key=value", where, ov);
     *eq = '\0';
-    char *name = trim(buf), *val = trim(eq + 1);
+    return set_text(cfg, trim(buf), trim(eq + 1), where, err, errlen);
+}
+
+int zt_config_set(zt_config_t *cfg, const char *key, const char *value, const char *where, char *err, size_t errlen)
+{
+    char buf[ZT_MAX_FILES * 64 + ZT_STRLEN * 2];
+    if (strlen(value) >= sizeof buf) return zt_err(err, errlen, "%s: %s: value is too long", where, key);
+    strcpy(buf, value);
+    return set_text(cfg, key, trim(buf), where, err, errlen);
+}
+
+/* `name` = `val` as an override spells it (val is edited in place) */
+static int set_text(zt_config_t *cfg, const char *name, char *val, const char *where, char *err, size_t errlen)
+{
     const zkey_t *k = find_key(name);
     if (!k) return unknown_key(err, errlen, where, name);
     mark_given(cfg, k);

@@ -4,7 +4,9 @@
  *   ztrain [input.cfg] [section.key=value ...]
  *   ztrain --help | --version | --print-config [input.cfg ...] |
  *          --estimate-memory [--ranks N [--ranks-per-node M]] [input.cfg ...] |
- *          --config-markdown
+ *          --config-markdown | --import-markdown
+ *
+ * An input ending in .yaml or .yml is a LLaMA-Factory training YAML (zt_import.h).
  *
  * Rank 0 reads the input file and broadcasts its text; every rank parses the
  * same text, so every rank reaches the same verdict on it and errors need no
@@ -22,6 +24,7 @@
 #include "zt_config.h"
 #include "zt_log.h"
 #include "zt_hf_model.h"
+#include "zt_import.h"
 #include "zt_train.h"
 #include "zt_watchdog.h"
 
@@ -36,7 +39,8 @@ static void usage(FILE *out)
             "       ztrain --generate [input.cfg] [section.key=value ...]   (generate.* prompts -> generations.jsonl)\n"
             "       ztrain --estimate-memory [--ranks N [--ranks-per-node M]] [input.cfg] [section.key=value ...]\n"
             "              (planning: N ranks, M per node; default: the ranks it was launched on)\n"
-            "       ztrain --help | --version | --config-markdown\n"
+            "       ztrain --help | --version | --config-markdown | --import-markdown\n"
+            "An input.yaml is a LLaMA-Factory training YAML (and the DeepSpeed JSON it names).\n"
             "Launch with mpirun -np N, srun --mpi=pmix, or the scripts in jobs/.\n"
             "With no input file, %s is used. Keys (section.key, type, default):\n\n",
             DEFAULT_INPUT);
@@ -69,6 +73,10 @@ int zt_run(int argc, char **argv, MPI_Comm world)
             return ZT_EXIT_OK;
         } else if (strcmp(a, "--config-markdown") == 0) {
             if (rank == 0) zt_config_markdown(stdout);
+            free(overrides);
+            return ZT_EXIT_OK;
+        } else if (strcmp(a, "--import-markdown") == 0) {
+            if (rank == 0) zt_import_markdown(stdout);
             free(overrides);
             return ZT_EXIT_OK;
         } else if (strcmp(a, "--print-config") == 0) {
@@ -109,6 +117,12 @@ int zt_run(int argc, char **argv, MPI_Comm world)
 
     char err[ZT_ERRLEN] = "";
     char *text = rank == 0 ? zt_read_file(input, NULL, err, sizeof err) : NULL;
+    if (text && zt_import_is_yaml(input)) {
+        /* a LLaMA-Factory YAML: rank 0 turns it into the input it means (its notes on stdout) */
+        char *imported = zt_import_yaml(text, input, size, stdout, err, sizeof err);
+        free(text);
+        text = imported;
+    }
     text = zt_bcast_text(world, text);
     if (!text) {
         if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", err);

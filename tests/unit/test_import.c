@@ -1,0 +1,209 @@
+/* test_import.c — LLaMA-Factory 0.9.5's own example files (tests/reference/llamafactory/,
+ * copied from its repository at tag v0.9.5) resolve to the ztrain configuration a table
+ * here states; the DeepSpeed JSONs of its examples/deepspeed map to the strategy and
+ * offload they mean; every refusal is one line naming the file, the line or key and why. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "zt_common.h"
+#include "zt_config.h"
+#include "zt_import.h"
+#include "zt_test.h"
+
+static char err[ZT_ERRLEN];
+static zt_config_t cfg;
+
+/* imports `yaml` (as read from `path`) on `world` ranks and parses the result into cfg */
+static int import_text(const char *yaml, const char *path, int world)
+{
+    char *text = zt_import_yaml(yaml, path, world, NULL, err, sizeof err);
+    if (!text) return -1;
+    int rc = zt_config_parse(&cfg, text, path, 0, NULL, err, sizeof err);
+    if (rc) printf("\n    %s\n%s\n", err, text);
+    free(text);
+    return rc;
+}
+
+static int import_file(const char *path)
+{
+    char *yaml = zt_read_file(path, NULL, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(yaml);
+    int rc = import_text(yaml, path, 2);
+    free(yaml);
+    return rc;
+}
+
+static void want(const char *key, const char *value)
+{
+    char got[ZT_STRLEN * 2];
+    CU_ASSERT_EQUAL_FATAL(zt_config_value_text(&cfg, key, got, sizeof got), 0);
+    if (strcmp(got, value)) {
+        printf("\n    %s = %s, want %s", key, got, value);
+        CU_FAIL("an imported key differs from the table");
+    }
+}
+
+/* the keys every one of the three example YAMLs states the same way */
+static void want_common(void)
+{
+    static const char *const rows[][2] = {
+        {"model.name_or_path", "\"Qwen/Qwen3-4B-Instruct-2507\""},
+        {"data.dataset", "\"identity,alpaca_en_demo\""},
+        {"data.template", "\"qwen3_nothink\""},
+        {"data.cutoff_len", "2048"},
+        {"data.max_samples", "1000"},
+        {"train.logging_steps", "10"},
+        {"checkpoint.save_steps", "500"},
+        {"log.plot", "true"},
+        {"train.per_device_train_batch_size", "1"},
+        {"train.num_train_epochs", "3"},
+        {"optim.lr_scheduler_type", "\"cosine\""},
+        {"optim.warmup_ratio", "0.1"},
+        {"train.bf16", "true"},
+        {"parallel.timeout_s", "10000000"}, /* ddp_timeout 180000000, at the watchdog's bound */
+        {"checkpoint.resume", "\"none\""},
+        {"train.gradient_checkpointing", "true"}, /* LLaMA-Factory's default */
+        /* not in the files: transformers' defaults */
+        {"optim.weight_decay", "0"},
+        {"optim.adam_beta2", "0.999"},
+        {"optim.max_grad_norm", "1"},
+        {"train.seed", "42"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) want(rows[i][0], rows[i][1]);
+}
+
+static void t_examples(void)
+{
+    CU_ASSERT_EQUAL_FATAL(chdir(ZT_SRCDIR "/tests/reference/llamafactory"), 0);
+    CU_ASSERT_EQUAL_FATAL(import_file("examples/train_lora/qwen3_lora_sft.yaml"), 0);
+    want_common();
+    want("train.finetuning_type", "\"lora\"");
+    want("lora.rank", "8");
+    want("lora.target", "\"all\"");
+    want("train.output_dir", "\"saves/qwen3-4b/lora/sft\"");
+    want("train.gradient_accumulation_steps", "8");
+    want("optim.learning_rate", "0.0001");
+    want("parallel.strategy", "\"ddp\"");
+
+    CU_ASSERT_EQUAL_FATAL(import_file("examples/train_lora/qwen3_lora_sft_ds3.yaml"), 0);
+    want_common();
+    want("train.finetuning_type", "\"lora\"");
+    want("train.gradient_accumulation_steps", "2");
+    want("parallel.strategy", "\"zero3\"");
+    want("parallel.offload_param", "\"none\"");
+
+    CU_ASSERT_EQUAL_FATAL(import_file("examples/train_full/qwen3_full_sft.yaml"), 0);
+    want_common();
+    want("train.finetuning_type", "\"full\"");
+    want("train.output_dir", "\"saves/qwen3-4b/full/sft\"");
+    want("optim.learning_rate", "1e-05");
+    want("parallel.strategy", "\"zero3\"");
+}
+
+/* each of examples/deepspeed named by a YAML */
+static void t_deepspeed(void)
+{
+    static const struct {
+        const char *file, *strategy, *offload_optimizer, *offload_param, *bucket;
+    } rows[] = {
+        {"ds_z0_config.json", "\"ddp\"", "\"none\"", "\"none\"", "2e+03"}, /* 5e8 elements x 4 bytes: 2000 MB */
+        {"ds_z2_config.json", "\"zero2\"", "\"none\"", "\"none\"", "2e+03"},
+        {"ds_z2_offload_config.json", "\"zero2\"", "\"cpu\"", "\"none\"", "2e+03"},
+        {"ds_z3_config.json", "\"zero3\"", "\"none\"", "\"none\"", "25.0"}, /* "auto": ztrain's */
+        {"ds_z3_offload_config.json", "\"zero3\"", "\"cpu\"", "\"cpu\"", "25.0"},
+    };
+    CU_ASSERT_EQUAL_FATAL(chdir(ZT_SRCDIR "/tests/reference/llamafactory"), 0);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof yaml, "finetuning_type: lora\nbf16: true\ndeepspeed: examples/deepspeed/%s\n",
+                 rows[i].file);
+        CU_ASSERT_EQUAL_FATAL(import_text(yaml, "ds.yaml", 4), 0);
+        want("parallel.strategy", rows[i].strategy);
+        want("parallel.offload_optimizer", rows[i].offload_optimizer);
+        want("parallel.offload_param", rows[i].offload_param);
+        want("parallel.bucket_size_mb", rows[i].bucket);
+    }
+}
+
+static int refused(const char *yaml, const char *msg)
+{
+    CU_ASSERT_EQUAL_FATAL(chdir(ZT_SRCDIR "/tests/reference/llamafactory"), 0);
+    err[0] = 0;
+    char *text = zt_import_yaml(yaml, "in.yaml", 2, NULL, err, sizeof err);
+    free(text);
+    if (text || !strstr(err, msg)) {
+        printf("\n    want '%s', got '%s'", msg, text ? "(accepted)" : err);
+        return 0;
+    }
+    return 1;
+}
+
+static void t_refusals(void)
+{
+    CU_ASSERT(refused("learning_rat: 1.0e-4\n", "in.yaml:1: learning_rat is not a key ztrain reads from a "
+                                                "LLaMA-Factory YAML (did you mean learning_rate?)"));
+    CU_ASSERT(refused("lr: [1, 2\n", "in.yaml:2:1:"));
+    CU_ASSERT(refused("stage: dpo\n", "in.yaml:1: stage: dpo is not available"));
+    CU_ASSERT(refused("stage: pt\n", "ztrain's pretraining reads token files"));
+    CU_ASSERT(refused("finetuning_type: freeze\n", "finetuning_type: freeze is not available"));
+    CU_ASSERT(refused("do_train: false\n", "do_train: false"));
+    CU_ASSERT(refused("val_size: 0.1\n", "in.yaml:1: val_size: splitting a validation share"));
+    CU_ASSERT(refused("quantization_bit: 4\n", "quantization_bit: QLoRA"));
+    CU_ASSERT(refused("eval_strategy: epoch\n", "eval_strategy: epoch is not available"));
+    CU_ASSERT(refused("\nlearning_rate: fast\n", "in.yaml:2: optim.learning_rate: expected"));
+    CU_ASSERT(refused("lora_target: [q_proj]\n", "in.yaml:1: lora_target: expected a single value"));
+    CU_ASSERT(refused("deepspeed: missing.json\n", "in.yaml:1: deepspeed: missing.json"));
+    /* DeepSpeed: a stated value that disagrees with the YAML, and what ztrain does not read */
+    FILE *f = fopen("/tmp/zt_test_ds.json", "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("{\"train_micro_batch_size_per_gpu\": 4, \"zero_optimization\": {\"stage\": 2}}", f);
+    fclose(f);
+    CU_ASSERT(refused("per_device_train_batch_size: 2\ndeepspeed: /tmp/zt_test_ds.json\n",
+                      "train_micro_batch_size_per_gpu is 4 but the YAML's per_device_train_batch_size gives 2"));
+    f = fopen("/tmp/zt_test_ds.json", "w");
+    fputs("{\"train_batch_size\": 16, \"gradient_accumulation_steps\": \"auto\"}", f);
+    fclose(f);
+    /* 2 ranks x 2 x 2 = 8 */
+    CU_ASSERT(refused("per_device_train_batch_size: 2\ngradient_accumulation_steps: 2\ndeepspeed: "
+                      "/tmp/zt_test_ds.json\n", "train_batch_size is 16 but"));
+    f = fopen("/tmp/zt_test_ds.json", "w");
+    fputs("{\"optimizer\": {\"type\": \"AdamW\"}}", f);
+    fclose(f);
+    CU_ASSERT(refused("deepspeed: /tmp/zt_test_ds.json\n", "/tmp/zt_test_ds.json: optimizer: ztrain runs"));
+    f = fopen("/tmp/zt_test_ds.json", "w");
+    fputs("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}", f);
+    fclose(f);
+    CU_ASSERT(refused("deepspeed: /tmp/zt_test_ds.json\n", "offload_param: device nvme is not available"));
+    f = fopen("/tmp/zt_test_ds.json", "w");
+    fputs("{\"zero_optimization\": {\"stages\": 3}}", f);
+    fclose(f);
+    CU_ASSERT(refused("deepspeed: /tmp/zt_test_ds.json\n",
+                      "zero_optimization.stages is not read by ztrain (did you mean zero_optimization.stage)"));
+    unlink("/tmp/zt_test_ds.json");
+}
+
+/* the notes: keys accepted without effect are said, one line each */
+static void t_notes(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    char *text = zt_import_yaml("dataloader_num_workers: 4\nreport_to: none\nlearning_rate: 2e-5\n", "n.yaml", 1, f,
+                                err, sizeof err);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "n.yaml:1: dataloader_num_workers accepted:"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "n.yaml:2: report_to accepted:"));
+    CU_ASSERT_PTR_NULL(strstr(buf, "learning_rate"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "learning_rate = 2e-05;"));
+    free(text);
+    free(buf);
+}
+
+static const zt_test_t tests[] = {{"LLaMA-Factory 0.9.5 examples", t_examples},
+                                  {"DeepSpeed JSONs", t_deepspeed},
+                                  {"refusals", t_refusals},
+                                  {"notes", t_notes},
+                                  {NULL, NULL}};
+ZT_TEST_MAIN("import", tests)
