@@ -204,6 +204,8 @@ void zt_wait(zt_comm_t *c, zt_request_t *req);
 
 /* Before any group exists (collective over world): the fewest ranks any node has. */
 int zt_comm_node_ranks(MPI_Comm world);
+/* The nodes (shared-memory domains) the ranks of world are on (collective). */
+int zt_comm_node_count(MPI_Comm world);
 /* The model's activation collectives on c's mesh groups (zt_actcoll.h). */
 void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out);
 

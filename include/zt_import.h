@@ -6,7 +6,8 @@
  * LLaMA-Factory's meaning: a YAML without disable_gradient_checkpointing trains with
  * recomputation, as LLaMA-Factory does), it is accepted with a printed line where it
  * cannot change the result (dataloader_num_workers, trust_remote_code, ...), or it is
- * refused in one line naming the file, the line and why. DeepSpeed's "auto" values
+ * refused in one line naming the file, the line and why. An accelerate config file
+ * (`--accelerate-config`, as `accelerate launch --config_file`) gives the engine the same way. DeepSpeed's "auto" values
  * resolve as transformers' integration resolves them; a stated value that disagrees with
  * the YAML is refused, as DeepSpeed refuses it. The table of both lives in zt_import.c
  * and `ztrain --import-markdown` prints it (doc/migrating.md).
@@ -23,10 +24,13 @@
 /* 1 when `path` names a YAML file (.yaml, .yml) */
 int zt_import_is_yaml(const char *path);
 
-/* The libconfig text (malloc'd) of the LLaMA-Factory YAML `text`, read from `path`;
- * `world` ranks check DeepSpeed's train_batch_size. Lines for the keys accepted without
- * effect go to `notes` (NULL: none). NULL with a one-line error in err. */
-char *zt_import_yaml(const char *text, const char *path, int world, FILE *notes, char *err, size_t errlen);
+/* The libconfig text (malloc'd) of the LLaMA-Factory YAML `text`, read from `path`, with
+ * the accelerate config `accel_text` of `accel_path` (NULL: none) on top; `world` ranks on
+ * `nodes` nodes check DeepSpeed's train_batch_size and accelerate's num_processes and
+ * num_machines. Lines for the keys accepted without effect go to `notes` (NULL: none).
+ * NULL with a one-line error in err. */
+char *zt_import_yaml(const char *text, const char *path, const char *accel_text, const char *accel_path, int world,
+                     int nodes, FILE *notes, char *err, size_t errlen);
 
 /* The import table as Markdown (doc/migrating.md is generated from it). */
 void zt_import_markdown(FILE *out);

@@ -177,6 +177,19 @@ int zt_comm_node_ranks(MPI_Comm world)
     return mn;
 }
 
+int zt_comm_node_count(MPI_Comm world)
+{
+    MPI_Comm node;
+    int me = 0, nr = 0, first = 0, n = 0;
+    ZT_MPI(MPI_Comm_rank(world, &me));
+    ZT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node));
+    ZT_MPI(MPI_Comm_rank(node, &nr));
+    ZT_MPI(MPI_Comm_free(&node));
+    first = nr == 0;
+    ZT_MPI(MPI_Allreduce(&first, &n, 1, MPI_INT, MPI_SUM, world));
+    return n;
+}
+
 void zt_comm_destroy(zt_comm_t *c)
 {
     if (c->dev) c->dev->destroy(c);

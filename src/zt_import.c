@@ -132,8 +132,46 @@ static const entry_t ds_keys[] = {
     {"scheduler", REFUSE, NULL, "ztrain runs the YAML's lr_scheduler_type: remove the section"},
 };
 
+/* accelerate's config file (`accelerate config`'s YAML; fsdp_config's keys by their names) */
+static const entry_t accel_keys[] = {
+    {"distributed_type", CUSTOM, NULL, "FSDP, or MULTI_GPU (ddp); DEEPSPEED goes through the YAML's deepspeed:"},
+    {"num_processes", CUSTOM, NULL, "must equal the ranks mpirun started"},
+    {"num_machines", CUSTOM, NULL, "must equal the nodes those ranks are on"},
+    {"mixed_precision", CUSTOM, NULL, "bf16 train.bf16, fp16 train.fp16, no: neither; must agree with the YAML's"},
+    {"fsdp_sharding_strategy", CUSTOM, "parallel.strategy",
+     "FULL_SHARD full_shard, SHARD_GRAD_OP shard_grad_op, NO_SHARD ddp, HYBRID_SHARD hybrid_shard, "
+     "HYBRID_SHARD_ZERO2 hybrid_shard_zero2 (or their numbers 1-5)"},
+    {"fsdp_version", CUSTOM, "parallel.shard_layout", "1 flat, 2 per_param (FSDP2; its strategy full_shard unless "
+                                                      "fsdp_reshard_after_forward is false: shard_grad_op)"},
+    {"fsdp_reshard_after_forward", CUSTOM, "parallel.reshard_after_forward", NULL},
+    {"fsdp_offload_params", CUSTOM, NULL, "true: parallel.offload_param and offload_optimizer cpu (FSDP's CPU "
+                                          "offload moves parameters, gradients and the optimizer step)"},
+    {"fsdp_state_dict_type", CUSTOM, "checkpoint.format", "FULL_STATE_DICT consolidated, SHARDED_STATE_DICT sharded"},
+    {"fsdp_activation_checkpointing", MAP, "train.gradient_checkpointing", NULL},
+    {"fsdp_cpu_ram_efficient_loading", NOTE, NULL, "every rank reads only the weights it owns"},
+    {"fsdp_auto_wrap_policy", NOTE, NULL, "ztrain's units are the blocks (TRANSFORMER_BASED_WRAP's)"},
+    {"fsdp_transformer_layer_cls_to_wrap", NOTE, NULL, "ztrain's units are the blocks"},
+    {"fsdp_backward_prefetch", NOTE, NULL, "ztrain prefetches the next unit"},
+    {"fsdp_forward_prefetch", NOTE, NULL, "ztrain prefetches the next unit"},
+    {"fsdp_sync_module_states", NOTE, NULL, "every rank starts from the same weights"},
+    {"fsdp_use_orig_params", NOTE, NULL, "how FSDP1 keeps parameters; the result is the same"},
+    {"compute_environment", NOTE, NULL, "mpirun or srun starts the ranks"},
+    {"debug", NOTE, NULL, "no effect on the result"},
+    {"downcast_bf16", NOTE, NULL, "a TPU setting"},
+    {"machine_rank", NOTE, NULL, "MPI gives each rank its place"},
+    {"main_training_function", NOTE, NULL, "ztrain is the program"},
+    {"rdzv_backend", NOTE, NULL, "MPI does the rendezvous"},
+    {"same_network", NOTE, NULL, "MPI does the rendezvous"},
+    {"tpu_env", NOTE, NULL, "a TPU setting"},
+    {"tpu_use_cluster", NOTE, NULL, "a TPU setting"},
+    {"tpu_use_sudo", NOTE, NULL, "a TPU setting"},
+    {"use_cpu", NOTE, NULL, "the backend is parallel.backend's"},
+    {"gpu_ids", NOTE, NULL, "each rank takes its node-local device"},
+};
+
 #define NYAML (sizeof yaml_keys / sizeof yaml_keys[0])
 #define NDS (sizeof ds_keys / sizeof ds_keys[0])
+#define NACCEL (sizeof accel_keys / sizeof accel_keys[0])
 
 static const entry_t *lookup(const entry_t *t, size_t n, const char *name)
 {
@@ -174,6 +212,7 @@ typedef struct {
     char deepspeed[ZT_STRLEN];
     char ds_where[ZT_STRLEN + 64];
     int gradient_checkpointing_given;
+    int world, nodes;
 } imp_t;
 
 static int fail(imp_t *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -392,6 +431,100 @@ static int ds_import(imp_t *im, int world)
     return rc;
 }
 
+/* ---- accelerate's config ---------------------------------------------------------- */
+
+static int want_int(imp_t *im, const char *where, const char *name, const char *val, int have, const char *what)
+{
+    char *end;
+    long v = strtol(val, &end, 10);
+    if (*end || v != have)
+        return fail(im, "%s: %s is %s, but %s %d (ztrain takes the mesh from MPI)", where, name, val, what, have);
+    return 0;
+}
+
+static int custom_accel(imp_t *im, const entry_t *e, const char *val, const char *where)
+{
+    const char *n = e->name;
+    if (!strcmp(n, "distributed_type")) {
+        if (!strcmp(val, "FSDP")) return 0;
+        if (!strcmp(val, "MULTI_GPU") || !strcmp(val, "MULTI_CPU")) return set(im, "parallel.strategy", "ddp", where);
+        return fail(im, "%s: distributed_type: %s is not read by ztrain (FSDP, MULTI_GPU; DeepSpeed through the "
+                        "training YAML's deepspeed:)", where, val);
+    }
+    if (!strcmp(n, "num_processes")) return want_int(im, where, n, val, im->world, "mpirun started");
+    if (!strcmp(n, "num_machines")) return want_int(im, where, n, val, im->nodes, "its ranks are on nodes:");
+    if (!strcmp(n, "mixed_precision")) {
+        const int bf = !strcmp(val, "bf16"), fp = !strcmp(val, "fp16");
+        if (!bf && !fp && strcmp(val, "no"))
+            return fail(im, "%s: mixed_precision: %s is not available (bf16, fp16, no)", where, val);
+        /* the training YAML says bf16/fp16 too: the two must agree */
+        if ((zt_config_given(im->cfg, "train.bf16") && im->cfg->train.bf16 != bf) ||
+            (zt_config_given(im->cfg, "train.fp16") && im->cfg->train.fp16 != fp))
+            return fail(im, "%s: mixed_precision %s disagrees with the training YAML's bf16/fp16", where, val);
+        return set(im, "train.bf16", bf ? "true" : "false", where) || set(im, "train.fp16", fp ? "true" : "false", where);
+    }
+    if (!strcmp(n, "fsdp_sharding_strategy")) {
+        static const char *const fsdp[][2] = {{"FULL_SHARD", "full_shard"},       {"1", "full_shard"},
+                                              {"SHARD_GRAD_OP", "shard_grad_op"}, {"2", "shard_grad_op"},
+                                              {"NO_SHARD", "ddp"},                {"3", "ddp"},
+                                              {"HYBRID_SHARD", "hybrid_shard"},   {"4", "hybrid_shard"},
+                                              {"HYBRID_SHARD_ZERO2", "hybrid_shard_zero2"},
+                                              {"5", "hybrid_shard_zero2"}};
+        for (size_t i = 0; i < sizeof fsdp / sizeof fsdp[0]; i++)
+            if (!strcmp(val, fsdp[i][0])) return set(im, e->key, fsdp[i][1], where);
+        return fail(im, "%s: fsdp_sharding_strategy: %s is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
+                        "HYBRID_SHARD, HYBRID_SHARD_ZERO2", where, val);
+    }
+    if (!strcmp(n, "fsdp_version")) {
+        if (!strcmp(val, "1")) return set(im, e->key, "flat", where);
+        if (strcmp(val, "2")) return fail(im, "%s: fsdp_version: %s (1 or 2)", where, val);
+        /* FSDP2 has no sharding strategy: fully sharded, resharded after forward unless told */
+        if (!zt_config_given(im->cfg, "parallel.strategy") && set(im, "parallel.strategy", "full_shard", where))
+            return -1;
+        return set(im, e->key, "per_param", where);
+    }
+    if (!strcmp(n, "fsdp_reshard_after_forward")) return set(im, e->key, val, where);
+    if (!strcmp(n, "fsdp_offload_params")) {
+        const char *dev = truthy(val) ? "cpu" : "none";
+        return set(im, "parallel.offload_param", dev, where) || set(im, "parallel.offload_optimizer", dev, where);
+    }
+    if (!strcmp(n, "fsdp_state_dict_type")) {
+        if (!strcmp(val, "FULL_STATE_DICT")) return set(im, e->key, "consolidated", where);
+        if (!strcmp(val, "SHARDED_STATE_DICT")) return set(im, e->key, "sharded", where);
+        return fail(im, "%s: fsdp_state_dict_type: %s (FULL_STATE_DICT, SHARDED_STATE_DICT)", where, val);
+    }
+    return fail(im, "%s: %s: no handler", where, n);
+}
+
+/* one mapping of accelerate's file (its top level, or fsdp_config) */
+static int accel_mapping(imp_t *im, yaml_document_t *doc, const yaml_node_t *m, const char *path)
+{
+    for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key), *v = yaml_document_get_node(doc, p->value);
+        char where[ZT_STRLEN + 64];
+        snprintf(where, sizeof where, "%s:%zu", path, k->start_mark.line + 1);
+        const char *name = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
+        if (!strcmp(name, "fsdp_config") && v->type == YAML_MAPPING_NODE) {
+            if (accel_mapping(im, doc, v, path)) return -1;
+            continue;
+        }
+        const entry_t *e = lookup(accel_keys, NACCEL, name);
+        if (!e) {
+            const char *near = nearest(accel_keys, NACCEL, name);
+            return fail(im, "%s: %s is not a key ztrain reads from an accelerate config%s%s%s", where, name,
+                        near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
+        }
+        if (e->how == NOTE) {
+            note(im, where, name, e->why);
+            continue;
+        }
+        if (v->type != YAML_SCALAR_NODE) return fail(im, "%s: %s: expected a single value", where, name);
+        const char *val = (const char *)v->data.scalar.value;
+        if (e->how == MAP ? set(im, e->key, val, where) : custom_accel(im, e, val, where)) return -1;
+    }
+    return 0;
+}
+
 /* ---- the YAML -------------------------------------------------------------------- */
 
 static int yaml_import(imp_t *im, yaml_document_t *doc)
@@ -463,26 +596,46 @@ int zt_import_is_yaml(const char *path)
     return dot && (!strcmp(dot, ".yaml") || !strcmp(dot, ".yml"));
 }
 
-char *zt_import_yaml(const char *text, const char *path, int world, FILE *notes, char *err, size_t errlen)
+/* parses YAML `text` of `path` into doc; -1 with file:line:column and libyaml's words */
+static int load_yaml(yaml_document_t *doc, const char *text, const char *path, char *err, size_t errlen)
 {
     yaml_parser_t parser;
-    yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) zt_fatal("libyaml: cannot initialise a parser");
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
-    if (!yaml_parser_load(&parser, &doc)) {
-        zt_err(err, errlen, "%s:%zu:%zu: %s%s%s", path, parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-               parser.problem ? parser.problem : "YAML syntax error", parser.context ? " " : "",
-               parser.context ? parser.context : "");
-        yaml_parser_delete(&parser);
+    int rc = 0;
+    if (!yaml_parser_load(&parser, doc))
+        rc = zt_err(err, errlen, "%s:%zu:%zu: %s%s%s", path, parser.problem_mark.line + 1,
+                    parser.problem_mark.column + 1, parser.problem ? parser.problem : "YAML syntax error",
+                    parser.context ? " " : "", parser.context ? parser.context : "");
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+char *zt_import_yaml(const char *text, const char *path, const char *accel_text, const char *accel_path, int world,
+                     int nodes, FILE *notes, char *err, size_t errlen)
+{
+    yaml_document_t doc, adoc;
+    if (load_yaml(&doc, text, path, err, errlen)) return NULL;
+    if (accel_text && load_yaml(&adoc, accel_text, accel_path, err, errlen)) {
+        yaml_document_delete(&doc);
         return NULL;
     }
-    imp_t im = {.path = path, .cfg = zt_calloc(1, sizeof(zt_config_t)), .notes = notes, .err = err, .errlen = errlen};
+    imp_t im = {.path = path, .cfg = zt_calloc(1, sizeof(zt_config_t)), .notes = notes, .err = err, .errlen = errlen,
+                .world = world, .nodes = nodes};
     zt_config_defaults(im.cfg);
     int rc = yaml_import(&im, &doc);
+    if (!rc && im.deepspeed[0] && accel_text)
+        rc = fail(&im, "%s: deepspeed: and the accelerate config %s both choose the engine: give one", im.ds_where,
+                  accel_path);
     if (!rc && im.deepspeed[0]) rc = ds_import(&im, world);
+    if (!rc && accel_text) {
+        yaml_node_t *root = yaml_document_get_root_node(&adoc);
+        rc = root && root->type == YAML_MAPPING_NODE ? accel_mapping(&im, &adoc, root, accel_path)
+                                                     : fail(&im, "%s: an accelerate config is a mapping", accel_path);
+    }
     char *out = rc ? NULL : config_text(&im);
     yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
+    if (accel_text) yaml_document_delete(&adoc);
     free(im.cfg);
     return out;
 }
@@ -508,5 +661,7 @@ void zt_import_markdown(FILE *out)
                  "### DeepSpeed JSON (the YAML's `deepspeed:`)\n\n");
     table_md(out, ds_keys, NDS);
     fprintf(out, "\n\"auto\" takes the YAML's value, as transformers' DeepSpeed integration fills it; a stated value "
-                 "that differs from the YAML's is refused.\n");
+                 "that differs from the YAML's is refused.\n\n### accelerate config (`--accelerate-config FILE`)\n\n");
+    table_md(out, accel_keys, NACCEL);
+    fprintf(out, "\nThe keys of `fsdp_config:` are read by their names as listed.\n");
 }

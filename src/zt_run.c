@@ -40,7 +40,8 @@ static void usage(FILE *out)
             "       ztrain --estimate-memory [--ranks N [--ranks-per-node M]] [input.cfg] [section.key=value ...]\n"
             "              (planning: N ranks, M per node; default: the ranks it was launched on)\n"
             "       ztrain --help | --version | --config-markdown | --import-markdown\n"
-            "An input.yaml is a LLaMA-Factory training YAML (and the DeepSpeed JSON it names).\n"
+            "An input.yaml is a LLaMA-Factory training YAML (and the DeepSpeed JSON it names);\n"
+            "--accelerate-config FILE adds an accelerate config (FSDP) to it.\n"
             "Launch with mpirun -np N, srun --mpi=pmix, or the scripts in jobs/.\n"
             "With no input file, %s is used. Keys (section.key, type, default):\n\n",
             DEFAULT_INPUT);
@@ -55,7 +56,7 @@ int zt_run(int argc, char **argv, MPI_Comm world)
 
     enum { TRAIN, PRINT, ESTIMATE, GENERATE } mode = TRAIN;
     long plan_ranks = 0, plan_per_node = 0;
-    const char *input = NULL;
+    const char *input = NULL, *accel = NULL;
     char **overrides = zt_calloc((size_t)argc + 1, sizeof *overrides);
     int nover = 0;
     for (int i = 1; i < argc; i++) {
@@ -85,6 +86,8 @@ int zt_run(int argc, char **argv, MPI_Comm world)
             mode = ESTIMATE;
         } else if (strcmp(a, "--generate") == 0) {
             mode = GENERATE;
+        } else if (strcmp(a, "--accelerate-config") == 0 && i + 1 < argc) {
+            accel = argv[++i];
         } else if ((strcmp(a, "--ranks") == 0 || strcmp(a, "--ranks-per-node") == 0) && i + 1 < argc) {
             char *end = NULL;
             long v = strtol(argv[i + 1], &end, 10);
@@ -116,10 +119,22 @@ int zt_run(int argc, char **argv, MPI_Comm world)
     if (!input) input = DEFAULT_INPUT;
 
     char err[ZT_ERRLEN] = "";
+    if (accel && !zt_import_is_yaml(input)) {
+        if (rank == 0) fprintf(stderr, "ztrain: error: --accelerate-config goes with a LLaMA-Factory training YAML, "
+                                       "not with %s\n", input);
+        free(overrides);
+        return ZT_EXIT_ERROR;
+    }
+    const int nodes = zt_comm_node_count(world); /* collective: before rank 0 reads alone */
     char *text = rank == 0 ? zt_read_file(input, NULL, err, sizeof err) : NULL;
     if (text && zt_import_is_yaml(input)) {
-        /* a LLaMA-Factory YAML: rank 0 turns it into the input it means (its notes on stdout) */
-        char *imported = zt_import_yaml(text, input, size, stdout, err, sizeof err);
+        /* a LLaMA-Factory YAML (and accelerate's config): rank 0 turns them into the input they
+         * mean, its notes on stdout */
+        char *atext = accel ? zt_read_file(accel, NULL, err, sizeof err) : NULL;
+        char *imported = !accel || atext ? zt_import_yaml(text, input, atext, accel, size, nodes, stdout, err,
+                                                          sizeof err)
+                                         : NULL;
+        free(atext);
         free(text);
         text = imported;
     }

@@ -17,7 +17,7 @@ static zt_config_t cfg;
 /* imports `yaml` (as read from `path`) on `world` ranks and parses the result into cfg */
 static int import_text(const char *yaml, const char *path, int world)
 {
-    char *text = zt_import_yaml(yaml, path, world, NULL, err, sizeof err);
+    char *text = zt_import_yaml(yaml, path, NULL, NULL, world, 1, NULL, err, sizeof err);
     if (!text) return -1;
     int rc = zt_config_parse(&cfg, text, path, 0, NULL, err, sizeof err);
     if (rc) printf("\n    %s\n%s\n", err, text);
@@ -130,7 +130,7 @@ static int refused(const char *yaml, const char *msg)
 {
     CU_ASSERT_EQUAL_FATAL(chdir(ZT_SRCDIR "/tests/reference/llamafactory"), 0);
     err[0] = 0;
-    char *text = zt_import_yaml(yaml, "in.yaml", 2, NULL, err, sizeof err);
+    char *text = zt_import_yaml(yaml, "in.yaml", NULL, NULL, 2, 1, NULL, err, sizeof err);
     free(text);
     if (text || !strstr(err, msg)) {
         printf("\n    want '%s', got '%s'", msg, text ? "(accepted)" : err);
@@ -183,14 +183,68 @@ static void t_refusals(void)
     unlink("/tmp/zt_test_ds.json");
 }
 
+/* examples/accelerate beside qwen3_lora_sft.yaml, as accelerate launch --config_file runs it */
+static int import_accel(const char *accel, int world, int nodes)
+{
+    char *yaml = zt_read_file("examples/train_lora/qwen3_lora_sft.yaml", NULL, err, sizeof err);
+    char *atext = zt_read_file(accel, NULL, err, sizeof err);
+    CU_ASSERT_FATAL(yaml && atext);
+    char *text = zt_import_yaml(yaml, "qwen3_lora_sft.yaml", atext, accel, world, nodes, NULL, err, sizeof err);
+    free(yaml);
+    free(atext);
+    int rc = text ? zt_config_parse(&cfg, text, "qwen3_lora_sft.yaml", 0, NULL, err, sizeof err) : -1;
+    free(text);
+    return rc;
+}
+
+static void t_accelerate(void)
+{
+    CU_ASSERT_EQUAL_FATAL(chdir(ZT_SRCDIR "/tests/reference/llamafactory"), 0);
+    CU_ASSERT_EQUAL_FATAL(import_accel("examples/accelerate/fsdp_config.yaml", 2, 1), 0);
+    want("parallel.strategy", "\"full_shard\"");
+    want("parallel.shard_layout", "\"flat\"");
+    want("parallel.offload_param", "\"none\"");
+    want("checkpoint.format", "\"consolidated\"");
+    want("train.bf16", "true");
+    want("lora.rank", "8"); /* the training YAML's keys stay */
+    CU_ASSERT_EQUAL_FATAL(import_accel("examples/accelerate/fsdp2_config.yaml", 2, 1), 0);
+    want("parallel.strategy", "\"full_shard\"");
+    want("parallel.shard_layout", "\"per_param\"");
+    want("parallel.reshard_after_forward", "true");
+    CU_ASSERT_EQUAL_FATAL(import_accel("examples/accelerate/fsdp_config_offload.yaml", 2, 1), 0);
+    want("parallel.offload_param", "\"cpu\"");
+    want("parallel.offload_optimizer", "\"cpu\"");
+    /* refusals: the mesh MPI started, a precision that disagrees, two engines, a typo */
+    CU_ASSERT_EQUAL(import_accel("examples/accelerate/fsdp_config.yaml", 4, 1), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "fsdp_config.yaml:19: num_processes is 2, but mpirun started 4"));
+    CU_ASSERT_EQUAL(import_accel("examples/accelerate/fsdp_config.yaml", 2, 2), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "num_machines is 1"));
+    const char *yaml = "bf16: true\ndeepspeed: examples/deepspeed/ds_z3_config.json\n";
+    char *text = zt_import_yaml(yaml, "a.yaml", "mixed_precision: bf16\n", "acc.yaml", 2, 1, NULL, err, sizeof err);
+    CU_ASSERT_PTR_NULL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "both choose the engine"));
+    text = zt_import_yaml("bf16: true\n", "a.yaml", "mixed_precision: fp16\n", "acc.yaml", 2, 1, NULL, err, sizeof err);
+    CU_ASSERT_PTR_NULL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "acc.yaml:1: mixed_precision fp16 disagrees"));
+    text = zt_import_yaml("bf16: true\n", "a.yaml", "fsdp_config:\n  fsdp_sharding_stratgy: FULL_SHARD\n", "acc.yaml",
+                          2, 1, NULL, err, sizeof err);
+    CU_ASSERT_PTR_NULL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "acc.yaml:2: fsdp_sharding_stratgy is not a key ztrain reads from an "
+                                       "accelerate config (did you mean fsdp_sharding_strategy?)"));
+    text = zt_import_yaml("bf16: true\n", "a.yaml", "distributed_type: DEEPSPEED\n", "acc.yaml", 2, 1, NULL, err,
+                          sizeof err);
+    CU_ASSERT_PTR_NULL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "distributed_type: DEEPSPEED is not read by ztrain"));
+}
+
 /* the notes: keys accepted without effect are said, one line each */
 static void t_notes(void)
 {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    char *text = zt_import_yaml("dataloader_num_workers: 4\nreport_to: none\nlearning_rate: 2e-5\n", "n.yaml", 1, f,
-                                err, sizeof err);
+    char *text = zt_import_yaml("dataloader_num_workers: 4\nreport_to: none\nlearning_rate: 2e-5\n", "n.yaml", NULL, NULL, 1,
+                                1, f, err, sizeof err);
     fclose(f);
     CU_ASSERT_PTR_NOT_NULL(text);
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "n.yaml:1: dataloader_num_workers accepted:"));
@@ -204,6 +258,7 @@ static void t_notes(void)
 static const zt_test_t tests[] = {{"LLaMA-Factory 0.9.5 examples", t_examples},
                                   {"DeepSpeed JSONs", t_deepspeed},
                                   {"refusals", t_refusals},
+                                  {"accelerate configs", t_accelerate},
                                   {"notes", t_notes},
                                   {NULL, NULL}};
 ZT_TEST_MAIN("import", tests)
