@@ -94,8 +94,9 @@ for c in "2 ddp flat" "3 zero2 per_param" "2 zero3 flat" "3 zero3 per_param"; do
 done
 # shellcheck disable=SC2086
 "$PY" "$CMP" ref $runs $TOL16 || fail "fp16 with reduce_dtype=fp16: a strategy diverged from the single-rank reference"
+# the runs together: a single run's fp16-reduction error can fall inside the fp32 tolerance
 # shellcheck disable=SC2086
-"$PY" "$CMP" ref r16-np2-ddp-flat $TOL32 >/dev/null &&
+"$PY" "$CMP" ref $runs $TOL32 >/dev/null &&
     fail "reduce_dtype=fp16 matched to the fp32-reduction tolerance: gradients are not reduced in fp16"
 fp16run 2 wrong parallel.reduce_dtype=fp16 parallel.strategy=zero3 optim.learning_rate=3.03e-3
 # shellcheck disable=SC2086
