@@ -237,6 +237,36 @@ static void t_accelerate(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "distributed_type: DEEPSPEED is not read by ztrain"));
 }
 
+/* doc/migrating.md is what --import-markdown prints, and every ztrain key it names exists */
+static void t_markdown(void)
+{
+    char *md = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&md, &len);
+    zt_import_markdown(f);
+    fclose(f);
+    char *committed = zt_read_file(ZT_SRCDIR "/doc/migrating.md", NULL, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(committed);
+    CU_ASSERT_STRING_EQUAL(committed, md); /* else: make -C build update-docs */
+    int keys = 0;
+    for (const char *p = md; (p = strstr(p, "| `")) != NULL; p++) {
+        const char *cell = strstr(p + 3, "| `"), *line_end = strchr(p, '\n');
+        if (!cell || cell > line_end) continue;
+        char key[96];
+        if (sscanf(cell + 3, "%95[a-z_0-9.]`", key) != 1 || !strchr(key, '.')) continue;
+        char value[ZT_STRLEN * 2];
+        zt_config_defaults(&cfg);
+        if (zt_config_value_text(&cfg, key, value, sizeof value) != 0) {
+            printf("\n    %s is no ztrain key", key);
+            CU_FAIL("the import table names a key the schema lacks");
+        }
+        keys++;
+    }
+    CU_ASSERT(keys >= 40);
+    free(committed);
+    free(md);
+}
+
 /* the notes: keys accepted without effect are said, one line each */
 static void t_notes(void)
 {
@@ -260,5 +290,6 @@ static const zt_test_t tests[] = {{"LLaMA-Factory 0.9.5 examples", t_examples},
                                   {"refusals", t_refusals},
                                   {"accelerate configs", t_accelerate},
                                   {"notes", t_notes},
+                                  {"doc/migrating.md", t_markdown},
                                   {NULL, NULL}};
 ZT_TEST_MAIN("import", tests)
