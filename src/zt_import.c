@@ -59,6 +59,7 @@ static const entry_t yaml_keys[] = {
     {"mask_history", MAP, "data.mask_history", NULL},
     {"packing", MAP, "data.packing", NULL},
     {"neat_packing", MAP, "data.neat_packing", NULL},
+    {"disable_shuffling", CUSTOM, "data.shuffle", "its negation: the samples in the files' order"},
     {"preprocessing_num_workers", NOTE, NULL, "every rank preprocesses a share of the records"},
     {"dataloader_num_workers", NOTE, NULL, "ztrain reads its samples without worker processes"},
     {"overwrite_cache", NOTE, NULL, "the preprocessed file is keyed by content and options, so a stale one is never read"},
@@ -271,6 +272,7 @@ static int custom_yaml(imp_t *im, yaml_document_t *doc, const entry_t *e, const 
         if (w > 0 && w < 1) return set(im, "optim.warmup_ratio", val, where);
         return set(im, e->key, val, where);
     }
+    if (!strcmp(e->name, "disable_shuffling")) return set(im, e->key, truthy(val) ? "false" : "true", where);
     if (!strcmp(e->name, "disable_gradient_checkpointing")) {
         im->gradient_checkpointing_given = 1;
         return set(im, e->key, truthy(val) ? "false" : "true", where);
