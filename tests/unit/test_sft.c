@@ -516,12 +516,40 @@ static void t_dataset_info_refusals(void)
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         CU_ASSERT(dsinfo_fails(refused[i][0], refused[i][1]));
-    /* the directory's files in name order, whatever order they were written in */
+    /* a directory's files in name order, whatever order the file system lists them in (written
+     * scrambled: ext4 lists in hash order, tmpfs newest first); ztrain's own caches skipped, any
+     * other file refused */
+    char dir[128], path[256];
+    snprintf(dir, sizeof dir, "/tmp/zt_test_dsdir_%d", (int)getpid());
+    snprintf(path, sizeof path, "%s/d", dir);
+    CU_ASSERT_FATAL(zt_mkdir_p(path, err, sizeof err) == 0);
+    const char *names = "mcxaqbzekf", *extra[] = {"d/old.json.0123.sft.h5", "dataset_info.json"};
+    for (const char *c = names; *c; c++) {
+        snprintf(path, sizeof path, "%s/d/%c.json%s", dir, *c, *c > 'm' ? "l" : "");
+        FILE *f = fopen(path, "w");
+        CU_ASSERT_FATAL(f != NULL);
+        fputs("{\"instruction\": \"a\", \"output\": \"b\"}\n", f);
+        fclose(f);
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, extra[i]);
+        FILE *f = fopen(path, "w");
+        CU_ASSERT_FATAL(f != NULL);
+        fputs("{\"d\": {\"file_name\": \"d\"}}\n", f);
+        fclose(f);
+    }
     zt_datasets_t ds;
-    CU_ASSERT_FATAL(zt_datasets_load(fixture("dataset_info"), " shards ", &ds, err, sizeof err) == 0);
-    CU_ASSERT(ds.n == 1 && ds.v[0].nfiles == 3 && strstr(ds.v[0].files[0], "/shards/a.json") &&
-              strstr(ds.v[0].files[1], "/shards/b.jsonl") && strstr(ds.v[0].files[2], "/shards/c.jsonl"));
+    CU_ASSERT_FATAL(zt_datasets_load(dir, "d", &ds, err, sizeof err) == 0);
+    CU_ASSERT(ds.n == 1 && ds.v[0].nfiles == (int)strlen(names));
+    for (int i = 1; i < ds.v[0].nfiles; i++) CU_ASSERT(strcmp(ds.v[0].files[i - 1], ds.v[0].files[i]) < 0);
     zt_datasets_free(&ds);
+    snprintf(path, sizeof path, "%s/d/notes.txt", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fclose(f);
+    CU_ASSERT(zt_datasets_load(dir, "d", &ds, err, sizeof err) != 0 && strstr(err, ": d: file_name: ") &&
+              strstr(err, "/d/notes.txt: not a .json or .jsonl file"));
+    zt_rm_rf(dir);
     CU_ASSERT(zt_datasets_load("/nonexistent", "plain", &ds, err, sizeof err) != 0 &&
               strstr(err, "/nonexistent/dataset_info.json"));
 }
