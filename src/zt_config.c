@@ -969,12 +969,15 @@ static int data_dataset_conflict(const zt_config_t *cfg, char *err, size_t errle
     if (cfg->data.eval_dataset[0] && !cfg->data.dataset[0])
         return zt_err(err, errlen, "data.eval_dataset needs data.dataset (data.val_files go with data.train_files)");
     if (!cfg->data.dataset[0]) return 0;
-    if (cfg->data.n_train_files != 1 || strcmp(cfg->data.train_files[0], tf->sdef) != 0)
+    /* their defaults or [] count as not given: a printed config holds the defaults */
+    if (cfg->data.n_train_files > 1 || (cfg->data.n_train_files == 1 && strcmp(cfg->data.train_files[0], tf->sdef)))
         return zt_err(err, errlen, "data.dataset and data.train_files are exclusive: the training data are "
-                                   "dataset_info.json's entries or files, not both");
-    if (cfg->data.n_val_files != 1 || strcmp(cfg->data.val_files[0], vf->sdef) != 0)
+                                   "dataset_info.json's entries or files, not both (data.train_files = [] "
+                                   "clears a file's)");
+    if (cfg->data.n_val_files > 1 || (cfg->data.n_val_files == 1 && strcmp(cfg->data.val_files[0], vf->sdef)))
         return zt_err(err, errlen, "data.dataset and data.val_files are exclusive: with data.dataset, "
-                                   "data.eval_dataset names the validation datasets");
+                                   "data.eval_dataset names the validation datasets (data.val_files = [] clears "
+                                   "a file's)");
     if (strcmp(cfg->data.format, "tokens") != 0)
         return zt_err(err, errlen, "data.format (%s) is for data.train_files; data.dataset reads each entry's "
                                    "formatting from dataset_info.json", cfg->data.format);
@@ -1021,7 +1024,7 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
         return zt_err(err, errlen, "data.seq_len (%d) exceeds model.block_size (%d)", cfg->data.seq_len,
                       cfg->model.block_size);
     if (data_dataset_conflict(cfg, err, errlen)) return -1;
-    if (cfg->data.n_train_files < 1)
+    if (cfg->data.n_train_files < 1 && !cfg->data.dataset[0])
         return zt_err(err, errlen, "data.train_files: at least one training file is required");
     if (cfg->data.dataset[0] && !zt_template_find(cfg->data.template_name))
         return zt_err(err, errlen, "data.dataset needs data.template (%s), not '%s'", zt_template_names(),

@@ -313,8 +313,8 @@ static void t_lf_keys(void)
 
     /* data.dataset: dataset_info.json's entries, not with the keys of data.train_files */
     char *ds[] = {"data.dataset=a, b", "data.template=qwen", "data.max_samples=5", "data.neat_packing=true",
-                  "data.eval_dataset=c", "data.dataset_dir=here"};
-    CU_ASSERT_EQUAL(parse(NULL, 6, ds), 0);
+                  "data.eval_dataset=c", "data.dataset_dir=here", "data.train_files=", "data.val_files="};
+    CU_ASSERT_EQUAL(parse(NULL, 8, ds), 0); /* [] clears the files a config file gives */
     CU_ASSERT(!strcmp(cfg.data.dataset, "a, b") && !strcmp(cfg.data.eval_dataset, "c") &&
               !strcmp(cfg.data.dataset_dir, "here"));
     static const char *const bad[][4] = {
