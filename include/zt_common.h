@@ -72,6 +72,10 @@ size_t zt_current_rss(void);
 /* Human-readable byte count into buf ("1.23 GiB"). */
 const char *zt_fmt_bytes(double bytes, char *buf, size_t len);
 
+/* Case-insensitive edit distance of two names (1000 when either is over 255 bytes): what
+ * a "did you mean" picks its suggestion by. */
+int zt_levenshtein(const char *a, const char *b);
+
 #define ZT_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define ZT_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ZT_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))

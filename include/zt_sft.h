@@ -1,8 +1,9 @@
 /* zt_sft.h — supervised fine-tuning samples from instruction data, as LLaMA-Factory 0.9.5
  * makes them (data/converter.py, data/processor/supervised.py).
  *
- * Records (zt_sft_read) come from a JSON array or JSON Lines file in one of three formats:
- *  - alpaca:   {"instruction", "input"?, "output", "system"?, "history"?: [[q, a], ...]};
+ * Records (zt_sft_read) come from a JSON array or JSON Lines file in one of three formats
+ * (zt_sft_columns; a dataset_info.json entry maps other names, zt_dataset_info.h):
+ *  - alpaca:   {"instruction"?, "input"?, "output", "system"?, "history"?: [[q, a], ...]};
  *              the user turn is "instruction\ninput" (either part left out when empty);
  *  - sharegpt: {"conversations": [{"from": "system"?|"human"|"gpt", "value"}...], "system"?};
  *  - messages: {"messages": [{"role": "system"?|"user"|"assistant", "content"}...]}, OpenAI's
@@ -45,6 +46,27 @@ typedef enum { ZT_SFT_ALPACA = 1, ZT_SFT_SHAREGPT, ZT_SFT_MESSAGES } zt_sft_form
 /* "alpaca" | "sharegpt" | "messages" -> format, 0 for anything else. */
 zt_sft_format_t zt_sft_format(const char *name);
 
+/* Which keys of a record make its conversation: LLaMA-Factory's DatasetAttr columns and
+ * tags for SFT. NULL is LLaMA-Factory's None: that column is not read (a record's "system"
+ * or "history" counts only where a column maps it) or that role is not recognised.
+ * alpaca: history pairs, then "prompt\nquery" (either part left out when empty), then
+ * response; sharegpt: the turns of the messages list, a leading system_tag turn being the
+ * system message (else the system column's). Turns tagged observation_tag or function_tag
+ * are refused: ztrain does no tool calling. */
+typedef struct {
+    zt_sft_format_t format; /* ZT_SFT_ALPACA or ZT_SFT_SHAREGPT */
+    const char *prompt, *query, *response, *history; /* alpaca */
+    const char *messages;                            /* sharegpt */
+    const char *system;                              /* both */
+    const char *role_tag, *content_tag, *user_tag, *assistant_tag, *observation_tag, *function_tag, *system_tag;
+} zt_sft_columns_t;
+
+/* data.format's fixed names (NULL for an unknown format): alpaca's instruction, input,
+ * output, system, history; sharegpt's conversations, system and LLaMA-Factory's default
+ * tags; messages as sharegpt with the role/content/user/assistant/system tags (tool and
+ * function turns refused). */
+const zt_sft_columns_t *zt_sft_columns(zt_sft_format_t fmt);
+
 typedef struct {
     char *system; /* "" when none: the template's default_system applies */
     char **msgs;  /* user, assistant, user, assistant, ... (nmsgs even, >= 2) */
@@ -80,7 +102,7 @@ typedef struct {
 int zt_sft_index(const char *name, const char *text, size_t len, zt_sft_index_t *ix, char *err, size_t errlen);
 void zt_sft_index_free(zt_sft_index_t *ix);
 int zt_sft_parse_range(const char *name, const char *text, size_t len, const zt_sft_index_t *ix, size_t begin,
-                       size_t end, zt_sft_format_t fmt, zt_sft_records_t *out, char *err, size_t errlen);
+                       size_t end, const zt_sft_columns_t *cols, zt_sft_records_t *out, char *err, size_t errlen);
 void zt_sft_records_free(zt_sft_records_t *r);
 
 typedef struct {
@@ -125,6 +147,8 @@ typedef struct {
     int cutoff_len, train_on_prompt, mask_history, packing;
     int neat_packing; /* implies packing; writes /segment_ids */
     long max_samples; /* LLaMA-Factory's max_samples: each input's first records only (0 = all) */
+    const zt_sft_columns_t *columns; /* a dataset_info.json entry's mapping, in place of format (NULL: format's) */
+    int one_dataset; /* the inputs are one dataset (a directory's files): max_samples counts over them together */
 } zt_sft_prep_t;
 typedef struct {
     size_t records, samples, tokens, loss_tokens, dropped;
@@ -148,13 +172,14 @@ struct zt_comm;
 int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
                       struct zt_comm *comm, zt_sft_prep_stats_t *st, char *err, size_t errlen);
 
-/* The cache of one input for the trainer: "INPUT.<16 hex digits>.sft.h5" beside it, the
- * digits an FNV-1a hash of everything that decides the samples: the input's bytes, the
- * tokenizer's files (tokenizer.json or vocab.json + merges.txt, tokenizer_config.json),
- * format, template, cutoff_len, the flags (neat_packing too), max_samples and a version
- * of this code. A change to any of them names another file; old ones are left for the
- * user to delete. */
-int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size_t outlen, char *err,
-                      size_t errlen);
+/* The cache of inputs for the trainer (one data.train_files file, or the files of one
+ * dataset_info.json entry): "BASE.<16 hex digits>.sft.h5", the digits an FNV-1a hash of
+ * everything that decides the samples: the inputs' bytes, the tokenizer's files
+ * (tokenizer.json or vocab.json + merges.txt, tokenizer_config.json), format or columns,
+ * template, cutoff_len, the flags (neat_packing too), max_samples and a version of this
+ * code. A change to any of them names another file; old ones are left for the user to
+ * delete. */
+int zt_sft_cache_path(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *base, char *out,
+                      size_t outlen, char *err, size_t errlen);
 
 #endif

@@ -6,6 +6,7 @@
 #include <ftw.h>
 #include <sys/stat.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <mpi.h>
 #include <stdarg.h>
@@ -207,4 +208,23 @@ int zt_fsync_path(const char *path)
     int rc = fsync(fd);
     close(fd);
     return rc;
+}
+
+/* Case-insensitive Levenshtein distance; names are short, two rows suffice. */
+int zt_levenshtein(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 255 || lb > 255) return 1000;
+    int prev[256], cur[256];
+    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = ZT_MIN(sub, ZT_MIN(del, ins));
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof(int));
+    }
+    return prev[lb];
 }

@@ -191,6 +191,15 @@ static const zkey_t schema[] = {
        "LLaMA-Factory's max_samples: each instruction file (training and validation) keeps only its first this "
        "many records, in file order, before preprocessing and before any shuffle; the rest are not read. 0 = "
        "every record. For data.format alpaca, sharegpt or messages (zt-prep-data --max-samples)."),
+    KS("data.dataset", data.dataset, "", NULL,
+       "LLaMA-Factory's dataset: names of entries of data.dataset_dir/dataset_info.json, comma-separated, whose "
+       "files are the training data in place of data.train_files, each read with its entry's formatting, columns "
+       "and tags and made into SFT samples as data.format's files are (doc/data.md)."),
+    KS("data.eval_dataset", data.eval_dataset, "", NULL,
+       "LLaMA-Factory's eval_dataset: the validation datasets likewise, in place of data.val_files (\"\" with "
+       "data.dataset: no evaluation)."),
+    KS("data.dataset_dir", data.dataset_dir, "data", NULL,
+       "LLaMA-Factory's dataset_dir: the folder of dataset_info.json, which its entries' file_name are relative to."),
     /* train */
     KI("train.per_device_train_batch_size", train.per_device_train_batch_size, 8, 1, 1 << 20,
        "Sequences per rank per micro-step (B). Global batch = B * gradient_accumulation_steps * world size "
@@ -526,25 +535,6 @@ static int find_section(const char *name)
 
 static size_t section_len(const char *keyname) { return (size_t)(strchr(keyname, '.') - keyname); }
 
-/* Case-insensitive Levenshtein distance; names are short, two rows suffice. */
-static int levenshtein(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 255 || lb > 255) return 1000;
-    int prev[256], cur[256];
-    for (size_t j = 0; j <= lb; j++) prev[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        cur[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
-            int del = prev[j] + 1, ins = cur[j - 1] + 1;
-            cur[j] = ZT_MIN(sub, ZT_MIN(del, ins));
-        }
-        memcpy(prev, cur, (lb + 1) * sizeof(int));
-    }
-    return prev[lb];
-}
-
 /* Best known key for a misspelt `name`: a key of the name's own section that
  * contains its part after the dot (a shorthand) wins, then a key whose part after the
  * dot equals the name's (right key, wrong section, or no section at all); otherwise
@@ -564,7 +554,7 @@ static const char *suggest_key(const char *name)
     int best = 1000;
     const char *who = NULL;
     for (int i = 0; i < NKEYS; i++) {
-        int d = levenshtein(name, dot ? schema[i].name : strchr(schema[i].name, '.') + 1);
+        int d = zt_levenshtein(name, dot ? schema[i].name : strchr(schema[i].name, '.') + 1);
         if (d < best) best = d, who = schema[i].name;
     }
     int limit = ZT_MAX(2, (int)strlen(name) / 3);
@@ -582,7 +572,7 @@ static const char *suggest_section(const char *name)
     int best = 1000;
     const char *who = NULL;
     for (int i = 0; i < NSECTIONS; i++) {
-        int d = levenshtein(name, sections[i].name);
+        int d = zt_levenshtein(name, sections[i].name);
         if (d < best) best = d, who = sections[i].name;
     }
     return best <= ZT_MAX(2, (int)strlen(name) / 3) ? who : NULL;
@@ -1121,6 +1111,29 @@ int zt_config_lr_schedule(const zt_config_t *cfg, long total, zt_lr_schedule_t *
 }
 
 
+/* data.dataset (dataset_info.json entries) and data.train_files / data.val_files / data.format are two
+ * ways to give the data: one only, as the other's keys would silently do nothing. */
+static int data_dataset_conflict(const zt_config_t *cfg, char *err, size_t errlen)
+{
+    const zkey_t *tf = find_key("data.train_files"), *vf = find_key("data.val_files");
+    if (cfg->data.eval_dataset[0] && !cfg->data.dataset[0])
+        return zt_err(err, errlen, "data.eval_dataset needs data.dataset (data.val_files go with data.train_files)");
+    if (!cfg->data.dataset[0]) return 0;
+    /* their defaults or [] count as not given: a printed config holds the defaults */
+    if (cfg->data.n_train_files > 1 || (cfg->data.n_train_files == 1 && strcmp(cfg->data.train_files[0], tf->sdef)))
+        return zt_err(err, errlen, "data.dataset and data.train_files are exclusive: the training data are "
+                                   "dataset_info.json's entries or files, not both (data.train_files = [] "
+                                   "clears a file's)");
+    if (cfg->data.n_val_files > 1 || (cfg->data.n_val_files == 1 && strcmp(cfg->data.val_files[0], vf->sdef)))
+        return zt_err(err, errlen, "data.dataset and data.val_files are exclusive: with data.dataset, "
+                                   "data.eval_dataset names the validation datasets (data.val_files = [] clears "
+                                   "a file's)");
+    if (strcmp(cfg->data.format, "tokens") != 0)
+        return zt_err(err, errlen, "data.format (%s) is for data.train_files; data.dataset reads each entry's "
+                                   "formatting from dataset_info.json", cfg->data.format);
+    return 0;
+}
+
 int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
 {
     const char *where = "config";
@@ -1160,18 +1173,22 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (!cfg->model.name_or_path[0] && cfg->data.seq_len > cfg->model.block_size)
         return zt_err(err, errlen, "data.seq_len (%d) exceeds model.block_size (%d)", cfg->data.seq_len,
                       cfg->model.block_size);
-    if (cfg->data.n_train_files < 1)
+    if (data_dataset_conflict(cfg, err, errlen)) return -1;
+    if (cfg->data.n_train_files < 1 && !cfg->data.dataset[0])
         return zt_err(err, errlen, "data.train_files: at least one training file is required");
+    if (cfg->data.dataset[0] && !zt_template_find(cfg->data.template_name))
+        return zt_err(err, errlen, "data.dataset needs data.template (%s), not '%s'", zt_template_names(),
+                      cfg->data.template_name);
     if (strcmp(cfg->data.format, "tokens") != 0 && !zt_template_find(cfg->data.template_name))
         return zt_err(err, errlen, "data.format = %s needs data.template (%s), not '%s'", cfg->data.format,
                       zt_template_names(), cfg->data.template_name);
     if (cfg->data.mask_history && cfg->data.train_on_prompt)
         return zt_err(err, errlen, "data.mask_history and data.train_on_prompt are incompatible (as in LLaMA-Factory)");
     /* a token or sample file is trained as it was made: the key would silently do nothing */
-    if (cfg->data.neat_packing && strcmp(cfg->data.format, "tokens") == 0)
+    if (cfg->data.neat_packing && strcmp(cfg->data.format, "tokens") == 0 && !cfg->data.dataset[0])
         return zt_err(err, errlen, "data.neat_packing applies to instruction data (data.format = alpaca, sharegpt or "
                                    "messages); a file made by zt-prep-data --neat-packing trains neatly as it is");
-    if (cfg->data.max_samples > 0 && strcmp(cfg->data.format, "tokens") == 0)
+    if (cfg->data.max_samples > 0 && strcmp(cfg->data.format, "tokens") == 0 && !cfg->data.dataset[0])
         return zt_err(err, errlen, "data.max_samples (%ld) applies to instruction data (data.format = alpaca, "
                                    "sharegpt or messages), not to token files", cfg->data.max_samples);
     if (cfg->train.max_steps <= 0 && cfg->train.num_train_epochs <= 0)

@@ -75,21 +75,49 @@ static int req_string(const where_t *w, json_t *obj, const char *key, const char
     return 0;
 }
 
-static int from_alpaca(const where_t *w, json_t *o, zt_sft_record_t *r)
+/* data.format's fixed names: LLaMA-Factory's DatasetAttr with every column these formats
+ * name mapped (system and history included), messages being sharegpt with OpenAI's tags. */
+static const zt_sft_columns_t fixed_columns[] = {
+    [ZT_SFT_ALPACA] = {.format = ZT_SFT_ALPACA, .prompt = "instruction", .query = "input", .response = "output",
+                       .history = "history", .system = "system"},
+    [ZT_SFT_SHAREGPT] = {.format = ZT_SFT_SHAREGPT, .messages = "conversations", .system = "system",
+                         .role_tag = "from", .content_tag = "value", .user_tag = "human", .assistant_tag = "gpt",
+                         .observation_tag = "observation", .function_tag = "function_call", .system_tag = "system"},
+    [ZT_SFT_MESSAGES] = {.format = ZT_SFT_SHAREGPT, .messages = "messages", .system = "system", .role_tag = "role",
+                         .content_tag = "content", .user_tag = "user", .assistant_tag = "assistant",
+                         .observation_tag = "tool", .function_tag = "function", .system_tag = "system"},
+};
+
+const zt_sft_columns_t *zt_sft_columns(zt_sft_format_t fmt)
+{
+    return fmt == ZT_SFT_ALPACA || fmt == ZT_SFT_SHAREGPT || fmt == ZT_SFT_MESSAGES ? &fixed_columns[fmt] : NULL;
+}
+
+/* A mapped column's string, "" where the column is not mapped or the record's value is
+ * absent or null (LLaMA-Factory's None). */
+static int col_string(const where_t *w, json_t *o, const char *col, const char **out)
+{
+    *out = "";
+    return col ? opt_string(w, o, col, out) : 0;
+}
+
+/* AlpacaDatasetConverter: history pairs (when mapped), then "prompt\nquery" (each part
+ * left out when empty or not mapped), then the response. */
+static int from_alpaca(const where_t *w, json_t *o, const zt_sft_columns_t *c, zt_sft_record_t *r)
 {
     const char *instruction, *input, *output, *system;
-    if (req_string(w, o, "instruction", &instruction) || opt_string(w, o, "input", &input) ||
-        req_string(w, o, "output", &output) || opt_string(w, o, "system", &system))
+    if (col_string(w, o, c->prompt, &instruction) || col_string(w, o, c->query, &input) ||
+        req_string(w, o, c->response, &output) || col_string(w, o, c->system, &system))
         return -1;
-    json_t *h = json_object_get(o, "history");
+    json_t *h = c->history ? json_object_get(o, c->history) : NULL;
     if (h && !json_is_null(h)) {
-        if (!json_is_array(h)) return bad(w, "history: not a list of [instruction, response] pairs");
+        if (!json_is_array(h)) return bad(w, "%s: not a list of [instruction, response] pairs", c->history);
         size_t i;
         json_t *p;
         json_array_foreach(h, i, p) {
             if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_string(json_array_get(p, 0)) ||
                 !json_is_string(json_array_get(p, 1)))
-                return bad(w, "history[%zu]: not an [instruction, response] pair of strings", i);
+                return bad(w, "%s[%zu]: not an [instruction, response] pair of strings", c->history, i);
             add_msg(r, json_string_value(json_array_get(p, 0)));
             add_msg(r, json_string_value(json_array_get(p, 1)));
         }
@@ -108,63 +136,53 @@ static int from_alpaca(const where_t *w, json_t *o, zt_sft_record_t *r)
     return 0;
 }
 
-/* sharegpt and messages: a list of turns; tags name the keys and roles. */
-typedef struct {
-    const char *list, *role, *content, *user, *assistant, *system;
-    const char *tools[3]; /* roles refused: ztrain does no tool calling */
-} tags_t;
+static int is_tag(const char *role, const char *tag) { return tag && strcmp(role, tag) == 0; }
 
-static const tags_t sharegpt_tags = {"conversations", "from", "value", "human", "gpt", "system",
-                                     {"observation", "function_call", NULL}};
-static const tags_t messages_tags = {"messages", "role", "content", "user", "assistant", "system",
-                                     {"tool", "function", "observation"}};
-
-static int from_turns(const where_t *w, json_t *o, const tags_t *t, zt_sft_record_t *r)
+/* SharegptDatasetConverter: a list of turns whose keys and roles the tags name. */
+static int from_turns(const where_t *w, json_t *o, const zt_sft_columns_t *t, zt_sft_record_t *r)
 {
-    json_t *list = json_object_get(o, t->list);
-    if (!list) return bad(w, "%s: missing", t->list);
-    if (!json_is_array(list)) return bad(w, "%s: not a list of turns", t->list);
+    json_t *list = json_object_get(o, t->messages);
+    if (!list) return bad(w, "%s: missing", t->messages);
+    if (!json_is_array(list)) return bad(w, "%s: not a list of turns", t->messages);
     size_t n = json_array_size(list), first = 0;
     const char *system = "";
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(list, i);
-        if (!json_is_object(m)) return bad(w, "%s[%zu]: not an object", t->list, i);
+        if (!json_is_object(m)) return bad(w, "%s[%zu]: not an object", t->messages, i);
         const char *role, *content;
-        json_t *c = json_object_get(m, t->content);
-        if (req_string(w, m, t->role, &role) != 0)
-            return bad(w, "%s[%zu].%s: missing or not a string", t->list, i, t->role);
-        if (!c) return bad(w, "%s[%zu].%s: missing", t->list, i, t->content);
-        if (!json_is_string(c)) return bad(w, "%s[%zu].%s: not a string", t->list, i, t->content);
+        json_t *c = json_object_get(m, t->content_tag);
+        if (req_string(w, m, t->role_tag, &role) != 0)
+            return bad(w, "%s[%zu].%s: missing or not a string", t->messages, i, t->role_tag);
+        if (!c) return bad(w, "%s[%zu].%s: missing", t->messages, i, t->content_tag);
+        if (!json_is_string(c)) return bad(w, "%s[%zu].%s: not a string", t->messages, i, t->content_tag);
         content = json_string_value(c);
-        for (int k = 0; k < 3 && t->tools[k]; k++)
-            if (strcmp(role, t->tools[k]) == 0)
-                return bad(w, "%s[%zu].%s: '%s': tool turns are not supported", t->list, i, t->role, role);
-        if (i == 0 && strcmp(role, t->system) == 0) {
+        if (is_tag(role, t->observation_tag) || is_tag(role, t->function_tag)) /* ztrain does no tool calling */
+            return bad(w, "%s[%zu].%s: '%s': tool turns are not supported", t->messages, i, t->role_tag, role);
+        if (i == 0 && is_tag(role, t->system_tag)) {
             system = content; /* a leading system turn */
             first = 1;
             continue;
         }
-        const char *want = (i - first) % 2 == 0 ? t->user : t->assistant;
-        if (strcmp(role, want) != 0)
+        const char *want = (i - first) % 2 == 0 ? t->user_tag : t->assistant_tag;
+        if (!is_tag(role, want))
             return bad(w, "%s[%zu].%s: '%s' where '%s' is expected (turns alternate %s, %s after an optional "
                           "leading %s)",
-                       t->list, i, t->role, role, want, t->user, t->assistant, t->system);
+                       t->messages, i, t->role_tag, role, want ? want : "(no tag)", t->user_tag ? t->user_tag : "-",
+                       t->assistant_tag ? t->assistant_tag : "-", t->system_tag ? t->system_tag : "(no system tag)");
         add_msg(r, content);
     }
-    if (r->nmsgs == 0) return bad(w, "%s: no %s/%s turns", t->list, t->user, t->assistant);
-    if (r->nmsgs % 2) return bad(w, "%s: ends with a '%s' turn, not '%s'", t->list, t->user, t->assistant);
-    if (!first && opt_string(w, o, "system", &system) != 0) return -1;
+    if (r->nmsgs == 0) return bad(w, "%s: no %s/%s turns", t->messages, t->user_tag, t->assistant_tag);
+    if (r->nmsgs % 2) return bad(w, "%s: ends with a '%s' turn, not '%s'", t->messages, t->user_tag, t->assistant_tag);
+    if (!first && col_string(w, o, t->system, &system) != 0) return -1;
     r->system = strdup(system);
     return 0;
 }
 
-static int convert(const where_t *w, json_t *o, zt_sft_format_t fmt, zt_sft_records_t *out)
+static int convert(const where_t *w, json_t *o, const zt_sft_columns_t *c, zt_sft_records_t *out)
 {
     if (!json_is_object(o)) return bad(w, "not a JSON object");
     zt_sft_record_t r = {0};
-    int rc = fmt == ZT_SFT_ALPACA     ? from_alpaca(w, o, &r)
-             : fmt == ZT_SFT_SHAREGPT ? from_turns(w, o, &sharegpt_tags, &r)
-                                      : from_turns(w, o, &messages_tags, &r);
+    int rc = c->format == ZT_SFT_ALPACA ? from_alpaca(w, o, c, &r) : from_turns(w, o, c, &r);
     if (rc != 0) {
         record_free(&r);
         return -1;
@@ -284,11 +302,11 @@ void zt_sft_index_free(zt_sft_index_t *ix)
 }
 
 int zt_sft_parse_range(const char *name, const char *text, size_t len, const zt_sft_index_t *ix, size_t begin,
-                       size_t end, zt_sft_format_t fmt, zt_sft_records_t *out, char *err, size_t errlen)
+                       size_t end, const zt_sft_columns_t *cols, zt_sft_records_t *out, char *err,
+                       size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    if (fmt != ZT_SFT_ALPACA && fmt != ZT_SFT_SHAREGPT && fmt != ZT_SFT_MESSAGES)
-        return zt_err(err, errlen, "%s: unknown data format (expected alpaca, sharegpt or messages)", name);
+    if (!cols) return zt_err(err, errlen, "%s: unknown data format (expected alpaca, sharegpt or messages)", name);
     if (end > ix->n || begin > end) zt_fatal("zt_sft_parse_range: records [%zu, %zu) of %zu", begin, end, ix->n);
     json_error_t je;
     where_t w = {name, 0, 0, err, errlen};
@@ -299,7 +317,7 @@ int zt_sft_parse_range(const char *name, const char *text, size_t len, const zt_
         for (size_t i = begin; rc == 0 && i < end; i++)
             if (!(v[i - begin] = json_loadb(text + ix->off[i], ix->len[i], JSON_DECODE_ANY, &je)))
                 rc = array_error(name, text, len, err, errlen) ? ZT_SFT_SYNTAX : 0;
-        for (w.index = begin; rc == 0 && w.index < end; w.index++) rc = convert(&w, v[w.index - begin], fmt, out);
+        for (w.index = begin; rc == 0 && w.index < end; w.index++) rc = convert(&w, v[w.index - begin], cols, out);
         for (size_t i = begin; i < end; i++) json_decref(v[i - begin]);
         free(v);
     } else {
@@ -307,7 +325,7 @@ int zt_sft_parse_range(const char *name, const char *text, size_t len, const zt_
             json_t *o = json_loadb(text + ix->off[w.index], ix->len[w.index], 0, &je);
             w.line = ix->line[w.index];
             if (!o) rc = zt_err(err, errlen, "%s:%zu:%d: not JSON: %s", name, w.line, je.column, je.text);
-            else rc = convert(&w, o, fmt, out);
+            else rc = convert(&w, o, cols, out);
             json_decref(o);
         }
     }
@@ -323,7 +341,7 @@ int zt_sft_parse(const char *name, const char *text, size_t len, zt_sft_format_t
         return zt_err(err, errlen, "%s: unknown data format (expected alpaca, sharegpt or messages)", name);
     zt_sft_index_t ix;
     if (zt_sft_index(name, text, len, &ix, err, errlen) != 0) return -1;
-    const int rc = zt_sft_parse_range(name, text, len, &ix, 0, ix.n, fmt, out, err, errlen);
+    const int rc = zt_sft_parse_range(name, text, len, &ix, 0, ix.n, zt_sft_columns(fmt), out, err, errlen);
     zt_sft_index_free(&ix);
     return rc ? -1 : 0;
 }

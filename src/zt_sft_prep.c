@@ -86,14 +86,14 @@ static void inputs_free(inputs_t *in, int n)
 
 /* Records [a, b) of the concatenated files, converted; key as agree_first's. */
 static int64_t parse_share(const inputs_t *in, const char *const *inputs, int nfiles, size_t a, size_t b,
-                           zt_sft_format_t fmt, zt_sft_records_t *all, char *err, size_t errlen)
+                           const zt_sft_columns_t *cols, zt_sft_records_t *all, char *err, size_t errlen)
 {
     for (int k = 0; k < nfiles; k++) {
         const size_t lo = ZT_MAX(a, in->first[k]), hi = ZT_MIN(b, in->first[k + 1]);
         if (lo >= hi) continue;
         zt_sft_records_t r;
         const int rc = zt_sft_parse_range(inputs[k], in->text[k], in->len[k], &in->ix[k], lo - in->first[k],
-                                          hi - in->first[k], fmt, &r, err, errlen);
+                                          hi - in->first[k], cols, &r, err, errlen);
         if (rc) return 2 * (int64_t)k + (rc == ZT_SFT_SYNTAX ? 0 : 1);
         all->rec = realloc(all->rec, (all->n + r.n) * sizeof *all->rec);
         if (!all->rec) zt_fatal("out of memory");
@@ -179,8 +179,8 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
     zt_sft_opts_t o = {0};
     zt_tokenizer_t *tok = NULL;
     int rc = 0;
-    zt_sft_format_t fmt = zt_sft_format(p->format);
-    if (!fmt) rc = zt_err(err, errlen, "data format '%s': expected alpaca, sharegpt or messages", p->format);
+    const zt_sft_columns_t *cols = p->columns ? p->columns : zt_sft_columns(zt_sft_format(p->format));
+    if (!cols) rc = zt_err(err, errlen, "data format '%s': expected alpaca, sharegpt or messages", p->format);
     else if (!(o.tpl = zt_template_find(p->template_name)))
         rc = zt_err(err, errlen, "template '%s': expected one of %s", p->template_name ? p->template_name : "",
                     zt_template_names());
@@ -215,10 +215,13 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
             zt_sft_index(inputs[k], in.text[k], in.len[k], &in.ix[k], read_err, sizeof read_err))
             nfiles = k;
         /* LLaMA-Factory selects range(max_samples) of each dataset as loaded, before its
-         * preprocessing and the merge's shuffle: the file's first records */
-        if (p->max_samples > 0 && in.ix[k].n > (size_t)p->max_samples) {
-            s.unread += in.ix[k].n - (size_t)p->max_samples;
-            in.ix[k].n = (size_t)p->max_samples;
+         * preprocessing and the merge's shuffle: the file's first records, or the first of
+         * the files together where they are one dataset (a directory's) */
+        const size_t before = p->one_dataset ? in.first[k] : 0;
+        const size_t left = (size_t)p->max_samples > before ? (size_t)p->max_samples - before : 0;
+        if (p->max_samples > 0 && in.ix[k].n > left) {
+            s.unread += in.ix[k].n - left;
+            in.ix[k].n = left;
         }
         in.first[k + 1] = in.first[k] + in.ix[k].n;
     }
@@ -233,7 +236,7 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
     const size_t b = ZT_MIN(N, ngroups * (size_t)(rank + 1) / (size_t)W * group);
     zt_sft_records_t recs = {0};
     double c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-    int64_t key = parse_share(&in, inputs, (int)nfiles, a, b, fmt, &recs, err, errlen);
+    int64_t key = parse_share(&in, inputs, (int)nfiles, a, b, cols, &recs, err, errlen);
     if (key == INT64_MAX && mine < ninputs) { /* this rank's unreadable file, after the records before it */
         key = 2 * mine;
         snprintf(err, errlen, "%s", read_err);
@@ -318,8 +321,19 @@ static int fnv_file(uint64_t *h, const char *path, int required, char *err, size
     return 0;
 }
 
-int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size_t outlen, char *err,
-                      size_t errlen)
+/* A mapping into the hash: every column and tag, "-" for one not mapped. */
+static uint64_t fnv_columns(uint64_t h, const zt_sft_columns_t *c)
+{
+    const char *v[] = {c->prompt, c->query, c->response, c->history, c->messages, c->system, c->role_tag,
+                       c->content_tag, c->user_tag, c->assistant_tag, c->observation_tag, c->function_tag,
+                       c->system_tag};
+    h = fnv_str(h, c->format == ZT_SFT_ALPACA ? "alpaca" : "sharegpt");
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) h = fnv_str(h, v[i] ? v[i] : "-");
+    return h;
+}
+
+int zt_sft_cache_path(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *base, char *out,
+                      size_t outlen, char *err, size_t errlen)
 {
     uint64_t h = 14695981039346656037ULL;
     char buf[64];
@@ -336,7 +350,13 @@ int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size
         snprintf(buf, sizeof buf, "max_samples %ld", p->max_samples);
         h = fnv_str(h, buf);
     }
-    if (fnv_file(&h, input, 1, err, errlen) != 0) return -1;
+    if (p->columns) { /* likewise: caches of data.format's files keep their names */
+        h = fnv_columns(fnv_str(h, p->one_dataset ? "dataset_info one dataset" : "dataset_info"), p->columns);
+        snprintf(buf, sizeof buf, "%d files", ninputs);
+        h = fnv_str(h, buf);
+    }
+    for (int i = 0; i < ninputs; i++)
+        if (fnv_file(&h, inputs[i], 1, err, errlen) != 0) return -1;
     struct stat st;
     char f[4200];
     if (!p->tokenizer || stat(p->tokenizer, &st) != 0)
@@ -354,7 +374,7 @@ int zt_sft_cache_path(const zt_sft_prep_t *p, const char *input, char *out, size
         snprintf(slash ? slash + 1 : f, sizeof f - (size_t)(slash ? slash + 1 - f : 0), "tokenizer_config.json");
         if (fnv_file(&h, f, 0, err, errlen) != 0) return -1;
     }
-    if ((size_t)snprintf(out, outlen, "%s.%016llx.sft.h5", input, (unsigned long long)h) >= outlen)
-        return zt_err(err, errlen, "%s: path too long for its SFT cache", input);
+    if ((size_t)snprintf(out, outlen, "%s.%016llx.sft.h5", base, (unsigned long long)h) >= outlen)
+        return zt_err(err, errlen, "%s: path too long for its SFT cache", base);
     return 0;
 }

@@ -30,6 +30,7 @@
 #include "zt_backend.h"
 #include "zt_tokenizer.h"
 #include "zt_sft.h"
+#include "zt_dataset_info.h"
 #include "zt_ckpt.h"
 #include "zt_common.h"
 #include "zt_data.h"
@@ -1303,38 +1304,80 @@ static int run_loop(run_t *r)
     return ZT_EXIT_OK;
 }
 
-/* data.format != tokens: each input becomes its SFT sample file unless the cache
- * (zt_sft_cache_path) already holds it, made by every rank (each tokenizes a share, rank 0
- * writes); every rank then opens the caches. */
+/* One SFT sample file of the trainer, from files (a data.train_files file, or the files of
+ * a dataset_info.json entry), unless the cache (zt_sft_cache_path) already holds it: made
+ * by every rank (each tokenizes a share, rank 0 writes); every rank then opens it. */
+static int sft_cache(run_t *r, const zt_sft_prep_t *p, const char *const *files, int nfiles, const char *base,
+                     const char *what, char *out, size_t outlen, char *err, size_t errlen)
+{
+    if (zt_agree_error(r->comm, zt_sft_cache_path(p, files, nfiles, base, out, outlen, err, errlen), err, errlen))
+        return -1;
+    /* rank 0's view of the cache decides for all: the preprocessing is collective */
+    if (zt_any(r->comm, r->rank == 0 && access(out, F_OK) != 0)) {
+        zt_sft_prep_stats_t st;
+        if (zt_sft_prep_ranks(p, files, nfiles, out, r->comm, &st, err, errlen)) return -1;
+        zt_log("data: %s -> %s: %zu records, %zu samples, %zu tokens (%zu with loss), %.2f s on %d ranks "
+               "(%.2f s with the write; rank 0's share %.2f s of CPU)", what, out, st.records, st.samples,
+               st.tokens, st.loss_tokens, st.seconds, r->comm->world.size, st.total_seconds, st.share_cpu);
+        if (st.unread)
+            zt_log("data: %s: the first %zu records (data.max_samples = %ld); %zu more not read", what, st.records,
+                   p->max_samples, st.unread);
+    } else {
+        zt_log("data: %s: cached in %s", what, out);
+    }
+    return 0;
+}
+
+static zt_sft_prep_t sft_options(const zt_config_t *cfg)
+{
+    const char *tok = cfg->data.tokenizer[0] ? cfg->data.tokenizer : cfg->model.name_or_path;
+    return (zt_sft_prep_t){.tokenizer = tok, .format = cfg->data.format, .template_name = cfg->data.template_name,
+                           .cutoff_len = cfg->data.cutoff_len, .train_on_prompt = cfg->data.train_on_prompt,
+                           .mask_history = cfg->data.mask_history, .packing = cfg->data.packing,
+                           .neat_packing = cfg->data.neat_packing, .max_samples = cfg->data.max_samples};
+}
+
+/* data.format != tokens: each input becomes its SFT sample file. */
 static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[ZT_STRLEN + 64], char *err,
                       size_t errlen)
 {
-    const zt_config_t *cfg = r->cfg;
-    const char *tok = cfg->data.tokenizer[0] ? cfg->data.tokenizer : cfg->model.name_or_path;
-    zt_sft_prep_t p = {tok, cfg->data.format, cfg->data.template_name, cfg->data.cutoff_len,
-                       cfg->data.train_on_prompt, cfg->data.mask_history, cfg->data.packing,
-                       cfg->data.neat_packing, cfg->data.max_samples};
-    if (!tok[0]) /* the same on every rank: the configuration is */
+    const zt_sft_prep_t p = sft_options(r->cfg);
+    if (!p.tokenizer[0]) /* the same on every rank: the configuration is */
         return zt_err(err, errlen, "data.format = %s needs data.tokenizer (or model.name_or_path)", p.format);
     for (int i = 0; i < n; i++) {
-        if (zt_agree_error(r->comm, zt_sft_cache_path(&p, in[i], out[i], sizeof out[i], err, errlen), err, errlen))
-            return -1;
-        /* rank 0's view of the cache decides for all: the preprocessing is collective */
-        if (zt_any(r->comm, r->rank == 0 && access(out[i], F_OK) != 0)) {
-            zt_sft_prep_stats_t st;
-            const char *one[1] = {in[i]};
-            if (zt_sft_prep_ranks(&p, one, 1, out[i], r->comm, &st, err, errlen)) return -1;
-            zt_log("data: %s -> %s: %zu records, %zu samples, %zu tokens (%zu with loss), %.2f s on %d ranks "
-                   "(%.2f s with the write; rank 0's share %.2f s of CPU)", in[i], out[i], st.records, st.samples,
-                   st.tokens, st.loss_tokens, st.seconds, r->comm->world.size, st.total_seconds, st.share_cpu);
-            if (st.unread)
-                zt_log("data: %s: the first %zu records (data.max_samples = %ld); %zu more not read", in[i],
-                       st.records, cfg->data.max_samples, st.unread);
-        } else {
-            zt_log("data: %s: cached in %s", in[i], out[i]);
-        }
+        const char *one[1] = {in[i]};
+        if (sft_cache(r, &p, one, 1, in[i], in[i], out[i], sizeof out[i], err, errlen)) return -1;
     }
     return 0;
+}
+
+/* data.dataset / data.eval_dataset: each dataset_info.json entry named becomes one SFT
+ * sample file (a directory's files together, as LLaMA-Factory loads them as one dataset);
+ * *n of them. Every rank reads dataset_info.json. */
+static int sft_datasets(run_t *r, const char *names, char (*out)[ZT_STRLEN + 64], int *n, char *err, size_t errlen)
+{
+    const zt_config_t *cfg = r->cfg;
+    zt_sft_prep_t p = sft_options(cfg);
+    zt_datasets_t ds;
+    *n = 0;
+    if (!p.tokenizer[0])
+        return zt_err(err, errlen, "data.dataset needs data.tokenizer (or model.name_or_path)");
+    if (zt_agree_error(r->comm, zt_datasets_load(cfg->data.dataset_dir, names, &ds, err, errlen), err, errlen))
+        return -1;
+    int rc = ds.n > ZT_MAX_FILES ? zt_err(err, errlen, "%s: %d datasets: at most %d", names, ds.n, ZT_MAX_FILES) : 0;
+    for (int i = 0; rc == 0 && i < ds.n; i++) {
+        const zt_dataset_entry_t *e = &ds.v[i];
+        char what[ZT_STRLEN + 64];
+        snprintf(what, sizeof what, "dataset %s (%s)", e->name, e->base);
+        p.format = e->columns.format == ZT_SFT_ALPACA ? "alpaca" : "sharegpt";
+        p.columns = &e->columns;
+        p.one_dataset = 1;
+        rc = sft_cache(r, &p, (const char *const *)e->files, e->nfiles, e->base, what, out[i], sizeof out[i], err,
+                       errlen);
+    }
+    if (rc == 0) *n = ds.n;
+    zt_datasets_free(&ds);
+    return rc;
 }
 
 static int open_data(run_t *r, char *err, size_t errlen)
@@ -1342,16 +1385,21 @@ static int open_data(run_t *r, char *err, size_t errlen)
     const zt_config_t *cfg = r->cfg;
     const char *files[ZT_MAX_FILES];
     static char sft[2][ZT_MAX_FILES][ZT_STRLEN + 64];
-    int is_sft = strcmp(cfg->data.format, "tokens") != 0;
-    if (is_sft && (sft_inputs(r, cfg->data.train_files, cfg->data.n_train_files, sft[0], err, errlen) != 0 ||
-                   sft_inputs(r, cfg->data.val_files, cfg->data.n_val_files, sft[1], err, errlen) != 0))
+    const int from_info = cfg->data.dataset[0] != 0, is_sft = from_info || strcmp(cfg->data.format, "tokens") != 0;
+    int ntrain = cfg->data.n_train_files, nval = cfg->data.n_val_files;
+    if (from_info && (sft_datasets(r, cfg->data.dataset, sft[0], &ntrain, err, errlen) != 0 ||
+                      sft_datasets(r, cfg->data.eval_dataset, sft[1], &nval, err, errlen) != 0))
         return -1;
-    for (int i = 0; i < cfg->data.n_train_files; i++) files[i] = is_sft ? sft[0][i] : cfg->data.train_files[i];
-    r->train = zt_data_open(files, cfg->data.n_train_files, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
+    if (!from_info && is_sft &&
+        (sft_inputs(r, cfg->data.train_files, cfg->data.n_train_files, sft[0], err, errlen) != 0 ||
+         sft_inputs(r, cfg->data.val_files, cfg->data.n_val_files, sft[1], err, errlen) != 0))
+        return -1;
+    for (int i = 0; i < ntrain; i++) files[i] = is_sft ? sft[0][i] : cfg->data.train_files[i];
+    r->train = zt_data_open(files, ntrain, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
     if (!r->train) return -1;
-    if (cfg->data.n_val_files > 0) {
-        for (int i = 0; i < cfg->data.n_val_files; i++) files[i] = is_sft ? sft[1][i] : cfg->data.val_files[i];
-        r->val = zt_data_open(files, cfg->data.n_val_files, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
+    if (nval > 0) {
+        for (int i = 0; i < nval; i++) files[i] = is_sft ? sft[1][i] : cfg->data.val_files[i];
+        r->val = zt_data_open(files, nval, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
         if (!r->val) return -1;
     }
     return 0;

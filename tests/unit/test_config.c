@@ -323,6 +323,30 @@ static void t_lf_keys(void)
     CU_ASSERT_EQUAL(parse(NULL, 0, NULL), 0);
     CU_ASSERT_EQUAL(cfg.data.max_samples, 0);
     CU_ASSERT_DOUBLE_EQUAL(cfg.optim.warmup_ratio, 0.0, 0);
+
+    /* data.dataset: dataset_info.json's entries, not with the keys of data.train_files */
+    char *ds[] = {"data.dataset=a, b", "data.template=qwen", "data.max_samples=5", "data.neat_packing=true",
+                  "data.eval_dataset=c", "data.dataset_dir=here", "data.train_files=", "data.val_files="};
+    CU_ASSERT_EQUAL(parse(NULL, 8, ds), 0); /* [] clears the files a config file gives */
+    CU_ASSERT(!strcmp(cfg.data.dataset, "a, b") && !strcmp(cfg.data.eval_dataset, "c") &&
+              !strcmp(cfg.data.dataset_dir, "here"));
+    static const char *const bad[][4] = {
+        {"data.dataset=a", "data.template=qwen", "data.train_files=x.json",
+         "data.dataset and data.train_files are exclusive"},
+        {"data.dataset=a", "data.template=qwen", "data.val_files=v.json", "data.dataset and data.val_files are "
+                                                                          "exclusive"},
+        {"data.dataset=a", "data.template=qwen", "data.format=alpaca", "data.format (alpaca) is for "
+                                                                       "data.train_files"},
+        {"data.dataset=a", "data.seed=1", "data.shuffle=true", "data.dataset needs data.template"},
+        {"data.eval_dataset=a", "data.seed=1", "data.shuffle=true", "data.eval_dataset needs data.dataset"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CU_ASSERT_EQUAL(parse(NULL, 3, (char **)bad[i]), -1);
+        ASSERT_ERR(bad[i][3]);
+        CU_ASSERT_PTR_NULL(strchr(err, '\n'));
+    }
+    CU_ASSERT_EQUAL(parse(NULL, 0, NULL), 0);
+    CU_ASSERT_STRING_EQUAL(cfg.data.dataset_dir, "data"); /* LLaMA-Factory's default */
 }
 
 /* fp16 and loss scaling: exclusive with bf16, fp16 reductions only with fp16, and
@@ -526,7 +550,7 @@ static const zt_test_t tests[] = {
     {"syntax error has line", t_syntax_error},
     {"cross-field validation", t_validate},
     {"fp16 and loss-scale validation", t_validate_fp16},
-    {"warmup_ratio and max_samples", t_lf_keys},
+    {"warmup_ratio, max_samples, dataset", t_lf_keys},
     {"print/parse round trip", t_round_trip},
     {"string list forms", t_string_list},
     {"help and markdown list every key", t_help_markdown_complete},

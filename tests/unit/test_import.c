@@ -57,17 +57,17 @@ static void want_common(void)
         {"checkpoint.save_steps", "500"},
         {"log.plot", "true"},
         {"train.per_device_train_batch_size", "1"},
-        {"train.num_train_epochs", "3"},
+        {"train.num_train_epochs", "3.0"},
         {"optim.lr_scheduler_type", "\"cosine\""},
         {"optim.warmup_ratio", "0.1"},
         {"train.bf16", "true"},
-        {"parallel.timeout_s", "10000000"}, /* ddp_timeout 180000000, at the watchdog's bound */
+        {"parallel.timeout_s", "1e+07"}, /* ddp_timeout 180000000, at the watchdog's bound */
         {"checkpoint.resume", "\"none\""},
         {"train.gradient_checkpointing", "true"}, /* LLaMA-Factory's default */
         /* not in the files: transformers' defaults */
-        {"optim.weight_decay", "0"},
+        {"optim.weight_decay", "0.0"},
         {"optim.adam_beta2", "0.999"},
-        {"optim.max_grad_norm", "1"},
+        {"optim.max_grad_norm", "1.0"},
         {"train.seed", "42"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) want(rows[i][0], rows[i][1]);
@@ -80,7 +80,7 @@ static void t_examples(void)
     want_common();
     want("train.finetuning_type", "\"lora\"");
     want("lora.rank", "8");
-    want("lora.target", "\"all\"");
+    want("lora.target", "[ \"all\" ]");
     want("train.output_dir", "\"saves/qwen3-4b/lora/sft\"");
     want("train.gradient_accumulation_steps", "8");
     want("optim.learning_rate", "0.0001");

@@ -10,11 +10,13 @@
  * jinja template. Only those committed files are needed here. */
 #include "zt_common.h"
 #include "zt_data.h"
+#include "zt_dataset_info.h"
 #include "zt_sft.h"
 #include "zt_template.h"
 #include "zt_test.h"
 #include "zt_tokenizer.h"
 
+#include <hdf5.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,6 +319,8 @@ static void t_bad_data(void)
  * and bare scalars; any share of the records converts to what the whole parse gives
  * them (global indices in errors); and an array the scan rejects, or a syntax error in a
  * share, gives jansson's message for the whole file, before any record's content. */
+#define ALPACA_COLS zt_sft_columns(ZT_SFT_ALPACA)
+
 static void t_index_ranges(void)
 {
     const char *arr = " [ {\"instruction\": \"a ] } [\", \"output\": \"b \\\" ]\"},\n"
@@ -331,14 +335,14 @@ static void t_index_ranges(void)
     /* the whole fails at record 3 (a bare 7), a share that stops before it does not */
     CU_ASSERT(zt_sft_parse("arr.json", arr, strlen(arr), ZT_SFT_ALPACA, &whole, err, sizeof err) != 0);
     CU_ASSERT(strstr(err, "arr.json: record 3: not a JSON object") != NULL);
-    CU_ASSERT(zt_sft_parse_range("arr.json", arr, strlen(arr), &ix, 3, 4, ZT_SFT_ALPACA, &part, err, sizeof err) == -1);
+    CU_ASSERT(zt_sft_parse_range("arr.json", arr, strlen(arr), &ix, 3, 4, ALPACA_COLS, &part, err, sizeof err) == -1);
     CU_ASSERT(strstr(err, "arr.json: record 3: not a JSON object") != NULL);
-    CU_ASSERT_FATAL(zt_sft_parse_range("arr.json", arr, strlen(arr), &ix, 1, 3, ZT_SFT_ALPACA, &part, err,
+    CU_ASSERT_FATAL(zt_sft_parse_range("arr.json", arr, strlen(arr), &ix, 1, 3, ALPACA_COLS, &part, err,
                                        sizeof err) == 0);
     CU_ASSERT(part.n == 2 && part.rec[0].nmsgs == 4 && strcmp(part.rec[0].msgs[1], "{y}") == 0 &&
               strcmp(part.rec[1].msgs[0], "e\n\\") == 0);
     zt_sft_records_free(&part);
-    CU_ASSERT_FATAL(zt_sft_parse_range("arr.json", arr, strlen(arr), &ix, 0, 1, ZT_SFT_ALPACA, &part, err,
+    CU_ASSERT_FATAL(zt_sft_parse_range("arr.json", arr, strlen(arr), &ix, 0, 1, ALPACA_COLS, &part, err,
                                        sizeof err) == 0);
     CU_ASSERT(part.n == 1 && strcmp(part.rec[0].msgs[0], "a ] } [") == 0 && strcmp(part.rec[0].msgs[1], "b \" ]") == 0);
     zt_sft_records_free(&part);
@@ -346,7 +350,7 @@ static void t_index_ranges(void)
     /* JSON Lines: blank lines skipped, each record keeps its line */
     CU_ASSERT_FATAL(zt_sft_index("l.jsonl", lines, strlen(lines), &ix, err, sizeof err) == 0);
     CU_ASSERT(!ix.array && ix.n == 3 && ix.line[0] == 1 && ix.line[1] == 4 && ix.line[2] == 5);
-    CU_ASSERT(zt_sft_parse_range("l.jsonl", lines, strlen(lines), &ix, 1, 3, ZT_SFT_ALPACA, &part, err, sizeof err) ==
+    CU_ASSERT(zt_sft_parse_range("l.jsonl", lines, strlen(lines), &ix, 1, 3, ALPACA_COLS, &part, err, sizeof err) ==
               -1);
     CU_ASSERT(strstr(err, "l.jsonl: record 2 (line 5): output: not a string") != NULL);
     zt_sft_index_free(&ix);
@@ -367,10 +371,10 @@ static void t_index_ranges(void)
      * from a share that holds both, and ZT_SFT_SYNTAX tells it apart */
     const char *mixed = "[{\"instruction\": \"a\"}, {\"instruction\": \"b\", \"output\": \"c\"}, {\"output\": tru}]";
     CU_ASSERT_FATAL(zt_sft_index("m.json", mixed, strlen(mixed), &ix, err, sizeof err) == 0);
-    CU_ASSERT(zt_sft_parse_range("m.json", mixed, strlen(mixed), &ix, 0, 3, ZT_SFT_ALPACA, &part, err, sizeof err) ==
+    CU_ASSERT(zt_sft_parse_range("m.json", mixed, strlen(mixed), &ix, 0, 3, ALPACA_COLS, &part, err, sizeof err) ==
               ZT_SFT_SYNTAX);
     CU_ASSERT(strncmp(err, "m.json:1:", 9) == 0 && strstr(err, "not JSON") != NULL);
-    CU_ASSERT(zt_sft_parse_range("m.json", mixed, strlen(mixed), &ix, 0, 2, ZT_SFT_ALPACA, &part, err, sizeof err) ==
+    CU_ASSERT(zt_sft_parse_range("m.json", mixed, strlen(mixed), &ix, 0, 2, ALPACA_COLS, &part, err, sizeof err) ==
               -1);
     CU_ASSERT(strstr(err, "m.json: record 0: output: missing") != NULL);
     zt_sft_index_free(&ix);
@@ -394,6 +398,162 @@ static void t_special_ids(void)
     zt_tokenizer_close(tok);
 }
 
+/* One 1-D dataset of an SFT file, whole (NULL when absent). */
+static void *h5_read(hid_t f, const char *name, hid_t type, size_t elem, size_t *n)
+{
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT), sp = d >= 0 ? H5Dget_space(d) : -1;
+    hsize_t dim = 0;
+    void *v = NULL;
+    if (sp >= 0 && H5Sget_simple_extent_dims(sp, &dim, NULL) == 1) {
+        v = zt_malloc(dim ? dim * elem : 1);
+        if (dim && H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0) free(v), v = NULL;
+    }
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    *n = (size_t)dim;
+    return v;
+}
+
+/* tests/reference/sft/dataset_info/cases.json (make_dataset_info_fixtures.py): every
+ * data.dataset of a case through zt_datasets_load and zt_sft_prep, as the trainer makes
+ * each entry's sample file, concatenated in the names' order = LLaMA-Factory's samples
+ * (its get_dataset_list, _load_single_dataset with max_samples, converters, supervised
+ * processor). */
+static void t_dataset_info(void)
+{
+    json_error_t je;
+    json_t *d = json_load_file(fixture("dataset_info/cases.json"), 0, &je);
+    if (!d) printf("\n  dataset_info/cases.json:%d: %s\n", je.line, je.text);
+    json_t *cs = json_object_get(d, "cases");
+    CU_ASSERT_FATAL(json_array_size(cs) >= 10);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cs, i, c) {
+        const char *names = json_string_value(json_object_get(c, "dataset"));
+        zt_datasets_t ds;
+        int rc = zt_datasets_load(fixture("dataset_info"), names, &ds, err, sizeof err);
+        if (rc) printf("\n  %s: %s\n", names, err);
+        CU_ASSERT_FATAL(rc == 0);
+        json_t *ids = json_object_get(c, "input_ids"), *labels = json_object_get(c, "labels");
+        size_t k = 0;
+        int ok = 1;
+        for (int e = 0; ok && e < ds.n; e++) {
+            zt_sft_prep_t p = {.tokenizer = fixture(json_string_value(json_object_get(c, "tokenizer"))),
+                               .template_name = json_string_value(json_object_get(c, "template")),
+                               .cutoff_len = (int)json_integer_value(json_object_get(c, "cutoff_len")),
+                               .max_samples = (long)json_integer_value(json_object_get(c, "max_samples")),
+                               .columns = &ds.v[e].columns,
+                               .one_dataset = 1};
+            char path[256];
+            snprintf(path, sizeof path, "/tmp/zt_test_dsinfo_%d.h5", (int)getpid());
+            rc = zt_sft_prep(&p, (const char *const *)ds.v[e].files, ds.v[e].nfiles, path, NULL, err, sizeof err);
+            if (rc) printf("\n  %s: %s\n", names, err);
+            CU_ASSERT_FATAL(rc == 0);
+            hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+            CU_ASSERT_FATAL(f >= 0);
+            size_t nt, nl, no;
+            int32_t *ti = h5_read(f, "input_ids", H5T_NATIVE_INT32, 4, &nt);
+            int32_t *tl = h5_read(f, "labels", H5T_NATIVE_INT32, 4, &nl);
+            int64_t *off = h5_read(f, "sample_offsets", H5T_NATIVE_INT64, 8, &no);
+            H5Fclose(f);
+            remove(path);
+            CU_ASSERT_FATAL(ti && tl && off && nt == nl && no >= 1);
+            for (size_t s = 0; ok && s + 1 < no; s++, k++) {
+                const size_t a = (size_t)off[s], n = (size_t)(off[s + 1] - off[s]);
+                ok = k < json_array_size(ids) && same_ids("input_ids", names, k, json_array_get(ids, k), ti + a, n) &&
+                     same_ids("labels", names, k, json_array_get(labels, k), tl + a, n);
+                if (k >= json_array_size(ids)) printf("\n  %s: more samples than LLaMA-Factory's\n", names);
+            }
+            free(ti), free(tl), free(off);
+        }
+        if (ok && k != json_array_size(ids)) printf("\n  %s: %zu samples, LLaMA-Factory %zu\n", names, k,
+                                                    json_array_size(ids));
+        CU_ASSERT(ok && k == json_array_size(ids));
+        zt_datasets_free(&ds);
+    }
+    json_decref(d);
+}
+
+/* zt_datasets_load refuses what ztrain cannot serve, in one line naming the entry and the field. */
+static int dsinfo_fails(const char *names, const char *want)
+{
+    zt_datasets_t ds;
+    if (zt_datasets_load(fixture("dataset_info"), names, &ds, err, sizeof err) == 0) {
+        zt_datasets_free(&ds);
+        printf("\n  accepted: %s\n", names);
+        return 0;
+    }
+    if (!strstr(err, want) || strchr(err, '\n')) printf("\n  error '%s' lacks '%s'\n", err, want);
+    return strstr(err, want) != NULL && strchr(err, '\n') == NULL && ds.n == 0;
+}
+
+static void t_dataset_info_refusals(void)
+{
+    static const char *const refused[][2] = { /* data.dataset, the error */
+        {"hub", "dataset_info.json: hub: hf_hub_url: ztrain reads local files only"},
+        {"hub_and_file", "hub_and_file: ms_hub_url: ztrain reads local files only"},
+        {"script", "script: script_url: ztrain reads local files only"},
+        {"cloud", "cloud: cloud_file_name: ztrain reads local files only"},
+        {"plain, ranked", "ranked: ranking: a preference dataset: preference training is not available yet"},
+        {"kto", "kto: columns.kto_tag: a preference column: preference training is not available"},
+        {"pictures", "pictures: columns.images: ztrain trains on text only"},
+        {"videos", "videos: columns.videos: ztrain trains on text only"},
+        {"tools", "tools: columns.tools: tool descriptions are not supported"},
+        {"openai", "openai: formatting 'openai': not read by ztrain"},
+        {"yaml_format", "yaml_format: formatting 'yaml': expected alpaca or sharegpt"},
+        {"sampled", "sampled: num_samples: LLaMA-Factory draws these records with numpy's"},
+        {"test_split", "test_split: split: a local file has the split train only"},
+        {"typo", "typo: 'colums': not a key LLaMA-Factory reads (did you mean 'columns'?)"},
+        {"column_typo", "column_typo: columns: 'promt': not a key LLaMA-Factory reads (did you mean 'prompt'?)"},
+        {"no_response", "no_response: columns.response: not mapped"},
+        {"no_user_tag", "no_user_tag: tags.user_tag: not mapped"},
+        {"csv", "csv: file_name: "},
+        {"missing", "missing: file_name: "},
+        {"no_file", "no_file: file_name: missing"},
+        {"plian", "plian: no such dataset (did you mean 'plain'?)"},
+        {"plain,,custom", "an empty dataset name in 'plain,,custom'"},
+        {"plain, plain", "plain: named twice"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        CU_ASSERT(dsinfo_fails(refused[i][0], refused[i][1]));
+    /* a directory's files in name order, whatever order the file system lists them in (written
+     * scrambled: ext4 lists in hash order, tmpfs newest first); ztrain's own caches skipped, any
+     * other file refused */
+    char dir[128], path[256];
+    snprintf(dir, sizeof dir, "/tmp/zt_test_dsdir_%d", (int)getpid());
+    snprintf(path, sizeof path, "%s/d", dir);
+    CU_ASSERT_FATAL(zt_mkdir_p(path, err, sizeof err) == 0);
+    const char *names = "mcxaqbzekf", *extra[] = {"d/old.json.0123.sft.h5", "dataset_info.json"};
+    for (const char *c = names; *c; c++) {
+        snprintf(path, sizeof path, "%s/d/%c.json%s", dir, *c, *c > 'm' ? "l" : "");
+        FILE *f = fopen(path, "w");
+        CU_ASSERT_FATAL(f != NULL);
+        fputs("{\"instruction\": \"a\", \"output\": \"b\"}\n", f);
+        fclose(f);
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, extra[i]);
+        FILE *f = fopen(path, "w");
+        CU_ASSERT_FATAL(f != NULL);
+        fputs("{\"d\": {\"file_name\": \"d\"}}\n", f);
+        fclose(f);
+    }
+    zt_datasets_t ds;
+    CU_ASSERT_FATAL(zt_datasets_load(dir, "d", &ds, err, sizeof err) == 0);
+    CU_ASSERT(ds.n == 1 && ds.v[0].nfiles == (int)strlen(names));
+    for (int i = 1; i < ds.v[0].nfiles; i++) CU_ASSERT(strcmp(ds.v[0].files[i - 1], ds.v[0].files[i]) < 0);
+    zt_datasets_free(&ds);
+    snprintf(path, sizeof path, "%s/d/notes.txt", dir);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_FATAL(f != NULL);
+    fclose(f);
+    CU_ASSERT(zt_datasets_load(dir, "d", &ds, err, sizeof err) != 0 && strstr(err, ": d: file_name: ") &&
+              strstr(err, "/d/notes.txt: not a .json or .jsonl file"));
+    zt_rm_rf(dir);
+    CU_ASSERT(zt_datasets_load("/nonexistent", "plain", &ds, err, sizeof err) != 0 &&
+              strstr(err, "/nonexistent/dataset_info.json"));
+}
+
 static const zt_test_t tests[] = {
     {"LLaMA-Factory input_ids and labels, every template and option", t_cases},
     {"neat-packed rows = LLaMA-Factory's ids, attention_mask, position_ids", t_neat_rows},
@@ -402,6 +562,8 @@ static const zt_test_t tests[] = {
     {"bad data: one line naming file, record and key", t_bad_data},
     {"special tokens the template needs", t_special_ids},
     {"records indexed and parsed in shares, as the ranks do", t_index_ranges},
+    {"dataset_info.json entries = LLaMA-Factory's samples, every mapping", t_dataset_info},
+    {"dataset_info.json: what ztrain cannot serve, one line naming entry and field", t_dataset_info_refusals},
     {NULL, NULL},
 };
 

@@ -1,0 +1,70 @@
+#!/bin/sh
+# dataset_info.sh — data.dataset: LLaMA-Factory's dataset_info.json entries in the trainer.
+# On 2 ranks an entry that maps alpaca's columns (system and history included) trains,
+# evaluates on a directory entry (data.eval_dataset), and its SFT file holds the samples
+# data.format = alpaca makes of the same file (whose fixed names are that mapping): the
+# two runs train alike (1e-5). A directory is one dataset: data.max_samples counts over
+# its files together. A rerun reuses the caches; what ztrain cannot serve fails on every
+# rank with the file, the entry and the field; data.dataset and data.train_files are
+# exclusive. tests/unit/test_sft.c checks every mapping's samples against LLaMA-Factory.
+. "$(dirname "$0")/common.sh"
+need_h5py
+cd "$ZT_TMP" || fail "cd"
+SF="$ZT_SRCDIR/tests/reference/sft"
+cp -r "$SF/dataset_info" data || fail "cp"
+rm -f data/cases.json
+json="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=[] data.val_files=[] model.arch=llama model.n_layer=1
+  model.n_head=2 model.n_kv_head=1 model.n_embd=16 model.intermediate_size=32 model.vocab_size=3504 model.block_size=128 data.seq_len=127 data.tokenizer=$SF/tok/qwen
+  data.template=qwen data.cutoff_len=128 train.max_steps=3 train.eval_steps=3 train.eval_batches=1
+  train.per_device_train_batch_size=1 train.logging_steps=1 train.sample_tokens=0 checkpoint.save_hf=false
+  log.plot=false"
+# shellcheck disable=SC2086
+run_ztrain 2 $json data.dataset=plain_mapped data.eval_dataset=shards train.output_dir=info >/dev/null
+assert_contains "$ZT_OUT" "dataset plain_mapped (data/plain.jsonl) -> data/plain.jsonl."
+assert_contains "$ZT_OUT" "3 records, 3 samples"
+assert_contains "$ZT_OUT" "dataset shards (data/shards) -> data/shards."
+assert_contains "$ZT_OUT" "6 records, 6 samples"
+assert_contains "$ZT_OUT" "validation loss"
+set -- data/plain.jsonl.*.sft.h5
+[ $# -eq 1 ] && [ -f "$1" ] || fail "not one cache beside data/plain.jsonl: $*"
+info=$1
+# the same file through data.format = alpaca, whose fixed names are plain_mapped's columns
+mkdir -p files && cp data/plain.jsonl data/shards/*.json* files/ || fail "cp"
+# shellcheck disable=SC2086
+run_ztrain 2 $json data.format=alpaca data.train_files=files/plain.jsonl \
+    data.val_files=files/a.json,files/b.jsonl,files/c.jsonl train.output_dir=files-run >/dev/null
+set -- files/plain.jsonl.*.sft.h5
+"$PY" - "$info" "$1" <<'PYEOF' || fail "data.dataset's samples differ from data.train_files' for the same mapping"
+import sys, h5py
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+ok = all(a[k].shape == b[k].shape and (a[k][:] == b[k][:]).all() for k in ("input_ids", "labels", "sample_offsets"))
+print("dataset_info vs train_files:", a["sample_offsets"].shape[0] - 1, "samples", "equal" if ok else "DIFFERENT")
+sys.exit(not ok)
+PYEOF
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" files-run info || fail "data.dataset trained otherwise than data.train_files"
+# shellcheck disable=SC2086
+run_ztrain 1 $json data.dataset=plain_mapped data.eval_dataset=shards train.output_dir=info2 >/dev/null
+assert_contains "$ZT_OUT" "dataset plain_mapped (data/plain.jsonl): cached in $info"
+# the mapping names the cache: plain (no system, no history column) is another one
+# shellcheck disable=SC2086
+run_ztrain 2 $json data.dataset=plain train.output_dir=plain >/dev/null
+[ "$(ls data/plain.jsonl.*.sft.h5 | wc -l)" -eq 2 ] || fail "another mapping of the same file did not make a new cache"
+# a directory is one dataset: its first 4 records over a.json (2) and b.jsonl (3), on 2 ranks
+# shellcheck disable=SC2086
+run_ztrain 2 $json data.dataset=shards data.max_samples=4 train.output_dir=ms >/dev/null
+assert_contains "$ZT_OUT" "dataset shards (data/shards): the first 4 records (data.max_samples = 4); 2 more not read"
+for np in 1 2; do
+    # shellcheck disable=SC2086
+    expect_fail_with $np "data/dataset_info.json: ranked: ranking: a preference dataset: preference training is not" \
+        $json data.dataset="plain, ranked" train.output_dir=bad-rank$np
+    # shellcheck disable=SC2086
+    expect_fail_with $np "data/dataset_info.json: plian: no such dataset (did you mean 'plain'?)" $json \
+        data.dataset=plain data.eval_dataset=plian train.output_dir=bad-name$np
+done
+# shellcheck disable=SC2086
+expect_fail_with 2 "data/dataset_info.json: hub: hf_hub_url: ztrain reads local files only" $json data.dataset=hub \
+    train.output_dir=bad-hub
+# shellcheck disable=SC2086
+expect_fail_with 2 "data.dataset and data.train_files are exclusive" $json data.dataset=plain \
+    data.train_files=files/plain.jsonl train.output_dir=bad-both
+echo "dataset_info: data.dataset trains on 2 ranks as data.train_files does with the same mapping"
