@@ -11,6 +11,8 @@
   hf_dir.py same A B                       A's and B's safetensors hold the same tensors,
                                            bit for bit (single file or index + shards)
   hf_dir.py close A B TOL                  the same names, values within TOL (max abs)
+  hf_dir.py rel A B TOL                    the same names, each tensor of A within TOL of B's
+                                           (relative L2)
   hf_dir.py ckpt CKPT.h5 DIR               the checkpoint's /model tensors of DIR's names equal DIR's
   hf_dir.py bad KIND SRC DST               copies SRC to DST and breaks it one way:
        drop-tensor | extra-tensor | bad-shape | f64 | truncate | corrupt-header |
@@ -83,6 +85,22 @@ def cmd_close(a, b, tol):
         if d > worst:
             worst, name = d, k
     print(f"{len(ta)} tensors, max abs difference {worst:.3e} ({name}), tolerance {tol:g}")
+    return 0 if worst <= tol else 1
+
+
+def cmd_rel(a, b, tol):
+    ta, tb = tensors(a), tensors(b)
+    if set(ta) != set(tb):
+        print("tensor names differ:", sorted(set(ta) ^ set(tb))[:6])
+        return 1
+    worst, name = 0.0, "-"
+    for k in ta:
+        x = np.frombuffer(ta[k][2], DT[ta[k][0]]).astype(np.float64)
+        y = np.frombuffer(tb[k][2], DT[tb[k][0]]).astype(np.float64)
+        d = float(np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-30))
+        if d > worst:
+            worst, name = d, k
+    print(f"{len(ta)} tensors, worst relative L2 {worst:.3e} ({name}), tolerance {tol:g}")
     return 0 if worst <= tol else 1
 
 
@@ -248,6 +266,8 @@ def main(a):
         return cmd_same(a[1], a[2])
     if a[:1] == ["close"] and len(a) == 4:
         return cmd_close(a[1], a[2], float(a[3]))
+    if a[:1] == ["rel"] and len(a) == 4:
+        return cmd_rel(a[1], a[2], float(a[3]))
     if a[:1] == ["ckpt"] and len(a) == 3:
         return cmd_ckpt(a[1], a[2])
     if a[:1] == ["sft"] and len(a) in (4, 5):

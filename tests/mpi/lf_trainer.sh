@@ -1,0 +1,68 @@
+#!/bin/sh
+# lf_trainer.sh — ztrain runs LLaMA-Factory's own training YAMLs (tests/reference/lf-trainer,
+# made by make_lf_trainer_fixtures.py with llamafactory-cli train) unchanged and ends where
+# LLaMA-Factory 0.9.5's trainer ended: LoRA continuing an adapter and full fine-tuning with
+# weight decay, each with warm-up + cosine and clipping active every step, under ddp on 1
+# rank and zero3 on 2. Per step: the gradient norm (1e-5 relative), the learning rate
+# (transformers' schedule) and the loss (LLaMA-Factory logs it to 4 decimals); at the end
+# the adapter or every weight within 1e-5 relative L2 of LLaMA-Factory's.
+. "$(dirname "$0")/common.sh"
+need_h5py
+FIX="$ZT_SRCDIR/tests/reference/lf-trainer"
+HFD="$ZT_SRCDIR/tests/mpi/hf_dir.py"
+cd "$ZT_TMP" || fail "cd"
+for d in qwen3-tiny adapter-init data lora.yaml full.yaml; do cp -r "$FIX/$d" . || fail "copy $d"; done
+
+# each step of RUN's metrics.jsonl against LLaMA-Factory's log of the same step
+check_log() {
+    "$PY" - "$FIX/expected/$1/log.json" "$2/metrics.jsonl" <<'PYEOF'
+import json, sys
+want = {h["step"]: h for h in json.load(open(sys.argv[1]))["log"]}
+got = {}
+for line in open(sys.argv[2]):
+    r = json.loads(line)
+    if "step" in r and "grad_norm" in r:
+        got[r["step"]] = r
+bad = []
+for s, w in sorted(want.items()):
+    g = got.get(s)
+    if g is None:
+        bad.append(f"step {s}: not logged")
+        continue
+    if abs(g["grad_norm"] - w["grad_norm"]) > 1e-5 * abs(w["grad_norm"]):
+        bad.append(f"step {s}: grad_norm {g['grad_norm']!r} vs {w['grad_norm']!r}")
+    if abs(round(g["loss"], 4) - w["loss"]) > 1.5e-4:
+        bad.append(f"step {s}: loss {g['loss']!r} vs {w['loss']!r} (4 decimals)")
+    if abs(g["lr"] - w["learning_rate"]) > 1e-8 * max(w["learning_rate"], 1e-30) + 1e-18:
+        bad.append(f"step {s}: lr {g['lr']!r} vs {w['learning_rate']!r}")
+print(f"{len(want)} steps against LLaMA-Factory's log; {len(bad)} differ")
+for b in bad[:6]:
+    print("  " + b)
+sys.exit(1 if bad else 0)
+PYEOF
+}
+
+# NAME NP ARGS...: trains YAML NAME as it is, with the mesh's overrides
+lf_run() {
+    name=$1 np=$2
+    shift 2
+    run_ztrain "$np" "$name.yaml" train.output_dir="out/$name-np$np" train.sample_tokens=0 "$@" >/dev/null
+}
+
+lf_run lora 1
+check_log lora out/lora-np1 || fail "LoRA on 1 rank left LLaMA-Factory's steps"
+"$PY" "$HFD" rel out/lora-np1/adapter "$FIX/expected/lora" 1e-5 || fail "LoRA on 1 rank: the adapter differs"
+# 2 ranks: the same global batch of 4 (2 per device, no accumulation)
+lf_run lora 2 parallel.strategy=zero3 train.gradient_accumulation_steps=1
+check_log lora out/lora-np2 || fail "LoRA under zero3 on 2 ranks left LLaMA-Factory's steps"
+"$PY" "$HFD" rel out/lora-np2/adapter "$FIX/expected/lora" 1e-5 || fail "LoRA under zero3: the adapter differs"
+
+lf_run full 1
+check_log full out/full-np1 || fail "full fine-tuning on 1 rank left LLaMA-Factory's steps"
+"$PY" "$HFD" rel out/full-np1/hf "$FIX/expected/full" 1e-5 || fail "full fine-tuning on 1 rank: the weights differ"
+lf_run full 2 parallel.strategy=zero3 train.gradient_accumulation_steps=1
+check_log full out/full-np2 || fail "full fine-tuning under zero3 on 2 ranks left LLaMA-Factory's steps"
+"$PY" "$HFD" rel out/full-np2/hf "$FIX/expected/full" 1e-5 || fail "full fine-tuning under zero3: the weights differ"
+# the comparison can fail: LoRA's adapter is not the full run's, nor the initial one
+"$PY" "$HFD" rel adapter-init "$FIX/expected/lora" 1e-5 >/dev/null && fail "the adapter check cannot fail"
+echo "lf_trainer: LLaMA-Factory's YAMLs train to LLaMA-Factory's trainer's result under ddp and zero3"
