@@ -124,21 +124,23 @@ int zt_quant4_quantize(const char *name, zt_quant_type_t t, const float *x, int6
             return zt_err(err, errlen, "%s: element %" PRId64 " is %s: 4-bit quantization needs finite weights", name,
                           i, isnan(x[i]) ? "nan" : "inf");
     const nibble_rule_t r = nibble_rule(t);
-    uint8_t idx[4096 + 1];
-    for (int64_t start = 0; start < n; start += blocksize) {
-        const int64_t len = ZT_MIN(blocksize, n - start);
+    const int64_t nblocks = ZT_CEIL_DIV(n, blocksize);
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblocks; b++) { /* blocks are independent */
+        const int64_t start = b * blocksize, len = ZT_MIN(blocksize, n - start);
         const float *xb = x + start;
+        uint8_t idx[4096 + 1];
         float m = 0.0f;
         for (int64_t i = 0; i < len; i++) m = fmaxf(m, fabsf(xb[i]));
         if (len == blocksize) {
             /* full block: A * (1.0 / absmax.clamp(min=1e-38)), absmax stored as found */
-            absmax[start / blocksize] = m;
+            absmax[b] = m;
             const float inv = 1.0f / fmaxf(m, 1e-38f);
             for (int64_t i = 0; i < len; i++) idx[i] = nibble_of(&r, clamp1(xb[i] * inv));
         } else {
             /* the tensor's last partial block: A / am, am = absmax.clamp(min=1e-38), stored clamped */
             const float am = fmaxf(m, 1e-38f);
-            absmax[start / blocksize] = am;
+            absmax[b] = am;
             for (int64_t i = 0; i < len; i++) idx[i] = nibble_of(&r, clamp1(xb[i] / am));
         }
         if (len & 1) idx[len] = nibble_of(&r, 0.0f); /* odd total: bitsandbytes pads with a scaled 0 */
