@@ -211,6 +211,31 @@ static void test_cases(void)
     CU_ASSERT(n_variants >= 30);
 }
 
+/* Ranks quantize the blocks they own: any split at block boundaries gives the whole tensor's
+ * bytes (the tail block only where the range reaches the tensor's end), and so does the double
+ * quantization of the gathered absmax. */
+static void test_split(void)
+{
+    hid_t f = fixture();
+    CU_ASSERT_FATAL(f >= 0);
+    int64_t n, m;
+    float *x = read_ds(f, "cases/odd/input", H5T_NATIVE_FLOAT, &n);
+    uint8_t *ref = read_ds(f, "cases/odd/nf4_bs64_dq/packed", H5T_NATIVE_UINT8, &m);
+    uint8_t *ref_codes = read_ds(f, "cases/odd/nf4_bs64_dq/absmax_q", H5T_NATIVE_UINT8, NULL);
+    CU_ASSERT_FATAL(x && ref && ref_codes && n == 259);
+    uint8_t packed[130], codes[5];
+    float absmax[5], nested[1], off;
+    char err[ZT_ERRLEN];
+    const int64_t cut[] = {0, 64, 192, 259}; /* three "ranks": 1, 2 and the last 1 + tail blocks */
+    for (int r = 0; r < 3; r++)
+        CU_ASSERT(zt_quant4_quantize("w", ZT_QUANT_NF4, x + cut[r], cut[r + 1] - cut[r], 64, packed + cut[r] / 2,
+                                     absmax + cut[r] / 64, err, sizeof err) == 0);
+    CU_ASSERT(same_bytes("split packed", packed, ref, m));
+    zt_quant4_double_quant(absmax, 5, codes, nested, &off);
+    CU_ASSERT(same_bytes("split nested codes", codes, ref_codes, 5));
+    free(x), free(ref), free(ref_codes);
+}
+
 static void test_blockwise8(void)
 {
     hid_t f = fixture();
@@ -371,6 +396,7 @@ static void test_quant_state_refusals(void)
 static const zt_test_t tests[] = {
     {"code tables equal bitsandbytes'", test_tables},
     {"quantize and dequantize: every case bit-identical", test_cases},
+    {"quantizing owned blocks separately equals the whole", test_split},
     {"8-bit blockwise (nested absmax) bit-identical", test_blockwise8},
     {"torch.mean of float32 bit-identical", test_mean},
     {"NaN / inf weights and bad block sizes refused", test_nonfinite},
