@@ -85,6 +85,9 @@ typedef struct zt_quant4_view {
  * bitsandbytes' dequantize_4bit: rows r0..r1 of a (rows, cols) weight are e0 = r0 * cols,
  * n = (r1 - r0) * cols, so a caller dequantizes one tile at a time just before its GEMM. */
 void zt_quant4_dequantize(const zt_quant4_view_t *q, int64_t e0, int64_t n, float *out);
+/* The same into bf16 (bitsandbytes' dequantize_4bit to bfloat16: the float32 value rounded to
+ * nearest even), for a bf16 GEMM. */
+void zt_quant4_dequantize_bf16(const zt_quant4_view_t *q, int64_t e0, int64_t n, uint16_t *out);
 
 /* The scale of block b (absmax, or its double-quantized form). */
 float zt_quant4_block_scale(const zt_quant4_view_t *q, int64_t b);

@@ -4,6 +4,7 @@
  * it, because the point is bit-identity, not merely accuracy. */
 #include "zt_quant.h"
 
+#include "zt_bf16.h"
 #include "zt_common.h"
 
 #include <inttypes.h>
@@ -288,32 +289,59 @@ float zt_quant4_block_scale(const zt_quant4_view_t *q, int64_t b)
     return p + q->offset;
 }
 
-void zt_quant4_dequantize(const zt_quant4_view_t *q, int64_t e0, int64_t n, float *out)
+/* One walk over the blocks of [e0, e0 + n) for both output types: per block the 16 scaled code
+ * values (the very product code * absmax bitsandbytes forms, then rounded to bf16 as its bf16
+ * path does), then two table loads per byte. Exactly one of f32 / bf16 is non-NULL. */
+static void dequant_range(const zt_quant4_view_t *q, int64_t e0, int64_t n, float *f32, uint16_t *bf16)
 {
     const float *code = zt_quant_code(q->type);
     const int64_t bs = q->blocksize, end = e0 + n;
     for (int64_t e = e0; e < end;) {
         const int64_t b = e / bs, bend = ZT_MIN((b + 1) * bs, end);
         const float s = zt_quant4_block_scale(q, b);
-        float tab[16]; /* code * absmax: the very product bitsandbytes computes per value */
-        for (int k = 0; k < 16; k++) tab[k] = code[k] * s;
+        float tf[16];
+        uint16_t th[16];
+        for (int k = 0; k < 16; k++) {
+            tf[k] = code[k] * s;
+            th[k] = zt_bf16_from_f32(tf[k]);
+        }
         int64_t i = e;
         if (i & 1) { /* a range starting on a low nibble */
-            out[i - e0] = tab[q->packed[i >> 1] & 15];
+            const int c = q->packed[i >> 1] & 15;
+            if (f32) f32[i - e0] = tf[c];
+            else bf16[i - e0] = th[c];
             i++;
         }
         const uint8_t *p = q->packed + (i >> 1);
-        float *o = out + (i - e0);
-        const int64_t npairs = (bend - i) / 2;
-        for (int64_t j = 0; j < npairs; j++) {
-            const uint8_t c = p[j];
-            o[2 * j] = tab[c >> 4];
-            o[2 * j + 1] = tab[c & 15];
-        }
+        const int64_t npairs = (bend - i) / 2, o = i - e0;
+        if (f32)
+            for (int64_t j = 0; j < npairs; j++) {
+                f32[o + 2 * j] = tf[p[j] >> 4];
+                f32[o + 2 * j + 1] = tf[p[j] & 15];
+            }
+        else
+            for (int64_t j = 0; j < npairs; j++) {
+                bf16[o + 2 * j] = th[p[j] >> 4];
+                bf16[o + 2 * j + 1] = th[p[j] & 15];
+            }
         i += 2 * npairs;
-        if (i < bend) out[i - e0] = tab[q->packed[i >> 1] >> 4];
+        if (i < bend) {
+            const int c = q->packed[i >> 1] >> 4;
+            if (f32) f32[i - e0] = tf[c];
+            else bf16[i - e0] = th[c];
+        }
         e = bend;
     }
+}
+
+void zt_quant4_dequantize(const zt_quant4_view_t *q, int64_t e0, int64_t n, float *out)
+{
+    dequant_range(q, e0, n, out, NULL);
+}
+
+void zt_quant4_dequantize_bf16(const zt_quant4_view_t *q, int64_t e0, int64_t n, uint16_t *out)
+{
+    dequant_range(q, e0, n, NULL, out);
 }
 
 /* ---- quant_state JSON ------------------------------------------------------------------------- */

@@ -8,6 +8,7 @@ serialises it, for the quant_state parser). See tests/reference/README.md.
 
     /root/.cache/bnb-venv/bin/python tests/reference/make_quant_fixtures.py
 """
+import copy
 import os
 import sys
 
@@ -142,6 +143,11 @@ def write_case(h, name, x, qt, bs, dq):
     grp.attrs["double_quant"] = int(dq)
     put(grp, "packed", packed.reshape(-1).numpy())
     put(grp, "dequant", deq.reshape(-1).numpy())
+    # the same into bfloat16, as a bf16 GEMM would take it (not for the largest case: file size)
+    st_bf16 = copy.copy(st)
+    st_bf16.dtype = torch.bfloat16
+    if x.numel() <= 5000:
+        put(grp, "dequant_bf16", F.dequantize_4bit(packed, st_bf16).reshape(-1).view(torch.int16).numpy().view(np.uint16))
     if dq:
         put(grp, "absmax_q", st.absmax.numpy())
         put(grp, "nested_absmax", st.state2.absmax.numpy())
@@ -169,7 +175,7 @@ def main():
             t[f"{qt}_order"] = order.numpy().astype(np.int32)
 
         cases = {
-            "rand": (randn(16, 128), [64, 128], [False, True]),
+            "rand": (randn(8, 128), [64, 128], [False, True]),
             "odd": (randn(7, 37), [64, 128], [False, True]),      # 259 values: partial block, odd count
             "flat200": (randn(200), [64], [False, True]),          # 1-D, partial block, even count
             "zeros": (zero_blocks(), [64, 128], [False, True]),

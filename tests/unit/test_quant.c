@@ -111,7 +111,7 @@ static herr_t collect(hid_t g, const char *name, const H5L_info_t *info, void *d
     return 0;
 }
 
-static int n_variants;
+static int n_variants, n_bf16;
 
 static void check_variant(hid_t g, const char *label, const float *x, int64_t n)
 {
@@ -165,6 +165,22 @@ static void check_variant(hid_t g, const char *label, const float *x, int64_t n)
     for (int64_t e = 0, step = 37; e < n; e += step, step = step * 3 % 101 + 1)
         zt_quant4_dequantize(&v, e, ZT_MIN(step, n - e), out + e);
     CU_ASSERT(same_values("dequant (tiles)", out, ref_dq, n));
+    uint16_t *ref_h = read_ds(g, "dequant_bf16", H5T_NATIVE_UINT16, &m);
+    if (ref_h) { /* all cases but the largest */
+        uint16_t *h = zt_malloc(sizeof(uint16_t) * (size_t)n);
+        for (int64_t e = 0, step = 64; e < n; e += step, step = step * 5 % 97 + 1)
+            zt_quant4_dequantize_bf16(&v, e, ZT_MIN(step, n - e), h + e);
+        int ok = m == n;
+        for (int64_t i = 0; ok && i < n; i++)
+            if (h[i] != ref_h[i] && ((h[i] | ref_h[i]) & 0x7fff)) { /* a zero of either sign, as above */
+                fprintf(stderr, "%s: dequant bf16[%" PRId64 "]: %04x != %04x (bitsandbytes)\n", label, i, h[i], ref_h[i]);
+                ok = 0;
+            }
+        CU_ASSERT(ok);
+        n_bf16++;
+        free(h);
+        free(ref_h);
+    }
     n_variants++;
 
     free(out);
@@ -188,7 +204,7 @@ static void test_cases(void)
     hid_t c = H5Gopen2(f, "cases", H5P_DEFAULT);
     H5Literate(c, H5_INDEX_NAME, H5_ITER_INC, NULL, collect, &cases);
     CU_ASSERT(cases.n >= 8);
-    n_variants = 0;
+    n_variants = n_bf16 = 0;
     for (int i = 0; i < cases.n; i++) {
         hid_t g = H5Gopen2(c, cases.names[i], H5P_DEFAULT);
         int64_t n;
@@ -207,8 +223,8 @@ static void test_cases(void)
         H5Gclose(g);
     }
     H5Gclose(c);
-    fprintf(stderr, "  %d variants compared\n", n_variants);
-    CU_ASSERT(n_variants >= 30);
+    fprintf(stderr, "  %d variants compared (%d also to bf16)\n", n_variants, n_bf16);
+    CU_ASSERT(n_variants >= 30 && n_bf16 >= 30);
 }
 
 /* Ranks quantize the blocks they own: any split at block boundaries gives the whole tensor's
