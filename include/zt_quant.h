@@ -121,4 +121,24 @@ int zt_quant_state_parse(const char *tensor, const char *json, size_t len, zt_qu
 int zt_quant4_check_sizes(const char *weight, const zt_quant_state_t *st, int64_t packed_bytes, int64_t absmax_len,
                           int64_t nested_absmax_len, char *err, size_t errlen);
 
+/* ---- config.json's quantization_config (transformers' BitsAndBytesConfig) ------------------- */
+
+typedef struct json_t json_t;
+
+#define ZT_QUANT_MAX_SKIP 64
+
+typedef struct zt_quant_hf {
+    int quantized;               /* 0: the model has no quantization_config */
+    zt_quant_type_t type;        /* bnb_4bit_quant_type (transformers' default fp4) */
+    int double_quant;            /* bnb_4bit_use_double_quant */
+    zt_quant_dtype_t compute_dtype; /* bnb_4bit_compute_dtype (default float32) */
+    int n_skip;                  /* llm_int8_skip_modules: modules kept in full precision */
+    char skip[ZT_QUANT_MAX_SKIP][128];
+} zt_quant_hf_t;
+
+/* Reads quantization_config from a parsed config.json object (`file` for messages). Only
+ * bitsandbytes 4-bit with uint8 storage is accepted; 8-bit, GPTQ, AWQ, fp8 and every other
+ * quant_method are refused with one line naming the file and the key. */
+int zt_quant_hf_config(const json_t *config, const char *file, zt_quant_hf_t *out, char *err, size_t errlen);
+
 #endif

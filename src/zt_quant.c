@@ -474,3 +474,70 @@ int zt_quant4_check_sizes(const char *weight, const zt_quant_state_t *st, int64_
                       ZT_CEIL_DIV(nblocks, st->nested_blocksize));
     return 0;
 }
+
+/* ---- config.json's quantization_config ----------------------------------------------------- */
+
+/* A boolean key, absent or null = def; -1 (and the error) when it is something else. */
+static int qc_bool(const json_t *qc, const char *file, const char *key, int def, char *err, size_t errlen)
+{
+    const json_t *v = json_object_get(qc, key);
+    if (!v || json_is_null(v)) return def;
+    if (!json_is_boolean(v)) return QS_ERR("%s: quantization_config.%s: expected true or false", file, key);
+    return json_is_true(v);
+}
+
+/* A string key, absent or null = def. */
+static const char *qc_string(const json_t *qc, const char *key, const char *def)
+{
+    const json_t *v = json_object_get(qc, key);
+    if (!v || json_is_null(v)) return def;
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+int zt_quant_hf_config(const json_t *config, const char *file, zt_quant_hf_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    const json_t *qc = json_object_get(config, "quantization_config");
+    if (!qc || json_is_null(qc)) return 0;
+    if (!json_is_object(qc)) return QS_ERR("%s: quantization_config: expected an object", file);
+    const char *method = qc_string(qc, "quant_method", NULL);
+    if (!method) return QS_ERR("%s: quantization_config.quant_method: expected a string (bitsandbytes)", file);
+    if (strcmp(method, "bitsandbytes"))
+        return QS_ERR("%s: quantization_config.quant_method = '%s' is not supported: ztrain reads bitsandbytes 4-bit "
+                      "(nf4, fp4) models only", file, method);
+    const int in8 = qc_bool(qc, file, "load_in_8bit", 0, err, errlen);
+    const int in4 = qc_bool(qc, file, "load_in_4bit", 0, err, errlen);
+    const int dq = qc_bool(qc, file, "bnb_4bit_use_double_quant", 0, err, errlen);
+    if (in8 < 0 || in4 < 0 || dq < 0) return -1;
+    if (in8)
+        return QS_ERR("%s: quantization_config.load_in_8bit: 8-bit (LLM.int8) models are not supported; ztrain "
+                      "reads bitsandbytes 4-bit", file);
+    if (!in4) return QS_ERR("%s: quantization_config.load_in_4bit is not true: no quantization ztrain reads", file);
+    const char *qt = qc_string(qc, "bnb_4bit_quant_type", "fp4");
+    if (!qt || (strcmp(qt, "nf4") && strcmp(qt, "fp4")))
+        return QS_ERR("%s: quantization_config.bnb_4bit_quant_type: expected \"nf4\" or \"fp4\"", file);
+    const char *storage = qc_string(qc, "bnb_4bit_quant_storage", "uint8");
+    if (!storage || strcmp(storage, "uint8"))
+        return QS_ERR("%s: quantization_config.bnb_4bit_quant_storage = '%s' is not supported (uint8 only)", file,
+                      storage ? storage : "?");
+    const char *cd = qc_string(qc, "bnb_4bit_compute_dtype", "float32");
+    if (!cd || parse_dtype(cd, &out->compute_dtype))
+        return QS_ERR("%s: quantization_config.bnb_4bit_compute_dtype: expected float32, float16 or bfloat16", file);
+    const json_t *skip = json_object_get(qc, "llm_int8_skip_modules");
+    if (skip && !json_is_null(skip)) {
+        if (!json_is_array(skip) || json_array_size(skip) > ZT_QUANT_MAX_SKIP)
+            return QS_ERR("%s: quantization_config.llm_int8_skip_modules: expected a list of at most %d names", file,
+                          ZT_QUANT_MAX_SKIP);
+        for (size_t i = 0; i < json_array_size(skip); i++) {
+            const json_t *m = json_array_get(skip, i);
+            if (!json_is_string(m) || strlen(json_string_value(m)) >= sizeof out->skip[0])
+                return QS_ERR("%s: quantization_config.llm_int8_skip_modules: element %zu is not a module name", file,
+                              i);
+            snprintf(out->skip[out->n_skip++], sizeof out->skip[0], "%s", json_string_value(m));
+        }
+    }
+    out->quantized = 1;
+    out->type = strcmp(qt, "fp4") ? ZT_QUANT_NF4 : ZT_QUANT_FP4;
+    out->double_quant = dq;
+    return 0;
+}

@@ -2,9 +2,10 @@
 """Fixtures for tests/unit/test_quant.c, made by bitsandbytes itself on CPU.
 
 Writes tests/reference/quant/bnb4.h5 (inputs and bitsandbytes' outputs of quantize_4bit,
-dequantize_4bit, quantize_blockwise and torch.mean) and
+dequantize_4bit, quantize_blockwise and torch.mean),
 tests/reference/quant/linear4bit_nf4.safetensors (a Linear4bit state dict as bitsandbytes
-serialises it, for the quant_state parser). See tests/reference/README.md.
+serialises it, for the quant_state parser) and config_*.json (quantization_config as transformers
+writes it). See tests/reference/README.md.
 
     /root/.cache/bnb-venv/bin/python tests/reference/make_quant_fixtures.py
 """
@@ -232,6 +233,23 @@ def main():
         lg["input"] = w.numpy()
         for k, v in lin.state_dict().items():
             put(lg, k, v.numpy())
+    # config.json of quantized models as transformers writes them: the bitsandbytes 4-bit one
+    # ztrain reads, and the quantizations it refuses.
+    from transformers import AwqConfig, BitsAndBytesConfig, FineGrainedFP8Config, GPTQConfig, LlamaConfig
+
+    qcs = {
+        "bnb4": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                   bnb_4bit_compute_dtype=torch.bfloat16, llm_int8_skip_modules=["lm_head"]),
+        "bnb8": BitsAndBytesConfig(load_in_8bit=True),
+        "gptq": GPTQConfig(bits=4),
+        "awq": AwqConfig(bits=4),
+        "fp8": FineGrainedFP8Config(),
+    }
+    for name, qc in qcs.items():
+        cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                          num_key_value_heads=2, vocab_size=100)
+        cfg.quantization_config = qc
+        cfg.to_json_file(os.path.join(OUT, f"config_{name}.json"))
     for f in sorted(os.listdir(OUT)):
         print(f, os.path.getsize(os.path.join(OUT, f)), "bytes", file=sys.stderr)
 

@@ -5,6 +5,7 @@
 #include "zt_test.h"
 
 #include <hdf5.h>
+#include <jansson.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -409,6 +410,48 @@ static void test_quant_state_refusals(void)
     refuse(QS_NAME, "[1, 2]", "expected a JSON object");
 }
 
+/* config.json's quantization_config as transformers writes it (tests/reference/quant/config_*.json). */
+static int hf_config(const char *name, zt_quant_hf_t *out, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/reference/quant/config_%s.json", ZT_SRCDIR, name);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    CU_ASSERT_FATAL(o != NULL);
+    int rc = zt_quant_hf_config(o, "config.json", out, err, errlen);
+    json_decref(o);
+    return rc;
+}
+
+static void test_hf_config(void)
+{
+    zt_quant_hf_t q;
+    char err[ZT_ERRLEN] = "";
+    CU_ASSERT(hf_config("bnb4", &q, err, sizeof err) == 0);
+    CU_ASSERT(q.quantized && q.type == ZT_QUANT_NF4 && q.double_quant && q.compute_dtype == ZT_QUANT_DT_BF16);
+    CU_ASSERT(q.n_skip == 1 && !strcmp(q.skip[0], "lm_head"));
+    static const struct { const char *name, *expect; } refused[] = {
+        {"bnb8", "config.json: quantization_config.load_in_8bit: 8-bit (LLM.int8) models are not supported"},
+        {"gptq", "config.json: quantization_config.quant_method = 'gptq' is not supported"},
+        {"awq", "config.json: quantization_config.quant_method = 'awq' is not supported"},
+        {"fp8", "config.json: quantization_config.quant_method = 'fp8' is not supported"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        CU_ASSERT(hf_config(refused[i].name, &q, err, sizeof err) == -1);
+        if (!strstr(err, refused[i].expect)) fprintf(stderr, "expected '%s' in: %s\n", refused[i].expect, err);
+        CU_ASSERT(strstr(err, refused[i].expect) != NULL && !strchr(err, '\n'));
+    }
+    /* no quantization_config: not quantized; a bad field named */
+    json_t *o = json_pack("{s:i}", "hidden_size", 64);
+    CU_ASSERT(zt_quant_hf_config(o, "config.json", &q, err, sizeof err) == 0 && !q.quantized);
+    json_object_set_new(o, "quantization_config",
+                        json_pack("{s:s,s:b,s:s}", "quant_method", "bitsandbytes", "load_in_4bit", 1,
+                                  "bnb_4bit_quant_storage", "bfloat16"));
+    CU_ASSERT(zt_quant_hf_config(o, "config.json", &q, err, sizeof err) == -1);
+    CU_ASSERT(strstr(err, "config.json: quantization_config.bnb_4bit_quant_storage = 'bfloat16'") != NULL);
+    json_decref(o);
+}
+
 static const zt_test_t tests[] = {
     {"code tables equal bitsandbytes'", test_tables},
     {"quantize and dequantize: every case bit-identical", test_cases},
@@ -418,6 +461,7 @@ static const zt_test_t tests[] = {
     {"NaN / inf weights and bad block sizes refused", test_nonfinite},
     {"quant_state of a real Linear4bit", test_quant_state_real},
     {"quant_state refusals name tensor and field", test_quant_state_refusals},
+    {"config.json quantization_config: bitsandbytes 4-bit read, 8-bit/GPTQ/AWQ/fp8 refused", test_hf_config},
     {NULL, NULL},
 };
 
