@@ -51,22 +51,23 @@ int zt_quant_blocksize_ok(int64_t blocksize);
 int zt_quant4_quantize(const char *name, zt_quant_type_t t, const float *x, int64_t n, int64_t blocksize,
                        uint8_t *packed, float *absmax, char *err, size_t errlen);
 
-/* torch.mean of n float32 values, bit-identical to torch's single-threaded CPU sum (vectorised
- * cascade summation on 8-lane vectors) divided by n. Above 32768 values torch splits the sum over
- * its threads, so its own result then depends on the thread count; this is the one-thread order. The offset of double quantization
- * is the mean of all of a tensor's absmax, so ranks gather absmax (1/blocksize of the weight)
- * before calling this. */
-float zt_quant_mean(const float *x, int64_t n);
+/* torch.mean of n float32 values, bit-identical to torch's CPU sum (vectorised cascade summation
+ * on 8-lane vectors) divided by n, as torch computes it with torch_threads threads: above 32768
+ * values torch sums per-thread chunks and then the per-thread sums, so its own result depends on
+ * its thread count. ztrain quantizes with torch_threads = 1, the order that does not depend on the
+ * machine. The offset of double quantization is the mean of all of a tensor's absmax, so ranks
+ * gather absmax (1/blocksize of the weight's values) before calling this. */
+float zt_quant_mean(const float *x, int64_t n, int torch_threads);
 
 /* bitsandbytes' quantize_blockwise with the dynamic map: n values in blocks of blocksize into one
  * code byte each and one absmax per block. */
 void zt_quant8_quantize(const float *x, int64_t n, int64_t blocksize, uint8_t *codes, float *absmax);
 
-/* Double quantization of a tensor's nblocks absmax: offset = zt_quant_mean(absmax), then
- * absmax - offset through zt_quant8_quantize in blocks of 256 into codes (nblocks bytes) and
+/* Double quantization of a tensor's nblocks absmax: offset = zt_quant_mean(absmax, torch_threads),
+ * then absmax - offset through zt_quant8_quantize in blocks of 256 into codes (nblocks bytes) and
  * nested_absmax (ceil(nblocks/256) floats). */
-void zt_quant4_double_quant(const float *absmax, int64_t nblocks, uint8_t *codes, float *nested_absmax,
-                            float *offset);
+void zt_quant4_double_quant(const float *absmax, int64_t nblocks, int torch_threads, uint8_t *codes,
+                            float *nested_absmax, float *offset);
 
 /* A quantized tensor as stored: pointers into its bytes, nothing owned. */
 typedef struct zt_quant4_view {

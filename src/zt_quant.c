@@ -212,7 +212,9 @@ static void row_sum(const float *in, int64_t size, int w, float out[VL])
     memcpy(out, part[0], sizeof(float) * VL);
 }
 
-float zt_quant_mean(const float *x, int64_t n)
+/* One call of torch's reduction loop over a contiguous range: 0 + its cascade sum (the output
+ * starts at 0 and the loop adds into it). */
+static float torch_sum(const float *x, int64_t n)
 {
     float s[VL], total = 0.0f;
     if (n >= VL) { /* vectorized_inner_sum */
@@ -224,7 +226,28 @@ float zt_quant_mean(const float *x, int64_t n)
         row_sum(x, n, 1, s);
         total = s[0];
     }
-    return total / (float)n;
+    return 0.0f + total;
+}
+
+#define TORCH_GRAIN 32768 /* at::internal::GRAIN_SIZE */
+#define TORCH_MAX_THREADS 1024
+
+float zt_quant_mean(const float *x, int64_t n, int torch_threads)
+{
+    float s;
+    if (n < TORCH_GRAIN || torch_threads <= 1) {
+        s = torch_sum(x, n);
+    } else {
+        /* TensorIterator's two-pass reduction: at::parallel_for hands thread t the t-th chunk of
+         * ceil(n / threads) values (threads capped at ceil(n / grain)), each sums its chunk into its
+         * own slot of a zeroed buffer of torch_threads floats, and the buffer is summed the same way. */
+        float buf[TORCH_MAX_THREADS] = {0};
+        const int64_t T = ZT_MIN(torch_threads, TORCH_MAX_THREADS);
+        const int64_t used = ZT_MIN(T, ZT_CEIL_DIV(n, TORCH_GRAIN)), chunk = ZT_CEIL_DIV(n, used);
+        for (int64_t t = 0; t < used && t * chunk < n; t++) buf[t] = torch_sum(x + t * chunk, ZT_MIN(chunk, n - t * chunk));
+        s = torch_sum(buf, T);
+    }
+    return s / (float)n;
 }
 
 /* ---- 8-bit blockwise (the nested absmax) ----------------------------------------------------- */
@@ -264,10 +287,10 @@ void zt_quant8_quantize(const float *x, int64_t n, int64_t blocksize, uint8_t *c
     }
 }
 
-void zt_quant4_double_quant(const float *absmax, int64_t nblocks, uint8_t *codes, float *nested_absmax,
-                            float *offset)
+void zt_quant4_double_quant(const float *absmax, int64_t nblocks, int torch_threads, uint8_t *codes,
+                            float *nested_absmax, float *offset)
 {
-    const float off = zt_quant_mean(absmax, nblocks);
+    const float off = zt_quant_mean(absmax, nblocks, torch_threads);
     float centred[ZT_QUANT_NESTED_BLOCKSIZE];
     for (int64_t b0 = 0; b0 < nblocks; b0 += ZT_QUANT_NESTED_BLOCKSIZE) {
         const int64_t len = ZT_MIN((int64_t)ZT_QUANT_NESTED_BLOCKSIZE, nblocks - b0);

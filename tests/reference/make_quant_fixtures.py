@@ -220,6 +220,15 @@ def main():
         m.attrs["seed"] = seed
         m["n"] = np.array(ns, np.int64)
         m["mean"] = np.array([torch.from_numpy(xs[:n]).mean().item() for n in ns], np.float32)
+        # and with T threads (torch.set_num_threads(T); OpenMP starts T threads whatever the cores)
+        threads = [2, 3, 4, 7, 16]
+        m["threads"] = np.array(threads, np.int32)
+        mt = np.zeros((len(threads), len(ns)), np.float32)
+        for i, t in enumerate(threads):
+            torch.set_num_threads(t)
+            mt[i] = [torch.from_numpy(xs[:n]).mean().item() for n in ns]
+        torch.set_num_threads(1)
+        m["mean_threads"] = mt
 
     # A Linear4bit state dict as bitsandbytes (and transformers' save_pretrained) writes it.
     w = randn(64, 128)

@@ -138,7 +138,7 @@ static void check_variant(hid_t g, const char *label, const float *x, int64_t n)
         codes = zt_malloc((size_t)nb);
         nested = zt_malloc(sizeof(float) * (size_t)nn);
         float off;
-        zt_quant4_double_quant(absmax, nb, codes, nested, &off);
+        zt_quant4_double_quant(absmax, nb, 1, codes, nested, &off);
         ref_codes = read_ds(g, "absmax_q", H5T_NATIVE_UINT8, &m);
         CU_ASSERT(m == nb && same_bytes("nested codes", codes, ref_codes, nb));
         ref_nested = read_ds(g, "nested_absmax", H5T_NATIVE_FLOAT, &m);
@@ -248,7 +248,7 @@ static void test_split(void)
         CU_ASSERT(zt_quant4_quantize("w", ZT_QUANT_NF4, x + cut[r], cut[r + 1] - cut[r], 64, packed + cut[r] / 2,
                                      absmax + cut[r] / 64, err, sizeof err) == 0);
     CU_ASSERT(same_bytes("split packed", packed, ref, m));
-    zt_quant4_double_quant(absmax, 5, codes, nested, &off);
+    zt_quant4_double_quant(absmax, 5, 1, codes, nested, &off);
     CU_ASSERT(same_bytes("split nested codes", codes, ref_codes, 5));
     free(x), free(ref), free(ref_codes);
 }
@@ -289,11 +289,27 @@ static void test_mean(void)
     float *x = zt_malloc(sizeof(float) * (size_t)nmax);
     for (int64_t i = 0; i < nmax; i++) x[i] = (float)(zt_splitmix64(seed + (uint64_t)i) >> 40) * 0x1p-24f;
     for (int64_t j = 0; j < k; j++) {
-        const float m = zt_quant_mean(x, ns[j]);
+        const float m = zt_quant_mean(x, ns[j], 1);
         char what[64];
         snprintf(what, sizeof what, "mean of %" PRId64, ns[j]);
         CU_ASSERT(same_bits(what, &m, &means[j], 1));
     }
+    /* torch with T threads sums per-thread chunks above 32768 values */
+    int64_t nt, nmt;
+    int *threads = read_ds(f, "mean/threads", H5T_NATIVE_INT, &nt);
+    float *mt = read_ds(f, "mean/mean_threads", H5T_NATIVE_FLOAT, &nmt);
+    CU_ASSERT_FATAL(threads && mt && nmt == nt * k);
+    int differs = 0;
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t j = 0; j < k; j++) {
+            const float m = zt_quant_mean(x, ns[j], threads[t]);
+            char what[64];
+            snprintf(what, sizeof what, "mean of %" PRId64 " with %d threads", ns[j], threads[t]);
+            CU_ASSERT(same_bits(what, &m, &mt[t * k + j], 1));
+            differs += memcmp(&m, &means[j], sizeof m) != 0;
+        }
+    CU_ASSERT(differs > 0); /* the fixture does tell the orders apart */
+    free(threads), free(mt);
     free(x), free(ns), free(means);
 }
 
@@ -351,7 +367,7 @@ static void test_quant_state_real(void)
     uint8_t *packed = zt_malloc((size_t)n / 2), *codes = zt_malloc((size_t)nb);
     float *absmax = zt_malloc(sizeof(float) * (size_t)nb), nested[1], off;
     CU_ASSERT(zt_quant4_quantize("w", ZT_QUANT_NF4, x, n, 64, packed, absmax, err, sizeof err) == 0);
-    zt_quant4_double_quant(absmax, nb, codes, nested, &off);
+    zt_quant4_double_quant(absmax, nb, 1, codes, nested, &off);
     CU_ASSERT(same_bytes("weight", packed, w, nw));
     CU_ASSERT(same_bytes("weight.absmax", codes, aq, na));
     CU_ASSERT(same_bits("weight.nested_absmax", nested, nabs, 1));
