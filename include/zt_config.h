@@ -34,6 +34,9 @@ typedef struct zt_config {
         double rope_local_base_freq; /* gemma3: the sliding layers' rope_theta */
         double init_std;        /* N(0, init_std) for matrices and embeddings */
         char init_from[ZT_STRLEN]; /* checkpoint to take weights from ("" = none) */
+        int quantization_bit;   /* 0 = none, 4 = bitsandbytes 4-bit base (QLoRA) */
+        char quantization_type[8]; /* nf4 | fp4 */
+        int double_quantization; /* bool: absmax double-quantized */
     } model;
     struct {
         char train_files[ZT_MAX_FILES][ZT_STRLEN];

@@ -140,6 +140,15 @@ static const zkey_t schema[] = {
     KS("model.init_from", model.init_from, "", NULL,
        "Checkpoint to take the initial weights from (fine-tuning); \"\" = random initialisation. Only the weights "
        "are read; the step count and optimizer state start fresh."),
+    KI("model.quantization_bit", model.quantization_bit, 0, 0, 8,
+       "LLaMA-Factory's quantization_bit: 0 = full-precision base; 4 = the frozen base weights held in "
+       "bitsandbytes' 4-bit format (QLoRA, needs train.finetuning_type = lora). 8 is refused (no LLM.int8 path)."),
+    KS("model.quantization_type", model.quantization_type, "nf4", "nf4|fp4",
+       "LLaMA-Factory's quantization_type: the 4-bit code, NormalFloat (nf4) or 4-bit float (fp4), in blocks "
+       "of 64 weights each scaled by its absmax, as bitsandbytes."),
+    KB("model.double_quantization", model.double_quantization, 1,
+       "LLaMA-Factory's double_quantization: the per-block absmax themselves quantized to 8 bits in blocks of "
+       "256 (bitsandbytes' compress_statistics), about 0.37 bits per weight saved."),
     /* data */
     KSL("data.train_files", data.train_files, data.n_train_files, "data/train.h5",
         "Training token files: one path or a list of paths (HDF5 with a 1-D /tokens dataset, or llm.c .bin shards), "
@@ -1227,6 +1236,18 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
         return zt_err(err, errlen, "parallel.offload_param = '%s' needs a zero3-family strategy "
                                    "(zero3, full_shard, hybrid_shard), not '%s'",
                       cfg->parallel.offload_param, cfg->parallel.strategy);
+    if (cfg->model.quantization_bit == 8)
+        return zt_err(err, errlen, "model.quantization_bit = 8 is not supported: ztrain has no 8-bit (LLM.int8) "
+                                   "path; use 4 (QLoRA) or 0");
+    if (cfg->model.quantization_bit != 0 && cfg->model.quantization_bit != 4)
+        return zt_err(err, errlen, "model.quantization_bit = %d: must be 0 (none) or 4",
+                      cfg->model.quantization_bit);
+    if (cfg->model.quantization_bit == 4 && strcmp(cfg->train.finetuning_type, "lora") != 0)
+        return zt_err(err, errlen, "model.quantization_bit = 4 needs train.finetuning_type = lora (QLoRA: the 4-bit "
+                                   "base is frozen), not '%s'", cfg->train.finetuning_type);
+    if (cfg->model.quantization_bit == 4)
+        return zt_err(err, errlen, "model.quantization_bit = 4: the 4-bit base is not wired into training yet "
+                                   "(the format is: src/zt_quant.c); use 0");
     /* the optimizer steps the master where the parameter shard lives */
     if (strcmp(cfg->parallel.offload_param, "none") != 0 && strcmp(cfg->parallel.offload_optimizer, "none") == 0)
         return zt_err(err, errlen, "parallel.offload_param = '%s' needs parallel.offload_optimizer = \"cpu\" too "

@@ -275,6 +275,29 @@ static void t_validate(void)
     cfg.optim.min_lr_ratio = 2.0; /* set in code, bypassing the parser */
     CU_ASSERT_EQUAL(zt_config_validate(&cfg, err, sizeof err), -1);
     ASSERT_ERR("optim.min_lr_ratio");
+    char *q8[] = {"model.quantization_bit=8"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, q8), -1);
+    ASSERT_ERR("model.quantization_bit = 8 is not supported: ztrain has no 8-bit (LLM.int8) path");
+    char *q5[] = {"model.quantization_bit=5"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, q5), -1);
+    ASSERT_ERR("model.quantization_bit = 5: must be 0 (none) or 4");
+    char *q4full[] = {"model.quantization_bit=4"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, q4full), -1);
+    ASSERT_ERR("model.quantization_bit = 4 needs train.finetuning_type = lora");
+    char *q4lora[] = {"model.quantization_bit=4", "train.finetuning_type=lora", "model.quantization_type=fp4",
+                      "model.double_quantization=false"};
+    CU_ASSERT_EQUAL(parse(NULL, 4, q4lora), -1);
+    ASSERT_ERR("model.quantization_bit = 4: the 4-bit base is not wired into training yet");
+    CU_ASSERT_STRING_EQUAL(cfg.model.quantization_type, "fp4");
+    CU_ASSERT_EQUAL(cfg.model.double_quantization, 0);
+    char *qbad[] = {"model.quantization_type=int4"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, qbad), -1);
+    ASSERT_ERR("model.quantization_type: 'int4' must be one of: nf4, fp4");
+    zt_config_defaults(&cfg);
+    CU_ASSERT_EQUAL(cfg.model.quantization_bit, 0);
+    CU_ASSERT_STRING_EQUAL(cfg.model.quantization_type, "nf4");
+    CU_ASSERT_EQUAL(cfg.model.double_quantization, 1);
+
     zt_config_defaults(&cfg);
     strcpy(cfg.parallel.strategy, "zero9");
     CU_ASSERT_EQUAL(zt_config_validate(&cfg, err, sizeof err), -1);
