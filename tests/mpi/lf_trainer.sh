@@ -3,9 +3,12 @@
 # made by make_lf_trainer_fixtures.py with llamafactory-cli train) unchanged and ends where
 # LLaMA-Factory 0.9.5's trainer ended: LoRA continuing an adapter and full fine-tuning with
 # weight decay, each with warm-up + cosine and clipping active every step, under ddp on 1
-# rank and zero3 on 2. Per step: the gradient norm (1e-5 relative), the learning rate
-# (transformers' schedule) and the loss (LLaMA-Factory logs it to 4 decimals); at the end
-# the adapter or every weight within 1e-5 relative L2 of LLaMA-Factory's.
+# rank and zero3 on 2. Per step: the loss (1e-6 relative), the learning rate (transformers'
+# schedule) and the gradient norm; at the end the adapter or every weight within 1e-5
+# relative L2 of LLaMA-Factory's. The norm's bound is 3e-5: torch's fp32 reduction
+# (clip_grad_norm_) reports the full model's 1.1e-5 below the norm of torch's own gradients
+# (their per-tensor norms in float64 equal ztrain's, which sums in double, to 1e-7); AdamW
+# does not see the difference (m / sqrt(v) is scale-free), and the weights agree to 3e-8.
 . "$(dirname "$0")/common.sh"
 need_h5py
 FIX="$ZT_SRCDIR/tests/reference/lf-trainer"
@@ -29,10 +32,10 @@ for s, w in sorted(want.items()):
     if g is None:
         bad.append(f"step {s}: not logged")
         continue
-    if abs(g["grad_norm"] - w["grad_norm"]) > 1e-5 * abs(w["grad_norm"]):
+    if abs(g["grad_norm"] - w["grad_norm"]) > 3e-5 * abs(w["grad_norm"]):
         bad.append(f"step {s}: grad_norm {g['grad_norm']!r} vs {w['grad_norm']!r}")
-    if abs(round(g["loss"], 4) - w["loss"]) > 1.5e-4:
-        bad.append(f"step {s}: loss {g['loss']!r} vs {w['loss']!r} (4 decimals)")
+    if abs(g["loss"] - w["loss"]) > 1e-6 * abs(w["loss"]):
+        bad.append(f"step {s}: loss {g['loss']!r} vs {w['loss']!r}")
     if abs(g["lr"] - w["learning_rate"]) > 1e-8 * max(w["learning_rate"], 1e-30) + 1e-18:
         bad.append(f"step {s}: lr {g['lr']!r} vs {w['learning_rate']!r}")
 print(f"{len(want)} steps against LLaMA-Factory's log; {len(bad)} differ")

@@ -19,7 +19,8 @@ Writes tests/reference/lf-trainer/:
                         model.safetensors (full).
 
 Run in a venv with llamafactory==0.9.5 (it brings its torch and transformers), on the CPU:
-    CUDA_VISIBLE_DEVICES= ~/.cache/lf-venv/bin/python tests/reference/make_lf_trainer_fixtures.py
+    python3 -m venv ~/.cache/lf-trainer-venv && ~/.cache/lf-trainer-venv/bin/pip install llamafactory==0.9.5
+    CUDA_VISIBLE_DEVICES= ~/.cache/lf-trainer-venv/bin/python tests/reference/make_lf_trainer_fixtures.py
 """
 import json
 import os
