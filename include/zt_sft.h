@@ -149,6 +149,9 @@ typedef struct {
     long max_samples; /* LLaMA-Factory's max_samples: each input's first records only (0 = all) */
     const zt_sft_columns_t *columns; /* a dataset_info.json entry's mapping, in place of format (NULL: format's) */
     int one_dataset; /* the inputs are one dataset (a directory's files): max_samples counts over them together */
+    long num_samples;      /* LLaMA-Factory's num_samples (0 = none), of the inputs as one dataset, before
+                            * max_samples: the records numpy's np.random.permutation / choice draw */
+    long num_samples_seed; /* the seed transformers.set_seed gave numpy's global state (LLaMA-Factory's seed) */
 } zt_sft_prep_t;
 typedef struct {
     size_t records, samples, tokens, loss_tokens, dropped;

@@ -4,9 +4,9 @@
 # evaluates on a directory entry (data.eval_dataset), and its SFT file holds the samples
 # data.format = alpaca makes of the same file (whose fixed names are that mapping): the
 # two runs train alike (1e-5). A directory is one dataset: data.max_samples counts over
-# its files together. A rerun reuses the caches; what ztrain cannot serve fails on every
-# rank with the file, the entry and the field; data.dataset and data.train_files are
-# exclusive. tests/unit/test_sft.c checks every mapping's samples against LLaMA-Factory.
+# its files together, and num_samples draws from them. A rerun reuses the caches; what
+# ztrain cannot serve fails on every rank with the file, the entry and the field;
+# data.dataset and data.train_files are exclusive. tests/unit/test_sft.c checks every mapping's samples against LLaMA-Factory.
 . "$(dirname "$0")/common.sh"
 need_h5py
 cd "$ZT_TMP" || fail "cd"
@@ -53,6 +53,14 @@ run_ztrain 2 $json data.dataset=plain train.output_dir=plain >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 $json data.dataset=shards data.max_samples=4 train.output_dir=ms >/dev/null
 assert_contains "$ZT_OUT" "dataset shards (data/shards): the first 4 records (data.max_samples = 4); 2 more not read"
+# num_samples: numpy's draws from train.seed over the directory's 6 records (the samples: test_sft)
+# shellcheck disable=SC2086
+run_ztrain 2 $json data.dataset=sampled_shards train.seed=42 train.output_dir=ns >/dev/null
+assert_contains "$ZT_OUT" "dataset sampled_shards (data/shards) -> data/shards."
+assert_contains "$ZT_OUT" "5 records, 5 samples"
+# shellcheck disable=SC2086
+expect_fail_with 2 "data/dataset_info.json: oversampled: num_samples: only one dataset may have it (sampled has)" \
+    $json data.dataset=sampled data.eval_dataset=oversampled train.output_dir=bad-ns
 for np in 1 2; do
     # shellcheck disable=SC2086
     expect_fail_with $np "data/dataset_info.json: ranked: ranking: a preference dataset: preference training is not" \
