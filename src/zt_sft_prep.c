@@ -95,6 +95,11 @@ static void select_records(inputs_t *in, int n, const zt_sft_prep_t *p)
     size_t *sel = zt_malloc(k * sizeof *sel), bytes = 0;
     zt_np_random_t rng;
     zt_np_seed(&rng, (uint32_t)p->num_samples_seed);
+    for (int d = 0; d < p->nprior; d++) { /* the draws of the datasets before */
+        size_t *skip = zt_malloc((p->prior_draws[2 * d + 1] ? p->prior_draws[2 * d + 1] : 1) * sizeof *skip);
+        zt_np_num_samples(&rng, p->prior_draws[2 * d], p->prior_draws[2 * d + 1], skip);
+        free(skip);
+    }
     zt_np_num_samples(&rng, N, k, sel);
     zt_sft_index_t ix = {.n = k, .off = zt_malloc(k * sizeof(size_t)), .len = zt_malloc(k * sizeof(size_t)),
                          .line = zt_malloc(k * sizeof(size_t)), .array = 0};
@@ -202,6 +207,22 @@ static int gather_samples(zt_comm_t *comm, zt_sft_samples_t *mine, int neat, int
     free(sn);
     free(sp);
     return 0;
+}
+
+int zt_sft_count_records(const char *const *inputs, int ninputs, size_t *count, char *err, size_t errlen)
+{
+    inputs_t in = {zt_calloc((size_t)ninputs, sizeof *in.text), zt_calloc((size_t)ninputs, sizeof *in.len),
+                   zt_calloc((size_t)ninputs, sizeof *in.mapped), zt_calloc((size_t)ninputs, sizeof *in.ix),
+                   zt_calloc((size_t)ninputs + 1, sizeof *in.first)};
+    int rc = 0;
+    *count = 0;
+    for (int k = 0; rc == 0 && k < ninputs; k++) {
+        rc = input_open(&in, k, inputs[k], err, errlen) ||
+             zt_sft_index(inputs[k], in.text[k], in.len[k], &in.ix[k], err, errlen);
+        *count += in.ix[k].n;
+    }
+    inputs_free(&in, ninputs);
+    return rc ? -1 : 0;
 }
 
 int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
@@ -405,6 +426,10 @@ int zt_sft_cache_path(const zt_sft_prep_t *p, const char *const *inputs, int nin
     if (p->num_samples > 0) {
         snprintf(buf, sizeof buf, "num_samples %ld seed %ld", p->num_samples, p->num_samples_seed);
         h = fnv_str(h, buf);
+        for (int d = 0; d < p->nprior; d++) {
+            snprintf(buf, sizeof buf, "after %zu of %zu", p->prior_draws[2 * d + 1], p->prior_draws[2 * d]);
+            h = fnv_str(h, buf);
+        }
     }
     if (p->columns) { /* likewise: caches of data.format's files keep their names */
         h = fnv_columns(fnv_str(h, p->one_dataset ? "dataset_info one dataset" : "dataset_info"), p->columns);

@@ -1352,9 +1352,18 @@ static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[
     return 0;
 }
 
+/* LLaMA-Factory's num_samples draws, in the order it loads the datasets (data.dataset's,
+ * then data.eval_dataset's), all from numpy's one global state: (records, num_samples) of
+ * each, and before[l][i], how many come before entry i of list l. */
+typedef struct {
+    size_t pairs[2 * 2 * ZT_MAX_FILES];
+    int before[2][ZT_MAX_FILES];
+} draws_t;
+
 /* data.dataset / data.eval_dataset: each dataset_info.json entry becomes one SFT sample
  * file (a directory's files together, as LLaMA-Factory loads them as one dataset). */
-static int sft_datasets(run_t *r, const zt_datasets_t *ds, char (*out)[ZT_STRLEN + 64], char *err, size_t errlen)
+static int sft_datasets(run_t *r, const zt_datasets_t *ds, const draws_t *dr, const int *before,
+                        char (*out)[ZT_STRLEN + 64], char *err, size_t errlen)
 {
     zt_sft_prep_t p = sft_options(r->cfg);
     for (int i = 0; i < ds->n; i++) {
@@ -1367,6 +1376,8 @@ static int sft_datasets(run_t *r, const zt_datasets_t *ds, char (*out)[ZT_STRLEN
         /* LLaMA-Factory's set_seed(seed) seeds numpy before the datasets load */
         p.num_samples = e->num_samples;
         p.num_samples_seed = r->cfg->train.seed;
+        p.prior_draws = dr->pairs;
+        p.nprior = before[i];
         if (sft_cache(r, &p, (const char *const *)e->files, e->nfiles, e->base, what, out[i], sizeof out[i], err,
                       errlen))
             return -1;
@@ -1374,8 +1385,9 @@ static int sft_datasets(run_t *r, const zt_datasets_t *ds, char (*out)[ZT_STRLEN
     return 0;
 }
 
-/* Both lists of dataset_info.json entries, read by every rank before any is made. */
-static int load_datasets(run_t *r, zt_datasets_t ds[2], char *err, size_t errlen)
+/* Both lists of dataset_info.json entries, read by every rank before any is made, and the
+ * sizes of those with num_samples. */
+static int load_datasets(run_t *r, zt_datasets_t ds[2], draws_t *dr, char *err, size_t errlen)
 {
     const zt_config_t *cfg = r->cfg;
     const char *names[2] = {cfg->data.dataset, cfg->data.eval_dataset};
@@ -1384,18 +1396,17 @@ static int load_datasets(run_t *r, zt_datasets_t ds[2], char *err, size_t errlen
     memset(ds, 0, 2 * sizeof *ds);
     for (int l = 0; rc == 0 && l < 2; l++)
         rc = zt_datasets_load(cfg->data.dataset_dir, names[l], &ds[l], err, errlen);
-    /* numpy's state after one dataset's draws depends on its size: only the first draw is
-     * reproduced, from the seed */
-    const char *first = NULL;
-    for (int l = 0; rc == 0 && l < 2; l++)
+    int nd = 0;
+    for (int l = 0; rc == 0 && l < 2; l++) {
+        if (ds[l].n > ZT_MAX_FILES) rc = zt_err(err, errlen, "%s: more than %d datasets", names[l], ZT_MAX_FILES);
         for (int i = 0; rc == 0 && i < ds[l].n; i++) {
-            if (ds[l].v[i].num_samples && first)
-                rc = zt_err(err, errlen, "%s/dataset_info.json: %s: num_samples: only one dataset may have it (%s "
-                                         "has): LLaMA-Factory draws the next from where numpy's state is left",
-                            cfg->data.dataset_dir, ds[l].v[i].name, first);
-            if (ds[l].v[i].num_samples) first = ds[l].v[i].name;
-            if (ds[l].n > ZT_MAX_FILES) rc = zt_err(err, errlen, "%s: more than %d datasets", names[l], ZT_MAX_FILES);
+            const zt_dataset_entry_t *e = &ds[l].v[i];
+            dr->before[l][i] = nd;
+            if (!e->num_samples) continue;
+            rc = zt_sft_count_records((const char *const *)e->files, e->nfiles, &dr->pairs[2 * nd], err, errlen);
+            dr->pairs[2 * nd++ + 1] = (size_t)e->num_samples;
         }
+    }
     return zt_agree_error(r->comm, rc, err, errlen);
 }
 
@@ -1408,8 +1419,11 @@ static int open_data(run_t *r, char *err, size_t errlen)
     int ntrain = cfg->data.n_train_files, nval = cfg->data.n_val_files;
     if (from_info) {
         zt_datasets_t ds[2];
-        int rc = load_datasets(r, ds, err, errlen);
-        if (rc == 0) rc = sft_datasets(r, &ds[0], sft[0], err, errlen) || sft_datasets(r, &ds[1], sft[1], err, errlen);
+        static draws_t dr;
+        int rc = load_datasets(r, ds, &dr, err, errlen);
+        if (rc == 0)
+            rc = sft_datasets(r, &ds[0], &dr, dr.before[0], sft[0], err, errlen) ||
+                 sft_datasets(r, &ds[1], &dr, dr.before[1], sft[1], err, errlen);
         ntrain = ds[0].n, nval = ds[1].n;
         zt_datasets_free(&ds[0]);
         zt_datasets_free(&ds[1]);

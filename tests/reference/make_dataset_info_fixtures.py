@@ -9,7 +9,7 @@ Writes tests/reference/sft/dataset_info/:
       default tags, a record's system key not mapped; sharegpt with its own list, tags
       and roles; OpenAI-style messages as sharegpt with role/content tags; a directory of
       .json and .jsonl files; num_samples (fewer records than the file's, more, over a
-      directory); and entries ztrain refuses (named only by the tests of
+      directory, two datasets drawing in turn); and entries ztrain refuses (named only by the tests of
       refusals, never loaded here);
   *.json, *.jsonl, shards/   the records;
   cases.json   per case: the data.dataset names, template, tokenizer (tests/reference/sft/tok/),
@@ -216,6 +216,8 @@ def main():
     case("oversampled", "llama3", seed=1337)
     case("sampled_shards,dialog", "qwen", seed=7)
     case("sampled_shards", "qwen", max_samples=3, seed=42)  # max_samples of what num_samples drew
+    case("sampled, plain, oversampled", "qwen", seed=42)  # the second draws from where the first left numpy
+    case("sampled_shards,sampled", "default", seed=1337, max_samples=4)
     doc = {"generator": "tests/reference/make_dataset_info_fixtures.py",
            "versions": f"llamafactory {llamafactory.__version__}, datasets {datasets.__version__}, "
                        f"transformers {transformers.__version__}",

@@ -426,7 +426,7 @@ static void t_dataset_info(void)
     json_t *d = json_load_file(fixture("dataset_info/cases.json"), 0, &je);
     if (!d) printf("\n  dataset_info/cases.json:%d: %s\n", je.line, je.text);
     json_t *cs = json_object_get(d, "cases");
-    CU_ASSERT_FATAL(json_array_size(cs) >= 17);
+    CU_ASSERT_FATAL(json_array_size(cs) >= 19);
     size_t i;
     json_t *c;
     json_array_foreach(cs, i, c) {
@@ -436,8 +436,8 @@ static void t_dataset_info(void)
         if (rc) printf("\n  %s: %s\n", names, err);
         CU_ASSERT_FATAL(rc == 0);
         json_t *ids = json_object_get(c, "input_ids"), *labels = json_object_get(c, "labels");
-        size_t k = 0;
-        int ok = 1;
+        size_t k = 0, draws[64];
+        int ok = 1, nd = 0;
         for (int e = 0; ok && e < ds.n; e++) {
             zt_sft_prep_t p = {.tokenizer = fixture(json_string_value(json_object_get(c, "tokenizer"))),
                                .template_name = json_string_value(json_object_get(c, "template")),
@@ -446,7 +446,14 @@ static void t_dataset_info(void)
                                .columns = &ds.v[e].columns,
                                .one_dataset = 1,
                                .num_samples = ds.v[e].num_samples,
-                               .num_samples_seed = (long)json_integer_value(json_object_get(c, "seed"))};
+                               .num_samples_seed = (long)json_integer_value(json_object_get(c, "seed")),
+                               .prior_draws = draws,
+                               .nprior = nd};
+            if (ds.v[e].num_samples) { /* the next draws from where this one leaves numpy's state */
+                CU_ASSERT_FATAL(nd < 32 && zt_sft_count_records((const char *const *)ds.v[e].files, ds.v[e].nfiles,
+                                                                &draws[2 * nd], err, sizeof err) == 0);
+                draws[2 * nd++ + 1] = (size_t)ds.v[e].num_samples;
+            }
             char path[256];
             snprintf(path, sizeof path, "/tmp/zt_test_dsinfo_%d.h5", (int)getpid());
             rc = zt_sft_prep(&p, (const char *const *)ds.v[e].files, ds.v[e].nfiles, path, NULL, err, sizeof err);
