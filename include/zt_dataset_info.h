@@ -22,9 +22,8 @@
  * and the chosen / rejected / kto_tag columns (preference training is not available
  * yet), the tools column (the templates here render no tool descriptions), images /
  * videos / audios (text only), formatting openai, a split other than train, an unknown
- * key (with the nearest known one), and a mapping that
- * leaves an SFT sample nothing to read (no response, no messages, no role or content
- * tag, no user or assistant tag). */
+ * key (with the nearest known one), and a mapping that leaves an SFT sample nothing to
+ * read (no response, no messages, no role or content tag, no user or assistant tag). */
 #ifndef ZT_DATASET_INFO_H
 #define ZT_DATASET_INFO_H
 
