@@ -15,16 +15,15 @@
  *    function_tag, system_tag; defaults from, value, human, gpt, observation,
  *    function_call, system, and likewise none where "tags" is given without one;
  *  - split: "train" (a local file's only split); subset and folder, which LLaMA-Factory
- *    does not use for local files, are not either.
+ *    does not use for local files, are not either;
+ *  - num_samples: the records numpy's global state draws (zt_np_random.h, zt_sft_prep_t).
  * Refused, in one line naming the file, the entry and the field: hf_hub_url, ms_hub_url,
  * om_hub_url, script_url, cloud_file_name (ztrain reads local files only), ranking: true
  * and the chosen / rejected / kto_tag columns (preference training is not available
  * yet), the tools column (the templates here render no tool descriptions), images /
- * videos / audios (text only), formatting openai, a split other than train,
- * num_samples (LLaMA-Factory draws those records with numpy's global random state, not
- * reproduced here), an unknown key (with the nearest known one), and a mapping that
- * leaves an SFT sample nothing to read (no response, no messages, no role or content
- * tag, no user or assistant tag). */
+ * videos / audios (text only), formatting openai, a split other than train, an unknown
+ * key (with the nearest known one), and a mapping that leaves an SFT sample nothing to
+ * read (no response, no messages, no role or content tag, no user or assistant tag). */
 #ifndef ZT_DATASET_INFO_H
 #define ZT_DATASET_INFO_H
 
@@ -36,6 +35,7 @@ typedef struct {
     char **files;              /* the file, or the directory's files in name order */
     int nfiles;
     zt_sft_columns_t columns;  /* strings owned here */
+    long num_samples;          /* 0: none */
 } zt_dataset_entry_t;
 
 typedef struct {

@@ -149,6 +149,12 @@ typedef struct {
     long max_samples; /* LLaMA-Factory's max_samples: each input's first records only (0 = all) */
     const zt_sft_columns_t *columns; /* a dataset_info.json entry's mapping, in place of format (NULL: format's) */
     int one_dataset; /* the inputs are one dataset (a directory's files): max_samples counts over them together */
+    long num_samples;      /* LLaMA-Factory's num_samples (0 = none), of the inputs as one dataset, before
+                            * max_samples: the records numpy's np.random.permutation / choice draw */
+    long num_samples_seed; /* the seed transformers.set_seed gave numpy's global state (LLaMA-Factory's seed) */
+    const size_t *prior_draws; /* (records, num_samples) of each dataset LLaMA-Factory draws for before this one,
+                                * in order: numpy's state has moved on by their draws */
+    int nprior;
 } zt_sft_prep_t;
 typedef struct {
     size_t records, samples, tokens, loss_tokens, dropped;
@@ -160,6 +166,10 @@ typedef struct {
 } zt_sft_prep_stats_t;
 int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
                 zt_sft_prep_stats_t *st, char *err, size_t errlen);
+
+/* The records of inputs (as zt_sft_index counts them): a dataset's size, which its
+ * num_samples draws depend on. 0, or -1 with zt_sft_index's error. */
+int zt_sft_count_records(const char *const *inputs, int ninputs, size_t *count, char *err, size_t errlen);
 
 /* zt_sft_prep over the ranks of comm's world (NULL: this process alone), collectively:
  * every rank reads and indexes the inputs, parses, templates and tokenizes its share of

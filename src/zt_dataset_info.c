@@ -178,9 +178,11 @@ static int read_files(const where_t *w, const char *dataset_dir, json_t *e, zt_d
     if ((v = json_object_get(e, "split")) && !json_is_null(v) &&
         (!json_is_string(v) || strcmp(json_string_value(v), "train") != 0))
         return bad(w, "split: a local file has the split train only (ztrain reads it whole)");
-    if ((v = json_object_get(e, "num_samples")) && !json_is_null(v))
-        return bad(w, "num_samples: LLaMA-Factory draws these records with numpy's global random state, which "
-                      "ztrain does not reproduce; select the records in the file instead");
+    if ((v = json_object_get(e, "num_samples")) && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1)
+            return bad(w, "num_samples: not a positive integer");
+        d->num_samples = (long)json_integer_value(v);
+    }
     d->base = join(dataset_dir, json_string_value(fn));
     struct stat st;
     if (stat(d->base, &st) != 0) return bad(w, "file_name: %s: %s", d->base, strerror(errno));

@@ -185,23 +185,12 @@ static const entry_t *lookup(const entry_t *t, size_t n, const char *name)
 static const char *nearest(const entry_t *t, size_t n, const char *name)
 {
     const char *best = NULL;
-    size_t bd = (size_t)-1, la = strlen(name);
+    int bd = 4; /* farther than 3 edits suggests nothing */
     for (size_t i = 0; i < n; i++) {
-        size_t lb = strlen(t[i].name), prev[96], cur[96];
-        if (la >= 95 || lb >= 95) continue;
-        for (size_t j = 0; j <= lb; j++) prev[j] = j;
-        for (size_t a = 1; a <= la; a++) {
-            cur[0] = a;
-            for (size_t j = 1; j <= lb; j++) {
-                size_t c = prev[j - 1] + (name[a - 1] != t[i].name[j - 1]);
-                c = ZT_MIN(c, prev[j] + 1);
-                cur[j] = ZT_MIN(c, cur[j - 1] + 1);
-            }
-            memcpy(prev, cur, (lb + 1) * sizeof *prev);
-        }
-        if (prev[lb] < bd) bd = prev[lb], best = t[i].name;
+        const int d = zt_levenshtein(name, t[i].name);
+        if (d < bd) bd = d, best = t[i].name;
     }
-    return bd <= 3 ? best : NULL;
+    return best;
 }
 
 typedef struct {

@@ -5,6 +5,7 @@
 #include "zt_comm.h"
 #include "zt_common.h"
 #include "zt_data.h"
+#include "zt_np_random.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,6 +83,50 @@ static void inputs_free(inputs_t *in, int n)
     free(in->mapped);
     free(in->ix);
     free(in->first);
+}
+
+/* LLaMA-Factory's num_samples (data/loader.py): the records np.random.permutation and
+ * np.random.choice draw from the dataset's (all files') records, from numpy's global state
+ * as transformers.set_seed(seed) leaves it, become in's one input: their JSON texts in the
+ * drawn order as JSON Lines (a record's line breaks are white space, blanked). */
+static void select_records(inputs_t *in, int n, const zt_sft_prep_t *p)
+{
+    const size_t N = in->first[n], k = (size_t)p->num_samples;
+    size_t *sel = zt_malloc(k * sizeof *sel), bytes = 0;
+    zt_np_random_t rng;
+    zt_np_seed(&rng, (uint32_t)p->num_samples_seed);
+    for (int d = 0; d < p->nprior; d++) { /* the draws of the datasets before */
+        size_t *skip = zt_malloc((p->prior_draws[2 * d + 1] ? p->prior_draws[2 * d + 1] : 1) * sizeof *skip);
+        zt_np_num_samples(&rng, p->prior_draws[2 * d], p->prior_draws[2 * d + 1], skip);
+        free(skip);
+    }
+    zt_np_num_samples(&rng, N, k, sel);
+    zt_sft_index_t ix = {.n = k, .off = zt_malloc(k * sizeof(size_t)), .len = zt_malloc(k * sizeof(size_t)),
+                         .line = zt_malloc(k * sizeof(size_t)), .array = 0};
+    int *file = zt_malloc(k * sizeof *file);
+    for (size_t i = 0; i < k; i++) {
+        int f = 0;
+        while (sel[i] >= in->first[f + 1]) f++;
+        file[i] = f;
+        sel[i] -= in->first[f];
+        bytes += in->ix[f].len[sel[i]] + 1;
+    }
+    char *text = zt_malloc(bytes ? bytes : 1), *e = text;
+    for (size_t i = 0; i < k; i++) {
+        const zt_sft_index_t *fx = &in->ix[file[i]];
+        ix.off[i] = (size_t)(e - text), ix.len[i] = fx->len[sel[i]], ix.line[i] = i + 1;
+        memcpy(e, in->text[file[i]] + fx->off[sel[i]], ix.len[i]);
+        for (size_t j = 0; j < ix.len[i]; j++)
+            if (e[j] == '\n' || e[j] == '\r') e[j] = ' ';
+        e += ix.len[i];
+        *e++ = '\n';
+    }
+    inputs_free(in, n);
+    *in = (inputs_t){zt_calloc(1, sizeof *in->text), zt_calloc(1, sizeof *in->len), zt_calloc(1, sizeof *in->mapped),
+                     zt_calloc(1, sizeof *in->ix), zt_calloc(2, sizeof *in->first)};
+    in->text[0] = text, in->len[0] = bytes, in->ix[0] = ix, in->first[1] = k;
+    free(sel);
+    free(file);
 }
 
 /* Records [a, b) of the concatenated files, converted; key as agree_first's. */
@@ -164,6 +209,22 @@ static int gather_samples(zt_comm_t *comm, zt_sft_samples_t *mine, int neat, int
     return 0;
 }
 
+int zt_sft_count_records(const char *const *inputs, int ninputs, size_t *count, char *err, size_t errlen)
+{
+    inputs_t in = {zt_calloc((size_t)ninputs, sizeof *in.text), zt_calloc((size_t)ninputs, sizeof *in.len),
+                   zt_calloc((size_t)ninputs, sizeof *in.mapped), zt_calloc((size_t)ninputs, sizeof *in.ix),
+                   zt_calloc((size_t)ninputs + 1, sizeof *in.first)};
+    int rc = 0;
+    *count = 0;
+    for (int k = 0; rc == 0 && k < ninputs; k++) {
+        rc = input_open(&in, k, inputs[k], err, errlen) ||
+             zt_sft_index(inputs[k], in.text[k], in.len[k], &in.ix[k], err, errlen);
+        *count += in.ix[k].n;
+    }
+    inputs_free(&in, ninputs);
+    return rc ? -1 : 0;
+}
+
 int zt_sft_prep(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *out_path,
                 zt_sft_prep_stats_t *st, char *err, size_t errlen)
 {
@@ -214,9 +275,23 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
         if (input_open(&in, k, inputs[k], read_err, sizeof read_err) ||
             zt_sft_index(inputs[k], in.text[k], in.len[k], &in.ix[k], read_err, sizeof read_err))
             nfiles = k;
-        /* LLaMA-Factory selects range(max_samples) of each dataset as loaded, before its
-         * preprocessing and the merge's shuffle: the file's first records, or the first of
-         * the files together where they are one dataset (a directory's) */
+        in.first[k + 1] = in.first[k] + in.ix[k].n;
+    }
+    int64_t mine = nfiles;
+    if (comm) zt_allreduce(comm, &comm->world, &mine, &nfiles, 1, ZT_I64, ZT_MIN);
+    /* LLaMA-Factory's num_samples, then max_samples of what it selected */
+    char sel_name[4200];
+    const char *sel_names[1] = {sel_name};
+    if (p->num_samples > 0 && nfiles == ninputs) {
+        snprintf(sel_name, sizeof sel_name, "%s%s (num_samples = %ld)", inputs[0], ninputs > 1 ? " ..." : "",
+                 p->num_samples);
+        select_records(&in, ninputs, p);
+        ninputs = 1, nfiles = mine = 1, inputs = sel_names;
+    }
+    /* LLaMA-Factory selects range(max_samples) of each dataset as loaded, before its
+     * preprocessing and the merge's shuffle: the file's first records, or the first of
+     * the files together where they are one dataset (a directory's) */
+    for (int k = 0; k < nfiles; k++) {
         const size_t before = p->one_dataset ? in.first[k] : 0;
         const size_t left = (size_t)p->max_samples > before ? (size_t)p->max_samples - before : 0;
         if (p->max_samples > 0 && in.ix[k].n > left) {
@@ -225,8 +300,6 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
         }
         in.first[k + 1] = in.first[k] + in.ix[k].n;
     }
-    const int64_t mine = nfiles;
-    if (comm) zt_allreduce(comm, &comm->world, &mine, &nfiles, 1, ZT_I64, ZT_MIN);
 
     /* this rank's records: a contiguous share of whole packing groups (one record each
      * without packing), so every group packs as it does in one process */
@@ -349,6 +422,14 @@ int zt_sft_cache_path(const zt_sft_prep_t *p, const char *const *inputs, int nin
     if (p->max_samples > 0) { /* likewise only when set: caches of whole files keep their names */
         snprintf(buf, sizeof buf, "max_samples %ld", p->max_samples);
         h = fnv_str(h, buf);
+    }
+    if (p->num_samples > 0) {
+        snprintf(buf, sizeof buf, "num_samples %ld seed %ld", p->num_samples, p->num_samples_seed);
+        h = fnv_str(h, buf);
+        for (int d = 0; d < p->nprior; d++) {
+            snprintf(buf, sizeof buf, "after %zu of %zu", p->prior_draws[2 * d + 1], p->prior_draws[2 * d]);
+            h = fnv_str(h, buf);
+        }
     }
     if (p->columns) { /* likewise: caches of data.format's files keep their names */
         h = fnv_columns(fnv_str(h, p->one_dataset ? "dataset_info one dataset" : "dataset_info"), p->columns);

@@ -1351,33 +1351,62 @@ static int sft_inputs(run_t *r, const char (*in)[ZT_STRLEN], int n, char (*out)[
     return 0;
 }
 
-/* data.dataset / data.eval_dataset: each dataset_info.json entry named becomes one SFT
- * sample file (a directory's files together, as LLaMA-Factory loads them as one dataset);
- * *n of them. Every rank reads dataset_info.json. */
-static int sft_datasets(run_t *r, const char *names, char (*out)[ZT_STRLEN + 64], int *n, char *err, size_t errlen)
+/* LLaMA-Factory's num_samples draws, in the order it loads the datasets (data.dataset's,
+ * then data.eval_dataset's), all from numpy's one global state: (records, num_samples) of
+ * each, and before[l][i], how many come before entry i of list l. */
+typedef struct {
+    size_t pairs[2 * 2 * ZT_MAX_FILES];
+    int before[2][ZT_MAX_FILES];
+} draws_t;
+
+/* data.dataset / data.eval_dataset: each dataset_info.json entry becomes one SFT sample
+ * file (a directory's files together, as LLaMA-Factory loads them as one dataset). */
+static int sft_datasets(run_t *r, const zt_datasets_t *ds, const draws_t *dr, const int *before,
+                        char (*out)[ZT_STRLEN + 64], char *err, size_t errlen)
 {
-    const zt_config_t *cfg = r->cfg;
-    zt_sft_prep_t p = sft_options(cfg);
-    zt_datasets_t ds;
-    *n = 0;
-    if (!p.tokenizer[0])
-        return zt_err(err, errlen, "data.dataset needs data.tokenizer (or model.name_or_path)");
-    if (zt_agree_error(r->comm, zt_datasets_load(cfg->data.dataset_dir, names, &ds, err, errlen), err, errlen))
-        return -1;
-    int rc = ds.n > ZT_MAX_FILES ? zt_err(err, errlen, "%s: %d datasets: at most %d", names, ds.n, ZT_MAX_FILES) : 0;
-    for (int i = 0; rc == 0 && i < ds.n; i++) {
-        const zt_dataset_entry_t *e = &ds.v[i];
+    zt_sft_prep_t p = sft_options(r->cfg);
+    for (int i = 0; i < ds->n; i++) {
+        const zt_dataset_entry_t *e = &ds->v[i];
         char what[ZT_STRLEN + 64];
         snprintf(what, sizeof what, "dataset %s (%s)", e->name, e->base);
         p.format = e->columns.format == ZT_SFT_ALPACA ? "alpaca" : "sharegpt";
         p.columns = &e->columns;
         p.one_dataset = 1;
-        rc = sft_cache(r, &p, (const char *const *)e->files, e->nfiles, e->base, what, out[i], sizeof out[i], err,
-                       errlen);
+        /* LLaMA-Factory's set_seed(seed) seeds numpy before the datasets load */
+        p.num_samples = e->num_samples;
+        p.num_samples_seed = r->cfg->train.seed;
+        p.prior_draws = dr->pairs;
+        p.nprior = before[i];
+        if (sft_cache(r, &p, (const char *const *)e->files, e->nfiles, e->base, what, out[i], sizeof out[i], err,
+                      errlen))
+            return -1;
     }
-    if (rc == 0) *n = ds.n;
-    zt_datasets_free(&ds);
-    return rc;
+    return 0;
+}
+
+/* Both lists of dataset_info.json entries, read by every rank before any is made, and the
+ * sizes of those with num_samples. */
+static int load_datasets(run_t *r, zt_datasets_t ds[2], draws_t *dr, char *err, size_t errlen)
+{
+    const zt_config_t *cfg = r->cfg;
+    const char *names[2] = {cfg->data.dataset, cfg->data.eval_dataset};
+    int rc = sft_options(cfg).tokenizer[0] ? 0 : zt_err(err, errlen, "data.dataset needs data.tokenizer (or "
+                                                                     "model.name_or_path)");
+    memset(ds, 0, 2 * sizeof *ds);
+    for (int l = 0; rc == 0 && l < 2; l++)
+        rc = zt_datasets_load(cfg->data.dataset_dir, names[l], &ds[l], err, errlen);
+    int nd = 0;
+    for (int l = 0; rc == 0 && l < 2; l++) {
+        if (ds[l].n > ZT_MAX_FILES) rc = zt_err(err, errlen, "%s: more than %d datasets", names[l], ZT_MAX_FILES);
+        for (int i = 0; rc == 0 && i < ds[l].n; i++) {
+            const zt_dataset_entry_t *e = &ds[l].v[i];
+            dr->before[l][i] = nd;
+            if (!e->num_samples) continue;
+            rc = zt_sft_count_records((const char *const *)e->files, e->nfiles, &dr->pairs[2 * nd], err, errlen);
+            dr->pairs[2 * nd++ + 1] = (size_t)e->num_samples;
+        }
+    }
+    return zt_agree_error(r->comm, rc, err, errlen);
 }
 
 static int open_data(run_t *r, char *err, size_t errlen)
@@ -1387,13 +1416,21 @@ static int open_data(run_t *r, char *err, size_t errlen)
     static char sft[2][ZT_MAX_FILES][ZT_STRLEN + 64];
     const int from_info = cfg->data.dataset[0] != 0, is_sft = from_info || strcmp(cfg->data.format, "tokens") != 0;
     int ntrain = cfg->data.n_train_files, nval = cfg->data.n_val_files;
-    if (from_info && (sft_datasets(r, cfg->data.dataset, sft[0], &ntrain, err, errlen) != 0 ||
-                      sft_datasets(r, cfg->data.eval_dataset, sft[1], &nval, err, errlen) != 0))
+    if (from_info) {
+        zt_datasets_t ds[2];
+        static draws_t dr;
+        int rc = load_datasets(r, ds, &dr, err, errlen);
+        if (rc == 0)
+            rc = sft_datasets(r, &ds[0], &dr, dr.before[0], sft[0], err, errlen) ||
+                 sft_datasets(r, &ds[1], &dr, dr.before[1], sft[1], err, errlen);
+        ntrain = ds[0].n, nval = ds[1].n;
+        zt_datasets_free(&ds[0]);
+        zt_datasets_free(&ds[1]);
+        if (rc) return -1;
+    } else if (is_sft && (sft_inputs(r, cfg->data.train_files, cfg->data.n_train_files, sft[0], err, errlen) != 0 ||
+                          sft_inputs(r, cfg->data.val_files, cfg->data.n_val_files, sft[1], err, errlen) != 0)) {
         return -1;
-    if (!from_info && is_sft &&
-        (sft_inputs(r, cfg->data.train_files, cfg->data.n_train_files, sft[0], err, errlen) != 0 ||
-         sft_inputs(r, cfg->data.val_files, cfg->data.n_val_files, sft[1], err, errlen) != 0))
-        return -1;
+    }
     for (int i = 0; i < ntrain; i++) files[i] = is_sft ? sft[0][i] : cfg->data.train_files[i];
     r->train = zt_data_open(files, ntrain, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
     if (!r->train) return -1;

@@ -230,7 +230,7 @@ int main(int argc, char **argv)
         if (!tokpath) return fail("--format %s needs --tokenizer", format);
         if (vocab || bin || sep || eot_between) return fail("--bpe, --bin, --eot-* do not apply to --format %s", format);
         zt_sft_prep_t p = {tokpath, format, template_name, cutoff_len, train_on_prompt, mask_history, packing, neat,
-                           max_samples, NULL, 0};
+                           max_samples, NULL, 0, 0, 0, NULL, 0};
         zt_sft_prep_stats_t st;
         if (zt_sft_prep(&p, inputs, ninputs, out, &st, err, sizeof err) != 0) return fail("%s", err);
         printf("zt-prep-data: %zu records -> %s: %zu samples, %zu tokens (%zu with loss)%s; %.0f tokens/s\n",

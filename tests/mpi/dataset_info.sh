@@ -4,9 +4,11 @@
 # evaluates on a directory entry (data.eval_dataset), and its SFT file holds the samples
 # data.format = alpaca makes of the same file (whose fixed names are that mapping): the
 # two runs train alike (1e-5). A directory is one dataset: data.max_samples counts over
-# its files together. A rerun reuses the caches; what ztrain cannot serve fails on every
-# rank with the file, the entry and the field; data.dataset and data.train_files are
-# exclusive. tests/unit/test_sft.c checks every mapping's samples against LLaMA-Factory.
+# its files together, and num_samples draws from them, the evaluation's after the training's
+# as in LLaMA-Factory (its fixture's samples). A rerun reuses the caches; what
+# ztrain cannot serve fails on every rank with the file, the entry and the field;
+# data.dataset and data.train_files are exclusive. tests/unit/test_sft.c checks every
+# mapping's samples against LLaMA-Factory.
 . "$(dirname "$0")/common.sh"
 need_h5py
 cd "$ZT_TMP" || fail "cd"
@@ -53,6 +55,32 @@ run_ztrain 2 $json data.dataset=plain train.output_dir=plain >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 $json data.dataset=shards data.max_samples=4 train.output_dir=ms >/dev/null
 assert_contains "$ZT_OUT" "dataset shards (data/shards): the first 4 records (data.max_samples = 4); 2 more not read"
+# num_samples: numpy's draws from train.seed over the directory's 6 records (the samples: test_sft)
+# shellcheck disable=SC2086
+run_ztrain 2 $json data.dataset=sampled_shards train.seed=42 train.output_dir=ns >/dev/null
+assert_contains "$ZT_OUT" "dataset sampled_shards (data/shards) -> data/shards."
+assert_contains "$ZT_OUT" "5 records, 5 samples"
+# the evaluation's draws follow the training's, from one numpy state: its samples are those
+# of the training datasets drawn in turn ("sampled, oversampled" in test_sft's fixture)
+# shellcheck disable=SC2086
+run_ztrain 2 $json data.dataset=sampled data.eval_dataset=oversampled train.seed=42 train.output_dir=ns2 >/dev/null
+assert_contains "$ZT_OUT" "dataset oversampled (data/custom.json) -> data/custom.json."
+assert_contains "$ZT_OUT" "7 records, 7 samples"
+assert_contains "$ZT_OUT" "validation loss"
+evalcache=$(sed -n 's/.*dataset oversampled (data\/custom.json) -> \([^:]*\):.*/\1/p' "$ZT_OUT" | head -1)
+"$PY" - "$evalcache" "$SF/dataset_info/cases.json" <<'PYEOF' || fail "the evaluation's num_samples draws are not LLaMA-Factory's"
+import json, sys, h5py
+f = h5py.File(sys.argv[1], "r")
+case = next(c for c in json.load(open(sys.argv[2]))["cases"] if c["dataset"] == "sampled, plain, oversampled")
+off, ids, labels = f["sample_offsets"][:], f["input_ids"][:], f["labels"][:]
+got = [(ids[a:b].tolist(), labels[a:b].tolist()) for a, b in zip(off[:-1], off[1:])]
+want = list(zip(case["input_ids"], case["labels"]))[-7:]  # oversampled's, after sampled's draws
+print("evaluation samples:", len(got), "equal" if got == want else "DIFFERENT")
+sys.exit(got != want)
+PYEOF
+# shellcheck disable=SC2086
+run_ztrain 1 $json data.dataset=oversampled train.seed=42 train.output_dir=ns3 >/dev/null
+[ "$(ls data/custom.json.*.sft.h5 | wc -l)" -eq 2 ] || fail "the draws before a dataset's did not name its cache"
 for np in 1 2; do
     # shellcheck disable=SC2086
     expect_fail_with $np "data/dataset_info.json: ranked: ranking: a preference dataset: preference training is not" \

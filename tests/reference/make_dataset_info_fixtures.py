@@ -8,11 +8,13 @@ Writes tests/reference/sft/dataset_info/:
       columns (the others not read, input included); sharegpt with LLaMA-Factory's
       default tags, a record's system key not mapped; sharegpt with its own list, tags
       and roles; OpenAI-style messages as sharegpt with role/content tags; a directory of
-      .json and .jsonl files; and entries ztrain refuses (named only by the tests of
+      .json and .jsonl files; num_samples (fewer records than the file's, more, over a
+      directory, two datasets drawing in turn); and entries ztrain refuses (named only by the tests of
       refusals, never loaded here);
   *.json, *.jsonl, shards/   the records;
   cases.json   per case: the data.dataset names, template, tokenizer (tests/reference/sft/tok/),
-      cutoff_len, max_samples and LLaMA-Factory's input_ids / labels: its own
+      cutoff_len, max_samples (the num_samples cases: seed, what transformers.set_seed gives
+      numpy before the datasets load, as get_train_args does) and LLaMA-Factory's input_ids / labels: its own
       get_dataset_list, _load_single_dataset (which applies max_samples and aligns with
       its converters), concatenated in data.dataset's order as merge_dataset does, and
       SupervisedDatasetProcessor with its template.
@@ -108,6 +110,10 @@ INFO = {
                  "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
                           "assistant_tag": "assistant", "system_tag": "system"}},
     "shards": {"file_name": "shards", "split": "train", "subset": None, "folder": None},
+    # num_samples: numpy's draws from the seed (fewer than the records, more, over a directory)
+    "sampled": {"file_name": "plain.jsonl", "num_samples": 2},
+    "oversampled": {"file_name": "custom.json", "columns": ALPACA_MAPPED, "num_samples": 7},
+    "sampled_shards": {"file_name": "shards", "num_samples": 5},
     # refused by ztrain, one line naming the entry and the field (tests/unit/test_sft.c)
     "hub": {"hf_hub_url": "someone/some-data"},
     "hub_and_file": {"file_name": "plain.jsonl", "ms_hub_url": "someone/some-data"},
@@ -121,7 +127,7 @@ INFO = {
     "tools": {"file_name": "sharegpt.json", "formatting": "sharegpt", "columns": {"messages": "conversations",
                                                                                   "tools": "tools"}},
     "openai": {"file_name": "messages.json", "formatting": "openai"},
-    "sampled": {"file_name": "plain.jsonl", "num_samples": 2},
+    "bad_samples": {"file_name": "plain.jsonl", "num_samples": 0},
     "test_split": {"file_name": "plain.jsonl", "split": "test"},
     "typo": {"file_name": "plain.jsonl", "colums": {"prompt": "instruction"}},
     "column_typo": {"file_name": "plain.jsonl", "columns": {"promt": "instruction", "response": "output"}},
@@ -160,7 +166,7 @@ def write_data():
         f.write("\n")
 
 
-def lf_samples(names, template_name, cutoff_len, max_samples=None):
+def lf_samples(names, template_name, cutoff_len, max_samples=None, seed=42):
     tok_name = sft.TEMPLATE_TOKENIZER[template_name]
     tokenizer = sft.hf_tokenizer(tok_name)
     data_args = SimpleNamespace(template=template_name, train_on_prompt=False, mask_history=False,
@@ -174,6 +180,7 @@ def lf_samples(names, template_name, cutoff_len, max_samples=None):
     template = get_template_and_fix_tokenizer(tokenizer, data_args)
     proc = SupervisedDatasetProcessor(template=template, tokenizer=tokenizer, processor=None, data_args=data_args)
     ids, labels = [], []
+    transformers.set_seed(seed)  # get_train_args seeds numpy's global state before the datasets load
     for attr in get_dataset_list([n.strip() for n in names.split(",")], OUT):
         aligned = _load_single_dataset(attr, model_args, data_args, training_args)  # merge_dataset: concat
         part = proc.preprocess_dataset(aligned[:])
@@ -188,11 +195,14 @@ def main():
     write_data()
     cases = []
 
-    def case(names, template_name, cutoff_len=1024, max_samples=None):
-        ids, labels = lf_samples(names, template_name, cutoff_len, max_samples)
-        cases.append({"dataset": names, "template": template_name,
-                      "tokenizer": "tok/" + sft.TEMPLATE_TOKENIZER[template_name], "cutoff_len": cutoff_len,
-                      "max_samples": max_samples or 0, "input_ids": ids, "labels": labels})
+    def case(names, template_name, cutoff_len=1024, max_samples=None, seed=None):
+        ids, labels = lf_samples(names, template_name, cutoff_len, max_samples, seed or 42)
+        c = {"dataset": names, "template": template_name,
+             "tokenizer": "tok/" + sft.TEMPLATE_TOKENIZER[template_name], "cutoff_len": cutoff_len,
+             "max_samples": max_samples or 0, "input_ids": ids, "labels": labels}
+        if seed is not None:  # the num_samples cases: LLaMA-Factory's seed (train.seed)
+            c["seed"] = seed
+        cases.append(c)
 
     for names in ("custom", "plain", "plain_mapped", "plain_partial", "sharegpt_default", "dialog", "messages",
                   "shards"):
@@ -201,6 +211,13 @@ def main():
     case("custom", "qwen", cutoff_len=24)
     case("shards", "qwen", max_samples=4)  # the directory's first 4 records: across its files
     case("plain,shards", "default", max_samples=2)  # per dataset
+    case("sampled", "qwen", seed=42)
+    case("plain, oversampled", "qwen", seed=42)
+    case("oversampled", "llama3", seed=1337)
+    case("sampled_shards,dialog", "qwen", seed=7)
+    case("sampled_shards", "qwen", max_samples=3, seed=42)  # max_samples of what num_samples drew
+    case("sampled, plain, oversampled", "qwen", seed=42)  # the second draws from where the first left numpy
+    case("sampled_shards,sampled", "default", seed=1337, max_samples=4)
     doc = {"generator": "tests/reference/make_dataset_info_fixtures.py",
            "versions": f"llamafactory {llamafactory.__version__}, datasets {datasets.__version__}, "
                        f"transformers {transformers.__version__}",

@@ -11,6 +11,7 @@
 #include "zt_common.h"
 #include "zt_data.h"
 #include "zt_dataset_info.h"
+#include "zt_np_random.h"
 #include "zt_sft.h"
 #include "zt_template.h"
 #include "zt_test.h"
@@ -417,15 +418,15 @@ static void *h5_read(hid_t f, const char *name, hid_t type, size_t elem, size_t 
 /* tests/reference/sft/dataset_info/cases.json (make_dataset_info_fixtures.py): every
  * data.dataset of a case through zt_datasets_load and zt_sft_prep, as the trainer makes
  * each entry's sample file, concatenated in the names' order = LLaMA-Factory's samples
- * (its get_dataset_list, _load_single_dataset with max_samples, converters, supervised
- * processor). */
+ * (its get_dataset_list, _load_single_dataset with num_samples' numpy draws from the
+ * case's seed and max_samples, converters, supervised processor). */
 static void t_dataset_info(void)
 {
     json_error_t je;
     json_t *d = json_load_file(fixture("dataset_info/cases.json"), 0, &je);
     if (!d) printf("\n  dataset_info/cases.json:%d: %s\n", je.line, je.text);
     json_t *cs = json_object_get(d, "cases");
-    CU_ASSERT_FATAL(json_array_size(cs) >= 10);
+    CU_ASSERT_FATAL(json_array_size(cs) >= 19);
     size_t i;
     json_t *c;
     json_array_foreach(cs, i, c) {
@@ -435,15 +436,24 @@ static void t_dataset_info(void)
         if (rc) printf("\n  %s: %s\n", names, err);
         CU_ASSERT_FATAL(rc == 0);
         json_t *ids = json_object_get(c, "input_ids"), *labels = json_object_get(c, "labels");
-        size_t k = 0;
-        int ok = 1;
+        size_t k = 0, draws[64];
+        int ok = 1, nd = 0;
         for (int e = 0; ok && e < ds.n; e++) {
             zt_sft_prep_t p = {.tokenizer = fixture(json_string_value(json_object_get(c, "tokenizer"))),
                                .template_name = json_string_value(json_object_get(c, "template")),
                                .cutoff_len = (int)json_integer_value(json_object_get(c, "cutoff_len")),
                                .max_samples = (long)json_integer_value(json_object_get(c, "max_samples")),
                                .columns = &ds.v[e].columns,
-                               .one_dataset = 1};
+                               .one_dataset = 1,
+                               .num_samples = ds.v[e].num_samples,
+                               .num_samples_seed = (long)json_integer_value(json_object_get(c, "seed")),
+                               .prior_draws = draws,
+                               .nprior = nd};
+            if (ds.v[e].num_samples) { /* the next draws from where this one leaves numpy's state */
+                CU_ASSERT_FATAL(nd < 32 && zt_sft_count_records((const char *const *)ds.v[e].files, ds.v[e].nfiles,
+                                                                &draws[2 * nd], err, sizeof err) == 0);
+                draws[2 * nd++ + 1] = (size_t)ds.v[e].num_samples;
+            }
             char path[256];
             snprintf(path, sizeof path, "/tmp/zt_test_dsinfo_%d.h5", (int)getpid());
             rc = zt_sft_prep(&p, (const char *const *)ds.v[e].files, ds.v[e].nfiles, path, NULL, err, sizeof err);
@@ -501,7 +511,7 @@ static void t_dataset_info_refusals(void)
         {"tools", "tools: columns.tools: tool descriptions are not supported"},
         {"openai", "openai: formatting 'openai': not read by ztrain"},
         {"yaml_format", "yaml_format: formatting 'yaml': expected alpaca or sharegpt"},
-        {"sampled", "sampled: num_samples: LLaMA-Factory draws these records with numpy's"},
+        {"bad_samples", "bad_samples: num_samples: not a positive integer"},
         {"test_split", "test_split: split: a local file has the split train only"},
         {"typo", "typo: 'colums': not a key LLaMA-Factory reads (did you mean 'columns'?)"},
         {"column_typo", "column_typo: columns: 'promt': not a key LLaMA-Factory reads (did you mean 'prompt'?)"},
@@ -554,6 +564,24 @@ static void t_dataset_info_refusals(void)
               strstr(err, "/nonexistent/dataset_info.json"));
 }
 
+/* numpy's own numbers (numpy 2.4.6): np.random.seed(42); np.random.permutation(10);
+ * np.random.choice(10, 5) — and permutation(100000)[:5], whose draws are rejected above
+ * a 17-bit mask */
+static void t_np_random(void)
+{
+    static const size_t want[15] = {8, 1, 5, 0, 7, 2, 9, 4, 3, 6, 2, 6, 7, 4, 3};
+    static const size_t big[5] = {75721, 80184, 19864, 76699, 92991};
+    size_t got[15], *many = zt_malloc(100000 * sizeof *many);
+    zt_np_random_t r;
+    zt_np_seed(&r, 42);
+    zt_np_num_samples(&r, 10, 15, got);
+    CU_ASSERT(memcmp(got, want, sizeof want) == 0);
+    zt_np_seed(&r, 42);
+    zt_np_num_samples(&r, 100000, 5, many);
+    CU_ASSERT(memcmp(many, big, sizeof big) == 0);
+    free(many);
+}
+
 static const zt_test_t tests[] = {
     {"LLaMA-Factory input_ids and labels, every template and option", t_cases},
     {"neat-packed rows = LLaMA-Factory's ids, attention_mask, position_ids", t_neat_rows},
@@ -562,6 +590,7 @@ static const zt_test_t tests[] = {
     {"bad data: one line naming file, record and key", t_bad_data},
     {"special tokens the template needs", t_special_ids},
     {"records indexed and parsed in shares, as the ranks do", t_index_ranges},
+    {"numpy's legacy permutation and choice", t_np_random},
     {"dataset_info.json entries = LLaMA-Factory's samples, every mapping", t_dataset_info},
     {"dataset_info.json: what ztrain cannot serve, one line naming entry and field", t_dataset_info_refusals},
     {NULL, NULL},
