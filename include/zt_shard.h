@@ -24,21 +24,7 @@
 #include "zt_backend.h"
 #include "zt_comm.h"
 #include "zt_params.h"
-
-typedef enum {
-    ZT_DDP = 0, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3, ZT_HYBRID, ZT_HYBRID_ZERO2,
-    ZT_STRATEGY_N
-} zt_strategy_t;
-typedef enum { ZT_LAYOUT_FLAT = 0, ZT_LAYOUT_PER_PARAM = 1 } zt_layout_t;
-
-/* Parses a strategy name or alias; -1 if unknown. "auto" is resolved by the caller. */
-int zt_strategy_parse(const char *name);
-const char *zt_strategy_name(zt_strategy_t s);
-/* Do parameters/gradients/optimizer state live sharded between steps? */
-int zt_strategy_shards_params(zt_strategy_t s);
-int zt_strategy_shards_grads(zt_strategy_t s);
-int zt_strategy_shards_optim(zt_strategy_t s);
-int zt_strategy_is_hybrid(zt_strategy_t s);
+#include "zt_plan.h" /* zt_strategy_t, zt_layout_t and what each strategy shards */
 
 /* A contiguous run of one unit's flat buffer. */
 typedef struct zt_segment { size_t off, len; } zt_segment_t;

@@ -165,15 +165,17 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_
     return 0;
 }
 
-int zt_comm_node_ranks(MPI_Comm world)
+int zt_comm_node_ranks(MPI_Comm world, int *uniform)
 {
     MPI_Comm node;
-    int me = 0, n = 0, mn = 0;
+    int me = 0, n = 0, mn = 0, mx = 0;
     ZT_MPI(MPI_Comm_rank(world, &me));
     ZT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node));
     ZT_MPI(MPI_Comm_size(node, &n));
     ZT_MPI(MPI_Comm_free(&node));
     ZT_MPI(MPI_Allreduce(&n, &mn, 1, MPI_INT, MPI_MIN, world));
+    ZT_MPI(MPI_Allreduce(&n, &mx, 1, MPI_INT, MPI_MAX, world));
+    *uniform = mn == mx;
     return mn;
 }
 

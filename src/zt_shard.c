@@ -143,34 +143,6 @@ struct zt_shard {
     int ncache;
 };
 
-/* ---- strategy table -------------------------------------------------------- */
-
-static const struct { const char *name; int s; } strategy_names[] = {
-    {"ddp", ZT_DDP}, {"zero0", ZT_DDP}, {"no_shard", ZT_DDP},
-    {"zero1", ZT_ZERO1}, {"zero2", ZT_ZERO2}, {"shard_grad_op", ZT_SHARD_GRAD_OP},
-    {"zero3", ZT_ZERO3}, {"full_shard", ZT_ZERO3},
-    {"hybrid_shard", ZT_HYBRID}, {"hybrid_shard_zero2", ZT_HYBRID_ZERO2},
-};
-
-int zt_strategy_parse(const char *name)
-{
-    for (size_t i = 0; i < sizeof strategy_names / sizeof *strategy_names; i++)
-        if (strcmp(name, strategy_names[i].name) == 0) return strategy_names[i].s;
-    return -1;
-}
-
-const char *zt_strategy_name(zt_strategy_t s)
-{
-    static const char *n[] = {"ddp", "zero1", "zero2", "shard_grad_op", "zero3",
-                              "hybrid_shard", "hybrid_shard_zero2"};
-    return (unsigned)s < ZT_STRATEGY_N ? n[s] : "?";
-}
-
-int zt_strategy_shards_params(zt_strategy_t s) { return s >= ZT_SHARD_GRAD_OP; }
-int zt_strategy_shards_grads(zt_strategy_t s) { return s >= ZT_ZERO2; }
-int zt_strategy_shards_optim(zt_strategy_t s) { return s != ZT_DDP; }
-int zt_strategy_is_hybrid(zt_strategy_t s) { return s == ZT_HYBRID || s == ZT_HYBRID_ZERO2; }
-
 /* zero3 and hybrid_shard free a unit right after its forward (when
  * reshard_after_forward); shard_grad_op keeps it from forward to backward. */
 static int frees_after_forward(const zt_shard_t *s)
