@@ -308,7 +308,8 @@ static const zkey_t schema[] = {
        "flat: each unit's parameters in one padded buffer, each rank owns a contiguous slice (ZeRO, FSDP1). "
        "per_param: every parameter split along dim 0 (FSDP2)."),
     KI("parallel.shard_group_size", parallel.shard_group_size, 0, 0, 1 << 24,
-       "Ranks per shard group for the hybrid strategies; 0 = the ranks of one node. Must divide the world size."),
+       "Ranks per shard group for the hybrid strategies, counted in the sp x dp ranks of one tp position; 0 = "
+       "those of one node. Must divide them, and be a multiple of parallel.sequence_parallel_size."),
     KI("parallel.tensor_parallel_size", parallel.tensor_parallel_size, 1, 1, 1 << 16,
        "Tensor parallelism (Megatron, DeepSpeed AutoTP): ranks that split each block's GEMMs (q/k/v, gate/up, "
        "c_attn, c_fc by output; o, down, c_proj by input) and the vocabulary of the embedding and head. "
@@ -357,7 +358,8 @@ static const zkey_t schema[] = {
        "sharded; meant for the cuda backend (on the cpu backend it is the same memory, and results are "
        "bit-identical)."),
     KE("parallel.offload_param", parallel.offload_param, "none", offloads,
-       "zero3 family, with offload_optimizer = cpu: keep the owned parameter shards in host memory too and "
+       "Strategies that shard parameters (shard_grad_op, zero3, hybrid_shard, hybrid_shard_zero2; auto where it "
+       "picks one), with offload_optimizer = cpu: keep the owned parameter shards in host memory too and "
        "upload each unit's shard just before it is gathered (ZeRO-Infinity's parameter offload)."),
     KE("parallel.nonfinite", parallel.nonfinite, "abort", nonfinites,
        "What a NaN/Inf loss or gradient norm does: abort the job (naming step and rank), or skip the optimizer "
