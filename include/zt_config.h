@@ -153,7 +153,7 @@ typedef struct zt_config {
     struct {                    /* for testing only */
         int rank;               /* -1 = off */
         long step;
-        char kind[16];          /* stall | kill | nan | data */
+        int kind;               /* ZT_FAULT_* (zt_watchdog.h): none | stall | kill | nan | data | save_kill */
     } fault;
 
     char source[ZT_STRLEN];     /* file the config came from */

@@ -14,6 +14,7 @@
 #include "zt_config.h"
 #include "zt_backend.h"
 #include "zt_template.h"
+#include "zt_watchdog.h"
 
 #include "zt_common.h"
 
@@ -98,6 +99,9 @@ static const zname_t matmuls[] = {{"auto", ZT_MATMUL_AUTO}, {"highest", ZT_MATMU
                                   {"medium", ZT_MATMUL_MEDIUM}, {NULL, 0}};
 static const zname_t finetunings[] = {{"full", ZT_FT_FULL}, {"lora", ZT_FT_LORA}, {NULL, 0}};
 static const zname_t ckpt_formats[] = {{"consolidated", ZT_CKPT_CONSOLIDATED}, {"sharded", ZT_CKPT_SHARDED}, {NULL, 0}};
+static const zname_t fault_kinds[] = {{"none", ZT_FAULT_NONE}, {"stall", ZT_FAULT_STALL}, {"kill", ZT_FAULT_KILL},
+                                      {"nan", ZT_FAULT_NAN}, {"data", ZT_FAULT_DATA},
+                                      {"save_kill", ZT_FAULT_SAVE_KILL}, {NULL, 0}};
 static const zname_t hf_dtypes[] = {{"auto", ZT_HF_DTYPE_AUTO}, {"bf16", ZT_HF_DTYPE_BF16}, {"fp32", ZT_HF_DTYPE_FP32},
                                     {NULL, 0}};
 
@@ -433,7 +437,7 @@ static const zkey_t schema[] = {
     /* fault */
     KI("fault.rank", fault.rank, -1, -1, 1 << 24, "Rank that injects the fault; -1 = no fault injection."),
     KL("fault.step", fault.step, 0, 0, BIG_LONG, "Step at which the fault is injected (1-based, as numbered in the progress lines)."),
-    KS("fault.kind", fault.kind, "none", "none|stall|kill|nan|data|save_kill",
+    KE("fault.kind", fault.kind, "none", fault_kinds,
        "stall: the rank stops responding (tests the watchdog); kill: the rank exits; nan: its gradients become "
        "NaN; data: its data file reads fail; save_kill: the rank is killed inside the save of the checkpoint of "
        "fault.step, after part of the temporary file was written."),
@@ -1131,9 +1135,9 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
         return zt_err(err, errlen, "train.min_loss_scale (%g) exceeds the initial loss scale 2^%d "
                                    "(train.initial_scale_power)", cfg->train.min_loss_scale,
                       cfg->train.initial_scale_power);
-    if (strcmp(cfg->fault.kind, "none") != 0 && cfg->fault.rank < 0)
+    if (cfg->fault.kind != ZT_FAULT_NONE && cfg->fault.rank < 0)
         return zt_err(err, errlen, "fault.kind is '%s' but fault.rank is -1 (set the rank that injects it)",
-                      cfg->fault.kind);
+                      zt_config_enum_name("fault.kind", cfg->fault.kind));
     /* the parallel keys' rules, with the world and the model's shape: zt_plan_build */
     return 0;
 }

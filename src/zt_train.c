@@ -844,7 +844,7 @@ static int save_checkpoint(run_t *r)
     }
     char err[ZT_ERRLEN] = "";
     zt_watchdog_mark("checkpoint save", -1, r->step);
-    if (zt_ckpt_save(cfg->train.output_dir, &meta, r->config_text, zt_config_enum_name("checkpoint.format", cfg->checkpoint.format),
+    if (zt_ckpt_save(cfg->train.output_dir, &meta, r->config_text, cfg->checkpoint.format == ZT_CKPT_SHARDED,
                      cfg->checkpoint.keep_last, r->shard, r->table, r->comm, err, sizeof err) != 0) {
         zt_log_error("checkpoint at step %ld failed: %s", r->step, err);
         return -1;
@@ -1088,8 +1088,8 @@ static int run_loop(run_t *r)
     const zt_config_t *cfg = r->cfg;
     zt_comm_t *c = r->comm;
     const int sched = zt_sched_parse(cfg->optim.lr_scheduler_type);
-    const int fault = zt_fault_parse(cfg->fault.kind);
-    if (!strcmp(cfg->fault.kind, "save_kill")) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
+    const int fault = cfg->fault.kind;
+    if (fault == ZT_FAULT_SAVE_KILL) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
     const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T; /* BTs: a micro-step's segments */
     /* a token stream: every position carries a loss */
     const int sft = zt_data_is_sft(r->train);

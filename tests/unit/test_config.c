@@ -6,6 +6,7 @@
 #include "zt_common.h"
 #include "zt_config.h"
 #include "zt_test.h"
+#include "zt_watchdog.h"
 
 #include <string.h>
 
@@ -46,7 +47,7 @@ static void t_defaults_valid(void)
     CU_ASSERT_EQUAL(cfg.parallel.reshard_after_forward, 1);
     CU_ASSERT_STRING_EQUAL(cfg.checkpoint.resume, "none");
     CU_ASSERT_EQUAL(cfg.fault.rank, -1);
-    CU_ASSERT_STRING_EQUAL(cfg.fault.kind, "none");
+    CU_ASSERT_EQUAL(cfg.fault.kind, ZT_FAULT_NONE);
     /* NULL text = defaults only */
     CU_ASSERT_EQUAL(parse(NULL, 0, NULL), 0);
     CU_ASSERT_STRING_EQUAL(cfg.source, "in.cfg");
@@ -267,6 +268,13 @@ static void t_enum_values(void)
     char *bad[] = {"checkpoint.hf_dtype=fp16"};
     CU_ASSERT_EQUAL(parse(NULL, 1, bad), -1);
     CU_ASSERT_STRING_EQUAL(err, "command line: checkpoint.hf_dtype: 'fp16' must be one of: auto, bf16, fp32");
+    /* fault.kind: the watchdog's kinds and the checkpoint writer's */
+    char *fk[] = {"fault.rank=0", "fault.kind=save_kill"};
+    CU_ASSERT_EQUAL(parse(NULL, 2, fk), 0);
+    CU_ASSERT_EQUAL(cfg.fault.kind, ZT_FAULT_SAVE_KILL);
+    char *stal[] = {"fault.rank=0", "fault.kind=stal"};
+    CU_ASSERT_EQUAL(parse(NULL, 2, stal), -1);
+    ASSERT_ERR("fault.kind: 'stal' must be one of: none, stall, kill, nan, data, save_kill");
 }
 
 static void t_syntax_error(void)
