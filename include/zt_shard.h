@@ -49,13 +49,12 @@ typedef struct zt_shard_opts {
     zt_layout_t layout;
     int reshard_after_forward;
     size_t bucket_bytes;
-    int reduce_bf16;        /* communicate gradients in bf16 */
-    int reduce_fp16;        /* communicate gradients in fp16 (exclusive with reduce_bf16) */
-    int bf16;               /* working params/grads in bf16 (communicated in bf16) */
+    zt_precision_t param_dtype;  /* working params (gathered in it): fp32, or bf16 / fp16 beside an
+                                  * fp32 master; fp16: the gradients the optimizer sees are
+                                  * rounded to fp16 */
+    zt_precision_t reduce_dtype; /* gradients communicated and reduced in it */
     int offload_optim;      /* fp32 master, Adam moments and the AdamW step in host memory */
     int offload_param;      /* + parameter shards in host memory (parameter-sharding strategies) */
-    int fp16;               /* working params in fp16, the gradients the optimizer
-                             * sees rounded to fp16 (exclusive with bf16) */
     uint64_t seed;          /* for initialization */
 } zt_shard_opts_t;
 

@@ -127,12 +127,10 @@ static void fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_st
     o->layout = p->layout;
     o->reshard_after_forward = cfg->parallel.reshard_after_forward;
     o->bucket_bytes = (size_t)(cfg->parallel.bucket_size_mb * 1024.0 * 1024.0);
-    o->reduce_bf16 = p->reduce_dtype == ZT_PREC_BF16;
-    o->reduce_fp16 = p->reduce_dtype == ZT_PREC_FP16;
-    o->bf16 = p->param_dtype == ZT_PREC_BF16;
+    o->param_dtype = p->param_dtype;
+    o->reduce_dtype = p->reduce_dtype;
     o->offload_optim = p->offload_optimizer == ZT_OFFLOAD_CPU;
     o->offload_param = p->offload_param == ZT_OFFLOAD_CPU;
-    o->fp16 = p->param_dtype == ZT_PREC_FP16;
     o->seed = (uint64_t)cfg->train.seed;
 }
 

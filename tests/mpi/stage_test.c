@@ -187,11 +187,11 @@ int main(int argc, char **argv)
     zt_shard_opts_t o = od;
     check_offload(&c, &late, t, o, 0, "ddp");
     o.strategy = ZT_ZERO2;
-    o.bf16 = 1;
+    o.param_dtype = ZT_PREC_BF16;
     check_offload(&c, &late, t, o, 0, "zero2 bf16");
-    o.reduce_bf16 = 1;
+    o.reduce_dtype = ZT_PREC_BF16;
     check_offload(&c, &late, t, o, 0, "zero2 bf16 reduce_bf16");
-    o.reduce_bf16 = 0;
+    o.reduce_dtype = ZT_PREC_FP32;
     o.strategy = ZT_ZERO1;
     o.layout = ZT_LAYOUT_PER_PARAM;
     check_offload(&c, &late, t, o, 0, "zero1 per_param bf16");
