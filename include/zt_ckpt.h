@@ -43,10 +43,10 @@ typedef struct zt_ckpt_meta {
     double save_seconds, load_seconds, bytes;   /* filled by save/load for reporting */
 } zt_ckpt_meta_t;
 
-/* Collective over comm->world. format: "consolidated" or "sharded".
+/* Collective over comm->world. sharded: 0 = the consolidated format, 1 = sharded.
  * keep_last > 0 removes older checkpoints after the new one is complete.
  * Returns 0, or -1 with err on every rank (nothing replaced on failure). */
-int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text, const char *format,
+int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text, int sharded,
                  int keep_last, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm,
                  char *err, size_t errlen);
 
@@ -72,12 +72,12 @@ int zt_ckpt_find_latest(const char *dir, char *path, size_t len);
 
 /* Collective over comm. Writes the element ranges in segs (disjoint across
  * ranks, covering every parameter of t) as checkpoint "<dir>/ckpt-<step>.h5"
- * (format "consolidated") or "<dir>/ckpt-<step>.shards" ("sharded"), moves
+ * (consolidated, sharded 0) or "<dir>/ckpt-<step>.shards" (sharded 1), moves
  * "latest", applies keep_last. Optimizer groups are written when every segment
  * has exp_avg/exp_avg_sq (else a weights-only checkpoint). meta is taken from
  * rank 0; meta->bytes and meta->save_seconds are filled on every rank. */
 int zt_ckpt_write_segments(const char *dir, zt_ckpt_meta_t *meta, const char *config_text,
-                           const char *format, int keep_last, const zt_io_seg_t *segs, int nsegs,
+                           int sharded, int keep_last, const zt_io_seg_t *segs, int nsegs,
                            const zt_param_table_t *t, MPI_Comm comm, char *err, size_t errlen);
 /* Collective over comm. Fills segs (which may overlap across ranks) from the
  * checkpoint at path (a .h5 file, a .shards directory, or a directory with

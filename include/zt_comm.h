@@ -202,8 +202,9 @@ void zt_progress(zt_comm_t *c, zt_request_t *req);
  * block); the buffers may be reused or freed (stream-ordered) after it. */
 void zt_wait(zt_comm_t *c, zt_request_t *req);
 
-/* Before any group exists (collective over world): the fewest ranks any node has. */
-int zt_comm_node_ranks(MPI_Comm world);
+/* Before any group exists (collective over world): the fewest ranks any node has;
+ * *uniform = 1 when every node has that many. */
+int zt_comm_node_ranks(MPI_Comm world, int *uniform);
 /* The nodes (shared-memory domains) the ranks of world are on (collective). */
 int zt_comm_node_count(MPI_Comm world);
 /* The model's activation collectives on c's mesh groups (zt_actcoll.h). */

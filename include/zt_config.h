@@ -11,9 +11,21 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "zt_plan.h"
+
 #define ZT_MAX_FILES 64
 #define ZT_STRLEN 1024
 #define ZT_CONFIG_MAX_KEYS 256
+
+/* Keys with a fixed set of values are these enums from parsing on (the parallel ones
+ * are the plan's, zt_plan.h); the schema maps each name and alias to its value. */
+typedef enum { ZT_BACKEND_AUTO = 0, ZT_BACKEND_CPU, ZT_BACKEND_CUDA } zt_backend_choice_t; /* parallel.backend */
+typedef enum { ZT_NONFINITE_ABORT = 0, ZT_NONFINITE_SKIP } zt_nonfinite_t;                 /* parallel.nonfinite */
+typedef enum { ZT_FT_FULL = 0, ZT_FT_LORA } zt_finetuning_t;                       /* train.finetuning_type */
+typedef enum { ZT_CKPT_CONSOLIDATED = 0, ZT_CKPT_SHARDED } zt_ckpt_format_t;       /* checkpoint.format */
+typedef enum { ZT_HF_DTYPE_AUTO = 0, ZT_HF_DTYPE_BF16, ZT_HF_DTYPE_FP32 } zt_hf_dtype_t; /* checkpoint.hf_dtype */
+/* train.matmul_precision: ZT_MATMUL_HIGHEST, _HIGH, _MEDIUM (zt_backend.h) or auto */
+#define ZT_MATMUL_AUTO (-1)
 
 typedef struct zt_config {
     struct {
@@ -80,8 +92,8 @@ typedef struct zt_config {
         char sample_prompt[ZT_STRLEN];
         double peak_tflops;     /* per rank, for MFU; 0 = measure sgemm peak at start */
         int threads;            /* threads per rank (0 = OMP_NUM_THREADS or 1) */
-        char matmul_precision[16]; /* auto | highest | high | medium */
-        char finetuning_type[8];   /* full | lora */
+        int matmul_precision;      /* ZT_MATMUL_*: auto | highest | high | medium */
+        zt_finetuning_t finetuning_type; /* full | lora */
     } train;
     struct zt_config_optim {
         double learning_rate;
@@ -98,30 +110,30 @@ typedef struct zt_config {
         double max_grad_norm;   /* 0 = no clipping */
     } optim;
     struct {
-        char strategy[32];      /* ddp|zero0|no_shard|zero1|zero2|shard_grad_op|zero3|full_shard|hybrid_shard|hybrid_shard_zero2|auto */
-        char shard_layout[16];  /* flat | per_param */
+        zt_strategy_t strategy; /* ddp|zero0|no_shard|zero1|zero2|shard_grad_op|zero3|full_shard|hybrid_shard|hybrid_shard_zero2|auto */
+        zt_layout_t shard_layout; /* flat | per_param */
         int shard_group_size;   /* 0 = ranks of one node */
         int tensor_parallel_size, sequence_parallel_size;
-        char sp_mode[16];       /* ulysses | ring */
+        zt_sp_mode_t sp_mode;   /* ulysses | ring */
         int tp_sequence_parallel; /* bool */
         int reshard_after_forward; /* bool (zero3 family) */
         double bucket_size_mb;
-        char reduce_dtype[8];   /* fp32 | bf16 | fp16 */
-        char backend[8];        /* auto | cpu | cuda */
+        zt_precision_t reduce_dtype; /* fp32 | bf16 | fp16 */
+        zt_backend_choice_t backend; /* auto | cpu | cuda */
         double memory_limit_gb; /* 0 = physical memory / ranks per node */
         double timeout_s;       /* watchdog; 0 = off */
-        char offload_optimizer[8]; /* none | cpu */
-        char offload_param[8];  /* none | cpu */
-        char nonfinite[8];      /* abort | skip : what a NaN/Inf loss or gradient does */
+        zt_offload_t offload_optimizer; /* none | cpu */
+        zt_offload_t offload_param; /* none | cpu */
+        zt_nonfinite_t nonfinite; /* abort | skip : what a NaN/Inf loss or gradient does */
     } parallel;
     struct {
         int save_steps;         /* 0 = only at the end */
         int save_at_end;        /* bool */
         int keep_last;          /* 0 = keep all */
-        char format[16];        /* consolidated | sharded */
+        zt_ckpt_format_t format; /* consolidated | sharded */
         char resume[ZT_STRLEN]; /* auto | none | <path> */
         int save_hf;            /* bool: <output_dir>/hf at the end */
-        char hf_dtype[8];       /* auto | bf16 | fp32 */
+        zt_hf_dtype_t hf_dtype; /* auto | bf16 | fp32 */
         char hf_max_shard_size[32]; /* "5GB" */
     } checkpoint;
     struct {
@@ -151,7 +163,7 @@ typedef struct zt_config {
     struct {                    /* for testing only */
         int rank;               /* -1 = off */
         long step;
-        char kind[16];          /* stall | kill | nan | data */
+        int kind;               /* ZT_FAULT_* (zt_watchdog.h): none | stall | kill | nan | data | save_kill */
     } fault;
 
     char source[ZT_STRLEN];     /* file the config came from */
@@ -193,6 +205,9 @@ void zt_config_print(const zt_config_t *cfg, FILE *out);
 /* The value of `key` as the config file would spell it ("4", "true", "\"gpt2\""); -1 if
  * there is no such key. */
 int zt_config_value_text(const zt_config_t *cfg, const char *key, char *buf, size_t len);
+/* The name of value v of an enum key as the config file spells it ("zero3"); NULL if
+ * the key has no such value. */
+const char *zt_config_enum_name(const char *key, int v);
 /* Same, into a malloc'd string (for checkpoints). */
 char *zt_config_to_string(const zt_config_t *cfg);
 

@@ -24,21 +24,7 @@
 #include "zt_backend.h"
 #include "zt_comm.h"
 #include "zt_params.h"
-
-typedef enum {
-    ZT_DDP = 0, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3, ZT_HYBRID, ZT_HYBRID_ZERO2,
-    ZT_STRATEGY_N
-} zt_strategy_t;
-typedef enum { ZT_LAYOUT_FLAT = 0, ZT_LAYOUT_PER_PARAM = 1 } zt_layout_t;
-
-/* Parses a strategy name or alias; -1 if unknown. "auto" is resolved by the caller. */
-int zt_strategy_parse(const char *name);
-const char *zt_strategy_name(zt_strategy_t s);
-/* Do parameters/gradients/optimizer state live sharded between steps? */
-int zt_strategy_shards_params(zt_strategy_t s);
-int zt_strategy_shards_grads(zt_strategy_t s);
-int zt_strategy_shards_optim(zt_strategy_t s);
-int zt_strategy_is_hybrid(zt_strategy_t s);
+#include "zt_plan.h" /* zt_strategy_t, zt_layout_t and what each strategy shards */
 
 /* A contiguous run of one unit's flat buffer. */
 typedef struct zt_segment { size_t off, len; } zt_segment_t;
@@ -63,13 +49,12 @@ typedef struct zt_shard_opts {
     zt_layout_t layout;
     int reshard_after_forward;
     size_t bucket_bytes;
-    int reduce_bf16;        /* communicate gradients in bf16 */
-    int reduce_fp16;        /* communicate gradients in fp16 (exclusive with reduce_bf16) */
-    int bf16;               /* working params/grads in bf16 (communicated in bf16) */
+    zt_precision_t param_dtype;  /* working params (gathered in it): fp32, or bf16 / fp16 beside an
+                                  * fp32 master; fp16: the gradients the optimizer sees are
+                                  * rounded to fp16 */
+    zt_precision_t reduce_dtype; /* gradients communicated and reduced in it */
     int offload_optim;      /* fp32 master, Adam moments and the AdamW step in host memory */
     int offload_param;      /* + parameter shards in host memory (parameter-sharding strategies) */
-    int fp16;               /* working params in fp16, the gradients the optimizer
-                             * sees rounded to fp16 (exclusive with bf16) */
     uint64_t seed;          /* for initialization */
 } zt_shard_opts_t;
 

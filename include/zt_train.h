@@ -10,8 +10,14 @@
 #include "zt_comm.h"
 #include "zt_config.h"
 
-/* Runs training as configured. Returns a ZT_EXIT_* code, identical on every rank. */
-int zt_train(const zt_config_t *cfg, zt_comm_t *comm);
+/* Runs training as configured on comm's mesh, made from plan (zt_train_plan). Returns a
+ * ZT_EXIT_* code, identical on every rank. */
+int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *comm);
+
+/* The plan of cfg on `world` ranks, `per_node` of them on each node (0: the nodes
+ * differ), for the model cfg describes: 0, or -1 with one line in err. */
+int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_plan_t *plan, char *err,
+                  size_t errlen);
 
 /* --estimate-memory: per-rank estimates for every strategy at world size `world`
  * with `per_node` ranks per node (rank 0 prints). */

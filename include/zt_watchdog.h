@@ -27,12 +27,11 @@ void zt_watchdog_mark(const char *op, int unit, long step); /* op must be a stri
 void zt_watchdog_idle(void);        /* nothing in progress (e.g. between runs) */
 void zt_watchdog_stop(void);
 
-/* Fault kinds for config `fault.kind`. */
-enum { ZT_FAULT_NONE = 0, ZT_FAULT_STALL, ZT_FAULT_KILL, ZT_FAULT_NAN, ZT_FAULT_DATA };
-int zt_fault_parse(const char *kind);
+/* Fault kinds, config `fault.kind` (save_kill is the checkpoint writer's: zt_ckpt.h). */
+enum { ZT_FAULT_NONE = 0, ZT_FAULT_STALL, ZT_FAULT_KILL, ZT_FAULT_NAN, ZT_FAULT_DATA, ZT_FAULT_SAVE_KILL };
 /* Called by the train loop at the start of every step on every rank: performs a stall or a
  * kill when (rank, step) match; returns the fault kind that the caller must simulate itself
- * (ZT_FAULT_NAN, ZT_FAULT_DATA) or ZT_FAULT_NONE. */
+ * (ZT_FAULT_NAN, ZT_FAULT_DATA; ZT_FAULT_SAVE_KILL passes through) or ZT_FAULT_NONE. */
 int zt_fault_check(int fault_kind, int fault_rank, long fault_step, int rank, long step);
 
 #endif

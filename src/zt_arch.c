@@ -64,7 +64,7 @@ zt_param_table_t *zt_arch_table_from_config(const zt_config_t *cfg, char *err, s
     zt_model_dims_t d;
     if (a->dims_from_config(cfg, &d, err, errlen)) return NULL;
     zt_param_table_t *t = zt_arch_build_table(a, &d, (float)cfg->model.init_std);
-    if (strcmp(cfg->train.finetuning_type, "lora") == 0 && zt_lora_apply(t, cfg, err, errlen)) {
+    if (cfg->train.finetuning_type == ZT_FT_LORA && zt_lora_apply(t, cfg, err, errlen)) {
         zt_param_table_free(t);
         return NULL;
     }

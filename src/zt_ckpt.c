@@ -853,7 +853,7 @@ static int publish(const char *dir, const char *tmp, const char *final, const ch
 }
 
 int zt_ckpt_write_segments(const char *dir, zt_ckpt_meta_t *meta, const char *config_text,
-                           const char *format, int keep_last, const zt_io_seg_t *segs, int nsegs,
+                           int sharded, int keep_last, const zt_io_seg_t *segs, int nsegs,
                            const zt_param_table_t *t, MPI_Comm comm, char *err, size_t errlen)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -866,10 +866,7 @@ int zt_ckpt_write_segments(const char *dir, zt_ckpt_meta_t *meta, const char *co
     char *cfg;
     bcast_inputs(comm, &m, config_text, &cfg);
     m.world_size = size;
-    int sharded = format && !strcmp(format, "sharded");
     int rc = 0;
-    if (format && !sharded && strcmp(format, "consolidated"))
-        rc = zt_err(err, errlen, "checkpoint.format \"%s\": expected consolidated or sharded", format);
     for (int i = 0; i < nsegs && !rc; i++)
         if (segs[i].param < 0 || segs[i].param >= t->nparams ||
             segs[i].start + segs[i].len > t->params[segs[i].param].numel)
@@ -1496,7 +1493,7 @@ static zt_io_seg_t *trainable_segments(const zt_param_table_t *t, const zt_io_se
     return out;
 }
 
-int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text, const char *format,
+int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text, int sharded,
                  int keep_last, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, char *err,
                  size_t errlen)
 {
@@ -1505,7 +1502,7 @@ int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text,
     meta->adam_step = zt_shard_adam_step(s);
     zt_param_table_t *view;
     zt_io_seg_t *tsegs = trainable_segments(t, segs, n, &kept, &view);
-    int rc = zt_ckpt_write_segments(dir, meta, config_text, format, keep_last, tsegs ? tsegs : segs, kept,
+    int rc = zt_ckpt_write_segments(dir, meta, config_text, sharded, keep_last, tsegs ? tsegs : segs, kept,
                                     view ? view : t, comm->world.comm, err, errlen);
     free(tsegs);
     zt_param_table_free(view);

@@ -130,21 +130,16 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_
     ZT_MPI(MPI_Allreduce(&c->local_size, &mn, 1, MPI_INT, MPI_MIN, wdup));
     ZT_MPI(MPI_Allreduce(&c->local_size, &mx, 1, MPI_INT, MPI_MAX, wdup));
     ZT_MPI(MPI_Comm_free(&node));
-    if (tp < 1 || sp < 1 || W % (tp * sp) != 0) {
-        ZT_MPI(MPI_Comm_free(&wdup));
-        return zt_err(err, errlen,
-                      "parallel.tensor_parallel_size (%d) x parallel.sequence_parallel_size (%d) must divide "
-                      "the number of ranks (%d)", tp, sp, W);
-    }
     /* the data group (ranks with the same tp position: sp x dp of them) is what the
      * strategies shard or replicate over; its shard groups are counted in its ranks */
-    const int D = W / tp;
+    const int D = tp >= 1 ? W / tp : 0;
     int sg = shard_group_size;
-    if (sg <= 0) sg = (mn == mx && mn % tp == 0) ? mn / tp : D; /* one node per shard group */
-    if (sg < 1 || sg > D || D % sg != 0) {
+    if (sg <= 0 && tp >= 1) sg = (mn == mx && mn % tp == 0) ? mn / tp : D; /* one node per shard group */
+    /* ztrain's meshes come from zt_plan_build, which names the keys; this guards direct callers */
+    if (tp < 1 || sp < 1 || W % (tp * sp) != 0 || sg < 1 || sg > D || D % sg != 0) {
         ZT_MPI(MPI_Comm_free(&wdup));
-        return zt_err(err, errlen, "parallel.shard_group_size (%d) must divide the number of data-parallel "
-                      "ranks (%d = %d ranks / tensor_parallel_size %d)", sg, D, W, tp);
+        return zt_err(err, errlen, "mesh: tp %d x sp %d must divide the %d ranks, and shard groups of %d their "
+                      "%d data ranks", tp, sp, W, sg, D);
     }
     /* rank = tp_rank + tp * (sp_rank + sp * dp_rank): tp innermost, so it stays in a node */
     c->mesh_tp = tp, c->mesh_sp = sp, c->mesh_dp = W / (tp * sp);
@@ -165,15 +160,17 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_
     return 0;
 }
 
-int zt_comm_node_ranks(MPI_Comm world)
+int zt_comm_node_ranks(MPI_Comm world, int *uniform)
 {
     MPI_Comm node;
-    int me = 0, n = 0, mn = 0;
+    int me = 0, n = 0, mn = 0, mx = 0;
     ZT_MPI(MPI_Comm_rank(world, &me));
     ZT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node));
     ZT_MPI(MPI_Comm_size(node, &n));
     ZT_MPI(MPI_Comm_free(&node));
     ZT_MPI(MPI_Allreduce(&n, &mn, 1, MPI_INT, MPI_MIN, world));
+    ZT_MPI(MPI_Allreduce(&n, &mx, 1, MPI_INT, MPI_MAX, world));
+    *uniform = mn == mx;
     return mn;
 }
 

@@ -13,7 +13,9 @@
 #define _GNU_SOURCE /* strcasestr, open_memstream */
 #include "zt_config.h"
 #include "zt_optim.h"
+#include "zt_backend.h"
 #include "zt_template.h"
+#include "zt_watchdog.h"
 
 #include "zt_common.h"
 
@@ -27,7 +29,11 @@
 #include <string.h>
 #include <strings.h>
 
-typedef enum { K_INT, K_LONG, K_DOUBLE, K_BOOL, K_STRING, K_STRLIST } ktype_t;
+typedef enum { K_INT, K_LONG, K_DOUBLE, K_BOOL, K_STRING, K_STRLIST, K_ENUM } ktype_t;
+
+/* One name of an enum key's value; a value's first name is how it is printed, the
+ * others are aliases. A table ends with a NULL name. */
+typedef struct { const char *name; int value; } zname_t;
 
 typedef struct {
     const char *name;    /* "section.key" */
@@ -36,6 +42,7 @@ typedef struct {
     const char *sdef;    /* string default; string-list default (one element, "" = empty) */
     double min, max;     /* numeric range, inclusive */
     const char *allowed; /* "a|b|c" for strings, NULL = any */
+    const zname_t *names; /* enums: the names of the values */
     size_t off;          /* offsetof the field (first element for string lists) */
     size_t size;         /* capacity of a string buffer / of one list element */
     size_t count_off;    /* string lists: offsetof the element count */
@@ -47,15 +54,19 @@ typedef struct {
 #define FIELD(f) (((zt_config_t *)0)->f)
 #define CHECK_TYPE(f, T) (0 * sizeof(char[_Generic(FIELD(f), T : 1, default : -1)]))
 #define OFF(f) offsetof(zt_config_t, f)
-#define KI(n, f, d, lo, hi, h) {n, K_INT, d, NULL, lo, hi, NULL, OFF(f) + CHECK_TYPE(f, int), sizeof(int), 0, h}
-#define KL(n, f, d, lo, hi, h) {n, K_LONG, d, NULL, lo, hi, NULL, OFF(f) + CHECK_TYPE(f, long), sizeof(long), 0, h}
+#define KI(n, f, d, lo, hi, h) {n, K_INT, d, NULL, lo, hi, NULL, NULL, OFF(f) + CHECK_TYPE(f, int), sizeof(int), 0, h}
+#define KL(n, f, d, lo, hi, h) {n, K_LONG, d, NULL, lo, hi, NULL, NULL, OFF(f) + CHECK_TYPE(f, long), sizeof(long), 0, h}
 #define KD(n, f, d, lo, hi, h) \
-    {n, K_DOUBLE, d, NULL, lo, hi, NULL, OFF(f) + CHECK_TYPE(f, double), sizeof(double), 0, h}
-#define KB(n, f, d, h) {n, K_BOOL, d, NULL, 0, 1, NULL, OFF(f) + CHECK_TYPE(f, int), sizeof(int), 0, h}
-#define KS(n, f, d, allow, h) {n, K_STRING, 0, d, 0, 0, allow, OFF(f) + CHECK_TYPE(f[0], char), sizeof(FIELD(f)), 0, h}
+    {n, K_DOUBLE, d, NULL, lo, hi, NULL, NULL, OFF(f) + CHECK_TYPE(f, double), sizeof(double), 0, h}
+#define KB(n, f, d, h) {n, K_BOOL, d, NULL, 0, 1, NULL, NULL, OFF(f) + CHECK_TYPE(f, int), sizeof(int), 0, h}
+#define KS(n, f, d, allow, h) \
+    {n, K_STRING, 0, d, 0, 0, allow, NULL, OFF(f) + CHECK_TYPE(f[0], char), sizeof(FIELD(f)), 0, h}
 #define KSL(n, f, cnt, d, h)                                                                   \
-    {n, K_STRLIST, 0, d, 0, ZT_MAX_FILES, NULL, OFF(f) + CHECK_TYPE(f[0][0], char), sizeof(FIELD(f)[0]), \
+    {n, K_STRLIST, 0, d, 0, ZT_MAX_FILES, NULL, NULL, OFF(f) + CHECK_TYPE(f[0][0], char), sizeof(FIELD(f)[0]), \
      OFF(cnt) + CHECK_TYPE(cnt, int), h}
+/* an enum field is stored as an int (d: the default's name, names: the value table) */
+#define CHECK_INT_SIZED(f) (0 * sizeof(char[sizeof(FIELD(f)) == sizeof(int) ? 1 : -1]))
+#define KE(n, f, d, tbl, h) {n, K_ENUM, 0, d, 0, 0, NULL, tbl, OFF(f) + CHECK_INT_SIZED(f), sizeof(int), 0, h}
 
 #define BIG_INT 2147483647.0
 #define BIG_LONG 9.0e15 /* exactly representable in the double the range check uses */
@@ -77,7 +88,26 @@ static const struct { const char *name, *help; } sections[] = {
 #define SCHEDULERS                                                                                   \
     "linear|cosine|cosine_with_restarts|polynomial|constant|constant_with_warmup|inverse_sqrt|cosine_with_min_lr|" \
     "cosine_warmup_with_min_lr|warmup_stable_decay"
-#define STRATEGIES "ddp|zero0|no_shard|zero1|zero2|shard_grad_op|zero3|full_shard|hybrid_shard|hybrid_shard_zero2|auto"
+static const zname_t strategies[] = {
+    {"ddp", ZT_DDP}, {"zero0", ZT_DDP}, {"no_shard", ZT_DDP}, {"zero1", ZT_ZERO1}, {"zero2", ZT_ZERO2},
+    {"shard_grad_op", ZT_SHARD_GRAD_OP}, {"zero3", ZT_ZERO3}, {"full_shard", ZT_ZERO3}, {"hybrid_shard", ZT_HYBRID},
+    {"hybrid_shard_zero2", ZT_HYBRID_ZERO2}, {"auto", ZT_STRATEGY_AUTO}, {NULL, 0},
+};
+static const zname_t layouts[] = {{"flat", ZT_LAYOUT_FLAT}, {"per_param", ZT_LAYOUT_PER_PARAM}, {NULL, 0}};
+static const zname_t sp_modes[] = {{"ulysses", ZT_SP_ULYSSES}, {"ring", ZT_SP_RING}, {NULL, 0}};
+static const zname_t reduce_dtypes[] = {{"fp32", ZT_PREC_FP32}, {"bf16", ZT_PREC_BF16}, {"fp16", ZT_PREC_FP16}, {NULL, 0}};
+static const zname_t backends[] = {{"auto", ZT_BACKEND_AUTO}, {"cpu", ZT_BACKEND_CPU}, {"cuda", ZT_BACKEND_CUDA}, {NULL, 0}};
+static const zname_t offloads[] = {{"none", ZT_OFFLOAD_NONE}, {"cpu", ZT_OFFLOAD_CPU}, {NULL, 0}};
+static const zname_t nonfinites[] = {{"abort", ZT_NONFINITE_ABORT}, {"skip", ZT_NONFINITE_SKIP}, {NULL, 0}};
+static const zname_t matmuls[] = {{"auto", ZT_MATMUL_AUTO}, {"highest", ZT_MATMUL_HIGHEST}, {"high", ZT_MATMUL_HIGH},
+                                  {"medium", ZT_MATMUL_MEDIUM}, {NULL, 0}};
+static const zname_t finetunings[] = {{"full", ZT_FT_FULL}, {"lora", ZT_FT_LORA}, {NULL, 0}};
+static const zname_t ckpt_formats[] = {{"consolidated", ZT_CKPT_CONSOLIDATED}, {"sharded", ZT_CKPT_SHARDED}, {NULL, 0}};
+static const zname_t fault_kinds[] = {{"none", ZT_FAULT_NONE}, {"stall", ZT_FAULT_STALL}, {"kill", ZT_FAULT_KILL},
+                                      {"nan", ZT_FAULT_NAN}, {"data", ZT_FAULT_DATA},
+                                      {"save_kill", ZT_FAULT_SAVE_KILL}, {NULL, 0}};
+static const zname_t hf_dtypes[] = {{"auto", ZT_HF_DTYPE_AUTO}, {"bf16", ZT_HF_DTYPE_BF16}, {"fp32", ZT_HF_DTYPE_FP32},
+                                    {NULL, 0}};
 
 static const zkey_t schema[] = {
     /* model */
@@ -262,10 +292,10 @@ static const zkey_t schema[] = {
        "CPU threads per rank (OpenMP loops and OpenBLAS). 0 = automatic: with the cpu backend OMP_NUM_THREADS, "
        "or 1 if unset (one single-threaded rank per core trains fastest); with a GPU backend the CPU does only "
        "host work (offloaded AdamW, data), so the node's cores divided by its ranks."),
-    KS("train.finetuning_type", train.finetuning_type, "full", "full|lora",
+    KE("train.finetuning_type", train.finetuning_type, "full", finetunings,
        "What trains, as LLaMA-Factory's finetuning_type: full = every parameter; lora = low-rank adapters on the "
        "lora.target linears of every block, the base frozen (no gradients, no optimizer state)."),
-    KS("train.matmul_precision", train.matmul_precision, "auto", "auto|highest|high|medium",
+    KE("train.matmul_precision", train.matmul_precision, "auto", matmuls,
        "GEMM arithmetic on fp32 operands, as torch.set_float32_matmul_precision: highest = fp32, high = TF32 "
        "tensor cores, medium = bf16 tensor cores, all accumulating in fp32; auto = medium with 16-bit "
        "training (train.bf16 or train.fp16), highest otherwise. medium also runs the CUDA attention on bf16 tensor "
@@ -329,7 +359,7 @@ static const zkey_t schema[] = {
     KD("optim.max_grad_norm", optim.max_grad_norm, 1.0, 0.0, 1e9,
        "Clip the global gradient L2 norm (over all ranks' shards) to this value; 0 = no clipping."),
     /* parallel */
-    KS("parallel.strategy", parallel.strategy, "ddp", STRATEGIES,
+    KE("parallel.strategy", parallel.strategy, "ddp", strategies,
        "Sharding strategy. ddp (= zero0, no_shard): everything replicated, gradients all-reduced. zero1: optimizer "
        "state sharded. zero2: + gradients sharded. shard_grad_op: + parameters sharded at rest, gathered once per "
        "step. zero3 (= full_shard): parameters gathered per unit just in time and freed after use. hybrid_shard, "
@@ -337,11 +367,12 @@ static const zkey_t schema[] = {
        "auto: the least sharding that fits parallel.memory_limit_gb; where none fits at tp 1 x sp 1 and neither "
        "parallel.tensor_parallel_size nor parallel.sequence_parallel_size is given, the mesh (tp within a node, "
        "Ulysses sp) and strategy that fit with the least traffic per step."),
-    KS("parallel.shard_layout", parallel.shard_layout, "flat", "flat|per_param",
+    KE("parallel.shard_layout", parallel.shard_layout, "flat", layouts,
        "flat: each unit's parameters in one padded buffer, each rank owns a contiguous slice (ZeRO, FSDP1). "
        "per_param: every parameter split along dim 0 (FSDP2)."),
     KI("parallel.shard_group_size", parallel.shard_group_size, 0, 0, 1 << 24,
-       "Ranks per shard group for the hybrid strategies; 0 = the ranks of one node. Must divide the world size."),
+       "Ranks per shard group for the hybrid strategies, counted in the sp x dp ranks of one tp position; 0 = "
+       "those of one node. Must divide them, and be a multiple of parallel.sequence_parallel_size."),
     KI("parallel.tensor_parallel_size", parallel.tensor_parallel_size, 1, 1, 1 << 16,
        "Tensor parallelism (Megatron, DeepSpeed AutoTP): ranks that split each block's GEMMs (q/k/v, gate/up, "
        "c_attn, c_fc by output; o, down, c_proj by input) and the vocabulary of the embedding and head. "
@@ -356,7 +387,7 @@ static const zkey_t schema[] = {
        "Sequence parallelism: ranks that split each sequence (data.seq_len / sp positions each) and meet in "
        "attention (parallel.sp_mode). Inside tp in the mesh; the strategy shards over the sp x dp ranks, as "
        "DeepSpeed-Ulysses does."),
-    KS("parallel.sp_mode", parallel.sp_mode, "ulysses", "ulysses|ring",
+    KE("parallel.sp_mode", parallel.sp_mode, "ulysses", sp_modes,
        "ulysses: an all-to-all from sequence-sharded to head-sharded around attention and back (the heads and "
        "key/value heads of a tp rank must divide by sp). ring: K/V blocks go round the sp ring and merge through "
        "the log-sum-exp, the next block's transfer overlapping the current one's compute; each rank holds "
@@ -367,9 +398,9 @@ static const zkey_t schema[] = {
        "(false keeps them until backward, like shard_grad_op)."),
     KD("parallel.bucket_size_mb", parallel.bucket_size_mb, 25.0, 0.0, 1e6,
        "Gradient bucket size in MiB for overlapped reductions; 0 = one collective per unit."),
-    KS("parallel.reduce_dtype", parallel.reduce_dtype, "fp32", "fp32|bf16|fp16",
+    KE("parallel.reduce_dtype", parallel.reduce_dtype, "fp32", reduce_dtypes,
        "Precision in which gradients are communicated and reduced; fp16 needs train.fp16 (loss scaling)."),
-    KS("parallel.backend", parallel.backend, "auto", "auto|cpu|cuda",
+    KE("parallel.backend", parallel.backend, "auto", backends,
        "Compute backend; auto = cuda when a GPU is visible and ztrain was built with CUDA, else cpu."),
     KD("parallel.memory_limit_gb", parallel.memory_limit_gb, 0.0, 0.0, 1e6,
        "Memory budget per rank in GB: strategy = auto picks the least traffic within it, and a run whose "
@@ -381,7 +412,7 @@ static const zkey_t schema[] = {
        "unit's forward or backward, a reduction, the optimizer step, a checkpoint save or load, an "
        "evaluation batch) makes no progress for this many seconds, instead of hanging until the job's time "
        "limit; 0 = off. The default, 30 minutes, is DeepSpeed's collective timeout."),
-    KS("parallel.offload_optimizer", parallel.offload_optimizer, "none", "none|cpu",
+    KE("parallel.offload_optimizer", parallel.offload_optimizer, "none", offloads,
        "Keep the optimizer shard (fp32 master weights, Adam moments) in (pinned) host memory and run AdamW "
        "there with the vectorized CPU kernel (ZeRO-Offload); where gradients are sharded (zero2, "
        "shard_grad_op, zero3) the owned gradient accumulators too, each unit's downloaded during the "
@@ -389,10 +420,11 @@ static const zkey_t schema[] = {
        "and the hybrids). Saves 12 bytes per owned parameter of device memory, 16 where gradients are "
        "sharded; meant for the cuda backend (on the cpu backend it is the same memory, and results are "
        "bit-identical)."),
-    KS("parallel.offload_param", parallel.offload_param, "none", "none|cpu",
-       "zero3 family, with offload_optimizer = cpu: keep the owned parameter shards in host memory too and "
+    KE("parallel.offload_param", parallel.offload_param, "none", offloads,
+       "Strategies that shard parameters (shard_grad_op, zero3, hybrid_shard, hybrid_shard_zero2; auto where it "
+       "picks one), with offload_optimizer = cpu: keep the owned parameter shards in host memory too and "
        "upload each unit's shard just before it is gathered (ZeRO-Infinity's parameter offload)."),
-    KS("parallel.nonfinite", parallel.nonfinite, "abort", "abort|skip",
+    KE("parallel.nonfinite", parallel.nonfinite, "abort", nonfinites,
        "What a NaN/Inf loss or gradient norm does: abort the job (naming step and rank), or skip the optimizer "
        "step on every rank and continue."),
     /* checkpoint */
@@ -402,7 +434,7 @@ static const zkey_t schema[] = {
     KB("checkpoint.save_at_end", checkpoint.save_at_end, 1, "Write a checkpoint when training finishes."),
     KI("checkpoint.keep_last", checkpoint.keep_last, 2, 0, 1 << 20,
        "Keep only the newest this many checkpoints in train.output_dir; 0 = keep all."),
-    KS("checkpoint.format", checkpoint.format, "consolidated", "consolidated|sharded",
+    KE("checkpoint.format", checkpoint.format, "consolidated", ckpt_formats,
        "consolidated: one HDF5 file with full tensors, HF GPT-2 names, readable at any world size. sharded: each "
        "rank's flat shard as written (faster for very large runs; convert with zt-ckpt)."),
     KS("checkpoint.resume", checkpoint.resume, "none", NULL,
@@ -412,7 +444,7 @@ static const zkey_t schema[] = {
        "At the end of training write <output_dir>/hf: a Hugging Face model directory (config.json, "
        "generation_config.json, model.safetensors or shards and their index, the tokenizer files of "
        "model.name_or_path) that AutoModelForCausalLM.from_pretrained loads; every rank writes its own bytes."),
-    KS("checkpoint.hf_dtype", checkpoint.hf_dtype, "auto", "auto|bf16|fp32",
+    KE("checkpoint.hf_dtype", checkpoint.hf_dtype, "auto", hf_dtypes,
        "Weights dtype of the HF export: auto = bf16 for bf16 runs, fp32 otherwise."),
     KS("checkpoint.hf_max_shard_size", checkpoint.hf_max_shard_size, "5GB", NULL,
        "Largest safetensors shard of the HF export, as transformers' max_shard_size (\"5GB\" = 5e9 bytes, "
@@ -465,7 +497,7 @@ static const zkey_t schema[] = {
     /* fault */
     KI("fault.rank", fault.rank, -1, -1, 1 << 24, "Rank that injects the fault; -1 = no fault injection."),
     KL("fault.step", fault.step, 0, 0, BIG_LONG, "Step at which the fault is injected (1-based, as numbered in the progress lines)."),
-    KS("fault.kind", fault.kind, "none", "none|stall|kill|nan|data|save_kill",
+    KE("fault.kind", fault.kind, "none", fault_kinds,
        "stall: the rank stops responding (tests the watchdog); kill: the rank exits; nan: its gradients become "
        "NaN; data: its data file reads fail; save_kill: the rank is killed inside the save of the checkpoint of "
        "fault.step, after part of the temporary file was written."),
@@ -498,6 +530,30 @@ static void set_buf(char *dst, size_t cap, const char *src)
     memcpy(dst, src, strlen(src));
 }
 
+/* enums: the entry of a name (NULL: none), the first name of a value (NULL: none) */
+static const zname_t *enum_by_name(const zkey_t *k, const char *v)
+{
+    for (const zname_t *e = k->names; e->name; e++)
+        if (strcmp(e->name, v) == 0) return e;
+    return NULL;
+}
+
+static const char *enum_name(const zkey_t *k, int v)
+{
+    for (const zname_t *e = k->names; e->name; e++)
+        if (e->value == v) return e->name;
+    return NULL;
+}
+
+/* "ddp, zero0, no_shard, ..." */
+static void enum_list(const zkey_t *k, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (const zname_t *e = k->names; e->name && o < len; e++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%s", e == k->names ? "" : ", ", e->name);
+}
+
 void zt_config_defaults(zt_config_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -509,6 +565,7 @@ void zt_config_defaults(zt_config_t *cfg)
         case K_LONG: *(long *)field(cfg, k) = (long)k->def; break;
         case K_DOUBLE: *(double *)field(cfg, k) = k->def; break;
         case K_STRING: set_buf(field(cfg, k), k->size, k->sdef); break;
+        case K_ENUM: *(int *)field(cfg, k) = enum_by_name(k, k->sdef)->value; break;
         case K_STRLIST:
             *count_field(cfg, k) = k->sdef[0] ? 1 : 0;
             if (k->sdef[0]) set_buf(list_elem(cfg, k, 0), k->size, k->sdef);
@@ -603,7 +660,8 @@ static const char *type_expected(ktype_t t)
     case K_LONG: return "an integer";
     case K_DOUBLE: return "a number";
     case K_BOOL: return "a boolean (true or false)";
-    case K_STRING: return "a string";
+    case K_STRING:
+    case K_ENUM: return "a string";
     case K_STRLIST: return "a string or a list of strings";
     }
     return "?";
@@ -677,6 +735,18 @@ static int check_string(const zkey_t *k, const char *v, const char *where, char 
     return 0;
 }
 
+static int set_enum(zt_config_t *cfg, const zkey_t *k, const char *v, const char *where, char *err, size_t errlen)
+{
+    const zname_t *e = enum_by_name(k, v);
+    if (!e) {
+        char list[512];
+        enum_list(k, list, sizeof list);
+        return zt_err(err, errlen, "%s: %s: '%s' must be one of: %s", where, k->name, v, list);
+    }
+    *(int *)field(cfg, k) = e->value;
+    return 0;
+}
+
 static int set_string(zt_config_t *cfg, const zkey_t *k, const char *v, const char *where, char *err, size_t errlen)
 {
     if (check_string(k, v, where, err, errlen)) return -1;
@@ -740,6 +810,9 @@ static int set_from_setting(zt_config_t *cfg, const zkey_t *k, const config_sett
         break;
     case K_STRING:
         if (t == CONFIG_TYPE_STRING) return set_string(cfg, k, config_setting_get_string(s), where, err, errlen);
+        break;
+    case K_ENUM:
+        if (t == CONFIG_TYPE_STRING) return set_enum(cfg, k, config_setting_get_string(s), where, err, errlen);
         break;
     case K_STRLIST:
         if (t == CONFIG_TYPE_STRING) {
@@ -979,6 +1052,10 @@ static int set_text(zt_config_t *cfg, const char *name, char *val, const char *w
         if (unquote(val))
             return zt_err(err, errlen, "%s: %s: unterminated quoted string %s", where, k->name, val);
         return set_string(cfg, k, val, where, err, errlen);
+    case K_ENUM:
+        if (unquote(val))
+            return zt_err(err, errlen, "%s: %s: unterminated quoted string %s", where, k->name, val);
+        return set_enum(cfg, k, val, where, err, errlen);
     case K_STRLIST: {
         /* "a.h5,b.h5", optionally as [ "a.h5", "b.h5" ]; "" or [] = empty list. */
         size_t n = strlen(val);
@@ -1165,6 +1242,15 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
             if (check_string(k, s, where, err, errlen)) return -1;
             break;
         }
+        case K_ENUM: {
+            const int v = *(const int *)cfield(cfg, k);
+            if (!enum_name(k, v)) {
+                char list[512];
+                enum_list(k, list, sizeof list);
+                return zt_err(err, errlen, "%s: %s: %d is not the value of one of: %s", where, k->name, v, list);
+            }
+            break;
+        }
         case K_STRLIST: {
             int n = ccount(cfg, k);
             if (n < 0 || n > ZT_MAX_FILES)
@@ -1217,9 +1303,6 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (!cfg->train.output_dir[0]) return zt_err(err, errlen, "train.output_dir is empty");
     if (cfg->train.fp16 && cfg->train.bf16)
         return zt_err(err, errlen, "train.fp16 and train.bf16 are both true: choose one working precision");
-    if (strcmp(cfg->parallel.reduce_dtype, "fp16") == 0 && !cfg->train.fp16)
-        return zt_err(err, errlen, "parallel.reduce_dtype = fp16 needs train.fp16 = true (fp16 gradients need "
-                                   "loss scaling against underflow and overflow)");
     if (!(cfg->train.min_loss_scale > 0))
         return zt_err(err, errlen, "train.min_loss_scale (%g) must be > 0", cfg->train.min_loss_scale);
     if (cfg->train.fp16 && cfg->train.loss_scale == 0 &&
@@ -1227,32 +1310,22 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
         return zt_err(err, errlen, "train.min_loss_scale (%g) exceeds the initial loss scale 2^%d "
                                    "(train.initial_scale_power)", cfg->train.min_loss_scale,
                       cfg->train.initial_scale_power);
-    if (strcmp(cfg->fault.kind, "none") != 0 && cfg->fault.rank < 0)
+    if (cfg->fault.kind != ZT_FAULT_NONE && cfg->fault.rank < 0)
         return zt_err(err, errlen, "fault.kind is '%s' but fault.rank is -1 (set the rank that injects it)",
-                      cfg->fault.kind);
-    if (strcmp(cfg->parallel.offload_param, "none") != 0 && strcmp(cfg->parallel.strategy, "zero3") != 0 &&
-        strcmp(cfg->parallel.strategy, "full_shard") != 0 && strcmp(cfg->parallel.strategy, "hybrid_shard") != 0 &&
-        strcmp(cfg->parallel.strategy, "auto") != 0)
-        return zt_err(err, errlen, "parallel.offload_param = '%s' needs a zero3-family strategy "
-                                   "(zero3, full_shard, hybrid_shard), not '%s'",
-                      cfg->parallel.offload_param, cfg->parallel.strategy);
+                      zt_config_enum_name("fault.kind", cfg->fault.kind));
+    /* the parallel keys' rules, with the world and the model's shape: zt_plan_build */
     if (cfg->model.quantization_bit == 8)
         return zt_err(err, errlen, "model.quantization_bit = 8 is not supported: ztrain has no 8-bit (LLM.int8) "
                                    "path; use 4 (QLoRA) or 0");
     if (cfg->model.quantization_bit != 0 && cfg->model.quantization_bit != 4)
         return zt_err(err, errlen, "model.quantization_bit = %d: must be 0 (none) or 4",
                       cfg->model.quantization_bit);
-    if (cfg->model.quantization_bit == 4 && strcmp(cfg->train.finetuning_type, "lora") != 0)
+    if (cfg->model.quantization_bit == 4 && cfg->train.finetuning_type != ZT_FT_LORA)
         return zt_err(err, errlen, "model.quantization_bit = 4 needs train.finetuning_type = lora (QLoRA: the 4-bit "
-                                   "base is frozen), not '%s'", cfg->train.finetuning_type);
+                                   "base is frozen)");
     if (cfg->model.quantization_bit == 4)
         return zt_err(err, errlen, "model.quantization_bit = 4: the 4-bit base is not wired into training yet "
                                    "(the format is: src/zt_quant.c); use 0");
-    /* the optimizer steps the master where the parameter shard lives */
-    if (strcmp(cfg->parallel.offload_param, "none") != 0 && strcmp(cfg->parallel.offload_optimizer, "none") == 0)
-        return zt_err(err, errlen, "parallel.offload_param = '%s' needs parallel.offload_optimizer = \"cpu\" too "
-                                   "(the optimizer steps the parameter shard where it lives)",
-                      cfg->parallel.offload_param);
     return 0;
 }
 
@@ -1303,6 +1376,7 @@ static void put_value(FILE *out, const zt_config_t *cfg, const zkey_t *k)
     case K_DOUBLE: put_double(out, *(const double *)cfield(cfg, k)); break;
     case K_BOOL: fputs(*(const int *)cfield(cfg, k) ? "true" : "false", out); break;
     case K_STRING: put_string(out, cfield(cfg, k)); break;
+    case K_ENUM: put_string(out, enum_name(k, *(const int *)cfield(cfg, k))); break;
     case K_STRLIST: {
         int n = ccount(cfg, k);
         fputs("[", out);
@@ -1333,6 +1407,12 @@ void zt_config_print(const zt_config_t *cfg, FILE *out)
         }
         fputs("};\n", out);
     }
+}
+
+const char *zt_config_enum_name(const char *key, int v)
+{
+    const zkey_t *k = find_key(key);
+    return k && k->type == K_ENUM ? enum_name(k, v) : NULL;
 }
 
 int zt_config_value_text(const zt_config_t *cfg, const char *key, char *buf, size_t len)
@@ -1366,7 +1446,8 @@ static const char *type_name(ktype_t t)
     case K_LONG: return "int";
     case K_DOUBLE: return "float";
     case K_BOOL: return "bool";
-    case K_STRING: return "string";
+    case K_STRING:
+    case K_ENUM: return "string";
     case K_STRLIST: return "string list";
     }
     return "?";
@@ -1379,7 +1460,8 @@ static void default_text(const zkey_t *k, char *buf, size_t len)
     case K_LONG: snprintf(buf, len, "%.0f", k->def); break;
     case K_DOUBLE: snprintf(buf, len, "%g", k->def); break;
     case K_BOOL: snprintf(buf, len, "%s", k->def ? "true" : "false"); break;
-    case K_STRING: snprintf(buf, len, "\"%s\"", k->sdef); break;
+    case K_STRING:
+    case K_ENUM: snprintf(buf, len, "\"%s\"", k->sdef); break;
     case K_STRLIST: snprintf(buf, len, k->sdef[0] ? "\"%s\"" : "[]", k->sdef); break;
     }
 }
@@ -1389,6 +1471,8 @@ static void range_text(const zkey_t *k, char *buf, size_t len)
     buf[0] = '\0';
     if (k->type == K_STRING && k->allowed) {
         allowed_list(k->allowed, buf, len);
+    } else if (k->type == K_ENUM) {
+        enum_list(k, buf, len);
     } else if (k->type == K_INT || k->type == K_LONG || k->type == K_DOUBLE) {
         char lo[40], hi[40];
         fmt_num(k, k->min, lo, sizeof lo);
@@ -1432,7 +1516,7 @@ void zt_config_help(FILE *out)
             range_text(k, rng, sizeof rng);
             fprintf(out, "  %s (%s, default %s)\n", k->name, type_name(k->type), def);
             if (rng[0])
-                fprintf(out, "      %s%s\n", k->allowed ? "one of: " : k->type == K_STRLIST ? "" : "range: ", rng);
+                fprintf(out, "      %s%s\n", k->allowed || k->names ? "one of: " : k->type == K_STRLIST ? "" : "range: ", rng);
             wrap(out, k->help, 6, 100);
         }
     }

@@ -456,9 +456,9 @@ int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, 
 {
     const double t0 = zt_now();
     const char *dtype = adapter ? "fp32" /* as PEFT saves adapters */
-                        : strcmp(cfg->checkpoint.hf_dtype, "auto") ? cfg->checkpoint.hf_dtype
-                        : cfg->train.bf16                          ? "bf16"
-                                                                   : "fp32";
+                        : cfg->checkpoint.hf_dtype == ZT_HF_DTYPE_AUTO
+                            ? (cfg->train.bf16 ? "bf16" : "fp32")
+                            : zt_config_enum_name("checkpoint.hf_dtype", cfg->checkpoint.hf_dtype);
     const int64_t max_shard = adapter ? INT64_MAX : zt_hf_parse_size(cfg->checkpoint.hf_max_shard_size);
     if (max_shard <= 0)
         return zt_err(err, errlen, "checkpoint.hf_max_shard_size: \"%s\" is not a size (\"5GB\", \"500MB\")",

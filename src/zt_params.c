@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "zt_common.h"
+#include "zt_plan.h"
 
 zt_param_table_t *zt_params_new(const struct zt_arch *arch, const zt_model_dims_t *d)
 {
@@ -251,20 +252,8 @@ static int tp_kind(const zt_param_t *p)
 zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank, char *err, size_t errlen)
 {
     const zt_model_dims_t *d = &g->dims;
-    if (tp > 1) {
-        const char *what = NULL;
-        int v = 0;
-        /* KV heads fewer than tp are replicated: tp / NKV ranks share each */
-        if (d->NH % tp) what = "the attention heads", v = d->NH;
-        else if (d->NKV % tp && tp % d->NKV) what = "the key/value heads (or be a multiple of them)", v = d->NKV;
-        else if (d->I % tp) what = "the intermediate (MLP) size", v = d->I;
-        /* the vocabulary splits in blocks of ceil(V / tp) rows; every rank needs one */
-        else if ((int64_t)(tp - 1) * ((d->V + tp - 1) / tp) >= d->V) what = "the vocabulary into non-empty blocks", v = d->V;
-        if (what) {
-            zt_err(err, errlen, "parallel.tensor_parallel_size (%d) must divide %s (%d)", tp, what, v);
-            return NULL;
-        }
-    }
+    const zt_plan_shape_t shape = {d->L, d->NH, d->NKV, d->I, d->V};
+    if (zt_plan_tp_splits(&shape, tp, err, errlen)) return NULL;
     zt_param_table_t *t = zt_params_new(g->arch, d);
     /* kv_share: tp ranks that hold one KV head (1 when tp divides the KV heads) */
     const int kv_share = d->NKV < tp ? tp / d->NKV : 1;

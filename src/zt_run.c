@@ -177,17 +177,23 @@ int zt_run(int argc, char **argv, MPI_Comm world)
     }
     /* parallel.strategy = auto may choose the mesh too, before the groups are made */
     char why[512] = "";
-    if (mode != ESTIMATE && mode != GENERATE && zt_train_auto_mesh(cfg, size, zt_comm_node_ranks(world), why, sizeof why) &&
+    int uniform = 0;
+    const int node_ranks = zt_comm_node_ranks(world, &uniform);
+    if (mode != ESTIMATE && mode != GENERATE && zt_train_auto_mesh(cfg, size, node_ranks, why, sizeof why) &&
         rank == 0)
         printf("parallel auto: %s\n", why);
-    zt_comm_t comm;
-    const int hybrid = strncmp(cfg->parallel.strategy, "hybrid", 6) == 0;
-    /* shard groups only shape hybrid strategies; the others shard over the world */
-    /* --estimate-memory plans for --ranks: the mesh is checked there, not on these ranks */
+    /* --estimate-memory plans for --ranks: the plan is made and checked there, not on these ranks */
     const int est = mode == ESTIMATE;
-    if (zt_comm_create_mesh(&comm, world, est ? 1 : cfg->parallel.tensor_parallel_size,
-                            est ? 1 : cfg->parallel.sequence_parallel_size,
-                            hybrid && !est ? cfg->parallel.shard_group_size : 0, err, sizeof err) != 0) {
+    zt_parallel_plan_t plan = {0};
+    if (!est && zt_train_plan(cfg, size, uniform ? node_ranks : 0, &plan, err, sizeof err) != 0) {
+        if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", err);
+        free(cfg);
+        return ZT_EXIT_ERROR;
+    }
+    zt_comm_t comm;
+    /* shard groups only shape hybrid strategies; the others shard over the world */
+    if (zt_comm_create_mesh(&comm, world, est ? 1 : plan.tp, est ? 1 : plan.sp,
+                            zt_strategy_is_hybrid(plan.strategy) ? plan.shard_group : 0, err, sizeof err) != 0) {
         if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", err);
         free(cfg);
         return ZT_EXIT_ERROR;
@@ -202,7 +208,7 @@ int zt_run(int argc, char **argv, MPI_Comm world)
         return ZT_EXIT_OK;
     }
     zt_signal_install();
-    int code = zt_train(cfg, &comm);
+    int code = zt_train(cfg, &plan, &comm);
     zt_comm_destroy(&comm);
     free(cfg);
     return code;

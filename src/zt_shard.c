@@ -12,7 +12,7 @@
  * Replicated state (ddp over the world, hybrids over the replica group) is
  * kept identical by reducing gradients over `rg` as well.
  *
- * bf16 (opts->bf16): the master weights are fp32 and packed like m and v
+ * bf16 (opts->param_dtype): the master weights are fp32 and packed like m and v
  * (shard_p, for every strategy, ddp included), and counted with the optimizer
  * state as in ZeRO's 2 + 2 + 12 bytes per parameter. The working copy is bf16:
  * wfull (ddp, zero1, zero2) or wshard (the strategies that shard parameters,
@@ -21,7 +21,7 @@
  * model computes in fp32, so zt_shard_params widens a unit into one of two fp32
  * scratch buffers (the root unit's and the running block's).
  * Gradients: the model accumulates fp32 into the unit gradient buffer; with
- * reduce_bf16 a unit is rounded to bf16 for its reduction (gcomm, rs16) and
+ * reduce_dtype bf16 a unit is rounded to bf16 for its reduction (gcomm, rs16) and
  * widened again where it lands. What persists across micro-steps (gfull for
  * ddp/zero1, gshard otherwise) stays fp32: accumulating micro-batches in bf16
  * would round every partial sum to 8 bits, and DeepSpeed's bf16 optimizer keeps
@@ -46,8 +46,8 @@
  * The arithmetic is the same CPU kernels in the same order, so on the CPU backend an
  * offloaded run is bit-identical to one that is not.
  *
- * fp16 (opts->fp16) is the same machinery with IEEE binary16 as the working dtype
- * (pdt) and, with reduce_fp16, as the reduction dtype (gdt); to16/from16 are the
+ * fp16 (opts->param_dtype) is the same machinery with IEEE binary16 as the working dtype
+ * (pdt) and, with reduce_dtype fp16, as the reduction dtype (gdt); to16/from16 are the
  * only places that pick the conversion. The model's gradients are loss-scaled by
  * the train loop. One addition: once reduced, the owned gradients are rounded to
  * fp16 (zt_shard_finish_grads), so the optimizer always steps with fp16 gradient
@@ -143,33 +143,11 @@ struct zt_shard {
     int ncache;
 };
 
-/* ---- strategy table -------------------------------------------------------- */
-
-static const struct { const char *name; int s; } strategy_names[] = {
-    {"ddp", ZT_DDP}, {"zero0", ZT_DDP}, {"no_shard", ZT_DDP},
-    {"zero1", ZT_ZERO1}, {"zero2", ZT_ZERO2}, {"shard_grad_op", ZT_SHARD_GRAD_OP},
-    {"zero3", ZT_ZERO3}, {"full_shard", ZT_ZERO3},
-    {"hybrid_shard", ZT_HYBRID}, {"hybrid_shard_zero2", ZT_HYBRID_ZERO2},
-};
-
-int zt_strategy_parse(const char *name)
+/* the element type of a precision in transfers and reductions */
+static zt_dtype_t comm_dtype(zt_precision_t p)
 {
-    for (size_t i = 0; i < sizeof strategy_names / sizeof *strategy_names; i++)
-        if (strcmp(name, strategy_names[i].name) == 0) return strategy_names[i].s;
-    return -1;
+    return p == ZT_PREC_FP16 ? ZT_F16 : p == ZT_PREC_BF16 ? ZT_BF16 : ZT_F32;
 }
-
-const char *zt_strategy_name(zt_strategy_t s)
-{
-    static const char *n[] = {"ddp", "zero1", "zero2", "shard_grad_op", "zero3",
-                              "hybrid_shard", "hybrid_shard_zero2"};
-    return (unsigned)s < ZT_STRATEGY_N ? n[s] : "?";
-}
-
-int zt_strategy_shards_params(zt_strategy_t s) { return s >= ZT_SHARD_GRAD_OP; }
-int zt_strategy_shards_grads(zt_strategy_t s) { return s >= ZT_ZERO2; }
-int zt_strategy_shards_optim(zt_strategy_t s) { return s != ZT_DDP; }
-int zt_strategy_is_hybrid(zt_strategy_t s) { return s == ZT_HYBRID || s == ZT_HYBRID_ZERO2; }
 
 /* zero3 and hybrid_shard free a unit right after its forward (when
  * reshard_after_forward); shard_grad_op keeps it from forward to backward. */
@@ -530,10 +508,10 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     s->hybrid = zt_strategy_is_hybrid(st);
     s->shard_params = zt_strategy_shards_params(st);
     s->persistent_grads = !zt_strategy_shards_grads(st);
-    s->mixed = opts->bf16 || opts->fp16;
+    s->mixed = opts->param_dtype != ZT_PREC_FP32;
     s->pesz = s->mixed ? 2 : 4;
-    s->pdt = opts->fp16 ? ZT_F16 : opts->bf16 ? ZT_BF16 : ZT_F32;
-    s->gdt = opts->reduce_fp16 ? ZT_F16 : opts->reduce_bf16 ? ZT_BF16 : ZT_F32;
+    s->pdt = comm_dtype(opts->param_dtype);
+    s->gdt = comm_dtype(opts->reduce_dtype);
     s->offload = opts->offload_optim != 0;
     s->offload_param = s->offload && opts->offload_param && s->shard_params;
     s->host_grads = s->offload && !s->persistent_grads && !s->hybrid;
@@ -1184,7 +1162,7 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     const int shard_params = zt_strategy_shards_params(st), persistent = !zt_strategy_shards_grads(st);
     /* bf16/fp16: working params 2 bytes, the fp32 master joins m and v (12 bytes per
      * owned element); gradient accumulators stay fp32 (see the file comment) */
-    const int mixed = o->bf16 || o->fp16, reduce16 = o->reduce_bf16 || o->reduce_fp16;
+    const int mixed = o->param_dtype != ZT_PREC_FP32, reduce16 = o->reduce_dtype != ZT_PREC_FP32;
     const size_t pb = mixed ? 2 : 4, gb = reduce16 ? 2 : 4, ob = mixed ? 12 : 8;
     /* offload: master, m and v (12 bytes per owned element) move to the host; with
      * offload_param the owned working shard too (fp32: it is the master) */
@@ -1245,7 +1223,7 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     /* mixed: the fp32 views of the root unit, of the running block and of its adapters */
     if (mixed) out->comm_buffers += (root + block + adapter) * 4;
     /* fp16: the 16-bit buffer through which the owned gradients are rounded */
-    if (o->fp16) out->comm_buffers += ZT_MIN(owned, ROUND_CHUNK) * 2;
+    if (o->param_dtype == ZT_PREC_FP16) out->comm_buffers += ZT_MIN(owned, ROUND_CHUNK) * 2;
     /* offload: two host landings of a unit's gradients (and one 16-bit rounding);
      * offload_param: the uploads of the running and the prefetched unit */
     if (off) out->host += 2 * owned * 4 + (mixed && !offp ? owned * 2 : 0);
@@ -1266,7 +1244,7 @@ double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_
     const zt_strategy_t st = o->strategy;
     /* bytes per element: parameter gathers move the working dtype, gradient
      * reductions the reduce dtype */
-    const double pb = o->bf16 || o->fp16 ? 2.0 : 4.0, gb = o->reduce_bf16 || o->reduce_fp16 ? 2.0 : 4.0;
+    const double pb = o->param_dtype != ZT_PREC_FP32 ? 2.0 : 4.0, gb = o->reduce_dtype != ZT_PREC_FP32 ? 2.0 : 4.0;
     double bytes = 0.0;
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;

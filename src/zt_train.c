@@ -74,6 +74,7 @@ typedef struct run {
     zt_shard_t *shard;
     zt_dataset_t *train, *val;
     zt_shard_opts_t sopts;
+    zt_parallel_plan_t plan;    /* the mesh and its options, strategy auto resolved */
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
     zt_lr_schedule_t sched; /* transformers' schedule for total_steps (its warm-up: optim.warmup_steps, or
@@ -118,32 +119,27 @@ static int cpu_threads(const zt_config_t *cfg, const zt_backend_t *be, int local
     return n > 0 ? n : 1;
 }
 
-/* train.matmul_precision resolved: auto follows the training precision */
-static int matmul_level(const zt_config_t *cfg)
-{
-    const char *mp = cfg->train.matmul_precision;
-    if (strcmp(mp, "medium") == 0 || (strcmp(mp, "auto") == 0 && (cfg->train.bf16 || cfg->train.fp16)))
-        return ZT_MATMUL_MEDIUM;
-    return strcmp(mp, "high") == 0 ? ZT_MATMUL_HIGH : ZT_MATMUL_HIGHEST;
-}
-
 /* ---- strategy resolution ------------------------------------------------------- */
 
-static void fill_opts(const zt_config_t *cfg, zt_strategy_t st, zt_shard_opts_t *o)
+/* the engine's options: the plan's, with strategy st */
+static void fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_strategy_t st, zt_shard_opts_t *o)
 {
     memset(o, 0, sizeof *o);
     o->strategy = st;
-    o->layout = strcmp(cfg->parallel.shard_layout, "per_param") == 0 ? ZT_LAYOUT_PER_PARAM
-                                                                      : ZT_LAYOUT_FLAT;
+    o->layout = p->layout;
     o->reshard_after_forward = cfg->parallel.reshard_after_forward;
     o->bucket_bytes = (size_t)(cfg->parallel.bucket_size_mb * 1024.0 * 1024.0);
-    o->reduce_bf16 = strcmp(cfg->parallel.reduce_dtype, "bf16") == 0;
-    o->reduce_fp16 = strcmp(cfg->parallel.reduce_dtype, "fp16") == 0;
-    o->bf16 = cfg->train.bf16;
-    o->offload_optim = strcmp(cfg->parallel.offload_optimizer, "cpu") == 0;
-    o->offload_param = strcmp(cfg->parallel.offload_param, "cpu") == 0;
-    o->fp16 = cfg->train.fp16;
+    o->param_dtype = p->param_dtype;
+    o->reduce_dtype = p->reduce_dtype;
+    o->offload_optim = p->offload_optimizer == ZT_OFFLOAD_CPU;
+    o->offload_param = p->offload_param == ZT_OFFLOAD_CPU;
     o->seed = (uint64_t)cfg->train.seed;
+}
+
+/* What the plan's mesh must divide, from the global table */
+static zt_plan_shape_t shape_of(const zt_param_table_t *g)
+{
+    return (zt_plan_shape_t){g->dims.L, g->dims.NH, g->dims.NKV, g->dims.I, g->dims.V};
 }
 
 static size_t mem_total(const zt_shard_mem_t *m)
@@ -158,17 +154,17 @@ typedef struct estimate {
 } estimate_t;
 
 /* t: a rank's (tp-local) table; world: the data-parallel ranks the strategy spans */
-static void estimate(const zt_config_t *cfg, const zt_param_table_t *t, zt_strategy_t st, int world,
-                     int shard_n, estimate_t *e)
+static void estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *t,
+                     zt_strategy_t st, int world, int shard_n, estimate_t *e)
 {
     zt_shard_opts_t o;
-    fill_opts(cfg, st, &o);
+    fill_opts(cfg, p, st, &o);
     int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
     int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
     zt_shard_memory_estimate(t, &o, sn, rn, &e->mem);
     /* sequence parallelism: a rank runs seq_len / sp positions of each sequence */
     e->activations = zt_model_activation_bytes_estimate(t, cfg->train.per_device_train_batch_size,
-                                                        cfg->data.seq_len / cfg->parallel.sequence_parallel_size,
+                                                        cfg->data.seq_len / p->sp,
                                                         cfg->train.gradient_checkpointing);
     e->total = mem_total(&e->mem) + e->activations;
     e->traffic = zt_shard_traffic_estimate(t, &o, sn, rn, cfg->train.gradient_accumulation_steps);
@@ -214,10 +210,11 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
 {
     char err[ZT_ERRLEN];
     zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err), *t = NULL;
+    zt_parallel_plan_t p;
     const int tp = cfg->parallel.tensor_parallel_size;
-    if (g && world % tp) zt_err(err, sizeof err, "parallel.tensor_parallel_size (%d) must divide %d ranks", tp, world);
-    else if (g) t = zt_params_tp_local(g, tp, 0, err, sizeof err);
-    if (t) t->dims.sp_size = cfg->parallel.sequence_parallel_size;
+    const zt_plan_shape_t sh = g ? shape_of(g) : (zt_plan_shape_t){0};
+    if (g && zt_plan_build(&p, cfg, &sh, world, per_node, err, sizeof err) == 0) t = zt_params_tp_local(g, tp, 0, err, sizeof err);
+    if (t) t->dims.sp_size = p.sp;
     if (!t) {
         zt_log_error("%s", err);
         zt_param_table_free(g);
@@ -231,15 +228,14 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     int shard_n = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size : per_node;
     char b[7][32];
     zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), tp %d, sp %d, B=%d T=%d, %s layout",
-           total, world * tp, per_node * tp, tp, cfg->parallel.sequence_parallel_size,
-           cfg->train.per_device_train_batch_size,
-           cfg->data.seq_len, cfg->parallel.shard_layout);
+           total, world * tp, per_node * tp, tp, p.sp, cfg->train.per_device_train_batch_size,
+           cfg->data.seq_len, zt_config_enum_name("parallel.shard_layout", p.layout));
     zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
            "buffers", "activations", "total", "host");
     for (int st = 0; st < ZT_STRATEGY_N; st++) {
         if (zt_strategy_is_hybrid(st) && (shard_n <= 0 || world % shard_n)) continue;
         estimate_t e;
-        estimate(cfg, t, st, world, shard_n, &e);
+        estimate(cfg, &p, t, st, world, shard_n, &e);
         zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", zt_strategy_name(st),
                zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
                zt_fmt_bytes(e.mem.optim, b[2], 32),
@@ -251,6 +247,16 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
         zt_log("(fp32 as given; on the cuda backend a run without train.bf16 / train.fp16 trains in bf16: "
                "add train.bf16=true for those figures)");
     zt_param_table_free(t);
+}
+
+int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_plan_t *plan, char *err,
+                  size_t errlen)
+{
+    zt_param_table_t *g = zt_arch_table_from_config(cfg, err, errlen);
+    if (!g) return -1;
+    const zt_plan_shape_t sh = shape_of(g);
+    zt_param_table_free(g);
+    return zt_plan_build(plan, cfg, &sh, world, per_node, err, errlen);
 }
 
 /* Activation bytes a step on the tp and sp groups (doc/design.md's formulas; t: a rank's
@@ -266,12 +272,13 @@ static double mesh_traffic(const zt_config_t *cfg, const zt_param_table_t *t, in
 
 int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, size_t len)
 {
-    if (strcmp(cfg->parallel.strategy, "auto") != 0 || zt_config_given(cfg, "parallel.tensor_parallel_size") ||
+    if (cfg->parallel.strategy != ZT_STRATEGY_AUTO || zt_config_given(cfg, "parallel.tensor_parallel_size") ||
         zt_config_given(cfg, "parallel.sequence_parallel_size"))
         return 0;
     char err[ZT_ERRLEN], what[160];
     zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err);
     if (!g) return 0;
+    const zt_plan_shape_t sh = shape_of(g);
     static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
     const double limit = memory_limit(cfg, NULL, per_node, what, sizeof what);
     zt_config_t c = *cfg;
@@ -284,16 +291,14 @@ int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, siz
         zt_param_table_t *t = zt_params_tp_local(g, tp, 0, err, sizeof err);
         if (!t) continue;
         for (int sp = 1; sp <= world / tp; sp++) {
-            const zt_model_dims_t *d = &t->dims;
-            const int ring = strcmp(cfg->parallel.sp_mode, "ring") == 0;
-            if ((world / tp) % sp || cfg->data.seq_len % (ring ? 2 * sp : sp) ||
-                (!ring && (d->NH % sp || (d->NKV % sp && sp % d->NKV))))
-                continue;
-            t->dims.sp_size = sp;
+            /* a candidate mesh is one the plan accepts */
+            zt_parallel_plan_t p;
             c.parallel.tensor_parallel_size = tp, c.parallel.sequence_parallel_size = sp;
+            if (zt_plan_build(&p, &c, &sh, world, per_node, err, sizeof err) != 0) continue;
+            t->dims.sp_size = sp;
             for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
                 estimate_t e;
-                estimate(&c, t, order[i], world / tp, per_node / tp > 0 ? per_node / tp : 1, &e);
+                estimate(&c, &p, t, order[i], world / tp, per_node / tp > 0 ? per_node / tp : 1, &e);
                 if ((double)e.total > limit) continue;
                 if (tp == 1 && sp == 1) { /* it fits as it is: the strategy choice as always */
                     zt_param_table_free(t);
@@ -319,8 +324,8 @@ int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, siz
 }
 
 /* auto: the least traffic that fits; ordered by collective volume per step */
-static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_backend_t *be, const zt_param_table_t *t,
-                               int world, int per_node, char *why, size_t len)
+static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_backend_t *be,
+                               const zt_param_table_t *t, int world, int per_node, char *why, size_t len)
 {
     static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
     char what[160];
@@ -330,7 +335,7 @@ static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_backend_t *be, c
     size_t smallest_total = SIZE_MAX;
     for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
         estimate_t e;
-        estimate(cfg, t, order[i], world, per_node, &e);
+        estimate(cfg, p, t, order[i], world, per_node, &e);
         if ((double)e.total <= limit) {
             snprintf(why, len, "estimated %s per rank fits the limit of %s; it moves the least data of those that fit",
                      zt_fmt_bytes((double)e.total, b1, 32), zt_fmt_bytes(limit, b2, 32));
@@ -361,7 +366,7 @@ static double kv_cache_bytes(const zt_config_t *cfg, const zt_model_dims_t *d)
 {
     if (!cfg->mode_generate && !cfg->generate.at_eval) return 0.0;
     const int T = cfg->data.seq_len;
-    const int nseq = kv_sequences(cfg, cfg->parallel.sequence_parallel_size, d->tp_seq,
+    const int nseq = kv_sequences(cfg, d->sp_size, d->tp_seq,
                                   gen_batch_of(cfg->generate.batch_size, T));
     return (double)nseq * d->L * T * 2.0 * d->NKV * d->HD * sizeof(float);
 }
@@ -371,11 +376,11 @@ static double kv_cache_bytes(const zt_config_t *cfg, const zt_model_dims_t *d)
  * estimate matches the allocations of model state exactly (accounting.sh) and the
  * activations closely; what it leaves out (libraries, a CUDA context, allocator
  * slack) is small beside a limit this estimate exceeds. */
-static int check_fits(const zt_config_t *cfg, const zt_backend_t *be, const zt_param_table_t *t,
-                      zt_strategy_t st, const zt_comm_t *c, char *err, size_t errlen)
+static int check_fits(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_backend_t *be,
+                      const zt_param_table_t *t, zt_strategy_t st, const zt_comm_t *c, char *err, size_t errlen)
 {
     estimate_t e;
-    estimate(cfg, t, st, c->data.size, c->shard.size, &e);
+    estimate(cfg, p, t, st, c->data.size, c->shard.size, &e);
     char what[160], b[3][32];
     const double limit = memory_limit(cfg, be, c->local_size, what, sizeof what);
     /* on a host-memory backend the offloaded state is in the same memory */
@@ -406,55 +411,16 @@ static int check_fits(const zt_config_t *cfg, const zt_backend_t *be, const zt_p
 
 /* ---- passes ---------------------------------------------------------------------- */
 
-/* Generation's sequences are padded to a multiple of this: each of sp ranks a whole
- * chunk (ring attention: two), and under tp_sequence_parallel (tp_seq: tp, else 1) each
- * tp rank a whole share of those tokens */
-static int gen_quantum(int sp, int ring, int tp_seq)
+/* Megatron sequence parallelism inside tp (the plan checked that every tp rank gets a
+ * whole share of the tokens): the replicated parameters its rows feed (norms, learned
+ * positions) get partial gradients, summed over tp by the engine. */
+static void tp_seq_setup(zt_param_table_t *t)
 {
-    return (sp > 1 && ring ? 2 * sp : ZT_MAX(sp, 1)) * ZT_MAX(tp_seq, 1);
-}
-
-/* Megatron sequence parallelism inside tp: every tp rank a whole share of the tokens; the
- * replicated parameters its rows feed (norms, learned positions) get partial gradients,
- * summed over tp by the engine. */
-static int tp_seq_setup(const zt_config_t *cfg, zt_param_table_t *t, int tp, char *err, size_t errlen)
-{
-    if (!cfg->parallel.tp_sequence_parallel || tp <= 1) return 0;
-    const long N = (long)cfg->train.per_device_train_batch_size * (cfg->data.seq_len / cfg->parallel.sequence_parallel_size);
-    if (N % tp)
-        return zt_err(err, errlen, "parallel.tp_sequence_parallel: the %ld tokens of a micro-batch (per rank) must "
-                      "divide by parallel.tensor_parallel_size (%d)", N, tp);
-    /* generation pads a sequence to whole shares of the mesh, up to data.seq_len */
-    const int q = gen_quantum(cfg->parallel.sequence_parallel_size, !strcmp(cfg->parallel.sp_mode, "ring"), tp);
-    if ((cfg->mode_generate || cfg->generate.at_eval) && cfg->data.seq_len % q)
-        return zt_err(err, errlen, "generation with parallel.tp_sequence_parallel: data.seq_len (%d) must divide by "
-                      "%d (tensor_parallel_size x the sequence parallel chunks)", cfg->data.seq_len, q);
     t->dims.tp_seq = 1;
     for (int i = 0; i < t->nparams; i++) {
         zt_param_t *p = &t->params[i];
         if (p->tp_dim < 0 && (p->role == ZT_ROLE_NORM || p->role == ZT_ROLE_POS_EMBED)) p->tp_grad_sum = 1;
     }
-    return 0;
-}
-
-/* Sequence parallelism's conditions (d: a rank's tp share): every rank a whole chunk of
- * each sequence, and a share of every kind of head. */
-static int sp_check(const zt_config_t *cfg, const zt_backend_t *be, const zt_model_dims_t *d, int sp, char *err,
-                    size_t errlen)
-{
-    if (sp <= 1) return 0;
-    const int ring = strcmp(cfg->parallel.sp_mode, "ring") == 0;
-    if (cfg->data.seq_len % (ring ? 2 * sp : sp))
-        return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide data.seq_len (%d)%s", sp,
-                      cfg->data.seq_len, ring ? " into 2 sp chunks (ring attention's causal balance)" : "");
-    if (ring && !be->attention_block_forward)
-        return zt_err(err, errlen, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
-                      "(parallel.sp_mode = ulysses works there)", be->name);
-    if (!ring && (d->NH % sp || (d->NKV % sp && sp % d->NKV)))
-        return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide the attention heads (%d) and "
-                      "divide or be a multiple of the key/value heads (%d) of a tensor-parallel rank (Ulysses "
-                      "splits heads)", sp, d->NH, d->NKV);
-    return 0;
 }
 
 /* lora.dropout's counters for micro-step m: one key per local token from (seed, step,
@@ -666,7 +632,7 @@ static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *
 {
     zt_watchdog_mark("generation", -1, r->step);
     const zt_model_dims_t *d = &r->ltable->dims;
-    const int sp = r->comm->mesh_sp, q = gen_quantum(sp, d->sp_ring, d->tp_seq ? d->tp_size : 0);
+    const int sp = r->comm->mesh_sp, q = r->plan.gen_quantum;
     const int np = (n + q - 1) / q * q, Tl = np / sp;
     const int32_t *mine = tokens;
     int owner = 0, t = n - 1;
@@ -818,8 +784,7 @@ static void generate_sample(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     if (cfg->train.sample_tokens <= 0) return;
-    const zt_model_dims_t *d = &r->ltable->dims;
-    const int q = gen_quantum(r->comm->mesh_sp, d->sp_ring, d->tp_seq ? d->tp_size : 0);
+    const int q = r->plan.gen_quantum;
     if (r->T % q) {
         zt_log("sample: skipped (data.seq_len %d does not split into whole shares of %d tokens for the mesh)", r->T,
                q);
@@ -879,7 +844,7 @@ static int save_checkpoint(run_t *r)
     }
     char err[ZT_ERRLEN] = "";
     zt_watchdog_mark("checkpoint save", -1, r->step);
-    if (zt_ckpt_save(cfg->train.output_dir, &meta, r->config_text, cfg->checkpoint.format,
+    if (zt_ckpt_save(cfg->train.output_dir, &meta, r->config_text, cfg->checkpoint.format == ZT_CKPT_SHARDED,
                      cfg->checkpoint.keep_last, r->shard, r->table, r->comm, err, sizeof err) != 0) {
         zt_log_error("checkpoint at step %ld failed: %s", r->step, err);
         return -1;
@@ -999,7 +964,7 @@ static void startup_report(run_t *r)
     ZT_MPI(MPI_Gather(host, 64, MPI_CHAR, all, 64, MPI_CHAR, 0, c->world.comm));
     static const char *const matmul[] = {"fp32", "tf32", "bf16"};
     zt_log("ztrain %s: %d ranks on %d nodes, mesh tp %d x sp %d x dp %d, backend %s (GEMMs %s), comm %s, %d "
-           "thread(s) per rank", PACKAGE_VERSION, c->world.size, c->node_count, c->mesh_tp, c->mesh_sp, c->mesh_dp, r->be->name, strcmp(r->be->name, "cpu") ? matmul[matmul_level(cfg)] : zt_cpu_gemm_path(),
+           "thread(s) per rank", PACKAGE_VERSION, c->world.size, c->node_count, c->mesh_tp, c->mesh_sp, c->mesh_dp, r->be->name, strcmp(r->be->name, "cpu") ? matmul[r->plan.matmul] : zt_cpu_gemm_path(),
            c->backend, r->threads);
     if (r->rank == 0) {
         for (int i = 0; i < c->world.size; i++)
@@ -1018,7 +983,7 @@ static void startup_report(run_t *r)
            t->total_numel, t->nunits, cfg->model.name_or_path[0] ? " from " : "", cfg->model.name_or_path);
     int sn = zt_strategy_is_hybrid(r->sopts.strategy) ? c->shard.size : c->data.size;
     zt_log("strategy: %s, layout %s, shard group %d, replica group %d, reshard_after_forward %s",
-           zt_strategy_name(r->sopts.strategy), cfg->parallel.shard_layout,
+           zt_strategy_name(r->sopts.strategy), zt_config_enum_name("parallel.shard_layout", r->plan.layout),
            r->sopts.strategy == ZT_DDP ? 1 : sn,
            r->sopts.strategy == ZT_DDP ? c->data.size : zt_strategy_is_hybrid(r->sopts.strategy) ? c->replica.size : 1,
            cfg->parallel.reshard_after_forward ? "true" : "false");
@@ -1028,7 +993,7 @@ static void startup_report(run_t *r)
         zt_log("warm-up: %ld steps = ceil(%ld steps x optim.warmup_ratio %g)", r->sched.warmup, r->total_steps,
                cfg->optim.warmup_ratio);
     estimate_t e;
-    estimate(cfg, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
+    estimate(cfg, &r->plan, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
     char b[8][32];
     zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s%s%s",
            zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
@@ -1043,10 +1008,10 @@ static void startup_report(run_t *r)
 static void start_record(const run_t *r)
 {
     estimate_t e;
-    estimate(r->cfg, r->ltable, r->sopts.strategy, r->comm->data.size, r->comm->shard.size, &e);
+    estimate(r->cfg, &r->plan, r->ltable, r->sopts.strategy, r->comm->data.size, r->comm->shard.size, &e);
     const zt_metrics_start_t rec = {
         .world_size = r->comm->world.size, .strategy = zt_strategy_name(r->sopts.strategy),
-        .layout = r->cfg->parallel.shard_layout, .parameters = r->table->total_numel, .global_batch = r->G,
+        .layout = zt_config_enum_name("parallel.shard_layout", r->plan.layout), .parameters = r->table->total_numel, .global_batch = r->G,
         .traffic_estimate = e.traffic, .mem = &e.mem, .activations = e.activations,
     };
     zt_metrics_record_start(&rec);
@@ -1122,8 +1087,8 @@ static int run_loop(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     zt_comm_t *c = r->comm;
-    const int fault = zt_fault_parse(cfg->fault.kind);
-    if (!strcmp(cfg->fault.kind, "save_kill")) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
+    const int fault = cfg->fault.kind;
+    if (fault == ZT_FAULT_SAVE_KILL) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
     const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T; /* BTs: a micro-step's segments */
     /* a token stream: every position carries a loss */
     const int sft = zt_data_is_sft(r->train);
@@ -1192,7 +1157,7 @@ static int run_loop(run_t *r)
             /* a finite loss (the world's sum: the same verdict everywhere) with a
              * non-finite gradient is an fp16 overflow */
             const int overflow = r->dynamic_scale && isfinite(loss);
-            if (overflow || strcmp(cfg->parallel.nonfinite, "skip") == 0) {
+            if (overflow || cfg->parallel.nonfinite == ZT_NONFINITE_SKIP) {
                 zt_metrics_record_skipped(r->step + 1, overflow ? "overflow" : "nonfinite", r->loss_scale, zt_now() - t_start);
                 if (overflow && loss_scale_overflow(r) != 0) return ZT_EXIT_NONFINITE;
                 if (!overflow)
@@ -1444,19 +1409,19 @@ static int open_data(run_t *r, char *err, size_t errlen)
 
 static const zt_backend_t *pick_backend(const zt_config_t *cfg, char *err, size_t errlen)
 {
-    const char *want = cfg->parallel.backend;
-    if (strcmp(want, "cpu") == 0) return &zt_backend_cpu;
+    const zt_backend_choice_t want = cfg->parallel.backend;
+    if (want == ZT_BACKEND_CPU) return &zt_backend_cpu;
 #ifdef ZT_HAVE_CUDA
     char cerr[ZT_ERRLEN] = "";
     if (zt_cuda_available(cerr, sizeof cerr)) return zt_backend_get("cuda");
-    if (strcmp(want, "cuda") == 0) {
+    if (want == ZT_BACKEND_CUDA) {
         zt_err(err, errlen, "parallel.backend = \"cuda\": no usable GPU: %s", cerr);
         return NULL;
     }
     zt_log("parallel.backend = auto: no usable GPU (%s); using the CPU backend", cerr);
     return &zt_backend_cpu;
 #else
-    if (strcmp(want, "cuda") == 0) {
+    if (want == ZT_BACKEND_CUDA) {
         zt_err(err, errlen, "parallel.backend = \"cuda\": this ztrain was built without CUDA (configure --with-cuda)");
         return NULL;
     }
@@ -1464,7 +1429,7 @@ static const zt_backend_t *pick_backend(const zt_config_t *cfg, char *err, size_
 #endif
 }
 
-int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
+int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *comm)
 {
     run_t run, *r = &run;
     memset(r, 0, sizeof *r);
@@ -1504,7 +1469,6 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         free(gpu_cfg);
         return ZT_EXIT_ERROR;
     }
-    if (rc == 0) r->be->set_matmul_precision(matmul_level(cfg));
     /* device buffers need a comm backend that moves them (and the GPU chosen) before the first alloc */
     if (zt_comm_set_backend(comm, zt_comm_backend_for(r->be->name), err, sizeof err) != 0) {
         zt_log_error("%s", err);
@@ -1537,21 +1501,23 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     }
 
     r->table = zt_arch_table_from_config(cfg, err, sizeof err);
-    if (r->table && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
+    /* the plan of the mesh, again from this config: on a GPU train.bf16 may have
+     * become the default above, which sets the working and GEMM precisions */
+    const zt_plan_shape_t sh = r->table ? shape_of(r->table) : (zt_plan_shape_t){0};
+    rc = r->table ? zt_plan_build(&r->plan, cfg, &sh, plan->world, plan->per_node, err, sizeof err) : -1;
+    if (rc == 0 && r->plan.sp > 1 && r->plan.sp_mode == ZT_SP_RING && !r->be->attention_block_forward)
+        rc = zt_err(err, sizeof err, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
+                    "(parallel.sp_mode = ulysses works there)", r->be->name);
+    if (rc == 0) r->be->set_matmul_precision(r->plan.matmul);
+    if (rc == 0 && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
         r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);
         if (r->ltable) {
             r->ltable->dims.sp_size = comm->mesh_sp;
             r->ltable->dims.sp_rank = comm->sp.rank;
-            r->ltable->dims.sp_ring = strcmp(cfg->parallel.sp_mode, "ring") == 0;
-            if (tp_seq_setup(cfg, r->ltable, comm->mesh_tp, err, sizeof err) != 0) {
-                zt_param_table_free(r->ltable);
-                r->ltable = NULL;
-            } else if (sp_check(cfg, r->be, &r->ltable->dims, comm->mesh_sp, err, sizeof err) != 0) {
-                zt_param_table_free(r->ltable);
-                r->ltable = NULL;
-            }
+            r->ltable->dims.sp_ring = r->plan.sp_mode == ZT_SP_RING;
+            if (r->plan.tp_sequence_parallel) tp_seq_setup(r->ltable);
         }
-    } else {
+    } else if (rc == 0) {
         r->ltable = r->table;
     }
     if (zt_agree_error(comm, r->table && r->ltable ? 0 : -1, err, sizeof err)) {
@@ -1561,11 +1527,12 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
         free(gpu_cfg);
         return ZT_EXIT_ERROR;
     }
-    zt_strategy_t st = zt_strategy_parse(cfg->parallel.strategy);
     char why[256] = "";
-    if (strcmp(cfg->parallel.strategy, "auto") == 0)
-        st = pick_auto(cfg, r->be, r->ltable, comm->data.size, comm->local_size, why, sizeof why);
-    fill_opts(cfg, st, &r->sopts);
+    if (r->plan.strategy == ZT_STRATEGY_AUTO)
+        zt_plan_resolve(&r->plan, pick_auto(cfg, &r->plan, r->be, r->ltable, comm->data.size, comm->local_size, why,
+                                            sizeof why));
+    const zt_strategy_t st = r->plan.strategy;
+    fill_opts(cfg, &r->plan, st, &r->sopts);
     r->loss_scale = 1.0;
     if (cfg->train.fp16) {
         r->dynamic_scale = cfg->train.loss_scale == 0;
@@ -1574,16 +1541,16 @@ int zt_train(const zt_config_t *cfg, zt_comm_t *comm)
     r->config_text = zt_config_to_string(cfg);
     startup_report(r);
     if (why[0]) zt_log("strategy auto -> %s: %s", zt_strategy_name(st), why);
-    if (strcmp(cfg->parallel.offload_param, "none") != 0 && !zt_strategy_shards_params(st))
-        zt_log("parallel.offload_param = %s has no effect: %s keeps parameters whole on every rank",
-               cfg->parallel.offload_param, zt_strategy_name(st));
+    if (r->plan.offload_param != ZT_OFFLOAD_NONE && !zt_strategy_shards_params(st))
+        zt_log("parallel.offload_param = cpu has no effect: %s keeps parameters whole on every rank",
+               zt_strategy_name(st));
     if (cfg->train.fp16 && r->dynamic_scale)
         zt_log("fp16: dynamic loss scale from %.9g, doubled after %d steps without overflow, at least %.9g",
                r->loss_scale, cfg->train.loss_scale_window, cfg->train.min_loss_scale);
     else if (cfg->train.fp16)
         zt_log("fp16: static loss scale %.9g", r->loss_scale);
     int exit_code = ZT_EXIT_OK;
-    rc = check_fits(cfg, r->be, r->ltable, st, comm, err, sizeof err);
+    rc = check_fits(cfg, &r->plan, r->be, r->ltable, st, comm, err, sizeof err);
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
         exit_code = ZT_EXIT_ERROR;

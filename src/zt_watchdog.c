@@ -205,16 +205,6 @@ void zt_watchdog_stop(void)
 
 /* ---- fault injection ------------------------------------------------------ */
 
-int zt_fault_parse(const char *kind)
-{
-    if (!kind || !kind[0] || strcmp(kind, "none") == 0) return ZT_FAULT_NONE;
-    if (strcmp(kind, "stall") == 0) return ZT_FAULT_STALL;
-    if (strcmp(kind, "kill") == 0) return ZT_FAULT_KILL;
-    if (strcmp(kind, "nan") == 0) return ZT_FAULT_NAN;
-    if (strcmp(kind, "data") == 0) return ZT_FAULT_DATA;
-    return -1;
-}
-
 int zt_fault_check(int fault_kind, int fault_rank, long fault_step, int rank, long step)
 {
     if (fault_kind == ZT_FAULT_NONE || rank != fault_rank || step != fault_step) return ZT_FAULT_NONE;

@@ -443,7 +443,7 @@ static int cmd_import(const char *st_path, const char *cfg_path, const char *out
         zt_ckpt_meta_t m;
         memset(&m, 0, sizeof m);
         snprintf(m.strategy, sizeof m.strategy, "imported");
-        rc = zt_ckpt_write_segments(dir, &m, cfg, "consolidated", 0, segs, t->nparams, t, MPI_COMM_SELF, err,
+        rc = zt_ckpt_write_segments(dir, &m, cfg, 0, 0, segs, t->nparams, t, MPI_COMM_SELF, err,
                                     sizeof err);
         snprintf(src, sizeof src, "%s/ckpt-00000000.h5", dir);
         if (!rc && rename(src, out) != 0) rc = zt_err(err, sizeof err, "%s: rename failed: %s", out, strerror(errno));

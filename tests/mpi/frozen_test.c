@@ -162,10 +162,11 @@ static void snapshot_free(float **v, const zt_param_table_t *t)
 /* x rounded to the working dtype */
 static void round_work(const zt_shard_opts_t *o, float *x, size_t n)
 {
-    if (!o->bf16 && !o->fp16) return;
+    if (o->param_dtype == ZT_PREC_FP32) return;
+    const int fp16 = o->param_dtype == ZT_PREC_FP16;
     uint16_t *b = zt_malloc(n * 2 + 2);
-    (o->fp16 ? zt_backend_cpu.to_fp16 : zt_backend_cpu.to_bf16)(b, x, n);
-    (o->fp16 ? zt_backend_cpu.from_fp16 : zt_backend_cpu.from_bf16)(x, b, n);
+    (fp16 ? zt_backend_cpu.to_fp16 : zt_backend_cpu.to_bf16)(b, x, n);
+    (fp16 ? zt_backend_cpu.from_fp16 : zt_backend_cpu.from_bf16)(x, b, n);
     free(b);
 }
 
@@ -389,7 +390,7 @@ static void write_metrics(const char *root, zt_comm_t *c, const zt_param_table_t
     if (!f) zt_fatal("cannot write %s", path);
     fprintf(f, "%s %d %d", zt_strategy_name(o->strategy), c->world.size, A);
     if (zt_strategy_is_hybrid(o->strategy)) fprintf(f, " %d", group);
-    fprintf(f, " --frozen=%s%s%s%s\n", frozen_arg, o->bf16 ? " --bf16" : "", o->offload_optim ? " --offload" : "",
+    fprintf(f, " --frozen=%s%s%s%s\n", frozen_arg, o->param_dtype == ZT_PREC_BF16 ? " --bf16" : "", o->offload_optim ? " --offload" : "",
             o->offload_param ? " --offload-param" : "");
     fclose(f);
 }
@@ -426,8 +427,8 @@ int main(int argc, char **argv)
                     for (int off = 0; off < 3; off++) {
                         if (off == 2 && !zt_strategy_shards_params(st)) continue;
                         zt_shard_opts_t o = {.strategy = st, .layout = lay, .reshard_after_forward = prec != 1,
-                                             .bucket_bytes = 1 << 20, .bf16 = prec == 1, .fp16 = prec == 2,
-                                             .reduce_bf16 = prec == 1 && lay == 1, .reduce_fp16 = prec == 2 && lay == 1,
+                                             .bucket_bytes = 1 << 20, .param_dtype = (zt_precision_t)prec,
+                                             .reduce_dtype = lay == 1 ? (zt_precision_t)prec : ZT_PREC_FP32,
                                              .offload_optim = off > 0, .offload_param = off == 2, .seed = 7};
                         char what[160];
                         snprintf(what, sizeof what, "mask %d%d%d %s %s %s%s%s", masks[mk][0], masks[mk][1],
@@ -458,7 +459,8 @@ int main(int argc, char **argv)
                     if (off == 2 && !zt_strategy_shards_params(st)) continue;
                     if (hyb && g == 1) continue; /* the script's hybrid has shard groups of 2 or more */
                     zt_shard_opts_t o = {.strategy = st, .layout = ZT_LAYOUT_FLAT, .reshard_after_forward = 1,
-                                         .bucket_bytes = 1 << 20, .bf16 = prec, .offload_optim = off > 0,
+                                         .bucket_bytes = 1 << 20, .param_dtype = prec ? ZT_PREC_BF16 : ZT_PREC_FP32,
+                                         .offload_optim = off > 0,
                                          .offload_param = off == 2, .seed = 7};
                     char tag[128], fz[16] = "";
                     for (int u = 0; u < 3; u++)

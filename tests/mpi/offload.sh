@@ -37,6 +37,8 @@ pair 1 ddp1 "$off" parallel.strategy=ddp
 pair 2 zero1 "$off" parallel.strategy=zero1
 pair 3 zero2pp "$off" parallel.strategy=zero2 parallel.shard_layout=per_param
 pair 2 sgo "$off" parallel.strategy=shard_grad_op
+# every strategy that shards parameters can keep them on the host (zt_strategy_shards_params)
+pair 2 sgop "$offp" parallel.strategy=shard_grad_op
 pair 1 zero2one "$off" parallel.strategy=zero2
 pair 3 zero3p "$offp" parallel.strategy=zero3
 pair 1 zero3one "$offp" parallel.strategy=zero3
@@ -106,5 +108,5 @@ run_ztrain 2 $common parallel.strategy=zero3 train.max_steps=20 checkpoint.resum
 
 # what cannot work is refused on every rank with one line
 expect_fail_with 2 "needs parallel.offload_optimizer" $common parallel.strategy=zero3 parallel.offload_param=cpu
-expect_fail_with 2 "needs a zero3-family strategy" $common parallel.strategy=zero2 $offp
+expect_fail_with 2 "needs a strategy that shards parameters" $common parallel.strategy=zero2 $offp
 echo "offload: bit-identical to no offload for every strategy family; accounting and resume exact"

@@ -140,7 +140,7 @@ int main(int argc, char **argv)
     step(a, t, 2);
     zt_ckpt_meta_t meta = {.step = 2, .world_size = c.world.size};
     snprintf(meta.strategy, sizeof meta.strategy, "zero3");
-    CHECK(zt_ckpt_save(dir, &meta, "", "consolidated", 0, a, t, &c, err, sizeof err) == 0, "save: %s", err);
+    CHECK(zt_ckpt_save(dir, &meta, "", 0, 0, a, t, &c, err, sizeof err) == 0, "save: %s", err);
     char path[512];
     CHECK(zt_ckpt_find_latest(dir, path, sizeof path) == 0 || c.world.rank != 0, "no checkpoint in %s", dir);
     ZT_MPI(MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD));
@@ -187,11 +187,11 @@ int main(int argc, char **argv)
     zt_shard_opts_t o = od;
     check_offload(&c, &late, t, o, 0, "ddp");
     o.strategy = ZT_ZERO2;
-    o.bf16 = 1;
+    o.param_dtype = ZT_PREC_BF16;
     check_offload(&c, &late, t, o, 0, "zero2 bf16");
-    o.reduce_bf16 = 1;
+    o.reduce_dtype = ZT_PREC_BF16;
     check_offload(&c, &late, t, o, 0, "zero2 bf16 reduce_bf16");
-    o.reduce_bf16 = 0;
+    o.reduce_dtype = ZT_PREC_FP32;
     o.strategy = ZT_ZERO1;
     o.layout = ZT_LAYOUT_PER_PARAM;
     check_offload(&c, &late, t, o, 0, "zero1 per_param bf16");

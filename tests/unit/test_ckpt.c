@@ -240,7 +240,7 @@ static void roundtrip(const char *format, int wv, int rv)
     m.loss_scale = scale;
     m.loss_scale_good_steps = 3;
     segset_t w = make_segs(table, wv, 0, 1, 1);
-    int rc = zt_ckpt_write_segments(dir, &m, CONFIG, format, 0, w.segs, w.n, table, MPI_COMM_WORLD, err, sizeof err);
+    int rc = zt_ckpt_write_segments(dir, &m, CONFIG, !strcmp(format, "sharded"), 0, w.segs, w.n, table, MPI_COMM_WORLD, err, sizeof err);
     if (rc) fprintf(stderr, "write: %s\n", err);
     CU_ASSERT_FATAL(all(rc == 0));
     CU_ASSERT(m.bytes == 3.0 * 4.0 * (double)table->total_numel);
@@ -295,7 +295,7 @@ static void test_sharded_consolidate(void)
     m.loss_scale = 0.5;
     m.loss_scale_good_steps = 999;
     segset_t w = make_segs(table, 3, 2, 1, 1);
-    int rc = zt_ckpt_write_segments(dir, &m, CONFIG, "sharded", 0, w.segs, w.n, table, MPI_COMM_WORLD, err, sizeof err);
+    int rc = zt_ckpt_write_segments(dir, &m, CONFIG, 1, 0, w.segs, w.n, table, MPI_COMM_WORLD, err, sizeof err);
     CU_ASSERT_FATAL(all(rc == 0));
     zt_ckpt_find_latest(dir, path, sizeof path);
     snprintf(out, sizeof out, "%s/merged.h5", dir);
@@ -340,7 +340,7 @@ static void test_latest_and_keep_last(void)
     segset_t w = make_segs(table, size, 0, 1, 1);
     for (long step = 1; step <= 4; step++) {
         zt_ckpt_meta_t m = make_meta(step);
-        int rc = zt_ckpt_write_segments(dir, &m, CONFIG, step == 2 ? "sharded" : "consolidated", 2, w.segs, w.n,
+        int rc = zt_ckpt_write_segments(dir, &m, CONFIG, step == 2, 2, w.segs, w.n,
                                         table, MPI_COMM_WORLD, err, sizeof err);
         CU_ASSERT(all(rc == 0));
     }
@@ -380,7 +380,7 @@ static void test_weights_only(void)
     fresh_dir(dir, sizeof dir, "wonly");
     zt_ckpt_meta_t m = make_meta(5);
     segset_t w = make_segs(table, 2, 0, 0, 1);
-    int rc = zt_ckpt_write_segments(dir, &m, CONFIG, "consolidated", 0, w.segs, w.n, table, MPI_COMM_WORLD, err,
+    int rc = zt_ckpt_write_segments(dir, &m, CONFIG, 0, 0, w.segs, w.n, table, MPI_COMM_WORLD, err,
                                     sizeof err);
     CU_ASSERT_FATAL(all(rc == 0));
     CU_ASSERT(m.bytes == 4.0 * (double)table->total_numel);
@@ -411,7 +411,7 @@ static void good_ckpt(const char *name, char *path, size_t len, int nan_param)
     if (nan_param >= 0)
         for (int i = 0; i < w.n; i++)
             if (w.segs[i].param == nan_param) w.segs[i].value[w.segs[i].len / 2] = 0.0f / 0.0f;
-    int rc = zt_ckpt_write_segments(dir, &m, CONFIG, "consolidated", 0, w.segs, w.n, table, MPI_COMM_WORLD, err,
+    int rc = zt_ckpt_write_segments(dir, &m, CONFIG, 0, 0, w.segs, w.n, table, MPI_COMM_WORLD, err,
                                     sizeof err);
     CU_ASSERT_FATAL(all(rc == 0));
     zt_ckpt_find_latest(dir, path, len);
@@ -512,7 +512,7 @@ static void test_error_write_fails_cleanly(void)
     snprintf(dir, sizeof dir, "%s/sub", block);
     zt_ckpt_meta_t m = make_meta(1);
     segset_t w = make_segs(table, size, 0, 1, 1);
-    int rc = zt_ckpt_write_segments(dir, &m, CONFIG, "consolidated", 0, w.segs, w.n, table, MPI_COMM_WORLD, err,
+    int rc = zt_ckpt_write_segments(dir, &m, CONFIG, 0, 0, w.segs, w.n, table, MPI_COMM_WORLD, err,
                                     sizeof err);
     CU_ASSERT(all(rc == -1));
     CU_ASSERT(strstr(err, "blocker") != NULL);

@@ -2,9 +2,11 @@
  * exact error messages users see (file:line, key, did-you-mean), validation,
  * print/parse round trip, and that help and the markdown reference list every
  * key. Also parses the shipped inputs/ files so they cannot rot. */
+#include "zt_backend.h"
 #include "zt_common.h"
 #include "zt_config.h"
 #include "zt_test.h"
+#include "zt_watchdog.h"
 
 #include <string.h>
 
@@ -53,11 +55,11 @@ static void t_defaults_valid(void)
     CU_ASSERT_EQUAL(cfg.train.per_device_train_batch_size, 8);
     CU_ASSERT_EQUAL(cfg.train.gradient_accumulation_steps, 1);
     CU_ASSERT_DOUBLE_EQUAL(cfg.optim.adam_epsilon, 1e-8, 1e-20);
-    CU_ASSERT_STRING_EQUAL(cfg.parallel.strategy, "ddp");
+    CU_ASSERT_EQUAL(cfg.parallel.strategy, ZT_DDP);
     CU_ASSERT_EQUAL(cfg.parallel.reshard_after_forward, 1);
     CU_ASSERT_STRING_EQUAL(cfg.checkpoint.resume, "none");
     CU_ASSERT_EQUAL(cfg.fault.rank, -1);
-    CU_ASSERT_STRING_EQUAL(cfg.fault.kind, "none");
+    CU_ASSERT_EQUAL(cfg.fault.kind, ZT_FAULT_NONE);
     /* NULL text = defaults only */
     CU_ASSERT_EQUAL(parse(NULL, 0, NULL), 0);
     CU_ASSERT_STRING_EQUAL(cfg.source, "in.cfg");
@@ -81,7 +83,7 @@ static void t_parse_valid(void)
     CU_ASSERT_DOUBLE_EQUAL(cfg.optim.learning_rate, 3.0, 0); /* int accepted for a double */
     CU_ASSERT_STRING_EQUAL(cfg.optim.lr_scheduler_type, "linear");
     CU_ASSERT_EQUAL(cfg.train.max_steps, 10000000000L);
-    CU_ASSERT_STRING_EQUAL(cfg.parallel.strategy, "full_shard");
+    CU_ASSERT_EQUAL(cfg.parallel.strategy, ZT_ZERO3); /* an alias: one value */
     CU_ASSERT_DOUBLE_EQUAL(cfg.parallel.bucket_size_mb, 4.5, 0);
     CU_ASSERT_EQUAL(cfg.model.n_head, 2);
     CU_ASSERT_EQUAL(cfg.model.vocab_size, 257); /* untouched keys keep defaults */
@@ -97,7 +99,7 @@ static void t_override(void)
     CU_ASSERT_EQUAL(cfg.model.n_layer, 6);
     CU_ASSERT_EQUAL(cfg.data.shuffle, 0);
     CU_ASSERT_STRING_EQUAL(cfg.train.output_dir, "runs/x y");
-    CU_ASSERT_STRING_EQUAL(cfg.parallel.strategy, "zero2");
+    CU_ASSERT_EQUAL(cfg.parallel.strategy, ZT_ZERO2);
     CU_ASSERT_STRING_EQUAL(cfg.checkpoint.resume, "auto");
     CU_ASSERT_EQUAL(cfg.train.max_steps, 1000);
 }
@@ -226,11 +228,66 @@ static void t_bad_enum(void)
     /* every alias is accepted */
     const char *ok[] = {"ddp", "zero0", "no_shard", "zero1", "zero2", "shard_grad_op", "zero3", "full_shard",
                         "hybrid_shard", "hybrid_shard_zero2", "auto"};
+    const zt_strategy_t val[] = {ZT_DDP, ZT_DDP, ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3, ZT_ZERO3,
+                                 ZT_HYBRID, ZT_HYBRID_ZERO2, ZT_STRATEGY_AUTO};
     for (int i = 0; i < 11; i++) {
         char t[128];
         snprintf(t, sizeof t, "parallel = { strategy = \"%s\"; };", ok[i]);
         CU_ASSERT_EQUAL(parse(t, 0, NULL), 0);
+        CU_ASSERT_EQUAL(cfg.parallel.strategy, val[i]);
     }
+}
+
+/* Keys with a fixed set of values are typed at parsing: each name and alias becomes
+ * its enum value, printed by its first name, which parses back to the same value */
+static void t_enum_values(void)
+{
+    char *ov[] = {"parallel.strategy=no_shard", "parallel.shard_layout=per_param", "parallel.sp_mode=\"ring\"",
+                  "parallel.reduce_dtype=bf16", "parallel.backend=cpu", "parallel.offload_optimizer=cpu",
+                  "parallel.offload_param=cpu", "parallel.nonfinite=skip", "train.matmul_precision=medium",
+                  "train.finetuning_type=lora", "checkpoint.format=sharded", "checkpoint.hf_dtype=fp32"};
+    CU_ASSERT_EQUAL_FATAL(parse(NULL, 12, ov), 0);
+    CU_ASSERT_EQUAL(cfg.parallel.strategy, ZT_DDP);
+    CU_ASSERT_EQUAL(cfg.parallel.shard_layout, ZT_LAYOUT_PER_PARAM);
+    CU_ASSERT_EQUAL(cfg.parallel.sp_mode, ZT_SP_RING);
+    CU_ASSERT_EQUAL(cfg.parallel.reduce_dtype, ZT_PREC_BF16);
+    CU_ASSERT_EQUAL(cfg.parallel.backend, ZT_BACKEND_CPU);
+    CU_ASSERT_EQUAL(cfg.parallel.offload_optimizer, ZT_OFFLOAD_CPU);
+    CU_ASSERT_EQUAL(cfg.parallel.offload_param, ZT_OFFLOAD_CPU);
+    CU_ASSERT_EQUAL(cfg.parallel.nonfinite, ZT_NONFINITE_SKIP);
+    CU_ASSERT_EQUAL(cfg.train.matmul_precision, ZT_MATMUL_MEDIUM);
+    CU_ASSERT_EQUAL(cfg.train.finetuning_type, ZT_FT_LORA);
+    CU_ASSERT_EQUAL(cfg.checkpoint.format, ZT_CKPT_SHARDED);
+    CU_ASSERT_EQUAL(cfg.checkpoint.hf_dtype, ZT_HF_DTYPE_FP32);
+    char *text = zt_config_to_string(&cfg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "  strategy = \"ddp\";\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "  matmul_precision = \"medium\";\n"));
+    CU_ASSERT_EQUAL(zt_config_parse(&cfg2, text, "in.cfg", 0, NULL, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(cfg2.parallel.strategy, ZT_DDP);
+    CU_ASSERT_EQUAL(cfg2.train.matmul_precision, ZT_MATMUL_MEDIUM);
+    free(text);
+    char buf[64];
+    CU_ASSERT_EQUAL(zt_config_value_text(&cfg, "parallel.sp_mode", buf, sizeof buf), 0);
+    CU_ASSERT_STRING_EQUAL(buf, "\"ring\"");
+    CU_ASSERT_STRING_EQUAL(zt_config_enum_name("parallel.strategy", ZT_ZERO3), "zero3");
+    CU_ASSERT_PTR_NULL(zt_config_enum_name("parallel.strategy", 99));
+    CU_ASSERT_PTR_NULL(zt_config_enum_name("train.seed", 0));
+    /* the default of auto is its own value, not highest */
+    CU_ASSERT_EQUAL(parse(NULL, 0, NULL), 0);
+    CU_ASSERT_EQUAL(cfg.train.matmul_precision, ZT_MATMUL_AUTO);
+    /* not a string */
+    CU_ASSERT_EQUAL(parse("parallel = { sp_mode = 2; };", 0, NULL), -1);
+    ASSERT_ERR("in.cfg:1: parallel.sp_mode: expected a string, got an integer");
+    char *bad[] = {"checkpoint.hf_dtype=fp16"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, bad), -1);
+    CU_ASSERT_STRING_EQUAL(err, "command line: checkpoint.hf_dtype: 'fp16' must be one of: auto, bf16, fp32");
+    /* fault.kind: the watchdog's kinds and the checkpoint writer's */
+    char *fk[] = {"fault.rank=0", "fault.kind=save_kill"};
+    CU_ASSERT_EQUAL(parse(NULL, 2, fk), 0);
+    CU_ASSERT_EQUAL(cfg.fault.kind, ZT_FAULT_SAVE_KILL);
+    char *stal[] = {"fault.rank=0", "fault.kind=stal"};
+    CU_ASSERT_EQUAL(parse(NULL, 2, stal), -1);
+    ASSERT_ERR("fault.kind: 'stal' must be one of: none, stall, kill, nan, data, save_kill");
 }
 
 static void t_syntax_error(void)
@@ -299,9 +356,9 @@ static void t_validate(void)
     CU_ASSERT_EQUAL(cfg.model.double_quantization, 1);
 
     zt_config_defaults(&cfg);
-    strcpy(cfg.parallel.strategy, "zero9");
+    cfg.parallel.strategy = (zt_strategy_t)99;
     CU_ASSERT_EQUAL(zt_config_validate(&cfg, err, sizeof err), -1);
-    ASSERT_ERR("parallel.strategy: 'zero9' must be one of");
+    ASSERT_ERR("parallel.strategy: 99 is not the value of one of: ddp, zero0,");
 }
 
 /* LLaMA-Factory's warmup_ratio and max_samples: ranges, what they may be combined with,
@@ -379,9 +436,7 @@ static void t_validate_fp16(void)
     char *both[] = {"train.fp16=true", "train.bf16=true"};
     CU_ASSERT_EQUAL(parse(NULL, 2, both), -1);
     CU_ASSERT_STRING_EQUAL(err, "train.fp16 and train.bf16 are both true: choose one working precision");
-    char *red[] = {"parallel.reduce_dtype=fp16"};
-    CU_ASSERT_EQUAL(parse(NULL, 1, red), -1);
-    ASSERT_ERR("parallel.reduce_dtype = fp16 needs train.fp16 = true");
+    /* parallel.reduce_dtype = fp16 without train.fp16: the plan's rule (test_plan) */
     char *ok[] = {"train.fp16=true", "parallel.reduce_dtype=fp16", "train.initial_scale_power=20",
                   "train.loss_scale_window=5", "train.min_loss_scale=0.25"};
     CU_ASSERT_EQUAL(parse(NULL, 5, ok), 0);
@@ -564,6 +619,7 @@ static const zt_test_t tests[] = {
     {"defaults are valid", t_defaults_valid},
     {"parse a valid file", t_parse_valid},
     {"overrides applied", t_override},
+    {"enum values", t_enum_values},
     {"override errors", t_override_errors},
     {"given keys", t_given},
     {"unknown key suggests", t_unknown_key},

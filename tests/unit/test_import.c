@@ -201,14 +201,14 @@ static void t_accelerate(void)
 {
     CU_ASSERT_EQUAL_FATAL(chdir(ZT_SRCDIR "/tests/reference/llamafactory"), 0);
     CU_ASSERT_EQUAL_FATAL(import_accel("examples/accelerate/fsdp_config.yaml", 2, 1), 0);
-    want("parallel.strategy", "\"full_shard\"");
+    want("parallel.strategy", "\"zero3\""); /* full_shard, canonically */
     want("parallel.shard_layout", "\"flat\"");
     want("parallel.offload_param", "\"none\"");
     want("checkpoint.format", "\"consolidated\"");
     want("train.bf16", "true");
     want("lora.rank", "8"); /* the training YAML's keys stay */
     CU_ASSERT_EQUAL_FATAL(import_accel("examples/accelerate/fsdp2_config.yaml", 2, 1), 0);
-    want("parallel.strategy", "\"full_shard\"");
+    want("parallel.strategy", "\"zero3\""); /* full_shard, canonically */
     want("parallel.shard_layout", "\"per_param\"");
     want("parallel.reshard_after_forward", "true");
     CU_ASSERT_EQUAL_FATAL(import_accel("examples/accelerate/fsdp_config_offload.yaml", 2, 1), 0);

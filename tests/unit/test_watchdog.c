@@ -51,18 +51,6 @@ static child_t run_child(void (*fn)(void))
     return c;
 }
 
-static void test_fault_parse(void)
-{
-    CU_ASSERT_EQUAL(zt_fault_parse(NULL), ZT_FAULT_NONE);
-    CU_ASSERT_EQUAL(zt_fault_parse(""), ZT_FAULT_NONE);
-    CU_ASSERT_EQUAL(zt_fault_parse("none"), ZT_FAULT_NONE);
-    CU_ASSERT_EQUAL(zt_fault_parse("stall"), ZT_FAULT_STALL);
-    CU_ASSERT_EQUAL(zt_fault_parse("kill"), ZT_FAULT_KILL);
-    CU_ASSERT_EQUAL(zt_fault_parse("nan"), ZT_FAULT_NAN);
-    CU_ASSERT_EQUAL(zt_fault_parse("data"), ZT_FAULT_DATA);
-    CU_ASSERT(zt_fault_parse("stal") < 0);
-}
-
 static void test_fault_check_passive(void)
 {
     /* Wrong rank or step, or no fault: nothing happens. */
@@ -196,7 +184,6 @@ static void test_fault_stall_caught(void)
 }
 
 static const zt_test_t tests[] = {
-    {"fault_parse", test_fault_parse},
     {"fault_check_passive", test_fault_check_passive},
     {"signal_sets_flag", test_signal_sets_flag},
     {"second_signal_exits", test_second_signal_exits},

@@ -1,0 +1,154 @@
+/* zt_plan.c — the parallel plan, built and validated in one function (see zt_plan.h).
+ *
+ * Each rule below is the only copy of itself: the comm groups, the shard engine, the
+ * tp split of the parameter table, the train loop and generation rely on the plan and
+ * check nothing again. The messages name the keys a user changes. */
+#include "zt_plan.h"
+
+#include "zt_backend.h"
+#include "zt_common.h"
+#include "zt_config.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+int zt_strategy_shards_params(zt_strategy_t s) { return s >= ZT_SHARD_GRAD_OP && s < ZT_STRATEGY_N; }
+int zt_strategy_shards_grads(zt_strategy_t s) { return s >= ZT_ZERO2 && s < ZT_STRATEGY_N; }
+int zt_strategy_shards_optim(zt_strategy_t s) { return s != ZT_DDP && s < ZT_STRATEGY_N; }
+int zt_strategy_is_hybrid(zt_strategy_t s) { return s == ZT_HYBRID || s == ZT_HYBRID_ZERO2; }
+
+const char *zt_strategy_name(zt_strategy_t s)
+{
+    static const char *n[] = {"ddp", "zero1", "zero2", "shard_grad_op", "zero3", "hybrid_shard", "hybrid_shard_zero2"};
+    return (unsigned)s < ZT_STRATEGY_N ? n[s] : s == ZT_STRATEGY_AUTO ? "auto" : "?";
+}
+
+/* tensor parallelism splits heads, the MLP and the vocabulary; KV heads fewer than tp
+ * are replicated, tp / NKV ranks sharing each */
+int zt_plan_tp_splits(const zt_plan_shape_t *shape, int tp, char *err, size_t errlen)
+{
+    if (tp <= 1) return 0;
+    const char *what = NULL;
+    int v = 0;
+    if (shape->n_head % tp) what = "the attention heads", v = shape->n_head;
+    else if (shape->n_kv_head % tp && tp % shape->n_kv_head)
+        what = "the key/value heads (or be a multiple of them)", v = shape->n_kv_head;
+    else if (shape->intermediate % tp) what = "the intermediate (MLP) size", v = shape->intermediate;
+    /* the vocabulary splits in blocks of ceil(V / tp) rows; every rank needs one */
+    else if ((int64_t)(tp - 1) * ((shape->vocab + tp - 1) / tp) >= shape->vocab)
+        what = "the vocabulary into non-empty blocks", v = shape->vocab;
+    return what ? zt_err(err, errlen, "parallel.tensor_parallel_size (%d) must divide %s (%d)", tp, what, v) : 0;
+}
+
+static zt_precision_t working_dtype(const zt_config_t *cfg)
+{
+    return cfg->train.bf16 ? ZT_PREC_BF16 : cfg->train.fp16 ? ZT_PREC_FP16 : ZT_PREC_FP32;
+}
+
+/* train.matmul_precision resolved: auto follows the training precision */
+static int matmul_level(const zt_config_t *cfg)
+{
+    switch (cfg->train.matmul_precision) {
+    case ZT_MATMUL_AUTO: return cfg->train.bf16 || cfg->train.fp16 ? ZT_MATMUL_MEDIUM : ZT_MATMUL_HIGHEST;
+    default: return cfg->train.matmul_precision;
+    }
+}
+
+/* The data-parallel axes of the strategy: the hybrids replicate over shard groups,
+ * ddp replicates everything, the others shard over every replica (auto: as those). */
+static void dp_axes(zt_parallel_plan_t *p)
+{
+    if (zt_strategy_is_hybrid(p->strategy)) p->dp_shard = p->shard_group / p->sp;
+    else p->dp_shard = p->strategy == ZT_DDP ? 1 : p->dp;
+    p->dp_replicate = p->dp / p->dp_shard;
+}
+
+int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_shape_t *shape, int world,
+                  int per_node, char *err, size_t errlen)
+{
+    const int tp = cfg->parallel.tensor_parallel_size, sp = cfg->parallel.sequence_parallel_size;
+    *p = (zt_parallel_plan_t){
+        .world = world, .per_node = per_node, .pp = 1, .tp = tp, .sp = sp,
+        .strategy = cfg->parallel.strategy, .layout = cfg->parallel.shard_layout, .sp_mode = cfg->parallel.sp_mode,
+        .tp_sequence_parallel = cfg->parallel.tp_sequence_parallel && tp > 1,
+        .offload_optimizer = cfg->parallel.offload_optimizer, .offload_param = cfg->parallel.offload_param,
+        .param_dtype = working_dtype(cfg), .reduce_dtype = cfg->parallel.reduce_dtype, .matmul = matmul_level(cfg),
+    };
+    const int ring = p->sp_mode == ZT_SP_RING;
+
+    /* the mesh */
+    if (tp < 1 || sp < 1 || world < 1 || world % (tp * sp) != 0)
+        return zt_err(err, errlen, "parallel.tensor_parallel_size (%d) x parallel.sequence_parallel_size (%d) must "
+                      "divide the number of ranks (%d)", tp, sp, world);
+    p->dp = world / (tp * sp);
+    p->data = sp * p->dp;
+
+    if (zt_plan_tp_splits(shape, tp, err, errlen)) return -1;
+
+    /* sequence parallelism: every rank a whole chunk of each sequence (ring: two, for
+     * causal balance), and under Ulysses a share of every kind of head of its tp rank */
+    if (sp > 1) {
+        if (cfg->data.seq_len % (ring ? 2 * sp : sp))
+            return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide data.seq_len (%d)%s", sp,
+                          cfg->data.seq_len, ring ? " into 2 sp chunks (ring attention's causal balance)" : "");
+        const int nh = shape->n_head / tp, nkv = shape->n_kv_head < tp ? 1 : shape->n_kv_head / tp;
+        if (!ring && (nh % sp || (nkv % sp && sp % nkv)))
+            return zt_err(err, errlen, "parallel.sequence_parallel_size (%d) must divide the attention heads (%d) "
+                          "and divide or be a multiple of the key/value heads (%d) of a tensor-parallel rank "
+                          "(Ulysses splits heads)", sp, nh, nkv);
+    }
+
+    /* Megatron's sequence parallelism: every tp rank a whole share of a micro-batch's tokens */
+    if (p->tp_sequence_parallel) {
+        const long N = (long)cfg->train.per_device_train_batch_size * (cfg->data.seq_len / sp);
+        if (N % tp)
+            return zt_err(err, errlen, "parallel.tp_sequence_parallel: the %ld tokens of a micro-batch (per rank) "
+                          "must divide by parallel.tensor_parallel_size (%d)", N, tp);
+    }
+    /* generation pads a sequence to whole shares of the mesh, up to data.seq_len */
+    p->gen_quantum = (sp > 1 && ring ? 2 * sp : sp) * (p->tp_sequence_parallel ? tp : 1);
+    if (p->tp_sequence_parallel && (cfg->mode_generate || cfg->generate.at_eval) &&
+        cfg->data.seq_len % p->gen_quantum)
+        return zt_err(err, errlen, "generation with parallel.tp_sequence_parallel: data.seq_len (%d) must divide by "
+                      "%d (tensor_parallel_size x the sequence parallel chunks)", cfg->data.seq_len, p->gen_quantum);
+
+    /* shard groups: consecutive data ranks, by default those of one node */
+    const int sg = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size
+                   : per_node > 0 && per_node % tp == 0 && (per_node / tp) <= p->data && p->data % (per_node / tp) == 0
+                       ? per_node / tp
+                       : p->data;
+    if (zt_strategy_is_hybrid(p->strategy)) {
+        if (sg < 1 || sg > p->data || p->data % sg != 0)
+            return zt_err(err, errlen, "parallel.shard_group_size (%d) must divide the number of data-parallel "
+                          "ranks (%d = %d ranks / tensor_parallel_size %d)", sg, p->data, world, tp);
+        /* dp_shard x sp: a shard group holds whole sequence-parallel groups */
+        if (sg % sp)
+            return zt_err(err, errlen, "parallel.shard_group_size (%d) must be a multiple of "
+                          "parallel.sequence_parallel_size (%d)", sg, sp);
+    }
+    p->shard_group = sg;
+
+    /* dtypes */
+    if (p->reduce_dtype == ZT_PREC_FP16 && !cfg->train.fp16)
+        return zt_err(err, errlen, "parallel.reduce_dtype = fp16 needs train.fp16 = true (fp16 gradients need "
+                      "loss scaling against underflow and overflow)");
+
+    /* offload: parameters stay on the host only where a rank owns a shard of them, and
+     * the optimizer steps the master where that shard lives */
+    if (p->offload_param != ZT_OFFLOAD_NONE && p->strategy != ZT_STRATEGY_AUTO &&
+        !zt_strategy_shards_params(p->strategy))
+        return zt_err(err, errlen, "parallel.offload_param = cpu needs a strategy that shards parameters "
+                      "(shard_grad_op, zero3, hybrid_shard, hybrid_shard_zero2, or auto), not %s",
+                      zt_strategy_name(p->strategy));
+    if (p->offload_param != ZT_OFFLOAD_NONE && p->offload_optimizer == ZT_OFFLOAD_NONE)
+        return zt_err(err, errlen, "parallel.offload_param = cpu needs parallel.offload_optimizer = \"cpu\" too "
+                      "(the optimizer steps the parameter shard where it lives)");
+    dp_axes(p);
+    return 0;
+}
+
+void zt_plan_resolve(zt_parallel_plan_t *p, zt_strategy_t st)
+{
+    p->strategy = st;
+    dp_axes(p);
+}

@@ -1,0 +1,243 @@
+/* test_plan.c — the parallel plan: every rule of the mesh refused with its own line
+ * naming its keys, and valid meshes accepted with the right axis sizes (pp x
+ * dp_replicate x dp_shard x sp x tp = world), dtypes and generation quantum. */
+#include "zt_backend.h"
+#include "zt_common.h"
+#include "zt_config.h"
+#include "zt_plan.h"
+#include "zt_test.h"
+
+#include <string.h>
+
+static zt_config_t cfg;
+static zt_parallel_plan_t plan;
+static char err[512];
+/* a llama-like shape: 8 heads, 2 KV heads, MLP 96, vocabulary 10 */
+static const zt_plan_shape_t shape = {.n_layer = 2, .n_head = 8, .n_kv_head = 2, .intermediate = 96, .vocab = 10};
+
+/* cfg from overrides; the plan of it on world ranks, per_node of them a node */
+static int build(int world, int per_node, int n, char *const ov[])
+{
+    err[0] = '\0';
+    if (zt_config_parse(&cfg, NULL, "in.cfg", n, ov, err, sizeof err) != 0) {
+        printf("\n  config: %s\n", err);
+        return -2;
+    }
+    return zt_plan_build(&plan, &cfg, &shape, world, per_node, err, sizeof err);
+}
+
+#define EXPECT_ERR(msg)                                                      \
+    do {                                                                     \
+        CU_ASSERT_STRING_EQUAL(err, msg);                                    \
+        if (strcmp(err, msg)) printf("\n  expected '%s'\n  got      '%s'\n", msg, err); \
+    } while (0)
+
+#define AXES(pp_, rep, shard, sp_, tp_) \
+    CU_ASSERT(plan.pp == (pp_) && plan.dp_replicate == (rep) && plan.dp_shard == (shard) && plan.sp == (sp_) && plan.tp == (tp_))
+
+static void t_valid_meshes(void)
+{
+    CU_ASSERT_EQUAL_FATAL(build(1, 1, 0, NULL), 0);
+    AXES(1, 1, 1, 1, 1);
+    CU_ASSERT_EQUAL(plan.strategy, ZT_DDP);
+    CU_ASSERT_EQUAL(plan.gen_quantum, 1);
+
+    /* ddp replicates over every data rank, zero3 shards over them */
+    char *ddp[] = {"parallel.strategy=ddp"};
+    CU_ASSERT_EQUAL_FATAL(build(8, 8, 1, ddp), 0);
+    AXES(1, 8, 1, 1, 1);
+    char *z3[] = {"parallel.strategy=full_shard", "parallel.tensor_parallel_size=2"};
+    CU_ASSERT_EQUAL_FATAL(build(8, 8, 2, z3), 0);
+    AXES(1, 1, 4, 1, 2);
+    CU_ASSERT_EQUAL(plan.dp, 4);
+    CU_ASSERT_EQUAL(plan.data, 4);
+    CU_ASSERT_EQUAL(plan.strategy, ZT_ZERO3);
+
+    /* hybrid: shard groups of one node's data ranks by default (4 ranks a node, tp 2: 2) */
+    char *hyb[] = {"parallel.strategy=hybrid_shard", "parallel.tensor_parallel_size=2"};
+    CU_ASSERT_EQUAL_FATAL(build(16, 4, 2, hyb), 0);
+    AXES(1, 4, 2, 1, 2);
+    CU_ASSERT_EQUAL(plan.shard_group, 2);
+    /* nodes of different sizes: one shard group of every data rank */
+    CU_ASSERT_EQUAL_FATAL(build(16, 0, 2, hyb), 0);
+    AXES(1, 1, 8, 1, 2);
+    /* shard groups of sp x dp_shard ranks */
+    char *hsp[] = {"parallel.strategy=hybrid_shard_zero2", "parallel.sequence_parallel_size=2",
+                   "parallel.shard_group_size=4"};
+    CU_ASSERT_EQUAL_FATAL(build(8, 8, 3, hsp), 0);
+    AXES(1, 2, 2, 2, 1);
+
+    /* tp x sp x dp, Ulysses: 8 / 2 = 4 heads and 2 / 2 = 1 KV head per tp rank, sp 2 */
+    char *mesh[] = {"parallel.tensor_parallel_size=2", "parallel.sequence_parallel_size=2",
+                    "parallel.strategy=zero2", "data.seq_len=64"};
+    CU_ASSERT_EQUAL_FATAL(build(8, 8, 4, mesh), 0);
+    AXES(1, 1, 2, 2, 2);
+    CU_ASSERT_EQUAL(plan.pp * plan.dp_replicate * plan.dp_shard * plan.sp * plan.tp, 8);
+    CU_ASSERT_EQUAL(plan.gen_quantum, 2);
+    /* KV heads fewer than tp are shared: tp 4 over 2 KV heads */
+    char *tp4[] = {"parallel.tensor_parallel_size=4"};
+    CU_ASSERT_EQUAL(build(4, 4, 1, tp4), 0);
+
+    /* ring: two chunks a rank; tp_sequence_parallel: a tp share of each */
+    char *ring[] = {"parallel.sequence_parallel_size=2", "parallel.sp_mode=ring", "parallel.tensor_parallel_size=2",
+                    "parallel.tp_sequence_parallel=true", "data.seq_len=64"};
+    CU_ASSERT_EQUAL_FATAL(build(4, 4, 5, ring), 0);
+    CU_ASSERT_EQUAL(plan.sp_mode, ZT_SP_RING);
+    CU_ASSERT_EQUAL(plan.tp_sequence_parallel, 1);
+    CU_ASSERT_EQUAL(plan.gen_quantum, 8);
+    /* tp_sequence_parallel means nothing without tp */
+    char *tps1[] = {"parallel.tp_sequence_parallel=true"};
+    CU_ASSERT_EQUAL_FATAL(build(2, 2, 1, tps1), 0);
+    CU_ASSERT_EQUAL(plan.tp_sequence_parallel, 0);
+
+    /* auto: the strategy is resolved later, through zt_plan_resolve */
+    char *aut[] = {"parallel.strategy=auto", "parallel.offload_optimizer=cpu", "parallel.offload_param=cpu"};
+    CU_ASSERT_EQUAL_FATAL(build(4, 4, 3, aut), 0);
+    CU_ASSERT_EQUAL(plan.strategy, ZT_STRATEGY_AUTO);
+    zt_plan_resolve(&plan, ZT_DDP);
+    AXES(1, 4, 1, 1, 1);
+    zt_plan_resolve(&plan, ZT_ZERO3);
+    AXES(1, 1, 4, 1, 1);
+}
+
+static void t_dtypes(void)
+{
+    CU_ASSERT_EQUAL_FATAL(build(1, 1, 0, NULL), 0);
+    CU_ASSERT(plan.param_dtype == ZT_PREC_FP32 && plan.reduce_dtype == ZT_PREC_FP32 && plan.matmul == ZT_MATMUL_HIGHEST);
+    char *bf[] = {"train.bf16=true", "parallel.reduce_dtype=bf16"};
+    CU_ASSERT_EQUAL_FATAL(build(1, 1, 2, bf), 0);
+    CU_ASSERT(plan.param_dtype == ZT_PREC_BF16 && plan.reduce_dtype == ZT_PREC_BF16 && plan.matmul == ZT_MATMUL_MEDIUM);
+    char *fp[] = {"train.fp16=true", "parallel.reduce_dtype=fp16", "train.matmul_precision=high"};
+    CU_ASSERT_EQUAL_FATAL(build(1, 1, 3, fp), 0);
+    CU_ASSERT(plan.param_dtype == ZT_PREC_FP16 && plan.reduce_dtype == ZT_PREC_FP16 && plan.matmul == ZT_MATMUL_HIGH);
+    char *red[] = {"parallel.reduce_dtype=fp16"};
+    CU_ASSERT_EQUAL(build(1, 1, 1, red), -1);
+    EXPECT_ERR("parallel.reduce_dtype = fp16 needs train.fp16 = true (fp16 gradients need loss scaling against "
+               "underflow and overflow)");
+}
+
+static void t_mesh_rules(void)
+{
+    char *tp2[] = {"parallel.tensor_parallel_size=2"};
+    CU_ASSERT_EQUAL(build(3, 3, 1, tp2), -1);
+    EXPECT_ERR("parallel.tensor_parallel_size (2) x parallel.sequence_parallel_size (1) must divide the number of "
+               "ranks (3)");
+    char *tp3[] = {"parallel.tensor_parallel_size=3"};
+    CU_ASSERT_EQUAL(build(3, 3, 1, tp3), -1);
+    EXPECT_ERR("parallel.tensor_parallel_size (3) must divide the attention heads (8)");
+    /* 12 heads, 3 KV heads: tp 4 divides the heads, and neither divides nor is a multiple of 3 */
+    const zt_plan_shape_t kv3 = {2, 12, 3, 96, 10};
+    zt_config_defaults(&cfg);
+    cfg.parallel.tensor_parallel_size = 4;
+    CU_ASSERT_EQUAL(zt_plan_build(&plan, &cfg, &kv3, 4, 4, err, sizeof err), -1);
+    EXPECT_ERR("parallel.tensor_parallel_size (4) must divide the key/value heads (or be a multiple of them) (3)");
+    const zt_plan_shape_t mlp = {2, 8, 8, 90, 10};
+    CU_ASSERT_EQUAL(zt_plan_build(&plan, &cfg, &mlp, 4, 4, err, sizeof err), -1);
+    EXPECT_ERR("parallel.tensor_parallel_size (4) must divide the intermediate (MLP) size (90)");
+    const zt_plan_shape_t voc = {2, 8, 8, 96, 5};
+    CU_ASSERT_EQUAL(zt_plan_build(&plan, &cfg, &voc, 4, 4, err, sizeof err), -1);
+    EXPECT_ERR("parallel.tensor_parallel_size (4) must divide the vocabulary into non-empty blocks (5)");
+    /* the same rule, alone, for a parameter table's tp split */
+    CU_ASSERT_EQUAL(zt_plan_tp_splits(&voc, 4, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(zt_plan_tp_splits(&voc, 1, err, sizeof err), 0);
+}
+
+static void t_sp_rules(void)
+{
+    char *seq[] = {"parallel.sequence_parallel_size=2", "data.seq_len=15"};
+    CU_ASSERT_EQUAL(build(2, 2, 2, seq), -1);
+    EXPECT_ERR("parallel.sequence_parallel_size (2) must divide data.seq_len (15)");
+    char *ring[] = {"parallel.sequence_parallel_size=2", "parallel.sp_mode=ring", "data.seq_len=18"};
+    CU_ASSERT_EQUAL(build(2, 2, 3, ring), -1);
+    EXPECT_ERR("parallel.sequence_parallel_size (2) must divide data.seq_len (18) into 2 sp chunks (ring attention's "
+               "causal balance)");
+    /* ring splits no heads: any head count */
+    char *ring3[] = {"parallel.sequence_parallel_size=3", "parallel.sp_mode=ring", "data.seq_len=60"};
+    CU_ASSERT_EQUAL(build(3, 3, 3, ring3), 0);
+    /* Ulysses: tp 2 leaves 4 heads and 1 KV head a rank; sp 8 divides neither */
+    char *uly[] = {"parallel.sequence_parallel_size=8", "parallel.tensor_parallel_size=2", "data.seq_len=64"};
+    CU_ASSERT_EQUAL(build(16, 16, 3, uly), -1);
+    EXPECT_ERR("parallel.sequence_parallel_size (8) must divide the attention heads (4) and divide or be a multiple of "
+               "the key/value heads (1) of a tensor-parallel rank (Ulysses splits heads)");
+    char *uly3[] = {"parallel.sequence_parallel_size=3", "data.seq_len=63"};
+    CU_ASSERT_EQUAL(build(3, 3, 2, uly3), -1);
+    EXPECT_ERR("parallel.sequence_parallel_size (3) must divide the attention heads (8) and divide or be a multiple of "
+               "the key/value heads (2) of a tensor-parallel rank (Ulysses splits heads)");
+}
+
+static void t_tp_seq_rules(void)
+{
+    /* B 1 x 9 tokens over tp 2 */
+    char *tok[] = {"parallel.tensor_parallel_size=2", "parallel.tp_sequence_parallel=true",
+                   "train.per_device_train_batch_size=1", "data.seq_len=9"};
+    CU_ASSERT_EQUAL(build(2, 2, 4, tok), -1);
+    EXPECT_ERR("parallel.tp_sequence_parallel: the 9 tokens of a micro-batch (per rank) must divide by "
+               "parallel.tensor_parallel_size (2)");
+    /* B 2 x 9 = 18 tokens train, but generation pads one sequence of 9 to tp 2 shares */
+    char *gen[] = {"parallel.tensor_parallel_size=2", "parallel.tp_sequence_parallel=true",
+                   "train.per_device_train_batch_size=2", "data.seq_len=9", "generate.at_eval=true"};
+    CU_ASSERT_EQUAL(build(2, 2, 5, gen), -1);
+    EXPECT_ERR("generation with parallel.tp_sequence_parallel: data.seq_len (9) must divide by 2 "
+               "(tensor_parallel_size x the sequence parallel chunks)");
+    CU_ASSERT_EQUAL(build(2, 2, 4, gen), 0);
+}
+
+static void t_shard_group_rules(void)
+{
+    char *sg3[] = {"parallel.strategy=hybrid_shard", "parallel.shard_group_size=3"};
+    CU_ASSERT_EQUAL(build(4, 4, 2, sg3), -1);
+    EXPECT_ERR("parallel.shard_group_size (3) must divide the number of data-parallel ranks (4 = 4 ranks / "
+               "tensor_parallel_size 1)");
+    char *big[] = {"parallel.strategy=hybrid_shard_zero2", "parallel.shard_group_size=8",
+                   "parallel.tensor_parallel_size=2"};
+    CU_ASSERT_EQUAL(build(8, 8, 3, big), -1);
+    EXPECT_ERR("parallel.shard_group_size (8) must divide the number of data-parallel ranks (4 = 8 ranks / "
+               "tensor_parallel_size 2)");
+    char *sp[] = {"parallel.strategy=hybrid_shard", "parallel.shard_group_size=3", "parallel.sequence_parallel_size=2",
+                  "data.seq_len=64"};
+    CU_ASSERT_EQUAL(build(12, 12, 4, sp), -1);
+    EXPECT_ERR("parallel.shard_group_size (3) must be a multiple of parallel.sequence_parallel_size (2)");
+    /* shard groups shape only the hybrids */
+    char *z3[] = {"parallel.strategy=zero3", "parallel.shard_group_size=3"};
+    CU_ASSERT_EQUAL(build(4, 4, 2, z3), 0);
+}
+
+static void t_offload_rules(void)
+{
+    /* the strategies that shard parameters, and only those (auto: decided later) */
+    const char *st[] = {"ddp", "zero1", "zero2", "shard_grad_op", "zero3", "hybrid_shard", "hybrid_shard_zero2", "auto"};
+    const int ok[] = {0, 0, 0, 1, 1, 1, 1, 1};
+    for (int i = 0; i < 8; i++) {
+        char s[64];
+        snprintf(s, sizeof s, "parallel.strategy=%s", st[i]);
+        char *ov[] = {s, "parallel.offload_optimizer=cpu", "parallel.offload_param=cpu"};
+        const int rc = build(4, 4, 3, ov);
+        CU_ASSERT_EQUAL(rc, ok[i] ? 0 : -1);
+        if (!ok[i]) {
+            char want[256];
+            snprintf(want, sizeof want, "parallel.offload_param = cpu needs a strategy that shards parameters "
+                     "(shard_grad_op, zero3, hybrid_shard, hybrid_shard_zero2, or auto), not %s", st[i]);
+            EXPECT_ERR(want);
+        }
+    }
+    char *alone[] = {"parallel.strategy=zero3", "parallel.offload_param=cpu"};
+    CU_ASSERT_EQUAL(build(2, 2, 2, alone), -1);
+    EXPECT_ERR("parallel.offload_param = cpu needs parallel.offload_optimizer = \"cpu\" too (the optimizer steps the "
+               "parameter shard where it lives)");
+    char *opt[] = {"parallel.strategy=ddp", "parallel.offload_optimizer=cpu"};
+    CU_ASSERT_EQUAL_FATAL(build(2, 2, 2, opt), 0);
+    CU_ASSERT(plan.offload_optimizer == ZT_OFFLOAD_CPU && plan.offload_param == ZT_OFFLOAD_NONE);
+}
+
+static const zt_test_t tests[] = {
+    {"valid meshes and their axes", t_valid_meshes},
+    {"dtypes", t_dtypes},
+    {"mesh and tp rules", t_mesh_rules},
+    {"sequence parallel rules", t_sp_rules},
+    {"tp_sequence_parallel rules", t_tp_seq_rules},
+    {"shard group rules", t_shard_group_rules},
+    {"offload rules", t_offload_rules},
+    {NULL, NULL},
+};
+
+ZT_TEST_MAIN("plan", tests)
