@@ -12,6 +12,7 @@
  * Semantics (accumulate vs overwrite, layouts) are those of zt_backend.h; the
  * AdamW update follows PyTorch's single-tensor AdamW operation by operation so
  * that a PyTorch fixture can be matched to rounding. */
+#include "config.h" /* ZT_HAVE_DNNL */
 #include <cblas.h>
 #include <math.h>
 #if defined(__SSE2__)
