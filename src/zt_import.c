@@ -53,7 +53,8 @@ static const entry_t yaml_keys[] = {
     {"eval_dataset", MAP, "data.eval_dataset", NULL},
     {"dataset_dir", MAP, "data.dataset_dir", NULL},
     {"template", MAP, "data.template", NULL},
-    {"cutoff_len", MAP, "data.cutoff_len", NULL},
+    {"cutoff_len", MAP, "data.cutoff_len", "and data.seq_len: a row holds a whole sample of up to cutoff_len "
+                                         "tokens (LLaMA-Factory's default 2048 when not given)"},
     {"max_samples", MAP, "data.max_samples", NULL},
     {"train_on_prompt", MAP, "data.train_on_prompt", NULL},
     {"mask_history", MAP, "data.mask_history", NULL},
@@ -551,6 +552,11 @@ static int yaml_import(imp_t *im, yaml_document_t *doc)
     }
     /* LLaMA-Factory recomputes activations unless disable_gradient_checkpointing says not */
     if (!im->gradient_checkpointing_given && set(im, "train.gradient_checkpointing", "true", im->path)) return -1;
+    /* LLaMA-Factory's samples are up to cutoff_len tokens, each trained whole: ztrain's rows must
+     * hold one (a shorter row would cut its tail) */
+    char buf[32];
+    snprintf(buf, sizeof buf, "%d", im->cfg->data.cutoff_len);
+    if (set(im, "data.seq_len", buf, im->path)) return -1;
     return 0;
 }
 

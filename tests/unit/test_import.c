@@ -52,6 +52,7 @@ static void want_common(void)
         {"data.dataset", "\"identity,alpaca_en_demo\""},
         {"data.template", "\"qwen3_nothink\""},
         {"data.cutoff_len", "2048"},
+        {"data.seq_len", "2048"}, /* a row holds a whole sample */
         {"data.max_samples", "1000"},
         {"train.logging_steps", "10"},
         {"checkpoint.save_steps", "500"},
@@ -116,7 +117,7 @@ static void t_deepspeed(void)
     CU_ASSERT_EQUAL_FATAL(chdir(ZT_SRCDIR "/tests/reference/llamafactory"), 0);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char yaml[512];
-        snprintf(yaml, sizeof yaml, "finetuning_type: lora\nbf16: true\ndeepspeed: examples/deepspeed/%s\n",
+        snprintf(yaml, sizeof yaml, "finetuning_type: lora\nbf16: true\ncutoff_len: 64\ndeepspeed: examples/deepspeed/%s\n",
                  rows[i].file);
         CU_ASSERT_EQUAL_FATAL(import_text(yaml, "ds.yaml", 4), 0);
         want("parallel.strategy", rows[i].strategy);
