@@ -50,10 +50,11 @@ typedef struct gpt2 {
     float *dqkv_sp, *datty_sp;  /* sequence parallelism */
     float *dact;                /* (N,4C) mlp.c_proj's input gradient before gelu' (LoRA there) */
     float *dw_frozen;           /* (C) where a frozen LayerNorm's weight gradient goes (LoRA) */
-    zt_lora_gemm_t lo_qkv, lo_proj, lo_fc, lo_fcp; /* LoRA on the block's four GEMMs */
-    /* offsets of each block parameter within a block unit, and of the root's */
-    size_t o_ln1w, o_ln1b, o_qkvw, o_qkvb, o_projw, o_projb, o_ln2w, o_ln2b, o_fcw, o_fcb, o_fcpw,
-        o_fcpb;
+    /* the block's four linears (gemm_name's order): c_attn and c_fc column parallel,
+     * attn.c_proj and mlp.c_proj row parallel */
+    zt_linear_t lin[4];
+    /* offsets of the LayerNorms within a block unit, and of the root's parameters */
+    size_t o_ln1w, o_ln1b, o_ln2w, o_ln2b;
     size_t o_wte, o_wpe, o_lnfw, o_lnfb;
 } gpt2_t;
 
@@ -181,6 +182,7 @@ static void gpt2_build(zt_param_table_t *t, float init_std)
  * this rank (the row-parallel c_proj's are this tp rank's share of the heads and the MLP) */
 static const char *const gemm_name[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 static const int gemm_param[4] = {2, 4, 8, 10};
+enum { ATTN, PROJ, FC, FCP }; /* their indices */
 static int gemm_in(const zt_model_dims_t *d, int k)
 {
     const int in[4] = {d->C, d->NH * d->HD, d->C, d->I};
@@ -250,10 +252,11 @@ static void gpt2_create(zt_model_t *m)
     const size_t Nl = m->d.tp_seq ? N / (size_t)m->d.tp_size : N; /* the residual stream's rows */
     if (table->nunits > 1) {
         const zt_param_t *p = &table->params[table->unit_first[1]];
-        g->o_ln1w = p[0].offset; g->o_ln1b = p[1].offset; g->o_qkvw = p[2].offset;
-        g->o_qkvb = p[3].offset; g->o_projw = p[4].offset; g->o_projb = p[5].offset;
-        g->o_ln2w = p[6].offset; g->o_ln2b = p[7].offset; g->o_fcw = p[8].offset;
-        g->o_fcb = p[9].offset; g->o_fcpw = p[10].offset; g->o_fcpb = p[11].offset;
+        g->o_ln1w = p[0].offset; g->o_ln1b = p[1].offset; g->o_ln2w = p[6].offset; g->o_ln2b = p[7].offset;
+        for (int k = 0; k < 4; k++) { /* each weight's bias follows it */
+            const int w = table->unit_first[1] + gemm_param[k];
+            zt_linear_init(m, &g->lin[k], k % 2 ? ZT_LINEAR_ROW : ZT_LINEAR_COLUMN, &w, 1, w + 1);
+        }
     }
     const zt_param_t *r = &table->params[table->unit_first[0]];
     g->o_wte = r[0].offset; g->o_wpe = r[1].offset; g->o_lnfw = r[2].offset; g->o_lnfb = r[3].offset;
@@ -292,15 +295,11 @@ static void gpt2_create(zt_model_t *m)
     g->lnf_rstd = zt_model_alloc(m, N * F);
     g->dqkv = zt_model_alloc(m, 3 * N * A * F);
     if (gpt2_lora_floats(table, N)) {
-        zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_proj, &g->lo_fc, &g->lo_fcp};
         int in = 0;
-        for (int k = 0; k < 4; k++) {
-            const int w = table->unit_first[1] + gemm_param[k];
-            zt_lora_gemm_init(m, lo[k], &w, 1, gemm_in(&m->d, k));
-            if (lo[k]->n) in = ZT_MAX(in, lo[k]->C);
-        }
+        for (int k = 0; k < 4; k++)
+            if (g->lin[k].lora.n) in = ZT_MAX(in, g->lin[k].in);
         zt_lora_scratch(m, in);
-        if (g->lo_fcp.n) g->dact = zt_model_alloc(m, N * I * F);
+        if (g->lin[FCP].lora.n) g->dact = zt_model_alloc(m, N * I * F);
         g->dw_frozen = zt_model_alloc(m, C * F);
     }
 }
@@ -321,8 +320,7 @@ static void gpt2_destroy(zt_model_t *m)
     be->free(g->lnf_rstd);
     be->free(g->dqkv);
     if (g->dqkv_sp) be->free(g->dqkv_sp), be->free(g->datty_sp);
-    zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_proj, &g->lo_fc, &g->lo_fcp};
-    for (int i = 0; i < 4; i++) zt_lora_gemm_free(m, lo[i]);
+    for (int k = 0; k < 4; k++) zt_linear_free(m, &g->lin[k]);
     float *sc[] = {g->dact, g->dw_frozen};
     for (size_t i = 0; i < sizeof sc / sizeof *sc; i++)
         if (sc[i]) be->free(sc[i]);
@@ -358,15 +356,13 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     gpt2_t *g = m->fam;
     block_acts_t *a = &g->blk[l];
     const zt_backend_t *be = m->be;
-    /* A, I: this rank's attention and MLP widths (C and 4C without tensor parallelism) */
-    /* Nl: the residual stream's rows (N / tp under tp_sequence_parallel) */
-    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, I = m->d.I, N = B * T;
+    /* Nl: the residual stream's rows (N / tp under tp_sequence_parallel); A, I: this rank's
+     * attention and MLP widths (C and 4C without tensor parallelism) */
+    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD;
     const int Nl = zt_model_rows(m);
     be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w + g->o_ln1w, w + g->o_ln1b, Nl, C,
                           GPT2_EPS);
-    const float *ln1 = zt_model_tp_gather(m, a->ln1, zt_model_tp_scratch(m, 0)); // (N,C)
-    be->matmul_forward(a->qkv, ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * A, 0); // (N,3A)
-    zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, ln1, a->qkv);
+    zt_linear_forward(m, &g->lin[ATTN], l, w, lora, a->ln1, a->qkv); // (N,3A)
     if (m->d.sp_size > 1 && m->d.sp_ring) {
         zt_model_ring_forward(m, a->qkv, NH, NH, HD, 0, a->atty, a->lse);
     } else if (m->d.sp_size > 1) {
@@ -379,28 +375,12 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     } else {
         zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, NH, NH, HD, 0); // (N,A)
     }
-    /* attention projection into a scratch (row-parallel: partial sums under tp), then
-     * the residual add */
-    float *y = zt_model_tp_partial(m, a->res2);
-    be->matmul_forward(y, a->atty, w + g->o_projw, zt_model_tp_bias(m, w + g->o_projb), N, A, C, 0);
-    zt_lora_gemm_forward(m, &g->lo_proj, l, lora, a->atty, y);
-    zt_model_tp_reduce(m, y, a->res2); // (Nl,C)
+    zt_linear_forward(m, &g->lin[PROJ], l, w, lora, a->atty, a->res2); // (Nl,C)
     be->residual_forward(a->res2, a->res2, x_in, (size_t)Nl * C);
     be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w + g->o_ln2w, w + g->o_ln2b, Nl, C,
                           GPT2_EPS);
-    const float *ln2 = zt_model_tp_gather(m, a->ln2, zt_model_tp_scratch(m, 0));
-    if (g->lo_fc.n) { /* the adapter's delta goes into the pre-activation, before the GELU */
-        be->matmul_forward(a->fch, ln2, w + g->o_fcw, w + g->o_fcb, N, C, I, 0);
-        zt_lora_gemm_forward(m, &g->lo_fc, l, lora, ln2, a->fch);
-        be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * I);
-    } else {
-        be->matmul_gelu_forward(a->fch_gelu, a->fch, ln2, w + g->o_fcw, w + g->o_fcb, N, C,
-                                I); // (N,I) each
-    }
-    y = zt_model_tp_partial(m, out);
-    be->matmul_forward(y, a->fch_gelu, w + g->o_fcpw, zt_model_tp_bias(m, w + g->o_fcpb), N, I, C, 0);
-    zt_lora_gemm_forward(m, &g->lo_fcp, l, lora, a->fch_gelu, y);
-    zt_model_tp_reduce(m, y, out);
+    zt_linear_forward_gelu(m, &g->lin[FC], l, w, lora, a->ln2, a->fch, a->fch_gelu); // (N,I) each
+    zt_linear_forward(m, &g->lin[FCP], l, w, lora, a->fch_gelu, out); // (Nl,C)
     be->residual_forward(out, out, a->res2, (size_t)Nl * C);
 }
 
@@ -409,14 +389,13 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
 {
     gpt2_t *g = m->fam;
     const zt_backend_t *be = m->be;
-    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, I = m->d.I, N = B * T;
+    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, N = B * T;
     const int Nl = zt_model_rows(m);
     const size_t F = sizeof(float);
-    /* tp_sequence_parallel: as llama_block_backward (gathers into scratch 0, reduces into dn) */
-    float *full = zt_model_tp_scratch(m, 0), *dn = m->d.tp_seq ? m->tp_rows : m->dres2;
     block_acts_t *a = &g->blk[l];
-    /* dw NULL: the base is frozen (LoRA): no weight or bias gradients; the LayerNorms'
-     * weight gradients, which the kernel always writes, land in a scratch */
+    /* dw NULL: the base is frozen (LoRA): no weight or bias gradients (the linears run no
+     * weight GEMM); the LayerNorms' weight gradients, which the kernel always writes, land
+     * in a scratch */
 #define DW(off) (dw ? dw + (off) : NULL)
 #define DN(off) (dw ? dw + (off) : g->dw_frozen)
     if (m->recompute) {
@@ -425,35 +404,20 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
          * stay intact */
         gpt2_block_forward(m, l, w, lora, x_in, m->dres2);
     }
-    /* dres holds dL/d(block output) (N,C). Output = res2 + fcproj(gelu(fc(ln2(res2)))).
+    /* dres holds dL/d(block output) (Nl,C). Output = res2 + fcproj(gelu(fc(ln2(res2)))).
      * dfch = gelu'(fch) * (dres @ Wfcp^T) goes into fch_gelu, which fcproj's weight
-     * gradient reads first and nothing needs after: no (N,4C) scratch. Input gradients
-     * are overwritten, so no buffer here is zeroed first (but dqkv: attention accumulates). */
-    float *dfch = a->fch_gelu;
-    const float *dy = zt_model_tp_gather(m, dres, full); // (N,C)
-    if (g->lo_fcp.n) {
-        /* the adapter's part of dL/d act joins the base's before gelu', and the
-         * adapter's weight gradients read act: dact needs a buffer of its own */
-        be->matmul_backward(g->dact, DW(g->o_fcpw), DW(g->o_fcpb), dy, a->fch_gelu, w + g->o_fcpw, N, I, C, 0);
-        zt_lora_gemm_backward(m, &g->lo_fcp, l, lora, dlora, a->fch_gelu, dy, g->dact);
-        be->gelu_backward(dfch, a->fch, g->dact, (size_t)N * I);
-    } else {
-        be->gelu_matmul_backward(dfch, DW(g->o_fcpw), DW(g->o_fcpb), dy, a->fch_gelu, a->fch, w + g->o_fcpw, N, I,
-                                 C);
-    }
+     * gradient reads first and nothing needs after: no (N,4C) scratch (but dact, where an
+     * adapter on mlp.c_proj reads fch_gelu after the base). Input gradients are
+     * overwritten, so no buffer here is zeroed first (but dqkv: attention accumulates). */
+    float *dfch = zt_linear_backward_gelu(m, &g->lin[FCP], l, w, dw, lora, dlora, a->fch_gelu, a->fch, dres, g->dact,
+                                          a->fch_gelu); // (N,I)
     /* dres2 = dres + ln2 backward(dfch @ Wfc^T) */
-    const float *ln2 = zt_model_tp_gather(m, a->ln2, full);
-    be->matmul_backward(m->dres2, DW(g->o_fcw), DW(g->o_fcb), dfch, ln2, w + g->o_fcw, N, C, I, 0);
-    zt_lora_gemm_backward(m, &g->lo_fc, l, lora, dlora, ln2, dfch, m->dres2);
-    zt_model_tp_reduce(m, m->dres2, dn); /* column-parallel: each rank's columns' part */
+    const float *dn = zt_linear_backward(m, &g->lin[FC], l, w, dw, lora, dlora, a->ln2, dfch, m->dres2); // (Nl,C)
     /* dres (which is d res2 from the skip path) += layernorm backward */
     be->layernorm_backward(dres, DN(g->o_ln2w), DW(g->o_ln2b), dn, a->res2, w + g->o_ln2w, a->ln2_mean,
                            a->ln2_rstd, Nl, C);
     /* now dres = d res2 ; res2 = x_in + proj(atty) */
-    float *datty = m->dres2;
-    dy = zt_model_tp_gather(m, dres, full);
-    be->matmul_backward(datty, DW(g->o_projw), DW(g->o_projb), dy, a->atty, w + g->o_projw, N, A, C, 0);
-    zt_lora_gemm_backward(m, &g->lo_proj, l, lora, dlora, a->atty, dy, datty);
+    float *datty = zt_linear_backward(m, &g->lin[PROJ], l, w, dw, lora, dlora, a->atty, dres, m->dres2); // (N,A)
     if (m->d.sp_size > 1 && m->d.sp_ring) {
         be->memzero(g->dqkv, 3 * (size_t)N * A * F);
         zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, NH, NH, HD, 0);
@@ -468,12 +432,9 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
         be->memzero(g->dqkv, 3 * (size_t)N * A * F);
         be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD, 0);
     }
-    const float *ln1 = zt_model_tp_gather(m, a->ln1, full);
-    float *dln1 = zt_model_needs_dx_in(m, l, dw) ? m->dres2 : NULL;
-    be->matmul_backward(dln1, DW(g->o_qkvw), DW(g->o_qkvb), g->dqkv, ln1, w + g->o_qkvw, N, C, 3 * A, 0);
-    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, ln1, g->dqkv, dln1);
-    if (!dln1) return;
-    zt_model_tp_reduce(m, m->dres2, dn);
+    dn = zt_linear_backward(m, &g->lin[ATTN], l, w, dw, lora, dlora, a->ln1, g->dqkv,
+                            zt_model_needs_dx_in(m, l, dw) ? m->dres2 : NULL);
+    if (!dn) return;
     /* dx_in = d res2 (skip) + ln1 backward */
     be->layernorm_backward(dres, DN(g->o_ln1w), DW(g->o_ln1b), dn, x_in, w + g->o_ln1w, a->ln1_mean,
                            a->ln1_rstd, Nl, C);

@@ -145,7 +145,7 @@ void *zt_model_alloc(zt_model_t *m, size_t bytes);
 void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV,
                              int HD, int window);
 
-/* ---- LoRA on one GEMM (zt_lora.h) ---------------------------------------------------
+/* ---- LoRA on one GEMM (zt_linear.c; the adapters as parameters: zt_lora.h) ---------
  * A GEMM y (N,OC) = x (N,C) W^T whose output holds up to ZT_LORA_MAX targets side by
  * side (Llama's q|k|v, gate|up) gets y_i += s * (x A_i^T) B_i^T on each target's columns
  * y_i: the targets' A matrices are adjacent rows of the adapter unit, so x A^T is one
@@ -183,5 +183,47 @@ void zt_lora_scratch_free(zt_model_t *m);
 size_t zt_lora_scratch_floats(size_t N, int r, int c_max, int dropout);
 
 
+/* ---- one linear layer (zt_linear.c) --------------------------------------------------
+ * y (N, out) = x (N, in) W^T + b, W the base weights params[0..nw) of a block unit side by
+ * side (q|k|v, gate|up: one GEMM; adjacent in the unit), with their LoRA adapters
+ * (dropout included) and the tensor-parallel collectives of its placement:
+ *   ZT_LINEAR_COLUMN  x is the residual stream's rows (Nl, C) (gathered under
+ *                     tp_sequence_parallel); y this rank's columns, whole rows
+ *   ZT_LINEAR_ROW     x this rank's input columns; y (Nl, C) summed over tp (a
+ *                     reduce-scatter under tp_seq), the bias added by one rank
+ * described once at create time; the weight's layout (nn.Linear's (out, in) or Conv1D's
+ * (in, out)) is the table's. */
+typedef enum { ZT_LINEAR_COLUMN, ZT_LINEAR_ROW } zt_linear_placement_t;
+typedef struct zt_linear {
+    zt_linear_placement_t placement;
+    int in, out;                /* this rank's widths */
+    int transw;                 /* W is (out, in), used transposed; 0: (in, out) */
+    size_t w_off, b_off;        /* in the block unit (b_off SIZE_MAX: no bias) */
+    zt_lora_gemm_t lora;        /* its adapters (lora.n 0: none) */
+} zt_linear_t;
+
+/* bias: the bias parameter's index, or -1 */
+void zt_linear_init(zt_model_t *m, zt_linear_t *lin, zt_linear_placement_t placement, const int *params, int nw,
+                    int bias);
+void zt_linear_free(zt_model_t *m, zt_linear_t *lin);
+/* block l, its unit w and adapter unit lora: y = linear(x) */
+void zt_linear_forward(zt_model_t *m, zt_linear_t *lin, int l, const float *w, const float *lora, const float *x,
+                       float *y);
+/* pre = linear(x), y = gelu(pre) (GPT-2's c_fc): one fused backend op unless an adapter
+ * must reach pre before the GELU */
+void zt_linear_forward_gelu(zt_model_t *m, zt_linear_t *lin, int l, const float *w, const float *lora,
+                            const float *x, float *pre, float *y);
+/* The backward from dy (column: (N, out); row: the residual stream's rows, gathered
+ * here): the base's gradients += into dw (NULL: a frozen base, no weight GEMM), the
+ * adapters' into dlora; dx (N, in) overwritten (NULL: not needed). Returns dL/dx as the
+ * caller reads it: column-parallel, the rows of the residual stream, summed over tp
+ * (dx itself, or under tp_seq the model's (Nl, C) landing); row-parallel, dx. */
+float *zt_linear_backward(zt_model_t *m, zt_linear_t *lin, int l, const float *w, float *dw, const float *lora,
+                          float *dlora, const float *x, const float *dy, float *dx);
+/* x = gelu(pre) (GPT-2's mlp.c_proj): dpre = gelu'(pre) * dL/dx, which may be x itself;
+ * one fused backend op unless an adapter's part of dL/dx must join first (in dact (N, in)) */
+float *zt_linear_backward_gelu(zt_model_t *m, zt_linear_t *lin, int l, const float *w, float *dw,
+                               const float *lora, float *dlora, const float *x, const float *pre, const float *dy,
+                               float *dact, float *dpre);
 
 #endif
