@@ -38,16 +38,15 @@
 #define GPT2_EPS 1e-5f
 
 typedef struct block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *res2;
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *res2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
-    float *qkv_sp, *atty_sp;    /* sequence parallelism: (B, sp T, 3A / sp), (B, sp T, A / sp) */
 } block_acts_t;
 
 typedef struct gpt2 {
     block_acts_t *blk;          /* (L) */
     float *lnf_mean, *lnf_rstd; /* (N) */
     float *dqkv;                /* (N,3C) */
-    float *dqkv_sp, *datty_sp;  /* sequence parallelism */
+    zt_attention_t att;         /* the attention's own activations (lse, sequence parallelism's) */
     float *dact;                /* (N,4C) mlp.c_proj's input gradient before gelu' (LoRA there) */
     float *dw_frozen;           /* (C) where a frozen LayerNorm's weight gradient goes (LoRA) */
     /* the block's four linears (gemm_name's order): c_attn and c_fc column parallel,
@@ -218,15 +217,13 @@ static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int
 {
     const zt_model_dims_t *d = &t->dims;
     /* A, I: this rank's attention and MLP widths (C and 4C without tensor parallelism) */
-    const size_t N = (size_t)B * T, C = d->C, A = (size_t)d->NH * d->HD, I = d->I, lse = (size_t)B * d->NH * T;
+    const size_t N = (size_t)B * T, C = d->C, A = (size_t)d->NH * d->HD, I = d->I;
     const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
-    const size_t per_block = Nl * C /*ln1*/ + 2 * Nl + 3 * N * A + lse + N * A /*atty*/ +
+    const size_t per_block = Nl * C /*ln1*/ + 2 * Nl + 3 * N * A + N * A /*atty*/ +
                              Nl * C /*res2*/ + Nl * C /*ln2*/ + 2 * Nl + 2 * N * I /*fch, gelu*/;
-    const size_t sp = d->sp_size > 1 && !d->sp_ring ? 4 * N * A /* qkv_sp, atty_sp */ : 0;
-    const size_t ring = d->sp_size > 1 && d->sp_ring ? 5 * N * 2 * A + N / 2 * A + N / 2 * (size_t)d->NH : 0;
-    const size_t floats = (recompute ? 1 : (size_t)d->L) * (per_block + sp) + 2 * N /*lnf*/ + 3 * N * A /*dqkv*/ +
-                          (sp ? 4 * N * A /* dqkv_sp, datty_sp */ + 6 * N * A /* the all-to-all's */ : 0) + ring +
-                          gpt2_lora_floats(t, N);
+    const size_t floats = (recompute ? 1 : (size_t)d->L) * per_block +
+                          zt_attention_floats(d, (size_t)B, (size_t)T, recompute) + 2 * N /*lnf*/ +
+                          3 * N * A /*dqkv*/ + gpt2_lora_floats(t, N);
     return floats * sizeof(float);
 }
 
@@ -248,7 +245,7 @@ static void gpt2_create(zt_model_t *m)
     m->fam = g;
     const zt_param_table_t *table = m->table;
     const size_t N = (size_t)m->Bmax * m->Tmax, C = m->d.C, L = m->d.L, NH = m->d.NH;
-    const size_t A = NH * m->d.HD, I = m->d.I, lse = (size_t)m->Bmax * NH * m->Tmax, F = sizeof(float);
+    const size_t A = NH * m->d.HD, I = m->d.I, F = sizeof(float);
     const size_t Nl = m->d.tp_seq ? N / (size_t)m->d.tp_size : N; /* the residual stream's rows */
     if (table->nunits > 1) {
         const zt_param_t *p = &table->params[table->unit_first[1]];
@@ -272,7 +269,6 @@ static void gpt2_create(zt_model_t *m)
         a->ln1_mean = zt_model_alloc(m, Nl * F);
         a->ln1_rstd = zt_model_alloc(m, Nl * F);
         a->qkv = zt_model_alloc(m, 3 * N * A * F);
-        a->lse = zt_model_alloc(m, lse * F);
         a->atty = zt_model_alloc(m, N * A * F);
         a->res2 = zt_model_alloc(m, Nl * C * F);
         a->ln2 = zt_model_alloc(m, Nl * C * F);
@@ -280,17 +276,8 @@ static void gpt2_create(zt_model_t *m)
         a->ln2_rstd = zt_model_alloc(m, Nl * F);
         a->fch = zt_model_alloc(m, N * I * F);
         a->fch_gelu = zt_model_alloc(m, N * I * F);
-        if (m->d.sp_size > 1 && !m->d.sp_ring) {
-            a->qkv_sp = zt_model_alloc(m, 3 * N * A * F);
-            a->atty_sp = zt_model_alloc(m, N * A * F);
-        }
     }
-    if (m->d.sp_size > 1 && m->d.sp_ring) zt_model_ring_scratch(m, (int)NH, (int)NH, m->d.HD);
-    if (m->d.sp_size > 1 && !m->d.sp_ring) {
-        g->dqkv_sp = zt_model_alloc(m, 3 * N * A * F);
-        g->datty_sp = zt_model_alloc(m, N * A * F);
-        zt_model_sp_scratch(m, 3 * N * A);
-    }
+    zt_attention_init(m, &g->att);
     g->lnf_mean = zt_model_alloc(m, N * F);
     g->lnf_rstd = zt_model_alloc(m, N * F);
     g->dqkv = zt_model_alloc(m, 3 * N * A * F);
@@ -311,15 +298,15 @@ static void gpt2_destroy(zt_model_t *m)
     for (int l = 0; l < m->d.L; l++) {
         if (m->recompute && l > 0) break;
         block_acts_t *a = &g->blk[l];
-        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->lse, a->atty,
-                         a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->qkv_sp, a->atty_sp};
+        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv,      a->atty,   a->res2,
+                         a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             if (bufs[i]) be->free(bufs[i]);
     }
     be->free(g->lnf_mean);
     be->free(g->lnf_rstd);
     be->free(g->dqkv);
-    if (g->dqkv_sp) be->free(g->dqkv_sp), be->free(g->datty_sp);
+    zt_attention_free(m, &g->att);
     for (int k = 0; k < 4; k++) zt_linear_free(m, &g->lin[k]);
     float *sc[] = {g->dact, g->dw_frozen};
     for (size_t i = 0; i < sizeof sc / sizeof *sc; i++)
@@ -358,23 +345,11 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     const zt_backend_t *be = m->be;
     /* Nl: the residual stream's rows (N / tp under tp_sequence_parallel); A, I: this rank's
      * attention and MLP widths (C and 4C without tensor parallelism) */
-    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD;
-    const int Nl = zt_model_rows(m);
+    const int C = m->d.C, Nl = zt_model_rows(m);
     be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w + g->o_ln1w, w + g->o_ln1b, Nl, C,
                           GPT2_EPS);
     zt_linear_forward(m, &g->lin[ATTN], l, w, lora, a->ln1, a->qkv); // (N,3A)
-    if (m->d.sp_size > 1 && m->d.sp_ring) {
-        zt_model_ring_forward(m, a->qkv, NH, NH, HD, 0, a->atty, a->lse);
-    } else if (m->d.sp_size > 1) {
-        /* Ulysses: every position for this rank's share of the heads, and back; m->seg
-         * (packed rows, or NULL) covers whole sequences */
-        const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
-        zt_model_sp_scatter_heads(m, a->qkv, 3, h, HD, a->qkv_sp);
-        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, NH / sp, NH / sp, HD, 0);
-        zt_model_sp_gather_heads(m, a->atty_sp, 1, h, HD, a->atty);
-    } else {
-        zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, NH, NH, HD, 0); // (N,A)
-    }
+    zt_attention_forward(m, &g->att, l, 0, a->qkv, a->atty); // (N,A)
     zt_linear_forward(m, &g->lin[PROJ], l, w, lora, a->atty, a->res2); // (Nl,C)
     be->residual_forward(a->res2, a->res2, x_in, (size_t)Nl * C);
     be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w + g->o_ln2w, w + g->o_ln2b, Nl, C,
@@ -389,9 +364,7 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
 {
     gpt2_t *g = m->fam;
     const zt_backend_t *be = m->be;
-    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, N = B * T;
-    const int Nl = zt_model_rows(m);
-    const size_t F = sizeof(float);
+    const int C = m->d.C, Nl = zt_model_rows(m);
     block_acts_t *a = &g->blk[l];
     /* dw NULL: the base is frozen (LoRA): no weight or bias gradients (the linears run no
      * weight GEMM); the LayerNorms' weight gradients, which the kernel always writes, land
@@ -418,20 +391,7 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
                            a->ln2_rstd, Nl, C);
     /* now dres = d res2 ; res2 = x_in + proj(atty) */
     float *datty = zt_linear_backward(m, &g->lin[PROJ], l, w, dw, lora, dlora, a->atty, dres, m->dres2); // (N,A)
-    if (m->d.sp_size > 1 && m->d.sp_ring) {
-        be->memzero(g->dqkv, 3 * (size_t)N * A * F);
-        zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, NH, NH, HD, 0);
-    } else if (m->d.sp_size > 1) {
-        const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
-        zt_model_sp_scatter_heads(m, datty, 1, h, HD, g->datty_sp);
-        be->memzero(g->dqkv_sp, 3 * (size_t)N * A * F);
-        be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, m->seg, B, sp * T, NH / sp,
-                               NH / sp, HD, 0);
-        zt_model_sp_gather_heads(m, g->dqkv_sp, 3, h, HD, g->dqkv);
-    } else {
-        be->memzero(g->dqkv, 3 * (size_t)N * A * F);
-        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD, 0);
-    }
+    zt_attention_backward(m, &g->att, l, 0, a->qkv, a->atty, datty, g->dqkv); // (N,3A)
     dn = zt_linear_backward(m, &g->lin[ATTN], l, w, dw, lora, dlora, a->ln1, g->dqkv,
                             zt_model_needs_dx_in(m, l, dw) ? m->dres2 : NULL);
     if (!dn) return;

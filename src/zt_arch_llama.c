@@ -44,18 +44,15 @@
 enum { V_LLAMA = 0, V_QWEN2 = 1, V_QWEN3 = 2, V_MISTRAL = 3, V_GEMMA3 = 4 };
 
 typedef struct block_acts {
-    float *ln1, *rstd1, *qkv_pre, *qk_rstd, *qkv, *lse, *atty, *res2, *ln2, *rstd2, *gu, *act;
+    float *ln1, *rstd1, *qkv_pre, *qk_rstd, *qkv, *atty, *res2, *ln2, *rstd2, *gu, *act;
     float *ao, *rstd_pa, *mo, *rstd_pf; /* sandwich norms' inputs and rstd */
-    /* sequence parallelism: qkv and atty for every position of this rank's heads
-     * (B, sp T, S / sp) and (B, sp T, Q / sp) */
-    float *qkv_sp, *atty_sp;
 } block_acts_t;
 
 typedef struct llama {
     block_acts_t *blk;          /* (L) */
     float *rstd_f;              /* (N) final norm */
     float *dqkv, *dqkv_pre;     /* (N,S) */
-    float *dqkv_sp, *datty_sp;  /* sequence parallelism: (B, sp T, S / sp), (B, sp T, Q / sp) */
+    zt_attention_t att;         /* the attention's own activations (lse, sequence parallelism's) */
     float *dtmp;                /* (N, max(I, Q)) */
     float *inv_freq;            /* (HD/2) backend memory */
     float *inv_freq_local;      /* (HD/2) the sliding layers' (gemma3), else NULL */
@@ -489,22 +486,14 @@ static void llama_build(zt_param_table_t *t, float init_std)
     zt_params_finish(t, 1 + d->L, 0, 1);
 }
 
-/* sequence parallelism: (B, sp T) rows of this rank's q, k and v heads, KV heads
- * replicated where fewer than sp: N (NH + 2 max(NKV, sp)) HD floats */
-static size_t sp_row_floats(const zt_model_dims_t *d, size_t N)
-{
-    return N * ((size_t)d->NH + 2 * (size_t)ZT_MAX(d->NKV, d->sp_size)) * d->HD;
-}
-
 static size_t per_block_floats(const zt_model_dims_t *d, size_t B, size_t T)
 {
     const size_t N = B * T, C = d->C, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD, I = d->I;
     const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
-    size_t f = Nl * C + Nl /* ln1, rstd1 */ + N * S /* qkv */ + B * d->NH * T /* lse */ + N * Q /* atty */ +
+    size_t f = Nl * C + Nl /* ln1, rstd1 */ + N * S /* qkv */ + N * Q /* atty */ +
                Nl * C /* res2 */ + Nl * C + Nl /* ln2, rstd2 */ + 2 * N * I /* gu */ + N * I /* act */;
     if (d->qk_norm) f += N * S + N * (size_t)(d->NH + d->NKV);
     if (d->sandwich) f += 2 * (Nl * C + Nl); /* ao, rstd_pa, mo, rstd_pf */
-    if (d->sp_size > 1 && !d->sp_ring) f += sp_row_floats(d, N) + N * Q; /* qkv_sp, atty_sp */
     return f;
 }
 
@@ -535,11 +524,8 @@ static size_t llama_activation_bytes(const zt_param_table_t *t, int B, int T, in
 {
     const zt_model_dims_t *d = &t->dims;
     const size_t N = (size_t)B * T, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD;
-    size_t f = (recompute ? 1 : (size_t)d->L) * per_block_floats(d, (size_t)B, (size_t)T);
-    if (d->sp_size > 1 && !d->sp_ring)
-        f += 3 * sp_row_floats(d, N) + N * Q /* dqkv_sp, datty_sp, the all-to-all's buffers */;
-    if (d->sp_size > 1 && d->sp_ring) /* ring: K|V blocks, their gradients, one pair's result */
-        f += 5 * N * 2 * (size_t)d->NKV * d->HD + N / 2 * Q + N / 2 * (size_t)d->NH;
+    size_t f = (recompute ? 1 : (size_t)d->L) * per_block_floats(d, (size_t)B, (size_t)T) +
+               zt_attention_floats(d, (size_t)B, (size_t)T, recompute);
     const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N, CH = ZT_MAX((size_t)d->C, (size_t)d->HD);
     f += N /* rstd_f */ + N * S /* dqkv */ + (d->qk_norm ? N * S : 0) + N * ZT_MAX((size_t)d->I, Q) /* dtmp */ +
          (size_t)d->HD / 2 * (d->sliding_pattern ? 2 : 1) /* inv_freq, _local */ + CH /* dw_frozen */ +
@@ -656,7 +642,6 @@ static void llama_create(zt_model_t *m)
             a->qk_rstd = zt_model_alloc(m, N * (size_t)(d->NH + d->NKV) * F);
         }
         a->qkv = zt_model_alloc(m, N * S * F);
-        a->lse = zt_model_alloc(m, (size_t)m->Bmax * d->NH * m->Tmax * F);
         a->atty = zt_model_alloc(m, N * Q * F);
         a->res2 = zt_model_alloc(m, Nl * C * F);
         a->ln2 = zt_model_alloc(m, Nl * C * F);
@@ -669,17 +654,8 @@ static void llama_create(zt_model_t *m)
             a->mo = zt_model_alloc(m, Nl * C * F);
             a->rstd_pf = zt_model_alloc(m, Nl * F);
         }
-        if (d->sp_size > 1 && !d->sp_ring) {
-            a->qkv_sp = zt_model_alloc(m, sp_row_floats(d, N) * F);
-            a->atty_sp = zt_model_alloc(m, N * Q * F);
-        }
     }
-    if (d->sp_size > 1 && d->sp_ring) zt_model_ring_scratch(m, d->NH, d->NKV, d->HD);
-    if (d->sp_size > 1 && !d->sp_ring) {
-        g->dqkv_sp = zt_model_alloc(m, sp_row_floats(d, N) * F);
-        g->datty_sp = zt_model_alloc(m, N * Q * F);
-        zt_model_sp_scratch(m, sp_row_floats(d, N));
-    }
+    zt_attention_init(m, &g->att);
     g->rstd_f = zt_model_alloc(m, N * F);
     g->dqkv = zt_model_alloc(m, N * S * F);
     if (d->qk_norm) g->dqkv_pre = zt_model_alloc(m, N * S * F);
@@ -718,8 +694,8 @@ static void llama_destroy(zt_model_t *m)
     for (int l = 0; l < m->d.L; l++) {
         if (m->recompute && l > 0) break;
         block_acts_t *a = &g->blk[l];
-        float *bufs[] = {a->ln1, a->rstd1, a->qkv_pre, a->qk_rstd, a->qkv, a->lse,     a->atty,    a->res2, a->ln2,
-                         a->rstd2, a->gu,  a->act,  a->qkv_sp, a->atty_sp, a->ao, a->rstd_pa, a->mo, a->rstd_pf};
+        float *bufs[] = {a->ln1, a->rstd1, a->qkv_pre, a->qk_rstd, a->qkv, a->atty,   a->res2,
+                         a->ln2, a->rstd2, a->gu,      a->act,     a->ao,  a->rstd_pa, a->mo, a->rstd_pf};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             if (bufs[i]) be->free(bufs[i]);
     }
@@ -727,7 +703,7 @@ static void llama_destroy(zt_model_t *m)
     be->free(g->dqkv);
     if (g->dqkv_pre) be->free(g->dqkv_pre);
     be->free(g->dtmp);
-    if (g->dqkv_sp) be->free(g->dqkv_sp), be->free(g->datty_sp);
+    zt_attention_free(m, &g->att);
     be->free(g->inv_freq);
     be->free(g->dw_frozen);
     float *extra[] = {g->inv_freq_local, g->ones, g->w1, g->dsand};
@@ -820,22 +796,11 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     } else {
         zt_linear_forward(m, &g->qkv, l, w, lora, a->ln1, a->qkv); // (N,S)
     }
-    /* positions: a packed batch's, or under sequence parallelism this rank's chunk's; m->seg
-     * (packed rows, or NULL) covers whole sequences */
+    /* positions: a packed batch's, or under sequence parallelism this rank's chunk's */
     const int32_t *pos = zt_model_positions(m);
     be->rope_forward(a->qkv, inv_freq, pos, B, T, d->NH, d->HD, S);
     be->rope_forward(a->qkv + Q, inv_freq, pos, B, T, d->NKV, d->HD, S);
-    if (d->sp_size > 1 && d->sp_ring) {
-        zt_model_ring_forward(m, a->qkv, d->NH, d->NKV, d->HD, window, a->atty, a->lse);
-    } else if (d->sp_size > 1) {
-        /* Ulysses: every position for this rank's share of the heads, and back */
-        const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
-        zt_model_sp_scatter_heads(m, a->qkv, 3, h, d->HD, a->qkv_sp); // (B, sp T, (NH + 2 nkv) HD / sp)
-        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, d->NH / sp, nkv, d->HD, window);
-        zt_model_sp_gather_heads(m, a->atty_sp, 1, h, d->HD, a->atty); // (N,Q)
-    } else {
-        zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD, window); // (N,Q)
-    }
+    zt_attention_forward(m, &g->att, l, window, a->qkv, a->atty); // (N,Q)
     /* the attention's output: into res2 (llama), or into ao, normed into res2 (gemma3) */
     float *ao = d->sandwich ? a->ao : a->res2;
     zt_linear_forward(m, &g->o, l, w, lora, a->atty, ao); // (Nl,C)
@@ -882,20 +847,7 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     float *datty = g->dtmp;
     const float *dao = d->sandwich ? sandwich_backward(m, dres, a->ao, a->rstd_pa, w, dw, g->o_pa) : dres;
     zt_linear_backward(m, &g->o, l, w, dw, lora, dlora, a->atty, dao, datty); // (N,Q)
-    if (d->sp_size > 1 && d->sp_ring) {
-        be->memzero(g->dqkv, (size_t)N * S * F);
-        zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD, window);
-    } else if (d->sp_size > 1) {
-        const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
-        zt_model_sp_scatter_heads(m, datty, 1, h, d->HD, g->datty_sp);
-        be->memzero(g->dqkv_sp, sp_row_floats(d, (size_t)N) * F);
-        be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, m->seg, B, sp * T, d->NH / sp,
-                               nkv, d->HD, window);
-        zt_model_sp_gather_heads(m, g->dqkv_sp, 3, h, d->HD, g->dqkv); // (N,S), overwritten
-    } else {
-        be->memzero(g->dqkv, (size_t)N * S * F);
-        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, d->NH, d->NKV, d->HD, window);
-    }
+    zt_attention_backward(m, &g->att, l, window, a->qkv, a->atty, datty, g->dqkv); // (N,S)
     const int32_t *pos = zt_model_positions(m);
     be->rope_backward(g->dqkv, inv_freq, pos, B, T, d->NH, d->HD, S);
     be->rope_backward(g->dqkv + Q, inv_freq, pos, B, T, d->NKV, d->HD, S);

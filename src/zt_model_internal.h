@@ -98,30 +98,28 @@ const float *zt_model_tp_bias(const zt_model_t *m, const float *bias);
  * summed over tp); the backward adds this rank's rows' gradients */
 void zt_model_embed_tokens(zt_model_t *m, const float *wte, float *x0);
 
-/* ---- sequence parallelism (Ulysses), for the families ---------------------------------
- * Under sp the model runs T positions of each sequence; attention needs all sp T of
- * them: x (B,T,W), whose rows hold nblk blocks of heads side by side (q | k | v: heads[k]
- * heads of hd each), goes to y (B, sp T, W') with every position and this rank's share
- * of each block's heads (one all-to-all): heads / sp of them, or, where a block has
- * fewer heads than ranks (KV heads), the one head this rank's query heads read
- * (replicated). gather is the inverse; a replicated head's parts are summed (it carries
- * gradients there). The first position of this rank's T is sp_rank T. */
-void zt_model_sp_scratch(zt_model_t *m, size_t floats);
-void zt_model_sp_scatter_heads(zt_model_t *m, const float *x, int nblk, const int *heads, int hd, float *y);
-void zt_model_sp_gather_heads(zt_model_t *m, const float *y, int nblk, const int *heads, int hd, float *x);
-/* Ring attention (d.sp_ring): the causal attention of the whole sequence from this
- * rank's qkv (N,S) (q | k | v as attention_forward's, NH, NKV heads of HD), its two
- * chunks' rows chunk-major; K|V blocks go round the sp ring, each block pair's result is
- * merged through the log-sum-exp, the next block's transfer overlapping the current
- * block's compute. out (N, NH HD); lse (2, B, NH, T/2) per chunk. The backward adds dq
- * into dqkv's q columns and the K|V gradients, gone round the ring with their blocks,
- * into its k, v columns (dqkv zeroed by the caller). window > 0: a sliding window, the
- * block pairs wholly outside it skipped. */
-void zt_model_ring_scratch(zt_model_t *m, int NH, int NKV, int HD);
-void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int HD, int window, float *out,
-                           float *lse);
-void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int NH, int NKV, int HD, int window);
+/* ---- attention (zt_attention.c) -------------------------------------------------------
+ * A block's self-attention over the batch's qkv rows (N, (NH + 2 NKV) HD) (q | k | v of
+ * this rank's heads: m->d's NH, NKV, HD) into out (N, NH HD): causal within each
+ * sequence (m->seg: packed rows), window > 0 a sliding window (attention_forward's). The
+ * helper picks local attention (the KV cache's, zt_model_self_attention, included),
+ * Ulysses or ring (d.sp_size, d.sp_ring), and keeps what its backward needs per block:
+ * the log-sum-exp, and under Ulysses the rows of every position (one block's worth,
+ * shared, with recompute). The backward overwrites dqkv (N, (NH + 2 NKV) HD) from dout. */
+typedef struct zt_attention {
+    float **lse;                /* (L) (B, NH, T) */
+    float **qkv_sp, **out_sp;   /* Ulysses: (L) (B, sp T, S / sp), (B, sp T, Q / sp) */
+    float *dqkv_sp, *dout_sp;   /* their gradients */
+} zt_attention_t;
+
+void zt_attention_init(zt_model_t *m, zt_attention_t *at);
+void zt_attention_free(zt_model_t *m, zt_attention_t *at);
+/* its activation floats at (B, T), for the family's estimate */
+size_t zt_attention_floats(const zt_model_dims_t *d, size_t B, size_t T, int recompute);
+void zt_attention_forward(zt_model_t *m, zt_attention_t *at, int l, int window, const float *qkv, float *out);
+void zt_attention_backward(zt_model_t *m, zt_attention_t *at, int l, int window, const float *qkv,
+                           const float *out, const float *dout, float *dqkv);
+
 /* the batch's positions for rope (NULL: 0..T-1, without sp) */
 const int32_t *zt_model_positions(const zt_model_t *m);
 void zt_model_embed_tokens_backward(zt_model_t *m, float *dwte, const float *dx0);
@@ -134,7 +132,7 @@ int zt_model_needs_dx_in(const zt_model_t *m, int l, const float *dw);
 /* Backend memory counted as activations. */
 void *zt_model_alloc(zt_model_t *m, size_t bytes);
 
-/* The self-attention of block l over the batch's qkv rows (N, (NH + 2 NKV) HD) into
+/* (zt_attention.c's local case) The self-attention of block l over the batch's qkv rows (N, (NH + 2 NKV) HD) into
  * out (N, NH HD) and lse, causal within each row (m->seg: packed rows). With the KV
  * cache on, one sequence: this call's keys and values go to its cache rows [past,
  * past + T) first, and a call after past > 0 positions (one new token) attends to all
