@@ -9,22 +9,24 @@
  *   unit 1+l      transformer.h.l.*: ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj
  *
  * Activations kept per block for backward (N = B*T):
- *   ln1 (N,C) ln1_mean/rstd (N) qkv (N,3C) lse (B,NH,T) atty (N,C)
+ *   ln1 (N,C) ln1_mean/rstd (N) qkv (N,3C) atty (N,C)
  *   res2 (N,C) ln2 (N,C) ln2_mean/rstd (N) fch (N,4C) fch_gelu (N,4C)
- * (the block input x_in is zt_model.c's). Attention keeps no (B,NH,T,T) matrix: its
- * backward recomputes the probabilities from qkv, the output atty and the per-row
- * log-sum-exp lse. With recompute (gradient checkpointing) one block's worth of these
+ * (the block input x_in is zt_model.c's). Attention (zt_attention.c) keeps no (B,NH,T,T)
+ * matrix: its backward recomputes the probabilities from qkv, the output atty and the
+ * per-row log-sum-exp it keeps. With recompute (gradient checkpointing) one block's worth of these
  * is shared: backward re-runs the block forward first, which gives bit-identical
  * results because the same kernels see the same inputs.
  *
- * LoRA (zt_lora.h) sits on the four Conv1D GEMMs, each one target (c_attn is one
+ * LoRA (zt_lora.h) sits on the four Conv1D GEMMs (zt_linear.c, with their tensor-parallel
+ * collectives), each one target (c_attn is one
  * module for PEFT: one A (r, C), one B (3C, r)). The adapters are PEFT's nn.Linear
  * shapes whatever the base's layout, so y += s (x A^T) B^T as for Llama; only the
  * merge transposes (fan_in_fan_out). c_fc's delta belongs before the GELU, so with an
  * adapter there the fused matmul_gelu_forward gives way to matmul, LoRA, gelu; and
  * mlp.c_proj's adapter adds to its input gradient before gelu', so with one there
- * gelu_matmul_backward gives way to matmul_backward, LoRA, gelu_backward. Without
- * adapters on them both stay fused, so a full fine-tune runs exactly as before. */
+ * gelu_matmul_backward gives way to matmul_backward, LoRA, gelu_backward (the linear's
+ * _gelu forms). Without adapters on them both stay fused, so a full fine-tune runs the
+ * fused ops. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
