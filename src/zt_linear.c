@@ -21,7 +21,9 @@
 
 /* ---- LoRA on one GEMM --------------------------------------------------------------- */
 
-void zt_lora_gemm_init(zt_model_t *m, zt_lora_gemm_t *g, const int *params, int nw, int C)
+/* Describes the GEMM over base weights params[0..nw) (their columns of y side by side,
+ * in this order) of input width C; allocates its per-block buffers. */
+static void lora_gemm_init(zt_model_t *m, zt_lora_gemm_t *g, const int *params, int nw, int C)
 {
     memset(g, 0, sizeof *g);
     const zt_param_table_t *t = m->table;
@@ -55,7 +57,7 @@ void zt_lora_gemm_init(zt_model_t *m, zt_lora_gemm_t *g, const int *params, int 
     for (int l = 0; l < m->d.L; l++) g->xa[l] = zt_model_alloc(m, N * nr * sizeof(float));
 }
 
-void zt_lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g)
+static void lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g)
 {
     if (!g->n) return;
     for (int l = 0; l < m->d.L; l++) m->be->free(g->xa[l]);
@@ -102,7 +104,8 @@ static uint64_t lora_salt(const zt_lora_gemm_t *g, int l, int i)
     return zt_splitmix64(((uint64_t)l << 40) ^ (g->mask_id << 4) ^ (uint64_t)i);
 }
 
-void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y)
+/* y (N,OC) += s x A_i^T B_i^T in each target i's columns, block l (no-op without adapters) */
+static void lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y)
 {
     if (!g->n) return;
     const zt_backend_t *be = m->be;
@@ -122,8 +125,10 @@ void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *
         be->gemm(0, 1, N, g->out_n[i], r, 1.0f, xa + i * r, nr, lora + g->b_off[i], r, 1.0f, y + g->out_off[i], g->OC);
 }
 
-void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, float *dlora,
-                           const float *x, const float *dy, float *dx)
+/* dx (N,C) += the adapters' part of dL/dx; their gradients += into dlora (may be NULL:
+ * dx only; dx may be NULL: the gradients only) */
+static void lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, float *dlora,
+                               const float *x, const float *dy, float *dx)
 {
     if (!g->n) return;
     const zt_backend_t *be = m->be;
@@ -177,10 +182,10 @@ void zt_linear_init(zt_model_t *m, zt_linear_t *lin, zt_linear_placement_t place
             zt_fatal("linear: %s does not follow the weights before it in its unit", q->name);
         lin->out += (int)(lin->transw ? q->shape[0] : q->shape[1]);
     }
-    zt_lora_gemm_init(m, &lin->lora, params, nw, lin->in);
+    lora_gemm_init(m, &lin->lora, params, nw, lin->in);
 }
 
-void zt_linear_free(zt_model_t *m, zt_linear_t *lin) { zt_lora_gemm_free(m, &lin->lora); }
+void zt_linear_free(zt_model_t *m, zt_linear_t *lin) { lora_gemm_free(m, &lin->lora); }
 
 static const float *bias_of(const zt_linear_t *lin, const float *w) { return lin->b_off == SIZE_MAX ? NULL : w + lin->b_off; }
 
@@ -191,13 +196,13 @@ void zt_linear_forward(zt_model_t *m, zt_linear_t *lin, int l, const float *w, c
     if (lin->placement == ZT_LINEAR_COLUMN) {
         const float *xf = zt_model_tp_gather(m, x, zt_model_tp_scratch(m, 0)); // (N, in)
         m->be->matmul_forward(y, xf, w + lin->w_off, bias_of(lin, w), N, lin->in, lin->out, lin->transw);
-        zt_lora_gemm_forward(m, &lin->lora, l, lora, xf, y);
+        lora_gemm_forward(m, &lin->lora, l, lora, xf, y);
         return;
     }
     float *yp = zt_model_tp_partial(m, y); // (N, out) partial sums under tp
     m->be->matmul_forward(yp, x, w + lin->w_off, zt_model_tp_bias(m, bias_of(lin, w)), N, lin->in, lin->out,
                           lin->transw);
-    zt_lora_gemm_forward(m, &lin->lora, l, lora, x, yp);
+    lora_gemm_forward(m, &lin->lora, l, lora, x, yp);
     zt_model_tp_reduce(m, yp, y);
 }
 
@@ -230,7 +235,7 @@ float *zt_linear_backward(zt_model_t *m, zt_linear_t *lin, int l, const float *w
     if (lin->placement == ZT_LINEAR_COLUMN) {
         const float *xf = zt_model_tp_gather(m, x, zt_model_tp_scratch(m, 0)); // (N, in)
         base_backward(m, lin, w, dw, xf, dy, dx);
-        zt_lora_gemm_backward(m, &lin->lora, l, lora, dlora, xf, dy, dx);
+        lora_gemm_backward(m, &lin->lora, l, lora, dlora, xf, dy, dx);
         if (!dx) return NULL;
         /* each rank's columns' part of dL/dx: summed (tp_seq: this rank's rows of it) */
         float *dn = m->d.tp_seq ? m->tp_rows : dx;
@@ -239,7 +244,7 @@ float *zt_linear_backward(zt_model_t *m, zt_linear_t *lin, int l, const float *w
     }
     const float *dyf = zt_model_tp_gather(m, dy, zt_model_tp_scratch(m, 0)); // (N, out)
     base_backward(m, lin, w, dw, x, dyf, dx);
-    zt_lora_gemm_backward(m, &lin->lora, l, lora, dlora, x, dyf, dx);
+    lora_gemm_backward(m, &lin->lora, l, lora, dlora, x, dyf, dx);
     return dx;
 }
 

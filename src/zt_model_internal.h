@@ -73,7 +73,8 @@ struct zt_model {
     int *kv_slot, *kv_pastv;
 };
 
-/* ---- tensor parallelism, for the families (no-ops at tp 1) ---------------------------
+/* ---- tensor parallelism (no-ops at tp 1): the linears' (zt_linear.c), the embedding's
+ * and the head's collectives; a family's block meets them only through its linears.
  * A column-parallel GEMM needs nothing; a row-parallel one leaves partial sums that
  * zt_model_tp_reduce completes (its bias added by one rank only: zt_model_tp_bias); in
  * the backward, the same holds for dL/dx of a column-parallel GEMM. */
@@ -88,7 +89,7 @@ int zt_model_rows(const zt_model_t *m);
 const float *zt_model_tp_gather(zt_model_t *m, const float *x, float *scratch);
 float *zt_model_tp_partial(zt_model_t *m, float *out);
 void zt_model_tp_reduce(zt_model_t *m, float *y, float *out);
-/* the scratches the families use with them (N,C) */
+/* the scratches used with them (N,C) */
 float *zt_model_tp_scratch(zt_model_t *m, int k);
 /* positions of the residual stream's rows (GPT-2's learned positions): the batch's
  * (zt_model_positions) or, under tp_seq, this rank's rows' */
@@ -164,22 +165,12 @@ typedef struct zt_lora_gemm {
     float **xa;                 /* (L) s * x A^T (N, n r) */
 } zt_lora_gemm_t;
 
-/* Describes the GEMM over base weights params[0..nw) (their columns of y side by side,
- * in this order) of input width C; allocates its per-block buffers. */
-void zt_lora_gemm_init(zt_model_t *m, zt_lora_gemm_t *g, const int *params, int nw, int C);
-void zt_lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g);
-/* y (N,OC) += s x A_i^T B_i^T in each target i's columns, block l (no-op without adapters) */
-void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y);
-/* dx (N,C) += the adapters' part of dL/dx; their gradients += into dlora (may be NULL:
- * dx only; dx may be NULL: the gradients only) */
-void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, float *dlora,
-                           const float *x, const float *dy, float *dx);
-/* The shared scratch for GEMMs up to c_max inputs (a family calls it once after its
- * zt_lora_gemm_init calls; the model frees it); its floats, for the estimates. */
+/* (zt_linear.c runs it: zt_linear_t's lora) The shared scratch for GEMMs up to c_max
+ * inputs (a family calls it once after its zt_linear_init calls; the model frees it);
+ * its floats, for the estimates. */
 void zt_lora_scratch(zt_model_t *m, int c_max);
 void zt_lora_scratch_free(zt_model_t *m);
 size_t zt_lora_scratch_floats(size_t N, int r, int c_max, int dropout);
-
 
 /* ---- one linear layer (zt_linear.c) --------------------------------------------------
  * y (N, out) = x (N, in) W^T + b, W the base weights params[0..nw) of a block unit side by
