@@ -27,9 +27,10 @@
  *
  * Letters: Q = NH*HD, KV = NKV*HD, S = Q + 2KV (a qkv row), I intermediate size.
  * Activations kept per block (N = B*T): ln1 (N,C) rstd1 (N) [qkv_pre (N,S) qk_rstd
- * (N*(NH+NKV)): qwen3, gemma3] qkv (N,S) after norm and rotation, atty (N,Q) (and the attention's lse, kept by zt_attention.c)
- * [ao (N,C) rstd_pa (N): gemma3's attention output before its norm] res2 (N,C) ln2 (N,C)
- * rstd2 (N) gu (N,2I) act (N,I) [mo (N,C) rstd_pf (N): the MLP's output before its norm].
+ * (N*(NH+NKV)): qwen3, gemma3] qkv (N,S) after norm and rotation, atty (N,Q) (and the
+ * attention's lse, kept by zt_attention.c) [ao (N,C) rstd_pa (N): gemma3's attention
+ * output before its norm] res2 (N,C) ln2 (N,C) rstd2 (N) gu (N,2I) act (N,I) [mo (N,C)
+ * rstd_pf (N): the MLP's output before its norm].
  * With recompute one block's worth is shared and the backward re-runs the block forward
  * first (bit-identical). The four linears (zt_linear.c) and the attention (zt_attention.c)
  * bring their tensor- and sequence-parallel collectives and LoRA with them: the block is

@@ -3,8 +3,8 @@
  *
  * A family describes each of its GEMMs once, at create time (zt_linear_init: which
  * weights, bias, column or row parallel), and its block then reads as the maths:
- * y = linear(x). What a linear does besides the GEMM, in this order, which fixes the
- * figures (every step the order of the floating-point operations the families had):
+ * y = linear(x). What a linear does besides the GEMM, in this order (the figures depend
+ * on the order of the floating-point operations):
  *   column parallel  x gathered over tp (tp_sequence_parallel: the residual stream's
  *                    rows), y = x W^T + b, y += LoRA(x); backward: dx = dy W + LoRA's
  *                    part, then reduced over tp (a reduce-scatter under tp_seq)
@@ -187,7 +187,22 @@ void zt_linear_init(zt_model_t *m, zt_linear_t *lin, zt_linear_placement_t place
 
 void zt_linear_free(zt_model_t *m, zt_linear_t *lin) { lora_gemm_free(m, &lin->lora); }
 
-static const float *bias_of(const zt_linear_t *lin, const float *w) { return lin->b_off == SIZE_MAX ? NULL : w + lin->b_off; }
+static const float *bias_of(const zt_linear_t *lin, const float *w)
+{
+    return lin->b_off == SIZE_MAX ? NULL : w + lin->b_off;
+}
+
+/* where the base's gradients go: nowhere for a frozen base (dw NULL) */
+static float *dweight_of(const zt_linear_t *lin, float *dw) { return dw ? dw + lin->w_off : NULL; }
+static float *dbias_of(const zt_linear_t *lin, float *dw) { return dw && lin->b_off != SIZE_MAX ? dw + lin->b_off : NULL; }
+
+/* The backend's fused GEMM + GELU ops take a whole Conv1D (in, out) weight and no
+ * collective between the two: a column-parallel GEMM's output (forward) or a
+ * row-parallel one's input (backward); and no adapter, whose part must join first */
+static int fuses_gelu(const zt_linear_t *lin, zt_linear_placement_t placement)
+{
+    return !lin->lora.n && lin->placement == placement && !lin->transw;
+}
 
 void zt_linear_forward(zt_model_t *m, zt_linear_t *lin, int l, const float *w, const float *lora, const float *x,
                        float *y)
@@ -210,8 +225,8 @@ void zt_linear_forward_gelu(zt_model_t *m, zt_linear_t *lin, int l, const float 
                             const float *x, float *pre, float *y)
 {
     const int N = m->B * m->T;
-    if (lin->lora.n || lin->placement != ZT_LINEAR_COLUMN || lin->transw) {
-        /* the adapter's delta belongs to the pre-activation: GEMM, LoRA, then the GELU */
+    if (!fuses_gelu(lin, ZT_LINEAR_COLUMN)) {
+        /* an adapter's delta belongs to the pre-activation: GEMM, LoRA, then the GELU */
         zt_linear_forward(m, lin, l, w, lora, x, pre);
         m->be->gelu_forward(y, pre, (size_t)N * lin->out);
         return;
@@ -224,9 +239,8 @@ void zt_linear_forward_gelu(zt_model_t *m, zt_linear_t *lin, int l, const float 
 static void base_backward(zt_model_t *m, const zt_linear_t *lin, const float *w, float *dw, const float *x,
                           const float *dy, float *dx)
 {
-    float *db = dw && lin->b_off != SIZE_MAX ? dw + lin->b_off : NULL;
-    m->be->matmul_backward(dx, dw ? dw + lin->w_off : NULL, db, dy, x, w + lin->w_off, m->B * m->T, lin->in,
-                           lin->out, lin->transw);
+    m->be->matmul_backward(dx, dweight_of(lin, dw), dbias_of(lin, dw), dy, x, w + lin->w_off, m->B * m->T,
+                           lin->in, lin->out, lin->transw);
 }
 
 float *zt_linear_backward(zt_model_t *m, zt_linear_t *lin, int l, const float *w, float *dw, const float *lora,
@@ -253,15 +267,14 @@ float *zt_linear_backward_gelu(zt_model_t *m, zt_linear_t *lin, int l, const flo
                                float *dact, float *dpre)
 {
     const int N = m->B * m->T;
-    if (lin->lora.n || lin->placement != ZT_LINEAR_ROW || lin->transw) {
-        /* the adapter's part of dL/d x joins the base's before gelu' */
+    if (!fuses_gelu(lin, ZT_LINEAR_ROW)) {
+        /* an adapter's part of dL/d x joins the base's before gelu' */
         zt_linear_backward(m, lin, l, w, dw, lora, dlora, x, dy, dact);
         m->be->gelu_backward(dpre, pre, dact, (size_t)N * lin->in);
         return dpre;
     }
     const float *dyf = zt_model_tp_gather(m, dy, zt_model_tp_scratch(m, 0));
-    float *db = dw && lin->b_off != SIZE_MAX ? dw + lin->b_off : NULL;
-    m->be->gelu_matmul_backward(dpre, dw ? dw + lin->w_off : NULL, db, dyf, x, pre, w + lin->w_off, N, lin->in,
-                                lin->out);
+    m->be->gelu_matmul_backward(dpre, dweight_of(lin, dw), dbias_of(lin, dw), dyf, x, pre, w + lin->w_off, N,
+                                lin->in, lin->out);
     return dpre;
 }
