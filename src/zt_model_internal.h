@@ -1,4 +1,6 @@
-/* zt_model_internal.h — what a family file sees of the model (zt_model.c owns it).
+/* zt_model_internal.h — what a family file sees of the model (zt_model.c owns it, with
+ * its two helpers for the blocks: zt_linear.c, a linear and its LoRA and tp collectives,
+ * and zt_attention.c, the attention and its sequence parallelism).
  *
  * zt_model.c keeps what every family shares: the batch (backend copies of the
  * inputs and targets, and of a packed batch's segments and positions), each block's input x_in (the residual stream, kept for
