@@ -9,22 +9,24 @@
  *   unit 1+l      transformer.h.l.*: ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj
  *
  * Activations kept per block for backward (N = B*T):
- *   ln1 (N,C) ln1_mean/rstd (N) qkv (N,3C) lse (B,NH,T) atty (N,C)
+ *   ln1 (N,C) ln1_mean/rstd (N) qkv (N,3C) atty (N,C)
  *   res2 (N,C) ln2 (N,C) ln2_mean/rstd (N) fch (N,4C) fch_gelu (N,4C)
- * (the block input x_in is zt_model.c's). Attention keeps no (B,NH,T,T) matrix: its
- * backward recomputes the probabilities from qkv, the output atty and the per-row
- * log-sum-exp lse. With recompute (gradient checkpointing) one block's worth of these
+ * (the block input x_in is zt_model.c's). Attention (zt_attention.c) keeps no (B,NH,T,T)
+ * matrix: its backward recomputes the probabilities from qkv, the output atty and the
+ * per-row log-sum-exp it keeps. With recompute (gradient checkpointing) one block's worth of these
  * is shared: backward re-runs the block forward first, which gives bit-identical
  * results because the same kernels see the same inputs.
  *
- * LoRA (zt_lora.h) sits on the four Conv1D GEMMs, each one target (c_attn is one
+ * LoRA (zt_lora.h) sits on the four Conv1D GEMMs (zt_linear.c, with their tensor-parallel
+ * collectives), each one target (c_attn is one
  * module for PEFT: one A (r, C), one B (3C, r)). The adapters are PEFT's nn.Linear
  * shapes whatever the base's layout, so y += s (x A^T) B^T as for Llama; only the
  * merge transposes (fan_in_fan_out). c_fc's delta belongs before the GELU, so with an
  * adapter there the fused matmul_gelu_forward gives way to matmul, LoRA, gelu; and
  * mlp.c_proj's adapter adds to its input gradient before gelu', so with one there
- * gelu_matmul_backward gives way to matmul_backward, LoRA, gelu_backward. Without
- * adapters on them both stay fused, so a full fine-tune runs exactly as before. */
+ * gelu_matmul_backward gives way to matmul_backward, LoRA, gelu_backward (the linear's
+ * _gelu forms). Without adapters on them both stay fused, so a full fine-tune runs the
+ * fused ops. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -38,22 +40,22 @@
 #define GPT2_EPS 1e-5f
 
 typedef struct block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *lse, *atty, *res2;
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *res2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
-    float *qkv_sp, *atty_sp;    /* sequence parallelism: (B, sp T, 3A / sp), (B, sp T, A / sp) */
 } block_acts_t;
 
 typedef struct gpt2 {
     block_acts_t *blk;          /* (L) */
     float *lnf_mean, *lnf_rstd; /* (N) */
     float *dqkv;                /* (N,3C) */
-    float *dqkv_sp, *datty_sp;  /* sequence parallelism */
+    zt_attention_t att;         /* the attention's own activations (lse, sequence parallelism's) */
     float *dact;                /* (N,4C) mlp.c_proj's input gradient before gelu' (LoRA there) */
     float *dw_frozen;           /* (C) where a frozen LayerNorm's weight gradient goes (LoRA) */
-    zt_lora_gemm_t lo_qkv, lo_proj, lo_fc, lo_fcp; /* LoRA on the block's four GEMMs */
-    /* offsets of each block parameter within a block unit, and of the root's */
-    size_t o_ln1w, o_ln1b, o_qkvw, o_qkvb, o_projw, o_projb, o_ln2w, o_ln2b, o_fcw, o_fcb, o_fcpw,
-        o_fcpb;
+    /* the block's four linears (gemm_name's order): c_attn and c_fc column parallel,
+     * attn.c_proj and mlp.c_proj row parallel */
+    zt_linear_t lin[4];
+    /* offsets of the LayerNorms within a block unit, and of the root's parameters */
+    size_t o_ln1w, o_ln1b, o_ln2w, o_ln2b;
     size_t o_wte, o_wpe, o_lnfw, o_lnfb;
 } gpt2_t;
 
@@ -181,6 +183,7 @@ static void gpt2_build(zt_param_table_t *t, float init_std)
  * this rank (the row-parallel c_proj's are this tp rank's share of the heads and the MLP) */
 static const char *const gemm_name[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 static const int gemm_param[4] = {2, 4, 8, 10};
+enum { ATTN, PROJ, FC, FCP }; /* their indices */
 static int gemm_in(const zt_model_dims_t *d, int k)
 {
     const int in[4] = {d->C, d->NH * d->HD, d->C, d->I};
@@ -216,15 +219,13 @@ static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int
 {
     const zt_model_dims_t *d = &t->dims;
     /* A, I: this rank's attention and MLP widths (C and 4C without tensor parallelism) */
-    const size_t N = (size_t)B * T, C = d->C, A = (size_t)d->NH * d->HD, I = d->I, lse = (size_t)B * d->NH * T;
+    const size_t N = (size_t)B * T, C = d->C, A = (size_t)d->NH * d->HD, I = d->I;
     const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
-    const size_t per_block = Nl * C /*ln1*/ + 2 * Nl + 3 * N * A + lse + N * A /*atty*/ +
+    const size_t per_block = Nl * C /*ln1*/ + 2 * Nl + 3 * N * A + N * A /*atty*/ +
                              Nl * C /*res2*/ + Nl * C /*ln2*/ + 2 * Nl + 2 * N * I /*fch, gelu*/;
-    const size_t sp = d->sp_size > 1 && !d->sp_ring ? 4 * N * A /* qkv_sp, atty_sp */ : 0;
-    const size_t ring = d->sp_size > 1 && d->sp_ring ? 5 * N * 2 * A + N / 2 * A + N / 2 * (size_t)d->NH : 0;
-    const size_t floats = (recompute ? 1 : (size_t)d->L) * (per_block + sp) + 2 * N /*lnf*/ + 3 * N * A /*dqkv*/ +
-                          (sp ? 4 * N * A /* dqkv_sp, datty_sp */ + 6 * N * A /* the all-to-all's */ : 0) + ring +
-                          gpt2_lora_floats(t, N);
+    const size_t floats = (recompute ? 1 : (size_t)d->L) * per_block +
+                          zt_attention_floats(d, (size_t)B, (size_t)T, recompute) + 2 * N /*lnf*/ +
+                          3 * N * A /*dqkv*/ + gpt2_lora_floats(t, N);
     return floats * sizeof(float);
 }
 
@@ -246,14 +247,15 @@ static void gpt2_create(zt_model_t *m)
     m->fam = g;
     const zt_param_table_t *table = m->table;
     const size_t N = (size_t)m->Bmax * m->Tmax, C = m->d.C, L = m->d.L, NH = m->d.NH;
-    const size_t A = NH * m->d.HD, I = m->d.I, lse = (size_t)m->Bmax * NH * m->Tmax, F = sizeof(float);
+    const size_t A = NH * m->d.HD, I = m->d.I, F = sizeof(float);
     const size_t Nl = m->d.tp_seq ? N / (size_t)m->d.tp_size : N; /* the residual stream's rows */
     if (table->nunits > 1) {
         const zt_param_t *p = &table->params[table->unit_first[1]];
-        g->o_ln1w = p[0].offset; g->o_ln1b = p[1].offset; g->o_qkvw = p[2].offset;
-        g->o_qkvb = p[3].offset; g->o_projw = p[4].offset; g->o_projb = p[5].offset;
-        g->o_ln2w = p[6].offset; g->o_ln2b = p[7].offset; g->o_fcw = p[8].offset;
-        g->o_fcb = p[9].offset; g->o_fcpw = p[10].offset; g->o_fcpb = p[11].offset;
+        g->o_ln1w = p[0].offset; g->o_ln1b = p[1].offset; g->o_ln2w = p[6].offset; g->o_ln2b = p[7].offset;
+        for (int k = 0; k < 4; k++) { /* each weight's bias follows it */
+            const int w = table->unit_first[1] + gemm_param[k];
+            zt_linear_init(m, &g->lin[k], k % 2 ? ZT_LINEAR_ROW : ZT_LINEAR_COLUMN, &w, 1, w + 1);
+        }
     }
     const zt_param_t *r = &table->params[table->unit_first[0]];
     g->o_wte = r[0].offset; g->o_wpe = r[1].offset; g->o_lnfw = r[2].offset; g->o_lnfb = r[3].offset;
@@ -269,7 +271,6 @@ static void gpt2_create(zt_model_t *m)
         a->ln1_mean = zt_model_alloc(m, Nl * F);
         a->ln1_rstd = zt_model_alloc(m, Nl * F);
         a->qkv = zt_model_alloc(m, 3 * N * A * F);
-        a->lse = zt_model_alloc(m, lse * F);
         a->atty = zt_model_alloc(m, N * A * F);
         a->res2 = zt_model_alloc(m, Nl * C * F);
         a->ln2 = zt_model_alloc(m, Nl * C * F);
@@ -277,30 +278,17 @@ static void gpt2_create(zt_model_t *m)
         a->ln2_rstd = zt_model_alloc(m, Nl * F);
         a->fch = zt_model_alloc(m, N * I * F);
         a->fch_gelu = zt_model_alloc(m, N * I * F);
-        if (m->d.sp_size > 1 && !m->d.sp_ring) {
-            a->qkv_sp = zt_model_alloc(m, 3 * N * A * F);
-            a->atty_sp = zt_model_alloc(m, N * A * F);
-        }
     }
-    if (m->d.sp_size > 1 && m->d.sp_ring) zt_model_ring_scratch(m, (int)NH, (int)NH, m->d.HD);
-    if (m->d.sp_size > 1 && !m->d.sp_ring) {
-        g->dqkv_sp = zt_model_alloc(m, 3 * N * A * F);
-        g->datty_sp = zt_model_alloc(m, N * A * F);
-        zt_model_sp_scratch(m, 3 * N * A);
-    }
+    zt_attention_init(m, &g->att);
     g->lnf_mean = zt_model_alloc(m, N * F);
     g->lnf_rstd = zt_model_alloc(m, N * F);
     g->dqkv = zt_model_alloc(m, 3 * N * A * F);
     if (gpt2_lora_floats(table, N)) {
-        zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_proj, &g->lo_fc, &g->lo_fcp};
         int in = 0;
-        for (int k = 0; k < 4; k++) {
-            const int w = table->unit_first[1] + gemm_param[k];
-            zt_lora_gemm_init(m, lo[k], &w, 1, gemm_in(&m->d, k));
-            if (lo[k]->n) in = ZT_MAX(in, lo[k]->C);
-        }
+        for (int k = 0; k < 4; k++)
+            if (g->lin[k].lora.n) in = ZT_MAX(in, g->lin[k].in);
         zt_lora_scratch(m, in);
-        if (g->lo_fcp.n) g->dact = zt_model_alloc(m, N * I * F);
+        if (g->lin[FCP].lora.n) g->dact = zt_model_alloc(m, N * I * F);
         g->dw_frozen = zt_model_alloc(m, C * F);
     }
 }
@@ -312,17 +300,16 @@ static void gpt2_destroy(zt_model_t *m)
     for (int l = 0; l < m->d.L; l++) {
         if (m->recompute && l > 0) break;
         block_acts_t *a = &g->blk[l];
-        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->lse, a->atty,
-                         a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->qkv_sp, a->atty_sp};
+        float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv,      a->atty,   a->res2,
+                         a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             if (bufs[i]) be->free(bufs[i]);
     }
     be->free(g->lnf_mean);
     be->free(g->lnf_rstd);
     be->free(g->dqkv);
-    if (g->dqkv_sp) be->free(g->dqkv_sp), be->free(g->datty_sp);
-    zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_proj, &g->lo_fc, &g->lo_fcp};
-    for (int i = 0; i < 4; i++) zt_lora_gemm_free(m, lo[i]);
+    zt_attention_free(m, &g->att);
+    for (int k = 0; k < 4; k++) zt_linear_free(m, &g->lin[k]);
     float *sc[] = {g->dact, g->dw_frozen};
     for (size_t i = 0; i < sizeof sc / sizeof *sc; i++)
         if (sc[i]) be->free(sc[i]);
@@ -358,49 +345,19 @@ static void gpt2_block_forward(zt_model_t *m, int l, const float *w, const float
     gpt2_t *g = m->fam;
     block_acts_t *a = &g->blk[l];
     const zt_backend_t *be = m->be;
-    /* A, I: this rank's attention and MLP widths (C and 4C without tensor parallelism) */
-    /* Nl: the residual stream's rows (N / tp under tp_sequence_parallel) */
-    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, I = m->d.I, N = B * T;
-    const int Nl = zt_model_rows(m);
+    /* Nl: the residual stream's rows (N / tp under tp_sequence_parallel); A, I: this rank's
+     * attention and MLP widths (C and 4C without tensor parallelism) */
+    const int C = m->d.C, Nl = zt_model_rows(m);
     be->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, w + g->o_ln1w, w + g->o_ln1b, Nl, C,
                           GPT2_EPS);
-    const float *ln1 = zt_model_tp_gather(m, a->ln1, zt_model_tp_scratch(m, 0)); // (N,C)
-    be->matmul_forward(a->qkv, ln1, w + g->o_qkvw, w + g->o_qkvb, N, C, 3 * A, 0); // (N,3A)
-    zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, ln1, a->qkv);
-    if (m->d.sp_size > 1 && m->d.sp_ring) {
-        zt_model_ring_forward(m, a->qkv, NH, NH, HD, 0, a->atty, a->lse);
-    } else if (m->d.sp_size > 1) {
-        /* Ulysses: every position for this rank's share of the heads, and back; m->seg
-         * (packed rows, or NULL) covers whole sequences */
-        const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
-        zt_model_sp_scatter_heads(m, a->qkv, 3, h, HD, a->qkv_sp);
-        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, NH / sp, NH / sp, HD, 0);
-        zt_model_sp_gather_heads(m, a->atty_sp, 1, h, HD, a->atty);
-    } else {
-        zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, NH, NH, HD, 0); // (N,A)
-    }
-    /* attention projection into a scratch (row-parallel: partial sums under tp), then
-     * the residual add */
-    float *y = zt_model_tp_partial(m, a->res2);
-    be->matmul_forward(y, a->atty, w + g->o_projw, zt_model_tp_bias(m, w + g->o_projb), N, A, C, 0);
-    zt_lora_gemm_forward(m, &g->lo_proj, l, lora, a->atty, y);
-    zt_model_tp_reduce(m, y, a->res2); // (Nl,C)
+    zt_linear_forward(m, &g->lin[ATTN], l, w, lora, a->ln1, a->qkv); // (N,3A)
+    zt_attention_forward(m, &g->att, l, 0, a->qkv, a->atty); // (N,A)
+    zt_linear_forward(m, &g->lin[PROJ], l, w, lora, a->atty, a->res2); // (Nl,C)
     be->residual_forward(a->res2, a->res2, x_in, (size_t)Nl * C);
     be->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w + g->o_ln2w, w + g->o_ln2b, Nl, C,
                           GPT2_EPS);
-    const float *ln2 = zt_model_tp_gather(m, a->ln2, zt_model_tp_scratch(m, 0));
-    if (g->lo_fc.n) { /* the adapter's delta goes into the pre-activation, before the GELU */
-        be->matmul_forward(a->fch, ln2, w + g->o_fcw, w + g->o_fcb, N, C, I, 0);
-        zt_lora_gemm_forward(m, &g->lo_fc, l, lora, ln2, a->fch);
-        be->gelu_forward(a->fch_gelu, a->fch, (size_t)N * I);
-    } else {
-        be->matmul_gelu_forward(a->fch_gelu, a->fch, ln2, w + g->o_fcw, w + g->o_fcb, N, C,
-                                I); // (N,I) each
-    }
-    y = zt_model_tp_partial(m, out);
-    be->matmul_forward(y, a->fch_gelu, w + g->o_fcpw, zt_model_tp_bias(m, w + g->o_fcpb), N, I, C, 0);
-    zt_lora_gemm_forward(m, &g->lo_fcp, l, lora, a->fch_gelu, y);
-    zt_model_tp_reduce(m, y, out);
+    zt_linear_forward_gelu(m, &g->lin[FC], l, w, lora, a->ln2, a->fch, a->fch_gelu); // (N,I) each
+    zt_linear_forward(m, &g->lin[FCP], l, w, lora, a->fch_gelu, out); // (Nl,C)
     be->residual_forward(out, out, a->res2, (size_t)Nl * C);
 }
 
@@ -409,14 +366,11 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
 {
     gpt2_t *g = m->fam;
     const zt_backend_t *be = m->be;
-    const int B = m->B, T = m->T, C = m->d.C, NH = m->d.NH, HD = m->d.HD, A = NH * HD, I = m->d.I, N = B * T;
-    const int Nl = zt_model_rows(m);
-    const size_t F = sizeof(float);
-    /* tp_sequence_parallel: as llama_block_backward (gathers into scratch 0, reduces into dn) */
-    float *full = zt_model_tp_scratch(m, 0), *dn = m->d.tp_seq ? m->tp_rows : m->dres2;
+    const int C = m->d.C, Nl = zt_model_rows(m);
     block_acts_t *a = &g->blk[l];
-    /* dw NULL: the base is frozen (LoRA): no weight or bias gradients; the LayerNorms'
-     * weight gradients, which the kernel always writes, land in a scratch */
+    /* dw NULL: the base is frozen (LoRA): no weight or bias gradients (the linears run no
+     * weight GEMM); the LayerNorms' weight gradients, which the kernel always writes, land
+     * in a scratch */
 #define DW(off) (dw ? dw + (off) : NULL)
 #define DN(off) (dw ? dw + (off) : g->dw_frozen)
     if (m->recompute) {
@@ -425,55 +379,24 @@ static void gpt2_block_backward(zt_model_t *m, int l, const float *w, float *dw,
          * stay intact */
         gpt2_block_forward(m, l, w, lora, x_in, m->dres2);
     }
-    /* dres holds dL/d(block output) (N,C). Output = res2 + fcproj(gelu(fc(ln2(res2)))).
+    /* dres holds dL/d(block output) (Nl,C). Output = res2 + fcproj(gelu(fc(ln2(res2)))).
      * dfch = gelu'(fch) * (dres @ Wfcp^T) goes into fch_gelu, which fcproj's weight
-     * gradient reads first and nothing needs after: no (N,4C) scratch. Input gradients
-     * are overwritten, so no buffer here is zeroed first (but dqkv: attention accumulates). */
-    float *dfch = a->fch_gelu;
-    const float *dy = zt_model_tp_gather(m, dres, full); // (N,C)
-    if (g->lo_fcp.n) {
-        /* the adapter's part of dL/d act joins the base's before gelu', and the
-         * adapter's weight gradients read act: dact needs a buffer of its own */
-        be->matmul_backward(g->dact, DW(g->o_fcpw), DW(g->o_fcpb), dy, a->fch_gelu, w + g->o_fcpw, N, I, C, 0);
-        zt_lora_gemm_backward(m, &g->lo_fcp, l, lora, dlora, a->fch_gelu, dy, g->dact);
-        be->gelu_backward(dfch, a->fch, g->dact, (size_t)N * I);
-    } else {
-        be->gelu_matmul_backward(dfch, DW(g->o_fcpw), DW(g->o_fcpb), dy, a->fch_gelu, a->fch, w + g->o_fcpw, N, I,
-                                 C);
-    }
+     * gradient reads first and nothing needs after: no (N,4C) scratch (but dact, where an
+     * adapter on mlp.c_proj reads fch_gelu after the base). Input gradients are
+     * overwritten, so no buffer here is zeroed first (but dqkv: attention accumulates). */
+    float *dfch = zt_linear_backward_gelu(m, &g->lin[FCP], l, w, dw, lora, dlora, a->fch_gelu, a->fch, dres, g->dact,
+                                          a->fch_gelu); // (N,I)
     /* dres2 = dres + ln2 backward(dfch @ Wfc^T) */
-    const float *ln2 = zt_model_tp_gather(m, a->ln2, full);
-    be->matmul_backward(m->dres2, DW(g->o_fcw), DW(g->o_fcb), dfch, ln2, w + g->o_fcw, N, C, I, 0);
-    zt_lora_gemm_backward(m, &g->lo_fc, l, lora, dlora, ln2, dfch, m->dres2);
-    zt_model_tp_reduce(m, m->dres2, dn); /* column-parallel: each rank's columns' part */
+    const float *dn = zt_linear_backward(m, &g->lin[FC], l, w, dw, lora, dlora, a->ln2, dfch, m->dres2); // (Nl,C)
     /* dres (which is d res2 from the skip path) += layernorm backward */
     be->layernorm_backward(dres, DN(g->o_ln2w), DW(g->o_ln2b), dn, a->res2, w + g->o_ln2w, a->ln2_mean,
                            a->ln2_rstd, Nl, C);
     /* now dres = d res2 ; res2 = x_in + proj(atty) */
-    float *datty = m->dres2;
-    dy = zt_model_tp_gather(m, dres, full);
-    be->matmul_backward(datty, DW(g->o_projw), DW(g->o_projb), dy, a->atty, w + g->o_projw, N, A, C, 0);
-    zt_lora_gemm_backward(m, &g->lo_proj, l, lora, dlora, a->atty, dy, datty);
-    if (m->d.sp_size > 1 && m->d.sp_ring) {
-        be->memzero(g->dqkv, 3 * (size_t)N * A * F);
-        zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, NH, NH, HD, 0);
-    } else if (m->d.sp_size > 1) {
-        const int sp = m->d.sp_size, h[3] = {NH, NH, NH};
-        zt_model_sp_scatter_heads(m, datty, 1, h, HD, g->datty_sp);
-        be->memzero(g->dqkv_sp, 3 * (size_t)N * A * F);
-        be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, m->seg, B, sp * T, NH / sp,
-                               NH / sp, HD, 0);
-        zt_model_sp_gather_heads(m, g->dqkv_sp, 3, h, HD, g->dqkv);
-    } else {
-        be->memzero(g->dqkv, 3 * (size_t)N * A * F);
-        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, NH, NH, HD, 0);
-    }
-    const float *ln1 = zt_model_tp_gather(m, a->ln1, full);
-    float *dln1 = zt_model_needs_dx_in(m, l, dw) ? m->dres2 : NULL;
-    be->matmul_backward(dln1, DW(g->o_qkvw), DW(g->o_qkvb), g->dqkv, ln1, w + g->o_qkvw, N, C, 3 * A, 0);
-    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, ln1, g->dqkv, dln1);
-    if (!dln1) return;
-    zt_model_tp_reduce(m, m->dres2, dn);
+    float *datty = zt_linear_backward(m, &g->lin[PROJ], l, w, dw, lora, dlora, a->atty, dres, m->dres2); // (N,A)
+    zt_attention_backward(m, &g->att, l, 0, a->qkv, a->atty, datty, g->dqkv); // (N,3A)
+    dn = zt_linear_backward(m, &g->lin[ATTN], l, w, dw, lora, dlora, a->ln1, g->dqkv,
+                            zt_model_needs_dx_in(m, l, dw) ? m->dres2 : NULL);
+    if (!dn) return;
     /* dx_in = d res2 (skip) + ln1 backward */
     be->layernorm_backward(dres, DN(g->o_ln1w), DW(g->o_ln1b), dn, x_in, w + g->o_ln1w, a->ln1_mean,
                            a->ln1_rstd, Nl, C);

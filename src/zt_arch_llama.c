@@ -27,10 +27,14 @@
  *
  * Letters: Q = NH*HD, KV = NKV*HD, S = Q + 2KV (a qkv row), I intermediate size.
  * Activations kept per block (N = B*T): ln1 (N,C) rstd1 (N) [qkv_pre (N,S) qk_rstd
- * (N*(NH+NKV)): qwen3, gemma3] qkv (N,S) after norm and rotation, lse (B,NH,T) atty (N,Q)
- * [ao (N,C) rstd_pa (N): gemma3's attention output before its norm] res2 (N,C) ln2 (N,C)
- * rstd2 (N) gu (N,2I) act (N,I) [mo (N,C) rstd_pf (N): the MLP's output before its norm]. With recompute one block's worth
- * is shared and the backward re-runs the block forward first (bit-identical). */
+ * (N*(NH+NKV)): qwen3, gemma3] qkv (N,S) after norm and rotation, atty (N,Q) (and the
+ * attention's lse, kept by zt_attention.c) [ao (N,C) rstd_pa (N): gemma3's attention
+ * output before its norm] res2 (N,C) ln2 (N,C) rstd2 (N) gu (N,2I) act (N,I) [mo (N,C)
+ * rstd_pf (N): the MLP's output before its norm].
+ * With recompute one block's worth is shared and the backward re-runs the block forward
+ * first (bit-identical). The four linears (zt_linear.c) and the attention (zt_attention.c)
+ * bring their tensor- and sequence-parallel collectives and LoRA with them: the block is
+ * the maths. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -44,28 +48,26 @@
 enum { V_LLAMA = 0, V_QWEN2 = 1, V_QWEN3 = 2, V_MISTRAL = 3, V_GEMMA3 = 4 };
 
 typedef struct block_acts {
-    float *ln1, *rstd1, *qkv_pre, *qk_rstd, *qkv, *lse, *atty, *res2, *ln2, *rstd2, *gu, *act;
+    float *ln1, *rstd1, *qkv_pre, *qk_rstd, *qkv, *atty, *res2, *ln2, *rstd2, *gu, *act;
     float *ao, *rstd_pa, *mo, *rstd_pf; /* sandwich norms' inputs and rstd */
-    /* sequence parallelism: qkv and atty for every position of this rank's heads
-     * (B, sp T, S / sp) and (B, sp T, Q / sp) */
-    float *qkv_sp, *atty_sp;
 } block_acts_t;
 
 typedef struct llama {
     block_acts_t *blk;          /* (L) */
     float *rstd_f;              /* (N) final norm */
     float *dqkv, *dqkv_pre;     /* (N,S) */
-    float *dqkv_sp, *datty_sp;  /* sequence parallelism: (B, sp T, S / sp), (B, sp T, Q / sp) */
+    zt_attention_t att;         /* the attention's own activations (lse, sequence parallelism's) */
     float *dtmp;                /* (N, max(I, Q)) */
     float *inv_freq;            /* (HD/2) backend memory */
     float *inv_freq_local;      /* (HD/2) the sliding layers' (gemma3), else NULL */
     float *dw_frozen;           /* (max(C, HD)) where a frozen norm's weight gradient goes */
     float *ones, *w1;           /* norm_plus1: (max(C, HD)) ones, and 1 + the weight of the norm in use */
     float *dsand;               /* sandwich: (Nl,C) the gradient of a normed output's input */
-    zt_lora_gemm_t lo_qkv, lo_o, lo_gu, lo_down; /* LoRA on the block's four GEMMs */
+    /* the block's four linears: q|k|v and gate|up column parallel, o and down row parallel */
+    zt_linear_t qkv, o, gu, down;
     int Q, KV, S;
-    /* offsets within a block unit (SIZE_MAX: absent) and within the root unit */
-    size_t o_ln1, o_wqkv, o_bqkv, o_qn, o_kn, o_wo, o_bo, o_ln2, o_wgu, o_wdown, o_pa, o_pf;
+    /* the norms' offsets within a block unit (SIZE_MAX: absent), and within the root unit */
+    size_t o_ln1, o_qn, o_kn, o_ln2, o_pa, o_pf;
     size_t o_embed, o_norm, o_head;
 } llama_t;
 
@@ -488,22 +490,14 @@ static void llama_build(zt_param_table_t *t, float init_std)
     zt_params_finish(t, 1 + d->L, 0, 1);
 }
 
-/* sequence parallelism: (B, sp T) rows of this rank's q, k and v heads, KV heads
- * replicated where fewer than sp: N (NH + 2 max(NKV, sp)) HD floats */
-static size_t sp_row_floats(const zt_model_dims_t *d, size_t N)
-{
-    return N * ((size_t)d->NH + 2 * (size_t)ZT_MAX(d->NKV, d->sp_size)) * d->HD;
-}
-
 static size_t per_block_floats(const zt_model_dims_t *d, size_t B, size_t T)
 {
     const size_t N = B * T, C = d->C, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD, I = d->I;
     const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
-    size_t f = Nl * C + Nl /* ln1, rstd1 */ + N * S /* qkv */ + B * d->NH * T /* lse */ + N * Q /* atty */ +
+    size_t f = Nl * C + Nl /* ln1, rstd1 */ + N * S /* qkv */ + N * Q /* atty */ +
                Nl * C /* res2 */ + Nl * C + Nl /* ln2, rstd2 */ + 2 * N * I /* gu */ + N * I /* act */;
     if (d->qk_norm) f += N * S + N * (size_t)(d->NH + d->NKV);
     if (d->sandwich) f += 2 * (Nl * C + Nl); /* ao, rstd_pa, mo, rstd_pf */
-    if (d->sp_size > 1 && !d->sp_ring) f += sp_row_floats(d, N) + N * Q; /* qkv_sp, atty_sp */
     return f;
 }
 
@@ -534,11 +528,8 @@ static size_t llama_activation_bytes(const zt_param_table_t *t, int B, int T, in
 {
     const zt_model_dims_t *d = &t->dims;
     const size_t N = (size_t)B * T, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD;
-    size_t f = (recompute ? 1 : (size_t)d->L) * per_block_floats(d, (size_t)B, (size_t)T);
-    if (d->sp_size > 1 && !d->sp_ring)
-        f += 3 * sp_row_floats(d, N) + N * Q /* dqkv_sp, datty_sp, the all-to-all's buffers */;
-    if (d->sp_size > 1 && d->sp_ring) /* ring: K|V blocks, their gradients, one pair's result */
-        f += 5 * N * 2 * (size_t)d->NKV * d->HD + N / 2 * Q + N / 2 * (size_t)d->NH;
+    size_t f = (recompute ? 1 : (size_t)d->L) * per_block_floats(d, (size_t)B, (size_t)T) +
+               zt_attention_floats(d, (size_t)B, (size_t)T, recompute);
     const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N, CH = ZT_MAX((size_t)d->C, (size_t)d->HD);
     f += N /* rstd_f */ + N * S /* dqkv */ + (d->qk_norm ? N * S : 0) + N * ZT_MAX((size_t)d->I, Q) /* dtmp */ +
          (size_t)d->HD / 2 * (d->sliding_pattern ? 2 : 1) /* inv_freq, _local */ + CH /* dw_frozen */ +
@@ -600,6 +591,16 @@ static size_t off_of(const zt_model_t *m, const char *suffix, int required)
     return m->table->params[i].offset;
 }
 
+/* block 0's parameter of that suffix, its index in the table */
+static int param_of(const zt_model_t *m, const char *suffix)
+{
+    char n[96];
+    snprintf(n, sizeof n, "model.layers.0.%s", suffix);
+    const int i = zt_param_table_find(m->table, n);
+    if (i < 0) zt_fatal("llama: parameter %s missing from the table", n);
+    return i;
+}
+
 static void llama_create(zt_model_t *m)
 {
     llama_t *g = zt_calloc(1, sizeof *g);
@@ -613,18 +614,19 @@ static void llama_create(zt_model_t *m)
     const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
     if (d->L > 0) {
         g->o_ln1 = off_of(m, "input_layernorm.weight", 1);
-        g->o_wqkv = off_of(m, "self_attn.q_proj.weight", 1);
-        g->o_bqkv = off_of(m, "self_attn.q_proj.bias", d->qkv_bias);
         g->o_qn = off_of(m, "self_attn.q_norm.weight", d->qk_norm);
         g->o_kn = off_of(m, "self_attn.k_norm.weight", d->qk_norm);
-        g->o_wo = off_of(m, "self_attn.o_proj.weight", 1);
-        g->o_bo = off_of(m, "self_attn.o_proj.bias", d->o_bias);
         /* gemma3: post_attention_layernorm norms the attention's output */
         g->o_pa = d->sandwich ? off_of(m, "post_attention_layernorm.weight", 1) : SIZE_MAX;
         g->o_ln2 = off_of(m, d->sandwich ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight", 1);
         g->o_pf = d->sandwich ? off_of(m, "post_feedforward_layernorm.weight", 1) : SIZE_MAX;
-        g->o_wgu = off_of(m, "mlp.gate_proj.weight", 1);
-        g->o_wdown = off_of(m, "mlp.down_proj.weight", 1);
+        const int iq = param_of(m, "self_attn.q_proj.weight"), ig = param_of(m, "mlp.gate_proj.weight");
+        const int qkv[3] = {iq, iq + 1, iq + 2}, gu[2] = {ig, ig + 1}; /* adjacent in the table */
+        const int io = param_of(m, "self_attn.o_proj.weight"), id = param_of(m, "mlp.down_proj.weight");
+        zt_linear_init(m, &g->qkv, ZT_LINEAR_COLUMN, qkv, 3, d->qkv_bias ? param_of(m, "self_attn.q_proj.bias") : -1);
+        zt_linear_init(m, &g->o, ZT_LINEAR_ROW, &io, 1, d->o_bias ? param_of(m, "self_attn.o_proj.bias") : -1);
+        zt_linear_init(m, &g->gu, ZT_LINEAR_COLUMN, gu, 2, -1);
+        zt_linear_init(m, &g->down, ZT_LINEAR_ROW, &id, 1, -1);
     }
     g->o_embed = t->params[zt_param_table_find(t, "model.embed_tokens.weight")].offset;
     g->o_norm = t->params[zt_param_table_find(t, "model.norm.weight")].offset;
@@ -644,7 +646,6 @@ static void llama_create(zt_model_t *m)
             a->qk_rstd = zt_model_alloc(m, N * (size_t)(d->NH + d->NKV) * F);
         }
         a->qkv = zt_model_alloc(m, N * S * F);
-        a->lse = zt_model_alloc(m, (size_t)m->Bmax * d->NH * m->Tmax * F);
         a->atty = zt_model_alloc(m, N * Q * F);
         a->res2 = zt_model_alloc(m, Nl * C * F);
         a->ln2 = zt_model_alloc(m, Nl * C * F);
@@ -657,17 +658,8 @@ static void llama_create(zt_model_t *m)
             a->mo = zt_model_alloc(m, Nl * C * F);
             a->rstd_pf = zt_model_alloc(m, Nl * F);
         }
-        if (d->sp_size > 1 && !d->sp_ring) {
-            a->qkv_sp = zt_model_alloc(m, sp_row_floats(d, N) * F);
-            a->atty_sp = zt_model_alloc(m, N * Q * F);
-        }
     }
-    if (d->sp_size > 1 && d->sp_ring) zt_model_ring_scratch(m, d->NH, d->NKV, d->HD);
-    if (d->sp_size > 1 && !d->sp_ring) {
-        g->dqkv_sp = zt_model_alloc(m, sp_row_floats(d, N) * F);
-        g->datty_sp = zt_model_alloc(m, N * Q * F);
-        zt_model_sp_scratch(m, sp_row_floats(d, N));
-    }
+    zt_attention_init(m, &g->att);
     g->rstd_f = zt_model_alloc(m, N * F);
     g->dqkv = zt_model_alloc(m, N * S * F);
     if (d->qk_norm) g->dqkv_pre = zt_model_alloc(m, N * S * F);
@@ -692,15 +684,6 @@ static void llama_create(zt_model_t *m)
     free(h);
     if (d->sandwich) g->dsand = zt_model_alloc(m, Nl * C * F);
     if (t->lora_rank && d->L > 0) {
-        const int iq = zt_param_table_find(t, "model.layers.0.self_attn.q_proj.weight");
-        const int io = zt_param_table_find(t, "model.layers.0.self_attn.o_proj.weight");
-        const int ig = zt_param_table_find(t, "model.layers.0.mlp.gate_proj.weight");
-        const int id = zt_param_table_find(t, "model.layers.0.mlp.down_proj.weight");
-        const int qkv[3] = {iq, iq + 1, iq + 2}, gu[2] = {ig, ig + 1}; /* adjacent in the table */
-        zt_lora_gemm_init(m, &g->lo_qkv, qkv, 3, d->C);
-        zt_lora_gemm_init(m, &g->lo_o, &io, 1, g->Q);
-        zt_lora_gemm_init(m, &g->lo_gu, gu, 2, d->C);
-        zt_lora_gemm_init(m, &g->lo_down, &id, 1, d->I);
         size_t nr;
         int c_max;
         lora_shape(t, &nr, &c_max);
@@ -715,8 +698,8 @@ static void llama_destroy(zt_model_t *m)
     for (int l = 0; l < m->d.L; l++) {
         if (m->recompute && l > 0) break;
         block_acts_t *a = &g->blk[l];
-        float *bufs[] = {a->ln1, a->rstd1, a->qkv_pre, a->qk_rstd, a->qkv, a->lse,     a->atty,    a->res2, a->ln2,
-                         a->rstd2, a->gu,  a->act,  a->qkv_sp, a->atty_sp, a->ao, a->rstd_pa, a->mo, a->rstd_pf};
+        float *bufs[] = {a->ln1, a->rstd1, a->qkv_pre, a->qk_rstd, a->qkv, a->atty,   a->res2,
+                         a->ln2, a->rstd2, a->gu,      a->act,     a->ao,  a->rstd_pa, a->mo, a->rstd_pf};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             if (bufs[i]) be->free(bufs[i]);
     }
@@ -724,14 +707,14 @@ static void llama_destroy(zt_model_t *m)
     be->free(g->dqkv);
     if (g->dqkv_pre) be->free(g->dqkv_pre);
     be->free(g->dtmp);
-    if (g->dqkv_sp) be->free(g->dqkv_sp), be->free(g->datty_sp);
+    zt_attention_free(m, &g->att);
     be->free(g->inv_freq);
     be->free(g->dw_frozen);
     float *extra[] = {g->inv_freq_local, g->ones, g->w1, g->dsand};
     for (size_t i = 0; i < sizeof extra / sizeof *extra; i++)
         if (extra[i]) be->free(extra[i]);
-    zt_lora_gemm_t *lo[4] = {&g->lo_qkv, &g->lo_o, &g->lo_gu, &g->lo_down};
-    for (int i = 0; i < 4; i++) zt_lora_gemm_free(m, lo[i]);
+    zt_linear_t *lin[4] = {&g->qkv, &g->o, &g->gu, &g->down};
+    for (int i = 0; i < 4; i++) zt_linear_free(m, lin[i]);
     free(g->blk);
     free(g);
 }
@@ -807,55 +790,32 @@ static void llama_block_forward(zt_model_t *m, int l, const float *w, const floa
     const int window = layer_window(d, l);
     const float *inv_freq = layer_inv_freq(m, l);
     be->rmsnorm_forward(a->ln1, a->rstd1, x_in, norm_weight(m, w + g->o_ln1, C), Nl, 1, C, C, eps);
-    const float *ln1 = zt_model_tp_gather(m, a->ln1, zt_model_tp_scratch(m, 0)); // (N,C)
-    const float *bqkv = d->qkv_bias ? w + g->o_bqkv : NULL;
     if (d->qk_norm) {
-        be->matmul_forward(a->qkv_pre, ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
-        zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, ln1, a->qkv_pre);
+        zt_linear_forward(m, &g->qkv, l, w, lora, a->ln1, a->qkv_pre); // (N,S)
         be->copy_rows(a->qkv + Q + g->KV, S, a->qkv_pre + Q + g->KV, S, N, g->KV); // v as it is
         be->rmsnorm_forward(a->qkv, a->qk_rstd, a->qkv_pre, norm_weight(m, w + g->o_qn, d->HD), N, d->NH, d->HD, S,
                             eps);
         be->rmsnorm_forward(a->qkv + Q, a->qk_rstd + (size_t)N * d->NH, a->qkv_pre + Q,
                             norm_weight(m, w + g->o_kn, d->HD), N, d->NKV, d->HD, S, eps);
     } else {
-        be->matmul_forward(a->qkv, ln1, w + g->o_wqkv, bqkv, N, C, S, 1); // (N,S)
-        zt_lora_gemm_forward(m, &g->lo_qkv, l, lora, ln1, a->qkv);
+        zt_linear_forward(m, &g->qkv, l, w, lora, a->ln1, a->qkv); // (N,S)
     }
-    /* positions: a packed batch's, or under sequence parallelism this rank's chunk's; m->seg
-     * (packed rows, or NULL) covers whole sequences */
+    /* positions: a packed batch's, or under sequence parallelism this rank's chunk's */
     const int32_t *pos = zt_model_positions(m);
     be->rope_forward(a->qkv, inv_freq, pos, B, T, d->NH, d->HD, S);
     be->rope_forward(a->qkv + Q, inv_freq, pos, B, T, d->NKV, d->HD, S);
-    if (d->sp_size > 1 && d->sp_ring) {
-        zt_model_ring_forward(m, a->qkv, d->NH, d->NKV, d->HD, window, a->atty, a->lse);
-    } else if (d->sp_size > 1) {
-        /* Ulysses: every position for this rank's share of the heads, and back */
-        const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
-        zt_model_sp_scatter_heads(m, a->qkv, 3, h, d->HD, a->qkv_sp); // (B, sp T, (NH + 2 nkv) HD / sp)
-        be->attention_forward(a->atty_sp, a->lse, a->qkv_sp, m->seg, B, sp * T, d->NH / sp, nkv, d->HD, window);
-        zt_model_sp_gather_heads(m, a->atty_sp, 1, h, d->HD, a->atty); // (N,Q)
-    } else {
-        zt_model_self_attention(m, l, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD, window); // (N,Q)
-    }
+    zt_attention_forward(m, &g->att, l, window, a->qkv, a->atty); // (N,Q)
     /* the attention's output: into res2 (llama), or into ao, normed into res2 (gemma3) */
     float *ao = d->sandwich ? a->ao : a->res2;
-    float *y = zt_model_tp_partial(m, ao); // row-parallel: (N,C) partial sums under tp
-    be->matmul_forward(y, a->atty, w + g->o_wo, zt_model_tp_bias(m, d->o_bias ? w + g->o_bo : NULL), N, Q, C, 1);
-    zt_lora_gemm_forward(m, &g->lo_o, l, lora, a->atty, y);
-    zt_model_tp_reduce(m, y, ao); // (Nl,C)
+    zt_linear_forward(m, &g->o, l, w, lora, a->atty, ao); // (Nl,C)
     if (d->sandwich) sandwich_forward(m, a->res2, x_in, ao, a->rstd_pa, w, g->o_pa);
     else be->residual_forward(a->res2, a->res2, x_in, (size_t)Nl * C);
     be->rmsnorm_forward(a->ln2, a->rstd2, a->res2, norm_weight(m, w + g->o_ln2, C), Nl, 1, C, C, eps);
-    const float *ln2 = zt_model_tp_gather(m, a->ln2, zt_model_tp_scratch(m, 0)); // (N,C)
-    be->matmul_forward(a->gu, ln2, w + g->o_wgu, NULL, N, C, 2 * I, 1); // (N,2I) [gate | up]
-    zt_lora_gemm_forward(m, &g->lo_gu, l, lora, ln2, a->gu);
+    zt_linear_forward(m, &g->gu, l, w, lora, a->ln2, a->gu); // (N,2I) [gate | up]
     if (d->act_gelu) be->geglu_forward(a->act, a->gu, N, I); // (N,I)
     else be->swiglu_forward(a->act, a->gu, N, I);
     float *mo = d->sandwich ? a->mo : out;
-    y = zt_model_tp_partial(m, mo);
-    be->matmul_forward(y, a->act, w + g->o_wdown, NULL, N, I, C, 1); // row-parallel
-    zt_lora_gemm_forward(m, &g->lo_down, l, lora, a->act, y);
-    zt_model_tp_reduce(m, y, mo);
+    zt_linear_forward(m, &g->down, l, w, lora, a->act, mo); // (Nl,C)
     if (d->sandwich) sandwich_forward(m, out, a->res2, mo, a->rstd_pf, w, g->o_pf);
     else be->residual_forward(out, out, a->res2, (size_t)Nl * C);
 }
@@ -871,12 +831,9 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     const size_t F = sizeof(float);
     const int window = layer_window(d, l);
     const float *inv_freq = layer_inv_freq(m, l);
-    /* tp_sequence_parallel: dres and the norms are this rank's Nl rows; the GEMMs see all
-     * N, gathered (tp scratch 0) and reduce-scattered (from dres2 into dn) */
-    float *full = zt_model_tp_scratch(m, 0), *dn = d->tp_seq ? m->tp_rows : m->dres2;
-    /* dw NULL: the base is frozen (LoRA): no weight-gradient GEMMs; the norms' weight
-     * gradients, cheap, land in a scratch */
-#define DW(off) (dw ? dw + (off) : NULL)
+    /* tp_sequence_parallel: dres and the norms are this rank's Nl rows, the linears'
+     * dL/dx (dn) too. dw NULL: the base is frozen (LoRA): the linears run no weight-gradient
+     * GEMMs; the norms' weight gradients, cheap, land in a scratch */
 #define DN(off) (dw ? dw + (off) : g->dw_frozen)
     /* re-run the forward to refill the shared buffers; its output goes to dres2, free
      * until dln2 below, because the next block's x_in must stay intact */
@@ -884,37 +841,17 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
     /* dres = dL/d(out), out = res2 + down(swiglu(gu(ln2(res2)))) (gemma3: + norm(down(...))) */
     float *dact = g->dtmp;
     const float *dmo = d->sandwich ? sandwich_backward(m, dres, a->mo, a->rstd_pf, w, dw, g->o_pf) : dres;
-    const float *dy = zt_model_tp_gather(m, dmo, full); // (N,C)
-    be->matmul_backward(dact, DW(g->o_wdown), NULL, dy, a->act, w + g->o_wdown, N, I, C, 1);
-    zt_lora_gemm_backward(m, &g->lo_down, l, lora, dlora, a->act, dy, dact);
+    zt_linear_backward(m, &g->down, l, w, dw, lora, dlora, a->act, dmo, dact); // (N,I)
     // gu becomes dgu: nothing reads it after
     if (d->act_gelu) be->geglu_backward(a->gu, dact, a->gu, N, I);
     else be->swiglu_backward(a->gu, dact, a->gu, N, I);
-    const float *ln2 = zt_model_tp_gather(m, a->ln2, full);
-    be->matmul_backward(m->dres2, DW(g->o_wgu), NULL, a->gu, ln2, w + g->o_wgu, N, C, 2 * I, 1);
-    zt_lora_gemm_backward(m, &g->lo_gu, l, lora, dlora, ln2, a->gu, m->dres2);
-    zt_model_tp_reduce(m, m->dres2, dn); // column-parallel: each rank's columns' part
+    const float *dn = zt_linear_backward(m, &g->gu, l, w, dw, lora, dlora, a->ln2, a->gu, m->dres2); // (Nl,C)
     be->rmsnorm_backward(dres, DN(g->o_ln2), dn, a->res2, norm_weight(m, w + g->o_ln2, C), a->rstd2, Nl, 1, C, C);
     /* dres = dL/d res2 ; res2 = x_in + o(attention(rope(norm(qkv(ln1(x_in)))))) (gemma3: + norm(o(...))) */
     float *datty = g->dtmp;
     const float *dao = d->sandwich ? sandwich_backward(m, dres, a->ao, a->rstd_pa, w, dw, g->o_pa) : dres;
-    dy = zt_model_tp_gather(m, dao, full);
-    be->matmul_backward(datty, DW(g->o_wo), d->o_bias ? DW(g->o_bo) : NULL, dy, a->atty, w + g->o_wo, N, Q, C, 1);
-    zt_lora_gemm_backward(m, &g->lo_o, l, lora, dlora, a->atty, dy, datty);
-    if (d->sp_size > 1 && d->sp_ring) {
-        be->memzero(g->dqkv, (size_t)N * S * F);
-        zt_model_ring_backward(m, g->dqkv, datty, a->qkv, a->atty, a->lse, d->NH, d->NKV, d->HD, window);
-    } else if (d->sp_size > 1) {
-        const int sp = d->sp_size, h[3] = {d->NH, d->NKV, d->NKV}, nkv = ZT_MAX(d->NKV / sp, 1);
-        zt_model_sp_scatter_heads(m, datty, 1, h, d->HD, g->datty_sp);
-        be->memzero(g->dqkv_sp, sp_row_floats(d, (size_t)N) * F);
-        be->attention_backward(g->dqkv_sp, g->datty_sp, a->qkv_sp, a->atty_sp, a->lse, m->seg, B, sp * T, d->NH / sp,
-                               nkv, d->HD, window);
-        zt_model_sp_gather_heads(m, g->dqkv_sp, 3, h, d->HD, g->dqkv); // (N,S), overwritten
-    } else {
-        be->memzero(g->dqkv, (size_t)N * S * F);
-        be->attention_backward(g->dqkv, datty, a->qkv, a->atty, a->lse, m->seg, B, T, d->NH, d->NKV, d->HD, window);
-    }
+    zt_linear_backward(m, &g->o, l, w, dw, lora, dlora, a->atty, dao, datty); // (N,Q)
+    zt_attention_backward(m, &g->att, l, window, a->qkv, a->atty, datty, g->dqkv); // (N,S)
     const int32_t *pos = zt_model_positions(m);
     be->rope_backward(g->dqkv, inv_freq, pos, B, T, d->NH, d->HD, S);
     be->rope_backward(g->dqkv + Q, inv_freq, pos, B, T, d->NKV, d->HD, S);
@@ -928,15 +865,10 @@ static void llama_block_backward(zt_model_t *m, int l, const float *w, float *dw
                              a->qk_rstd + (size_t)N * d->NH, N, d->NKV, d->HD, S);
         be->copy_rows(dqkv + Q + g->KV, S, g->dqkv + Q + g->KV, S, N, g->KV);
     }
-    const float *ln1 = zt_model_tp_gather(m, a->ln1, full);
-    float *dln1 = zt_model_needs_dx_in(m, l, dw) ? m->dres2 : NULL;
-    be->matmul_backward(dln1, DW(g->o_wqkv), d->qkv_bias ? DW(g->o_bqkv) : NULL, dqkv, ln1, w + g->o_wqkv, N, C,
-                        S, 1);
-    zt_lora_gemm_backward(m, &g->lo_qkv, l, lora, dlora, ln1, dqkv, dln1);
-    if (!dln1) return;
-    zt_model_tp_reduce(m, m->dres2, dn);
+    dn = zt_linear_backward(m, &g->qkv, l, w, dw, lora, dlora, a->ln1, dqkv,
+                            zt_model_needs_dx_in(m, l, dw) ? m->dres2 : NULL);
+    if (!dn) return;
     be->rmsnorm_backward(dres, DN(g->o_ln1), dn, x_in, norm_weight(m, w + g->o_ln1, C), a->rstd1, Nl, 1, C, C);
-#undef DW
 #undef DN
 }
 

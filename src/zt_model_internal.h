@@ -1,4 +1,6 @@
-/* zt_model_internal.h — what a family file sees of the model (zt_model.c owns it).
+/* zt_model_internal.h — what a family file sees of the model (zt_model.c owns it, with
+ * its two helpers for the blocks: zt_linear.c, a linear and its LoRA and tp collectives,
+ * and zt_attention.c, the attention and its sequence parallelism).
  *
  * zt_model.c keeps what every family shares: the batch (backend copies of the
  * inputs and targets, and of a packed batch's segments and positions), each block's input x_in (the residual stream, kept for
@@ -73,7 +75,8 @@ struct zt_model {
     int *kv_slot, *kv_pastv;
 };
 
-/* ---- tensor parallelism, for the families (no-ops at tp 1) ---------------------------
+/* ---- tensor parallelism (no-ops at tp 1): the linears' (zt_linear.c), the embedding's
+ * and the head's collectives; a family's block meets them only through its linears.
  * A column-parallel GEMM needs nothing; a row-parallel one leaves partial sums that
  * zt_model_tp_reduce completes (its bias added by one rank only: zt_model_tp_bias); in
  * the backward, the same holds for dL/dx of a column-parallel GEMM. */
@@ -88,7 +91,7 @@ int zt_model_rows(const zt_model_t *m);
 const float *zt_model_tp_gather(zt_model_t *m, const float *x, float *scratch);
 float *zt_model_tp_partial(zt_model_t *m, float *out);
 void zt_model_tp_reduce(zt_model_t *m, float *y, float *out);
-/* the scratches the families use with them (N,C) */
+/* the scratches used with them (N,C) */
 float *zt_model_tp_scratch(zt_model_t *m, int k);
 /* positions of the residual stream's rows (GPT-2's learned positions): the batch's
  * (zt_model_positions) or, under tp_seq, this rank's rows' */
@@ -98,30 +101,28 @@ const float *zt_model_tp_bias(const zt_model_t *m, const float *bias);
  * summed over tp); the backward adds this rank's rows' gradients */
 void zt_model_embed_tokens(zt_model_t *m, const float *wte, float *x0);
 
-/* ---- sequence parallelism (Ulysses), for the families ---------------------------------
- * Under sp the model runs T positions of each sequence; attention needs all sp T of
- * them: x (B,T,W), whose rows hold nblk blocks of heads side by side (q | k | v: heads[k]
- * heads of hd each), goes to y (B, sp T, W') with every position and this rank's share
- * of each block's heads (one all-to-all): heads / sp of them, or, where a block has
- * fewer heads than ranks (KV heads), the one head this rank's query heads read
- * (replicated). gather is the inverse; a replicated head's parts are summed (it carries
- * gradients there). The first position of this rank's T is sp_rank T. */
-void zt_model_sp_scratch(zt_model_t *m, size_t floats);
-void zt_model_sp_scatter_heads(zt_model_t *m, const float *x, int nblk, const int *heads, int hd, float *y);
-void zt_model_sp_gather_heads(zt_model_t *m, const float *y, int nblk, const int *heads, int hd, float *x);
-/* Ring attention (d.sp_ring): the causal attention of the whole sequence from this
- * rank's qkv (N,S) (q | k | v as attention_forward's, NH, NKV heads of HD), its two
- * chunks' rows chunk-major; K|V blocks go round the sp ring, each block pair's result is
- * merged through the log-sum-exp, the next block's transfer overlapping the current
- * block's compute. out (N, NH HD); lse (2, B, NH, T/2) per chunk. The backward adds dq
- * into dqkv's q columns and the K|V gradients, gone round the ring with their blocks,
- * into its k, v columns (dqkv zeroed by the caller). window > 0: a sliding window, the
- * block pairs wholly outside it skipped. */
-void zt_model_ring_scratch(zt_model_t *m, int NH, int NKV, int HD);
-void zt_model_ring_forward(zt_model_t *m, const float *qkv, int NH, int NKV, int HD, int window, float *out,
-                           float *lse);
-void zt_model_ring_backward(zt_model_t *m, float *dqkv, const float *dout, const float *qkv, const float *out,
-                            const float *lse, int NH, int NKV, int HD, int window);
+/* ---- attention (zt_attention.c) -------------------------------------------------------
+ * A block's self-attention over the batch's qkv rows (N, (NH + 2 NKV) HD) (q | k | v of
+ * this rank's heads: m->d's NH, NKV, HD) into out (N, NH HD): causal within each
+ * sequence (m->seg: packed rows), window > 0 a sliding window (attention_forward's). The
+ * helper picks local attention (the KV cache's, zt_model_self_attention, included),
+ * Ulysses or ring (d.sp_size, d.sp_ring), and keeps what its backward needs per block:
+ * the log-sum-exp, and under Ulysses the rows of every position (one block's worth,
+ * shared, with recompute). The backward overwrites dqkv (N, (NH + 2 NKV) HD) from dout. */
+typedef struct zt_attention {
+    float **lse;                /* (L) (B, NH, T) */
+    float **qkv_sp, **out_sp;   /* Ulysses: (L) (B, sp T, S / sp), (B, sp T, Q / sp) */
+    float *dqkv_sp, *dout_sp;   /* their gradients */
+} zt_attention_t;
+
+void zt_attention_init(zt_model_t *m, zt_attention_t *at);
+void zt_attention_free(zt_model_t *m, zt_attention_t *at);
+/* its activation floats at (B, T), for the family's estimate */
+size_t zt_attention_floats(const zt_model_dims_t *d, size_t B, size_t T, int recompute);
+void zt_attention_forward(zt_model_t *m, zt_attention_t *at, int l, int window, const float *qkv, float *out);
+void zt_attention_backward(zt_model_t *m, zt_attention_t *at, int l, int window, const float *qkv,
+                           const float *out, const float *dout, float *dqkv);
+
 /* the batch's positions for rope (NULL: 0..T-1, without sp) */
 const int32_t *zt_model_positions(const zt_model_t *m);
 void zt_model_embed_tokens_backward(zt_model_t *m, float *dwte, const float *dx0);
@@ -134,7 +135,7 @@ int zt_model_needs_dx_in(const zt_model_t *m, int l, const float *dw);
 /* Backend memory counted as activations. */
 void *zt_model_alloc(zt_model_t *m, size_t bytes);
 
-/* The self-attention of block l over the batch's qkv rows (N, (NH + 2 NKV) HD) into
+/* (zt_attention.c's local case) The self-attention of block l over the batch's qkv rows (N, (NH + 2 NKV) HD) into
  * out (N, NH HD) and lse, causal within each row (m->seg: packed rows). With the KV
  * cache on, one sequence: this call's keys and values go to its cache rows [past,
  * past + T) first, and a call after past > 0 positions (one new token) attends to all
@@ -145,7 +146,7 @@ void *zt_model_alloc(zt_model_t *m, size_t bytes);
 void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out, float *lse, int NH, int NKV,
                              int HD, int window);
 
-/* ---- LoRA on one GEMM (zt_lora.h) ---------------------------------------------------
+/* ---- LoRA on one GEMM (zt_linear.c; the adapters as parameters: zt_lora.h) ---------
  * A GEMM y (N,OC) = x (N,C) W^T whose output holds up to ZT_LORA_MAX targets side by
  * side (Llama's q|k|v, gate|up) gets y_i += s * (x A_i^T) B_i^T on each target's columns
  * y_i: the targets' A matrices are adjacent rows of the adapter unit, so x A^T is one
@@ -166,22 +167,54 @@ typedef struct zt_lora_gemm {
     float **xa;                 /* (L) s * x A^T (N, n r) */
 } zt_lora_gemm_t;
 
-/* Describes the GEMM over base weights params[0..nw) (their columns of y side by side,
- * in this order) of input width C; allocates its per-block buffers. */
-void zt_lora_gemm_init(zt_model_t *m, zt_lora_gemm_t *g, const int *params, int nw, int C);
-void zt_lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g);
-/* y (N,OC) += s x A_i^T B_i^T in each target i's columns, block l (no-op without adapters) */
-void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y);
-/* dx (N,C) += the adapters' part of dL/dx; their gradients += into dlora (may be NULL:
- * dx only; dx may be NULL: the gradients only) */
-void zt_lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, float *dlora,
-                           const float *x, const float *dy, float *dx);
-/* The shared scratch for GEMMs up to c_max inputs (a family calls it once after its
- * zt_lora_gemm_init calls; the model frees it); its floats, for the estimates. */
+/* (zt_linear.c runs it: zt_linear_t's lora) The shared scratch for GEMMs up to c_max
+ * inputs (a family calls it once after its zt_linear_init calls; the model frees it);
+ * its floats, for the estimates. */
 void zt_lora_scratch(zt_model_t *m, int c_max);
 void zt_lora_scratch_free(zt_model_t *m);
 size_t zt_lora_scratch_floats(size_t N, int r, int c_max, int dropout);
 
+/* ---- one linear layer (zt_linear.c) --------------------------------------------------
+ * y (N, out) = x (N, in) W^T + b, W the base weights params[0..nw) of a block unit side by
+ * side (q|k|v, gate|up: one GEMM; adjacent in the unit), with their LoRA adapters
+ * (dropout included) and the tensor-parallel collectives of its placement:
+ *   ZT_LINEAR_COLUMN  x is the residual stream's rows (Nl, C) (gathered under
+ *                     tp_sequence_parallel); y this rank's columns, whole rows
+ *   ZT_LINEAR_ROW     x this rank's input columns; y (Nl, C) summed over tp (a
+ *                     reduce-scatter under tp_seq), the bias added by one rank
+ * described once at create time; the weight's layout (nn.Linear's (out, in) or Conv1D's
+ * (in, out)) is the table's. */
+typedef enum { ZT_LINEAR_COLUMN, ZT_LINEAR_ROW } zt_linear_placement_t;
+typedef struct zt_linear {
+    zt_linear_placement_t placement;
+    int in, out;                /* this rank's widths */
+    int transw;                 /* W is (out, in), used transposed; 0: (in, out) */
+    size_t w_off, b_off;        /* in the block unit (b_off SIZE_MAX: no bias) */
+    zt_lora_gemm_t lora;        /* its adapters (lora.n 0: none) */
+} zt_linear_t;
 
+/* bias: the bias parameter's index, or -1 */
+void zt_linear_init(zt_model_t *m, zt_linear_t *lin, zt_linear_placement_t placement, const int *params, int nw,
+                    int bias);
+void zt_linear_free(zt_model_t *m, zt_linear_t *lin);
+/* block l, its unit w and adapter unit lora: y = linear(x) */
+void zt_linear_forward(zt_model_t *m, zt_linear_t *lin, int l, const float *w, const float *lora, const float *x,
+                       float *y);
+/* pre = linear(x), y = gelu(pre) (GPT-2's c_fc): one fused backend op unless an adapter
+ * must reach pre before the GELU */
+void zt_linear_forward_gelu(zt_model_t *m, zt_linear_t *lin, int l, const float *w, const float *lora,
+                            const float *x, float *pre, float *y);
+/* The backward from dy (column: (N, out); row: the residual stream's rows, gathered
+ * here): the base's gradients += into dw (NULL: a frozen base, no weight GEMM), the
+ * adapters' into dlora; dx (N, in) overwritten (NULL: not needed). Returns dL/dx as the
+ * caller reads it: column-parallel, the rows of the residual stream, summed over tp
+ * (dx itself, or under tp_seq the model's (Nl, C) landing); row-parallel, dx. */
+float *zt_linear_backward(zt_model_t *m, zt_linear_t *lin, int l, const float *w, float *dw, const float *lora,
+                          float *dlora, const float *x, const float *dy, float *dx);
+/* x = gelu(pre) (GPT-2's mlp.c_proj): dpre = gelu'(pre) * dL/dx, which may be x itself;
+ * one fused backend op unless an adapter's part of dL/dx must join first (in dact (N, in)) */
+float *zt_linear_backward_gelu(zt_model_t *m, zt_linear_t *lin, int l, const float *w, float *dw,
+                               const float *lora, float *dlora, const float *x, const float *pre, const float *dy,
+                               float *dact, float *dpre);
 
 #endif
