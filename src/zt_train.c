@@ -444,16 +444,46 @@ static void dropout_keys(run_t *r, int m, uint64_t *keys)
         }
 }
 
+/* The columns of an SFT micro-batch that hold a token with a loss in some row: a row's
+ * positions after its sample's last target are padding, which causal attention keeps from
+ * every earlier position and which carries no loss, so a micro-batch whose rows all end
+ * early trains on the shorter rows to the same result (fp32 rounding: the weight gradients'
+ * sums skip the zero rows). LLaMA-Factory pads each batch to its longest sample the same way;
+ * without it a cutoff_len of 2048 over 300-token samples would compute 7x the work. The
+ * rows (inp, tgt, keys: (B, Tm)) are compacted in place to (B, T) and T returned, rounded up
+ * to 8 positions (GEMM rows) and at most Tm. Rows split over ranks (sp, tp_sequence_parallel)
+ * or packed (segments) keep their length: their ranks would have to agree on it. */
+static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys)
+{
+    const int B = r->B, Tm = r->Tm;
+    if (r->comm->mesh_sp > 1 || r->ltable->dims.tp_seq || r->seg) return Tm;
+    int T = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = Tm - 1; t >= T; t--)
+            if (tgt[(size_t)b * Tm + t] >= 0) {
+                T = t + 1;
+                break;
+            }
+    T = ZT_MIN(Tm, ZT_MAX(8, (T + 7) / 8 * 8));
+    if (T == Tm) return Tm;
+    for (int b = 1; b < B; b++) {
+        memmove(inp + (size_t)b * T, inp + (size_t)b * Tm, (size_t)T * sizeof *inp);
+        memmove(tgt + (size_t)b * T, tgt + (size_t)b * Tm, (size_t)T * sizeof *tgt);
+        if (keys) memmove(keys + (size_t)b * T, keys + (size_t)b * Tm, (size_t)T * sizeof *keys);
+    }
+    return T;
+}
+
 /* seg, pos: the rows' segments and positions (neat packing), or NULL; keys: lora.dropout's
- * per-token counters, or NULL */
+ * per-token counters, or NULL; T: the rows' length (at most r->Tm) */
 static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
-                         const uint64_t *keys, float dscale)
+                         const uint64_t *keys, float dscale, int T)
 {
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
     const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
-    zt_model_set_batch(m, inp, tgt, r->B, r->Tm);
+    zt_model_set_batch(m, inp, tgt, r->B, T);
     if (seg) zt_model_set_segments(m, seg, pos);
     if (keys) zt_model_set_row_keys(m, keys);
     zt_watchdog_mark("forward", 0, r->step + 1);
@@ -1095,6 +1125,7 @@ static int run_loop(run_t *r)
     float dscale = 1.0f / (float)((double)BT * r->A * r->comm->data.size);
     double t_start = zt_now(), t_window = t_start;
     long window_steps = 0;
+    double window_computed = 0; /* positions the window's steps computed, over the data ranks (MFU) */
     char err[ZT_ERRLEN];
     zt_comm_stats_reset(c);
 
@@ -1134,6 +1165,7 @@ static int run_loop(run_t *r)
         double t0 = zt_now();
         zt_shard_begin_step(r->shard);
         double loss_sum = 0.0;
+        long computed = 0; /* this rank's row positions, padding trimmed (trim_padding) */
         /* the injected NaN enters through the gradient scale, so only the gradients
          * (not the loss) carry it: the path a real overflow takes */
         const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
@@ -1141,10 +1173,16 @@ static int run_loop(run_t *r)
             zt_shard_begin_micro(r->shard, m, r->A);
             uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
             if (keys) dropout_keys(r, m, keys);
+            const int T = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
             const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, r->seg ? r->seg + m * BTs : NULL,
-                                        r->pos ? r->pos + m * BT : NULL, keys, ds);
+                                        r->pos ? r->pos + m * BT : NULL, keys, ds, T);
             loss_sum += sft ? zt_model_loss_sum(r->model) : l;
+            computed += (long)r->B * T;
         }
+        /* MFU counts the work done: the trimmed rows of every data rank (sp ranks hold parts
+         * of the same rows, tp ranks the same rows) */
+        window_computed += sft ? zt_sum_double(c, &c->data, (double)computed) * r->comm->mesh_sp
+                               : (double)r->G * r->T;
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
         double norm2 = zt_shard_finish_grads(r->shard);
         double loss = sft ? zt_sum_double(c, &c->data, loss_sum) / (count > 0 ? count : 1.0)
@@ -1201,7 +1239,7 @@ static int run_loop(run_t *r)
         if (r->step % cfg->train.logging_steps == 0 || r->step == r->total_steps || r->step == 1) {
             double now = zt_now(), wdt = now - t_window;
             double tps = (double)window_steps * r->G * r->T / wdt;
-            double flops = tps * r->flops_per_token;
+            double flops = window_computed / wdt * r->flops_per_token;
             double eta = (double)(r->total_steps - r->step) * wdt / (double)window_steps;
             char etab[32], memb[32];
             format_eta(eta, etab, sizeof etab);
@@ -1222,6 +1260,7 @@ static int run_loop(run_t *r)
             fold_comm(r);
             t_window = zt_now();
             window_steps = 0;
+            window_computed = 0;
         }
     step_end:;
         int last = r->step == r->total_steps;
@@ -1236,6 +1275,7 @@ static int run_loop(run_t *r)
             hist_push(&r->val_hist, r->step, vl);
             t_window = zt_now();
             window_steps = 0;
+            window_computed = 0;
             zt_comm_stats_reset(c);
         }
         if (cfg->generate.at_eval && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
@@ -1254,6 +1294,7 @@ static int run_loop(run_t *r)
             zt_log("step %5ld/%ld | generations: %s/%s", r->step, r->total_steps, cfg->train.output_dir, name);
             t_window = zt_now();
             window_steps = 0;
+            window_computed = 0;
             zt_comm_stats_reset(c);
         }
         if ((cfg->checkpoint.save_steps > 0 && r->step % cfg->checkpoint.save_steps == 0 && !last) ||
@@ -1262,6 +1303,7 @@ static int run_loop(run_t *r)
             if (save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
             t_window = zt_now();
             window_steps = 0;
+            window_computed = 0;
             zt_comm_stats_reset(c);
         }
     }
