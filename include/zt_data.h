@@ -70,6 +70,14 @@ int zt_data_read_row(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, in
 int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels,
                          const int32_t *segment_ids, size_t ntokens, const int64_t *sample_offsets, size_t nsamples,
                          int vocab_size, int eot_token, const char *tokenizer, char *err, size_t errlen);
+/* Preference pairs (LLaMA-Factory's pairwise samples): an SFT sample file whose sample 2i is
+ * pair i's chosen sample and 2i + 1 its rejected one (the same prompt), with the root
+ * attribute pairs = 1 (nsamples even, no /segment_ids). So that a pair's halves
+ * never part, a reader takes the file pair by pair; zt_data_open refuses it ("preference
+ * pairs need train.stage = dpo"), so that no SFT step trains on the rejected answers. */
+int zt_data_write_pairs_h5(const char *path, const int32_t *input_ids, const int32_t *labels, size_t ntokens,
+                           const int64_t *sample_offsets, size_t nsamples, int vocab_size, int eot_token,
+                           const char *tokenizer, char *err, size_t errlen);
 
 /* The position within epoch that global sample g maps to (exposed for tests). */
 int64_t zt_data_sample_index(const zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle);

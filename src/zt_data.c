@@ -159,6 +159,11 @@ static int open_sft(zt_file_t *f, char *err, size_t errlen)
         if (f->offsets[i + 1] < f->offsets[i])
             return zt_err(err, errlen, "%s: /sample_offsets decreases at sample %lld", f->path, (long long)i);
     f->nsamples = n1 - 1;
+    /* preference pairs (zt_data_write_pairs_h5): a DPO step's data, which no SFT step may
+     * take as samples of its own (it would train on the rejected answers) */
+    int pairs = -1;
+    if (h5_int_attr(f->file, "pairs", &pairs) < 0) return zt_err(err, errlen, "%s: unreadable attribute pairs", f->path);
+    if (pairs > 0) return zt_err(err, errlen, "%s: preference pairs need train.stage = dpo, not available yet", f->path);
     /* neat packing: /segment_ids beside /input_ids; its values are checked as rows are read */
     if (H5Lexists(f->file, "segment_ids", H5P_DEFAULT) > 0) {
         if (read_1d(f, "segment_ids", H5T_NATIVE_INT32, f->ntok, NULL, NULL, err, errlen)) return -1;
@@ -553,9 +558,9 @@ int zt_data_read_row(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, in
 static int h5_put_int_attr(hid_t obj, const char *name, int v);
 static int h5_put_str_attr(hid_t obj, const char *name, const char *v);
 
-int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels,
-                         const int32_t *segment_ids, size_t ntokens, const int64_t *sample_offsets, size_t nsamples,
-                         int vocab_size, int eot_token, const char *tokenizer, char *err, size_t errlen)
+static int write_sft(const char *path, const int32_t *input_ids, const int32_t *labels, const int32_t *segment_ids,
+                     size_t ntokens, const int64_t *sample_offsets, size_t nsamples, int vocab_size, int eot_token,
+                     const char *tokenizer, int pairs, char *err, size_t errlen)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -577,10 +582,27 @@ int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32
         H5Sclose(sp);
     }
     if (!rc && (h5_put_int_attr(f, "vocab_size", vocab_size) || h5_put_int_attr(f, "eot_token", eot_token) ||
-                (tokenizer && h5_put_str_attr(f, "tokenizer", tokenizer))))
+                (tokenizer && h5_put_str_attr(f, "tokenizer", tokenizer)) || (pairs && h5_put_int_attr(f, "pairs", 1))))
         rc = zt_err(err, errlen, "%s: writing attributes failed", path);
     if (H5Fclose(f) < 0 && !rc) rc = zt_err(err, errlen, "%s: close failed", path);
     return rc;
+}
+
+int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels,
+                         const int32_t *segment_ids, size_t ntokens, const int64_t *sample_offsets, size_t nsamples,
+                         int vocab_size, int eot_token, const char *tokenizer, char *err, size_t errlen)
+{
+    return write_sft(path, input_ids, labels, segment_ids, ntokens, sample_offsets, nsamples, vocab_size, eot_token,
+                     tokenizer, 0, err, errlen);
+}
+
+int zt_data_write_pairs_h5(const char *path, const int32_t *input_ids, const int32_t *labels, size_t ntokens,
+                           const int64_t *sample_offsets, size_t nsamples, int vocab_size, int eot_token,
+                           const char *tokenizer, char *err, size_t errlen)
+{
+    if (nsamples % 2) return zt_err(err, errlen, "%s: %zu samples: not whole preference pairs", path, nsamples);
+    return write_sft(path, input_ids, labels, NULL, ntokens, sample_offsets, nsamples, vocab_size, eot_token,
+                     tokenizer, 1, err, errlen);
 }
 
 /* ---- writers ---------------------------------------------------------------- */
