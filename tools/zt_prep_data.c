@@ -249,8 +249,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (template_name || train_on_prompt || mask_history || packing || neat || max_samples || ranking)
-        return fail("--template, --train-on-prompt, --mask-history, --packing, --neat-packing, --max-samples, "
-                    "--ranking need --format alpaca|sharegpt|messages");
+        return fail("--template, --train-on-prompt, --mask-history, --packing, --neat-packing, --ranking, "
+                    "--max-samples need --format alpaca|sharegpt|messages");
     const char *ext = bin ? ".bin" : ".h5";
     int single = ends_with(out, ".h5") || ends_with(out, ".bin");
     if (single && val_fraction > 0)

@@ -7,8 +7,9 @@
 # its files together, and num_samples draws from them, the evaluation's after the training's
 # as in LLaMA-Factory (its fixture's samples). A rerun reuses the caches; what
 # ztrain cannot serve fails on every rank with the file, the entry and the field;
-# data.dataset and data.train_files are exclusive. tests/unit/test_sft.c checks every
-# mapping's samples against LLaMA-Factory.
+# data.dataset and data.train_files are exclusive. A "ranking": true entry becomes, on 2 ranks,
+# LLaMA-Factory's pairwise samples, which the trainer refuses (no preference loss yet), as it
+# refuses data.ranking. tests/unit/test_sft.c checks every mapping's samples against LLaMA-Factory.
 . "$(dirname "$0")/common.sh"
 need_h5py
 cd "$ZT_TMP" || fail "cd"
@@ -83,7 +84,7 @@ run_ztrain 1 $json data.dataset=oversampled train.seed=42 train.output_dir=ns3 >
 [ "$(ls data/custom.json.*.sft.h5 | wc -l)" -eq 2 ] || fail "the draws before a dataset's did not name its cache"
 for np in 1 2; do
     # shellcheck disable=SC2086
-    expect_fail_with $np "data/dataset_info.json: ranked: ranking: a preference dataset: preference training is not" \
+    expect_fail_with $np "data/dataset_info.json: ranked: columns.chosen: not mapped: a ranking dataset's pairs" \
         $json data.dataset="plain, ranked" train.output_dir=bad-rank$np
     # shellcheck disable=SC2086
     expect_fail_with $np "data/dataset_info.json: plian: no such dataset (did you mean 'plain'?)" $json \
@@ -95,4 +96,29 @@ expect_fail_with 2 "data/dataset_info.json: hub: hf_hub_url: ztrain reads local 
 # shellcheck disable=SC2086
 expect_fail_with 2 "data.dataset and data.train_files are exclusive" $json data.dataset=plain \
     data.train_files=files/plain.jsonl train.output_dir=bad-both
+# preference pairs ("ranking": true): made by the ranks into a pairs file (LLaMA-Factory's pairwise
+# samples, sample 2i chosen and 2i + 1 rejected: each rank's share is whole records), which the
+# trainer then refuses on every rank, as it refuses data.ranking: no preference loss yet
+cp -r "$SF/pairwise" pairs && rm -f pairs/cases.json || fail "cp"
+# shellcheck disable=SC2086
+expect_fail_with 2 "preference pairs need train.stage = dpo, not available yet" $json data.dataset_dir=pairs \
+    data.dataset=sharegpt_pairs data.template=qwen3_nothink data.cutoff_len=40 train.output_dir=bad-pairs
+set -- pairs/sharegpt_pairs.jsonl.*.sft.h5
+[ $# -eq 1 ] && [ -f "$1" ] || fail "no pairs file beside pairs/sharegpt_pairs.jsonl: $*"
+"$PY" - "$1" "$SF/pairwise/cases.json" <<'PYEOF' || fail "the ranks' pairs file is not LLaMA-Factory's pairs"
+import json, sys, h5py
+f = h5py.File(sys.argv[1], "r")
+case = next(c for c in json.load(open(sys.argv[2]))["cases"]
+            if c["dataset"] == "sharegpt_pairs" and c["template"] == "qwen3_nothink" and c["cutoff_len"] == 40)
+off, ids, labels = f["sample_offsets"][:], f["input_ids"][:], f["labels"][:]
+got = [(ids[a:b].tolist(), labels[a:b].tolist()) for a, b in zip(off[:-1], off[1:])]
+want = [s for i in range(len(case["chosen_input_ids"])) for s in
+        ((case["chosen_input_ids"][i], case["chosen_labels"][i]), (case["rejected_input_ids"][i], case["rejected_labels"][i]))]
+ok = f.attrs.get("pairs") == 1 and got == want
+print("pairs on 2 ranks:", len(got) // 2, "pairs", "equal" if ok else "DIFFERENT")
+sys.exit(not ok)
+PYEOF
+# shellcheck disable=SC2086
+expect_fail_with 2 "data.ranking: preference pairs need train.stage = dpo, not available yet" $json \
+    data.format=sharegpt data.train_files=pairs/sharegpt_pairs.jsonl data.ranking=true train.output_dir=bad-ranking
 echo "dataset_info: data.dataset trains on 2 ranks as data.train_files does with the same mapping"
