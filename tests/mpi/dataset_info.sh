@@ -105,19 +105,8 @@ expect_fail_with 2 "preference pairs need train.stage = dpo, not available yet" 
     data.dataset=sharegpt_pairs data.template=qwen3_nothink data.cutoff_len=40 train.output_dir=bad-pairs
 set -- pairs/sharegpt_pairs.jsonl.*.sft.h5
 [ $# -eq 1 ] && [ -f "$1" ] || fail "no pairs file beside pairs/sharegpt_pairs.jsonl: $*"
-"$PY" - "$1" "$SF/pairwise/cases.json" <<'PYEOF' || fail "the ranks' pairs file is not LLaMA-Factory's pairs"
-import json, sys, h5py
-f = h5py.File(sys.argv[1], "r")
-case = next(c for c in json.load(open(sys.argv[2]))["cases"]
-            if c["dataset"] == "sharegpt_pairs" and c["template"] == "qwen3_nothink" and c["cutoff_len"] == 40)
-off, ids, labels = f["sample_offsets"][:], f["input_ids"][:], f["labels"][:]
-got = [(ids[a:b].tolist(), labels[a:b].tolist()) for a, b in zip(off[:-1], off[1:])]
-want = [s for i in range(len(case["chosen_input_ids"])) for s in
-        ((case["chosen_input_ids"][i], case["chosen_labels"][i]), (case["rejected_input_ids"][i], case["rejected_labels"][i]))]
-ok = f.attrs.get("pairs") == 1 and got == want
-print("pairs on 2 ranks:", len(got) // 2, "pairs", "equal" if ok else "DIFFERENT")
-sys.exit(not ok)
-PYEOF
+"$PY" "$ZT_SRCDIR/tests/mpi/check_pairs.py" "$1" "$SF/pairwise/cases.json" sharegpt_pairs qwen3_nothink 40 ||
+    fail "the ranks' pairs file is not LLaMA-Factory's pairs"
 # shellcheck disable=SC2086
 expect_fail_with 2 "data.ranking: preference pairs need train.stage = dpo, not available yet" $json \
     data.format=sharegpt data.train_files=pairs/sharegpt_pairs.jsonl data.ranking=true train.output_dir=bad-ranking

@@ -106,17 +106,8 @@ grep -q "<|eot_id|>" "$d/err" || fail "missing token not named"
 "$B/zt-prep-data" --tokenizer "$F/tok/llama3" --format messages --ranking --template llama3 --cutoff-len 24 \
     -o "$d/pairs.h5" "$F/pairwise/messages_pairs.json" >"$d/out" || fail "--ranking failed"
 grep -q "2 records -> $d/pairs.h5: 4 samples, .*, preference pairs" "$d/out" || { cat "$d/out"; fail "--ranking output"; }
-"$PY" - "$d/pairs.h5" "$F/pairwise/cases.json" <<'PYEOF' || fail "--ranking's pairs are not LLaMA-Factory's"
-import json, sys, h5py
-f = h5py.File(sys.argv[1], "r")
-c = next(c for c in json.load(open(sys.argv[2]))["cases"]
-         if c["dataset"] == "messages_pairs" and c["template"] == "llama3" and c["cutoff_len"] == 24)
-off, ids, lab = f["sample_offsets"][:], f["input_ids"][:], f["labels"][:]
-got = [(ids[a:b].tolist(), lab[a:b].tolist()) for a, b in zip(off[:-1], off[1:])]
-want = [s for i in range(len(c["chosen_input_ids"])) for s in ((c["chosen_input_ids"][i], c["chosen_labels"][i]),
-                                                               (c["rejected_input_ids"][i], c["rejected_labels"][i]))]
-sys.exit(not (f.attrs.get("pairs") == 1 and got == want))
-PYEOF
+"$PY" "$S/tests/mpi/check_pairs.py" "$d/pairs.h5" "$F/pairwise/cases.json" messages_pairs llama3 24 ||
+    fail "--ranking's pairs are not LLaMA-Factory's"
 if "$B/zt-prep-data" --tokenizer "$F/tok/qwen" --format alpaca --ranking --packing --template qwen -o "$d/y.h5" \
     "$F/pairwise/alpaca_pairs.json" 2>"$d/err"; then
     fail "--ranking --packing was accepted"
