@@ -576,6 +576,50 @@ static void t_dataset_info_refusals(void)
               strstr(err, "/nonexistent/dataset_info.json"));
 }
 
+/* A row of zt_data_read_row (T positions) = LLaMA-Factory's sample: input_ids[0 .. n-1) and
+ * labels[1 .. n) (-100 -> -1), cut at T, then padding without a target. */
+static int row_is(json_t *ids, json_t *labels, const int32_t *inp, const int32_t *tgt, int T)
+{
+    const int n = (int)ZT_MIN(json_array_size(ids), (size_t)T + 1);
+    for (int t = 0; t < T; t++) {
+        const int32_t y = t < n - 1 ? jid(json_array_get(labels, (size_t)t + 1)) : -1;
+        if ((t < n - 1 && inp[t] != jid(json_array_get(ids, (size_t)t))) || tgt[t] != (y == -100 ? -1 : y)) return 0;
+    }
+    return 1;
+}
+
+/* zt_data_open_pairs: pair g of the epoch, in file order and shuffled, is both rows of one
+ * pair of LLaMA-Factory's (want: chosen ids, labels, rejected ids, labels), each pair once. */
+static int pair_rows(const char *path, const char *what, json_t *const want[4])
+{
+    enum { T = 48 }; /* cuts the longer samples */
+    zt_dataset_t *ds = zt_data_open_pairs((const char *[]){path}, 1, T, 1 << 20, err, sizeof err);
+    const int64_t n = (int64_t)json_array_size(want[0]);
+    if (!ds || zt_data_num_samples(ds) != n || !zt_data_is_pairs(ds)) {
+        printf("\n  %s: zt_data_open_pairs: %s\n", what, ds ? "not one sample per pair" : err);
+        zt_data_close(ds);
+        return 0;
+    }
+    int32_t inp[2 * T], tgt[2 * T];
+    int ok = zt_data_read_row(ds, 0, 0, 0, inp, tgt, NULL, NULL, err, sizeof err) != 0; /* no single rows */
+    char *seen = zt_calloc((size_t)n, 1);
+    for (int shuffle = 0; ok && shuffle < 2; shuffle++) {
+        memset(seen, 0, (size_t)n);
+        for (int64_t g = 0; ok && g < n; g++) {
+            const int64_t p = zt_data_sample_index(ds, g, 1234, shuffle);
+            ok = zt_data_read_pair_rows(ds, g, 1234, shuffle, inp, tgt, NULL, NULL, err, sizeof err) == 0 &&
+                 p >= 0 && p < n && !seen[p]++ &&
+                 row_is(json_array_get(want[0], (size_t)p), json_array_get(want[1], (size_t)p), inp, tgt, T) &&
+                 row_is(json_array_get(want[2], (size_t)p), json_array_get(want[3], (size_t)p), inp + T, tgt + T, T);
+            if (!ok) printf("\n  %s: pair row %lld (shuffle %d, pair %lld) differs\n", what, (long long)g, shuffle,
+                            (long long)p);
+        }
+    }
+    free(seen);
+    zt_data_close(ds);
+    return ok;
+}
+
 /* A preference pairs file (zt_sft_prep with ranking): the root attribute pairs = 1, sample 2i
  * = chosen i and 2i + 1 = rejected i of LLaMA-Factory's pairwise processor; and the trainer's
  * zt_data_open refuses it, naming the file. */
@@ -612,7 +656,7 @@ static int same_pairs(const char *path, const char *what, json_t *c)
         ok = 0;
     }
     zt_data_close(ds);
-    return ok;
+    return ok && pair_rows(path, what, want);
 }
 
 /* tests/reference/sft/pairwise/cases.json (make_pairwise_fixtures.py): each "ranking": true
@@ -764,6 +808,14 @@ static void t_pairwise_refusals(void)
     const int64_t off[4] = {0, 1, 2, 3};
     CU_ASSERT(zt_data_write_pairs_h5("/tmp/zt_test_odd_pairs.h5", ids, ids, 3, off, 3, 10, 0, "hf", err, sizeof err) !=
                   0 && strstr(err, "3 samples: not whole preference pairs"));
+    /* and only a pairs file is read as pairs */
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/zt_test_sft_%d.h5", (int)getpid());
+    CU_ASSERT_FATAL(zt_data_write_sft_h5(path, ids, ids, NULL, 3, off, 3, 10, 0, "hf", err, sizeof err) == 0);
+    zt_dataset_t *ds = zt_data_open_pairs((const char *[]){path}, 1, 8, 10, err, sizeof err);
+    CU_ASSERT(ds == NULL && strstr(err, path) && strstr(err, "not a preference pairs file"));
+    zt_data_close(ds);
+    remove(path);
 }
 
 /* numpy's own numbers (numpy 2.4.6): np.random.seed(42); np.random.permutation(10);
