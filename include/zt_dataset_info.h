@@ -22,8 +22,9 @@
  *    response is not read); the entry's files become a pairs file (zt_data_write_pairs_h5).
  * Refused, in one line naming the file, the entry and the field: hf_hub_url, ms_hub_url,
  * om_hub_url, script_url, cloud_file_name (ztrain reads local files only), the kto_tag
- * column (no KTO), chosen / rejected without ranking (not read then), the tools column (the templates here render no tool descriptions), images /
- * videos / audios (text only), formatting openai, a split other than train, an unknown
+ * column (no KTO), chosen / rejected without ranking (not read then), ranking with one of
+ * them unmapped, the tools column (the templates here render no tool descriptions),
+ * images / videos / audios (text only), formatting openai, a split other than train, an unknown
  * key (with the nearest known one), and a mapping that leaves an SFT sample nothing to
  * read (no response without ranking, no messages, no role or content tag, no user or
  * assistant tag). */

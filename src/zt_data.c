@@ -163,7 +163,8 @@ static int open_sft(zt_file_t *f, char *err, size_t errlen)
     f->nsamples = n1 - 1;
     /* preference pairs (zt_data_write_pairs_h5): whole pairs of plain samples */
     int pairs = -1;
-    if (h5_int_attr(f->file, "pairs", &pairs) < 0) return zt_err(err, errlen, "%s: unreadable attribute pairs", f->path);
+    if (h5_int_attr(f->file, "pairs", &pairs) < 0)
+        return zt_err(err, errlen, "%s: unreadable attribute pairs", f->path);
     f->pairs = pairs > 0;
     if (f->pairs && (f->nsamples % 2 || H5Lexists(f->file, "segment_ids", H5P_DEFAULT) > 0))
         return zt_err(err, errlen, "%s: a pairs file needs an even number of samples and no /segment_ids", f->path);

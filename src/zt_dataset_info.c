@@ -132,8 +132,9 @@ static int read_mapping(const where_t *w, json_t *e, zt_sft_columns_t *c)
         static const char *const def[] = {"from", "value", "human", "gpt", "observation", "function_call", "system"};
         rc = mapped(w, "tags", tags, tag_keys[i], def[i], &s[6 + i]);
     }
-    rc = rc || mapped(w, "columns", cols, "chosen", NULL, &s[13]) || mapped(w, "columns", cols, "rejected", NULL, &s[14]);
-    *c = (zt_sft_columns_t){c->format, s[0], s[1], s[2], s[3], s[4], s[5], s[6],    s[7],
+    rc = rc || mapped(w, "columns", cols, "chosen", NULL, &s[13]) ||
+         mapped(w, "columns", cols, "rejected", NULL, &s[14]);
+    *c = (zt_sft_columns_t){c->format, s[0], s[1],  s[2],  s[3],  s[4],       s[5],  s[6], s[7],
                             s[8],      s[9], s[10], s[11], s[12], c->ranking, s[13], s[14]};
     if (rc) return -1;
     /* a pair's answers are its chosen and rejected columns, read only with ranking (else

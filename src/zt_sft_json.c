@@ -180,9 +180,11 @@ static int answer_turn(const where_t *w, json_t *o, const char *col, const zt_sf
     json_t *m = json_object_get(o, col), *c;
     const char *role;
     if (!m) return bad(w, "%s: missing", col);
-    if (!json_is_object(m)) return bad(w, "%s: not a turn ({\"%s\": ..., \"%s\": ...})", col, t->role_tag, t->content_tag);
+    if (!json_is_object(m))
+        return bad(w, "%s: not a turn ({\"%s\": ..., \"%s\": ...})", col, t->role_tag, t->content_tag);
     if (req_string(w, m, t->role_tag, &role) != 0) return bad(w, "%s.%s: missing or not a string", col, t->role_tag);
-    if (is_tag(role, t->function_tag)) return bad(w, "%s.%s: '%s': tool turns are not supported", col, t->role_tag, role);
+    if (is_tag(role, t->function_tag))
+        return bad(w, "%s.%s: '%s': tool turns are not supported", col, t->role_tag, role);
     if (!is_tag(role, t->assistant_tag))
         return bad(w, "%s.%s: '%s' where '%s' is expected (an answer is the assistant's turn)", col, t->role_tag, role,
                    t->assistant_tag);

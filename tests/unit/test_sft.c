@@ -7,7 +7,10 @@
  * and supervised processor give with the fixture tokenizers of tests/reference/sft/tok/
  * (with neat_packing also its attention_mask, the segment ids, and position_ids), and per
  * template the text transformers' apply_chat_template renders with LLaMA-Factory's
- * jinja template. Only those committed files are needed here. */
+ * jinja template. tests/reference/sft/dataset_info/ (make_dataset_info_fixtures.py) and
+ * tests/reference/sft/pairwise/ (make_pairwise_fixtures.py: preference pairs, LLaMA-Factory's
+ * PairwiseDatasetProcessor) hold dataset_info.json entries and their samples likewise.
+ * Only those committed files are needed here. */
 #include "zt_common.h"
 #include "zt_data.h"
 #include "zt_dataset_info.h"
