@@ -67,6 +67,7 @@ typedef struct zt_config {
         int train_on_prompt, mask_history, packing; /* bools */
         int neat_packing;            /* bool: packing whose samples do not see each other */
         long max_samples;            /* LLaMA-Factory's max_samples: first records of each file (0 = all) */
+        int ranking;                 /* bool: data.format's files hold preference pairs (chosen, rejected) */
         char dataset[ZT_STRLEN];     /* LLaMA-Factory's dataset: dataset_info.json names, comma-separated ("" = none) */
         char eval_dataset[ZT_STRLEN]; /* likewise, for validation */
         char dataset_dir[ZT_STRLEN]; /* the folder of dataset_info.json */

@@ -70,6 +70,27 @@ int zt_data_read_row(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, in
 int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels,
                          const int32_t *segment_ids, size_t ntokens, const int64_t *sample_offsets, size_t nsamples,
                          int vocab_size, int eot_token, const char *tokenizer, char *err, size_t errlen);
+/* Preference pairs (LLaMA-Factory's pairwise samples): an SFT sample file whose sample 2i is
+ * pair i's chosen sample and 2i + 1 its rejected one (the same prompt), with the root
+ * attribute pairs = 1 (nsamples even, no /segment_ids). So that a pair's halves never
+ * part, zt_data_open_pairs reads the file pair by pair; zt_data_open refuses it
+ * ("preference pairs need train.stage = dpo"), so that no SFT step trains on the rejected
+ * answers. */
+int zt_data_write_pairs_h5(const char *path, const int32_t *input_ids, const int32_t *labels, size_t ntokens,
+                           const int64_t *sample_offsets, size_t nsamples, int vocab_size, int eot_token,
+                           const char *tokenizer, char *err, size_t errlen);
+
+/* Pairs files only (zt_data_write_pairs_h5), the others refused: sample i of the epoch is
+ * pair i, so zt_data_num_samples counts pairs and the shuffle permutes whole pairs (the same
+ * order on every rank and world size, as for samples). */
+zt_dataset_t *zt_data_open_pairs(const char *const *files, int nfiles, int seq_len, int vocab_size, char *err,
+                                 size_t errlen);
+int zt_data_is_pairs(const zt_dataset_t *ds);
+/* Global pair g as two rows of zt_data_read_row, chosen then rejected: inp, tgt (and seg,
+ * pos when not NULL) hold 2 * seq_len, [0, T) the chosen row and [T, 2T) the rejected. A
+ * pairs dataset has no single rows (zt_data_read_row refuses it). */
+int zt_data_read_pair_rows(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *inp, int32_t *tgt,
+                           int32_t *seg, int32_t *pos, char *err, size_t errlen);
 
 /* The position within epoch that global sample g maps to (exposed for tests). */
 int64_t zt_data_sample_index(const zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle);

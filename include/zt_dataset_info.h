@@ -16,14 +16,18 @@
  *    function_call, system, and likewise none where "tags" is given without one;
  *  - split: "train" (a local file's only split); subset and folder, which LLaMA-Factory
  *    does not use for local files, are not either;
- *  - num_samples: the records numpy's global state draws (zt_np_random.h, zt_sft_prep_t).
+ *  - num_samples: the records numpy's global state draws (zt_np_random.h, zt_sft_prep_t);
+ *  - ranking: true: preference pairs, the answers in the chosen and rejected columns
+ *    (both required; LLaMA-Factory's DatasetAttr has no default for them; alpaca's
+ *    response is not read); the entry's files become a pairs file (zt_data_write_pairs_h5).
  * Refused, in one line naming the file, the entry and the field: hf_hub_url, ms_hub_url,
- * om_hub_url, script_url, cloud_file_name (ztrain reads local files only), ranking: true
- * and the chosen / rejected / kto_tag columns (preference training is not available
- * yet), the tools column (the templates here render no tool descriptions), images /
- * videos / audios (text only), formatting openai, a split other than train, an unknown
+ * om_hub_url, script_url, cloud_file_name (ztrain reads local files only), the kto_tag
+ * column (no KTO), chosen / rejected without ranking (not read then), ranking with one of
+ * them unmapped, the tools column (the templates here render no tool descriptions),
+ * images / videos / audios (text only), formatting openai, a split other than train, an unknown
  * key (with the nearest known one), and a mapping that leaves an SFT sample nothing to
- * read (no response, no messages, no role or content tag, no user or assistant tag). */
+ * read (no response without ranking, no messages, no role or content tag, no user or
+ * assistant tag). */
 #ifndef ZT_DATASET_INFO_H
 #define ZT_DATASET_INFO_H
 

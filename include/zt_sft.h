@@ -15,6 +15,13 @@
  * "FILE:LINE:COL: not JSON: ..." — where LLaMA-Factory warns and drops a broken example,
  * ztrain stops, so bad data is never silently thrown away.
  *
+ * Preference pairs (columns with ranking, LLaMA-Factory's "ranking": true): a record is a
+ * prompt (alpaca's history and "instruction\ninput"; sharegpt's turns, ending with a user
+ * turn) and two answers, chosen (alpaca: a string; sharegpt: one assistant turn
+ * {role_tag: assistant_tag, content_tag: ...}) and rejected likewise. Refused, one line
+ * each: a chosen or rejected that is missing, of the wrong kind or empty, the two equal, a
+ * wrong role (a prompt not ending with the user's turn, an answer not the assistant's).
+ *
  * Samples (zt_sft_build): Template.encode_multiturn, then per turn (the last first with
  * mask_history) infer_seqlen's truncation to what is left of cutoff_len, prompt labels
  * -100 unless train_on_prompt, history targets -100 with mask_history. A sample whose
@@ -59,18 +66,22 @@ typedef struct {
     const char *messages;                            /* sharegpt */
     const char *system;                              /* both */
     const char *role_tag, *content_tag, *user_tag, *assistant_tag, *observation_tag, *function_tag, *system_tag;
+    int ranking;                    /* preference pairs: the answers are chosen and rejected */
+    const char *chosen, *rejected;  /* with ranking: their columns (alpaca: strings; sharegpt: turns) */
 } zt_sft_columns_t;
 
 /* data.format's fixed names (NULL for an unknown format): alpaca's instruction, input,
  * output, system, history; sharegpt's conversations, system and LLaMA-Factory's default
  * tags; messages as sharegpt with the role/content/user/assistant/system tags (tool and
- * function turns refused). */
-const zt_sft_columns_t *zt_sft_columns(zt_sft_format_t fmt);
+ * function turns refused). With ranking (preference pairs) the answers are the columns
+ * chosen and rejected, alpaca's output not read. */
+const zt_sft_columns_t *zt_sft_columns(zt_sft_format_t fmt, int ranking);
 
 typedef struct {
-    char *system; /* "" when none: the template's default_system applies */
-    char **msgs;  /* user, assistant, user, assistant, ... (nmsgs even, >= 2) */
+    char *system;   /* "" when none: the template's default_system applies */
+    char **msgs;    /* user, assistant, user, assistant, ... (nmsgs even, >= 2) */
     int nmsgs;
+    char *rejected; /* a preference pair: the rejected answer, msgs' last being the chosen one; else NULL */
 } zt_sft_record_t;
 
 typedef struct {
@@ -113,6 +124,7 @@ typedef struct {
     int mask_history;
     int packing;
     int neat_packing; /* implies packing; rows keep their samples' boundaries (segment_ids) */
+    int ranking;      /* preference pairs (zt_sft_encode_pair); not with packing, train_on_prompt, mask_history */
 } zt_sft_opts_t;
 
 /* LLaMA-Factory's infer_seqlen: lengths of source and target after cutting to cutoff. */
@@ -123,6 +135,15 @@ void zt_sft_infer_seqlen(int64_t source_len, int64_t target_len, int64_t cutoff,
 int zt_sft_encode(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_record_t *r, zt_ids_t *input_ids,
                   zt_ids_t *labels, char *err, size_t errlen);
 
+/* One preference pair -> chosen and rejected samples, as LLaMA-Factory's
+ * PairwiseDatasetProcessor: Template.encode_oneturn of the conversation ending with each
+ * answer (the prompt: every message before the answer, history thoughts removed), eos
+ * after each answer with efficient_eos, infer_seqlen(prompt, the longer answer, cutoff_len)
+ * cutting the shared prompt and both answers alike; labels -100 on the prompt.
+ * ids[0], labels[0]: chosen; ids[1], labels[1]: rejected (appended). 0 or -1 with err. */
+int zt_sft_encode_pair(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_record_t *r, zt_ids_t ids[2],
+                       zt_ids_t labels[2], char *err, size_t errlen);
+
 /* The samples of a file: ids and labels concatenated, offsets[nsamples + 1]; with
  * neat_packing segment_ids beside them (per token: 1 + its sample's index in the row, 0
  * on padding), else segment_ids.n = 0. */
@@ -132,6 +153,7 @@ typedef struct {
     size_t nsamples, cap;
     size_t dropped; /* packing: samples longer than the knapsack */
     size_t failed;  /* after an error: the record of recs that failed (SIZE_MAX: the options) */
+    int pairs;      /* preference pairs: sample 2i is record i's chosen, 2i + 1 its rejected */
 } zt_sft_samples_t;
 
 int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_records_t *recs, zt_sft_samples_t *out,
@@ -155,6 +177,8 @@ typedef struct {
     const size_t *prior_draws; /* (records, num_samples) of each dataset LLaMA-Factory draws for before this one,
                                 * in order: numpy's state has moved on by their draws */
     int nprior;
+    int ranking; /* format's files hold preference pairs (data.ranking; columns say it for themselves):
+                  * the file is written as pairs (zt_data_write_pairs_h5) */
 } zt_sft_prep_t;
 typedef struct {
     size_t records, samples, tokens, loss_tokens, dropped;
@@ -186,7 +210,7 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
  * dataset_info.json entry): "BASE.<16 hex digits>.sft.h5", the digits an FNV-1a hash of
  * everything that decides the samples: the inputs' bytes, the tokenizer's files
  * (tokenizer.json or vocab.json + merges.txt, tokenizer_config.json), format or columns,
- * template, cutoff_len, the flags (neat_packing too), max_samples and a version of this
+ * template, cutoff_len, the flags (neat_packing, ranking too), max_samples and a version of this
  * code. A change to any of them names another file; old ones are left for the user to
  * delete. */
 int zt_sft_cache_path(const zt_sft_prep_t *p, const char *const *inputs, int ninputs, const char *base, char *out,

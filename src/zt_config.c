@@ -230,6 +230,12 @@ static const zkey_t schema[] = {
        "LLaMA-Factory's max_samples: each instruction file (training and validation) keeps only its first this "
        "many records, in file order, before preprocessing and before any shuffle; the rest are not read. 0 = "
        "every record. For data.format alpaca, sharegpt or messages (zt-prep-data --max-samples)."),
+    KB("data.ranking", data.ranking, 0,
+       "data.format's files hold preference pairs, LLaMA-Factory's \"ranking\": true: each record a prompt and "
+       "two answers, chosen and rejected (alpaca: instruction, input, chosen, rejected; sharegpt / messages: the "
+       "turns up to the user's last, chosen and rejected as assistant turns), made into pairs of samples as "
+       "LLaMA-Factory's pairwise processor does (doc/data.md). Preference training is not available yet: the "
+       "trainer refuses it; zt-prep-data --ranking makes the pairs file."),
     KS("data.dataset", data.dataset, "", NULL,
        "LLaMA-Factory's dataset: names of entries of data.dataset_dir/dataset_info.json, comma-separated, whose "
        "files are the training data in place of data.train_files, each read with its entry's formatting, columns "
@@ -1286,6 +1292,11 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (cfg->data.max_samples > 0 && strcmp(cfg->data.format, "tokens") == 0 && !cfg->data.dataset[0])
         return zt_err(err, errlen, "data.max_samples (%ld) applies to instruction data (data.format = alpaca, "
                                    "sharegpt or messages), not to token files", cfg->data.max_samples);
+    if (cfg->data.ranking && (strcmp(cfg->data.format, "tokens") == 0 || cfg->data.dataset[0]))
+        return zt_err(err, errlen, "data.ranking applies to data.format alpaca, sharegpt or messages (a "
+                                   "dataset_info.json entry says \"ranking\": true itself)");
+    if (cfg->data.ranking) /* the trainer has no preference loss: it must not take the pairs as SFT samples */
+        return zt_err(err, errlen, "data.ranking: preference pairs need train.stage = dpo, not available yet");
     if (cfg->train.max_steps <= 0 && cfg->train.num_train_epochs <= 0)
         return zt_err(err, errlen, "train.max_steps and train.num_train_epochs are both 0: nothing to train "
                                    "(set one of them > 0)");

@@ -48,6 +48,7 @@ typedef struct {
      * samples' boundaries (nsamples + 1 offsets, in memory), and for neat-packed rows
      * /segment_ids (-1: none) */
     int is_sft;
+    int pairs;              /* preference pairs: nsamples counts pairs, sample 2i + k of the file is pair i's */
     hid_t labels, segs;
     int64_t *offsets;
 } zt_file_t;
@@ -55,6 +56,7 @@ typedef struct {
 struct zt_dataset {
     zt_file_t *files;
     int nfiles;
+    int pairs;              /* opened by zt_data_open_pairs: a sample of the epoch is a pair */
     int seq_len, vocab_size;
     int64_t nsamples, ntokens;
     uint16_t *bin_buf;      /* (T + 1) staging for uint16 tokens */
@@ -159,6 +161,14 @@ static int open_sft(zt_file_t *f, char *err, size_t errlen)
         if (f->offsets[i + 1] < f->offsets[i])
             return zt_err(err, errlen, "%s: /sample_offsets decreases at sample %lld", f->path, (long long)i);
     f->nsamples = n1 - 1;
+    /* preference pairs (zt_data_write_pairs_h5): whole pairs of plain samples */
+    int pairs = -1;
+    if (h5_int_attr(f->file, "pairs", &pairs) < 0)
+        return zt_err(err, errlen, "%s: unreadable attribute pairs", f->path);
+    f->pairs = pairs > 0;
+    if (f->pairs && (f->nsamples % 2 || H5Lexists(f->file, "segment_ids", H5P_DEFAULT) > 0))
+        return zt_err(err, errlen, "%s: a pairs file needs an even number of samples and no /segment_ids", f->path);
+    if (f->pairs) f->nsamples /= 2;
     /* neat packing: /segment_ids beside /input_ids; its values are checked as rows are read */
     if (H5Lexists(f->file, "segment_ids", H5P_DEFAULT) > 0) {
         if (read_1d(f, "segment_ids", H5T_NATIVE_INT32, f->ntok, NULL, NULL, err, errlen)) return -1;
@@ -240,8 +250,9 @@ static int open_bin(zt_file_t *f, char *err, size_t errlen)
     return 0;
 }
 
-zt_dataset_t *zt_data_open(const char *const *files, int nfiles, int seq_len, int vocab_size,
-                           char *err, size_t errlen)
+/* pairs: zt_data_open_pairs, which takes pairs files only, as zt_data_open takes none */
+static zt_dataset_t *open_dataset(const char *const *files, int nfiles, int seq_len, int vocab_size, int pairs,
+                                  char *err, size_t errlen)
 {
     if (nfiles <= 0) {
         zt_err(err, errlen, "no data files given");
@@ -256,6 +267,7 @@ zt_dataset_t *zt_data_open(const char *const *files, int nfiles, int seq_len, in
     ds->files = zt_calloc((size_t)nfiles, sizeof *ds->files);
     ds->seq_len = seq_len;
     ds->vocab_size = vocab_size;
+    ds->pairs = pairs;
     ds->bin_buf = zt_malloc(sizeof(uint16_t) * (size_t)(seq_len + 1));
     for (int i = 0; i < nfiles; i++) {
         zt_file_t *f = &ds->files[i];
@@ -276,6 +288,13 @@ zt_dataset_t *zt_data_open(const char *const *files, int nfiles, int seq_len, in
             f->fd = -1;
         }
         if ((f->is_h5 ? open_h5(f, err, errlen) : open_bin(f, err, errlen)) != 0) goto fail;
+        /* an SFT step must not take a pair's halves as samples of its own (it would train on
+         * the rejected answers), nor a preference step plain samples as pairs */
+        if (f->pairs != pairs) {
+            if (pairs) zt_err(err, errlen, "%s: not a preference pairs file (zt-prep-data --ranking)", f->path);
+            else zt_err(err, errlen, "%s: preference pairs need train.stage = dpo, not available yet", f->path);
+            goto fail;
+        }
         if (f->vocab_attr > vocab_size) {
             zt_err(err, errlen, "%s: vocab_size attribute %d > model.vocab_size (%d)", f->path,
                    f->vocab_attr, vocab_size);
@@ -335,6 +354,20 @@ void zt_data_close(zt_dataset_t *ds)
     free(ds->bin_buf);
     free(ds);
 }
+
+zt_dataset_t *zt_data_open(const char *const *files, int nfiles, int seq_len, int vocab_size, char *err,
+                           size_t errlen)
+{
+    return open_dataset(files, nfiles, seq_len, vocab_size, 0, err, errlen);
+}
+
+zt_dataset_t *zt_data_open_pairs(const char *const *files, int nfiles, int seq_len, int vocab_size, char *err,
+                                 size_t errlen)
+{
+    return open_dataset(files, nfiles, seq_len, vocab_size, 1, err, errlen);
+}
+
+int zt_data_is_pairs(const zt_dataset_t *ds) { return ds->pairs; }
 
 int64_t zt_data_num_samples(const zt_dataset_t *ds) { return ds->nsamples; }
 int64_t zt_data_num_tokens(const zt_dataset_t *ds) { return ds->ntokens; }
@@ -479,25 +512,12 @@ static void plain_row(int T, int32_t *seg, int32_t *pos)
     }
 }
 
-int zt_data_read_row(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *inp, int32_t *tgt,
-                     int32_t *seg, int32_t *pos, char *err, size_t errlen)
+/* SFT sample s of file f as a training row (zt_data_read_row) */
+static int read_sample(const zt_dataset_t *ds, const zt_file_t *f, int64_t s, int32_t *inp, int32_t *tgt,
+                       int32_t *seg, int32_t *pos, char *err, size_t errlen)
 {
     const int T = ds->seq_len;
-    if (!zt_data_is_sft(ds)) {
-        int32_t *row = zt_malloc((size_t)(T + 1) * sizeof *row);
-        const int rc = zt_data_read(ds, g, seed, shuffle, row, err, errlen);
-        if (!rc) {
-            memcpy(inp, row, (size_t)T * sizeof *row);
-            memcpy(tgt, row + 1, (size_t)T * sizeof *row);
-            plain_row(T, seg, pos);
-        }
-        free(row);
-        return rc;
-    }
-    if (g < 0) return zt_err(err, errlen, "negative sample index %lld", (long long)g);
-    const int64_t idx = zt_data_sample_index(ds, g, seed, shuffle);
-    const zt_file_t *f = file_of(ds, idx);
-    const int64_t s = idx - f->first, off = f->offsets[s], len = f->offsets[s + 1] - off;
+    const int64_t off = f->offsets[s], len = f->offsets[s + 1] - off;
     /* input_ids[0 .. n-1) predict labels[1 .. n): at most T positions (a longer sample's
      * tail is cut), the rest padding that carries no loss */
     const int64_t n = ZT_MIN(len, (int64_t)T + 1);
@@ -550,12 +570,48 @@ int zt_data_read_row(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, in
     return rc;
 }
 
+int zt_data_read_row(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *inp, int32_t *tgt,
+                     int32_t *seg, int32_t *pos, char *err, size_t errlen)
+{
+    if (ds->pairs) return zt_err(err, errlen, "%s: a pair is two rows (zt_data_read_pair_rows)", ds->files[0].path);
+    const int T = ds->seq_len;
+    if (!zt_data_is_sft(ds)) {
+        int32_t *row = zt_malloc((size_t)(T + 1) * sizeof *row);
+        const int rc = zt_data_read(ds, g, seed, shuffle, row, err, errlen);
+        if (!rc) {
+            memcpy(inp, row, (size_t)T * sizeof *row);
+            memcpy(tgt, row + 1, (size_t)T * sizeof *row);
+            plain_row(T, seg, pos);
+        }
+        free(row);
+        return rc;
+    }
+    if (g < 0) return zt_err(err, errlen, "negative sample index %lld", (long long)g);
+    const int64_t idx = zt_data_sample_index(ds, g, seed, shuffle);
+    const zt_file_t *f = file_of(ds, idx);
+    return read_sample(ds, f, idx - f->first, inp, tgt, seg, pos, err, errlen);
+}
+
+int zt_data_read_pair_rows(zt_dataset_t *ds, int64_t g, uint64_t seed, int shuffle, int32_t *inp, int32_t *tgt,
+                           int32_t *seg, int32_t *pos, char *err, size_t errlen)
+{
+    if (!ds->pairs) return zt_err(err, errlen, "%s: not opened as preference pairs", ds->files[0].path);
+    if (g < 0) return zt_err(err, errlen, "negative sample index %lld", (long long)g);
+    const int64_t idx = zt_data_sample_index(ds, g, seed, shuffle), T = ds->seq_len;
+    const zt_file_t *f = file_of(ds, idx);
+    for (int k = 0; k < 2; k++) /* chosen, then rejected */
+        if (read_sample(ds, f, 2 * (idx - f->first) + k, inp + k * T, tgt + k * T, seg ? seg + k * T : NULL,
+                        pos ? pos + k * T : NULL, err, errlen))
+            return -1;
+    return 0;
+}
+
 static int h5_put_int_attr(hid_t obj, const char *name, int v);
 static int h5_put_str_attr(hid_t obj, const char *name, const char *v);
 
-int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels,
-                         const int32_t *segment_ids, size_t ntokens, const int64_t *sample_offsets, size_t nsamples,
-                         int vocab_size, int eot_token, const char *tokenizer, char *err, size_t errlen)
+static int write_sft(const char *path, const int32_t *input_ids, const int32_t *labels, const int32_t *segment_ids,
+                     size_t ntokens, const int64_t *sample_offsets, size_t nsamples, int vocab_size, int eot_token,
+                     const char *tokenizer, int pairs, char *err, size_t errlen)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -577,10 +633,27 @@ int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32
         H5Sclose(sp);
     }
     if (!rc && (h5_put_int_attr(f, "vocab_size", vocab_size) || h5_put_int_attr(f, "eot_token", eot_token) ||
-                (tokenizer && h5_put_str_attr(f, "tokenizer", tokenizer))))
+                (tokenizer && h5_put_str_attr(f, "tokenizer", tokenizer)) || (pairs && h5_put_int_attr(f, "pairs", 1))))
         rc = zt_err(err, errlen, "%s: writing attributes failed", path);
     if (H5Fclose(f) < 0 && !rc) rc = zt_err(err, errlen, "%s: close failed", path);
     return rc;
+}
+
+int zt_data_write_sft_h5(const char *path, const int32_t *input_ids, const int32_t *labels,
+                         const int32_t *segment_ids, size_t ntokens, const int64_t *sample_offsets, size_t nsamples,
+                         int vocab_size, int eot_token, const char *tokenizer, char *err, size_t errlen)
+{
+    return write_sft(path, input_ids, labels, segment_ids, ntokens, sample_offsets, nsamples, vocab_size, eot_token,
+                     tokenizer, 0, err, errlen);
+}
+
+int zt_data_write_pairs_h5(const char *path, const int32_t *input_ids, const int32_t *labels, size_t ntokens,
+                           const int64_t *sample_offsets, size_t nsamples, int vocab_size, int eot_token,
+                           const char *tokenizer, char *err, size_t errlen)
+{
+    if (nsamples % 2) return zt_err(err, errlen, "%s: %zu samples: not whole preference pairs", path, nsamples);
+    return write_sft(path, input_ids, labels, NULL, ntokens, sample_offsets, nsamples, vocab_size, eot_token,
+                     tokenizer, 1, err, errlen);
 }
 
 /* ---- writers ---------------------------------------------------------------- */

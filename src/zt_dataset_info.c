@@ -88,7 +88,7 @@ static void columns_free(zt_sft_columns_t *c)
     char *v[] = {(char *)c->prompt,       (char *)c->query,           (char *)c->response,      (char *)c->history,
                  (char *)c->messages,     (char *)c->system,          (char *)c->role_tag,      (char *)c->content_tag,
                  (char *)c->user_tag,     (char *)c->assistant_tag,   (char *)c->observation_tag,
-                 (char *)c->function_tag, (char *)c->system_tag};
+                 (char *)c->function_tag, (char *)c->system_tag,    (char *)c->chosen,        (char *)c->rejected};
     for (size_t i = 0; i < N(v); i++) free(v[i]);
     memset(c, 0, sizeof *c);
 }
@@ -107,22 +107,21 @@ static int read_mapping(const where_t *w, json_t *e, zt_sft_columns_t *c)
     if (strcmp(f, "alpaca") != 0 && strcmp(f, "sharegpt") != 0)
         return bad(w, "formatting '%s': expected alpaca or sharegpt", f);
     c->format = strcmp(f, "alpaca") == 0 ? ZT_SFT_ALPACA : ZT_SFT_SHAREGPT;
-    if ((v = json_object_get(e, "ranking")) && !json_is_false(v) && !json_is_null(v))
-        return bad(w, "ranking: a preference dataset: preference training is not available yet");
+    if ((v = json_object_get(e, "ranking")) && !json_is_boolean(v) && !json_is_null(v))
+        return bad(w, "ranking: not true or false");
+    c->ranking = v && json_is_true(v);
     if (check_keys(w, cols, "columns", column_keys, N(column_keys)) ||
         check_keys(w, tags, "tags", tag_keys, N(tag_keys)))
         return -1;
     static const char *const media[] = {"images", "videos", "audios"};
-    static const char *const pref[] = {"chosen", "rejected", "kto_tag"};
-    for (size_t i = 0; cols && i < 3; i++) {
+    for (size_t i = 0; cols && i < 3; i++)
         if ((v = json_object_get(cols, media[i])) && !json_is_null(v))
             return bad(w, "columns.%s: ztrain trains on text only", media[i]);
-        if ((v = json_object_get(cols, pref[i])) && !json_is_null(v))
-            return bad(w, "columns.%s: a preference column: preference training is not available yet", pref[i]);
-    }
+    if (cols && (v = json_object_get(cols, "kto_tag")) && !json_is_null(v))
+        return bad(w, "columns.kto_tag: KTO's preference data: KTO training is not available");
     if (cols && (v = json_object_get(cols, "tools")) && !json_is_null(v))
         return bad(w, "columns.tools: tool descriptions are not supported (ztrain's templates render none)");
-    char *s[13] = {0};
+    char *s[15] = {0};
     int rc = mapped(w, "columns", cols, "prompt", "instruction", &s[0]) ||
              mapped(w, "columns", cols, "query", "input", &s[1]) ||
              mapped(w, "columns", cols, "response", "output", &s[2]) ||
@@ -133,10 +132,22 @@ static int read_mapping(const where_t *w, json_t *e, zt_sft_columns_t *c)
         static const char *const def[] = {"from", "value", "human", "gpt", "observation", "function_call", "system"};
         rc = mapped(w, "tags", tags, tag_keys[i], def[i], &s[6 + i]);
     }
-    *c = (zt_sft_columns_t){c->format, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12]};
+    rc = rc || mapped(w, "columns", cols, "chosen", NULL, &s[13]) ||
+         mapped(w, "columns", cols, "rejected", NULL, &s[14]);
+    *c = (zt_sft_columns_t){c->format, s[0], s[1],  s[2],  s[3],  s[4],       s[5],  s[6], s[7],
+                            s[8],      s[9], s[10], s[11], s[12], c->ranking, s[13], s[14]};
     if (rc) return -1;
+    /* a pair's answers are its chosen and rejected columns, read only with ranking (else
+     * LLaMA-Factory reads the response and they would silently do nothing) */
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "rejected" : "chosen", *col = i ? c->rejected : c->chosen;
+        if (c->ranking && !col)
+            return bad(w, "columns.%s: not mapped: a ranking dataset's pairs need their chosen and rejected answers",
+                       name);
+        if (!c->ranking && col) return bad(w, "columns.%s: read only with \"ranking\": true", name);
+    }
     /* what an SFT sample cannot do without: LLaMA-Factory drops every record (or fails) */
-    if (c->format == ZT_SFT_ALPACA && !c->response)
+    if (c->format == ZT_SFT_ALPACA && !c->response && !c->ranking)
         return bad(w, "columns.response: not mapped: an SFT sample needs the response");
     if (c->format == ZT_SFT_SHAREGPT) {
         const char *need[] = {c->messages, c->role_tag, c->content_tag, c->user_tag, c->assistant_tag};

@@ -1,6 +1,8 @@
 /* zt_sft.c — LLaMA-Factory's supervised processor: turns -> input_ids and labels
  * (SupervisedDatasetProcessor._encode_data_example), and its packing
- * (PackedSupervisedDatasetProcessor with greedy_knapsack), neat or not. */
+ * (PackedSupervisedDatasetProcessor with greedy_knapsack), neat or not; its pairwise
+ * processor (PairwiseDatasetProcessor._encode_data_example): preference pairs -> chosen
+ * and rejected samples. */
 #include "zt_sft.h"
 
 #include "zt_common.h"
@@ -30,19 +32,32 @@ static void fill(zt_ids_t *a, int32_t v, size_t n)
     for (size_t i = 0; i < n; i++) zt_ids_push(a, v);
 }
 
+/* Template._encode of msgs[0..n): n arrays of ids (free with enc_free), NULL with err. */
+static zt_ids_t *encode(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const char *system, const char *const *msgs,
+                        int n, int discard_history_cot, char *err, size_t errlen)
+{
+    zt_ids_t *enc = zt_calloc((size_t)n, sizeof *enc);
+    if (zt_template_encode(o->tpl, tok, &o->ids, system, msgs, n, discard_history_cot, enc) == 0) return enc;
+    for (int i = 0; i < n; i++) zt_ids_free(&enc[i]);
+    free(enc);
+    zt_err(err, errlen, "tokenizer failed");
+    return NULL;
+}
+
+static void enc_free(zt_ids_t *enc, int n)
+{
+    for (int i = 0; i < n; i++) zt_ids_free(&enc[i]);
+    free(enc);
+}
+
 int zt_sft_encode(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_record_t *r, zt_ids_t *input_ids,
                   zt_ids_t *labels, char *err, size_t errlen)
 {
     const zt_template_t *t = o->tpl;
     int n = r->nmsgs, npairs = n / 2;
-    zt_ids_t *enc = zt_calloc((size_t)n, sizeof *enc);
     /* discarding_history_cot = mask_history and not preserve_thinking (False) */
-    if (zt_template_encode(t, tok, &o->ids, r->system, (const char *const *)r->msgs, n, o->mask_history, enc) !=
-        0) {
-        for (int i = 0; i < n; i++) zt_ids_free(&enc[i]);
-        free(enc);
-        return zt_err(err, errlen, "tokenizer failed");
-    }
+    zt_ids_t *enc = encode(o, tok, r->system, (const char *const *)r->msgs, n, o->mask_history, err, errlen);
+    if (!enc) return -1;
     /* with mask_history the turns are taken last first (the last turn has priority) and
      * the sample is built back to front: build each turn, then join them reversed */
     zt_ids_t *ti = zt_calloc((size_t)npairs, sizeof *ti), *tl = zt_calloc((size_t)npairs, sizeof *tl);
@@ -80,11 +95,52 @@ int zt_sft_encode(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_reco
         zt_ids_push(labels, o->ids.eos);
     }
     for (int i = 0; i < npairs; i++) zt_ids_free(&ti[i]), zt_ids_free(&tl[i]);
-    for (int i = 0; i < n; i++) zt_ids_free(&enc[i]);
+    enc_free(enc, n);
     free(ti);
     free(tl);
-    free(enc);
     return 0;
+}
+
+int zt_sft_encode_pair(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_record_t *r, zt_ids_t ids[2],
+                       zt_ids_t labels[2], char *err, size_t errlen)
+{
+    const int n = r->nmsgs;
+    if (!r->rejected || n < 2 || n % 2) return zt_err(err, errlen, "not a preference pair");
+    const char **m = zt_malloc((size_t)n * sizeof *m);
+    memcpy(m, r->msgs, (size_t)n * sizeof *m);
+    zt_ids_t prompt = {0}, ans[2] = {{0}};
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < 2; k++) {
+        /* encode_oneturn: the reasoning templates drop the history's thoughts (as
+         * discarding_history_cot does) and give the answer an empty thought block */
+        m[n - 1] = k == 0 ? r->msgs[n - 1] : r->rejected;
+        zt_ids_t *enc = encode(o, tok, r->system, m, n, 1, err, errlen);
+        if (!enc) {
+            rc = -1;
+            break;
+        }
+        for (int i = 0; k == 0 && i < n - 1; i++) zt_ids_append(&prompt, enc[i].v, enc[i].n);
+        zt_ids_append(&ans[k], enc[n - 1].v, enc[n - 1].n);
+        if (o->tpl->efficient_eos) zt_ids_push(&ans[k], o->ids.eos); /* before the cut: it may be cut off */
+        enc_free(enc, n);
+    }
+    if (rc == 0) {
+        /* "consider the response is more important": the longer answer decides the cut */
+        int64_t sl, tl;
+        zt_sft_infer_seqlen((int64_t)prompt.n, (int64_t)ZT_MAX(ans[0].n, ans[1].n), o->cutoff_len, &sl, &tl);
+        for (int k = 0; k < 2; k++) {
+            const size_t keep = ZT_MIN(ans[k].n, (size_t)tl);
+            zt_ids_append(&ids[k], prompt.v, (size_t)sl);
+            zt_ids_append(&ids[k], ans[k].v, keep);
+            fill(&labels[k], IGNORE_INDEX, (size_t)sl);
+            zt_ids_append(&labels[k], ans[k].v, keep);
+        }
+    }
+    zt_ids_free(&prompt);
+    zt_ids_free(&ans[0]);
+    zt_ids_free(&ans[1]);
+    free(m);
+    return rc;
 }
 
 /* segs: the row's segment ids (neat packing), or NULL */
@@ -173,6 +229,26 @@ static void pack_batch(const zt_sft_opts_t *o, zt_sft_samples_t *out, const zt_i
     free(items);
 }
 
+/* Each record's chosen sample, then its rejected one: a pair stays two consecutive samples. */
+static int build_pairs(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_records_t *recs,
+                       zt_sft_samples_t *out, char *err, size_t errlen)
+{
+    zt_ids_t ids[2] = {{0}}, lab[2] = {{0}};
+    int rc = 0;
+    out->pairs = 1;
+    for (size_t i = 0; rc == 0 && i < recs->n; i++) {
+        ids[0].n = ids[1].n = lab[0].n = lab[1].n = 0;
+        if ((rc = zt_sft_encode_pair(o, tok, &recs->rec[i], ids, lab, err, errlen)) != 0) {
+            zt_sft_samples_free(out);
+            out->failed = i;
+            break;
+        }
+        for (int k = 0; k < 2; k++) add_sample(out, ids[k].v, lab[k].v, NULL, ids[k].n);
+    }
+    for (int k = 0; k < 2; k++) zt_ids_free(&ids[k]), zt_ids_free(&lab[k]);
+    return rc;
+}
+
 int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_records_t *recs, zt_sft_samples_t *out,
                  char *err, size_t errlen)
 {
@@ -187,6 +263,12 @@ int zt_sft_build(const zt_sft_opts_t *o, zt_tokenizer_t *tok, const zt_sft_recor
         return zt_err(err, errlen, "mask_history is incompatible with train_on_prompt (as in LLaMA-Factory)");
     if (o->train_on_prompt && o->tpl->efficient_eos)
         return zt_err(err, errlen, "template %s does not support train_on_prompt", o->tpl->name);
+    /* LLaMA-Factory's pairwise processor reads none of these: they would silently do nothing */
+    if (o->ranking && (o->packing || o->train_on_prompt || o->mask_history))
+        return zt_err(err, errlen, "%s: not for preference pairs (LLaMA-Factory's pairwise processor neither packs "
+                                   "nor trains on the prompt, and takes the history as prompt)",
+                      o->packing ? "packing" : o->train_on_prompt ? "train_on_prompt" : "mask_history");
+    if (o->ranking) return build_pairs(o, tok, recs, out, err, errlen);
     if (o->packing) oo.cutoff_len -= 1; /* DataArguments.__post_init__: "avoid pad_to_multiple_of" */
     size_t batch = o->packing ? ZT_SFT_PACK_BATCH : 1;
     zt_ids_t *ids = zt_calloc(batch, sizeof *ids), *lab = zt_calloc(batch, sizeof *lab);

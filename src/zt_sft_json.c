@@ -52,6 +52,7 @@ static void record_free(zt_sft_record_t *r)
     for (int i = 0; i < r->nmsgs; i++) free(r->msgs[i]);
     free(r->msgs);
     free(r->system);
+    free(r->rejected);
     memset(r, 0, sizeof *r);
 }
 
@@ -76,21 +77,30 @@ static int req_string(const where_t *w, json_t *obj, const char *key, const char
 }
 
 /* data.format's fixed names: LLaMA-Factory's DatasetAttr with every column these formats
- * name mapped (system and history included), messages being sharegpt with OpenAI's tags. */
-static const zt_sft_columns_t fixed_columns[] = {
-    [ZT_SFT_ALPACA] = {.format = ZT_SFT_ALPACA, .prompt = "instruction", .query = "input", .response = "output",
-                       .history = "history", .system = "system"},
-    [ZT_SFT_SHAREGPT] = {.format = ZT_SFT_SHAREGPT, .messages = "conversations", .system = "system",
-                         .role_tag = "from", .content_tag = "value", .user_tag = "human", .assistant_tag = "gpt",
-                         .observation_tag = "observation", .function_tag = "function_call", .system_tag = "system"},
-    [ZT_SFT_MESSAGES] = {.format = ZT_SFT_SHAREGPT, .messages = "messages", .system = "system", .role_tag = "role",
-                         .content_tag = "content", .user_tag = "user", .assistant_tag = "assistant",
-                         .observation_tag = "tool", .function_tag = "function", .system_tag = "system"},
+ * name mapped (system and history included), messages being sharegpt with OpenAI's tags;
+ * [1][fmt] the same for preference pairs, the answers in chosen and rejected. */
+#define SHAREGPT_TAGS .role_tag = "from", .content_tag = "value", .user_tag = "human", .assistant_tag = "gpt", \
+                      .observation_tag = "observation", .function_tag = "function_call", .system_tag = "system"
+#define MESSAGES_TAGS .role_tag = "role", .content_tag = "content", .user_tag = "user", .assistant_tag = "assistant", \
+                      .observation_tag = "tool", .function_tag = "function", .system_tag = "system"
+#define PAIRS .ranking = 1, .chosen = "chosen", .rejected = "rejected"
+static const zt_sft_columns_t fixed_columns[2][ZT_SFT_MESSAGES + 1] = {
+    {[ZT_SFT_ALPACA] = {.format = ZT_SFT_ALPACA, .prompt = "instruction", .query = "input", .response = "output",
+                        .history = "history", .system = "system"},
+     [ZT_SFT_SHAREGPT] = {.format = ZT_SFT_SHAREGPT, .messages = "conversations", .system = "system", SHAREGPT_TAGS},
+     [ZT_SFT_MESSAGES] = {.format = ZT_SFT_SHAREGPT, .messages = "messages", .system = "system", MESSAGES_TAGS}},
+    {[ZT_SFT_ALPACA] = {.format = ZT_SFT_ALPACA, .prompt = "instruction", .query = "input", .history = "history",
+                        .system = "system", PAIRS},
+     [ZT_SFT_SHAREGPT] = {.format = ZT_SFT_SHAREGPT, .messages = "conversations", .system = "system", SHAREGPT_TAGS,
+                          PAIRS},
+     [ZT_SFT_MESSAGES] = {.format = ZT_SFT_SHAREGPT, .messages = "messages", .system = "system", MESSAGES_TAGS,
+                          PAIRS}},
 };
 
-const zt_sft_columns_t *zt_sft_columns(zt_sft_format_t fmt)
+const zt_sft_columns_t *zt_sft_columns(zt_sft_format_t fmt, int ranking)
 {
-    return fmt == ZT_SFT_ALPACA || fmt == ZT_SFT_SHAREGPT || fmt == ZT_SFT_MESSAGES ? &fixed_columns[fmt] : NULL;
+    return fmt == ZT_SFT_ALPACA || fmt == ZT_SFT_SHAREGPT || fmt == ZT_SFT_MESSAGES ? &fixed_columns[!!ranking][fmt]
+                                                                                      : NULL;
 }
 
 /* A mapped column's string, "" where the column is not mapped or the record's value is
@@ -101,13 +111,38 @@ static int col_string(const where_t *w, json_t *o, const char *col, const char *
     return col ? opt_string(w, o, col, out) : 0;
 }
 
+/* A preference pair's answers, read by get (a string, or a turn's content): present and
+ * not empty, and not the same, so that the pair teaches a preference. chosen becomes the
+ * conversation's last message, rejected r->rejected. */
+static int pair_answers(const where_t *w, json_t *o, const zt_sft_columns_t *c, zt_sft_record_t *r,
+                        int (*get)(const where_t *, json_t *, const char *, const zt_sft_columns_t *, const char **))
+{
+    const char *ans[2], *col[2] = {c->chosen, c->rejected};
+    for (int k = 0; k < 2; k++) {
+        if (get(w, o, col[k], c, &ans[k]) != 0) return -1;
+        if (!ans[k][0]) return bad(w, "%s: empty: a preference pair needs both answers", col[k]);
+    }
+    if (strcmp(ans[0], ans[1]) == 0)
+        return bad(w, "%s and %s are the same answer: a pair must prefer one to the other", col[0], col[1]);
+    add_msg(r, ans[0]);
+    r->rejected = strdup(ans[1]);
+    return 0;
+}
+
+/* alpaca's answer: a string */
+static int answer_string(const where_t *w, json_t *o, const char *col, const zt_sft_columns_t *c, const char **out)
+{
+    (void)c;
+    return req_string(w, o, col, out);
+}
+
 /* AlpacaDatasetConverter: history pairs (when mapped), then "prompt\nquery" (each part
  * left out when empty or not mapped), then the response. */
 static int from_alpaca(const where_t *w, json_t *o, const zt_sft_columns_t *c, zt_sft_record_t *r)
 {
-    const char *instruction, *input, *output, *system;
+    const char *instruction, *input, *output = NULL, *system;
     if (col_string(w, o, c->prompt, &instruction) || col_string(w, o, c->query, &input) ||
-        req_string(w, o, c->response, &output) || col_string(w, o, c->system, &system))
+        (!c->ranking && req_string(w, o, c->response, &output)) || col_string(w, o, c->system, &system))
         return -1;
     json_t *h = c->history ? json_object_get(o, c->history) : NULL;
     if (h && !json_is_null(h)) {
@@ -131,12 +166,33 @@ static int from_alpaca(const where_t *w, json_t *o, const zt_sft_columns_t *c, z
     *e = 0;
     add_msg(r, q);
     free(q);
-    add_msg(r, output);
     r->system = strdup(system);
+    if (c->ranking) return pair_answers(w, o, c, r, answer_string);
+    add_msg(r, output);
     return 0;
 }
 
 static int is_tag(const char *role, const char *tag) { return tag && strcmp(role, tag) == 0; }
+
+/* sharegpt's answer: one turn, the assistant's */
+static int answer_turn(const where_t *w, json_t *o, const char *col, const zt_sft_columns_t *t, const char **out)
+{
+    json_t *m = json_object_get(o, col), *c;
+    const char *role;
+    if (!m) return bad(w, "%s: missing", col);
+    if (!json_is_object(m))
+        return bad(w, "%s: not a turn ({\"%s\": ..., \"%s\": ...})", col, t->role_tag, t->content_tag);
+    if (req_string(w, m, t->role_tag, &role) != 0) return bad(w, "%s.%s: missing or not a string", col, t->role_tag);
+    if (is_tag(role, t->function_tag))
+        return bad(w, "%s.%s: '%s': tool turns are not supported", col, t->role_tag, role);
+    if (!is_tag(role, t->assistant_tag))
+        return bad(w, "%s.%s: '%s' where '%s' is expected (an answer is the assistant's turn)", col, t->role_tag, role,
+                   t->assistant_tag);
+    if (!(c = json_object_get(m, t->content_tag))) return bad(w, "%s.%s: missing", col, t->content_tag);
+    if (!json_is_string(c)) return bad(w, "%s.%s: not a string", col, t->content_tag);
+    *out = json_string_value(c);
+    return 0;
+}
 
 /* SharegptDatasetConverter: a list of turns whose keys and roles the tags name. */
 static int from_turns(const where_t *w, json_t *o, const zt_sft_columns_t *t, zt_sft_record_t *r)
@@ -172,10 +228,14 @@ static int from_turns(const where_t *w, json_t *o, const zt_sft_columns_t *t, zt
         add_msg(r, content);
     }
     if (r->nmsgs == 0) return bad(w, "%s: no %s/%s turns", t->messages, t->user_tag, t->assistant_tag);
-    if (r->nmsgs % 2) return bad(w, "%s: ends with a '%s' turn, not '%s'", t->messages, t->user_tag, t->assistant_tag);
+    if (t->ranking && r->nmsgs % 2 == 0) /* the answers are the chosen and rejected turns */
+        return bad(w, "%s: ends with a '%s' turn: a preference pair's prompt ends with the '%s' turn", t->messages,
+                   t->assistant_tag, t->user_tag);
+    if (!t->ranking && r->nmsgs % 2)
+        return bad(w, "%s: ends with a '%s' turn, not '%s'", t->messages, t->user_tag, t->assistant_tag);
     if (!first && col_string(w, o, t->system, &system) != 0) return -1;
     r->system = strdup(system);
-    return 0;
+    return t->ranking ? pair_answers(w, o, t, r, answer_turn) : 0;
 }
 
 static int convert(const where_t *w, json_t *o, const zt_sft_columns_t *c, zt_sft_records_t *out)
@@ -341,7 +401,7 @@ int zt_sft_parse(const char *name, const char *text, size_t len, zt_sft_format_t
         return zt_err(err, errlen, "%s: unknown data format (expected alpaca, sharegpt or messages)", name);
     zt_sft_index_t ix;
     if (zt_sft_index(name, text, len, &ix, err, errlen) != 0) return -1;
-    const int rc = zt_sft_parse_range(name, text, len, &ix, 0, ix.n, zt_sft_columns(fmt), out, err, errlen);
+    const int rc = zt_sft_parse_range(name, text, len, &ix, 0, ix.n, zt_sft_columns(fmt, 0), out, err, errlen);
     zt_sft_index_free(&ix);
     return rc ? -1 : 0;
 }

@@ -240,7 +240,7 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
     zt_sft_opts_t o = {0};
     zt_tokenizer_t *tok = NULL;
     int rc = 0;
-    const zt_sft_columns_t *cols = p->columns ? p->columns : zt_sft_columns(zt_sft_format(p->format));
+    const zt_sft_columns_t *cols = p->columns ? p->columns : zt_sft_columns(zt_sft_format(p->format), p->ranking);
     if (!cols) rc = zt_err(err, errlen, "data format '%s': expected alpaca, sharegpt or messages", p->format);
     else if (!(o.tpl = zt_template_find(p->template_name)))
         rc = zt_err(err, errlen, "template '%s': expected one of %s", p->template_name ? p->template_name : "",
@@ -263,6 +263,7 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
     o.mask_history = p->mask_history;
     o.packing = p->packing;
     o.neat_packing = p->neat_packing;
+    o.ranking = cols ? cols->ranking : 0;
 
     /* every rank reads and indexes every file (a byte scan); nfiles = those before the
      * first that fails on any rank, whose records are still checked first */
@@ -348,9 +349,15 @@ int zt_sft_prep_ranks(const zt_sft_prep_t *p, const char *const *inputs, int nin
         if (rank == 0) {
             char tmp[ZT_ERRLEN];
             snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
-            rc = zt_data_write_sft_h5(tmp, all.input_ids.v, all.labels.v, p->neat_packing ? all.segment_ids.v : NULL,
-                                      all.input_ids.n, all.offsets, all.nsamples, zt_tokenizer_vocab_size(tok),
-                                      o.ids.pad, zt_tokenizer_kind(tok), err, errlen);
+            if (o.ranking)
+                rc = zt_data_write_pairs_h5(tmp, all.input_ids.v, all.labels.v, all.input_ids.n, all.offsets,
+                                            all.nsamples, zt_tokenizer_vocab_size(tok), o.ids.pad,
+                                            zt_tokenizer_kind(tok), err, errlen);
+            else
+                rc = zt_data_write_sft_h5(tmp, all.input_ids.v, all.labels.v,
+                                          p->neat_packing ? all.segment_ids.v : NULL, all.input_ids.n, all.offsets,
+                                          all.nsamples, zt_tokenizer_vocab_size(tok), o.ids.pad,
+                                          zt_tokenizer_kind(tok), err, errlen);
             if (rc == 0 && rename(tmp, out_path) != 0)
                 rc = zt_err(err, errlen, "%s: rename from %s: %s", out_path, tmp, strerror(errno));
             if (rc != 0) remove(tmp);
@@ -402,6 +409,8 @@ static uint64_t fnv_columns(uint64_t h, const zt_sft_columns_t *c)
                        c->system_tag};
     h = fnv_str(h, c->format == ZT_SFT_ALPACA ? "alpaca" : "sharegpt");
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) h = fnv_str(h, v[i] ? v[i] : "-");
+    if (c->ranking) /* only when set: the caches of SFT mappings keep their names */
+        h = fnv_str(fnv_str(fnv_str(h, "ranking"), c->chosen ? c->chosen : "-"), c->rejected ? c->rejected : "-");
     return h;
 }
 
@@ -419,6 +428,7 @@ int zt_sft_cache_path(const zt_sft_prep_t *p, const char *const *inputs, int nin
              p->packing || p->neat_packing);
     h = fnv_str(h, buf);
     if (p->neat_packing) h = fnv_str(h, "neat_packing");
+    if (p->ranking) h = fnv_str(h, "ranking"); /* likewise: data.format's preference pairs */
     if (p->max_samples > 0) { /* likewise only when set: caches of whole files keep their names */
         snprintf(buf, sizeof buf, "max_samples %ld", p->max_samples);
         h = fnv_str(h, buf);

@@ -5,7 +5,7 @@
  *   zt-prep-data --write-byte-tokenizer tokenizer.json
  *   zt-prep-data --tokenizer DIR --format alpaca|sharegpt|messages --template NAME --cutoff-len N
  *                [--train-on-prompt] [--mask-history] [--packing | --neat-packing] [--max-samples N]
- *                -o OUT.h5 DATA.json [more.json ...]
+ *                [--ranking] -o OUT.h5 DATA.json [more.json ...]
  *
  * Tokenizes the inputs in order (byte-level by default; a Hugging Face
  * tokenizer.json or a model directory with --tokenizer; GPT-2 BPE with --bpe) into
@@ -22,7 +22,9 @@
  * Files are written under a temporary name and renamed, so a failed run never
  * leaves a half-written dataset behind. Serial: no MPI needed.
  * With --format, the inputs are instruction data (JSON or JSON Lines) and the output is
- * one SFT sample file as LLaMA-Factory's supervised processor makes it (zt_sft.h). */
+ * one SFT sample file as LLaMA-Factory's supervised processor makes it (zt_sft.h); with
+ * --ranking, preference pairs (chosen and rejected answers) as its pairwise processor makes
+ * them, written as a pairs file (zt_data_write_pairs_h5). */
 #include "zt_tokenizer.h"
 #include "zt_common.h"
 #include "zt_data.h"
@@ -62,6 +64,8 @@ static void usage(FILE *out)
             "  --neat-packing         the same rows, the samples kept apart: /segment_ids (attention\n"
             "                         within a sample, positions from 0), LLaMA-Factory's neat_packing\n"
             "  --max-samples N        only the first N records of each input (LLaMA-Factory's max_samples)\n"
+            "  --ranking              preference pairs: the answers are the records' chosen and rejected\n"
+            "                         (LLaMA-Factory's \"ranking\": true); sample 2i chosen, 2i+1 rejected\n"
             "  -h, --help             this text\n");
 }
 
@@ -141,7 +145,7 @@ int main(int argc, char **argv)
     int eot_between = 0, bin = 0;
     const char *sep = NULL;
     const char *format = NULL, *template_name = NULL;
-    int cutoff_len = 2048, train_on_prompt = 0, mask_history = 0, packing = 0, neat = 0;
+    int cutoff_len = 2048, train_on_prompt = 0, mask_history = 0, packing = 0, neat = 0, ranking = 0;
     long max_samples = 0;
     const char **inputs = zt_calloc((size_t)argc, sizeof *inputs);
     int ninputs = 0;
@@ -207,6 +211,8 @@ int main(int argc, char **argv)
             packing = 1;
         } else if (!strcmp(a, "--neat-packing")) {
             neat = 1;
+        } else if (!strcmp(a, "--ranking")) {
+            ranking = 1;
         } else if (!strcmp(a, "--bin")) {
             bin = 1;
         } else if (a[0] == '-' && a[1]) {
@@ -230,21 +236,21 @@ int main(int argc, char **argv)
         if (!tokpath) return fail("--format %s needs --tokenizer", format);
         if (vocab || bin || sep || eot_between) return fail("--bpe, --bin, --eot-* do not apply to --format %s", format);
         zt_sft_prep_t p = {tokpath, format, template_name, cutoff_len, train_on_prompt, mask_history, packing, neat,
-                           max_samples, NULL, 0, 0, 0, NULL, 0};
+                           max_samples, NULL, 0, 0, 0, NULL, 0, ranking};
         zt_sft_prep_stats_t st;
         if (zt_sft_prep(&p, inputs, ninputs, out, &st, err, sizeof err) != 0) return fail("%s", err);
         printf("zt-prep-data: %zu records -> %s: %zu samples, %zu tokens (%zu with loss)%s; %.0f tokens/s\n",
                st.records, out, st.samples, st.tokens, st.loss_tokens,
-               neat ? ", neat-packed" : packing ? ", packed" : "",
+               ranking ? ", preference pairs" : neat ? ", neat-packed" : packing ? ", packed" : "",
                st.seconds > 0 ? (double)st.tokens / st.seconds : 0.0);
         if (st.unread) printf("zt-prep-data: %zu records past --max-samples %ld not read\n", st.unread, max_samples);
         if (st.dropped) printf("zt-prep-data: %zu samples longer than cutoff_len dropped (packing)\n", st.dropped);
         free(inputs);
         return 0;
     }
-    if (template_name || train_on_prompt || mask_history || packing || neat || max_samples)
-        return fail("--template, --train-on-prompt, --mask-history, --packing, --neat-packing, --max-samples need "
-                    "--format alpaca|sharegpt|messages");
+    if (template_name || train_on_prompt || mask_history || packing || neat || max_samples || ranking)
+        return fail("--template, --train-on-prompt, --mask-history, --packing, --neat-packing, --ranking, "
+                    "--max-samples need --format alpaca|sharegpt|messages");
     const char *ext = bin ? ".bin" : ".h5";
     int single = ends_with(out, ".h5") || ends_with(out, ".bin");
     if (single && val_fraction > 0)

@@ -7,8 +7,9 @@
 # its files together, and num_samples draws from them, the evaluation's after the training's
 # as in LLaMA-Factory (its fixture's samples). A rerun reuses the caches; what
 # ztrain cannot serve fails on every rank with the file, the entry and the field;
-# data.dataset and data.train_files are exclusive. tests/unit/test_sft.c checks every
-# mapping's samples against LLaMA-Factory.
+# data.dataset and data.train_files are exclusive. A "ranking": true entry becomes, on 2 ranks,
+# LLaMA-Factory's pairwise samples, which the trainer refuses (no preference loss yet), as it
+# refuses data.ranking. tests/unit/test_sft.c checks every mapping's samples against LLaMA-Factory.
 . "$(dirname "$0")/common.sh"
 need_h5py
 cd "$ZT_TMP" || fail "cd"
@@ -83,7 +84,7 @@ run_ztrain 1 $json data.dataset=oversampled train.seed=42 train.output_dir=ns3 >
 [ "$(ls data/custom.json.*.sft.h5 | wc -l)" -eq 2 ] || fail "the draws before a dataset's did not name its cache"
 for np in 1 2; do
     # shellcheck disable=SC2086
-    expect_fail_with $np "data/dataset_info.json: ranked: ranking: a preference dataset: preference training is not" \
+    expect_fail_with $np "data/dataset_info.json: ranked: columns.chosen: not mapped: a ranking dataset's pairs" \
         $json data.dataset="plain, ranked" train.output_dir=bad-rank$np
     # shellcheck disable=SC2086
     expect_fail_with $np "data/dataset_info.json: plian: no such dataset (did you mean 'plain'?)" $json \
@@ -95,4 +96,18 @@ expect_fail_with 2 "data/dataset_info.json: hub: hf_hub_url: ztrain reads local 
 # shellcheck disable=SC2086
 expect_fail_with 2 "data.dataset and data.train_files are exclusive" $json data.dataset=plain \
     data.train_files=files/plain.jsonl train.output_dir=bad-both
+# preference pairs ("ranking": true): made by the ranks into a pairs file (LLaMA-Factory's pairwise
+# samples, sample 2i chosen and 2i + 1 rejected: each rank's share is whole records), which the
+# trainer then refuses on every rank, as it refuses data.ranking: no preference loss yet
+cp -r "$SF/pairwise" pairs && rm -f pairs/cases.json || fail "cp"
+# shellcheck disable=SC2086
+expect_fail_with 2 "preference pairs need train.stage = dpo, not available yet" $json data.dataset_dir=pairs \
+    data.dataset=sharegpt_pairs data.template=qwen3_nothink data.cutoff_len=40 train.output_dir=bad-pairs
+set -- pairs/sharegpt_pairs.jsonl.*.sft.h5
+[ $# -eq 1 ] && [ -f "$1" ] || fail "no pairs file beside pairs/sharegpt_pairs.jsonl: $*"
+"$PY" "$ZT_SRCDIR/tests/mpi/check_pairs.py" "$1" "$SF/pairwise/cases.json" sharegpt_pairs qwen3_nothink 40 ||
+    fail "the ranks' pairs file is not LLaMA-Factory's pairs"
+# shellcheck disable=SC2086
+expect_fail_with 2 "data.ranking: preference pairs need train.stage = dpo, not available yet" $json \
+    data.format=sharegpt data.train_files=pairs/sharegpt_pairs.jsonl data.ranking=true train.output_dir=bad-ranking
 echo "dataset_info: data.dataset trains on 2 ranks as data.train_files does with the same mapping"

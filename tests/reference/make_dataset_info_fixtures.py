@@ -166,18 +166,36 @@ def write_data():
         f.write("\n")
 
 
-def lf_samples(names, template_name, cutoff_len, max_samples=None, seed=42):
-    tok_name = sft.TEMPLATE_TOKENIZER[template_name]
-    tokenizer = sft.hf_tokenizer(tok_name)
+def lf_setup(template_name, cutoff_len, dataset_dir, max_samples=None):
+    """The tokenizer, template and arguments LLaMA-Factory's loader and processors read."""
+    tokenizer = sft.hf_tokenizer(sft.TEMPLATE_TOKENIZER[template_name])
+    n_before = len(tokenizer)
     data_args = SimpleNamespace(template=template_name, train_on_prompt=False, mask_history=False,
                                 cutoff_len=cutoff_len, tool_format=None, default_system=None, enable_thinking=True,
-                                preserve_thinking=False, neat_packing=False, packing=False, dataset_dir=OUT,
-                                media_dir=OUT, streaming=False, max_samples=max_samples,
+                                preserve_thinking=False, neat_packing=False, packing=False, dataset_dir=dataset_dir,
+                                media_dir=dataset_dir, streaming=False, max_samples=max_samples,
                                 preprocessing_num_workers=None, overwrite_cache=True)
     model_args = SimpleNamespace(cache_dir=CACHE, hf_hub_token=None)
     training_args = SimpleNamespace(local_process_index=0, dataloader_num_workers=0)
-    TEMPLATES.update(copy.deepcopy(sft.PRISTINE))
+    TEMPLATES.update(copy.deepcopy(sft.PRISTINE))  # get_template_and_fix_tokenizer mutates the template
     template = get_template_and_fix_tokenizer(tokenizer, data_args)
+    assert len(tokenizer) == n_before, f"{template_name}: LLaMA-Factory added tokens: the fixture lacks them"
+    return tokenizer, template, data_args, model_args, training_args
+
+
+def write_cases(out, generator, cases):
+    doc = {"generator": generator,
+           "versions": f"llamafactory {llamafactory.__version__}, datasets {datasets.__version__}, "
+                       f"transformers {transformers.__version__}",
+           "cases": cases}
+    with open(os.path.join(out, "cases.json"), "w") as f:
+        json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {len(cases)} cases to {out}")
+
+
+def lf_samples(names, template_name, cutoff_len, max_samples=None, seed=42):
+    tokenizer, template, data_args, model_args, training_args = lf_setup(template_name, cutoff_len, OUT, max_samples)
     proc = SupervisedDatasetProcessor(template=template, tokenizer=tokenizer, processor=None, data_args=data_args)
     ids, labels = [], []
     transformers.set_seed(seed)  # get_train_args seeds numpy's global state before the datasets load
@@ -218,15 +236,7 @@ def main():
     case("sampled_shards", "qwen", max_samples=3, seed=42)  # max_samples of what num_samples drew
     case("sampled, plain, oversampled", "qwen", seed=42)  # the second draws from where the first left numpy
     case("sampled_shards,sampled", "default", seed=1337, max_samples=4)
-    doc = {"generator": "tests/reference/make_dataset_info_fixtures.py",
-           "versions": f"llamafactory {llamafactory.__version__}, datasets {datasets.__version__}, "
-                       f"transformers {transformers.__version__}",
-           "cases": cases}
-    with open(os.path.join(OUT, "cases.json"), "w") as f:
-        json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
-        f.write("\n")
-    print(f"wrote {len(cases)} cases to {OUT}")
-
+    write_cases(OUT, "tests/reference/make_dataset_info_fixtures.py", cases)
 
 if __name__ == "__main__":
     sys.exit(main())

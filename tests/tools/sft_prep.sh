@@ -5,7 +5,9 @@
 # cover each data format and option (truncation, train_on_prompt, mask_history, packing;
 # with --neat-packing also /segment_ids = LLaMA-Factory's neat attention_mask),
 # its padding id is the template's pad, --max-samples keeps the first records of each
-# input, and bad data fails with one line naming the file, the record and the key. Needs python3 with h5py (SKIP, exit 77, without it).
+# input, and bad data fails with one line naming the file, the record and the key. With --ranking
+# the pairs file holds LLaMA-Factory's pairwise samples (tests/reference/sft/pairwise), chosen then
+# rejected, and the attribute pairs = 1. Needs python3 with h5py (SKIP, exit 77, without it).
 set -eu
 B=${ZT_BUILDDIR:-$(pwd)}
 S=${ZT_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -100,4 +102,15 @@ if "$B/zt-prep-data" --tokenizer "$F/tok/gpt2" --format alpaca --template llama3
 fi
 grep -q "<|eot_id|>" "$d/err" || fail "missing token not named"
 [ ! -e "$d/x.h5" ] && [ ! -e "$d/x.h5.tmp" ] || fail "a failed run left a file behind"
-echo "sft_prep: zt-prep-data writes LLaMA-Factory's samples"
+# --ranking: preference pairs (messages' fixed names), LLaMA-Factory's pairwise samples in a pairs file
+"$B/zt-prep-data" --tokenizer "$F/tok/llama3" --format messages --ranking --template llama3 --cutoff-len 24 \
+    -o "$d/pairs.h5" "$F/pairwise/messages_pairs.json" >"$d/out" || fail "--ranking failed"
+grep -q "2 records -> $d/pairs.h5: 4 samples, .*, preference pairs" "$d/out" || { cat "$d/out"; fail "--ranking output"; }
+"$PY" "$S/tests/mpi/check_pairs.py" "$d/pairs.h5" "$F/pairwise/cases.json" messages_pairs llama3 24 ||
+    fail "--ranking's pairs are not LLaMA-Factory's"
+if "$B/zt-prep-data" --tokenizer "$F/tok/qwen" --format alpaca --ranking --packing --template qwen -o "$d/y.h5" \
+    "$F/pairwise/alpaca_pairs.json" 2>"$d/err"; then
+    fail "--ranking --packing was accepted"
+fi
+grep -q "packing: not for preference pairs" "$d/err" || { cat "$d/err"; fail "--ranking --packing error"; }
+echo "sft_prep: zt-prep-data writes LLaMA-Factory's samples and pairs"

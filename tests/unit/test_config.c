@@ -398,6 +398,14 @@ static void t_lf_keys(void)
     char *sft[] = {"data.format=alpaca", "data.template=qwen", "data.max_samples=1000"};
     CU_ASSERT_EQUAL(parse(NULL, 3, sft), 0);
     CU_ASSERT_EQUAL(cfg.data.max_samples, 1000);
+    /* data.ranking: preference pairs of instruction files, which no SFT step may take */
+    char *ranked_tokens[] = {"data.ranking=true"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, ranked_tokens), -1);
+    CU_ASSERT_STRING_EQUAL(err, "data.ranking applies to data.format alpaca, sharegpt or messages (a "
+                                "dataset_info.json entry says \"ranking\": true itself)");
+    char *ranked[] = {"data.format=sharegpt", "data.template=qwen", "data.ranking=true"};
+    CU_ASSERT_EQUAL(parse(NULL, 3, ranked), -1);
+    CU_ASSERT_STRING_EQUAL(err, "data.ranking: preference pairs need train.stage = dpo, not available yet");
     CU_ASSERT_EQUAL(parse("data = { format = \"alpaca\"; template = \"qwen\"; max_samples = -1; };", 0, NULL), -1);
     ASSERT_ERR("in.cfg:1: data.max_samples: -1 is out of range [0, ");
     CU_ASSERT_EQUAL(parse(NULL, 0, NULL), 0);

@@ -7,7 +7,10 @@
  * and supervised processor give with the fixture tokenizers of tests/reference/sft/tok/
  * (with neat_packing also its attention_mask, the segment ids, and position_ids), and per
  * template the text transformers' apply_chat_template renders with LLaMA-Factory's
- * jinja template. Only those committed files are needed here. */
+ * jinja template. tests/reference/sft/dataset_info/ (make_dataset_info_fixtures.py) and
+ * tests/reference/sft/pairwise/ (make_pairwise_fixtures.py: preference pairs, LLaMA-Factory's
+ * PairwiseDatasetProcessor) hold dataset_info.json entries and their samples likewise.
+ * Only those committed files are needed here. */
 #include "zt_common.h"
 #include "zt_data.h"
 #include "zt_dataset_info.h"
@@ -259,17 +262,23 @@ static void t_infer_seqlen(void)
     }
 }
 
-static int parse_fails(const char *text, zt_sft_format_t fmt, const char *want)
+/* rc and r of a parse that must fail: one line holding want, naming the file bad.json */
+static int refused(int rc, zt_sft_records_t *r, const char *text, const char *want)
 {
-    zt_sft_records_t r;
-    int rc = zt_sft_parse("bad.json", text, strlen(text), fmt, &r, err, sizeof err);
     if (rc == 0) {
-        zt_sft_records_free(&r);
+        zt_sft_records_free(r);
         printf("\n  accepted: %s\n", text);
         return 0;
     }
-    if (!strstr(err, want)) printf("\n  error '%s' lacks '%s'\n", err, want);
-    return strstr(err, want) != NULL && strchr(err, '\n') == NULL;
+    const int ok = strstr(err, want) != NULL && strncmp(err, "bad.json", 8) == 0 && !strchr(err, '\n');
+    if (!ok) printf("\n  error '%s' lacks '%s'\n", err, want);
+    return ok;
+}
+
+static int parse_fails(const char *text, zt_sft_format_t fmt, const char *want)
+{
+    zt_sft_records_t r;
+    return refused(zt_sft_parse("bad.json", text, strlen(text), fmt, &r, err, sizeof err), &r, text, want);
 }
 
 static void t_bad_data(void)
@@ -320,7 +329,7 @@ static void t_bad_data(void)
  * and bare scalars; any share of the records converts to what the whole parse gives
  * them (global indices in errors); and an array the scan rejects, or a syntax error in a
  * share, gives jansson's message for the whole file, before any record's content. */
-#define ALPACA_COLS zt_sft_columns(ZT_SFT_ALPACA)
+#define ALPACA_COLS zt_sft_columns(ZT_SFT_ALPACA, 0)
 
 static void t_index_ranges(void)
 {
@@ -415,6 +424,15 @@ static void *h5_read(hid_t f, const char *name, hid_t type, size_t elem, size_t 
     return v;
 }
 
+/* A fixture's cases.json (NULL, said why, when unreadable) */
+static json_t *load_cases(const char *name)
+{
+    json_error_t je;
+    json_t *d = json_load_file(fixture(name), 0, &je);
+    if (!d) printf("\n  %s:%d: %s\n", name, je.line, je.text);
+    return d;
+}
+
 /* tests/reference/sft/dataset_info/cases.json (make_dataset_info_fixtures.py): every
  * data.dataset of a case through zt_datasets_load and zt_sft_prep, as the trainer makes
  * each entry's sample file, concatenated in the names' order = LLaMA-Factory's samples
@@ -422,10 +440,7 @@ static void *h5_read(hid_t f, const char *name, hid_t type, size_t elem, size_t 
  * case's seed and max_samples, converters, supervised processor). */
 static void t_dataset_info(void)
 {
-    json_error_t je;
-    json_t *d = json_load_file(fixture("dataset_info/cases.json"), 0, &je);
-    if (!d) printf("\n  dataset_info/cases.json:%d: %s\n", je.line, je.text);
-    json_t *cs = json_object_get(d, "cases");
+    json_t *d = load_cases("dataset_info/cases.json"), *cs = json_object_get(d, "cases");
     CU_ASSERT_FATAL(json_array_size(cs) >= 19);
     size_t i;
     json_t *c;
@@ -504,8 +519,8 @@ static void t_dataset_info_refusals(void)
         {"hub_and_file", "hub_and_file: ms_hub_url: ztrain reads local files only"},
         {"script", "script: script_url: ztrain reads local files only"},
         {"cloud", "cloud: cloud_file_name: ztrain reads local files only"},
-        {"plain, ranked", "ranked: ranking: a preference dataset: preference training is not available yet"},
-        {"kto", "kto: columns.kto_tag: a preference column: preference training is not available"},
+        {"plain, ranked", "ranked: columns.chosen: not mapped: a ranking dataset's pairs need"},
+        {"kto", "kto: columns.kto_tag: KTO's preference data: KTO training is not available"},
         {"pictures", "pictures: columns.images: ztrain trains on text only"},
         {"videos", "videos: columns.videos: ztrain trains on text only"},
         {"tools", "tools: columns.tools: tool descriptions are not supported"},
@@ -564,6 +579,248 @@ static void t_dataset_info_refusals(void)
               strstr(err, "/nonexistent/dataset_info.json"));
 }
 
+/* A row of zt_data_read_row (T positions) = LLaMA-Factory's sample: input_ids[0 .. n-1) and
+ * labels[1 .. n) (-100 -> -1), cut at T, then padding without a target. */
+static int row_is(json_t *ids, json_t *labels, const int32_t *inp, const int32_t *tgt, int T)
+{
+    const int n = (int)ZT_MIN(json_array_size(ids), (size_t)T + 1);
+    for (int t = 0; t < T; t++) {
+        const int32_t y = t < n - 1 ? jid(json_array_get(labels, (size_t)t + 1)) : -1;
+        if ((t < n - 1 && inp[t] != jid(json_array_get(ids, (size_t)t))) || tgt[t] != (y == -100 ? -1 : y)) return 0;
+    }
+    return 1;
+}
+
+/* zt_data_open_pairs: pair g of the epoch, in file order and shuffled, is both rows of one
+ * pair of LLaMA-Factory's (want: chosen ids, labels, rejected ids, labels), each pair once. */
+static int pair_rows(const char *path, const char *what, json_t *const want[4])
+{
+    enum { T = 48 }; /* cuts the longer samples */
+    zt_dataset_t *ds = zt_data_open_pairs((const char *[]){path}, 1, T, 1 << 20, err, sizeof err);
+    const int64_t n = (int64_t)json_array_size(want[0]);
+    if (!ds || zt_data_num_samples(ds) != n || !zt_data_is_pairs(ds)) {
+        printf("\n  %s: zt_data_open_pairs: %s\n", what, ds ? "not one sample per pair" : err);
+        zt_data_close(ds);
+        return 0;
+    }
+    int32_t inp[2 * T], tgt[2 * T];
+    int ok = zt_data_read_row(ds, 0, 0, 0, inp, tgt, NULL, NULL, err, sizeof err) != 0; /* no single rows */
+    char *seen = zt_calloc((size_t)n, 1);
+    for (int shuffle = 0; ok && shuffle < 2; shuffle++) {
+        memset(seen, 0, (size_t)n);
+        for (int64_t g = 0; ok && g < n; g++) {
+            const int64_t p = zt_data_sample_index(ds, g, 1234, shuffle);
+            ok = zt_data_read_pair_rows(ds, g, 1234, shuffle, inp, tgt, NULL, NULL, err, sizeof err) == 0 &&
+                 p >= 0 && p < n && !seen[p]++ &&
+                 row_is(json_array_get(want[0], (size_t)p), json_array_get(want[1], (size_t)p), inp, tgt, T) &&
+                 row_is(json_array_get(want[2], (size_t)p), json_array_get(want[3], (size_t)p), inp + T, tgt + T, T);
+            if (!ok) printf("\n  %s: pair row %lld (shuffle %d, pair %lld) differs\n", what, (long long)g, shuffle,
+                            (long long)p);
+        }
+    }
+    free(seen);
+    zt_data_close(ds);
+    return ok;
+}
+
+/* A preference pairs file (zt_sft_prep with ranking): the root attribute pairs = 1, sample 2i
+ * = chosen i and 2i + 1 = rejected i of LLaMA-Factory's pairwise processor; and the trainer's
+ * zt_data_open refuses it, naming the file. */
+static int same_pairs(const char *path, const char *what, json_t *c)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return printf("\n  %s: %s: not HDF5\n", what, path), 0;
+    int pairs = 0;
+    hid_t a = H5Aexists(f, "pairs") > 0 ? H5Aopen(f, "pairs", H5P_DEFAULT) : -1;
+    if (a >= 0) H5Aread(a, H5T_NATIVE_INT, &pairs), H5Aclose(a);
+    size_t nt, nl, no;
+    int32_t *ti = h5_read(f, "input_ids", H5T_NATIVE_INT32, 4, &nt);
+    int32_t *tl = h5_read(f, "labels", H5T_NATIVE_INT32, 4, &nl);
+    int64_t *off = h5_read(f, "sample_offsets", H5T_NATIVE_INT64, 8, &no);
+    const int segs = H5Lexists(f, "segment_ids", H5P_DEFAULT) > 0;
+    H5Fclose(f);
+    json_t *want[4] = {json_object_get(c, "chosen_input_ids"), json_object_get(c, "chosen_labels"),
+                       json_object_get(c, "rejected_input_ids"), json_object_get(c, "rejected_labels")};
+    const size_t n = json_array_size(want[0]);
+    int ok = ti && tl && off && nt == nl && pairs == 1 && !segs && no == 2 * n + 1;
+    if (!ok) printf("\n  %s: pairs %d, %zu samples, LLaMA-Factory %zu pairs\n", what, pairs, no ? no - 1 : 0, n);
+    for (size_t i = 0; ok && i < n; i++)
+        for (int k = 0; ok && k < 2; k++) {
+            const size_t s = 2 * i + (size_t)k, b = (size_t)off[s], len = (size_t)(off[s + 1] - off[s]);
+            ok = same_ids(k ? "rejected input_ids" : "chosen input_ids", what, i, json_array_get(want[2 * k], i),
+                          ti + b, len) &&
+                 same_ids(k ? "rejected labels" : "chosen labels", what, i, json_array_get(want[2 * k + 1], i),
+                          tl + b, len);
+        }
+    free(ti), free(tl), free(off);
+    zt_dataset_t *ds = zt_data_open((const char *[]){path}, 1, 64, 1 << 20, err, sizeof err);
+    if (ds || !strstr(err, "preference pairs need train.stage = dpo, not available yet") || !strstr(err, path)) {
+        printf("\n  %s: zt_data_open: %s\n", what, ds ? "accepted a pairs file" : err);
+        ok = 0;
+    }
+    zt_data_close(ds);
+    return ok && pair_rows(path, what, want);
+}
+
+/* tests/reference/sft/pairwise/cases.json (make_pairwise_fixtures.py): each "ranking": true
+ * entry through zt_datasets_load and zt_sft_prep, as the trainer makes its file, and the
+ * entries whose names are data.format's (alpaca_pairs, sharegpt_pairs, messages_pairs)
+ * also as data.format with data.ranking (zt-prep-data --format F --ranking) = LLaMA-Factory's
+ * converters and PairwiseDatasetProcessor, every template and cutoff_len. */
+static void t_pairwise(void)
+{
+    json_t *d = load_cases("pairwise/cases.json"), *cs = json_object_get(d, "cases");
+    CU_ASSERT_FATAL(json_array_size(cs) >= 36);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/zt_test_pairs_%d.h5", (int)getpid());
+    size_t i, formats = 0;
+    json_t *c;
+    json_array_foreach(cs, i, c) {
+        const char *name = json_string_value(json_object_get(c, "dataset"));
+        char what[128];
+        snprintf(what, sizeof what, "%s %s cutoff %d", name, json_string_value(json_object_get(c, "template")),
+                 (int)json_integer_value(json_object_get(c, "cutoff_len")));
+        zt_datasets_t ds;
+        int rc = zt_datasets_load(fixture("pairwise"), name, &ds, err, sizeof err);
+        if (rc) printf("\n  %s: %s\n", name, err);
+        CU_ASSERT_FATAL(rc == 0 && ds.n == 1 && ds.v[0].columns.ranking);
+        zt_sft_prep_t p = {.tokenizer = fixture(json_string_value(json_object_get(c, "tokenizer"))),
+                           .template_name = json_string_value(json_object_get(c, "template")),
+                           .cutoff_len = (int)json_integer_value(json_object_get(c, "cutoff_len")),
+                           .columns = &ds.v[0].columns,
+                           .one_dataset = 1};
+        rc = zt_sft_prep(&p, (const char *const *)ds.v[0].files, ds.v[0].nfiles, path, NULL, err, sizeof err);
+        if (rc) printf("\n  %s: %s\n", what, err);
+        CU_ASSERT(rc == 0 && same_pairs(path, what, c));
+        remove(path);
+        /* data.format's fixed names */
+        static const char *const fmts[][2] = {{"alpaca_pairs", "alpaca"}, {"sharegpt_pairs", "sharegpt"},
+                                              {"messages_pairs", "messages"}};
+        for (int k = 0; k < 3; k++) {
+            if (strcmp(name, fmts[k][0]) != 0) continue;
+            p.columns = NULL, p.one_dataset = 0;
+            p.format = fmts[k][1];
+            p.ranking = 1;
+            rc = zt_sft_prep(&p, (const char *const *)ds.v[0].files, 1, path, NULL, err, sizeof err);
+            if (rc) printf("\n  data.format %s: %s\n", what, err);
+            CU_ASSERT(rc == 0 && same_pairs(path, what, c));
+            remove(path);
+            formats++;
+        }
+        zt_datasets_free(&ds);
+    }
+    CU_ASSERT(formats >= 27);
+    json_decref(d);
+}
+
+/* Bad preference records: one line naming the file, the record and the key. */
+static int pair_fails(const char *text, zt_sft_format_t fmt, const char *want)
+{
+    zt_sft_index_t ix;
+    zt_sft_records_t r;
+    int rc = zt_sft_index("bad.json", text, strlen(text), &ix, err, sizeof err);
+    if (rc == 0) rc = zt_sft_parse_range("bad.json", text, strlen(text), &ix, 0, ix.n, zt_sft_columns(fmt, 1), &r, err,
+                                         sizeof err);
+    zt_sft_index_free(&ix);
+    return refused(rc, &r, text, want);
+}
+
+static void t_pairwise_refusals(void)
+{
+    /* alpaca */
+    CU_ASSERT(pair_fails("[{\"instruction\": \"q\", \"rejected\": \"b\"}]", ZT_SFT_ALPACA,
+                         "bad.json: record 0: chosen: missing"));
+    CU_ASSERT(pair_fails("{\"instruction\": \"q\", \"chosen\": \"a\", \"rejected\": \"b\"}\n"
+                         "{\"instruction\": \"q\", \"chosen\": \"a\"}\n",
+                         ZT_SFT_ALPACA, "bad.json: record 1 (line 2): rejected: missing"));
+    CU_ASSERT(pair_fails("[{\"instruction\": \"q\", \"chosen\": \"\", \"rejected\": \"b\"}]", ZT_SFT_ALPACA,
+                         "record 0: chosen: empty: a preference pair needs both answers"));
+    CU_ASSERT(pair_fails("[{\"instruction\": \"q\", \"chosen\": \"a\", \"rejected\": \"\"}]", ZT_SFT_ALPACA,
+                         "record 0: rejected: empty"));
+    CU_ASSERT(pair_fails("[{\"instruction\": \"q\", \"chosen\": \"a\", \"rejected\": null}]", ZT_SFT_ALPACA,
+                         "record 0: rejected: not a string"));
+    CU_ASSERT(pair_fails("[{\"instruction\": \"q\", \"chosen\": \"a\", \"rejected\": \"b\"}, "
+                         "{\"instruction\": \"q\", \"chosen\": \"same\", \"rejected\": \"same\"}]",
+                         ZT_SFT_ALPACA, "record 1: chosen and rejected are the same answer"));
+    CU_ASSERT(pair_fails("[{\"instruction\": \"q\", \"chosen\": {\"from\": \"gpt\", \"value\": \"a\"}, "
+                         "\"rejected\": \"b\"}]", ZT_SFT_ALPACA, "record 0: chosen: not a string"));
+    /* sharegpt / messages: the prompt ends with the user's turn, the answers are the assistant's */
+    CU_ASSERT(pair_fails("[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}, {\"from\": \"gpt\", "
+                         "\"value\": \"a\"}], \"chosen\": {\"from\": \"gpt\", \"value\": \"a\"}, "
+                         "\"rejected\": {\"from\": \"gpt\", \"value\": \"b\"}}]",
+                         ZT_SFT_SHAREGPT, "record 0: conversations: ends with a 'gpt' turn: a preference pair's "
+                                          "prompt ends with the 'human' turn"));
+    CU_ASSERT(pair_fails("[{\"conversations\": [{\"from\": \"gpt\", \"value\": \"q\"}], \"chosen\": {\"from\": "
+                         "\"gpt\", \"value\": \"a\"}, \"rejected\": {\"from\": \"gpt\", \"value\": \"b\"}}]",
+                         ZT_SFT_SHAREGPT, "record 0: conversations[0].from: 'gpt' where 'human' is expected"));
+    CU_ASSERT(pair_fails("[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}], \"chosen\": {\"from\": "
+                         "\"human\", \"value\": \"a\"}, \"rejected\": {\"from\": \"gpt\", \"value\": \"b\"}}]",
+                         ZT_SFT_SHAREGPT, "record 0: chosen.from: 'human' where 'gpt' is expected"));
+    CU_ASSERT(pair_fails("[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}], \"chosen\": {\"from\": "
+                         "\"gpt\", \"value\": \"a\"}, \"rejected\": {\"from\": \"function_call\", \"value\": \"b\"}}]",
+                         ZT_SFT_SHAREGPT, "record 0: rejected.from: 'function_call': tool turns are not supported"));
+    CU_ASSERT(pair_fails("[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}], \"chosen\": \"a\", "
+                         "\"rejected\": {\"from\": \"gpt\", \"value\": \"b\"}}]",
+                         ZT_SFT_SHAREGPT, "record 0: chosen: not a turn"));
+    CU_ASSERT(pair_fails("[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}], \"chosen\": {\"from\": "
+                         "\"gpt\", \"value\": \"a\"}}]", ZT_SFT_SHAREGPT, "record 0: rejected: missing"));
+    CU_ASSERT(pair_fails("[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}], \"chosen\": {\"from\": "
+                         "\"gpt\"}, \"rejected\": {\"from\": \"gpt\", \"value\": \"b\"}}]",
+                         ZT_SFT_SHAREGPT, "record 0: chosen.value: missing"));
+    CU_ASSERT(pair_fails("[{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}], \"chosen\": {\"from\": "
+                         "\"gpt\", \"value\": \"\"}, \"rejected\": {\"from\": \"gpt\", \"value\": \"b\"}}]",
+                         ZT_SFT_SHAREGPT, "record 0: chosen: empty"));
+    CU_ASSERT(pair_fails("[{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"chosen\": {\"role\": "
+                         "\"assistant\", \"content\": \"x\"}, \"rejected\": {\"role\": \"assistant\", \"content\": "
+                         "\"x\"}}]", ZT_SFT_MESSAGES, "record 0: chosen and rejected are the same answer"));
+    CU_ASSERT(pair_fails("[{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"chosen\": {\"role\": "
+                         "\"user\", \"content\": \"x\"}, \"rejected\": {\"role\": \"assistant\", \"content\": "
+                         "\"y\"}}]", ZT_SFT_MESSAGES, "record 0: chosen.role: 'user' where 'assistant' is expected"));
+    /* dataset_info.json entries */
+    static const char *const refused[][2] = {
+        {"ranked_unmapped", "pairwise/dataset_info.json: ranked_unmapped: columns.chosen: not mapped: a ranking "
+                            "dataset's pairs need their chosen and rejected answers"},
+        {"ranked_no_rejected", "ranked_no_rejected: columns.rejected: not mapped"},
+        {"chosen_unranked", "chosen_unranked: columns.chosen: read only with \"ranking\": true"},
+        {"ranking_string", "ranking_string: ranking: not true or false"},
+        {"kto", "kto: columns.kto_tag: KTO's preference data: KTO training is not available"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        zt_datasets_t ds;
+        const int rc = zt_datasets_load(fixture("pairwise"), refused[i][0], &ds, err, sizeof err);
+        if (rc == 0) zt_datasets_free(&ds);
+        if (rc == 0 || !strstr(err, refused[i][1])) printf("\n  %s: '%s'\n", refused[i][0], rc ? err : "accepted");
+        CU_ASSERT(rc != 0 && strstr(err, refused[i][1]) && !strchr(err, '\n'));
+    }
+    /* what LLaMA-Factory's pairwise processor does not read: refused, not ignored */
+    const char *dir = fixture("tok/qwen");
+    zt_tokenizer_t *tok = zt_tokenizer_load(dir, err, sizeof err);
+    CU_ASSERT_FATAL(tok != NULL);
+    static const char *const opt[] = {"packing", "train_on_prompt", "mask_history", "packing"};
+    for (int k = 0; k < 4; k++) {
+        zt_sft_opts_t o = {.tpl = zt_template_find("qwen"), .cutoff_len = 64, .ranking = 1, .packing = k == 0,
+                           .train_on_prompt = k == 1, .mask_history = k == 2, .neat_packing = k == 3};
+        zt_sft_records_t r = {0};
+        zt_sft_samples_t s;
+        CU_ASSERT(zt_sft_build(&o, tok, &r, &s, err, sizeof err) != 0 && strstr(err, opt[k]) &&
+                  strstr(err, "not for preference pairs"));
+    }
+    zt_tokenizer_close(tok);
+    /* a pairs file is whole pairs */
+    const int32_t ids[3] = {1, 2, 3};
+    const int64_t off[4] = {0, 1, 2, 3};
+    CU_ASSERT(zt_data_write_pairs_h5("/tmp/zt_test_odd_pairs.h5", ids, ids, 3, off, 3, 10, 0, "hf", err, sizeof err) !=
+                  0 && strstr(err, "3 samples: not whole preference pairs"));
+    /* and only a pairs file is read as pairs */
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/zt_test_sft_%d.h5", (int)getpid());
+    CU_ASSERT_FATAL(zt_data_write_sft_h5(path, ids, ids, NULL, 3, off, 3, 10, 0, "hf", err, sizeof err) == 0);
+    zt_dataset_t *ds = zt_data_open_pairs((const char *[]){path}, 1, 8, 10, err, sizeof err);
+    CU_ASSERT(ds == NULL && strstr(err, path) && strstr(err, "not a preference pairs file"));
+    zt_data_close(ds);
+    remove(path);
+}
+
 /* numpy's own numbers (numpy 2.4.6): np.random.seed(42); np.random.permutation(10);
  * np.random.choice(10, 5) — and permutation(100000)[:5], whose draws are rejected above
  * a 17-bit mask */
@@ -593,6 +850,8 @@ static const zt_test_t tests[] = {
     {"numpy's legacy permutation and choice", t_np_random},
     {"dataset_info.json entries = LLaMA-Factory's samples, every mapping", t_dataset_info},
     {"dataset_info.json: what ztrain cannot serve, one line naming entry and field", t_dataset_info_refusals},
+    {"preference pairs = LLaMA-Factory's pairwise samples, dataset_info and data.format", t_pairwise},
+    {"preference pairs: bad records, entries and options refused in one line", t_pairwise_refusals},
     {NULL, NULL},
 };
 
