@@ -797,13 +797,13 @@ static int write_index(const char *path, const zt_ckpt_meta_t *m, const char *cf
 
 /* ---- publishing ------------------------------------------------------------------- */
 
-/* "ckpt-<step>.onebit.h5": 1-bit Adam's error feedback of that checkpoint (see below) */
+/* "onebit-<step>.h5": 1-bit Adam's error feedback of that checkpoint (see below) */
 static long onebit_name_step(const char *name)
 {
     long step;
     int n = 0;
-    if (sscanf(name, "ckpt-%ld%n", &step, &n) != 1 || step < 0) return -1;
-    return strcmp(name + n, ".onebit.h5") ? -1 : step;
+    if (sscanf(name, "onebit-%ld%n", &step, &n) != 1 || step < 0) return -1;
+    return strcmp(name + n, ".h5") ? -1 : step;
 }
 
 static int cmp_long_desc(const void *a, const void *b)
@@ -1506,7 +1506,7 @@ static zt_io_seg_t *trainable_segments(const zt_param_table_t *t, const zt_io_se
 
 /* ---- 1-bit Adam's error feedback ----------------------------------------------------
  * Each rank's worker and server errors (zt_onebit.h) are its own and mean something only
- * at the world size that made them: "<dir>/ckpt-<step>.onebit.h5" holds, per trainable
+ * at the world size that made them: "<dir>/onebit-<step>.h5" holds, per trainable
  * tensor, /worker_error/<name> (world, padded size) and /server_error/<name> (world,
  * chunk), row r rank r's, written collectively before the checkpoint is published (a
  * published checkpoint has its errors) and removed with it by keep_last. A resume at the
@@ -1607,7 +1607,7 @@ int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text,
         if (rank == 0) rc = zt_mkdir_p(dir, err, errlen);
         if (agree(comm->world.comm, rc, err, errlen)) return -1;
         char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/ckpt-%08ld.onebit.h5", dir, meta->step);
+        snprintf(p, sizeof p, "%s/onebit-%08ld.h5", dir, meta->step);
         if (onebit_io(p, 1, s, t, comm->world.comm, err, errlen)) return -1;
     }
     int n = zt_shard_io_segments(s, 1, &segs), kept;
@@ -1647,7 +1647,7 @@ int zt_ckpt_load(const char *path, zt_ckpt_meta_t *meta, int weights_only, zt_sh
             if (slash) *slash = 0;
             else snprintf(dir, sizeof dir, ".");
         }
-        snprintf(p, sizeof p, "%s/ckpt-%08ld.onebit.h5", dir, meta->step);
+        snprintf(p, sizeof p, "%s/onebit-%08ld.h5", dir, meta->step);
         if (onebit_io(p, 0, s, t, comm->world.comm, why, sizeof why) != 0) {
             zt_shard_onebit_reset(s);
             zt_log("1-bit Adam: error feedback not restored (%s): worker and server errors restart from zero", why);
