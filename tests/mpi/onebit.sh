@@ -1,6 +1,7 @@
 #!/bin/sh
 # onebit.sh — DeepSpeed's 1-bit Adam (optim.type = onebit_adam).
-# 1. The shard engine on given gradients (tests/mpi/onebit_test) at 1, 2 and 4 ranks,
+# 1. The shard engine on given gradients (tests/mpi/onebit_test, clipped to norm 0.5: the
+#    batch gradient's norm in the warm-up, each rank's own after) at 1, 2 and 4 ranks,
 #    3 warm-up steps then 5 compressed ones, equals a float64 replay of DeepSpeed's
 #    algorithm (tests/reference/onebit_replay.py) to float rounding; resumed from a
 #    checkpoint taken in the compressed stage it ends bit-identical.

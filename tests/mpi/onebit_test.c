@@ -4,7 +4,9 @@
  * A tiny GPT-2 table under ddp on every rank of the world. Step k's gradient of rank r
  * is G(param, element, r, k) (below, exact in fp32: a small integer over 65536), written
  * into the engine's unit gradients as G / world, the rank's share of the mean the
- * all-reduce forms, as the train loop's loss scaling makes it. No clipping. Rank 0
+ * all-reduce forms, as the train loop's loss scaling makes it. Clipped to norm 0.5 as the
+ * train loop clips (zt_clip_scale of the norm finish_grads returns: the batch gradient's
+ * in the warm-up, each rank's own after the freeze). Rank 0
  * writes OUTDIR/params.txt (name numel decay, one per trainable tensor, in table order),
  * OUTDIR/init.bin and OUTDIR/final.bin (float32 values, tensors concatenated in that
  * order); tests/reference/onebit_replay.py replays DeepSpeed's algorithm on the same
@@ -12,6 +14,7 @@
  * RESUME_AT: the run saves a checkpoint after that step, a second engine loads it and
  * runs the remaining steps; OUTDIR/resumed.bin holds its final values, which must equal
  * final.bin bit for bit (error feedback restored). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,7 @@
 #include "zt_arch.h"
 #include "zt_ckpt.h"
 #include "zt_common.h"
+#include "zt_optim.h"
 #include "zt_shard.h"
 
 /* the test's gradient: an integer in [-1000, 1000] over 65536 (the replay's too) */
@@ -42,9 +46,9 @@ static void step(zt_shard_t *s, const zt_param_table_t *t, int rank, int world, 
                 g[t->params[p].offset + j] = grad_of(p, j, rank, k) / (float)world;
         zt_shard_grads_ready(s, u);
     }
-    zt_shard_finish_grads(s);
+    const double norm = sqrt(zt_shard_finish_grads(s));
     zt_adamw_hp_t hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
-                        .grad_scale = 1.0f, .step = k};
+                        .grad_scale = (float)zt_clip_scale(norm, 0.5), .step = k};
     zt_shard_optimizer_step(s, &hp);
 }
 

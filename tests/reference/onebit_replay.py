@@ -11,6 +11,9 @@ deepspeed/runtime/comm/nccl.py (NcclBackend.compressed_allreduce); only numpy:
       exp_avg = compressed_allreduce(exp_avg) when world > 1; exp_avg *= exp_avg_mask
   update = exp_avg / (sqrt(exp_avg_sq) + eps) ; update += wd p ; p += -lr update
   (no bias correction in either stage).
+Gradient clipping to MAX_NORM as DeepSpeed's fp32 engine does it (clip_fp32_gradients before
+step()): the averaged gradient's norm in the warm-up, each rank's own gradient's norm after
+the freeze (the backward all-reduce is off), scale min(1, max / (norm + 1e-6)).
 
 Two choices, the same in ztrain: exp_avg_mask is (exp_avg_sq != 0) (DeepSpeed takes it from
 the user); DeepSpeed's very first step() call only allocates its buffers and updates
@@ -26,7 +29,7 @@ import sys
 import numpy as np
 
 M64 = (1 << 64) - 1
-LR, B1, B2, EPS, WD = 1e-3, 0.9, 0.95, 1e-8, 0.1
+LR, B1, B2, EPS, WD, MAX_NORM = 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.5
 
 
 def grad_of(param, n, rank, step):
@@ -88,6 +91,16 @@ def main(d, world, steps, freeze):
     assert init.size == sum(sizes) == final.size, (init.size, sum(sizes), final.size)
     lr, b1, b2, eps, wd = f32(LR), f32(B1), f32(B2), f32(EPS), f32(WD)
     off = np.cumsum([0] + sizes)
+    grads = {(i, r, k): grad_of(i, sizes[i], r, k) for i in range(len(sizes)) for r in range(world)
+             for k in range(1, steps + 1)}
+    clip = {}   # (rank, step) -> the factor the rank's gradient is scaled by
+    for k in range(1, steps + 1):
+        for r in range(world):
+            if k <= freeze:
+                sq = sum(np.sum((sum(grads[(i, q, k)] for q in range(world)) / world) ** 2) for i in range(len(sizes)))
+            else:
+                sq = sum(np.sum(grads[(i, r, k)] ** 2) for i in range(len(sizes)))
+            clip[(r, k)] = min(1.0, MAX_NORM / (np.sqrt(sq) + 1e-6))
     worst, worst_name = 0.0, ""
     for i, (name, numel, decay) in enumerate(params):
         n = int(numel)
@@ -98,7 +111,7 @@ def main(d, world, steps, freeze):
         we = [np.zeros(padded(n, world)) for _ in range(world)]
         se = [np.zeros(padded(n, world) // world) for _ in range(world)]
         for k in range(1, steps + 1):
-            g = [grad_of(i, n, r, k) for r in range(world)]
+            g = [grads[(i, r, k)] * clip[(r, k)] for r in range(world)]
             if k <= freeze:
                 gm = sum(g) / world
                 m = [b1 * m[0] + (1 - b1) * gm] * world
