@@ -35,6 +35,10 @@ size_t zt_onebit_padded(size_t numel, int n);
  * all-to-all n B, sign all-gather n B, two scale all-gathers 4 n T; B = sum Np / (8 n)) */
 double zt_onebit_traffic(const size_t *numel, int ntensors, int n);
 
+/* Bytes of a set's error feedback on n ranks: worker errors (padded sizes) and server
+ * errors (their chunks); 0 with one rank */
+size_t zt_onebit_state_bytes(const size_t *numel, int ntensors, int n);
+
 typedef struct zt_onebit_set zt_onebit_set_t;
 
 /* A set of ntensors tensors of numel[i] elements exchanged over group g (n = g->size

@@ -48,6 +48,16 @@ double zt_onebit_traffic(const size_t *numel, int ntensors, int n)
     return 2.0 * n * B + 2.0 * 4.0 * n * ntensors;
 }
 
+size_t zt_onebit_state_bytes(const size_t *numel, int ntensors, int n)
+{
+    size_t b = 0;
+    for (int i = 0; n > 1 && i < ntensors; i++) {
+        const size_t np = zt_onebit_padded(numel[i], n);
+        b += (np + np / (size_t)n) * sizeof(float);
+    }
+    return b;
+}
+
 zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_group_t *g)
 {
     zt_onebit_set_t *s = zt_calloc(1, sizeof *s);

@@ -591,6 +591,9 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
             size_t *numel = zt_malloc((size_t)u->noseg * sizeof *numel);
             for (int i = 0; i < u->noseg; i++) numel[i] = u->oseg[i].len;
             u->onebit = zt_onebit_set_create(numel, u->noseg, s->rg);
+            /* host memory beside m and v, counted with them */
+            s->mem.optim += zt_onebit_state_bytes(numel, u->noseg, s->rg ? s->rg->size : 1);
+            s->mem_peak.optim = s->mem.optim;
             free(numel);
         }
         if (opts->layout == ZT_LAYOUT_PER_PARAM && s->n > 1 && u->lay.packed > s->pack_tmp_n)
@@ -1252,6 +1255,14 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
         if (host_grads) out->host += S * 4;
         if (off) out->host += S * 12;
         else out->optim += S * ob;
+        if (o->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
+            /* 1-bit Adam's error feedback (ddp: replica_n ranks exchange) */
+            const int f = t->unit_first[ui], c = t->unit_count[ui];
+            size_t *numel = zt_malloc((size_t)(c > 0 ? c : 1) * sizeof *numel);
+            for (int i = 0; i < c; i++) numel[i] = t->params[f + i].numel;
+            out->optim += zt_onebit_state_bytes(numel, c, replica_n);
+            free(numel);
+        }
         largest_t = ZT_MAX(largest_t, P);
         owned = ZT_MAX(owned, S);
         if (ui == t->root_unit) root_P = P;

@@ -7,7 +7,8 @@
 #    checkpoint taken in the compressed stage it ends bit-identical.
 # 2. A training run: after the freeze no gradient all-reduce, and the compressed bytes
 #    (all-to-all of sign bits, all-gathers of sign bits and scales, through zt_comm)
-#    equal the formula per step; the refusals.
+#    equal the formula per step, and the optimizer memory (estimated and measured) is m, v
+#    and the error buffers; the refusals.
 . "$(dirname "$0")/common.sh"
 VPY=${ZT_VENV:-$HOME/.cache/ztrain-venv}/bin/python
 "$VPY" -c "import numpy" 2>/dev/null || VPY=${PYTHON3:-/usr/bin/python3}
@@ -41,9 +42,14 @@ q = n * (n * 8 // __import__("math").gcd(n, 8))
 B = sum((s + q - 1) // q * q // n // 8 for s in sizes)     # sign bytes of one rank's chunks
 want = {"all_reduce": 0, "all_to_all": n * B, "all_gather": n * B + 2 * 4 * n * len(sizes)}
 fp32 = 4 * sum(sizes)
-steps = [json.loads(l) for l in open(path)]
-steps = [r for r in steps if "loss" in r and "comm" in r]
+recs = [json.loads(l) for l in open(path)]
+steps = [r for r in recs if "loss" in r and "comm" in r]
 bad = []
+# optimizer memory: m and v, plus the error feedback (worker: padded size, server: its chunk)
+opt = 8 * sum(sizes) + sum(4 * ((s + q - 1) // q * q) * (n + 1) // n for s in sizes)
+for key, rec in (("memory_estimate", recs[0]), ("memory_measured", recs[-1])):
+    if rec.get(key, {}).get("optimizer") != opt:
+        bad.append(f"{key} optimizer {rec.get(key, {}).get('optimizer')} bytes, formula {opt}")
 for r in steps:
     for kind, w in want.items():
         got = r["comm"][kind]["bytes"]
