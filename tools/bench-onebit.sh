@@ -25,8 +25,9 @@ import json, sys
 def run(path):
     recs = [json.loads(l) for l in open(path)]
     val = [r["val_loss"] for r in recs if "val_loss" in r][-1]
-    last = [r for r in recs if "comm" in r][-1]["comm"]
-    return val, sum(last[k]["bytes"] for k in ("all_reduce", "all_to_all", "all_gather"))
+    logged = [r for r in recs if "comm" in r]     # counters of a logging window
+    last, steps = logged[-1]["comm"], logged[-1]["step"] - logged[-2]["step"]
+    return val, sum(last[k]["bytes"] for k in ("all_reduce", "all_to_all", "all_gather")) / steps
 (va, ba), (vo, bo) = run(sys.argv[1]), run(sys.argv[2])
 print(f"AdamW       final validation loss {va:.4f}, {ba:.0f} gradient bytes a step")
 print(f"1-bit Adam  final validation loss {vo:.4f}, {bo:.0f} bytes a step after the freeze "
