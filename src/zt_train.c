@@ -1546,6 +1546,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     r->config_text = zt_config_to_string(cfg);
     startup_report(r);
     if (why[0]) zt_log("strategy auto -> %s: %s", zt_strategy_name(st), why);
+    if (r->plan.optimizer == ZT_OPTIM_ONEBIT_ADAM)
+        zt_log("optim.type = onebit_adam: Adam without bias correction for %ld steps, then the variance frozen and "
+               "the momentum exchanged as sign bits and scales (DeepSpeed's 1-bit Adam)", r->plan.freeze_step);
     if (r->plan.offload_param != ZT_OFFLOAD_NONE && !zt_strategy_shards_params(st))
         zt_log("parallel.offload_param = cpu has no effect: %s keeps parameters whole on every rank",
                zt_strategy_name(st));

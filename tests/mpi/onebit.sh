@@ -31,6 +31,7 @@ common="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_
 for np in 2 3; do
     # shellcheck disable=SC2086
     run_ztrain "$np" $common train.output_dir="acc-$np" >/dev/null
+    assert_contains "$ZT_OUT" "optim.type = onebit_adam: Adam without bias correction for 2 steps"
     "$VPY" - "acc-$np/metrics.jsonl" "$np" 2 <<'PY' || fail "1-bit Adam's bytes at $np ranks differ from the formula"
 import json, sys
 # tiny.cfg's GPT-2: V 257, C 32, context 32, 2 blocks; every tensor exchanged on its own
