@@ -149,8 +149,8 @@ int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_s
     if (p->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
         if (p->strategy != ZT_DDP)
             return zt_err(err, errlen, "optim.type = onebit_adam runs with parallel.strategy = ddp only, not %s "
-                          "(the compressed exchange replaces ddp's gradient all-reduce; sharded optimizer states "
-                          "are not implemented)", p->strategy == ZT_STRATEGY_AUTO ? "auto" : zt_strategy_name(p->strategy));
+                          "(every rank needs the whole momentum and its own full-size error feedback: the state a "
+                          "zero strategy shards; see doc/user-guide.md, 1-bit Adam)", p->strategy == ZT_STRATEGY_AUTO ? "auto" : zt_strategy_name(p->strategy));
         if (tp > 1 || sp > 1)
             return zt_err(err, errlen, "optim.type = onebit_adam needs parallel.tensor_parallel_size = 1 and "
                           "parallel.sequence_parallel_size = 1 (tp and sp ranks hold parts of one gradient, "
