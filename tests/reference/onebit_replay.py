@@ -17,9 +17,9 @@ the freeze (the backward all-reduce is off), scale min(1, max / (norm + 1e-6)).
 
 Two choices, the same in ztrain: exp_avg_mask is (exp_avg_sq != 0) (DeepSpeed takes it from
 the user); DeepSpeed's very first step() call only allocates its buffers and updates
-nothing, which ztrain does not copy (its step 1 is an Adam step), so the replay's step k is
-DeepSpeed's call k + 1 with the freeze at the same step (DeepSpeed compresses from call
-freeze_step + 1).
+nothing, which ztrain does not copy: its step 1 is an Adam step. Both compress from training
+step freeze_step + 1, so ztrain (and this replay) take freeze_step warm-up updates where
+DeepSpeed takes freeze_step - 1.
 
 DIR holds params.txt (name numel decay), init.bin and final.bin (float32, tensors in that
 order). Exit 1 when any parameter differs from the replay by more than float rounding."""
