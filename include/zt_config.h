@@ -109,6 +109,8 @@ typedef struct zt_config {
         double weight_decay;
         double adam_beta1, adam_beta2, adam_epsilon;
         double max_grad_norm;   /* 0 = no clipping */
+        zt_optimizer_t type;    /* adamw | onebit_adam */
+        long freeze_step;       /* onebit_adam: uncompressed warm-up steps (DeepSpeed's freeze_step) */
     } optim;
     struct {
         zt_strategy_t strategy; /* ddp|zero0|no_shard|zero1|zero2|shard_grad_op|zero3|full_shard|hybrid_shard|hybrid_shard_zero2|auto */

@@ -26,6 +26,7 @@ typedef enum { ZT_LAYOUT_FLAT = 0, ZT_LAYOUT_PER_PARAM = 1 } zt_layout_t;     /*
 typedef enum { ZT_SP_ULYSSES = 0, ZT_SP_RING = 1 } zt_sp_mode_t;              /* parallel.sp_mode */
 typedef enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU = 1 } zt_offload_t;       /* parallel.offload_* */
 typedef enum { ZT_PREC_FP32 = 0, ZT_PREC_BF16 = 1, ZT_PREC_FP16 = 2 } zt_precision_t;
+typedef enum { ZT_OPTIM_ADAMW = 0, ZT_OPTIM_ONEBIT_ADAM = 1 } zt_optimizer_t;  /* optim.type */
 
 /* Parameters, gradients, optimizer state sharded between steps? (ZT_STRATEGY_AUTO: no) */
 int zt_strategy_shards_params(zt_strategy_t s);
@@ -55,6 +56,8 @@ typedef struct zt_parallel_plan {
     zt_precision_t reduce_dtype; /* gradients communicated and reduced */
     int matmul;                 /* ZT_MATMUL_* (zt_backend.h): train.matmul_precision resolved */
     int gen_quantum;            /* generation pads a sequence to a multiple of this */
+    zt_optimizer_t optimizer;   /* AdamW, or 1-bit Adam (its momentum exchange spans the dp ranks) */
+    long freeze_step;           /* 1-bit Adam: steps of plain Adam before the compressed stage */
 } zt_parallel_plan_t;
 
 struct zt_config;

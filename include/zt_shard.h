@@ -56,6 +56,9 @@ typedef struct zt_shard_opts {
     int offload_optim;      /* fp32 master, Adam moments and the AdamW step in host memory */
     int offload_param;      /* + parameter shards in host memory (parameter-sharding strategies) */
     uint64_t seed;          /* for initialization */
+    zt_optimizer_t optimizer; /* AdamW, or 1-bit Adam (ddp only, zt_onebit.h): its steps after
+                               * freeze_step reduce no gradients and exchange the momentum */
+    long freeze_step;
 } zt_shard_opts_t;
 
 typedef struct zt_shard zt_shard_t;
@@ -90,7 +93,12 @@ void zt_shard_grads_ready(zt_shard_t *s, int unit);
  * gradients are first rounded to fp16, so a (loss-scaled) value past 65504 turns
  * into Inf and the norm into Inf, whatever the world size and reduce dtype. */
 double zt_shard_finish_grads(zt_shard_t *s);
-/* AdamW on the owned shard, then whatever re-gather the strategy needs. */
+/* AdamW on the owned shard, then whatever re-gather the strategy needs.
+ * 1-bit Adam (opts.optimizer): steps 1 .. freeze_step are its warm-up on the all-reduced
+ * gradients; later ones update the momentum with this rank's own gradient (its share of
+ * the batch gradient times the replicas, so that their mean is the batch gradient),
+ * exchange it compressed and leave v frozen. There finish_grads returns this rank's own
+ * squared norm of that gradient, so clipping is per rank, as in DeepSpeed's fp32 engine. */
 typedef struct zt_adamw_hp {
     float lr, beta1, beta2, eps, weight_decay, grad_scale;
     long step;  /* 1-based */
@@ -156,6 +164,13 @@ void zt_shard_set_adam_step(zt_shard_t *s, long t);
 /* After the checkpoint reader filled the read segments: re-derive working copies
  * (a frozen unit's replicated copy is re-gathered from the owned parts). */
 void zt_shard_after_load(zt_shard_t *s);
+
+/* 1-bit Adam's error feedback for checkpoints: unit ui's parameter i (i-th trainable
+ * tensor of the unit): worker error (padded size) and server error (this rank's chunk);
+ * NULL with len 0 without 1-bit Adam or with one replica. */
+float *zt_shard_onebit_error(zt_shard_t *s, int ui, int i, int server, size_t *len);
+/* zeroes every error buffer (a resume that cannot restore them) */
+void zt_shard_onebit_reset(zt_shard_t *s);
 
 /* Parameter L2 norm over the world, for tests and logs. */
 double zt_shard_param_sumsq(zt_shard_t *s);

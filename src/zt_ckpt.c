@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "zt_common.h"
+#include "zt_log.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -796,6 +797,15 @@ static int write_index(const char *path, const zt_ckpt_meta_t *m, const char *cf
 
 /* ---- publishing ------------------------------------------------------------------- */
 
+/* "onebit-<step>.h5": 1-bit Adam's error feedback of that checkpoint (see below) */
+static long onebit_name_step(const char *name)
+{
+    long step;
+    int n = 0;
+    if (sscanf(name, "onebit-%ld%n", &step, &n) != 1 || step < 0) return -1;
+    return strcmp(name + n, ".h5") ? -1 : step;
+}
+
 static int cmp_long_desc(const void *a, const void *b)
 {
     long x = *(const long *)a, y = *(const long *)b;
@@ -817,6 +827,7 @@ static void apply_keep_last(const char *dir, int keep_last, const char *keep_nam
     rewinddir(dp);
     while ((e = readdir(dp))) {
         long s = ckpt_name_step(e->d_name);
+        if (s < 0) s = onebit_name_step(e->d_name); /* goes with its checkpoint */
         if (s < 0 || !strcmp(e->d_name, keep_name)) continue;
         int rank = 0;   /* how many checkpoints are newer */
         while (rank < n && steps[rank] > s) rank++;
@@ -1493,13 +1504,113 @@ static zt_io_seg_t *trainable_segments(const zt_param_table_t *t, const zt_io_se
     return out;
 }
 
+/* ---- 1-bit Adam's error feedback ----------------------------------------------------
+ * Each rank's worker and server errors (zt_onebit.h) are its own and mean something only
+ * at the world size that made them: "<dir>/onebit-<step>.h5" holds, per trainable
+ * tensor, /worker_error/<name> (world, padded size) and /server_error/<name> (world,
+ * chunk), row r rank r's, written collectively before the checkpoint is published (a
+ * published checkpoint has its errors) and removed with it by keep_last. A resume at the
+ * same world size restores them (bit-exact continuation); otherwise they restart from
+ * zero with a line in the log, which DeepSpeed does on every resume. */
+
+static int onebit_has_state(zt_shard_t *s, const zt_param_table_t *t)
+{
+    size_t len;
+    for (int u = 0; u < t->nunits; u++)
+        if (zt_shard_onebit_error(s, u, 0, 0, &len)) return 1;
+    return 0;
+}
+
+/* writing: every error buffer into the file's rows; reading: from them. Returns 0, or -1
+ * with err (a missing file, another world size or shape, an I/O failure). Collective. */
+static int onebit_io(const char *path, int writing, zt_shard_t *s, const zt_param_table_t *t, MPI_Comm comm,
+                     char *err, size_t errlen)
+{
+    int rank, size, rc = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    if (!writing && !exists(path)) return zt_err(err, errlen, "%s: not found", path);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+    hid_t f = writing ? H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (f < 0) return agree(comm, zt_err(err, errlen, "%s: cannot %s", path, writing ? "create" : "open"), err, errlen);
+    int64_t w = size;
+    if (writing) {
+        rc = attr_i64(f, "world_size", size);
+        static const char *groups[2] = {"worker_error", "server_error"};
+        for (int k = 0; k < 2 && !rc; k++) {
+            hid_t g = H5Gcreate2(f, groups[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            rc = g < 0 ? -1 : 0;
+            if (g >= 0) H5Gclose(g);
+        }
+        if (rc) zt_err(err, errlen, "%s: writing metadata failed", path);
+    } else if (attr_get_i64(f, "world_size", &w) || w != size) {
+        rc = zt_err(err, errlen, "%s: saved at %lld ranks, not %d", path, (long long)w, size);
+    }
+    rc = agree(comm, rc, err, errlen);
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    for (int u = 0; u < t->nunits && !rc; u++)
+        for (int i = 0; i < t->unit_count[u] && !rc; i++)
+            for (int server = 0; server < 2 && !rc; server++) {
+                size_t len;
+                float *buf = zt_shard_onebit_error(s, u, i, server, &len);
+                if (!buf) continue; /* alike on every rank */
+                char dp[256];
+                snprintf(dp, sizeof dp, "%s/%s", server ? "server_error" : "worker_error",
+                         t->params[t->unit_first[u] + i].name);
+                hsize_t dims[2] = {(hsize_t)size, len}, st[2] = {(hsize_t)rank, 0}, cnt[2] = {1, len};
+                hid_t fs = H5Screate_simple(2, dims, NULL), d;
+                if (writing) {
+                    d = H5Dcreate2(f, dp, H5T_IEEE_F32LE, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+                } else {
+                    d = H5Dopen2(f, dp, H5P_DEFAULT);
+                    hid_t ds = d >= 0 ? H5Dget_space(d) : -1;
+                    hsize_t got[2] = {0, 0};
+                    if (ds < 0 || H5Sget_simple_extent_ndims(ds) != 2 || H5Sget_simple_extent_dims(ds, got, NULL) < 0 ||
+                        got[0] != dims[0] || got[1] != dims[1])
+                        rc = zt_err(err, errlen, "%s: %s missing or not (%d, %zu)", path, dp, size, len);
+                    if (ds >= 0) H5Sclose(ds);
+                }
+                if (d < 0 && !rc) rc = zt_err(err, errlen, "%s: cannot %s %s", path, writing ? "create" : "open", dp);
+                rc = agree(comm, rc, err, errlen);
+                if (!rc) {
+                    hid_t ms = H5Screate_simple(2, cnt, NULL);
+                    H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
+                    herr_t e = writing ? H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf)
+                                       : H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf);
+                    if (e < 0) rc = zt_err(err, errlen, "%s: %s %s failed", path, writing ? "writing" : "reading", dp);
+                    H5Sclose(ms);
+                }
+                if (d >= 0) H5Dclose(d);
+                H5Sclose(fs);
+                rc = agree(comm, rc, err, errlen);
+            }
+    H5Pclose(dxpl);
+    if (H5Fclose(f) < 0 && !rc) rc = zt_err(err, errlen, "%s: close failed", path);
+    rc = agree(comm, rc, err, errlen);
+    if (writing && !rc && rank == 0 && zt_fsync_path(path) != 0)
+        rc = zt_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+    return agree(comm, rc, err, errlen);
+}
+
 int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text, int sharded,
                  int keep_last, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, char *err,
                  size_t errlen)
 {
     zt_io_seg_t *segs = NULL;
-    int n = zt_shard_io_segments(s, 1, &segs), kept;
     meta->adam_step = zt_shard_adam_step(s);
+    if (onebit_has_state(s, t)) {
+        int rank = 0, rc = 0;
+        MPI_Comm_rank(comm->world.comm, &rank);
+        if (rank == 0) rc = zt_mkdir_p(dir, err, errlen);
+        if (agree(comm->world.comm, rc, err, errlen)) return -1;
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/onebit-%08ld.h5", dir, meta->step);
+        if (onebit_io(p, 1, s, t, comm->world.comm, err, errlen)) return -1;
+    }
+    int n = zt_shard_io_segments(s, 1, &segs), kept;
     zt_param_table_t *view;
     zt_io_seg_t *tsegs = trainable_segments(t, segs, n, &kept, &view);
     int rc = zt_ckpt_write_segments(dir, meta, config_text, sharded, keep_last, tsegs ? tsegs : segs, kept,
@@ -1526,6 +1637,22 @@ int zt_ckpt_load(const char *path, zt_ckpt_meta_t *meta, int weights_only, zt_sh
     if (rc) return -1;
     if (!weights_only) zt_shard_set_adam_step(s, meta->adam_step);
     zt_shard_after_load(s);
+    if (!weights_only && onebit_has_state(s, t)) {
+        /* the side file lies beside the checkpoint (path: it, or the directory holding it) */
+        char dir[PATH_MAX], ip[PATH_MAX + 16], p[PATH_MAX + 64], why[ZT_ERRLEN];
+        snprintf(ip, sizeof ip, "%s/index.h5", path);
+        snprintf(dir, sizeof dir, "%s", path);
+        if (!is_dir(path) || exists(ip)) {
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
+            else snprintf(dir, sizeof dir, ".");
+        }
+        snprintf(p, sizeof p, "%s/onebit-%08ld.h5", dir, meta->step);
+        if (onebit_io(p, 0, s, t, comm->world.comm, why, sizeof why) != 0) {
+            zt_shard_onebit_reset(s);
+            zt_log("1-bit Adam: error feedback not restored (%s): worker and server errors restart from zero", why);
+        }
+    }
     return 0;
 }
 

@@ -101,6 +101,7 @@ static const zname_t offloads[] = {{"none", ZT_OFFLOAD_NONE}, {"cpu", ZT_OFFLOAD
 static const zname_t nonfinites[] = {{"abort", ZT_NONFINITE_ABORT}, {"skip", ZT_NONFINITE_SKIP}, {NULL, 0}};
 static const zname_t matmuls[] = {{"auto", ZT_MATMUL_AUTO}, {"highest", ZT_MATMUL_HIGHEST}, {"high", ZT_MATMUL_HIGH},
                                   {"medium", ZT_MATMUL_MEDIUM}, {NULL, 0}};
+static const zname_t optimizers[] = {{"adamw", ZT_OPTIM_ADAMW}, {"onebit_adam", ZT_OPTIM_ONEBIT_ADAM}, {NULL, 0}};
 static const zname_t finetunings[] = {{"full", ZT_FT_FULL}, {"lora", ZT_FT_LORA}, {NULL, 0}};
 static const zname_t ckpt_formats[] = {{"consolidated", ZT_CKPT_CONSOLIDATED}, {"sharded", ZT_CKPT_SHARDED}, {NULL, 0}};
 static const zname_t fault_kinds[] = {{"none", ZT_FAULT_NONE}, {"stall", ZT_FAULT_STALL}, {"kill", ZT_FAULT_KILL},
@@ -364,6 +365,15 @@ static const zkey_t schema[] = {
     KD("optim.adam_epsilon", optim.adam_epsilon, 1e-8, 0.0, 1.0, "Adam denominator epsilon."),
     KD("optim.max_grad_norm", optim.max_grad_norm, 1.0, 0.0, 1e9,
        "Clip the global gradient L2 norm (over all ranks' shards) to this value; 0 = no clipping."),
+    KE("optim.type", optim.type, "adamw", optimizers,
+       "adamw: PyTorch's AdamW. onebit_adam: DeepSpeed's 1-bit Adam: Adam without bias correction (weight decay "
+       "added to the update) for optim.freeze_step steps, then the second moment frozen and the momentum, updated "
+       "with each rank's own gradient, exchanged as sign bits plus one scale per parameter chunk, with worker and "
+       "server error feedback. ddp only; after the freeze gradient clipping uses each rank's own gradient norm, as "
+       "DeepSpeed does (see doc/user-guide.md, 1-bit Adam)."),
+    KL("optim.freeze_step", optim.freeze_step, 100000, 1, BIG_LONG,
+       "onebit_adam: the steps of uncompressed Adam before the variance freezes and the compressed momentum "
+       "exchange starts (DeepSpeed's freeze_step, same default)."),
     /* parallel */
     KE("parallel.strategy", parallel.strategy, "ddp", strategies,
        "Sharding strategy. ddp (= zero0, no_shard): everything replicated, gradients all-reduced. zero1: optimizer "

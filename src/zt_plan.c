@@ -73,6 +73,7 @@ int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_s
         .tp_sequence_parallel = cfg->parallel.tp_sequence_parallel && tp > 1,
         .offload_optimizer = cfg->parallel.offload_optimizer, .offload_param = cfg->parallel.offload_param,
         .param_dtype = working_dtype(cfg), .reduce_dtype = cfg->parallel.reduce_dtype, .matmul = matmul_level(cfg),
+        .optimizer = cfg->optim.type, .freeze_step = cfg->optim.freeze_step,
     };
     const int ring = p->sp_mode == ZT_SP_RING;
 
@@ -143,6 +144,20 @@ int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_s
     if (p->offload_param != ZT_OFFLOAD_NONE && p->offload_optimizer == ZT_OFFLOAD_NONE)
         return zt_err(err, errlen, "parallel.offload_param = cpu needs parallel.offload_optimizer = \"cpu\" too "
                       "(the optimizer steps the parameter shard where it lives)");
+    /* 1-bit Adam: each rank keeps the whole momentum and exchanges it compressed, which is
+     * ddp's residency; tp and sp ranks hold parts of one replica's gradient, not replicas */
+    if (p->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
+        if (p->strategy != ZT_DDP)
+            return zt_err(err, errlen, "optim.type = onebit_adam runs with parallel.strategy = ddp only, not %s "
+                          "(every rank needs the whole momentum and its own full-size error feedback: the state a "
+                          "zero strategy shards; see doc/user-guide.md, 1-bit Adam)", p->strategy == ZT_STRATEGY_AUTO ? "auto" : zt_strategy_name(p->strategy));
+        if (tp > 1 || sp > 1)
+            return zt_err(err, errlen, "optim.type = onebit_adam needs parallel.tensor_parallel_size = 1 and "
+                          "parallel.sequence_parallel_size = 1 (tp and sp ranks hold parts of one gradient, "
+                          "not data-parallel replicas of it)");
+        if (p->offload_optimizer != ZT_OFFLOAD_NONE)
+            return zt_err(err, errlen, "optim.type = onebit_adam does not run with parallel.offload_optimizer = cpu");
+    }
     dp_axes(p);
     return 0;
 }

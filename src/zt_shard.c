@@ -72,6 +72,7 @@
 #include <string.h>
 
 #include "zt_common.h"
+#include "zt_onebit.h"
 #include "zt_shard.h"
 
 typedef struct opt_seg {
@@ -100,6 +101,7 @@ typedef struct unit_state {
     int nred, red_pending;  /* red_pending: rs_tmp must be folded into gshard */
     opt_seg_t *oseg;
     int noseg;
+    zt_onebit_set_t *onebit; /* 1-bit Adam: the unit's tensors' error feedback */
 } unit_state_t;
 
 struct zt_shard {
@@ -147,6 +149,12 @@ struct zt_shard {
 static zt_dtype_t comm_dtype(zt_precision_t p)
 {
     return p == ZT_PREC_FP16 ? ZT_F16 : p == ZT_PREC_BF16 ? ZT_BF16 : ZT_F32;
+}
+
+/* 1-bit Adam's compressed stage: optimizer step `step` (1-based) comes after the freeze */
+static int onebit_compressed(const zt_shard_t *s, long step)
+{
+    return s->o.optimizer == ZT_OPTIM_ONEBIT_ADAM && step > s->o.freeze_step;
 }
 
 /* zero3 and hybrid_shard free a unit right after its forward (when
@@ -577,6 +585,17 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         u->v = falloc(s, optim_mem, u->S);
         if (s->offload) grow_host_stage(s, u->S);
         init_values(s, ui);
+        if (opts->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
+            /* ddp: one opt segment per parameter, the whole tensor */
+            if (st != ZT_DDP || s->offload) zt_fatal("1-bit Adam runs under ddp without offload only");
+            size_t *numel = zt_malloc((size_t)u->noseg * sizeof *numel);
+            for (int i = 0; i < u->noseg; i++) numel[i] = u->oseg[i].len;
+            u->onebit = zt_onebit_set_create(numel, u->noseg, s->rg);
+            /* host memory beside m and v, counted with them */
+            s->mem.optim += zt_onebit_state_bytes(numel, u->noseg, s->rg ? s->rg->size : 1);
+            s->mem_peak.optim = s->mem.optim;
+            free(numel);
+        }
         if (opts->layout == ZT_LAYOUT_PER_PARAM && s->n > 1 && u->lay.packed > s->pack_tmp_n)
             s->pack_tmp_n = u->lay.packed;
     }
@@ -619,6 +638,7 @@ void zt_shard_free(zt_shard_t *s)
         ffree(s, s->offload ? MEM_HOST : MEM_OPTIM, &u->v, u->S);
         ffree(s, MEM_COMM, &u->rs_tmp, u->S);
         free(u->oseg);
+        zt_onebit_set_free(u->onebit);
         zt_unit_layout_free(&u->lay);
     }
     BFREE(s, MEM_COMM, s->pack_tmp, s->pack_tmp_n * s->pack_es);
@@ -915,7 +935,8 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
     for (int k = ui + 1; k < s->t->nunits; k++)
         if (s->u[k].nred || s->u[k].red_pending) reduction_complete(s, k);
     if (s->o.strategy == ZT_DDP) {
-        if (!last || !s->rg) return;
+        /* 1-bit Adam after the freeze: each rank steps its momentum with its own gradient */
+        if (!last || !s->rg || onebit_compressed(s, s->adam_step + 1)) return;
         /* all-reduce in buckets so large units do not become one huge message */
         const size_t es = zt_dtype_size(s->gdt);
         char *buf = (char *)u->gfull;
@@ -1013,6 +1034,13 @@ static double tp_shared_sumsq(zt_shard_t *s, int ui, const zt_backend_t *be, con
     return x;
 }
 
+/* What turns a rank's unreduced ddp gradient (its share of the batch gradient) into the
+ * gradient of its own samples, in 1-bit Adam's compressed stage: the replica count (1 elsewhere) */
+static double onebit_grad_factor(const zt_shard_t *s, long step)
+{
+    return onebit_compressed(s, step) && s->rg ? (double)s->rg->size : 1.0;
+}
+
 double zt_shard_finish_grads(zt_shard_t *s)
 {
     double local = 0.0;
@@ -1029,7 +1057,8 @@ double zt_shard_finish_grads(zt_shard_t *s)
         }
         if (s->o.strategy == ZT_DDP) {
             if (s->pdt == ZT_F16) round_fp16(s, u->gfull, u->lay.numel);
-            local += s->be->sumsq(u->gfull, u->lay.numel);
+            local += s->be->sumsq(u->gfull, u->lay.numel) * onebit_grad_factor(s, s->adam_step + 1) *
+                     onebit_grad_factor(s, s->adam_step + 1);
             if (s->tp) local -= tp_shared_sumsq(s, ui, s->be, u->gfull, 1);
             continue;
         }
@@ -1094,6 +1123,27 @@ static void download_grads(zt_shard_t *s, int ui, int slot)
     s->be->to_host_async(s->hgrad[slot], owned_grads(s, u), u->S * sizeof(float));
 }
 
+/* 1-bit Adam on a unit (ddp: its opt segments are its whole parameters, in order) */
+static void onebit_step(zt_shard_t *s, unit_state_t *u, const float *grad, const zt_adamw_hp_t *hp)
+{
+    const int compressed = onebit_compressed(s, hp->step);
+    const float gscale = hp->grad_scale * (float)onebit_grad_factor(s, hp->step);
+    float **m = zt_malloc((size_t)u->noseg * sizeof *m);
+    for (int i = 0; i < u->noseg; i++) {
+        const opt_seg_t *g = &u->oseg[i];
+        m[i] = u->m + g->spos;
+        zt_onebit_moments(m[i], u->v + g->spos, grad + g->spos, g->len, hp->beta1, hp->beta2, gscale, compressed);
+    }
+    if (compressed) zt_onebit_allreduce(u->onebit, s->comm, m);
+    for (int i = 0; i < u->noseg; i++) {
+        const opt_seg_t *g = &u->oseg[i];
+        if (compressed) zt_onebit_mask(m[i], u->v + g->spos, g->len);
+        const float wd = s->t->params[g->param].decay ? hp->weight_decay : 0.0f;
+        zt_onebit_update(seg_value(s, u, g), m[i], u->v + g->spos, g->len, hp->lr, hp->eps, wd);
+    }
+    free(m);
+}
+
 /* Offload pipelines three things per unit, units in reverse order: the download of
  * unit k-1's gradients (not with host_grads: they are there already), AdamW on unit
  * k on the host, and the upload of unit k+1's working copy. */
@@ -1119,6 +1169,11 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
             s->be->wait_downloads();
             if (k + 1 < no) download_grads(s, order[k + 1], (k + 1) & 1);
             grad = s->hgrad[k & 1];
+        }
+        if (u->onebit) {
+            onebit_step(s, u, grad, hp);
+            refresh_working(s, ui);
+            continue;
         }
         for (int i = 0; i < u->noseg; i++) {
             const opt_seg_t *g = &u->oseg[i];
@@ -1200,6 +1255,14 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
         if (host_grads) out->host += S * 4;
         if (off) out->host += S * 12;
         else out->optim += S * ob;
+        if (o->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
+            /* 1-bit Adam's error feedback (ddp: replica_n ranks exchange) */
+            const int f = t->unit_first[ui], c = t->unit_count[ui];
+            size_t *numel = zt_malloc((size_t)(c > 0 ? c : 1) * sizeof *numel);
+            for (int i = 0; i < c; i++) numel[i] = t->params[f + i].numel;
+            out->optim += zt_onebit_state_bytes(numel, c, replica_n);
+            free(numel);
+        }
         largest_t = ZT_MAX(largest_t, P);
         owned = ZT_MAX(owned, S);
         if (ui == t->root_unit) root_P = P;
@@ -1499,6 +1562,20 @@ void zt_shard_after_load(zt_shard_t *s)
     }
     if (s->offload) s->be->wait_uploads();
     if (s->mixed) invalidate_slots(s);
+}
+
+float *zt_shard_onebit_error(zt_shard_t *s, int ui, int i, int server, size_t *len)
+{
+    unit_state_t *u = &s->u[ui];
+    *len = 0;
+    if (!u->onebit) return NULL;
+    return server ? zt_onebit_server_error(u->onebit, i, len) : zt_onebit_worker_error(u->onebit, i, len);
+}
+
+void zt_shard_onebit_reset(zt_shard_t *s)
+{
+    for (int ui = 0; ui < s->t->nunits; ui++)
+        if (s->u[ui].onebit) zt_onebit_reset(s->u[ui].onebit);
 }
 
 double zt_shard_param_sumsq(zt_shard_t *s)

@@ -134,6 +134,8 @@ static void fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_st
     o->offload_optim = p->offload_optimizer == ZT_OFFLOAD_CPU;
     o->offload_param = p->offload_param == ZT_OFFLOAD_CPU;
     o->seed = (uint64_t)cfg->train.seed;
+    o->optimizer = p->optimizer;
+    o->freeze_step = p->freeze_step;
 }
 
 /* What the plan's mesh must divide, from the global table */
@@ -1550,6 +1552,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (rc == 0 && r->plan.sp > 1 && r->plan.sp_mode == ZT_SP_RING && !r->be->attention_block_forward)
         rc = zt_err(err, sizeof err, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
                     "(parallel.sp_mode = ulysses works there)", r->be->name);
+    if (rc == 0 && r->plan.optimizer == ZT_OPTIM_ONEBIT_ADAM && !r->be->host_memory)
+        rc = zt_err(err, sizeof err, "optim.type = onebit_adam: the %s backend has no 1-bit compression kernels "
+                    "(they run on host memory: parallel.backend = cpu)", r->be->name);
     if (rc == 0) r->be->set_matmul_precision(r->plan.matmul);
     if (rc == 0 && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
         r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);
@@ -1583,6 +1588,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     r->config_text = zt_config_to_string(cfg);
     startup_report(r);
     if (why[0]) zt_log("strategy auto -> %s: %s", zt_strategy_name(st), why);
+    if (r->plan.optimizer == ZT_OPTIM_ONEBIT_ADAM)
+        zt_log("optim.type = onebit_adam: Adam without bias correction for %ld steps, then the variance frozen and "
+               "the momentum exchanged as sign bits and scales (DeepSpeed's 1-bit Adam)", r->plan.freeze_step);
     if (r->plan.offload_param != ZT_OFFLOAD_NONE && !zt_strategy_shards_params(st))
         zt_log("parallel.offload_param = cpu has no effect: %s keeps parameters whole on every rank",
                zt_strategy_name(st));

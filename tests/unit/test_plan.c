@@ -229,6 +229,40 @@ static void t_offload_rules(void)
     CU_ASSERT(plan.offload_optimizer == ZT_OFFLOAD_CPU && plan.offload_param == ZT_OFFLOAD_NONE);
 }
 
+static void t_onebit_rules(void)
+{
+    /* ddp only, by name (auto too); no tp, sp or optimizer offload */
+    const char *st[] = {"ddp", "zero1", "zero2", "shard_grad_op", "zero3", "hybrid_shard", "hybrid_shard_zero2", "auto"};
+    for (int i = 0; i < 8; i++) {
+        char s[64];
+        snprintf(s, sizeof s, "parallel.strategy=%s", st[i]);
+        char *ov[] = {s, "optim.type=onebit_adam", "optim.freeze_step=7"};
+        const int rc = build(4, 4, 3, ov);
+        CU_ASSERT_EQUAL(rc, i == 0 ? 0 : -1);
+        if (i == 0) {
+            CU_ASSERT(plan.optimizer == ZT_OPTIM_ONEBIT_ADAM && plan.freeze_step == 7);
+            continue;
+        }
+        char want[512];
+        snprintf(want, sizeof want, "optim.type = onebit_adam runs with parallel.strategy = ddp only, not %s (every "
+                 "rank needs the whole momentum and its own full-size error feedback: the state a zero strategy "
+                 "shards; see doc/user-guide.md, 1-bit Adam)", st[i]);
+        EXPECT_ERR(want);
+    }
+    char *tp[] = {"optim.type=onebit_adam", "parallel.tensor_parallel_size=2"};
+    CU_ASSERT_EQUAL(build(4, 4, 2, tp), -1);
+    EXPECT_ERR("optim.type = onebit_adam needs parallel.tensor_parallel_size = 1 and parallel.sequence_parallel_size "
+               "= 1 (tp and sp ranks hold parts of one gradient, not data-parallel replicas of it)");
+    char *sp[] = {"optim.type=onebit_adam", "parallel.sequence_parallel_size=2", "data.seq_len=64"};
+    CU_ASSERT_EQUAL(build(4, 4, 3, sp), -1);
+    char *off[] = {"optim.type=onebit_adam", "parallel.offload_optimizer=cpu"};
+    CU_ASSERT_EQUAL(build(2, 2, 2, off), -1);
+    EXPECT_ERR("optim.type = onebit_adam does not run with parallel.offload_optimizer = cpu");
+    char *adamw[] = {"parallel.strategy=zero3"};
+    CU_ASSERT_EQUAL_FATAL(build(2, 2, 1, adamw), 0);
+    CU_ASSERT(plan.optimizer == ZT_OPTIM_ADAMW && plan.freeze_step == 100000);
+}
+
 static const zt_test_t tests[] = {
     {"valid meshes and their axes", t_valid_meshes},
     {"dtypes", t_dtypes},
@@ -237,6 +271,7 @@ static const zt_test_t tests[] = {
     {"tp_sequence_parallel rules", t_tp_seq_rules},
     {"shard group rules", t_shard_group_rules},
     {"offload rules", t_offload_rules},
+    {"1-bit Adam rules", t_onebit_rules},
     {NULL, NULL},
 };
 

@@ -1,0 +1,71 @@
+/* zt_onebit.h — DeepSpeed's 1-bit Adam: its update and its compressed momentum all-reduce.
+ *
+ * The algorithm (deepspeed/runtime/fp16/onebit/adam.py, and compressed_allreduce in
+ * deepspeed/runtime/comm/nccl.py), per parameter tensor:
+ *   warm-up (steps 1 .. freeze_step): gradients all-reduced (mean) as under ddp, then
+ *       m = b1 m + (1-b1) g ;  v = b2 v + (1-b2) g g
+ *   compressed stage (later steps): g is the rank's own gradient, v is frozen,
+ *       m = b1 m + (1-b1) g ;  m = compressed_allreduce(m)
+ *   both:  p = p - lr (m / (sqrt(v) + eps) + wd p)        (no bias correction at all)
+ * compressed_allreduce on n ranks, a tensor padded with zeros to Np, a multiple of
+ * n lcm(n, 8) elements:
+ *   worker:  x = m + worker_error ; s = ||x|| / sqrt(Np) ; worker_error = x - s sign(x)
+ *            chunk r (Np/n elements) of sign(x), as bits, goes to rank r (all-to-all), s to all
+ *   server:  y = sum_r sign_r s_r / n + server_error ; t = ||y|| / sqrt(Np/n) ;
+ *            server_error = y - t sign(y) ; its sign bits and t to all (all-gathers)
+ *   m = the concatenation of every rank's t sign(y), cut to the tensor's size.
+ * sign(x) is +1 for x >= 0 (zero included), -1 below; bits are packed most significant
+ * first (numpy's packbits). One rank exchanges nothing (DeepSpeed skips the call).
+ *
+ * A set is the tensors of one exchange (one unit's trainable parameters): they travel
+ * in one all-to-all and two all-gathers, each tensor with its own scales. The kernels
+ * are plain C on host memory; a device backend would supply the same three steps
+ * (compress, server, decompress) over its memory. */
+#ifndef ZT_ONEBIT_H
+#define ZT_ONEBIT_H
+
+#include <stddef.h>
+
+#include "zt_comm.h"
+
+/* DeepSpeed's corrected_tensor_size: numel padded to a multiple of n lcm(n, 8) */
+size_t zt_onebit_padded(size_t numel, int n);
+
+/* Wire bytes one rank's exchange of tensors of these sizes accounts (nccl-tests sizes:
+ * all-to-all n B, sign all-gather n B, two scale all-gathers 4 n T; B = sum Np / (8 n)) */
+double zt_onebit_traffic(const size_t *numel, int ntensors, int n);
+
+/* Bytes of a set's error feedback on n ranks: worker errors (padded sizes) and server
+ * errors (their chunks); 0 with one rank */
+size_t zt_onebit_state_bytes(const size_t *numel, int ntensors, int n);
+
+typedef struct zt_onebit_set zt_onebit_set_t;
+
+/* A set of ntensors tensors of numel[i] elements exchanged over group g (n = g->size
+ * ranks; g NULL: one rank). Error buffers are zero. */
+zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_group_t *g);
+void zt_onebit_set_free(zt_onebit_set_t *s);
+
+/* m[i] (numel[i] floats, host memory) := compressed_allreduce(m[i]) for every tensor of
+ * the set, updating its error feedback. Collective over the set's group. */
+void zt_onebit_allreduce(zt_onebit_set_t *s, zt_comm_t *c, float *const *m);
+
+/* Error feedback of tensor i, for checkpoints: the worker error (Np floats) and the
+ * server error (Np / n floats: this rank's chunk); NULL and 0 with one rank. */
+float *zt_onebit_worker_error(zt_onebit_set_t *s, int i, size_t *len);
+float *zt_onebit_server_error(zt_onebit_set_t *s, int i, size_t *len);
+/* Zeroes every error buffer of the set (a resume that cannot restore them). */
+void zt_onebit_reset(zt_onebit_set_t *s);
+
+/* The moments on n elements, g scaled by gscale first:
+ * m = b1 m + (1-b1) g, and unless frozen v = b2 v + (1-b2) g g */
+void zt_onebit_moments(float *m, float *v, const float *g, size_t n, float b1, float b2, float gscale, int frozen);
+/* DeepSpeed's exp_avg_mask, derived: m = 0 where the frozen v is 0. Such an element had
+ * a zero gradient through the whole warm-up (an embedding row of a token never seen);
+ * 1 bit cannot say 0, so its exchanged momentum is +-scale and m / (sqrt(v) + eps)
+ * would move it by lr scale / eps. DeepSpeed asks the user for this mask. */
+void zt_onebit_mask(float *m, const float *v, size_t n);
+/* p = p - lr (m / (sqrt(v) + eps) + wd p) */
+void zt_onebit_update(float *p, const float *m, const float *v, size_t n, float lr, float eps, float wd);
+
+#endif
