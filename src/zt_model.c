@@ -367,8 +367,11 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
         m->be->from_host_async(m->tp_pos, m->host_tp_pos, Nl * sizeof(int32_t));
     }
     m->seg = m->pos = NULL;
+    m->tok_scale = NULL;
     m->keys_set = 0;
 }
+
+void zt_model_set_token_scales(zt_model_t *m, const float *scales) { m->tok_scale = scales; }
 
 void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t *positions)
 {
@@ -721,15 +724,33 @@ static void head_input(zt_model_t *m, const float *root)
     if (m->d.tp_seq) m->ac.tp_allgather(m->ac.ctx, m->tp_rows, m->xf, (size_t)zt_model_rows(m) * m->d.C);
 }
 
+/* The cross-entropy of rows [i, i + n) of the chunk that starts at batch row r0: their
+ * losses and, for scale != 0, their dlogits (scale times dCE/dlogits) in place; under
+ * vocabulary parallelism after the chunk's row statistics. */
+static void ce_rows(zt_model_t *m, int r0, int i, int n, float scale)
+{
+    const int V = m->d.V;
+    float *logits = m->logits + (size_t)i * V;
+    if (m->inputs_tp)
+        m->be->vocab_ce_grad(logits, m->losses + r0 + i, m->ce_max + i, m->ce_sz + 2 * (size_t)i,
+                             m->targets + r0 + i, m->d.vocab_start, n, V, scale);
+    else
+        m->be->crossentropy_fused(logits, m->losses + r0 + i, m->targets + r0 + i, n, V, scale);
+}
+
 /* The head over rows [0, N) in chunks: final norm, logits (head_rows,V), and with
  * targets the fused cross-entropy (losses, and with droot dlogits in place); with
  * droot each chunk's lm_head gradients follow at once: dxf rows into dres2 (N,C) and
- * the head weight's gradient, so the chunk buffer is free for the next. */
+ * the head weight's gradient, so the chunk buffer is free for the next. The dlogits
+ * factor is dscale, or with token scales set each token's own: the kernels take one
+ * factor per call, so a chunk runs as its runs of equal factors (one per sequence of a
+ * preference pair), and a batch without token scales exactly as before. */
 static void head_chunks(zt_model_t *m, const float *root, int train, float *droot, float dscale)
 {
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
     const size_t ho = m->arch->ops->head_offset(m);
+    const float *ts = train ? m->tok_scale : NULL;
     head_input(m, root);
     for (int r0 = 0; r0 < N; r0 += m->head_rows) {
         const int rows = ZT_MIN(m->head_rows, N - r0);
@@ -739,15 +760,18 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
         if (!m->has_targets) continue;
         if (m->inputs_tp) {
             /* vocabulary-parallel: the row statistics over every rank's columns */
-            const int v0 = m->d.vocab_start;
             be->vocab_ce_max(m->ce_max, m->logits, rows, V);
             m->ac.tp_allreduce(m->ac.ctx, m->ce_max, (size_t)rows, ZT_ACT_MAX);
-            be->vocab_ce_sum(m->ce_sz, m->logits, m->ce_max, m->targets + r0, v0, rows, V);
+            be->vocab_ce_sum(m->ce_sz, m->logits, m->ce_max, m->targets + r0, m->d.vocab_start, rows, V);
             m->ac.tp_allreduce(m->ac.ctx, m->ce_sz, 2 * (size_t)rows, ZT_ACT_SUM);
-            be->vocab_ce_grad(m->logits, m->losses + r0, m->ce_max, m->ce_sz, m->targets + r0, v0, rows, V,
-                              train ? dscale : 0.0f);
+        }
+        if (!ts) {
+            ce_rows(m, r0, 0, rows, train ? dscale : 0.0f);
         } else {
-            be->crossentropy_fused(m->logits, m->losses + r0, m->targets + r0, rows, V, train ? dscale : 0.0f);
+            for (int i = 0, j; i < rows; i = j) {
+                for (j = i + 1; j < rows && ts[r0 + j] == ts[r0 + i]; j++) {}
+                ce_rows(m, r0, i, j - i, ts[r0 + i]);
+            }
         }
         if (train) /* droot NULL: a frozen head (LoRA) needs only dL/dxf */
             be->matmul_backward(m->dres2 + (size_t)r0 * C, droot ? droot + ho : NULL, NULL, m->logits, xf,
@@ -891,6 +915,14 @@ float zt_model_loss(zt_model_t *m)
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->host_losses[i];
     return (float)(sum / N);
+}
+
+const float *zt_model_token_losses(zt_model_t *m)
+{
+    if (!m->has_targets) zt_fatal("zt_model_token_losses: the batch has no targets");
+    m->be->wait_uploads();
+    m->be->wait_downloads();
+    return m->host_losses;
 }
 
 double zt_model_loss_sum(zt_model_t *m)
