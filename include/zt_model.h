@@ -123,6 +123,12 @@ void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float d
  * of equal factors next to each other run as one kernel call, so a row per sequence costs
  * a call per row and chunk. */
 void zt_model_set_token_scales(zt_model_t *m, const float *scales);
+/* Preference metrics (LLaMA-Factory's logits/chosen, logits/rejected): with out (N, host
+ * memory), the next zt_model_forward_head also sums each token's logits over the whole
+ * vocabulary (every tp rank's columns) into out[token], valid once the losses are
+ * (zt_model_token_losses waits for both). Needs targets; zt_model_set_batch resets it.
+ * Its buffers (N + V floats) are made at the first call, outside the activation count. */
+void zt_model_set_logit_sums(zt_model_t *m, float *out);
 /* The per-token losses (N) of the batch's last head pass, -log p(target) (0 where the
  * target is < 0); waits for them. Host memory of the model, valid until its next head
  * pass. A sequence's log-prob sum is minus the sum over its tokens (under sequence

@@ -287,6 +287,10 @@ void zt_model_free(zt_model_t *m)
     be->free(m->pos_buf);
     zt_model_kv_cache(m, 0);
     be->free_host(m->host_losses);
+    if (m->lsum) {
+        be->free(m->lsum);
+        be->free(m->ones);
+    }
     zt_lora_scratch_free(m);
     if (m->sp_positions) {
         be->free(m->sp_positions);
@@ -368,10 +372,25 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
     }
     m->seg = m->pos = NULL;
     m->tok_scale = NULL;
+    m->host_lsum = NULL;
     m->keys_set = 0;
 }
 
 void zt_model_set_token_scales(zt_model_t *m, const float *scales) { m->tok_scale = scales; }
+
+void zt_model_set_logit_sums(zt_model_t *m, float *out)
+{
+    if (out && !m->lsum) {
+        const int V = m->d.V;
+        float *h = zt_malloc((size_t)V * sizeof *h);
+        for (int v = 0; v < V; v++) h[v] = 1.0f;
+        m->ones = m->be->alloc((size_t)V * sizeof(float));
+        m->be->from_host(m->ones, h, (size_t)V * sizeof(float));
+        free(h);
+        m->lsum = m->be->alloc((size_t)m->Bmax * m->Tmax * sizeof(float));
+    }
+    m->host_lsum = out;
+}
 
 void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t *positions)
 {
@@ -758,6 +777,8 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
         be->matmul_forward(m->logits, xf, root + ho, NULL, rows, C, V, 1); // (rows,V)
         m->head_first = r0;
         if (!m->has_targets) continue;
+        if (m->host_lsum && !train) /* before the cross-entropy, which may write the chunk */
+            be->gemm(0, 0, rows, 1, V, 1.0f, m->logits, V, m->ones, 1, 0.0f, m->lsum + r0, 1); // (rows,1)
         if (m->inputs_tp) {
             /* vocabulary-parallel: the row statistics over every rank's columns */
             be->vocab_ce_max(m->ce_max, m->logits, rows, V);
@@ -779,6 +800,10 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
     }
     /* read after backward: the device goes on with it meanwhile */
     if (m->has_targets) be->to_host_async(m->host_losses, m->losses, (size_t)N * sizeof(float));
+    if (m->has_targets && m->host_lsum && !train) {
+        if (m->inputs_tp) m->ac.tp_allreduce(m->ac.ctx, m->lsum, (size_t)N, ZT_ACT_SUM); /* every rank's columns */
+        be->to_host_async(m->host_lsum, m->lsum, (size_t)N * sizeof(float));
+    }
 }
 
 void zt_model_forward_head(zt_model_t *m, const float *root) { head_chunks(m, root, 0, NULL, 0.0f); }

@@ -174,6 +174,24 @@ static void t_loss_logits_grads(void)
     CU_ASSERT(zt_relerr(loss0, ref_loss, 1e-30) < 1e-5);
     CU_ASSERT(el < 1e-4);
 
+    /* each token's logit sum (preference metrics), in head chunks of 3 rows */
+    float *lsum = zt_malloc((size_t)B * T * sizeof *lsum);
+    rig_blocks_forward(&r, inp, tgt, B, T);
+    zt_model_set_head_rows(r.m, 3);
+    zt_model_set_logit_sums(r.m, lsum);
+    zt_model_forward_head(r.m, r.w[r.tab->root_unit]);
+    const float *tl = zt_model_token_losses(r.m);
+    double worst_sum = 0.0;
+    for (int i = 0; i < B * T; i++) {
+        double want = 0.0;
+        for (int v = 0; v < V; v++) want += ref_logits[(size_t)i * V + v];
+        worst_sum = fmax(worst_sum, fabs(lsum[i] - want) / (fabs(want) + 1.0));
+    }
+    printf("    logit sums worst error %.2e; token loss 0 %.7f\n", worst_sum, tl[0]);
+    CU_ASSERT(worst_sum < 1e-5);
+    CU_ASSERT(tl[0] > 0.0f);
+    free(lsum);
+
     rig_zero_grads(&r);
     float loss = rig_micro_step(&r, inp, tgt, B, T, 1.0f / (B * T));
     CU_ASSERT(zt_relerr(loss, ref_loss, 1e-30) < 1e-5);
