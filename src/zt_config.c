@@ -1242,6 +1242,30 @@ static int data_dataset_conflict(const zt_config_t *cfg, char *err, size_t errle
     return 0;
 }
 
+/* train.stage = dpo: what the preference loop trains today (zt_train.c); each refusal
+ * names what is not wired, so nothing trains differently from what was asked */
+static int check_dpo(const zt_config_t *cfg, char *err, size_t errlen)
+{
+    if (cfg->train.finetuning_type != ZT_FT_LORA)
+        return zt_err(err, errlen, "train.stage = dpo trains LoRA adapters only for now (full fine-tuning's frozen "
+                                   "reference copy is not wired yet): set train.finetuning_type = lora");
+    if (cfg->pref.ref_model[0])
+        return zt_err(err, errlen, "pref.ref_model: a separate reference model is not wired yet (the reference is "
+                                   "the base with the adapters off)");
+    if (cfg->data.shuffle)
+        return zt_err(err, errlen, "train.stage = dpo reads its pairs (rows 2i, 2i + 1) in file order for now: "
+                                   "set data.shuffle = false");
+    if (cfg->data.neat_packing)
+        return zt_err(err, errlen, "train.stage = dpo: data.neat_packing does not apply to pairs");
+    if (cfg->lora.dropout > 0)
+        return zt_err(err, errlen, "lora.dropout (%g) with train.stage = dpo: LLaMA-Factory's DPO trainer turns "
+                                   "dropout off (disable_dropout); set lora.dropout = 0", cfg->lora.dropout);
+    if (cfg->parallel.sequence_parallel_size > 1)
+        return zt_err(err, errlen, "train.stage = dpo under sequence parallelism is not wired yet (the sequences' "
+                                   "log-prob sums over the sp ranks)");
+    return 0;
+}
+
 int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
 {
     const char *where = "config";
@@ -1352,9 +1376,7 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (cfg->pref.ref_model[0] && !zt_pref_uses_ref(cfg->pref.fn.loss))
         return zt_err(err, errlen, "pref.ref_model is set but pref.loss = %s uses no reference model",
                       zt_config_enum_name("pref.loss", cfg->pref.fn.loss));
-    if (cfg->train.stage == ZT_STAGE_DPO)
-        return zt_err(err, errlen, "train.stage = dpo: the preference losses are in (src/zt_pref.c) but the pairs "
-                                   "data and the training loop are not wired yet; use sft");
+    if (cfg->train.stage == ZT_STAGE_DPO && check_dpo(cfg, err, errlen)) return -1;
     if (cfg->model.quantization_bit == 4)
         return zt_err(err, errlen, "model.quantization_bit = 4: the 4-bit base is not wired into training yet "
                                    "(the format is: src/zt_quant.c); use 0");

@@ -130,7 +130,7 @@ static uint64_t lora_salt(const zt_lora_gemm_t *g, int l, int i)
 
 void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y)
 {
-    if (!g->n) return;
+    if (!g->n || !lora) return; /* no adapter unit: the base alone (PEFT's disable_adapter, the DPO reference) */
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, r = m->table->lora_rank, nr = g->n * r, C = g->C;
     const float s = m->table->lora_scale;

@@ -174,7 +174,8 @@ typedef struct zt_lora_gemm {
  * in this order) of input width C; allocates its per-block buffers. */
 void zt_lora_gemm_init(zt_model_t *m, zt_lora_gemm_t *g, const int *params, int nw, int C);
 void zt_lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g);
-/* y (N,OC) += s x A_i^T B_i^T in each target i's columns, block l (no-op without adapters) */
+/* y (N,OC) += s x A_i^T B_i^T in each target i's columns, block l (no-op without adapters,
+ * or with lora NULL: the base alone, as PEFT's disable_adapter) */
 void zt_lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y);
 /* dx (N,C) += the adapters' part of dL/dx; their gradients += into dlora (may be NULL:
  * dx only; dx may be NULL: the gradients only) */

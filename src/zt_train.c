@@ -38,6 +38,7 @@
 #include "zt_hf_model.h"
 #include "zt_log.h"
 #include "zt_metrics.h"
+#include "zt_pref.h"
 #include "zt_mfu.h"
 #include "zt_model.h"
 #include "zt_optim.h"
@@ -444,21 +445,23 @@ static void dropout_keys(run_t *r, int m, uint64_t *keys)
         }
 }
 
-/* seg, pos: the rows' segments and positions (neat packing), or NULL; keys: lora.dropout's
- * per-token counters, or NULL */
-static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
-                         const uint64_t *keys, float dscale)
+/* A training micro-step's forward through the blocks: seg, pos: the rows' segments and
+ * positions (neat packing), or NULL; keys: lora.dropout's per-token counters, or NULL;
+ * adapters 0: LoRA's base alone (the DPO reference). The root unit (embeddings, tied
+ * head, ln_f) stays materialized until train_backward, as FSDP does for its root
+ * module: it is used at both ends. */
+static const float *train_forward(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg,
+                                  const int32_t *pos, const uint64_t *keys, int adapters)
 {
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
-    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
+    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit;
+    const int a0 = adapters ? t->first_adapter_unit : -1;
     zt_model_set_batch(m, inp, tgt, r->B, r->Tm);
     if (seg) zt_model_set_segments(m, seg, pos);
     if (keys) zt_model_set_row_keys(m, keys);
     zt_watchdog_mark("forward", 0, r->step + 1);
-    /* the root unit (embeddings, tied head, ln_f) stays materialized for the whole
-     * micro-step, as FSDP does for its root module: it is used at both ends */
     const float *root = zt_shard_params(s, root_unit);
     zt_shard_prefetch(s, b0);
     zt_model_forward_embed(m, root);
@@ -472,6 +475,17 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const
         zt_shard_release(s, b0 + l);
         if (a0 >= 0) zt_shard_release(s, a0 + l);
     }
+    return root;
+}
+
+/* The head's forward and backward (dscale, or the model's token scales) and the blocks'
+ * backward after train_forward; releases the root unit; the loss */
+static float train_backward(run_t *r, const float *root, float dscale)
+{
+    zt_shard_t *s = r->shard;
+    zt_model_t *m = r->model;
+    const zt_param_table_t *t = r->table;
+    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
     zt_watchdog_mark("forward head", root_unit, r->step + 1);
     float *droot = zt_shard_grads(s, root_unit);
     zt_model_train_head(m, root, droot, dscale);
@@ -493,6 +507,87 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const
     zt_shard_grads_ready(s, root_unit);
     zt_shard_release(s, root_unit);
     return zt_model_loss(m);
+}
+
+static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
+                         const uint64_t *keys, float dscale)
+{
+    return train_backward(r, train_forward(r, inp, tgt, seg, pos, keys, 1), dscale);
+}
+
+/* ---- preference training (train.stage = dpo) ------------------------------------------
+ * A micro-batch of B rows holds B/2 pairs: rows 2i (chosen) and 2i + 1 (rejected), each
+ * one sequence whose targets >= 0 are its response tokens. Per micro-step: the reference's
+ * log-prob sums (LoRA: the same model with the adapters off, forward only, its
+ * activations overwritten by the policy's), the policy's forward and head with its sums
+ * and logit sums, the loss (zt_pref.h) and its per-sequence weights, then the head's
+ * backward with each token's dlogits scaled by its sequence's weight. As LLaMA-Factory's
+ * trainer (HF Trainer, DDP), the step's loss is the mean over micro-steps and data ranks
+ * of each micro-batch's mean over its pairs; so are the metrics. */
+
+/* each row's sum of minus its token losses (N = B Tm), and its response tokens */
+static void row_sums(const run_t *r, const float *tl, const int32_t *tgt, double *sum, double *len)
+{
+    for (int b = 0; b < r->B; b++) {
+        double s = 0.0, n = 0.0;
+        for (int t = 0; t < r->Tm; t++) {
+            s -= tl[(size_t)b * r->Tm + t];
+            n += tgt[(size_t)b * r->Tm + t] >= 0;
+        }
+        sum[b] = s;
+        if (len) len[b] = n;
+    }
+}
+
+/* One DPO micro-step; factor: the gradient's share (loss scale / (micro-steps x data
+ * ranks)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's loss. */
+static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float factor, double *metrics)
+{
+    const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
+    const int B = r->B, np = B / 2, N = B * r->Tm;
+    double *w = zt_calloc(10 * (size_t)B, sizeof *w);
+    double *ref = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
+    double *c6 = w + 6 * B; /* per pair: chosen, rejected of pol, ref, len, lg, cnt, d (2 x np each) */
+    if (zt_pref_uses_ref(pc->loss)) {
+        const float *root = train_forward(r, inp, tgt, NULL, NULL, NULL, 0);
+        zt_model_forward_head(r->model, root);
+        zt_shard_release(r->shard, r->table->root_unit);
+        row_sums(r, zt_model_token_losses(r->model), tgt, ref, NULL);
+    }
+    const float *root = train_forward(r, inp, tgt, NULL, NULL, NULL, 1);
+    float *lsum = zt_malloc((size_t)N * sizeof *lsum);
+    zt_model_set_logit_sums(r->model, lsum);
+    zt_model_forward_head(r->model, root);
+    row_sums(r, zt_model_token_losses(r->model), tgt, pol, len);
+    for (int b = 0; b < B; b++) {
+        lg[b] = 0.0;
+        for (int t = 0; t < r->Tm; t++) lg[b] += lsum[(size_t)b * r->Tm + t];
+        cnt[b] = (double)r->Tm * r->table->dims.V; /* every position's logits, as LLaMA-Factory's mean */
+    }
+    /* rows to pairs: [chosen of each pair | rejected of each pair] per quantity */
+    double *q[5] = {pol, ref, len, lg, cnt};
+    for (int k = 0; k < 5; k++) {
+        for (int i = 0; i < np; i++) c6[i] = q[k][2 * i], c6[np + i] = q[k][2 * i + 1];
+        memcpy(q[k], c6, (size_t)B * sizeof *c6);
+    }
+    const int uses_ref = zt_pref_uses_ref(pc->loss);
+    const zt_pref_batch_t pb = {np, pol, pol + np, uses_ref ? ref : NULL, uses_ref ? ref + np : NULL, len, len + np,
+                                lg, lg + np, cnt, cnt + np};
+    double met[ZT_PREF_NMETRICS];
+    const double loss = zt_pref_loss(pc, &pb, met, d, d + np);
+    for (int k = 0; k < ZT_PREF_NMETRICS; k++) metrics[k] += met[k];
+    /* d logp / d logits = -d CE / d logits: each token's factor is minus its sequence's weight */
+    float *scale = zt_malloc((size_t)N * sizeof *scale);
+    for (int b = 0; b < B; b++) {
+        const float sb = (float)(-d[(b % 2) * np + b / 2] * factor);
+        for (int t = 0; t < r->Tm; t++) scale[(size_t)b * r->Tm + t] = sb;
+    }
+    zt_model_set_token_scales(r->model, scale);
+    train_backward(r, root, 0.0f);
+    free(scale);
+    free(lsum);
+    free(w);
+    return loss;
 }
 
 /* Inside begin/end_inference: the batch through the embedding and the blocks; the root
@@ -1095,6 +1190,11 @@ static int run_loop(run_t *r)
     float dscale = 1.0f / (float)((double)BT * r->A * r->comm->data.size);
     double t_start = zt_now(), t_window = t_start;
     long window_steps = 0;
+    /* train.stage = dpo: the preference metrics summed over the logging window's
+     * micro-steps (LLaMA-Factory averages what it stored since its last log) */
+    const int dpo = cfg->train.stage == ZT_STAGE_DPO;
+    double pref_window[ZT_PREF_NMETRICS] = {0};
+    long pref_micros = 0;
     char err[ZT_ERRLEN];
     zt_comm_stats_reset(c);
 
@@ -1127,7 +1227,7 @@ static int run_loop(run_t *r)
          * batch, counted across ranks and micro-steps (transformers' num_items_in_batch),
          * so world size and accumulation do not change it */
         double count = (double)BT * r->A * c->data.size;
-        if (sft) {
+        if (sft && !dpo) {
             count = zt_sum_double(c, &c->data, (double)loss_tokens(r->tgt, BT * (size_t)r->A));
             dscale = count > 0 ? (float)(1.0 / count) : 0.0f;
         }
@@ -1137,18 +1237,25 @@ static int run_loop(run_t *r)
         /* the injected NaN enters through the gradient scale, so only the gradients
          * (not the loss) carry it: the path a real overflow takes */
         const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
+        /* dpo: each micro-batch's mean over its pairs, averaged over micro-steps and data ranks */
+        const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * c->data.size));
         for (int m = 0; m < r->A; m++) {
             zt_shard_begin_micro(r->shard, m, r->A);
             uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
             if (keys) dropout_keys(r, m, keys);
+            if (dpo) {
+                loss_sum += pref_micro(r, r->inp + m * BT, r->tgt + m * BT, pf, pref_window);
+                pref_micros++;
+                continue;
+            }
             const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, r->seg ? r->seg + m * BTs : NULL,
                                         r->pos ? r->pos + m * BT : NULL, keys, ds);
             loss_sum += sft ? zt_model_loss_sum(r->model) : l;
         }
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
         double norm2 = zt_shard_finish_grads(r->shard);
-        double loss = sft ? zt_sum_double(c, &c->data, loss_sum) / (count > 0 ? count : 1.0)
-                          : zt_sum_double(c, &c->data, loss_sum) / ((double)r->A * c->data.size);
+        double loss = sft && !dpo ? zt_sum_double(c, &c->data, loss_sum) / (count > 0 ? count : 1.0)
+                                  : zt_sum_double(c, &c->data, loss_sum) / ((double)r->A * c->data.size);
         /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
          * owned element, reduced over the shard group, after the gradient reduction has
          * spread it to every replica */
@@ -1208,14 +1315,26 @@ static int run_loop(run_t *r)
             zt_fmt_bytes((double)zt_current_rss(), memb, sizeof memb);
             char scaleb[48] = "";
             if (cfg->train.fp16) snprintf(scaleb, sizeof scaleb, " | scale %.9g", S);
-            zt_log("step %5ld/%ld | loss %.4f | lr %.2e | norm %.4f%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
-                   r->step, r->total_steps, loss, lr, norm, scaleb, tps, flops / 1e12,
+            /* the preference metrics: means over the window's micro-steps and the data ranks */
+            double pref[ZT_PREF_NMETRICS];
+            char prefb[768] = "";
+            const int npref = dpo ? zt_pref_nmetrics(cfg->pref.fn.loss) : 0;
+            const double nmicro = zt_sum_double(c, &c->data, (double)pref_micros);
+            for (int k = 0; k < npref; k++) {
+                pref[k] = zt_sum_double(c, &c->data, pref_window[k]) / (nmicro > 0 ? nmicro : 1.0);
+                const size_t at = strlen(prefb);
+                snprintf(prefb + at, sizeof prefb - at, " | %s %.4f", zt_pref_metric_name(k), pref[k]);
+            }
+            memset(pref_window, 0, sizeof pref_window);
+            pref_micros = 0;
+            zt_log("step %5ld/%ld | loss %.4f%s | lr %.2e | norm %.4f%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
+                   r->step, r->total_steps, loss, prefb, lr, norm, scaleb, tps, flops / 1e12,
                    100.0 * flops / r->peak_flops, memb, etab);
             const zt_metrics_step_t rec = {
                 .step = r->step, .loss = loss, .lr = lr, .grad_norm = norm, .loss_scale = S,
                 .tokens_per_s = tps, .tflops = flops / 1e12, .mfu = flops / r->peak_flops,
                 .elapsed_s = now - t_start, .step_s = wdt / window_steps, .tokens_seen = r->tokens_seen,
-                .rss_bytes = zt_current_rss(), .comm = zt_comm_stats(c),
+                .rss_bytes = zt_current_rss(), .comm = zt_comm_stats(c), .npref = npref, .pref = pref,
             };
             zt_metrics_record_step(&rec);
             hist_push(&r->train_hist, r->step, (float)loss);
@@ -1438,7 +1557,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     r->rank = comm->world.rank;
     r->dp = comm->mesh_dp;
     r->drank = comm->dp_rank;
-    r->B = cfg->train.per_device_train_batch_size;
+    /* preference training: a batch element is a pair, two rows */
+    r->B = cfg->train.per_device_train_batch_size * (cfg->train.stage == ZT_STAGE_DPO ? 2 : 1);
     r->T = cfg->data.seq_len;
     r->Tm = r->T / comm->mesh_sp;
     r->A = cfg->train.gradient_accumulation_steps;

@@ -1,0 +1,71 @@
+#!/bin/sh
+# dpo.sh — preference training (train.stage = dpo) of LoRA adapters on transformers' llama
+# directory (tests/reference/hf/llama), pairs as rows 2i (chosen) and 2i + 1 (rejected) of
+# a token file read in order.
+#  1. Fresh adapters (B = 0) leave the policy equal to its reference (the base with the
+#     adapters off): sigmoid DPO's first loss is ln 2 and its rewards and margins 0, exactly;
+#     metrics.jsonl and the progress line carry LLaMA-Factory's metrics.
+#  2. ddp and zero3 at 2 ranks, and tp 2, train what one rank trains with accumulation
+#     (per-step loss and final adapters, 1e-5), for sigmoid (with a reference pass) and
+#     orpo (without; its sft_loss and odds_ratio_loss logged).
+#  3. What is not wired is refused in one line on every rank (full fine-tuning).
+. "$(dirname "$0")/common.sh"
+need_h5py
+HF="$ZT_SRCDIR/tests/reference/hf"
+CMP="$ZT_SRCDIR/tests/mpi/compare_runs.py"
+cd "$ZT_TMP" || fail "cd"
+lora_setup
+dpo="model.name_or_path=$HF/llama train.stage=dpo data.shuffle=false checkpoint.save_hf=false"
+
+# ---- 1. policy = reference: ln 2 -------------------------------------------------------
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $dpo train.max_steps=1 train.output_dir=first >/dev/null
+assert_contains "$ZT_OUT" "step     1/1 | loss 0.6931 | rewards/chosen 0.0000 | rewards/rejected 0.0000"
+"$PY" - <<'PYEOF' || fail "step 1 is not ln 2 with zero rewards and margins"
+import json, math, sys
+r = [json.loads(l) for l in open("first/metrics.jsonl") if '"loss"' in l][0]
+ok = abs(r["loss"] - math.log(2)) < 1e-9 and r["rewards/margins"] == 0 and r["rewards/chosen"] == 0 \
+    and r["rewards/rejected"] == 0 and r["rewards/accuracies"] == 0 and r["logps/chosen"] < 0
+for k in ("logps/rejected", "logits/chosen", "logits/rejected"):
+    ok = ok and k in r
+print("step 1:", {k: v for k, v in r.items() if "/" in k or k == "loss"})
+sys.exit(not ok)
+PYEOF
+
+# ---- 2. every strategy trains what one rank trains -------------------------------------
+train="optim.learning_rate=1e-2 train.max_steps=3"
+for loss in sigmoid orpo; do
+    # shellcheck disable=SC2086
+    run_ztrain 1 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        train.gradient_accumulation_steps=2 train.output_dir=$loss-ref >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        parallel.strategy=ddp train.output_dir=$loss-ddp >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        parallel.strategy=zero3 train.output_dir=$loss-zero3 >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        train.gradient_accumulation_steps=2 parallel.tensor_parallel_size=2 train.output_dir=$loss-tp2 >/dev/null
+    "$PY" "$CMP" $loss-ref $loss-ddp $loss-zero3 $loss-tp2 || fail "$loss: strategies trained other adapters"
+    "$PY" - "$loss" <<'PYEOF' || fail "$loss: the metrics differ between strategies or are missing"
+import json, sys
+loss = sys.argv[1]
+def rec(d):
+    return [json.loads(l) for l in open(d + "/metrics.jsonl") if '"loss"' in l and '"step"' in l]
+keys = ["rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
+        "logps/rejected", "logits/chosen", "logits/rejected"] + (["sft_loss", "odds_ratio_loss"] if loss == "orpo" else [])
+ref = rec(loss + "-ref")
+worst = 0.0
+for d in ("ddp", "zero3", "tp2"):
+    for a, b in zip(ref, rec(loss + "-" + d)):
+        for k in keys:
+            worst = max(worst, abs(a[k] - b[k]) / max(abs(a[k]), 1e-2))
+print(loss, "metrics worst relative difference", worst, "margins", [r["rewards/margins"] for r in ref])
+sys.exit(not (len(ref) == 3 and worst < 1e-5 and ref[-1]["rewards/margins"] != 0))
+PYEOF
+done
+
+# ---- 3. refusals -----------------------------------------------------------------------
+# shellcheck disable=SC2086
+expect_fail_with 2 "train.stage = dpo trains LoRA adapters only for now" lora.cfg $dpo train.finetuning_type=full
