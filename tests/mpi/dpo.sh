@@ -8,7 +8,13 @@
 #  2. ddp and zero3 at 2 ranks, and tp 2, train what one rank trains with accumulation
 #     (per-step loss and final adapters, 1e-5), for sigmoid (with a reference pass) and
 #     orpo (without; its sft_loss and odds_ratio_loss logged).
-#  3. What is not wired is refused in one line on every rank (full fine-tuning).
+#  3. PEFT's lora-llama adapter (policy != reference) at learning rate 0, 2 steps of 2
+#     pairs: the loss, LLaMA-Factory's metrics and the adapters' gradient norm are LLaMA-
+#     Factory 0.9.5's own (tests/reference/pref/llama_lora.json, made by its trainer's
+#     get_batch_loss_metrics on the same rows: make_pref_lora_fixture.py) for sigmoid, ipo
+#     and orpo, 1e-5 relative (rewards: 1e-6 absolute, beta times fp32 sums of -34), at 1 rank
+#     and zero3 at 2.
+#  4. What is not wired is refused in one line on every rank (full fine-tuning).
 . "$(dirname "$0")/common.sh"
 need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
@@ -66,6 +72,35 @@ sys.exit(not (len(ref) == 3 and worst < 1e-5 and ref[-1]["rewards/margins"] != 0
 PYEOF
 done
 
-# ---- 3. refusals -----------------------------------------------------------------------
+# ---- 3. LLaMA-Factory's DPO step on the same rows -----------------------------------------
+for loss in sigmoid ipo orpo; do
+    for run in "1 ddp" "2 zero3"; do
+        set -- $run
+        # shellcheck disable=SC2086
+        run_ztrain "$1" lora.cfg $dpo lora.adapter_name_or_path=$HF/lora-llama pref.loss=$loss \
+            train.per_device_train_batch_size=$((2 / $1)) train.gradient_accumulation_steps=1 \
+            parallel.strategy=$2 train.output_dir=lf-$loss-$2 >/dev/null
+        "$PY" - "$ZT_SRCDIR/tests/reference/pref/llama_lora.json" "$loss" "lf-$loss-$2" <<'PYEOF' ||
+import json, sys
+want = json.load(open(sys.argv[1]))["runs"][sys.argv[2]]["steps"]
+got = [json.loads(l) for l in open(sys.argv[3] + "/metrics.jsonl") if '"loss"' in l and '"step"' in l]
+worst, where = 0.0, ""
+for w, g in zip(want, got):
+    pairs = [("loss", w["loss"], g["loss"]), ("grad_norm", w["grad_norm"], g["grad_norm"])]
+    pairs += [(k, v, g[k]) for k, v in w["metrics"].items() if not k.startswith("logits/")]
+    for k, a, b in pairs:
+        # a reward is beta times a difference of log-prob sums (about -34 here) of two fp32
+        # computations: its error is absolute (1e-6 = 250 ulps of such a sum, times beta)
+        e = abs(a - b) / 0.1 if k.startswith("rewards/") else abs(a - b) / max(abs(a), 1e-3)
+        if e > worst:
+            worst, where = e, k
+print(sys.argv[2], sys.argv[3], "worst difference from LLaMA-Factory", worst, "(" + where + ")")
+sys.exit(not (len(got) == len(want) == 2 and worst < 1e-5))
+PYEOF
+            fail "$loss ($2): not LLaMA-Factory's loss, metrics or gradient norm"
+    done
+done
+
+# ---- 4. refusals -----------------------------------------------------------------------
 # shellcheck disable=SC2086
 expect_fail_with 2 "train.stage = dpo trains LoRA adapters only for now" lora.cfg $dpo train.finetuning_type=full
