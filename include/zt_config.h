@@ -215,6 +215,9 @@ int zt_config_value_text(const zt_config_t *cfg, const char *key, char *buf, siz
 /* The name of value v of an enum key as the config file spells it ("zero3"); NULL if
  * the key has no such value. */
 const char *zt_config_enum_name(const char *key, int v);
+/* Rows (sequences) of a micro-batch per rank: train.per_device_train_batch_size, whose
+ * elements are pairs of rows (chosen, rejected) under train.stage = dpo, as LLaMA-Factory's */
+int zt_config_batch_rows(const zt_config_t *cfg);
 /* Same, into a malloc'd string (for checkpoints). */
 char *zt_config_to_string(const zt_config_t *cfg);
 

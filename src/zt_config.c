@@ -1242,6 +1242,11 @@ static int data_dataset_conflict(const zt_config_t *cfg, char *err, size_t errle
     return 0;
 }
 
+int zt_config_batch_rows(const zt_config_t *cfg)
+{
+    return cfg->train.per_device_train_batch_size * (cfg->train.stage == ZT_STAGE_DPO ? 2 : 1);
+}
+
 /* train.stage = dpo: what the preference loop trains today (zt_train.c); each refusal
  * names what is not wired, so nothing trains differently from what was asked */
 static int check_dpo(const zt_config_t *cfg, char *err, size_t errlen)

@@ -164,7 +164,7 @@ static void estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const 
     int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
     zt_shard_memory_estimate(t, &o, sn, rn, &e->mem);
     /* sequence parallelism: a rank runs seq_len / sp positions of each sequence */
-    e->activations = zt_model_activation_bytes_estimate(t, cfg->train.per_device_train_batch_size,
+    e->activations = zt_model_activation_bytes_estimate(t, zt_config_batch_rows(cfg),
                                                         cfg->data.seq_len / p->sp,
                                                         cfg->train.gradient_checkpointing);
     e->total = mem_total(&e->mem) + e->activations;
@@ -229,7 +229,7 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     int shard_n = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size : per_node;
     char b[7][32];
     zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), tp %d, sp %d, B=%d T=%d, %s layout",
-           total, world * tp, per_node * tp, tp, p.sp, cfg->train.per_device_train_batch_size,
+           total, world * tp, per_node * tp, tp, p.sp, zt_config_batch_rows(cfg),
            cfg->data.seq_len, zt_config_enum_name("parallel.shard_layout", p.layout));
     zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
            "buffers", "activations", "total", "host");
@@ -266,7 +266,7 @@ static double mesh_traffic(const zt_config_t *cfg, const zt_param_table_t *t, in
 {
     const zt_model_dims_t *d = &t->dims;
     const double A = cfg->train.gradient_accumulation_steps, L = d->L, C = d->C;
-    const double N = (double)cfg->train.per_device_train_batch_size * (cfg->data.seq_len / sp);
+    const double N = (double)zt_config_batch_rows(cfg) * (cfg->data.seq_len / sp);
     const double S = ((double)d->NH + 2.0 * ZT_MAX(d->NKV, sp)) * d->HD, Q = (double)d->NH * d->HD;
     return (tp > 1 ? 4.0 * A * (N * C * (2 + 4 * L) + 3 * N) : 0.0) + (sp > 1 ? 8.0 * A * L * N * (S + Q) : 0.0);
 }
@@ -1557,8 +1557,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     r->rank = comm->world.rank;
     r->dp = comm->mesh_dp;
     r->drank = comm->dp_rank;
-    /* preference training: a batch element is a pair, two rows */
-    r->B = cfg->train.per_device_train_batch_size * (cfg->train.stage == ZT_STAGE_DPO ? 2 : 1);
+    r->B = zt_config_batch_rows(cfg);
     r->T = cfg->data.seq_len;
     r->Tm = r->T / comm->mesh_sp;
     r->A = cfg->train.gradient_accumulation_steps;

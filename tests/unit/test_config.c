@@ -330,8 +330,12 @@ static void t_pref(void)
     char *drop[] = {"train.stage=dpo", "train.finetuning_type=lora", "data.shuffle=false", "lora.dropout=0.1"};
     CU_ASSERT_EQUAL(parse(NULL, 4, drop), -1);
     ASSERT_ERR("LLaMA-Factory's DPO trainer turns dropout off");
-    char *ok[] = {"train.stage=dpo", "train.finetuning_type=lora", "data.shuffle=false"};
-    CU_ASSERT_EQUAL(parse(NULL, 3, ok), 0);
+    char *ok[] = {"train.stage=dpo", "train.finetuning_type=lora", "data.shuffle=false",
+                  "train.per_device_train_batch_size=3"};
+    CU_ASSERT_EQUAL(parse(NULL, 4, ok), 0);
+    CU_ASSERT_EQUAL(zt_config_batch_rows(&cfg), 6); /* a batch element is a pair */
+    cfg.train.stage = ZT_STAGE_SFT;
+    CU_ASSERT_EQUAL(zt_config_batch_rows(&cfg), 3);
 }
 
 static void t_syntax_error(void)
