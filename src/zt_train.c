@@ -1603,6 +1603,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
      * schedule comes from the steps of this run, as transformers does: a resumed run that
      * derives the same total_steps (its checkpoint's config) warms up the same */
     rc = cfg->mode_generate ? 0 : open_data(r, err, sizeof err);
+    if (rc == 0 && r->val && cfg->train.stage == ZT_STAGE_DPO) /* it would report an SFT loss */
+        rc = zt_err(err, sizeof err, "train.stage = dpo: evaluation on pairs is not wired yet; give no validation "
+                                     "data (data.val_files = [], no eval_dataset)");
     if (rc == 0) {
         const int64_t S = r->train ? zt_data_num_samples(r->train) : 1;
         r->total_steps = cfg->train.max_steps > 0

@@ -14,7 +14,7 @@
 #     get_batch_loss_metrics on the same rows: make_pref_lora_fixture.py) for sigmoid, ipo
 #     and orpo, 1e-5 relative (rewards: 1e-6 absolute, beta times fp32 sums of -34), at 1 rank
 #     and zero3 at 2.
-#  4. What is not wired is refused in one line on every rank (full fine-tuning).
+#  4. What is not wired is refused in one line on every rank (full fine-tuning, evaluation).
 . "$(dirname "$0")/common.sh"
 need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
@@ -104,3 +104,5 @@ done
 # ---- 4. refusals -----------------------------------------------------------------------
 # shellcheck disable=SC2086
 expect_fail_with 2 "train.stage = dpo trains LoRA adapters only for now" lora.cfg $dpo train.finetuning_type=full
+# shellcheck disable=SC2086
+expect_fail_with 2 "train.stage = dpo: evaluation on pairs is not wired yet" lora.cfg $dpo data.val_files=tok67.h5
