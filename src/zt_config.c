@@ -1265,9 +1265,6 @@ static int check_dpo(const zt_config_t *cfg, char *err, size_t errlen)
     if (cfg->lora.dropout > 0)
         return zt_err(err, errlen, "lora.dropout (%g) with train.stage = dpo: LLaMA-Factory's DPO trainer turns "
                                    "dropout off (disable_dropout); set lora.dropout = 0", cfg->lora.dropout);
-    if (cfg->parallel.sequence_parallel_size > 1)
-        return zt_err(err, errlen, "train.stage = dpo under sequence parallelism is not wired yet (the sequences' "
-                                   "log-prob sums over the sp ranks)");
     return 0;
 }
 

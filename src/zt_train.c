@@ -525,18 +525,31 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const
  * trainer (HF Trainer, DDP), the step's loss is the mean over micro-steps and data ranks
  * of each micro-batch's mean over its pairs; so are the metrics. */
 
-/* each row's sum of minus its token losses (N = B Tm), and its response tokens */
-static void row_sums(const run_t *r, const float *tl, const int32_t *tgt, double *sum, double *len)
+/* The row of this rank's token i (B rows of Tm tokens; ring attention: its two chunks of
+ * each row chunk-major, (2, B, Tm/2)) */
+static int token_row(const run_t *r, size_t i)
 {
-    for (int b = 0; b < r->B; b++) {
-        double s = 0.0, n = 0.0;
-        for (int t = 0; t < r->Tm; t++) {
-            s -= tl[(size_t)b * r->Tm + t];
-            n += tgt[(size_t)b * r->Tm + t] >= 0;
-        }
-        sum[b] = s;
-        if (len) len[b] = n;
+    if (r->ltable->dims.sp_ring) return (int)((i / (size_t)(r->Tm / 2)) % (size_t)r->B);
+    return (int)(i / (size_t)r->Tm);
+}
+
+/* Per row of the micro-batch, over its tokens on every sp rank: into sum (B) minus the
+ * sum of x's per-token losses (tl) or plus the sum of x (not tl); into len (B, or NULL)
+ * its response tokens. */
+static void row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, double *sum, double *len)
+{
+    const size_t N = (size_t)r->B * r->Tm;
+    const int n = len ? 2 * r->B : r->B;
+    double *acc = zt_calloc((size_t)n, sizeof *acc);
+    for (size_t i = 0; i < N; i++) {
+        const int b = token_row(r, i);
+        acc[b] += tl ? -(double)x[i] : (double)x[i];
+        if (len) acc[r->B + b] += tgt[i] >= 0;
     }
+    if (r->comm->mesh_sp > 1) zt_allreduce(r->comm, &r->comm->sp, ZT_IN_PLACE, acc, (size_t)n, ZT_F64, ZT_SUM);
+    memcpy(sum, acc, (size_t)r->B * sizeof *acc);
+    if (len) memcpy(len, acc + r->B, (size_t)r->B * sizeof *acc);
+    free(acc);
 }
 
 /* One DPO micro-step; factor: the gradient's share (loss scale / (micro-steps x data
@@ -545,25 +558,22 @@ static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
 {
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
     const int B = r->B, np = B / 2, N = B * r->Tm;
-    double *w = zt_calloc(10 * (size_t)B, sizeof *w);
+    double *w = zt_calloc(7 * (size_t)B, sizeof *w);
     double *ref = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
-    double *c6 = w + 6 * B; /* per pair: chosen, rejected of pol, ref, len, lg, cnt, d (2 x np each) */
+    double *c6 = w + 6 * B; /* scratch (B) */
     if (zt_pref_uses_ref(pc->loss)) {
         const float *root = train_forward(r, inp, tgt, NULL, NULL, NULL, 0);
         zt_model_forward_head(r->model, root);
         zt_shard_release(r->shard, r->table->root_unit);
-        row_sums(r, zt_model_token_losses(r->model), tgt, ref, NULL);
+        row_sums(r, zt_model_token_losses(r->model), 1, tgt, ref, NULL);
     }
     const float *root = train_forward(r, inp, tgt, NULL, NULL, NULL, 1);
     float *lsum = zt_malloc((size_t)N * sizeof *lsum);
     zt_model_set_logit_sums(r->model, lsum);
     zt_model_forward_head(r->model, root);
-    row_sums(r, zt_model_token_losses(r->model), tgt, pol, len);
-    for (int b = 0; b < B; b++) {
-        lg[b] = 0.0;
-        for (int t = 0; t < r->Tm; t++) lg[b] += lsum[(size_t)b * r->Tm + t];
-        cnt[b] = (double)r->Tm * r->table->dims.V; /* every position's logits, as LLaMA-Factory's mean */
-    }
+    row_sums(r, zt_model_token_losses(r->model), 1, tgt, pol, len);
+    row_sums(r, lsum, 0, tgt, lg, NULL);
+    for (int b = 0; b < B; b++) cnt[b] = (double)r->T * r->table->dims.V; /* every position's, as LLaMA-Factory */
     /* rows to pairs: [chosen of each pair | rejected of each pair] per quantity */
     double *q[5] = {pol, ref, len, lg, cnt};
     for (int k = 0; k < 5; k++) {
@@ -578,9 +588,9 @@ static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     for (int k = 0; k < ZT_PREF_NMETRICS; k++) metrics[k] += met[k];
     /* d logp / d logits = -d CE / d logits: each token's factor is minus its sequence's weight */
     float *scale = zt_malloc((size_t)N * sizeof *scale);
-    for (int b = 0; b < B; b++) {
-        const float sb = (float)(-d[(b % 2) * np + b / 2] * factor);
-        for (int t = 0; t < r->Tm; t++) scale[(size_t)b * r->Tm + t] = sb;
+    for (int i = 0; i < N; i++) {
+        const int b = token_row(r, (size_t)i);
+        scale[i] = (float)(-d[(b % 2) * np + b / 2] * factor);
     }
     zt_model_set_token_scales(r->model, scale);
     train_backward(r, root, 0.0f);
@@ -1237,8 +1247,9 @@ static int run_loop(run_t *r)
         /* the injected NaN enters through the gradient scale, so only the gradients
          * (not the loss) carry it: the path a real overflow takes */
         const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
-        /* dpo: each micro-batch's mean over its pairs, averaged over micro-steps and data ranks */
-        const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * c->data.size));
+        /* dpo: each micro-batch's mean over its pairs, averaged over micro-steps and data-parallel
+         * replicas (the sp ranks of a replica each add their tokens' part of one gradient) */
+        const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * r->dp));
         for (int m = 0; m < r->A; m++) {
             zt_shard_begin_micro(r->shard, m, r->A);
             uint64_t *keys = r->keys ? r->keys + m * BT : NULL;

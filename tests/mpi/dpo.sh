@@ -5,14 +5,16 @@
 #  1. Fresh adapters (B = 0) leave the policy equal to its reference (the base with the
 #     adapters off): sigmoid DPO's first loss is ln 2 and its rewards and margins 0, exactly;
 #     metrics.jsonl and the progress line carry LLaMA-Factory's metrics.
-#  2. ddp and zero3 at 2 ranks, and tp 2, train what one rank trains with accumulation
-#     (per-step loss and final adapters, 1e-5), for sigmoid (with a reference pass) and
+#  2. ddp and zero3 at 2 ranks, tp 2, sp 2 (Ulysses) and ring 2, train what one rank trains
+#     with accumulation (per-step loss 1e-5, final adapters 3e-5, metrics 1e-5, rewards 2e-6
+#     absolute), for sigmoid (with
+#     a reference pass) and
 #     orpo (without; its sft_loss and odds_ratio_loss logged).
 #  3. PEFT's lora-llama adapter (policy != reference) at learning rate 0, 2 steps of 2
 #     pairs: the loss, LLaMA-Factory's metrics and the adapters' gradient norm are LLaMA-
 #     Factory 0.9.5's own (tests/reference/pref/llama_lora.json, made by its trainer's
 #     get_batch_loss_metrics on the same rows: make_pref_lora_fixture.py) for sigmoid, ipo
-#     and orpo, 1e-5 relative (rewards: 1e-6 absolute, beta times fp32 sums of -34), at 1 rank
+#     and orpo, 1e-5 relative (rewards: 2e-6 absolute, beta times fp32 sums of -34), at 1 rank
 #     and zero3 at 2.
 #  4. What is not wired is refused in one line on every rank (full fine-tuning, evaluation).
 . "$(dirname "$0")/common.sh"
@@ -53,7 +55,17 @@ for loss in sigmoid orpo; do
     # shellcheck disable=SC2086
     run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
         train.gradient_accumulation_steps=2 parallel.tensor_parallel_size=2 train.output_dir=$loss-tp2 >/dev/null
-    "$PY" "$CMP" $loss-ref $loss-ddp $loss-zero3 $loss-tp2 || fail "$loss: strategies trained other adapters"
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        train.gradient_accumulation_steps=2 parallel.sequence_parallel_size=2 train.output_dir=$loss-sp2 >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        train.gradient_accumulation_steps=2 parallel.sequence_parallel_size=2 parallel.sp_mode=ring \
+        train.output_dir=$loss-ring2 >/dev/null
+    # adapters 3e-5: Adam's first steps move an element by about lr whatever its gradient's size,
+    # so the rounding of small gradients (ring attention's merges) shows in them
+    "$PY" "$CMP" $loss-ref $loss-ddp $loss-zero3 $loss-tp2 $loss-sp2 $loss-ring2 --param-tol 3e-5 ||
+        fail "$loss: strategies trained other adapters"
     "$PY" - "$loss" <<'PYEOF' || fail "$loss: the metrics differ between strategies or are missing"
 import json, sys
 loss = sys.argv[1]
@@ -62,12 +74,15 @@ def rec(d):
 keys = ["rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
         "logps/rejected", "logits/chosen", "logits/rejected"] + (["sft_loss", "odds_ratio_loss"] if loss == "orpo" else [])
 ref = rec(loss + "-ref")
-worst = 0.0
-for d in ("ddp", "zero3", "tp2"):
+worst, where = 0.0, ""
+for d in ("ddp", "zero3", "tp2", "sp2", "ring2"):
     for a, b in zip(ref, rec(loss + "-" + d)):
         for k in keys:
-            worst = max(worst, abs(a[k] - b[k]) / max(abs(a[k]), 1e-2))
-print(loss, "metrics worst relative difference", worst, "margins", [r["rewards/margins"] for r in ref])
+            # rewards: 2e-6 absolute (beta 0.1 times fp32 sums of about -34 computed in other orders)
+            e = abs(a[k] - b[k]) / (0.2 if k.startswith("rewards/") else max(abs(a[k]), 1e-2))
+            if e > worst:
+                worst, where = e, d + " " + k + " %.9g %.9g" % (a[k], b[k])
+print(loss, "metrics worst relative difference", worst, where, "margins", [r["rewards/margins"] for r in ref])
 sys.exit(not (len(ref) == 3 and worst < 1e-5 and ref[-1]["rewards/margins"] != 0))
 PYEOF
 done
@@ -90,8 +105,8 @@ for w, g in zip(want, got):
     pairs += [(k, v, g[k]) for k, v in w["metrics"].items() if not k.startswith("logits/")]
     for k, a, b in pairs:
         # a reward is beta times a difference of log-prob sums (about -34 here) of two fp32
-        # computations: its error is absolute (1e-6 = 250 ulps of such a sum, times beta)
-        e = abs(a - b) / 0.1 if k.startswith("rewards/") else abs(a - b) / max(abs(a), 1e-3)
+        # computations: its error is absolute (2e-6 = 500 ulps of such a sum, times beta)
+        e = abs(a - b) / 0.2 if k.startswith("rewards/") else abs(a - b) / max(abs(a), 1e-3)
         if e > worst:
             worst, where = e, k
 print(sys.argv[2], sys.argv[3], "worst difference from LLaMA-Factory", worst, "(" + where + ")")
