@@ -1251,9 +1251,10 @@ int zt_config_batch_rows(const zt_config_t *cfg)
  * names what is not wired, so nothing trains differently from what was asked */
 static int check_dpo(const zt_config_t *cfg, char *err, size_t errlen)
 {
-    if (cfg->train.finetuning_type != ZT_FT_LORA)
-        return zt_err(err, errlen, "train.stage = dpo trains LoRA adapters only for now (full fine-tuning's frozen "
-                                   "reference copy is not wired yet): set train.finetuning_type = lora");
+    if (cfg->train.finetuning_type == ZT_FT_FULL && zt_pref_uses_ref(cfg->pref.fn.loss) &&
+        !cfg->model.name_or_path[0])
+        return zt_err(err, errlen, "train.stage = dpo with full fine-tuning copies its reference from "
+                                   "model.name_or_path: set it (or pref.loss = orpo or simpo, which need none)");
     if (cfg->pref.ref_model[0])
         return zt_err(err, errlen, "pref.ref_model: a separate reference model is not wired yet (the reference is "
                                    "the base with the adapters off)");

@@ -73,6 +73,10 @@ typedef struct run {
     int32_t *kv_tok, *kv_pos, *kv_inp; /* kv_inp (kv_nseq): a batch's new tokens */
     zt_model_t *model;
     zt_shard_t *shard;
+    /* train.stage = dpo with full fine-tuning: the reference, a frozen copy of
+     * model.name_or_path's weights sharded as the strategy shards frozen units */
+    zt_shard_t *ref_shard;
+    zt_param_table_t *ref_table;
     zt_dataset_t *train, *val;
     zt_shard_opts_t sopts;
     zt_parallel_plan_t plan;    /* the mesh and its options, strategy auto resolved */
@@ -450,10 +454,9 @@ static void dropout_keys(run_t *r, int m, uint64_t *keys)
  * adapters 0: LoRA's base alone (the DPO reference). The root unit (embeddings, tied
  * head, ln_f) stays materialized until train_backward, as FSDP does for its root
  * module: it is used at both ends. */
-static const float *train_forward(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg,
-                                  const int32_t *pos, const uint64_t *keys, int adapters)
+static const float *train_forward(run_t *r, zt_shard_t *s, const int32_t *inp, const int32_t *tgt,
+                                  const int32_t *seg, const int32_t *pos, const uint64_t *keys, int adapters)
 {
-    zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
     const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit;
@@ -512,7 +515,7 @@ static float train_backward(run_t *r, const float *root, float dscale)
 static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
                          const uint64_t *keys, float dscale)
 {
-    return train_backward(r, train_forward(r, inp, tgt, seg, pos, keys, 1), dscale);
+    return train_backward(r, train_forward(r, r->shard, inp, tgt, seg, pos, keys, 1), dscale);
 }
 
 /* ---- preference training (train.stage = dpo) ------------------------------------------
@@ -562,12 +565,16 @@ static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     double *ref = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
     double *c6 = w + 6 * B; /* scratch (B) */
     if (zt_pref_uses_ref(pc->loss)) {
-        const float *root = train_forward(r, inp, tgt, NULL, NULL, NULL, 0);
+        /* LoRA: this model without its adapters; full fine-tuning: the frozen copy */
+        zt_shard_t *rs = r->ref_shard ? r->ref_shard : r->shard;
+        if (r->ref_shard) zt_shard_begin_inference(rs);
+        const float *root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0);
         zt_model_forward_head(r->model, root);
-        zt_shard_release(r->shard, r->table->root_unit);
+        zt_shard_release(rs, r->table->root_unit);
+        if (r->ref_shard) zt_shard_end_inference(rs);
         row_sums(r, zt_model_token_losses(r->model), 1, tgt, ref, NULL);
     }
-    const float *root = train_forward(r, inp, tgt, NULL, NULL, NULL, 1);
+    const float *root = train_forward(r, r->shard, inp, tgt, NULL, NULL, NULL, 1);
     float *lsum = zt_malloc((size_t)N * sizeof *lsum);
     zt_model_set_logit_sums(r->model, lsum);
     zt_model_forward_head(r->model, root);
@@ -1188,6 +1195,35 @@ static int loss_scale_overflow(run_t *r)
     return 0;
 }
 
+/* The frozen reference of full fine-tuning (LLaMA-Factory loads a second copy of
+ * model_name_or_path): this rank's table with every unit frozen, an engine of its own
+ * (parameters only, sharded as the strategy shards frozen units), the directory's weights.
+ * A resumed run takes them from the directory again, as LLaMA-Factory does. */
+static int ref_create(run_t *r)
+{
+    char err[ZT_ERRLEN] = "";
+    zt_param_table_t *t = zt_params_tp_local(r->table, r->comm->mesh_tp, r->comm->tp.rank, err, sizeof err);
+    int rc = t ? 0 : -1;
+    if (t) {
+        for (int i = 0; i < t->nparams; i++) t->params[i].frozen = 1;
+        zt_params_finish(t, t->nunits, t->root_unit, t->first_block_unit);
+        r->ref_table = t;
+        r->ref_shard = zt_shard_create(t, r->comm, r->be, &r->sopts);
+        double bytes = 0;
+        rc = zt_hf_model_load(r->cfg->model.name_or_path, r->ref_shard, r->table, r->comm, &bytes, err, sizeof err);
+    }
+    if (zt_agree_error(r->comm, rc, err, sizeof err)) {
+        zt_log_error("dpo reference: %s", err);
+        return -1;
+    }
+    zt_shard_mem_t mem;
+    zt_shard_memory(r->ref_shard, &mem);
+    char b[32];
+    zt_log("dpo: the reference is a frozen copy of %s (%s of parameters per rank)", r->cfg->model.name_or_path,
+           zt_fmt_bytes((double)(mem.params + mem.host), b, sizeof b));
+    return 0;
+}
+
 static int run_loop(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
@@ -1699,6 +1735,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         r->row_tmp = zt_malloc(3 * (size_t)r->T * sizeof(int32_t)); /* inputs, targets, positions */
     }
     r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
+    if (!cfg->mode_generate && cfg->train.stage == ZT_STAGE_DPO && cfg->train.finetuning_type == ZT_FT_FULL &&
+        zt_pref_uses_ref(cfg->pref.fn.loss) && ref_create(r) != 0)
+        exit_code = ZT_EXIT_ERROR;
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
      * would wait for the compute stream, once per micro-step */
     r->inp = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
@@ -1811,6 +1850,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
 done:
     zt_metrics_close();
     zt_shard_free(r->shard);
+    zt_shard_free(r->ref_shard);
+    zt_param_table_free(r->ref_table);
     zt_model_free(r->model);
     if (r->ltable != r->table) zt_param_table_free(r->ltable);
     free(r->tp_logits);

@@ -16,7 +16,10 @@
 #     get_batch_loss_metrics on the same rows: make_pref_lora_fixture.py) for sigmoid, ipo
 #     and orpo, 1e-5 relative (rewards: 2e-6 absolute, beta times fp32 sums of -34), at 1 rank
 #     and zero3 at 2.
-#  4. What is not wired is refused in one line on every rank (full fine-tuning, evaluation).
+#  2b. Full fine-tuning, its reference a frozen copy of the directory's weights: step 1 is ln 2;
+#     zero3 (the copy sharded) and tp 2 train what one rank trains; the margins move.
+#  4. What is not wired is refused in one line on every rank (full fine-tuning without a
+#     directory to copy, evaluation).
 . "$(dirname "$0")/common.sh"
 need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
@@ -116,8 +119,30 @@ PYEOF
     done
 done
 
+# ---- 2b. full fine-tuning: the reference a frozen copy of the directory's weights ------------
+full="train.finetuning_type=full optim.learning_rate=1e-3 train.max_steps=3"
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $dpo $full train.per_device_train_batch_size=1 train.gradient_accumulation_steps=2 \
+    train.output_dir=full-ref >/dev/null
+assert_contains "$ZT_OUT" "dpo: the reference is a frozen copy of $HF/llama"
+assert_contains "$ZT_OUT" "step     1/3 | loss 0.6931 | rewards/chosen 0.0000 | rewards/rejected 0.0000"
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $dpo $full train.per_device_train_batch_size=1 parallel.strategy=zero3 \
+    train.output_dir=full-zero3 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $dpo $full train.per_device_train_batch_size=1 train.gradient_accumulation_steps=2 \
+    parallel.tensor_parallel_size=2 train.output_dir=full-tp2 >/dev/null
+"$PY" "$CMP" full-ref full-zero3 full-tp2 --param-tol 3e-5 || fail "full fine-tuning: strategies trained other weights"
+"$PY" - <<'PYEOF' || fail "full fine-tuning: the policy did not move away from its frozen reference"
+import json, math, sys
+r = [json.loads(l) for l in open("full-ref/metrics.jsonl") if '"loss"' in l and '"step"' in l]
+print("full fine-tuning margins", [x["rewards/margins"] for x in r])
+sys.exit(not (abs(r[0]["loss"] - math.log(2)) < 1e-9 and r[0]["rewards/margins"] == 0 and r[2]["rewards/margins"] != 0))
+PYEOF
+
 # ---- 4. refusals -----------------------------------------------------------------------
 # shellcheck disable=SC2086
-expect_fail_with 2 "train.stage = dpo trains LoRA adapters only for now" lora.cfg $dpo train.finetuning_type=full
+expect_fail_with 2 "train.stage = dpo with full fine-tuning copies its reference from model.name_or_path" \
+    lora.cfg train.stage=dpo data.shuffle=false train.finetuning_type=full
 # shellcheck disable=SC2086
 expect_fail_with 2 "train.stage = dpo: evaluation on pairs is not wired yet" lora.cfg $dpo data.val_files=tok67.h5

@@ -304,7 +304,7 @@ static void t_pref(void)
     CU_ASSERT_STRING_EQUAL(cfg.pref.ref_model, "");
     char *dpo[] = {"train.stage=dpo", "pref.loss=simpo", "pref.beta=2.5", "pref.ftx=0.25", "pref.simpo_gamma=0.8"};
     CU_ASSERT_EQUAL(parse(NULL, 5, dpo), -1);
-    ASSERT_ERR("train.stage = dpo trains LoRA adapters only for now");
+    ASSERT_ERR("set data.shuffle = false");
     CU_ASSERT_EQUAL(cfg.train.stage, ZT_STAGE_DPO);
     CU_ASSERT_EQUAL(cfg.pref.fn.loss, ZT_PREF_SIMPO);
     CU_ASSERT_EQUAL(cfg.pref.fn.beta, 2.5);
@@ -324,6 +324,9 @@ static void t_pref(void)
     CU_ASSERT_STRING_EQUAL(err, "command line: pref.loss: 'kto_pair' must be one of: sigmoid, ipo, hinge, orpo, simpo");
     char *sft[] = {"pref.loss=ipo", "pref.ref_model=/models/ref"}; /* stage sft: accepted */
     CU_ASSERT_EQUAL(parse(NULL, 2, sft), 0);
+    char *full[] = {"train.stage=dpo", "data.shuffle=false"}; /* full fine-tuning, sigmoid */
+    CU_ASSERT_EQUAL(parse(NULL, 2, full), -1);
+    ASSERT_ERR("train.stage = dpo with full fine-tuning copies its reference from model.name_or_path");
     char *shuf[] = {"train.stage=dpo", "train.finetuning_type=lora"};
     CU_ASSERT_EQUAL(parse(NULL, 2, shuf), -1);
     ASSERT_ERR("set data.shuffle = false");
