@@ -489,8 +489,9 @@ static const zkey_t schema[] = {
        "dpo_label_smoothing: conservative DPO's probability that a pair's labels are flipped (sigmoid only)."),
     KD("pref.simpo_gamma", pref.fn.simpo_gamma, 0.5, -1e6, 1e6, "simpo_gamma: SimPO's target reward margin."),
     KS("pref.ref_model", pref.ref_model, "", NULL,
-       "ref_model: a HF model directory for the reference. \"\" = with LoRA the base with the adapters off, with "
-       "full fine-tuning a frozen copy of the initial weights. Not read by orpo and simpo."),
+       "ref_model: a HF model directory for the reference, frozen, of the model's shapes. \"\" = with LoRA the base "
+       "with the adapters off, with full fine-tuning a frozen copy of model.name_or_path. Not read by orpo and "
+       "simpo."),
     /* generate */
     KS("generate.prompt", generate.prompt, "", NULL,
        "One user message to complete, rendered with data.template (\"\" = generate.prompts_file)."),
@@ -1255,9 +1256,6 @@ static int check_dpo(const zt_config_t *cfg, char *err, size_t errlen)
         !cfg->model.name_or_path[0])
         return zt_err(err, errlen, "train.stage = dpo with full fine-tuning copies its reference from "
                                    "model.name_or_path: set it (or pref.loss = orpo or simpo, which need none)");
-    if (cfg->pref.ref_model[0])
-        return zt_err(err, errlen, "pref.ref_model: a separate reference model is not wired yet (the reference is "
-                                   "the base with the adapters off)");
     if (cfg->data.shuffle)
         return zt_err(err, errlen, "train.stage = dpo reads its pairs (rows 2i, 2i + 1) in file order for now: "
                                    "set data.shuffle = false");

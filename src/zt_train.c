@@ -1195,22 +1195,32 @@ static int loss_scale_overflow(run_t *r)
     return 0;
 }
 
-/* The frozen reference of full fine-tuning (LLaMA-Factory loads a second copy of
- * model_name_or_path): this rank's table with every unit frozen, an engine of its own
- * (parameters only, sharded as the strategy shards frozen units), the directory's weights.
- * A resumed run takes them from the directory again, as LLaMA-Factory does. */
+/* A frozen reference model, as LLaMA-Factory loads one (pref.ref_model, or with full
+ * fine-tuning a second copy of model_name_or_path): the base model's table on this rank
+ * (without LoRA's adapter units) with every unit frozen, an engine of its own (parameters
+ * only, sharded as the strategy shards frozen units), the directory's weights, which must
+ * have the model's shapes. A resumed run loads them again, as LLaMA-Factory does. */
 static int ref_create(run_t *r)
 {
+    const char *dir = r->cfg->pref.ref_model[0] ? r->cfg->pref.ref_model : r->cfg->model.name_or_path;
     char err[ZT_ERRLEN] = "";
     zt_param_table_t *t = zt_params_tp_local(r->table, r->comm->mesh_tp, r->comm->tp.rank, err, sizeof err);
     int rc = t ? 0 : -1;
     if (t) {
         for (int i = 0; i < t->nparams; i++) t->params[i].frozen = 1;
-        zt_params_finish(t, t->nunits, t->root_unit, t->first_block_unit);
+        if (t->first_adapter_unit >= 0) { /* the adapter units come last: the base's units alone */
+            const int nu = t->first_adapter_unit;
+            while (t->nparams > 0 && t->params[t->nparams - 1].unit >= nu) t->nparams--;
+            t->lora_rank = 0;
+            zt_params_finish(t, nu, t->root_unit, t->first_block_unit);
+        } else {
+            zt_params_finish(t, t->nunits, t->root_unit, t->first_block_unit);
+        }
         r->ref_table = t;
         r->ref_shard = zt_shard_create(t, r->comm, r->be, &r->sopts);
         double bytes = 0;
-        rc = zt_hf_model_load(r->cfg->model.name_or_path, r->ref_shard, r->table, r->comm, &bytes, err, sizeof err);
+        /* the global table: names and whole shapes; the base parameters are its first ones */
+        rc = zt_hf_model_load(dir, r->ref_shard, r->table, r->comm, &bytes, err, sizeof err);
     }
     if (zt_agree_error(r->comm, rc, err, sizeof err)) {
         zt_log_error("dpo reference: %s", err);
@@ -1219,7 +1229,7 @@ static int ref_create(run_t *r)
     zt_shard_mem_t mem;
     zt_shard_memory(r->ref_shard, &mem);
     char b[32];
-    zt_log("dpo: the reference is a frozen copy of %s (%s of parameters per rank)", r->cfg->model.name_or_path,
+    zt_log("dpo: the reference is a frozen copy of %s (%s of parameters per rank)", dir,
            zt_fmt_bytes((double)(mem.params + mem.host), b, sizeof b));
     return 0;
 }
@@ -1735,8 +1745,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         r->row_tmp = zt_malloc(3 * (size_t)r->T * sizeof(int32_t)); /* inputs, targets, positions */
     }
     r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
-    if (!cfg->mode_generate && cfg->train.stage == ZT_STAGE_DPO && cfg->train.finetuning_type == ZT_FT_FULL &&
-        zt_pref_uses_ref(cfg->pref.fn.loss) && ref_create(r) != 0)
+    if (!cfg->mode_generate && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss) &&
+        (cfg->train.finetuning_type == ZT_FT_FULL || cfg->pref.ref_model[0]) && ref_create(r) != 0)
         exit_code = ZT_EXIT_ERROR;
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
      * would wait for the compute stream, once per micro-step */

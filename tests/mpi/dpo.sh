@@ -18,6 +18,8 @@
 #     and zero3 at 2.
 #  2b. Full fine-tuning, its reference a frozen copy of the directory's weights: step 1 is ln 2;
 #     zero3 (the copy sharded) and tp 2 train what one rank trains; the margins move.
+#  2c. pref.ref_model (tp 2): lora-llama's merged model as the reference of the base with that
+#     adapter: ln 2 and no margin to rounding; a directory of other shapes fails on every rank.
 #  4. What is not wired is refused in one line on every rank (full fine-tuning without a
 #     directory to copy, evaluation).
 . "$(dirname "$0")/common.sh"
@@ -139,6 +141,21 @@ r = [json.loads(l) for l in open("full-ref/metrics.jsonl") if '"loss"' in l and 
 print("full fine-tuning margins", [x["rewards/margins"] for x in r])
 sys.exit(not (abs(r[0]["loss"] - math.log(2)) < 1e-9 and r[0]["rewards/margins"] == 0 and r[2]["rewards/margins"] != 0))
 PYEOF
+
+# ---- 2c. pref.ref_model: a reference of its own ------------------------------------------------
+# the merged model of lora-llama is the policy (base + that adapter) to rounding: ln 2 and no margin
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $dpo lora.adapter_name_or_path=$HF/lora-llama pref.ref_model=$HF/lora-llama/merged \
+    train.max_steps=1 parallel.tensor_parallel_size=2 train.output_dir=refdir >/dev/null
+assert_contains "$ZT_OUT" "dpo: the reference is a frozen copy of $HF/lora-llama/merged"
+"$PY" - <<'PYEOF' || fail "pref.ref_model: the merged model is not the policy's reference"
+import json, math, sys
+r = [json.loads(l) for l in open("refdir/metrics.jsonl") if '"loss"' in l and '"step"' in l][0]
+print("ref_model = merged:", r["loss"] - math.log(2), r["rewards/margins"])
+sys.exit(not (abs(r["loss"] - math.log(2)) < 1e-6 and abs(r["rewards/margins"]) < 1e-6 and r["logps/chosen"] < -1))
+PYEOF
+# shellcheck disable=SC2086
+expect_fail_with 2 "dpo reference: " lora.cfg $dpo pref.ref_model=$HF/gpt2
 
 # ---- 4. refusals -----------------------------------------------------------------------
 # shellcheck disable=SC2086
