@@ -73,8 +73,8 @@ typedef struct run {
     int32_t *kv_tok, *kv_pos, *kv_inp; /* kv_inp (kv_nseq): a batch's new tokens */
     zt_model_t *model;
     zt_shard_t *shard;
-    /* train.stage = dpo with full fine-tuning: the reference, a frozen copy of
-     * model.name_or_path's weights sharded as the strategy shards frozen units */
+    /* train.stage = dpo with full fine-tuning or pref.ref_model: the reference, a frozen
+     * copy of a directory's weights sharded as the strategy shards frozen units (ref_create) */
     zt_shard_t *ref_shard;
     zt_param_table_t *ref_table;
     zt_dataset_t *train, *val;
@@ -555,8 +555,9 @@ static void row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, doubl
     free(acc);
 }
 
-/* One DPO micro-step; factor: the gradient's share (loss scale / (micro-steps x data
- * ranks)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's loss. */
+/* One DPO micro-step; factor: the gradient's share (loss scale / (micro-steps x data-
+ * parallel replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's
+ * loss. */
 static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float factor, double *metrics)
 {
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
@@ -565,7 +566,8 @@ static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     double *ref = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
     double *c6 = w + 6 * B; /* scratch (B) */
     if (zt_pref_uses_ref(pc->loss)) {
-        /* LoRA: this model without its adapters; full fine-tuning: the frozen copy */
+        /* the frozen copy (full fine-tuning, pref.ref_model), or LoRA's base: this model
+         * without its adapters */
         zt_shard_t *rs = r->ref_shard ? r->ref_shard : r->shard;
         if (r->ref_shard) zt_shard_begin_inference(rs);
         const float *root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0);
