@@ -17,7 +17,8 @@
 #     and orpo, 1e-5 relative (rewards: 2e-6 absolute, beta times fp32 sums of -34), at 1 rank
 #     and zero3 at 2.
 #  2b. Full fine-tuning, its reference a frozen copy of the directory's weights: step 1 is ln 2;
-#     zero3 (the copy sharded) and tp 2 train what one rank trains; the margins move.
+#     zero3 (the copy sharded) and tp 2 train what one rank trains; the margins move; a run
+#     resumed after 2 of 4 steps (its reference from the directory again) is the straight run.
 #  2c. pref.ref_model (tp 2): lora-llama's merged model as the reference of the base with that
 #     adapter: ln 2 and no margin to rounding; a directory of other shapes fails on every rank.
 #  4. What is not wired is refused in one line on every rank (full fine-tuning without a
@@ -140,6 +141,26 @@ import json, math, sys
 r = [json.loads(l) for l in open("full-ref/metrics.jsonl") if '"loss"' in l and '"step"' in l]
 print("full fine-tuning margins", [x["rewards/margins"] for x in r])
 sys.exit(not (abs(r[0]["loss"] - math.log(2)) < 1e-9 and r[0]["rewards/margins"] == 0 and r[2]["rewards/margins"] != 0))
+PYEOF
+
+# a resumed run takes its reference from the directory again (not the checkpoint): 2 + 2 steps are 4
+res="$dpo train.finetuning_type=full optim.learning_rate=1e-3 optim.lr_scheduler_type=constant parallel.strategy=zero3
+train.per_device_train_batch_size=1"
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $res train.max_steps=4 train.output_dir=res-full >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $res train.max_steps=2 train.output_dir=res-split >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $res train.max_steps=4 checkpoint.resume=auto train.output_dir=res-split >/dev/null
+assert_contains "$ZT_OUT" "resumed from res-split/ckpt-00000002.h5"
+"$PY" - <<'PYEOF' || fail "full fine-tuning: a resumed run does not continue as the straight one"
+import json, sys
+def rec(d):
+    return {r["step"]: r for r in (json.loads(l) for l in open(d + "/metrics.jsonl")) if "loss" in r and "step" in r}
+a, b = rec("res-full"), rec("res-split")
+same = all(a[s][k] == b[s][k] for s in (3, 4) for k in ("loss", "rewards/margins", "logps/chosen"))
+print("resume: steps 3, 4", [(a[s]["loss"], b[s]["loss"]) for s in (3, 4)])
+sys.exit(not same)
 PYEOF
 
 # ---- 2c. pref.ref_model: a reference of its own ------------------------------------------------
