@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "zt_plan.h"
+#include "zt_pref.h"
 
 #define ZT_MAX_FILES 64
 #define ZT_STRLEN 1024
@@ -22,6 +23,7 @@
 typedef enum { ZT_BACKEND_AUTO = 0, ZT_BACKEND_CPU, ZT_BACKEND_CUDA } zt_backend_choice_t; /* parallel.backend */
 typedef enum { ZT_NONFINITE_ABORT = 0, ZT_NONFINITE_SKIP } zt_nonfinite_t;                 /* parallel.nonfinite */
 typedef enum { ZT_FT_FULL = 0, ZT_FT_LORA } zt_finetuning_t;                       /* train.finetuning_type */
+typedef enum { ZT_STAGE_SFT = 0, ZT_STAGE_DPO } zt_stage_t;                         /* train.stage */
 typedef enum { ZT_CKPT_CONSOLIDATED = 0, ZT_CKPT_SHARDED } zt_ckpt_format_t;       /* checkpoint.format */
 typedef enum { ZT_HF_DTYPE_AUTO = 0, ZT_HF_DTYPE_BF16, ZT_HF_DTYPE_FP32 } zt_hf_dtype_t; /* checkpoint.hf_dtype */
 /* train.matmul_precision: ZT_MATMUL_HIGHEST, _HIGH, _MEDIUM (zt_backend.h) or auto */
@@ -95,6 +97,7 @@ typedef struct zt_config {
         int threads;            /* threads per rank (0 = OMP_NUM_THREADS or 1) */
         int matmul_precision;      /* ZT_MATMUL_*: auto | highest | high | medium */
         zt_finetuning_t finetuning_type; /* full | lora */
+        zt_stage_t stage;       /* sft | dpo */
     } train;
     struct zt_config_optim {
         double learning_rate;
@@ -152,6 +155,10 @@ typedef struct zt_config {
         int use_rslora;         /* bool: scale alpha / sqrt(r) */
         char adapter_name_or_path[ZT_STRLEN]; /* PEFT adapter directory to start from */
     } lora;
+    struct {                    /* train.stage = dpo */
+        zt_pref_cfg_t fn;       /* the loss and its parameters (zt_pref.h) */
+        char ref_model[ZT_STRLEN]; /* HF model directory of the reference ("" = the default) */
+    } pref;
     struct {
         char prompt[ZT_STRLEN];     /* one user message */
         char prompts_file[ZT_STRLEN]; /* JSON Lines of messages or alpaca records */
@@ -211,6 +218,9 @@ int zt_config_value_text(const zt_config_t *cfg, const char *key, char *buf, siz
 /* The name of value v of an enum key as the config file spells it ("zero3"); NULL if
  * the key has no such value. */
 const char *zt_config_enum_name(const char *key, int v);
+/* Rows (sequences) of a micro-batch per rank: train.per_device_train_batch_size, whose
+ * elements are pairs of rows (chosen, rejected) under train.stage = dpo, as LLaMA-Factory's */
+int zt_config_batch_rows(const zt_config_t *cfg);
 /* Same, into a malloc'd string (for checkpoints). */
 char *zt_config_to_string(const zt_config_t *cfg);
 

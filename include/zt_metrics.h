@@ -37,6 +37,8 @@ typedef struct zt_metrics_step {
     double elapsed_s, step_s, tokens_seen;
     size_t rss_bytes;
     const zt_comm_stats_t *comm;
+    int npref;                  /* train.stage = dpo: the first npref preference metrics (zt_pref.h) */
+    const double *pref;
 } zt_metrics_step_t;
 void zt_metrics_record_step(const zt_metrics_step_t *r);
 

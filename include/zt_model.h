@@ -116,6 +116,24 @@ static inline void zt_model_kv_past(zt_model_t *m, int past) { zt_model_kv_seq(m
  * and dL/d(last block output) for backward_block. dscale is the caller's 1/(tokens in the global batch)
  * share. Needs targets. */
 void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale);
+/* Preference losses (zt_pref.h): scales (N, host memory unchanged until train_head has
+ * run) gives each token its own dlogits factor in the next zt_model_train_head, in place
+ * of dscale: dL/d(its sequence's log-prob sum) negated, as d logp / d logits is minus the
+ * cross-entropy's. zt_model_set_batch resets it (NULL: dscale for every token). Tokens
+ * of equal factors next to each other run as one kernel call, so a row per sequence costs
+ * a call per row and chunk. */
+void zt_model_set_token_scales(zt_model_t *m, const float *scales);
+/* Preference metrics (LLaMA-Factory's logits/chosen, logits/rejected): with out (N, host
+ * memory), the next zt_model_forward_head also sums each token's logits over the whole
+ * vocabulary (every tp rank's columns) into out[token], valid once the losses are
+ * (zt_model_token_losses waits for both). Needs targets; zt_model_set_batch resets it.
+ * Its buffers (N + V floats) are made at the first call, outside the activation count. */
+void zt_model_set_logit_sums(zt_model_t *m, float *out);
+/* The per-token losses (N) of the batch's last head pass, -log p(target) (0 where the
+ * target is < 0); waits for them. Host memory of the model, valid until its next head
+ * pass. A sequence's log-prob sum is minus the sum over its tokens (under sequence
+ * parallelism, over every sp rank's part). */
+const float *zt_model_token_losses(zt_model_t *m);
 /* Mean loss of the batch's last head pass (0 without targets); waits for it. */
 float zt_model_loss(zt_model_t *m);
 /* The sum of its per-token losses (targets < 0 add 0), for means over the tokens that

@@ -79,6 +79,7 @@ static const struct { const char *name, *help; } sections[] = {
     {"parallel", "How parameters, gradients and optimizer state are sharded across ranks, and where they live."},
     {"checkpoint", "Parallel-HDF5 checkpoints: when to write, how many to keep, resuming."},
     {"log", "Logging and plots."},
+    {"pref", "Preference training (train.stage = dpo), as LLaMA-Factory's pref_* keys."},
     {"lora", "LoRA adapters (train.finetuning_type = lora), as PEFT's LoraConfig and LLaMA-Factory's lora_* keys."},
     {"generate", "ztrain --generate: prompts completed by the model, under any strategy."},
     {"fault", "Fault injection, for testing the failure paths only."},
@@ -103,6 +104,9 @@ static const zname_t matmuls[] = {{"auto", ZT_MATMUL_AUTO}, {"highest", ZT_MATMU
                                   {"medium", ZT_MATMUL_MEDIUM}, {NULL, 0}};
 static const zname_t optimizers[] = {{"adamw", ZT_OPTIM_ADAMW}, {"onebit_adam", ZT_OPTIM_ONEBIT_ADAM}, {NULL, 0}};
 static const zname_t finetunings[] = {{"full", ZT_FT_FULL}, {"lora", ZT_FT_LORA}, {NULL, 0}};
+static const zname_t stages[] = {{"sft", ZT_STAGE_SFT}, {"dpo", ZT_STAGE_DPO}, {NULL, 0}};
+static const zname_t pref_losses[] = {{"sigmoid", ZT_PREF_SIGMOID}, {"ipo", ZT_PREF_IPO}, {"hinge", ZT_PREF_HINGE},
+                                      {"orpo", ZT_PREF_ORPO}, {"simpo", ZT_PREF_SIMPO}, {NULL, 0}};
 static const zname_t ckpt_formats[] = {{"consolidated", ZT_CKPT_CONSOLIDATED}, {"sharded", ZT_CKPT_SHARDED}, {NULL, 0}};
 static const zname_t fault_kinds[] = {{"none", ZT_FAULT_NONE}, {"stall", ZT_FAULT_STALL}, {"kill", ZT_FAULT_KILL},
                                       {"nan", ZT_FAULT_NAN}, {"data", ZT_FAULT_DATA},
@@ -302,6 +306,9 @@ static const zkey_t schema[] = {
     KE("train.finetuning_type", train.finetuning_type, "full", finetunings,
        "What trains, as LLaMA-Factory's finetuning_type: full = every parameter; lora = low-rank adapters on the "
        "lora.target linears of every block, the base frozen (no gradients, no optimizer state)."),
+    KE("train.stage", train.stage, "sft", stages,
+       "What the run trains, as LLaMA-Factory's stage: sft = next-token cross-entropy on the response tokens; "
+       "dpo = a preference loss (pref.*) on pairs of responses, chosen and rejected."),
     KE("train.matmul_precision", train.matmul_precision, "auto", matmuls,
        "GEMM arithmetic on fp32 operands, as torch.set_float32_matmul_precision: highest = fp32, high = TF32 "
        "tensor cores, medium = bf16 tensor cores, all accumulating in fp32; auto = medium with 16-bit "
@@ -485,6 +492,22 @@ static const zkey_t schema[] = {
     KS("lora.adapter_name_or_path", lora.adapter_name_or_path, "", NULL,
        "A PEFT adapter directory (adapter_config.json + adapter_model.safetensors) to start from, to continue an "
        "adapter trained elsewhere; its r, lora_alpha and target_modules must match lora.*."),
+    /* pref */
+    KE("pref.loss", pref.fn.loss, "sigmoid", pref_losses,
+       "LLaMA-Factory's pref_loss. sigmoid = DPO; orpo and simpo need no reference model. As LLaMA-Factory 0.9.5 "
+       "computes them with trl 0.24: ipo and hinge are the sigmoid loss too (trl's dpo_loss is called without its "
+       "loss type), ipo on each response's mean log-prob instead of its sum; orpo and simpo use means as well."),
+    KD("pref.beta", pref.fn.beta, 0.1, 1e-12, 1e6,
+       "pref_beta: the inverse temperature of the preference loss (orpo: the odds-ratio term's weight)."),
+    KD("pref.ftx", pref.fn.ftx, 0.0, 0.0, 1e6,
+       "pref_ftx: weight of an SFT term added to each pair's loss, minus the chosen response's mean log-prob."),
+    KD("pref.label_smoothing", pref.fn.label_smoothing, 0.0, 0.0, 0.5,
+       "dpo_label_smoothing: conservative DPO's probability that a pair's labels are flipped (sigmoid only)."),
+    KD("pref.simpo_gamma", pref.fn.simpo_gamma, 0.5, -1e6, 1e6, "simpo_gamma: SimPO's target reward margin."),
+    KS("pref.ref_model", pref.ref_model, "", NULL,
+       "ref_model: a HF model directory for the reference, frozen, of the model's shapes. \"\" = with LoRA the base "
+       "with the adapters off, with full fine-tuning a frozen copy of model.name_or_path. Not read by orpo and "
+       "simpo."),
     /* generate */
     KS("generate.prompt", generate.prompt, "", NULL,
        "One user message to complete, rendered with data.template (\"\" = generate.prompts_file)."),
@@ -1236,6 +1259,31 @@ static int data_dataset_conflict(const zt_config_t *cfg, char *err, size_t errle
     return 0;
 }
 
+int zt_config_batch_rows(const zt_config_t *cfg)
+{
+    return cfg->train.per_device_train_batch_size * (cfg->train.stage == ZT_STAGE_DPO ? 2 : 1);
+}
+
+/* train.stage = dpo: what the preference loop trains today (zt_train.c); each refusal
+ * names what is not wired, so nothing trains differently from what was asked */
+static int check_dpo(const zt_config_t *cfg, char *err, size_t errlen)
+{
+    if (cfg->train.finetuning_type == ZT_FT_FULL && zt_pref_uses_ref(cfg->pref.fn.loss) &&
+        !cfg->model.name_or_path[0])
+        return zt_err(err, errlen, "train.stage = dpo with full fine-tuning copies its reference from "
+                                   "model.name_or_path: set it (or pref.loss = orpo or simpo, which need none)");
+    /* pairs files are read (and shuffled) pair by pair; token files give rows 2i, 2i + 1 */
+    if (cfg->data.shuffle && !cfg->data.dataset[0] && strcmp(cfg->data.format, "tokens") == 0)
+        return zt_err(err, errlen, "train.stage = dpo on token files reads rows 2i, 2i + 1 as a pair, in file "
+                                   "order: set data.shuffle = false (a pairs file shuffles whole pairs)");
+    if (cfg->data.neat_packing)
+        return zt_err(err, errlen, "train.stage = dpo: data.neat_packing does not apply to pairs");
+    if (cfg->lora.dropout > 0)
+        return zt_err(err, errlen, "lora.dropout (%g) with train.stage = dpo: LLaMA-Factory's DPO trainer turns "
+                                   "dropout off (disable_dropout); set lora.dropout = 0", cfg->lora.dropout);
+    return 0;
+}
+
 int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
 {
     const char *where = "config";
@@ -1305,8 +1353,8 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (cfg->data.ranking && (strcmp(cfg->data.format, "tokens") == 0 || cfg->data.dataset[0]))
         return zt_err(err, errlen, "data.ranking applies to data.format alpaca, sharegpt or messages (a "
                                    "dataset_info.json entry says \"ranking\": true itself)");
-    if (cfg->data.ranking) /* the trainer has no preference loss: it must not take the pairs as SFT samples */
-        return zt_err(err, errlen, "data.ranking: preference pairs need train.stage = dpo, not available yet");
+    if (cfg->data.ranking && cfg->train.stage != ZT_STAGE_DPO) /* pairs are no SFT samples */
+        return zt_err(err, errlen, "data.ranking: preference pairs need train.stage = dpo");
     if (cfg->train.max_steps <= 0 && cfg->train.num_train_epochs <= 0)
         return zt_err(err, errlen, "train.max_steps and train.num_train_epochs are both 0: nothing to train "
                                    "(set one of them > 0)");
@@ -1344,6 +1392,14 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (cfg->model.quantization_bit == 4 && cfg->train.finetuning_type != ZT_FT_LORA)
         return zt_err(err, errlen, "model.quantization_bit = 4 needs train.finetuning_type = lora (QLoRA: the 4-bit "
                                    "base is frozen)");
+    if (cfg->pref.fn.label_smoothing > 1e-6 && cfg->pref.fn.loss != ZT_PREF_SIGMOID)
+        return zt_err(err, errlen, "pref.label_smoothing (%g) applies to pref.loss = sigmoid only, not %s (as in "
+                                   "LLaMA-Factory)", cfg->pref.fn.label_smoothing,
+                      zt_config_enum_name("pref.loss", cfg->pref.fn.loss));
+    if (cfg->pref.ref_model[0] && !zt_pref_uses_ref(cfg->pref.fn.loss))
+        return zt_err(err, errlen, "pref.ref_model is set but pref.loss = %s uses no reference model",
+                      zt_config_enum_name("pref.loss", cfg->pref.fn.loss));
+    if (cfg->train.stage == ZT_STAGE_DPO && check_dpo(cfg, err, errlen)) return -1;
     if (cfg->model.quantization_bit == 4)
         return zt_err(err, errlen, "model.quantization_bit = 4: the 4-bit base is not wired into training yet "
                                    "(the format is: src/zt_quant.c); use 0");

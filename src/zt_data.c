@@ -292,7 +292,7 @@ static zt_dataset_t *open_dataset(const char *const *files, int nfiles, int seq_
          * the rejected answers), nor a preference step plain samples as pairs */
         if (f->pairs != pairs) {
             if (pairs) zt_err(err, errlen, "%s: not a preference pairs file (zt-prep-data --ranking)", f->path);
-            else zt_err(err, errlen, "%s: preference pairs need train.stage = dpo, not available yet", f->path);
+            else zt_err(err, errlen, "%s: preference pairs need train.stage = dpo", f->path);
             goto fail;
         }
         if (f->vocab_attr > vocab_size) {

@@ -41,7 +41,13 @@ static const entry_t yaml_keys[] = {
     {"model_name_or_path", MAP, "model.name_or_path", "a local directory (no hub download)"},
     {"adapter_name_or_path", MAP, "lora.adapter_name_or_path", "one PEFT adapter directory"},
     {"trust_remote_code", NOTE, NULL, "ztrain runs no code from the model directory: its families are built in"},
-    {"stage", CUSTOM, NULL, "sft; pt reads token files (zt-prep-data); rm, ppo, dpo, kto are refused"},
+    {"stage", CUSTOM, "train.stage", "sft, dpo; pt reads token files (zt-prep-data); rm, ppo, kto are refused"},
+    {"pref_beta", MAP, "pref.beta", NULL},
+    {"pref_loss", MAP, "pref.loss", NULL},
+    {"pref_ftx", MAP, "pref.ftx", NULL},
+    {"dpo_label_smoothing", MAP, "pref.label_smoothing", NULL},
+    {"simpo_gamma", MAP, "pref.simpo_gamma", NULL},
+    {"ref_model", MAP, "pref.ref_model", "a local directory"},
     {"do_train", CUSTOM, NULL, "true; false is refused (ztrain trains)"},
     {"finetuning_type", CUSTOM, "train.finetuning_type", "full, lora; freeze and oft are refused"},
     {"lora_rank", MAP, "lora.rank", NULL},
@@ -241,11 +247,11 @@ static int custom_yaml(imp_t *im, yaml_document_t *doc, const entry_t *e, const 
 {
     char buf[64];
     if (!strcmp(e->name, "stage")) {
-        if (!strcmp(val, "sft")) return 0; /* the data's formatting says it (dataset_info.json) */
+        if (!strcmp(val, "sft") || !strcmp(val, "dpo")) return set(im, "train.stage", val, where);
         if (!strcmp(val, "pt"))
             return fail(im, "%s: stage: pt trains on text datasets; ztrain's pretraining reads token files "
                             "(zt-prep-data makes them; then data.train_files)", where);
-        return fail(im, "%s: stage: %s is not available (ztrain trains sft and pretraining)", where, val);
+        return fail(im, "%s: stage: %s is not available (ztrain trains sft, dpo and pretraining)", where, val);
     }
     if (!strcmp(e->name, "do_train")) {
         if (truthy(val)) return 0;

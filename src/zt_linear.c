@@ -104,10 +104,11 @@ static uint64_t lora_salt(const zt_lora_gemm_t *g, int l, int i)
     return zt_splitmix64(((uint64_t)l << 40) ^ (g->mask_id << 4) ^ (uint64_t)i);
 }
 
-/* y (N,OC) += s x A_i^T B_i^T in each target i's columns, block l (no-op without adapters) */
+/* y (N,OC) += s x A_i^T B_i^T in each target i's columns, block l (no-op without adapters,
+ * or with lora NULL: the base alone, as PEFT's disable_adapter, the DPO reference) */
 static void lora_gemm_forward(zt_model_t *m, zt_lora_gemm_t *g, int l, const float *lora, const float *x, float *y)
 {
-    if (!g->n) return;
+    if (!g->n || !lora) return;
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, r = m->table->lora_rank, nr = g->n * r, C = g->C;
     const float s = m->table->lora_scale;

@@ -1,7 +1,9 @@
 /* zt_metrics.c — metrics.jsonl: the file and its records (see zt_metrics.h). */
 #include "zt_metrics.h"
+#include "zt_pref.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static FILE *metrics;
 
@@ -66,13 +68,18 @@ void zt_metrics_record_start(const zt_metrics_start_t *r)
 
 void zt_metrics_record_step(const zt_metrics_step_t *r)
 {
-    char cj[2048], line[3072];
+    char cj[2048], line[4096], pj[1024] = "";
     comm_json(r->comm, cj, sizeof cj);
+    /* LLaMA-Factory's names ("rewards/chosen"), after the loss */
+    for (int k = 0; k < r->npref; k++) {
+        const size_t at = strlen(pj);
+        snprintf(pj + at, sizeof pj - at, ",\"%s\":%.17g", zt_pref_metric_name(k), r->pref[k]);
+    }
     snprintf(line, sizeof line,
-             "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"loss_scale\":%.9g,\"tokens_per_s\":%.3f,"
+             "{\"step\":%ld,\"loss\":%.9g%s,\"lr\":%.9g,\"grad_norm\":%.9g,\"loss_scale\":%.9g,\"tokens_per_s\":%.3f,"
              "\"tflops\":%.6f,\"mfu\":%.6f,\"elapsed_s\":%.3f,\"step_s\":%.6f,\"tokens_seen\":%.0f,"
              "\"rss_bytes\":%zu,\"comm\":%s}",
-             r->step, r->loss, r->lr, r->grad_norm, r->loss_scale, r->tokens_per_s, r->tflops, r->mfu,
+             r->step, r->loss, pj, r->lr, r->grad_norm, r->loss_scale, r->tokens_per_s, r->tflops, r->mfu,
              r->elapsed_s, r->step_s, r->tokens_seen, r->rss_bytes, cj);
     write_line(line);
 }

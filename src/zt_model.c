@@ -150,6 +150,10 @@ void zt_model_free(zt_model_t *m)
     be->free(m->pos_buf);
     zt_model_kv_cache(m, 0);
     be->free_host(m->host_losses);
+    if (m->lsum) {
+        be->free(m->lsum);
+        be->free(m->ones);
+    }
     zt_lora_scratch_free(m);
     if (m->sp_positions) {
         be->free(m->sp_positions);
@@ -230,7 +234,25 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
         m->be->from_host_async(m->tp_pos, m->host_tp_pos, Nl * sizeof(int32_t));
     }
     m->seg = m->pos = NULL;
+    m->tok_scale = NULL;
+    m->host_lsum = NULL;
     m->keys_set = 0;
+}
+
+void zt_model_set_token_scales(zt_model_t *m, const float *scales) { m->tok_scale = scales; }
+
+void zt_model_set_logit_sums(zt_model_t *m, float *out)
+{
+    if (out && !m->lsum) {
+        const int V = m->d.V;
+        float *h = zt_malloc((size_t)V * sizeof *h);
+        for (int v = 0; v < V; v++) h[v] = 1.0f;
+        m->ones = m->be->alloc((size_t)V * sizeof(float));
+        m->be->from_host(m->ones, h, (size_t)V * sizeof(float));
+        free(h);
+        m->lsum = m->be->alloc((size_t)m->Bmax * m->Tmax * sizeof(float));
+    }
+    m->host_lsum = out;
 }
 
 void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t *positions)
@@ -346,15 +368,33 @@ static void head_input(zt_model_t *m, const float *root)
     if (m->d.tp_seq) m->ac.tp_allgather(m->ac.ctx, m->tp_rows, m->xf, (size_t)zt_model_rows(m) * m->d.C);
 }
 
+/* The cross-entropy of rows [i, i + n) of the chunk that starts at batch row r0: their
+ * losses and, for scale != 0, their dlogits (scale times dCE/dlogits) in place; under
+ * vocabulary parallelism after the chunk's row statistics. */
+static void ce_rows(zt_model_t *m, int r0, int i, int n, float scale)
+{
+    const int V = m->d.V;
+    float *logits = m->logits + (size_t)i * V;
+    if (m->inputs_tp)
+        m->be->vocab_ce_grad(logits, m->losses + r0 + i, m->ce_max + i, m->ce_sz + 2 * (size_t)i,
+                             m->targets + r0 + i, m->d.vocab_start, n, V, scale);
+    else
+        m->be->crossentropy_fused(logits, m->losses + r0 + i, m->targets + r0 + i, n, V, scale);
+}
+
 /* The head over rows [0, N) in chunks: final norm, logits (head_rows,V), and with
  * targets the fused cross-entropy (losses, and with droot dlogits in place); with
  * droot each chunk's lm_head gradients follow at once: dxf rows into dres2 (N,C) and
- * the head weight's gradient, so the chunk buffer is free for the next. */
+ * the head weight's gradient, so the chunk buffer is free for the next. The dlogits
+ * factor is dscale, or with token scales set each token's own: the kernels take one
+ * factor per call, so a chunk runs as its runs of equal factors (one per sequence of a
+ * preference pair), and a batch without token scales exactly as before. */
 static void head_chunks(zt_model_t *m, const float *root, int train, float *droot, float dscale)
 {
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
     const size_t ho = m->arch->ops->head_offset(m);
+    const float *ts = train ? m->tok_scale : NULL;
     head_input(m, root);
     for (int r0 = 0; r0 < N; r0 += m->head_rows) {
         const int rows = ZT_MIN(m->head_rows, N - r0);
@@ -362,17 +402,22 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
         be->matmul_forward(m->logits, xf, root + ho, NULL, rows, C, V, 1); // (rows,V)
         m->head_first = r0;
         if (!m->has_targets) continue;
+        if (m->host_lsum && !train) /* before the cross-entropy, which may write the chunk */
+            be->gemm(0, 0, rows, 1, V, 1.0f, m->logits, V, m->ones, 1, 0.0f, m->lsum + r0, 1); // (rows,1)
         if (m->inputs_tp) {
             /* vocabulary-parallel: the row statistics over every rank's columns */
-            const int v0 = m->d.vocab_start;
             be->vocab_ce_max(m->ce_max, m->logits, rows, V);
             m->ac.tp_allreduce(m->ac.ctx, m->ce_max, (size_t)rows, ZT_ACT_MAX);
-            be->vocab_ce_sum(m->ce_sz, m->logits, m->ce_max, m->targets + r0, v0, rows, V);
+            be->vocab_ce_sum(m->ce_sz, m->logits, m->ce_max, m->targets + r0, m->d.vocab_start, rows, V);
             m->ac.tp_allreduce(m->ac.ctx, m->ce_sz, 2 * (size_t)rows, ZT_ACT_SUM);
-            be->vocab_ce_grad(m->logits, m->losses + r0, m->ce_max, m->ce_sz, m->targets + r0, v0, rows, V,
-                              train ? dscale : 0.0f);
+        }
+        if (!ts) {
+            ce_rows(m, r0, 0, rows, train ? dscale : 0.0f);
         } else {
-            be->crossentropy_fused(m->logits, m->losses + r0, m->targets + r0, rows, V, train ? dscale : 0.0f);
+            for (int i = 0, j; i < rows; i = j) {
+                for (j = i + 1; j < rows && ts[r0 + j] == ts[r0 + i]; j++) {}
+                ce_rows(m, r0, i, j - i, ts[r0 + i]);
+            }
         }
         if (train) /* droot NULL: a frozen head (LoRA) needs only dL/dxf */
             be->matmul_backward(m->dres2 + (size_t)r0 * C, droot ? droot + ho : NULL, NULL, m->logits, xf,
@@ -380,6 +425,10 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
     }
     /* read after backward: the device goes on with it meanwhile */
     if (m->has_targets) be->to_host_async(m->host_losses, m->losses, (size_t)N * sizeof(float));
+    if (m->has_targets && m->host_lsum && !train) {
+        if (m->inputs_tp) m->ac.tp_allreduce(m->ac.ctx, m->lsum, (size_t)N, ZT_ACT_SUM); /* every rank's columns */
+        be->to_host_async(m->host_lsum, m->lsum, (size_t)N * sizeof(float));
+    }
 }
 
 void zt_model_forward_head(zt_model_t *m, const float *root) { head_chunks(m, root, 0, NULL, 0.0f); }
@@ -516,6 +565,14 @@ float zt_model_loss(zt_model_t *m)
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->host_losses[i];
     return (float)(sum / N);
+}
+
+const float *zt_model_token_losses(zt_model_t *m)
+{
+    if (!m->has_targets) zt_fatal("zt_model_token_losses: the batch has no targets");
+    m->be->wait_uploads();
+    m->be->wait_downloads();
+    return m->host_losses;
 }
 
 double zt_model_loss_sum(zt_model_t *m)

@@ -27,6 +27,10 @@ struct zt_model {
     int head_rows, head_first;  /* chunk rows; first row of the chunk the buffer holds */
     float *losses;              /* (N) */
     float *host_losses;         /* (N) */
+    const float *tok_scale;     /* (N) the caller's host dlogits factors (zt_model_set_token_scales) or NULL */
+    /* zt_model_set_logit_sums: the caller's host (N) or NULL; each row's logit sum (N)
+     * and a vector of V ones to make it with a GEMM, allocated at the first call */
+    float *host_lsum, *lsum, *ones;
     /* (N,C): dres carries dL/d(residual stream) between blocks; dres2 is free scratch
      * for a family's block_backward (the head uses it before the blocks run) */
     float *dres, *dres2;

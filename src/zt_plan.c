@@ -101,7 +101,7 @@ int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_s
 
     /* Megatron's sequence parallelism: every tp rank a whole share of a micro-batch's tokens */
     if (p->tp_sequence_parallel) {
-        const long N = (long)cfg->train.per_device_train_batch_size * (cfg->data.seq_len / sp);
+        const long N = (long)zt_config_batch_rows(cfg) * (cfg->data.seq_len / sp);
         if (N % tp)
             return zt_err(err, errlen, "parallel.tp_sequence_parallel: the %ld tokens of a micro-batch (per rank) "
                           "must divide by parallel.tensor_parallel_size (%d)", N, tp);

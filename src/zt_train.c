@@ -38,6 +38,7 @@
 #include "zt_hf_model.h"
 #include "zt_log.h"
 #include "zt_metrics.h"
+#include "zt_pref.h"
 #include "zt_mfu.h"
 #include "zt_model.h"
 #include "zt_optim.h"
@@ -72,6 +73,10 @@ typedef struct run {
     int32_t *kv_tok, *kv_pos, *kv_inp; /* kv_inp (kv_nseq): a batch's new tokens */
     zt_model_t *model;
     zt_shard_t *shard;
+    /* train.stage = dpo with full fine-tuning or pref.ref_model: the reference, a frozen
+     * copy of a directory's weights sharded as the strategy shards frozen units (ref_create) */
+    zt_shard_t *ref_shard;
+    zt_param_table_t *ref_table;
     zt_dataset_t *train, *val;
     zt_shard_opts_t sopts;
     zt_parallel_plan_t plan;    /* the mesh and its options, strategy auto resolved */
@@ -165,7 +170,7 @@ static void estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const 
     int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
     zt_shard_memory_estimate(t, &o, sn, rn, &e->mem);
     /* sequence parallelism: a rank runs seq_len / sp positions of each sequence */
-    e->activations = zt_model_activation_bytes_estimate(t, cfg->train.per_device_train_batch_size,
+    e->activations = zt_model_activation_bytes_estimate(t, zt_config_batch_rows(cfg),
                                                         cfg->data.seq_len / p->sp,
                                                         cfg->train.gradient_checkpointing);
     e->total = mem_total(&e->mem) + e->activations;
@@ -230,7 +235,7 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     int shard_n = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size : per_node;
     char b[7][32];
     zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), tp %d, sp %d, B=%d T=%d, %s layout",
-           total, world * tp, per_node * tp, tp, p.sp, cfg->train.per_device_train_batch_size,
+           total, world * tp, per_node * tp, tp, p.sp, zt_config_batch_rows(cfg),
            cfg->data.seq_len, zt_config_enum_name("parallel.shard_layout", p.layout));
     zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
            "buffers", "activations", "total", "host");
@@ -267,7 +272,7 @@ static double mesh_traffic(const zt_config_t *cfg, const zt_param_table_t *t, in
 {
     const zt_model_dims_t *d = &t->dims;
     const double A = cfg->train.gradient_accumulation_steps, L = d->L, C = d->C;
-    const double N = (double)cfg->train.per_device_train_batch_size * (cfg->data.seq_len / sp);
+    const double N = (double)zt_config_batch_rows(cfg) * (cfg->data.seq_len / sp);
     const double S = ((double)d->NH + 2.0 * ZT_MAX(d->NKV, sp)) * d->HD, Q = (double)d->NH * d->HD;
     return (tp > 1 ? 4.0 * A * (N * C * (2 + 4 * L) + 3 * N) : 0.0) + (sp > 1 ? 8.0 * A * L * N * (S + Q) : 0.0);
 }
@@ -476,21 +481,22 @@ static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *ke
     return T;
 }
 
-/* seg, pos: the rows' segments and positions (neat packing), or NULL; keys: lora.dropout's
- * per-token counters, or NULL; T: the rows' length (at most r->Tm) */
-static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
-                         const uint64_t *keys, float dscale, int T)
+/* A training micro-step's forward through the blocks: seg, pos: the rows' segments and
+ * positions (neat packing), or NULL; keys: lora.dropout's per-token counters, or NULL;
+ * adapters 0: LoRA's base alone (the DPO reference); T: the rows' length (at most r->Tm). The root unit (embeddings, tied
+ * head, ln_f) stays materialized until train_backward, as FSDP does for its root
+ * module: it is used at both ends. */
+static const float *train_forward(run_t *r, zt_shard_t *s, const int32_t *inp, const int32_t *tgt,
+                                  const int32_t *seg, const int32_t *pos, const uint64_t *keys, int adapters, int T)
 {
-    zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
-    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
+    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit;
+    const int a0 = adapters ? t->first_adapter_unit : -1;
     zt_model_set_batch(m, inp, tgt, r->B, T);
     if (seg) zt_model_set_segments(m, seg, pos);
     if (keys) zt_model_set_row_keys(m, keys);
     zt_watchdog_mark("forward", 0, r->step + 1);
-    /* the root unit (embeddings, tied head, ln_f) stays materialized for the whole
-     * micro-step, as FSDP does for its root module: it is used at both ends */
     const float *root = zt_shard_params(s, root_unit);
     zt_shard_prefetch(s, b0);
     zt_model_forward_embed(m, root);
@@ -504,6 +510,17 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const
         zt_shard_release(s, b0 + l);
         if (a0 >= 0) zt_shard_release(s, a0 + l);
     }
+    return root;
+}
+
+/* The head's forward and backward (dscale, or the model's token scales) and the blocks'
+ * backward after train_forward; releases the root unit; the loss */
+static float train_backward(run_t *r, const float *root, float dscale)
+{
+    zt_shard_t *s = r->shard;
+    zt_model_t *m = r->model;
+    const zt_param_table_t *t = r->table;
+    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
     zt_watchdog_mark("forward head", root_unit, r->step + 1);
     float *droot = zt_shard_grads(s, root_unit);
     zt_model_train_head(m, root, droot, dscale);
@@ -525,6 +542,103 @@ static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const
     zt_shard_grads_ready(s, root_unit);
     zt_shard_release(s, root_unit);
     return zt_model_loss(m);
+}
+
+static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
+                         const uint64_t *keys, float dscale, int T)
+{
+    return train_backward(r, train_forward(r, r->shard, inp, tgt, seg, pos, keys, 1, T), dscale);
+}
+
+/* ---- preference training (train.stage = dpo) ------------------------------------------
+ * A micro-batch of B rows holds B/2 pairs: rows 2i (chosen) and 2i + 1 (rejected), each
+ * one sequence whose targets >= 0 are its response tokens. Per micro-step: the reference's
+ * log-prob sums (LoRA: the same model with the adapters off, forward only, its
+ * activations overwritten by the policy's), the policy's forward and head with its sums
+ * and logit sums, the loss (zt_pref.h) and its per-sequence weights, then the head's
+ * backward with each token's dlogits scaled by its sequence's weight. As LLaMA-Factory's
+ * trainer (HF Trainer, DDP), the step's loss is the mean over micro-steps and data ranks
+ * of each micro-batch's mean over its pairs; so are the metrics. */
+
+/* The row of this rank's token i (B rows of Tm tokens; ring attention: its two chunks of
+ * each row chunk-major, (2, B, Tm/2)) */
+static int token_row(const run_t *r, size_t i)
+{
+    if (r->ltable->dims.sp_ring) return (int)((i / (size_t)(r->Tm / 2)) % (size_t)r->B);
+    return (int)(i / (size_t)r->Tm);
+}
+
+/* Per row of the micro-batch, over its tokens on every sp rank: into sum (B) minus the
+ * sum of x's per-token losses (tl) or plus the sum of x (not tl); into len (B, or NULL)
+ * its response tokens. */
+static void row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, double *sum, double *len)
+{
+    const size_t N = (size_t)r->B * r->Tm;
+    const int n = len ? 2 * r->B : r->B;
+    double *acc = zt_calloc((size_t)n, sizeof *acc);
+    for (size_t i = 0; i < N; i++) {
+        const int b = token_row(r, i);
+        acc[b] += tl ? -(double)x[i] : (double)x[i];
+        if (len) acc[r->B + b] += tgt[i] >= 0;
+    }
+    if (r->comm->mesh_sp > 1) zt_allreduce(r->comm, &r->comm->sp, ZT_IN_PLACE, acc, (size_t)n, ZT_F64, ZT_SUM);
+    memcpy(sum, acc, (size_t)r->B * sizeof *acc);
+    if (len) memcpy(len, acc + r->B, (size_t)r->B * sizeof *acc);
+    free(acc);
+}
+
+/* One DPO micro-step; factor: the gradient's share (loss scale / (micro-steps x data-
+ * parallel replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's
+ * loss. */
+static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float factor, double *metrics)
+{
+    const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
+    const int B = r->B, np = B / 2, N = B * r->Tm;
+    double *w = zt_calloc(7 * (size_t)B, sizeof *w);
+    double *ref = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
+    double *c6 = w + 6 * B; /* scratch (B) */
+    if (zt_pref_uses_ref(pc->loss)) {
+        /* the frozen copy (full fine-tuning, pref.ref_model), or LoRA's base: this model
+         * without its adapters */
+        zt_shard_t *rs = r->ref_shard ? r->ref_shard : r->shard;
+        if (r->ref_shard) zt_shard_begin_inference(rs);
+        const float *root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0, r->Tm);
+        zt_model_forward_head(r->model, root);
+        zt_shard_release(rs, r->table->root_unit);
+        if (r->ref_shard) zt_shard_end_inference(rs);
+        row_sums(r, zt_model_token_losses(r->model), 1, tgt, ref, NULL);
+    }
+    const float *root = train_forward(r, r->shard, inp, tgt, NULL, NULL, NULL, 1, r->Tm);
+    float *lsum = zt_malloc((size_t)N * sizeof *lsum);
+    zt_model_set_logit_sums(r->model, lsum);
+    zt_model_forward_head(r->model, root);
+    row_sums(r, zt_model_token_losses(r->model), 1, tgt, pol, len);
+    row_sums(r, lsum, 0, tgt, lg, NULL);
+    for (int b = 0; b < B; b++) cnt[b] = (double)r->T * r->table->dims.V; /* every position's, as LLaMA-Factory */
+    /* rows to pairs: [chosen of each pair | rejected of each pair] per quantity */
+    double *q[5] = {pol, ref, len, lg, cnt};
+    for (int k = 0; k < 5; k++) {
+        for (int i = 0; i < np; i++) c6[i] = q[k][2 * i], c6[np + i] = q[k][2 * i + 1];
+        memcpy(q[k], c6, (size_t)B * sizeof *c6);
+    }
+    const int uses_ref = zt_pref_uses_ref(pc->loss);
+    const zt_pref_batch_t pb = {np, pol, pol + np, uses_ref ? ref : NULL, uses_ref ? ref + np : NULL, len, len + np,
+                                lg, lg + np, cnt, cnt + np};
+    double met[ZT_PREF_NMETRICS];
+    const double loss = zt_pref_loss(pc, &pb, met, d, d + np);
+    for (int k = 0; k < ZT_PREF_NMETRICS; k++) metrics[k] += met[k];
+    /* d logp / d logits = -d CE / d logits: each token's factor is minus its sequence's weight */
+    float *scale = zt_malloc((size_t)N * sizeof *scale);
+    for (int i = 0; i < N; i++) {
+        const int b = token_row(r, (size_t)i);
+        scale[i] = (float)(-d[(b % 2) * np + b / 2] * factor);
+    }
+    zt_model_set_token_scales(r->model, scale);
+    train_backward(r, root, 0.0f);
+    free(scale);
+    free(lsum);
+    free(w);
+    return loss;
 }
 
 /* Inside begin/end_inference: the batch through the embedding and the blocks; the root
@@ -583,6 +697,25 @@ static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_
 {
     const int T = r->T, Tm = r->Tm;
     int rc = 0;
+    if (zt_data_is_pairs(ds)) {
+        /* rows b, b + 1 are pair (g0 + b) / 2's chosen and rejected (B and g0 are even) */
+        int32_t *buf = Tm == T ? NULL : zt_malloc(4 * (size_t)T * sizeof *buf);
+        for (int b = 0; b < r->B && rc == 0; b += 2) {
+            if (!buf) {
+                rc = zt_data_read_pair_rows(ds, (g0 + b) / 2, (uint64_t)r->cfg->data.seed, shuffle,
+                                            inp + (size_t)b * T, tgt + (size_t)b * T, NULL, NULL, err, errlen);
+                continue;
+            }
+            rc = zt_data_read_pair_rows(ds, (g0 + b) / 2, (uint64_t)r->cfg->data.seed, shuffle, buf, buf + 2 * T,
+                                        NULL, NULL, err, errlen);
+            for (int h = 0; h < 2; h++) {
+                sp_chunk(r, buf + (size_t)h * T, T, b + h, r->B, inp);
+                sp_chunk(r, buf + 2 * (size_t)T + (size_t)h * T, T, b + h, r->B, tgt);
+            }
+        }
+        free(buf);
+        return rc;
+    }
     for (int b = 0; b < r->B && rc == 0; b++) {
         /* seg: whole rows, since attention runs over every position of a sequence (under
          * sequence parallelism too); pos: the positions of the tokens this rank runs */
@@ -1115,6 +1248,45 @@ static int loss_scale_overflow(run_t *r)
     return 0;
 }
 
+/* A frozen reference model, as LLaMA-Factory loads one (pref.ref_model, or with full
+ * fine-tuning a second copy of model_name_or_path): the base model's table on this rank
+ * (without LoRA's adapter units) with every unit frozen, an engine of its own (parameters
+ * only, sharded as the strategy shards frozen units), the directory's weights, which must
+ * have the model's shapes. A resumed run loads them again, as LLaMA-Factory does. */
+static int ref_create(run_t *r)
+{
+    const char *dir = r->cfg->pref.ref_model[0] ? r->cfg->pref.ref_model : r->cfg->model.name_or_path;
+    char err[ZT_ERRLEN] = "";
+    zt_param_table_t *t = zt_params_tp_local(r->table, r->comm->mesh_tp, r->comm->tp.rank, err, sizeof err);
+    int rc = t ? 0 : -1;
+    if (t) {
+        for (int i = 0; i < t->nparams; i++) t->params[i].frozen = 1;
+        if (t->first_adapter_unit >= 0) { /* the adapter units come last: the base's units alone */
+            const int nu = t->first_adapter_unit;
+            while (t->nparams > 0 && t->params[t->nparams - 1].unit >= nu) t->nparams--;
+            t->lora_rank = 0;
+            zt_params_finish(t, nu, t->root_unit, t->first_block_unit);
+        } else {
+            zt_params_finish(t, t->nunits, t->root_unit, t->first_block_unit);
+        }
+        r->ref_table = t;
+        r->ref_shard = zt_shard_create(t, r->comm, r->be, &r->sopts);
+        double bytes = 0;
+        /* the global table: names and whole shapes; the base parameters are its first ones */
+        rc = zt_hf_model_load(dir, r->ref_shard, r->table, r->comm, &bytes, err, sizeof err);
+    }
+    if (zt_agree_error(r->comm, rc, err, sizeof err)) {
+        zt_log_error("dpo reference: %s", err);
+        return -1;
+    }
+    zt_shard_mem_t mem;
+    zt_shard_memory(r->ref_shard, &mem);
+    char b[32];
+    zt_log("dpo: the reference is a frozen copy of %s (%s of parameters per rank)", dir,
+           zt_fmt_bytes((double)(mem.params + mem.host), b, sizeof b));
+    return 0;
+}
+
 static int run_loop(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
@@ -1128,6 +1300,11 @@ static int run_loop(run_t *r)
     double t_start = zt_now(), t_window = t_start;
     long window_steps = 0;
     double window_computed = 0; /* positions the window's steps computed, over the data ranks (MFU) */
+    /* train.stage = dpo: the preference metrics summed over the logging window's
+     * micro-steps (LLaMA-Factory averages what it stored since its last log) */
+    const int dpo = cfg->train.stage == ZT_STAGE_DPO;
+    double pref_window[ZT_PREF_NMETRICS] = {0};
+    long pref_micros = 0;
     char err[ZT_ERRLEN];
     zt_comm_stats_reset(c);
 
@@ -1160,7 +1337,7 @@ static int run_loop(run_t *r)
          * batch, counted across ranks and micro-steps (transformers' num_items_in_batch),
          * so world size and accumulation do not change it */
         double count = (double)BT * r->A * c->data.size;
-        if (sft) {
+        if (sft && !dpo) {
             count = zt_sum_double(c, &c->data, (double)loss_tokens(r->tgt, BT * (size_t)r->A));
             dscale = count > 0 ? (float)(1.0 / count) : 0.0f;
         }
@@ -1171,10 +1348,19 @@ static int run_loop(run_t *r)
         /* the injected NaN enters through the gradient scale, so only the gradients
          * (not the loss) carry it: the path a real overflow takes */
         const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
+        /* dpo: each micro-batch's mean over its pairs, averaged over micro-steps and data-parallel
+         * replicas (the sp ranks of a replica each add their tokens' part of one gradient) */
+        const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * r->dp));
         for (int m = 0; m < r->A; m++) {
             zt_shard_begin_micro(r->shard, m, r->A);
             uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
             if (keys) dropout_keys(r, m, keys);
+            if (dpo) {
+                loss_sum += pref_micro(r, r->inp + m * BT, r->tgt + m * BT, pf, pref_window);
+                pref_micros++;
+                computed += (long)r->B * r->Tm;
+                continue;
+            }
             const int T = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
             const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, r->seg ? r->seg + m * BTs : NULL,
                                         r->pos ? r->pos + m * BT : NULL, keys, ds, T);
@@ -1187,8 +1373,8 @@ static int run_loop(run_t *r)
                                : (double)r->G * r->T;
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
         double norm2 = zt_shard_finish_grads(r->shard);
-        double loss = sft ? zt_sum_double(c, &c->data, loss_sum) / (count > 0 ? count : 1.0)
-                          : zt_sum_double(c, &c->data, loss_sum) / ((double)r->A * c->data.size);
+        double loss = sft && !dpo ? zt_sum_double(c, &c->data, loss_sum) / (count > 0 ? count : 1.0)
+                                  : zt_sum_double(c, &c->data, loss_sum) / ((double)r->A * c->data.size);
         /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
          * owned element, reduced over the shard group, after the gradient reduction has
          * spread it to every replica */
@@ -1248,14 +1434,26 @@ static int run_loop(run_t *r)
             zt_fmt_bytes((double)zt_current_rss(), memb, sizeof memb);
             char scaleb[48] = "";
             if (cfg->train.fp16) snprintf(scaleb, sizeof scaleb, " | scale %.9g", S);
-            zt_log("step %5ld/%ld | loss %.4f | lr %.2e | norm %.4f%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
-                   r->step, r->total_steps, loss, lr, norm, scaleb, tps, flops / 1e12,
+            /* the preference metrics: means over the window's micro-steps and the data ranks */
+            double pref[ZT_PREF_NMETRICS];
+            char prefb[768] = "";
+            const int npref = dpo ? zt_pref_nmetrics(cfg->pref.fn.loss) : 0;
+            const double nmicro = zt_sum_double(c, &c->data, (double)pref_micros);
+            for (int k = 0; k < npref; k++) {
+                pref[k] = zt_sum_double(c, &c->data, pref_window[k]) / (nmicro > 0 ? nmicro : 1.0);
+                const size_t at = strlen(prefb);
+                snprintf(prefb + at, sizeof prefb - at, " | %s %.4f", zt_pref_metric_name(k), pref[k]);
+            }
+            memset(pref_window, 0, sizeof pref_window);
+            pref_micros = 0;
+            zt_log("step %5ld/%ld | loss %.4f%s | lr %.2e | norm %.4f%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
+                   r->step, r->total_steps, loss, prefb, lr, norm, scaleb, tps, flops / 1e12,
                    100.0 * flops / r->peak_flops, memb, etab);
             const zt_metrics_step_t rec = {
                 .step = r->step, .loss = loss, .lr = lr, .grad_norm = norm, .loss_scale = S,
                 .tokens_per_s = tps, .tflops = flops / 1e12, .mfu = flops / r->peak_flops,
                 .elapsed_s = now - t_start, .step_s = wdt / window_steps, .tokens_seen = r->tokens_seen,
-                .rss_bytes = zt_current_rss(), .comm = zt_comm_stats(c),
+                .rss_bytes = zt_current_rss(), .comm = zt_comm_stats(c), .npref = npref, .pref = pref,
             };
             zt_metrics_record_step(&rec);
             hist_push(&r->train_hist, r->step, (float)loss);
@@ -1343,7 +1541,8 @@ static zt_sft_prep_t sft_options(const zt_config_t *cfg)
     return (zt_sft_prep_t){.tokenizer = tok, .format = cfg->data.format, .template_name = cfg->data.template_name,
                            .cutoff_len = cfg->data.cutoff_len, .train_on_prompt = cfg->data.train_on_prompt,
                            .mask_history = cfg->data.mask_history, .packing = cfg->data.packing,
-                           .neat_packing = cfg->data.neat_packing, .max_samples = cfg->data.max_samples};
+                           .neat_packing = cfg->data.neat_packing, .max_samples = cfg->data.max_samples,
+                           .ranking = cfg->data.ranking};
 }
 
 /* data.format != tokens: each input becomes its SFT sample file. */
@@ -1441,7 +1640,13 @@ static int open_data(run_t *r, char *err, size_t errlen)
         return -1;
     }
     for (int i = 0; i < ntrain; i++) files[i] = is_sft ? sft[0][i] : cfg->data.train_files[i];
-    r->train = zt_data_open(files, ntrain, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
+    /* train.stage = dpo: instruction data must be preference pairs (a pair's halves read
+     * together: zt_data_open_pairs refuses any other file); token files give consecutive
+     * rows 2i, 2i + 1 as chosen and rejected, every token with a loss */
+    if (is_sft && cfg->train.stage == ZT_STAGE_DPO)
+        r->train = zt_data_open_pairs(files, ntrain, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
+    else
+        r->train = zt_data_open(files, ntrain, cfg->data.seq_len, cfg->model.vocab_size, err, errlen);
     if (!r->train) return -1;
     if (nval > 0) {
         for (int i = 0; i < nval; i++) files[i] = is_sft ? sft[1][i] : cfg->data.val_files[i];
@@ -1482,7 +1687,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     r->rank = comm->world.rank;
     r->dp = comm->mesh_dp;
     r->drank = comm->dp_rank;
-    r->B = cfg->train.per_device_train_batch_size;
+    r->B = zt_config_batch_rows(cfg);
     r->T = cfg->data.seq_len;
     r->Tm = r->T / comm->mesh_sp;
     r->A = cfg->train.gradient_accumulation_steps;
@@ -1528,8 +1733,12 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
      * schedule comes from the steps of this run, as transformers does: a resumed run that
      * derives the same total_steps (its checkpoint's config) warms up the same */
     rc = cfg->mode_generate ? 0 : open_data(r, err, sizeof err);
+    if (rc == 0 && r->val && cfg->train.stage == ZT_STAGE_DPO) /* it would report an SFT loss */
+        rc = zt_err(err, sizeof err, "train.stage = dpo: evaluation on pairs is not wired yet; give no validation "
+                                     "data (data.val_files = [], no eval_dataset)");
     if (rc == 0) {
-        const int64_t S = r->train ? zt_data_num_samples(r->train) : 1;
+        /* a pairs file counts pairs; the batch (r->G) counts rows, two a pair */
+        const int64_t S = r->train ? zt_data_num_samples(r->train) * (zt_data_is_pairs(r->train) ? 2 : 1) : 1;
         r->total_steps = cfg->train.max_steps > 0
                              ? cfg->train.max_steps
                              : (long)ceil(cfg->train.num_train_epochs * (double)S / (double)r->G);
@@ -1616,6 +1825,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         r->row_tmp = zt_malloc(3 * (size_t)r->T * sizeof(int32_t)); /* inputs, targets, positions */
     }
     r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
+    if (!cfg->mode_generate && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss) &&
+        (cfg->train.finetuning_type == ZT_FT_FULL || cfg->pref.ref_model[0]) && ref_create(r) != 0)
+        exit_code = ZT_EXIT_ERROR;
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
      * would wait for the compute stream, once per micro-step */
     r->inp = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
@@ -1728,6 +1940,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
 done:
     zt_metrics_close();
     zt_shard_free(r->shard);
+    zt_shard_free(r->ref_shard);
+    zt_param_table_free(r->ref_table);
     zt_model_free(r->model);
     if (r->ltable != r->table) zt_param_table_free(r->ltable);
     free(r->tp_logits);

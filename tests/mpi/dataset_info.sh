@@ -101,13 +101,23 @@ expect_fail_with 2 "data.dataset and data.train_files are exclusive" $json data.
 # trainer then refuses on every rank, as it refuses data.ranking: no preference loss yet
 cp -r "$SF/pairwise" pairs && rm -f pairs/cases.json || fail "cp"
 # shellcheck disable=SC2086
-expect_fail_with 2 "preference pairs need train.stage = dpo, not available yet" $json data.dataset_dir=pairs \
+expect_fail_with 2 "preference pairs need train.stage = dpo" $json data.dataset_dir=pairs \
     data.dataset=sharegpt_pairs data.template=qwen3_nothink data.cutoff_len=40 train.output_dir=bad-pairs
 set -- pairs/sharegpt_pairs.jsonl.*.sft.h5
 [ $# -eq 1 ] && [ -f "$1" ] || fail "no pairs file beside pairs/sharegpt_pairs.jsonl: $*"
 "$PY" "$ZT_SRCDIR/tests/mpi/check_pairs.py" "$1" "$SF/pairwise/cases.json" sharegpt_pairs qwen3_nothink 40 ||
     fail "the ranks' pairs file is not LLaMA-Factory's pairs"
 # shellcheck disable=SC2086
-expect_fail_with 2 "data.ranking: preference pairs need train.stage = dpo, not available yet" $json \
+expect_fail_with 2 "data.ranking: preference pairs need train.stage = dpo" $json \
     data.format=sharegpt data.train_files=pairs/sharegpt_pairs.jsonl data.ranking=true train.output_dir=bad-ranking
+# ... and train.stage = dpo trains on it, pair by pair and shuffled whole: LoRA's policy starts as
+# its reference (B = 0), so sigmoid DPO's first loss is ln 2
+# shellcheck disable=SC2086
+run_ztrain 2 $json data.dataset_dir=pairs data.dataset=sharegpt_pairs data.template=qwen3_nothink data.cutoff_len=40 \
+    data.seq_len=40 train.stage=dpo train.finetuning_type=lora train.eval_steps=0 train.output_dir=dpo-pairs >/dev/null
+"$PY" - dpo-pairs/metrics.jsonl <<'PYEOF' || fail "dpo on the pairs file: the first loss is not ln 2"
+import json, math, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l and '"step"' in l]
+sys.exit(not (r and abs(r[0]["loss"] - math.log(2)) < 1e-6 and len(r) == 3))
+PYEOF
 echo "dataset_info: data.dataset trains on 2 ranks as data.train_files does with the same mapping"

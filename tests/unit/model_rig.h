@@ -157,15 +157,13 @@ static float rig_forward(rig_t *r, const int32_t *inp, const int32_t *tgt, int B
     return zt_model_loss(r->m);
 }
 
-/* One micro-step, the train loop's order; gradients ACCUMULATE into r->g. seg, pos as
- * rig_blocks_forward_packed. */
-static float rig_micro_step_packed(rig_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg,
-                                   const int32_t *pos, int B, int T, float dscale)
+/* The backward half of a micro-step after the blocks' forward: the head (dscale, or the
+ * token scales set) and the blocks back; gradients ACCUMULATE into r->g; the loss. */
+static float rig_backward(rig_t *r, float dscale)
 {
     const int root = r->tab->root_unit, b0 = r->tab->first_block_unit, a0 = r->tab->first_adapter_unit;
     /* frozen units (LoRA's base) get no gradients, as the shard engine hands them */
 #define RIG_G(u) (r->tab->unit_frozen && r->tab->unit_frozen[u] ? NULL : r->g[u])
-    rig_blocks_forward_packed(r, inp, tgt, seg, pos, B, T);
     zt_model_train_head(r->m, r->w[root], RIG_G(root), dscale);
     float loss = zt_model_loss(r->m);
     for (int l = r->tab->dims.L - 1; l >= 0; l--)
@@ -175,6 +173,15 @@ static float rig_micro_step_packed(rig_t *r, const int32_t *inp, const int32_t *
 #undef RIG_G
     r->be->sync();
     return loss;
+}
+
+/* One micro-step, the train loop's order; gradients ACCUMULATE into r->g. seg, pos as
+ * rig_blocks_forward_packed. */
+static float rig_micro_step_packed(rig_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg,
+                                   const int32_t *pos, int B, int T, float dscale)
+{
+    rig_blocks_forward_packed(r, inp, tgt, seg, pos, B, T);
+    return rig_backward(r, dscale);
 }
 
 static float rig_micro_step(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T, float dscale)
@@ -311,11 +318,24 @@ static __attribute__((unused)) uint64_t lcg(uint64_t *s)
  * where 10% exceeds 2% plus the floor) would be rejected. */
 static int fd_ok(double a, double n) { return fabs(a - n) <= 2e-2 * fmax(fabs(a), fabs(n)) + 3e-4; }
 
-/* Checks the tensors `want` accepts (NULL: all); counts into the four totals (see
- * above: elements, mismatches, large gradients, large ones a 10% error would break). */
-static __attribute__((unused)) void rig_fd_check(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T,
-                                                 int (*want)(const zt_param_t *), uint64_t *rs, int *checked,
-                                                 int *bad, int *big, int *caught)
+/* The loss the analytic gradients are of, from a forward of the current weights */
+typedef double (*rig_loss_fn)(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T, void *ctx);
+
+/* the train loop's SFT loss of a micro-batch whose dscale was 1/(B T) */
+static double rig_mean_loss(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T, void *ctx)
+{
+    (void)ctx;
+    rig_forward(r, inp, tgt, B, T);
+    return zt_model_loss_sum(r->m) / (B * T);
+}
+
+/* Checks the tensors `want` accepts (NULL: all) against loss(ctx); counts into the four
+ * totals (see above: elements, mismatches, large gradients, large ones a 10% error would
+ * break). */
+static __attribute__((unused)) void rig_fd_check_loss(rig_t *r, const int32_t *inp, const int32_t *tgt, int B,
+                                                      int T, int (*want)(const zt_param_t *), rig_loss_fn loss,
+                                                      void *ctx, uint64_t *rs, int *checked, int *bad, int *big,
+                                                      int *caught)
 {
     const double eps = 1e-3;
     for (int i = 0; i < r->tab->nparams; i++) {
@@ -332,12 +352,10 @@ static __attribute__((unused)) void rig_fd_check(rig_t *r, const int32_t *inp, c
             r->be->to_host(&orig, e, sizeof orig);
             val = (float)(orig + eps);
             r->be->from_host(e, &val, sizeof val);
-            rig_forward(r, inp, tgt, B, T);
-            const double lp = zt_model_loss_sum(r->m) / (B * T);
+            const double lp = loss(r, inp, tgt, B, T, ctx);
             val = (float)(orig - eps);
             r->be->from_host(e, &val, sizeof val);
-            rig_forward(r, inp, tgt, B, T);
-            const double lm = zt_model_loss_sum(r->m) / (B * T);
+            const double lm = loss(r, inp, tgt, B, T, ctx);
             r->be->from_host(e, &orig, sizeof orig);
             /* Divide by the step actually taken after fp32 rounding of orig +- eps. */
             double num = (lp - lm) / ((double)(float)(orig + eps) - (double)(float)(orig - eps));
@@ -354,6 +372,14 @@ static __attribute__((unused)) void rig_fd_check(rig_t *r, const int32_t *inp, c
         }
         free(g);
     }
+}
+
+/* rig_fd_check_loss of the SFT mean loss */
+static __attribute__((unused)) void rig_fd_check(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T,
+                                                 int (*want)(const zt_param_t *), uint64_t *rs, int *checked,
+                                                 int *bad, int *big, int *caught)
+{
+    rig_fd_check_loss(r, inp, tgt, B, T, want, rig_mean_loss, NULL, rs, checked, bad, big, caught);
 }
 
 #endif

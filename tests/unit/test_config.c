@@ -290,6 +290,57 @@ static void t_enum_values(void)
     ASSERT_ERR("fault.kind: 'stal' must be one of: none, stall, kill, nan, data, save_kill");
 }
 
+/* train.stage and pref.*: LLaMA-Factory's defaults; typed at parsing; the rules
+ * LLaMA-Factory has; dpo refused in one line until the loop trains it */
+static void t_pref(void)
+{
+    zt_config_defaults(&cfg);
+    CU_ASSERT_EQUAL(cfg.train.stage, ZT_STAGE_SFT);
+    CU_ASSERT_EQUAL(cfg.pref.fn.loss, ZT_PREF_SIGMOID);
+    CU_ASSERT_EQUAL(cfg.pref.fn.beta, 0.1);
+    CU_ASSERT_EQUAL(cfg.pref.fn.ftx, 0.0);
+    CU_ASSERT_EQUAL(cfg.pref.fn.label_smoothing, 0.0);
+    CU_ASSERT_EQUAL(cfg.pref.fn.simpo_gamma, 0.5);
+    CU_ASSERT_STRING_EQUAL(cfg.pref.ref_model, "");
+    char *dpo[] = {"train.stage=dpo", "pref.loss=simpo", "pref.beta=2.5", "pref.ftx=0.25", "pref.simpo_gamma=0.8"};
+    CU_ASSERT_EQUAL(parse(NULL, 5, dpo), -1);
+    ASSERT_ERR("set data.shuffle = false");
+    CU_ASSERT_EQUAL(cfg.train.stage, ZT_STAGE_DPO);
+    CU_ASSERT_EQUAL(cfg.pref.fn.loss, ZT_PREF_SIMPO);
+    CU_ASSERT_EQUAL(cfg.pref.fn.beta, 2.5);
+    CU_ASSERT_EQUAL(cfg.pref.fn.ftx, 0.25);
+    CU_ASSERT_EQUAL(cfg.pref.fn.simpo_gamma, 0.8);
+    CU_ASSERT_STRING_EQUAL(zt_config_enum_name("pref.loss", ZT_PREF_HINGE), "hinge");
+    CU_ASSERT_STRING_EQUAL(zt_config_enum_name("train.stage", ZT_STAGE_DPO), "dpo");
+    char *ls[] = {"pref.loss=orpo", "pref.label_smoothing=0.1"};
+    CU_ASSERT_EQUAL(parse(NULL, 2, ls), -1);
+    CU_ASSERT_STRING_EQUAL(err, "pref.label_smoothing (0.1) applies to pref.loss = sigmoid only, not orpo (as in "
+                                "LLaMA-Factory)");
+    char *ref[] = {"pref.loss=simpo", "pref.ref_model=/models/ref"};
+    CU_ASSERT_EQUAL(parse(NULL, 2, ref), -1);
+    CU_ASSERT_STRING_EQUAL(err, "pref.ref_model is set but pref.loss = simpo uses no reference model");
+    char *kto[] = {"pref.loss=kto_pair"};
+    CU_ASSERT_EQUAL(parse(NULL, 1, kto), -1);
+    CU_ASSERT_STRING_EQUAL(err, "command line: pref.loss: 'kto_pair' must be one of: sigmoid, ipo, hinge, orpo, simpo");
+    char *sft[] = {"pref.loss=ipo", "pref.ref_model=/models/ref"}; /* stage sft: accepted */
+    CU_ASSERT_EQUAL(parse(NULL, 2, sft), 0);
+    char *full[] = {"train.stage=dpo", "data.shuffle=false"}; /* full fine-tuning, sigmoid */
+    CU_ASSERT_EQUAL(parse(NULL, 2, full), -1);
+    ASSERT_ERR("train.stage = dpo with full fine-tuning copies its reference from model.name_or_path");
+    char *shuf[] = {"train.stage=dpo", "train.finetuning_type=lora"};
+    CU_ASSERT_EQUAL(parse(NULL, 2, shuf), -1);
+    ASSERT_ERR("set data.shuffle = false");
+    char *drop[] = {"train.stage=dpo", "train.finetuning_type=lora", "data.shuffle=false", "lora.dropout=0.1"};
+    CU_ASSERT_EQUAL(parse(NULL, 4, drop), -1);
+    ASSERT_ERR("LLaMA-Factory's DPO trainer turns dropout off");
+    char *ok[] = {"train.stage=dpo", "train.finetuning_type=lora", "data.shuffle=false",
+                  "train.per_device_train_batch_size=3"};
+    CU_ASSERT_EQUAL(parse(NULL, 4, ok), 0);
+    CU_ASSERT_EQUAL(zt_config_batch_rows(&cfg), 6); /* a batch element is a pair */
+    cfg.train.stage = ZT_STAGE_SFT;
+    CU_ASSERT_EQUAL(zt_config_batch_rows(&cfg), 3);
+}
+
 static void t_syntax_error(void)
 {
     CU_ASSERT_EQUAL(parse("model = {\n  n_layer = 2;\n  n_head 4;\n};\n", 0, NULL), -1);
@@ -405,7 +456,7 @@ static void t_lf_keys(void)
                                 "dataset_info.json entry says \"ranking\": true itself)");
     char *ranked[] = {"data.format=sharegpt", "data.template=qwen", "data.ranking=true"};
     CU_ASSERT_EQUAL(parse(NULL, 3, ranked), -1);
-    CU_ASSERT_STRING_EQUAL(err, "data.ranking: preference pairs need train.stage = dpo, not available yet");
+    CU_ASSERT_STRING_EQUAL(err, "data.ranking: preference pairs need train.stage = dpo");
     CU_ASSERT_EQUAL(parse("data = { format = \"alpaca\"; template = \"qwen\"; max_samples = -1; };", 0, NULL), -1);
     ASSERT_ERR("in.cfg:1: data.max_samples: -1 is out of range [0, ");
     CU_ASSERT_EQUAL(parse(NULL, 0, NULL), 0);
@@ -628,6 +679,7 @@ static const zt_test_t tests[] = {
     {"parse a valid file", t_parse_valid},
     {"overrides applied", t_override},
     {"enum values", t_enum_values},
+    {"train.stage and pref keys", t_pref},
     {"override errors", t_override_errors},
     {"given keys", t_given},
     {"unknown key suggests", t_unknown_key},

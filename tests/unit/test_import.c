@@ -94,9 +94,18 @@ static void t_examples(void)
     want("parallel.strategy", "\"zero3\"");
     want("parallel.offload_param", "\"none\"");
 
+    CU_ASSERT_EQUAL_FATAL(import_file("examples/train_lora/qwen3_lora_dpo.yaml"), 0);
+    want("train.stage", "\"dpo\"");
+    want("pref.beta", "0.1");
+    want("pref.loss", "\"sigmoid\"");
+    want("data.dataset", "\"dpo_en_demo\"");
+    want("optim.learning_rate", "5e-06");
+    want("train.output_dir", "\"saves/qwen3-4b/lora/dpo\"");
+
     CU_ASSERT_EQUAL_FATAL(import_file("examples/train_full/qwen3_full_sft.yaml"), 0);
     want_common();
     want("train.finetuning_type", "\"full\"");
+    want("train.stage", "\"sft\"");
     want("train.output_dir", "\"saves/qwen3-4b/full/sft\"");
     want("optim.learning_rate", "1e-05");
     want("parallel.strategy", "\"zero3\"");
@@ -145,7 +154,7 @@ static void t_refusals(void)
     CU_ASSERT(refused("learning_rat: 1.0e-4\n", "in.yaml:1: learning_rat is not a key ztrain reads from a "
                                                 "LLaMA-Factory YAML (did you mean learning_rate?)"));
     CU_ASSERT(refused("lr: [1, 2\n", "in.yaml:2:1:"));
-    CU_ASSERT(refused("stage: dpo\n", "in.yaml:1: stage: dpo is not available"));
+    CU_ASSERT(refused("stage: kto\n", "in.yaml:1: stage: kto is not available"));
     CU_ASSERT(refused("stage: pt\n", "ztrain's pretraining reads token files"));
     CU_ASSERT(refused("finetuning_type: freeze\n", "finetuning_type: freeze is not available"));
     CU_ASSERT(refused("do_train: false\n", "do_train: false"));

@@ -20,6 +20,7 @@
 #include "zt_arch.h"
 #include "zt_model.h"
 #include "zt_optim.h"
+#include "zt_pref.h"
 #include "zt_test.h"
 #include "model_rig.h"
 
@@ -173,6 +174,24 @@ static void t_loss_logits_grads(void)
     CU_ASSERT(zt_relerr(loss0, ref_loss, 1e-30) < 1e-5);
     CU_ASSERT(el < 1e-4);
 
+    /* each token's logit sum (preference metrics), in head chunks of 3 rows */
+    float *lsum = zt_malloc((size_t)B * T * sizeof *lsum);
+    rig_blocks_forward(&r, inp, tgt, B, T);
+    zt_model_set_head_rows(r.m, 3);
+    zt_model_set_logit_sums(r.m, lsum);
+    zt_model_forward_head(r.m, r.w[r.tab->root_unit]);
+    const float *tl = zt_model_token_losses(r.m);
+    double worst_sum = 0.0;
+    for (int i = 0; i < B * T; i++) {
+        double want = 0.0;
+        for (int v = 0; v < V; v++) want += ref_logits[(size_t)i * V + v];
+        worst_sum = fmax(worst_sum, fabs(lsum[i] - want) / (fabs(want) + 1.0));
+    }
+    printf("    logit sums worst error %.2e; token loss 0 %.7f\n", worst_sum, tl[0]);
+    CU_ASSERT(worst_sum < 1e-5);
+    CU_ASSERT(tl[0] > 0.0f);
+    free(lsum);
+
     rig_zero_grads(&r);
     float loss = rig_micro_step(&r, inp, tgt, B, T, 1.0f / (B * T));
     CU_ASSERT(zt_relerr(loss, ref_loss, 1e-30) < 1e-5);
@@ -294,6 +313,105 @@ static void t_finite_difference(void)
     CU_ASSERT(big >= r.tab->nparams / 2); /* the check has teeth for most tensors */
     CU_ASSERT_EQUAL(caught, big);
     rig_free(&r);
+}
+
+/* ---- preference losses through the model ----------------------------------------- */
+
+/* A micro-batch of pairs, rows 2i (chosen) and 2i + 1 (rejected); each row one sequence
+ * whose targets >= 0 are its response tokens. The reference's sums are fixed numbers
+ * (another set of weights), as a frozen reference gives. */
+typedef struct {
+    zt_pref_cfg_t cfg;
+    int npairs;
+    double ref[8], len[8];
+} pref_ctx_t;
+
+/* each row's log-prob sum from the last head pass: minus its per-token losses */
+static void row_logps(rig_t *r, int B, int T, double *sums)
+{
+    const float *tl = zt_model_token_losses(r->m);
+    for (int b = 0; b < B; b++) {
+        sums[b] = 0.0;
+        for (int t = 0; t < T; t++) sums[b] -= tl[b * T + t];
+    }
+}
+
+/* The pairs' loss from the row sums; d (B): d loss / d row sum (NULL: none) */
+static double pairs_loss(const pref_ctx_t *c, const double *sums, double *d)
+{
+    double pc[4], pr[4], rc[4], rr[4], lc[4], lr[4], dc[4], dr[4];
+    for (int i = 0; i < c->npairs; i++) {
+        pc[i] = sums[2 * i], pr[i] = sums[2 * i + 1];
+        rc[i] = c->ref[2 * i], rr[i] = c->ref[2 * i + 1];
+        lc[i] = c->len[2 * i], lr[i] = c->len[2 * i + 1];
+    }
+    const int ref = zt_pref_uses_ref(c->cfg.loss);
+    const zt_pref_batch_t b = {c->npairs, pc, pr, ref ? rc : NULL, ref ? rr : NULL, lc, lr, NULL, NULL, NULL, NULL};
+    const double loss = zt_pref_loss(&c->cfg, &b, NULL, dc, dr);
+    for (int i = 0; d && i < c->npairs; i++) d[2 * i] = dc[i], d[2 * i + 1] = dr[i];
+    return loss;
+}
+
+static double pref_loss_fn(rig_t *r, const int32_t *inp, const int32_t *tgt, int B, int T, void *ctx)
+{
+    double sums[8];
+    rig_forward(r, inp, tgt, B, T);
+    row_logps(r, B, T, sums);
+    return pairs_loss(ctx, sums, NULL);
+}
+
+/* The gradient of a preference loss through the whole model: forward, the head's
+ * log-prob sums, the loss's per-sequence weights as token scales (minus dL/d sum: d logp
+ * = -d CE), the head's backward and the blocks'. Central differences of the loss (sigmoid
+ * with the reference a different set of weights; orpo with pref_ftx, whose means and
+ * odds ratio weigh each sequence differently; in head chunks of 3 rows, which cut
+ * sequences) agree. */
+static void t_pref_finite_difference(void)
+{
+    zt_model_dims_t d = {.L = 2, .NH = 2, .C = 8, .V = 11, .maxT = 8};
+    enum { B = 4, T = 5 };
+    const zt_pref_cfg_t cfgs[2] = {{ZT_PREF_SIGMOID, 1.0, 0.0, 0.0, 0.5}, {ZT_PREF_ORPO, 0.5, 0.5, 0.0, 0.5}};
+    for (int k = 0; k < 2; k++) {
+        rig_t r = rig_create(d, 0.3f, B, T, 0);
+        if (k) zt_model_set_head_rows(r.m, 3); /* sequences across head chunks */
+        int32_t inp[B * T], tgt[B * T];
+        uint64_t rs = 42;
+        for (int i = 0; i < B * T; i++) {
+            inp[i] = (int32_t)(lcg(&rs) % d.V);
+            tgt[i] = (int32_t)(lcg(&rs) % d.V);
+        }
+        for (int b = 0; b < B; b++) tgt[b * T] = -1; /* a prompt token */
+        tgt[3 * T + 4] = tgt[3 * T + 3] = -1;       /* row 3: padding */
+        pref_ctx_t c = {cfgs[k], B / 2, {0}, {0}};
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) c.len[b] += tgt[b * T + t] >= 0;
+        rig_init(&r, 8); /* the reference */
+        rig_forward(&r, inp, tgt, B, T);
+        row_logps(&r, B, T, c.ref);
+        rig_init(&r, 7);
+
+        rig_zero_grads(&r);
+        rig_blocks_forward(&r, inp, tgt, B, T);
+        zt_model_forward_head(r.m, r.w[r.tab->root_unit]);
+        double sums[B], dsum[B];
+        row_logps(&r, B, T, sums);
+        const double loss = pairs_loss(&c, sums, dsum);
+        float scales[B * T];
+        for (int i = 0; i < B * T; i++) scales[i] = (float)-dsum[i / T];
+        zt_model_set_token_scales(r.m, scales);
+        rig_backward(&r, 0.0f);
+        CU_ASSERT(isfinite(loss) && loss > 0);
+
+        int checked = 0, bad = 0, big = 0, caught = 0;
+        rig_fd_check_loss(&r, inp, tgt, B, T, NULL, pref_loss_fn, &c, &rs, &checked, &bad, &big, &caught);
+        printf("\n    %s: loss %.6f; FD: %d elements, %d mismatches; %d large, 10%% error caught at %d\n",
+               k ? "orpo" : "sigmoid", loss, checked, bad, big, caught);
+        CU_ASSERT(checked >= 30);
+        CU_ASSERT_EQUAL(bad, 0);
+        CU_ASSERT(big >= r.tab->nparams / 2);
+        CU_ASSERT_EQUAL(caught, big);
+        rig_free(&r);
+    }
 }
 
 /* ---- initialization ------------------------------------------------------------- */
@@ -474,6 +592,7 @@ static const zt_test_t tests[] = {
     {"micro_batch_accumulation", t_micro_batch_accumulation},
     {"training_parity_10_steps", t_training_parity},
     {"finite_difference", t_finite_difference},
+    {"preference loss finite differences", t_pref_finite_difference},
     {"init_determinism", t_init_determinism},
     {"recompute_bit_identical", t_recompute_bit_identical},
     {"head_chunks", t_head_chunks},

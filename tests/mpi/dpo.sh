@@ -1,0 +1,186 @@
+#!/bin/sh
+# dpo.sh — preference training (train.stage = dpo) of LoRA adapters on transformers' llama
+# directory (tests/reference/hf/llama), pairs as rows 2i (chosen) and 2i + 1 (rejected) of
+# a token file read in order.
+#  1. Fresh adapters (B = 0) leave the policy equal to its reference (the base with the
+#     adapters off): sigmoid DPO's first loss is ln 2 and its rewards and margins 0, exactly;
+#     metrics.jsonl and the progress line carry LLaMA-Factory's metrics.
+#  2. ddp and zero3 at 2 ranks, tp 2, sp 2 (Ulysses) and ring 2, train what one rank trains
+#     with accumulation (per-step loss 1e-5, final adapters 3e-5, metrics 1e-5, rewards 2e-6
+#     absolute), for sigmoid (with
+#     a reference pass) and
+#     orpo (without; its sft_loss and odds_ratio_loss logged).
+#  3. PEFT's lora-llama adapter (policy != reference) at learning rate 0, 2 steps of 2
+#     pairs: the loss, LLaMA-Factory's metrics and the adapters' gradient norm are LLaMA-
+#     Factory 0.9.5's own (tests/reference/pref/llama_lora.json, made by its trainer's
+#     get_batch_loss_metrics on the same rows: make_pref_lora_fixture.py) for sigmoid, ipo
+#     and orpo, 1e-5 relative (rewards: 2e-6 absolute, beta times fp32 sums of -34), at 1 rank
+#     and zero3 at 2.
+#  2b. Full fine-tuning, its reference a frozen copy of the directory's weights: step 1 is ln 2;
+#     zero3 (the copy sharded) and tp 2 train what one rank trains; the margins move; a run
+#     resumed after 2 of 4 steps (its reference from the directory again) is the straight run.
+#  2c. pref.ref_model (tp 2): lora-llama's merged model as the reference of the base with that
+#     adapter: ln 2 and no margin to rounding; a directory of other shapes fails on every rank.
+#  4. What is not wired is refused in one line on every rank (full fine-tuning without a
+#     directory to copy, evaluation).
+. "$(dirname "$0")/common.sh"
+need_h5py
+HF="$ZT_SRCDIR/tests/reference/hf"
+CMP="$ZT_SRCDIR/tests/mpi/compare_runs.py"
+cd "$ZT_TMP" || fail "cd"
+lora_setup
+dpo="model.name_or_path=$HF/llama train.stage=dpo data.shuffle=false checkpoint.save_hf=false"
+
+# ---- 1. policy = reference: ln 2 -------------------------------------------------------
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $dpo train.max_steps=1 train.output_dir=first >/dev/null
+assert_contains "$ZT_OUT" "step     1/1 | loss 0.6931 | rewards/chosen 0.0000 | rewards/rejected 0.0000"
+"$PY" - <<'PYEOF' || fail "step 1 is not ln 2 with zero rewards and margins"
+import json, math, sys
+r = [json.loads(l) for l in open("first/metrics.jsonl") if '"loss"' in l][0]
+ok = abs(r["loss"] - math.log(2)) < 1e-9 and r["rewards/margins"] == 0 and r["rewards/chosen"] == 0 \
+    and r["rewards/rejected"] == 0 and r["rewards/accuracies"] == 0 and r["logps/chosen"] < 0
+for k in ("logps/rejected", "logits/chosen", "logits/rejected"):
+    ok = ok and k in r
+print("step 1:", {k: v for k, v in r.items() if "/" in k or k == "loss"})
+sys.exit(not ok)
+PYEOF
+
+# ---- 2. every strategy trains what one rank trains -------------------------------------
+train="optim.learning_rate=1e-2 train.max_steps=3"
+for loss in sigmoid orpo; do
+    # shellcheck disable=SC2086
+    run_ztrain 1 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        train.gradient_accumulation_steps=2 train.output_dir=$loss-ref >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        parallel.strategy=ddp train.output_dir=$loss-ddp >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        parallel.strategy=zero3 train.output_dir=$loss-zero3 >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        train.gradient_accumulation_steps=2 parallel.tensor_parallel_size=2 train.output_dir=$loss-tp2 >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        train.gradient_accumulation_steps=2 parallel.sequence_parallel_size=2 train.output_dir=$loss-sp2 >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
+        train.gradient_accumulation_steps=2 parallel.sequence_parallel_size=2 parallel.sp_mode=ring \
+        train.output_dir=$loss-ring2 >/dev/null
+    # adapters 3e-5: Adam's first steps move an element by about lr whatever its gradient's size,
+    # so the rounding of small gradients (ring attention's merges) shows in them
+    "$PY" "$CMP" $loss-ref $loss-ddp $loss-zero3 $loss-tp2 $loss-sp2 $loss-ring2 --param-tol 3e-5 ||
+        fail "$loss: strategies trained other adapters"
+    "$PY" - "$loss" <<'PYEOF' || fail "$loss: the metrics differ between strategies or are missing"
+import json, sys
+loss = sys.argv[1]
+def rec(d):
+    return [json.loads(l) for l in open(d + "/metrics.jsonl") if '"loss"' in l and '"step"' in l]
+keys = ["rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
+        "logps/rejected", "logits/chosen", "logits/rejected"] + (["sft_loss", "odds_ratio_loss"] if loss == "orpo" else [])
+ref = rec(loss + "-ref")
+worst, where = 0.0, ""
+for d in ("ddp", "zero3", "tp2", "sp2", "ring2"):
+    for a, b in zip(ref, rec(loss + "-" + d)):
+        for k in keys:
+            # rewards: 2e-6 absolute (beta 0.1 times fp32 sums of about -34 computed in other orders)
+            e = abs(a[k] - b[k]) / (0.2 if k.startswith("rewards/") else max(abs(a[k]), 1e-2))
+            if e > worst:
+                worst, where = e, d + " " + k + " %.9g %.9g" % (a[k], b[k])
+print(loss, "metrics worst relative difference", worst, where, "margins", [r["rewards/margins"] for r in ref])
+sys.exit(not (len(ref) == 3 and worst < 1e-5 and ref[-1]["rewards/margins"] != 0))
+PYEOF
+done
+
+# ---- 3. LLaMA-Factory's DPO step on the same rows -----------------------------------------
+for loss in sigmoid ipo orpo; do
+    for run in "1 ddp" "2 zero3"; do
+        set -- $run
+        # shellcheck disable=SC2086
+        run_ztrain "$1" lora.cfg $dpo lora.adapter_name_or_path=$HF/lora-llama pref.loss=$loss \
+            train.per_device_train_batch_size=$((2 / $1)) train.gradient_accumulation_steps=1 \
+            parallel.strategy=$2 train.output_dir=lf-$loss-$2 >/dev/null
+        "$PY" - "$ZT_SRCDIR/tests/reference/pref/llama_lora.json" "$loss" "lf-$loss-$2" <<'PYEOF' ||
+import json, sys
+want = json.load(open(sys.argv[1]))["runs"][sys.argv[2]]["steps"]
+got = [json.loads(l) for l in open(sys.argv[3] + "/metrics.jsonl") if '"loss"' in l and '"step"' in l]
+worst, where = 0.0, ""
+for w, g in zip(want, got):
+    pairs = [("loss", w["loss"], g["loss"]), ("grad_norm", w["grad_norm"], g["grad_norm"])]
+    pairs += [(k, v, g[k]) for k, v in w["metrics"].items() if not k.startswith("logits/")]
+    for k, a, b in pairs:
+        # a reward is beta times a difference of log-prob sums (about -34 here) of two fp32
+        # computations: its error is absolute (2e-6 = 500 ulps of such a sum, times beta)
+        e = abs(a - b) / 0.2 if k.startswith("rewards/") else abs(a - b) / max(abs(a), 1e-3)
+        if e > worst:
+            worst, where = e, k
+print(sys.argv[2], sys.argv[3], "worst difference from LLaMA-Factory", worst, "(" + where + ")")
+sys.exit(not (len(got) == len(want) == 2 and worst < 1e-5))
+PYEOF
+            fail "$loss ($2): not LLaMA-Factory's loss, metrics or gradient norm"
+    done
+done
+
+# ---- 2b. full fine-tuning: the reference a frozen copy of the directory's weights ------------
+full="train.finetuning_type=full optim.learning_rate=1e-3 train.max_steps=3"
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $dpo $full train.per_device_train_batch_size=1 train.gradient_accumulation_steps=2 \
+    train.output_dir=full-ref >/dev/null
+assert_contains "$ZT_OUT" "dpo: the reference is a frozen copy of $HF/llama"
+assert_contains "$ZT_OUT" "step     1/3 | loss 0.6931 | rewards/chosen 0.0000 | rewards/rejected 0.0000"
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $dpo $full train.per_device_train_batch_size=1 parallel.strategy=zero3 \
+    train.output_dir=full-zero3 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $dpo $full train.per_device_train_batch_size=1 train.gradient_accumulation_steps=2 \
+    parallel.tensor_parallel_size=2 train.output_dir=full-tp2 >/dev/null
+"$PY" "$CMP" full-ref full-zero3 full-tp2 --param-tol 3e-5 || fail "full fine-tuning: strategies trained other weights"
+"$PY" - <<'PYEOF' || fail "full fine-tuning: the policy did not move away from its frozen reference"
+import json, math, sys
+r = [json.loads(l) for l in open("full-ref/metrics.jsonl") if '"loss"' in l and '"step"' in l]
+print("full fine-tuning margins", [x["rewards/margins"] for x in r])
+sys.exit(not (abs(r[0]["loss"] - math.log(2)) < 1e-9 and r[0]["rewards/margins"] == 0 and r[2]["rewards/margins"] != 0))
+PYEOF
+
+# a resumed run takes its reference from the directory again (not the checkpoint): 2 + 2 steps are 4
+res="$dpo train.finetuning_type=full optim.learning_rate=1e-3 optim.lr_scheduler_type=constant parallel.strategy=zero3
+train.per_device_train_batch_size=1"
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $res train.max_steps=4 train.output_dir=res-full >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $res train.max_steps=2 train.output_dir=res-split >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $res train.max_steps=4 checkpoint.resume=auto train.output_dir=res-split >/dev/null
+assert_contains "$ZT_OUT" "resumed from res-split/ckpt-00000002.h5"
+"$PY" - <<'PYEOF' || fail "full fine-tuning: a resumed run does not continue as the straight one"
+import json, sys
+def rec(d):
+    return {r["step"]: r for r in (json.loads(l) for l in open(d + "/metrics.jsonl")) if "loss" in r and "step" in r}
+a, b = rec("res-full"), rec("res-split")
+same = all(a[s][k] == b[s][k] for s in (3, 4) for k in ("loss", "rewards/margins", "logps/chosen"))
+print("resume: steps 3, 4", [(a[s]["loss"], b[s]["loss"]) for s in (3, 4)])
+sys.exit(not same)
+PYEOF
+
+# ---- 2c. pref.ref_model: a reference of its own ------------------------------------------------
+# the merged model of lora-llama is the policy (base + that adapter) to rounding: ln 2 and no margin
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $dpo lora.adapter_name_or_path=$HF/lora-llama pref.ref_model=$HF/lora-llama/merged \
+    train.max_steps=1 parallel.tensor_parallel_size=2 train.output_dir=refdir >/dev/null
+assert_contains "$ZT_OUT" "dpo: the reference is a frozen copy of $HF/lora-llama/merged"
+"$PY" - <<'PYEOF' || fail "pref.ref_model: the merged model is not the policy's reference"
+import json, math, sys
+r = [json.loads(l) for l in open("refdir/metrics.jsonl") if '"loss"' in l and '"step"' in l][0]
+print("ref_model = merged:", r["loss"] - math.log(2), r["rewards/margins"])
+sys.exit(not (abs(r["loss"] - math.log(2)) < 1e-6 and abs(r["rewards/margins"]) < 1e-6 and r["logps/chosen"] < -1))
+PYEOF
+# shellcheck disable=SC2086
+expect_fail_with 2 "dpo reference: " lora.cfg $dpo pref.ref_model=$HF/gpt2
+
+# ---- 4. refusals -----------------------------------------------------------------------
+# shellcheck disable=SC2086
+expect_fail_with 2 "train.stage = dpo with full fine-tuning copies its reference from model.name_or_path" \
+    lora.cfg train.stage=dpo data.shuffle=false train.finetuning_type=full
+# shellcheck disable=SC2086
+expect_fail_with 2 "train.stage = dpo: evaluation on pairs is not wired yet" lora.cfg $dpo data.val_files=tok67.h5
