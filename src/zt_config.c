@@ -1323,9 +1323,16 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (cfg->model.quantization_bit == 4 && cfg->train.finetuning_type != ZT_FT_LORA)
         return zt_err(err, errlen, "model.quantization_bit = 4 needs train.finetuning_type = lora (QLoRA: the 4-bit "
                                    "base is frozen)");
-    if (cfg->model.quantization_bit == 4)
-        return zt_err(err, errlen, "model.quantization_bit = 4: the 4-bit base is not wired into training yet "
-                                   "(the format is: src/zt_quant.c); use 0");
+    /* QLoRA (zt_qlora.h): a pretrained base quantized at load, computed in float32 */
+    if (cfg->model.quantization_bit == 4 && !cfg->model.name_or_path[0])
+        return zt_err(err, errlen, "model.quantization_bit = 4 needs model.name_or_path: the base quantized is a "
+                                   "pretrained one, read from its directory");
+    if (cfg->model.quantization_bit == 4 && (cfg->train.bf16 || cfg->train.fp16))
+        return zt_err(err, errlen, "model.quantization_bit = 4 computes in float32 (bitsandbytes' compute dtype "
+                                   "float32): set train.%s = false", cfg->train.bf16 ? "bf16" : "fp16");
+    if (cfg->model.quantization_bit == 4 && cfg->checkpoint.save_hf)
+        return zt_err(err, errlen, "model.quantization_bit = 4: checkpoint.save_hf (a merged model) is not "
+                                   "available on a 4-bit base; the adapters are exported (<output_dir>/adapter)");
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "zt_hf.h"
 #include "zt_data.h"
 #include "zt_lora.h"
+#include "zt_qlora.h"
 #include "zt_tokenizer.h"
 #include "zt_safetensors.h"
 
@@ -153,6 +154,7 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
             if (!isfinite(g->value[k]))
                 rc = zt_err(e, sizeof e, "%s: tensor %s: element %zu is %g", dir, t->params[g->param].name,
                             g->start + k, (double)g->value[k]);
+        if (!rc) rc = zt_qlora_quantize_loaded(t, g->param, g->start, g->len, g->value, e, sizeof e);
         got += 4.0 * (double)g->len;
     }
     zt_shard_io_done(s, segs, n, rc ? 0 : 1);

@@ -1,0 +1,88 @@
+/* zt_qlora.c — QLoRA's 4-bit base in the parameter table (zt_qlora.h). */
+#include "zt_qlora.h"
+
+#include <string.h>
+
+#include "zt_common.h"
+#include "zt_lora.h"
+
+int zt_qlora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_t errlen)
+{
+    if (cfg->model.quantization_bit != 4) return 0;
+    t->quant_type = strcmp(cfg->model.quantization_type, "fp4") == 0 ? ZT_QUANT_FP4 : ZT_QUANT_NF4;
+    t->quant_nested = cfg->model.double_quantization;
+    t->quant_blocksize = ZT_QLORA_BLOCKSIZE;
+    for (int i = 0; i < t->nparams; i++) {
+        zt_param_t *p = &t->params[i];
+        char mod[64];
+        zt_lora_module_name(p, mod, sizeof mod);
+        if (!mod[0] || p->adapter) continue; /* the base's linears, not their adapters */
+        if (p->wlayout != ZT_W_OUT_IN)
+            return zt_err(err, errlen, "model.quantization_bit = 4: %s is a Conv1D (in, out) weight; the 4-bit base "
+                                       "is implemented for nn.Linear families (llama, qwen2, qwen3, mistral, gemma3)",
+                          p->name);
+        if (zt_quant4_region_bytes((int64_t)p->numel, t->quant_blocksize, t->quant_nested) > 4 * p->numel)
+            return zt_err(err, errlen, "model.quantization_bit = 4: %s (%zu values) is too small to hold its 4-bit "
+                                       "form in place", p->name, p->numel);
+        p->quant = 1;
+    }
+    return 0;
+}
+
+int zt_qlora_on(const zt_param_table_t *t)
+{
+    for (int i = 0; i < t->nparams; i++)
+        if (t->params[i].quant) return 1;
+    return 0;
+}
+
+int zt_qlora_quantize_loaded(const zt_param_table_t *t, int p, size_t start, size_t len, float *value, char *err,
+                             size_t errlen)
+{
+    const zt_param_t *q = &t->params[p];
+    if (!q->quant) return 0;
+    /* bitsandbytes quantizes the whole tensor: its blocks and the nested offset (the mean of
+     * all its absmax) need every value */
+    if (t->dims.tp_size > 1)
+        return zt_err(err, errlen, "model.quantization_bit = 4: %s is split over %d tensor-parallel ranks; the 4-bit "
+                                   "base runs without tensor parallelism (parallel.tensor_parallel_size = 1)",
+                      q->name, t->dims.tp_size);
+    if (start != 0 || len != q->numel)
+        return zt_err(err, errlen, "model.quantization_bit = 4: this rank holds elements [%zu, %zu) of %s's %zu; the "
+                                   "4-bit base needs each weight whole on a rank (parallel.strategy = ddp)",
+                      start, start + len, q->name, q->numel);
+    return zt_quant4_pack_region(q->name, (zt_quant_type_t)t->quant_type, t->quant_nested, t->quant_blocksize, value,
+                                 (int64_t)q->numel, err, errlen);
+}
+
+void zt_qlora_view(const zt_param_table_t *t, const zt_param_t *p, const float *w, zt_quant4_view_t *v)
+{
+    zt_quant4_region_view((zt_quant_type_t)t->quant_type, t->quant_nested, t->quant_blocksize, w, (int64_t)p->numel,
+                          v);
+}
+
+/* the GEMM a weight belongs to: q|k|v share one, gate|up one, every other its own */
+static int gemm_group(zt_role_t r)
+{
+    if (r == ZT_ROLE_K || r == ZT_ROLE_V) return ZT_ROLE_Q;
+    if (r == ZT_ROLE_UP) return ZT_ROLE_GATE;
+    return r;
+}
+
+size_t zt_qlora_dequant_floats(const zt_param_table_t *t)
+{
+    size_t best = 0, run = 0;
+    int prev_block = -2, prev_group = -1;
+    for (int i = 0; i < t->nparams; i++) {
+        const zt_param_t *p = &t->params[i];
+        if (!p->quant) {
+            prev_block = -2;
+            continue;
+        }
+        const int g = gemm_group(p->role);
+        run = p->block == prev_block && g == prev_group ? run + p->numel : p->numel;
+        prev_block = p->block, prev_group = g;
+        best = ZT_MAX(best, run);
+    }
+    return best;
+}
