@@ -27,15 +27,16 @@
  * Linear4bit as ztrain stores them (GPT-2's Conv1D). */
 int zt_qlora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_t errlen);
 
-/* Whether t has a 4-bit base. */
-int zt_qlora_on(const zt_param_table_t *t);
+/* The number of t's 4-bit weights (0: no 4-bit base). */
+int zt_qlora_count(const zt_param_table_t *t);
+/* One line for the log: "14 block linears nf4 (double quantization, blocks of 64), ..." into buf. */
+void zt_qlora_describe(const zt_param_table_t *t, char *buf, size_t len);
 
-/* A loaded element range [start, start + len) of parameter p of t, in value (host memory):
- * quantized in place when p is 4-bit. The range must be the whole tensor, which only a rank
- * holding the whole weight has: -1 with err naming the tensor and what splits it (tensor
- * parallelism, a sharded strategy) otherwise, or for a non-finite weight. */
-int zt_qlora_quantize_loaded(const zt_param_table_t *t, int p, size_t start, size_t len, float *value, char *err,
-                             size_t errlen);
+/* Quantizes 4-bit parameter p of t in place: value holds all of its numel floats, as read. A
+ * rank that holds part of a weight (a sharded strategy) quantizes all of it and keeps its own
+ * floats' worth of the region, since bitsandbytes' blocks and nested offset span the tensor.
+ * -1 with err naming the tensor for a non-finite weight. */
+int zt_qlora_quantize(const zt_param_table_t *t, int p, float *value, char *err, size_t errlen);
 
 /* The view of 4-bit parameter p of t, whose region starts at w (its unit's buffer + offset). */
 void zt_qlora_view(const zt_param_table_t *t, const zt_param_t *p, const float *w, zt_quant4_view_t *v);

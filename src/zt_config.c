@@ -1330,6 +1330,11 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (cfg->model.quantization_bit == 4 && (cfg->train.bf16 || cfg->train.fp16))
         return zt_err(err, errlen, "model.quantization_bit = 4 computes in float32 (bitsandbytes' compute dtype "
                                    "float32): set train.%s = false", cfg->train.bf16 ? "bf16" : "fp16");
+    if (cfg->model.quantization_bit == 4 && cfg->parallel.tensor_parallel_size > 1)
+        return zt_err(err, errlen, "model.quantization_bit = 4 runs without tensor parallelism "
+                                   "(parallel.tensor_parallel_size = %d): bitsandbytes quantizes each weight whole, "
+                                   "its double-quantization offset over all of its blocks",
+                      cfg->parallel.tensor_parallel_size);
     if (cfg->model.quantization_bit == 4 && cfg->checkpoint.save_hf)
         return zt_err(err, errlen, "model.quantization_bit = 4: checkpoint.save_hf (a merged model) is not "
                                    "available on a 4-bit base; the adapters are exported (<output_dir>/adapter)");

@@ -131,6 +131,21 @@ static int all_finite(const float *x, size_t n)
     return !bad;
 }
 
+/* A 4-bit weight (zt_qlora.h) is quantized whole, as bitsandbytes quantizes it: a rank that holds
+ * part of it reads all of it and keeps its own floats' worth of the 4-bit region (the engine's
+ * gathers put the region together again, byte for byte). */
+static int quantize_seg(zt_hf_dir_t *d, int k, const zt_param_table_t *t, const zt_io_seg_t *g, char *e, size_t el)
+{
+    const zt_param_t *q = &t->params[g->param];
+    if (g->start == 0 && g->len == q->numel) return zt_qlora_quantize(t, g->param, g->value, e, el);
+    float *w = zt_malloc(q->numel * sizeof *w);
+    int rc = zt_hf_read(d, k, 0, q->numel, w, e, el);
+    if (!rc) rc = zt_qlora_quantize(t, g->param, w, e, el);
+    if (!rc) memcpy(g->value, w + g->start, g->len * sizeof *w);
+    free(w);
+    return rc;
+}
+
 int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, double *bytes,
                      char *err, size_t errlen)
 {
@@ -154,7 +169,7 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
             if (!isfinite(g->value[k]))
                 rc = zt_err(e, sizeof e, "%s: tensor %s: element %zu is %g", dir, t->params[g->param].name,
                             g->start + k, (double)g->value[k]);
-        if (!rc) rc = zt_qlora_quantize_loaded(t, g->param, g->start, g->len, g->value, e, sizeof e);
+        if (!rc && t->params[g->param].quant) rc = quantize_seg(d, idx[g->param], t, g, e, sizeof e);
         got += 4.0 * (double)g->len;
     }
     zt_shard_io_done(s, segs, n, rc ? 0 : 1);

@@ -1,6 +1,7 @@
 /* zt_qlora.c — QLoRA's 4-bit base in the parameter table (zt_qlora.h). */
 #include "zt_qlora.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "zt_common.h"
@@ -29,28 +30,24 @@ int zt_qlora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_
     return 0;
 }
 
-int zt_qlora_on(const zt_param_table_t *t)
+int zt_qlora_count(const zt_param_table_t *t)
 {
-    for (int i = 0; i < t->nparams; i++)
-        if (t->params[i].quant) return 1;
-    return 0;
+    int n = 0;
+    for (int i = 0; i < t->nparams; i++) n += t->params[i].quant != 0;
+    return n;
 }
 
-int zt_qlora_quantize_loaded(const zt_param_table_t *t, int p, size_t start, size_t len, float *value, char *err,
-                             size_t errlen)
+void zt_qlora_describe(const zt_param_table_t *t, char *buf, size_t len)
+{
+    snprintf(buf, len, "%d block linears quantized at load to %s (%sblocks of %lld), dequantized to float32 "
+                       "before each GEMM; embeddings, norms and lm_head float32",
+             zt_qlora_count(t), zt_quant_type_name((zt_quant_type_t)t->quant_type),
+             t->quant_nested ? "double quantization, " : "", (long long)t->quant_blocksize);
+}
+
+int zt_qlora_quantize(const zt_param_table_t *t, int p, float *value, char *err, size_t errlen)
 {
     const zt_param_t *q = &t->params[p];
-    if (!q->quant) return 0;
-    /* bitsandbytes quantizes the whole tensor: its blocks and the nested offset (the mean of
-     * all its absmax) need every value */
-    if (t->dims.tp_size > 1)
-        return zt_err(err, errlen, "model.quantization_bit = 4: %s is split over %d tensor-parallel ranks; the 4-bit "
-                                   "base runs without tensor parallelism (parallel.tensor_parallel_size = 1)",
-                      q->name, t->dims.tp_size);
-    if (start != 0 || len != q->numel)
-        return zt_err(err, errlen, "model.quantization_bit = 4: this rank holds elements [%zu, %zu) of %s's %zu; the "
-                                   "4-bit base needs each weight whole on a rank (parallel.strategy = ddp)",
-                      start, start + len, q->name, q->numel);
     return zt_quant4_pack_region(q->name, (zt_quant_type_t)t->quant_type, t->quant_nested, t->quant_blocksize, value,
                                  (int64_t)q->numel, err, errlen);
 }

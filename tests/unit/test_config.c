@@ -355,6 +355,10 @@ static void t_validate(void)
     CU_ASSERT_EQUAL(parse(NULL, 5, q4bf), -1);
     ASSERT_ERR("model.quantization_bit = 4 computes in float32 (bitsandbytes' compute dtype float32): set "
                "train.bf16 = false");
+    char *q4tp[] = {"model.quantization_bit=4", "train.finetuning_type=lora", "model.name_or_path=dir",
+                    "checkpoint.save_hf=false", "parallel.tensor_parallel_size=2"};
+    CU_ASSERT_EQUAL(parse(NULL, 5, q4tp), -1);
+    ASSERT_ERR("model.quantization_bit = 4 runs without tensor parallelism (parallel.tensor_parallel_size = 2)");
     char *q4hf[] = {"model.quantization_bit=4", "train.finetuning_type=lora", "model.name_or_path=dir",
                     "checkpoint.save_hf=true"};
     CU_ASSERT_EQUAL(parse(NULL, 4, q4hf), -1);

@@ -496,14 +496,23 @@ static void lora_b_nonzero(rig_t *r)
         }
 }
 
+static zt_param_table_t *qlora_table(const zt_param_table_t *base, int r, const char *type, int nested);
+
 /* The KV cache cases' model: a family's directory weights in a rig of one row of T
- * positions, with LoRA adapters (random, B non-zero) when asked */
+ * positions, with LoRA adapters (random, B non-zero) when asked (lora 1), on a 4-bit nf4
+ * base quantized in place as a run's load does (lora 2: QLoRA) */
 static rig_t kv_rig(const fam_t *f, int lora, int T)
 {
-    zt_param_table_t *t = lora ? lora_table(f->tab, 2) : zt_arch_build_table(f->tab->arch, &f->tab->dims, 0.02f);
+    zt_param_table_t *t = lora == 2 ? qlora_table(f->tab, 2, "nf4", 1)
+                          : lora    ? lora_table(f->tab, 2)
+                                    : zt_arch_build_table(f->tab->arch, &f->tab->dims, 0.02f);
     rig_t r = rig_create_table(t, 1, T, 0);
     rig_init(&r, 5);
     load_dir(&r, f->dir);
+    char err[ZT_ERRLEN];
+    for (int i = 0; i < t->nparams; i++) /* the CPU rig's units are host memory */
+        if (t->params[i].quant)
+            CU_ASSERT_FATAL(zt_qlora_quantize(t, i, pw(&r, i), err, sizeof err) == 0);
     if (lora) lora_b_nonzero(&r);
     return r;
 }
@@ -520,7 +529,7 @@ static void whole_prefix_logits(rig_t *r, const int32_t *tok, int n, float *out)
  * the cached keys and values (positions past + t), gives the logits of running each
  * prefix whole, to fp32 rounding: llama (GQA, untied), qwen2 (q/k/v biases), qwen3
  * (q/k norms) and gpt2 (learned positions) with the directory's weights, and llama and
- * gpt2 with LoRA adapters (random, B non-zero). */
+ * gpt2 with LoRA adapters (random, B non-zero), qwen3 with them on a 4-bit base (QLoRA). */
 static void kv_cache_case(const char *family, int lora)
 {
     fam_t f = fam_open(family);
@@ -548,7 +557,8 @@ static void kv_cache_case(const char *family, int lora)
     }
     zt_model_kv_cache(r.m, 0);
     printf("\n    %s%s KV cache: %d tokens after a %d-token prompt, logits rel L2 %.2e against whole prefixes "
-           "(which differ by up to %.2e)", family, lora ? " + LoRA" : "", T - n0, n0, worst, moved);
+           "(which differ by up to %.2e)", family, lora == 2 ? " + QLoRA" : lora ? " + LoRA" : "", T - n0, n0, worst,
+           moved);
     CU_ASSERT(worst < 1e-5);
     CU_ASSERT(moved > 1e-2); /* the prefixes' logits differ: a stale or misplaced key would show */
     free(want);
@@ -632,6 +642,7 @@ static void t_kv_cache(void)
     kv_cache_case("mistral", 0);
     kv_cache_case("gemma3", 0);
     kv_cache_case("llama", 1);
+    kv_cache_case("qwen3", 2);
     kv_cache_case("gpt2", 1);
 }
 
@@ -733,7 +744,7 @@ static void t_qlora_linear(void)
             if (!p->quant) continue;
             nq++;
             /* the CPU rig's buffers are host memory */
-            CU_ASSERT_FATAL(zt_qlora_quantize_loaded(qt, i, 0, p->numel, pw(&q, i), err, sizeof err) == 0);
+            CU_ASSERT_FATAL(zt_qlora_quantize(qt, i, pw(&q, i), err, sizeof err) == 0);
             zt_quant4_view_t v;
             zt_qlora_view(qt, p, pw(&q, i), &v);
             zt_quant4_dequantize(&v, 0, (int64_t)p->numel, pw(&r, i));
@@ -880,7 +891,7 @@ static int qlora_load(rig_t *r, hid_t ref)
     for (int i = 0; i < t->nparams; i++) {
         const zt_param_t *p = &t->params[i];
         if (!p->quant) continue;
-        CU_ASSERT_FATAL(zt_qlora_quantize_loaded(t, i, 0, p->numel, pw(r, i), err, sizeof err) == 0);
+        CU_ASSERT_FATAL(zt_qlora_quantize(t, i, pw(r, i), err, sizeof err) == 0);
         zt_quant4_view_t v;
         zt_qlora_view(t, p, pw(r, i), &v);
         const size_t nb = (p->numel + 63) / 64, nn = (nb + 255) / 256;
