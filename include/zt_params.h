@@ -63,8 +63,9 @@ typedef struct zt_param {
     int frozen;         /* no gradient, no optimizer state (LoRA's base); a unit's
                          * parameters are all frozen or none */
     int lora_a, lora_b; /* this weight's LoRA adapter parameters, -1 if none */
-    int quant;          /* QLoRA: stored 4-bit in the space of its numel floats
-                         * (zt_quant4_pack_region, the table's quant_* format) */
+    int quant;          /* QLoRA: stored 4-bit (zt_quant4_pack_region, the table's
+                         * quant_* format); numel is then the floats that form takes
+                         * in its unit, shape its values' (zt_qlora_values) */
     int adapter;        /* 'A' (r, in) or 'B' (out, r): a LoRA matrix, of its base
                          * weight's role; 0 for any other parameter */
     /* Tensor parallelism (zt_params_tp_local): what of the global tensor (gshape,

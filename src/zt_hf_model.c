@@ -132,14 +132,13 @@ static int all_finite(const float *x, size_t n)
 }
 
 /* A 4-bit weight (zt_qlora.h) is quantized whole, as bitsandbytes quantizes it: a rank that holds
- * part of it reads all of it and keeps its own floats' worth of the 4-bit region (the engine's
- * gathers put the region together again, byte for byte). */
+ * part of its 4-bit form reads all of the tensor and keeps its own floats of that form (the
+ * engine's gathers put it together again, byte for byte). */
 static int quantize_seg(zt_hf_dir_t *d, int k, const zt_param_table_t *t, const zt_io_seg_t *g, char *e, size_t el)
 {
-    const zt_param_t *q = &t->params[g->param];
-    if (g->start == 0 && g->len == q->numel) return zt_qlora_quantize(t, g->param, g->value, e, el);
-    float *w = zt_malloc(q->numel * sizeof *w);
-    int rc = zt_hf_read(d, k, 0, q->numel, w, e, el);
+    const size_t n = zt_qlora_values(&t->params[g->param]);
+    float *w = zt_malloc(n * sizeof *w);
+    int rc = zt_hf_read(d, k, 0, n, w, e, el);
     if (!rc) rc = zt_qlora_quantize(t, g->param, w, e, el);
     if (!rc) memcpy(g->value, w + g->start, g->len * sizeof *w);
     free(w);
@@ -164,12 +163,16 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
     for (int i = 0; i < n && !rc; i++) {
         const zt_io_seg_t *g = &segs[i];
         if (idx[g->param] < 0) continue;
+        if (t->params[g->param].quant) {
+            rc = quantize_seg(d, idx[g->param], t, g, e, sizeof e);
+            got += 4.0 * (double)zt_qlora_values(&t->params[g->param]);
+            continue;
+        }
         rc = zt_hf_read(d, idx[g->param], g->start, g->len, g->value, e, sizeof e);
         for (size_t k = rc || all_finite(g->value, g->len) ? g->len : 0; k < g->len && !rc; k++)
             if (!isfinite(g->value[k]))
                 rc = zt_err(e, sizeof e, "%s: tensor %s: element %zu is %g", dir, t->params[g->param].name,
                             g->start + k, (double)g->value[k]);
-        if (!rc && t->params[g->param].quant) rc = quantize_seg(d, idx[g->param], t, g, e, sizeof e);
         got += 4.0 * (double)g->len;
     }
     zt_shard_io_done(s, segs, n, rc ? 0 : 1);

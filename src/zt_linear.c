@@ -182,12 +182,13 @@ void zt_linear_init(zt_model_t *m, zt_linear_t *lin, zt_linear_placement_t place
     if (nw > ZT_LINEAR_MAXW) zt_fatal("linear: %s's GEMM has more than %d weights", p->name, ZT_LINEAR_MAXW);
     lin->wt.type = !p->quant ? ZT_WT_F32 : t->quant_type == ZT_QUANT_FP4 ? ZT_WT_FP4 : ZT_WT_NF4;
     lin->wt.n = nw;
+    size_t next = p->offset; /* where the next weight must start: its predecessors' numel on */
     for (int i = 0; i < nw; i++) {
         const zt_param_t *q = &t->params[params[i]];
         lin->wt.param[i] = params[i];
         if (q->quant != p->quant) zt_fatal("linear: %s and %s, one GEMM, are stored differently", p->name, q->name);
-        if (q->offset != p->offset + (size_t)lin->out * lin->in)
-            zt_fatal("linear: %s does not follow the weights before it in its unit", q->name);
+        if (q->offset != next) zt_fatal("linear: %s does not follow the weights before it in its unit", q->name);
+        next += q->numel;
         lin->out += (int)(lin->transw ? q->shape[0] : q->shape[1]);
     }
     lora_gemm_init(m, &lin->lora, params, nw, lin->in);
@@ -207,8 +208,8 @@ static const float *weight_of(zt_model_t *m, const zt_linear_t *lin, const float
         const zt_param_t *p = &t->params[lin->wt.param[i]];
         zt_quant4_view_t v;
         zt_qlora_view(t, p, w + p->offset, &v);
-        zt_quant4_dequantize(&v, 0, (int64_t)p->numel, dst);
-        dst += p->numel;
+        zt_quant4_dequantize(&v, 0, v.numel, dst);
+        dst += v.numel;
     }
     return m->wdq;
 }

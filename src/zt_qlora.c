@@ -22,12 +22,22 @@ int zt_qlora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_
             return zt_err(err, errlen, "model.quantization_bit = 4: %s is a Conv1D (in, out) weight; the 4-bit base "
                                        "is implemented for nn.Linear families (llama, qwen2, qwen3, mistral, gemma3)",
                           p->name);
-        if (zt_quant4_region_bytes((int64_t)p->numel, t->quant_blocksize, t->quant_nested) > 4 * p->numel)
-            return zt_err(err, errlen, "model.quantization_bit = 4: %s (%zu values) is too small to hold its 4-bit "
-                                       "form in place", p->name, p->numel);
+        /* the region's floats, rounded up to whole rows: the per_param layout shards by rows */
+        const size_t bytes = zt_quant4_region_bytes((int64_t)p->numel, t->quant_blocksize, t->quant_nested);
+        if (bytes > 4 * p->numel) /* zt_quant4_pack_region writes the region over the values */
+            return zt_err(err, errlen, "model.quantization_bit = 4: %s (%zu values) is smaller than its 4-bit form",
+                          p->name, p->numel);
+        const size_t rows = (size_t)p->shape[0];
         p->quant = 1;
+        p->numel = ZT_CEIL_DIV(ZT_CEIL_DIV(bytes, sizeof(float)), rows) * rows;
     }
+    zt_params_finish(t, t->nunits, t->root_unit, t->first_block_unit);
     return 0;
+}
+
+size_t zt_qlora_values(const zt_param_t *p)
+{
+    return (size_t)p->shape[0] * (p->ndim == 2 ? (size_t)p->shape[1] : 1);
 }
 
 int zt_qlora_count(const zt_param_table_t *t)
@@ -49,13 +59,13 @@ int zt_qlora_quantize(const zt_param_table_t *t, int p, float *value, char *err,
 {
     const zt_param_t *q = &t->params[p];
     return zt_quant4_pack_region(q->name, (zt_quant_type_t)t->quant_type, t->quant_nested, t->quant_blocksize, value,
-                                 (int64_t)q->numel, err, errlen);
+                                 (int64_t)zt_qlora_values(q), err, errlen);
 }
 
 void zt_qlora_view(const zt_param_table_t *t, const zt_param_t *p, const float *w, zt_quant4_view_t *v)
 {
-    zt_quant4_region_view((zt_quant_type_t)t->quant_type, t->quant_nested, t->quant_blocksize, w, (int64_t)p->numel,
-                          v);
+    zt_quant4_region_view((zt_quant_type_t)t->quant_type, t->quant_nested, t->quant_blocksize, w,
+                          (int64_t)zt_qlora_values(p), v);
 }
 
 /* the GEMM a weight belongs to: q|k|v share one, gate|up one, every other its own */
@@ -77,7 +87,7 @@ size_t zt_qlora_dequant_floats(const zt_param_table_t *t)
             continue;
         }
         const int g = gemm_group(p->role);
-        run = p->block == prev_block && g == prev_group ? run + p->numel : p->numel;
+        run = (p->block == prev_block && g == prev_group ? run : 0) + zt_qlora_values(p);
         prev_block = p->block, prev_group = g;
         best = ZT_MAX(best, run);
     }

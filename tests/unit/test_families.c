@@ -91,8 +91,10 @@ static void load_dir(rig_t *r, const char *dir)
         if (t->first_adapter_unit >= 0 && p->unit >= t->first_adapter_unit) continue;
         int k = zt_hf_find(d, p->name, NULL, NULL, NULL, NULL);
         CU_ASSERT_FATAL(k >= 0);
-        float *h = zt_malloc(p->numel * sizeof *h);
-        CU_ASSERT_FATAL(zt_hf_read(d, k, 0, p->numel, h, err, sizeof err) == 0);
+        const size_t n = zt_qlora_values(p); /* a 4-bit weight (QLoRA): quantized as a run's load does */
+        float *h = zt_malloc(n * sizeof *h);
+        CU_ASSERT_FATAL(zt_hf_read(d, k, 0, n, h, err, sizeof err) == 0);
+        if (p->quant) CU_ASSERT_FATAL(zt_qlora_quantize(t, i, h, err, sizeof err) == 0);
         r->be->from_host(pw(r, i), h, p->numel * sizeof *h);
         free(h);
     }
@@ -500,7 +502,7 @@ static zt_param_table_t *qlora_table(const zt_param_table_t *base, int r, const 
 
 /* The KV cache cases' model: a family's directory weights in a rig of one row of T
  * positions, with LoRA adapters (random, B non-zero) when asked (lora 1), on a 4-bit nf4
- * base quantized in place as a run's load does (lora 2: QLoRA) */
+ * base quantized as a run's load does (lora 2: QLoRA) */
 static rig_t kv_rig(const fam_t *f, int lora, int T)
 {
     zt_param_table_t *t = lora == 2 ? qlora_table(f->tab, 2, "nf4", 1)
@@ -509,10 +511,6 @@ static rig_t kv_rig(const fam_t *f, int lora, int T)
     rig_t r = rig_create_table(t, 1, T, 0);
     rig_init(&r, 5);
     load_dir(&r, f->dir);
-    char err[ZT_ERRLEN];
-    for (int i = 0; i < t->nparams; i++) /* the CPU rig's units are host memory */
-        if (t->params[i].quant)
-            CU_ASSERT_FATAL(zt_qlora_quantize(t, i, pw(&r, i), err, sizeof err) == 0);
     if (lora) lora_b_nonzero(&r);
     return r;
 }
@@ -733,22 +731,30 @@ static void t_qlora_linear(void)
         const int B = 2, T = 5, V = f.tab->dims.V;
         zt_param_table_t *qt = qlora_table(f.tab, 2, types[k], nested[k]);
         rig_t q = rig_create_table(qt, B, T, 0);
-        rig_init(&q, 7);
-        lora_b_nonzero(&q);
         rig_t r = rig_create_table(lora_table_on(f.tab, 2, NULL), B, T, 0);
-        for (int u = 0; u < qt->nunits; u++) r.be->copy(r.w[u], q.w[u], qt->unit_numel[u] * sizeof(float));
+        rig_init(&r, 7);
+        lora_b_nonzero(&r);
+        /* the same tensors in q, its linears 4-bit; r's linears their dequantized values (the
+         * CPU rigs' buffers are host memory) */
         int nq = 0;
         char err[ZT_ERRLEN];
         for (int i = 0; i < qt->nparams; i++) {
             const zt_param_t *p = &qt->params[i];
-            if (!p->quant) continue;
+            if (!p->quant) {
+                r.be->copy(pw(&q, i), pw(&r, i), p->numel * sizeof(float));
+                continue;
+            }
             nq++;
-            /* the CPU rig's buffers are host memory */
-            CU_ASSERT_FATAL(zt_qlora_quantize(qt, i, pw(&q, i), err, sizeof err) == 0);
+            float *h = zt_malloc(zt_qlora_values(p) * sizeof *h);
+            memcpy(h, pw(&r, i), zt_qlora_values(p) * sizeof *h);
+            CU_ASSERT_FATAL(zt_qlora_quantize(qt, i, h, err, sizeof err) == 0);
+            memcpy(pw(&q, i), h, p->numel * sizeof *h);
+            free(h);
             zt_quant4_view_t v;
             zt_qlora_view(qt, p, pw(&q, i), &v);
-            zt_quant4_dequantize(&v, 0, (int64_t)p->numel, pw(&r, i));
+            zt_quant4_dequantize(&v, 0, v.numel, pw(&r, i));
         }
+        CU_ASSERT(qt->unit_numel[qt->first_block_unit] < r.tab->unit_numel[qt->first_block_unit] / 2);
         CU_ASSERT_EQUAL(nq, 7 * f.tab->dims.L);
         int32_t inp[10], tgt[10];
         uint64_t rs = 42 + (uint64_t)k;
@@ -880,26 +886,25 @@ static void run_lora_on(const char *family, const char *qtype, int nested)
 
 static void run_lora(const char *family) { run_lora_on(family, NULL, 0); }
 
-/* Quantizes r's 4-bit weights in place, as a run's load does (the rig's units are host memory),
- * and checks each against bitsandbytes' own in ref's /quant: packed bytes, absmax (the 8-bit
- * codes, the nested absmax and the offset when double-quantized), bit for bit. Returns their count. */
+/* Checks r's 4-bit weights (quantized by load_dir as a run's load does; the rig's units are host
+ * memory) against bitsandbytes' own in ref's /quant: packed bytes, absmax (the 8-bit codes, the
+ * nested absmax and the offset when double-quantized), bit for bit. Returns their count. */
 static int qlora_load(rig_t *r, hid_t ref)
 {
     const zt_param_table_t *t = r->tab;
-    char err[ZT_ERRLEN], path[256];
+    char path[256];
     int n = 0;
     for (int i = 0; i < t->nparams; i++) {
         const zt_param_t *p = &t->params[i];
         if (!p->quant) continue;
-        CU_ASSERT_FATAL(zt_qlora_quantize(t, i, pw(r, i), err, sizeof err) == 0);
         zt_quant4_view_t v;
         zt_qlora_view(t, p, pw(r, i), &v);
-        const size_t nb = (p->numel + 63) / 64, nn = (nb + 255) / 256;
-        uint8_t *packed = zt_malloc((p->numel + 1) / 2), *codes = zt_malloc(nb);
+        const size_t values = (size_t)v.numel, nb = (values + 63) / 64, nn = (nb + 255) / 256;
+        uint8_t *packed = zt_malloc((values + 1) / 2), *codes = zt_malloc(nb);
         float *absmax = zt_malloc(nb * sizeof *absmax), *nested = zt_malloc(nn * sizeof *nested), off = 0;
         snprintf(path, sizeof path, "/quant/%s/packed", p->name);
-        CU_ASSERT_FATAL(read_ds(ref, path, H5T_NATIVE_UINT8, packed, (p->numel + 1) / 2) == 0);
-        int same = memcmp(packed, v.packed, (p->numel + 1) / 2) == 0;
+        CU_ASSERT_FATAL(read_ds(ref, path, H5T_NATIVE_UINT8, packed, (values + 1) / 2) == 0);
+        int same = memcmp(packed, v.packed, (values + 1) / 2) == 0;
         snprintf(path, sizeof path, "/quant/%s/absmax", p->name);
         if (v.nested) {
             CU_ASSERT_FATAL(read_ds(ref, path, H5T_NATIVE_UINT8, codes, nb) == 0);
