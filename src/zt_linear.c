@@ -181,6 +181,10 @@ void zt_linear_init(zt_model_t *m, zt_linear_t *lin, zt_linear_placement_t place
     lin->b_off = bias >= 0 ? t->params[bias].offset : SIZE_MAX;
     if (nw > ZT_LINEAR_MAXW) zt_fatal("linear: %s's GEMM has more than %d weights", p->name, ZT_LINEAR_MAXW);
     lin->wt.type = !p->quant ? ZT_WT_F32 : t->quant_type == ZT_QUANT_FP4 ? ZT_WT_FP4 : ZT_WT_NF4;
+    /* the dequantization runs on the host (zt_quant.c); every rank meets this alike */
+    if (p->quant && !m->be->host_memory)
+        zt_fatal("linear: %s is 4-bit and the %s backend has no 4-bit dequantization yet: QLoRA runs on the cpu "
+                 "backend (parallel.backend = cpu)", p->name, m->be->name);
     lin->wt.n = nw;
     size_t next = p->offset; /* where the next weight must start: its predecessors' numel on */
     for (int i = 0; i < nw; i++) {

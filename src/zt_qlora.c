@@ -49,10 +49,15 @@ int zt_qlora_count(const zt_param_table_t *t)
 
 void zt_qlora_describe(const zt_param_table_t *t, char *buf, size_t len)
 {
-    snprintf(buf, len, "%d block linears quantized at load to %s (%sblocks of %lld), dequantized to float32 "
-                       "before each GEMM; embeddings, norms and lm_head float32",
+    size_t values = 0, floats = 0;
+    for (int i = 0; i < t->nparams; i++)
+        if (t->params[i].quant) values += zt_qlora_values(&t->params[i]), floats += t->params[i].numel;
+    snprintf(buf, len, "%d block linears quantized at load to %s (%sblocks of %lld): %zu values in %zu floats "
+                       "(%.2f bytes a value), dequantized to float32 before each GEMM; embeddings, norms and "
+                       "lm_head float32",
              zt_qlora_count(t), zt_quant_type_name((zt_quant_type_t)t->quant_type),
-             t->quant_nested ? "double quantization, " : "", (long long)t->quant_blocksize);
+             t->quant_nested ? "double quantization, " : "", (long long)t->quant_blocksize, values, floats,
+             values ? 4.0 * (double)floats / (double)values : 0.0);
 }
 
 int zt_qlora_quantize(const zt_param_table_t *t, int p, float *value, char *err, size_t errlen)

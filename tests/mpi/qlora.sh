@@ -22,7 +22,7 @@ train="optim.learning_rate=1e-2 train.max_steps=6"
 # shellcheck disable=SC2086
 run_ztrain 1 lora.cfg $base $q4 $train train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
     train.output_dir=ref >/dev/null
-assert_contains "$ZT_OUT" "qlora: 14 block linears quantized at load to nf4 (double quantization, blocks of 64)"
+assert_contains "$ZT_OUT" "qlora: 14 block linears quantized at load to nf4 (double quantization, blocks of 64): 73728 values in 10240 floats (0.56 bytes a value)"
 assert_contains "$ZT_OUT" "lora: adapters of $HF/qlora-llama/adapter loaded"
 assert_contains "$ZT_OUT" "PEFT export: ref/adapter (LoRA r=4, scale 2"
 q4floats=$(sed -n 's/^.*model: llama .*, \([0-9]*\) parameters in .*$/\1/p' "$ZT_OUT" | head -1)
