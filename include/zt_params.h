@@ -63,6 +63,9 @@ typedef struct zt_param {
     int frozen;         /* no gradient, no optimizer state (LoRA's base); a unit's
                          * parameters are all frozen or none */
     int lora_a, lora_b; /* this weight's LoRA adapter parameters, -1 if none */
+    int quant;          /* QLoRA: stored 4-bit (zt_quant4_pack_region, the table's
+                         * quant_* format); numel is then the floats that form takes
+                         * in its unit, shape its values' (zt_qlora_values) */
     int adapter;        /* 'A' (r, in) or 'B' (out, r): a LoRA matrix, of its base
                          * weight's role; 0 for any other parameter */
     /* Tensor parallelism (zt_params_tp_local): what of the global tensor (gshape,
@@ -145,6 +148,10 @@ typedef struct zt_param_table {
     int first_adapter_unit, lora_rank;
     float lora_scale;
     double lora_dropout;    /* PEFT's lora_dropout on the adapters' input (0: none) */
+    /* QLoRA (zt_qlora.h): the format of the parameters with `quant` set */
+    int quant_type;         /* zt_quant_type_t */
+    int quant_nested;       /* double quantization */
+    int64_t quant_blocksize;
     int cap;                /* allocated entries of params */
 } zt_param_table_t;
 

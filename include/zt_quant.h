@@ -93,6 +93,26 @@ void zt_quant4_dequantize_bf16(const zt_quant4_view_t *q, int64_t e0, int64_t n,
 /* The scale of block b (absmax, or its double-quantized form). */
 float zt_quant4_block_scale(const zt_quant4_view_t *q, int64_t b);
 
+/* ---- a 4-bit tensor in the space of its float32 values --------------------------------------
+ * QLoRA's base keeps each quantized weight as a region of floats of a unit buffer, so the engine
+ * that stores, gathers and offloads units moves it as it moves any frozen tensor. The region
+ * holds, from its start (floats first, so they stay aligned):
+ *   not nested  absmax (nb floats), packed ((n + 1) / 2 bytes)
+ *   nested      offset (1 float), nested_absmax (ceil(nb / 256) floats), absmax codes (nb bytes),
+ *               packed ((n + 1) / 2 bytes)
+ * nb = ceil(n / blocksize): about 0.53 of n floats' 4 bytes per value at block size 64, nested. */
+
+/* The bytes of that layout (at most 4 n for any n >= 1 and block size >= 32). */
+size_t zt_quant4_region_bytes(int64_t n, int64_t blocksize, int nested);
+/* Quantizes the whole tensor x (n values) into that layout in place (its first
+ * zt_quant4_region_bytes): x is read first, then overwritten. torch_threads = 1 for the nested offset (see zt_quant_mean). -1 with err naming
+ * `name` for a non-finite value or a block size bitsandbytes refuses (x unchanged). */
+int zt_quant4_pack_region(const char *name, zt_quant_type_t t, int nested, int64_t blocksize, float *x, int64_t n,
+                          char *err, size_t errlen);
+/* The view of a region written by zt_quant4_pack_region. */
+void zt_quant4_region_view(zt_quant_type_t t, int nested, int64_t blocksize, const float *region, int64_t n,
+                           zt_quant4_view_t *v);
+
 /* ---- bitsandbytes' serialised quant_state --------------------------------------------------- */
 
 typedef enum { ZT_QUANT_DT_F32 = 0, ZT_QUANT_DT_F16 = 1, ZT_QUANT_DT_BF16 = 2 } zt_quant_dtype_t;

@@ -5,6 +5,7 @@
 
 #include "zt_common.h"
 #include "zt_lora.h"
+#include "zt_qlora.h"
 
 extern const zt_arch_t zt_arch_gpt2, zt_arch_llama, zt_arch_qwen2, zt_arch_qwen3, zt_arch_mistral, zt_arch_gemma3;
 
@@ -64,7 +65,8 @@ zt_param_table_t *zt_arch_table_from_config(const zt_config_t *cfg, char *err, s
     zt_model_dims_t d;
     if (a->dims_from_config(cfg, &d, err, errlen)) return NULL;
     zt_param_table_t *t = zt_arch_build_table(a, &d, (float)cfg->model.init_std);
-    if (cfg->train.finetuning_type == ZT_FT_LORA && zt_lora_apply(t, cfg, err, errlen)) {
+    if (cfg->train.finetuning_type == ZT_FT_LORA &&
+        (zt_lora_apply(t, cfg, err, errlen) || zt_qlora_apply(t, cfg, err, errlen))) {
         zt_param_table_free(t);
         return NULL;
     }

@@ -44,6 +44,7 @@
 #include "zt_common.h"
 #include "zt_hf_config.h"
 #include "zt_model_internal.h"
+#include "zt_qlora.h"
 
 enum { V_LLAMA = 0, V_QWEN2 = 1, V_QWEN3 = 2, V_MISTRAL = 3, V_GEMMA3 = 4 };
 
@@ -538,6 +539,7 @@ static size_t llama_activation_bytes(const zt_param_table_t *t, int B, int T, in
     int c_max;
     lora_shape(t, &nr, &c_max);
     if (nr) f += (size_t)d->L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, c_max, t->lora_dropout > 0);
+    f += zt_qlora_dequant_floats(t); /* QLoRA: the widest 4-bit GEMM's weights, dequantized */
     return f * sizeof(float);
 }
 

@@ -16,6 +16,7 @@
 #include "zt_hf.h"
 #include "zt_data.h"
 #include "zt_lora.h"
+#include "zt_qlora.h"
 #include "zt_tokenizer.h"
 #include "zt_safetensors.h"
 
@@ -130,6 +131,20 @@ static int all_finite(const float *x, size_t n)
     return !bad;
 }
 
+/* A 4-bit weight (zt_qlora.h) is quantized whole, as bitsandbytes quantizes it: a rank that holds
+ * part of its 4-bit form reads all of the tensor and keeps its own floats of that form (the
+ * engine's gathers put it together again, byte for byte). */
+static int quantize_seg(zt_hf_dir_t *d, int k, const zt_param_table_t *t, const zt_io_seg_t *g, char *e, size_t el)
+{
+    const size_t n = zt_qlora_values(&t->params[g->param]);
+    float *w = zt_malloc(n * sizeof *w);
+    int rc = zt_hf_read(d, k, 0, n, w, e, el);
+    if (!rc) rc = zt_qlora_quantize(t, g->param, w, e, el);
+    if (!rc) memcpy(g->value, w + g->start, g->len * sizeof *w);
+    free(w);
+    return rc;
+}
+
 int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, double *bytes,
                      char *err, size_t errlen)
 {
@@ -148,6 +163,11 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
     for (int i = 0; i < n && !rc; i++) {
         const zt_io_seg_t *g = &segs[i];
         if (idx[g->param] < 0) continue;
+        if (t->params[g->param].quant) {
+            rc = quantize_seg(d, idx[g->param], t, g, e, sizeof e);
+            got += 4.0 * (double)zt_qlora_values(&t->params[g->param]);
+            continue;
+        }
         rc = zt_hf_read(d, idx[g->param], g->start, g->len, g->value, e, sizeof e);
         for (size_t k = rc || all_finite(g->value, g->len) ? g->len : 0; k < g->len && !rc; k++)
             if (!isfinite(g->value[k]))

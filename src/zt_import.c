@@ -104,7 +104,11 @@ static const entry_t yaml_keys[] = {
     {"eval_strategy", CUSTOM, NULL, "no, steps; epoch is refused"},
     {"per_device_eval_batch_size", NOTE, NULL, "the validation loss is the mean over its tokens whatever the batch"},
     {"deepspeed", CUSTOM, NULL, "the DeepSpeed JSON it names (the table below)"},
-    {"quantization_bit", REFUSE, NULL, "QLoRA's 4-bit base is not available yet"},
+    {"quantization_bit", CUSTOM, "model.quantization_bit",
+     "4 is QLoRA (float32 compute), and then checkpoint.save_hf = false: the adapters are the result, as LLaMA-Factory "
+     "saves them"},
+    {"quantization_type", MAP, "model.quantization_type", NULL},
+    {"double_quantization", MAP, "model.double_quantization", NULL},
     {"flash_attn", NOTE, NULL, "ztrain's attention is its own fused kernel, exact causal attention"},
     {"enable_liger_kernel", NOTE, NULL, "ztrain's kernels are its own; the maths is the same"},
 };
@@ -260,6 +264,11 @@ static int custom_yaml(imp_t *im, yaml_document_t *doc, const entry_t *e, const 
     if (!strcmp(e->name, "finetuning_type")) {
         if (strcmp(val, "full") && strcmp(val, "lora"))
             return fail(im, "%s: finetuning_type: %s is not available (full, lora)", where, val);
+        return set(im, e->key, val, where);
+    }
+    if (!strcmp(e->name, "quantization_bit")) {
+        /* a merged model of a 4-bit base is not written (doc/quantization.md) */
+        if (atoi(val) == 4 && set(im, "checkpoint.save_hf", "false", where)) return -1;
         return set(im, e->key, val, where);
     }
     if (!strcmp(e->name, "max_steps")) return set(im, e->key, atof(val) < 0 ? "0" : val, where);

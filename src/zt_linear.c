@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "zt_common.h"
+#include "zt_qlora.h"
 
 /* ---- LoRA on one GEMM --------------------------------------------------------------- */
 
@@ -78,6 +79,8 @@ size_t zt_lora_scratch_floats(size_t N, int r, int c_max, int dropout)
 void zt_lora_scratch(zt_model_t *m, int c_max)
 {
     const size_t N = (size_t)m->Bmax * m->Tmax, F = sizeof(float);
+    const size_t dq = zt_qlora_dequant_floats(m->table);
+    if (dq) m->wdq = zt_model_alloc(m, dq * F);
     m->lora_dxa = zt_model_alloc(m, N * ZT_LORA_MAX * m->table->lora_rank * F);
     if (m->table->lora_dropout > 0) {
         m->lora_xd = zt_model_alloc(m, N * (size_t)c_max * F);
@@ -88,10 +91,10 @@ void zt_lora_scratch(zt_model_t *m, int c_max)
 
 void zt_lora_scratch_free(zt_model_t *m)
 {
-    void *bufs[] = {m->lora_dxa, m->lora_xd, m->lora_dx, m->row_keys};
+    void *bufs[] = {m->lora_dxa, m->lora_xd, m->lora_dx, m->row_keys, m->wdq};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) m->be->free(bufs[i]);
-    m->lora_dxa = m->lora_xd = m->lora_dx = NULL;
+    m->lora_dxa = m->lora_xd = m->lora_dx = m->wdq = NULL;
     m->row_keys = NULL;
 }
 
@@ -177,16 +180,44 @@ void zt_linear_init(zt_model_t *m, zt_linear_t *lin, zt_linear_placement_t place
     lin->in = (int)(lin->transw ? p->shape[1] : p->shape[0]);
     lin->w_off = p->offset;
     lin->b_off = bias >= 0 ? t->params[bias].offset : SIZE_MAX;
+    if (nw > ZT_LINEAR_MAXW) zt_fatal("linear: %s's GEMM has more than %d weights", p->name, ZT_LINEAR_MAXW);
+    lin->wt.type = !p->quant ? ZT_WT_F32 : t->quant_type == ZT_QUANT_FP4 ? ZT_WT_FP4 : ZT_WT_NF4;
+    /* the dequantization runs on the host (zt_quant.c); every rank meets this alike */
+    if (p->quant && !m->be->host_memory)
+        zt_fatal("linear: %s is 4-bit and the %s backend has no 4-bit dequantization yet: QLoRA runs on the cpu "
+                 "backend (parallel.backend = cpu)", p->name, m->be->name);
+    lin->wt.n = nw;
+    size_t next = p->offset; /* where the next weight must start: its predecessors' numel on */
     for (int i = 0; i < nw; i++) {
         const zt_param_t *q = &t->params[params[i]];
-        if (q->offset != p->offset + (size_t)lin->out * lin->in)
-            zt_fatal("linear: %s does not follow the weights before it in its unit", q->name);
+        lin->wt.param[i] = params[i];
+        if (q->quant != p->quant) zt_fatal("linear: %s and %s, one GEMM, are stored differently", p->name, q->name);
+        if (q->offset != next) zt_fatal("linear: %s does not follow the weights before it in its unit", q->name);
+        next += q->numel;
         lin->out += (int)(lin->transw ? q->shape[0] : q->shape[1]);
     }
     lora_gemm_init(m, &lin->lora, params, nw, lin->in);
 }
 
 void zt_linear_free(zt_model_t *m, zt_linear_t *lin) { lora_gemm_free(m, &lin->lora); }
+
+/* The base weight (out, in) as the GEMM reads it: the unit's fp32 itself, or its 4-bit
+ * tensors dequantized side by side into the shared scratch (bitsandbytes' dequantize_4bit to
+ * float32, as Linear4bit computes in float32: then the same GEMM on those values). */
+static const float *weight_of(zt_model_t *m, const zt_linear_t *lin, const float *w)
+{
+    if (lin->wt.type == ZT_WT_F32) return w + lin->w_off;
+    const zt_param_table_t *t = m->table;
+    float *dst = m->wdq;
+    for (int i = 0; i < lin->wt.n; i++) {
+        const zt_param_t *p = &t->params[lin->wt.param[i]];
+        zt_quant4_view_t v;
+        zt_qlora_view(t, p, w + p->offset, &v);
+        zt_quant4_dequantize(&v, 0, v.numel, dst);
+        dst += v.numel;
+    }
+    return m->wdq;
+}
 
 static const float *bias_of(const zt_linear_t *lin, const float *w)
 {
@@ -202,7 +233,7 @@ static float *dbias_of(const zt_linear_t *lin, float *dw) { return dw && lin->b_
  * row-parallel one's input (backward); and no adapter, whose part must join first */
 static int fuses_gelu(const zt_linear_t *lin, zt_linear_placement_t placement)
 {
-    return !lin->lora.n && lin->placement == placement && !lin->transw;
+    return !lin->lora.n && lin->placement == placement && !lin->transw && lin->wt.type == ZT_WT_F32;
 }
 
 void zt_linear_forward(zt_model_t *m, zt_linear_t *lin, int l, const float *w, const float *lora, const float *x,
@@ -211,12 +242,12 @@ void zt_linear_forward(zt_model_t *m, zt_linear_t *lin, int l, const float *w, c
     const int N = m->B * m->T;
     if (lin->placement == ZT_LINEAR_COLUMN) {
         const float *xf = zt_model_tp_gather(m, x, zt_model_tp_scratch(m, 0)); // (N, in)
-        m->be->matmul_forward(y, xf, w + lin->w_off, bias_of(lin, w), N, lin->in, lin->out, lin->transw);
+        m->be->matmul_forward(y, xf, weight_of(m, lin, w), bias_of(lin, w), N, lin->in, lin->out, lin->transw);
         lora_gemm_forward(m, &lin->lora, l, lora, xf, y);
         return;
     }
     float *yp = zt_model_tp_partial(m, y); // (N, out) partial sums under tp
-    m->be->matmul_forward(yp, x, w + lin->w_off, zt_model_tp_bias(m, bias_of(lin, w)), N, lin->in, lin->out,
+    m->be->matmul_forward(yp, x, weight_of(m, lin, w), zt_model_tp_bias(m, bias_of(lin, w)), N, lin->in, lin->out,
                           lin->transw);
     lora_gemm_forward(m, &lin->lora, l, lora, x, yp);
     zt_model_tp_reduce(m, yp, y);
@@ -236,11 +267,15 @@ void zt_linear_forward_gelu(zt_model_t *m, zt_linear_t *lin, int l, const float 
     m->be->matmul_gelu_forward(y, pre, xf, w + lin->w_off, bias_of(lin, w), N, lin->in, lin->out);
 }
 
-/* dw NULL: a frozen base, no weight or bias gradient */
+/* dw NULL: a frozen base, no weight or bias gradient (a 4-bit base is always frozen: its
+ * input gradient runs through the dequantized weight); dx NULL with it: nothing to do */
 static void base_backward(zt_model_t *m, const zt_linear_t *lin, const float *w, float *dw, const float *x,
                           const float *dy, float *dx)
 {
-    m->be->matmul_backward(dx, dweight_of(lin, dw), dbias_of(lin, dw), dy, x, w + lin->w_off, m->B * m->T,
+    if (lin->wt.type != ZT_WT_F32 && dw)
+        zt_fatal("linear: %s is 4-bit and has no gradient", m->table->params[lin->wt.param[0]].name);
+    if (!dx && !dw) return;
+    m->be->matmul_backward(dx, dweight_of(lin, dw), dbias_of(lin, dw), dy, x, weight_of(m, lin, w), m->B * m->T,
                            lin->in, lin->out, lin->transw);
 }
 

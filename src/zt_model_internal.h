@@ -48,6 +48,9 @@ struct zt_model {
     float *lora_dxa, *lora_xd, *lora_dx;
     uint64_t *row_keys;
     int keys_set;
+    /* QLoRA: the widest 4-bit GEMM's weights dequantized to fp32 (zt_qlora_dequant_floats),
+     * shared by the linears (each dequantizes its own just before its GEMM) */
+    float *wdq;
     /* tensor parallelism (d.tp_size > 1): the activation collectives, the batch's ids
      * as this rank's vocabulary rows (-1: another rank's), the vocabulary-parallel
      * cross-entropy's row statistics (head_rows) and (head_rows, 2), and one logits
@@ -189,11 +192,22 @@ size_t zt_lora_scratch_floats(size_t N, int r, int c_max, int dropout);
  * described once at create time; the weight's layout (nn.Linear's (out, in) or Conv1D's
  * (in, out)) is the table's. */
 typedef enum { ZT_LINEAR_COLUMN, ZT_LINEAR_ROW } zt_linear_placement_t;
+/* The base weight as the unit stores it: fp32, or bitsandbytes' NF4/FP4 in the space of its
+ * floats (zt_qlora.h; frozen), dequantized to fp32 into m->wdq just before each GEMM that
+ * reads it. 16-bit types would be further entries. */
+typedef enum { ZT_WT_F32 = 0, ZT_WT_NF4, ZT_WT_FP4 } zt_wtype_t;
+#define ZT_LINEAR_MAXW 4
+typedef struct zt_linear_weight {
+    zt_wtype_t type;
+    int n;                      /* its tensors, side by side (q|k|v: 3) */
+    int param[ZT_LINEAR_MAXW];  /* their table indices (4-bit: each its own region) */
+} zt_linear_weight_t;
 typedef struct zt_linear {
     zt_linear_placement_t placement;
     int in, out;                /* this rank's widths */
     int transw;                 /* W is (out, in), used transposed; 0: (in, out) */
     size_t w_off, b_off;        /* in the block unit (b_off SIZE_MAX: no bias) */
+    zt_linear_weight_t wt;
     zt_lora_gemm_t lora;        /* its adapters (lora.n 0: none) */
 } zt_linear_t;
 

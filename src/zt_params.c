@@ -265,6 +265,7 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
     if (t->dims.sp_size < 1) t->dims.sp_size = 1;
     t->lora_rank = g->lora_rank, t->lora_scale = g->lora_scale, t->first_adapter_unit = g->first_adapter_unit;
     t->lora_dropout = g->lora_dropout;
+    t->quant_type = g->quant_type, t->quant_nested = g->quant_nested, t->quant_blocksize = g->quant_blocksize;
     for (int i = 0; i < g->nparams; i++) {
         const zt_param_t *q = &g->params[i];
         const int k = tp > 1 ? tp_kind(q) : TP_WHOLE;
@@ -282,6 +283,7 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         p->decay = q->decay;
         p->frozen = q->frozen;
         p->lora_a = q->lora_a, p->lora_b = q->lora_b, p->adapter = q->adapter;
+        p->quant = q->quant;
         p->gshape[0] = q->shape[0], p->gshape[1] = q->shape[1], p->gnumel = q->numel;
         p->tp_share = dim < 0 ? tp : 1;
         p->tp_grad_sum = dim < 0 && tp > 1 && (q->role == ZT_ROLE_QK_NORM || q->adapter);

@@ -367,6 +367,66 @@ void zt_quant4_dequantize_bf16(const zt_quant4_view_t *q, int64_t e0, int64_t n,
     dequant_range(q, e0, n, NULL, out);
 }
 
+/* ---- a 4-bit tensor in the space of its float32 values ---------------------------------------- */
+
+static int64_t region_floats(int64_t nblocks, int nested)
+{
+    return nested ? 1 + ZT_CEIL_DIV(nblocks, ZT_QUANT_NESTED_BLOCKSIZE) : nblocks;
+}
+
+size_t zt_quant4_region_bytes(int64_t n, int64_t blocksize, int nested)
+{
+    const int64_t nb = ZT_CEIL_DIV(n, blocksize);
+    return (size_t)(4 * region_floats(nb, nested) + (nested ? nb : 0) + (n + 1) / 2);
+}
+
+void zt_quant4_region_view(zt_quant_type_t t, int nested, int64_t blocksize, const float *region, int64_t n,
+                           zt_quant4_view_t *v)
+{
+    const int64_t nb = ZT_CEIL_DIV(n, blocksize);
+    const uint8_t *bytes = (const uint8_t *)(region + region_floats(nb, nested));
+    memset(v, 0, sizeof *v);
+    v->type = t;
+    v->numel = n;
+    v->blocksize = blocksize;
+    v->nested = nested;
+    if (nested) {
+        v->offset = region[0];
+        v->nested_absmax = region + 1;
+        v->nested_blocksize = ZT_QUANT_NESTED_BLOCKSIZE;
+        v->absmax_codes = bytes;
+        v->packed = bytes + nb;
+    } else {
+        v->absmax = region;
+        v->packed = bytes;
+    }
+}
+
+int zt_quant4_pack_region(const char *name, zt_quant_type_t t, int nested, int64_t blocksize, float *x, int64_t n,
+                          char *err, size_t errlen)
+{
+    if (!zt_quant_blocksize_ok(blocksize))
+        return zt_err(err, errlen, "%s: 4-bit block size %" PRId64 " is not one bitsandbytes accepts (32, 64, ..., 4096)",
+                      name, blocksize);
+    const int64_t nb = ZT_CEIL_DIV(n, blocksize);
+    uint8_t *packed = zt_malloc((size_t)(n + 1) / 2);
+    float *absmax = zt_malloc((size_t)nb * sizeof *absmax);
+    int rc = zt_quant4_quantize(name, t, x, n, blocksize, packed, absmax, err, errlen);
+    if (!rc) {
+        uint8_t *bytes = (uint8_t *)(x + region_floats(nb, nested));
+        if (nested) {
+            zt_quant4_double_quant(absmax, nb, 1, bytes, x + 1, &x[0]);
+            bytes += nb;
+        } else {
+            memcpy(x, absmax, (size_t)nb * sizeof *absmax);
+        }
+        memcpy(bytes, packed, (size_t)(n + 1) / 2);
+    }
+    free(packed);
+    free(absmax);
+    return rc;
+}
+
 /* ---- quant_state JSON ------------------------------------------------------------------------- */
 
 static int parse_dtype(const char *s, zt_quant_dtype_t *out)

@@ -36,6 +36,7 @@
 #include "zt_data.h"
 #include "zt_generate.h"
 #include "zt_hf_model.h"
+#include "zt_qlora.h"
 #include "zt_log.h"
 #include "zt_metrics.h"
 #include "zt_pref.h"
@@ -1078,6 +1079,9 @@ static int maybe_resume(run_t *r)
         zt_log("model: weights of %s loaded (%s read by %d ranks in %.2f s, %.1f MB/s); fresh optimizer",
                cfg->model.name_or_path, zt_fmt_bytes(bytes, b, sizeof b), r->comm->world.size, dt,
                dt > 0 ? bytes / dt / 1e6 : 0.0);
+        char q[256];
+        zt_qlora_describe(r->table, q, sizeof q);
+        if (zt_qlora_count(r->table)) zt_log("qlora: %s", q);
     }
     if (!path[0] && cfg->lora.adapter_name_or_path[0]) {
         if (zt_hf_model_load_adapter(cfg->lora.adapter_name_or_path, r->shard, r->table, r->comm, err, sizeof err)) {

@@ -246,6 +246,35 @@ def check_merged(pm, family, d, idx, tgt, outdir):
         f["loss"] = np.float32(loss.item())
 
 
+def adapter_steps(pm, params, order, tr_in, tr_tg):
+    """STEPS AdamW steps of the adapter parameters `order` (params: name -> tensor) over the
+    batches tr_in, tr_tg, clipped and scheduled as make_hf_fixtures.py; returns the losses,
+    the pre-clip gradient norms and the learning rates."""
+    pm.zero_grad(set_to_none=True)
+    decay = [params[n] for n in order if params[n].dim() >= 2]
+    no_decay = [params[n] for n in order if params[n].dim() < 2]
+    assert len(decay) == len(order) and not no_decay      # every LoRA parameter is a matrix
+    groups = [{"params": decay, "weight_decay": WD}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    opt = torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS)
+    losses, norms, lrs = [], [], []
+    for s in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        _, l_s = forward_loss(pm, tr_in[s], tr_tg[s])
+        l_s.backward()
+        norm = torch.nn.utils.clip_grad_norm_([params[n] for n in order], max_norm=MAX_NORM)
+        lr = lr_at(s)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        losses.append(l_s.item())
+        norms.append(norm.item())
+        lrs.append(lr)
+        print(f"  step {s}: loss {l_s.item():.6f} grad_norm {norm.item():.6f} lr {lr:.6e}")
+    return losses, norms, lrs
+
+
 def train(pm, family, names, params, idx, tgt, base_logits, tr_in, tr_tg, d):
     order = list(names)                                   # named_parameters order
     # ---- single forward/backward on the fixture batch ----
@@ -263,29 +292,8 @@ def train(pm, family, names, params, idx, tgt, base_logits, tr_in, tr_tg, d):
     assert dl > 1e-3, "the adapter barely changes the forward"
 
     # ---- STEPS AdamW steps over the adapter parameters, base frozen ----
-    pm.zero_grad(set_to_none=True)
-    decay = [params[n] for n in order if params[n].dim() >= 2]
-    no_decay = [params[n] for n in order if params[n].dim() < 2]
-    assert len(decay) == len(order) and not no_decay      # every LoRA parameter is a matrix
-    groups = [{"params": decay, "weight_decay": WD}]
-    if no_decay:
-        groups.append({"params": no_decay, "weight_decay": 0.0})
-    opt = torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS)
     frozen = {n: p.detach().clone() for n, p in pm.named_parameters() if n not in names}
-    losses, norms, lrs = [], [], []
-    for s in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        _, l_s = forward_loss(pm, tr_in[s], tr_tg[s])
-        l_s.backward()
-        norm = torch.nn.utils.clip_grad_norm_([params[n] for n in order], max_norm=MAX_NORM)
-        lr = lr_at(s)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
-        losses.append(l_s.item())
-        norms.append(norm.item())
-        lrs.append(lr)
-        print(f"  step {s}: loss {l_s.item():.6f} grad_norm {norm.item():.6f} lr {lr:.6e}")
+    losses, norms, lrs = adapter_steps(pm, params, order, tr_in, tr_tg)
     assert min(norms) > MAX_NORM, f"clipping inactive: {norms}"
     for n, p in pm.named_parameters():
         if n not in names:

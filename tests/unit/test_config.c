@@ -395,9 +395,25 @@ static void t_validate(void)
     char *q4lora[] = {"model.quantization_bit=4", "train.finetuning_type=lora", "model.quantization_type=fp4",
                       "model.double_quantization=false"};
     CU_ASSERT_EQUAL(parse(NULL, 4, q4lora), -1);
-    ASSERT_ERR("model.quantization_bit = 4: the 4-bit base is not wired into training yet");
+    ASSERT_ERR("model.quantization_bit = 4 needs model.name_or_path");
     CU_ASSERT_STRING_EQUAL(cfg.model.quantization_type, "fp4");
     CU_ASSERT_EQUAL(cfg.model.double_quantization, 0);
+    char *q4ok[] = {"model.quantization_bit=4", "train.finetuning_type=lora", "model.name_or_path=dir",
+                    "checkpoint.save_hf=false"};
+    CU_ASSERT_EQUAL(parse(NULL, 4, q4ok), 0);
+    char *q4bf[] = {"model.quantization_bit=4", "train.finetuning_type=lora", "model.name_or_path=dir",
+                    "checkpoint.save_hf=false", "train.bf16=true"};
+    CU_ASSERT_EQUAL(parse(NULL, 5, q4bf), -1);
+    ASSERT_ERR("model.quantization_bit = 4 computes in float32 (bitsandbytes' compute dtype float32): set "
+               "train.bf16 = false");
+    char *q4tp[] = {"model.quantization_bit=4", "train.finetuning_type=lora", "model.name_or_path=dir",
+                    "checkpoint.save_hf=false", "parallel.tensor_parallel_size=2"};
+    CU_ASSERT_EQUAL(parse(NULL, 5, q4tp), -1);
+    ASSERT_ERR("model.quantization_bit = 4 runs without tensor parallelism (parallel.tensor_parallel_size = 2)");
+    char *q4hf[] = {"model.quantization_bit=4", "train.finetuning_type=lora", "model.name_or_path=dir",
+                    "checkpoint.save_hf=true"};
+    CU_ASSERT_EQUAL(parse(NULL, 4, q4hf), -1);
+    ASSERT_ERR("model.quantization_bit = 4: checkpoint.save_hf (a merged model) is not available");
     char *qbad[] = {"model.quantization_type=int4"};
     CU_ASSERT_EQUAL(parse(NULL, 1, qbad), -1);
     ASSERT_ERR("model.quantization_type: 'int4' must be one of: nf4, fp4");

@@ -20,6 +20,7 @@
 #include "zt_hf.h"
 #include "zt_lora.h"
 #include "zt_optim.h"
+#include "zt_qlora.h"
 #include "zt_safetensors.h"
 
 static const char *src_dir(void)
@@ -37,10 +38,11 @@ typedef struct {
 } fam_t;
 
 /* Opens tests/reference/hf/<family>: config.json -> table, reference.h5. */
-static fam_t fam_open(const char *family)
+/* ... or tests/reference/hf/<sub> holding a model of that family */
+static fam_t fam_open_dir(const char *family, const char *sub)
 {
     fam_t f = {.family = family};
-    snprintf(f.dir, sizeof f.dir, "%s/tests/reference/hf/%s", src_dir(), family);
+    snprintf(f.dir, sizeof f.dir, "%s/tests/reference/hf/%s", src_dir(), sub);
     char path[1100], err[ZT_ERRLEN];
     snprintf(path, sizeof path, "%s/config.json", f.dir);
     json_error_t je;
@@ -71,6 +73,8 @@ static fam_t fam_open(const char *family)
     return f;
 }
 
+static fam_t fam_open(const char *family) { return fam_open_dir(family, family); }
+
 static void fam_close(fam_t *f) { H5Fclose(f->ref); }
 
 /* The directory's weights into the rig's parameters of the same names (LoRA's
@@ -87,8 +91,10 @@ static void load_dir(rig_t *r, const char *dir)
         if (t->first_adapter_unit >= 0 && p->unit >= t->first_adapter_unit) continue;
         int k = zt_hf_find(d, p->name, NULL, NULL, NULL, NULL);
         CU_ASSERT_FATAL(k >= 0);
-        float *h = zt_malloc(p->numel * sizeof *h);
-        CU_ASSERT_FATAL(zt_hf_read(d, k, 0, p->numel, h, err, sizeof err) == 0);
+        const size_t n = zt_qlora_values(p); /* a 4-bit weight (QLoRA): quantized as a run's load does */
+        float *h = zt_malloc(n * sizeof *h);
+        CU_ASSERT_FATAL(zt_hf_read(d, k, 0, n, h, err, sizeof err) == 0);
+        if (p->quant) CU_ASSERT_FATAL(zt_qlora_quantize(t, i, h, err, sizeof err) == 0);
         r->be->from_host(pw(r, i), h, p->numel * sizeof *h);
         free(h);
     }
@@ -492,11 +498,16 @@ static void lora_b_nonzero(rig_t *r)
         }
 }
 
+static zt_param_table_t *qlora_table(const zt_param_table_t *base, int r, const char *type, int nested);
+
 /* The KV cache cases' model: a family's directory weights in a rig of one row of T
- * positions, with LoRA adapters (random, B non-zero) when asked */
+ * positions, with LoRA adapters (random, B non-zero) when asked (lora 1), on a 4-bit nf4
+ * base quantized as a run's load does (lora 2: QLoRA) */
 static rig_t kv_rig(const fam_t *f, int lora, int T)
 {
-    zt_param_table_t *t = lora ? lora_table(f->tab, 2) : zt_arch_build_table(f->tab->arch, &f->tab->dims, 0.02f);
+    zt_param_table_t *t = lora == 2 ? qlora_table(f->tab, 2, "nf4", 1)
+                          : lora    ? lora_table(f->tab, 2)
+                                    : zt_arch_build_table(f->tab->arch, &f->tab->dims, 0.02f);
     rig_t r = rig_create_table(t, 1, T, 0);
     rig_init(&r, 5);
     load_dir(&r, f->dir);
@@ -516,7 +527,7 @@ static void whole_prefix_logits(rig_t *r, const int32_t *tok, int n, float *out)
  * the cached keys and values (positions past + t), gives the logits of running each
  * prefix whole, to fp32 rounding: llama (GQA, untied), qwen2 (q/k/v biases), qwen3
  * (q/k norms) and gpt2 (learned positions) with the directory's weights, and llama and
- * gpt2 with LoRA adapters (random, B non-zero). */
+ * gpt2 with LoRA adapters (random, B non-zero), qwen3 with them on a 4-bit base (QLoRA). */
 static void kv_cache_case(const char *family, int lora)
 {
     fam_t f = fam_open(family);
@@ -544,7 +555,8 @@ static void kv_cache_case(const char *family, int lora)
     }
     zt_model_kv_cache(r.m, 0);
     printf("\n    %s%s KV cache: %d tokens after a %d-token prompt, logits rel L2 %.2e against whole prefixes "
-           "(which differ by up to %.2e)", family, lora ? " + LoRA" : "", T - n0, n0, worst, moved);
+           "(which differ by up to %.2e)", family, lora == 2 ? " + QLoRA" : lora ? " + LoRA" : "", T - n0, n0, worst,
+           moved);
     CU_ASSERT(worst < 1e-5);
     CU_ASSERT(moved > 1e-2); /* the prefixes' logits differ: a stale or misplaced key would show */
     free(want);
@@ -628,6 +640,7 @@ static void t_kv_cache(void)
     kv_cache_case("mistral", 0);
     kv_cache_case("gemma3", 0);
     kv_cache_case("llama", 1);
+    kv_cache_case("qwen3", 2);
     kv_cache_case("gpt2", 1);
 }
 
@@ -684,17 +697,128 @@ static void t_lora_finite_difference(void)
     printf("\n");
 }
 
+/* ---- QLoRA: LoRA on a 4-bit base ------------------------------------------------------ */
+
+/* lora_table_on's table with its block linears 4-bit (zt_qlora_apply) in format type/nested */
+static zt_param_table_t *qlora_table(const zt_param_table_t *base, int r, const char *type, int nested)
+{
+    zt_param_table_t *t = lora_table_on(base, r, NULL);
+    zt_config_t *cfg = zt_calloc(1, sizeof *cfg);
+    zt_config_defaults(cfg);
+    cfg->model.quantization_bit = 4;
+    snprintf(cfg->model.quantization_type, sizeof cfg->model.quantization_type, "%s", type);
+    cfg->model.double_quantization = nested;
+    char err[ZT_ERRLEN];
+    const int rc = zt_qlora_apply(t, cfg, err, sizeof err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    CU_ASSERT_FATAL(rc == 0);
+    free(cfg);
+    return t;
+}
+
+/* A linear whose base is 4-bit computes what the fp32 linear computes on the dequantized
+ * weights, bit for bit: the step's loss, last logits row and every adapter gradient, no
+ * gradient for the base (nf4 and fp4, with and without double quantization; qwen3: q/k norms,
+ * tied; llama: GQA, untied); the activations allocated are the estimate's (the dequantization
+ * scratch counted); the adapters' gradients through the 4-bit base against central differences. */
+static void t_qlora_linear(void)
+{
+    static const char *const fams[] = {"qwen3", "llama", "qwen3", "llama"};
+    static const char *const types[] = {"nf4", "nf4", "fp4", "fp4"};
+    static const int nested[] = {1, 0, 0, 1};
+    for (int k = 0; k < 4; k++) {
+        fam_t f = fam_open(fams[k]);
+        const int B = 2, T = 5, V = f.tab->dims.V;
+        zt_param_table_t *qt = qlora_table(f.tab, 2, types[k], nested[k]);
+        rig_t q = rig_create_table(qt, B, T, 0);
+        rig_t r = rig_create_table(lora_table_on(f.tab, 2, NULL), B, T, 0);
+        rig_init(&r, 7);
+        lora_b_nonzero(&r);
+        /* the same tensors in q, its linears 4-bit; r's linears their dequantized values (the
+         * CPU rigs' buffers are host memory) */
+        int nq = 0;
+        char err[ZT_ERRLEN];
+        for (int i = 0; i < qt->nparams; i++) {
+            const zt_param_t *p = &qt->params[i];
+            if (!p->quant) {
+                r.be->copy(pw(&q, i), pw(&r, i), p->numel * sizeof(float));
+                continue;
+            }
+            nq++;
+            float *h = zt_malloc(zt_qlora_values(p) * sizeof *h);
+            memcpy(h, pw(&r, i), zt_qlora_values(p) * sizeof *h);
+            CU_ASSERT_FATAL(zt_qlora_quantize(qt, i, h, err, sizeof err) == 0);
+            memcpy(pw(&q, i), h, p->numel * sizeof *h);
+            free(h);
+            zt_quant4_view_t v;
+            zt_qlora_view(qt, p, pw(&q, i), &v);
+            zt_quant4_dequantize(&v, 0, v.numel, pw(&r, i));
+        }
+        CU_ASSERT(qt->unit_numel[qt->first_block_unit] < r.tab->unit_numel[qt->first_block_unit] / 2);
+        CU_ASSERT_EQUAL(nq, 7 * f.tab->dims.L);
+        int32_t inp[10], tgt[10];
+        uint64_t rs = 42 + (uint64_t)k;
+        for (int i = 0; i < B * T; i++) {
+            inp[i] = (int32_t)(lcg(&rs) % V);
+            tgt[i] = (int32_t)(lcg(&rs) % V);
+        }
+        rig_zero_grads(&q);
+        rig_zero_grads(&r);
+        const float lq = rig_micro_step(&q, inp, tgt, B, T, 1.0f / (B * T));
+        const float lr = rig_micro_step(&r, inp, tgt, B, T, 1.0f / (B * T));
+        int same = lq == lr;
+        for (int u = qt->first_adapter_unit; u < qt->nunits; u++)
+            same &= memcmp(q.g[u], r.g[u], qt->unit_numel[u] * sizeof(float)) == 0;
+        for (int u = 0; u < qt->first_adapter_unit; u++) CU_ASSERT(q.be->sumsq(q.g[u], qt->unit_numel[u]) == 0.0);
+        float *a = zt_malloc((size_t)V * sizeof *a), *b = zt_malloc((size_t)V * sizeof *b);
+        rig_forward(&q, inp, NULL, B, T);
+        zt_model_logits_row(q.m, B - 1, T - 1, a);
+        rig_forward(&r, inp, NULL, B, T);
+        zt_model_logits_row(r.m, B - 1, T - 1, b);
+        same &= memcmp(a, b, (size_t)V * sizeof *a) == 0;
+        CU_ASSERT(same);
+        CU_ASSERT_EQUAL(zt_model_activation_bytes(q.m), zt_model_activation_bytes_estimate(qt, B, T, 0));
+        CU_ASSERT(zt_model_activation_bytes(q.m) > zt_model_activation_bytes(r.m));
+        rig_zero_grads(&q);
+        rig_micro_step(&q, inp, tgt, B, T, 1.0f / (B * T));
+        int checked = 0, bad = 0, big = 0, caught = 0;
+        rig_fd_check(&q, inp, tgt, B, T, is_adapter, &rs, &checked, &bad, &big, &caught);
+        printf("\n    %s QLoRA %s%s: %d 4-bit weights, step %s the fp32 one on the dequantized weights (loss %.7g); "
+               "FD: %d adapter elements, %d mismatches, %d large, 10%% error caught at %d", fams[k], types[k],
+               nested[k] ? " (double quant)" : "", nq, same ? "bit-identical to" : "DIFFERS from", (double)lq, checked,
+               bad, big, caught);
+        CU_ASSERT_EQUAL(bad, 0);
+        CU_ASSERT(big >= checked / 4);
+        CU_ASSERT_EQUAL(caught, big);
+        free(a);
+        free(b);
+        rig_free(&r);
+        rig_free(&q);
+        zt_param_table_free(f.tab);
+        fam_close(&f);
+    }
+    printf("\n");
+}
+
 /* LoRA against PEFT (tests/reference/hf/lora-<family>, made by make_lora_fixtures.py):
  * the base directory, PEFT's adapter with non-zero A and B (r 4, alpha 8, every
  * linear); the batch's logits and loss (1e-5), every adapter gradient (1e-4), ten
  * AdamW steps of the adapters alone (loss 1e-5, final adapters 1e-4). */
-static void run_lora(const char *family)
+static int qlora_load(rig_t *r, hid_t ref);
+
+/* qtype NULL: LoRA against PEFT; else QLoRA against PEFT on bitsandbytes' 4-bit base in format
+ * qtype/nested (tests/reference/hf/qlora-<family>: its base, adapter/ and reference.h5, made by
+ * make_qlora_fixtures.py in float32): the base quantized at load as bitsandbytes quantizes it
+ * (bit for bit), then the same checks, the final adapters to 1e-5. */
+static void run_lora_on(const char *family, const char *qtype, int nested)
 {
-    fam_t f = fam_open(family);
-    const int B = f.B, T = f.T, V = f.tab->dims.V;
     char adir[1100], path[1200], err[ZT_ERRLEN];
-    snprintf(adir, sizeof adir, "%s/tests/reference/hf/lora-%s", src_dir(), family);
-    zt_param_table_t *lt = lora_table(f.tab, 4);
+    snprintf(path, sizeof path, "qlora-%s", family);
+    fam_t f = qtype ? fam_open_dir(family, path) : fam_open(family);
+    const int B = f.B, T = f.T, V = f.tab->dims.V;
+    if (qtype) snprintf(adir, sizeof adir, "%s/adapter", f.dir);
+    else snprintf(adir, sizeof adir, "%s/tests/reference/hf/lora-%s", src_dir(), family);
+    zt_param_table_t *lt = qtype ? qlora_table(f.tab, 4, qtype, nested) : lora_table(f.tab, 4);
     CU_ASSERT(lt->lora_scale == 2.0f);
     rig_t r = rig_create_table(lt, B, T, 0);
     load_dir(&r, f.dir);
@@ -717,9 +841,14 @@ static void run_lora(const char *family)
     }
     CU_ASSERT_EQUAL(nad, st.ntensors);
     zt_st_close(&st);
-    snprintf(path, sizeof path, "%s/reference.h5", adir);
+    snprintf(path, sizeof path, "%s/reference.h5", qtype ? f.dir : adir);
     hid_t ref = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     CU_ASSERT_FATAL(ref >= 0);
+    if (qtype) {
+        const int nq = qlora_load(&r, ref);
+        printf("\n    %s QLoRA (%s%s): %d base weights quantized at load, bit-identical to bitsandbytes'", family,
+               qtype, nested ? ", double quant" : "", nq);
+    }
     int32_t *inp = read_i32(ref, "/batch/inputs", (size_t)B * T);
     int32_t *tgt = read_i32(ref, "/batch/targets", (size_t)B * T);
     float ref_loss;
@@ -734,17 +863,17 @@ static void run_lora(const char *family)
     const float loss = rig_micro_step(&r, inp, tgt, B, T, 1.0f / (B * T));
     const char *worst_name;
     double worst = rig_worst(&r, ref, "/grads/base_model.model.", 1, NULL, NULL, &worst_name);
-    printf("\n    %s LoRA vs PEFT: logits rel L2 %.2e, loss %.7f vs %.7f, worst adapter gradient %.2e (%s)\n", family,
-           el, loss, ref_loss, worst, worst_name);
+    printf("\n    %s %s vs PEFT: logits rel L2 %.2e, loss %.7f vs %.7f, worst adapter gradient %.2e (%s)\n", family,
+           qtype ? "QLoRA" : "LoRA", el, loss, ref_loss, worst, worst_name);
     CU_ASSERT(el < 1e-5);
     CU_ASSERT(zt_relerr(loss, ref_loss, 1e-30) < 1e-5);
     CU_ASSERT(worst < 1e-4);
     double worst_loss;
     CU_ASSERT(rig_train_fixture(&r, ref, B, T, 0, &worst_loss) == 10);
     worst = rig_worst(&r, ref, "/train/final/base_model.model.", 0, NULL, NULL, &worst_name);
-    printf("    %s LoRA vs PEFT: 10 steps, worst loss rel %.1e, worst final adapter rel L2 %.2e (%s)\n", family,
-           worst_loss, worst, worst_name);
-    CU_ASSERT(worst < 1e-4);
+    printf("    %s %s vs PEFT: 10 steps, worst loss rel %.1e, worst final adapter rel L2 %.2e (%s)\n", family,
+           qtype ? "QLoRA" : "LoRA", worst_loss, worst, worst_name);
+    CU_ASSERT(worst < (qtype ? 1e-5 : 1e-4));
     free(got);
     free(ref_logits);
     free(inp);
@@ -755,6 +884,53 @@ static void run_lora(const char *family)
     fam_close(&f);
 }
 
+static void run_lora(const char *family) { run_lora_on(family, NULL, 0); }
+
+/* Checks r's 4-bit weights (quantized by load_dir as a run's load does; the rig's units are host
+ * memory) against bitsandbytes' own in ref's /quant: packed bytes, absmax (the 8-bit codes, the
+ * nested absmax and the offset when double-quantized), bit for bit. Returns their count. */
+static int qlora_load(rig_t *r, hid_t ref)
+{
+    const zt_param_table_t *t = r->tab;
+    char path[256];
+    int n = 0;
+    for (int i = 0; i < t->nparams; i++) {
+        const zt_param_t *p = &t->params[i];
+        if (!p->quant) continue;
+        zt_quant4_view_t v;
+        zt_qlora_view(t, p, pw(r, i), &v);
+        const size_t values = (size_t)v.numel, nb = (values + 63) / 64, nn = (nb + 255) / 256;
+        uint8_t *packed = zt_malloc((values + 1) / 2), *codes = zt_malloc(nb);
+        float *absmax = zt_malloc(nb * sizeof *absmax), *nested = zt_malloc(nn * sizeof *nested), off = 0;
+        snprintf(path, sizeof path, "/quant/%s/packed", p->name);
+        CU_ASSERT_FATAL(read_ds(ref, path, H5T_NATIVE_UINT8, packed, (values + 1) / 2) == 0);
+        int same = memcmp(packed, v.packed, (values + 1) / 2) == 0;
+        snprintf(path, sizeof path, "/quant/%s/absmax", p->name);
+        if (v.nested) {
+            CU_ASSERT_FATAL(read_ds(ref, path, H5T_NATIVE_UINT8, codes, nb) == 0);
+            snprintf(path, sizeof path, "/quant/%s/nested_absmax", p->name);
+            CU_ASSERT_FATAL(read_ds(ref, path, H5T_NATIVE_FLOAT, nested, nn) == 0);
+            snprintf(path, sizeof path, "/quant/%s/offset", p->name);
+            CU_ASSERT_FATAL(read_ds(ref, path, H5T_NATIVE_FLOAT, &off, 1) == 0);
+            same &= memcmp(codes, v.absmax_codes, nb) == 0 && memcmp(nested, v.nested_absmax, nn * 4) == 0 &&
+                    memcmp(&off, &v.offset, 4) == 0;
+        } else {
+            CU_ASSERT_FATAL(read_ds(ref, path, H5T_NATIVE_FLOAT, absmax, nb) == 0);
+            same &= memcmp(absmax, v.absmax, nb * 4) == 0;
+        }
+        if (!same) fprintf(stderr, "%s: 4-bit form differs from bitsandbytes'\n", p->name);
+        CU_ASSERT(same);
+        free(packed);
+        free(codes);
+        free(absmax);
+        free(nested);
+        n++;
+    }
+    return n;
+}
+
+static void t_qlora_llama(void) { run_lora_on("llama", "nf4", 1); }
+static void t_qlora_qwen3(void) { run_lora_on("qwen3", "fp4", 0); }
 static void t_lora_llama(void) { run_lora("llama"); }
 static void t_lora_qwen3(void) { run_lora("qwen3"); }
 static void t_lora_gpt2(void) { run_lora("gpt2"); }
@@ -770,6 +946,9 @@ static const zt_test_t tests[] = {
     {"lora_flops", t_lora_flops},
     {"lora_starts_as_base", t_lora_starts_as_base},
     {"lora_finite_difference", t_lora_finite_difference},
+    {"qlora_linear", t_qlora_linear},
+    {"qlora_llama_vs_peft_bnb", t_qlora_llama},
+    {"qlora_qwen3_vs_peft_bnb", t_qlora_qwen3},
     {"fixture_shapes", t_fixture_shapes},
     {"kv_cache_vs_whole_prefixes", t_kv_cache},
     {"kv_cache_sequences_at_once", t_kv_rows},

@@ -111,6 +111,20 @@ static void t_examples(void)
     want("parallel.strategy", "\"zero3\"");
 }
 
+/* QLoRA: LLaMA-Factory's quantization keys, and no merged export of the 4-bit base */
+static void t_qlora(void)
+{
+    CU_ASSERT_EQUAL_FATAL(import_text("model_name_or_path: m\nfinetuning_type: lora\nquantization_bit: 4\n"
+                                      "quantization_type: fp4\ndouble_quantization: false\n", "q.yaml", 1), 0);
+    want("model.quantization_bit", "4");
+    want("model.quantization_type", "\"fp4\"");
+    want("model.double_quantization", "false");
+    want("checkpoint.save_hf", "false");
+    /* the config's own rule: QLoRA's bf16 compute (LLaMA-Factory's usual bf16: true) is refused */
+    CU_ASSERT(import_text("model_name_or_path: m\nfinetuning_type: lora\nquantization_bit: 4\nbf16: true\n", "q.yaml",
+                          1) == -1 && strstr(err, "model.quantization_bit = 4 computes in float32"));
+}
+
 /* each of examples/deepspeed named by a YAML */
 static void t_deepspeed(void)
 {
@@ -159,7 +173,6 @@ static void t_refusals(void)
     CU_ASSERT(refused("finetuning_type: freeze\n", "finetuning_type: freeze is not available"));
     CU_ASSERT(refused("do_train: false\n", "do_train: false"));
     CU_ASSERT(refused("val_size: 0.1\n", "in.yaml:1: val_size: splitting a validation share"));
-    CU_ASSERT(refused("quantization_bit: 4\n", "quantization_bit: QLoRA"));
     CU_ASSERT(refused("eval_strategy: epoch\n", "eval_strategy: epoch is not available"));
     CU_ASSERT(refused("\nlearning_rate: fast\n", "in.yaml:2: optim.learning_rate: expected"));
     CU_ASSERT(refused("lora_target: [q_proj]\n", "in.yaml:1: lora_target: expected a single value"));
@@ -300,6 +313,7 @@ static const zt_test_t tests[] = {{"LLaMA-Factory 0.9.5 examples", t_examples},
                                   {"refusals", t_refusals},
                                   {"accelerate configs", t_accelerate},
                                   {"notes", t_notes},
-                                  {"doc/migrating.md", t_markdown},
+                                  {"QLoRA keys", t_qlora},
+    {"doc/migrating.md", t_markdown},
                                   {NULL, NULL}};
 ZT_TEST_MAIN("import", tests)

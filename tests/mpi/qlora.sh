@@ -1,0 +1,84 @@
+#!/bin/sh
+# qlora.sh — QLoRA (model.quantization_bit = 4) as a run does it: the full-precision directory
+# tests/reference/hf/qlora-llama quantized at load (nf4, double quantization), its PEFT adapter
+# trained on top.
+#  1. Every strategy and layout at 2-4 ranks (the 4-bit form sharded, gathered and offloaded
+#     by the engine as any frozen tensor) trains the same adapters as one rank with accumulation
+#     (1e-5), and other adapters than LoRA on the float32 base; the units hold the 4-bit form
+#     (the parameter count of the log); the adapter is exported as PEFT's directory.
+#  2. A QLoRA checkpoint written by zero3 at 2 ranks resumes at 1 rank as one run.
+#  3. Refused on every rank with its reason: tensor parallelism, a 4-bit base without LoRA,
+#     bf16 compute, the merged export.
+. "$(dirname "$0")/common.sh"
+need_h5py
+HF="$ZT_SRCDIR/tests/reference/hf"
+cd "$ZT_TMP" || fail "cd"
+lora_setup
+base="model.name_or_path=$HF/qlora-llama lora.adapter_name_or_path=$HF/qlora-llama/adapter checkpoint.save_hf=false"
+q4="model.quantization_bit=4"
+train="optim.learning_rate=1e-2 train.max_steps=6"
+
+# ---- 1. every strategy trains the same adapters ----------------------------------------------
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $base $q4 $train train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
+    train.output_dir=ref >/dev/null
+assert_contains "$ZT_OUT" "qlora: 14 block linears quantized at load to nf4 (double quantization, blocks of 64): 73728 values in 10240 floats (0.56 bytes a value)"
+assert_contains "$ZT_OUT" "lora: adapters of $HF/qlora-llama/adapter loaded"
+assert_contains "$ZT_OUT" "PEFT export: ref/adapter (LoRA r=4, scale 2"
+q4floats=$(sed -n 's/^.*model: llama .*, \([0-9]*\) parameters in .*$/\1/p' "$ZT_OUT" | head -1)
+runs=""
+for cfg in "2 ddp flat 2" "4 ddp flat 1" "2 zero2 flat 2" "4 zero3 per_param 1" "2 zero3 flat 2" \
+    "4 hybrid_shard flat 1 parallel.shard_group_size=2" \
+    "2 zero3 flat 2 parallel.offload_param=cpu parallel.offload_optimizer=cpu"; do
+    set -- $cfg
+    np=$1 st=$2 layout=$3 A=$4
+    shift 4
+    out="np$np-$st-$layout$(echo "$*" | tr -cd 'a-z0-9')"
+    # shellcheck disable=SC2086
+    run_ztrain "$np" lora.cfg $base $q4 $train parallel.strategy=$st parallel.shard_layout=$layout \
+        train.per_device_train_batch_size=$((4 / np / A)) train.gradient_accumulation_steps=$A \
+        train.output_dir="$out" "$@" >/dev/null
+    runs="$runs $out"
+done
+# shellcheck disable=SC2086
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref $runs || fail "a layout trained other adapters than one rank"
+# the 4-bit base is what the adapters were trained on: LoRA on the float32 base trains others
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $base $train train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
+    train.output_dir=f32 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref f32 >/dev/null && fail "the 4-bit base trained what the float32 base trains"
+# the units hold the 4-bit form: the 14 linears' 73728 values (2 blocks of q 64x64, k and v 32x64,
+# o 64x64, gate, up 128x64, down 64x128) take 10240 floats (about 0.56 bytes a value with the
+# double-quantized scales, rounded up to whole rows)
+f32floats=$(sed -n 's/^.*model: llama .*, \([0-9]*\) parameters in .*$/\1/p' "$ZT_OUT" | head -1)
+[ -n "$q4floats" ] && [ -n "$f32floats" ] || fail "no parameter count in the model line"
+[ $((f32floats - q4floats)) -eq $((73728 - 10240)) ] ||
+    fail "the 4-bit base takes $((f32floats - q4floats)) floats less than the float32 one, not $((73728 - 10240))"
+
+# ---- 2. a QLoRA checkpoint (the adapters; the base quantized again from the directory) resumes
+# across world sizes: 3 steps under zero3 at 2 ranks, then 6 at 1 rank, as 6 at once (a constant
+# schedule, so that 3 steps are the first half of 6)
+const="optim.lr_scheduler_type=constant_with_warmup train.per_device_train_batch_size=2"
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $base $q4 $train $const train.output_dir=full >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $base $q4 $train $const train.per_device_train_batch_size=1 train.max_steps=3 \
+    parallel.strategy=zero3 train.output_dir=split >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $base $q4 $train $const checkpoint.resume=auto train.output_dir=split >/dev/null
+assert_contains "$ZT_OUT" "resumed from split/ckpt-00000003"
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" full split || fail "a QLoRA checkpoint resumed otherwise than 6 steps at once"
+
+# ---- 3. refusals ------------------------------------------------------------------------------
+# shellcheck disable=SC2086
+expect_fail_with 2 "model.quantization_bit = 4 runs without tensor parallelism (parallel.tensor_parallel_size = 2)" lora.cfg $base $q4 \
+    parallel.tensor_parallel_size=2 train.output_dir=tp
+# shellcheck disable=SC2086
+expect_fail_with 2 "model.quantization_bit = 4 needs train.finetuning_type = lora" lora.cfg $base $q4 \
+    train.finetuning_type=full train.output_dir=full
+# shellcheck disable=SC2086
+expect_fail_with 2 "model.quantization_bit = 4 computes in float32" lora.cfg $base $q4 train.bf16=true train.output_dir=bf
+# shellcheck disable=SC2086
+expect_fail_with 2 "checkpoint.save_hf (a merged model) is not available" lora.cfg $base $q4 checkpoint.save_hf=true \
+    train.output_dir=hf
+echo "qlora.sh: ok"
