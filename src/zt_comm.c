@@ -160,14 +160,22 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_
     return 0;
 }
 
-int zt_comm_node_ranks(MPI_Comm world, int *uniform)
+/* this rank's size and rank in its node (shared-memory domain) */
+static void node_place(MPI_Comm world, int *size, int *rank)
 {
     MPI_Comm node;
-    int me = 0, n = 0, mn = 0, mx = 0;
+    int me = 0;
     ZT_MPI(MPI_Comm_rank(world, &me));
     ZT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node));
-    ZT_MPI(MPI_Comm_size(node, &n));
+    ZT_MPI(MPI_Comm_size(node, size));
+    ZT_MPI(MPI_Comm_rank(node, rank));
     ZT_MPI(MPI_Comm_free(&node));
+}
+
+int zt_comm_node_ranks(MPI_Comm world, int *uniform)
+{
+    int n = 0, nr = 0, mn = 0, mx = 0;
+    node_place(world, &n, &nr);
     ZT_MPI(MPI_Allreduce(&n, &mn, 1, MPI_INT, MPI_MIN, world));
     ZT_MPI(MPI_Allreduce(&n, &mx, 1, MPI_INT, MPI_MAX, world));
     *uniform = mn == mx;
@@ -176,15 +184,11 @@ int zt_comm_node_ranks(MPI_Comm world, int *uniform)
 
 int zt_comm_node_count(MPI_Comm world)
 {
-    MPI_Comm node;
-    int me = 0, nr = 0, first = 0, n = 0;
-    ZT_MPI(MPI_Comm_rank(world, &me));
-    ZT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node));
-    ZT_MPI(MPI_Comm_rank(node, &nr));
-    ZT_MPI(MPI_Comm_free(&node));
+    int n = 0, nr = 0, first = 0, count = 0;
+    node_place(world, &n, &nr);
     first = nr == 0;
-    ZT_MPI(MPI_Allreduce(&first, &n, 1, MPI_INT, MPI_SUM, world));
-    return n;
+    ZT_MPI(MPI_Allreduce(&first, &count, 1, MPI_INT, MPI_SUM, world));
+    return count;
 }
 
 void zt_comm_destroy(zt_comm_t *c)
