@@ -1157,17 +1157,20 @@ static const struct {
     {"optim.decay_type", ZT_KW_DECAY_TYPE},           {"optim.min_lr_ratio", ZT_KW_MIN_LR_RATIO},
 };
 
+/* the kwargs whose value is not their schema default ("not given": -1, 0, or the
+ * schedule function's own default) */
 static unsigned sched_kwargs_set(const zt_config_t *cfg)
 {
-    const struct zt_config_optim *o = &cfg->optim;
-    return (o->num_cycles != -1.0 ? ZT_KW_NUM_CYCLES : 0) | (o->power != 1.0 ? ZT_KW_POWER : 0) |
-           (o->lr_end != 1e-7 ? ZT_KW_LR_END : 0) | (o->timescale != 0.0 ? ZT_KW_TIMESCALE : 0) |
-           (o->min_lr != -1.0 ? ZT_KW_MIN_LR : 0) | (o->min_lr_rate != -1.0 ? ZT_KW_MIN_LR_RATE : 0) |
-           (o->warmup_lr_rate != -1.0 ? ZT_KW_WARMUP_LR_RATE : 0) |
-           (o->num_stable_steps != -1 ? ZT_KW_NUM_STABLE_STEPS : 0) |
-           (o->num_decay_steps != -1 ? ZT_KW_NUM_DECAY_STEPS : 0) |
-           (strcmp(o->warmup_type, "linear") ? ZT_KW_WARMUP_TYPE : 0) |
-           (strcmp(o->decay_type, "cosine") ? ZT_KW_DECAY_TYPE : 0) | (o->min_lr_ratio != 0.0 ? ZT_KW_MIN_LR_RATIO : 0);
+    unsigned set = 0;
+    for (size_t i = 0; i < sizeof sched_kwargs / sizeof sched_kwargs[0]; i++) {
+        const zkey_t *k = find_key(sched_kwargs[i].key);
+        const void *v = cfield(cfg, k);
+        const int differs = k->type == K_DOUBLE ? *(const double *)v != k->def
+                            : k->type == K_LONG ? (double)*(const long *)v != k->def
+                                                : strcmp((const char *)v, k->sdef) != 0;
+        if (differs) set |= sched_kwargs[i].bit;
+    }
+    return set;
 }
 
 static int check_schedule(const zt_config_t *cfg, char *err, size_t errlen)
