@@ -178,6 +178,8 @@ typedef struct zt_config {
 
     char source[ZT_STRLEN];     /* file the config came from */
     int mode_generate;          /* ztrain --generate (not a key: the command line's mode) */
+    int model_prequantized;     /* model.name_or_path holds a bitsandbytes 4-bit base (its config.json's
+                                 * quantization_config; set by zt_hf_model_resolve, not a key) */
     /* which keys the file or an override gave (by schema index), for defaults that
      * depend on the machine (train.bf16 on a GPU) */
     unsigned char given[ZT_CONFIG_MAX_KEYS];

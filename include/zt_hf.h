@@ -46,8 +46,11 @@ int zt_hf_find(const zt_hf_dir_t *d, const char *name, int *ndim, int64_t *shape
                const char **file);
 /* Elements [start, start+n) of tensor i (row-major flat index) as fp32: pread of
  * just those bytes in large pieces (F32 straight into out, BF16/F16 through an
- * 8 MiB staging buffer), converted exactly. Error names file and tensor. */
+ * 8 MiB staging buffer), converted exactly; a U8 tensor is refused. Error names file and tensor. */
 int zt_hf_read(zt_hf_dir_t *d, int i, size_t start, size_t n, float *out, char *err, size_t errlen);
+/* Tensor i's bytes as stored (any dtype), all `bytes` of them: bitsandbytes' packed 4-bit
+ * weights and quant_state JSON (U8). Refused unless the tensor holds exactly `bytes`. */
+int zt_hf_read_bytes(zt_hf_dir_t *d, int i, void *out, size_t bytes, char *err, size_t errlen);
 /* "5GB" -> 5e9, "500MB", "10KB", "2GiB" (2^30), "5Gb" (bits: /8), a plain
  * integer = bytes: transformers' convert_file_size_to_int. -1 if malformed. */
 int64_t zt_hf_parse_size(const char *s);

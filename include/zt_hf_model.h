@@ -13,6 +13,7 @@
 
 #include "zt_comm.h"
 #include "zt_config.h"
+#include "zt_hf.h"
 #include "zt_params.h"
 #include "zt_shard.h"
 
@@ -29,6 +30,11 @@ int zt_hf_model_resolve(zt_config_t *cfg, const char *config_text, const char *f
 int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, double *bytes,
                      char *err, size_t errlen);
 
+/* 4-bit parameter p of t (zt_qlora.h) whole into w (zt_qlora_values(p) floats): on return its
+ * first numel floats are what the unit stores. A directory that holds the weight 4-bit
+ * (bitsandbytes' serialisation, zt_hf_bnb.h) gives its bytes as they are; a full-precision one
+ * is read and quantized as bitsandbytes would. -1 with err naming the file and the tensor. */
+int zt_hf_model_read_4bit(zt_hf_dir_t *d, const zt_param_table_t *t, int p, float *w, char *err, size_t errlen);
 /* An export in progress (zt-ckpt export drives it serially, a run collectively). */
 typedef struct zt_hf_export zt_hf_export_t;
 /* Starts the export of table t's weights (adapter = 0: the model's, its adapters left

@@ -152,6 +152,7 @@ typedef struct zt_param_table {
     int quant_type;         /* zt_quant_type_t */
     int quant_nested;       /* double quantization */
     int64_t quant_blocksize;
+    int quant_stored;       /* the directory holds the 4-bit form (read as is, not quantized at load) */
     int cap;                /* allocated entries of params */
 } zt_param_table_t;
 

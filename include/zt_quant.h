@@ -109,6 +109,10 @@ size_t zt_quant4_region_bytes(int64_t n, int64_t blocksize, int nested);
  * `name` for a non-finite value or a block size bitsandbytes refuses (x unchanged). */
 int zt_quant4_pack_region(const char *name, zt_quant_type_t t, int nested, int64_t blocksize, float *x, int64_t n,
                           char *err, size_t errlen);
+/* Writes the parts a view points to (a tensor as a file stores it: packed bytes, absmax or its
+ * codes, nested absmax, offset) into that layout at region (zt_quant4_region_bytes of it);
+ * nested_blocksize must be 256, as the layout assumes. */
+void zt_quant4_region_write(const zt_quant4_view_t *q, float *region);
 /* The view of a region written by zt_quant4_pack_region. */
 void zt_quant4_region_view(zt_quant_type_t t, int nested, int64_t blocksize, const float *region, int64_t n,
                            zt_quant4_view_t *v);

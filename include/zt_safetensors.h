@@ -18,12 +18,14 @@
 #define ZT_ST_MAX_DIMS 8
 #define ZT_ST_MAX_HEADER (100u << 20)   /* the reference implementation's limit */
 
-/* The dtypes ztrain reads; the others the format defines (F64, I64, U8, F8_E4M3, ...)
- * are recognized by name and refused: "unsupported dtype F64 of tensor NAME in FILE". */
-typedef enum { ZT_ST_F32 = 0, ZT_ST_F16 = 1, ZT_ST_BF16 = 2 } zt_st_dtype_t;
+/* The dtypes ztrain reads; the others the format defines (F64, I64, F8_E4M3, ...)
+ * are recognized by name and refused: "unsupported dtype F64 of tensor NAME in FILE".
+ * U8 holds bytes, not values (bitsandbytes' packed 4-bit weights and its quant_state JSON):
+ * it is read as bytes (zt_hf_read_bytes), never converted to floats. */
+typedef enum { ZT_ST_F32 = 0, ZT_ST_F16 = 1, ZT_ST_BF16 = 2, ZT_ST_U8 = 3 } zt_st_dtype_t;
 
 int zt_st_dtype_size(zt_st_dtype_t d);          /* bytes per element */
-const char *zt_st_dtype_name(zt_st_dtype_t d);  /* "F32", "F16", "BF16" */
+const char *zt_st_dtype_name(zt_st_dtype_t d);  /* "F32", "F16", "BF16", "U8" */
 
 typedef struct zt_st_tensor {
     char name[256];
@@ -56,7 +58,7 @@ int zt_st_parse_buffer(const char *name, const uint8_t *buf, size_t size, zt_st_
 int zt_st_open(const char *path, zt_st_file_t *f, char *err, size_t errlen);
 void zt_st_close(zt_st_file_t *f);
 int zt_st_find(const zt_st_file_t *f, const char *name);   /* -1 if absent */
-/* Reads tensor i converted to fp32 into out (numel floats). */
+/* Reads tensor i converted to fp32 into out (numel floats); a U8 tensor is refused. */
 int zt_st_read_f32(zt_st_file_t *f, int i, float *out, char *err, size_t errlen);
 
 /* Streaming writer: declare every tensor (fp32) first, then write the data in

@@ -1415,9 +1415,6 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
                                    "(parallel.tensor_parallel_size = %d): bitsandbytes quantizes each weight whole, "
                                    "its double-quantization offset over all of its blocks",
                       cfg->parallel.tensor_parallel_size);
-    if (cfg->model.quantization_bit == 4 && cfg->checkpoint.save_hf)
-        return zt_err(err, errlen, "model.quantization_bit = 4: checkpoint.save_hf (a merged model) is not "
-                                   "available on a 4-bit base; the adapters are exported (<output_dir>/adapter)");
     if (cfg->model.quantization_bit == 4 && cfg->train.stage == ZT_STAGE_DPO)
         return zt_err(err, errlen, "model.quantization_bit = 4 with train.stage = dpo is not available yet (QLoRA "
                                    "trains sft)");

@@ -367,6 +367,9 @@ int zt_hf_read(zt_hf_dir_t *d, int i, size_t start, size_t n, float *out, char *
     if (start > t->numel || n > t->numel - start)
         return zt_err(err, errlen, "%s: tensor %s: elements [%zu, %zu + %zu) are outside its %" PRIu64 " elements", f->path,
                       t->name, start, start, n, t->numel);
+    if (t->dtype == ZT_ST_U8)
+        return zt_err(err, errlen, "%s: tensor %s is U8 (bytes, as bitsandbytes stores a 4-bit weight), not a float "
+                                   "tensor", f->path, t->name);
     int fd = fileno(f->fp);
     size_t es = (size_t)zt_st_dtype_size(t->dtype);
     uint64_t off = f->data_start + t->begin + (uint64_t)start * es;
@@ -411,6 +414,19 @@ int zt_hf_read(zt_hf_dir_t *d, int i, size_t start, size_t n, float *out, char *
             cur = next;
         }
     }
+    return 0;
+}
+
+int zt_hf_read_bytes(zt_hf_dir_t *d, int i, void *out, size_t bytes, char *err, size_t errlen)
+{
+    if (i < 0 || i >= d->n) return zt_err(err, errlen, "%s: no tensor number %d (%d tensors)", d->path, i, d->n);
+    const zt_st_file_t *f = &d->shards[d->refs[i].shard];
+    const zt_st_tensor_t *t = tensor_of(d, i);
+    if (t->end - t->begin != bytes)
+        return zt_err(err, errlen, "%s: tensor %s holds %" PRIu64 " bytes, %zu expected", f->path, t->name,
+                      t->end - t->begin, bytes);
+    if (pread_full(fileno(f->fp), out, bytes, f->data_start + t->begin))
+        return zt_err(err, errlen, "%s: tensor %s: read failed: %s", f->path, t->name, io_reason());
     return 0;
 }
 

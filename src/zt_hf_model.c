@@ -14,6 +14,7 @@
 #include "zt_arch.h"
 #include "zt_common.h"
 #include "zt_hf.h"
+#include "zt_hf_bnb.h"
 #include "zt_data.h"
 #include "zt_lora.h"
 #include "zt_qlora.h"
@@ -39,6 +40,7 @@ int zt_hf_model_resolve(zt_config_t *cfg, const char *config_text, const char *f
     const json_t *mt = json_object_get(j, "model_type");
     const zt_arch_t *a = zt_arch_for_hf(json_string_value(cls), json_string_value(mt));
     zt_model_dims_t d;
+    zt_quant_hf_t q = {0};
     if (!json_is_object(j)) {
         rc = zt_err(err, errlen, "%s: not a JSON object", file);
     } else if (!a) {
@@ -47,14 +49,25 @@ int zt_hf_model_resolve(zt_config_t *cfg, const char *config_text, const char *f
                     json_string_value(mt) ? json_string_value(mt) : "(none)", zt_arch_names());
     } else {
         rc = a->dims_from_hf(j, file, &d, err, errlen);
+        /* a pre-quantized directory (bitsandbytes 4-bit) decides the quantization keys; every
+         * other quantization_config is refused here, naming the key */
+        if (!rc) rc = zt_quant_hf_config(j, file, &q, err, errlen);
     }
     json_decref(j);
     if (rc) return -1;
     zt_config_t hf = *cfg;
     snprintf(hf.model.arch, sizeof hf.model.arch, "%s", a->name);
     a->dims_to_config(&d, &hf);
-    for (size_t i = 0; i < sizeof shape_keys / sizeof *shape_keys; i++) {
-        const char *k = shape_keys[i];
+    if (q.quantized) {
+        hf.model.quantization_bit = 4;
+        snprintf(hf.model.quantization_type, sizeof hf.model.quantization_type, "%s", zt_quant_type_name(q.type));
+        hf.model.double_quantization = q.double_quant;
+    }
+    for (size_t i = 0; i < sizeof shape_keys / sizeof *shape_keys + 3; i++) {
+        static const char *const quant_keys[] = {"model.quantization_bit", "model.quantization_type",
+                                                 "model.double_quantization"};
+        const size_t ns = sizeof shape_keys / sizeof *shape_keys;
+        const char *k = i < ns ? shape_keys[i] : quant_keys[i - ns];
         if (!zt_config_given(cfg, k)) continue;
         char mine[256], theirs[256];
         zt_config_value_text(cfg, k, mine, sizeof mine);
@@ -67,6 +80,11 @@ int zt_hf_model_resolve(zt_config_t *cfg, const char *config_text, const char *f
         return zt_err(err, errlen, "data.seq_len (%d) exceeds max_position_embeddings (%d) of %s", cfg->data.seq_len,
                       d.maxT, file);
     cfg->model = hf.model; /* hf began as a copy of cfg: its other keys are the input's */
+    cfg->model_prequantized = q.quantized;
+    /* the directory made this a QLoRA run: the rules that go with it (LoRA, float32, ...) */
+    char why[ZT_ERRLEN];
+    if (q.quantized && !zt_config_given(cfg, "model.quantization_bit") && zt_config_validate(cfg, why, sizeof why))
+        return zt_err(err, errlen, "%.200s: its quantization_config makes the base 4-bit: %.300s", file, why);
     return 0;
 }
 
@@ -88,6 +106,9 @@ static int ignorable(const zt_param_table_t *t, const char *name)
 /* idx[p] = the directory's tensor for parameter p, shapes checked; every tensor used */
 static int match_tensors(zt_hf_dir_t *d, const zt_param_table_t *t, int *idx, char *err, size_t errlen)
 {
+    zt_quant_hf_t qc;
+    if (zt_quant_hf_config(zt_hf_config(d), zt_hf_config_path(d), &qc, err, errlen)) return -1;
+    const int prequant = qc.quantized;
     for (int p = 0; p < t->nparams; p++) {
         const zt_param_t *q = &t->params[p];
         int ndim;
@@ -97,6 +118,20 @@ static int match_tensors(zt_hf_dir_t *d, const zt_param_table_t *t, int *idx, ch
         idx[p] = -1;
         if (is_adapter_param(t, q)) continue; /* LoRA's adapters are not the model's */
         idx[p] = zt_hf_find(d, q->name, &ndim, shape, &dt, &file);
+        if (idx[p] >= 0 && zt_hf_bnb_stored(d, q->name)) {
+            /* bitsandbytes' packed bytes: their quant_state gives the shape (zt_hf_bnb_read) */
+            if (!q->quant)
+                return zt_err(err, errlen, "%s: tensor %s is stored 4-bit (bitsandbytes); ztrain's 4-bit base is "
+                                           "the blocks' linears", file, q->name);
+            if (!prequant)
+                return zt_err(err, errlen, "%s: tensor %s is stored 4-bit (bitsandbytes) but %s has no "
+                                           "quantization_config", file, q->name, zt_hf_config_path(d));
+            continue;
+        }
+        if (idx[p] >= 0 && q->quant && prequant)
+            return zt_err(err, errlen, "%s: tensor %s is not stored 4-bit though config.json's quantization_config "
+                                       "says the base is (llm_int8_skip_modules?): ztrain's 4-bit base is every "
+                                       "linear of the blocks", file, q->name);
         if (idx[p] < 0)
             return zt_err(err, errlen, "%s: missing tensor %s (%s %s needs it)", zt_hf_path(d), q->name,
                           t->arch->hf_class, "as configured");
@@ -114,6 +149,10 @@ static int match_tensors(zt_hf_dir_t *d, const zt_param_table_t *t, int *idx, ch
     }
     for (int i = 0; i < zt_hf_ntensors(d); i++) {
         const char *n = zt_hf_tensor_name(d, i);
+        char w[256];
+        /* a 4-bit weight's absmax, quant_map, quant_state, ...: read with the weight */
+        const int part_of = zt_hf_bnb_weight_of(n, w, sizeof w) ? zt_param_table_find(t, w) : -1;
+        if (part_of >= 0 && t->params[part_of].quant) continue;
         if (zt_param_table_find(t, n) < 0 && !ignorable(t, n))
             return zt_err(err, errlen, "%s: unexpected tensor %s (not part of %s as config.json describes it)",
                           zt_hf_path(d), n, t->arch->hf_class);
@@ -131,15 +170,24 @@ static int all_finite(const float *x, size_t n)
     return !bad;
 }
 
-/* A 4-bit weight (zt_qlora.h) is quantized whole, as bitsandbytes quantizes it: a rank that holds
+int zt_hf_model_read_4bit(zt_hf_dir_t *d, const zt_param_table_t *t, int p, float *w, char *err, size_t errlen)
+{
+    const zt_param_t *q = &t->params[p];
+    if (zt_hf_bnb_stored(d, q->name))
+        return zt_hf_bnb_read(d, q->name, q->shape[0], q->shape[1], (zt_quant_type_t)t->quant_type, t->quant_nested,
+                              t->quant_blocksize, w, err, errlen);
+    const int k = zt_hf_find(d, q->name, NULL, NULL, NULL, NULL);
+    const int rc = zt_hf_read(d, k, 0, zt_qlora_values(q), w, err, errlen);
+    return rc ? rc : zt_qlora_quantize(t, p, w, err, errlen);
+}
+
+/* A 4-bit weight (zt_qlora.h) is read whole, as bitsandbytes quantizes it: a rank that holds
  * part of its 4-bit form reads all of the tensor and keeps its own floats of that form (the
  * engine's gathers put it together again, byte for byte). */
-static int quantize_seg(zt_hf_dir_t *d, int k, const zt_param_table_t *t, const zt_io_seg_t *g, char *e, size_t el)
+static int quantize_seg(zt_hf_dir_t *d, const zt_param_table_t *t, const zt_io_seg_t *g, char *e, size_t el)
 {
-    const size_t n = zt_qlora_values(&t->params[g->param]);
-    float *w = zt_malloc(n * sizeof *w);
-    int rc = zt_hf_read(d, k, 0, n, w, e, el);
-    if (!rc) rc = zt_qlora_quantize(t, g->param, w, e, el);
+    float *w = zt_malloc(zt_qlora_values(&t->params[g->param]) * sizeof *w);
+    const int rc = zt_hf_model_read_4bit(d, t, g->param, w, e, el);
     if (!rc) memcpy(g->value, w + g->start, g->len * sizeof *w);
     free(w);
     return rc;
@@ -164,8 +212,8 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
         const zt_io_seg_t *g = &segs[i];
         if (idx[g->param] < 0) continue;
         if (t->params[g->param].quant) {
-            rc = quantize_seg(d, idx[g->param], t, g, e, sizeof e);
-            got += 4.0 * (double)zt_qlora_values(&t->params[g->param]);
+            rc = quantize_seg(d, t, g, e, sizeof e);
+            got += 4.0 * (double)(t->quant_stored ? t->params[g->param].numel : zt_qlora_values(&t->params[g->param]));
             continue;
         }
         rc = zt_hf_read(d, idx[g->param], g->start, g->len, g->value, e, sizeof e);
@@ -471,6 +519,34 @@ void zt_hf_lora_merge(const zt_param_table_t *t, int p, const float *all, const 
     }
 }
 
+/* A 4-bit weight in a model export: dequantized (bitsandbytes' dequantize_4bit, float32) with its
+ * adapters merged, as the full-precision weight transformers reads. Its 4-bit form is put
+ * together on every rank first (each byte from the one rank whose write segment holds it, zeros
+ * elsewhere: a byte-wise max over the world), then each rank writes its share of the rows.
+ * Collective: every rank calls it for every 4-bit weight, in table order, even after an error. */
+static int export_4bit(zt_hf_export_t *x, const zt_param_table_t *t, int p, const zt_io_seg_t *segs, int n,
+                       const float *all, const size_t *offs, zt_comm_t *comm, int failed, char *e, size_t el)
+{
+    const zt_param_t *q = &t->params[p];
+    uint8_t *region = zt_calloc(q->numel, sizeof(float));
+    for (int i = 0; i < n; i++)
+        if (segs[i].param == p)
+            memcpy(region + segs[i].start * sizeof(float), segs[i].value, segs[i].len * sizeof(float));
+    zt_allreduce(comm, &comm->world, ZT_IN_PLACE, region, q->numel * sizeof(float), ZT_U8, ZT_MAX);
+    zt_quant4_view_t v;
+    zt_qlora_view(t, q, (const float *)(const void *)region, &v);
+    const int64_t rows = q->shape[0], cols = q->shape[1], W = comm->world.size, r = comm->world.rank;
+    const int64_t r0 = rows * r / W, r1 = rows * (r + 1) / W;
+    const size_t e0 = (size_t)(r0 * cols), len = (size_t)((r1 - r0) * cols);
+    float *w = zt_malloc((len ? len : 1) * sizeof *w);
+    zt_quant4_dequantize(&v, (int64_t)e0, (int64_t)len, w);
+    if (all) zt_hf_lora_merge(t, p, all, offs, e0, len, w);
+    const int rc = failed || !len ? 0 : zt_hf_export_write(x, p, e0, len, w, e, el);
+    free(w);
+    free(region);
+    return rc;
+}
+
 int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, const zt_param_table_t *t,
                      int adapter, int eos_token_id, zt_comm_t *comm, double *seconds, char *err, size_t errlen)
 {
@@ -505,6 +581,7 @@ int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, 
         const zt_io_seg_t *g = &segs[i];
         const zt_param_t *q = &t->params[g->param];
         const float *v = g->value;
+        if (q->quant) continue; /* below, whole */
         if (merge && q->lora_a >= 0) {
             if (g->len > tmp_n) free(tmp), tmp = zt_malloc(g->len * sizeof *tmp), tmp_n = g->len;
             memcpy(tmp, g->value, g->len * sizeof *tmp);
@@ -513,6 +590,11 @@ int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, 
         }
         rc = zt_hf_export_write(x, g->param, g->start, g->len, v, e, sizeof e);
     }
+    for (int p = 0; p < t->nparams && !adapter; p++)
+        if (t->params[p].quant) {
+            const int r2 = export_4bit(x, t, p, segs, n, all, offs, comm, rc, e, sizeof e);
+            if (!rc) rc = r2;
+        }
     free(tmp);
     free(offs);
     free(all);

@@ -266,6 +266,7 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
     t->lora_rank = g->lora_rank, t->lora_scale = g->lora_scale, t->first_adapter_unit = g->first_adapter_unit;
     t->lora_dropout = g->lora_dropout;
     t->quant_type = g->quant_type, t->quant_nested = g->quant_nested, t->quant_blocksize = g->quant_blocksize;
+    t->quant_stored = g->quant_stored;
     for (int i = 0; i < g->nparams; i++) {
         const zt_param_t *q = &g->params[i];
         const int k = tp > 1 ? tp_kind(q) : TP_WHOLE;

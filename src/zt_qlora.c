@@ -13,6 +13,7 @@ int zt_qlora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_
     t->quant_type = strcmp(cfg->model.quantization_type, "fp4") == 0 ? ZT_QUANT_FP4 : ZT_QUANT_NF4;
     t->quant_nested = cfg->model.double_quantization;
     t->quant_blocksize = ZT_QLORA_BLOCKSIZE;
+    t->quant_stored = cfg->model_prequantized;
     for (int i = 0; i < t->nparams; i++) {
         zt_param_t *p = &t->params[i];
         char mod[64];
@@ -52,10 +53,11 @@ void zt_qlora_describe(const zt_param_table_t *t, char *buf, size_t len)
     size_t values = 0, floats = 0;
     for (int i = 0; i < t->nparams; i++)
         if (t->params[i].quant) values += zt_qlora_values(&t->params[i]), floats += t->params[i].numel;
-    snprintf(buf, len, "%d block linears quantized at load to %s (%sblocks of %lld): %zu values in %zu floats "
+    snprintf(buf, len, "%d block linears %s %s (%sblocks of %lld): %zu values in %zu floats "
                        "(%.2f bytes a value), dequantized to float32 before each GEMM; embeddings, norms and "
                        "lm_head float32",
-             zt_qlora_count(t), zt_quant_type_name((zt_quant_type_t)t->quant_type),
+             zt_qlora_count(t), t->quant_stored ? "read 4-bit from the directory in" : "quantized at load to",
+             zt_quant_type_name((zt_quant_type_t)t->quant_type),
              t->quant_nested ? "double quantization, " : "", (long long)t->quant_blocksize, values, floats,
              values ? 4.0 * (double)floats / (double)values : 0.0);
 }

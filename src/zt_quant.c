@@ -411,20 +411,38 @@ int zt_quant4_pack_region(const char *name, zt_quant_type_t t, int nested, int64
     const int64_t nb = ZT_CEIL_DIV(n, blocksize);
     uint8_t *packed = zt_malloc((size_t)(n + 1) / 2);
     float *absmax = zt_malloc((size_t)nb * sizeof *absmax);
+    uint8_t *codes = nested ? zt_malloc((size_t)nb) : NULL;
+    float *nested_absmax = nested ? zt_malloc((size_t)region_floats(nb, 1) * sizeof(float)) : NULL;
     int rc = zt_quant4_quantize(name, t, x, n, blocksize, packed, absmax, err, errlen);
     if (!rc) {
-        uint8_t *bytes = (uint8_t *)(x + region_floats(nb, nested));
+        zt_quant4_view_t v = {.type = t, .numel = n, .blocksize = blocksize, .packed = packed, .nested = nested,
+                              .absmax = absmax, .nested_blocksize = ZT_QUANT_NESTED_BLOCKSIZE};
         if (nested) {
-            zt_quant4_double_quant(absmax, nb, 1, bytes, x + 1, &x[0]);
-            bytes += nb;
-        } else {
-            memcpy(x, absmax, (size_t)nb * sizeof *absmax);
+            zt_quant4_double_quant(absmax, nb, 1, codes, nested_absmax, &v.offset);
+            v.absmax = NULL, v.absmax_codes = codes, v.nested_absmax = nested_absmax;
         }
-        memcpy(bytes, packed, (size_t)(n + 1) / 2);
+        zt_quant4_region_write(&v, x);
     }
     free(packed);
     free(absmax);
+    free(codes);
+    free(nested_absmax);
     return rc;
+}
+
+void zt_quant4_region_write(const zt_quant4_view_t *q, float *region)
+{
+    const int64_t nb = ZT_CEIL_DIV(q->numel, q->blocksize);
+    uint8_t *bytes = (uint8_t *)(region + region_floats(nb, q->nested));
+    if (q->nested) {
+        region[0] = q->offset;
+        memcpy(region + 1, q->nested_absmax, (size_t)ZT_CEIL_DIV(nb, q->nested_blocksize) * sizeof(float));
+        memcpy(bytes, q->absmax_codes, (size_t)nb);
+        bytes += nb;
+    } else {
+        memcpy(region, q->absmax, (size_t)nb * sizeof(float));
+    }
+    memcpy(bytes, q->packed, (size_t)(q->numel + 1) / 2);
 }
 
 /* ---- quant_state JSON ------------------------------------------------------------------------- */

@@ -25,16 +25,16 @@
 static const struct { const char *name; int size; zt_st_dtype_t dtype; } dtypes[] = {
     { "F32", 4, ZT_ST_F32 }, { "F16", 2, ZT_ST_F16 }, { "BF16", 2, ZT_ST_BF16 },
     { "F64", 0, 0 }, { "I64", 0, 0 }, { "I32", 0, 0 }, { "I16", 0, 0 }, { "I8", 0, 0 }, { "U64", 0, 0 },
-    { "U32", 0, 0 }, { "U16", 0, 0 }, { "U8", 0, 0 }, { "BOOL", 0, 0 }, { "F8_E4M3", 0, 0 },
+    { "U32", 0, 0 }, { "U16", 0, 0 }, { "U8", 1, ZT_ST_U8 }, { "BOOL", 0, 0 }, { "F8_E4M3", 0, 0 },
     { "F8_E5M2", 0, 0 }, { "F8_E8M0", 0, 0 }, { "F6_E2M3", 0, 0 }, { "F6_E3M2", 0, 0 }, { "F4", 0, 0 },
     { "C64", 0, 0 },
 };
 
-int zt_st_dtype_size(zt_st_dtype_t d) { return d == ZT_ST_F32 ? 4 : 2; }
+int zt_st_dtype_size(zt_st_dtype_t d) { return d == ZT_ST_F32 ? 4 : d == ZT_ST_U8 ? 1 : 2; }
 
 const char *zt_st_dtype_name(zt_st_dtype_t d)
 {
-    return d == ZT_ST_F32 ? "F32" : d == ZT_ST_F16 ? "F16" : "BF16";
+    return d == ZT_ST_F32 ? "F32" : d == ZT_ST_F16 ? "F16" : d == ZT_ST_U8 ? "U8" : "BF16";
 }
 
 /* A JSON integer in [0, INT64_MAX]; jansson already refuses values past int64 ("too big integer"). */
@@ -75,7 +75,7 @@ static int parse_tensor(const char *file, const json_t *v, zt_st_tensor_t *t, ch
     if (di == sizeof dtypes / sizeof dtypes[0])
         return zt_err(err, errlen, "unknown dtype %.32s of tensor %s in %s", dn, t->name, file);
     if (!dtypes[di].size)
-        return zt_err(err, errlen, "unsupported dtype %s of tensor %s in %s (F32, F16 and BF16 are read)", dn,
+        return zt_err(err, errlen, "unsupported dtype %s of tensor %s in %s (F32, F16, BF16 and U8 are read)", dn,
                       t->name, file);
     t->dtype = dtypes[di].dtype;
     if (!json_is_array(sh) || json_array_size(sh) > ZT_ST_MAX_DIMS)
@@ -273,6 +273,8 @@ int zt_st_find(const zt_st_file_t *f, const char *name)
 int zt_st_read_f32(zt_st_file_t *f, int i, float *out, char *err, size_t errlen)
 {
     const zt_st_tensor_t *t = &f->tensors[i];
+    if (t->dtype == ZT_ST_U8)
+        return zt_err(err, errlen, "%s: tensor %s is U8, not a float tensor", f->path, t->name);
     if (fseeko(f->fp, (off_t)(f->data_start + t->begin), SEEK_SET) != 0)
         return zt_err(err, errlen, "%s: tensor %s: seek failed", f->path, t->name);
     if (t->dtype == ZT_ST_F32) {

@@ -18,6 +18,7 @@
 #include "model_rig.h"
 #include "zt_arch.h"
 #include "zt_hf.h"
+#include "zt_hf_model.h"
 #include "zt_lora.h"
 #include "zt_optim.h"
 #include "zt_qlora.h"
@@ -91,10 +92,13 @@ static void load_dir(rig_t *r, const char *dir)
         if (t->first_adapter_unit >= 0 && p->unit >= t->first_adapter_unit) continue;
         int k = zt_hf_find(d, p->name, NULL, NULL, NULL, NULL);
         CU_ASSERT_FATAL(k >= 0);
-        const size_t n = zt_qlora_values(p); /* a 4-bit weight (QLoRA): quantized as a run's load does */
+        const size_t n = zt_qlora_values(p);
         float *h = zt_malloc(n * sizeof *h);
-        CU_ASSERT_FATAL(zt_hf_read(d, k, 0, n, h, err, sizeof err) == 0);
-        if (p->quant) CU_ASSERT_FATAL(zt_qlora_quantize(t, i, h, err, sizeof err) == 0);
+        /* a 4-bit weight (QLoRA) as a run's load reads it: the directory's 4-bit form, or quantized */
+        const int rc = p->quant ? zt_hf_model_read_4bit(d, t, i, h, err, sizeof err)
+                                : zt_hf_read(d, k, 0, n, h, err, sizeof err);
+        if (rc) fprintf(stderr, "%s\n", err);
+        CU_ASSERT_FATAL(rc == 0);
         r->be->from_host(pw(r, i), h, p->numel * sizeof *h);
         free(h);
     }
@@ -806,22 +810,11 @@ static void t_qlora_linear(void)
  * AdamW steps of the adapters alone (loss 1e-5, final adapters 1e-4). */
 static int qlora_load(rig_t *r, hid_t ref);
 
-/* qtype NULL: LoRA against PEFT; else QLoRA against PEFT on bitsandbytes' 4-bit base in format
- * qtype/nested (tests/reference/hf/qlora-<family>: its base, adapter/ and reference.h5, made by
- * make_qlora_fixtures.py in float32): the base quantized at load as bitsandbytes quantizes it
- * (bit for bit), then the same checks, the final adapters to 1e-5. */
-static void run_lora_on(const char *family, const char *qtype, int nested)
+/* PEFT's adapter directory adir into r's adapters (every one of them there, nothing else). */
+static void load_adapter(rig_t *r, const char *adir)
 {
-    char adir[1100], path[1200], err[ZT_ERRLEN];
-    snprintf(path, sizeof path, "qlora-%s", family);
-    fam_t f = qtype ? fam_open_dir(family, path) : fam_open(family);
-    const int B = f.B, T = f.T, V = f.tab->dims.V;
-    if (qtype) snprintf(adir, sizeof adir, "%s/adapter", f.dir);
-    else snprintf(adir, sizeof adir, "%s/tests/reference/hf/lora-%s", src_dir(), family);
-    zt_param_table_t *lt = qtype ? qlora_table(f.tab, 4, qtype, nested) : lora_table(f.tab, 4);
-    CU_ASSERT(lt->lora_scale == 2.0f);
-    rig_t r = rig_create_table(lt, B, T, 0);
-    load_dir(&r, f.dir);
+    const zt_param_table_t *lt = r->tab;
+    char path[1200], err[ZT_ERRLEN];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", adir);
     zt_st_file_t st;
     CU_ASSERT_FATAL(zt_st_open(path, &st, err, sizeof err) == 0);
@@ -835,12 +828,31 @@ static void run_lora_on(const char *family, const char *qtype, int nested)
         CU_ASSERT_FATAL(k >= 0 && st.tensors[k].numel == p->numel);
         float *h = zt_malloc(p->numel * sizeof *h);
         CU_ASSERT_FATAL(zt_st_read_f32(&st, k, h, err, sizeof err) == 0);
-        r.be->from_host(pw(&r, i), h, p->numel * sizeof *h);
+        r->be->from_host(pw(r, i), h, p->numel * sizeof *h);
         free(h);
         nad++;
     }
     CU_ASSERT_EQUAL(nad, st.ntensors);
     zt_st_close(&st);
+}
+
+/* qtype NULL: LoRA against PEFT; else QLoRA against PEFT on bitsandbytes' 4-bit base in format
+ * qtype/nested (tests/reference/hf/qlora-<family>: its base, adapter/ and reference.h5, made by
+ * make_qlora_fixtures.py in float32): the base quantized at load as bitsandbytes quantizes it
+ * (bit for bit), then the same checks, the final adapters to 1e-5. */
+static void run_lora_on(const char *family, const char *qtype, int nested)
+{
+    char adir[1100], path[1200];
+    snprintf(path, sizeof path, "qlora-%s", family);
+    fam_t f = qtype ? fam_open_dir(family, path) : fam_open(family);
+    const int B = f.B, T = f.T, V = f.tab->dims.V;
+    if (qtype) snprintf(adir, sizeof adir, "%s/adapter", f.dir);
+    else snprintf(adir, sizeof adir, "%s/tests/reference/hf/lora-%s", src_dir(), family);
+    zt_param_table_t *lt = qtype ? qlora_table(f.tab, 4, qtype, nested) : lora_table(f.tab, 4);
+    CU_ASSERT(lt->lora_scale == 2.0f);
+    rig_t r = rig_create_table(lt, B, T, 0);
+    load_dir(&r, f.dir);
+    load_adapter(&r, adir);
     snprintf(path, sizeof path, "%s/reference.h5", qtype ? f.dir : adir);
     hid_t ref = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     CU_ASSERT_FATAL(ref >= 0);
@@ -929,6 +941,57 @@ static int qlora_load(rig_t *r, hid_t ref)
     return n;
 }
 
+/* A pre-quantized directory (tests/reference/hf/qlora-<family>-bnb, saved by transformers +
+ * bitsandbytes, made by make_bnb_dir_fixtures.py) read as a run reads it: its 4-bit bytes as they
+ * are, equal to those of a quantization at load (qlora-<family>/reference.h5 /quant), and its
+ * logits those of transformers + bitsandbytes (1e-5), the base alone (the adapters' B zero) and
+ * with PEFT's adapter qlora-<family>/adapter. */
+static void run_bnb_dir(const char *family, const char *qtype, int nested)
+{
+    char sub[64], path[1200];
+    snprintf(sub, sizeof sub, "qlora-%s-bnb", family);
+    fam_t f = fam_open_dir(family, sub);
+    const int B = f.B, T = f.T, V = f.tab->dims.V;
+    zt_param_table_t *lt = qlora_table(f.tab, 4, qtype, nested);
+    rig_t r = rig_create_table(lt, B, T, 0);
+    load_dir(&r, f.dir);
+    snprintf(path, sizeof path, "%s/tests/reference/hf/qlora-%s/reference.h5", src_dir(), family);
+    hid_t q = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    CU_ASSERT_FATAL(q >= 0);
+    const int nq = qlora_load(&r, q);
+    H5Fclose(q);
+    CU_ASSERT_EQUAL(nq, 7 * lt->dims.L);
+    int32_t *inp = read_i32(f.ref, "/batch/inputs", (size_t)B * T);
+    float *got = zt_malloc((size_t)B * T * V * sizeof *got);
+    double el[2];
+    for (int with = 0; with < 2; with++) {
+        if (with) {
+            snprintf(path, sizeof path, "%s/tests/reference/hf/qlora-%s/adapter", src_dir(), family);
+            load_adapter(&r, path);
+        } else {
+            for (int i = 0; i < lt->nparams; i++)
+                if (lt->params[i].unit >= lt->first_adapter_unit && strstr(lt->params[i].name, "lora_B"))
+                    memset(pw(&r, i), 0, lt->params[i].numel * sizeof(float));
+        }
+        float *ref = read_f32(f.ref, with ? "/adapter_logits" : "/logits", (size_t)B * T * V);
+        rig_forward(&r, inp, NULL, B, T);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) zt_model_logits_row(r.m, b, t, got + ((size_t)b * T + t) * V);
+        el[with] = rel_l2(got, ref, (size_t)B * T * V);
+        CU_ASSERT(el[with] < 1e-5);
+        free(ref);
+    }
+    printf("\n    %s %s: %d weights read 4-bit, the bytes of a quantization at load; logits vs transformers + "
+           "bitsandbytes rel L2 %.2e (base), %.2e (with PEFT's adapter)\n", family, sub, nq, el[0], el[1]);
+    free(got);
+    free(inp);
+    rig_free(&r);
+    zt_param_table_free(f.tab);
+    fam_close(&f);
+}
+
+static void t_bnb_dir_llama(void) { run_bnb_dir("llama", "nf4", 1); }
+static void t_bnb_dir_qwen3(void) { run_bnb_dir("qwen3", "fp4", 0); }
 static void t_qlora_llama(void) { run_lora_on("llama", "nf4", 1); }
 static void t_qlora_qwen3(void) { run_lora_on("qwen3", "fp4", 0); }
 static void t_lora_llama(void) { run_lora("llama"); }
@@ -949,6 +1012,8 @@ static const zt_test_t tests[] = {
     {"qlora_linear", t_qlora_linear},
     {"qlora_llama_vs_peft_bnb", t_qlora_llama},
     {"qlora_qwen3_vs_peft_bnb", t_qlora_qwen3},
+    {"qlora_llama_bnb_dir", t_bnb_dir_llama},
+    {"qlora_qwen3_bnb_dir", t_bnb_dir_qwen3},
     {"fixture_shapes", t_fixture_shapes},
     {"kv_cache_vs_whole_prefixes", t_kv_cache},
     {"kv_cache_sequences_at_once", t_kv_rows},
