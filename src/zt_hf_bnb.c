@@ -75,25 +75,21 @@ static int find_part(zt_hf_dir_t *d, const char *weight, const char *suffix, zt_
     return 0;
 }
 
-/* The part's n elements (dtype dt) into out. */
-static int read_part(zt_hf_dir_t *d, const char *weight, const char *suffix, zt_st_dtype_t dt, int64_t n, void *out,
-                     char *err, size_t errlen)
-{
-    int k;
-    if (find_part(d, weight, suffix, dt, n, &k, err, errlen)) return -1;
-    return zt_hf_read_bytes(d, k, out, (size_t)n * (size_t)zt_st_dtype_size(dt), err, errlen);
-}
-
 /* A float table that must be bitsandbytes' own, bit for bit (its code, or the dynamic map). */
 static int check_table(zt_hf_dir_t *d, const char *weight, const char *suffix, const float *want, int n,
                        const char *what, char *err, size_t errlen)
 {
     float got[256];
-    if (read_part(d, weight, suffix, ZT_ST_F32, n, got, err, errlen)) return -1;
+    int k;
+    if (find_part(d, weight, suffix, ZT_ST_F32, n, &k, err, errlen) ||
+        zt_hf_read_bytes(d, k, got, (size_t)n * sizeof *got, err, errlen))
+        return -1;
+    const char *file = NULL;
+    zt_hf_find(d, zt_hf_tensor_name(d, k), NULL, NULL, NULL, &file);
     for (int i = 0; i < n; i++)
         if (memcmp(&got[i], &want[i], sizeof *got))
-            return zt_err(err, errlen, "%s: tensor %s%s: value %d is %.9g, bitsandbytes' %s has %.9g", zt_hf_path(d),
-                          weight, suffix, i, (double)got[i], what, (double)want[i]);
+            return zt_err(err, errlen, "%s: tensor %s%s: value %d is %.9g, bitsandbytes' %s has %.9g", file, weight,
+                          suffix, i, (double)got[i], what, (double)want[i]);
     return 0;
 }
 

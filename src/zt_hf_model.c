@@ -176,9 +176,12 @@ int zt_hf_model_read_4bit(zt_hf_dir_t *d, const zt_param_table_t *t, int p, floa
     if (zt_hf_bnb_stored(d, q->name))
         return zt_hf_bnb_read(d, q->name, q->shape[0], q->shape[1], (zt_quant_type_t)t->quant_type, t->quant_nested,
                               t->quant_blocksize, w, err, errlen);
-    const int k = zt_hf_find(d, q->name, NULL, NULL, NULL, NULL);
-    const int rc = zt_hf_read(d, k, 0, zt_qlora_values(q), w, err, errlen);
-    return rc ? rc : zt_qlora_quantize(t, p, w, err, errlen);
+    const char *file = NULL;
+    const int k = zt_hf_find(d, q->name, NULL, NULL, NULL, &file);
+    char e[ZT_ERRLEN];
+    if (zt_hf_read(d, k, 0, zt_qlora_values(q), w, err, errlen)) return -1;
+    /* a NaN or an infinity is refused, naming the element */
+    return zt_qlora_quantize(t, p, w, e, sizeof e) ? zt_err(err, errlen, "%s: %s", file, e) : 0;
 }
 
 /* A 4-bit weight (zt_qlora.h) is read whole, as bitsandbytes quantizes it: a rank that holds

@@ -173,6 +173,38 @@ tiny_comparison_setup() {
 # of tests/reference/hf's llama and gpt2) and lora.cfg, the base of the LoRA runs: 2 steps
 # of 2 sequences of 8 tokens at learning rate 0, rank 4 and alpha 8 as PEFT's adapters
 # there (lora.sh, lora_tp.sh). Needs need_h5py.
+# layout_runs "NP STRATEGY LAYOUT ACCUM [key=value ...]" ... -- ARGS: one run of ztrain ARGS per
+# spec, 4 sequences a step (NP ranks x 4/NP/ACCUM per device x ACCUM), each into output_dir
+# npNP-STRATEGY-LAYOUT<its keys>; their names in $LAYOUT_RUNS (for compare_runs.py).
+layout_runs() {
+    LAYOUT_RUNS=""
+    specs=""
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        specs="$specs$1
+"
+        shift
+    done
+    shift
+    args="$*" # ARGS are split again below: no spaces inside one
+    old_ifs=$IFS
+    IFS='
+'
+    for spec in $specs; do
+        IFS=$old_ifs
+        # shellcheck disable=SC2086
+        set -- $spec
+        np=$1 st=$2 layout=$3 A=$4
+        shift 4
+        out="np$np-$st-$layout$(echo "$*" | tr -cd 'a-z0-9')"
+        # shellcheck disable=SC2086
+        run_ztrain "$np" $args parallel.strategy="$st" parallel.shard_layout="$layout" \
+            train.per_device_train_batch_size=$((4 / np / A)) train.gradient_accumulation_steps="$A" \
+            train.output_dir="$out" "$@" >/dev/null
+        LAYOUT_RUNS="$LAYOUT_RUNS $out"
+    done
+    IFS=$old_ifs
+}
+
 lora_setup() {
     "$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" tokens tok67.h5 67 20000 || fail "cannot make the token file"
     cat >lora.cfg <<'EOF'

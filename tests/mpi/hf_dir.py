@@ -16,13 +16,23 @@
   hf_dir.py ckpt CKPT.h5 DIR               the checkpoint's /model tensors of DIR's names equal DIR's
   hf_dir.py bad KIND SRC DST               copies SRC to DST and breaks it one way:
        drop-tensor | extra-tensor | bad-shape | f64 | truncate | corrupt-header |
-       missing-shard | unknown-arch
+       missing-shard | unknown-arch | bnb-8bit | gptq | awq | fp8 (config.json's
+       quantization_config) | qs-json | absmax-len | quant-map (a bitsandbytes 4-bit directory's
+       down_proj of layer 0: its quant_state JSON, its absmax one short, its quant_map) |
+       nan | inf (one value of that weight in a full-precision directory)
 Reads and writes safetensors by hand (8-byte little-endian header length, JSON header,
 data) so that it needs nothing beyond Debian's python3-numpy and python3-h5py."""
 import json, os, shutil, struct, sys
 import numpy as np
 
 DT = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
+
+
+def values(dt, raw):
+    """A tensor's values in float64 (BF16: the upper half of a float32)."""
+    if dt == "BF16":
+        return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return np.frombuffer(raw, DT[dt]).astype(np.float64)
 
 
 def read_st(path):
@@ -79,8 +89,8 @@ def cmd_close(a, b, tol):
         return 1
     worst, name = 0.0, "-"
     for k in ta:
-        x = np.frombuffer(ta[k][2], DT[ta[k][0]]).astype(np.float64)
-        y = np.frombuffer(tb[k][2], DT[tb[k][0]]).astype(np.float64)
+        x = values(ta[k][0], ta[k][2])
+        y = values(tb[k][0], tb[k][2])
         d = float(np.max(np.abs(x - y))) if x.size else 0.0
         if d > worst:
             worst, name = d, k
@@ -95,8 +105,8 @@ def cmd_rel(a, b, tol):
         return 1
     worst, name = 0.0, "-"
     for k in ta:
-        x = np.frombuffer(ta[k][2], DT[ta[k][0]]).astype(np.float64)
-        y = np.frombuffer(tb[k][2], DT[tb[k][0]]).astype(np.float64)
+        x = values(ta[k][0], ta[k][2])
+        y = values(tb[k][0], tb[k][2])
         d = float(np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-30))
         if d > worst:
             worst, name = d, k
@@ -254,11 +264,53 @@ def cmd_bad(kind, src, dst):
         c["architectures"], c["model_type"] = ["FooForCausalLM"], "foo"
         json.dump(c, open(cfgp, "w"), indent=2)
         return 0
+    elif kind in QUANT_CONFIGS:
+        cfgp = os.path.join(dst, "config.json")
+        c = json.load(open(cfgp))
+        c["quantization_config"] = QUANT_CONFIGS[kind]
+        json.dump(c, open(cfgp, "w"), indent=2)
+        return 0
+    elif kind in ("qs-json", "absmax-len", "quant-map", "nan", "inf"):
+        t = {n: (hdr[n]["dtype"], hdr[n]["shape"], data[hdr[n]["data_offsets"][0]:hdr[n]["data_offsets"][1]])
+             for n in names}
+        w = "model.layers.0.mlp.down_proj.weight"
+        if kind == "qs-json":      # the JSON bytes of its quant_state broken, their length kept
+            k = next(n for n in names if n.startswith(w + ".quant_state."))
+            dt, sh, raw = t[k]
+            t[k] = (dt, sh, b"}{garbage" + raw[9:])
+        elif kind == "absmax-len":  # one absmax value short
+            dt, sh, raw = t[w + ".absmax"]
+            t[w + ".absmax"] = (dt, [sh[0] - 1], raw[:-(1 if dt == "U8" else 4)])
+        elif kind == "quant-map":  # a code value that is not bitsandbytes'
+            dt, sh, raw = t[w + ".quant_map"]
+            x = np.frombuffer(raw, np.float32).copy()
+            x[3] += 0.25
+            t[w + ".quant_map"] = (dt, sh, x.tobytes())
+        else:                      # a full-precision weight with a NaN or an infinity
+            dt, sh, raw = t[w]
+            x = np.frombuffer(raw, DT[dt]).copy()
+            x[77] = np.nan if kind == "nan" else np.inf
+            t[w] = (dt, sh, x.tobytes())
+        hdr, data, off = {"__metadata__": hdr.get("__metadata__", {})}, b"", 0
+        for n in names:
+            dt, sh, raw = t[n]
+            hdr[n] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + len(raw)]}
+            data += raw
+            off += len(raw)
     else:
         print("unknown kind", kind)
         return 2
     write_st(st, hdr, data)
     return 0
+
+
+# config.json quantization_configs of the quantizations ztrain does not read, as their libraries write them
+QUANT_CONFIGS = {
+    "bnb-8bit": {"quant_method": "bitsandbytes", "load_in_8bit": True, "load_in_4bit": False},
+    "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True},
+    "awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True},
+    "fp8": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+}
 
 
 def main(a):
