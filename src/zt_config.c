@@ -177,7 +177,9 @@ static const zkey_t schema[] = {
        "are read; the step count and optimizer state start fresh."),
     KI("model.quantization_bit", model.quantization_bit, 0, 0, 8,
        "LLaMA-Factory's quantization_bit: 0 = full-precision base; 4 = the frozen base weights held in "
-       "bitsandbytes' 4-bit format (QLoRA, needs train.finetuning_type = lora). 8 is refused (no LLM.int8 path)."),
+       "bitsandbytes' 4-bit format (QLoRA, needs train.finetuning_type = lora). 8 is refused (no LLM.int8 path). "
+       "A model.name_or_path saved 4-bit by transformers (a bitsandbytes quantization_config) sets this and the "
+       "two keys below itself, and its 4-bit bytes are read as they are."),
     KS("model.quantization_type", model.quantization_type, "nf4", "nf4|fp4",
        "LLaMA-Factory's quantization_type: the 4-bit code, NormalFloat (nf4) or 4-bit float (fp4), in blocks "
        "of 64 weights each scaled by its absmax, as bitsandbytes."),

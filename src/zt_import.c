@@ -267,7 +267,8 @@ static int custom_yaml(imp_t *im, yaml_document_t *doc, const entry_t *e, const 
         return set(im, e->key, val, where);
     }
     if (!strcmp(e->name, "quantization_bit")) {
-        /* a merged model of a 4-bit base is not written (doc/quantization.md) */
+        /* LLaMA-Factory's trainer saves the adapters alone, and its export refuses to merge into a
+         * quantized model: no merged model either (ztrain can write one: doc/quantization.md) */
         if (atoi(val) == 4 && set(im, "checkpoint.save_hf", "false", where)) return -1;
         return set(im, e->key, val, where);
     }

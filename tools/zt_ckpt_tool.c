@@ -44,6 +44,8 @@
 #include "zt_config.h"
 #include "zt_hf.h"
 #include "zt_hf_model.h"
+#include "zt_qlora.h"
+#include "zt_quant.h"
 #include "zt_safetensors.h"
 
 #define CHUNK (1u << 20)    /* elements per streamed piece */
@@ -232,6 +234,29 @@ static int cmd_consolidate(const char *in, const char *out)
 /* A Hugging Face model directory of any family, streamed tensor by tensor through the
  * same writer a run's save_hf uses (zt_hf_model.h). OUT.safetensors means its
  * directory (the file must be model.safetensors); the directory is created. */
+/* 4-bit base weight p of a QLoRA checkpoint's base directory d (stored 4-bit, or quantized as the
+ * run quantized it), dequantized whole and merged with its adapters. */
+static int export_merged_4bit(zt_hf_dir_t *d, const zt_param_table_t *t, int p, const float *all, const size_t *offs,
+                              zt_hf_export_t *x, char *err, size_t errlen)
+{
+    const size_t n = zt_qlora_values(&t->params[p]);
+    float *region = zt_malloc(n * sizeof *region), *w = zt_malloc(n * sizeof *w);
+    int rc = zt_hf_find(d, t->params[p].name, NULL, NULL, NULL, NULL) < 0
+                 ? zt_err(err, errlen, "%s: tensor %s missing: not the QLoRA checkpoint's base", zt_hf_path(d),
+                          t->params[p].name)
+                 : zt_hf_model_read_4bit(d, t, p, region, err, errlen);
+    if (!rc) {
+        zt_quant4_view_t v;
+        zt_qlora_view(t, &t->params[p], region, &v);
+        zt_quant4_dequantize(&v, 0, (int64_t)n, w);
+        zt_hf_lora_merge(t, p, all, offs, 0, n, w);
+        rc = zt_hf_export_write(x, p, 0, n, w, err, errlen);
+    }
+    free(region);
+    free(w);
+    return rc;
+}
+
 /* A LoRA checkpoint's merged model: each base weight of DIR (the run's model.name_or_path)
  * with scale B A added, as the run's own hf/ export and PEFT's merge_and_unload */
 static int export_merged(zt_ckpt_reader_t *r, const zt_param_table_t *t, const int *q, const char *base,
@@ -251,6 +276,10 @@ static int export_merged(zt_ckpt_reader_t *r, const zt_param_table_t *t, const i
     for (int p = 0; p < t->nparams && !rc; p++) {
         if (q[p] >= 0) continue; /* the adapters themselves */
         const zt_param_t *pp = &t->params[p];
+        if (pp->quant) { /* QLoRA: the 4-bit base dequantized as bitsandbytes does, then merged */
+            rc = export_merged_4bit(d, t, p, all, offs, x, err, errlen);
+            continue;
+        }
         int ndim;
         int64_t shape[8];
         const int k = zt_hf_find(d, pp->name, &ndim, shape, NULL, NULL);

@@ -9,7 +9,8 @@
 #  3. Exports at learning rate 0: <output_dir>/adapter is PEFT's adapter bit for bit;
 #     <output_dir>/hf is the adapters merged into the dequantized base (PEFT's delta on
 #     bitsandbytes' dequantize_4bit, 1e-6), a full-precision directory without
-#     quantization_config, in checkpoint.hf_dtype (bf16 too).
+#     quantization_config, in checkpoint.hf_dtype (bf16 too); zt-ckpt export --merge of a QLoRA
+#     checkpoint writes the same.
 #  4. Bad input fails on every rank with one line naming the file, tensor or key: a corrupted
 #     quant_state JSON, an absmax one short, a quant_map that is not bitsandbytes', 8-bit
 #     bitsandbytes, GPTQ, AWQ and fp8 quantization_configs, a NaN or an infinity in a weight
@@ -67,6 +68,9 @@ for c in "llama 2 zero3 flat" "qwen3 4 zero3 per_param" "qwen3 2 ddp flat"; do
     "$PY" -c "import json,sys; c=json.load(open('rt-$1-$2/adapter/adapter_config.json')); \
 sys.exit(c['base_model_name_or_path'] != '$HF/qlora-$1-bnb')" || fail "$1: the adapter does not name its 4-bit base"
 done
+# zt-ckpt's merged export of a QLoRA checkpoint: the same merge, the base read from the directory again
+"$ZT_CKPT" export rt-llama-2/ckpt-00000002.h5 ck-merged --merge >/dev/null || fail "zt-ckpt export --merge failed"
+"$PY" "$HFPY" close ck-merged "$HF/qlora-llama-bnb/merged" 1e-6 || fail "zt-ckpt's merged QLoRA export is not the merge"
 run_ztrain 2 lora.cfg $base parallel.strategy=zero3 checkpoint.hf_dtype=bf16 train.output_dir=rt-bf16 >/dev/null
 "$PY" -c "import json,struct,sys; f=open('rt-bf16/hf/model.safetensors','rb'); n=struct.unpack('<Q',f.read(8))[0]; \
 h=json.loads(f.read(n)); sys.exit(h['model.layers.0.mlp.down_proj.weight']['dtype'] != 'BF16')" ||
