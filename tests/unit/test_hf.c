@@ -647,6 +647,35 @@ static void t_err_truncated_shard(void)
     expect_open_fails(dir, p, "tensor transformer.h.0.mlp.c_fc.bias", "past the data section");
 }
 
+/* U8 tensors (bitsandbytes' 4-bit weights, transformers' save_pretrained): read as bytes, whole;
+ * never as floats. */
+static void t_u8_bytes(void)
+{
+    const char *src = getenv("ZT_SRCDIR") ? getenv("ZT_SRCDIR") : ZT_SRCDIR;
+    char dir[1100], err[ZT_ERRLEN];
+    snprintf(dir, sizeof dir, "%s/tests/reference/hf/qlora-llama-bnb", src);
+    zt_hf_dir_t *d = zt_hf_open(dir, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    int ndim;
+    int64_t shape[ZT_ST_MAX_DIMS];
+    zt_st_dtype_t dt;
+    const int k = zt_hf_find(d, "model.layers.0.mlp.down_proj.weight.quant_state.bitsandbytes__nf4", &ndim, shape,
+                             &dt, NULL);
+    CU_ASSERT_FATAL(k >= 0 && dt == ZT_ST_U8 && ndim == 1);
+    char json[512] = "";
+    CU_ASSERT_FATAL(shape[0] < (int64_t)sizeof json);
+    CU_ASSERT(zt_hf_read_bytes(d, k, json, (size_t)shape[0], err, sizeof err) == 0);
+    CU_ASSERT(strncmp(json, "{\"quant_type\": \"nf4\",", 21) == 0);
+    CU_ASSERT(zt_hf_read_bytes(d, k, json, (size_t)shape[0] - 1, err, sizeof err) == -1);
+    CU_ASSERT(strstr(err, " expected") != NULL && strstr(err, "quant_state.bitsandbytes__nf4 holds") != NULL);
+    float f[4];
+    CU_ASSERT(zt_hf_read(d, k, 0, 4, f, err, sizeof err) == -1);
+    CU_ASSERT(strstr(err, "is U8") != NULL);
+    CU_ASSERT_STRING_EQUAL(zt_st_dtype_name(ZT_ST_U8), "U8");
+    CU_ASSERT_EQUAL(zt_st_dtype_size(ZT_ST_U8), 1);
+    zt_hf_close(d);
+}
+
 static const zt_test_t tests[] = {
     { "single file F32, 3 writers: read back bit-identical, format, python", t_single_f32 },
     { "single file BF16, 2 writers: read back = bf16(x)", t_single_bf16 },
@@ -663,6 +692,7 @@ static const zt_test_t tests[] = {
     { "error: index maps a tensor to a shard that does not hold it", t_err_index_maps_wrong_shard },
     { "error: a tensor in two shards", t_err_two_shards },
     { "error: truncated shard", t_err_truncated_shard },
+    { "U8 tensors: bytes whole, never floats", t_u8_bytes },
     { NULL, NULL },
 };
 
