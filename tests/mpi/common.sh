@@ -16,6 +16,9 @@
 #   make_tiny_data DIR                 DIR/tiny-train.h5 and DIR/tiny-val.h5
 #                                      from a generated text via zt-prep-data
 #   assert_contains FILE "text"        fixed-string grep or fail
+#   layout_runs "NP STRATEGY LAYOUT ACCUM [k=v]"... -- ARGS
+#                                      one run per strategy/layout, 4 sequences a step;
+#                                      their output_dirs in $LAYOUT_RUNS
 # Every run goes through zt_mpirun.sh, so timeouts and container settings are
 # the same everywhere.
 
