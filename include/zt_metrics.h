@@ -26,6 +26,8 @@ typedef struct zt_metrics_start {
     double traffic_estimate;      /* bytes of collective buffers per step */
     const zt_shard_mem_t *mem;    /* estimate */
     size_t activations;           /* estimate */
+    const zt_shard_mem_t *ref;    /* estimate of DPO's frozen reference copy, or NULL */
+    size_t total;                 /* estimate: all of the above a rank holds in backend memory */
 } zt_metrics_start_t;
 void zt_metrics_record_start(const zt_metrics_start_t *r);
 
@@ -57,6 +59,7 @@ typedef struct zt_metrics_summary {
     double peak_rss_bytes, device_peak_bytes;
     const zt_shard_mem_t *mem;           /* measured (rank 0) */
     size_t activations;
+    const zt_shard_mem_t *ref;           /* measured: DPO's frozen reference copy, or NULL */
 } zt_metrics_summary_t;
 void zt_metrics_record_summary(const zt_metrics_summary_t *r);
 
