@@ -57,6 +57,7 @@ typedef struct zt_metrics_summary {
     double tokens, wall_s, train_s;
     double final_loss, final_val_loss;   /* final_val_loss -1 without a validation set */
     double peak_rss_bytes, device_peak_bytes;
+    double peak_rss_growth_bytes;        /* max over ranks of VmHWM less the RSS before the model */
     const zt_shard_mem_t *mem;           /* measured (rank 0) */
     size_t activations;
     const zt_shard_mem_t *ref;           /* measured: DPO's frozen reference copy, or NULL */

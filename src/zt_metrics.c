@@ -112,9 +112,10 @@ void zt_metrics_record_summary(const zt_metrics_summary_t *r)
     memory_json("memory_measured", r->mem, r->activations, r->ref, mem, sizeof mem);
     snprintf(line, sizeof line,
              "{\"summary\":true,\"steps\":%ld,\"tokens\":%.0f,\"wall_s\":%.3f,\"train_s\":%.3f,"
-             "\"final_loss\":%.9g,\"final_val_loss\":%.9g,\"peak_rss_bytes\":%.0f,"
+             "\"final_loss\":%.9g,\"final_val_loss\":%.9g,\"peak_rss_bytes\":%.0f,\"peak_rss_growth_bytes\":%.0f,"
              "\"device_peak_bytes\":%.0f,%s}",
              r->steps, r->tokens, r->wall_s, r->train_s, r->final_loss, r->final_val_loss, r->peak_rss_bytes,
+             r->peak_rss_growth_bytes,
              r->device_peak_bytes, mem);
     write_line(line);
 }
