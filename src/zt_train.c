@@ -283,6 +283,11 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), tp %d, sp %d, B=%d T=%d, %s layout",
            total, world * tp, per_node * tp, tp, p.sp, zt_config_batch_rows(cfg),
            cfg->data.seq_len, zt_config_enum_name("parallel.shard_layout", p.layout));
+    if (zt_qlora_count(t)) {
+        char q[256];
+        zt_qlora_describe(t, q, sizeof q);
+        zt_log("qlora: %s; the 4-bit bytes and their scales are in params (and in buffers where gathered)", q);
+    }
     zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
            "buffers", "activations", "total", "host");
     for (int st = 0; st < ZT_STRATEGY_N; st++) {
