@@ -158,6 +158,23 @@ static size_t mem_total(const zt_shard_mem_t *m)
     return m->params + m->grads + m->optim + m->comm_buffers + m->gathered_peak;
 }
 
+static void tp_seq_setup(zt_param_table_t *t);
+
+/* A rank's table as the mesh runs it: its sequence share, ring attention, Megatron's
+ * sequence parallelism inside tp (what the model and the engine allocate by) */
+static void mesh_local(zt_param_table_t *t, const zt_parallel_plan_t *p)
+{
+    t->dims.sp_size = p->sp;
+    t->dims.sp_ring = p->sp > 1 && p->sp_mode == ZT_SP_RING;
+    if (p->tp_sequence_parallel) tp_seq_setup(t);
+}
+
+/* 1-bit Adam runs under ddp only (the engine refuses the rest): nothing else to plan */
+static int plannable(const zt_parallel_plan_t *p, zt_strategy_t st)
+{
+    return p->optimizer != ZT_OPTIM_ONEBIT_ADAM || st == ZT_DDP;
+}
+
 typedef struct estimate {
     zt_shard_mem_t mem;
     zt_shard_mem_t ref;         /* DPO's frozen reference copy (zero without one) */
@@ -268,7 +285,7 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     const int tp = cfg->parallel.tensor_parallel_size;
     const zt_plan_shape_t sh = g ? shape_of(g) : (zt_plan_shape_t){0};
     if (g && zt_plan_build(&p, cfg, &sh, world, per_node, err, sizeof err) == 0) t = zt_params_tp_local(g, tp, 0, err, sizeof err);
-    if (t) t->dims.sp_size = p.sp;
+    if (t) mesh_local(t, &p);
     if (!t) {
         zt_log_error("%s", err);
         zt_param_table_free(g);
@@ -291,7 +308,7 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
            "buffers", "activations", "total", "host");
     for (int st = 0; st < ZT_STRATEGY_N; st++) {
-        if (zt_strategy_is_hybrid(st) && (shard_n <= 0 || world % shard_n)) continue;
+        if ((zt_strategy_is_hybrid(st) && (shard_n <= 0 || world % shard_n)) || !plannable(&p, st)) continue;
         estimate_t e;
         estimate(cfg, &p, g, t, st, world, shard_n, &e);
         zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", zt_strategy_name(st),
@@ -357,8 +374,9 @@ int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, siz
             zt_parallel_plan_t p;
             c.parallel.tensor_parallel_size = tp, c.parallel.sequence_parallel_size = sp;
             if (zt_plan_build(&p, &c, &sh, world, per_node, err, sizeof err) != 0) continue;
-            t->dims.sp_size = sp;
+            mesh_local(t, &p);
             for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+                if (!plannable(&p, order[i])) continue;
                 estimate_t e;
                 estimate(&c, &p, g, t, order[i], world / tp, per_node / tp > 0 ? per_node / tp : 1, &e);
                 if ((double)e.total > limit) continue;
@@ -396,6 +414,7 @@ static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_parallel_plan_t 
     zt_strategy_t smallest = ZT_ZERO3;
     size_t smallest_total = SIZE_MAX;
     for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+        if (!plannable(p, order[i])) continue;
         estimate_t e;
         estimate(cfg, p, g, t, order[i], world, per_node, &e);
         if ((double)e.total <= limit) {
@@ -424,9 +443,9 @@ static int kv_sequences(const zt_config_t *cfg, int sp, int tp_seq, int batch)
 
 /* A run whose estimate exceeds the memory it may fill is refused before anything
  * large is allocated: an out-of-memory kill of one rank minutes later says less. The
- * estimate matches the allocations of model state exactly (accounting.sh) and the
- * activations closely; what it leaves out (libraries, a CUDA context, allocator
- * slack) is small beside a limit this estimate exceeds. */
+ * estimate is a dry run of the code that allocates (zt_memplan.h), so it is what the
+ * engine, the reference copy and the model will hold; what it leaves out (libraries, a
+ * CUDA context, allocator slack) is small beside a limit this estimate exceeds. */
 static int check_fits(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_backend_t *be,
                       const zt_param_table_t *g, const zt_param_table_t *t, zt_strategy_t st, const zt_comm_t *c, char *err, size_t errlen)
 {
@@ -1213,6 +1232,11 @@ static void startup_report(run_t *r)
            zt_fmt_bytes(e.mem.gathered_peak, b[4], 32), zt_fmt_bytes(e.activations, b[5], 32),
            zt_fmt_bytes(e.total, b[6], 32), e.mem.host ? "; offloaded to host " : "",
            e.mem.host ? zt_fmt_bytes(e.mem.host, b[7], 32) : "");
+    if (has_ref_copy(cfg))
+        zt_log("memory per rank (estimate): the dpo reference copy %s (params %s, gathered %s, host %s), in the total",
+               zt_fmt_bytes((double)(e.ref.params + e.ref.comm_buffers + e.ref.gathered_peak + e.ref.host), b[0], 32),
+               zt_fmt_bytes(e.ref.params, b[1], 32), zt_fmt_bytes(e.ref.gathered_peak, b[2], 32),
+               zt_fmt_bytes(e.ref.host, b[3], 32));
     zt_log("traffic per step (estimate): %s of collective buffers", zt_fmt_bytes(e.traffic, b[0], 32));
 }
 
@@ -1807,10 +1831,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (rc == 0 && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
         r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);
         if (r->ltable) {
-            r->ltable->dims.sp_size = comm->mesh_sp;
+            mesh_local(r->ltable, &r->plan);
             r->ltable->dims.sp_rank = comm->sp.rank;
-            r->ltable->dims.sp_ring = r->plan.sp_mode == ZT_SP_RING;
-            if (r->plan.tp_sequence_parallel) tp_seq_setup(r->ltable);
         }
     } else if (rc == 0) {
         r->ltable = r->table;
