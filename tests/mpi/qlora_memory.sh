@@ -6,6 +6,8 @@
 #  - rank 0's estimate (a dry run of the engine and the model: zt_memplan.h) equals what it
 #    allocated, category by category: the 4-bit base and its scales in params, the gathered
 #    units, the dequantization scratch in the activations;
+#  - --estimate-memory prints the same totals before any run (ddp at 1 rank, zero3 at 2), the
+#    4-bit base counted in its 4-bit form;
 #  - the process's peak resident memory (VmHWM) above its resident memory before the model
 #    existed (libraries, MPI, the token file: no estimate of ztrain's counts them) is within 10%
 #    of the estimated total, on every rank (the summary's peak_rss_growth_bytes is the largest).
@@ -29,10 +31,18 @@ EOF
 run_ztrain 1 q.cfg parallel.strategy=ddp train.output_dir=r1 >/dev/null
 assert_contains "$ZT_OUT" "qlora: 14 block linears quantized at load to nf4"
 run_ztrain 2 q.cfg parallel.strategy=zero3 train.output_dir=r2 >/dev/null
+run_ztrain 1 --estimate-memory --ranks 1 q.cfg >/dev/null
+cp "$ZT_OUT" est1.out
+run_ztrain 1 --estimate-memory --ranks 2 q.cfg >/dev/null
+cp "$ZT_OUT" est2.out
 "$PY" - r1 r2 <<'PYEOF' || fail "the estimate of a QLoRA run is not what it allocated, or its peak RSS is more than 10% away"
 import json, sys
 bad = []
-for d in sys.argv[1:]:
+def fmt(x):  # zt_fmt_bytes
+    u = 0
+    while x >= 1024 and u < 4: x /= 1024; u += 1
+    return f"{x:.2f} {['B', 'KiB', 'MiB', 'GiB', 'TiB'][u]}" if u else f"{x:.0f} B"
+for d, est_out, strategy in (("r1", "est1.out", "ddp"), ("r2", "est2.out", "zero3")):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
@@ -40,6 +50,9 @@ for d in sys.argv[1:]:
     if est != meas:
         bad.append(f"{d}: estimate {est} != measured {meas}")
     total, grown = start["memory_estimate_total"], summary["peak_rss_growth_bytes"]
+    row = next((l.split() for l in open(est_out) if l.split()[:1] == [strategy]), [])
+    if " ".join(row[11:13]) != fmt(total):
+        bad.append(f"--estimate-memory's {strategy} total {' '.join(row[11:13])} is not the run's estimate {fmt(total)}")
     ratio = grown / total
     print(f"{d}: estimate {total / 2**20:.2f} MiB, peak RSS {summary['peak_rss_bytes'] / 2**20:.2f} MiB, "
           f"{grown / 2**20:.2f} MiB above the process before the model: {ratio:.3f} of the estimate")
