@@ -165,7 +165,7 @@ static void tp_seq_setup(zt_param_table_t *t);
 static void mesh_local(zt_param_table_t *t, const zt_parallel_plan_t *p)
 {
     t->dims.sp_size = p->sp;
-    t->dims.sp_ring = p->sp > 1 && p->sp_mode == ZT_SP_RING;
+    t->dims.sp_ring = p->sp_mode == ZT_SP_RING;
     if (p->tp_sequence_parallel) tp_seq_setup(t);
 }
 
