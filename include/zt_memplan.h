@@ -5,10 +5,12 @@
  * zt_model_create (with its KV cache) against a counting backend, as ggml-alloc measures a
  * graph before it allocates it. The counting backend hands out address space that is never
  * touched (PROT_NONE: a data access in a dry run faults instead of passing unnoticed) and does
- * nothing in its data operations; the collectives go to a dry communicator (zt_comm.h) with
- * rank 0's groups of the planned mesh. What comes back are the very counters a run reports
- * as measured: the engine's per-category peaks (zt_shard_memory) and the model's activation
- * bytes (zt_model_activation_bytes), for rank 0, whose shards are the largest.
+ * nothing in its data operations; the counting itself is the engine's and the model's own
+ * accounting, the counters a run reports as measured. The collectives go to a dry
+ * communicator (zt_comm.h) with rank 0's groups of the planned mesh. What comes back: the
+ * engine's per-category peaks (zt_shard_memory), the model's activation bytes
+ * (zt_model_activation_bytes) and its KV cache's (zt_model_kv_bytes), for rank 0, whose
+ * shards are the largest.
  *
  * The step walked is the one-stage schedule the train loop runs (zt_train.c's
  * train_forward / train_backward): per micro-step the root unit, the blocks with their
@@ -39,8 +41,6 @@ typedef struct zt_memplan {
     zt_shard_mem_t ref;                /* the reference engine's (zero without one) */
     size_t activations;                /* the model's buffers (zt_model_activation_bytes) */
     size_t kv;                         /* the KV cache */
-    size_t device_peak, host_peak;     /* the counting backend's high-water marks over everything
-                                        * the dry run allocated through it */
 } zt_memplan_t;
 
 /* Runs the dry run q describes (nothing is computed or communicated; B = 0: no model). */
@@ -48,11 +48,8 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out);
 /* The model's part alone: zt_model_activation_bytes of zt_model_create(t, B, T, recompute). */
 size_t zt_memplan_activations(const zt_param_table_t *t, int B, int T, int recompute);
 
-/* The counting backend, for tests: allocations are counted (zt_memplan_counted) and reserve
- * address space only; data operations do nothing; compute kernels are absent (NULL). */
+/* The counting backend: allocations reserve address space only; data operations do nothing;
+ * compute kernels are absent (NULL). */
 const zt_backend_t *zt_memplan_backend(void);
-/* Bytes the counting backend holds now and at most since the last reset, device and host. */
-void zt_memplan_counted(size_t *device, size_t *device_peak, size_t *host, size_t *host_peak);
-void zt_memplan_reset(void);
 
 #endif

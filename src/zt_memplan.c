@@ -17,14 +17,13 @@
 
 /* ---- the counting backend ------------------------------------------------------------ */
 
-typedef struct { void *p; size_t bytes; int host; } dry_alloc_t;
+typedef struct { void *p; size_t bytes; } dry_alloc_t;
 static struct {
-    dry_alloc_t *a;
+    dry_alloc_t *a; /* what is handed out, for munmap */
     size_t n, cap;
-    size_t cur[2], peak[2]; /* [0] device, [1] host */
 } dry;
 
-static void *dry_take(size_t bytes, int host)
+static void *dry_take(size_t bytes)
 {
     void *p = mmap(NULL, bytes ? bytes : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) zt_fatal("memory plan: no address space for a dry allocation of %zu bytes", bytes);
@@ -34,9 +33,7 @@ static void *dry_take(size_t bytes, int host)
         if (!a) zt_fatal("out of memory");
         dry.a = a;
     }
-    dry.a[dry.n++] = (dry_alloc_t){p, bytes, host};
-    dry.cur[host] += bytes;
-    if (dry.cur[host] > dry.peak[host]) dry.peak[host] = dry.cur[host];
+    dry.a[dry.n++] = (dry_alloc_t){p, bytes};
     return p;
 }
 
@@ -46,7 +43,6 @@ static void dry_give(void *p)
     /* the latest allocations are freed first most often */
     for (size_t i = dry.n; i-- > 0;)
         if (dry.a[i].p == p) {
-            dry.cur[dry.a[i].host] -= dry.a[i].bytes;
             munmap(p, dry.a[i].bytes ? dry.a[i].bytes : 1);
             dry.a[i] = dry.a[--dry.n];
             return;
@@ -54,8 +50,6 @@ static void dry_give(void *p)
     zt_fatal("memory plan: free of %p, which the counting backend did not hand out", p);
 }
 
-static void *dry_alloc(size_t bytes) { return dry_take(bytes, 0); }
-static void *dry_alloc_host(size_t bytes) { return dry_take(bytes, 1); }
 static void dry_memzero(void *p, size_t n) { (void)p, (void)n; }
 static void dry_move(void *d, const void *s, size_t n) { (void)d, (void)s, (void)n; }
 static void dry_nothing(void) {}
@@ -77,14 +71,14 @@ static void dry_from16(float *o, const uint16_t *i, size_t n) { (void)o, (void)i
  * computes (a call is a fault, not a silent wrong figure). */
 static const zt_backend_t dry_backend = {
     .name = "dry",
-    .alloc = dry_alloc,
+    .alloc = dry_take,
     .free = dry_give,
     .memzero = dry_memzero,
     .copy = dry_move,
     .to_host = dry_move,
     .from_host = dry_move,
     .sync = dry_nothing,
-    .alloc_host = dry_alloc_host,
+    .alloc_host = dry_take, /* the engine and the model count what they ask for */
     .free_host = dry_give,
     .to_host_async = dry_move,
     .from_host_async = dry_move,
@@ -106,20 +100,6 @@ static const zt_backend_t dry_backend = {
 };
 
 const zt_backend_t *zt_memplan_backend(void) { return &dry_backend; }
-
-void zt_memplan_counted(size_t *device, size_t *device_peak, size_t *host, size_t *host_peak)
-{
-    if (device) *device = dry.cur[0];
-    if (device_peak) *device_peak = dry.peak[0];
-    if (host) *host = dry.cur[1];
-    if (host_peak) *host_peak = dry.peak[1];
-}
-
-void zt_memplan_reset(void)
-{
-    dry.peak[0] = dry.cur[0];
-    dry.peak[1] = dry.cur[1];
-}
 
 /* ---- the dry runs --------------------------------------------------------------------- */
 
@@ -175,8 +155,6 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
     const zt_backend_t *be = &dry_backend;
     zt_comm_t comm;
     zt_comm_create_dry(&comm, q->data, q->tp, q->shard_n);
-    const size_t dev0 = dry.cur[0], host0 = dry.cur[1];
-    dry.peak[0] = dev0, dry.peak[1] = host0;
 
     zt_shard_t *s = zt_shard_create(q->table, &comm, be, &q->opts);
     zt_shard_t *ref = q->ref_table ? zt_shard_create(q->ref_table, &comm, be, &q->opts) : NULL;
@@ -209,8 +187,6 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
         out->kv = zt_model_kv_bytes(m);
         zt_model_kv_cache(m, 0);
     }
-    out->device_peak = dry.peak[0] - dev0;
-    out->host_peak = dry.peak[1] - host0;
     zt_model_free(m);
     zt_shard_free(ref);
     zt_shard_free(s);
