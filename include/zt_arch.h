@@ -70,9 +70,6 @@ typedef struct zt_arch {
     void (*dims_to_config)(const zt_model_dims_t *d, zt_config_t *cfg);
     /* Adds the parameters and finishes the table. */
     void (*build_params)(zt_param_table_t *t, float init_std);
-    /* Bytes of the family's own activations, its LoRA buffers included (zt_model.c adds
-     * what it keeps). */
-    size_t (*activation_bytes)(const zt_param_table_t *t, int B, int T, int recompute);
     /* Training FLOPs per token (6 N over the GEMM parameters + attention), for MFU. */
     double (*flops_per_token)(const zt_model_dims_t *d, int T);
     const zt_arch_ops_t *ops;

@@ -247,6 +247,10 @@ typedef struct zt_backend {
     /* 1 when the host can read and write this backend's buffers directly (last, so
      * initializers that omit it mean "device memory") */
     int host_memory;
+    /* 1 for a counting backend (zt_memplan.h): its memory is address space that is never
+     * touched and its data operations do nothing, so code that allocates can be run
+     * once to measure what it would allocate */
+    int dry;
 } zt_backend_t;
 
 /* Registry: NULL-terminated, CPU backend always present. */

@@ -26,6 +26,8 @@ typedef struct zt_metrics_start {
     double traffic_estimate;      /* bytes of collective buffers per step */
     const zt_shard_mem_t *mem;    /* estimate */
     size_t activations;           /* estimate */
+    const zt_shard_mem_t *ref;    /* estimate of DPO's frozen reference copy, or NULL */
+    size_t total;                 /* estimate: all of the above a rank holds in backend memory */
 } zt_metrics_start_t;
 void zt_metrics_record_start(const zt_metrics_start_t *r);
 
@@ -55,8 +57,10 @@ typedef struct zt_metrics_summary {
     double tokens, wall_s, train_s;
     double final_loss, final_val_loss;   /* final_val_loss -1 without a validation set */
     double peak_rss_bytes, device_peak_bytes;
+    double peak_rss_growth_bytes;        /* max over ranks of VmHWM less the RSS before the model */
     const zt_shard_mem_t *mem;           /* measured (rank 0) */
     size_t activations;
+    const zt_shard_mem_t *ref;           /* measured: DPO's frozen reference copy, or NULL */
 } zt_metrics_summary_t;
 void zt_metrics_record_summary(const zt_metrics_summary_t *r);
 

@@ -57,8 +57,7 @@ void zt_model_set_row_keys(zt_model_t *m, const uint64_t *keys);
 
 /* Activation bytes the model allocated (for the memory report). */
 size_t zt_model_activation_bytes(const zt_model_t *m);
-/* Same, analytically, without allocating. */
-size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int T, int recompute);
+/* Without allocating: a dry run of zt_model_create against a counting backend (zt_memplan.h). */
 /* Model FLOPs per token of the step the table trains, for MFU: 6 per GEMM weight element
  * (4 where the weight is frozen: no weight gradient), 6 per LoRA adapter element, and
  * attention; recomputation not counted. */
@@ -108,6 +107,8 @@ int zt_model_head_rows_kept(const zt_model_t *m);
  *    slot[i] (distinct) at position past[i] (the caller's positions array says so too),
  *    each attending to its own sequence only: n sequences step at once. */
 void zt_model_kv_cache(zt_model_t *m, int nseq);
+/* Bytes the KV cache holds now (0 without one). */
+size_t zt_model_kv_bytes(const zt_model_t *m);
 void zt_model_kv_seq(zt_model_t *m, int slot, int past);
 void zt_model_kv_rows(zt_model_t *m, int n, const int *slot, const int *past);
 static inline void zt_model_kv_past(zt_model_t *m, int past) { zt_model_kv_seq(m, 0, past); }

@@ -119,9 +119,9 @@ typedef struct zt_shard_mem {
     size_t host;
 } zt_shard_mem_t;
 void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out);
-/* Analytic estimate of the same, without building the engine. */
-void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
-                              int replica_n, zt_shard_mem_t *out);
+/* An estimate of the same without memory is a dry run of this engine (zt_memplan.h): create
+ * and one step against a counting backend. With such a backend (be->dry) create allocates
+ * only (no initial values), and host-side arithmetic goes to it as well. */
 /* Theoretical collective bytes per optimizer step (nccl-tests "size" convention summed
  * over calls) for the strategy; used by tests and reports. Frozen units move their
  * parameter gathers only (zero3, shard_grad_op, hybrids): no reduction, no re-gather. */

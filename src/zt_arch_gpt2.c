@@ -179,16 +179,10 @@ static void gpt2_build(zt_param_table_t *t, float init_std)
     zt_params_finish(t, 1 + d->L, 0, 1);
 }
 
-/* The block's GEMMs: their weights' places in a block unit, and their input widths on
- * this rank (the row-parallel c_proj's are this tp rank's share of the heads and the MLP) */
+/* The block's GEMMs: their weights' places in a block unit */
 static const char *const gemm_name[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 static const int gemm_param[4] = {2, 4, 8, 10};
 enum { ATTN, PROJ, FC, FCP }; /* their indices */
-static int gemm_in(const zt_model_dims_t *d, int k)
-{
-    const int in[4] = {d->C, d->NH * d->HD, d->C, d->I};
-    return in[k];
-}
 
 /* 1 when block 0's GEMM k has an adapter (every block has the same targets) */
 static int has_lora(const zt_param_table_t *t, int k)
@@ -198,35 +192,12 @@ static int has_lora(const zt_param_table_t *t, int k)
     return t->lora_rank && zt_param_table_find(t, n) >= 0;
 }
 
-/* What LoRA adds: per block s x A^T (N, r) of every adapted GEMM, the shared scratch,
- * dact with an adapter on mlp.c_proj, and the frozen norms' gradient sink. */
-static size_t gpt2_lora_floats(const zt_param_table_t *t, size_t N)
+/* 1 when LoRA adapts any of the block's GEMMs */
+static int any_lora(const zt_param_table_t *t)
 {
-    const size_t C = t->dims.C;
-    size_t nr = 0;
-    int in = 0;
     for (int k = 0; k < 4; k++)
-        if (has_lora(t, k)) {
-            nr += (size_t)t->lora_rank;
-            in = ZT_MAX(in, gemm_in(&t->dims, k));
-        }
-    if (!nr) return 0;
-    return (size_t)t->dims.L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, in, t->lora_dropout > 0) +
-           (has_lora(t, 3) ? N * (size_t)t->dims.I : 0) + C;
-}
-
-static size_t gpt2_activation_bytes(const zt_param_table_t *t, int B, int T, int recompute)
-{
-    const zt_model_dims_t *d = &t->dims;
-    /* A, I: this rank's attention and MLP widths (C and 4C without tensor parallelism) */
-    const size_t N = (size_t)B * T, C = d->C, A = (size_t)d->NH * d->HD, I = d->I;
-    const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
-    const size_t per_block = Nl * C /*ln1*/ + 2 * Nl + 3 * N * A + N * A /*atty*/ +
-                             Nl * C /*res2*/ + Nl * C /*ln2*/ + 2 * Nl + 2 * N * I /*fch, gelu*/;
-    const size_t floats = (recompute ? 1 : (size_t)d->L) * per_block +
-                          zt_attention_floats(d, (size_t)B, (size_t)T, recompute) + 2 * N /*lnf*/ +
-                          3 * N * A /*dqkv*/ + gpt2_lora_floats(t, N);
-    return floats * sizeof(float);
+        if (has_lora(t, k)) return 1;
+    return 0;
 }
 
 static double gpt2_flops_per_token(const zt_model_dims_t *d, int T)
@@ -283,7 +254,7 @@ static void gpt2_create(zt_model_t *m)
     g->lnf_mean = zt_model_alloc(m, N * F);
     g->lnf_rstd = zt_model_alloc(m, N * F);
     g->dqkv = zt_model_alloc(m, 3 * N * A * F);
-    if (gpt2_lora_floats(table, N)) {
+    if (any_lora(table)) {
         int in = 0;
         for (int k = 0; k < 4; k++)
             if (g->lin[k].lora.n) in = ZT_MAX(in, g->lin[k].in);
@@ -445,7 +416,6 @@ const zt_arch_t zt_arch_gpt2 = {
     .dims_to_hf = gpt2_to_hf,
     .dims_to_config = gpt2_to_config,
     .build_params = gpt2_build,
-    .activation_bytes = gpt2_activation_bytes,
     .flops_per_token = gpt2_flops_per_token,
     .ops = &gpt2_ops,
 };

@@ -491,17 +491,6 @@ static void llama_build(zt_param_table_t *t, float init_std)
     zt_params_finish(t, 1 + d->L, 0, 1);
 }
 
-static size_t per_block_floats(const zt_model_dims_t *d, size_t B, size_t T)
-{
-    const size_t N = B * T, C = d->C, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD, I = d->I;
-    const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
-    size_t f = Nl * C + Nl /* ln1, rstd1 */ + N * S /* qkv */ + N * Q /* atty */ +
-               Nl * C /* res2 */ + Nl * C + Nl /* ln2, rstd2 */ + 2 * N * I /* gu */ + N * I /* act */;
-    if (d->qk_norm) f += N * S + N * (size_t)(d->NH + d->NKV);
-    if (d->sandwich) f += 2 * (Nl * C + Nl); /* ao, rstd_pa, mo, rstd_pf */
-    return f;
-}
-
 /* LoRA on a block's four GEMMs: their n*r summed, and the widest output and input */
 static void lora_shape(const zt_param_table_t *t, size_t *nr, int *c_max)
 {
@@ -523,24 +512,6 @@ static void lora_shape(const zt_param_table_t *t, size_t *nr, int *c_max)
         *nr += (size_t)n * t->lora_rank;
         *c_max = ZT_MAX(*c_max, c[k]);
     }
-}
-
-static size_t llama_activation_bytes(const zt_param_table_t *t, int B, int T, int recompute)
-{
-    const zt_model_dims_t *d = &t->dims;
-    const size_t N = (size_t)B * T, Q = (size_t)d->NH * d->HD, S = Q + 2 * (size_t)d->NKV * d->HD;
-    size_t f = (recompute ? 1 : (size_t)d->L) * per_block_floats(d, (size_t)B, (size_t)T) +
-               zt_attention_floats(d, (size_t)B, (size_t)T, recompute);
-    const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N, CH = ZT_MAX((size_t)d->C, (size_t)d->HD);
-    f += N /* rstd_f */ + N * S /* dqkv */ + (d->qk_norm ? N * S : 0) + N * ZT_MAX((size_t)d->I, Q) /* dtmp */ +
-         (size_t)d->HD / 2 * (d->sliding_pattern ? 2 : 1) /* inv_freq, _local */ + CH /* dw_frozen */ +
-         (d->norm_plus1 ? 2 * CH : 0) /* ones, w1 */ + (d->sandwich ? Nl * (size_t)d->C : 0) /* dsand */;
-    size_t nr;
-    int c_max;
-    lora_shape(t, &nr, &c_max);
-    if (nr) f += (size_t)d->L * N * nr + zt_lora_scratch_floats(N, t->lora_rank, c_max, t->lora_dropout > 0);
-    f += zt_qlora_dequant_floats(t); /* QLoRA: the widest 4-bit GEMM's weights, dequantized */
-    return f * sizeof(float);
 }
 
 static double llama_flops_per_token(const zt_model_dims_t *d, int T)
@@ -909,7 +880,7 @@ static const zt_arch_ops_t llama_ops = {
     const zt_arch_t var = {                                                                                    \
         .name = nm, .hf_class = cls, .hf_model_type = type, .dims_from_config = llama_from_config,             \
         .dims_from_hf = llama_from_hf, .dims_to_hf = to_hf, .dims_to_config = llama_to_config,                 \
-        .build_params = llama_build, .activation_bytes = llama_activation_bytes,                               \
+        .build_params = llama_build,                               \
         .flops_per_token = llama_flops_per_token, .ops = &llama_ops,                                           \
     }
 LLAMA_ENTRY(zt_arch_llama, "llama", "LlamaForCausalLM", "llama", llama_to_hf);

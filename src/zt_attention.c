@@ -279,19 +279,6 @@ static size_t sp_row_floats(const zt_model_dims_t *d, size_t N)
 static int ulysses(const zt_model_dims_t *d) { return d->sp_size > 1 && !d->sp_ring; }
 static int ring(const zt_model_dims_t *d) { return d->sp_size > 1 && d->sp_ring; }
 
-size_t zt_attention_floats(const zt_model_dims_t *d, size_t B, size_t T, int recompute)
-{
-    const size_t N = B * T, Q = (size_t)d->NH * d->HD;
-    size_t per_block = B * d->NH * T /* lse */, once = 0;
-    if (ulysses(d)) {
-        per_block += sp_row_floats(d, N) + N * Q;   /* qkv_sp, out_sp */
-        once = 3 * sp_row_floats(d, N) + N * Q;     /* dqkv_sp, the all-to-all's two buffers, dout_sp */
-    }
-    if (ring(d)) /* K|V blocks, their gradients, one pair's result */
-        once = 5 * N * 2 * (size_t)d->NKV * d->HD + N / 2 * Q + N / 2 * (size_t)d->NH;
-    return (recompute ? 1 : (size_t)d->L) * per_block + once;
-}
-
 void zt_attention_init(zt_model_t *m, zt_attention_t *at)
 {
     const zt_model_dims_t *d = &m->d;

@@ -749,6 +749,8 @@ void zt_comm_actcoll(zt_comm_t *c, zt_actcoll_t *out)
 
 int zt_any(zt_comm_t *c, int local_flag)
 {
+    /* a dry communicator's groups (zt_comm_create_dry) are this process alone */
+    if (c->world.comm == MPI_COMM_SELF) return local_flag != 0;
     int in = local_flag != 0, out = 0;
     ZT_MPI(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, c->world.comm));
     return out;
@@ -756,6 +758,7 @@ int zt_any(zt_comm_t *c, int local_flag)
 
 double zt_sum_double(zt_comm_t *c, zt_group_t *g, double x)
 {
+    if (g->comm == MPI_COMM_SELF) return x; /* a dry communicator's group: this process alone */
     double y = 0;
     ZT_MPI(MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, g->comm));
     return y;
@@ -763,6 +766,7 @@ double zt_sum_double(zt_comm_t *c, zt_group_t *g, double x)
 
 double zt_max_double(zt_comm_t *c, zt_group_t *g, double x)
 {
+    if (g->comm == MPI_COMM_SELF) return x;
     double y = 0;
     ZT_MPI(MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_MAX, g->comm));
     return y;

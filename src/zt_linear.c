@@ -71,11 +71,6 @@ static void lora_gemm_free(zt_model_t *m, zt_lora_gemm_t *g)
  * separate pass adding it, no (N, C) input-gradient part (accumulated by the GEMM)
  * unless dropout masks it first. Scratch: dxa (N, ZT_LORA_MAX r); with dropout one
  * target's masked input and its input-gradient part (N, C) each, and the row keys. */
-size_t zt_lora_scratch_floats(size_t N, int r, int c_max, int dropout)
-{
-    return N * (size_t)ZT_LORA_MAX * r + (dropout ? 2 * N * (size_t)c_max + N * 2 /* the row keys */ : 0);
-}
-
 void zt_lora_scratch(zt_model_t *m, int c_max)
 {
     const size_t N = (size_t)m->Bmax * m->Tmax, F = sizeof(float);

@@ -27,11 +27,17 @@ static void write_line(const char *json_line)
     fflush(metrics);
 }
 
-static void memory_json(const char *key, const zt_shard_mem_t *m, size_t act, char *buf, size_t len)
+/* ref: DPO's reference copy (params, buffers, gathered, host), or NULL */
+static void memory_json(const char *key, const zt_shard_mem_t *m, size_t act, const zt_shard_mem_t *ref, char *buf,
+                        size_t len)
 {
-    snprintf(buf, len, "\"%s\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"buffers\":%zu,"
-             "\"gathered\":%zu,\"activations\":%zu,\"host\":%zu}", key, m->params, m->grads, m->optim,
-             m->comm_buffers, m->gathered_peak, act, m->host);
+    size_t o = (size_t)snprintf(buf, len, "\"%s\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"buffers\":%zu,"
+                                "\"gathered\":%zu,\"activations\":%zu,\"host\":%zu", key, m->params, m->grads,
+                                m->optim, m->comm_buffers, m->gathered_peak, act, m->host);
+    if (ref && o < len)
+        o += (size_t)snprintf(buf + o, len - o, ",\"reference\":{\"params\":%zu,\"buffers\":%zu,\"gathered\":%zu,"
+                              "\"host\":%zu}", ref->params, ref->comm_buffers, ref->gathered_peak, ref->host);
+    if (o < len) snprintf(buf + o, len - o, "}");
 }
 
 static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)
@@ -58,11 +64,12 @@ static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)
 void zt_metrics_record_start(const zt_metrics_start_t *r)
 {
     char mem[512], line[1024];
-    memory_json("memory_estimate", r->mem, r->activations, mem, sizeof mem);
+    memory_json("memory_estimate", r->mem, r->activations, r->ref, mem, sizeof mem);
     snprintf(line, sizeof line,
              "{\"start\":true,\"world_size\":%d,\"strategy\":\"%s\",\"layout\":\"%s\",\"parameters\":%zu,"
-             "\"global_batch\":%ld,\"traffic_estimate_bytes\":%.0f,%s}",
-             r->world_size, r->strategy, r->layout, r->parameters, r->global_batch, r->traffic_estimate, mem);
+             "\"global_batch\":%ld,\"traffic_estimate_bytes\":%.0f,\"memory_estimate_total\":%zu,%s}",
+             r->world_size, r->strategy, r->layout, r->parameters, r->global_batch, r->traffic_estimate, r->total,
+             mem);
     write_line(line);
 }
 
@@ -102,12 +109,13 @@ void zt_metrics_record_skipped(long step, const char *reason, double loss_scale,
 void zt_metrics_record_summary(const zt_metrics_summary_t *r)
 {
     char line[1024], mem[512];
-    memory_json("memory_measured", r->mem, r->activations, mem, sizeof mem);
+    memory_json("memory_measured", r->mem, r->activations, r->ref, mem, sizeof mem);
     snprintf(line, sizeof line,
              "{\"summary\":true,\"steps\":%ld,\"tokens\":%.0f,\"wall_s\":%.3f,\"train_s\":%.3f,"
-             "\"final_loss\":%.9g,\"final_val_loss\":%.9g,\"peak_rss_bytes\":%.0f,"
+             "\"final_loss\":%.9g,\"final_val_loss\":%.9g,\"peak_rss_bytes\":%.0f,\"peak_rss_growth_bytes\":%.0f,"
              "\"device_peak_bytes\":%.0f,%s}",
              r->steps, r->tokens, r->wall_s, r->train_s, r->final_loss, r->final_val_loss, r->peak_rss_bytes,
+             r->peak_rss_growth_bytes,
              r->device_peak_bytes, mem);
     write_line(line);
 }

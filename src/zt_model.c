@@ -47,22 +47,6 @@ void zt_model_set_row_keys(zt_model_t *m, const uint64_t *keys)
     m->keys_set = 1;
 }
 
-size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int T, int recompute)
-{
-    const zt_model_dims_t *d = &t->dims;
-    const size_t N = (size_t)B * T, C = d->C;
-    const size_t Nl = d->tp_seq ? N / (size_t)d->tp_size : N; /* the residual stream's rows */
-    size_t floats = (size_t)d->L * Nl * C /* x_in */ + Nl * C /* x_out */ + N * C /* xf */ +
-                    (d->tp_seq ? 2 * N * C + Nl * C + Nl : 0) /* tp scratches, rows, positions */ +
-                    (size_t)head_rows_for(N, d->V) * d->V /* logits */ + N /* losses */ +
-                    2 * N * C /* dres, dres2 */;
-    /* tensor parallelism: local ids, the cross-entropy's row statistics, a gathered row */
-    if (d->tp_size > 1) floats += 3 * (size_t)head_rows_for(N, d->V) + (size_t)d->vocab_block * (d->tp_size + 1) + N;
-    /* inputs, targets, positions, and the segments of whole sequences (sp T per row) */
-    return floats * sizeof(float) + (3 + (size_t)ZT_MAX(d->sp_size, 1)) * N * sizeof(int32_t) +
-           t->arch->activation_bytes(t, B, T, recompute);
-}
-
 /* Model FLOPs of the step the table trains (the convention of doc/performance.md): the family
  * counts 6 per GEMM weight element per token (2 forward, 2 for the input gradient, 2 for the
  * weight gradient) and attention; a frozen weight (LoRA's base, a frozen unit) has no weight
@@ -473,6 +457,11 @@ void zt_model_kv_cache(zt_model_t *m, int nseq)
     }
     m->kv_nrows = 1;
     if (m->kv) m->kv_slot[0] = m->kv_pastv[0] = 0;
+}
+
+size_t zt_model_kv_bytes(const zt_model_t *m)
+{
+    return (size_t)m->kv_nseq * m->d.L * m->Tmax * kv_width(m) * sizeof(float);
 }
 
 void zt_model_kv_seq(zt_model_t *m, int slot, int past)

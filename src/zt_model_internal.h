@@ -124,8 +124,6 @@ typedef struct zt_attention {
 
 void zt_attention_init(zt_model_t *m, zt_attention_t *at);
 void zt_attention_free(zt_model_t *m, zt_attention_t *at);
-/* its activation floats at (B, T), for the family's estimate */
-size_t zt_attention_floats(const zt_model_dims_t *d, size_t B, size_t T, int recompute);
 void zt_attention_forward(zt_model_t *m, zt_attention_t *at, int l, int window, const float *qkv, float *out);
 void zt_attention_backward(zt_model_t *m, zt_attention_t *at, int l, int window, const float *qkv,
                            const float *out, const float *dout, float *dqkv);
@@ -175,11 +173,9 @@ typedef struct zt_lora_gemm {
 } zt_lora_gemm_t;
 
 /* (zt_linear.c runs it: zt_linear_t's lora) The shared scratch for GEMMs up to c_max
- * inputs (a family calls it once after its zt_linear_init calls; the model frees it);
- * its floats, for the estimates. */
+ * inputs (a family calls it once after its zt_linear_init calls; the model frees it). */
 void zt_lora_scratch(zt_model_t *m, int c_max);
 void zt_lora_scratch_free(zt_model_t *m);
-size_t zt_lora_scratch_floats(size_t N, int r, int c_max, int dropout);
 
 /* ---- one linear layer (zt_linear.c) --------------------------------------------------
  * y (N, out) = x (N, in) W^T + b, W the base weights params[0..nw) of a block unit side by

@@ -285,6 +285,9 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         p->frozen = q->frozen;
         p->lora_a = q->lora_a, p->lora_b = q->lora_b, p->adapter = q->adapter;
         p->quant = q->quant;
+        /* a 4-bit weight takes the floats of its 4-bit form (zt_qlora.h), not its shape's; QLoRA
+         * runs without tp (the config refuses it), so its copy is whole */
+        if (q->quant && tp == 1) p->numel = q->numel;
         p->gshape[0] = q->shape[0], p->gshape[1] = q->shape[1], p->gnumel = q->numel;
         p->tp_share = dim < 0 ? tp : 1;
         p->tp_grad_sum = dim < 0 && tp > 1 && (q->role == ZT_ROLE_QK_NORM || q->adapter);

@@ -123,6 +123,8 @@ struct zt_shard {
     int dl_unit, dl_add;    /* host_grads: the unit whose download is in flight (-1: none),
                              * and whether it lands in hgrad[0] to be added (micro > 0) */
     const zt_backend_t *ob; /* where the optimizer state lives and AdamW runs */
+    const zt_backend_t *hb; /* host memory's kernels: the CPU's, or a counting backend itself (a
+                             * dry run: its host buffers are address space only, zt_memplan.h) */
     int comm_ordered;       /* collectives are stream-ordered after uploads (device comm) */
     /* tensor parallelism: the tp group (NULL without), this rank's place in it */
     zt_group_t *tp;
@@ -318,13 +320,13 @@ static void upload_owned(zt_shard_t *s, int ui)
     unit_state_t *u = &s->u[ui];
     if (s->offload_param) {
         /* the working shard is host memory: fp32 uses the master itself */
-        if (s->mixed) to16_on(&zt_backend_cpu, s->pdt, u->wshard, u->master, u->S);
+        if (s->mixed) to16_on(s->hb, s->pdt, u->wshard, u->master, u->S);
         return;
     }
     const char *src = (const char *)u->master;
     if (s->mixed) {
         s->be->wait_uploads(); /* the previous unit's upload reads h16 */
-        to16_on(&zt_backend_cpu, s->pdt, s->h16, u->master, u->S);
+        to16_on(s->hb, s->pdt, s->h16, u->master, u->S);
         src = (const char *)s->h16;
     }
     const size_t es = s->pesz;
@@ -524,7 +526,8 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     s->offload_param = s->offload && opts->offload_param && s->shard_params;
     s->host_grads = s->offload && !s->persistent_grads && !s->hybrid;
     s->dl_unit = -1;
-    s->ob = s->offload ? &zt_backend_cpu : be;
+    s->hb = be->dry ? be : &zt_backend_cpu;
+    s->ob = s->offload ? s->hb : be;
     s->comm_ordered = comm->dev != NULL;
     s->pack_es = ZT_MAX(s->pesz, zt_dtype_size(s->gdt));
     invalidate_slots(s);
@@ -562,7 +565,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
                 else u->shard_p = falloc(s, MEM_PARAMS, u->S);
             } else
                 u->full = falloc(s, MEM_PARAMS, u->lay.packed);
-            init_frozen(s, ui);
+            if (!be->dry) init_frozen(s, ui); /* a dry run allocates only */
             if (opts->layout == ZT_LAYOUT_PER_PARAM && s->n > 1 && u->lay.packed > s->pack_tmp_n)
                 s->pack_tmp_n = u->lay.packed;
             continue;
@@ -584,13 +587,14 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         u->m = falloc(s, optim_mem, u->S);
         u->v = falloc(s, optim_mem, u->S);
         if (s->offload) grow_host_stage(s, u->S);
-        init_values(s, ui);
+        if (!be->dry) init_values(s, ui);
         if (opts->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
             /* ddp: one opt segment per parameter, the whole tensor */
             if (st != ZT_DDP || s->offload) zt_fatal("1-bit Adam runs under ddp without offload only");
             size_t *numel = zt_malloc((size_t)u->noseg * sizeof *numel);
             for (int i = 0; i < u->noseg; i++) numel[i] = u->oseg[i].len;
-            u->onebit = zt_onebit_set_create(numel, u->noseg, s->rg);
+            /* (its buffers are host memory of its own: a dry run counts them only) */
+            if (!be->dry) u->onebit = zt_onebit_set_create(numel, u->noseg, s->rg);
             /* host memory beside m and v, counted with them */
             s->mem.optim += zt_onebit_state_bytes(numel, u->noseg, s->rg ? s->rg->size : 1);
             s->mem_peak.optim = s->mem.optim;
@@ -981,8 +985,8 @@ static void round_fp16(zt_shard_t *s, float *x, size_t n)
         uint16_t b[4096];
         for (size_t off = 0; off < n; off += 4096) {
             const size_t k = ZT_MIN((size_t)4096, n - off);
-            zt_backend_cpu.to_fp16(b, x + off, k);
-            zt_backend_cpu.from_fp16(x + off, b, k);
+            s->hb->to_fp16(b, x + off, k);
+            s->hb->from_fp16(x + off, b, k);
         }
         return;
     }
@@ -1206,99 +1210,6 @@ void zt_shard_end_inference(zt_shard_t *s)
 void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out)
 {
     *out = s->mem_peak;
-}
-
-void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
-                              int replica_n, zt_shard_mem_t *out)
-{
-    memset(out, 0, sizeof *out);
-    const zt_strategy_t st = o->strategy;
-    const int n = st == ZT_DDP ? 1 : shard_n;
-    const int shard_params = zt_strategy_shards_params(st), persistent = !zt_strategy_shards_grads(st);
-    /* bf16/fp16: working params 2 bytes, the fp32 master joins m and v (12 bytes per
-     * owned element); gradient accumulators stay fp32 (see the file comment) */
-    const int mixed = o->param_dtype != ZT_PREC_FP32, reduce16 = o->reduce_dtype != ZT_PREC_FP32;
-    const size_t pb = mixed ? 2 : 4, gb = reduce16 ? 2 : 4, ob = mixed ? 12 : 8;
-    /* offload: master, m and v (12 bytes per owned element) move to the host; with
-     * offload_param the owned working shard too (fp32: it is the master) */
-    const int off = o->offload_optim != 0, offp = off && o->offload_param && shard_params;
-    /* ...and where gradients are sharded (not the hybrids) the owned accumulators */
-    const int host_grads = off && !persistent && !zt_strategy_is_hybrid(st);
-    /* largest, second, all_gathered, owned_all: every unit (gathers, uploads);
-     * largest_t, owned, root_P, block_P: the trainable units (gradients, AdamW) */
-    size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0, owned = 0;
-    size_t root_P = 0, block_P = 0, largest_t = 0, owned_all = 0, adapter = 0;
-    for (int ui = 0; ui < t->nunits; ui++) {
-        zt_unit_layout_t lay;
-        zt_unit_layout_build(&lay, t, ui, n, o->layout);
-        /* the largest shard (rank 0's) is the per-rank upper bound */
-        size_t S = lay.count[0], P = lay.packed;
-        if (P > largest) second = largest, largest = P;
-        else if (P > second) second = P;
-        all_gathered += P;
-        if (o->layout == ZT_LAYOUT_PER_PARAM && n > 1 && P > pack) pack = P;
-        owned_all = ZT_MAX(owned_all, S);
-        if (ui == t->root_unit) root = lay.numel;
-        else if (slot_of(t, ui) == 2) adapter = ZT_MAX(adapter, lay.numel);
-        else block = ZT_MAX(block, lay.numel);
-        if (t->unit_frozen && t->unit_frozen[ui]) {
-            /* frozen: the parameters only, in their working dtype (the fp32 shard is
-             * the host's under offload_param) */
-            if (!offp) out->params += (shard_params ? S : P) * pb;
-            else out->host += S * pb;
-            zt_unit_layout_free(&lay);
-            continue;
-        }
-        if (!offp) out->params += (shard_params ? S : P) * pb;
-        else if (mixed) out->host += S * 2;
-        out->grads += (persistent ? P : 0) * 4 + (st != ZT_DDP && !host_grads ? S : 0) * 4;
-        if (host_grads) out->host += S * 4;
-        if (off) out->host += S * 12;
-        else out->optim += S * ob;
-        if (o->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
-            /* 1-bit Adam's error feedback (ddp: replica_n ranks exchange) */
-            const int f = t->unit_first[ui], c = t->unit_count[ui];
-            size_t *numel = zt_malloc((size_t)(c > 0 ? c : 1) * sizeof *numel);
-            for (int i = 0; i < c; i++) numel[i] = t->params[f + i].numel;
-            out->optim += zt_onebit_state_bytes(numel, c, replica_n);
-            free(numel);
-        }
-        largest_t = ZT_MAX(largest_t, P);
-        owned = ZT_MAX(owned, S);
-        if (ui == t->root_unit) root_P = P;
-        else block_P = ZT_MAX(block_P, P);
-        zt_unit_layout_free(&lay);
-    }
-    /* transient gradients. Where gradients are sharded a unit's full gradients live
-     * from its backward to its reduce-scatter: the root unit's through the whole
-     * backward (the tied wte gets the head's gradient first and the embedding's
-     * last), and, the reduction overlapping the next unit's backward, two blocks' at
-     * once; plus a reduce-scatter landing shard (zero1's too: its full gradients are
-     * the persistent accumulators). An upper bound, checked against the allocator's
-     * peak by tests/mpi/check_accounting.py. */
-    const size_t full = persistent ? 0 : (root_P + (n > 1 ? 2 : 1) * block_P) * 4;
-    /* (landing shards: the largest owned one, rank 0's, which per_param makes more than
-     * P / n where rows do not split evenly) */
-    out->comm_buffers = pack * ZT_MAX(pb, gb) + full + (n > 1 ? owned * 4 : 0);
-    /* 16-bit reductions: the rounded copy of a unit's gradients and its landing shard */
-    if (reduce16 && (st != ZT_DDP ? n > 1 : replica_n > 1))
-        out->comm_buffers += largest_t * 2 + (st != ZT_DDP ? owned * 2 : 0);
-    /* mixed: the fp32 views of the root unit, of the running block and of its adapters */
-    if (mixed) out->comm_buffers += (root + block + adapter) * 4;
-    /* fp16: the 16-bit buffer through which the owned gradients are rounded */
-    if (o->param_dtype == ZT_PREC_FP16) out->comm_buffers += ZT_MIN(owned, ROUND_CHUNK) * 2;
-    /* offload: two host landings of a unit's gradients (and one 16-bit rounding);
-     * offload_param: the uploads of the running and the prefetched unit */
-    if (off) out->host += 2 * owned * 4 + (mixed && !offp ? owned * 2 : 0);
-    if (offp && n > 1) out->comm_buffers += 2 * owned_all * pb;
-    /* host_grads: a unit's reduced gradients stay until their download finished */
-    if (host_grads) out->comm_buffers += owned * 4;
-    if (shard_params) {
-        const int keeps_all = st == ZT_SHARD_GRAD_OP || st == ZT_HYBRID_ZERO2 || !o->reshard_after_forward;
-        /* zero3: the root unit stays gathered for the micro-step, plus the running
-         * block and the prefetched one */
-        out->gathered_peak = (keeps_all ? all_gathered : largest + 2 * second) * pb;
-    }
 }
 
 double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,

@@ -38,6 +38,7 @@
 #include "zt_hf_model.h"
 #include "zt_qlora.h"
 #include "zt_log.h"
+#include "zt_memplan.h"
 #include "zt_metrics.h"
 #include "zt_pref.h"
 #include "zt_mfu.h"
@@ -98,6 +99,8 @@ typedef struct run {
     double loss_scale;          /* fp16: S (1 without fp16) */
     int dynamic_scale;          /* fp16 with train.loss_scale = 0 */
     long good_steps;            /* dynamic: steps since the last overflow or doubling */
+    size_t rss0;                /* the process's resident memory before the model and the engine exist
+                                 * (libraries, MPI, the data): what no estimate of ztrain's own counts */
 } run_t;
 
 static void hist_push(hist_t *h, long step, float v)
@@ -155,27 +158,87 @@ static size_t mem_total(const zt_shard_mem_t *m)
     return m->params + m->grads + m->optim + m->comm_buffers + m->gathered_peak;
 }
 
+static void tp_seq_setup(zt_param_table_t *t);
+
+/* A rank's table as the mesh runs it: its sequence share, ring attention, Megatron's
+ * sequence parallelism inside tp (what the model and the engine allocate by) */
+static void mesh_local(zt_param_table_t *t, const zt_parallel_plan_t *p)
+{
+    t->dims.sp_size = p->sp;
+    t->dims.sp_ring = p->sp_mode == ZT_SP_RING;
+    if (p->tp_sequence_parallel) tp_seq_setup(t);
+}
+
+/* 1-bit Adam runs under ddp only (the engine refuses the rest): nothing else to plan */
+static int plannable(const zt_parallel_plan_t *p, zt_strategy_t st)
+{
+    return p->optimizer != ZT_OPTIM_ONEBIT_ADAM || st == ZT_DDP;
+}
+
 typedef struct estimate {
     zt_shard_mem_t mem;
-    size_t activations, total;
+    zt_shard_mem_t ref;         /* DPO's frozen reference copy (zero without one) */
+    size_t activations, kv, total;
     double traffic;
 } estimate_t;
 
-/* t: a rank's (tp-local) table; world: the data-parallel ranks the strategy spans */
-static void estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *t,
-                     zt_strategy_t st, int world, int shard_n, estimate_t *e)
+/* DPO with full fine-tuning or pref.ref_model: a frozen reference copy (ref_create) */
+static int has_ref_copy(const zt_config_t *cfg)
 {
-    zt_shard_opts_t o;
-    fill_opts(cfg, p, st, &o);
-    int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
-    int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
-    zt_shard_memory_estimate(t, &o, sn, rn, &e->mem);
-    /* sequence parallelism: a rank runs seq_len / sp positions of each sequence */
-    e->activations = zt_model_activation_bytes_estimate(t, zt_config_batch_rows(cfg),
-                                                        cfg->data.seq_len / p->sp,
-                                                        cfg->train.gradient_checkpointing);
-    e->total = mem_total(&e->mem) + e->activations;
-    e->traffic = zt_shard_traffic_estimate(t, &o, sn, rn, cfg->train.gradient_accumulation_steps);
+    return !cfg->mode_generate && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss) &&
+           (cfg->train.finetuning_type == ZT_FT_FULL || cfg->pref.ref_model[0]);
+}
+
+/* The reference's table on tp rank `rank`: the base model's (without LoRA's adapter units),
+ * every parameter frozen */
+static zt_param_table_t *ref_table_of(const zt_param_table_t *g, int tp, int rank, char *err, size_t errlen)
+{
+    zt_param_table_t *t = zt_params_tp_local(g, tp, rank, err, errlen);
+    if (!t) return NULL;
+    for (int i = 0; i < t->nparams; i++) t->params[i].frozen = 1;
+    if (t->first_adapter_unit >= 0) { /* the adapter units come last: the base's units alone */
+        const int nu = t->first_adapter_unit;
+        while (t->nparams > 0 && t->params[t->nparams - 1].unit >= nu) t->nparams--;
+        t->lora_rank = 0;
+        zt_params_finish(t, nu, t->root_unit, t->first_block_unit);
+    } else {
+        zt_params_finish(t, t->nunits, t->root_unit, t->first_block_unit);
+    }
+    return t;
+}
+
+static int kv_sequences(const zt_config_t *cfg, int sp, int tp_seq, int batch);
+static int gen_batch_of(int batch, int T);
+
+/* A rank's memory: a dry run of the engine, the reference's engine and the model that the
+ * run would create (zt_memplan.h), never a second description of them. g: the global table;
+ * t: a rank's (tp-local) share of it; world: the data-parallel ranks the strategy spans */
+static void estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *g,
+                     const zt_param_table_t *t, zt_strategy_t st, int world, int shard_n, estimate_t *e)
+{
+    zt_memplan_req_t q = {.table = t, .data = world, .tp = p->tp, .shard_n = shard_n,
+                          .B = zt_config_batch_rows(cfg), .T = cfg->data.seq_len / p->sp, /* sp: T / sp a rank */
+                          .recompute = cfg->train.gradient_checkpointing,
+                          .nmicro = cfg->train.gradient_accumulation_steps};
+    fill_opts(cfg, p, st, &q.opts);
+    char err[ZT_ERRLEN];
+    zt_param_table_t *ref = has_ref_copy(cfg) ? ref_table_of(g, p->tp, 0, err, sizeof err) : NULL;
+    q.ref_table = ref;
+    /* generation's KV cache where the run generates (--generate, generate.at_eval) */
+    if (cfg->mode_generate || cfg->generate.at_eval)
+        q.kv_nseq = kv_sequences(cfg, t->dims.sp_size, t->dims.tp_seq,
+                                 gen_batch_of(cfg->generate.batch_size, cfg->data.seq_len));
+    zt_memplan_t m;
+    zt_memplan_run(&q, &m);
+    zt_param_table_free(ref);
+    e->mem = m.mem;
+    e->ref = m.ref;
+    e->activations = m.activations;
+    e->kv = m.kv;
+    e->total = mem_total(&e->mem) + mem_total(&e->ref) + e->activations;
+    const int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
+    const int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
+    e->traffic = zt_shard_traffic_estimate(t, &q.opts, sn, rn, cfg->train.gradient_accumulation_steps);
 }
 
 static double host_memory_per_rank(int per_node)
@@ -222,7 +285,7 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     const int tp = cfg->parallel.tensor_parallel_size;
     const zt_plan_shape_t sh = g ? shape_of(g) : (zt_plan_shape_t){0};
     if (g && zt_plan_build(&p, cfg, &sh, world, per_node, err, sizeof err) == 0) t = zt_params_tp_local(g, tp, 0, err, sizeof err);
-    if (t) t->dims.sp_size = p.sp;
+    if (t) mesh_local(t, &p);
     if (!t) {
         zt_log_error("%s", err);
         zt_param_table_free(g);
@@ -230,7 +293,6 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     }
     /* the strategies span the data-parallel ranks: world / tp, per_node / tp of them a node */
     const size_t total = g->total_numel;
-    zt_param_table_free(g);
     world /= tp;
     per_node = ZT_MAX(per_node / tp, 1);
     int shard_n = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size : per_node;
@@ -238,23 +300,32 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), tp %d, sp %d, B=%d T=%d, %s layout",
            total, world * tp, per_node * tp, tp, p.sp, zt_config_batch_rows(cfg),
            cfg->data.seq_len, zt_config_enum_name("parallel.shard_layout", p.layout));
+    if (zt_qlora_count(t)) {
+        char q[256];
+        zt_qlora_describe(t, q, sizeof q);
+        zt_log("qlora: %s; the 4-bit bytes and their scales are in params (and in buffers where gathered)", q);
+    }
     zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", "strategy", "params", "grads", "optimizer",
            "buffers", "activations", "total", "host");
     for (int st = 0; st < ZT_STRATEGY_N; st++) {
-        if (zt_strategy_is_hybrid(st) && (shard_n <= 0 || world % shard_n)) continue;
+        if ((zt_strategy_is_hybrid(st) && (shard_n <= 0 || world % shard_n)) || !plannable(&p, st)) continue;
         estimate_t e;
-        estimate(cfg, &p, t, st, world, shard_n, &e);
+        estimate(cfg, &p, g, t, st, world, shard_n, &e);
         zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", zt_strategy_name(st),
-               zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
+               zt_fmt_bytes(e.mem.params + e.ref.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
                zt_fmt_bytes(e.mem.optim, b[2], 32),
-               zt_fmt_bytes(e.mem.comm_buffers + e.mem.gathered_peak, b[3], 32),
+               zt_fmt_bytes(e.mem.comm_buffers + e.mem.gathered_peak + e.ref.comm_buffers + e.ref.gathered_peak,
+                            b[3], 32),
                zt_fmt_bytes(e.activations, b[4], 32), zt_fmt_bytes(e.total, b[5], 32),
-               zt_fmt_bytes(e.mem.host, b[6], 32));
+               zt_fmt_bytes(e.mem.host + e.ref.host, b[6], 32));
     }
+    if (has_ref_copy(cfg))
+        zt_log("(train.stage = dpo: params, buffers and host include the frozen reference copy's)");
     if (!zt_config_given(cfg, "train.bf16") && !zt_config_given(cfg, "train.fp16"))
         zt_log("(fp32 as given; on the cuda backend a run without train.bf16 / train.fp16 trains in bf16: "
                "add train.bf16=true for those figures)");
     zt_param_table_free(t);
+    zt_param_table_free(g);
 }
 
 int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_plan_t *plan, char *err,
@@ -303,10 +374,11 @@ int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, siz
             zt_parallel_plan_t p;
             c.parallel.tensor_parallel_size = tp, c.parallel.sequence_parallel_size = sp;
             if (zt_plan_build(&p, &c, &sh, world, per_node, err, sizeof err) != 0) continue;
-            t->dims.sp_size = sp;
+            mesh_local(t, &p);
             for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+                if (!plannable(&p, order[i])) continue;
                 estimate_t e;
-                estimate(&c, &p, t, order[i], world / tp, per_node / tp > 0 ? per_node / tp : 1, &e);
+                estimate(&c, &p, g, t, order[i], world / tp, per_node / tp > 0 ? per_node / tp : 1, &e);
                 if ((double)e.total > limit) continue;
                 if (tp == 1 && sp == 1) { /* it fits as it is: the strategy choice as always */
                     zt_param_table_free(t);
@@ -333,7 +405,7 @@ int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, siz
 
 /* auto: the least traffic that fits; ordered by collective volume per step */
 static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_backend_t *be,
-                               const zt_param_table_t *t, int world, int per_node, char *why, size_t len)
+                               const zt_param_table_t *g, const zt_param_table_t *t, int world, int per_node, char *why, size_t len)
 {
     static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
     char what[160];
@@ -342,8 +414,9 @@ static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_parallel_plan_t 
     zt_strategy_t smallest = ZT_ZERO3;
     size_t smallest_total = SIZE_MAX;
     for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+        if (!plannable(p, order[i])) continue;
         estimate_t e;
-        estimate(cfg, p, t, order[i], world, per_node, &e);
+        estimate(cfg, p, g, t, order[i], world, per_node, &e);
         if ((double)e.total <= limit) {
             snprintf(why, len, "estimated %s per rank fits the limit of %s; it moves the least data of those that fit",
                      zt_fmt_bytes((double)e.total, b1, 32), zt_fmt_bytes(limit, b2, 32));
@@ -368,32 +441,21 @@ static int kv_sequences(const zt_config_t *cfg, int sp, int tp_seq, int batch)
     return batch > 1 ? batch + 1 : 1;
 }
 
-/* Generation's KV cache per rank where the run generates (--generate, generate.at_eval).
- * d: the rank's (tp-local) dims. */
-static double kv_cache_bytes(const zt_config_t *cfg, const zt_model_dims_t *d)
-{
-    if (!cfg->mode_generate && !cfg->generate.at_eval) return 0.0;
-    const int T = cfg->data.seq_len;
-    const int nseq = kv_sequences(cfg, d->sp_size, d->tp_seq,
-                                  gen_batch_of(cfg->generate.batch_size, T));
-    return (double)nseq * d->L * T * 2.0 * d->NKV * d->HD * sizeof(float);
-}
-
 /* A run whose estimate exceeds the memory it may fill is refused before anything
  * large is allocated: an out-of-memory kill of one rank minutes later says less. The
- * estimate matches the allocations of model state exactly (accounting.sh) and the
- * activations closely; what it leaves out (libraries, a CUDA context, allocator
- * slack) is small beside a limit this estimate exceeds. */
+ * estimate is a dry run of the code that allocates (zt_memplan.h), so it is what the
+ * engine, the reference copy and the model will hold; what it leaves out (libraries, a
+ * CUDA context, allocator slack) is small beside a limit this estimate exceeds. */
 static int check_fits(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_backend_t *be,
-                      const zt_param_table_t *t, zt_strategy_t st, const zt_comm_t *c, char *err, size_t errlen)
+                      const zt_param_table_t *g, const zt_param_table_t *t, zt_strategy_t st, const zt_comm_t *c, char *err, size_t errlen)
 {
     estimate_t e;
-    estimate(cfg, p, t, st, c->data.size, c->shard.size, &e);
+    estimate(cfg, p, g, t, st, c->data.size, c->shard.size, &e);
     char what[160], b[3][32];
     const double limit = memory_limit(cfg, be, c->local_size, what, sizeof what);
     /* on a host-memory backend the offloaded state is in the same memory */
-    const double state = (double)e.total + (be->host_memory ? (double)e.mem.host : 0.0);
-    const double kv = kv_cache_bytes(cfg, &t->dims);
+    const double state = (double)e.total + (be->host_memory ? (double)(e.mem.host + e.ref.host) : 0.0);
+    const double kv = (double)e.kv;
     if (state <= limit && state + kv > limit)
         return zt_err(err, errlen,
                       "memory: generation's KV cache for generate.batch_size=%d needs %s per rank beside the "
@@ -409,11 +471,11 @@ static int check_fits(const zt_config_t *cfg, const zt_parallel_plan_t *p, const
                       "or lower train.per_device_train_batch_size (parallel.memory_limit_gb sets the limit)",
                       zt_strategy_name(st), zt_fmt_bytes(state, b[0], 32), zt_fmt_bytes(limit, b[1], 32), what);
     const double host = host_memory_per_rank(c->local_size);
-    if (!be->host_memory && (double)e.mem.host > host)
+    if (!be->host_memory && (double)(e.mem.host + e.ref.host) > host)
         return zt_err(err, errlen,
                       "memory: offload needs an estimated %s of host memory per rank, more than the %s "
                       "(physical memory / %d ranks on this node)",
-                      zt_fmt_bytes((double)e.mem.host, b[0], 32), zt_fmt_bytes(host, b[1], 32), c->local_size);
+                      zt_fmt_bytes((double)(e.mem.host + e.ref.host), b[0], 32), zt_fmt_bytes(host, b[1], 32), c->local_size);
     return 0;
 }
 
@@ -1162,7 +1224,7 @@ static void startup_report(run_t *r)
         zt_log("warm-up: %ld steps = ceil(%ld steps x optim.warmup_ratio %g)", r->sched.warmup, r->total_steps,
                cfg->optim.warmup_ratio);
     estimate_t e;
-    estimate(cfg, &r->plan, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
+    estimate(cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
     char b[8][32];
     zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s%s%s",
            zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
@@ -1170,6 +1232,11 @@ static void startup_report(run_t *r)
            zt_fmt_bytes(e.mem.gathered_peak, b[4], 32), zt_fmt_bytes(e.activations, b[5], 32),
            zt_fmt_bytes(e.total, b[6], 32), e.mem.host ? "; offloaded to host " : "",
            e.mem.host ? zt_fmt_bytes(e.mem.host, b[7], 32) : "");
+    if (has_ref_copy(cfg))
+        zt_log("memory per rank (estimate): the dpo reference copy %s (params %s, gathered %s, host %s), in the total",
+               zt_fmt_bytes((double)(e.ref.params + e.ref.comm_buffers + e.ref.gathered_peak + e.ref.host), b[0], 32),
+               zt_fmt_bytes(e.ref.params, b[1], 32), zt_fmt_bytes(e.ref.gathered_peak, b[2], 32),
+               zt_fmt_bytes(e.ref.host, b[3], 32));
     zt_log("traffic per step (estimate): %s of collective buffers", zt_fmt_bytes(e.traffic, b[0], 32));
 }
 
@@ -1177,11 +1244,12 @@ static void startup_report(run_t *r)
 static void start_record(const run_t *r)
 {
     estimate_t e;
-    estimate(r->cfg, &r->plan, r->ltable, r->sopts.strategy, r->comm->data.size, r->comm->shard.size, &e);
+    estimate(r->cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, r->comm->data.size, r->comm->shard.size, &e);
     const zt_metrics_start_t rec = {
         .world_size = r->comm->world.size, .strategy = zt_strategy_name(r->sopts.strategy),
         .layout = zt_config_enum_name("parallel.shard_layout", r->plan.layout), .parameters = r->table->total_numel, .global_batch = r->G,
         .traffic_estimate = e.traffic, .mem = &e.mem, .activations = e.activations,
+        .ref = has_ref_copy(r->cfg) ? &e.ref : NULL, .total = e.total,
     };
     zt_metrics_record_start(&rec);
 }
@@ -1261,18 +1329,9 @@ static int ref_create(run_t *r)
 {
     const char *dir = r->cfg->pref.ref_model[0] ? r->cfg->pref.ref_model : r->cfg->model.name_or_path;
     char err[ZT_ERRLEN] = "";
-    zt_param_table_t *t = zt_params_tp_local(r->table, r->comm->mesh_tp, r->comm->tp.rank, err, sizeof err);
+    zt_param_table_t *t = ref_table_of(r->table, r->comm->mesh_tp, r->comm->tp.rank, err, sizeof err);
     int rc = t ? 0 : -1;
     if (t) {
-        for (int i = 0; i < t->nparams; i++) t->params[i].frozen = 1;
-        if (t->first_adapter_unit >= 0) { /* the adapter units come last: the base's units alone */
-            const int nu = t->first_adapter_unit;
-            while (t->nparams > 0 && t->params[t->nparams - 1].unit >= nu) t->nparams--;
-            t->lora_rank = 0;
-            zt_params_finish(t, nu, t->root_unit, t->first_block_unit);
-        } else {
-            zt_params_finish(t, t->nunits, t->root_unit, t->first_block_unit);
-        }
         r->ref_table = t;
         r->ref_shard = zt_shard_create(t, r->comm, r->be, &r->sopts);
         double bytes = 0;
@@ -1772,10 +1831,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (rc == 0 && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
         r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);
         if (r->ltable) {
-            r->ltable->dims.sp_size = comm->mesh_sp;
+            mesh_local(r->ltable, &r->plan);
             r->ltable->dims.sp_rank = comm->sp.rank;
-            r->ltable->dims.sp_ring = r->plan.sp_mode == ZT_SP_RING;
-            if (r->plan.tp_sequence_parallel) tp_seq_setup(r->ltable);
         }
     } else if (rc == 0) {
         r->ltable = r->table;
@@ -1789,7 +1846,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     }
     char why[256] = "";
     if (r->plan.strategy == ZT_STRATEGY_AUTO)
-        zt_plan_resolve(&r->plan, pick_auto(cfg, &r->plan, r->be, r->ltable, comm->data.size, comm->local_size, why,
+        zt_plan_resolve(&r->plan, pick_auto(cfg, &r->plan, r->be, r->table, r->ltable, comm->data.size, comm->local_size, why,
                                             sizeof why));
     const zt_strategy_t st = r->plan.strategy;
     fill_opts(cfg, &r->plan, st, &r->sopts);
@@ -1813,13 +1870,14 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     else if (cfg->train.fp16)
         zt_log("fp16: static loss scale %.9g", r->loss_scale);
     int exit_code = ZT_EXIT_OK;
-    rc = check_fits(cfg, &r->plan, r->be, r->ltable, st, comm, err, sizeof err);
+    rc = check_fits(cfg, &r->plan, r->be, r->table, r->ltable, st, comm, err, sizeof err);
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
         exit_code = ZT_EXIT_ERROR;
         goto done;
     }
 
+    r->rss0 = zt_current_rss();
     r->model = zt_model_create(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing);
     if (comm->mesh_tp > 1 || comm->mesh_sp > 1) {
         zt_actcoll_t ac;
@@ -1829,8 +1887,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         r->row_tmp = zt_malloc(3 * (size_t)r->T * sizeof(int32_t)); /* inputs, targets, positions */
     }
     r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
-    if (!cfg->mode_generate && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss) &&
-        (cfg->train.finetuning_type == ZT_FT_FULL || cfg->pref.ref_model[0]) && ref_create(r) != 0)
+    if (has_ref_copy(cfg) && ref_create(r) != 0)
         exit_code = ZT_EXIT_ERROR;
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
      * would wait for the compute stream, once per micro-step */
@@ -1870,7 +1927,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         /* --generate: the loaded model completes the prompts, nothing trains or is saved */
         generation_begin(r, cfg->generate.batch_size);
         char kvb[32];
-        zt_fmt_bytes(kv_cache_bytes(cfg, &r->ltable->dims), kvb, sizeof kvb);
+        zt_fmt_bytes((double)zt_model_kv_bytes(r->model), kvb, sizeof kvb);
         const char *why = cfg->generate.use_cache ? "off (sequence parallelism or tp_sequence_parallel)" : "off";
         zt_log("generate: %d prompts at once per rank, KV cache %s%s%s", r->gen_batch, r->kv_on ? "on (" : why,
                r->kv_on ? kvb : "", r->kv_on ? " per rank)" : "");
@@ -1892,22 +1949,26 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (exit_code == ZT_EXIT_OK) {
         generate_sample(r);
         zt_watchdog_idle();
-        double peak = zt_max_double(comm, &comm->world, (double)zt_peak_rss());
+        const size_t hwm = zt_peak_rss();
+        double peak = zt_max_double(comm, &comm->world, (double)hwm);
+        /* what ztrain itself added on top of its start: the figure an estimate predicts */
+        const double growth = zt_max_double(comm, &comm->world, (double)hwm - (double)r->rss0);
         double dev_peak = 0.0;
 #ifdef ZT_HAVE_CUDA
         if (!r->be->host_memory) dev_peak = (double)zt_cuda_memory_peak();
 #endif
         dev_peak = zt_max_double(comm, &comm->world, dev_peak);
-        zt_shard_mem_t mm;
+        zt_shard_mem_t mm, mref = {0};
         zt_shard_memory(r->shard, &mm);
-        char b[8][32];
+        if (r->ref_shard) zt_shard_memory(r->ref_shard, &mref);
+        char b[9][32];
         zt_log("memory (rank 0, measured): params %s, grads %s, optimizer %s, buffers %s, gathered peak %s, "
-               "activations %s, offloaded to host %s; peak RSS over ranks %s",
+               "activations %s, offloaded to host %s; peak RSS over ranks %s (%s above the process before the model)",
                zt_fmt_bytes(mm.params, b[0], 32), zt_fmt_bytes(mm.grads, b[1], 32),
                zt_fmt_bytes(mm.optim, b[2], 32), zt_fmt_bytes(mm.comm_buffers, b[3], 32),
                zt_fmt_bytes(mm.gathered_peak, b[4], 32),
                zt_fmt_bytes(zt_model_activation_bytes(r->model), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
-               zt_fmt_bytes(peak, b[7], 32));
+               zt_fmt_bytes(peak, b[7], 32), zt_fmt_bytes(growth, b[8], 32));
         if (dev_peak > 0)
             zt_log("memory: device peak over ranks %s (the CUDA memory pool's high-water mark)",
                    zt_fmt_bytes(dev_peak, b[0], 32));
@@ -1934,8 +1995,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
             const zt_metrics_summary_t rec = {
                 .steps = r->step, .tokens = r->tokens_seen, .wall_s = wall, .train_s = r->train_seconds,
                 .final_loss = r->last_loss, .final_val_loss = r->val ? r->last_val : -1.0,
-                .peak_rss_bytes = peak, .device_peak_bytes = dev_peak, .mem = &mm,
-                .activations = zt_model_activation_bytes(r->model),
+                .peak_rss_bytes = peak, .peak_rss_growth_bytes = growth, .device_peak_bytes = dev_peak, .mem = &mm,
+                .activations = zt_model_activation_bytes(r->model), .ref = r->ref_shard ? &mref : NULL,
             };
             zt_metrics_record_summary(&rec);
         }

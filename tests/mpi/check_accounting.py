@@ -16,7 +16,8 @@ shape (flat layout, fp32):
 Memory (bytes per rank): ddp 4/4/8 x Psi; zero1 params 4*sum(P), grads 4*sum(P)+4*sum(S),
 optimizer 8*sum(S); zero2 params 4*sum(P), grads 4*sum(S); zero3 and hybrid 4/4/8 x sum(S),
 i.e. 16*Psi/n plus padding. Transient buffers (reduction buffers, gathered units):
-the measured peak must not exceed the estimate.
+the measured peak must not exceed the estimate. Every figure of the estimate (a dry run of the
+engine and the model, zt_memplan.h) equals rank 0's measurement.
 
 Dtype bytes (both optional; without them everything is fp32 as above):
   --bf16         train.bf16 = true: working parameters are bf16, so params and
@@ -187,6 +188,11 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     for name in ("buffers", "gathered"):
         if meas[name] > est[name]:
             bad.append(f"measured {name} peak {meas[name]} exceeds the estimate {est[name]}")
+    # and it is a dry run of the same code (zt_memplan.h): rank 0's figures are what rank 0
+    # allocated, transient peaks and activations included
+    for name in est:
+        if est[name] != meas.get(name):
+            bad.append(f"estimate {name} {est[name]} != measured {meas.get(name)} (the dry run and the run disagree)")
     for src, m in (("estimate", est), ("measured", meas)):
         if m.get("host", 0) != host: bad.append(f"{src} host {m.get('host')} != formula {host}")
     if strategy in ("zero3", "hybrid_shard") and n > 1 and not offload:

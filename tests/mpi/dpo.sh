@@ -136,6 +136,31 @@ run_ztrain 2 lora.cfg $dpo $full train.per_device_train_batch_size=1 parallel.st
 run_ztrain 2 lora.cfg $dpo $full train.per_device_train_batch_size=1 train.gradient_accumulation_steps=2 \
     parallel.tensor_parallel_size=2 train.output_dir=full-tp2 >/dev/null
 "$PY" "$CMP" full-ref full-zero3 full-tp2 --param-tol 3e-5 || fail "full fine-tuning: strategies trained other weights"
+# the frozen copy is counted in the estimate (a dry run of its engine beside the policy's): rank 0's
+# estimate is what it allocated, category by category, the reference's too; zero3 holds half of it
+"$PY" - <<'PYEOF' || fail "full fine-tuning: the estimate is not what was allocated, or zero3 holds more than 1/2 of the reference"
+import json, sys
+def rec(d):
+    recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
+    return next(r for r in recs if r.get("start")), next(r for r in recs if r.get("summary"))
+bad, refs = [], {}
+for d in ("full-ref", "full-zero3", "full-tp2"):
+    start, summary = rec(d)
+    est, meas = start["memory_estimate"], summary["memory_measured"]
+    if "reference" not in est or est != meas:
+        bad.append(f"{d}: estimate {est} != measured {meas}")
+    total = sum(est[k] for k in ("params", "grads", "optimizer", "buffers", "gathered", "activations")) + \
+        sum(est["reference"][k] for k in ("params", "buffers", "gathered"))
+    if start["memory_estimate_total"] != total:
+        bad.append(f"{d}: estimated total {start['memory_estimate_total']} leaves out part of {total}")
+    refs[d] = est["reference"]["params"]
+    print(d, "reference params per rank", refs[d], "estimate = measured" if est == meas else "DIFFERS")
+# zero3 at 2 ranks: each rank holds half of the (flat, padded to 2) copy
+if not refs["full-ref"] // 2 <= refs["full-zero3"] <= refs["full-ref"] // 2 + 4 * 16:
+    bad.append(f"zero3 holds {refs['full-zero3']} bytes of the reference, not half of {refs['full-ref']}")
+for b in bad: print("  ", b)
+sys.exit(1 if bad else 0)
+PYEOF
 "$PY" - <<'PYEOF' || fail "full fine-tuning: the policy did not move away from its frozen reference"
 import json, math, sys
 r = [json.loads(l) for l in open("full-ref/metrics.jsonl") if '"loss"' in l and '"step"' in l]

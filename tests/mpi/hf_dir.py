@@ -14,6 +14,8 @@
   hf_dir.py rel A B TOL                    the same names, each tensor of A within TOL of B's
                                            (relative L2)
   hf_dir.py ckpt CKPT.h5 DIR               the checkpoint's /model tensors of DIR's names equal DIR's
+  hf_dir.py llama DIR V C L NH NKV HD I   a LlamaForCausalLM directory of those shapes (untied
+                                           head), weights N(0, 0.02) from a fixed seed, float32
   hf_dir.py bad KIND SRC DST               copies SRC to DST and breaks it one way:
        drop-tensor | extra-tensor | bad-shape | f64 | truncate | corrupt-header |
        missing-shard | unknown-arch | bnb-8bit | gptq | awq | fp8 (config.json's
@@ -311,6 +313,40 @@ QUANT_CONFIGS = {
     "awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True},
     "fp8": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
 }
+def cmd_llama(d, V, C, L, NH, NKV, HD, I):
+    os.makedirs(d, exist_ok=True)
+    cfg = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+           "bos_token_id": 1, "eos_token_id": 2, "head_dim": HD, "hidden_act": "silu", "hidden_size": C,
+           "initializer_range": 0.02, "intermediate_size": I, "max_position_embeddings": 2048, "mlp_bias": False,
+           "model_type": "llama", "num_attention_heads": NH, "num_hidden_layers": L, "num_key_value_heads": NKV,
+           "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float32",
+           "vocab_size": V}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    shapes = [("model.embed_tokens.weight", (V, C))]
+    for l in range(L):
+        p = f"model.layers.{l}."
+        shapes += [(p + "input_layernorm.weight", (C,)), (p + "self_attn.q_proj.weight", (NH * HD, C)),
+                   (p + "self_attn.k_proj.weight", (NKV * HD, C)), (p + "self_attn.v_proj.weight", (NKV * HD, C)),
+                   (p + "self_attn.o_proj.weight", (C, NH * HD)), (p + "post_attention_layernorm.weight", (C,)),
+                   (p + "mlp.gate_proj.weight", (I, C)), (p + "mlp.up_proj.weight", (I, C)),
+                   (p + "mlp.down_proj.weight", (C, I))]
+    shapes += [("model.norm.weight", (C,)), ("lm_head.weight", (V, C))]
+    rng = np.random.default_rng(1234)
+    hdr, off = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape)) * 4
+        hdr[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for name, shape in shapes:  # a tensor at a time: the directory may be larger than memory
+            x = np.ones(shape, np.float32) if len(shape) == 1 else \
+                (rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02))
+            f.write(x.tobytes())
+    return 0
 
 
 def main(a):
@@ -328,6 +364,8 @@ def main(a):
         return cmd_sft_neat(a[1], a[2], *map(int, a[3:7]), a[7] if len(a) == 8 else "")
     if a[:1] == ["tokens"] and len(a) == 4:
         return cmd_tokens(a[1], int(a[2]), int(a[3]))
+    if a[:1] == ["llama"] and len(a) == 9:
+        return cmd_llama(a[1], *map(int, a[2:9]))
     if a[:1] == ["bad"] and len(a) == 4:
         return cmd_bad(a[1], a[2], a[3])
     print(__doc__)

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "model_rig.h"
+#include "zt_memplan.h"
 #include "zt_arch.h"
 #include "zt_hf.h"
 #include "zt_hf_model.h"
@@ -247,8 +248,8 @@ static void check_recompute(fam_t *f)
         CU_ASSERT(memcmp(r0.g[u], r1.g[u], bytes) == 0);
     }
     CU_ASSERT(zt_model_activation_bytes(r1.m) < zt_model_activation_bytes(r0.m));
-    CU_ASSERT_EQUAL(zt_model_activation_bytes(r0.m), zt_model_activation_bytes_estimate(r0.tab, B, T, 0));
-    CU_ASSERT_EQUAL(zt_model_activation_bytes(r1.m), zt_model_activation_bytes_estimate(r1.tab, B, T, 1));
+    CU_ASSERT_EQUAL(zt_model_activation_bytes(r0.m), zt_memplan_activations(r0.tab, B, T, 0));
+    CU_ASSERT_EQUAL(zt_model_activation_bytes(r1.m), zt_memplan_activations(r1.tab, B, T, 1));
     free(inp);
     free(tgt);
     rig_free(&r0);
@@ -691,8 +692,8 @@ static void t_lora_finite_difference(void)
         CU_ASSERT(rig_micro_step(&r, inp, tgt, B, T, 1.0f / (B * T)) == rig_micro_step(&rc, inp, tgt, B, T, 1.0f / (B * T)));
         for (int u = lt->first_adapter_unit; u < lt->nunits; u++)
             CU_ASSERT(memcmp(r.g[u], rc.g[u], lt->unit_numel[u] * sizeof(float)) == 0);
-        CU_ASSERT_EQUAL(zt_model_activation_bytes(r.m), zt_model_activation_bytes_estimate(lt, B, T, 0));
-        CU_ASSERT_EQUAL(zt_model_activation_bytes(rc.m), zt_model_activation_bytes_estimate(lt, B, T, 1));
+        CU_ASSERT_EQUAL(zt_model_activation_bytes(r.m), zt_memplan_activations(lt, B, T, 0));
+        CU_ASSERT_EQUAL(zt_model_activation_bytes(rc.m), zt_memplan_activations(lt, B, T, 1));
         rig_free(&rc);
         rig_free(&r);
         zt_param_table_free(f.tab);
@@ -781,7 +782,7 @@ static void t_qlora_linear(void)
         zt_model_logits_row(r.m, B - 1, T - 1, b);
         same &= memcmp(a, b, (size_t)V * sizeof *a) == 0;
         CU_ASSERT(same);
-        CU_ASSERT_EQUAL(zt_model_activation_bytes(q.m), zt_model_activation_bytes_estimate(qt, B, T, 0));
+        CU_ASSERT_EQUAL(zt_model_activation_bytes(q.m), zt_memplan_activations(qt, B, T, 0));
         CU_ASSERT(zt_model_activation_bytes(q.m) > zt_model_activation_bytes(r.m));
         rig_zero_grads(&q);
         rig_micro_step(&q, inp, tgt, B, T, 1.0f / (B * T));

@@ -18,6 +18,7 @@
 #include "zt_backend.h"
 #include "zt_common.h"
 #include "zt_arch.h"
+#include "zt_memplan.h"
 #include "zt_model.h"
 #include "zt_optim.h"
 #include "zt_pref.h"
@@ -522,9 +523,9 @@ static void t_recompute_bit_identical(void)
     CU_ASSERT(zt_model_activation_bytes(r1.m) < zt_model_activation_bytes(r0.m));
     /* --estimate-memory reports the analytic count: it must be what is allocated */
     CU_ASSERT_EQUAL(zt_model_activation_bytes(r0.m),
-                    zt_model_activation_bytes_estimate(r0.tab, B, T, 0));
+                    zt_memplan_activations(r0.tab, B, T, 0));
     CU_ASSERT_EQUAL(zt_model_activation_bytes(r1.m),
-                    zt_model_activation_bytes_estimate(r1.tab, B, T, 1));
+                    zt_memplan_activations(r1.tab, B, T, 1));
     free(inp);
     free(tgt);
     rig_free(&r0);
@@ -573,8 +574,8 @@ static void t_head_chunks(void)
     /* what the vocabulary costs: one chunk of at most 256 MiB (the (N,V) logits: 1.6 GB) */
     zt_param_table_t *gpt2 = zt_arch_gpt2_table(12, 12, 768, 50257, 1024, 0.02f),
                      *v1 = zt_arch_gpt2_table(12, 12, 768, 1, 1024, 0.02f);
-    const size_t vocab_bytes = zt_model_activation_bytes_estimate(gpt2, 8, 1024, 0) -
-                               zt_model_activation_bytes_estimate(v1, 8, 1024, 0);
+    const size_t vocab_bytes = zt_memplan_activations(gpt2, 8, 1024, 0) -
+                               zt_memplan_activations(v1, 8, 1024, 0);
     zt_param_table_free(gpt2);
     zt_param_table_free(v1);
     CU_ASSERT(vocab_bytes > ((size_t)200 << 20) && vocab_bytes <= ((size_t)256 << 20));

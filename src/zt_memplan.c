@@ -1,0 +1,194 @@
+/* zt_memplan.c — dry runs of the allocating code (see zt_memplan.h).
+ *
+ * The counting backend keeps its state in this file (a backend's functions take no
+ * context): one dry run at a time, on the thread that calls zt_memplan_run. Each
+ * allocation is its own PROT_NONE, MAP_NORESERVE mapping: it costs address space and no
+ * memory, and any read or write of it faults, which is how a dry run that computes by
+ * mistake shows itself. */
+#include "zt_memplan.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "zt_common.h"
+#include "zt_comm.h"
+#include "zt_model.h"
+
+/* ---- the counting backend ------------------------------------------------------------ */
+
+typedef struct { void *p; size_t bytes; } dry_alloc_t;
+static struct {
+    dry_alloc_t *a; /* what is handed out, for munmap */
+    size_t n, cap;
+} dry;
+
+static void *dry_take(size_t bytes)
+{
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) zt_fatal("memory plan: no address space for a dry allocation of %zu bytes", bytes);
+    if (dry.n == dry.cap) {
+        dry.cap = dry.cap ? 2 * dry.cap : 256;
+        dry_alloc_t *a = realloc(dry.a, dry.cap * sizeof *dry.a);
+        if (!a) zt_fatal("out of memory");
+        dry.a = a;
+    }
+    dry.a[dry.n++] = (dry_alloc_t){p, bytes};
+    return p;
+}
+
+static void dry_give(void *p)
+{
+    if (!p) return;
+    /* the latest allocations are freed first most often */
+    for (size_t i = dry.n; i-- > 0;)
+        if (dry.a[i].p == p) {
+            munmap(p, dry.a[i].bytes ? dry.a[i].bytes : 1);
+            dry.a[i] = dry.a[--dry.n];
+            return;
+        }
+    zt_fatal("memory plan: free of %p, which the counting backend did not hand out", p);
+}
+
+static void dry_memzero(void *p, size_t n) { (void)p, (void)n; }
+static void dry_move(void *d, const void *s, size_t n) { (void)d, (void)s, (void)n; }
+static void dry_nothing(void) {}
+static void dry_level(int level) { (void)level; }
+static void dry_accumulate(float *y, const float *x, size_t n) { (void)y, (void)x, (void)n; }
+static double dry_sumsq(const float *x, size_t n) { (void)x, (void)n; return 0.0; }
+static int dry_all_finite(const float *x, size_t n) { (void)x, (void)n; return 1; }
+static void dry_scale(float *x, float s, size_t n) { (void)x, (void)s, (void)n; }
+static void dry_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+                      float eps, float wd, float gs, long step)
+{
+    (void)p, (void)g, (void)m, (void)v, (void)n, (void)lr, (void)b1, (void)b2, (void)eps, (void)wd, (void)gs,
+        (void)step;
+}
+static void dry_to16(uint16_t *o, const float *i, size_t n) { (void)o, (void)i, (void)n; }
+static void dry_from16(float *o, const uint16_t *i, size_t n) { (void)o, (void)i, (void)n; }
+
+/* Memory and the shard engine's vector operations; the kernels stay NULL: a dry run never
+ * computes (a call is a fault, not a silent wrong figure). */
+static const zt_backend_t dry_backend = {
+    .name = "dry",
+    .alloc = dry_take,
+    .free = dry_give,
+    .memzero = dry_memzero,
+    .copy = dry_move,
+    .to_host = dry_move,
+    .from_host = dry_move,
+    .sync = dry_nothing,
+    .alloc_host = dry_take, /* the engine and the model count what they ask for */
+    .free_host = dry_give,
+    .to_host_async = dry_move,
+    .from_host_async = dry_move,
+    .wait_downloads = dry_nothing,
+    .wait_uploads = dry_nothing,
+    .set_matmul_precision = dry_level,
+    .accumulate = dry_accumulate,
+    .scale = dry_scale,
+    .sumsq = dry_sumsq,
+    .all_finite = dry_all_finite,
+    .adamw = dry_adamw,
+    .to_bf16 = dry_to16,
+    .from_bf16 = dry_from16,
+    .to_fp16 = dry_to16,
+    .from_fp16 = dry_from16,
+    /* the CPU backend's choices where a model's buffers depend on them (QLoRA's linears) */
+    .host_memory = 1,
+    .dry = 1,
+};
+
+const zt_backend_t *zt_memplan_backend(void) { return &dry_backend; }
+
+/* ---- the dry runs --------------------------------------------------------------------- */
+
+/* The blocks forward as train_forward runs them (adapters: the block's adapter unit beside
+ * it); the root unit stays materialized for the head */
+static void engine_forward(zt_shard_t *s, const zt_param_table_t *t, int adapters)
+{
+    const int L = t->dims.L, b0 = t->first_block_unit, a0 = adapters ? t->first_adapter_unit : -1;
+    zt_shard_params(s, t->root_unit);
+    zt_shard_prefetch(s, b0);
+    for (int l = 0; l < L; l++) {
+        zt_shard_params(s, b0 + l);
+        if (a0 >= 0) zt_shard_params(s, a0 + l);
+        if (l + 1 < L) zt_shard_prefetch(s, b0 + l + 1);
+        zt_shard_release(s, b0 + l);
+        if (a0 >= 0) zt_shard_release(s, a0 + l);
+    }
+}
+
+/* The head and the blocks backward as train_backward runs them */
+static void engine_backward(zt_shard_t *s, const zt_param_table_t *t)
+{
+    const int L = t->dims.L, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
+    zt_shard_grads(s, t->root_unit);
+    for (int l = L - 1; l >= 0; l--) {
+        zt_shard_params(s, b0 + l);
+        if (a0 >= 0) zt_shard_params(s, a0 + l);
+        if (l > 0) zt_shard_prefetch(s, b0 + l - 1);
+        zt_shard_grads(s, b0 + l);
+        if (a0 >= 0) zt_shard_grads(s, a0 + l);
+        zt_shard_grads_ready(s, b0 + l);
+        zt_shard_release(s, b0 + l);
+        if (a0 >= 0) {
+            zt_shard_grads_ready(s, a0 + l);
+            zt_shard_release(s, a0 + l);
+        }
+    }
+    zt_shard_grads_ready(s, t->root_unit);
+    zt_shard_release(s, t->root_unit);
+}
+
+size_t zt_memplan_activations(const zt_param_table_t *t, int B, int T, int recompute)
+{
+    zt_model_t *m = zt_model_create(t, &dry_backend, B, T, recompute);
+    const size_t bytes = zt_model_activation_bytes(m);
+    zt_model_free(m);
+    return bytes;
+}
+
+void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
+{
+    memset(out, 0, sizeof *out);
+    const zt_backend_t *be = &dry_backend;
+    zt_comm_t comm;
+    zt_comm_create_dry(&comm, q->data, q->tp, q->shard_n);
+
+    zt_shard_t *s = zt_shard_create(q->table, &comm, be, &q->opts);
+    zt_shard_t *ref = q->ref_table ? zt_shard_create(q->ref_table, &comm, be, &q->opts) : NULL;
+    zt_model_t *m = q->B > 0 ? zt_model_create(q->table, be, q->B, q->T, q->recompute) : NULL;
+    out->activations = m ? zt_model_activation_bytes(m) : 0;
+
+    /* one optimizer step */
+    const int nmicro = q->nmicro > 0 ? q->nmicro : 1;
+    zt_shard_begin_step(s);
+    for (int mi = 0; mi < nmicro; mi++) {
+        zt_shard_begin_micro(s, mi, nmicro);
+        if (ref) { /* DPO: the reference's log-probabilities first, forward only */
+            zt_shard_begin_inference(ref);
+            engine_forward(ref, q->ref_table, 0);
+            zt_shard_release(ref, q->ref_table->root_unit);
+            zt_shard_end_inference(ref);
+        }
+        engine_forward(s, q->table, 1);
+        engine_backward(s, q->table);
+    }
+    zt_shard_finish_grads(s);
+    const zt_adamw_hp_t hp = {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .grad_scale = 1.0f, .step = 1};
+    zt_shard_optimizer_step(s, &hp);
+    zt_shard_memory(s, &out->mem);
+    if (ref) zt_shard_memory(ref, &out->ref);
+
+    /* generation's KV cache on top of the model */
+    if (m && q->kv_nseq > 0) {
+        zt_model_kv_cache(m, q->kv_nseq);
+        out->kv = zt_model_kv_bytes(m);
+        zt_model_kv_cache(m, 0);
+    }
+    zt_model_free(m);
+    zt_shard_free(ref);
+    zt_shard_free(s);
+    zt_comm_destroy_dry(&comm);
+}
