@@ -9,7 +9,8 @@
 #     with accumulation (per-step loss 1e-5, final adapters 3e-5, metrics 1e-5, rewards 2e-6
 #     absolute), for sigmoid (with
 #     a reference pass) and
-#     orpo (without; its sft_loss and odds_ratio_loss logged).
+#     orpo (without; its sft_loss and odds_ratio_loss logged). The one-rank run's loss.svg
+#     draws the loss and the reward margin at the points metrics.jsonl gives.
 #  3. PEFT's lora-llama adapter (policy != reference) at learning rate 0, 2 steps of 2
 #     pairs: the loss, LLaMA-Factory's metrics and the adapters' gradient norm are LLaMA-
 #     Factory 0.9.5's own (tests/reference/pref/llama_lora.json, made by its trainer's
