@@ -476,7 +476,7 @@ static const zkey_t schema[] = {
        "\"500MB\", \"2GiB\"); above it the weights are split with model.safetensors.index.json."),
     /* log */
     KB("log.all_ranks", log.all_ranks, 0, "Every rank writes its own log file (rank 0 only otherwise)."),
-    KB("log.plot", log.plot, 1, "Write <output_dir>/loss.svg (training and validation loss; plain SVG, no dependencies) at the end of the run."),
+    KB("log.plot", log.plot, 1, "Write <output_dir>/loss.svg (training and validation loss, and under train.stage = dpo the reward margin; plain SVG, no dependencies) at the end of the run."),
     /* lora */
     KI("lora.rank", lora.rank, 8, 1, 4096, "LoRA rank r (PEFT's r, LLaMA-Factory's lora_rank)."),
     KD("lora.alpha", lora.alpha, 0.0, 0.0, 1e6,

@@ -92,6 +92,9 @@ typedef struct run {
     double flops_per_token, peak_flops;
     char *config_text;
     hist_t train_hist, val_hist;
+    hist_t margin_hist;         /* train.stage = dpo: rewards/margins at each logged step */
+    double ref_seconds;         /* dpo: the reference passes' time (forward, head, sums) */
+    double policy_seconds;      /* dpo: the policy's forward, head, loss and backward */
     double train_seconds;
     float last_loss, last_val;
     zt_comm_stats_t comm_total; /* training collectives of the whole run (not eval, not saves) */
@@ -660,6 +663,7 @@ static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     double *w = zt_calloc(7 * (size_t)B, sizeof *w);
     double *ref = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
     double *c6 = w + 6 * B; /* scratch (B) */
+    const double t0 = zt_now();
     if (zt_pref_uses_ref(pc->loss)) {
         /* the frozen copy (full fine-tuning, pref.ref_model), or LoRA's base: this model
          * without its adapters */
@@ -671,6 +675,8 @@ static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
         if (r->ref_shard) zt_shard_end_inference(rs);
         row_sums(r, zt_model_token_losses(r->model), 1, tgt, ref, NULL);
     }
+    const double t1 = zt_now();
+    r->ref_seconds += t1 - t0;
     const float *root = train_forward(r, r->shard, inp, tgt, NULL, NULL, NULL, 1, r->Tm);
     float *lsum = zt_malloc((size_t)N * sizeof *lsum);
     zt_model_set_logit_sums(r->model, lsum);
@@ -698,6 +704,7 @@ static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     }
     zt_model_set_token_scales(r->model, scale);
     train_backward(r, root, 0.0f);
+    r->policy_seconds += zt_now() - t1;
     free(scale);
     free(lsum);
     free(w);
@@ -1034,16 +1041,21 @@ static void generate_sample(run_t *r)
     zt_tokenizer_close(tok);
 }
 
-/* <output_dir>/loss.svg: the training and validation losses */
+/* <output_dir>/loss.svg: the training and validation losses (dpo: and the reward margin) */
 static void write_plot(const run_t *r, const char *path)
 {
-    char title[ZT_STRLEN + 16];
-    snprintf(title, sizeof title, "ztrain loss (%s)", r->cfg->source);
-    const zt_plot_series_t series[2] = {
+    char title[ZT_STRLEN + 48];
+    const int dpo = r->cfg->train.stage == ZT_STAGE_DPO;
+    snprintf(title, sizeof title, "ztrain %s (%s)", dpo ? "loss and reward margin" : "loss", r->cfg->source);
+    /* dpo: the margin (chosen minus rejected reward) beside the loss, LLaMA-Factory's
+     * rewards/margins: a loss that falls while the margin does not grow is the failure
+     * users look for */
+    const zt_plot_series_t series[3] = {
         {"train loss", r->train_hist.step, r->train_hist.val, r->train_hist.n},
         {"validation loss", r->val_hist.step, r->val_hist.val, r->val_hist.n},
+        {"reward margin", r->margin_hist.step, r->margin_hist.val, r->margin_hist.n},
     };
-    zt_plot_svg(path, title, series, 2);
+    zt_plot_svg(path, title, series, dpo ? 3 : 2);
 }
 
 /* ---- checkpoints ---------------------------------------------------------------- */
@@ -1520,6 +1532,7 @@ static int run_loop(run_t *r)
             };
             zt_metrics_record_step(&rec);
             hist_push(&r->train_hist, r->step, (float)loss);
+            if (dpo) hist_push(&r->margin_hist, r->step, (float)pref[ZT_PREF_REWARDS_MARGINS]);
             fold_comm(r);
             t_window = zt_now();
             window_steps = 0;
@@ -1991,6 +2004,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                r->val ? "" : ", no validation set");
         if (r->val) zt_log("summary: final validation loss %.4f", r->last_val);
         comm_summary(r);
+        if (cfg->train.stage == ZT_STAGE_DPO && r->ref_seconds > 0)
+            zt_log("summary: dpo reference passes %.2f s, policy forward + backward %.2f s (reference %.3fx)",
+                   r->ref_seconds, r->policy_seconds, r->ref_seconds / r->policy_seconds);
         if (r->rank == 0) {
             const zt_metrics_summary_t rec = {
                 .steps = r->step, .tokens = r->tokens_seen, .wall_s = wall, .train_s = r->train_seconds,
@@ -2023,6 +2039,8 @@ done:
     free(gpu_cfg);
     free(r->train_hist.step);
     free(r->train_hist.val);
+    free(r->margin_hist.step);
+    free(r->margin_hist.val);
     free(r->val_hist.step);
     free(r->val_hist.val);
     zt_log_close();

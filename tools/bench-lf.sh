@@ -11,6 +11,10 @@
 # step_s; LLaMA-Factory: the differences of trainer_log.jsonl's elapsed_time, whole seconds).
 # The sides alternate within a round, ROUNDS rounds. Target: ztrain >= 1.6x at 1 and 2 cores.
 #   LF_PY: a python with llamafactory==0.9.5 (default ~/.cache/lf-trainer-venv/bin/python)
+#   STAGE=dpo: the LoRA DPO job instead (tools/bench-dpo.sh): stage dpo, pref_loss sigmoid, the
+#     records as pairs (chosen: a record's output, rejected: the next one's), PAIRS pairs per
+#     optimizer step (default 2); also pairs per second, and ztrain's time in the reference
+#     passes against the policy's forward + backward (its summary line)
 set -eu
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -18,6 +22,8 @@ STEPS=${STEPS:-4}
 WARMUP=${WARMUP:-1}
 ROUNDS=${ROUNDS:-1}
 CORES=${CORES:-"1 2"}
+STAGE=${STAGE:-sft}
+PAIRS=${PAIRS:-2}
 LF_PY=${LF_PY:-$HOME/.cache/lf-trainer-venv/bin/python}
 [ -x "$LF_PY" ] || { echo "bench-lf: no $LF_PY (python3 -m venv ~/.cache/lf-trainer-venv && ~/.cache/lf-trainer-venv/bin/pip install llamafactory==0.9.5)"; exit 1; }
 work=${WORK:-$(mktemp -d)}
@@ -25,7 +31,7 @@ ZT=$(cd "$B" && pwd)/ztrain
 SRC=$(pwd)
 cd "$work"
 N=$((STEPS + WARMUP))
-if [ ! -d qwen3-110m ]; then
+if [ ! -f data/long_pairs.json ]; then
     CUDA_VISIBLE_DEVICES= "$LF_PY" - "$SRC/tests/reference/sft/tok/qwen" <<'PY'
 import json, os, shutil, sys, torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -46,18 +52,34 @@ for i in range(64):
     recs.append({"instruction": f"Write a long passage number {i}.", "input": "", "output": out})
 os.makedirs("data", exist_ok=True)
 json.dump(recs, open("data/long_alpaca.json", "w"))
-json.dump({"long_alpaca": {"file_name": "long_alpaca.json"}}, open("data/dataset_info.json", "w"))
+pairs = [{"instruction": r["instruction"], "input": "", "chosen": r["output"], "rejected": recs[(i + 1) % 64]["output"]}
+         for i, r in enumerate(recs)]
+json.dump(pairs, open("data/long_pairs.json", "w"))
+json.dump({"long_alpaca": {"file_name": "long_alpaca.json"},
+           "long_pairs": {"file_name": "long_pairs.json", "ranking": True,
+                          "columns": {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"}}},
+          open("data/dataset_info.json", "w"))
 PY
+fi
+if [ "$STAGE" = dpo ]; then
+    GLOBAL=$PAIRS
+    job="stage: dpo
+pref_loss: sigmoid
+pref_beta: 0.1
+dataset: long_pairs"
+else
+    GLOBAL=8
+    job="stage: sft
+dataset: long_alpaca"
 fi
 yaml() { # PER_DEVICE OUT: the job's YAML
     cat <<EOF
 model_name_or_path: qwen3-110m
-stage: sft
+$job
 do_train: true
 finetuning_type: lora
 lora_rank: 8
 lora_target: all
-dataset: long_alpaca
 dataset_dir: data
 template: qwen3_nothink
 cutoff_len: 512
@@ -79,7 +101,7 @@ disable_shuffling: true
 EOF
 }
 lf() { # THREADS NAME -> median s/step
-    yaml 8 "out/$2" >"$2.yaml"
+    yaml "$GLOBAL" "out/$2" >"$2.yaml"
     OMP_NUM_THREADS=$1 MKL_NUM_THREADS=$1 CUDA_VISIBLE_DEVICES= DISABLE_VERSION_CHECK=1 \
         "$(dirname "$LF_PY")/llamafactory-cli" train "$2.yaml" >"$2.log" 2>&1 || { tail -3 "$2.log" >&2; echo 0; return; }
     python3 - "out/$2/trainer_log.jsonl" "$WARMUP" <<'PY'
@@ -87,13 +109,14 @@ import json, statistics, sys
 def sec(t):
     h, m, s = (int(x) for x in t.split(":"))
     return 3600 * h + 60 * m + s
-e = [sec(json.loads(l)["elapsed_time"]) for l in open(sys.argv[1]) if "elapsed_time" in l]
+# the step records (the trainer's closing record repeats the last step a second later)
+e = [sec(r["elapsed_time"]) for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
 d = [b - a for a, b in zip(e, e[1:])][int(sys.argv[2]) - 1:]
 print(f"{statistics.median(d):.1f}")
 PY
 }
 zt() { # RANKS NAME -> median s/step
-    yaml $((8 / $1)) "out/$2" >"$2.yaml"
+    yaml $((GLOBAL / $1)) "out/$2" >"$2.yaml"
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$1" \
         "$ZT" "$2.yaml" train.sample_tokens=0 checkpoint.save_at_end=false checkpoint.save_hf=false \
         >"$2.log" 2>&1 || { tail -3 "$2.log" >&2; echo 0; return; }
@@ -103,16 +126,24 @@ st = [json.loads(l)["step_s"] for l in open(sys.argv[1]) if '"step_s"' in l][int
 print(f"{statistics.median(st):.2f}")
 PY
 }
-echo "bench-lf — $(date -u '+%Y-%m-%d %H:%M UTC'), $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)," \
+echo "bench-lf ($STAGE) — $(date -u '+%Y-%m-%d %H:%M UTC'), $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)," \
      "flags:$(for f in avx2 avx512f avx512_bf16; do grep -qw $f /proc/cpuinfo && printf ' %s' $f || printf ' no-%s' $f; done);" \
      "load $(uptime | sed 's/.*load average: //'); $STEPS steps after $WARMUP, work dir $work"
-printf '%-6s %-6s %14s %18s %8s\n' round cores "ztrain s/step" "LLaMA-Factory s/step" ratio
+printf '%-6s %-6s %14s %18s %8s' round cores "ztrain s/step" "LLaMA-Factory s/step" ratio
+[ "$STAGE" = dpo ] && printf ' %14s %18s %s' "ztrain pairs/s" "LLaMA-Factory pairs/s" "ztrain reference / policy fwd+bwd"
+echo
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     for c in $CORES; do
         z=$(zt "$c" "zt-r$r-c$c")
         l=$(lf "$c" "lf-r$r-c$c")
-        printf '%-6s %-6s %14s %18s %8s\n' "$r" "$c" "$z" "$l" "$(awk "BEGIN{ if ($z > 0) printf \"%.2fx\", $l / $z }")"
+        printf '%-6s %-6s %14s %18s %8s' "$r" "$c" "$z" "$l" "$(awk "BEGIN{ if ($z > 0) printf \"%.2fx\", $l / $z }")"
+        if [ "$STAGE" = dpo ]; then
+            printf ' %14s %18s %s' "$(awk "BEGIN{ if ($z > 0) printf \"%.3f\", $GLOBAL / $z }")" \
+                "$(awk "BEGIN{ if ($l > 0) printf \"%.3f\", $GLOBAL / $l }")" \
+                "$(sed -n 's/.*summary: dpo reference passes \(.*\)$/\1/p' "zt-r$r-c$c.log")"
+        fi
+        echo
     done
     r=$((r + 1))
 done

@@ -9,7 +9,8 @@
 #     with accumulation (per-step loss 1e-5, final adapters 3e-5, metrics 1e-5, rewards 2e-6
 #     absolute), for sigmoid (with
 #     a reference pass) and
-#     orpo (without; its sft_loss and odds_ratio_loss logged).
+#     orpo (without; its sft_loss and odds_ratio_loss logged). The one-rank run's loss.svg
+#     draws the loss and the reward margin at the points metrics.jsonl gives.
 #  3. PEFT's lora-llama adapter (policy != reference) at learning rate 0, 2 steps of 2
 #     pairs: the loss, LLaMA-Factory's metrics and the adapters' gradient norm are LLaMA-
 #     Factory 0.9.5's own (tests/reference/pref/llama_lora.json, made by its trainer's
@@ -19,6 +20,9 @@
 #  2b. Full fine-tuning, its reference a frozen copy of the directory's weights: step 1 is ln 2;
 #     zero3 (the copy sharded) and tp 2 train what one rank trains; the margins move; a run
 #     resumed after 2 of 4 steps (its reference from the directory again) is the straight run.
+#  2d. zero1, zero2 (per_param), shard_grad_op at 2 ranks, hybrid_shard and hybrid_shard_zero2
+#     (shard groups of 2), tp 2 x zero3 dp 2 and Ulysses sp 2 x zero2 dp 2 at 4 ranks, LoRA and
+#     full; full also under ddp, Ulysses sp 2 and ring sp 2: each trains what one rank trains.
 #  2c. pref.ref_model (tp 2): lora-llama's merged model as the reference of the base with that
 #     adapter: ln 2 and no margin to rounding; a directory of other shapes fails on every rank.
 #  4. What is not wired is refused in one line on every rank (full fine-tuning without a
@@ -51,7 +55,7 @@ train="optim.learning_rate=1e-2 train.max_steps=3"
 for loss in sigmoid orpo; do
     # shellcheck disable=SC2086
     run_ztrain 1 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
-        train.gradient_accumulation_steps=2 train.output_dir=$loss-ref >/dev/null
+        train.gradient_accumulation_steps=2 log.plot=true train.output_dir=$loss-ref >/dev/null
     # shellcheck disable=SC2086
     run_ztrain 2 lora.cfg $dpo $train pref.loss=$loss train.per_device_train_batch_size=1 \
         parallel.strategy=ddp train.output_dir=$loss-ddp >/dev/null
@@ -72,6 +76,26 @@ for loss in sigmoid orpo; do
     # so the rounding of small gradients (ring attention's merges) shows in them
     "$PY" "$CMP" $loss-ref $loss-ddp $loss-zero3 $loss-tp2 $loss-sp2 $loss-ring2 --param-tol 3e-5 ||
         fail "$loss: strategies trained other adapters"
+    # loss.svg draws the loss and the reward margin at each step, on one axis over both
+    "$PY" - "$loss-ref" <<'PYEOF' || fail "$loss: loss.svg does not draw the loss and the reward margin"
+import json, re, sys
+d = sys.argv[1]
+svg = open(d + "/loss.svg").read()
+rec = [json.loads(l) for l in open(d + "/metrics.jsonl") if '"loss"' in l and '"step"' in l]
+lines = re.findall(r"<polyline[^>]*points='([^']*)'/>\s*<text[^>]*>([^<]*)</text>", svg)
+drawn = {label: [tuple(map(float, p.split(","))) for p in pts.split()] for pts, label in lines}
+want = {"train loss": [r["loss"] for r in rec], "reward margin": [r["rewards/margins"] for r in rec]}
+vals = [v for s in want.values() for v in s]
+lo, hi = min(vals), max(vals)
+x0, y0, pw, ph, xmax = 70, 30, 700, 390, max(1, rec[-1]["step"])
+ok = "loss and reward margin" in svg and set(drawn) == set(want)
+for label, vs in want.items():
+    exp = [(x0 + pw * r["step"] / xmax, y0 + ph - ph * (v - lo) / (hi - lo)) for r, v in zip(rec, vs)]
+    got = drawn.get(label, [])
+    ok = ok and len(got) == len(exp) and all(abs(a - c) < 0.06 and abs(b - e) < 0.06 for (a, b), (c, e) in zip(got, exp))
+print("loss.svg series:", {k: len(v) for k, v in drawn.items()})
+sys.exit(not ok)
+PYEOF
     "$PY" - "$loss" <<'PYEOF' || fail "$loss: the metrics differ between strategies or are missing"
 import json, sys
 loss = sys.argv[1]
@@ -187,6 +211,54 @@ same = all(a[s][k] == b[s][k] for s in (3, 4) for k in ("loss", "rewards/margins
 print("resume: steps 3, 4", [(a[s]["loss"], b[s]["loss"]) for s in (3, 4)])
 sys.exit(not same)
 PYEOF
+
+# ---- 2d. the other strategies and meshes, LoRA and full (sigmoid: a reference pass) ---------
+# against the 1-rank runs above (2 pairs a step): 2 ranks, and tp 2 x zero3 dp 2 and Ulysses
+# sp 2 x zero2 dp 2 on 4; the hybrids (4 ranks, shard groups of 2: 4 pairs a step) against one
+# rank accumulating 4
+mesh_runs() { # KIND ARGS...: every mesh of KIND (lora | full) with ARGS, into KIND-<mesh>
+    kind=$1
+    shift
+    one="train.per_device_train_batch_size=1"
+    for st in "zero1 flat" "zero2 per_param" "shard_grad_op flat"; do
+        # shellcheck disable=SC2086
+        run_ztrain 2 lora.cfg "$@" $one parallel.strategy=${st% *} parallel.shard_layout=${st#* } \
+            train.output_dir=$kind-${st% *} >/dev/null
+    done
+    # shellcheck disable=SC2086
+    run_ztrain 1 lora.cfg "$@" $one train.gradient_accumulation_steps=4 train.output_dir=$kind-ref4 >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 4 lora.cfg "$@" $one parallel.strategy=hybrid_shard parallel.shard_group_size=2 \
+        train.output_dir=$kind-hybrid >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 4 lora.cfg "$@" $one parallel.strategy=hybrid_shard_zero2 parallel.shard_group_size=2 \
+        train.output_dir=$kind-hybrid2 >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 4 lora.cfg "$@" $one parallel.strategy=zero3 parallel.tensor_parallel_size=2 \
+        train.output_dir=$kind-tp2dp2 >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 4 lora.cfg "$@" $one parallel.strategy=zero2 parallel.sequence_parallel_size=2 \
+        train.output_dir=$kind-sp2dp2 >/dev/null
+}
+# shellcheck disable=SC2086
+mesh_runs lora $dpo $train pref.loss=sigmoid
+"$PY" "$CMP" sigmoid-ref lora-zero1 lora-zero2 lora-shard_grad_op lora-tp2dp2 lora-sp2dp2 --param-tol 3e-5 ||
+    fail "LoRA: zero1, zero2, shard_grad_op, tp 2 x dp 2 or sp 2 x dp 2 trained other adapters"
+"$PY" "$CMP" lora-ref4 lora-hybrid lora-hybrid2 --param-tol 3e-5 || fail "LoRA: a hybrid trained other adapters"
+# shellcheck disable=SC2086
+mesh_runs full $dpo $full
+for d in ddp sp2 ring2; do
+    case $d in
+        ddp) extra="parallel.strategy=ddp" ;;
+        sp2) extra="train.gradient_accumulation_steps=2 parallel.sequence_parallel_size=2" ;;
+        ring2) extra="train.gradient_accumulation_steps=2 parallel.sequence_parallel_size=2 parallel.sp_mode=ring" ;;
+    esac
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $full train.per_device_train_batch_size=1 $extra train.output_dir=full-$d >/dev/null
+done
+"$PY" "$CMP" full-ref full-ddp full-zero1 full-zero2 full-shard_grad_op full-sp2 full-ring2 full-tp2dp2 full-sp2dp2 \
+    --param-tol 3e-5 || fail "full fine-tuning: ddp, zero1, zero2, shard_grad_op, sp 2, ring 2, tp 2 x dp 2 or sp 2 x dp 2 trained other weights"
+"$PY" "$CMP" full-ref4 full-hybrid full-hybrid2 --param-tol 3e-5 || fail "full fine-tuning: a hybrid trained other weights"
 
 # ---- 2c. pref.ref_model: a reference of its own ------------------------------------------------
 # the merged model of lora-llama is the policy (base + that adapter) to rounding: ln 2 and no margin

@@ -11,8 +11,9 @@
   hf_dir.py same A B                       A's and B's safetensors hold the same tensors,
                                            bit for bit (single file or index + shards)
   hf_dir.py close A B TOL                  the same names, values within TOL (max abs)
-  hf_dir.py rel A B TOL                    the same names, each tensor of A within TOL of B's
-                                           (relative L2)
+  hf_dir.py rel A B TOL [ROWS.json]        the same names, each tensor of A within TOL of B's
+                                           (relative L2); with ROWS.json, a tensor of B with
+                                           fewer rows than A's holds A's rows "embed_rows"
   hf_dir.py ckpt CKPT.h5 DIR               the checkpoint's /model tensors of DIR's names equal DIR's
   hf_dir.py llama DIR V C L NH NKV HD I   a LlamaForCausalLM directory of those shapes (untied
                                            head), weights N(0, 0.02) from a fixed seed, float32
@@ -100,15 +101,21 @@ def cmd_close(a, b, tol):
     return 0 if worst <= tol else 1
 
 
-def cmd_rel(a, b, tol):
+def cmd_rel(a, b, tol, rows_json=None):
     ta, tb = tensors(a), tensors(b)
     if set(ta) != set(tb):
         print("tensor names differ:", sorted(set(ta) ^ set(tb))[:6])
         return 1
+    rows = json.load(open(rows_json))["embed_rows"] if rows_json else None
     worst, name = 0.0, "-"
     for k in ta:
         x = values(ta[k][0], ta[k][2])
         y = values(tb[k][0], tb[k][2])
+        if rows is not None and ta[k][1][0] > tb[k][1][0]:
+            x = x.reshape(ta[k][1])[rows].reshape(-1)
+        if x.shape != y.shape:
+            print(f"{k}: {ta[k][1]} against {tb[k][1]}")
+            return 1
         d = float(np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-30))
         if d > worst:
             worst, name = d, k
@@ -354,8 +361,8 @@ def main(a):
         return cmd_same(a[1], a[2])
     if a[:1] == ["close"] and len(a) == 4:
         return cmd_close(a[1], a[2], float(a[3]))
-    if a[:1] == ["rel"] and len(a) == 4:
-        return cmd_rel(a[1], a[2], float(a[3]))
+    if a[:1] == ["rel"] and len(a) in (4, 5):
+        return cmd_rel(a[1], a[2], float(a[3]), a[4] if len(a) == 5 else None)
     if a[:1] == ["ckpt"] and len(a) == 3:
         return cmd_ckpt(a[1], a[2])
     if a[:1] == ["sft"] and len(a) in (4, 5):

@@ -18,31 +18,7 @@ for d in qwen3-tiny adapter-init data lora.yaml full.yaml; do cp -r "$FIX/$d" . 
 
 # each step of RUN's metrics.jsonl against LLaMA-Factory's log of the same step
 check_log() {
-    "$PY" - "$FIX/expected/$1/log.json" "$2/metrics.jsonl" <<'PYEOF'
-import json, sys
-want = {h["step"]: h for h in json.load(open(sys.argv[1]))["log"]}
-got = {}
-for line in open(sys.argv[2]):
-    r = json.loads(line)
-    if "step" in r and "grad_norm" in r:
-        got[r["step"]] = r
-bad = []
-for s, w in sorted(want.items()):
-    g = got.get(s)
-    if g is None:
-        bad.append(f"step {s}: not logged")
-        continue
-    if abs(g["grad_norm"] - w["grad_norm"]) > 3e-5 * abs(w["grad_norm"]):
-        bad.append(f"step {s}: grad_norm {g['grad_norm']!r} vs {w['grad_norm']!r}")
-    if abs(g["loss"] - w["loss"]) > 1e-6 * abs(w["loss"]):
-        bad.append(f"step {s}: loss {g['loss']!r} vs {w['loss']!r}")
-    if abs(g["lr"] - w["learning_rate"]) > 1e-8 * max(w["learning_rate"], 1e-30) + 1e-18:
-        bad.append(f"step {s}: lr {g['lr']!r} vs {w['learning_rate']!r}")
-print(f"{len(want)} steps against LLaMA-Factory's log; {len(bad)} differ")
-for b in bad[:6]:
-    print("  " + b)
-sys.exit(1 if bad else 0)
-PYEOF
+    "$PY" "$ZT_SRCDIR/tests/mpi/check_lf_log.py" "$FIX/expected/$1/log.json" "$2/metrics.jsonl"
 }
 
 # NAME NP ARGS...: trains YAML NAME as it is, with the mesh's overrides

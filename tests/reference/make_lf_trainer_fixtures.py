@@ -126,16 +126,22 @@ def make_inputs():
         json.dump(info, f, indent=1)
 
 
-def run(name):
-    with open(os.path.join(OUT, name + ".yaml"), "w") as f:
-        f.write(RUNS[name])
+def train(out, name, text):
+    """writes out/NAME.yaml (TEXT) and runs llamafactory-cli train on it in out; its output
+    directory (out/out/NAME), a fresh out/expected/NAME, trainer_state.json"""
+    with open(os.path.join(out, name + ".yaml"), "w") as f:
+        f.write(text)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", DISABLE_VERSION_CHECK="1", WANDB_DISABLED="true")
     cli = os.path.join(os.path.dirname(sys.executable), "llamafactory-cli")
-    subprocess.run([cli, "train", name + ".yaml"], cwd=OUT, env=env, check=True)
-    res = os.path.join(OUT, "out", name)
-    exp = os.path.join(OUT, "expected", name)
+    subprocess.run([cli, "train", name + ".yaml"], cwd=out, env=env, check=True)
+    res = os.path.join(out, "out", name)
+    exp = os.path.join(out, "expected", name)
     os.makedirs(exp)
-    state = json.load(open(os.path.join(res, "trainer_state.json")))
+    return res, exp, json.load(open(os.path.join(res, "trainer_state.json")))
+
+
+def run(name):
+    res, exp, state = train(OUT, name, RUNS[name])
     log = [{"step": h["step"], "loss": h["loss"], "grad_norm": h["grad_norm"], "learning_rate": h["learning_rate"]}
            for h in state["log_history"] if "loss" in h]
     with open(os.path.join(exp, "log.json"), "w") as f:
