@@ -30,8 +30,8 @@ static void write_line(const char *json_line)
 static void memory_json(const char *key, const zt_shard_mem_t *m, size_t act, char *buf, size_t len)
 {
     snprintf(buf, len, "\"%s\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"buffers\":%zu,"
-             "\"gathered\":%zu,\"activations\":%zu,\"host\":%zu}", key, m->params, m->grads, m->optim,
-             m->comm_buffers, m->gathered_peak, act, m->host);
+             "\"gathered\":%zu,\"activations\":%zu,\"host\":%zu,\"nvme\":%zu}", key, m->params, m->grads,
+             m->optim, m->comm_buffers, m->gathered_peak, act, m->host, m->nvme);
 }
 
 static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)

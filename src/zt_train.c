@@ -137,8 +137,11 @@ static void fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_st
     o->bucket_bytes = (size_t)(cfg->parallel.bucket_size_mb * 1024.0 * 1024.0);
     o->param_dtype = p->param_dtype;
     o->reduce_dtype = p->reduce_dtype;
-    o->offload_optim = p->offload_optimizer == ZT_OFFLOAD_CPU;
-    o->offload_param = p->offload_param == ZT_OFFLOAD_CPU;
+    o->offload_optim = p->offload_optimizer != ZT_OFFLOAD_NONE;
+    o->offload_param = p->offload_param != ZT_OFFLOAD_NONE;
+    o->offload_nvme = p->offload_optimizer == ZT_OFFLOAD_NVME;
+    o->nvme = (zt_nvme_opts_t){.path = p->nvme_path, .buffer_count = p->nvme_buffer_count,
+                               .block_size = p->nvme_block_size, .queue_depth = p->nvme_queue_depth};
     o->seed = (uint64_t)cfg->train.seed;
     o->optimizer = p->optimizer;
     o->freeze_step = p->freeze_step;
@@ -214,6 +217,33 @@ static double memory_limit(const zt_config_t *cfg, const zt_backend_t *be, int p
     return host_memory_per_rank(per_node);
 }
 
+/* --estimate-memory: what each offload tier moves off the backend's memory, into host
+ * memory and onto disk, for the configured strategy (zero3 under auto) */
+static void offload_tiers(const zt_config_t *cfg, const zt_parallel_plan_t *plan, const zt_param_table_t *t,
+                          int world, int shard_n)
+{
+    const zt_strategy_t st = plan->strategy == ZT_STRATEGY_AUTO ? ZT_ZERO3 : plan->strategy;
+    static const struct { const char *name; zt_offload_t optim, param; } tiers[] = {
+        {"none", ZT_OFFLOAD_NONE, ZT_OFFLOAD_NONE}, {"optimizer cpu", ZT_OFFLOAD_CPU, ZT_OFFLOAD_NONE},
+        {"optimizer nvme", ZT_OFFLOAD_NVME, ZT_OFFLOAD_NONE}, {"+ param cpu", ZT_OFFLOAD_CPU, ZT_OFFLOAD_CPU},
+        {"+ param nvme", ZT_OFFLOAD_NVME, ZT_OFFLOAD_NVME},
+    };
+    char b[4][32];
+    zt_log("offload tiers (%s): backend memory, host memory and disk per rank (nvme: %d buffers)",
+           zt_strategy_name(st), plan->nvme_buffer_count);
+    zt_log("%-20s %12s %12s %12s", "offload", "backend", "host", "disk");
+    for (size_t i = 0; i < sizeof tiers / sizeof *tiers; i++) {
+        if (tiers[i].param != ZT_OFFLOAD_NONE && !zt_strategy_shards_params(st)) continue;
+        zt_parallel_plan_t p = *plan;
+        p.offload_optimizer = tiers[i].optim;
+        p.offload_param = tiers[i].param;
+        estimate_t e;
+        estimate(cfg, &p, t, st, world, shard_n, &e);
+        zt_log("%-20s %12s %12s %12s", tiers[i].name, zt_fmt_bytes(e.total, b[0], 32),
+               zt_fmt_bytes(e.mem.host, b[1], 32), zt_fmt_bytes(e.mem.nvme, b[2], 32));
+    }
+}
+
 void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
 {
     char err[ZT_ERRLEN];
@@ -251,6 +281,7 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
                zt_fmt_bytes(e.activations, b[4], 32), zt_fmt_bytes(e.total, b[5], 32),
                zt_fmt_bytes(e.mem.host, b[6], 32));
     }
+    offload_tiers(cfg, &p, t, world, shard_n);
     if (!zt_config_given(cfg, "train.bf16") && !zt_config_given(cfg, "train.fp16"))
         zt_log("(fp32 as given; on the cuda backend a run without train.bf16 / train.fp16 trains in bf16: "
                "add train.bf16=true for those figures)");
@@ -1828,7 +1859,12 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         r->tp_logits = zt_malloc((size_t)r->table->dims.V * sizeof(float));
         r->row_tmp = zt_malloc(3 * (size_t)r->T * sizeof(int32_t)); /* inputs, targets, positions */
     }
-    r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
+    r->shard = zt_shard_create_err(r->ltable, comm, r->be, &r->sopts, err, sizeof err);
+    if (!r->shard) { /* the nvme tier's path or space, agreed on every rank */
+        zt_log_error("%s", err);
+        exit_code = ZT_EXIT_ERROR;
+        goto done;
+    }
     if (!cfg->mode_generate && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss) &&
         (cfg->train.finetuning_type == ZT_FT_FULL || cfg->pref.ref_model[0]) && ref_create(r) != 0)
         exit_code = ZT_EXIT_ERROR;
