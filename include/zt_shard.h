@@ -131,6 +131,8 @@ typedef struct zt_shard_mem {
     size_t nvme;    /* offload_nvme: the scratch file's bytes (host then holds its buffers) */
 } zt_shard_mem_t;
 void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out);
+/* offload_nvme: the files' traffic and waits so far (0 without the nvme tier) */
+int zt_shard_nvme_stats(const zt_shard_t *s, zt_nvme_stats_t *st);
 /* Analytic estimate of the same, without building the engine. */
 void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
                               int replica_n, zt_shard_mem_t *out);

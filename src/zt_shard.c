@@ -1372,6 +1372,13 @@ void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out)
     *out = s->mem_peak;
 }
 
+int zt_shard_nvme_stats(const zt_shard_t *s, zt_nvme_stats_t *st)
+{
+    if (!s->nv) return 0;
+    zt_nvme_stats(s->nv, st);
+    return 1;
+}
+
 void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
                               int replica_n, zt_shard_mem_t *out)
 {

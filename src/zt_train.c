@@ -1195,12 +1195,14 @@ static void startup_report(run_t *r)
     estimate_t e;
     estimate(cfg, &r->plan, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
     char b[8][32];
-    zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s%s%s",
+    char nb[32];
+    zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s%s%s%s%s",
            zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
            zt_fmt_bytes(e.mem.optim, b[2], 32), zt_fmt_bytes(e.mem.comm_buffers, b[3], 32),
            zt_fmt_bytes(e.mem.gathered_peak, b[4], 32), zt_fmt_bytes(e.activations, b[5], 32),
            zt_fmt_bytes(e.total, b[6], 32), e.mem.host ? "; offloaded to host " : "",
-           e.mem.host ? zt_fmt_bytes(e.mem.host, b[7], 32) : "");
+           e.mem.host ? zt_fmt_bytes(e.mem.host, b[7], 32) : "", e.mem.nvme ? "; on disk (nvme) " : "",
+           e.mem.nvme ? zt_fmt_bytes(e.mem.nvme, nb, 32) : "");
     zt_log("traffic per step (estimate): %s of collective buffers", zt_fmt_bytes(e.traffic, b[0], 32));
 }
 
@@ -1865,6 +1867,12 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         exit_code = ZT_EXIT_ERROR;
         goto done;
     }
+    zt_nvme_stats_t nvs;
+    if (zt_shard_nvme_stats(r->shard, &nvs)) {
+        char fb[32], bb[32];
+        zt_log("offload: nvme, %s of state per rank in %s (%s), %d buffers of %s", zt_fmt_bytes(nvs.file_bytes, fb, 32),
+               nvs.dir, nvs.engine, nvs.buffers, zt_fmt_bytes(nvs.buffer_bytes, bb, 32));
+    }
     if (!cfg->mode_generate && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss) &&
         (cfg->train.finetuning_type == ZT_FT_FULL || cfg->pref.ref_model[0]) && ref_create(r) != 0)
         exit_code = ZT_EXIT_ERROR;
@@ -1944,6 +1952,10 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                zt_fmt_bytes(mm.gathered_peak, b[4], 32),
                zt_fmt_bytes(zt_model_activation_bytes(r->model), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
                zt_fmt_bytes(peak, b[7], 32));
+        zt_nvme_stats_t nvs;
+        if (zt_shard_nvme_stats(r->shard, &nvs))
+            zt_log("nvme (rank 0): read %s, written %s, %.3f s waiting for I/O in %.1f s", zt_fmt_bytes(nvs.bytes_read, b[0], 32),
+                   zt_fmt_bytes(nvs.bytes_written, b[1], 32), nvs.io_wait_s, wall);
         if (dev_peak > 0)
             zt_log("memory: device peak over ranks %s (the CUDA memory pool's high-water mark)",
                    zt_fmt_bytes(dev_peak, b[0], 32));
