@@ -420,6 +420,21 @@ void zt_nvme_drain(zt_nvme_t *nv) { wait_io(nv, -1); }
 
 /* ---- open and close ---------------------------------------------------------------- */
 
+/* does process pid run (a zombie has ended: only its exit status is left)? */
+static int running(long pid)
+{
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *paren = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces */
+    return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
 /* Directories ztrain.<this host>.<pid>.rank<r> of processes that no longer run (a kill
  * -9 leaves them): removed, with their files. Other hosts' are left alone. */
 static void remove_stale(const char *path)
@@ -432,7 +447,7 @@ static void remove_stale(const char *path)
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, pre, strlen(pre)) != 0) continue;
         const long pid = strtol(e->d_name + strlen(pre), NULL, 10);
-        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (pid <= 0 || pid == (long)getpid() || running(pid)) continue;
         char sub[PATH_MAX];
         snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
         zt_rm_rf(sub);

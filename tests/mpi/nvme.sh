@@ -20,6 +20,10 @@ mkdir -p "$NV" || fail "mkdir $NV"
 nv="parallel.offload_optimizer=nvme parallel.offload_nvme_path=$NV"
 nvp="$nv parallel.offload_param=nvme"
 common="$common optim.lr_scheduler_type=constant_with_warmup"
+# 7 units, more than the 4 buffers: every step evicts records and reads them back from the
+# file (with 2 blocks every record would stay cached in a buffer and the file be written
+# only)
+six="model.n_layer=6 train.max_steps=8"
 
 no_scratch() {
     [ -z "$(ls -A "$NV")" ] || fail "$1: scratch files left in $NV: $(ls "$NV")"
@@ -39,17 +43,17 @@ pair() {
     no_scratch "$name"
 }
 
-pair 2 zero1 "$nv" parallel.strategy=zero1
-pair 2 zero2 "$nv" parallel.strategy=zero2
-pair 2 zero3 "$nv" parallel.strategy=zero3
-pair 2 zero3p "$nvp" parallel.strategy=zero3
-pair 2 bf16-zero3p "$nvp" parallel.strategy=zero3 train.bf16=true
+pair 2 zero1 "$nv" parallel.strategy=zero1 $six
+pair 2 zero2 "$nv" parallel.strategy=zero2 $six
+pair 2 zero3 "$nv" parallel.strategy=zero3 $six
+pair 2 zero3p "$nvp" parallel.strategy=zero3 $six
+pair 2 bf16-zero3p "$nvp" parallel.strategy=zero3 train.bf16=true $six
 grep -q "nvme (rank 0): read 0 B" "$ZT_OUT" && fail "bf16-zero3p: nothing was read from the files"
 # three buffers, 4 KiB requests, two in flight: every record evicted and read again
 pair 2 small "$nvp parallel.offload_nvme_buffer_count=3 parallel.offload_nvme_block_size=4096 \
-  parallel.offload_nvme_queue_depth=2" parallel.strategy=zero3 parallel.shard_layout=per_param
+  parallel.offload_nvme_queue_depth=2" parallel.strategy=zero3 parallel.shard_layout=per_param train.max_steps=8
 # the pread/pwrite engine
-ZT_NVME_IO=threads pair 2 threads "$nv" parallel.strategy=zero2
+ZT_NVME_IO=threads pair 2 threads "$nv" parallel.strategy=zero2 $six
 assert_contains "$ZT_OUT" "(threads"
 echo "ok: zero1, zero2, zero3, zero3 + offload_param (fp32, bf16), 3 buffers, threads: bit-identical to no offload"
 
@@ -87,6 +91,16 @@ grep -qF "zt_mpirun.sh: TIMEOUT" "$ZT_OUT" && fail "the job hung after rank 1 wa
 [ -n "$(ls -A "$NV")" ] || echo "note: no scratch survived the kill (the survivor removed its own)"
 left=$(ls "$NV" | grep -c '\.rank1$')
 [ "$left" = 1 ] || fail "the killed rank's scratch directory is not there ($(ls "$NV"))"
+# mpirun may return while the survivor is still being ended: a run starting then leaves
+# the scratch of a process that still runs alone (as it must); wait for them to end
+for d in "$NV"/ztrain.*; do
+    pid=$(echo "$d" | sed 's/.*\.\([0-9]*\)\.rank[0-9]*$/\1/')
+    n=0
+    while kill -0 "$pid" 2>/dev/null && ! grep -q '^[^)]*) Z' "/proc/$pid/stat" 2>/dev/null && [ $n -lt 100 ]; do
+        sleep 0.2
+        n=$((n + 1))
+    done
+done
 # shellcheck disable=SC2086
 run_ztrain 2 $common $nvp parallel.strategy=zero3 train.max_steps=20 checkpoint.save_steps=5 checkpoint.resume=auto \
     train.output_dir=crash >/dev/null
