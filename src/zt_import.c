@@ -370,6 +370,17 @@ static int ds_enabled(imp_t *im, const char *where, const char *sec, json_t *o, 
     return 0;
 }
 
+/* the table's row of a DeepSpeed key; NULL with a did-you-mean line for one it lacks */
+static const entry_t *ds_entry(imp_t *im, const char *where, const char *name)
+{
+    const entry_t *e = lookup(ds_keys, NDS, name);
+    if (e) return e;
+    const char *near = nearest(ds_keys, NDS, name);
+    fail(im, "%s: %s is not read by ztrain%s%s%s", where, name, near ? " (did you mean " : "", near ? near : "",
+         near ? ")" : "");
+    return NULL;
+}
+
 /* a JSON scalar as the text zt_config_set reads */
 static const char *json_text(json_t *v, char *buf, size_t len)
 {
@@ -391,12 +402,8 @@ static int ds_section(imp_t *im, const char *where, const char *sec, json_t *o)
     json_object_foreach(o, k, v)
     {
         snprintf(name, sizeof name, "%s.%s", sec, k);
-        const entry_t *e = lookup(ds_keys, NDS, name);
-        if (!e) {
-            const char *near = nearest(ds_keys, NDS, name);
-            return fail(im, "%s: %s is not read by ztrain%s%s%s", where, name, near ? " (did you mean " : "",
-                        near ? near : "", near ? ")" : "");
-        }
+        const entry_t *e = ds_entry(im, where, name);
+        if (!e) return -1;
         if (e->how == NOTE) {
             note(im, where, name, e->why);
             continue;
@@ -435,12 +442,8 @@ static int ds_zero(imp_t *im, const char *where, json_t *z)
     json_object_foreach(z, k, v)
     {
         snprintf(name, sizeof name, "zero_optimization.%s", k);
-        const entry_t *e = lookup(ds_keys, NDS, name);
-        if (!e) {
-            const char *near = nearest(ds_keys, NDS, name);
-            return fail(im, "%s: %s is not read by ztrain%s%s%s", where, name, near ? " (did you mean " : "",
-                        near ? near : "", near ? ")" : "");
-        }
+        const entry_t *e = ds_entry(im, where, name);
+        if (!e) return -1;
         if (e->how == NOTE) {
             note(im, where, name, e->why);
         } else if (!strcmp(k, "stage")) {

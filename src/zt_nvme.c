@@ -456,6 +456,21 @@ static void remove_stale(const char *path)
     closedir(d);
 }
 
+/* closes the file, removes it and frees what open made (buffers included) */
+static void free_nvme(zt_nvme_t *nv)
+{
+    if (nv->fd >= 0) close(nv->fd);
+    unregister_file(nv->slot);
+    for (int i = 0; nv->buf && i < nv->nbuf; i++) free(nv->buf[i].mem);
+    free(nv->buf);
+    free(nv->q);
+    free(nv->recs);
+    free(nv->rec_off);
+    free(nv->rec_len);
+    free(nv->rec_buf);
+    free(nv);
+}
+
 static zt_nvme_t *open_fail(zt_nvme_t *nv, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static zt_nvme_t *open_fail(zt_nvme_t *nv, char *err, size_t errlen, const char *fmt, ...)
@@ -464,13 +479,7 @@ static zt_nvme_t *open_fail(zt_nvme_t *nv, char *err, size_t errlen, const char 
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-    if (nv->fd >= 0) close(nv->fd);
-    unregister_file(nv->slot);
-    free(nv->recs);
-    free(nv->rec_off);
-    free(nv->rec_len);
-    free(nv->rec_buf);
-    free(nv);
+    free_nvme(nv);
     return NULL;
 }
 
@@ -573,16 +582,7 @@ void zt_nvme_close(zt_nvme_t *nv)
     if (nv->uring) io_uring_queue_exit(&nv->ring);
     pthread_mutex_destroy(&nv->mu);
     pthread_cond_destroy(&nv->cv);
-    close(nv->fd);
-    unregister_file(nv->slot);
-    for (int i = 0; i < nv->nbuf; i++) free(nv->buf[i].mem);
-    free(nv->buf);
-    free(nv->q);
-    free(nv->recs);
-    free(nv->rec_off);
-    free(nv->rec_len);
-    free(nv->rec_buf);
-    free(nv);
+    free_nvme(nv);
 }
 
 void zt_nvme_stats(const zt_nvme_t *nv, zt_nvme_stats_t *st)
