@@ -8,11 +8,12 @@
 #     k + 1, hold k, write k - 1) with io_uring and with the pread/pwrite threads, on the
 #     same path. Prints each engine's MB/s and its ratio to dd's.
 #  2. a step: ztrain, one rank, zero2, a GPT-2-shaped model of 12 blocks of width 512 (38 M
-#     parameters, 456 MB of fp32 master and Adam moments), 8 sequences of 128 tokens a
-#     step, with the optimizer state in memory and on disk (offload_optimizer = nvme), the
-#     median step time of steps 3..8 of each. Prints the ratio, the bytes a step moves to
-#     and from disk, the time those take at dd's bandwidth, and the share of that time the
-#     step hides: 1 - (t_disk - t_memory) / (bytes / dd bandwidth).
+#     parameters, 456 MB of fp32 master and Adam moments), STEP_ROWS (default 4) sequences
+#     of 128 tokens a step, with the optimizer state in host memory (offload_optimizer =
+#     cpu: the same code, so only the disk differs) and on disk (nvme), the median step
+#     time of steps 3..6 of each. Prints the ratio, the bytes a step moves to and from
+#     disk, the time those take at dd's bandwidth, and the share of that time the step
+#     hides: 1 - (t_disk - t_memory) / (bytes / dd bandwidth).
 # Needs python3 with h5py (the token file, tools/rand_tokens.py).
 set -eu
 cd "$(dirname "$0")/.."
@@ -49,9 +50,10 @@ done
 # the step: in memory and on disk, back to back
 "$PY" tools/rand_tokens.py "$out/tok.h5" 200000 257 >/dev/null
 job="inputs/tiny.cfg data.train_files=$out/tok.h5 data.val_files=[] model.n_layer=12 model.n_embd=512 model.n_head=8
-  model.block_size=128 data.seq_len=128 train.per_device_train_batch_size=8 train.max_steps=8 train.eval_steps=0
-  train.sample_tokens=0 checkpoint.save_at_end=false checkpoint.save_hf=false parallel.strategy=zero2"
-step() { # median step time of steps 3..8
+  model.block_size=128 data.seq_len=128 train.per_device_train_batch_size=${STEP_ROWS:-4} train.max_steps=6
+  train.eval_steps=0 train.sample_tokens=0 checkpoint.save_at_end=false checkpoint.save_hf=false
+  parallel.strategy=zero2"
+step() { # median step time of steps 3..6
     "$PY" - "$1/metrics.jsonl" <<'PY'
 import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if '"step_s"' in l]
@@ -60,7 +62,8 @@ PY
 }
 for i in $(seq "$R"); do
     # shellcheck disable=SC2086
-    "$B/ztrain" $job train.output_dir="$out/mem$i" >"$out/mem$i.log" 2>&1 || { tail -3 "$out/mem$i.log"; exit 1; }
+    "$B/ztrain" $job parallel.offload_optimizer=cpu train.output_dir="$out/mem$i" >"$out/mem$i.log" 2>&1 ||
+        { tail -3 "$out/mem$i.log"; exit 1; }
     # shellcheck disable=SC2086
     "$B/ztrain" $job parallel.offload_optimizer=nvme parallel.offload_nvme_path="$P" train.output_dir="$out/nv$i" \
         >"$out/nv$i.log" 2>&1 || { tail -3 "$out/nv$i.log"; exit 1; }
@@ -69,7 +72,7 @@ for i in $(seq "$R"); do
     fb=$(grep -o 'offload: nvme, [0-9.]* [KMG]iB' "$out/nv$i.log" | awk '{v=$3; u=$4; m=(u=="GiB")?1073741824:(u=="MiB")?1048576:1024; printf "%.0f", v*m}')
     d=$(tail -1 "$out/dd")
     echo "$tm $tn $fb $d" | awk -v i="$i" '{ io = 2 * $3 / ($4 * 1e6); hid = 1 - ($2 - $1) / io;
-        printf "step %s: in memory %.3f s, optimizer state on disk %.3f s (%.2fx); %.0f MB a step to and from disk = %.3f s at dd'"'"'s %.0f MB/s, %.0f%% of it hidden\n",
+        printf "step %s: in host memory %.3f s, optimizer state on disk %.3f s (%.2fx); %.0f MB a step to and from disk = %.3f s at dd'"'"'s %.0f MB/s, %.0f%% of it hidden\n",
         i, $1, $2, $2 / $1, 2 * $3 / 1e6, io, $4, 100 * hid }'
     grep -h "nvme (rank 0)" "$out/nv$i.log"
 done
