@@ -43,11 +43,27 @@ pair() {
     no_scratch "$name"
 }
 
+# the accounting: the file's bytes and the host buffers as estimated (rank 0 owns the
+# largest shard, the estimate's per-rank bound) are what the engine allocated
+accounted() {
+    "$PY" - "$1" <<'PYEOF' || fail "$1: nvme bytes or host bytes differ from the estimate"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+est = next(r for r in recs if r.get("start"))["memory_estimate"]
+meas = next(r for r in recs if r.get("summary"))["memory_measured"]
+print(f"{sys.argv[1]}: on disk {meas['nvme']} bytes, host {meas['host']} (estimates {est['nvme']}, {est['host']})")
+sys.exit(0 if meas["nvme"] == est["nvme"] > 0 and meas["host"] == est["host"] else 1)
+PYEOF
+}
+
 pair 2 zero1 "$nv" parallel.strategy=zero1 $six
 pair 2 zero2 "$nv" parallel.strategy=zero2 $six
 pair 2 zero3 "$nv" parallel.strategy=zero3 $six
 pair 2 zero3p "$nvp" parallel.strategy=zero3 $six
 pair 2 bf16-zero3p "$nvp" parallel.strategy=zero3 train.bf16=true $six
+accounted zero3-nvme
+accounted zero3p-nvme
+accounted bf16-zero3p-nvme
 grep -q "nvme (rank 0): read 0 B" "$ZT_OUT" && fail "bf16-zero3p: nothing was read from the files"
 # three buffers, 4 KiB requests, two in flight: every record evicted and read again
 pair 2 small "$nvp parallel.offload_nvme_buffer_count=3 parallel.offload_nvme_block_size=4096 \
