@@ -19,6 +19,11 @@ void zt_fatal_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 #define zt_fatal(...) zt_fatal_at(__FILE__, __LINE__, __VA_ARGS__)
 
+/* Functions every abnormal end runs before the process goes (zt_fatal, a second stop
+ * signal, the watchdog): async-signal-safe and idempotent (scratch files removed). */
+void zt_at_abort(void (*fn)(void));
+void zt_run_abort_hooks(void);
+
 /* Checked libc allocation; aborts the job with the size requested on failure. */
 void *zt_malloc_at(size_t bytes, const char *file, int line);
 void *zt_calloc_at(size_t n, size_t size, const char *file, int line);

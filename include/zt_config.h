@@ -128,8 +128,12 @@ typedef struct zt_config {
         zt_backend_choice_t backend; /* auto | cpu | cuda */
         double memory_limit_gb; /* 0 = physical memory / ranks per node */
         double timeout_s;       /* watchdog; 0 = off */
-        zt_offload_t offload_optimizer; /* none | cpu */
-        zt_offload_t offload_param; /* none | cpu */
+        zt_offload_t offload_optimizer; /* none | cpu | nvme */
+        zt_offload_t offload_param; /* none | cpu | nvme */
+        char offload_nvme_path[ZT_STRLEN]; /* offload = nvme: where the scratch files go */
+        int offload_nvme_buffer_count; /* host buffers the files stream through */
+        long offload_nvme_block_size; /* bytes per I/O request */
+        int offload_nvme_queue_depth; /* requests in flight */
         zt_nonfinite_t nonfinite; /* abort | skip : what a NaN/Inf loss or gradient does */
     } parallel;
     struct {

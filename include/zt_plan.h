@@ -24,7 +24,9 @@ typedef enum {
 } zt_strategy_t;
 typedef enum { ZT_LAYOUT_FLAT = 0, ZT_LAYOUT_PER_PARAM = 1 } zt_layout_t;     /* parallel.shard_layout */
 typedef enum { ZT_SP_ULYSSES = 0, ZT_SP_RING = 1 } zt_sp_mode_t;              /* parallel.sp_mode */
-typedef enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU = 1 } zt_offload_t;       /* parallel.offload_* */
+/* parallel.offload_*: where the state lives (nvme: files under parallel.offload_nvme_path,
+ * streamed through host buffers, zt_nvme.h) */
+typedef enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU = 1, ZT_OFFLOAD_NVME = 2 } zt_offload_t;
 typedef enum { ZT_PREC_FP32 = 0, ZT_PREC_BF16 = 1, ZT_PREC_FP16 = 2 } zt_precision_t;
 typedef enum { ZT_OPTIM_ADAMW = 0, ZT_OPTIM_ONEBIT_ADAM = 1 } zt_optimizer_t;  /* optim.type */
 
@@ -52,6 +54,12 @@ typedef struct zt_parallel_plan {
     zt_sp_mode_t sp_mode;
     int tp_sequence_parallel;   /* bool, and only with tp > 1 */
     zt_offload_t offload_optimizer, offload_param;
+    /* offload = nvme: the directory under which each rank keeps its scratch files, and the
+     * I/O settings (parallel.offload_nvme_*; DeepSpeed's buffer_count, aio block_size and
+     * queue_depth) */
+    const char *nvme_path;
+    int nvme_buffer_count, nvme_queue_depth;
+    size_t nvme_block_size;
     zt_precision_t param_dtype; /* working copies: train.bf16 / train.fp16, else fp32 */
     zt_precision_t reduce_dtype; /* gradients communicated and reduced */
     int matmul;                 /* ZT_MATMUL_* (zt_backend.h): train.matmul_precision resolved */

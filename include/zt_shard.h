@@ -23,6 +23,7 @@
 
 #include "zt_backend.h"
 #include "zt_comm.h"
+#include "zt_nvme.h"
 #include "zt_params.h"
 #include "zt_plan.h" /* zt_strategy_t, zt_layout_t and what each strategy shards */
 
@@ -55,6 +56,10 @@ typedef struct zt_shard_opts {
     zt_precision_t reduce_dtype; /* gradients communicated and reduced in it */
     int offload_optim;      /* fp32 master, Adam moments and the AdamW step in host memory */
     int offload_param;      /* + parameter shards in host memory (parameter-sharding strategies) */
+    int offload_nvme;       /* offload = nvme: what offload_optim (and offload_param) move lives in
+                             * scratch files (zt_nvme.h), in host memory only while a unit is
+                             * stepped, initialized, gathered or checkpointed */
+    zt_nvme_opts_t nvme;    /* its path and I/O settings (rank: set by the engine) */
     uint64_t seed;          /* for initialization */
     zt_optimizer_t optimizer; /* AdamW, or 1-bit Adam (ddp only, zt_onebit.h): its steps after
                                * freeze_step reduce no gradients and exchange the momentum */
@@ -66,6 +71,11 @@ typedef struct zt_shard zt_shard_t;
 /* Creates the engine and initializes the owned state from the seed. */
 zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
                             const zt_shard_opts_t *opts);
+/* The same, where a failure every rank meets at start (offload_nvme: a missing or
+ * read-only nvme path, a full disk) is agreed over the world: NULL with one line in err
+ * on every rank, nothing left behind. zt_shard_create aborts on it. */
+zt_shard_t *zt_shard_create_err(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
+                                const zt_shard_opts_t *opts, char *err, size_t errlen);
 void zt_shard_free(zt_shard_t *s);
 
 /* Step protocol (called by the train loop, identical order on every rank). */
@@ -112,16 +122,20 @@ void zt_shard_end_inference(zt_shard_t *s);
 
 /* Memory accounting in bytes per rank (what is allocated now, and the peak). The
  * first five are the backend's memory (the device's, on a GPU); `host` is the
- * offloaded state in (pinned) host memory. A frozen unit counts in params (or host,
+ * offloaded state in (pinned) host memory; `nvme` what is on disk instead (host then
+ * counts the buffers it streams through). A frozen unit counts in params (or host,
  * under offload_param) only: grads and optim are those of the trainable units. */
 typedef struct zt_shard_mem {
     size_t params, grads, optim, comm_buffers, gathered_peak;
     size_t host;
+    size_t nvme;    /* offload_nvme: the scratch file's bytes (host then holds its buffers) */
 } zt_shard_mem_t;
 void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out);
 /* An estimate of the same without memory is a dry run of this engine (zt_memplan.h): create
  * and one step against a counting backend. With such a backend (be->dry) create allocates
  * only (no initial values), and host-side arithmetic goes to it as well. */
+/* offload_nvme: the files' traffic and waits so far (0 without the nvme tier) */
+int zt_shard_nvme_stats(const zt_shard_t *s, zt_nvme_stats_t *st);
 /* Theoretical collective bytes per optimizer step (nccl-tests "size" convention summed
  * over calls) for the strategy; used by tests and reports. Frozen units move their
  * parameter gathers only (zero3, shard_grad_op, hybrids): no reduction, no re-gather. */

@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,23 @@ const char *zt_hostname(void)
     return cached_host;
 }
 
+#define MAX_ABORT_HOOKS 8
+static void (*abort_hooks[MAX_ABORT_HOOKS])(void);
+static volatile sig_atomic_t nabort_hooks;
+
+void zt_at_abort(void (*fn)(void))
+{
+    if (nabort_hooks < MAX_ABORT_HOOKS) abort_hooks[nabort_hooks] = fn, nabort_hooks++;
+}
+
+void zt_run_abort_hooks(void)
+{
+    for (int i = 0; i < nabort_hooks; i++) abort_hooks[i]();
+}
+
 static __attribute__((noreturn)) void abort_job(void)
 {
+    zt_run_abort_hooks();
     fflush(stdout);
     fflush(stderr);
     int init = 0, fin = 0;

@@ -98,7 +98,8 @@ static const zname_t layouts[] = {{"flat", ZT_LAYOUT_FLAT}, {"per_param", ZT_LAY
 static const zname_t sp_modes[] = {{"ulysses", ZT_SP_ULYSSES}, {"ring", ZT_SP_RING}, {NULL, 0}};
 static const zname_t reduce_dtypes[] = {{"fp32", ZT_PREC_FP32}, {"bf16", ZT_PREC_BF16}, {"fp16", ZT_PREC_FP16}, {NULL, 0}};
 static const zname_t backends[] = {{"auto", ZT_BACKEND_AUTO}, {"cpu", ZT_BACKEND_CPU}, {"cuda", ZT_BACKEND_CUDA}, {NULL, 0}};
-static const zname_t offloads[] = {{"none", ZT_OFFLOAD_NONE}, {"cpu", ZT_OFFLOAD_CPU}, {NULL, 0}};
+static const zname_t offloads[] = {{"none", ZT_OFFLOAD_NONE}, {"cpu", ZT_OFFLOAD_CPU}, {"nvme", ZT_OFFLOAD_NVME},
+                                   {NULL, 0}};
 static const zname_t nonfinites[] = {{"abort", ZT_NONFINITE_ABORT}, {"skip", ZT_NONFINITE_SKIP}, {NULL, 0}};
 static const zname_t matmuls[] = {{"auto", ZT_MATMUL_AUTO}, {"highest", ZT_MATMUL_HIGHEST}, {"high", ZT_MATMUL_HIGH},
                                   {"medium", ZT_MATMUL_MEDIUM}, {NULL, 0}};
@@ -444,11 +445,31 @@ static const zkey_t schema[] = {
        "backward of the next. The device keeps the working parameters (and the gradients for ddp, zero1 "
        "and the hybrids). Saves 12 bytes per owned parameter of device memory, 16 where gradients are "
        "sharded; meant for the cuda backend (on the cpu backend it is the same memory, and results are "
-       "bit-identical)."),
+       "bit-identical). nvme (ZeRO-Infinity): as cpu, but the fp32 master and the Adam moments live in "
+       "scratch files under parallel.offload_nvme_path, each unit's read while the one before it steps and "
+       "written back while the one after it steps, through parallel.offload_nvme_buffer_count host "
+       "buffers as large as the largest unit's state; host memory then holds those buffers (and the "
+       "gradient landings) instead of 12 bytes per owned parameter. The files are removed at exit and at "
+       "abort: checkpoints remain the only saved state."),
     KE("parallel.offload_param", parallel.offload_param, "none", offloads,
        "Strategies that shard parameters (shard_grad_op, zero3, hybrid_shard, hybrid_shard_zero2; auto where it "
        "picks one), with offload_optimizer = cpu: keep the owned parameter shards in host memory too and "
-       "upload each unit's shard just before it is gathered (ZeRO-Infinity's parameter offload)."),
+       "upload each unit's shard just before it is gathered (ZeRO-Infinity's parameter offload). nvme, with "
+       "offload_optimizer = nvme: the owned parameter shards live in the scratch files too, each read before "
+       "its gather (the prefetched unit's ahead of time)."),
+    KS("parallel.offload_nvme_path", parallel.offload_nvme_path, "", NULL,
+       "offload = nvme: an existing, writable directory (DeepSpeed's nvme_path) on a fast local disk; each "
+       "rank keeps its files in its own subdirectory ztrain.<host>.<pid>.rank<r>, removed at exit and at "
+       "abort (one left by a killed run on the same host is removed at the next start)."),
+    KI("parallel.offload_nvme_buffer_count", parallel.offload_nvme_buffer_count, 4, 3, 64,
+       "offload = nvme: host buffers the files stream through (DeepSpeed's buffer_count). Each holds the "
+       "largest unit's state (ztrain sizes them; no buffer_size to get wrong). At least 3: one unit being "
+       "read, one updated, one written; a fourth lets the next read start before the last write ends."),
+    KL("parallel.offload_nvme_block_size", parallel.offload_nvme_block_size, 1048576, 4096, 1073741824,
+       "offload = nvme: bytes per I/O request (DeepSpeed's aio block_size): a transfer is split into "
+       "requests of this size; a multiple of 4096 (O_DIRECT alignment)."),
+    KI("parallel.offload_nvme_queue_depth", parallel.offload_nvme_queue_depth, 8, 1, 4096,
+       "offload = nvme: I/O requests in flight per rank (DeepSpeed's aio queue_depth): the io_uring's size."),
     KE("parallel.nonfinite", parallel.nonfinite, "abort", nonfinites,
        "What a NaN/Inf loss or gradient norm does: abort the job (naming step and rank), or skip the optimizer "
        "step on every rank and continue."),

@@ -124,8 +124,40 @@ static const entry_t ds_keys[] = {
     {"fp16", CUSTOM, NULL, "enabled: auto or the YAML's fp16; loss_scale, initial_scale_power, loss_scale_window, "
                            "min_loss_scale map to train.*"},
     {"zero_optimization.stage", CUSTOM, "parallel.strategy", "0 ddp, 1 zero1, 2 zero2, 3 zero3"},
-    {"zero_optimization.offload_optimizer", CUSTOM, "parallel.offload_optimizer", "device cpu or none"},
-    {"zero_optimization.offload_param", CUSTOM, "parallel.offload_param", "device cpu or none"},
+    {"zero_optimization.offload_optimizer", CUSTOM, "parallel.offload_optimizer", "device cpu, nvme or none; its keys below"},
+    {"zero_optimization.offload_param", CUSTOM, "parallel.offload_param", "device cpu, nvme or none; its keys below"},
+    {"zero_optimization.offload_optimizer.device", CUSTOM, "parallel.offload_optimizer", "cpu, nvme, none"},
+    {"zero_optimization.offload_param.device", CUSTOM, "parallel.offload_param", "cpu, nvme, none"},
+    {"zero_optimization.offload_optimizer.nvme_path", CUSTOM, "parallel.offload_nvme_path",
+     "one directory for both sections (different paths are refused)"},
+    {"zero_optimization.offload_param.nvme_path", CUSTOM, "parallel.offload_nvme_path",
+     "one directory for both sections (different paths are refused)"},
+    {"zero_optimization.offload_optimizer.buffer_count", CUSTOM, "parallel.offload_nvme_buffer_count",
+     "one set of buffers serves both sections: the larger count"},
+    {"zero_optimization.offload_param.buffer_count", CUSTOM, "parallel.offload_nvme_buffer_count",
+     "one set of buffers serves both sections: the larger count"},
+    {"zero_optimization.offload_param.buffer_size", NOTE, NULL,
+     "ztrain sizes its buffers to the largest unit's state itself"},
+    {"zero_optimization.offload_param.max_in_cpu", NOTE, NULL, "ztrain keeps no parameter shard in memory beyond "
+                                                               "its buffers"},
+    {"zero_optimization.offload_optimizer.pin_memory", NOTE, NULL, "host offload's memory is pinned on the cuda "
+                                                                   "backend; nvme buffers are page-aligned"},
+    {"zero_optimization.offload_param.pin_memory", NOTE, NULL, "host offload's memory is pinned on the cuda "
+                                                               "backend; nvme buffers are page-aligned"},
+    {"zero_optimization.offload_optimizer.pipeline_read", NOTE, NULL,
+     "ztrain always reads the next unit while one updates"},
+    {"zero_optimization.offload_optimizer.pipeline_write", NOTE, NULL,
+     "ztrain always writes the previous unit while one updates"},
+    {"zero_optimization.offload_optimizer.pipeline", NOTE, NULL, "ztrain always overlaps reads and writes"},
+    {"zero_optimization.offload_optimizer.fast_init", NOTE, NULL, "how DeepSpeed fills the files; the result is the same"},
+    {"zero_optimization.offload_optimizer.ratio", NOTE, NULL, "ztrain offloads the whole shard (the result is the same)"},
+    {"aio.block_size", MAP, "parallel.offload_nvme_block_size", "bytes per request"},
+    {"aio.queue_depth", MAP, "parallel.offload_nvme_queue_depth", "requests in flight"},
+    {"aio.thread_count", NOTE, NULL, "io_uring needs no I/O threads (ZT_NVME_IO=threads: queue_depth, at most 8)"},
+    {"aio.intra_op_parallelism", NOTE, NULL, "io_uring needs no I/O threads"},
+    {"aio.single_submit", NOTE, NULL, "ztrain submits as many requests as queue_depth allows"},
+    {"aio.overlap_events", NOTE, NULL, "ztrain reaps completions while it submits"},
+    {"aio.use_gds", NOTE, NULL, "GPUDirect Storage is not used: files move through host buffers"},
     {"zero_optimization.reduce_bucket_size", CUSTOM, "parallel.bucket_size_mb", "elements of fp32: x 4 bytes"},
     {"zero_optimization.overlap_comm", NOTE, NULL, "ztrain overlaps its collectives with compute as it can"},
     {"zero_optimization.allgather_partitions", NOTE, NULL, "how DeepSpeed gathers; the result is the same"},
@@ -214,6 +246,7 @@ typedef struct {
     char ds_where[ZT_STRLEN + 64];
     int gradient_checkpointing_given;
     int world, nodes;
+    int nvme_buffers;   /* the larger buffer_count of the offload sections so far */
 } imp_t;
 
 static int fail(imp_t *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -338,13 +371,68 @@ static int ds_enabled(imp_t *im, const char *where, const char *sec, json_t *o, 
     return 0;
 }
 
+/* the table's row of a DeepSpeed key; NULL with a did-you-mean line for one it lacks */
+static const entry_t *ds_entry(imp_t *im, const char *where, const char *name)
+{
+    const entry_t *e = lookup(ds_keys, NDS, name);
+    if (e) return e;
+    const char *near = nearest(ds_keys, NDS, name);
+    fail(im, "%s: %s is not read by ztrain%s%s%s", where, name, near ? " (did you mean " : "", near ? near : "",
+         near ? ")" : "");
+    return NULL;
+}
+
+/* a JSON scalar as the text zt_config_set reads */
+static const char *json_text(json_t *v, char *buf, size_t len)
+{
+    if (json_is_string(v)) return json_string_value(v);
+    if (json_is_integer(v)) snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+    else if (json_is_number(v)) snprintf(buf, len, "%.17g", json_number_value(v));
+    else if (json_is_boolean(v)) snprintf(buf, len, "%s", json_is_true(v) ? "true" : "false");
+    else return NULL;
+    return buf;
+}
+
+/* the keys of a DeepSpeed section `sec` (zero_optimization.offload_*, aio) by the table */
+static int ds_section(imp_t *im, const char *where, const char *sec, json_t *o)
+{
+    const char *k;
+    json_t *v;
+    char name[160], buf[64];
+    if (!json_is_object(o)) return fail(im, "%s: %s: expected an object", where, sec);
+    json_object_foreach(o, k, v)
+    {
+        snprintf(name, sizeof name, "%s.%s", sec, k);
+        const entry_t *e = ds_entry(im, where, name);
+        if (!e) return -1;
+        if (e->how == NOTE) {
+            note(im, where, name, e->why);
+            continue;
+        }
+        const char *val = json_text(v, buf, sizeof buf);
+        if (!val) return fail(im, "%s: %s: expected a number, a string or a boolean", where, name);
+        if (!strcmp(k, "nvme_path")) {
+            /* one directory serves both offload sections */
+            const char *had = im->cfg->parallel.offload_nvme_path;
+            if (had[0] && strcmp(had, val))
+                return fail(im, "%s: %s: %s differs from the other section's %s (ztrain keeps both in one "
+                            "directory)", where, name, val, had);
+        } else if (!strcmp(k, "buffer_count")) {
+            if (json_is_integer(v) && json_integer_value(v) < im->nvme_buffers) continue;
+            im->nvme_buffers = json_is_integer(v) ? (int)json_integer_value(v) : im->nvme_buffers;
+        }
+        if (set(im, e->key, val, where)) return -1;
+    }
+    return 0;
+}
+
 static int ds_offload(imp_t *im, const char *where, const char *name, json_t *o, const char *key)
 {
     const char *dev = json_string_value(json_object_get(o, "device"));
+    char sec[96];
     if (!dev) return fail(im, "%s: zero_optimization.%s: no \"device\"", where, name);
-    if (!strcmp(dev, "nvme"))
-        return fail(im, "%s: zero_optimization.%s: device nvme is not available yet (cpu, none)", where, name);
-    return set(im, key, dev, where);
+    snprintf(sec, sizeof sec, "zero_optimization.%s", name);
+    return set(im, key, dev, where) || ds_section(im, where, sec, o);
 }
 
 static int ds_zero(imp_t *im, const char *where, json_t *z)
@@ -355,12 +443,8 @@ static int ds_zero(imp_t *im, const char *where, json_t *z)
     json_object_foreach(z, k, v)
     {
         snprintf(name, sizeof name, "zero_optimization.%s", k);
-        const entry_t *e = lookup(ds_keys, NDS, name);
-        if (!e) {
-            const char *near = nearest(ds_keys, NDS, name);
-            return fail(im, "%s: %s is not read by ztrain%s%s%s", where, name, near ? " (did you mean " : "",
-                        near ? near : "", near ? ")" : "");
-        }
+        const entry_t *e = ds_entry(im, where, name);
+        if (!e) return -1;
         if (e->how == NOTE) {
             note(im, where, name, e->why);
         } else if (!strcmp(k, "stage")) {
@@ -397,6 +481,7 @@ static int ds_import(imp_t *im, int world)
     {
         const entry_t *e = lookup(ds_keys, NDS, k);
         if (!strcmp(k, "zero_optimization")) rc = ds_zero(im, where, v);
+        else if (!strcmp(k, "aio")) rc = ds_section(im, where, "aio", v);
         else if (!e) {
             const char *near = nearest(ds_keys, NDS, k);
             rc = fail(im, "%s: %s is not read by ztrain%s%s%s", where, k, near ? " (did you mean " : "",

@@ -32,8 +32,8 @@ static void memory_json(const char *key, const zt_shard_mem_t *m, size_t act, co
                         size_t len)
 {
     size_t o = (size_t)snprintf(buf, len, "\"%s\":{\"params\":%zu,\"grads\":%zu,\"optimizer\":%zu,\"buffers\":%zu,"
-                                "\"gathered\":%zu,\"activations\":%zu,\"host\":%zu", key, m->params, m->grads,
-                                m->optim, m->comm_buffers, m->gathered_peak, act, m->host);
+                                "\"gathered\":%zu,\"activations\":%zu,\"host\":%zu,\"nvme\":%zu", key, m->params, m->grads,
+                                m->optim, m->comm_buffers, m->gathered_peak, act, m->host, m->nvme);
     if (ref && o < len)
         o += (size_t)snprintf(buf + o, len - o, ",\"reference\":{\"params\":%zu,\"buffers\":%zu,\"gathered\":%zu,"
                               "\"host\":%zu}", ref->params, ref->comm_buffers, ref->gathered_peak, ref->host);

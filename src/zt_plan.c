@@ -40,6 +40,8 @@ int zt_plan_tp_splits(const zt_plan_shape_t *shape, int tp, char *err, size_t er
     return what ? zt_err(err, errlen, "parallel.tensor_parallel_size (%d) must divide %s (%d)", tp, what, v) : 0;
 }
 
+static const char *offload_name(zt_offload_t o) { return zt_config_enum_name("parallel.offload_optimizer", (int)o); }
+
 static zt_precision_t working_dtype(const zt_config_t *cfg)
 {
     return cfg->train.bf16 ? ZT_PREC_BF16 : cfg->train.fp16 ? ZT_PREC_FP16 : ZT_PREC_FP32;
@@ -72,6 +74,9 @@ int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_s
         .strategy = cfg->parallel.strategy, .layout = cfg->parallel.shard_layout, .sp_mode = cfg->parallel.sp_mode,
         .tp_sequence_parallel = cfg->parallel.tp_sequence_parallel && tp > 1,
         .offload_optimizer = cfg->parallel.offload_optimizer, .offload_param = cfg->parallel.offload_param,
+        .nvme_path = cfg->parallel.offload_nvme_path, .nvme_buffer_count = cfg->parallel.offload_nvme_buffer_count,
+        .nvme_queue_depth = cfg->parallel.offload_nvme_queue_depth,
+        .nvme_block_size = (size_t)cfg->parallel.offload_nvme_block_size,
         .param_dtype = working_dtype(cfg), .reduce_dtype = cfg->parallel.reduce_dtype, .matmul = matmul_level(cfg),
         .optimizer = cfg->optim.type, .freeze_step = cfg->optim.freeze_step,
     };
@@ -138,12 +143,26 @@ int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_s
      * the optimizer steps the master where that shard lives */
     if (p->offload_param != ZT_OFFLOAD_NONE && p->strategy != ZT_STRATEGY_AUTO &&
         !zt_strategy_shards_params(p->strategy))
-        return zt_err(err, errlen, "parallel.offload_param = cpu needs a strategy that shards parameters "
+        return zt_err(err, errlen, "parallel.offload_param = %s needs a strategy that shards parameters "
                       "(shard_grad_op, zero3, hybrid_shard, hybrid_shard_zero2, or auto), not %s",
-                      zt_strategy_name(p->strategy));
+                      offload_name(p->offload_param), zt_strategy_name(p->strategy));
     if (p->offload_param != ZT_OFFLOAD_NONE && p->offload_optimizer == ZT_OFFLOAD_NONE)
-        return zt_err(err, errlen, "parallel.offload_param = cpu needs parallel.offload_optimizer = \"cpu\" too "
-                      "(the optimizer steps the parameter shard where it lives)");
+        return zt_err(err, errlen, "parallel.offload_param = %s needs parallel.offload_optimizer = \"%s\" too "
+                      "(the optimizer steps the parameter shard where it lives)", offload_name(p->offload_param),
+                      offload_name(p->offload_param));
+    /* fp32: the master is the parameter shard, so both live in one tier */
+    if (p->offload_param != ZT_OFFLOAD_NONE && p->offload_param != p->offload_optimizer)
+        return zt_err(err, errlen, "parallel.offload_param = %s with parallel.offload_optimizer = %s: the fp32 "
+                      "master is the parameter shard, so both must name the same tier (cpu or nvme)",
+                      offload_name(p->offload_param), offload_name(p->offload_optimizer));
+    if (p->offload_optimizer == ZT_OFFLOAD_NVME) {
+        if (!p->nvme_path || !p->nvme_path[0])
+            return zt_err(err, errlen, "parallel.offload_optimizer = nvme needs parallel.offload_nvme_path (a "
+                          "directory on a local disk for the scratch files)");
+        if (p->nvme_block_size % 4096)
+            return zt_err(err, errlen, "parallel.offload_nvme_block_size (%zu) must be a multiple of 4096 "
+                          "(O_DIRECT requests are whole blocks)", p->nvme_block_size);
+    }
     /* 1-bit Adam: each rank keeps the whole momentum and exchanges it compressed, which is
      * ddp's residency; tp and sp ranks hold parts of one replica's gradient, not replicas */
     if (p->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
@@ -156,7 +175,8 @@ int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_s
                           "parallel.sequence_parallel_size = 1 (tp and sp ranks hold parts of one gradient, "
                           "not data-parallel replicas of it)");
         if (p->offload_optimizer != ZT_OFFLOAD_NONE)
-            return zt_err(err, errlen, "optim.type = onebit_adam does not run with parallel.offload_optimizer = cpu");
+            return zt_err(err, errlen, "optim.type = onebit_adam does not run with parallel.offload_optimizer = %s",
+                          offload_name(p->offload_optimizer));
     }
     dp_axes(p);
     return 0;

@@ -56,6 +56,18 @@
  * for which the rounding changes nothing). That is what makes an overflow, and so
  * the dynamic loss scale, the same at every world size.
  *
+ * NVMe (offload_nvme, ZeRO-Infinity): the same host-side state, but it lives in scratch
+ * files (zt_nvme.h) and is in host memory only while a unit needs it: u->master, m, v
+ * (and, with offload_param, the owned parameter shard: the fp32 master itself or the
+ * 16-bit wshard) point into one of the module's buffers between nv_in and nv_out, and
+ * are NULL otherwise. Each unit is two records: its optimizer state and its parameter
+ * shard (unit_records). The optimizer step takes the units in its order, reading the
+ * next unit's record while AdamW steps this one, and the write of the previous one runs
+ * meanwhile; a gather reads the parameter record (zt_shard_prefetch starts that read
+ * ahead). Checkpoint views stage the records through host memory. The arithmetic is
+ * the host offload's, so results are bit-identical to it and to no offload on the CPU
+ * backend.
+ *
  * Frozen units (t->unit_frozen[u], LoRA's base) hold their parameters only: full
  * (fp32) or wfull (16-bit) where parameters are replicated, shard_p (fp32), master
  * (fp32 under offload_param: it is the working shard) or wshard (16-bit) where they
@@ -125,6 +137,9 @@ struct zt_shard {
     const zt_backend_t *ob; /* where the optimizer state lives and AdamW runs */
     const zt_backend_t *hb; /* host memory's kernels: the CPU's, or a counting backend itself (a
                              * dry run: its host buffers are address space only, zt_memplan.h) */
+    zt_nvme_t *nv;          /* offload_nvme: the files the offloaded state lives in */
+    int nv_dry;             /* ...counted only: a dry run's engine (no files, nv NULL) */
+    int nvme_param;         /* ...the owned parameter shards among it (offload_param) */
     int comm_ordered;       /* collectives are stream-ordered after uploads (device comm) */
     /* tensor parallelism: the tp group (NULL without), this rank's place in it */
     zt_group_t *tp;
@@ -237,6 +252,85 @@ static void ffree(zt_shard_t *s, int cat, float **p, size_t n)
 
 /* where the owned gradient accumulators live */
 static int grads_mem(const zt_shard_t *s) { return s->host_grads ? MEM_HOST : MEM_GRADS; }
+
+/* ---- NVMe residency -------------------------------------------------------------- */
+
+/* offload_nvme: what unit ui keeps in the files, as two records: its optimizer state
+ * (record ui: the fp32 master, exp_avg, exp_avg_sq, the master left out where it is the
+ * parameter shard) and, with nvme_param, its owned parameter shard (record nunits + ui:
+ * the fp32 master, or the 16-bit working shard). S: owned elements. The one description
+ * of the files, for the engine and its estimate alike. */
+static void unit_records(int frozen, int mixed, int nvme_param, size_t S, zt_nvme_rec_t *opt, zt_nvme_rec_t *par)
+{
+    memset(opt, 0, sizeof *opt);
+    memset(par, 0, sizeof *par);
+    if (nvme_param) par->bytes[par->nfield++] = S * (mixed ? 2 : 4);
+    if (frozen) return;
+    if (!nvme_param || mixed) opt->bytes[opt->nfield++] = S * 4;
+    opt->bytes[opt->nfield++] = S * 4;
+    opt->bytes[opt->nfield++] = S * 4;
+}
+
+enum { NV_OPT = 1, NV_PAR = 2 };
+
+/* offload_nvme: unit ui's records `what` into host buffers, the pointers set; those in
+ * `read` are read from the file, the others the caller overwrites (no-op without nvme) */
+static void nv_in(zt_shard_t *s, int ui, int what, int read)
+{
+    if (!s->nv) return;
+    unit_state_t *u = &s->u[ui];
+    if ((what & NV_PAR) && s->nvme_param) {
+        void **f = zt_nvme_get(s->nv, s->t->nunits + ui, (read & NV_PAR) != 0);
+        if (s->mixed) u->wshard = f[0];
+        else u->master = f[0];
+    }
+    if ((what & NV_OPT) && !u->frozen) {
+        void **f = zt_nvme_get(s->nv, ui, (read & NV_OPT) != 0);
+        int k = 0;
+        if (!s->nvme_param || s->mixed) u->master = f[k++];
+        u->m = f[k++];
+        u->v = f[k];
+    }
+}
+
+/* hands the records back (`dirty` ones are written); an upload from them must have
+ * landed first, since the buffer goes on to another unit */
+static void nv_out(zt_shard_t *s, int ui, int what, int dirty)
+{
+    if (!s->nv) return;
+    unit_state_t *u = &s->u[ui];
+    if (!s->be->host_memory) s->be->wait_uploads();
+    if ((what & NV_PAR) && s->nvme_param) {
+        zt_nvme_put(s->nv, s->t->nunits + ui, (dirty & NV_PAR) != 0);
+        if (s->mixed) u->wshard = NULL;
+        else u->master = NULL;
+    }
+    if ((what & NV_OPT) && !u->frozen) {
+        zt_nvme_put(s->nv, ui, (dirty & NV_OPT) != 0);
+        if (!s->nvme_param || s->mixed) u->master = NULL;
+        u->m = u->v = NULL;
+    }
+}
+
+static void nv_prefetch(zt_shard_t *s, int ui, int what)
+{
+    if (!s->nv || ui < 0 || ui >= s->t->nunits) return;
+    if ((what & NV_PAR) && s->nvme_param) zt_nvme_prefetch(s->nv, s->t->nunits + ui);
+    if ((what & NV_OPT) && !s->u[ui].frozen) zt_nvme_prefetch(s->nv, ui);
+}
+
+/* fresh buffers hold whatever they held: a new unit's state starts from zeros, as the
+ * zero-filled allocations of the other tiers do (padding elements included) */
+static void nv_zero(zt_shard_t *s, int ui)
+{
+    if (!s->nv) return;
+    unit_state_t *u = &s->u[ui];
+    const size_t S = u->S;
+    if (u->master) memset(u->master, 0, S * sizeof(float));
+    if (u->m) memset(u->m, 0, S * sizeof(float));
+    if (u->v) memset(u->v, 0, S * sizeof(float));
+    if (s->nvme_param && s->mixed && u->wshard) memset(u->wshard, 0, S * 2);
+}
 
 /* ---- construction ---------------------------------------------------------- */
 
@@ -428,6 +522,8 @@ static void init_unit_range(zt_shard_t *s, int ui, size_t uoff, size_t len, floa
 static void init_values(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
+    nv_in(s, ui, NV_OPT | NV_PAR, 0);
+    nv_zero(s, ui);
     float *stage = zt_malloc(INIT_STAGE * sizeof(float));
     /* Replicated working copies: every rank computes the whole unit itself (a pure
      * function) instead of gathering at start-up. */
@@ -451,6 +547,7 @@ static void init_values(zt_shard_t *s, int ui)
     free(stage);
     /* derive what the code above did not compute, without a collective */
     if (s->offload ? s->shard_params : s->mixed && (s->shard_params || s->n == 1)) refresh_working(s, ui);
+    nv_out(s, ui, NV_OPT | NV_PAR, NV_OPT | NV_PAR);
 }
 
 /* A frozen unit's initial values go straight into its only copy: the fp32
@@ -458,6 +555,8 @@ static void init_values(zt_shard_t *s, int ui)
 static void init_frozen(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
+    nv_in(s, ui, NV_PAR, 0);
+    nv_zero(s, ui);
     float *stage = zt_malloc(INIT_STAGE * sizeof(float));
     if (!s->shard_params && !s->mixed) {
         init_unit_range(s, ui, 0, u->lay.numel, u->full, stage, s->be);
@@ -490,6 +589,7 @@ static void init_frozen(zt_shard_t *s, int ui)
         wbe->free(tmp);
     }
     free(stage);
+    nv_out(s, ui, NV_PAR, NV_PAR);
 }
 
 static int unit_is_frozen(const zt_param_table_t *t, int ui) { return t->unit_frozen && t->unit_frozen[ui]; }
@@ -498,7 +598,9 @@ static int unit_is_frozen(const zt_param_table_t *t, int ui) { return t->unit_fr
  * memory under offload_param) and room for its fp32 view in the unit's scratch slot */
 static void alloc_working16(zt_shard_t *s, unit_state_t *u, int ui)
 {
-    if (s->shard_params)
+    if (s->shard_params && s->nvme_param)
+        ; /* in the files: a buffer's while in use (nv_in) */
+    else if (s->shard_params)
         u->wshard = balloc(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->S * 2);
     else
         u->wfull = balloc(s, MEM_PARAMS, u->lay.packed * 2);
@@ -506,8 +608,48 @@ static void alloc_working16(zt_shard_t *s, unit_state_t *u, int ui)
     s->scratch_n[k] = ZT_MAX(s->scratch_n[k], u->lay.numel);
 }
 
+/* offload_nvme: opens this rank's files for every unit's records, agreed over the world */
+static int open_nvme(zt_shard_t *s, char *err, size_t errlen)
+{
+    const int nu = s->t->nunits;
+    zt_nvme_rec_t *recs = zt_calloc((size_t)2 * nu, sizeof *recs);
+    for (int ui = 0; ui < nu; ui++)
+        unit_records(s->u[ui].frozen, s->mixed, s->nvme_param, s->u[ui].S, &recs[ui], &recs[nu + ui]);
+    zt_shard_mem_t *m = &s->mem;
+    if (s->be->dry) { /* a dry run (zt_memplan.h): the figures zt_nvme_open would allocate, no files */
+        m->host += (size_t)s->o.nvme.buffer_count * zt_nvme_buffer_bytes(recs, 2 * nu);
+        m->nvme = zt_nvme_file_bytes(recs, 2 * nu);
+        free(recs);
+        s->nv_dry = 1;
+        s->mem_peak.host = m->host;
+        s->mem_peak.nvme = m->nvme;
+        return 0;
+    }
+    zt_nvme_opts_t o = s->o.nvme;
+    o.rank = s->comm->world.rank;
+    s->nv = zt_nvme_open(&o, recs, 2 * nu, err, errlen);
+    free(recs);
+    if (zt_agree_error(s->comm, s->nv == NULL, err, errlen)) return -1;
+    zt_nvme_stats_t st;
+    zt_nvme_stats(s->nv, &st);
+    m->host += (size_t)st.buffers * st.buffer_bytes;
+    m->nvme = st.file_bytes;
+    s->mem_peak.host = m->host;
+    s->mem_peak.nvme = m->nvme;
+    return 0;
+}
+
 zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
                             const zt_shard_opts_t *opts)
+{
+    char err[ZT_ERRLEN];
+    zt_shard_t *s = zt_shard_create_err(t, comm, be, opts, err, sizeof err);
+    if (!s) zt_fatal("%s", err);
+    return s;
+}
+
+zt_shard_t *zt_shard_create_err(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
+                                const zt_shard_opts_t *opts, char *err, size_t errlen)
 {
     zt_shard_t *s = zt_calloc(1, sizeof *s);
     s->t = t;
@@ -524,6 +666,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
     s->gdt = comm_dtype(opts->reduce_dtype);
     s->offload = opts->offload_optim != 0;
     s->offload_param = s->offload && opts->offload_param && s->shard_params;
+    s->nvme_param = s->offload_param && opts->offload_nvme;
     s->host_grads = s->offload && !s->persistent_grads && !s->hybrid;
     s->dl_unit = -1;
     s->hb = be->dry ? be : &zt_backend_cpu;
@@ -555,13 +698,21 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         for (int k = 0; k < MAX_REQ; k++) u->red_req[k].req = MPI_REQUEST_NULL;
         u->gather_req.req = MPI_REQUEST_NULL;
         u->frozen = unit_is_frozen(t, ui);
+    }
+    if (s->offload && opts->offload_nvme && open_nvme(s, err, errlen)) {
+        zt_shard_free(s);
+        return NULL;
+    }
+    for (int ui = 0; ui < t->nunits; ui++) {
+        unit_state_t *u = &s->u[ui];
         if (u->frozen) {
             /* the parameters only: fp32, or the 16-bit working copy (sharded where
              * the strategy shards parameters, in host memory under offload_param) */
             if (s->mixed) {
                 alloc_working16(s, u, ui);
             } else if (s->shard_params) {
-                if (s->offload_param) u->master = falloc(s, MEM_HOST, u->S);
+                if (s->nvme_param) ; /* in the files */
+                else if (s->offload_param) u->master = falloc(s, MEM_HOST, u->S);
                 else u->shard_p = falloc(s, MEM_PARAMS, u->S);
             } else
                 u->full = falloc(s, MEM_PARAMS, u->lay.packed);
@@ -573,7 +724,7 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
         /* offload: the master, m and v in host memory; the master is the fp32
          * working shard itself when parameter shards are offloaded too */
         const int optim_mem = s->offload ? MEM_HOST : MEM_OPTIM;
-        if (s->offload) u->master = falloc(s, MEM_HOST, u->S);
+        if (s->offload && !s->nv && !s->nv_dry) u->master = falloc(s, MEM_HOST, u->S);
         if (s->mixed) {
             /* fp32 master with the optimizer state, 16-bit working copy as the params */
             if (!s->offload) u->shard_p = falloc(s, MEM_OPTIM, u->S);
@@ -584,8 +735,10 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
             u->full = falloc(s, MEM_PARAMS, u->lay.packed);
         if (s->persistent_grads) u->gfull = falloc(s, MEM_GRADS, u->lay.packed);
         if (st != ZT_DDP) u->gshard = falloc(s, grads_mem(s), u->S);
-        u->m = falloc(s, optim_mem, u->S);
-        u->v = falloc(s, optim_mem, u->S);
+        if (!s->nv && !s->nv_dry) { /* nvme: in the files */
+            u->m = falloc(s, optim_mem, u->S);
+            u->v = falloc(s, optim_mem, u->S);
+        }
         if (s->offload) grow_host_stage(s, u->S);
         if (!be->dry) init_values(s, ui);
         if (opts->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
@@ -624,6 +777,13 @@ void zt_shard_free(zt_shard_t *s)
         reduction_complete(s, ui);
     }
     grad_download_finish(s);
+    if (s->nv) {
+        zt_nvme_stats_t st;
+        zt_nvme_stats(s->nv, &st);
+        s->mem.host -= (size_t)st.buffers * st.buffer_bytes;
+        s->mem.nvme = 0;
+        zt_nvme_close(s->nv);
+    }
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
         size_t P = u->lay.packed;
@@ -705,6 +865,7 @@ static void gather_start(zt_shard_t *s, int ui, int blocking)
 {
     unit_state_t *u = &s->u[ui];
     const size_t P = u->lay.packed, es = s->pesz;
+    nv_in(s, ui, NV_PAR, NV_PAR); /* nvme_param: the shard from its file (no-op otherwise) */
     /* the owned working shard: bf16, or fp32 (the host master itself under offload_param) */
     const void *src = s->mixed ? (const void *)u->wshard : s->offload_param ? (const void *)u->master
                                                                            : (const void *)u->shard_p;
@@ -713,6 +874,7 @@ static void gather_start(zt_shard_t *s, int ui, int blocking)
         if (s->offload_param) {
             s->be->from_host_async(u->gath, src, u->S * es);
             uploads_landed(s);
+            nv_out(s, ui, NV_PAR, 0);
         } else
             s->be->copy(u->gath, src, u->S * es);
         u->gathered = 1;
@@ -724,6 +886,7 @@ static void gather_start(zt_shard_t *s, int ui, int blocking)
         u->up = balloc(s, MEM_COMM, u->S * es);
         s->be->from_host_async(u->up, src, u->S * es);
         uploads_landed(s);
+        nv_out(s, ui, NV_PAR, 0);
         src = u->up;
     }
     if (is_flat(s)) {
@@ -779,6 +942,11 @@ void zt_shard_prefetch(zt_shard_t *s, int ui)
 {
     if (ui < 0 || ui >= s->t->nunits || !s->shard_params) return;
     unit_state_t *u = &s->u[ui];
+    if (s->nvme_param) {
+        /* the gather needs the shard on the host: start its read, and gather when asked */
+        if (!u->gathered && !u->gather_pending) nv_prefetch(s, ui, NV_PAR);
+        return;
+    }
     if (u->gathered || u->gather_pending || !is_flat(s) || s->n == 1) return;
     gather_start(s, ui, 0);
 }
@@ -1165,9 +1333,14 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
     /* host_grads: the owned gradients are on the host already */
     const int download = s->offload && !s->host_grads;
     if (download && no) download_grads(s, order[0], 0);
+    /* nvme: the records AdamW reads (a 16-bit parameter shard is only written) */
+    const int nv_read = NV_OPT | (s->mixed ? 0 : NV_PAR);
+    if (no) nv_prefetch(s, order[0], nv_read);
     for (int k = 0; k < no; k++) {
         const int ui = order[k];
         unit_state_t *u = &s->u[ui];
+        nv_in(s, ui, NV_OPT | NV_PAR, nv_read);
+        if (k + 1 < no) nv_prefetch(s, order[k + 1], nv_read);
         const float *grad = owned_grads(s, u);
         if (download) {
             s->be->wait_downloads();
@@ -1186,6 +1359,7 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
                          hp->beta1, hp->beta2, hp->eps, wd, hp->grad_scale, hp->step);
         }
         refresh_working(s, ui);
+        nv_out(s, ui, NV_OPT | NV_PAR, NV_OPT | NV_PAR);
     }
     free(order);
     /* the next forward reads the uploads (a device orders itself; the host must not
@@ -1210,6 +1384,13 @@ void zt_shard_end_inference(zt_shard_t *s)
 void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out)
 {
     *out = s->mem_peak;
+}
+
+int zt_shard_nvme_stats(const zt_shard_t *s, zt_nvme_stats_t *st)
+{
+    if (!s->nv) return 0;
+    zt_nvme_stats(s->nv, st);
+    return 1;
 }
 
 double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
@@ -1250,8 +1431,9 @@ double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_
 enum {
     IO_HOST = 0,    /* host memory: handed out as it is */
     IO_DEV,         /* fp32 in memory the host cannot read: staged through host memory */
-    IO_W16          /* a frozen unit's 16-bit working copy (its only copy): widened into,
+    IO_W16,         /* a frozen unit's 16-bit working copy (its only copy): widened into,
                      * and rounded back from, an fp32 host staging */
+    IO_NVME         /* fp32 in the nvme files: staged through host memory */
 };
 
 typedef struct io_src {
@@ -1259,6 +1441,10 @@ typedef struct io_src {
     const zt_backend_t *vbe;    /* whose memory value, m and v are (not IO_W16) */
     float *value, *m, *v;       /* where they live; m, v NULL for frozen parameters */
     uint16_t *w16;              /* IO_W16 */
+    int nv;                     /* in the nvme files (IO_NVME, or IO_W16 under nvme_param): the
+                                 * pointers are found by io_nv_in from unit and pos */
+    int unit, moments;          /* nv: the unit, and whether the segment has m and v */
+    size_t pos;                 /* element of the owned shard */
 } io_src_t;
 
 /* one io_list entry per run of a segment that is contiguous in the global tensor (a
@@ -1285,6 +1471,7 @@ static void io_add_run(void *arg, size_t gstart, size_t lstart, size_t len)
     if (c.value) c.value += d;
     if (c.m) c.m += d, c.v += d;
     if (c.w16) c.w16 += d;
+    c.pos += d;
     a->src[a->n] = c;
     a->out[a->n++] = (zt_io_seg_t){
         .param = a->param, .start = gstart, .len = len, .value = c.value, .exp_avg = c.m, .exp_avg_sq = c.v,
@@ -1315,7 +1502,14 @@ static int io_list(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs, io_src_
             if (hi <= lo) continue;
             io_src_t *c = &a.c;
             memset(c, 0, sizeof *c);
-            if (u->frozen && s->mixed) {
+            c->unit = ui;
+            c->pos = g->spos + lo;
+            c->nv = u->frozen ? s->nvme_param : s->nv != NULL;
+            if (c->nv) {
+                c->kind = u->frozen && s->mixed ? IO_W16 : IO_NVME;
+                c->vbe = &zt_backend_cpu;
+                c->moments = !u->frozen;
+            } else if (u->frozen && s->mixed) {
                 c->kind = IO_W16;
                 c->w16 = (s->shard_params ? u->wshard + g->spos : u->wfull + g->uoff) + lo;
             } else {
@@ -1388,6 +1582,24 @@ typedef struct io_stage {
     io_src_t *src;
 } io_stage_t;
 
+/* an nvme segment's unit into host buffers: *r = c with its pointers there */
+static void io_nv_in(zt_shard_t *s, const io_src_t *c, io_src_t *r)
+{
+    *r = *c;
+    if (!c->nv) return;
+    nv_in(s, c->unit, NV_OPT | NV_PAR, NV_OPT | NV_PAR);
+    const unit_state_t *u = &s->u[c->unit];
+    r->value = u->master ? u->master + c->pos : NULL;
+    r->m = c->moments ? u->m + c->pos : NULL;
+    r->v = c->moments ? u->v + c->pos : NULL;
+    r->w16 = c->kind == IO_W16 ? u->wshard + c->pos : NULL;
+}
+
+static void io_nv_out(zt_shard_t *s, const io_src_t *c, int dirty)
+{
+    if (c->nv) nv_out(s, c->unit, NV_OPT | NV_PAR, dirty ? NV_OPT | NV_PAR : 0);
+}
+
 int zt_shard_io_view(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs)
 {
     io_src_t *src;
@@ -1395,18 +1607,32 @@ int zt_shard_io_view(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs)
     zt_io_seg_t *seg = *segs;
     size_t total = 0;
     for (int i = 0; i < n; i++)
-        if (src[i].kind != IO_HOST) total += (src[i].m ? 3 : 1) * seg[i].len;
+        if (src[i].kind != IO_HOST) total += (src[i].m || src[i].moments ? 3 : 1) * seg[i].len;
     io_stage_t *st = zt_calloc(1, sizeof *st);
     st->src = src;
     st->host = total ? zt_malloc(total * sizeof(float)) : NULL;
     const int for_write = mode != ZT_IO_READ;
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        const io_src_t *c = &src[i];
-        if (c->kind == IO_HOST) continue;
+        if (src[i].kind == IO_HOST) continue;
         float *h = st->host + off;
         const size_t len = seg[i].len, bytes = len * sizeof(float);
         seg[i].value = h;
+        if (src[i].nv) { /* nvme: host buffers, copied while the unit is in */
+            io_src_t r;
+            io_nv_in(s, &src[i], &r);
+            if (r.kind == IO_W16) io_widen(s, h, r.w16, len);
+            else if (for_write || !r.m) memcpy(h, r.value, bytes);
+            if (r.m) {
+                seg[i].exp_avg = h + len;
+                seg[i].exp_avg_sq = h + 2 * len;
+                if (for_write) memcpy(seg[i].exp_avg, r.m, bytes), memcpy(seg[i].exp_avg_sq, r.v, bytes);
+            }
+            io_nv_out(s, &src[i], 0);
+            off += (r.m ? 3 : 1) * len;
+            continue;
+        }
+        const io_src_t *c = &src[i];
         /* a frozen parameter's staging holds its value for a read too: a reader that
          * fills only some segments (a LoRA checkpoint, a PEFT adapter: the adapters)
          * leaves the base as it was when io_done copies every staging back */
@@ -1444,6 +1670,15 @@ void zt_shard_io_done(zt_shard_t *s, zt_io_seg_t *segs, int n, int loaded)
     for (int i = 0; loaded && i < n; i++) {
         const io_src_t *c = &st->src[i];
         const size_t bytes = segs[i].len * sizeof(float);
+        if (c->nv) {
+            io_src_t r;
+            io_nv_in(s, c, &r);
+            if (r.kind == IO_W16) io_round(s, r.w16, segs[i].value, segs[i].len);
+            else memcpy(r.value, segs[i].value, bytes);
+            if (loaded == 2 && r.m) memcpy(r.m, segs[i].exp_avg, bytes), memcpy(r.v, segs[i].exp_avg_sq, bytes);
+            io_nv_out(s, c, 1);
+            continue;
+        }
         if (c->kind == IO_W16) {
             io_round(s, c->w16, segs[i].value, segs[i].len);
         } else if (c->kind == IO_DEV) {
@@ -1468,8 +1703,11 @@ void zt_shard_after_load(zt_shard_t *s)
         if (s->shard_params) drop_gathered(s, ui);
         /* a frozen unit's owned part was loaded into its only copy (io_done rounded
          * it where that is 16-bit): a replicated copy still needs the rest */
-        if (!s->u[ui].frozen) refresh_working(s, ui);
-        else if (!s->shard_params && s->n > 1) regather_full(s, ui);
+        if (!s->u[ui].frozen) {
+            nv_in(s, ui, NV_OPT | NV_PAR, NV_OPT | (s->mixed ? 0 : NV_PAR));
+            refresh_working(s, ui);
+            nv_out(s, ui, NV_OPT | NV_PAR, NV_PAR);
+        } else if (!s->shard_params && s->n > 1) regather_full(s, ui);
     }
     if (s->offload) s->be->wait_uploads();
     if (s->mixed) invalidate_slots(s);
@@ -1496,14 +1734,17 @@ double zt_shard_param_sumsq(zt_shard_t *s)
     const int n = io_list(s, ZT_IO_WRITE_ALL, &segs, &src);
     double local = 0.0;
     for (int i = 0; i < n; i++) {
-        if (src[i].kind != IO_W16) {
-            local += src[i].vbe->sumsq(src[i].value, segs[i].len);
-            continue;
+        io_src_t r;
+        io_nv_in(s, &src[i], &r);
+        if (r.kind != IO_W16) {
+            local += r.vbe->sumsq(r.value, segs[i].len);
+        } else {
+            float *h = zt_malloc(segs[i].len * sizeof(float));
+            io_widen(s, h, r.w16, segs[i].len);
+            local += zt_backend_cpu.sumsq(h, segs[i].len);
+            free(h);
         }
-        float *h = zt_malloc(segs[i].len * sizeof(float));
-        io_widen(s, h, src[i].w16, segs[i].len);
-        local += zt_backend_cpu.sumsq(h, segs[i].len);
-        free(h);
+        io_nv_out(s, &src[i], 0);
     }
     free(segs);
     free(src);

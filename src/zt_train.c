@@ -143,8 +143,11 @@ static void fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_st
     o->bucket_bytes = (size_t)(cfg->parallel.bucket_size_mb * 1024.0 * 1024.0);
     o->param_dtype = p->param_dtype;
     o->reduce_dtype = p->reduce_dtype;
-    o->offload_optim = p->offload_optimizer == ZT_OFFLOAD_CPU;
-    o->offload_param = p->offload_param == ZT_OFFLOAD_CPU;
+    o->offload_optim = p->offload_optimizer != ZT_OFFLOAD_NONE;
+    o->offload_param = p->offload_param != ZT_OFFLOAD_NONE;
+    o->offload_nvme = p->offload_optimizer == ZT_OFFLOAD_NVME;
+    o->nvme = (zt_nvme_opts_t){.path = p->nvme_path, .buffer_count = p->nvme_buffer_count,
+                               .block_size = p->nvme_block_size, .queue_depth = p->nvme_queue_depth};
     o->seed = (uint64_t)cfg->train.seed;
     o->optimizer = p->optimizer;
     o->freeze_step = p->freeze_step;
@@ -280,6 +283,33 @@ static double memory_limit(const zt_config_t *cfg, const zt_backend_t *be, int p
     return host_memory_per_rank(per_node);
 }
 
+/* --estimate-memory: what each offload tier moves off the backend's memory, into host
+ * memory and onto disk, for the configured strategy (zero3 under auto) */
+static void offload_tiers(const zt_config_t *cfg, const zt_parallel_plan_t *plan, const zt_param_table_t *g,
+                          const zt_param_table_t *t, int world, int shard_n)
+{
+    const zt_strategy_t st = plan->strategy == ZT_STRATEGY_AUTO ? ZT_ZERO3 : plan->strategy;
+    static const struct { const char *name; zt_offload_t optim, param; } tiers[] = {
+        {"none", ZT_OFFLOAD_NONE, ZT_OFFLOAD_NONE}, {"optimizer cpu", ZT_OFFLOAD_CPU, ZT_OFFLOAD_NONE},
+        {"optimizer nvme", ZT_OFFLOAD_NVME, ZT_OFFLOAD_NONE}, {"+ param cpu", ZT_OFFLOAD_CPU, ZT_OFFLOAD_CPU},
+        {"+ param nvme", ZT_OFFLOAD_NVME, ZT_OFFLOAD_NVME},
+    };
+    char b[4][32];
+    zt_log("offload tiers (%s): backend memory, host memory and disk per rank (nvme: %d buffers)",
+           zt_strategy_name(st), plan->nvme_buffer_count);
+    zt_log("%-20s %12s %12s %12s", "offload", "backend", "host", "disk");
+    for (size_t i = 0; i < sizeof tiers / sizeof *tiers; i++) {
+        if (tiers[i].param != ZT_OFFLOAD_NONE && !zt_strategy_shards_params(st)) continue;
+        zt_parallel_plan_t p = *plan;
+        p.offload_optimizer = tiers[i].optim;
+        p.offload_param = tiers[i].param;
+        estimate_t e;
+        estimate(cfg, &p, g, t, st, world, shard_n, &e);
+        zt_log("%-20s %12s %12s %12s", tiers[i].name, zt_fmt_bytes(e.total, b[0], 32),
+               zt_fmt_bytes(e.mem.host, b[1], 32), zt_fmt_bytes(e.mem.nvme, b[2], 32));
+    }
+}
+
 void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
 {
     char err[ZT_ERRLEN];
@@ -324,6 +354,7 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     }
     if (has_ref_copy(cfg))
         zt_log("(train.stage = dpo: params, buffers and host include the frozen reference copy's)");
+    offload_tiers(cfg, &p, g, t, world, shard_n);
     if (!zt_config_given(cfg, "train.bf16") && !zt_config_given(cfg, "train.fp16"))
         zt_log("(fp32 as given; on the cuda backend a run without train.bf16 / train.fp16 trains in bf16: "
                "add train.bf16=true for those figures)");
@@ -1238,12 +1269,14 @@ static void startup_report(run_t *r)
     estimate_t e;
     estimate(cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
     char b[8][32];
-    zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s%s%s",
+    char nb[32];
+    zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s%s%s%s%s",
            zt_fmt_bytes(e.mem.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
            zt_fmt_bytes(e.mem.optim, b[2], 32), zt_fmt_bytes(e.mem.comm_buffers, b[3], 32),
            zt_fmt_bytes(e.mem.gathered_peak, b[4], 32), zt_fmt_bytes(e.activations, b[5], 32),
            zt_fmt_bytes(e.total, b[6], 32), e.mem.host ? "; offloaded to host " : "",
-           e.mem.host ? zt_fmt_bytes(e.mem.host, b[7], 32) : "");
+           e.mem.host ? zt_fmt_bytes(e.mem.host, b[7], 32) : "", e.mem.nvme ? "; on disk (nvme) " : "",
+           e.mem.nvme ? zt_fmt_bytes(e.mem.nvme, nb, 32) : "");
     if (has_ref_copy(cfg))
         zt_log("memory per rank (estimate): the dpo reference copy %s (params %s, gathered %s, host %s), in the total",
                zt_fmt_bytes((double)(e.ref.params + e.ref.comm_buffers + e.ref.gathered_peak + e.ref.host), b[0], 32),
@@ -1899,7 +1932,18 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         r->tp_logits = zt_malloc((size_t)r->table->dims.V * sizeof(float));
         r->row_tmp = zt_malloc(3 * (size_t)r->T * sizeof(int32_t)); /* inputs, targets, positions */
     }
-    r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
+    r->shard = zt_shard_create_err(r->ltable, comm, r->be, &r->sopts, err, sizeof err);
+    if (!r->shard) { /* the nvme tier's path or space, agreed on every rank */
+        zt_log_error("%s", err);
+        exit_code = ZT_EXIT_ERROR;
+        goto done;
+    }
+    zt_nvme_stats_t nvs;
+    if (zt_shard_nvme_stats(r->shard, &nvs)) {
+        char fb[32], bb[32];
+        zt_log("offload: nvme, %s of state per rank in %s (%s), %d buffers of %s", zt_fmt_bytes(nvs.file_bytes, fb, 32),
+               nvs.dir, nvs.engine, nvs.buffers, zt_fmt_bytes(nvs.buffer_bytes, bb, 32));
+    }
     if (has_ref_copy(cfg) && ref_create(r) != 0)
         exit_code = ZT_EXIT_ERROR;
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
@@ -1982,6 +2026,10 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                zt_fmt_bytes(mm.gathered_peak, b[4], 32),
                zt_fmt_bytes(zt_model_activation_bytes(r->model), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
                zt_fmt_bytes(peak, b[7], 32), zt_fmt_bytes(growth, b[8], 32));
+        zt_nvme_stats_t nvs;
+        if (zt_shard_nvme_stats(r->shard, &nvs))
+            zt_log("nvme (rank 0): read %s, written %s, %.3f s waiting for I/O in %.1f s", zt_fmt_bytes(nvs.bytes_read, b[0], 32),
+                   zt_fmt_bytes(nvs.bytes_written, b[1], 32), nvs.io_wait_s, wall);
         if (dev_peak > 0)
             zt_log("memory: device peak over ranks %s (the CUDA memory pool's high-water mark)",
                    zt_fmt_bytes(dev_peak, b[0], 32));

@@ -68,6 +68,7 @@ static void on_stop_signal(int signo)
         n += sizeof tail - 1;
         ssize_t w = write(STDERR_FILENO, msg, n);
         (void)w;
+        zt_run_abort_hooks();
         _exit(128 + signo);
     }
     pending_signo = signo;
@@ -131,6 +132,7 @@ static void watchdog_fire(const char *op, int unit, long step, double stalled_s)
         funlockfile(stdout);
     }
     const char *action = getenv("ZT_WATCHDOG_ACTION");
+    zt_run_abort_hooks();
     if (action && strcmp(action, "kill") == 0) kill(getpid(), SIGKILL);
     _exit(124);
 }

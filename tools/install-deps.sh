@@ -5,7 +5,7 @@ set -eu
 # package ships; without it `srun --mpi=pmix` fails on a fresh machine.
 PKGS="build-essential autoconf automake libtool pkg-config
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libconfig-dev libcunit1-dev
-  libopenblas-dev python3-numpy python3-h5py libjansson-dev python3-venv libpcre2-dev libutf8proc-dev libdnnl-dev libyaml-dev
+  libopenblas-dev python3-numpy python3-h5py libjansson-dev python3-venv libpcre2-dev libutf8proc-dev libdnnl-dev libyaml-dev liburing-dev
   slurm-wlm slurmctld slurmd slurm-client munge libpmix-dev fortunes-min fortunes"
 missing=""
 for p in $PKGS; do

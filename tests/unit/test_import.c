@@ -125,6 +125,32 @@ static void t_qlora(void)
                           1) == -1 && strstr(err, "model.quantization_bit = 4 computes in float32"));
 }
 
+/* ZeRO-Infinity as DeepSpeed's documentation configures it (deepspeed.ai/docs/config-json,
+ * "NVMe offload" and "Asynchronous I/O"): both offloads on nvme, their buffers, aio */
+static void t_deepspeed_nvme(void)
+{
+    CU_ASSERT_EQUAL_FATAL(chdir(ZT_SRCDIR "/tests/reference/llamafactory"), 0);
+    FILE *f = fopen("/tmp/zt_test_ds.json", "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("{\"zero_optimization\": {\"stage\": 3,\n"
+          "  \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/local_nvme\", \"pin_memory\": true,\n"
+          "    \"buffer_count\": 4, \"fast_init\": false},\n"
+          "  \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/local_nvme\", \"pin_memory\": true,\n"
+          "    \"buffer_count\": 5, \"buffer_size\": 1e8, \"max_in_cpu\": 1e9}},\n"
+          " \"aio\": {\"block_size\": 262144, \"queue_depth\": 32, \"thread_count\": 1, \"single_submit\": false,\n"
+          "  \"overlap_events\": true}}", f);
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(import_text("cutoff_len: 64\ndeepspeed: /tmp/zt_test_ds.json\n", "ds.yaml", 2), 0);
+    want("parallel.strategy", "\"zero3\"");
+    want("parallel.offload_optimizer", "\"nvme\"");
+    want("parallel.offload_param", "\"nvme\"");
+    want("parallel.offload_nvme_path", "\"/local_nvme\"");
+    want("parallel.offload_nvme_buffer_count", "5"); /* one set of buffers: the larger count */
+    want("parallel.offload_nvme_block_size", "262144");
+    want("parallel.offload_nvme_queue_depth", "32");
+    unlink("/tmp/zt_test_ds.json");
+}
+
 /* each of examples/deepspeed named by a YAML */
 static void t_deepspeed(void)
 {
@@ -195,9 +221,15 @@ static void t_refusals(void)
     fclose(f);
     CU_ASSERT(refused("deepspeed: /tmp/zt_test_ds.json\n", "/tmp/zt_test_ds.json: optimizer: ztrain runs"));
     f = fopen("/tmp/zt_test_ds.json", "w");
-    fputs("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}}", f);
+    fputs("{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": "
+          "\"/a\"}, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/b\"}}}", f);
     fclose(f);
-    CU_ASSERT(refused("deepspeed: /tmp/zt_test_ds.json\n", "offload_param: device nvme is not available"));
+    CU_ASSERT(refused("deepspeed: /tmp/zt_test_ds.json\n", "nvme_path: /b differs from the other section's /a"));
+    f = fopen("/tmp/zt_test_ds.json", "w");
+    fputs("{\"aio\": {\"block_size\": 1048576, \"queue_dept\": 8}}", f);
+    fclose(f);
+    CU_ASSERT(refused("deepspeed: /tmp/zt_test_ds.json\n", "aio.queue_dept is not read by ztrain (did you mean "
+                      "aio.queue_depth)"));
     f = fopen("/tmp/zt_test_ds.json", "w");
     fputs("{\"zero_optimization\": {\"stages\": 3}}", f);
     fclose(f);
@@ -310,6 +342,7 @@ static void t_notes(void)
 
 static const zt_test_t tests[] = {{"LLaMA-Factory 0.9.5 examples", t_examples},
                                   {"DeepSpeed JSONs", t_deepspeed},
+                                  {"DeepSpeed ZeRO-Infinity (nvme)", t_deepspeed_nvme},
                                   {"refusals", t_refusals},
                                   {"accelerate configs", t_accelerate},
                                   {"notes", t_notes},
