@@ -1224,23 +1224,22 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     const int off = o->offload_optim != 0, offp = off && o->offload_param && shard_params;
     /* ...and where gradients are sharded (not the hybrids) the owned accumulators */
     const int host_grads = off && !persistent && !zt_strategy_is_hybrid(st);
-    /* largest, second, all_gathered, owned_all: every unit (gathers, uploads);
+    /* all_gathered, owned_all, *_g: every unit (gathers, uploads);
      * largest_t, owned, root_P, block_P: the trainable units (gradients, AdamW) */
-    size_t largest = 0, second = 0, all_gathered = 0, pack = 0, root = 0, block = 0, owned = 0;
+    size_t all_gathered = 0, pack = 0, root = 0, block = 0, owned = 0;
     size_t root_P = 0, block_P = 0, largest_t = 0, owned_all = 0, adapter = 0;
+    size_t root_g = 0, block_g = 0, adapter_g = 0; /* packed: what a gather holds */
     for (int ui = 0; ui < t->nunits; ui++) {
         zt_unit_layout_t lay;
         zt_unit_layout_build(&lay, t, ui, n, o->layout);
         /* the largest shard (rank 0's) is the per-rank upper bound */
         size_t S = lay.count[0], P = lay.packed;
-        if (P > largest) second = largest, largest = P;
-        else if (P > second) second = P;
         all_gathered += P;
         if (o->layout == ZT_LAYOUT_PER_PARAM && n > 1 && P > pack) pack = P;
         owned_all = ZT_MAX(owned_all, S);
-        if (ui == t->root_unit) root = lay.numel;
-        else if (slot_of(t, ui) == 2) adapter = ZT_MAX(adapter, lay.numel);
-        else block = ZT_MAX(block, lay.numel);
+        if (ui == t->root_unit) root = lay.numel, root_g = P;
+        else if (slot_of(t, ui) == 2) adapter = ZT_MAX(adapter, lay.numel), adapter_g = ZT_MAX(adapter_g, P);
+        else block = ZT_MAX(block, lay.numel), block_g = ZT_MAX(block_g, P);
         if (t->unit_frozen && t->unit_frozen[ui]) {
             /* frozen: the parameters only, in their working dtype (the fp32 shard is
              * the host's under offload_param) */
@@ -1296,8 +1295,10 @@ void zt_shard_memory_estimate(const zt_param_table_t *t, const zt_shard_opts_t *
     if (shard_params) {
         const int keeps_all = st == ZT_SHARD_GRAD_OP || st == ZT_HYBRID_ZERO2 || !o->reshard_after_forward;
         /* zero3: the root unit stays gathered for the micro-step, plus the running
-         * block and the prefetched one */
-        out->gathered_peak = (keeps_all ? all_gathered : largest + 2 * second) * pb;
+         * block with its adapters and the prefetched block (zt_train.c gathers block l,
+         * then adapter unit l, then prefetches block l + 1): with LoRA the root can be
+         * the largest unit (QLoRA's 4-bit blocks), so the units are named, not ranked */
+        out->gathered_peak = (keeps_all ? all_gathered : root_g + 2 * block_g + adapter_g) * pb;
     }
 }
 
