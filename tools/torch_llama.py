@@ -41,6 +41,13 @@ def main():
     ap.add_argument("--window", type=int, default=4096, help="gemma3: sliding_window")
     ap.add_argument("--lora", type=int, default=0,
                     help="PEFT LoRA of this rank (alpha 2r, every linear of the blocks), the base frozen")
+    ap.add_argument("--hf-dir", default="",
+                    help="the model's Hugging Face directory: written there (save_pretrained) when it holds no "
+                         "config.json, then loaded from it, so that ztrain (model.name_or_path) starts from the same "
+                         "weights")
+    ap.add_argument("--qlora", default="", choices=["", "nf4", "fp4"],
+                    help="with --lora and --hf-dir: the base loaded 4-bit by bitsandbytes (BitsAndBytesConfig "
+                         "load_in_4bit, this quant type, double quantization, compute dtype float32), as QLoRA")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -64,6 +71,25 @@ def main():
                           tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
                           attn_implementation="sdpa")
         model = LlamaForCausalLM(cfg).float().train()
+    if a.hf_dir:
+        import os
+        if not os.path.exists(os.path.join(a.hf_dir, "config.json")):
+            model.save_pretrained(a.hf_dir)
+        kw = {}
+        if a.qlora:
+            from transformers import BitsAndBytesConfig
+            kw = {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=a.qlora,
+                                                            bnb_4bit_use_double_quant=True,
+                                                            bnb_4bit_compute_dtype=torch.float32),
+                  "device_map": "cpu"}
+        cls = Gemma3ForCausalLM if a.family == "gemma3" else LlamaForCausalLM
+        model = cls.from_pretrained(a.hf_dir, dtype=torch.float32, attn_implementation="sdpa", **kw).train()
+        if a.qlora:
+            import bitsandbytes
+            print(f"bitsandbytes {bitsandbytes.__version__}: "
+                  f"{sum(isinstance(m, bitsandbytes.nn.Linear4bit) for m in model.modules())} Linear4bit", flush=True)
+    if a.hf_dir and a.steps + a.warmup == 0:
+        return  # the directory written (or found) and loaded: nothing to time
     nparam = sum(p.numel() for p in model.parameters())
     print(f"torch {torch.__version__} transformers {transformers.__version__} threads {torch.get_num_threads()} "
           f"attn {model.config._attn_implementation} params {nparam}", flush=True)
