@@ -12,7 +12,9 @@
 # Targets: ztrain QLoRA step <= 1.25x ztrain LoRA's; ztrain QLoRA >= 1.5x PEFT + bitsandbytes'
 # tokens/s. Figures: the median step time of the steps after WARMUP of each run (ztrain:
 # step_s of metrics.jsonl; PEFT: perf_counter around zero_grad + forward + backward + clip +
-# AdamW step, tools/torch_llama.py).
+# AdamW step, tools/torch_llama.py), and the median CPU seconds of a step (ztrain: its
+# process's utime + stime between two step records; PEFT: time.process_time around the step),
+# which a loaded machine does not inflate.
 # Environment: STEPS (6), WARMUP (2), ROUNDS (3), PY (a python with torch, transformers, peft
 #   and bitsandbytes: ~/.cache/bnb-venv, tests/reference/README.md).
 set -eu
@@ -52,37 +54,62 @@ echo "QLoRA benchmark — $(date -u '+%Y-%m-%d %H:%M UTC'), $(sed -n 's/^model n
      "flags:$(for f in avx2 avx512f avx512_bf16; do grep -qw $f /proc/cpuinfo && printf ' %s' $f || printf ' no-%s' $f; done);" \
      "load $(uptime | sed 's/.*load average: //')"
 echo "peer: $("$PY" -c 'import torch, transformers, peft, bitsandbytes as b; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "bitsandbytes", b.__version__)')"
-zt() { # NAME ARGS: median step seconds
+zt() { # NAME ARGS: median wall and CPU seconds of a step
     name=$1; shift
     # shellcheck disable=SC2086
-    "$B/ztrain" $ZT "$@" train.output_dir="$out/$name" >"$out/$name.log" 2>&1 || { tail -3 "$out/$name.log" >&2; echo 0; return; }
-    "$PY" - "$out/$name/metrics.jsonl" "$WARMUP" <<'PY'
-import json, statistics, sys
-recs = [json.loads(l) for l in open(sys.argv[1])]
-print(f"{statistics.median([r['step_s'] for r in recs if 'step_s' in r][int(sys.argv[2]):]):.3f}")
+    "$PY" - "$out/$name" "$WARMUP" "$B/ztrain" $ZT "$@" train.output_dir="$out/$name" <<'PY' || { tail -3 "$out/$name.log" >&2; echo "0 0"; }
+# the process's CPU seconds (/proc/PID/stat utime + stime) each time metrics.jsonl gains a step
+import os, statistics, subprocess, sys, time
+d, warm, cmd = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+p = subprocess.Popen(cmd, stdout=open(d + ".log", "w"), stderr=subprocess.STDOUT)
+tick, marks, seen = os.sysconf("SC_CLK_TCK"), {}, 0
+while p.poll() is None:
+    try:
+        n = sum('"step_s"' in l for l in open(d + "/metrics.jsonl"))
+    except OSError:
+        n = 0
+    if n > seen:
+        try:
+            f = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()
+            marks[n] = (int(f[11]) + int(f[12])) / tick
+        except OSError:
+            pass
+        seen = n
+    time.sleep(0.05)
+if p.returncode:
+    sys.exit(1)
+import json
+wall = [json.loads(l)["step_s"] for l in open(d + "/metrics.jsonl") if '"step_s"' in l][warm:]
+cpu = [marks[k] - marks[k - 1] for k in sorted(marks) if k > warm and k - 1 in marks]
+print(f"{statistics.median(wall):.3f} {statistics.median(cpu) if cpu else 0:.3f}")
 PY
 }
 pt() {
     # shellcheck disable=SC2086
-    "$PY" $TORCH --qlora nf4 --steps "$STEPS" --warmup "$WARMUP" >"$out/$1.log" 2>&1 || { tail -3 "$out/$1.log" >&2; echo 0; return; }
-    grep -q "Linear4bit" "$out/$1.log" || { echo "bench-qlora.sh: PEFT's base is not 4-bit" >&2; echo 0; return; }
-    sed -n 's/^tokens_per_s [0-9.]* median_step_s \([0-9.]*\).*/\1/p' "$out/$1.log"
+    "$PY" $TORCH --qlora nf4 --steps "$STEPS" --warmup "$WARMUP" >"$out/$1.log" 2>&1 || { tail -3 "$out/$1.log" >&2; echo "0 0"; return; }
+    grep -q "Linear4bit" "$out/$1.log" || { echo "bench-qlora.sh: PEFT's base is not 4-bit" >&2; echo "0 0"; return; }
+    sed -n 's/^tokens_per_s [0-9.]* median_step_s \([0-9.]*\) median_cpu_s \([0-9.]*\).*/\1 \2/p' "$out/$1.log"
 }
-printf '%-6s %-28s %10s %10s\n' round side "step s" "tok/s"
+row() { printf '%-6s %-28s %10s %10s %10.1f %10.1f\n' "$1" "$2" "$3" "$4" "$(awk "BEGIN{print 4 * $T / $3}")" "$(awk "BEGIN{print 4 * $T / $4}")"; }
+printf '%-6s %-28s %10s %10s %10s %10s\n' round side "step s" "CPU s" "tok/s" "tok/CPU s"
 i=1 lora="" qlora="" peft=""
 while [ "$i" -le "$ROUNDS" ]; do
-    l=$(zt lora$i); printf '%-6s %-28s %10s %10.1f\n' $i "ztrain LoRA r8" "$l" "$(awk "BEGIN{print 512/$l}")"
-    q=$(zt qlora$i model.quantization_bit=4); printf '%-6s %-28s %10s %10.1f\n' $i "ztrain QLoRA r8 (nf4)" "$q" "$(awk "BEGIN{print 512/$q}")"
-    p=$(pt peft$i); printf '%-6s %-28s %10s %10.1f\n' $i "PEFT+bitsandbytes r8 (nf4)" "$p" "$(awk "BEGIN{print 512/$p}")"
+    set -- $(zt lora$i); row $i "ztrain LoRA r8" "$1" "$2"; l="$1:$2"
+    set -- $(zt qlora$i model.quantization_bit=4); row $i "ztrain QLoRA r8 (nf4)" "$1" "$2"; q="$1:$2"
+    set -- $(pt peft$i); row $i "PEFT+bitsandbytes r8 (nf4)" "$1" "$2"; p="$1:$2"
     lora="$lora $l" qlora="$qlora $q" peft="$peft $p"
     i=$((i + 1))
 done
 grep -h "^qlora:" "$out/qlora1.log" || true
+# the ratios by wall time and by CPU time: on a machine shared with other jobs the wall time of
+# a one-thread process is its CPU time plus however long it waited, and only the first is its own
 awk -v l="$lora" -v q="$qlora" -v p="$peft" 'BEGIN {
     n = split(l, a, " "); split(q, b, " "); split(p, c, " ");
     for (k = 1; k <= n; k++) {
-        printf "round %d: QLoRA / LoRA step time %.2f, ztrain QLoRA / PEFT+bitsandbytes speed %.2fx\n", k, b[k] / a[k], c[k] / b[k];
-        L += a[k]; Q += b[k]; P += c[k] }
-    L /= n; Q /= n; P /= n;
-    printf "mean: QLoRA / LoRA step time %.2f (target <= 1.25); ztrain QLoRA / PEFT+bitsandbytes speed %.2fx (target >= 1.5x)\n", Q / L, P / Q }'
+        split(a[k], A, ":"); split(b[k], Q, ":"); split(c[k], P, ":");
+        printf "round %d: QLoRA / LoRA step %.2f (CPU %.2f), ztrain QLoRA / PEFT+bitsandbytes speed %.2fx (CPU %.2fx)\n",
+            k, Q[1] / A[1], Q[2] / A[2], P[1] / Q[1], P[2] / Q[2];
+        LW += A[1]; LC += A[2]; QW += Q[1]; QC += Q[2]; PW += P[1]; PC += P[2] }
+    printf "mean: QLoRA / LoRA step %.2f, CPU %.2f (target <= 1.25); ztrain QLoRA / PEFT+bitsandbytes speed %.2fx, CPU %.2fx (target >= 1.5x)\n",
+        QW / LW, QC / LC, PW / QW, PC / QC }'
 echo "load at end: $(uptime | sed 's/.*load average: //')"
