@@ -244,6 +244,12 @@ typedef struct zt_backend {
      * NULL bf16 withdraws it. bf16 GEMMs may then read a weight inside the view
      * from its bf16 copy instead of rounding it again per GEMM. Optional (NULL). */
     void (*bf16_view)(int slot, const float *view, const uint16_t *bf16, size_t n);
+    /* bitsandbytes' dequantize_4bit to float32, bit for bit (include/zt_quant.h): out (n) =
+     * the 4-bit tensor of n values that zt_quant4_pack_region wrote at region (backend
+     * memory, the floats of a unit), quant_type a zt_quant_type_t (nf4, fp4), nested its
+     * double quantization, blocksize its block. QLoRA's linear runs it before each GEMM
+     * with a 4-bit weight. */
+    void (*dequant4)(float *out, const float *region, int64_t n, int quant_type, int nested, int64_t blocksize);
     /* 1 when the host can read and write this backend's buffers directly (last, so
      * initializers that omit it mean "device memory") */
     int host_memory;

@@ -102,6 +102,9 @@ float zt_quant4_block_scale(const zt_quant4_view_t *q, int64_t b);
  *               packed ((n + 1) / 2 bytes)
  * nb = ceil(n / blocksize): about 0.53 of n floats' 4 bytes per value at block size 64, nested. */
 
+/* The floats at the region's start (offset and nested_absmax, or absmax) for nblocks blocks:
+ * its bytes (codes, then packed) begin there. */
+int64_t zt_quant4_region_floats(int64_t nblocks, int nested);
 /* The bytes of that layout (at most 4 n for any n >= 1 and block size >= 32). */
 size_t zt_quant4_region_bytes(int64_t n, int64_t blocksize, int nested);
 /* Quantizes the whole tensor x (n values) into that layout in place (its first

@@ -782,6 +782,22 @@ static void cuda_scale(float *x, float s, size_t n)
     ZT_LAUNCHED();
 }
 
+/* ---- 4-bit weights ----------------------------------------------------------- */
+
+/* QLoRA's base: the 4-bit bytes in the unit dequantized on the device, then the GEMM
+ * (cuBLASLt, matmul_forward / matmul_backward) reads the float32 scratch */
+static void cuda_dequant4(float *out, const float *region, int64_t n, int quant_type, int nested,
+                          int64_t blocksize)
+{
+    ensure_init();
+    if (n <= 0) return;
+    zt_q4_args_t a;
+    zt_q4_tables_t tb;
+    zt_q4_prepare(region, n, quant_type, nested, blocksize, &a, &tb);
+    dequant4_k<<<ELEM_LAUNCH((size_t)(n + 1) / 2)>>>(out, a, tb);
+    ZT_LAUNCHED();
+}
+
 /* ---- fused cross-entropy --------------------------------------------------- */
 
 
@@ -1195,4 +1211,5 @@ extern "C" const zt_backend_t zt_backend_cuda = {
     .from_bf16 = cuda_from_bf16,
     .to_fp16 = cuda_to_fp16,
     .from_fp16 = cuda_from_fp16,
+    .dequant4 = cuda_dequant4,
 };

@@ -30,6 +30,7 @@
 #include "zt_common.h"
 #include "zt_dnnl.h"
 #include "zt_fp16.h"
+#include "zt_quant.h"
 
 /* Work below this many elements runs on one thread: a parallel region costs
  * microseconds, more than the loop itself for small vectors. */
@@ -1128,6 +1129,18 @@ static void cpu_accumulate(float *restrict y, const float *restrict x, size_t n)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+/* in chunks of whole blocks over the threads: each chunk's values are what one call
+ * over the whole tensor writes there */
+static void cpu_dequant4(float *out, const float *region, int64_t n, int quant_type, int nested, int64_t blocksize)
+{
+    zt_quant4_view_t v;
+    zt_quant4_region_view((zt_quant_type_t)quant_type, nested, blocksize, region, n, &v);
+    const int64_t chunk = 1024 * blocksize, nchunks = ZT_CEIL_DIV(n, chunk);
+#pragma omp parallel for if (nchunks > 1) schedule(static)
+    for (int64_t c = 0; c < nchunks; c++)
+        zt_quant4_dequantize(&v, c * chunk, ZT_MIN(chunk, n - c * chunk), out + c * chunk);
+}
+
 static void cpu_scale(float *restrict x, float s, size_t n)
 {
 #pragma omp parallel for simd if (n >= ZT_PAR_MIN) schedule(static)
@@ -1523,4 +1536,5 @@ const zt_backend_t zt_backend_cpu = {
     .to_fp16 = cpu_to_fp16,
     .from_fp16 = cpu_from_fp16,
     .bf16_view = zt_dnnl_view,
+    .dequant4 = cpu_dequant4,
 };

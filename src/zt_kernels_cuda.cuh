@@ -24,8 +24,12 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "zt_cuda_warp.cuh"
+extern "C" {
+#include "zt_quant.h"
+}
 
 /* ---- launch configuration (host and test) ---------------------------------- */
 
@@ -645,6 +649,59 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, 
         m[i] = mi;
         v[i] = vi;
         p[i] = p[i] * (1.0f - lr * wd) - step_size * (mi / (sqrtf(vi) / sqrt_bc2 + eps));
+    }
+}
+
+/* ---- 4-bit weights (bitsandbytes NF4 / FP4, include/zt_quant.h) ------------------ */
+
+/* The 16 code values of the quant type and, for double quantization, the 256-value dynamic
+ * map: passed by value (1088 bytes of kernel parameters), so no device table to keep. */
+typedef struct zt_q4_tables {
+    float code[16];
+    float dyn[256];
+} zt_q4_tables_t;
+
+/* A 4-bit tensor's parts in a region of zt_quant4_pack_region's layout: pointers only, so
+ * the host computes them without reading device memory (the offset is read by the kernel). */
+typedef struct zt_q4_args {
+    const uint8_t *packed;      /* (n + 1) / 2: the first value in the high nibble */
+    const float *absmax;        /* !nested: one per block; nested: nested_absmax, one per 256 */
+    const uint8_t *codes;       /* nested: one dynamic-map index per block */
+    const float *offset;        /* nested: the mean the codes are relative to */
+    int64_t n, blocksize;
+    int nested;
+} zt_q4_args_t;
+
+/* The arguments of dequant4_k for the region at region (host arithmetic on the pointer) */
+static inline void zt_q4_prepare(const float *region, int64_t n, int quant_type, int nested, int64_t blocksize,
+                                 zt_q4_args_t *a, zt_q4_tables_t *tb)
+{
+    const int64_t nb = (n + blocksize - 1) / blocksize;
+    const uint8_t *bytes = (const uint8_t *)(region + zt_quant4_region_floats(nb, nested));
+    a->n = n, a->blocksize = blocksize, a->nested = nested;
+    a->offset = nested ? region : NULL;
+    a->absmax = nested ? region + 1 : region;
+    a->codes = nested ? bytes : NULL;
+    a->packed = nested ? bytes + nb : bytes;
+    memcpy(tb->code, zt_quant_code((zt_quant_type_t)quant_type), sizeof tb->code);
+    memcpy(tb->dyn, zt_quant_dynamic_map(), sizeof tb->dyn);
+}
+
+/* out[2i], out[2i + 1] from byte i: code * scale with the scale (dyn[code8] * nested_absmax)
+ * + offset as two roundings, each product and sum its own IEEE operation (__fmul_rn,
+ * __fadd_rn: nvcc would otherwise fuse them into an fma), as bitsandbytes and the CPU
+ * backend round them. One thread a byte: a block's 32 bytes are one warp's, coalesced. */
+__global__ void dequant4_k(float *out, zt_q4_args_t a, zt_q4_tables_t tb)
+{
+    const size_t nbytes = (size_t)(a.n + 1) / 2;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nbytes;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int64_t e = 2 * (int64_t)i, b = e / a.blocksize;
+        const float s = a.nested ? __fadd_rn(__fmul_rn(tb.dyn[a.codes[b]], a.absmax[b / ZT_QUANT_NESTED_BLOCKSIZE]), *a.offset)
+                                 : a.absmax[b];
+        const unsigned byte = a.packed[i];
+        out[e] = __fmul_rn(tb.code[byte >> 4], s);
+        if (e + 1 < a.n) out[e + 1] = __fmul_rn(tb.code[byte & 15], s);
     }
 }
 

@@ -177,10 +177,6 @@ void zt_linear_init(zt_model_t *m, zt_linear_t *lin, zt_linear_placement_t place
     lin->b_off = bias >= 0 ? t->params[bias].offset : SIZE_MAX;
     if (nw > ZT_LINEAR_MAXW) zt_fatal("linear: %s's GEMM has more than %d weights", p->name, ZT_LINEAR_MAXW);
     lin->wt.type = !p->quant ? ZT_WT_F32 : t->quant_type == ZT_QUANT_FP4 ? ZT_WT_FP4 : ZT_WT_NF4;
-    /* the dequantization runs on the host (zt_quant.c); every rank meets this alike */
-    if (p->quant && !m->be->host_memory)
-        zt_fatal("linear: %s is 4-bit and the %s backend has no 4-bit dequantization yet: QLoRA runs on the cpu "
-                 "backend (parallel.backend = cpu)", p->name, m->be->name);
     lin->wt.n = nw;
     size_t next = p->offset; /* where the next weight must start: its predecessors' numel on */
     for (int i = 0; i < nw; i++) {
@@ -197,8 +193,10 @@ void zt_linear_init(zt_model_t *m, zt_linear_t *lin, zt_linear_placement_t place
 void zt_linear_free(zt_model_t *m, zt_linear_t *lin) { lora_gemm_free(m, &lin->lora); }
 
 /* The base weight (out, in) as the GEMM reads it: the unit's fp32 itself, or its 4-bit
- * tensors dequantized side by side into the shared scratch (bitsandbytes' dequantize_4bit to
- * float32, as Linear4bit computes in float32: then the same GEMM on those values). */
+ * tensors dequantized side by side into the shared scratch by the backend (bitsandbytes'
+ * dequantize_4bit to float32, as Linear4bit computes in float32: then the same GEMM on those
+ * values). The whole GEMM's weights at once, not a tile at a time: tools/bench_dequant
+ * measured the two (doc/performance.md), and tiles bought nothing at a step's shapes. */
 static const float *weight_of(zt_model_t *m, const zt_linear_t *lin, const float *w)
 {
     if (lin->wt.type == ZT_WT_F32) return w + lin->w_off;
@@ -206,10 +204,9 @@ static const float *weight_of(zt_model_t *m, const zt_linear_t *lin, const float
     float *dst = m->wdq;
     for (int i = 0; i < lin->wt.n; i++) {
         const zt_param_t *p = &t->params[lin->wt.param[i]];
-        zt_quant4_view_t v;
-        zt_qlora_view(t, p, w + p->offset, &v);
-        zt_quant4_dequantize(&v, 0, v.numel, dst);
-        dst += v.numel;
+        const int64_t n = (int64_t)zt_qlora_values(p);
+        m->be->dequant4(dst, w + p->offset, n, t->quant_type, t->quant_nested, t->quant_blocksize);
+        dst += n;
     }
     return m->wdq;
 }

@@ -324,10 +324,9 @@ static void dequant_range(const zt_quant4_view_t *q, int64_t e0, int64_t n, floa
         const float s = zt_quant4_block_scale(q, b);
         float tf[16];
         uint16_t th[16];
-        for (int k = 0; k < 16; k++) {
-            tf[k] = code[k] * s;
-            th[k] = zt_bf16_from_f32(tf[k]);
-        }
+        for (int k = 0; k < 16; k++) tf[k] = code[k] * s;
+        if (bf16)
+            for (int k = 0; k < 16; k++) th[k] = zt_bf16_from_f32(tf[k]);
         int64_t i = e;
         if (i & 1) { /* a range starting on a low nibble */
             const int c = q->packed[i >> 1] & 15;
@@ -369,7 +368,7 @@ void zt_quant4_dequantize_bf16(const zt_quant4_view_t *q, int64_t e0, int64_t n,
 
 /* ---- a 4-bit tensor in the space of its float32 values ---------------------------------------- */
 
-static int64_t region_floats(int64_t nblocks, int nested)
+int64_t zt_quant4_region_floats(int64_t nblocks, int nested)
 {
     return nested ? 1 + ZT_CEIL_DIV(nblocks, ZT_QUANT_NESTED_BLOCKSIZE) : nblocks;
 }
@@ -377,14 +376,14 @@ static int64_t region_floats(int64_t nblocks, int nested)
 size_t zt_quant4_region_bytes(int64_t n, int64_t blocksize, int nested)
 {
     const int64_t nb = ZT_CEIL_DIV(n, blocksize);
-    return (size_t)(4 * region_floats(nb, nested) + (nested ? nb : 0) + (n + 1) / 2);
+    return (size_t)(4 * zt_quant4_region_floats(nb, nested) + (nested ? nb : 0) + (n + 1) / 2);
 }
 
 void zt_quant4_region_view(zt_quant_type_t t, int nested, int64_t blocksize, const float *region, int64_t n,
                            zt_quant4_view_t *v)
 {
     const int64_t nb = ZT_CEIL_DIV(n, blocksize);
-    const uint8_t *bytes = (const uint8_t *)(region + region_floats(nb, nested));
+    const uint8_t *bytes = (const uint8_t *)(region + zt_quant4_region_floats(nb, nested));
     memset(v, 0, sizeof *v);
     v->type = t;
     v->numel = n;
@@ -412,7 +411,7 @@ int zt_quant4_pack_region(const char *name, zt_quant_type_t t, int nested, int64
     uint8_t *packed = zt_malloc((size_t)(n + 1) / 2);
     float *absmax = zt_malloc((size_t)nb * sizeof *absmax);
     uint8_t *codes = nested ? zt_malloc((size_t)nb) : NULL;
-    float *nested_absmax = nested ? zt_malloc((size_t)region_floats(nb, 1) * sizeof(float)) : NULL;
+    float *nested_absmax = nested ? zt_malloc((size_t)zt_quant4_region_floats(nb, 1) * sizeof(float)) : NULL;
     int rc = zt_quant4_quantize(name, t, x, n, blocksize, packed, absmax, err, errlen);
     if (!rc) {
         zt_quant4_view_t v = {.type = t, .numel = n, .blocksize = blocksize, .packed = packed, .nested = nested,
@@ -433,7 +432,7 @@ int zt_quant4_pack_region(const char *name, zt_quant_type_t t, int nested, int64
 void zt_quant4_region_write(const zt_quant4_view_t *q, float *region)
 {
     const int64_t nb = ZT_CEIL_DIV(q->numel, q->blocksize);
-    uint8_t *bytes = (uint8_t *)(region + region_floats(nb, q->nested));
+    uint8_t *bytes = (uint8_t *)(region + zt_quant4_region_floats(nb, q->nested));
     if (q->nested) {
         region[0] = q->offset;
         memcpy(region + 1, q->nested_absmax, (size_t)ZT_CEIL_DIV(nb, q->nested_blocksize) * sizeof(float));

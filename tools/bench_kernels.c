@@ -12,33 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "zt_backend.h"
 #include "zt_common.h"
 
 static const zt_backend_t *be = &zt_backend_cpu;
 
-static float *rnd(size_t n, float amp)
-{
-    float *p = be->alloc(n * sizeof(float));
-    uint32_t s = 12345u;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 1664525u + 1013904223u;
-        p[i] = amp * ((float)(s >> 8) / 16777216.0f - 0.5f);
-    }
-    return p;
-}
-
-/* best of reps: the least disturbed run on a shared machine */
-#define BEST(reps, best, stmt)                                \
-    do {                                                      \
-        best = 1e30;                                          \
-        for (int r_ = 0; r_ < (reps); r_++) {                 \
-            double t0_ = zt_now();                            \
-            stmt;                                             \
-            double dt_ = zt_now() - t0_;                      \
-            if (dt_ < best) best = dt_;                       \
-        }                                                     \
-    } while (0)
+static float *rnd(size_t n, float amp) { return bench_rnd(n, amp, 12345u); }
 
 static void bench_matmul(const char *label, int N, int C, int OC, int transw, int bias, int reps)
 {

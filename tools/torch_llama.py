@@ -41,6 +41,13 @@ def main():
     ap.add_argument("--window", type=int, default=4096, help="gemma3: sliding_window")
     ap.add_argument("--lora", type=int, default=0,
                     help="PEFT LoRA of this rank (alpha 2r, every linear of the blocks), the base frozen")
+    ap.add_argument("--hf-dir", default="",
+                    help="the model's Hugging Face directory: written there (save_pretrained) when it holds no "
+                         "config.json, then loaded from it, so that ztrain (model.name_or_path) starts from the same "
+                         "weights")
+    ap.add_argument("--qlora", default="", choices=["", "nf4", "fp4"],
+                    help="with --lora and --hf-dir: the base loaded 4-bit by bitsandbytes (BitsAndBytesConfig "
+                         "load_in_4bit, this quant type, double quantization, compute dtype float32), as QLoRA")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -64,6 +71,25 @@ def main():
                           tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
                           attn_implementation="sdpa")
         model = LlamaForCausalLM(cfg).float().train()
+    if a.hf_dir:
+        import os
+        if not os.path.exists(os.path.join(a.hf_dir, "config.json")):
+            model.save_pretrained(a.hf_dir)
+        kw = {}
+        if a.qlora:
+            from transformers import BitsAndBytesConfig
+            kw = {"quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=a.qlora,
+                                                            bnb_4bit_use_double_quant=True,
+                                                            bnb_4bit_compute_dtype=torch.float32),
+                  "device_map": "cpu"}
+        cls = Gemma3ForCausalLM if a.family == "gemma3" else LlamaForCausalLM
+        model = cls.from_pretrained(a.hf_dir, dtype=torch.float32, attn_implementation="sdpa", **kw).train()
+        if a.qlora:
+            import bitsandbytes
+            print(f"bitsandbytes {bitsandbytes.__version__}: "
+                  f"{sum(isinstance(m, bitsandbytes.nn.Linear4bit) for m in model.modules())} Linear4bit", flush=True)
+    if a.hf_dir and a.steps + a.warmup == 0:
+        return  # the directory written (or found) and loaded: nothing to time
     nparam = sum(p.numel() for p in model.parameters())
     print(f"torch {torch.__version__} transformers {transformers.__version__} threads {torch.get_num_threads()} "
           f"attn {model.config._attn_implementation} params {nparam}", flush=True)
@@ -89,23 +115,25 @@ def main():
     params = [p for p in model.parameters() if p.requires_grad]
     kw = {"fused": True} if a.fused_adamw else {}
     opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, **kw)
-    times = []
+    times, cpus = [], []  # wall and process CPU seconds (the CPU time holds on a loaded machine)
     for step in range(total):
         chunk = tok[step * B * T: (step + 1) * B * T + 1]
         x = chunk[:-1].view(B, T)
         y = chunk[1:].view(B, T)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         logits = model(input_ids=x).logits
         loss = F.cross_entropy(logits.view(-1, a.vocab), y.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         times.append(dt)
-        print(f"step {step + 1} step_s {dt:.4f} loss {loss.item():.4f}", flush=True)
+        cpus.append(dc)
+        print(f"step {step + 1} step_s {dt:.4f} cpu_s {dc:.4f} loss {loss.item():.4f}", flush=True)
     med = statistics.median(times[a.warmup:])
-    print(f"tokens_per_s {B * T / med:.1f} median_step_s {med:.4f}", flush=True)
+    print(f"tokens_per_s {B * T / med:.1f} median_step_s {med:.4f} median_cpu_s {statistics.median(cpus[a.warmup:]):.4f}",
+          flush=True)
 
 
 if __name__ == "__main__":

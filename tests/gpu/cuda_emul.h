@@ -347,6 +347,10 @@ inline float __uint_as_float(unsigned u)
     memcpy(&f, &u, sizeof f);
     return f;
 }
+/* one IEEE operation each, round to nearest even, never fused: the tests build with
+ * -ffp-contract=off, so the plain operators are exactly that */
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
 /* Serial by construction: threads switch at barriers only. */
 inline float atomicAdd(float *p, float v)
 {

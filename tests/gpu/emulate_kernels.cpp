@@ -14,7 +14,8 @@
  * max |got - ref| / max |ref|, u = 2^-24 the fp32 unit roundoff):
  *   - bit-exact where both backends do the same single IEEE operation per
  *     element (embedding and positional forward, positional backward's sum in
- *     the same order, residual, accumulate, scale) or are defined to
+ *     the same order, residual, accumulate, scale, the 4-bit dequantization's
+ *     products and sums) or are defined to
  *     agree bitwise (bf16 and fp16 conversions, NaN sign and payload included;
  *     include/zt_bf16.h, zt_fp16.h), and for all_finite's flag;
  *   - 1e-6 where the two differ by a few roundings per element (a different
@@ -418,6 +419,38 @@ static void elementwise_case(size_t n)
     row(bit_diffs(sc, rsc), EXACT, "%s scale (bitwise)", what);
 }
 
+/* ---- 4-bit dequantization ------------------------------------------------------ */
+
+/* A weight of n values quantized by zt_quant4_pack_region (bitsandbytes' format, in the
+ * floats of a unit), dequantized by dequant4_k against the CPU backend's dequant4, bit for
+ * bit: both form code * scale and the nested scale (dyn * nested_absmax) + offset as single
+ * IEEE operations. Blocks of zeros (scale 0; a zero tail block's floored 1e-38) and odd n
+ * (the last byte's low nibble unused) included. */
+static void dequant4_case(int64_t n, zt_quant_type_t qt, int nested)
+{
+    char what[64], err[256];
+    snprintf(what, sizeof what, "dequant4 %s%s n%lld", zt_quant_type_name(qt), nested ? " nested" : "", (long long)n);
+    const int64_t bs = 64;
+    std::vector<float> region = rand_vec((size_t)n, -0.1f, 0.1f);
+    for (int64_t i = bs; i < std::min(n, 2 * bs); i++) region[(size_t)i] = 0.0f;  /* the second block all zero */
+    if (n % bs) for (int64_t i = n - n % bs; i < n; i++) region[(size_t)i] *= 1e-3f;  /* a small tail block */
+    if (zt_quant4_pack_region("w", qt, nested, bs, region.data(), n, err, sizeof err)) {
+        row(INFINITY, EXACT, "%s: %s", what, err);
+        return;
+    }
+    std::vector<float> ref((size_t)n), got;
+    H->dequant4(ref.data(), region.data(), n, qt, nested, bs);
+    zt_q4_args_t a;
+    zt_q4_tables_t tb;
+    zt_q4_prepare(region.data(), n, qt, nested, bs, &a, &tb);
+    under_schedules(what, [&](unsigned sch) {
+        got.assign((size_t)n, NAN);
+        grid_stride((size_t)(n + 1) / 2, ELEM_THREADS, sch, [&] { dequant4_k(got.data(), a, tb); });
+        return bytes(got);
+    });
+    row(bit_diffs(got, ref), EXACT, "%s (bitwise)", what);
+}
+
 /* ---- cross-entropy ------------------------------------------------------------- */
 
 static void crossentropy_case(int N, int V)
@@ -590,6 +623,12 @@ int main(void)
     elementwise_case(1);
     elementwise_case(1000);
     elementwise_case(20011);       /* 3 grid-stride rounds */
+    for (int qt = 0; qt < 2; qt++)
+        for (int nested = 0; nested < 2; nested++) {
+            dequant4_case(1, (zt_quant_type_t)qt, nested);
+            dequant4_case(64 * 5 + 37, (zt_quant_type_t)qt, nested);  /* odd: a tail block, a lone high nibble */
+            dequant4_case(64 * 700, (zt_quant_type_t)qt, nested);     /* 3 nested blocks; the grid goes round */
+        }
     crossentropy_case(1, 1);
     crossentropy_case(4, 37);      /* fewer columns than a warp: idle warps merge empty states */
     crossentropy_case(3, 1000);    /* rows longer than the 512-thread block */

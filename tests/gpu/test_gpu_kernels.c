@@ -17,6 +17,7 @@
 #include "zt_backend.h"
 #include "zt_common.h"
 #include "zt_cuda.h"
+#include "zt_quant.h"
 #include "../unit/zt_test.h"
 
 static const zt_backend_t *G = &zt_backend_cuda, *H = &zt_backend_cpu;
@@ -587,6 +588,32 @@ static void test_elementwise(void)
     pair_free(&x); pair_free(&y); pair_free(&o); pair_free(&d);
 }
 
+/* QLoRA's base on the device: a 4-bit region (bitsandbytes' format, quantized on the host)
+ * uploaded, dequantized by the kernel (bit for bit the host's), then the GEMM the linear runs
+ * on it (cuBLASLt): y = x W^T against the host's on its own dequantized W */
+static void test_dequant4(void)
+{
+    const int OC = 96, C = 320, N = 37; /* 30720 values: 480 blocks, 2 nested blocks */
+    const int64_t n = (int64_t)OC * C;
+    char what[64], err[256];
+    for (int qt = 0; qt < 2; qt++)
+        for (int nested = 0; nested < 2; nested++) {
+            pair_t w = pair_make((size_t)n, -0.1f, 0.1f, 0), wd = pair_rand((size_t)n);
+            pair_t x = pair_rand((size_t)N * C), y = pair_rand((size_t)N * OC);
+            CU_ASSERT_FATAL(zt_quant4_pack_region("w", (zt_quant_type_t)qt, nested, 64, w.h, n, err, sizeof err) == 0);
+            G->from_host(w.d, w.h, (size_t)n * sizeof(float));
+            H->dequant4(wd.h, w.h, n, qt, nested, 64);
+            G->dequant4(wd.d, w.d, n, qt, nested, 64);
+            snprintf(what, sizeof what, "dequant4 %s%s", zt_quant_type_name((zt_quant_type_t)qt), nested ? " nested" : "");
+            check(what, &wd, 0.0);
+            H->matmul_forward(y.h, x.h, wd.h, NULL, N, C, OC, 1);
+            G->matmul_forward(y.d, x.d, wd.d, NULL, N, C, OC, 1);
+            snprintf(what, sizeof what, "  then y = x W^T (%s)", nested ? "nested" : "plain");
+            check(what, &y, gemm_bound);
+            pair_free(&w); pair_free(&wd); pair_free(&x); pair_free(&y);
+        }
+}
+
 static void test_crossentropy(void)
 {
     const int N = 67, V = 1029;
@@ -764,6 +791,7 @@ static const zt_test_t tests[] = {
     { "attention bf16 tensor cores", test_attention_bf16 },
     { "ring attention blocks", test_attention_blocks },
     { "elementwise", test_elementwise },
+    { "4-bit dequantization", test_dequant4 },
     { "crossentropy", test_crossentropy },
     { "reductions", test_reductions },
     { "adamw", test_adamw },

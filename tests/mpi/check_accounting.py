@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP] [--bf16|--fp16] [--reduce-bf16|--reduce-fp16]
-                      [--offload] [--offload-param] [--llama] [--frozen=U,...]
+                      [--offload] [--offload-param] [--llama] [--frozen=U,...] [--qlora=DIR [--no-double-quant]]
 
 Checks a run's metrics.jsonl against the ZeRO memory formulas and the
 collective volumes theory predicts, computed here independently from the model
@@ -50,6 +50,18 @@ Frozen units (LoRA's base; optional):
                    are sharded they are gathered as any unit, and zero1/zero2 do not
                    re-gather them after the step. Every gradient and optimizer term
                    above (and the offload landings) counts the trainable units only.
+QLoRA (optional):
+  --qlora=DIR      model.quantization_bit = 4 on the HF Llama directory DIR (its config.json) with
+                   the LoRA adapter of DIR/adapter (adapter_config.json: r, target_modules): units
+                   are the root (embedding, norm, lm_head; float32), the L blocks (norms float32,
+                   every block linear 4-bit) and the L adapter units (lora_A (r, in), lora_B
+                   (out, r) of each target); the root and the blocks are frozen. A 4-bit weight of
+                   n values (R rows) in blocks of 64 takes, with double quantization (the default),
+                   4 (offset) + 4 ceil(nb / 256) (nested absmax) + nb (absmax codes) + ceil(n / 2)
+                   (packed codes) bytes, nb = ceil(n / 64); without it (--no-double-quant)
+                   4 nb (absmax) + ceil(n / 2) bytes; held as whole floats rounded up to whole rows
+                   (ceil(ceil(bytes / 4) / R) R), so zero3's gathers move those bytes: about 0.53 of
+                   a float's 4 per value plus the row padding.
 Tensor parallelism (optional):
   --tp=K --vocab=V  parallel.tensor_parallel_size = K (vocabulary V): every formula
                    above holds for a rank's tp slices (q/k/v, c_attn, gate/up, c_fc by
@@ -75,9 +87,33 @@ Tensor parallelism (optional):
                    zero3: gradients reduced each micro-step)."""
 import json, sys
 
+def quant4_floats(rows, cols, nested, B=64):
+    """the floats a 4-bit (rows, cols) weight takes in its unit (see --qlora)"""
+    n = rows * cols
+    nb = -(-n // B)
+    nbytes = (4 + 4 * -(-nb // 256) + nb if nested else 4 * nb) + -(-n // 2)
+    return -(-(-(-nbytes // 4)) // rows) * rows
+
+
+def qlora_units(d, nested):
+    """units, frozen units and parameter count of the QLoRA model of directory d"""
+    c = json.load(open(d + "/config.json"))
+    a = json.load(open(d + "/adapter/adapter_config.json"))
+    C, I, V, L = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
+    HD = c.get("head_dim") or C // c["num_attention_heads"]
+    Q, KV, r = c["num_attention_heads"] * HD, c["num_key_value_heads"] * HD, a["r"]
+    lin = {"q_proj": (Q, C), "k_proj": (KV, C), "v_proj": (KV, C), "o_proj": (C, Q), "gate_proj": (I, C),
+           "up_proj": (I, C), "down_proj": (C, I)}  # nn.Linear (out, in)
+    root = V * C + C + (0 if c.get("tie_word_embeddings") else V * C)
+    block = 2 * C + sum(quant4_floats(o, i, nested) for o, i in lin.values())
+    adapter = sum(r * i + o * r for m, (o, i) in lin.items() if m in a["target_modules"])
+    units = [root] + [block] * L + [adapter] * L
+    return units, set(range(L + 1)), sum(units)
+
+
 def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name16="bf16", offload=False,
          offload_param=False, llama=False, frozen=None, tp=1, vocab=257, B=2, T_seq=16, sp=1, ring=False,
-         tp_seq=False):
+         tp_seq=False, qlora=None, nested=True):
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     start = next(r for r in recs if r.get("start"))
     summary = next(r for r in recs if r.get("summary"))
@@ -98,6 +134,8 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
         block = C + C * (Q + 2 * KV) // k + Q * C // k + C + 2 * I * C // k + I * C // k
         psi_all = 2 * V * C + C + L * (C + C * (Q + 2 * KV) + Q * C + C + 2 * I * C + I * C)
     units = [root] + [block] * L
+    if qlora:
+        units, frozen, psi_all = qlora_units(qlora, nested)
     psi = sum(units)
     assert start["parameters"] == psi_all, (start["parameters"], psi_all)
     world //= tp  # the strategies span the data ranks
@@ -208,6 +246,7 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     if tp > 1: dt += f" tp {tp} (tp group {tp_bytes} bytes)"
     if sp > 1: dt += f" sp {sp}{' ring' if ring else ''} (sp group {sp_bytes} bytes)"
     if tp_seq: dt += " tp_seq"
+    if qlora: dt += " qlora" + ("" if nested else " (no double quantization)")
     print(f"{strategy:14s}{dt} world {world} A {A}: {len(steps)} steps checked, traffic {exp}, memory {mem}"
           f" host {host}: "
           + ("ok" if not bad else "FAIL"))
@@ -215,21 +254,23 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     return 1 if bad else 0
 
 if __name__ == "__main__":
-    frozen, tp, vocab, sp = None, 1, 257, 1
+    frozen, tp, vocab, sp, qlora = None, 1, 257, 1, None
     for x in sys.argv[1:]:
         if x.startswith("--frozen="):
             frozen = {int(u) for u in x[len("--frozen="):].split(",") if u}
         if x.startswith("--tp="): tp = int(x[5:])
         if x.startswith("--vocab="): vocab = int(x[8:])
         if x.startswith("--sp="): sp = int(x[5:])
+        if x.startswith("--qlora="): qlora = x[len("--qlora="):]
     flags = {x for x in sys.argv[1:]
-             if x.startswith("--") and not x.startswith(("--frozen=", "--tp=", "--vocab=", "--sp="))}
+             if x.startswith("--") and not x.startswith(("--frozen=", "--tp=", "--vocab=", "--sp=", "--qlora="))}
     unknown = flags - {"--bf16", "--reduce-bf16", "--fp16", "--reduce-fp16", "--offload", "--offload-param", "--llama",
-                       "--ring", "--tp-seq"}
+                       "--ring", "--tp-seq", "--no-double-quant"}
     if unknown: sys.exit(f"check_accounting.py: unknown option {sorted(unknown)[0]}")
     a = [x for x in sys.argv[1:] if not x.startswith("--")]
     sys.exit(main(a[0], a[1], int(a[2]), int(a[3]), int(a[4]) if len(a) > 4 else None,
                   bool(flags & {"--bf16", "--fp16"}), bool(flags & {"--reduce-bf16", "--reduce-fp16"}),
                   "fp16" if flags & {"--fp16", "--reduce-fp16"} else "bf16",
                   "--offload" in flags, "--offload-param" in flags, "--llama" in flags, frozen, tp, vocab, sp=sp,
-                  ring="--ring" in flags, tp_seq="--tp-seq" in flags))
+                  ring="--ring" in flags, tp_seq="--tp-seq" in flags, qlora=qlora,
+                  nested="--no-double-quant" not in flags))

@@ -6,8 +6,12 @@
 #     by the engine as any frozen tensor) trains the same adapters as one rank with accumulation
 #     (1e-5), and other adapters than LoRA on the float32 base; the units hold the 4-bit form
 #     (the parameter count of the log); the adapter is exported as PEFT's directory.
-#  2. A QLoRA checkpoint written by zero3 at 2 ranks resumes at 1 rank as one run.
-#  3. Refused on every rank with its reason: tensor parallelism, a 4-bit base without LoRA,
+#     Ulysses and ring sequence parallelism and LoRA dropout train what one rank trains.
+#  2. A QLoRA checkpoint written by zero3 at 2 ranks, or at sp 2, resumes at 1 rank as one run.
+#  3. Traffic and memory per step equal check_accounting.py's formulas for the 4-bit base
+#     (--qlora: packed codes plus absmax or its double-quantized form, computed there from the
+#     directory's shapes): zero3 gathers those bytes, not floats.
+#  4. Refused on every rank with its reason: tensor parallelism, a 4-bit base without LoRA
 #     bf16 compute.
 . "$(dirname "$0")/common.sh"
 need_h5py
@@ -40,8 +44,30 @@ for cfg in "2 ddp flat 2" "4 ddp flat 1" "2 zero2 flat 2" "4 zero3 per_param 1" 
         train.output_dir="$out" "$@" >/dev/null
     runs="$runs $out"
 done
+# sequence parallelism with the 4-bit base: Ulysses under ddp, ring under zero3 (2 ranks, one
+# sequence's halves), the same micro-steps as one rank
+for cfg in "spu parallel.sequence_parallel_size=2" \
+    "spr parallel.sequence_parallel_size=2 parallel.sp_mode=ring parallel.strategy=zero3"; do
+    set -- $cfg
+    out=$1
+    shift
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $base $q4 $train train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
+        train.output_dir="$out" "$@" >/dev/null
+    runs="$runs $out"
+done
 # shellcheck disable=SC2086
-"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref $runs || fail "a layout trained other adapters than one rank"
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref $runs || fail "a layout or mesh trained other adapters than one rank"
+# LoRA dropout on the 4-bit base: zero3 at 2 ranks drops what one rank drops (and dropout 0.1
+# trains other adapters than none)
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $base $q4 $train lora.dropout=0.1 train.per_device_train_batch_size=1 \
+    train.gradient_accumulation_steps=4 train.output_dir=drop1 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $base $q4 $train lora.dropout=0.1 train.per_device_train_batch_size=1 \
+    train.gradient_accumulation_steps=2 parallel.strategy=zero3 train.output_dir=drop2 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" drop1 drop2 || fail "lora.dropout on the 4-bit base: zero3 dropped otherwise"
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref drop1 >/dev/null && fail "lora.dropout 0.1 trained as dropout 0"
 # the 4-bit base is what the adapters were trained on: LoRA on the float32 base trains others
 # shellcheck disable=SC2086
 run_ztrain 1 lora.cfg $base $train train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
@@ -68,8 +94,37 @@ run_ztrain 2 lora.cfg $base $q4 $train $const train.per_device_train_batch_size=
 run_ztrain 1 lora.cfg $base $q4 $train $const checkpoint.resume=auto train.output_dir=split >/dev/null
 assert_contains "$ZT_OUT" "resumed from split/ckpt-00000003"
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" full split || fail "a QLoRA checkpoint resumed otherwise than 6 steps at once"
+# and from a mesh with sequence parallelism (Ulysses, sp 2) to one rank
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $base $q4 $train $const train.max_steps=3 parallel.sequence_parallel_size=2 \
+    train.output_dir=splitsp >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $base $q4 $train $const checkpoint.resume=auto train.output_dir=splitsp >/dev/null
+assert_contains "$ZT_OUT" "resumed from splitsp/ckpt-00000003"
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" full splitsp || fail "a QLoRA checkpoint of sp 2 resumed otherwise at one rank"
 
-# ---- 3. refusals ------------------------------------------------------------------------------
+# ---- 3. accounting: the bytes each collective moves per step and each rank's model state -----
+acc() { # NP STRATEGY [FLAGS] [key=value...]
+    np=$1 st=$2 fl=${3:-}
+    shift 2
+    [ $# -gt 0 ] && shift
+    out="acc-$np-$st$(echo "$fl" | tr -cd 'a-z')"
+    # shellcheck disable=SC2086
+    run_ztrain "$np" lora.cfg $base $q4 parallel.strategy=$st train.gradient_accumulation_steps=2 \
+        train.per_device_train_batch_size=1 train.max_steps=2 checkpoint.save_at_end=false train.output_dir="$out" \
+        "$@" >/dev/null
+    # shellcheck disable=SC2086
+    "$PY" "$ZT_SRCDIR/tests/mpi/check_accounting.py" "$out" "$st" "$np" 2 $fl --qlora="$HF/qlora-llama" ||
+        fail "$st at $np ranks with a 4-bit base: traffic or memory differs from the 4-bit formula"
+}
+for st in ddp zero1 zero2 shard_grad_op zero3; do acc 2 "$st"; done
+acc 3 zero3
+acc 2 zero3 --no-double-quant model.double_quantization=false
+# the formula is exact: the double-quantized run is not the one with float32 absmax
+"$PY" "$ZT_SRCDIR/tests/mpi/check_accounting.py" acc-2-zero3 zero3 2 2 --no-double-quant --qlora="$HF/qlora-llama" \
+    >/dev/null && fail "check_accounting.py took double-quantized scales for float32 absmax"
+
+# ---- 4. refusals ------------------------------------------------------------------------------
 # shellcheck disable=SC2086
 expect_fail_with 2 "model.quantization_bit = 4 runs without tensor parallelism (parallel.tensor_parallel_size = 2)" lora.cfg $base $q4 \
     parallel.tensor_parallel_size=2 train.output_dir=tp
