@@ -56,8 +56,8 @@ typedef struct zt_shard_opts {
     int offload_optim;      /* fp32 master, Adam moments and the AdamW step in host memory */
     int offload_param;      /* + parameter shards in host memory (parameter-sharding strategies) */
     uint64_t seed;          /* for initialization */
-    zt_optimizer_t optimizer; /* AdamW, or 1-bit Adam (ddp only, zt_onebit.h): its steps after
-                               * freeze_step reduce no gradients and exchange the momentum */
+    zt_optimizer_t optimizer; /* AdamW, or 1-bit Adam (ddp, zero1, zero2; zt_onebit.h): its steps
+                               * after freeze_step reduce no gradients and exchange the momentum */
     long freeze_step;
 } zt_shard_opts_t;
 
