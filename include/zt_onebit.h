@@ -18,7 +18,16 @@
  * first (numpy's packbits). One rank exchanges nothing (DeepSpeed skips the call).
  *
  * A set is the tensors of one exchange (one unit's trainable parameters): they travel
- * in one all-to-all and two all-gathers, each tensor with its own scales. The kernels
+ * in one all-to-all and two all-gathers, each tensor with its own scales.
+ *
+ * zero1 / zero2 (beyond DeepSpeed, which refuses ZeRO): the all-to-all and the server's
+ * average are a compressed reduce-scatter, the last all-gather a compressed all-gather.
+ * A rank keeps m and v of its optimizer shard only, yet the next step's local momentum
+ * needs the whole shared momentum: the set keeps the last exchange's sign bits and scales
+ * (the all-gather's result, 1 bit an element) and, per tensor, which elements the mask
+ * keeps (v != 0, 1 bit an element; v is frozen), so zt_onebit_last rebuilds it exactly.
+ * Before its first exchange (the freeze, or a resume) the caller all-gathers m and v once
+ * instead (zt_onebit_has_last, zt_onebit_set_keep). The kernels
  * are plain C on host memory; a device backend would supply the same three steps
  * (compress, server, decompress) over its memory. */
 #ifndef ZT_ONEBIT_H
@@ -35,15 +44,17 @@ size_t zt_onebit_padded(size_t numel, int n);
  * all-to-all n B, sign all-gather n B, two scale all-gathers 4 n T; B = sum Np / (8 n)) */
 double zt_onebit_traffic(const size_t *numel, int ntensors, int n);
 
-/* Bytes of a set's error feedback on n ranks: worker errors (padded sizes) and server
- * errors (their chunks); 0 with one rank */
-size_t zt_onebit_state_bytes(const size_t *numel, int ntensors, int n);
+/* Bytes of a set's state on n ranks: worker errors (padded sizes) and server errors
+ * (their chunks), and with sharded the masks (1 bit an element); 0 with one rank. The
+ * exchange's buffers (sign bits, scales) are not counted. */
+size_t zt_onebit_state_bytes(const size_t *numel, int ntensors, int n, int sharded);
 
 typedef struct zt_onebit_set zt_onebit_set_t;
 
 /* A set of ntensors tensors of numel[i] elements exchanged over group g (n = g->size
- * ranks; g NULL: one rank). Error buffers are zero. */
-zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_group_t *g);
+ * ranks; g NULL: one rank). Error buffers are zero. sharded: the ranks hold shards of the
+ * optimizer state (zero1/zero2), so the set keeps masks for zt_onebit_last. */
+zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_group_t *g, int sharded);
 void zt_onebit_set_free(zt_onebit_set_t *s);
 
 /* m[i] (numel[i] floats, host memory) := compressed_allreduce(m[i]) for every tensor of
@@ -56,6 +67,17 @@ float *zt_onebit_worker_error(zt_onebit_set_t *s, int i, size_t *len);
 float *zt_onebit_server_error(zt_onebit_set_t *s, int i, size_t *len);
 /* Zeroes every error buffer of the set (a resume that cannot restore them). */
 void zt_onebit_reset(zt_onebit_set_t *s);
+
+/* sharded sets: whether the set holds an exchange's result for zt_onebit_last (not before
+ * its first exchange, nor after zt_onebit_forget: the optimizer state was loaded) */
+int zt_onebit_has_last(const zt_onebit_set_t *s);
+void zt_onebit_forget(zt_onebit_set_t *s);
+/* sharded sets: tensor i's mask from its whole frozen variance v (numel[i] floats):
+ * elements with v == 0 get momentum 0 (zt_onebit_mask) */
+void zt_onebit_set_keep(zt_onebit_set_t *s, int i, const float *v);
+/* sharded sets: m (numel[i] floats) := the last exchange's result for tensor i, masked:
+ * the momentum every rank held after the last step, as zt_onebit_mask left it */
+void zt_onebit_last(const zt_onebit_set_t *s, int i, float *m);
 
 /* The moments on n elements, g scaled by gscale first:
  * m = b1 m + (1-b1) g, and unless frozen v = b2 v + (1-b2) g g */

@@ -61,8 +61,8 @@ typedef struct zt_shard_opts {
                              * stepped, initialized, gathered or checkpointed */
     zt_nvme_opts_t nvme;    /* its path and I/O settings (rank: set by the engine) */
     uint64_t seed;          /* for initialization */
-    zt_optimizer_t optimizer; /* AdamW, or 1-bit Adam (ddp only, zt_onebit.h): its steps after
-                               * freeze_step reduce no gradients and exchange the momentum */
+    zt_optimizer_t optimizer; /* AdamW, or 1-bit Adam (ddp, zero1, zero2; zt_onebit.h): its steps
+                               * after freeze_step reduce no gradients and exchange the momentum */
     long freeze_step;
 } zt_shard_opts_t;
 

@@ -379,7 +379,7 @@ static const zkey_t schema[] = {
        "adamw: PyTorch's AdamW. onebit_adam: DeepSpeed's 1-bit Adam: Adam without bias correction (weight decay "
        "added to the update) for optim.freeze_step steps, then the second moment frozen and the momentum, updated "
        "with each rank's own gradient, exchanged as sign bits plus one scale per parameter chunk, with worker and "
-       "server error feedback. ddp only; after the freeze gradient clipping uses each rank's own gradient norm, as "
+       "server error feedback. ddp, zero1 or zero2; after the freeze gradient clipping uses each rank's own gradient norm, as "
        "DeepSpeed does (see doc/user-guide.md, 1-bit Adam)."),
     KL("optim.freeze_step", optim.freeze_step, 100000, 1, BIG_LONG,
        "onebit_adam: the steps of uncompressed Adam before the variance freezes and the compressed momentum "

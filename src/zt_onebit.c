@@ -22,6 +22,8 @@ struct zt_onebit_set {
     float *x;                          /* (max np) compensated values */
     uint8_t *send, *recv, *sbits, *rbits; /* n B, n B, B, n B */
     float *scale, *rscale, *sscale, *rsscale; /* T, n T, T, n T */
+    int sharded, has_last;             /* zero1/zero2; rbits and rsscale hold a result */
+    uint8_t **keep;                    /* (T) sharded: bit j set where v[j] != 0 (numel bits) */
 };
 
 static size_t gcd(size_t a, size_t b)
@@ -48,24 +50,27 @@ double zt_onebit_traffic(const size_t *numel, int ntensors, int n)
     return 2.0 * n * B + 2.0 * 4.0 * n * ntensors;
 }
 
-size_t zt_onebit_state_bytes(const size_t *numel, int ntensors, int n)
+size_t zt_onebit_state_bytes(const size_t *numel, int ntensors, int n, int sharded)
 {
     size_t b = 0;
     for (int i = 0; n > 1 && i < ntensors; i++) {
         const size_t np = zt_onebit_padded(numel[i], n);
-        b += (np + np / (size_t)n) * sizeof(float);
+        b += (np + np / (size_t)n) * sizeof(float) + (sharded ? ZT_CEIL_DIV(numel[i], 8) : 0);
     }
     return b;
 }
 
-zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_group_t *g)
+zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_group_t *g, int sharded)
 {
     zt_onebit_set_t *s = zt_calloc(1, sizeof *s);
     s->T = ntensors;
     s->g = g;
     s->n = g ? g->size : 1;
     s->rank = g ? g->rank : 0;
+    s->sharded = sharded;
     if (s->n < 2) return s;
+    if (sharded) s->keep = zt_calloc((size_t)ntensors, sizeof(uint8_t *));
+    for (int i = 0; sharded && i < ntensors; i++) s->keep[i] = zt_calloc(ZT_CEIL_DIV(numel[i], 8), 1);
     s->numel = zt_malloc((size_t)ntensors * sizeof(size_t));
     s->np = zt_malloc((size_t)ntensors * sizeof(size_t));
     s->chunk = zt_malloc((size_t)ntensors * sizeof(size_t));
@@ -102,7 +107,9 @@ void zt_onebit_set_free(zt_onebit_set_t *s)
     for (int i = 0; s->werr && i < s->T; i++) {
         free(s->werr[i]);
         free(s->serr[i]);
+        if (s->keep) free(s->keep[i]);
     }
+    free(s->keep);
     free(s->werr);
     free(s->serr);
     free(s->numel);
@@ -141,9 +148,38 @@ void zt_onebit_reset(zt_onebit_set_t *s)
     }
 }
 
+int zt_onebit_has_last(const zt_onebit_set_t *s) { return s->has_last; }
+
+void zt_onebit_forget(zt_onebit_set_t *s) { s->has_last = 0; }
+
+void zt_onebit_set_keep(zt_onebit_set_t *s, int i, const float *v)
+{
+    if (s->n < 2) return;
+    uint8_t *k = s->keep[i];
+    memset(k, 0, ZT_CEIL_DIV(s->numel[i], 8));
+    for (size_t j = 0; j < s->numel[i]; j++)
+        if (v[j] != 0.0f) k[j >> 3] |= (uint8_t)(1u << (j & 7));
+}
+
 /* DeepSpeed's x.sign().add_(1).bool(): set for x >= 0 (and NaN), clear below zero */
 static inline int sign_bit(float x) { return !(x < 0.0f); }
-static inline float bit_at(const uint8_t *b, size_t j) { return (b[j >> 3] >> (7 - (j & 7))) & 1 ? 1.0f : -1.0f; }
+
+/* out[j] (op) +-w for the len bits at bits (len a multiple of 8 but for the last byte of a
+ * cut tensor): +w where the bit is set. sign * w is exactly +-w, so these are the
+ * products DeepSpeed's decompression forms, without a multiply or a division an element. */
+static void unpack_set(float *out, const uint8_t *bits, size_t len, float w)
+{
+    for (size_t j = 0; j < len; j++) out[j] = (bits[j >> 3] >> (7 - (j & 7))) & 1 ? w : -w;
+}
+
+static void unpack_add(float *out, const uint8_t *bits, size_t len, float w)
+{
+    for (size_t b = 0; b < len / 8; b++) {
+        const unsigned byte = bits[b];
+        float *o = out + 8 * b;
+        for (int k = 0; k < 8; k++) o[k] += (byte >> (7 - k)) & 1 ? w : -w;
+    }
+}
 
 /* Compresses x[0, len): returns the scale ||x|| / sqrt(len), replaces x by its error
  * x - scale sign(x), and packs the sign bits of x into bits (len / 8 bytes, len a
@@ -169,6 +205,15 @@ static float compress(float *x, size_t len, uint8_t *bits, size_t c, size_t stri
     return scale;
 }
 
+/* m (numel[i] floats) := the all-gathered result of tensor i: chunk r is server r's signs
+ * times its scale */
+static void decompress(const zt_onebit_set_t *s, int i, float *m)
+{
+    const size_t C = s->chunk[i], T = (size_t)s->T;
+    for (size_t r = 0, at = 0; at < s->numel[i]; r++, at += C)
+        unpack_set(m + at, s->rbits + r * s->B + s->boff[i], ZT_MIN(C, s->numel[i] - at), s->rsscale[r * T + (size_t)i]);
+}
+
 void zt_onebit_allreduce(zt_onebit_set_t *s, zt_comm_t *c, float *const *m)
 {
     if (s->n < 2) return;
@@ -188,24 +233,24 @@ void zt_onebit_allreduce(zt_onebit_set_t *s, zt_comm_t *c, float *const *m)
         const size_t C = s->chunk[i];
         float *y = s->x;
         for (size_t j = 0; j < C; j++) y[j] = 0.0f;
-        for (size_t r = 0; r < n; r++) {
-            const float w = s->rscale[r * T + i] * (1.0f / (float)n);
-            const uint8_t *bits = s->recv + r * B + s->boff[i];
-            for (size_t j = 0; j < C; j++) y[j] += bit_at(bits, j) * w;
-        }
+        for (size_t r = 0; r < n; r++)
+            unpack_add(y, s->recv + r * B + s->boff[i], C, s->rscale[r * T + i] * (1.0f / (float)n));
         float *e = s->serr[i];
         for (size_t j = 0; j < C; j++) e[j] = y[j] + e[j];
         s->sscale[i] = compress(e, C, s->sbits + s->boff[i], C, 0); /* e is now the server error */
     }
     zt_allgather(c, s->g, s->sbits, s->rbits, B, ZT_U8);
     zt_allgather(c, s->g, s->sscale, s->rsscale, T, ZT_F32);
-    for (size_t i = 0; i < T; i++) {
-        const size_t C = s->chunk[i];
-        for (size_t j = 0; j < s->numel[i]; j++) {
-            const size_t r = j / C;
-            m[i][j] = bit_at(s->rbits + r * B + s->boff[i], j - r * C) * s->rsscale[r * T + i];
-        }
-    }
+    s->has_last = 1;
+    for (size_t i = 0; i < T; i++) decompress(s, (int)i, m[i]);
+}
+
+void zt_onebit_last(const zt_onebit_set_t *s, int i, float *m)
+{
+    decompress(s, i, m);
+    const uint8_t *k = s->keep[i];
+    for (size_t j = 0; j < s->numel[i]; j++)
+        if (!((k[j >> 3] >> (j & 7)) & 1)) m[j] = 0.0f;
 }
 
 void zt_onebit_moments(float *m, float *v, const float *g, size_t n, float b1, float b2, float gscale, int frozen)

@@ -163,13 +163,15 @@ int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_s
             return zt_err(err, errlen, "parallel.offload_nvme_block_size (%zu) must be a multiple of 4096 "
                           "(O_DIRECT requests are whole blocks)", p->nvme_block_size);
     }
-    /* 1-bit Adam: each rank keeps the whole momentum and exchanges it compressed, which is
-     * ddp's residency; tp and sp ranks hold parts of one replica's gradient, not replicas */
+    /* 1-bit Adam: each rank steps the whole momentum with its own full gradient and keeps a
+     * full-size worker error, so parameters stay replicated (ddp, zero1, zero2); tp and sp
+     * ranks hold parts of one replica's gradient, not replicas */
     if (p->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
-        if (p->strategy != ZT_DDP)
-            return zt_err(err, errlen, "optim.type = onebit_adam runs with parallel.strategy = ddp only, not %s "
-                          "(every rank needs the whole momentum and its own full-size error feedback: the state a "
-                          "zero strategy shards; see doc/user-guide.md, 1-bit Adam)", p->strategy == ZT_STRATEGY_AUTO ? "auto" : zt_strategy_name(p->strategy));
+        if (p->strategy != ZT_DDP && p->strategy != ZT_ZERO1 && p->strategy != ZT_ZERO2)
+            return zt_err(err, errlen, "optim.type = onebit_adam runs with parallel.strategy = ddp, zero1 or zero2, "
+                          "not %s (every rank steps the whole momentum with its own full gradient: a strategy that "
+                          "shards parameters or has replica groups is refused; see doc/user-guide.md, 1-bit Adam)",
+                          p->strategy == ZT_STRATEGY_AUTO ? "auto" : zt_strategy_name(p->strategy));
         if (tp > 1 || sp > 1)
             return zt_err(err, errlen, "optim.type = onebit_adam needs parallel.tensor_parallel_size = 1 and "
                           "parallel.sequence_parallel_size = 1 (tp and sp ranks hold parts of one gradient, "

@@ -122,6 +122,7 @@ struct zt_shard {
     const zt_backend_t *be;
     zt_shard_opts_t o;
     zt_group_t *sg, *rg;    /* optimizer-shard group (NULL for ddp), replica group (NULL if none) */
+    zt_group_t *obg;        /* 1-bit Adam's exchange group: rg under ddp, sg under zero1/zero2 */
     int n, rank_in_sg;
     int shard_params, persistent_grads, hybrid;
     int micro, nmicro, inference;
@@ -172,6 +173,13 @@ static zt_dtype_t comm_dtype(zt_precision_t p)
 static int onebit_compressed(const zt_shard_t *s, long step)
 {
     return s->o.optimizer == ZT_OPTIM_ONEBIT_ADAM && step > s->o.freeze_step;
+}
+
+/* ...under zero1/zero2: no gradient reduce-scatter, each rank keeps its full local
+ * gradient (gfull) for its own momentum, and the optimizer step exchanges the momentum */
+static int onebit_sharded_compressed(const zt_shard_t *s, long step)
+{
+    return onebit_compressed(s, step) && s->o.strategy != ZT_DDP;
 }
 
 /* zero3 and hybrid_shard free a unit right after its forward (when
@@ -742,14 +750,18 @@ zt_shard_t *zt_shard_create_err(const zt_param_table_t *t, zt_comm_t *comm, cons
         if (s->offload) grow_host_stage(s, u->S);
         if (!be->dry) init_values(s, ui);
         if (opts->optimizer == ZT_OPTIM_ONEBIT_ADAM) {
-            /* ddp: one opt segment per parameter, the whole tensor */
-            if (st != ZT_DDP || s->offload) zt_fatal("1-bit Adam runs under ddp without offload only");
-            size_t *numel = zt_malloc((size_t)u->noseg * sizeof *numel);
-            for (int i = 0; i < u->noseg; i++) numel[i] = u->oseg[i].len;
+            /* every parameter of the unit whole (ddp: its opt segments), exchanged over
+             * the data ranks: ddp's replicas, or zero1/zero2's shard group */
+            if ((st != ZT_DDP && st != ZT_ZERO1 && st != ZT_ZERO2) || s->offload)
+                zt_fatal("1-bit Adam runs under ddp, zero1 or zero2 without offload only");
+            const int f = t->unit_first[ui], c = t->unit_count[ui], sharded = st != ZT_DDP;
+            s->obg = sharded ? (s->n > 1 ? s->sg : NULL) : s->rg;
+            size_t *numel = zt_malloc((size_t)c * sizeof *numel);
+            for (int i = 0; i < c; i++) numel[i] = t->params[f + i].numel;
             /* (its buffers are host memory of its own: a dry run counts them only) */
-            if (!be->dry) u->onebit = zt_onebit_set_create(numel, u->noseg, s->rg);
+            if (!be->dry) u->onebit = zt_onebit_set_create(numel, c, s->obg, sharded);
             /* host memory beside m and v, counted with them */
-            s->mem.optim += zt_onebit_state_bytes(numel, u->noseg, s->rg ? s->rg->size : 1);
+            s->mem.optim += zt_onebit_state_bytes(numel, c, s->obg ? s->obg->size : 1, sharded);
             s->mem_peak.optim = s->mem.optim;
             free(numel);
         }
@@ -796,7 +808,7 @@ void zt_shard_free(zt_shard_t *s)
         BFREE(s, s->offload_param ? MEM_HOST : MEM_PARAMS, u->wshard, u->S * 2);
         BFREE(s, MEM_COMM, u->gcomm, P * 2);
         BFREE(s, MEM_COMM, u->rs16, u->S * 2);
-        ffree(s, MEM_GRADS, &u->gfull, P);
+        ffree(s, s->persistent_grads ? MEM_GRADS : MEM_COMM, &u->gfull, P);
         ffree(s, grads_mem(s), &u->gshard, u->S);
         ffree(s, s->offload ? MEM_HOST : MEM_OPTIM, &u->m, u->S);
         ffree(s, s->offload ? MEM_HOST : MEM_OPTIM, &u->v, u->S);
@@ -981,6 +993,8 @@ void zt_shard_begin_step(zt_shard_t *s)
         unit_state_t *u = &s->u[ui];
         if (u->frozen) continue;
         if (u->gfull && s->persistent_grads) s->be->memzero(u->gfull, u->lay.packed * sizeof(float));
+        /* a zero2 unit's full gradients kept by 1-bit Adam for a step that was skipped */
+        else if (u->gfull) ffree(s, MEM_COMM, &u->gfull, u->lay.packed);
         /* host_grads: the first micro-step's download overwrites the whole shard */
         if (u->gshard && !s->host_grads) s->be->memzero(u->gshard, u->S * sizeof(float));
     }
@@ -1062,7 +1076,9 @@ static void reduction_complete(zt_shard_t *s, int ui)
         }
         u->red_pending = 0;
     }
-    if (!s->persistent_grads) ffree(s, MEM_COMM, &u->gfull, u->lay.packed);
+    /* (1-bit Adam under zero2 after the freeze keeps it to the optimizer step) */
+    if (!s->persistent_grads && !onebit_sharded_compressed(s, s->adam_step + 1))
+        ffree(s, MEM_COMM, &u->gfull, u->lay.packed);
 }
 
 static void reduce_scatter_unit(zt_shard_t *s, int ui)
@@ -1130,6 +1146,8 @@ void zt_shard_grads_ready(zt_shard_t *s, int ui)
         }
         return;
     }
+    /* 1-bit Adam after the freeze: the full local gradient stays for the momentum */
+    if (onebit_sharded_compressed(s, s->adam_step + 1)) return;
     if (s->o.strategy == ZT_ZERO1 && !last) return; /* no_sync: accumulate locally */
     if (s->n == 1 && s->host_grads) {
         grad_download_start(s, ui, u->gfull, u->lay.packed);
@@ -1210,7 +1228,7 @@ static double tp_shared_sumsq(zt_shard_t *s, int ui, const zt_backend_t *be, con
  * gradient of its own samples, in 1-bit Adam's compressed stage: the replica count (1 elsewhere) */
 static double onebit_grad_factor(const zt_shard_t *s, long step)
 {
-    return onebit_compressed(s, step) && s->rg ? (double)s->rg->size : 1.0;
+    return onebit_compressed(s, step) && s->obg ? (double)s->obg->size : 1.0;
 }
 
 double zt_shard_finish_grads(zt_shard_t *s)
@@ -1227,7 +1245,7 @@ double zt_shard_finish_grads(zt_shard_t *s)
             if (s->tp) local -= tp_shared_sumsq(s, ui, s->ob, u->gshard, 0);
             continue;
         }
-        if (s->o.strategy == ZT_DDP) {
+        if (s->o.strategy == ZT_DDP || onebit_sharded_compressed(s, s->adam_step + 1)) {
             if (s->pdt == ZT_F16) round_fp16(s, u->gfull, u->lay.numel);
             local += s->be->sumsq(u->gfull, u->lay.numel) * onebit_grad_factor(s, s->adam_step + 1) *
                      onebit_grad_factor(s, s->adam_step + 1);
@@ -1249,7 +1267,8 @@ double zt_shard_finish_grads(zt_shard_t *s)
     }
     /* each element counted once: shards are disjoint within sg, replicas not summed,
      * tp slices disjoint and shared parameters counted by one tp rank */
-    if (s->sg && s->n > 1) local = zt_sum_double(s->comm, s->sg, local);
+    if (s->sg && s->n > 1 && !onebit_sharded_compressed(s, s->adam_step + 1))
+        local = zt_sum_double(s->comm, s->sg, local);
     if (s->tp) local = zt_sum_double(s->comm, s->tp, local);
     return local;
 }
@@ -1263,24 +1282,32 @@ void zt_shard_zero_grads(zt_shard_t *s)
 
 /* ---- optimizer ------------------------------------------------------------------ */
 
+/* buf (a unit's elements in unit order, of type dt) := every rank's owned part of it,
+ * each rank's own part in place already */
+static void gather_owned(zt_shard_t *s, int ui, void *buf, zt_dtype_t dt)
+{
+    unit_state_t *u = &s->u[ui];
+    if (s->n == 1) return;
+    if (is_flat(s)) {
+        zt_allgather(s->comm, s->sg, ZT_IN_PLACE, buf, u->S, dt);
+        return;
+    }
+    const size_t es = zt_dtype_size(dt);
+    int *counts = zt_malloc((size_t)s->n * sizeof(int)), *displs = zt_malloc((size_t)s->n * sizeof(int));
+    counts_int(&u->lay, counts, displs);
+    pack(s, &u->lay, s->pack_tmp, buf, es);
+    zt_allgatherv(s->comm, s->sg, ZT_IN_PLACE, s->pack_tmp, counts, displs, dt);
+    unpack(s, &u->lay, buf, s->pack_tmp, es);
+    free(counts);
+    free(displs);
+}
+
 /* Re-creates the replicated full parameters (fp32, or the 16-bit working copy)
  * from every rank's owned part. */
 static void regather_full(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
-    if (s->n == 1) return;
-    void *buf = s->mixed ? (void *)u->wfull : (void *)u->full;
-    if (is_flat(s)) {
-        zt_allgather(s->comm, s->sg, ZT_IN_PLACE, buf, u->S, s->pdt);
-        return;
-    }
-    int *counts = zt_malloc((size_t)s->n * sizeof(int)), *displs = zt_malloc((size_t)s->n * sizeof(int));
-    counts_int(&u->lay, counts, displs);
-    pack(s, &u->lay, s->pack_tmp, buf, s->pesz);
-    zt_allgatherv(s->comm, s->sg, ZT_IN_PLACE, s->pack_tmp, counts, displs, s->pdt);
-    unpack(s, &u->lay, buf, s->pack_tmp, s->pesz);
-    free(counts);
-    free(displs);
+    gather_owned(s, ui, s->mixed ? (void *)u->wfull : (void *)u->full, s->pdt);
 }
 
 /* the owned gradients, packed like m and v (ddp owns the whole unit, in order) */
@@ -1295,7 +1322,60 @@ static void download_grads(zt_shard_t *s, int ui, int slot)
     s->be->to_host_async(s->hgrad[slot], owned_grads(s, u), u->S * sizeof(float));
 }
 
-/* 1-bit Adam on a unit (ddp: its opt segments are its whole parameters, in order) */
+/* buf (the unit's elements, unit order, fp32) := the whole of an owned state (m or v,
+ * packed like the shard), gathered from every rank's part */
+static void gather_state(zt_shard_t *s, int ui, const float *state, float *buf)
+{
+    unit_state_t *u = &s->u[ui];
+    for (int i = 0; i < u->noseg; i++) memcpy(buf + u->oseg[i].uoff, state + u->oseg[i].spos, u->oseg[i].len * sizeof(float));
+    gather_owned(s, ui, buf, ZT_F32);
+}
+
+/* 1-bit Adam's compressed stage under zero1/zero2. Each rank forms the momentum of
+ * every element as ddp does (the shared one of the last step, stepped with its own full
+ * gradient), the exchange's reduce-scatter half leaves each chunk with its server and its
+ * all-gather half gives everyone the result, of which a rank keeps its shard (masked,
+ * into m), steps its parameters there and re-gathers them (refresh_working) as zero1
+ * does after AdamW. The shared momentum of the last step comes from the exchange's
+ * result (zt_onebit_last); before the first exchange (the freeze, or a resume) from m
+ * gathered whole, once, with v for the masks. */
+static void onebit_step_sharded(zt_shard_t *s, int ui, const zt_adamw_hp_t *hp)
+{
+    unit_state_t *u = &s->u[ui];
+    const zt_param_table_t *t = s->t;
+    const int f = t->unit_first[ui], c = t->unit_count[ui];
+    const float gscale = hp->grad_scale * (float)onebit_grad_factor(s, hp->step);
+    float *mu = falloc(s, MEM_COMM, u->lay.packed); /* (P) the unit's momentum, unit order */
+    if (!zt_onebit_has_last(u->onebit)) {
+        gather_state(s, ui, u->v, mu);
+        for (int i = 0; i < c; i++) zt_onebit_set_keep(u->onebit, i, mu + t->params[f + i].offset);
+        gather_state(s, ui, u->m, mu);
+    } else {
+        for (int i = 0; i < c; i++) zt_onebit_last(u->onebit, i, mu + t->params[f + i].offset);
+    }
+    float **m = zt_malloc((size_t)c * sizeof *m);
+    for (int i = 0; i < c; i++) {
+        const zt_param_t *p = &t->params[f + i];
+        m[i] = mu + p->offset;
+        zt_onebit_moments(m[i], NULL, u->gfull + p->offset, p->numel, hp->beta1, hp->beta2, gscale, 1);
+    }
+    zt_onebit_allreduce(u->onebit, s->comm, m);
+    free(m);
+    for (int i = 0; i < u->noseg; i++) {
+        const opt_seg_t *g = &u->oseg[i];
+        float *mo = u->m + g->spos;
+        memcpy(mo, mu + g->uoff, g->len * sizeof(float));
+        zt_onebit_mask(mo, u->v + g->spos, g->len);
+        const float wd = t->params[g->param].decay ? hp->weight_decay : 0.0f;
+        zt_onebit_update(seg_value(s, u, g), mo, u->v + g->spos, g->len, hp->lr, hp->eps, wd);
+    }
+    ffree(s, MEM_COMM, &mu, u->lay.packed);
+    /* zero2's full gradients live from the backward to here only */
+    if (!s->persistent_grads) ffree(s, MEM_COMM, &u->gfull, u->lay.packed);
+}
+
+/* 1-bit Adam on a unit (ddp: its opt segments are its whole parameters, in order;
+ * zero1/zero2: the owned pieces, before the freeze) */
 static void onebit_step(zt_shard_t *s, unit_state_t *u, const float *grad, const zt_adamw_hp_t *hp)
 {
     const int compressed = onebit_compressed(s, hp->step);
@@ -1346,6 +1426,11 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
             s->be->wait_downloads();
             if (k + 1 < no) download_grads(s, order[k + 1], (k + 1) & 1);
             grad = s->hgrad[k & 1];
+        }
+        if (u->onebit && onebit_sharded_compressed(s, hp->step)) {
+            onebit_step_sharded(s, ui, hp);
+            refresh_working(s, ui);
+            continue;
         }
         if (u->onebit) {
             onebit_step(s, u, grad, hp);
@@ -1665,6 +1750,9 @@ void zt_shard_io_done(zt_shard_t *s, zt_io_seg_t *segs, int n, int loaded)
 {
     io_stage_t *st;
     memcpy(&st, &segs[n], sizeof st);
+    /* loaded moments: 1-bit Adam's shared momentum is m itself again (gathered once) */
+    for (int ui = 0; loaded >= 2 && ui < s->t->nunits; ui++)
+        if (s->u[ui].onebit) zt_onebit_forget(s->u[ui].onebit);
     /* offload_param: a gather's upload may still read a 16-bit host shard */
     if (loaded && s->offload_param) s->be->wait_uploads();
     for (int i = 0; loaded && i < n; i++) {

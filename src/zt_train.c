@@ -175,10 +175,10 @@ static void mesh_local(zt_param_table_t *t, const zt_parallel_plan_t *p)
     if (p->tp_sequence_parallel) tp_seq_setup(t);
 }
 
-/* 1-bit Adam runs under ddp only (the engine refuses the rest): nothing else to plan */
+/* 1-bit Adam runs under ddp, zero1 and zero2 (the engine refuses the rest): nothing else to plan */
 static int plannable(const zt_parallel_plan_t *p, zt_strategy_t st)
 {
-    return p->optimizer != ZT_OPTIM_ONEBIT_ADAM || st == ZT_DDP;
+    return p->optimizer != ZT_OPTIM_ONEBIT_ADAM || st == ZT_DDP || st == ZT_ZERO1 || st == ZT_ZERO2;
 }
 
 typedef struct estimate {

@@ -4,8 +4,70 @@
 # run's final validation loss and the gradient bytes a step moves after the freeze, and exits 1
 # when 1-bit Adam's final validation loss is more than 2% above AdamW's. About 10 minutes a run
 # on 2 cores. Needs data/train.h5 and data/val.h5 (tools/gen-data.sh).
+#
+# bench-onebit.sh --speed [BUILD [RATE [STEPS]]] — GPT-2 124M (inputs/gpt2-124m.cfg, fp32, B=4,
+# T=64, random tokens) on two hosts, one rank each: the network namespaces of
+# tests/mpi/netns.sh joined by a link limited to RATE (default 1gbit, tc tbf on each host's
+# egress), mpirun -hostfile over TCP. Runs STEPS steps (default 6) of each of RUNS (default: ddp
+# with AdamW, ddp with 1-bit Adam (optim.freeze_step = 2), zero1 with AdamW and with 1-bit Adam,
+# and hybrid_shard, a shard group a host, so its replica all-reduce crosses the link) back to
+# back, REPEAT times (default 1) in turn, and prints each one's median step time over the steps
+# after the freeze (3 .. STEPS), the bytes it moved and the seconds its collectives took a step
+# (ddp's all-reduce overlaps the backward; 1-bit Adam's exchange runs in the optimizer step),
+# and the ratio to ddp with AdamW (target for 1-bit Adam: <= 0.5). Needs root (namespaces) and
+# h5py (the token file).
 set -eu
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --speed ]; then
+    B=${2:-build} RATE=${3:-1gbit} STEPS=${4:-6}
+    [ -x "$B/ztrain" ] || { echo "bench-onebit.sh: no $B/ztrain" >&2; exit 2; }
+    PY=/usr/bin/python3
+    out=$(mktemp -d)
+    ZT_NETNS_SLOTS=1
+    . tests/mpi/netns.sh
+    netns_up "$out" || { echo "bench-onebit.sh: $ZT_NETNS_WHY" >&2; rm -rf "$out"; exit 2; }
+    trap 'netns_down; rm -rf "$out"' EXIT
+    netns_rate "$RATE" || { echo "bench-onebit.sh: tc tbf $RATE failed" >&2; exit 2; }
+    DATA=${ZT_BENCH_DATA:-data/bench-gpt2-tokens.h5}
+    "$PY" tools/rand_tokens.py "$DATA" $(( (STEPS + 2) * 8 * 64 + 1 )) 50257
+    ZTRAIN=$B/ztrain
+    ZT_OUT=$out/last.out
+    ZT_TEST_TIMEOUT=3000
+    export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+    echo "bench-onebit.sh: GPT-2 124M, 2 hosts x 1 rank, link $RATE; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    RUNS=${RUNS:-ddp-adamw ddp-onebit_adam zero1-adamw zero1-onebit_adam hybrid_shard-adamw}
+    rep=1
+    while [ "$rep" -le "${REPEAT:-1}" ]; do
+        for run in $RUNS; do
+            st=${run%-*} opt=${run##*-}
+            netns_ztrain 2 inputs/gpt2-124m.cfg data.train_files="$DATA" data.val_files=[] train.eval_steps=0 \
+                train.sample_tokens=0 train.max_steps="$STEPS" checkpoint.save_at_end=false checkpoint.save_hf=false \
+                parallel.strategy="$st" optim.type="$opt" optim.freeze_step=2 train.output_dir="$out/$run-$rep" \
+                >"$out/$run-$rep.log" 2>&1 || { tail -5 "$out/$run-$rep.log" >&2; exit 1; }
+        done
+        rep=$((rep + 1))
+    done
+    echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    "$PY" - "$out" "$STEPS" "${REPEAT:-1}" $RUNS <<'PY'
+import json, statistics, sys
+d, steps, repeat, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+def run(name):
+    after = []
+    for k in range(1, repeat + 1):
+        recs = [json.loads(l) for l in open(f"{d}/{name}-{k}/metrics.jsonl")]
+        after += [r for r in recs if "step_s" in r and r["step"] >= 3]
+    med = lambda f: statistics.median(f(r) for r in after)
+    return (med(lambda r: r["step_s"]), med(lambda r: sum(c.get("bytes", 0) for c in r["comm"].values() if isinstance(c, dict))),
+            med(lambda r: sum(c.get("seconds", 0) for k, c in r["comm"].items() if isinstance(c, dict) and k != "groups")))
+base = run("ddp-adamw") if "ddp-adamw" in runs else None
+for name in runs:
+    t, moved, cs = run(name)
+    ratio = f"{t / base[0]:.3f}x ddp's step, {cs / base[2]:.3f}x its collective time" if base else ""
+    print(f"{name:20s} step {t:7.3f} s, collectives {cs:6.2f} s, {moved / 1e6:9.2f} MB a step "
+          f"(medians of steps 3..{steps} x {repeat})  {ratio}")
+PY
+    exit 0
+fi
 B=${1:-build} NP=${2:-2}
 [ -x "$B/ztrain" ] || { echo "bench-onebit.sh: no $B/ztrain" >&2; exit 2; }
 [ -f data/train.h5 ] || sh tools/gen-data.sh "$B" data

@@ -1,14 +1,18 @@
 #!/bin/sh
 # onebit.sh — DeepSpeed's 1-bit Adam (optim.type = onebit_adam).
 # 1. The shard engine on given gradients (tests/mpi/onebit_test, clipped to norm 0.5: the
-#    batch gradient's norm in the warm-up, each rank's own after) at 1, 2 and 4 ranks,
-#    3 warm-up steps then 5 compressed ones, equals a float64 replay of DeepSpeed's
-#    algorithm (tests/reference/onebit_replay.py) to float rounding; resumed from a
-#    checkpoint taken in the compressed stage it ends bit-identical.
-# 2. A training run: after the freeze no gradient all-reduce, and the compressed bytes
-#    (all-to-all of sign bits, all-gathers of sign bits and scales, through zt_comm)
-#    equal the formula per step, and the optimizer memory (estimated and measured) is m, v
-#    and the error buffers; the refusals.
+#    batch gradient's norm in the warm-up, each rank's own after) at 1, 2 and 4 ranks under
+#    ddp, zero1 and zero2 (flat and per_param layouts; zero2 with 2 and 4 micro-steps, whose
+#    full local gradients it keeps after the freeze), 3 warm-up steps then 5 compressed
+#    ones, equals a float64 replay of DeepSpeed's algorithm (tests/reference/onebit_replay.py)
+#    to float rounding; resumed from a checkpoint taken in the compressed stage it ends
+#    bit-identical.
+# 2. A training run: after the freeze no gradient all-reduce or reduce-scatter, and the
+#    compressed bytes (all-to-all of sign bits, all-gathers of sign bits and scales, through
+#    zt_comm) equal the formula per step, plus zero1/zero2's parameter all-gather (and, at
+#    the first compressed step, the one-time all-gathers of m and v); the optimizer memory
+#    (estimated and measured) is m, v (shards under zero1/zero2), the error buffers and
+#    zero1/zero2's masks; the refusals.
 . "$(dirname "$0")/common.sh"
 VPY=${ZT_VENV:-$HOME/.cache/ztrain-venv}/bin/python
 "$VPY" -c "import numpy" 2>/dev/null || VPY=${PYTHON3:-/usr/bin/python3}
@@ -16,51 +20,67 @@ VPY=${ZT_VENV:-$HOME/.cache/ztrain-venv}/bin/python
 TEST="$ZT_BUILDDIR/tests/mpi/onebit_test"
 [ -x "$TEST" ] || skip "$TEST not built"
 
-for np in 1 2 4; do
-    d="$ZT_TMP/replay-$np"
+for run in "1 ddp flat 1" "2 ddp flat 1" "4 ddp flat 1" "2 zero1 flat 1" "4 zero1 per_param 1" \
+    "2 zero2 per_param 2" "4 zero2 flat 4"; do
+    # shellcheck disable=SC2086
+    set -- $run
+    d="$ZT_TMP/replay-$1-$2-$3-$4"
     mkdir -p "$d"
-    "$ZT_MPIRUN" "$np" "$TEST" "$d" 8 3 6 > "$d.log" 2>&1 || { cat "$d.log"; fail "onebit_test at -np $np"; }
-    "$VPY" "$ZT_SRCDIR/tests/reference/onebit_replay.py" "$d" "$np" 8 3 || fail "1-bit Adam at $np ranks differs from DeepSpeed's replay"
-    echo "ok: $np ranks: the replay's parameters; resumed at step 6, bit-identical"
+    "$ZT_MPIRUN" "$1" "$TEST" "$d" 8 3 6 "$2" "$3" "$4" > "$d.log" 2>&1 || { cat "$d.log"; fail "onebit_test: $run"; }
+    "$VPY" "$ZT_SRCDIR/tests/reference/onebit_replay.py" "$d" "$1" 8 3 || fail "1-bit Adam ($run) differs from DeepSpeed's replay"
+    echo "ok: $1 ranks, $2, $3, $4 micro-steps: the replay's parameters; resumed at step 6, bit-identical"
 done
 
 make_tiny_data "$ZT_TMP/data"
 cd "$ZT_TMP" || fail "cd"
 common="$ZT_SRCDIR/inputs/tiny.cfg data.train_files=data/tiny-train.h5 data.val_files=[] train.eval_steps=0
   train.sample_tokens=0 train.max_steps=6 checkpoint.save_at_end=false optim.type=onebit_adam optim.freeze_step=2"
-for np in 2 3; do
+for run in "2 ddp" "3 ddp" "2 zero1" "3 zero2"; do
     # shellcheck disable=SC2086
-    run_ztrain "$np" $common train.output_dir="acc-$np" >/dev/null
+    set -- $run
+    # shellcheck disable=SC2086
+    run_ztrain "$1" $common parallel.strategy="$2" train.output_dir="acc-$1-$2" >/dev/null
     assert_contains "$ZT_OUT" "optim.type = onebit_adam: Adam without bias correction for 2 steps"
-    "$VPY" - "acc-$np/metrics.jsonl" "$np" 2 <<'PY' || fail "1-bit Adam's bytes at $np ranks differ from the formula"
-import json, sys
+    "$VPY" - "acc-$1-$2/metrics.jsonl" "$1" 2 "$2" <<'PY' || fail "1-bit Adam's bytes ($run) differ from the formula"
+import json, math, sys
 # tiny.cfg's GPT-2: V 257, C 32, context 32, 2 blocks; every tensor exchanged on its own
 V, C, T, L = 257, 32, 32, 2
 block = [C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * 4 * C, 4 * C, 4 * C * C, C]
 sizes = [V * C, T * C] + block * L + [C, C]
-path, n, freeze = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-q = n * (n * 8 // __import__("math").gcd(n, 8))
+units = [V * C + T * C + 2 * C] + [sum(block)] * L      # the root unit holds wte, wpe, ln_f
+path, n, freeze, zero = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] != "ddp"
+q = n * (n * 8 // math.gcd(n, 8))
 B = sum((s + q - 1) // q * q // n // 8 for s in sizes)     # sign bytes of one rank's chunks
-want = {"all_reduce": 0, "all_to_all": n * B, "all_gather": n * B + 2 * 4 * n * len(sizes)}
 fp32 = 4 * sum(sizes)
+# zero1/zero2 (flat layout): a unit is padded to a multiple of n; rank 0 owns P / n of it,
+# and the parameters are all-gathered (fp32) after every optimizer step
+P = [(u + n - 1) // n * n for u in units]
+gather = 4 * sum(P) if zero else 0
+onebit = {"all_reduce": 0, "reduce_scatter": 0, "all_to_all": n * B,
+          "all_gather": n * B + 2 * 4 * n * len(sizes) + gather}
+warm = {"all_reduce": 0 if zero else fp32, "reduce_scatter": gather, "all_to_all": 0, "all_gather": gather}
 recs = [json.loads(l) for l in open(path)]
 steps = [r for r in recs if "loss" in r and "comm" in r]
 bad = []
-# optimizer memory: m and v, plus the error feedback (worker: padded size, server: its chunk)
-opt = 8 * sum(sizes) + sum(4 * ((s + q - 1) // q * q) * (n + 1) // n for s in sizes)
+# optimizer memory: m and v (rank 0's shards under zero), the error feedback (worker: padded
+# size, server: its chunk) and under zero the masks (a bit an element)
+mv = 8 * sum(p // n for p in P) if zero else 8 * sum(sizes)
+opt = mv + sum(4 * ((s + q - 1) // q * q) * (n + 1) // n + (-(-s // 8) if zero else 0) for s in sizes)
 for key, rec in (("memory_estimate", recs[0]), ("memory_measured", recs[-1])):
     if rec.get(key, {}).get("optimizer") != opt:
         bad.append(f"{key} optimizer {rec.get(key, {}).get('optimizer')} bytes, formula {opt}")
 for r in steps:
-    for kind, w in want.items():
+    k = r["step"]
+    for kind in onebit:
+        w = warm[kind] if k <= freeze else onebit[kind]
+        if kind == "all_gather" and k == freeze + 1:
+            w += 2 * gather     # zero: m and v gathered whole once, at the first exchange
         got = r["comm"][kind]["bytes"]
-        if r["step"] <= freeze:
-            w = fp32 if kind == "all_reduce" else 0
         if got != w:
-            bad.append(f"step {r['step']}: {kind} {got} bytes, formula {w}")
-print("\n".join(bad) or f"{n} ranks: after the freeze all-to-all {n * B} + all-gather {want['all_gather']} bytes a step "
-      f"({(2 * n * B + 8 * n * len(sizes)) / fp32:.4f} of the fp32 all-reduce's {fp32}; bus bytes "
-      f"{(2 * (n - 1) / n * n * B + (n - 1) / n * 8 * n * len(sizes)) / (2 * (n - 1) / n * fp32):.4f})")
+            bad.append(f"step {k}: {kind} {got} bytes, formula {w}")
+print("\n".join(bad) or f"{n} ranks, {sys.argv[4]}: after the freeze all-to-all {n * B} + all-gather "
+      f"{onebit['all_gather']} bytes a step ({(2 * n * B + 8 * n * len(sizes)) / fp32:.4f} of the fp32 gradients' "
+      f"{fp32}" + (f", beside the parameter all-gather's {gather})" if zero else ")"))
 sys.exit(1 if bad or len(steps) != 6 else 0)
 PY
 done
@@ -76,6 +96,17 @@ if "$VPY" -c "import h5py" 2>/dev/null; then
     [ -e ob2-split/onebit-00000010.h5 ] || fail "no error feedback file beside ob2-split/ckpt-00000010.h5"
     "$PY" "$CHECK" exact ob2-full ob2-split || fail "1-bit Adam on 2 ranks: the resumed run differs"
     echo "ok: resumed in the compressed stage, bit-exact"
+    # the train loop under zero1 with gradient accumulation trains as ddp does (both sum a
+    # rank's micro-steps before one reduction; zero2 reduces each micro-step in the warm-up,
+    # another fp32 rounding that the signs of the compressed stage need not keep: the
+    # replay above checks it with exact gradients)
+    for st in ddp zero1; do
+        # shellcheck disable=SC2086
+        run_ztrain 2 $common train.gradient_accumulation_steps=2 train.max_steps=12 parallel.strategy=$st \
+            train.output_dir="acc2-$st" >/dev/null
+    done
+    "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" acc2-ddp acc2-zero1 || fail "1-bit Adam under zero1 differs from ddp"
+    echo "ok: zero1 as ddp with gradient accumulation"
     # at another world size the errors cannot be restored: they restart from zero, said once
     # shellcheck disable=SC2086
     run_ztrain 3 $common train.max_steps=12 checkpoint.resume=ob2-split/ckpt-00000010.h5 train.output_dir=ob3 >/dev/null
@@ -86,7 +117,11 @@ fi
 
 # refusals, one line each on every rank
 # shellcheck disable=SC2086
-expect_fail_with 2 "optim.type = onebit_adam runs with parallel.strategy = ddp only, not zero3" $common parallel.strategy=zero3
+expect_fail_with 2 "optim.type = onebit_adam runs with parallel.strategy = ddp, zero1 or zero2, not zero3" $common \
+    parallel.strategy=zero3
+# shellcheck disable=SC2086
+expect_fail_with 2 "optim.type = onebit_adam runs with parallel.strategy = ddp, zero1 or zero2, not hybrid_shard_zero2" \
+    $common parallel.strategy=hybrid_shard_zero2
 # shellcheck disable=SC2086
 expect_fail_with 2 "optim.type = onebit_adam needs parallel.tensor_parallel_size = 1" $common \
     parallel.tensor_parallel_size=2

@@ -21,6 +21,9 @@ nothing, which ztrain does not copy: its step 1 is an Adam step. Both compress f
 step freeze_step + 1, so ztrain (and this replay) take freeze_step warm-up updates where
 DeepSpeed takes freeze_step - 1.
 
+The replay knows no strategy: onebit_test under zero1 and zero2 (sharded m and v, the exchange
+as a compressed reduce-scatter and all-gather) must give the same parameters as under ddp.
+
 DIR holds params.txt (name numel decay), init.bin and final.bin (float32, tensors in that
 order). Exit 1 when any parameter differs from the replay by more than float rounding."""
 import os
