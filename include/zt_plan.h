@@ -27,6 +27,8 @@ typedef enum { ZT_SP_ULYSSES = 0, ZT_SP_RING = 1 } zt_sp_mode_t;              /*
 typedef enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU = 1 } zt_offload_t;       /* parallel.offload_* */
 typedef enum { ZT_PREC_FP32 = 0, ZT_PREC_BF16 = 1, ZT_PREC_FP16 = 2 } zt_precision_t;
 typedef enum { ZT_OPTIM_ADAMW = 0, ZT_OPTIM_ONEBIT_ADAM = 1 } zt_optimizer_t;  /* optim.type */
+/* parallel.pp_schedule (zt_step.h) */
+typedef enum { ZT_PP_GPIPE = 0, ZT_PP_1F1B = 1, ZT_PP_INTERLEAVED_1F1B = 2 } zt_pp_schedule_t;
 
 /* Parameters, gradients, optimizer state sharded between steps? (ZT_STRATEGY_AUTO: no) */
 int zt_strategy_shards_params(zt_strategy_t s);

@@ -47,6 +47,7 @@
 #include "zt_run.h"
 #include "zt_sample.h"
 #include "zt_shard.h"
+#include "zt_step.h"
 #include "zt_watchdog.h"
 
 #ifdef ZT_HAVE_CUDA
@@ -81,6 +82,8 @@ typedef struct run {
     zt_dataset_t *train, *val;
     zt_shard_opts_t sopts;
     zt_parallel_plan_t plan;    /* the mesh and its options, strategy auto resolved */
+    zt_schedule_t steps;        /* one optimizer step's actions per pipeline rank (zt_step.h) */
+    int *micro_T;               /* (A) the positions each micro-batch runs (trim_padding) */
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
     zt_lr_schedule_t sched; /* transformers' schedule for total_steps (its warm-up: optim.warmup_steps, or
@@ -543,12 +546,6 @@ static float train_backward(run_t *r, const float *root, float dscale)
     zt_shard_grads_ready(s, root_unit);
     zt_shard_release(s, root_unit);
     return zt_model_loss(m);
-}
-
-static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
-                         const uint64_t *keys, float dscale, int T)
-{
-    return train_backward(r, train_forward(r, r->shard, inp, tgt, seg, pos, keys, 1, T), dscale);
 }
 
 /* ---- preference training (train.stage = dpo) ------------------------------------------
@@ -1291,6 +1288,53 @@ static int ref_create(run_t *r)
     return 0;
 }
 
+/* This rank's actions of one step (r->steps, zt_step.h) up to its R, which the caller
+ * runs (gradient reduction, clipping, optimizer): the micro-batches' forward and backward
+ * passes. ds: the gradient scale of a token; pf: a DPO micro-batch's share. A DPO
+ * micro-step runs whole in its forward action (the reference's pass, the policy's forward
+ * and head, then its backward), its backward action does nothing. Returns the loss summed
+ * over this rank's micro-batches (SFT: over its tokens); computed += the positions run. */
+static double run_schedule(run_t *r, int sft, float ds, float pf, double *pref_window, long *pref_micros,
+                           long *computed)
+{
+    const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T;
+    const int dpo = r->cfg->train.stage == ZT_STAGE_DPO, me = 0; /* this rank's place on the pipeline axis */
+    const float *root = NULL;
+    double loss_sum = 0.0;
+    for (int i = 0; i < r->steps.n[me]; i++) {
+        const zt_action_t *a = &r->steps.a[me][i];
+        const int m = a->micro;
+        int32_t *inp = r->inp + m * BT, *tgt = r->tgt + m * BT;
+        switch (a->kind) {
+        case ZT_ACT_FWD: {
+            zt_shard_begin_micro(r->shard, m, r->A);
+            uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
+            if (keys) dropout_keys(r, m, keys);
+            if (dpo) {
+                loss_sum += pref_micro(r, inp, tgt, pf, pref_window);
+                (*pref_micros)++;
+                *computed += (long)r->B * r->Tm;
+                break;
+            }
+            r->micro_T[m] = sft ? trim_padding(r, inp, tgt, keys) : r->Tm;
+            root = train_forward(r, r->shard, inp, tgt, r->seg ? r->seg + m * BTs : NULL,
+                                 r->pos ? r->pos + m * BT : NULL, keys, 1, r->micro_T[m]);
+            break;
+        }
+        case ZT_ACT_BWD: {
+            if (dpo) break;
+            const float l = train_backward(r, root, ds);
+            loss_sum += sft ? zt_model_loss_sum(r->model) : l;
+            *computed += (long)r->B * r->micro_T[m];
+            break;
+        }
+        case ZT_ACT_REDUCE: return loss_sum;
+        default: zt_fatal("step: action %d needs a pipeline (parallel.pipeline_parallel_size > 1)", (int)a->kind);
+        }
+    }
+    return loss_sum;
+}
+
 static int run_loop(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
@@ -1298,6 +1342,12 @@ static int run_loop(run_t *r)
     const int fault = cfg->fault.kind;
     if (fault == ZT_FAULT_SAVE_KILL) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
     const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T; /* BTs: a micro-step's segments */
+    char err[ZT_ERRLEN];
+    if (zt_schedule_build(&r->steps, ZT_PP_1F1B, 1, 1, r->A, err, sizeof err)) {
+        zt_log_error("%s", err);
+        return ZT_EXIT_ERROR;
+    }
+    r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
     /* a token stream: every position carries a loss */
     const int sft = zt_data_is_sft(r->train);
     float dscale = 1.0f / (float)((double)BT * r->A * r->comm->data.size);
@@ -1309,7 +1359,6 @@ static int run_loop(run_t *r)
     const int dpo = cfg->train.stage == ZT_STAGE_DPO;
     double pref_window[ZT_PREF_NMETRICS] = {0};
     long pref_micros = 0;
-    char err[ZT_ERRLEN];
     zt_comm_stats_reset(c);
 
     while (r->step < r->total_steps) {
@@ -1347,7 +1396,6 @@ static int run_loop(run_t *r)
         }
         double t0 = zt_now();
         zt_shard_begin_step(r->shard);
-        double loss_sum = 0.0;
         long computed = 0; /* this rank's row positions, padding trimmed (trim_padding) */
         /* the injected NaN enters through the gradient scale, so only the gradients
          * (not the loss) carry it: the path a real overflow takes */
@@ -1355,22 +1403,7 @@ static int run_loop(run_t *r)
         /* dpo: each micro-batch's mean over its pairs, averaged over micro-steps and data-parallel
          * replicas (the sp ranks of a replica each add their tokens' part of one gradient) */
         const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * r->dp));
-        for (int m = 0; m < r->A; m++) {
-            zt_shard_begin_micro(r->shard, m, r->A);
-            uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
-            if (keys) dropout_keys(r, m, keys);
-            if (dpo) {
-                loss_sum += pref_micro(r, r->inp + m * BT, r->tgt + m * BT, pf, pref_window);
-                pref_micros++;
-                computed += (long)r->B * r->Tm;
-                continue;
-            }
-            const int T = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
-            const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, r->seg ? r->seg + m * BTs : NULL,
-                                        r->pos ? r->pos + m * BT : NULL, keys, ds, T);
-            loss_sum += sft ? zt_model_loss_sum(r->model) : l;
-            computed += (long)r->B * T;
-        }
+        double loss_sum = run_schedule(r, sft, ds, pf, pref_window, &pref_micros, &computed);
         /* MFU counts the work done: the trimmed rows of every data rank (sp ranks hold parts
          * of the same rows, tp ranks the same rows) */
         window_computed += sft ? zt_sum_double(c, &c->data, (double)computed) * r->comm->mesh_sp
@@ -1947,6 +1980,8 @@ done:
     zt_shard_free(r->ref_shard);
     zt_param_table_free(r->ref_table);
     zt_model_free(r->model);
+    zt_schedule_free(&r->steps);
+    free(r->micro_T);
     if (r->ltable != r->table) zt_param_table_free(r->ltable);
     free(r->tp_logits);
     free(r->row_tmp);
