@@ -73,6 +73,12 @@ int zt_action_format(const zt_action_t *a, char *buf, size_t len);
 /* A rank's list as text, actions separated by spaces (truncated to len) */
 void zt_schedule_format(const zt_schedule_t *s, int rank, char *buf, size_t len);
 
+/* The model slots rank `rank` needs: a micro-batch takes a slot (its activations) from its
+ * first action on the rank to its last backward there, the lowest one free; slot (micro)
+ * gets each micro-batch's. Returns the slots used: 1 for the one-stage step, pp - rank at
+ * most under 1F1B, every micro-batch under GPipe. */
+int zt_schedule_slots(const zt_schedule_t *s, int rank, int *slot);
+
 /* Checks a schedule by running the lists: each rank in turn does its next action unless
  * it is a receive whose message has not been sent; fails when no rank can move before
  * every list ends (a deadlock), or when a message is sent twice, never received, or

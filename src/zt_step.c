@@ -220,3 +220,27 @@ int zt_schedule_check(const zt_schedule_t *s, int *inflight, char *err, size_t e
     free(msg), free(done), free(got), free(pc), free(live);
     return rc;
 }
+
+int zt_schedule_slots(const zt_schedule_t *s, int rank, int *slot)
+{
+    const int M = s->micro;
+    int *last = zt_malloc((size_t)M * sizeof *last), *busy = zt_calloc((size_t)M, sizeof *busy), used = 0;
+    for (int m = 0; m < M; m++) slot[m] = -1, last[m] = -1;
+    for (int i = 0; i < s->n[rank]; i++)
+        if (s->a[rank][i].kind == ZT_ACT_BWD) last[s->a[rank][i].micro] = i;
+    for (int i = 0; i < s->n[rank]; i++) {
+        const int m = s->a[rank][i].micro;
+        if (m < 0) continue;
+        if (slot[m] < 0) {
+            int k = 0;
+            while (busy[k]) k++;
+            busy[k] = 1;
+            slot[m] = k;
+            used = ZT_MAX(used, k + 1);
+        }
+        if (i == last[m]) busy[slot[m]] = 0;
+    }
+    free(last);
+    free(busy);
+    return used;
+}

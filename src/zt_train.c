@@ -1129,8 +1129,9 @@ static void startup_report(run_t *r)
     char *all = r->rank == 0 ? zt_malloc((size_t)c->world.size * 64) : NULL;
     ZT_MPI(MPI_Gather(host, 64, MPI_CHAR, all, 64, MPI_CHAR, 0, c->world.comm));
     static const char *const matmul[] = {"fp32", "tf32", "bf16"};
-    zt_log("ztrain %s: %d ranks on %d nodes, mesh tp %d x sp %d x dp %d, backend %s (GEMMs %s), comm %s, %d "
-           "thread(s) per rank", PACKAGE_VERSION, c->world.size, c->node_count, c->mesh_tp, c->mesh_sp, c->mesh_dp, r->be->name, strcmp(r->be->name, "cpu") ? matmul[r->plan.matmul] : zt_cpu_gemm_path(),
+    zt_log("ztrain %s: %d ranks on %d nodes, mesh tp %d x sp %d x dp %d x pp %d, backend %s (GEMMs %s), comm %s, %d "
+           "thread(s) per rank", PACKAGE_VERSION, c->world.size, c->node_count, c->mesh_tp, c->mesh_sp, c->mesh_dp,
+           c->mesh_pp, r->be->name, strcmp(r->be->name, "cpu") ? matmul[r->plan.matmul] : zt_cpu_gemm_path(),
            c->backend, r->threads);
     if (r->rank == 0) {
         for (int i = 0; i < c->world.size; i++)
@@ -1225,7 +1226,7 @@ static void comm_summary(const run_t *r)
     }
     if (o) zt_log("communication (rank 0, training steps): %s", line);
     /* by group: what each axis of the mesh moves (tests/mpi/accounting.sh) */
-    static const char *gnames[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data"};
+    static const char *gnames[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data", "pp"};
     o = 0;
     for (int k = 0; k < ZT_GRP_N; k++)
         if (t->group_calls[k])
@@ -1343,11 +1344,6 @@ static int run_loop(run_t *r)
     if (fault == ZT_FAULT_SAVE_KILL) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
     const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T; /* BTs: a micro-step's segments */
     char err[ZT_ERRLEN];
-    if (zt_schedule_build(&r->steps, ZT_PP_1F1B, 1, 1, r->A, err, sizeof err)) {
-        zt_log_error("%s", err);
-        return ZT_EXIT_ERROR;
-    }
-    r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
     /* a token stream: every position carries a loss */
     const int sft = zt_data_is_sft(r->train);
     float dscale = 1.0f / (float)((double)BT * r->A * r->comm->data.size);
@@ -1801,6 +1797,12 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (rc == 0 && r->plan.optimizer == ZT_OPTIM_ONEBIT_ADAM && !r->be->host_memory)
         rc = zt_err(err, sizeof err, "optim.type = onebit_adam: the %s backend has no 1-bit compression kernels "
                     "(they run on host memory: parallel.backend = cpu)", r->be->name);
+    if (rc == 0 && r->plan.pp > 1)
+        rc = zt_err(err, sizeof err, "parallel.pipeline_parallel_size %d: the pipeline's execution is not built yet",
+                    r->plan.pp);
+    /* the plan checked the schedule's rules; this cannot fail where it passed */
+    if (rc == 0) rc = zt_schedule_build(&r->steps, r->plan.pp_schedule, r->plan.pp, r->plan.pp_v, r->A, err, sizeof err);
+    if (rc == 0) r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
     if (rc == 0) r->be->set_matmul_precision(r->plan.matmul);
     if (rc == 0 && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
         r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);

@@ -128,6 +128,33 @@ static void t_interleaved(void)
     zt_schedule_free(&s);
 }
 
+/* model slots: a micro-batch's activations from its first action on a rank to its last
+ * backward there: one for the one-stage step, pp - r under 1F1B, M under GPipe */
+static void t_slots(void)
+{
+    int slot[8];
+    zt_schedule_t s = build(ZT_PP_1F1B, 1, 1, 4);
+    CU_ASSERT_EQUAL(zt_schedule_slots(&s, 0, slot), 1);
+    CU_ASSERT(slot[0] == 0 && slot[3] == 0);
+    zt_schedule_free(&s);
+    s = build(ZT_PP_1F1B, 2, 1, 4);
+    CU_ASSERT_EQUAL(zt_schedule_slots(&s, 0, slot), 2);
+    CU_ASSERT(slot[0] == 0 && slot[1] == 1 && slot[2] == 0 && slot[3] == 1);
+    CU_ASSERT_EQUAL(zt_schedule_slots(&s, 1, slot), 1);
+    zt_schedule_free(&s);
+    s = build(ZT_PP_GPIPE, 2, 1, 4);
+    CU_ASSERT_EQUAL(zt_schedule_slots(&s, 0, slot), 4);
+    CU_ASSERT_EQUAL(zt_schedule_slots(&s, 1, slot), 4);
+    CU_ASSERT(slot[0] == 0 && slot[3] == 3);
+    zt_schedule_free(&s);
+    /* interleaved: a micro-batch keeps its slot over both of the rank's stages */
+    s = build(ZT_PP_INTERLEAVED_1F1B, 2, 2, 4);
+    const int n = zt_schedule_slots(&s, 0, slot);
+    printf("\n  interleaved pp 2 v 2 M 4: rank 0 uses %d slots", n);
+    CU_ASSERT(n >= 2 && n <= 4);
+    zt_schedule_free(&s);
+}
+
 static void t_refusals(void)
 {
     zt_schedule_t s;
@@ -165,6 +192,6 @@ static void t_checker_faults(void)
 
 static const zt_test_t tests[] = {
     {"one_stage", t_one_stage}, {"gpipe", t_gpipe}, {"1f1b", t_1f1b}, {"sizes", t_sizes},
-    {"interleaved", t_interleaved}, {"refusals", t_refusals}, {"checker_faults", t_checker_faults}, {NULL, NULL},
+    {"interleaved", t_interleaved}, {"slots", t_slots}, {"refusals", t_refusals}, {"checker_faults", t_checker_faults}, {NULL, NULL},
 };
 ZT_TEST_MAIN("step", tests)
