@@ -137,7 +137,8 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int pp, int tp, int sp, in
      * strategies shard or replicate over; its shard groups are counted in its ranks */
     const int D = tp >= 1 ? W / tp : 0;
     int sg = shard_group_size;
-    if (sg <= 0 && tp >= 1) sg = (mn == mx && mn % tp == 0) ? mn / tp : D; /* one node per shard group */
+    /* one node per shard group (a pipeline rank's share of it where a node spans pipeline ranks) */
+    if (sg <= 0 && tp >= 1) sg = (mn == mx && mn % tp == 0 && D % (mn / tp) == 0) ? mn / tp : D;
     /* ztrain's meshes come from zt_plan_build, which names the keys; this guards direct callers */
     if (!pp_ok || tp < 1 || sp < 1 || W % (tp * sp) != 0 || sg < 1 || sg > D || D % sg != 0) {
         ZT_MPI(MPI_Comm_free(&wdup));

@@ -1056,6 +1056,8 @@ double zt_shard_finish_grads(zt_shard_t *s)
             continue;
         }
         if (s->o.strategy == ZT_DDP) {
+            if (s->o.pipeline) /* a unit of another rank's stage: zeros here (allocated so) */
+                zt_allreduce(s->comm, &s->comm->pp, ZT_IN_PLACE, zt_shard_grads(s, ui), u->lay.numel, ZT_F32, ZT_SUM);
             if (s->pdt == ZT_F16) round_fp16(s, u->gfull, u->lay.numel);
             local += s->be->sumsq(u->gfull, u->lay.numel) * onebit_grad_factor(s, s->adam_step + 1) *
                      onebit_grad_factor(s, s->adam_step + 1);

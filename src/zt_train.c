@@ -84,6 +84,13 @@ typedef struct run {
     zt_parallel_plan_t plan;    /* the mesh and its options, strategy auto resolved */
     zt_schedule_t steps;        /* one optimizer step's actions per pipeline rank (zt_step.h) */
     int *micro_T;               /* (A) the positions each micro-batch runs (trim_padding) */
+    /* pp > 1: the models of this rank's slots (a micro-batch's activations from its first
+     * action here to its last backward; models[0] = model), each micro-batch's slot, and
+     * the step's sends in flight (their own copies of what they send, freed at R) */
+    zt_model_t **models;
+    int nslots, *slot;
+    zt_request_t *pp_req;
+    float **pp_buf;
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
     zt_lr_schedule_t sched; /* transformers' schedule for total_steps (its warm-up: optim.warmup_steps, or
@@ -145,6 +152,7 @@ static void fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_st
     o->seed = (uint64_t)cfg->train.seed;
     o->optimizer = p->optimizer;
     o->freeze_step = p->freeze_step;
+    o->pipeline = p->pp > 1;
 }
 
 /* What the plan's mesh must divide, from the global table */
@@ -490,30 +498,60 @@ static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *ke
  * adapters 0: LoRA's base alone (the DPO reference); T: the rows' length (at most r->Tm). The root unit (embeddings, tied
  * head, ln_f) stays materialized until train_backward, as FSDP does for its root
  * module: it is used at both ends. */
+/* Blocks [l0, l1) of model m forward, each unit (and its LoRA adapters' with adapters)
+ * gathered just before it runs and released after */
+static void forward_range(run_t *r, zt_shard_t *s, zt_model_t *m, int l0, int l1, int adapters)
+{
+    const zt_param_table_t *t = r->table;
+    const int b0 = t->first_block_unit, a0 = adapters ? t->first_adapter_unit : -1;
+    if (l0 < l1) zt_shard_prefetch(s, b0 + l0);
+    for (int l = l0; l < l1; l++) {
+        zt_watchdog_mark("forward", b0 + l, r->step + 1);
+        const float *w = zt_shard_params(s, b0 + l);
+        /* LoRA: the block's adapter unit beside its frozen base */
+        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
+        if (l + 1 < l1) zt_shard_prefetch(s, b0 + l + 1);
+        zt_model_forward_block(m, l, w, lw);
+        zt_shard_release(s, b0 + l);
+        if (a0 >= 0) zt_shard_release(s, a0 + l);
+    }
+}
+
+/* Blocks [l0, l1) of model m backward, last first, from the gradient in its residual
+ * stream; each unit's gradients reported ready as they are complete */
+static void backward_range(run_t *r, zt_model_t *m, int l0, int l1)
+{
+    zt_shard_t *s = r->shard;
+    const zt_param_table_t *t = r->table;
+    const int b0 = t->first_block_unit, a0 = t->first_adapter_unit;
+    for (int l = l1 - 1; l >= l0; l--) {
+        zt_watchdog_mark("backward", b0 + l, r->step + 1);
+        const float *w = zt_shard_params(s, b0 + l);
+        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
+        if (l > l0) zt_shard_prefetch(s, b0 + l - 1);
+        zt_model_backward_block(m, l, w, zt_shard_grads(s, b0 + l), lw, a0 >= 0 ? zt_shard_grads(s, a0 + l) : NULL);
+        zt_shard_grads_ready(s, b0 + l);
+        zt_shard_release(s, b0 + l);
+        if (a0 >= 0) {
+            zt_shard_grads_ready(s, a0 + l);
+            zt_shard_release(s, a0 + l);
+        }
+    }
+}
+
 static const float *train_forward(run_t *r, zt_shard_t *s, const int32_t *inp, const int32_t *tgt,
                                   const int32_t *seg, const int32_t *pos, const uint64_t *keys, int adapters, int T)
 {
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
-    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit;
-    const int a0 = adapters ? t->first_adapter_unit : -1;
     zt_model_set_batch(m, inp, tgt, r->B, T);
     if (seg) zt_model_set_segments(m, seg, pos);
     if (keys) zt_model_set_row_keys(m, keys);
     zt_watchdog_mark("forward", 0, r->step + 1);
-    const float *root = zt_shard_params(s, root_unit);
-    zt_shard_prefetch(s, b0);
+    const float *root = zt_shard_params(s, t->root_unit);
+    zt_shard_prefetch(s, t->first_block_unit); /* the first block's gather overlaps the embedding */
     zt_model_forward_embed(m, root);
-    for (int l = 0; l < L; l++) {
-        zt_watchdog_mark("forward", b0 + l, r->step + 1);
-        const float *w = zt_shard_params(s, b0 + l);
-        /* LoRA: the block's adapter unit beside its frozen base */
-        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
-        if (l + 1 < L) zt_shard_prefetch(s, b0 + l + 1);
-        zt_model_forward_block(m, l, w, lw);
-        zt_shard_release(s, b0 + l);
-        if (a0 >= 0) zt_shard_release(s, a0 + l);
-    }
+    forward_range(r, s, m, 0, t->dims.L, adapters);
     return root;
 }
 
@@ -524,23 +562,11 @@ static float train_backward(run_t *r, const float *root, float dscale)
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
-    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
+    const int root_unit = t->root_unit;
     zt_watchdog_mark("forward head", root_unit, r->step + 1);
     float *droot = zt_shard_grads(s, root_unit);
     zt_model_train_head(m, root, droot, dscale);
-    for (int l = L - 1; l >= 0; l--) {
-        zt_watchdog_mark("backward", b0 + l, r->step + 1);
-        const float *w = zt_shard_params(s, b0 + l);
-        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
-        if (l > 0) zt_shard_prefetch(s, b0 + l - 1);
-        zt_model_backward_block(m, l, w, zt_shard_grads(s, b0 + l), lw, a0 >= 0 ? zt_shard_grads(s, a0 + l) : NULL);
-        zt_shard_grads_ready(s, b0 + l);
-        zt_shard_release(s, b0 + l);
-        if (a0 >= 0) {
-            zt_shard_grads_ready(s, a0 + l);
-            zt_shard_release(s, a0 + l);
-        }
-    }
+    backward_range(r, m, 0, t->dims.L);
     zt_watchdog_mark("backward", root_unit, r->step + 1);
     zt_model_backward_embed(m, droot);
     zt_shard_grads_ready(s, root_unit);
@@ -1336,6 +1362,107 @@ static double run_schedule(run_t *r, int sft, float ds, float pf, double *pref_w
     return loss_sum;
 }
 
+/* pp > 1: this pipeline rank's actions of one step up to its R, on the layers of each
+ * action's stage (plan.stage_first): the embedding (layer 0) and the head (L + 1) use the
+ * root unit, the blocks their units; the residual stream and its gradient cross the stage
+ * boundaries through the pp group. A receive waits where the schedule puts it; a send
+ * goes from a copy and completes at R, so compute runs while it travels. ds: a token's
+ * gradient scale. Returns the loss summed over the micro-batches whose head this rank
+ * runs (SFT: over their tokens), 0 elsewhere; computed += the positions it ran there. */
+static double run_pipeline(run_t *r, int sft, float ds, long *computed)
+{
+    zt_comm_t *c = r->comm;
+    zt_shard_t *s = r->shard;
+    const zt_param_table_t *t = r->table;
+    const int L = t->dims.L, root = t->root_unit, me = c->pp.rank;
+    const size_t BT = (size_t)r->B * r->Tm, C = (size_t)t->dims.C;
+    /* every stage runs a micro-batch at the same length: the rows are the same on each */
+    for (int m = 0; m < r->A; m++)
+        r->micro_T[m] = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, NULL) : r->Tm;
+    double loss_sum = 0.0;
+    int nsend = 0;
+    for (int i = 0; i < r->steps.n[me]; i++) {
+        const zt_action_t *a = &r->steps.a[me][i];
+        if (a->kind == ZT_ACT_REDUCE) break;
+        const int mi = a->micro, first = r->plan.stage_first[a->stage], end = r->plan.stage_first[a->stage + 1];
+        zt_model_t *m = r->models[r->slot[mi]];
+        const int T = r->micro_T[mi];
+        const size_t n = (size_t)r->B * T * C; /* (B, T, C) the residual stream */
+        switch (a->kind) {
+        case ZT_ACT_RECV_ACT:
+        case ZT_ACT_RECV_GRAD: {
+            zt_watchdog_mark(a->kind == ZT_ACT_RECV_ACT ? "pipeline receive" : "pipeline gradient receive", -1,
+                             r->step + 1);
+            /* a stage's input enters its first block; its output's gradient is where its backward starts */
+            float *dst = a->kind == ZT_ACT_RECV_ACT ? zt_model_residual(m, first - 1) : zt_model_residual_grad(m);
+            zt_request_t q;
+            zt_irecv(c, &c->pp, dst, a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &q);
+            zt_wait(c, &q);
+            break;
+        }
+        case ZT_ACT_SEND_ACT:
+        case ZT_ACT_SEND_GRAD: {
+            const float *src = a->kind == ZT_ACT_SEND_ACT ? zt_model_residual(m, end - 1) : zt_model_residual_grad(m);
+            float *buf = r->be->alloc(n * sizeof *buf);
+            r->be->copy(buf, src, n * sizeof *buf);
+            r->pp_buf[nsend] = buf;
+            zt_isend(c, &c->pp, buf, a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nsend]);
+            nsend++;
+            break;
+        }
+        case ZT_ACT_FWD:
+            zt_model_set_batch(m, r->inp + mi * BT, r->tgt + mi * BT, r->B, T);
+            if (first == 0) {
+                zt_watchdog_mark("forward", root, r->step + 1);
+                zt_model_forward_embed(m, zt_shard_params(s, root));
+                zt_shard_release(s, root);
+            }
+            forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
+            break;
+        case ZT_ACT_BWD:
+            /* the unit reductions start at the last micro-batch's backward, whatever ran between */
+            zt_shard_begin_micro(s, mi, r->A);
+            if (end == L + 2) {
+                zt_watchdog_mark("forward head", root, r->step + 1);
+                zt_model_train_head(m, zt_shard_params(s, root), zt_shard_grads(s, root), ds);
+                loss_sum += sft ? zt_model_loss_sum(m) : zt_model_loss(m);
+                *computed += (long)r->B * T;
+                if (first > 0) zt_shard_grads_ready(s, root); /* the embedding's part is another rank's */
+                zt_shard_release(s, root);
+            }
+            backward_range(r, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1);
+            if (first == 0) {
+                zt_watchdog_mark("backward", root, r->step + 1);
+                zt_model_backward_embed(m, zt_shard_grads(s, root));
+                zt_shard_grads_ready(s, root);
+            }
+            break;
+        default: break;
+        }
+    }
+    for (int k = 0; k < nsend; k++) {
+        zt_wait(c, &r->pp_req[k]);
+        r->be->free(r->pp_buf[k]);
+    }
+    return loss_sum;
+}
+
+/* The activations this rank allocated: its pipeline slots' models (one at pp 1) */
+static size_t activation_bytes(const run_t *r)
+{
+    size_t n = 0;
+    for (int k = 0; k < r->nslots; k++) n += zt_model_activation_bytes(r->models[k]);
+    return n;
+}
+
+/* x summed over the ranks that hold parts of the step: the data ranks, and under a pipeline
+ * its ranks (the loss and the positions run exist on the last stage only) */
+static double step_sum(run_t *r, double x)
+{
+    x = zt_sum_double(r->comm, &r->comm->data, x);
+    return r->plan.pp > 1 ? zt_sum_double(r->comm, &r->comm->pp, x) : x;
+}
+
 static int run_loop(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
@@ -1399,15 +1526,17 @@ static int run_loop(run_t *r)
         /* dpo: each micro-batch's mean over its pairs, averaged over micro-steps and data-parallel
          * replicas (the sp ranks of a replica each add their tokens' part of one gradient) */
         const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * r->dp));
-        double loss_sum = run_schedule(r, sft, ds, pf, pref_window, &pref_micros, &computed);
+        zt_watchdog_mark("pipeline", -1, r->step + 1);
+        double loss_sum = r->plan.pp > 1 ? run_pipeline(r, sft, ds, &computed)
+                                         : run_schedule(r, sft, ds, pf, pref_window, &pref_micros, &computed);
         /* MFU counts the work done: the trimmed rows of every data rank (sp ranks hold parts
          * of the same rows, tp ranks the same rows) */
-        window_computed += sft ? zt_sum_double(c, &c->data, (double)computed) * r->comm->mesh_sp
+        window_computed += sft ? step_sum(r, (double)computed) * r->comm->mesh_sp
                                : (double)r->G * r->T;
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
         double norm2 = zt_shard_finish_grads(r->shard);
-        double loss = sft && !dpo ? zt_sum_double(c, &c->data, loss_sum) / (count > 0 ? count : 1.0)
-                                  : zt_sum_double(c, &c->data, loss_sum) / ((double)r->A * c->data.size);
+        double loss = sft && !dpo ? step_sum(r, loss_sum) / (count > 0 ? count : 1.0)
+                                  : step_sum(r, loss_sum) / ((double)r->A * c->data.size);
         /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
          * owned element, reduced over the shard group, after the gradient reduction has
          * spread it to every replica */
@@ -1797,9 +1926,6 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (rc == 0 && r->plan.optimizer == ZT_OPTIM_ONEBIT_ADAM && !r->be->host_memory)
         rc = zt_err(err, sizeof err, "optim.type = onebit_adam: the %s backend has no 1-bit compression kernels "
                     "(they run on host memory: parallel.backend = cpu)", r->be->name);
-    if (rc == 0 && r->plan.pp > 1)
-        rc = zt_err(err, sizeof err, "parallel.pipeline_parallel_size %d: the pipeline's execution is not built yet",
-                    r->plan.pp);
     /* the plan checked the schedule's rules; this cannot fail where it passed */
     if (rc == 0) rc = zt_schedule_build(&r->steps, r->plan.pp_schedule, r->plan.pp, r->plan.pp_v, r->A, err, sizeof err);
     if (rc == 0) r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
@@ -1863,6 +1989,16 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         r->tp_logits = zt_malloc((size_t)r->table->dims.V * sizeof(float));
         r->row_tmp = zt_malloc(3 * (size_t)r->T * sizeof(int32_t)); /* inputs, targets, positions */
     }
+    /* the pipeline: a model per slot of this rank's schedule (one at pp 1) */
+    r->slot = zt_calloc((size_t)r->A, sizeof *r->slot);
+    r->nslots = zt_schedule_slots(&r->steps, comm->pp.rank, r->slot);
+    r->models = zt_calloc((size_t)r->nslots, sizeof *r->models);
+    r->models[0] = r->model;
+    for (int k = 1; k < r->nslots; k++)
+        r->models[k] = zt_model_create(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing);
+    const int nmsg = 2 * r->A * r->plan.pp_v + 1; /* at most a send per forward and per backward */
+    r->pp_req = zt_calloc((size_t)nmsg, sizeof *r->pp_req);
+    r->pp_buf = zt_calloc((size_t)nmsg, sizeof *r->pp_buf);
     r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
     if (!cfg->mode_generate && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss) &&
         (cfg->train.finetuning_type == ZT_FT_FULL || cfg->pref.ref_model[0]) && ref_create(r) != 0)
@@ -1941,7 +2077,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                zt_fmt_bytes(mm.params, b[0], 32), zt_fmt_bytes(mm.grads, b[1], 32),
                zt_fmt_bytes(mm.optim, b[2], 32), zt_fmt_bytes(mm.comm_buffers, b[3], 32),
                zt_fmt_bytes(mm.gathered_peak, b[4], 32),
-               zt_fmt_bytes(zt_model_activation_bytes(r->model), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
+               zt_fmt_bytes((double)activation_bytes(r), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
                zt_fmt_bytes(peak, b[7], 32));
         if (dev_peak > 0)
             zt_log("memory: device peak over ranks %s (the CUDA memory pool's high-water mark)",
@@ -1970,7 +2106,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                 .steps = r->step, .tokens = r->tokens_seen, .wall_s = wall, .train_s = r->train_seconds,
                 .final_loss = r->last_loss, .final_val_loss = r->val ? r->last_val : -1.0,
                 .peak_rss_bytes = peak, .device_peak_bytes = dev_peak, .mem = &mm,
-                .activations = zt_model_activation_bytes(r->model),
+                .activations = activation_bytes(r),
             };
             zt_metrics_record_summary(&rec);
         }
@@ -1981,6 +2117,11 @@ done:
     zt_shard_free(r->shard);
     zt_shard_free(r->ref_shard);
     zt_param_table_free(r->ref_table);
+    for (int k = 1; k < r->nslots; k++) zt_model_free(r->models[k]);
+    free(r->models);
+    free(r->slot);
+    free(r->pp_req);
+    free(r->pp_buf);
     zt_model_free(r->model);
     zt_schedule_free(&r->steps);
     free(r->micro_T);
