@@ -113,7 +113,7 @@ static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan
     /* what the pipeline does not run with yet: one line each, before anything starts */
     const char *with = NULL;
     char buf[96];
-    if (p->strategy != ZT_DDP) {
+    if (p->strategy != ZT_DDP && p->strategy != ZT_ZERO1 && p->strategy != ZT_ZERO2 && p->strategy != ZT_ZERO3) {
         snprintf(buf, sizeof buf, "parallel.strategy %s", zt_strategy_name(p->strategy));
         with = buf;
     } else if (p->tp > 1) with = "parallel.tensor_parallel_size > 1";

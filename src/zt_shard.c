@@ -1073,6 +1073,9 @@ double zt_shard_finish_grads(zt_shard_t *s)
         } else if (s->rg) {
             zt_allreduce(s->comm, s->rg, ZT_IN_PLACE, u->gshard, u->S, ZT_F32, ZT_SUM);
         }
+        /* pipelines: this rank's shard of every unit's gradient, summed over the pipeline
+         * ranks at its data position (their shard layouts are the same) */
+        if (s->o.pipeline) zt_allreduce(s->comm, &s->comm->pp, ZT_IN_PLACE, u->gshard, u->S, ZT_F32, ZT_SUM);
         if (s->pdt == ZT_F16) round_fp16(s, u->gshard, u->S);
         local += s->be->sumsq(u->gshard, u->S);
         if (s->tp) local -= tp_shared_sumsq(s, ui, s->be, u->gshard, 0);

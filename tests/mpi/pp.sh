@@ -2,7 +2,8 @@
 # pp.sh — pipeline parallelism trains the same model as one rank with accumulation.
 #  1. GPT-2 (tied embedding and head: the root unit's gradients summed between the first
 #     and the last stage) and a Llama GQA model (untied head): pp 2 on 2 ranks and
-#     pp 2 x dp 2 on 4 ranks, under gpipe and 1f1b, and interleaved_1f1b with 2 stages per
+#     pp 2 x dp 2 on 4 ranks, under gpipe and 1f1b (ddp), pp 2 x dp 2 under zero1, zero2 and
+#     zero3 (1f1b), and interleaved_1f1b with 2 stages per
 #     rank (4 stages of one layer each: the embedding, two blocks, the head), 20 steps with
 #     clipping active at every step (the global norm over the stages): losses (the last
 #     stage's, logged by rank 0) and final parameters within 1e-5 of one rank.
@@ -40,6 +41,13 @@ for fam in gpt2 llama; do
         runs="$runs $fam-pp2-$sch $fam-pp2dp2-$sch"
     done
     assert_contains "$ZT_OUT" "mesh tp 1 x sp 1 x dp 2 x pp 2"
+    # the zero strategies shard each pipeline rank's state over its data ranks alike
+    for st in zero1 zero2 zero3; do
+        # shellcheck disable=SC2086
+        run_ztrain 4 $common $arch $(batch_args 2) $pp2 parallel.strategy=$st train.output_dir="$fam-pp2dp2-$st" \
+            >/dev/null
+        runs="$runs $fam-pp2dp2-$st"
+    done
     # shellcheck disable=SC2086
     run_ztrain 2 $common $arch $(batch_args 1) $pp2 parallel.pp_schedule=interleaved_1f1b \
         parallel.pp_stages_per_rank=2 train.output_dir="$fam-pp2-il" >/dev/null
@@ -47,7 +55,7 @@ for fam in gpt2 llama; do
     "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" "$fam-ref" $runs "$fam-pp2-il" ||
         fail "$fam: pipeline parallelism diverged from one rank"
 done
-echo "pp: gpt2 and llama at pp 2 and pp 2 x dp 2 (gpipe, 1f1b) and interleaved v 2 match one rank"
+echo "pp: gpt2 and llama at pp 2 and pp 2 x dp 2 (gpipe, 1f1b; ddp, zero1, zero2, zero3) and interleaved v 2 match one rank"
 
 # SFT: the loss over the global batch's loss-bearing tokens, counted alike on every stage
 "$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" sft sft.h5 67 200 || fail "cannot make the SFT file"
@@ -120,6 +128,9 @@ expect_fail_with 4 "parallel.pipeline_parallel_size (4) x parallel.pp_stages_per
 expect_fail_with 2 "parallel.pp_schedule = 1f1b: train.gradient_accumulation_steps (1) must be at least parallel.pipeline_parallel_size (2)" \
     $common $pp2 train.gradient_accumulation_steps=1 train.output_dir=bad3
 # shellcheck disable=SC2086
-expect_fail_with 4 "parallel.pipeline_parallel_size 2: not yet with parallel.strategy zero3" \
-    $common $(batch_args 2) $pp2 parallel.strategy=zero3 train.output_dir=bad4
+expect_fail_with 4 "parallel.pipeline_parallel_size 2: not yet with parallel.strategy hybrid_shard" \
+    $common $(batch_args 2) $pp2 parallel.strategy=hybrid_shard train.output_dir=bad4
+# shellcheck disable=SC2086
+expect_fail_with 4 "parallel.pipeline_parallel_size 2: not yet with parallel.tensor_parallel_size > 1" \
+    $common $(batch_args 2) $pp2 parallel.tensor_parallel_size=2 train.output_dir=bad5
 echo "pp: refusals name their keys on every rank"

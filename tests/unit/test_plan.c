@@ -326,8 +326,12 @@ static void t_pipeline(void)
                "of parallel.pipeline_parallel_size (2)");
     char *z3[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
                   "parallel.strategy=zero3"};
-    CU_ASSERT_EQUAL(build(4, 4, 3, z3), -1);
-    EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with parallel.strategy zero3");
+    CU_ASSERT_EQUAL(build(4, 4, 3, z3), 0);
+    AXES(2, 1, 2, 1, 1);
+    char *hyb[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
+                   "parallel.strategy=hybrid_shard"};
+    CU_ASSERT_EQUAL(build(4, 4, 3, hyb), -1);
+    EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with parallel.strategy hybrid_shard");
     char *tp[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
                   "parallel.tensor_parallel_size=2"};
     CU_ASSERT_EQUAL(build(4, 4, 3, tp), -1);
