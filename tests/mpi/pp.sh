@@ -4,7 +4,8 @@
 #     and the last stage) and a Llama GQA model (untied head): pp 2 on 2 ranks and
 #     pp 2 x dp 2 on 4 ranks, under gpipe and 1f1b (ddp), pp 2 x dp 2 under zero1, zero2 and
 #     zero3 (1f1b), and interleaved_1f1b with 2 stages per
-#     rank (4 stages of one layer each: the embedding, two blocks, the head), 20 steps with
+#     rank and pp 4 on 4 ranks (4 stages of one layer each: the embedding, two blocks, the
+#     head), 20 steps with
 #     clipping active at every step (the global norm over the stages): losses (the last
 #     stage's, logged by rank 0) and final parameters within 1e-5 of one rank.
 #     SFT rows (the loss a mean over the global batch's loss-bearing tokens, rows trimmed
@@ -51,8 +52,11 @@ for fam in gpt2 llama; do
     # shellcheck disable=SC2086
     run_ztrain 2 $common $arch $(batch_args 1) $pp2 parallel.pp_schedule=interleaved_1f1b \
         parallel.pp_stages_per_rank=2 train.output_dir="$fam-pp2-il" >/dev/null
+    # pp 4: a stage per layer, two of them blocks between ranks
     # shellcheck disable=SC2086
-    "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" "$fam-ref" $runs "$fam-pp2-il" ||
+    run_ztrain 4 $common $arch $(batch_args 1) parallel.pipeline_parallel_size=4 train.output_dir="$fam-pp4" >/dev/null
+    # shellcheck disable=SC2086
+    "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" "$fam-ref" $runs "$fam-pp2-il" "$fam-pp4" ||
         fail "$fam: pipeline parallelism diverged from one rank"
 done
 echo "pp: gpt2 and llama at pp 2 and pp 2 x dp 2 (gpipe, 1f1b; ddp, zero1, zero2, zero3) and interleaved v 2 match one rank"
@@ -100,19 +104,24 @@ echo "pp: pp 2 -> 1 rank and 1 rank -> pp 2 x dp 2 resume as 20 steps at once"
 # floats per message, M = 6 micro-batches (batch_args 1); rank 0 holds stage 0 (1f1b: one
 # boundary) or stages 0 and 2 (interleaved: three boundaries), each crossed by an
 # activation and a gradient per micro-batch
+# Beside them the pp group sums the gradient once a step: 4 Psi bytes under ddp (Psi: the
+# model's parameters, read from the checkpoint; the tied head is the embedding)
 for run in "gpt2-pp2-1f1b 1" "gpt2-pp2-gpipe 1" "gpt2-pp2-il 3"; do
     set -- $run
-    "$PY" - "$1/metrics.jsonl" "$2" <<'PYEOF' || fail "$1: pp bytes per step differ from the formula"
-import json, sys
+    "$PY" - "$1" "$2" <<'PYEOF' || fail "$1: pp bytes per step differ from the formula"
+import glob, json, sys
+import h5py
 B, T, C, M, bounds = 2, 16, 32, 6, int(sys.argv[2])
 want = 2 * bounds * M * B * T * C * 4
-recs = [json.loads(l) for l in open(sys.argv[1]) if '"step_s"' in l]
+with h5py.File(sorted(glob.glob(sys.argv[1] + "/ckpt-*.h5"))[-1], "r") as h:
+    psi = sum(h["model"][k].size for k in h["model"])
+recs = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if '"step_s"' in l]
 assert len(recs) == 20, len(recs)
 for r in recs:
     got = r["comm"]["send_recv"]["bytes"]
     assert got == want, (r["step"], got, want)
-    assert r["comm"]["groups"]["pp"]["bytes"] >= want, r["comm"]["groups"]["pp"]
-print("pp bytes per step", want, "as the formula, 20 steps")
+    assert r["comm"]["groups"]["pp"]["bytes"] == want + 4 * psi, (r["comm"]["groups"]["pp"], want, psi)
+print("pp bytes per step", want, "messages +", 4 * psi, "gradient sum, as the formula, 20 steps")
 PYEOF
 done
 
