@@ -86,7 +86,8 @@ typedef struct run {
     int *micro_T;               /* (A) the positions each micro-batch runs (trim_padding) */
     /* pp > 1: the models of this rank's slots (a micro-batch's activations from its first
      * action here to its last backward; models[0] = model), each micro-batch's slot, and
-     * the step's sends in flight (their own copies of what they send, freed at R) */
+     * the step's messages in flight: its receives, posted at its start, then its sends,
+     * each with a buffer of its own (freed at R) */
     zt_model_t **models;
     int nslots, *slot;
     zt_request_t *pp_req;
@@ -1365,8 +1366,9 @@ static double run_schedule(run_t *r, int sft, float ds, float pf, double *pref_w
 /* pp > 1: this pipeline rank's actions of one step up to its R, on the layers of each
  * action's stage (plan.stage_first): the embedding (layer 0) and the head (L + 1) use the
  * root unit, the blocks their units; the residual stream and its gradient cross the stage
- * boundaries through the pp group. A receive waits where the schedule puts it; a send
- * goes from a copy and completes at R, so compute runs while it travels. ds: a token's
+ * boundaries through the pp group. Receives are posted at the start and waited for where
+ * the schedule puts them; a send goes from a copy and completes at R, so compute runs
+ * while both travel. ds: a token's
  * gradient scale. Returns the loss summed over the micro-batches whose head this rank
  * runs (SFT: over their tokens), 0 elsewhere; computed += the positions it ran there. */
 static double run_pipeline(run_t *r, int sft, float ds, long *computed)
@@ -1379,8 +1381,20 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     /* every stage runs a micro-batch at the same length: the rows are the same on each */
     for (int m = 0; m < r->A; m++)
         r->micro_T[m] = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, NULL) : r->Tm;
+    /* every receive of the step is posted now, into its own buffer, so a message travels
+     * while this rank computes whatever comes before it in the list; at its action it is
+     * waited for and copied where the model reads it */
+    int nmsg = 0;
+    for (int i = 0; i < r->steps.n[me]; i++) {
+        const zt_action_t *a = &r->steps.a[me][i];
+        if (a->kind != ZT_ACT_RECV_ACT && a->kind != ZT_ACT_RECV_GRAD) continue;
+        const size_t n = (size_t)r->B * r->micro_T[a->micro] * C;
+        r->pp_buf[nmsg] = r->be->alloc(n * sizeof(float));
+        zt_irecv(c, &c->pp, r->pp_buf[nmsg], a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nmsg]);
+        nmsg++;
+    }
     double loss_sum = 0.0;
-    int nsend = 0;
+    int nrecv = 0, nsend = nmsg;
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
         if (a->kind == ZT_ACT_REDUCE) break;
@@ -1395,9 +1409,9 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
                              r->step + 1);
             /* a stage's input enters its first block; its output's gradient is where its backward starts */
             float *dst = a->kind == ZT_ACT_RECV_ACT ? zt_model_residual(m, first - 1) : zt_model_residual_grad(m);
-            zt_request_t q;
-            zt_irecv(c, &c->pp, dst, a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &q);
-            zt_wait(c, &q);
+            zt_wait(c, &r->pp_req[nrecv]);
+            r->be->copy(dst, r->pp_buf[nrecv], n * sizeof *dst);
+            nrecv++;
             break;
         }
         case ZT_ACT_SEND_ACT:
@@ -1441,7 +1455,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         }
     }
     for (int k = 0; k < nsend; k++) {
-        zt_wait(c, &r->pp_req[k]);
+        if (k >= nmsg) zt_wait(c, &r->pp_req[k]);
         r->be->free(r->pp_buf[k]);
     }
     return loss_sum;
@@ -1996,7 +2010,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     r->models[0] = r->model;
     for (int k = 1; k < r->nslots; k++)
         r->models[k] = zt_model_create(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing);
-    const int nmsg = 2 * r->A * r->plan.pp_v + 1; /* at most a send per forward and per backward */
+    const int nmsg = 4 * r->A * r->plan.pp_v + 1; /* at most a send and a receive per forward and per backward */
     r->pp_req = zt_calloc((size_t)nmsg, sizeof *r->pp_req);
     r->pp_buf = zt_calloc((size_t)nmsg, sizeof *r->pp_buf);
     r->shard = zt_shard_create(r->ltable, comm, r->be, &r->sopts);
