@@ -151,7 +151,8 @@ void zt_model_backward_embed(zt_model_t *m, float *droot);
 
 /* Pipelines (zt_step.h): a stage is a range of layers, and what crosses between stages is
  * the residual stream and its gradient, which the caller moves. The residual stream
- * entering block l ((rows, C), rows = B T of the batch set last; l = L: the last block's
+ * entering block l ((rows, C), rows = B T of the batch set last, B T / tp under
+ * tp_sequence_parallel: this rank's rows; l = L: the last block's
  * output, the final norm's input): a stage that starts at block l has it written there
  * before zt_model_forward_block(l), and a stage that ends before block l reads its output
  * there. */

@@ -116,10 +116,7 @@ static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan
     if (p->strategy != ZT_DDP && p->strategy != ZT_ZERO1 && p->strategy != ZT_ZERO2 && p->strategy != ZT_ZERO3) {
         snprintf(buf, sizeof buf, "parallel.strategy %s", zt_strategy_name(p->strategy));
         with = buf;
-    } else if (p->tp > 1) with = "parallel.tensor_parallel_size > 1";
-    else if (p->sp > 1) with = "parallel.sequence_parallel_size > 1";
-    else if (cfg->train.finetuning_type == ZT_FT_LORA) with = "train.finetuning_type lora";
-    else if (cfg->train.stage == ZT_STAGE_DPO) with = "train.stage dpo";
+    } else if (cfg->train.stage == ZT_STAGE_DPO) with = "train.stage dpo";
     else if (p->param_dtype != ZT_PREC_FP32) with = "train.bf16 or train.fp16";
     else if (p->optimizer != ZT_OPTIM_ADAMW) with = "optim.type onebit_adam";
     else if (p->offload_optimizer != ZT_OFFLOAD_NONE) with = "parallel.offload_optimizer cpu";

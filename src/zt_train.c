@@ -1363,6 +1363,14 @@ static double run_schedule(run_t *r, int sft, float ds, float pf, double *pref_w
     return loss_sum;
 }
 
+/* The residual stream of micro-batch m on this rank, what crosses a stage boundary:
+ * (B, T, C), its rows split over tp under tp_sequence_parallel (zt_model_residual) */
+static size_t residual_floats(const run_t *r, int m)
+{
+    const zt_model_dims_t *d = &r->ltable->dims;
+    return (size_t)r->B * r->micro_T[m] / (d->tp_seq ? (size_t)d->tp_size : 1) * (size_t)d->C;
+}
+
 /* pp > 1: this pipeline rank's actions of one step up to its R, on the layers of each
  * action's stage (plan.stage_first): the embedding (layer 0) and the head (L + 1) use the
  * root unit, the blocks their units; the residual stream and its gradient cross the stage
@@ -1377,10 +1385,13 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     zt_shard_t *s = r->shard;
     const zt_param_table_t *t = r->table;
     const int L = t->dims.L, root = t->root_unit, me = c->pp.rank;
-    const size_t BT = (size_t)r->B * r->Tm, C = (size_t)t->dims.C;
+    const size_t BT = (size_t)r->B * r->Tm;
     /* every stage runs a micro-batch at the same length: the rows are the same on each */
-    for (int m = 0; m < r->A; m++)
-        r->micro_T[m] = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, NULL) : r->Tm;
+    for (int m = 0; m < r->A; m++) {
+        uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
+        if (keys) dropout_keys(r, m, keys);
+        r->micro_T[m] = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
+    }
     /* every receive of the step is posted now, into its own buffer, so a message travels
      * while this rank computes whatever comes before it in the list; at its action it is
      * waited for and copied where the model reads it */
@@ -1388,7 +1399,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
         if (a->kind != ZT_ACT_RECV_ACT && a->kind != ZT_ACT_RECV_GRAD) continue;
-        const size_t n = (size_t)r->B * r->micro_T[a->micro] * C;
+        const size_t n = residual_floats(r, a->micro);
         r->pp_buf[nmsg] = r->be->alloc(n * sizeof(float));
         zt_irecv(c, &c->pp, r->pp_buf[nmsg], a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nmsg]);
         nmsg++;
@@ -1401,7 +1412,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         const int mi = a->micro, first = r->plan.stage_first[a->stage], end = r->plan.stage_first[a->stage + 1];
         zt_model_t *m = r->models[r->slot[mi]];
         const int T = r->micro_T[mi];
-        const size_t n = (size_t)r->B * T * C; /* (B, T, C) the residual stream */
+        const size_t n = residual_floats(r, mi);
         switch (a->kind) {
         case ZT_ACT_RECV_ACT:
         case ZT_ACT_RECV_GRAD: {
@@ -1426,6 +1437,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         }
         case ZT_ACT_FWD:
             zt_model_set_batch(m, r->inp + mi * BT, r->tgt + mi * BT, r->B, T);
+            if (r->keys) zt_model_set_row_keys(m, r->keys + mi * BT);
             if (first == 0) {
                 zt_watchdog_mark("forward", root, r->step + 1);
                 zt_model_forward_embed(m, zt_shard_params(s, root));
@@ -2008,8 +2020,14 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     r->nslots = zt_schedule_slots(&r->steps, comm->pp.rank, r->slot);
     r->models = zt_calloc((size_t)r->nslots, sizeof *r->models);
     r->models[0] = r->model;
-    for (int k = 1; k < r->nslots; k++)
+    for (int k = 1; k < r->nslots; k++) {
         r->models[k] = zt_model_create(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing);
+        if (comm->mesh_tp > 1 || comm->mesh_sp > 1) {
+            zt_actcoll_t ac;
+            zt_comm_actcoll(comm, &ac);
+            zt_model_set_collectives(r->models[k], &ac);
+        }
+    }
     const int nmsg = 4 * r->A * r->plan.pp_v + 1; /* at most a send and a receive per forward and per backward */
     r->pp_req = zt_calloc((size_t)nmsg, sizeof *r->pp_req);
     r->pp_buf = zt_calloc((size_t)nmsg, sizeof *r->pp_buf);

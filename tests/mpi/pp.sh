@@ -8,6 +8,8 @@
 #     head), 20 steps with
 #     clipping active at every step (the global norm over the stages): losses (the last
 #     stage's, logged by rank 0) and final parameters within 1e-5 of one rank.
+#     pp 2 x tp 2 (and tp_sequence_parallel), pp 2 x Ulysses / ring sp 2, LoRA (dropout) at
+#     pp 2 and pp 2 x zero3.
 #     SFT rows (the loss a mean over the global batch's loss-bearing tokens, rows trimmed
 #     after their last target alike on every stage) with validation, at pp 2 and pp 2 x dp 2.
 #  2. The checkpoint stays mesh-independent: pp 2 -> 1 rank, and 1 rank -> pp 2 x dp 2,
@@ -81,6 +83,32 @@ assert_contains "$ZT_OUT" "validation loss"
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" sft-ref sft-pp2 sft-pp2dp2 || fail "SFT under a pipeline diverged"
 echo "pp: SFT rows at pp 2 and pp 2 x dp 2 match one rank"
 
+# with the other axes and LoRA: pp 2 x tp 2 (tp_sequence_parallel too: each tp rank sends its
+# rows), pp 2 x Ulysses and ring sp 2 (each sp rank its chunk), LoRA with dropout at pp 2 and
+# pp 2 x zero3 (the adapters' gradients summed over the pipeline, the frozen base untouched)
+tiny="$common"
+# shellcheck disable=SC2086
+run_ztrain 4 $tiny $(batch_args 1) $pp2 parallel.tensor_parallel_size=2 train.output_dir=pp2tp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $tiny $(batch_args 1) $pp2 parallel.tensor_parallel_size=2 parallel.tp_sequence_parallel=true \
+    train.output_dir=pp2tps >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $tiny $(batch_args 1) $pp2 parallel.sequence_parallel_size=2 train.output_dir=pp2sp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $tiny $(batch_args 1) $pp2 parallel.sequence_parallel_size=2 parallel.sp_mode=ring \
+    train.output_dir=pp2ring >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gpt2-ref pp2tp2 pp2tps pp2sp2 pp2ring ||
+    fail "pp with tp or sp diverged from one rank"
+lora="$common train.finetuning_type=lora lora.rank=4 lora.alpha=8 lora.dropout=0.1"
+# shellcheck disable=SC2086
+run_ztrain 1 $lora $(batch_args 1) train.output_dir=lora-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $lora $(batch_args 1) $pp2 train.output_dir=lora-pp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $lora $(batch_args 2) $pp2 parallel.strategy=zero3 train.output_dir=lora-pp2z3 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" lora-ref lora-pp2 lora-pp2z3 || fail "LoRA under a pipeline diverged"
+echo "pp: pp 2 x tp 2 (tp_sequence_parallel), x Ulysses and ring sp 2, and LoRA at pp 2 and pp 2 x zero3 match one rank"
+
 # ---- 2. resume across meshes -------------------------------------------------------------
 const="optim.lr_scheduler_type=constant_with_warmup"
 # shellcheck disable=SC2086
@@ -140,6 +168,6 @@ expect_fail_with 2 "parallel.pp_schedule = 1f1b: train.gradient_accumulation_ste
 expect_fail_with 4 "parallel.pipeline_parallel_size 2: not yet with parallel.strategy hybrid_shard" \
     $common $(batch_args 2) $pp2 parallel.strategy=hybrid_shard train.output_dir=bad4
 # shellcheck disable=SC2086
-expect_fail_with 4 "parallel.pipeline_parallel_size 2: not yet with parallel.tensor_parallel_size > 1" \
-    $common $(batch_args 2) $pp2 parallel.tensor_parallel_size=2 train.output_dir=bad5
+expect_fail_with 2 "parallel.pipeline_parallel_size 2: not yet with train.bf16 or train.fp16" \
+    $common $(batch_args 1) $pp2 train.bf16=true train.output_dir=bad5
 echo "pp: refusals name their keys on every rank"

@@ -334,8 +334,11 @@ static void t_pipeline(void)
     EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with parallel.strategy hybrid_shard");
     char *tp[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
                   "parallel.tensor_parallel_size=2"};
-    CU_ASSERT_EQUAL(build(4, 4, 3, tp), -1);
-    EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with parallel.tensor_parallel_size > 1");
+    CU_ASSERT_EQUAL_FATAL(build(4, 4, 3, tp), 0);
+    AXES(2, 1, 1, 1, 2);
+    char *bf16[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2", "train.bf16=true"};
+    CU_ASSERT_EQUAL(build(2, 2, 3, bf16), -1);
+    EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with train.bf16 or train.fp16");
     /* the list key itself: integers only */
     char *bad[] = {"parallel.pp_layers_per_stage=[1, x]"};
     CU_ASSERT_EQUAL(build(2, 2, 1, bad), -2);
