@@ -205,8 +205,8 @@ void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
 void zt_isendrecv(zt_comm_t *c, zt_group_t *g, const void *send, int to, void *recv, int from, size_t count,
                   zt_dtype_t t, zt_request_t *req);
 /* The pipeline's point-to-point messages: send (count) to group rank `to`, receive (count)
- * from `from`, matched by tag (MPI; NCCL matches in issue order, which the schedules keep
- * per pair of ranks). Each side accounts its own bytes, kind send-recv (bus factor 1). */
+ * from `from`, matched by tag (MPI; NCCL ignores the tag and matches a pair of ranks'
+ * messages in issue order). Each side accounts its own bytes, kind send-recv (bus factor 1). */
 void zt_isend(zt_comm_t *c, zt_group_t *g, const void *send, int to, int tag, size_t count, zt_dtype_t t,
               zt_request_t *req);
 void zt_irecv(zt_comm_t *c, zt_group_t *g, void *recv, int from, int tag, size_t count, zt_dtype_t t,

@@ -1949,6 +1949,11 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (rc == 0 && r->plan.sp > 1 && r->plan.sp_mode == ZT_SP_RING && !r->be->attention_block_forward)
         rc = zt_err(err, sizeof err, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
                     "(parallel.sp_mode = ulysses works there)", r->be->name);
+    /* NCCL runs a communicator's operations in issue order on one stream: the receives a
+     * step posts at its start would hold back its sends */
+    if (rc == 0 && r->plan.pp > 1 && !r->be->host_memory)
+        rc = zt_err(err, sizeof err, "parallel.pipeline_parallel_size %d: the %s backend's pipeline messages are not "
+                    "wired yet (parallel.backend = cpu runs pipelines)", r->plan.pp, r->be->name);
     if (rc == 0 && r->plan.optimizer == ZT_OPTIM_ONEBIT_ADAM && !r->be->host_memory)
         rc = zt_err(err, sizeof err, "optim.type = onebit_adam: the %s backend has no 1-bit compression kernels "
                     "(they run on host memory: parallel.backend = cpu)", r->be->name);

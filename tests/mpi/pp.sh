@@ -16,7 +16,8 @@
 #     each 10 + 10 steps against 20 at once.
 #  3. Accounting: the pp group's point-to-point bytes per step are exactly the formula
 #     (a message of B T C floats per micro-batch per stage boundary a rank's stages touch,
-#     each way), and the first line prints the mesh with pp.
+#     each way), and the first line prints the mesh with pp; the activations stage 0
+#     allocates: pp micro-batches' under 1F1B, all M under GPipe.
 #  4. Refusals, on every rank with one line: layers per stage that do not sum to the
 #     model, pp larger than the layers, fewer micro-batches than pp under 1f1b, a strategy
 #     the pipeline does not run with yet.
@@ -152,6 +153,16 @@ for r in recs:
 print("pp bytes per step", want, "messages +", 4 * psi, "gradient sum, as the formula, 20 steps")
 PYEOF
 done
+
+# the activations rank 0 allocated (stage 0, its model slots, from the summary): 1F1B holds
+# at most pp micro-batches at once (2 at pp 2, 4 at pp 4), GPipe every one of the M = 6
+"$PY" - gpt2-ref gpt2-pp2-1f1b gpt2-pp2-gpipe gpt2-pp4 <<'PYEOF' || fail "activations held differ from the schedule's"
+import json, sys
+act = [json.loads(open(d + "/metrics.jsonl").readlines()[-1])["memory_measured"]["activations"] for d in sys.argv[1:]]
+one = act[0]
+assert act[1:] == [2 * one, 6 * one, 4 * one], act
+print("activations on stage 0: 1f1b pp 2 = 2, gpipe = 6, 1f1b pp 4 = 4 micro-batches' of", one, "bytes")
+PYEOF
 
 # ---- 4. refusals -------------------------------------------------------------------------
 # shellcheck disable=SC2086
