@@ -82,10 +82,9 @@ typedef struct zt_comm {
      * tp position (sp x dp of them), over which the strategies shard and replicate, and
      * within which shard and replica are built. tp = sp = 1: data is the world. */
     zt_group_t tp, sp, data;
-    /* pp: the pipeline ranks at one (tp, sp, dp) position, one per stage group (outermost);
-     * pp_ends: its first and last (the root unit's two holders; MPI_COMM_NULL elsewhere,
-     * the same as pp at pp <= 2). Every other group lies within one pipeline rank. */
-    zt_group_t pp, pp_ends;
+    /* pp: the pipeline ranks at one (tp, sp, dp) position, one per stage group (outermost).
+     * Every other group lies within one pipeline rank. */
+    zt_group_t pp;
     int mesh_tp, mesh_sp, mesh_dp, mesh_pp, dp_rank;
     int local_rank, local_size;     /* within the node */
     int node_count;

@@ -148,7 +148,7 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int pp, int tp, int sp, in
     /* rank = tp_rank + tp * (sp_rank + sp * dp_rank): tp innermost, so it stays in a node */
     c->mesh_tp = tp, c->mesh_sp = sp, c->mesh_dp = W / (tp * sp), c->mesh_pp = pp;
     const int tpr = r % tp, dpr = r / (tp * sp), dr = r / tp;
-    MPI_Comm tpc, spc, data, shard, replica, ppc, ends;
+    MPI_Comm tpc, spc, data, shard, replica, ppc;
     /* every group but pp within one pipeline rank: its colours offset by ppr W */
     const int o = ppr * W;
     ZT_MPI(MPI_Comm_split(wdup, o + r / tp, r, &tpc));
@@ -158,10 +158,7 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int pp, int tp, int sp, in
     ZT_MPI(MPI_Comm_split(wdup, o + tpr + tp * (dr / sg), r, &shard));
     ZT_MPI(MPI_Comm_split(wdup, o + tpr + tp * (dr % sg), r, &replica));
     ZT_MPI(MPI_Comm_split(wdup, r, ppr, &ppc));
-    ZT_MPI(MPI_Comm_split(wdup, ppr == 0 || ppr == pp - 1 ? r : MPI_UNDEFINED, ppr, &ends));
     group_init(&c->pp, ppc, "pp", ZT_GRP_PP);
-    if (ends != MPI_COMM_NULL) group_init(&c->pp_ends, ends, "pp", ZT_GRP_PP);
-    else c->pp_ends = (zt_group_t){.comm = MPI_COMM_NULL, .id = ZT_GRP_PP, .name = "pp"};
     group_init(&c->tp, tpc, "tp", ZT_GRP_TP);
     group_init(&c->sp, spc, "sp", ZT_GRP_SP);
     group_init(&c->data, data, "data", ZT_GRP_DATA);
@@ -209,7 +206,6 @@ void zt_comm_destroy(zt_comm_t *c)
     free(ring_tmp);
     ring_tmp = NULL;
     ring_tmp_bytes = 0;
-    if (c->pp_ends.comm != MPI_COMM_NULL) MPI_Comm_free(&c->pp_ends.comm);
     if (c->pp.comm != MPI_COMM_NULL) MPI_Comm_free(&c->pp.comm);
     MPI_Comm_free(&c->replica.comm);
     MPI_Comm_free(&c->shard.comm);

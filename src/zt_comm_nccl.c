@@ -206,8 +206,8 @@ static void nccl_destroy(zt_comm_t *c)
         ZT_NCCL_CUDA(cudaStreamSynchronize(st->stream));
     }
     zt_cuda_set_wait_hook(NULL);
-    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica, &c->tp, &c->sp, &c->data, &c->pp, &c->pp_ends};
-    for (int i = 0; i < 8; i++) {
+    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica, &c->tp, &c->sp, &c->data, &c->pp};
+    for (int i = 0; i < 7; i++) {
         ncclComm_t comm = (ncclComm_t)groups[i]->backend_state;
         if (!comm) continue;
         register_live(comm, 0);
@@ -284,10 +284,9 @@ static int nccl_init(zt_comm_t *c, char *err, size_t errlen)
     ZT_NCCL_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     ZT_NCCL_CUDA(cudaStreamCreateWithPriority(&st->stream, cudaStreamNonBlocking, greatest));
     ZT_NCCL_CUDA(cudaEventCreateWithFlags(&st->dep, cudaEventDisableTiming));
-    /* pp_ends exists on the pipeline's first and last ranks only */
-    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica, &c->tp, &c->sp, &c->data, &c->pp, &c->pp_ends};
-    for (int i = 0; i < 8; i++) {
-        rc = groups[i]->comm == MPI_COMM_NULL ? 0 : init_group(groups[i], err, errlen);
+    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica, &c->tp, &c->sp, &c->data, &c->pp};
+    for (int i = 0; i < 7; i++) {
+        rc = init_group(groups[i], err, errlen);
         /* every rank takes part in all of them, so a world-wide agreement fits here */
         if (zt_agree_error(c, rc, err, errlen)) {
             nccl_destroy(c);

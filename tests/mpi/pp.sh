@@ -63,6 +63,13 @@ for fam in gpt2 llama; do
         fail "$fam: pipeline parallelism diverged from one rank"
 done
 echo "pp: gpt2 and llama at pp 2 and pp 2 x dp 2 (gpipe, 1f1b; ddp, zero1, zero2, zero3) and interleaved v 2 match one rank"
+# parallel.pp_layers_per_stage: a stage of the embedding alone, and one of the head alone
+# shellcheck disable=SC2086
+run_ztrain 2 $common $(batch_args 1) $pp2 "parallel.pp_layers_per_stage=[1,3]" train.output_dir=lps13 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common $(batch_args 1) $pp2 "parallel.pp_layers_per_stage=[3,1]" train.output_dir=lps31 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gpt2-ref lps13 lps31 || fail "pp_layers_per_stage diverged from one rank"
+
 
 # SFT: the loss over the global batch's loss-bearing tokens, counted alike on every stage
 "$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" sft sft.h5 67 200 || fail "cannot make the SFT file"
