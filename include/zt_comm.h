@@ -37,7 +37,7 @@ typedef enum { ZT_COLL_ALLREDUCE = 0, ZT_COLL_REDUCE_SCATTER, ZT_COLL_ALLGATHER,
 size_t zt_dtype_size(zt_dtype_t t);
 
 /* the groups, for the per-group accounting */
-enum { ZT_GRP_WORLD = 0, ZT_GRP_SHARD, ZT_GRP_REPLICA, ZT_GRP_TP, ZT_GRP_SP, ZT_GRP_DATA, ZT_GRP_N };
+enum { ZT_GRP_WORLD = 0, ZT_GRP_SHARD, ZT_GRP_REPLICA, ZT_GRP_TP, ZT_GRP_SP, ZT_GRP_DATA, ZT_GRP_PP, ZT_GRP_N };
 
 typedef struct zt_group {
     MPI_Comm comm;
@@ -76,13 +76,16 @@ typedef struct zt_request {
 
 typedef struct zt_comm {
     zt_group_t world, shard, replica;
-    /* The mesh (zt_comm_create_mesh): world rank = tp_rank + tp (sp_rank + sp dp_rank).
+    /* The mesh (zt_comm_create_mesh): world rank = tp_rank + tp (sp_rank + sp (dp_rank + dp pp_rank)).
      * tp: the tensor-parallel ranks of one model replica (consecutive, inside a node);
      * sp: the sequence-parallel ranks at one (tp, dp) position; data: the ranks at one
      * tp position (sp x dp of them), over which the strategies shard and replicate, and
      * within which shard and replica are built. tp = sp = 1: data is the world. */
     zt_group_t tp, sp, data;
-    int mesh_tp, mesh_sp, mesh_dp, dp_rank;
+    /* pp: the pipeline ranks at one (tp, sp, dp) position, one per stage group (outermost).
+     * Every other group lies within one pipeline rank. */
+    zt_group_t pp;
+    int mesh_tp, mesh_sp, mesh_dp, mesh_pp, dp_rank;
     int local_rank, local_size;     /* within the node */
     int node_count;
     zt_comm_stats_t stats;          /* since the last zt_comm_stats_reset; read with zt_comm_stats */
@@ -120,6 +123,12 @@ typedef struct zt_comm_backend {
     /* send (count) to group rank `to` and recv (count) from `from` */
     void (*isendrecv)(struct zt_comm *c, zt_group_t *g, const void *send, int to, void *recv, int from, size_t count,
                       zt_dtype_t t, zt_request_t *req);
+    /* one direction of a point-to-point message (the pipeline's); tag unused by NCCL,
+     * whose messages between two ranks match in issue order */
+    void (*isend)(struct zt_comm *c, zt_group_t *g, const void *send, int to, size_t count, zt_dtype_t t,
+                  zt_request_t *req);
+    void (*irecv)(struct zt_comm *c, zt_group_t *g, void *recv, int from, size_t count, zt_dtype_t t,
+                  zt_request_t *req);
     void (*wait)(struct zt_comm *c, zt_request_t *req);
     /* adds every deferred collective time to c->stats (may block until they finish) */
     void (*flush)(struct zt_comm *c);
@@ -128,9 +137,9 @@ typedef struct zt_comm_backend {
 /* Builds world/shard/replica groups from `world`. shard_group_size 0 = one node.
  * Returns -1 with err when the size does not divide the world. */
 int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err, size_t errlen);
-/* The same on a tp x sp x dp mesh (tp innermost); shard_group_size counts data-group
- * ranks (0 = one node's share). -1 with err when a size does not divide. */
-int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_group_size, char *err,
+/* The same on a pp x dp x sp x tp mesh (tp innermost, pp outermost); shard_group_size
+ * counts data-group ranks (0 = one node's share). -1 with err when a size does not divide. */
+int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int pp, int tp, int sp, int shard_group_size, char *err,
                         size_t errlen);
 void zt_comm_destroy(zt_comm_t *c);
 /* Folds deferred collective times in (device backends time collectives with
@@ -202,6 +211,13 @@ void zt_iallgather(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, si
  * to = rank + 1, from = rank - 1); accounted as count elements, bus factor 1. */
 void zt_isendrecv(zt_comm_t *c, zt_group_t *g, const void *send, int to, void *recv, int from, size_t count,
                   zt_dtype_t t, zt_request_t *req);
+/* The pipeline's point-to-point messages: send (count) to group rank `to`, receive (count)
+ * from `from`, matched by tag (MPI; NCCL ignores the tag and matches a pair of ranks'
+ * messages in issue order). Each side accounts its own bytes, kind send-recv (bus factor 1). */
+void zt_isend(zt_comm_t *c, zt_group_t *g, const void *send, int to, int tag, size_t count, zt_dtype_t t,
+              zt_request_t *req);
+void zt_irecv(zt_comm_t *c, zt_group_t *g, void *recv, int from, int tag, size_t count, zt_dtype_t t,
+              zt_request_t *req);
 /* Lets a non-blocking MPI operation progress (MPI_Test) without waiting: called between
  * pieces of compute, so a transfer that MPI moves only inside its calls (shared-memory
  * rendezvous) moves during the compute. No-op for device requests. */

@@ -120,6 +120,11 @@ typedef struct zt_config {
         zt_layout_t shard_layout; /* flat | per_param */
         int shard_group_size;   /* 0 = ranks of one node */
         int tensor_parallel_size, sequence_parallel_size;
+        int pipeline_parallel_size;
+        zt_pp_schedule_t pp_schedule; /* gpipe | 1f1b | interleaved_1f1b */
+        int pp_stages_per_rank; /* v: interleaved_1f1b's looped stages per pipeline rank */
+        int pp_layers_per_stage[ZT_MAX_PP_STAGES]; /* layers of each stage, embedding and head counted */
+        int n_pp_layers_per_stage; /* 0: even split */
         zt_sp_mode_t sp_mode;   /* ulysses | ring */
         int tp_sequence_parallel; /* bool */
         int reshard_after_forward; /* bool (zero3 family) */

@@ -150,6 +150,19 @@ void zt_model_backward_block(zt_model_t *m, int l, const float *unit, float *dun
                              float *dlora);
 void zt_model_backward_embed(zt_model_t *m, float *droot);
 
+/* Pipelines (zt_step.h): a stage is a range of layers, and what crosses between stages is
+ * the residual stream and its gradient, which the caller moves. The residual stream
+ * entering block l ((rows, C), rows = B T of the batch set last, B T / tp under
+ * tp_sequence_parallel: this rank's rows; l = L: the last block's
+ * output, the final norm's input): a stage that starts at block l has it written there
+ * before zt_model_forward_block(l), and a stage that ends before block l reads its output
+ * there. */
+float *zt_model_residual(zt_model_t *m, int l);
+/* dL/d(residual stream) where the backward stands ((rows, C)): after zt_model_train_head,
+ * of the last block's output; after zt_model_backward_block(l), of block l's input. A
+ * stage whose backward starts at a block has its gradient written there first. */
+float *zt_model_residual_grad(zt_model_t *m);
+
 /* Logits of position t of batch row b, copied to host out (V): valid after
  * forward_head without targets, or with targets on the CPU backend, and only for
  * the tokens of the head's last chunk (the last one always is), or after

@@ -9,8 +9,10 @@
  *
  * The mesh, outermost first: pp x dp_replicate x dp_shard x sp x tp = world. tp is
  * innermost (consecutive ranks, inside a node), the strategies span the sp x dp ranks
- * of one tp position. pp is 1: the field and its place in the order are there for
- * the pipeline axis. */
+ * of one tp position of one pipeline rank. The pipeline's stages are contiguous ranges of
+ * the model's layers, the embedding and the head counted as a layer each (torchtitan's
+ * rule): layer 0 the embedding, 1 .. L the blocks, L + 1 the head; stage s runs on
+ * pipeline rank s mod pp (zt_step.h). */
 #ifndef ZT_PLAN_H
 #define ZT_PLAN_H
 
@@ -29,6 +31,9 @@ typedef enum { ZT_SP_ULYSSES = 0, ZT_SP_RING = 1 } zt_sp_mode_t;              /*
 typedef enum { ZT_OFFLOAD_NONE = 0, ZT_OFFLOAD_CPU = 1, ZT_OFFLOAD_NVME = 2 } zt_offload_t;
 typedef enum { ZT_PREC_FP32 = 0, ZT_PREC_BF16 = 1, ZT_PREC_FP16 = 2 } zt_precision_t;
 typedef enum { ZT_OPTIM_ADAMW = 0, ZT_OPTIM_ONEBIT_ADAM = 1 } zt_optimizer_t;  /* optim.type */
+#define ZT_MAX_PP_STAGES 256 /* pipeline stages at most (parallel.pp_layers_per_stage's entries) */
+/* parallel.pp_schedule (zt_step.h) */
+typedef enum { ZT_PP_GPIPE = 0, ZT_PP_1F1B = 1, ZT_PP_INTERLEAVED_1F1B = 2 } zt_pp_schedule_t;
 
 /* Parameters, gradients, optimizer state sharded between steps? (ZT_STRATEGY_AUTO: no) */
 int zt_strategy_shards_params(zt_strategy_t s);
@@ -66,6 +71,13 @@ typedef struct zt_parallel_plan {
     int gen_quantum;            /* generation pads a sequence to a multiple of this */
     zt_optimizer_t optimizer;   /* AdamW, or 1-bit Adam (its momentum exchange spans the dp ranks) */
     long freeze_step;           /* 1-bit Adam: steps of plain Adam before the compressed stage */
+    /* the pipeline (pp > 1; at pp 1 one stage of every layer) */
+    zt_pp_schedule_t pp_schedule;
+    int pp_v;                   /* stages per pipeline rank (interleaved_1f1b), else 1 */
+    int stages;                 /* pp x pp_v */
+    int micro;                  /* the pipeline's micro-batches: the gradient-accumulation steps */
+    int stage_first[ZT_MAX_PP_STAGES + 1]; /* stage s runs layers [stage_first[s], stage_first[s + 1]) of
+                                            * 0 .. L + 1 (stage_first[stages] = L + 2) */
 } zt_parallel_plan_t;
 
 struct zt_config;

@@ -64,6 +64,11 @@ typedef struct zt_shard_opts {
     zt_optimizer_t optimizer; /* AdamW, or 1-bit Adam (ddp, zero1, zero2; zt_onebit.h): its steps
                                * after freeze_step reduce no gradients and exchange the momentum */
     long freeze_step;
+    int pipeline;           /* pp > 1: each pipeline rank computes its stages' gradients, the
+                             * others' stay zero there; finish_grads sums every unit's (ddp: whole,
+                             * the zero strategies: the rank's shard) over comm->pp first, so every
+                             * pipeline rank steps the whole model alike (the tied embedding's two
+                             * parts included) and the norm is the global one */
 } zt_shard_opts_t;
 
 typedef struct zt_shard zt_shard_t;

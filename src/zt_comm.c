@@ -105,10 +105,10 @@ static void group_init(zt_group_t *g, MPI_Comm comm, const char *name, int id)
 
 int zt_comm_create(zt_comm_t *c, MPI_Comm world, int shard_group_size, char *err, size_t errlen)
 {
-    return zt_comm_create_mesh(c, world, 1, 1, shard_group_size, err, errlen);
+    return zt_comm_create_mesh(c, world, 1, 1, 1, shard_group_size, err, errlen);
 }
 
-int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_group_size, char *err,
+int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int pp, int tp, int sp, int shard_group_size, char *err,
                         size_t errlen)
 {
     memset(c, 0, sizeof *c);
@@ -125,7 +125,10 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_
     ZT_MPI(MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, wdup));
     c->node_count = nodes;
 
-    const int W = c->world.size, r = c->world.rank;
+    /* the pipeline axis is outermost: W ranks of a pipeline rank (a stage group), the
+     * rest of the mesh laid out inside each as without pipelines */
+    const int pp_ok = pp >= 1 && c->world.size % pp == 0;
+    const int W = pp_ok ? c->world.size / pp : c->world.size, r = c->world.rank % W, ppr = c->world.rank / W;
     int mn = 0, mx = 0;
     ZT_MPI(MPI_Allreduce(&c->local_size, &mn, 1, MPI_INT, MPI_MIN, wdup));
     ZT_MPI(MPI_Allreduce(&c->local_size, &mx, 1, MPI_INT, MPI_MAX, wdup));
@@ -134,23 +137,28 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int tp, int sp, int shard_
      * strategies shard or replicate over; its shard groups are counted in its ranks */
     const int D = tp >= 1 ? W / tp : 0;
     int sg = shard_group_size;
-    if (sg <= 0 && tp >= 1) sg = (mn == mx && mn % tp == 0) ? mn / tp : D; /* one node per shard group */
+    /* one node per shard group (a pipeline rank's share of it where a node spans pipeline ranks) */
+    if (sg <= 0 && tp >= 1) sg = (mn == mx && mn % tp == 0 && D % (mn / tp) == 0) ? mn / tp : D;
     /* ztrain's meshes come from zt_plan_build, which names the keys; this guards direct callers */
-    if (tp < 1 || sp < 1 || W % (tp * sp) != 0 || sg < 1 || sg > D || D % sg != 0) {
+    if (!pp_ok || tp < 1 || sp < 1 || W % (tp * sp) != 0 || sg < 1 || sg > D || D % sg != 0) {
         ZT_MPI(MPI_Comm_free(&wdup));
-        return zt_err(err, errlen, "mesh: tp %d x sp %d must divide the %d ranks, and shard groups of %d their "
-                      "%d data ranks", tp, sp, W, sg, D);
+        return zt_err(err, errlen, "mesh: pp %d x tp %d x sp %d must divide the %d ranks, and shard groups of %d "
+                      "their %d data ranks", pp, tp, sp, c->world.size, sg, D);
     }
     /* rank = tp_rank + tp * (sp_rank + sp * dp_rank): tp innermost, so it stays in a node */
-    c->mesh_tp = tp, c->mesh_sp = sp, c->mesh_dp = W / (tp * sp);
+    c->mesh_tp = tp, c->mesh_sp = sp, c->mesh_dp = W / (tp * sp), c->mesh_pp = pp;
     const int tpr = r % tp, dpr = r / (tp * sp), dr = r / tp;
-    MPI_Comm tpc, spc, data, shard, replica;
-    ZT_MPI(MPI_Comm_split(wdup, r / tp, r, &tpc));
-    ZT_MPI(MPI_Comm_split(wdup, tpr + tp * dpr, r, &spc));
-    ZT_MPI(MPI_Comm_split(wdup, tpr, r, &data));
+    MPI_Comm tpc, spc, data, shard, replica, ppc;
+    /* every group but pp within one pipeline rank: its colours offset by ppr W */
+    const int o = ppr * W;
+    ZT_MPI(MPI_Comm_split(wdup, o + r / tp, r, &tpc));
+    ZT_MPI(MPI_Comm_split(wdup, o + tpr + tp * dpr, r, &spc));
+    ZT_MPI(MPI_Comm_split(wdup, o + tpr, r, &data));
     /* shard group: consecutive data ranks; replica group: same position in each */
-    ZT_MPI(MPI_Comm_split(wdup, tpr + tp * (dr / sg), r, &shard));
-    ZT_MPI(MPI_Comm_split(wdup, tpr + tp * (dr % sg), r, &replica));
+    ZT_MPI(MPI_Comm_split(wdup, o + tpr + tp * (dr / sg), r, &shard));
+    ZT_MPI(MPI_Comm_split(wdup, o + tpr + tp * (dr % sg), r, &replica));
+    ZT_MPI(MPI_Comm_split(wdup, r, ppr, &ppc));
+    group_init(&c->pp, ppc, "pp", ZT_GRP_PP);
     group_init(&c->tp, tpc, "tp", ZT_GRP_TP);
     group_init(&c->sp, spc, "sp", ZT_GRP_SP);
     group_init(&c->data, data, "data", ZT_GRP_DATA);
@@ -198,6 +206,7 @@ void zt_comm_destroy(zt_comm_t *c)
     free(ring_tmp);
     ring_tmp = NULL;
     ring_tmp_bytes = 0;
+    if (c->pp.comm != MPI_COMM_NULL) MPI_Comm_free(&c->pp.comm);
     MPI_Comm_free(&c->replica.comm);
     MPI_Comm_free(&c->shard.comm);
     MPI_Comm_free(&c->data.comm);
@@ -604,6 +613,36 @@ void zt_isendrecv(zt_comm_t *c, zt_group_t *g, const void *send, int to, void *r
     req_start(req, g, ZT_COLL_SENDRECV, bytes, g->size);
     ZT_MPI(MPI_Irecv(recv, (int)count, mpi_type(t), from, 77, g->comm, &req->req2));
     ZT_MPI(MPI_Isend(send, (int)count, mpi_type(t), to, 77, g->comm, &req->req));
+}
+
+void zt_isend(zt_comm_t *c, zt_group_t *g, const void *send, int to, int tag, size_t count, zt_dtype_t t,
+              zt_request_t *req)
+{
+    const double bytes = (double)count * zt_dtype_size(t);
+    const zt_comm_backend_t *be = on_device(c, send, send);
+    if (be) {
+        dev_req(req, g, be, ZT_COLL_SENDRECV, bytes, 2);
+        be->isend(c, g, send, to, count, t, req);
+        return;
+    }
+    if (count > (size_t)INT_MAX) zt_fatal("zt_isend: %zu elements exceed MPI's int count", count);
+    req_start(req, g, ZT_COLL_SENDRECV, bytes, 2);
+    ZT_MPI(MPI_Isend(send, (int)count, mpi_type(t), to, tag, g->comm, &req->req));
+}
+
+void zt_irecv(zt_comm_t *c, zt_group_t *g, void *recv, int from, int tag, size_t count, zt_dtype_t t,
+              zt_request_t *req)
+{
+    const double bytes = (double)count * zt_dtype_size(t);
+    const zt_comm_backend_t *be = on_device(c, recv, recv);
+    if (be) {
+        dev_req(req, g, be, ZT_COLL_SENDRECV, bytes, 2);
+        be->irecv(c, g, recv, from, count, t, req);
+        return;
+    }
+    if (count > (size_t)INT_MAX) zt_fatal("zt_irecv: %zu elements exceed MPI's int count", count);
+    req_start(req, g, ZT_COLL_SENDRECV, bytes, 2);
+    ZT_MPI(MPI_Irecv(recv, (int)count, mpi_type(t), from, tag, g->comm, &req->req));
 }
 
 void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,

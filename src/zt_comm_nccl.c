@@ -206,8 +206,8 @@ static void nccl_destroy(zt_comm_t *c)
         ZT_NCCL_CUDA(cudaStreamSynchronize(st->stream));
     }
     zt_cuda_set_wait_hook(NULL);
-    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica, &c->tp, &c->sp, &c->data};
-    for (int i = 0; i < 6; i++) {
+    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica, &c->tp, &c->sp, &c->data, &c->pp};
+    for (int i = 0; i < 7; i++) {
         ncclComm_t comm = (ncclComm_t)groups[i]->backend_state;
         if (!comm) continue;
         register_live(comm, 0);
@@ -284,8 +284,8 @@ static int nccl_init(zt_comm_t *c, char *err, size_t errlen)
     ZT_NCCL_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     ZT_NCCL_CUDA(cudaStreamCreateWithPriority(&st->stream, cudaStreamNonBlocking, greatest));
     ZT_NCCL_CUDA(cudaEventCreateWithFlags(&st->dep, cudaEventDisableTiming));
-    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica, &c->tp, &c->sp, &c->data};
-    for (int i = 0; i < 6; i++) {
+    zt_group_t *groups[] = {&c->world, &c->shard, &c->replica, &c->tp, &c->sp, &c->data, &c->pp};
+    for (int i = 0; i < 7; i++) {
         rc = init_group(groups[i], err, errlen);
         /* every rank takes part in all of them, so a world-wide agreement fits here */
         if (zt_agree_error(c, rc, err, errlen)) {
@@ -444,6 +444,22 @@ static void nccl_isendrecv(zt_comm_t *c, zt_group_t *g, const void *send, int to
     issued(c, req);
 }
 
+static void nccl_isend(zt_comm_t *c, zt_group_t *g, const void *send, int to, size_t count, zt_dtype_t t,
+                       zt_request_t *req)
+{
+    cudaStream_t s = issue(c, req);
+    ZT_NCCL(g, ncclSend(send, count, nccl_type(t), to, comm_of(g), s));
+    issued(c, req);
+}
+
+static void nccl_irecv(zt_comm_t *c, zt_group_t *g, void *recv, int from, size_t count, zt_dtype_t t,
+                       zt_request_t *req)
+{
+    cudaStream_t s = issue(c, req);
+    ZT_NCCL(g, ncclRecv(recv, count, nccl_type(t), from, comm_of(g), s));
+    issued(c, req);
+}
+
 static void nccl_ibcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root,
                         zt_request_t *req)
 {
@@ -465,6 +481,8 @@ const zt_comm_backend_t zt_comm_nccl = {
     .ibcast = nccl_ibcast,
     .ialltoall = nccl_ialltoall,
     .isendrecv = nccl_isendrecv,
+    .isend = nccl_isend,
+    .irecv = nccl_irecv,
     .wait = nccl_wait,
     .flush = nccl_flush,
 };

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
-typedef enum { K_INT, K_LONG, K_DOUBLE, K_BOOL, K_STRING, K_STRLIST, K_ENUM } ktype_t;
+typedef enum { K_INT, K_LONG, K_DOUBLE, K_BOOL, K_STRING, K_STRLIST, K_ENUM, K_INTLIST } ktype_t;
 
 /* One name of an enum key's value; a value's first name is how it is printed, the
  * others are aliases. A table ends with a NULL name. */
@@ -64,6 +64,9 @@ typedef struct {
 #define KSL(n, f, cnt, d, h)                                                                   \
     {n, K_STRLIST, 0, d, 0, ZT_MAX_FILES, NULL, NULL, OFF(f) + CHECK_TYPE(f[0][0], char), sizeof(FIELD(f)[0]), \
      OFF(cnt) + CHECK_TYPE(cnt, int), h}
+/* a list of up to ZT_MAX_PP_STAGES ints, each in [lo, hi] (empty by default) */
+#define KIL(n, f, cnt, lo, hi, h)                                                                   \
+    {n, K_INTLIST, 0, "", lo, hi, NULL, NULL, OFF(f) + CHECK_TYPE(f[0], int), sizeof(int), OFF(cnt) + CHECK_TYPE(cnt, int), h}
 /* an enum field is stored as an int (d: the default's name, names: the value table) */
 #define CHECK_INT_SIZED(f) (0 * sizeof(char[sizeof(FIELD(f)) == sizeof(int) ? 1 : -1]))
 #define KE(n, f, d, tbl, h) {n, K_ENUM, 0, d, 0, 0, NULL, tbl, OFF(f) + CHECK_INT_SIZED(f), sizeof(int), 0, h}
@@ -103,6 +106,8 @@ static const zname_t offloads[] = {{"none", ZT_OFFLOAD_NONE}, {"cpu", ZT_OFFLOAD
 static const zname_t nonfinites[] = {{"abort", ZT_NONFINITE_ABORT}, {"skip", ZT_NONFINITE_SKIP}, {NULL, 0}};
 static const zname_t matmuls[] = {{"auto", ZT_MATMUL_AUTO}, {"highest", ZT_MATMUL_HIGHEST}, {"high", ZT_MATMUL_HIGH},
                                   {"medium", ZT_MATMUL_MEDIUM}, {NULL, 0}};
+static const zname_t pp_schedules[] = {{"gpipe", ZT_PP_GPIPE}, {"1f1b", ZT_PP_1F1B},
+                                       {"interleaved_1f1b", ZT_PP_INTERLEAVED_1F1B}, {NULL, 0}};
 static const zname_t optimizers[] = {{"adamw", ZT_OPTIM_ADAMW}, {"onebit_adam", ZT_OPTIM_ONEBIT_ADAM}, {NULL, 0}};
 static const zname_t finetunings[] = {{"full", ZT_FT_FULL}, {"lora", ZT_FT_LORA}, {NULL, 0}};
 static const zname_t stages[] = {{"sft", ZT_STAGE_SFT}, {"dpo", ZT_STAGE_DPO}, {NULL, 0}};
@@ -413,6 +418,27 @@ static const zkey_t schema[] = {
        "Sequence parallelism: ranks that split each sequence (data.seq_len / sp positions each) and meet in "
        "attention (parallel.sp_mode). Inside tp in the mesh; the strategy shards over the sp x dp ranks, as "
        "DeepSpeed-Ulysses does."),
+    KI("parallel.pipeline_parallel_size", parallel.pipeline_parallel_size, 1, 1, 1 << 16,
+       "Pipeline parallelism: ranks that each hold a contiguous range of the model's layers (a stage; the "
+       "embedding and the head count as a layer each, torchtitan's rule) and pass activations forward and their "
+       "gradients back by point-to-point messages. The outermost axis of the mesh (pp, dp_replicate, dp_shard, "
+       "sp, tp): the other axes repeat inside every stage. The pipeline's micro-batches are the "
+       "gradient-accumulation steps, so the global batch stays micro-batch x data ranks x accumulation. Cheapest "
+       "traffic of any axis (one activation per micro-batch per stage boundary); pick it across nodes whose links "
+       "are too slow for tp, or for a model too deep for one node."),
+    KE("parallel.pp_schedule", parallel.pp_schedule, "1f1b", pp_schedules,
+       "The order of the pipeline's forward and backward passes (zt_step.h; doc/design.md). gpipe: every forward, "
+       "then every backward (all micro-batches' activations held at once). 1f1b: pp - 1 - r warm-up forwards on "
+       "rank r, then one forward, one backward (at most pp micro-batches in flight); needs "
+       "train.gradient_accumulation_steps >= pp. interleaved_1f1b: 1F1B over parallel.pp_stages_per_rank looped "
+       "stages per rank (Megatron's), a bubble v times smaller; needs the accumulation steps a multiple of pp."),
+    KI("parallel.pp_stages_per_rank", parallel.pp_stages_per_rank, 1, 1, 64,
+       "interleaved_1f1b: stages per pipeline rank (v), looped: rank r holds stages r, r + pp, ... ; 1 with the "
+       "other schedules."),
+    KIL("parallel.pp_layers_per_stage", parallel.pp_layers_per_stage, parallel.n_pp_layers_per_stage, 1, 1 << 20,
+        "The layers of each stage, first to last, the embedding and the head counted as a layer each: one entry "
+        "per stage (pp x pp_stages_per_rank), summing to model layers + 2. Empty: as even as possible, the "
+        "earlier stages taking one more where it does not divide."),
     KE("parallel.sp_mode", parallel.sp_mode, "ulysses", sp_modes,
        "ulysses: an all-to-all from sequence-sharded to head-sharded around attention and back (the heads and "
        "key/value heads of a tp rank must divide by sp). ring: K/V blocks go round the sp ring and merge through "
@@ -628,6 +654,7 @@ void zt_config_defaults(zt_config_t *cfg)
         case K_DOUBLE: *(double *)field(cfg, k) = k->def; break;
         case K_STRING: set_buf(field(cfg, k), k->size, k->sdef); break;
         case K_ENUM: *(int *)field(cfg, k) = enum_by_name(k, k->sdef)->value; break;
+        case K_INTLIST: *count_field(cfg, k) = 0; break;
         case K_STRLIST:
             *count_field(cfg, k) = k->sdef[0] ? 1 : 0;
             if (k->sdef[0]) set_buf(list_elem(cfg, k, 0), k->size, k->sdef);
@@ -725,6 +752,7 @@ static const char *type_expected(ktype_t t)
     case K_STRING:
     case K_ENUM: return "a string";
     case K_STRLIST: return "a string or a list of strings";
+    case K_INTLIST: return "an integer or a list of integers";
     }
     return "?";
 }
@@ -835,6 +863,25 @@ static int set_list(zt_config_t *cfg, const zkey_t *k, int n, const char *const 
     return 0;
 }
 
+/* Integer lists: every element checked before any is stored */
+static int set_intlist(zt_config_t *cfg, const zkey_t *k, int n, const double *v, const char *where, char *err,
+                       size_t errlen)
+{
+    if (n > ZT_MAX_PP_STAGES)
+        return zt_err(err, errlen, "%s: %s: %d entries given, at most %d are supported", where, k->name, n,
+                      ZT_MAX_PP_STAGES);
+    for (int i = 0; i < n; i++) {
+        if (v[i] != floor(v[i]))
+            return zt_err(err, errlen, "%s: %s: element %d: expected an integer, got %g", where, k->name, i, v[i]);
+        if (v[i] < k->min || v[i] > k->max)
+            return zt_err(err, errlen, "%s: %s: element %d (%g) out of range [%.0f, %.0f]", where, k->name, i, v[i],
+                          k->min, k->max);
+    }
+    for (int i = 0; i < n; i++) ((int *)field(cfg, k))[i] = (int)v[i];
+    *count_field(cfg, k) = n;
+    return 0;
+}
+
 /* ---- the input file ------------------------------------------------------ */
 
 static const char *setting_kind(const config_setting_t *s)
@@ -875,6 +922,26 @@ static int set_from_setting(zt_config_t *cfg, const zkey_t *k, const config_sett
         break;
     case K_ENUM:
         if (t == CONFIG_TYPE_STRING) return set_enum(cfg, k, config_setting_get_string(s), where, err, errlen);
+        break;
+    case K_INTLIST:
+        if (t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64 || t == CONFIG_TYPE_FLOAT) {
+            const double v = t == CONFIG_TYPE_FLOAT ? config_setting_get_float(s) : (double)config_setting_get_int64(s);
+            return set_intlist(cfg, k, 1, &v, where, err, errlen);
+        }
+        if (t == CONFIG_TYPE_ARRAY || t == CONFIG_TYPE_LIST) {
+            const int n = config_setting_length(s);
+            if (n > ZT_MAX_PP_STAGES) return set_intlist(cfg, k, n, NULL, where, err, errlen);
+            double v[ZT_MAX_PP_STAGES];
+            for (int i = 0; i < n; i++) {
+                const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+                const int et = config_setting_type(e);
+                if (et != CONFIG_TYPE_INT && et != CONFIG_TYPE_INT64 && et != CONFIG_TYPE_FLOAT)
+                    return zt_err(err, errlen, "%s: %s: element %d: expected an integer, got %s", where, k->name, i,
+                                  setting_kind(e));
+                v[i] = et == CONFIG_TYPE_FLOAT ? config_setting_get_float(e) : (double)config_setting_get_int64(e);
+            }
+            return set_intlist(cfg, k, n, v, where, err, errlen);
+        }
         break;
     case K_STRLIST:
         if (t == CONFIG_TYPE_STRING) {
@@ -1118,6 +1185,30 @@ static int set_text(zt_config_t *cfg, const char *name, char *val, const char *w
         if (unquote(val))
             return zt_err(err, errlen, "%s: %s: unterminated quoted string %s", where, k->name, val);
         return set_enum(cfg, k, val, where, err, errlen);
+    case K_INTLIST: {
+        /* "4,4", optionally as [ 4, 4 ]; "" or [] = empty list */
+        size_t n = strlen(val);
+        if (n >= 2 && val[0] == '[' && val[n - 1] == ']') {
+            val[n - 1] = '\0';
+            val = trim(val + 1);
+        }
+        double v[ZT_MAX_PP_STAGES];
+        int cnt = 0;
+        for (char *p = val; *p;) {
+            char *c = strchr(p, ','), *end;
+            if (c) *c = '\0';
+            char *item = trim(p);
+            if (cnt == ZT_MAX_PP_STAGES) return set_intlist(cfg, k, cnt + 1, NULL, where, err, errlen);
+            v[cnt] = strtod(item, &end);
+            if (!item[0] || *end)
+                return zt_err(err, errlen, "%s: %s: expected %s, got '%s'", where, k->name, type_expected(k->type),
+                              item);
+            cnt++;
+            if (!c) break;
+            p = c + 1;
+        }
+        return set_intlist(cfg, k, cnt, v, where, err, errlen);
+    }
     case K_STRLIST: {
         /* "a.h5,b.h5", optionally as [ "a.h5", "b.h5" ]; "" or [] = empty list. */
         size_t n = strlen(val);
@@ -1341,6 +1432,18 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
             }
             break;
         }
+        case K_INTLIST: {
+            const int n = ccount(cfg, k);
+            if (n < 0 || n > ZT_MAX_PP_STAGES)
+                return zt_err(err, errlen, "%s: %s has %d elements (at most %d)", where, k->name, n, ZT_MAX_PP_STAGES);
+            for (int j = 0; j < n; j++) {
+                const int v = ((const int *)cfield(cfg, k))[j];
+                if (v < k->min || v > k->max)
+                    return zt_err(err, errlen, "%s: %s: element %d (%d) out of range [%.0f, %.0f]", where, k->name,
+                                  j, v, k->min, k->max);
+            }
+            break;
+        }
         case K_STRLIST: {
             int n = ccount(cfg, k);
             if (n < 0 || n > ZT_MAX_FILES)
@@ -1492,6 +1595,13 @@ static void put_value(FILE *out, const zt_config_t *cfg, const zkey_t *k)
     case K_BOOL: fputs(*(const int *)cfield(cfg, k) ? "true" : "false", out); break;
     case K_STRING: put_string(out, cfield(cfg, k)); break;
     case K_ENUM: put_string(out, enum_name(k, *(const int *)cfield(cfg, k))); break;
+    case K_INTLIST: {
+        const int n = ccount(cfg, k);
+        fputs("[", out);
+        for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : " ", ((const int *)cfield(cfg, k))[i]);
+        fputs(n ? " ]" : "]", out);
+        break;
+    }
     case K_STRLIST: {
         int n = ccount(cfg, k);
         fputs("[", out);
@@ -1564,6 +1674,7 @@ static const char *type_name(ktype_t t)
     case K_STRING:
     case K_ENUM: return "string";
     case K_STRLIST: return "string list";
+    case K_INTLIST: return "int list";
     }
     return "?";
 }
@@ -1578,6 +1689,7 @@ static void default_text(const zkey_t *k, char *buf, size_t len)
     case K_STRING:
     case K_ENUM: snprintf(buf, len, "\"%s\"", k->sdef); break;
     case K_STRLIST: snprintf(buf, len, k->sdef[0] ? "\"%s\"" : "[]", k->sdef); break;
+    case K_INTLIST: snprintf(buf, len, "[]"); break;
     }
 }
 
@@ -1595,6 +1707,8 @@ static void range_text(const zkey_t *k, char *buf, size_t len)
         snprintf(buf, len, "%s .. %s", lo, hi);
     } else if (k->type == K_STRLIST) {
         snprintf(buf, len, "up to %d paths", ZT_MAX_FILES);
+    } else if (k->type == K_INTLIST) {
+        snprintf(buf, len, "up to %d integers >= %.0f", ZT_MAX_PP_STAGES, k->min);
     }
 }
 

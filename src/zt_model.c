@@ -171,6 +171,14 @@ void zt_model_free(zt_model_t *m)
 
 size_t zt_model_activation_bytes(const zt_model_t *m) { return m->act_bytes; }
 
+float *zt_model_residual(zt_model_t *m, int l)
+{
+    if (l < 0 || l > m->d.L) zt_fatal("zt_model_residual: block %d of %d", l, m->d.L);
+    return l < m->d.L ? m->x_in[l] : m->x_out;
+}
+
+float *zt_model_residual_grad(zt_model_t *m) { return m->dres; }
+
 void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
     const int sp = m->d.sp_size > 1 ? m->d.sp_size : 1;

@@ -65,12 +65,77 @@ static void dp_axes(zt_parallel_plan_t *p)
     p->dp_replicate = p->dp / p->dp_shard;
 }
 
+/* The pipeline: its stages' layers (parallel.pp_layers_per_stage, or as even as possible,
+ * the earlier stages one more), the schedule's rules, and what it does not run with yet */
+static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_shape_t *shape, char *err,
+                    size_t errlen)
+{
+    const int pp = p->pp, v = cfg->parallel.pp_stages_per_rank, L = shape->n_layer, layers = L + 2;
+    const int A = cfg->train.gradient_accumulation_steps, n = cfg->parallel.n_pp_layers_per_stage;
+    p->pp_schedule = cfg->parallel.pp_schedule;
+    p->pp_v = pp > 1 ? v : 1;
+    p->stages = pp * p->pp_v;
+    p->micro = A;
+    if (pp > 1 && p->pp_schedule == ZT_PP_INTERLEAVED_1F1B && v < 2)
+        return zt_err(err, errlen, "parallel.pp_schedule = interleaved_1f1b needs parallel.pp_stages_per_rank >= 2 "
+                      "(with one stage per rank it is 1f1b)");
+    if (pp > 1 && p->pp_schedule != ZT_PP_INTERLEAVED_1F1B && v > 1)
+        return zt_err(err, errlen, "parallel.pp_stages_per_rank (%d) > 1 needs parallel.pp_schedule = "
+                      "interleaved_1f1b", v);
+    if (p->stages > ZT_MAX_PP_STAGES)
+        return zt_err(err, errlen, "parallel.pipeline_parallel_size (%d) x parallel.pp_stages_per_rank (%d): more "
+                      "than %d stages", pp, p->pp_v, ZT_MAX_PP_STAGES);
+    if (p->stages > layers)
+        return zt_err(err, errlen, "parallel.pipeline_parallel_size (%d) x parallel.pp_stages_per_rank (%d) = %d "
+                      "stages: more than the model's %d layers (%d blocks, the embedding and the head)", pp, p->pp_v,
+                      p->stages, layers, L);
+    if (pp > 1 && n > 0) {
+        if (n != p->stages)
+            return zt_err(err, errlen, "parallel.pp_layers_per_stage has %d entries; the pipeline has %d stages "
+                          "(parallel.pipeline_parallel_size %d x parallel.pp_stages_per_rank %d)", n, p->stages, pp,
+                          p->pp_v);
+        long sum = 0;
+        for (int i = 0; i < n; i++) sum += cfg->parallel.pp_layers_per_stage[i];
+        if (sum != layers)
+            return zt_err(err, errlen, "parallel.pp_layers_per_stage sums to %ld layers; the model has %d (%d "
+                          "blocks, the embedding and the head)", sum, layers, L);
+    }
+    p->stage_first[0] = 0;
+    for (int s = 0; s < p->stages; s++)
+        p->stage_first[s + 1] = p->stage_first[s] + (pp > 1 && n > 0 ? cfg->parallel.pp_layers_per_stage[s]
+                                                     : layers / p->stages + (s < layers % p->stages));
+    if (pp == 1) return 0;
+    if (p->pp_schedule == ZT_PP_1F1B && A < pp)
+        return zt_err(err, errlen, "parallel.pp_schedule = 1f1b: train.gradient_accumulation_steps (%d) must be at "
+                      "least parallel.pipeline_parallel_size (%d) (the pipeline's micro-batches are the accumulation "
+                      "steps)", A, pp);
+    if (p->pp_schedule == ZT_PP_INTERLEAVED_1F1B && A % pp)
+        return zt_err(err, errlen, "parallel.pp_schedule = interleaved_1f1b: train.gradient_accumulation_steps (%d) "
+                      "must be a multiple of parallel.pipeline_parallel_size (%d)", A, pp);
+    /* what the pipeline does not run with yet: one line each, before anything starts */
+    const char *with = NULL;
+    char buf[96];
+    if (p->strategy != ZT_DDP && p->strategy != ZT_ZERO1 && p->strategy != ZT_ZERO2 && p->strategy != ZT_ZERO3) {
+        snprintf(buf, sizeof buf, "parallel.strategy %s", zt_strategy_name(p->strategy));
+        with = buf;
+    } else if (cfg->train.stage == ZT_STAGE_DPO) with = "train.stage dpo";
+    else if (p->param_dtype != ZT_PREC_FP32) with = "train.bf16 or train.fp16";
+    else if (p->optimizer != ZT_OPTIM_ADAMW) with = "optim.type onebit_adam";
+    else if (p->offload_optimizer != ZT_OFFLOAD_NONE) with = "parallel.offload_optimizer cpu";
+    else if (cfg->data.neat_packing) with = "data.neat_packing";
+    else if (cfg->mode_generate || cfg->generate.at_eval) with = "generation (--generate, generate.at_eval)";
+    else if (cfg->model.quantization_bit) with = "model.quantization_bit";
+    if (with) return zt_err(err, errlen, "parallel.pipeline_parallel_size %d: not yet with %s", pp, with);
+    return 0;
+}
+
 int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_shape_t *shape, int world,
                   int per_node, char *err, size_t errlen)
 {
     const int tp = cfg->parallel.tensor_parallel_size, sp = cfg->parallel.sequence_parallel_size;
+    const int pp = cfg->parallel.pipeline_parallel_size;
     *p = (zt_parallel_plan_t){
-        .world = world, .per_node = per_node, .pp = 1, .tp = tp, .sp = sp,
+        .world = world, .per_node = per_node, .pp = pp, .tp = tp, .sp = sp,
         .strategy = cfg->parallel.strategy, .layout = cfg->parallel.shard_layout, .sp_mode = cfg->parallel.sp_mode,
         .tp_sequence_parallel = cfg->parallel.tp_sequence_parallel && tp > 1,
         .offload_optimizer = cfg->parallel.offload_optimizer, .offload_param = cfg->parallel.offload_param,
@@ -83,10 +148,13 @@ int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_s
     const int ring = p->sp_mode == ZT_SP_RING;
 
     /* the mesh */
+    if (pp > 1 && (world < 1 || world % (pp * tp * sp) != 0))
+        return zt_err(err, errlen, "parallel.pipeline_parallel_size (%d) x parallel.tensor_parallel_size (%d) x "
+                      "parallel.sequence_parallel_size (%d) must divide the number of ranks (%d)", pp, tp, sp, world);
     if (tp < 1 || sp < 1 || world < 1 || world % (tp * sp) != 0)
         return zt_err(err, errlen, "parallel.tensor_parallel_size (%d) x parallel.sequence_parallel_size (%d) must "
                       "divide the number of ranks (%d)", tp, sp, world);
-    p->dp = world / (tp * sp);
+    p->dp = world / (pp * tp * sp);
     p->data = sp * p->dp;
 
     if (zt_plan_tp_splits(shape, tp, err, errlen)) return -1;
@@ -181,7 +249,7 @@ int zt_plan_build(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan_s
                           offload_name(p->offload_optimizer));
     }
     dp_axes(p);
-    return 0;
+    return pipeline(p, cfg, shape, err, errlen);
 }
 
 void zt_plan_resolve(zt_parallel_plan_t *p, zt_strategy_t st)

@@ -192,7 +192,7 @@ int zt_run(int argc, char **argv, MPI_Comm world)
     }
     zt_comm_t comm;
     /* shard groups only shape hybrid strategies; the others shard over the world */
-    if (zt_comm_create_mesh(&comm, world, est ? 1 : plan.tp, est ? 1 : plan.sp,
+    if (zt_comm_create_mesh(&comm, world, est ? 1 : plan.pp, est ? 1 : plan.tp, est ? 1 : plan.sp,
                             zt_strategy_is_hybrid(plan.strategy) ? plan.shard_group : 0, err, sizeof err) != 0) {
         if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", err);
         free(cfg);

@@ -1246,6 +1246,8 @@ double zt_shard_finish_grads(zt_shard_t *s)
             continue;
         }
         if (s->o.strategy == ZT_DDP || onebit_sharded_compressed(s, s->adam_step + 1)) {
+            if (s->o.pipeline) /* a unit of another rank's stage: zeros here (allocated so) */
+                zt_allreduce(s->comm, &s->comm->pp, ZT_IN_PLACE, zt_shard_grads(s, ui), u->lay.numel, ZT_F32, ZT_SUM);
             if (s->pdt == ZT_F16) round_fp16(s, u->gfull, u->lay.numel);
             local += s->be->sumsq(u->gfull, u->lay.numel) * onebit_grad_factor(s, s->adam_step + 1) *
                      onebit_grad_factor(s, s->adam_step + 1);
@@ -1261,6 +1263,9 @@ double zt_shard_finish_grads(zt_shard_t *s)
         } else if (s->rg) {
             zt_allreduce(s->comm, s->rg, ZT_IN_PLACE, u->gshard, u->S, ZT_F32, ZT_SUM);
         }
+        /* pipelines: this rank's shard of every unit's gradient, summed over the pipeline
+         * ranks at its data position (their shard layouts are the same) */
+        if (s->o.pipeline) zt_allreduce(s->comm, &s->comm->pp, ZT_IN_PLACE, u->gshard, u->S, ZT_F32, ZT_SUM);
         if (s->pdt == ZT_F16) round_fp16(s, u->gshard, u->S);
         local += s->be->sumsq(u->gshard, u->S);
         if (s->tp) local -= tp_shared_sumsq(s, ui, s->be, u->gshard, 0);

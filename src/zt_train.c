@@ -48,6 +48,7 @@
 #include "zt_run.h"
 #include "zt_sample.h"
 #include "zt_shard.h"
+#include "zt_step.h"
 #include "zt_watchdog.h"
 
 #ifdef ZT_HAVE_CUDA
@@ -82,6 +83,16 @@ typedef struct run {
     zt_dataset_t *train, *val;
     zt_shard_opts_t sopts;
     zt_parallel_plan_t plan;    /* the mesh and its options, strategy auto resolved */
+    zt_schedule_t steps;        /* one optimizer step's actions per pipeline rank (zt_step.h) */
+    int *micro_T;               /* (A) the positions each micro-batch runs (trim_padding) */
+    /* pp > 1: the models of this rank's slots (a micro-batch's activations from its first
+     * action here to its last backward; models[0] = model), each micro-batch's slot, and
+     * the step's messages in flight: its receives, posted at its start, then its sends,
+     * each with a buffer of its own (freed at R) */
+    zt_model_t **models;
+    int nslots, *slot;
+    zt_request_t *pp_req;
+    float **pp_buf;
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
     zt_lr_schedule_t sched; /* transformers' schedule for total_steps (its warm-up: optim.warmup_steps, or
@@ -151,6 +162,7 @@ static void fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_st
     o->seed = (uint64_t)cfg->train.seed;
     o->optimizer = p->optimizer;
     o->freeze_step = p->freeze_step;
+    o->pipeline = p->pp > 1;
 }
 
 /* What the plan's mesh must divide, from the global table */
@@ -585,30 +597,60 @@ static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *ke
  * adapters 0: LoRA's base alone (the DPO reference); T: the rows' length (at most r->Tm). The root unit (embeddings, tied
  * head, ln_f) stays materialized until train_backward, as FSDP does for its root
  * module: it is used at both ends. */
+/* Blocks [l0, l1) of model m forward, each unit (and its LoRA adapters' with adapters)
+ * gathered just before it runs and released after */
+static void forward_range(run_t *r, zt_shard_t *s, zt_model_t *m, int l0, int l1, int adapters)
+{
+    const zt_param_table_t *t = r->table;
+    const int b0 = t->first_block_unit, a0 = adapters ? t->first_adapter_unit : -1;
+    if (l0 < l1) zt_shard_prefetch(s, b0 + l0);
+    for (int l = l0; l < l1; l++) {
+        zt_watchdog_mark("forward", b0 + l, r->step + 1);
+        const float *w = zt_shard_params(s, b0 + l);
+        /* LoRA: the block's adapter unit beside its frozen base */
+        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
+        if (l + 1 < l1) zt_shard_prefetch(s, b0 + l + 1);
+        zt_model_forward_block(m, l, w, lw);
+        zt_shard_release(s, b0 + l);
+        if (a0 >= 0) zt_shard_release(s, a0 + l);
+    }
+}
+
+/* Blocks [l0, l1) of model m backward, last first, from the gradient in its residual
+ * stream; each unit's gradients reported ready as they are complete */
+static void backward_range(run_t *r, zt_model_t *m, int l0, int l1)
+{
+    zt_shard_t *s = r->shard;
+    const zt_param_table_t *t = r->table;
+    const int b0 = t->first_block_unit, a0 = t->first_adapter_unit;
+    for (int l = l1 - 1; l >= l0; l--) {
+        zt_watchdog_mark("backward", b0 + l, r->step + 1);
+        const float *w = zt_shard_params(s, b0 + l);
+        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
+        if (l > l0) zt_shard_prefetch(s, b0 + l - 1);
+        zt_model_backward_block(m, l, w, zt_shard_grads(s, b0 + l), lw, a0 >= 0 ? zt_shard_grads(s, a0 + l) : NULL);
+        zt_shard_grads_ready(s, b0 + l);
+        zt_shard_release(s, b0 + l);
+        if (a0 >= 0) {
+            zt_shard_grads_ready(s, a0 + l);
+            zt_shard_release(s, a0 + l);
+        }
+    }
+}
+
 static const float *train_forward(run_t *r, zt_shard_t *s, const int32_t *inp, const int32_t *tgt,
                                   const int32_t *seg, const int32_t *pos, const uint64_t *keys, int adapters, int T)
 {
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
-    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit;
-    const int a0 = adapters ? t->first_adapter_unit : -1;
     zt_model_set_batch(m, inp, tgt, r->B, T);
     if (seg) zt_model_set_segments(m, seg, pos);
     if (keys) zt_model_set_row_keys(m, keys);
     zt_watchdog_mark("forward", 0, r->step + 1);
-    const float *root = zt_shard_params(s, root_unit);
-    zt_shard_prefetch(s, b0);
+    const float *root = zt_shard_params(s, t->root_unit);
+    zt_shard_prefetch(s, t->first_block_unit); /* the first block's gather overlaps the embedding */
     zt_model_forward_embed(m, root);
-    for (int l = 0; l < L; l++) {
-        zt_watchdog_mark("forward", b0 + l, r->step + 1);
-        const float *w = zt_shard_params(s, b0 + l);
-        /* LoRA: the block's adapter unit beside its frozen base */
-        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
-        if (l + 1 < L) zt_shard_prefetch(s, b0 + l + 1);
-        zt_model_forward_block(m, l, w, lw);
-        zt_shard_release(s, b0 + l);
-        if (a0 >= 0) zt_shard_release(s, a0 + l);
-    }
+    forward_range(r, s, m, 0, t->dims.L, adapters);
     return root;
 }
 
@@ -619,34 +661,16 @@ static float train_backward(run_t *r, const float *root, float dscale)
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     const zt_param_table_t *t = r->table;
-    const int L = t->dims.L, root_unit = t->root_unit, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
+    const int root_unit = t->root_unit;
     zt_watchdog_mark("forward head", root_unit, r->step + 1);
     float *droot = zt_shard_grads(s, root_unit);
     zt_model_train_head(m, root, droot, dscale);
-    for (int l = L - 1; l >= 0; l--) {
-        zt_watchdog_mark("backward", b0 + l, r->step + 1);
-        const float *w = zt_shard_params(s, b0 + l);
-        const float *lw = a0 >= 0 ? zt_shard_params(s, a0 + l) : NULL;
-        if (l > 0) zt_shard_prefetch(s, b0 + l - 1);
-        zt_model_backward_block(m, l, w, zt_shard_grads(s, b0 + l), lw, a0 >= 0 ? zt_shard_grads(s, a0 + l) : NULL);
-        zt_shard_grads_ready(s, b0 + l);
-        zt_shard_release(s, b0 + l);
-        if (a0 >= 0) {
-            zt_shard_grads_ready(s, a0 + l);
-            zt_shard_release(s, a0 + l);
-        }
-    }
+    backward_range(r, m, 0, t->dims.L);
     zt_watchdog_mark("backward", root_unit, r->step + 1);
     zt_model_backward_embed(m, droot);
     zt_shard_grads_ready(s, root_unit);
     zt_shard_release(s, root_unit);
     return zt_model_loss(m);
-}
-
-static float train_micro(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
-                         const uint64_t *keys, float dscale, int T)
-{
-    return train_backward(r, train_forward(r, r->shard, inp, tgt, seg, pos, keys, 1, T), dscale);
 }
 
 /* ---- preference training (train.stage = dpo) ------------------------------------------
@@ -1239,8 +1263,9 @@ static void startup_report(run_t *r)
     char *all = r->rank == 0 ? zt_malloc((size_t)c->world.size * 64) : NULL;
     ZT_MPI(MPI_Gather(host, 64, MPI_CHAR, all, 64, MPI_CHAR, 0, c->world.comm));
     static const char *const matmul[] = {"fp32", "tf32", "bf16"};
-    zt_log("ztrain %s: %d ranks on %d nodes, mesh tp %d x sp %d x dp %d, backend %s (GEMMs %s), comm %s, %d "
-           "thread(s) per rank", PACKAGE_VERSION, c->world.size, c->node_count, c->mesh_tp, c->mesh_sp, c->mesh_dp, r->be->name, strcmp(r->be->name, "cpu") ? matmul[r->plan.matmul] : zt_cpu_gemm_path(),
+    zt_log("ztrain %s: %d ranks on %d nodes, mesh tp %d x sp %d x dp %d x pp %d, backend %s (GEMMs %s), comm %s, %d "
+           "thread(s) per rank", PACKAGE_VERSION, c->world.size, c->node_count, c->mesh_tp, c->mesh_sp, c->mesh_dp,
+           c->mesh_pp, r->be->name, strcmp(r->be->name, "cpu") ? matmul[r->plan.matmul] : zt_cpu_gemm_path(),
            c->backend, r->threads);
     if (r->rank == 0) {
         for (int i = 0; i < c->world.size; i++)
@@ -1343,7 +1368,7 @@ static void comm_summary(const run_t *r)
     }
     if (o) zt_log("communication (rank 0, training steps): %s", line);
     /* by group: what each axis of the mesh moves (tests/mpi/accounting.sh) */
-    static const char *gnames[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data"};
+    static const char *gnames[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data", "pp"};
     o = 0;
     for (int k = 0; k < ZT_GRP_N; k++)
         if (t->group_calls[k])
@@ -1397,6 +1422,179 @@ static int ref_create(run_t *r)
     return 0;
 }
 
+/* This rank's actions of one step (r->steps, zt_step.h) up to its R, which the caller
+ * runs (gradient reduction, clipping, optimizer): the micro-batches' forward and backward
+ * passes. ds: the gradient scale of a token; pf: a DPO micro-batch's share. A DPO
+ * micro-step runs whole in its forward action (the reference's pass, the policy's forward
+ * and head, then its backward), its backward action does nothing. Returns the loss summed
+ * over this rank's micro-batches (SFT: over its tokens); computed += the positions run. */
+static double run_schedule(run_t *r, int sft, float ds, float pf, double *pref_window, long *pref_micros,
+                           long *computed)
+{
+    const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T;
+    const int dpo = r->cfg->train.stage == ZT_STAGE_DPO, me = 0; /* this rank's place on the pipeline axis */
+    const float *root = NULL;
+    double loss_sum = 0.0;
+    for (int i = 0; i < r->steps.n[me]; i++) {
+        const zt_action_t *a = &r->steps.a[me][i];
+        const int m = a->micro;
+        int32_t *inp = r->inp + m * BT, *tgt = r->tgt + m * BT;
+        switch (a->kind) {
+        case ZT_ACT_FWD: {
+            zt_shard_begin_micro(r->shard, m, r->A);
+            uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
+            if (keys) dropout_keys(r, m, keys);
+            if (dpo) {
+                loss_sum += pref_micro(r, inp, tgt, pf, pref_window);
+                (*pref_micros)++;
+                *computed += (long)r->B * r->Tm;
+                break;
+            }
+            r->micro_T[m] = sft ? trim_padding(r, inp, tgt, keys) : r->Tm;
+            root = train_forward(r, r->shard, inp, tgt, r->seg ? r->seg + m * BTs : NULL,
+                                 r->pos ? r->pos + m * BT : NULL, keys, 1, r->micro_T[m]);
+            break;
+        }
+        case ZT_ACT_BWD: {
+            if (dpo) break;
+            const float l = train_backward(r, root, ds);
+            loss_sum += sft ? zt_model_loss_sum(r->model) : l;
+            *computed += (long)r->B * r->micro_T[m];
+            break;
+        }
+        case ZT_ACT_REDUCE: return loss_sum;
+        default: zt_fatal("step: action %d needs a pipeline (parallel.pipeline_parallel_size > 1)", (int)a->kind);
+        }
+    }
+    return loss_sum;
+}
+
+/* The residual stream of micro-batch m on this rank, what crosses a stage boundary:
+ * (B, T, C), its rows split over tp under tp_sequence_parallel (zt_model_residual) */
+static size_t residual_floats(const run_t *r, int m)
+{
+    const zt_model_dims_t *d = &r->ltable->dims;
+    return (size_t)r->B * r->micro_T[m] / (d->tp_seq ? (size_t)d->tp_size : 1) * (size_t)d->C;
+}
+
+/* pp > 1: this pipeline rank's actions of one step up to its R, on the layers of each
+ * action's stage (plan.stage_first): the embedding (layer 0) and the head (L + 1) use the
+ * root unit, the blocks their units; the residual stream and its gradient cross the stage
+ * boundaries through the pp group. Receives are posted at the start and waited for where
+ * the schedule puts them; a send goes from a copy and completes at R, so compute runs
+ * while both travel. ds: a token's
+ * gradient scale. Returns the loss summed over the micro-batches whose head this rank
+ * runs (SFT: over their tokens), 0 elsewhere; computed += the positions it ran there. */
+static double run_pipeline(run_t *r, int sft, float ds, long *computed)
+{
+    zt_comm_t *c = r->comm;
+    zt_shard_t *s = r->shard;
+    const zt_param_table_t *t = r->table;
+    const int L = t->dims.L, root = t->root_unit, me = c->pp.rank;
+    const size_t BT = (size_t)r->B * r->Tm;
+    /* every stage runs a micro-batch at the same length: the rows are the same on each */
+    for (int m = 0; m < r->A; m++) {
+        uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
+        if (keys) dropout_keys(r, m, keys);
+        r->micro_T[m] = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
+    }
+    /* every receive of the step is posted now, into its own buffer, so a message travels
+     * while this rank computes whatever comes before it in the list; at its action it is
+     * waited for and copied where the model reads it */
+    int nmsg = 0;
+    for (int i = 0; i < r->steps.n[me]; i++) {
+        const zt_action_t *a = &r->steps.a[me][i];
+        if (a->kind != ZT_ACT_RECV_ACT && a->kind != ZT_ACT_RECV_GRAD) continue;
+        const size_t n = residual_floats(r, a->micro);
+        r->pp_buf[nmsg] = r->be->alloc(n * sizeof(float));
+        zt_irecv(c, &c->pp, r->pp_buf[nmsg], a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nmsg]);
+        nmsg++;
+    }
+    double loss_sum = 0.0;
+    int nrecv = 0, nsend = nmsg;
+    for (int i = 0; i < r->steps.n[me]; i++) {
+        const zt_action_t *a = &r->steps.a[me][i];
+        if (a->kind == ZT_ACT_REDUCE) break;
+        const int mi = a->micro, first = r->plan.stage_first[a->stage], end = r->plan.stage_first[a->stage + 1];
+        zt_model_t *m = r->models[r->slot[mi]];
+        const int T = r->micro_T[mi];
+        const size_t n = residual_floats(r, mi);
+        switch (a->kind) {
+        case ZT_ACT_RECV_ACT:
+        case ZT_ACT_RECV_GRAD: {
+            zt_watchdog_mark(a->kind == ZT_ACT_RECV_ACT ? "pipeline receive" : "pipeline gradient receive", -1,
+                             r->step + 1);
+            /* a stage's input enters its first block; its output's gradient is where its backward starts */
+            float *dst = a->kind == ZT_ACT_RECV_ACT ? zt_model_residual(m, first - 1) : zt_model_residual_grad(m);
+            zt_wait(c, &r->pp_req[nrecv]);
+            r->be->copy(dst, r->pp_buf[nrecv], n * sizeof *dst);
+            nrecv++;
+            break;
+        }
+        case ZT_ACT_SEND_ACT:
+        case ZT_ACT_SEND_GRAD: {
+            const float *src = a->kind == ZT_ACT_SEND_ACT ? zt_model_residual(m, end - 1) : zt_model_residual_grad(m);
+            float *buf = r->be->alloc(n * sizeof *buf);
+            r->be->copy(buf, src, n * sizeof *buf);
+            r->pp_buf[nsend] = buf;
+            zt_isend(c, &c->pp, buf, a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nsend]);
+            nsend++;
+            break;
+        }
+        case ZT_ACT_FWD:
+            zt_model_set_batch(m, r->inp + mi * BT, r->tgt + mi * BT, r->B, T);
+            if (r->keys) zt_model_set_row_keys(m, r->keys + mi * BT);
+            if (first == 0) {
+                zt_watchdog_mark("forward", root, r->step + 1);
+                zt_model_forward_embed(m, zt_shard_params(s, root));
+                zt_shard_release(s, root);
+            }
+            forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
+            break;
+        case ZT_ACT_BWD:
+            /* the unit reductions start at the last micro-batch's backward, whatever ran between */
+            zt_shard_begin_micro(s, mi, r->A);
+            if (end == L + 2) {
+                zt_watchdog_mark("forward head", root, r->step + 1);
+                zt_model_train_head(m, zt_shard_params(s, root), zt_shard_grads(s, root), ds);
+                loss_sum += sft ? zt_model_loss_sum(m) : zt_model_loss(m);
+                *computed += (long)r->B * T;
+                if (first > 0) zt_shard_grads_ready(s, root); /* the embedding's part is another rank's */
+                zt_shard_release(s, root);
+            }
+            backward_range(r, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1);
+            if (first == 0) {
+                zt_watchdog_mark("backward", root, r->step + 1);
+                zt_model_backward_embed(m, zt_shard_grads(s, root));
+                zt_shard_grads_ready(s, root);
+            }
+            break;
+        default: break;
+        }
+    }
+    for (int k = 0; k < nsend; k++) {
+        if (k >= nmsg) zt_wait(c, &r->pp_req[k]);
+        r->be->free(r->pp_buf[k]);
+    }
+    return loss_sum;
+}
+
+/* The activations this rank allocated: its pipeline slots' models (one at pp 1) */
+static size_t activation_bytes(const run_t *r)
+{
+    size_t n = 0;
+    for (int k = 0; k < r->nslots; k++) n += zt_model_activation_bytes(r->models[k]);
+    return n;
+}
+
+/* x summed over the ranks that hold parts of the step: the data ranks, and under a pipeline
+ * its ranks (the loss and the positions run exist on the last stage only) */
+static double step_sum(run_t *r, double x)
+{
+    x = zt_sum_double(r->comm, &r->comm->data, x);
+    return r->plan.pp > 1 ? zt_sum_double(r->comm, &r->comm->pp, x) : x;
+}
+
 static int run_loop(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
@@ -1404,6 +1602,7 @@ static int run_loop(run_t *r)
     const int fault = cfg->fault.kind;
     if (fault == ZT_FAULT_SAVE_KILL) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
     const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T; /* BTs: a micro-step's segments */
+    char err[ZT_ERRLEN];
     /* a token stream: every position carries a loss */
     const int sft = zt_data_is_sft(r->train);
     float dscale = 1.0f / (float)((double)BT * r->A * r->comm->data.size);
@@ -1415,7 +1614,6 @@ static int run_loop(run_t *r)
     const int dpo = cfg->train.stage == ZT_STAGE_DPO;
     double pref_window[ZT_PREF_NMETRICS] = {0};
     long pref_micros = 0;
-    char err[ZT_ERRLEN];
     zt_comm_stats_reset(c);
 
     while (r->step < r->total_steps) {
@@ -1453,7 +1651,6 @@ static int run_loop(run_t *r)
         }
         double t0 = zt_now();
         zt_shard_begin_step(r->shard);
-        double loss_sum = 0.0;
         long computed = 0; /* this rank's row positions, padding trimmed (trim_padding) */
         /* the injected NaN enters through the gradient scale, so only the gradients
          * (not the loss) carry it: the path a real overflow takes */
@@ -1461,30 +1658,17 @@ static int run_loop(run_t *r)
         /* dpo: each micro-batch's mean over its pairs, averaged over micro-steps and data-parallel
          * replicas (the sp ranks of a replica each add their tokens' part of one gradient) */
         const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * r->dp));
-        for (int m = 0; m < r->A; m++) {
-            zt_shard_begin_micro(r->shard, m, r->A);
-            uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
-            if (keys) dropout_keys(r, m, keys);
-            if (dpo) {
-                loss_sum += pref_micro(r, r->inp + m * BT, r->tgt + m * BT, pf, pref_window);
-                pref_micros++;
-                computed += (long)r->B * r->Tm;
-                continue;
-            }
-            const int T = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
-            const float l = train_micro(r, r->inp + m * BT, r->tgt + m * BT, r->seg ? r->seg + m * BTs : NULL,
-                                        r->pos ? r->pos + m * BT : NULL, keys, ds, T);
-            loss_sum += sft ? zt_model_loss_sum(r->model) : l;
-            computed += (long)r->B * T;
-        }
+        zt_watchdog_mark("pipeline", -1, r->step + 1);
+        double loss_sum = r->plan.pp > 1 ? run_pipeline(r, sft, ds, &computed)
+                                         : run_schedule(r, sft, ds, pf, pref_window, &pref_micros, &computed);
         /* MFU counts the work done: the trimmed rows of every data rank (sp ranks hold parts
          * of the same rows, tp ranks the same rows) */
-        window_computed += sft ? zt_sum_double(c, &c->data, (double)computed) * r->comm->mesh_sp
+        window_computed += sft ? step_sum(r, (double)computed) * r->comm->mesh_sp
                                : (double)r->G * r->T;
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
         double norm2 = zt_shard_finish_grads(r->shard);
-        double loss = sft && !dpo ? zt_sum_double(c, &c->data, loss_sum) / (count > 0 ? count : 1.0)
-                                  : zt_sum_double(c, &c->data, loss_sum) / ((double)r->A * c->data.size);
+        double loss = sft && !dpo ? step_sum(r, loss_sum) / (count > 0 ? count : 1.0)
+                                  : step_sum(r, loss_sum) / ((double)r->A * c->data.size);
         /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
          * owned element, reduced over the shard group, after the gradient reduction has
          * spread it to every replica */
@@ -1872,9 +2056,17 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (rc == 0 && r->plan.sp > 1 && r->plan.sp_mode == ZT_SP_RING && !r->be->attention_block_forward)
         rc = zt_err(err, sizeof err, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
                     "(parallel.sp_mode = ulysses works there)", r->be->name);
+    /* NCCL runs a communicator's operations in issue order on one stream: the receives a
+     * step posts at its start would hold back its sends */
+    if (rc == 0 && r->plan.pp > 1 && !r->be->host_memory)
+        rc = zt_err(err, sizeof err, "parallel.pipeline_parallel_size %d: the %s backend's pipeline messages are not "
+                    "wired yet (parallel.backend = cpu runs pipelines)", r->plan.pp, r->be->name);
     if (rc == 0 && r->plan.optimizer == ZT_OPTIM_ONEBIT_ADAM && !r->be->host_memory)
         rc = zt_err(err, sizeof err, "optim.type = onebit_adam: the %s backend has no 1-bit compression kernels "
                     "(they run on host memory: parallel.backend = cpu)", r->be->name);
+    /* the plan checked the schedule's rules; this cannot fail where it passed */
+    if (rc == 0) rc = zt_schedule_build(&r->steps, r->plan.pp_schedule, r->plan.pp, r->plan.pp_v, r->A, err, sizeof err);
+    if (rc == 0) r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
     if (rc == 0) r->be->set_matmul_precision(r->plan.matmul);
     if (rc == 0 && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
         r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);
@@ -1934,6 +2126,22 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         r->tp_logits = zt_malloc((size_t)r->table->dims.V * sizeof(float));
         r->row_tmp = zt_malloc(3 * (size_t)r->T * sizeof(int32_t)); /* inputs, targets, positions */
     }
+    /* the pipeline: a model per slot of this rank's schedule (one at pp 1) */
+    r->slot = zt_calloc((size_t)r->A, sizeof *r->slot);
+    r->nslots = zt_schedule_slots(&r->steps, comm->pp.rank, r->slot);
+    r->models = zt_calloc((size_t)r->nslots, sizeof *r->models);
+    r->models[0] = r->model;
+    for (int k = 1; k < r->nslots; k++) {
+        r->models[k] = zt_model_create(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing);
+        if (comm->mesh_tp > 1 || comm->mesh_sp > 1) {
+            zt_actcoll_t ac;
+            zt_comm_actcoll(comm, &ac);
+            zt_model_set_collectives(r->models[k], &ac);
+        }
+    }
+    const int nmsg = 4 * r->A * r->plan.pp_v + 1; /* at most a send and a receive per forward and per backward */
+    r->pp_req = zt_calloc((size_t)nmsg, sizeof *r->pp_req);
+    r->pp_buf = zt_calloc((size_t)nmsg, sizeof *r->pp_buf);
     r->shard = zt_shard_create_err(r->ltable, comm, r->be, &r->sopts, err, sizeof err);
     if (!r->shard) { /* the nvme tier's path or space, agreed on every rank */
         zt_log_error("%s", err);
@@ -2026,7 +2234,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                zt_fmt_bytes(mm.params, b[0], 32), zt_fmt_bytes(mm.grads, b[1], 32),
                zt_fmt_bytes(mm.optim, b[2], 32), zt_fmt_bytes(mm.comm_buffers, b[3], 32),
                zt_fmt_bytes(mm.gathered_peak, b[4], 32),
-               zt_fmt_bytes(zt_model_activation_bytes(r->model), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
+               zt_fmt_bytes((double)activation_bytes(r), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
                zt_fmt_bytes(peak, b[7], 32), zt_fmt_bytes(growth, b[8], 32));
         zt_nvme_stats_t nvs;
         if (zt_shard_nvme_stats(r->shard, &nvs))
@@ -2062,7 +2270,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                 .steps = r->step, .tokens = r->tokens_seen, .wall_s = wall, .train_s = r->train_seconds,
                 .final_loss = r->last_loss, .final_val_loss = r->val ? r->last_val : -1.0,
                 .peak_rss_bytes = peak, .peak_rss_growth_bytes = growth, .device_peak_bytes = dev_peak, .mem = &mm,
-                .activations = zt_model_activation_bytes(r->model), .ref = r->ref_shard ? &mref : NULL,
+                .activations = activation_bytes(r), .ref = r->ref_shard ? &mref : NULL,
             };
             zt_metrics_record_summary(&rec);
         }
@@ -2073,7 +2281,14 @@ done:
     zt_shard_free(r->shard);
     zt_shard_free(r->ref_shard);
     zt_param_table_free(r->ref_table);
+    for (int k = 1; k < r->nslots; k++) zt_model_free(r->models[k]);
+    free(r->models);
+    free(r->slot);
+    free(r->pp_req);
+    free(r->pp_buf);
     zt_model_free(r->model);
+    zt_schedule_free(&r->steps);
+    free(r->micro_T);
     if (r->ltable != r->table) zt_param_table_free(r->ltable);
     free(r->tp_logits);
     free(r->row_tmp);

@@ -263,6 +263,89 @@ static void t_onebit_rules(void)
     CU_ASSERT(plan.optimizer == ZT_OPTIM_ADAMW && plan.freeze_step == 100000);
 }
 
+/* the pipeline axis: outermost, its stages' layers (the embedding and the head counted:
+ * 4 layers for the shape's 2 blocks), and each of its rules refused with its own line */
+static void t_pipeline(void)
+{
+    char *pp2[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2"};
+    CU_ASSERT_EQUAL_FATAL(build(4, 4, 2, pp2), 0);
+    AXES(2, 2, 1, 1, 1);
+    CU_ASSERT(plan.dp == 2 && plan.data == 2 && plan.stages == 2 && plan.pp_v == 1 && plan.micro == 2);
+    CU_ASSERT(plan.pp_schedule == ZT_PP_1F1B);
+    CU_ASSERT(plan.stage_first[0] == 0 && plan.stage_first[1] == 2 && plan.stage_first[2] == 4);
+    /* uneven: the earlier stages take one more */
+    char *pp3[] = {"parallel.pipeline_parallel_size=3", "train.gradient_accumulation_steps=3"};
+    CU_ASSERT_EQUAL_FATAL(build(3, 3, 2, pp3), 0);
+    CU_ASSERT(plan.stage_first[1] == 2 && plan.stage_first[2] == 3 && plan.stage_first[3] == 4);
+    char *given[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
+                     "parallel.pp_layers_per_stage=[1, 3]"};
+    CU_ASSERT_EQUAL_FATAL(build(2, 2, 3, given), 0);
+    CU_ASSERT(plan.stage_first[1] == 1 && plan.stage_first[2] == 4);
+    /* gpipe runs any number of micro-batches; interleaved: v stages per rank */
+    char *gpipe[] = {"parallel.pipeline_parallel_size=2", "parallel.pp_schedule=gpipe"};
+    CU_ASSERT_EQUAL_FATAL(build(2, 2, 2, gpipe), 0);
+    CU_ASSERT(plan.pp_schedule == ZT_PP_GPIPE && plan.micro == 1);
+    char *il[] = {"parallel.pipeline_parallel_size=2", "parallel.pp_schedule=interleaved_1f1b",
+                  "parallel.pp_stages_per_rank=2", "train.gradient_accumulation_steps=4"};
+    CU_ASSERT_EQUAL_FATAL(build(2, 2, 4, il), 0);
+    CU_ASSERT(plan.stages == 4 && plan.pp_v == 2 && plan.stage_first[1] == 1 && plan.stage_first[4] == 4);
+
+    char *world[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2"};
+    CU_ASSERT_EQUAL(build(3, 3, 2, world), -1);
+    EXPECT_ERR("parallel.pipeline_parallel_size (2) x parallel.tensor_parallel_size (1) x "
+               "parallel.sequence_parallel_size (1) must divide the number of ranks (3)");
+    char *deep[] = {"parallel.pipeline_parallel_size=5", "train.gradient_accumulation_steps=5"};
+    CU_ASSERT_EQUAL(build(5, 5, 2, deep), -1);
+    EXPECT_ERR("parallel.pipeline_parallel_size (5) x parallel.pp_stages_per_rank (1) = 5 stages: more than the "
+               "model's 4 layers (2 blocks, the embedding and the head)");
+    char *count[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
+                     "parallel.pp_layers_per_stage=1,1,2"};
+    CU_ASSERT_EQUAL(build(2, 2, 3, count), -1);
+    EXPECT_ERR("parallel.pp_layers_per_stage has 3 entries; the pipeline has 2 stages "
+               "(parallel.pipeline_parallel_size 2 x parallel.pp_stages_per_rank 1)");
+    char *sum[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
+                   "parallel.pp_layers_per_stage=[1, 2]"};
+    CU_ASSERT_EQUAL(build(2, 2, 3, sum), -1);
+    EXPECT_ERR("parallel.pp_layers_per_stage sums to 3 layers; the model has 4 (2 blocks, the embedding and the head)");
+    char *few[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=1"};
+    CU_ASSERT_EQUAL(build(2, 2, 2, few), -1);
+    EXPECT_ERR("parallel.pp_schedule = 1f1b: train.gradient_accumulation_steps (1) must be at least "
+               "parallel.pipeline_parallel_size (2) (the pipeline's micro-batches are the accumulation steps)");
+    char *v1[] = {"parallel.pipeline_parallel_size=2", "parallel.pp_schedule=interleaved_1f1b"};
+    CU_ASSERT_EQUAL(build(2, 2, 2, v1), -1);
+    EXPECT_ERR("parallel.pp_schedule = interleaved_1f1b needs parallel.pp_stages_per_rank >= 2 (with one stage per "
+               "rank it is 1f1b)");
+    char *v2[] = {"parallel.pipeline_parallel_size=2", "parallel.pp_stages_per_rank=2",
+                  "train.gradient_accumulation_steps=2"};
+    CU_ASSERT_EQUAL(build(2, 2, 3, v2), -1);
+    EXPECT_ERR("parallel.pp_stages_per_rank (2) > 1 needs parallel.pp_schedule = interleaved_1f1b");
+    char *il3[] = {"parallel.pipeline_parallel_size=2", "parallel.pp_schedule=interleaved_1f1b",
+                   "parallel.pp_stages_per_rank=2", "train.gradient_accumulation_steps=3"};
+    CU_ASSERT_EQUAL(build(2, 2, 4, il3), -1);
+    EXPECT_ERR("parallel.pp_schedule = interleaved_1f1b: train.gradient_accumulation_steps (3) must be a multiple "
+               "of parallel.pipeline_parallel_size (2)");
+    char *z3[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
+                  "parallel.strategy=zero3"};
+    CU_ASSERT_EQUAL(build(4, 4, 3, z3), 0);
+    AXES(2, 1, 2, 1, 1);
+    char *hyb[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
+                   "parallel.strategy=hybrid_shard"};
+    CU_ASSERT_EQUAL(build(4, 4, 3, hyb), -1);
+    EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with parallel.strategy hybrid_shard");
+    char *tp[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
+                  "parallel.tensor_parallel_size=2"};
+    CU_ASSERT_EQUAL_FATAL(build(4, 4, 3, tp), 0);
+    AXES(2, 1, 1, 1, 2);
+    char *bf16[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2", "train.bf16=true"};
+    CU_ASSERT_EQUAL(build(2, 2, 3, bf16), -1);
+    EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with train.bf16 or train.fp16");
+    /* the list key itself: integers only */
+    char *bad[] = {"parallel.pp_layers_per_stage=[1, x]"};
+    CU_ASSERT_EQUAL(build(2, 2, 1, bad), -2);
+    char *zero[] = {"parallel.pp_layers_per_stage=2,0"};
+    CU_ASSERT_EQUAL(build(2, 2, 1, zero), -2);
+}
+
 static const zt_test_t tests[] = {
     {"valid meshes and their axes", t_valid_meshes},
     {"dtypes", t_dtypes},
@@ -272,6 +355,7 @@ static const zt_test_t tests[] = {
     {"shard group rules", t_shard_group_rules},
     {"offload rules", t_offload_rules},
     {"1-bit Adam rules", t_onebit_rules},
+    {"pipeline axis and rules", t_pipeline},
     {NULL, NULL},
 };
 

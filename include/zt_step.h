@@ -1,0 +1,91 @@
+/* zt_step.h — one optimizer step as a schedule: per pipeline rank, a list of actions.
+ *
+ * A step runs the gradient-accumulation micro-batches (0 .. M-1) through the model's
+ * stages (0 .. S-1, contiguous ranges of units from the embedding to the head) and then
+ * reduces the gradients and steps the optimizer. Which rank runs what, and in what order,
+ * is data: a list of actions per rank of the pipeline axis (pp ranks),
+ *   F m s   forward of micro-batch m through stage s
+ *   B m s   its backward (the last stage's includes the head's forward and backward,
+ *           which the model runs as one chunked pass)
+ *   SA/RA   send / receive the activation leaving stage s (to stage s + 1)
+ *   SG/RG   send / receive the gradient entering stage s (to stage s - 1)
+ *   R       the step's end: gradient reduction, clipping, optimizer
+ * so the train loop interprets a list, and tests print and check the lists without
+ * running a model (torch.distributed.pipelining's _Action lists, DeepSpeed's
+ * TrainSchedule). Stage s lives on pipeline rank s mod pp: v = S / pp stages per rank,
+ * looped (rank r holds stages r, r + pp, ..., Megatron's interleaving).
+ *
+ * Schedules (M micro-batches, S = pp v stages):
+ *   gpipe             every forward, then every backward (all M micro-batches' activations
+ *                     live on every stage at once)
+ *   1f1b              pp - 1 - r warm-up forwards, then one forward, one backward, ...
+ *                     (at most pp micro-batches in flight on rank 0, pp - r on rank r)
+ *   interleaved_1f1b  1F1B over v looped stages per rank (Megatron's order: groups of pp
+ *                     micro-batches per stage); M must be a multiple of pp
+ * At pp = 1 every schedule is the one-stage step: F m, B m for each m, then R (one
+ * micro-batch's activations at a time), the step ztrain ran before pipelines.
+ *
+ * Sends are non-blocking and receives block, so a schedule must never wait for a message
+ * that no rank will send before it: zt_schedule_check simulates the lists and says so. */
+#ifndef ZT_STEP_H
+#define ZT_STEP_H
+
+#include <stddef.h>
+
+#include "zt_plan.h"
+
+typedef enum {
+    ZT_ACT_FWD = 0, ZT_ACT_BWD, ZT_ACT_SEND_ACT, ZT_ACT_RECV_ACT, ZT_ACT_SEND_GRAD, ZT_ACT_RECV_GRAD, ZT_ACT_REDUCE,
+    ZT_ACT_N
+} zt_action_kind_t;
+
+typedef struct zt_action {
+    zt_action_kind_t kind;
+    int micro;  /* m (-1 for R) */
+    int stage;  /* the stage whose compute it is, or whose boundary the message crosses:
+                 * SA/RA carry stage s's output to s + 1 (stage = s for SA, s + 1 for RA);
+                 * SG/RG carry stage s's input gradient to s - 1 (stage = s for SG, s - 1 for RG) */
+    int peer;   /* send/receive: the other pipeline rank (-1 otherwise) */
+} zt_action_t;
+
+typedef struct zt_schedule {
+    zt_pp_schedule_t kind;
+    int pp, v, stages, micro;
+    int *n;             /* (pp) actions per rank */
+    zt_action_t **a;    /* (pp) each rank's list */
+} zt_schedule_t;
+
+/* The schedule `kind` over pp ranks of v stages each for `micro` micro-batches: 0, or -1
+ * with one line in err (v > 1 only for interleaved_1f1b, which needs micro a multiple of
+ * pp; micro >= 1). Free with zt_schedule_free. */
+int zt_schedule_build(zt_schedule_t *s, zt_pp_schedule_t kind, int pp, int v, int micro, char *err, size_t errlen);
+void zt_schedule_free(zt_schedule_t *s);
+
+/* The pipeline rank that runs stage `stage` */
+static inline int zt_schedule_stage_rank(const zt_schedule_t *s, int stage) { return stage % s->pp; }
+
+/* A message's tag: unique per (direction, micro-batch, stage boundary) within a step */
+int zt_schedule_tag(const zt_schedule_t *s, const zt_action_t *a);
+
+/* An action as text ("F3.1": forward of micro-batch 3 on stage 1; "SA3.1>1": its
+ * activation sent to rank 1; "R"); the characters written. */
+int zt_action_format(const zt_action_t *a, char *buf, size_t len);
+/* A rank's list as text, actions separated by spaces (truncated to len) */
+void zt_schedule_format(const zt_schedule_t *s, int rank, char *buf, size_t len);
+
+/* The model slots rank `rank` needs: a micro-batch takes a slot (its activations) from its
+ * first action on the rank to its last backward there, the lowest one free; slot (micro)
+ * gets each micro-batch's. Returns the slots used: 1 for the one-stage step, pp - rank at
+ * most under 1F1B, every micro-batch under GPipe. */
+int zt_schedule_slots(const zt_schedule_t *s, int rank, int *slot);
+
+/* Checks a schedule by running the lists: each rank in turn does its next action unless
+ * it is a receive whose message has not been sent; fails when no rank can move before
+ * every list ends (a deadlock), or when a message is sent twice, never received, or
+ * received without a send; also that every stage runs F and B of every micro-batch once,
+ * F before B, and every rank ends with R. inflight (pp) or NULL: the most micro-batches
+ * each rank held between a forward and its backward (summed over its stages). 0, or -1
+ * with the first fault in err. */
+int zt_schedule_check(const zt_schedule_t *s, int *inflight, char *err, size_t errlen);
+
+#endif
