@@ -374,15 +374,13 @@ static void cpu_rmsnorm_backward(float *restrict dinp, float *restrict dweight,
 
 /* ------------------------------------------------------------------- rope -- */
 
-/* Rotary embedding, rotate_half convention, in place. The angles of a row are
- * the same for its H heads, so cos/sin are computed once per row into a
- * per-thread table; the angle is the fp32 product pos * inv_freq[i] as in HF
- * (cos and sin of it in fp32, cosf/sinf). sign = +1 rotates by +a (forward),
- * -1 by -a (backward: R(a)^T = R(-a)). */
-/* Each distinct position's cos/sin row is computed once per call (cosf/sinf of the
- * same float argument, so the same values as per row): rows repeat positions B times
- * (and a packed batch's segments restart them), and the libm calls cost more than the
- * rotation itself. */
+/* Rotary embedding, rotate_half convention, in place. The angle is the fp32 product
+ * pos * inv_freq[i] as in HF (cos and sin of it in fp32, cosf/sinf), the same for a
+ * row's H heads and for every row at that position, so each position's cos/sin row is
+ * computed once per call into a (positions, D/2) table: rows repeat positions B times
+ * (a packed batch's segments restart them), and the libm calls cost more than the
+ * rotation itself. sign = +1 rotates by +a (forward), -1 by -a (backward: R(a)^T =
+ * R(-a)). */
 static void rope_apply(float *restrict x, const float *restrict inv_freq,
                        const int32_t *restrict positions, int B, int T, int H, int D, int stride,
                        float sign)

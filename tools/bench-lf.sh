@@ -87,7 +87,8 @@ import json, statistics, sys
 def sec(t):
     h, m, s = (int(x) for x in t.split(":"))
     return 3600 * h + 60 * m + s
-e = [sec(json.loads(l)["elapsed_time"]) for l in open(sys.argv[1]) if "elapsed_time" in l]
+# the step records (the end-of-training record repeats the last step a second or so later)
+e = [sec(r["elapsed_time"]) for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
 d = [b - a for a, b in zip(e, e[1:])][int(sys.argv[2]) - 1:]
 print(f"{statistics.median(d):.1f}")
 PY
