@@ -47,6 +47,11 @@ void zt_model_set_row_keys(zt_model_t *m, const uint64_t *keys)
     m->keys_set = 1;
 }
 
+/* Whether the training head runs on the loss-bearing rows alone (head_chunks): under LoRA,
+ * the SFT fine-tuning it is for, and without vocabulary parallelism, whose cross-entropy
+ * has kernels of its own */
+static int head_compacts(const zt_param_table_t *t) { return t->lora_rank > 0 && t->dims.tp_size <= 1; }
+
 size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int T, int recompute)
 {
     const zt_model_dims_t *d = &t->dims;
@@ -58,10 +63,9 @@ size_t zt_model_activation_bytes_estimate(const zt_param_table_t *t, int B, int 
                     2 * N * C /* dres, dres2 */;
     /* tensor parallelism: local ids, the cross-entropy's row statistics, a gathered row */
     if (d->tp_size > 1) floats += 3 * (size_t)head_rows_for(N, d->V) + (size_t)d->vocab_block * (d->tp_size + 1) + N;
-    floats += N; /* the loss-bearing rows' losses */
-    /* inputs, targets, positions, the segments of whole sequences (sp T per row), and the
-     * loss-bearing rows and their targets */
-    return floats * sizeof(float) + (5 + (size_t)ZT_MAX(d->sp_size, 1)) * N * sizeof(int32_t) +
+    const size_t hb = head_compacts(t) ? N * (sizeof(float) + 2 * sizeof(int32_t)) : 0; /* hloss, hrows, htgt */
+    /* inputs, targets, positions, and the segments of whole sequences (sp T per row) */
+    return floats * sizeof(float) + hb + (3 + (size_t)ZT_MAX(d->sp_size, 1)) * N * sizeof(int32_t) +
            t->arch->activation_bytes(t, B, T, recompute);
 }
 
@@ -123,11 +127,13 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->seg_buf = zt_model_alloc(m, N * (size_t)ZT_MAX(m->d.sp_size, 1) * sizeof(int32_t)); /* whole sequences */
     m->pos_buf = zt_model_alloc(m, N * sizeof(int32_t));
     m->host_losses = be->alloc_host(N * F); /* pinned on a GPU: the download stays async */
-    m->hrows = zt_model_alloc(m, N * sizeof(int32_t));
-    m->htgt = zt_model_alloc(m, N * sizeof(int32_t));
-    m->hloss = zt_model_alloc(m, N * F);
-    m->host_hrows = be->alloc_host(N * sizeof(int32_t));
-    m->host_htgt = be->alloc_host(N * sizeof(int32_t));
+    if (head_compacts(table)) {
+        m->hrows = zt_model_alloc(m, N * sizeof(int32_t));
+        m->htgt = zt_model_alloc(m, N * sizeof(int32_t));
+        m->hloss = zt_model_alloc(m, N * F);
+        m->host_hrows = be->alloc_host(N * sizeof(int32_t));
+        m->host_htgt = be->alloc_host(N * sizeof(int32_t));
+    }
     if (m->d.tp_size > 1) {
         m->inputs_tp = zt_model_alloc(m, N * sizeof(int32_t));
         m->host_inputs_tp = be->alloc_host(N * sizeof(int32_t));
@@ -157,11 +163,13 @@ void zt_model_free(zt_model_t *m)
     be->free(m->pos_buf);
     zt_model_kv_cache(m, 0);
     be->free_host(m->host_losses);
-    be->free(m->hrows);
-    be->free(m->htgt);
-    be->free(m->hloss);
-    be->free_host(m->host_hrows);
-    be->free_host(m->host_htgt);
+    if (m->hrows) {
+        be->free(m->hrows);
+        be->free(m->htgt);
+        be->free(m->hloss);
+        be->free_host(m->host_hrows);
+        be->free_host(m->host_htgt);
+    }
     if (m->lsum) {
         be->free(m->lsum);
         be->free(m->ones);
@@ -200,11 +208,11 @@ void zt_model_free(zt_model_t *m)
 size_t zt_model_activation_bytes(const zt_model_t *m) { return m->act_bytes; }
 
 /* The loss-bearing rows of a batch with targets, uploaded where they are fewer than N
- * (vocabulary parallelism keeps every row: its cross-entropy has its own kernels) */
+ * and the head compacts (head_compacts) */
 static void set_loss_rows(zt_model_t *m, const int32_t *targets, int N)
 {
     m->hn = N;
-    if (!targets || m->inputs_tp) return;
+    if (!targets || !m->hrows) return;
     int n = 0;
     for (int i = 0; i < N; i++) n += targets[i] >= 0 && targets[i] < m->d.V;
     if (n == N) return;

@@ -28,7 +28,7 @@ struct zt_model {
     float *losses;              /* (N) */
     float *host_losses;         /* (N) */
     /* The batch's loss-bearing rows (targets in [0, V); an SFT prompt's and padding's are
-     * not): their count hn (N: every row, or no compaction under vocabulary parallelism),
+     * not): their count hn (N: every row, or no compaction: see head_compacts in zt_model.c),
      * their batch rows and targets (hn) on the backend and the host, and their losses
      * (hn) before they go back to their rows. The training head runs on these rows alone. */
     int hn;
