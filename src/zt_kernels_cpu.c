@@ -375,40 +375,45 @@ static void cpu_rmsnorm_backward(float *restrict dinp, float *restrict dweight,
 
 /* ------------------------------------------------------------------- rope -- */
 
-/* Rotary embedding, rotate_half convention, in place. The angles of a row are
- * the same for its H heads, so cos/sin are computed once per row into a
- * per-thread table; the angle is the fp32 product pos * inv_freq[i] as in HF
- * (cos and sin of it in fp32, cosf/sinf). sign = +1 rotates by +a (forward),
- * -1 by -a (backward: R(a)^T = R(-a)). */
+/* Rotary embedding, rotate_half convention, in place. The angle is the fp32 product
+ * pos * inv_freq[i] as in HF (cos and sin of it in fp32, cosf/sinf), the same for a
+ * row's H heads and for every row at that position, so each position's cos/sin row is
+ * computed once per call into a (positions, D/2) table: rows repeat positions B times
+ * (a packed batch's segments restart them), and the libm calls cost more than the
+ * rotation itself. sign = +1 rotates by +a (forward), -1 by -a (backward: R(a)^T =
+ * R(-a)). */
 static void rope_apply(float *restrict x, const float *restrict inv_freq,
                        const int32_t *restrict positions, int B, int T, int H, int D, int stride,
                        float sign)
 {
     const int half = D / 2;
     const size_t rows = (size_t)B * T;
-#pragma omp parallel if (rows * H * D >= ZT_PAR_MIN)
-    {
-        float *cs = zt_malloc(2 * (size_t)half * sizeof(float)), *sn = cs + half;
-#pragma omp for schedule(static)
-        for (size_t r = 0; r < rows; r++) {
-            const float pos = (float)(positions ? positions[r] : (int32_t)(r % T));
-            for (int i = 0; i < half; i++) {
-                float a = pos * inv_freq[i];
-                cs[i] = cosf(a);
-                sn[i] = sign * sinf(a);
-            }
-            for (int h = 0; h < H; h++) {
-                float *restrict x1 = x + r * stride + (size_t)h * D, *restrict x2 = x1 + half;
+    int npos = T; /* positions 0..npos-1 occur */
+    if (positions)
+        for (size_t r = 0; r < rows; r++) npos = ZT_MAX(npos, positions[r] + 1);
+    float *cs = zt_malloc(2 * (size_t)npos * half * sizeof(float)), *sn = cs + (size_t)npos * half; // (npos, half) each
+#pragma omp parallel for if ((size_t)npos * half >= ZT_PAR_MIN / 8) schedule(static)
+    for (int p = 0; p < npos; p++)
+        for (int i = 0; i < half; i++) {
+            float a = (float)p * inv_freq[i];
+            cs[(size_t)p * half + i] = cosf(a);
+            sn[(size_t)p * half + i] = sign * sinf(a);
+        }
+#pragma omp parallel for if (rows * H * D >= ZT_PAR_MIN) schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+        const size_t p = (size_t)(positions ? positions[r] : (int32_t)(r % T));
+        const float *restrict c = cs + p * half, *restrict sr = sn + p * half;
+        for (int h = 0; h < H; h++) {
+            float *restrict x1 = x + r * stride + (size_t)h * D, *restrict x2 = x1 + half;
 #pragma omp simd
-                for (int i = 0; i < half; i++) {
-                    float a1 = x1[i], a2 = x2[i];
-                    x1[i] = a1 * cs[i] - a2 * sn[i];
-                    x2[i] = a2 * cs[i] + a1 * sn[i];
-                }
+            for (int i = 0; i < half; i++) {
+                float a1 = x1[i], a2 = x2[i];
+                x1[i] = a1 * c[i] - a2 * sr[i];
+                x2[i] = a2 * c[i] + a1 * sr[i];
             }
         }
-        free(cs);
     }
+    free(cs);
 }
 
 static void cpu_rope_forward(float *restrict x, const float *restrict inv_freq,
@@ -1026,19 +1031,27 @@ static void cpu_gelu_backward(float *restrict dinp, const float *restrict inp,
 /* The gated MLPs, SwiGLU and GeGLU: gu (N, 2I) = [gate | up] per row (one GEMM over
  * gate_proj and up_proj), out (N, I) = act(gate) * up with act silu or tanh-GELU
  * (gelu_sig above). */
+/* One row of each; gelu a constant at every call (glu_forward/glu_backward branch once,
+ * outside the row loop), so the element loop has no control flow and vectorizes. */
+static inline __attribute__((always_inline)) void glu_forward_row(float *restrict o, const float *restrict g,
+                                                                   const float *restrict u, int NI, int gelu)
+{
+#pragma omp simd
+    for (int i = 0; i < NI; i++) {
+        float s1s, x = g[i];
+        const float a = gelu ? x * gelu_sig(x, &s1s) : x * zt_sigmoid(x);
+        o[i] = a * u[i];
+    }
+}
+
 static void glu_forward(float *restrict out, const float *restrict gu, int N, int NI, int gelu)
 {
     const size_t n = (size_t)N * NI;
 #pragma omp parallel for if (n >= ZT_PAR_MIN) schedule(static)
     for (int r = 0; r < N; r++) {
-        const float *restrict g = gu + (size_t)r * 2 * NI, *restrict u = g + NI;
-        float *restrict o = out + (size_t)r * NI;
-#pragma omp simd
-        for (int i = 0; i < NI; i++) {
-            float s1s, x = g[i];
-            const float a = gelu ? x * gelu_sig(x, &s1s) : x * zt_sigmoid(x);
-            o[i] = a * u[i];
-        }
+        const float *g = gu + (size_t)r * 2 * NI;
+        if (gelu) glu_forward_row(out + (size_t)r * NI, g, g + NI, NI, 1);
+        else glu_forward_row(out + (size_t)r * NI, g, g + NI, NI, 0);
     }
 }
 
@@ -1047,28 +1060,36 @@ static void glu_forward(float *restrict out, const float *restrict gu, int N, in
  * up i before writing the same two elements and touches no other, so the loop is a
  * valid simd loop with or without the alias (hence no restrict on dgu and gu, and the
  * explicit simd pragma). */
+static inline __attribute__((always_inline)) void glu_backward_row(float *dg, const float *restrict dy,
+                                                                    const float *g, int NI, int gelu)
+{
+    const float *u = g + NI;
+    float *du = dg + NI;
+#pragma omp simd
+    for (int i = 0; i < NI; i++) {
+        float s1s, gi = g[i], ui = u[i], act, dact;
+        if (gelu) {
+            act = gi * gelu_sig(gi, &s1s);
+            dact = gelu_grad(gi);
+        } else {
+            const float s = zt_sigmoid(gi);
+            act = gi * s;
+            dact = s + gi * s * (1.0f - s);
+        }
+        dg[i] = dy[i] * ui * dact;
+        du[i] = dy[i] * act;
+    }
+}
+
 static void glu_backward(float *dgu, const float *restrict dout, const float *gu, int N, int NI, int gelu)
 {
     const size_t n = (size_t)N * NI;
 #pragma omp parallel for if (n >= ZT_PAR_MIN) schedule(static)
     for (int r = 0; r < N; r++) {
-        const float *g = gu + (size_t)r * 2 * NI, *u = g + NI;
-        float *dg = dgu + (size_t)r * 2 * NI, *du = dg + NI;
-        const float *restrict dy = dout + (size_t)r * NI;
-#pragma omp simd
-        for (int i = 0; i < NI; i++) {
-            float s1s, gi = g[i], ui = u[i], act, dact;
-            if (gelu) {
-                act = gi * gelu_sig(gi, &s1s);
-                dact = gelu_grad(gi);
-            } else {
-                const float s = zt_sigmoid(gi);
-                act = gi * s;
-                dact = s + gi * s * (1.0f - s);
-            }
-            dg[i] = dy[i] * ui * dact;
-            du[i] = dy[i] * act;
-        }
+        float *dg = dgu + (size_t)r * 2 * NI;
+        const float *g = gu + (size_t)r * 2 * NI, *dy = dout + (size_t)r * NI;
+        if (gelu) glu_backward_row(dg, dy, g, NI, 1);
+        else glu_backward_row(dg, dy, g, NI, 0);
     }
 }
 

@@ -47,6 +47,11 @@ void zt_model_set_row_keys(zt_model_t *m, const uint64_t *keys)
     m->keys_set = 1;
 }
 
+/* Whether the training head runs on the loss-bearing rows alone (head_chunks): under LoRA,
+ * the SFT fine-tuning it is for, and without vocabulary parallelism, whose cross-entropy
+ * has kernels of its own */
+static int head_compacts(const zt_param_table_t *t) { return t->lora_rank > 0 && t->dims.tp_size <= 1; }
+
 /* Model FLOPs of the step the table trains (the convention of doc/performance.md): the family
  * counts 6 per GEMM weight element per token (2 forward, 2 for the input gradient, 2 for the
  * weight gradient) and attention; a frozen weight (LoRA's base, a frozen unit) has no weight
@@ -105,6 +110,13 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     m->seg_buf = zt_model_alloc(m, N * (size_t)ZT_MAX(m->d.sp_size, 1) * sizeof(int32_t)); /* whole sequences */
     m->pos_buf = zt_model_alloc(m, N * sizeof(int32_t));
     m->host_losses = be->alloc_host(N * F); /* pinned on a GPU: the download stays async */
+    if (head_compacts(table)) {
+        m->hrows = zt_model_alloc(m, N * sizeof(int32_t));
+        m->htgt = zt_model_alloc(m, N * sizeof(int32_t));
+        m->hloss = zt_model_alloc(m, N * F);
+        m->host_hrows = be->alloc_host(N * sizeof(int32_t));
+        m->host_htgt = be->alloc_host(N * sizeof(int32_t));
+    }
     if (m->d.tp_size > 1) {
         m->inputs_tp = zt_model_alloc(m, N * sizeof(int32_t));
         m->host_inputs_tp = be->alloc_host(N * sizeof(int32_t));
@@ -134,6 +146,13 @@ void zt_model_free(zt_model_t *m)
     be->free(m->pos_buf);
     zt_model_kv_cache(m, 0);
     be->free_host(m->host_losses);
+    if (m->hrows) {
+        be->free(m->hrows);
+        be->free(m->htgt);
+        be->free(m->hloss);
+        be->free_host(m->host_hrows);
+        be->free_host(m->host_htgt);
+    }
     if (m->lsum) {
         be->free(m->lsum);
         be->free(m->ones);
@@ -179,6 +198,24 @@ float *zt_model_residual(zt_model_t *m, int l)
 
 float *zt_model_residual_grad(zt_model_t *m) { return m->dres; }
 
+/* The loss-bearing rows of a batch with targets, uploaded where they are fewer than N
+ * and the head compacts (head_compacts) */
+static void set_loss_rows(zt_model_t *m, const int32_t *targets, int N)
+{
+    m->hn = N;
+    if (!targets || !m->hrows) return;
+    int n = 0;
+    for (int i = 0; i < N; i++) n += targets[i] >= 0 && targets[i] < m->d.V;
+    if (n == N) return;
+    m->be->wait_uploads(); /* the previous batch's copies may still read the host arrays */
+    n = 0;
+    for (int i = 0; i < N; i++)
+        if (targets[i] >= 0 && targets[i] < m->d.V) m->host_hrows[n] = i, m->host_htgt[n++] = targets[i];
+    m->hn = n;
+    m->be->from_host_async(m->hrows, m->host_hrows, (size_t)n * sizeof(int32_t));
+    m->be->from_host_async(m->htgt, m->host_htgt, (size_t)n * sizeof(int32_t));
+}
+
 void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *targets, int B, int T)
 {
     const int sp = m->d.sp_size > 1 ? m->d.sp_size : 1;
@@ -190,6 +227,7 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
     m->be->from_host_async(m->inputs, inputs, N * sizeof(int32_t));
     m->has_targets = targets != NULL;
     if (targets) m->be->from_host_async(m->targets, targets, N * sizeof(int32_t));
+    set_loss_rows(m, targets, (int)N);
     if (m->inputs_tp) {
         /* this rank's vocabulary rows [v0, v0 + V) as local ids; -1 elsewhere */
         const int v0 = m->d.vocab_start;
@@ -363,15 +401,15 @@ static void head_input(zt_model_t *m, const float *root)
 /* The cross-entropy of rows [i, i + n) of the chunk that starts at batch row r0: their
  * losses and, for scale != 0, their dlogits (scale times dCE/dlogits) in place; under
  * vocabulary parallelism after the chunk's row statistics. */
-static void ce_rows(zt_model_t *m, int r0, int i, int n, float scale)
+static void ce_rows(zt_model_t *m, const int32_t *targets, float *losses, int r0, int i, int n, float scale)
 {
     const int V = m->d.V;
     float *logits = m->logits + (size_t)i * V;
     if (m->inputs_tp)
-        m->be->vocab_ce_grad(logits, m->losses + r0 + i, m->ce_max + i, m->ce_sz + 2 * (size_t)i,
-                             m->targets + r0 + i, m->d.vocab_start, n, V, scale);
+        m->be->vocab_ce_grad(logits, losses + r0 + i, m->ce_max + i, m->ce_sz + 2 * (size_t)i, targets + r0 + i,
+                             m->d.vocab_start, n, V, scale);
     else
-        m->be->crossentropy_fused(logits, m->losses + r0 + i, m->targets + r0 + i, n, V, scale);
+        m->be->crossentropy_fused(logits, losses + r0 + i, targets + r0 + i, n, V, scale);
 }
 
 /* The head over rows [0, N) in chunks: final norm, logits (head_rows,V), and with
@@ -380,19 +418,33 @@ static void ce_rows(zt_model_t *m, int r0, int i, int n, float scale)
  * the head weight's gradient, so the chunk buffer is free for the next. The dlogits
  * factor is dscale, or with token scales set each token's own: the kernels take one
  * factor per call, so a chunk runs as its runs of equal factors (one per sequence of a
- * preference pair), and a batch without token scales exactly as before. */
+ * preference pair), and a batch without token scales exactly as before.
+ * Training without token scales runs on the loss-bearing rows alone (m->hn of them:
+ * an SFT prompt's logits are never needed): their xf rows gathered into dres (free
+ * until the final norm's backward), their dxf into xf (read no more), then scattered
+ * into dres2 and their losses into theirs, the other rows' zero, as the cross-entropy
+ * makes them. Each row's logits, loss and dxf are the same numbers either way; with a
+ * trained head its weight gradient sums the same nonzero rows (the ignored rows added
+ * zeros). */
 static void head_chunks(zt_model_t *m, const float *root, int train, float *droot, float dscale)
 {
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
     const size_t ho = m->arch->ops->head_offset(m);
     const float *ts = train ? m->tok_scale : NULL;
+    const int compact = train && !ts && m->has_targets && m->hn < N;
+    const int n = compact ? m->hn : N;
+    const float *x = compact ? m->dres : m->xf;       // (n,C) the head's input rows
+    float *dx = compact ? m->xf : m->dres2;           // (n,C) their dxf
+    const int32_t *tgt = compact ? m->htgt : m->targets;
+    float *loss = compact ? m->hloss : m->losses;
     head_input(m, root);
-    for (int r0 = 0; r0 < N; r0 += m->head_rows) {
-        const int rows = ZT_MIN(m->head_rows, N - r0);
-        const float *xf = m->xf + (size_t)r0 * C;
+    if (compact) be->embedding_forward(m->dres, m->hrows, m->xf, n, C); // gather
+    for (int r0 = 0; r0 < n; r0 += m->head_rows) {
+        const int rows = ZT_MIN(m->head_rows, n - r0);
+        const float *xf = x + (size_t)r0 * C;
         be->matmul_forward(m->logits, xf, root + ho, NULL, rows, C, V, 1); // (rows,V)
-        m->head_first = r0;
+        m->head_first = compact ? N : r0; /* compact: no batch row's logits are kept */
         if (!m->has_targets) continue;
         if (m->host_lsum && !train) /* before the cross-entropy, which may write the chunk */
             be->gemm(0, 0, rows, 1, V, 1.0f, m->logits, V, m->ones, 1, 0.0f, m->lsum + r0, 1); // (rows,1)
@@ -404,16 +456,22 @@ static void head_chunks(zt_model_t *m, const float *root, int train, float *droo
             m->ac.tp_allreduce(m->ac.ctx, m->ce_sz, 2 * (size_t)rows, ZT_ACT_SUM);
         }
         if (!ts) {
-            ce_rows(m, r0, 0, rows, train ? dscale : 0.0f);
+            ce_rows(m, tgt, loss, r0, 0, rows, train ? dscale : 0.0f);
         } else {
             for (int i = 0, j; i < rows; i = j) {
                 for (j = i + 1; j < rows && ts[r0 + j] == ts[r0 + i]; j++) {}
-                ce_rows(m, r0, i, j - i, ts[r0 + i]);
+                ce_rows(m, tgt, loss, r0, i, j - i, ts[r0 + i]);
             }
         }
         if (train) /* droot NULL: a frozen head (LoRA) needs only dL/dxf */
-            be->matmul_backward(m->dres2 + (size_t)r0 * C, droot ? droot + ho : NULL, NULL, m->logits, xf,
-                                root + ho, rows, C, V, 1);
+            be->matmul_backward(dx + (size_t)r0 * C, droot ? droot + ho : NULL, NULL, m->logits, xf, root + ho, rows,
+                                C, V, 1);
+    }
+    if (compact) { /* scatter: each row of dres2 and losses gets its own value or stays zero */
+        be->memzero(m->dres2, (size_t)N * C * sizeof(float));
+        be->embedding_backward(m->dres2, dx, m->hrows, n, C);
+        be->memzero(m->losses, (size_t)N * sizeof(float));
+        be->embedding_backward(m->losses, m->hloss, m->hrows, n, 1);
     }
     /* read after backward: the device goes on with it meanwhile */
     if (m->has_targets) be->to_host_async(m->host_losses, m->losses, (size_t)N * sizeof(float));

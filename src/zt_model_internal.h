@@ -27,6 +27,13 @@ struct zt_model {
     int head_rows, head_first;  /* chunk rows; first row of the chunk the buffer holds */
     float *losses;              /* (N) */
     float *host_losses;         /* (N) */
+    /* The batch's loss-bearing rows (targets in [0, V); an SFT prompt's and padding's are
+     * not): their count hn (N: every row, or no compaction: see head_compacts in zt_model.c),
+     * their batch rows and targets (hn) on the backend and the host, and their losses
+     * (hn) before they go back to their rows. The training head runs on these rows alone. */
+    int hn;
+    int32_t *hrows, *htgt, *host_hrows, *host_htgt;
+    float *hloss;
     const float *tok_scale;     /* (N) the caller's host dlogits factors (zt_model_set_token_scales) or NULL */
     /* zt_model_set_logit_sums: the caller's host (N) or NULL; each row's logit sum (N)
      * and a vector of V ones to make it with a GEMM, allocated at the first call */
