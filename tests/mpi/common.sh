@@ -98,6 +98,28 @@ run_ztrain() {
     [ "$ZT_RC" -eq 0 ] || fail "ztrain on $1 ranks exited with $ZT_RC"
 }
 
+# every_rank_exits NP CODE WHAT args...: ztrain on NP ranks with Open MPI told not to kill the
+# job at the first non-zero exit, so that each rank's own exit status is seen; fails the test
+# unless every rank exits CODE without a timeout or a crash (WHAT names the case in messages)
+every_rank_exits() {
+    np=$1 code=$2 what=$3
+    shift 3
+    rcdir=$(mktemp -d "$ZT_TMP/rc.XXXXXX") || fail "mktemp"
+    # shellcheck disable=SC2016
+    ZT_MPIRUN_ARGS="--mca orte_abort_on_non_zero_status 0" sh "$ZT_MPIRUN" "$np" sh -c \
+        '"$@"; rc=$?; echo $rc >"'"$rcdir"'/rank-$OMPI_COMM_WORLD_RANK"; exit $rc' sh \
+        "$ZTRAIN" "$@" >"$ZT_OUT" 2>&1
+    grep -qF "zt_mpirun.sh: TIMEOUT" "$ZT_OUT" && fail "the job hung $what"
+    r=0
+    while [ $r -lt "$np" ]; do
+        [ "$(cat "$rcdir/rank-$r" 2>/dev/null)" = "$code" ] ||
+            { cat "$ZT_OUT"; fail "rank $r exited $(cat "$rcdir/rank-$r" 2>/dev/null) $what, expected $code"; }
+        r=$((r + 1))
+    done
+    grep -qiE "segmentation fault|signal 11|FATAL" "$ZT_OUT" && { cat "$ZT_OUT"; fail "a rank crashed $what"; }
+    return 0
+}
+
 expect_fail_with() {
     np=$1
     text=$2

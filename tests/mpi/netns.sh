@@ -15,7 +15,7 @@
 # netns_ztrain NP args   ztrain through netns_run; output in $ZT_OUT (printed), status returned
 # netns_down         removes the namespaces (their interfaces go with them)
 # The host names are those of the ranks' hosts, so MPI_COMM_TYPE_SHARED, ztrain's node
-# count and Open MPI's per-host session directories see two nodes.
+# count and Open MPI's per-host temporary directories see two nodes.
 
 netns_up() {
     ZT_NETNS_DIR=$1

@@ -153,18 +153,9 @@ at_exit "umount '$full' 2>/dev/null"
 ck=crash/ckpt-00000015.h5
 [ -e "$ck" ] || fail "no $ck"
 sum0=$(md5sum "$ck")
-mkdir "$ZT_TMP/fullrc" || fail "mkdir"
-# shellcheck disable=SC2086,SC2016
-ZT_MPIRUN_ARGS="--mca orte_abort_on_non_zero_status 0" sh "$ZT_MPIRUN" 2 sh -c \
-    '"$@"; rc=$?; echo $rc >"'"$ZT_TMP"'/fullrc/rank-$OMPI_COMM_WORLD_RANK"; exit $rc' sh \
-    "$ZTRAIN" $common parallel.strategy=zero3 $nvp parallel.offload_nvme_path="$full" train.max_steps=20 \
-    checkpoint.resume="$ck" train.output_dir=fullrun >"$ZT_OUT" 2>&1
-grep -qF "zt_mpirun.sh: TIMEOUT" "$ZT_OUT" && fail "the job hung on a full nvme_path"
-for r in 0 1; do
-    [ "$(cat "$ZT_TMP/fullrc/rank-$r" 2>/dev/null)" = 1 ] ||
-        { cat "$ZT_OUT"; fail "rank $r exited $(cat "$ZT_TMP/fullrc/rank-$r" 2>/dev/null) on a full nvme_path, expected 1"; }
-done
-grep -qiE "segmentation fault|signal 11|FATAL" "$ZT_OUT" && { cat "$ZT_OUT"; fail "a rank crashed on a full nvme_path"; }
+# shellcheck disable=SC2086
+every_rank_exits 2 1 "on a full nvme_path" $common parallel.strategy=zero3 $nvp parallel.offload_nvme_path="$full" \
+    train.max_steps=20 checkpoint.resume="$ck" train.output_dir=fullrun
 assert_contains "$ZT_OUT" "ztrain: error: parallel.offload_nvme_path: $full: No space left on device allocating rank"
 [ "$(grep -c "error" "$ZT_OUT")" -eq 1 ] || { cat "$ZT_OUT"; fail "a full nvme_path gave more than one error line"; }
 [ "$(md5sum "$ck")" = "$sum0" ] || fail "the checkpoint changed"
