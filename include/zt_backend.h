@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct zt_quant4_split; /* zt_quant.h */
+
 enum { ZT_MATMUL_HIGHEST = 0, ZT_MATMUL_HIGH = 1, ZT_MATMUL_MEDIUM = 2 };
 
 typedef struct zt_backend {
@@ -247,9 +249,11 @@ typedef struct zt_backend {
     /* bitsandbytes' dequantize_4bit to float32, bit for bit (include/zt_quant.h): out (n) =
      * the 4-bit tensor of n values that zt_quant4_pack_region wrote at region (backend
      * memory, the floats of a unit), quant_type a zt_quant_type_t (nf4, fp4), nested its
-     * double quantization, blocksize its block. QLoRA's linear runs it before each GEMM
-     * with a 4-bit weight. */
-    void (*dequant4)(float *out, const float *region, int64_t n, int quant_type, int nested, int64_t blocksize);
+     * double quantization, blocksize its block, split the tensor's blocks these n values
+     * are (a tensor-parallel rank's share, zt_quant4_region_split; NULL: the whole tensor).
+     * QLoRA's linear runs it before each GEMM with a 4-bit weight. */
+    void (*dequant4)(float *out, const float *region, int64_t n, int quant_type, int nested, int64_t blocksize,
+                     const struct zt_quant4_split *split);
     /* 1 when the host can read and write this backend's buffers directly (last, so
      * initializers that omit it mean "device memory") */
     int host_memory;

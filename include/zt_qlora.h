@@ -43,6 +43,10 @@ size_t zt_qlora_values(const zt_param_t *p);
  * non-finite weight. */
 int zt_qlora_quantize(const zt_param_table_t *t, int p, float *value, char *err, size_t errlen);
 
+/* Which of its tensor's 4-bit blocks parameter p of a tp rank's table holds (zt_quant4_split_t:
+ * zeros for a whole tensor). zt_params_tp_local has refused a split that cuts a block. */
+void zt_qlora_split(const zt_param_table_t *t, const zt_param_t *p, zt_quant4_split_t *s);
+
 /* The view of 4-bit parameter p of t, whose region starts at w (its unit's buffer + offset). */
 void zt_qlora_view(const zt_param_table_t *t, const zt_param_t *p, const float *w, zt_quant4_view_t *v);
 

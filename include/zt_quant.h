@@ -69,6 +69,25 @@ void zt_quant8_quantize(const float *x, int64_t n, int64_t blocksize, uint8_t *c
 void zt_quant4_double_quant(const float *absmax, int64_t nblocks, int torch_threads, uint8_t *codes,
                             float *nested_absmax, float *offset);
 
+/* Part of a tensor's blocks, as a tensor-parallel rank holds them (zt_qlora.h): its local blocks
+ * are whole blocks of the tensor, runs of run_blocks consecutive ones stride_blocks apart (a
+ * row-parallel split: each row's share of columns), the first at tensor block first_block. A
+ * column-parallel split is one run. run_blocks 0: the whole tensor. Each local block keeps its
+ * own scale; the double-quantization offset is the tensor's, and a block of 256 nested scales
+ * that the split cuts is held by every rank whose blocks it scales (one float each). */
+typedef struct zt_quant4_split {
+    int64_t run_blocks, stride_blocks, first_block;
+} zt_quant4_split_t;
+
+/* The tensor's block of local block b. */
+static inline int64_t zt_quant4_global_block(const zt_quant4_split_t *s, int64_t b)
+{
+    return s->run_blocks ? s->first_block + (b / s->run_blocks) * s->stride_blocks + b % s->run_blocks : b;
+}
+/* The nested scales a split of nblocks local blocks needs (a run of the tensor's, from that of
+ * its first block to that of its last): ceil(nblocks / 256) for the whole tensor. */
+int64_t zt_quant4_nested_count(const zt_quant4_split_t *s, int64_t nblocks);
+
 /* A quantized tensor as stored: pointers into its bytes, nothing owned. */
 typedef struct zt_quant4_view {
     zt_quant_type_t type;
@@ -80,6 +99,8 @@ typedef struct zt_quant4_view {
     const float *nested_absmax;  /* nested: ceil(nblocks / nested_blocksize) */
     int64_t nested_blocksize;    /* nested: 256 */
     float offset;                /* nested */
+    zt_quant4_split_t split;     /* which of the tensor's blocks these are (zeros: all of them);
+                                  * nested_absmax[0] is the scale of the first one's block of 256 */
 } zt_quant4_view_t;
 
 /* Elements [e0, e0 + n) of the tensor, dequantized to float32 into out (n floats), exactly as
@@ -102,11 +123,11 @@ float zt_quant4_block_scale(const zt_quant4_view_t *q, int64_t b);
  *               packed ((n + 1) / 2 bytes)
  * nb = ceil(n / blocksize): about 0.53 of n floats' 4 bytes per value at block size 64, nested. */
 
-/* The floats at the region's start (offset and nested_absmax, or absmax) for nblocks blocks:
- * its bytes (codes, then packed) begin there. */
-int64_t zt_quant4_region_floats(int64_t nblocks, int nested);
-/* The bytes of that layout (at most 4 n for any n >= 1 and block size >= 32). */
-size_t zt_quant4_region_bytes(int64_t n, int64_t blocksize, int nested);
+/* The floats at the region's start (offset and nested_absmax, or absmax) for nblocks blocks of
+ * split s (NULL: a whole tensor): its bytes (codes, then packed) begin there. */
+int64_t zt_quant4_region_floats(int64_t nblocks, int nested, const zt_quant4_split_t *s);
+/* The bytes of that layout for n values (at most 4 n for any n >= 1 and block size >= 32 whole). */
+size_t zt_quant4_region_bytes(int64_t n, int64_t blocksize, int nested, const zt_quant4_split_t *s);
 /* Quantizes the whole tensor x (n values) into that layout in place (its first
  * zt_quant4_region_bytes): x is read first, then overwritten. torch_threads = 1 for the nested offset (see zt_quant_mean). -1 with err naming
  * `name` for a non-finite value or a block size bitsandbytes refuses (x unchanged). */
@@ -116,9 +137,13 @@ int zt_quant4_pack_region(const char *name, zt_quant_type_t t, int nested, int64
  * codes, nested absmax, offset) into that layout at region (zt_quant4_region_bytes of it);
  * nested_blocksize must be 256, as the layout assumes. */
 void zt_quant4_region_write(const zt_quant4_view_t *q, float *region);
-/* The view of a region written by zt_quant4_pack_region. */
+/* The view of a region written by zt_quant4_pack_region (s NULL) or zt_quant4_region_split. */
 void zt_quant4_region_view(zt_quant_type_t t, int nested, int64_t blocksize, const float *region, int64_t n,
-                           zt_quant4_view_t *v);
+                           const zt_quant4_split_t *s, zt_quant4_view_t *v);
+/* The region of split s's n values (whole blocks of the tensor, or its tail) cut from the whole
+ * tensor's view q: their packed bytes, their absmax or codes, the nested scales they need and the
+ * offset, byte for byte what q holds for them. */
+void zt_quant4_region_split(const zt_quant4_view_t *q, const zt_quant4_split_t *s, int64_t n, float *region);
 
 /* ---- bitsandbytes' serialised quant_state --------------------------------------------------- */
 

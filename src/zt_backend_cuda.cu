@@ -787,13 +787,13 @@ static void cuda_scale(float *x, float s, size_t n)
 /* QLoRA's base: the 4-bit bytes in the unit dequantized on the device, then the GEMM
  * (cuBLASLt, matmul_forward / matmul_backward) reads the float32 scratch */
 static void cuda_dequant4(float *out, const float *region, int64_t n, int quant_type, int nested,
-                          int64_t blocksize)
+                          int64_t blocksize, const zt_quant4_split_t *split)
 {
     ensure_init();
     if (n <= 0) return;
     zt_q4_args_t a;
     zt_q4_tables_t tb;
-    zt_q4_prepare(region, n, quant_type, nested, blocksize, &a, &tb);
+    zt_q4_prepare(region, n, quant_type, nested, blocksize, split, &a, &tb);
     dequant4_k<<<ELEM_LAUNCH((size_t)(n + 1) / 2)>>>(out, a, tb);
     ZT_LAUNCHED();
 }

@@ -1536,11 +1536,6 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (cfg->model.quantization_bit == 4 && (cfg->train.bf16 || cfg->train.fp16))
         return zt_err(err, errlen, "model.quantization_bit = 4 computes in float32 (bitsandbytes' compute dtype "
                                    "float32): set train.%s = false", cfg->train.bf16 ? "bf16" : "fp16");
-    if (cfg->model.quantization_bit == 4 && cfg->parallel.tensor_parallel_size > 1)
-        return zt_err(err, errlen, "model.quantization_bit = 4 runs without tensor parallelism "
-                                   "(parallel.tensor_parallel_size = %d): bitsandbytes quantizes each weight whole, "
-                                   "its double-quantization offset over all of its blocks",
-                      cfg->parallel.tensor_parallel_size);
     if (cfg->model.quantization_bit == 4 && cfg->train.stage == ZT_STAGE_DPO)
         return zt_err(err, errlen, "model.quantization_bit = 4 with train.stage = dpo is not available yet (QLoRA "
                                    "trains sft)");

@@ -186,14 +186,38 @@ int zt_hf_model_read_4bit(zt_hf_dir_t *d, const zt_param_table_t *t, int p, floa
 
 /* A 4-bit weight (zt_qlora.h) is read whole, as bitsandbytes quantizes it: a rank that holds
  * part of its 4-bit form reads all of the tensor and keeps its own floats of that form (the
- * engine's gathers put it together again, byte for byte). */
-static int quantize_seg(zt_hf_dir_t *d, const zt_param_table_t *t, const zt_io_seg_t *g, char *e, size_t el)
+ * engine's gathers put it together again, byte for byte). Under tp (lt: this tp rank's table)
+ * that form is the rank's share of the blocks (zt_quant4_region_split), cut from the whole. */
+static int quantize_seg(zt_hf_dir_t *d, const zt_param_table_t *t, const zt_param_table_t *lt, const zt_io_seg_t *g,
+                        char *e, size_t el)
 {
-    float *w = zt_malloc(zt_qlora_values(&t->params[g->param]) * sizeof *w);
-    const int rc = zt_hf_model_read_4bit(d, t, g->param, w, e, el);
+    const zt_param_t *q = &t->params[g->param];
+    float *w = zt_malloc(ZT_MAX(zt_qlora_values(q), q->numel) * sizeof *w);
+    int rc = zt_hf_model_read_4bit(d, t, g->param, w, e, el);
+    if (!rc && lt) {
+        const zt_param_t *lq = &lt->params[g->param];
+        float *share = zt_calloc(lq->numel, sizeof *share);
+        zt_quant4_view_t v;
+        zt_quant4_split_t sp;
+        zt_qlora_view(t, q, w, &v);
+        zt_qlora_split(lt, lq, &sp);
+        zt_quant4_region_split(&v, &sp, (int64_t)zt_qlora_values(lq), share);
+        free(w);
+        w = share;
+    }
     if (!rc) memcpy(g->value, w + g->start, g->len * sizeof *w);
     free(w);
     return rc;
+}
+
+/* This tp rank's table when tp splits a 4-bit base (its shares are cut at load), else NULL */
+static zt_param_table_t *tp_table_4bit(const zt_param_table_t *t, zt_comm_t *comm)
+{
+    if (comm->mesh_tp <= 1 || !zt_qlora_count(t)) return NULL;
+    char e[ZT_ERRLEN];
+    zt_param_table_t *lt = zt_params_tp_local(t, comm->mesh_tp, comm->tp.rank, e, sizeof e);
+    if (!lt) zt_fatal("%s", e); /* the run built this very table before */
+    return lt;
 }
 
 int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, zt_comm_t *comm, double *bytes,
@@ -210,12 +234,13 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
     }
     zt_io_seg_t *segs = NULL;
     const int n = zt_shard_io_segments(s, 0, &segs);
+    zt_param_table_t *lt = tp_table_4bit(t, comm);
     double got = 0;
     for (int i = 0; i < n && !rc; i++) {
         const zt_io_seg_t *g = &segs[i];
         if (idx[g->param] < 0) continue;
         if (t->params[g->param].quant) {
-            rc = quantize_seg(d, t, g, e, sizeof e);
+            rc = quantize_seg(d, t, lt, g, e, sizeof e);
             got += 4.0 * (double)(t->quant_stored ? t->params[g->param].numel : zt_qlora_values(&t->params[g->param]));
             continue;
         }
@@ -227,6 +252,7 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
         got += 4.0 * (double)g->len;
     }
     zt_shard_io_done(s, segs, n, rc ? 0 : 1);
+    if (lt) zt_param_table_free(lt);
     zt_hf_close(d);
     free(idx);
     if (zt_agree_error(comm, rc, e, sizeof e)) return zt_err(err, errlen, "%s", e);
@@ -523,31 +549,55 @@ void zt_hf_lora_merge(const zt_param_table_t *t, int p, const float *all, const 
 }
 
 /* A 4-bit weight in a model export: dequantized (bitsandbytes' dequantize_4bit, float32) with its
- * adapters merged, as the full-precision weight transformers reads. Its 4-bit form is put
- * together on every rank first (each byte from the one rank whose write segment holds it, zeros
- * elsewhere: a byte-wise max over the world), then each rank writes its share of the rows.
- * Collective: every rank calls it for every 4-bit weight, in table order, even after an error. */
-static int export_4bit(zt_hf_export_t *x, const zt_param_table_t *t, int p, const zt_io_seg_t *segs, int n,
-                       const float *all, const size_t *offs, zt_comm_t *comm, int failed, char *e, size_t el)
+ * adapters merged, as the full-precision weight transformers reads. Its 4-bit form (under tp: this
+ * tp rank's share) is put together on every rank that holds it first (each byte from the one rank
+ * whose write segment holds it, zeros elsewhere: a byte-wise max over the world, or over the data
+ * group of one tp position), then each of those ranks writes its share of the rows, each run at
+ * its place in the whole tensor. Collective: every rank calls it for every 4-bit weight, in table
+ * order, even after an error. */
+typedef struct {
+    zt_hf_export_t *x;
+    const zt_param_table_t *t;
+    int p, rc;
+    size_t e0;
+    float *w;
+    const float *all;
+    const size_t *offs;
+    char *e;
+    size_t el;
+} export_run_t;
+
+static void export_run(void *arg, size_t gstart, size_t lstart, size_t len)
 {
-    const zt_param_t *q = &t->params[p];
+    export_run_t *a = arg;
+    float *v = a->w + (lstart - a->e0);
+    if (a->all) zt_hf_lora_merge(a->t, a->p, a->all, a->offs, gstart, len, v);
+    if (!a->rc) a->rc = zt_hf_export_write(a->x, a->p, gstart, len, v, a->e, a->el);
+}
+
+static int export_4bit(zt_hf_export_t *x, const zt_param_table_t *t, const zt_param_table_t *lt, int p,
+                       const zt_io_seg_t *segs, int n, const float *all, const size_t *offs, zt_comm_t *comm,
+                       int failed, char *e, size_t el)
+{
+    const zt_param_t *q = &(lt ? lt : t)->params[p];
+    zt_group_t *grp = lt ? &comm->data : &comm->world;
     uint8_t *region = zt_calloc(q->numel, sizeof(float));
     for (int i = 0; i < n; i++)
         if (segs[i].param == p)
             memcpy(region + segs[i].start * sizeof(float), segs[i].value, segs[i].len * sizeof(float));
-    zt_allreduce(comm, &comm->world, ZT_IN_PLACE, region, q->numel * sizeof(float), ZT_U8, ZT_MAX);
+    zt_allreduce(comm, grp, ZT_IN_PLACE, region, q->numel * sizeof(float), ZT_U8, ZT_MAX);
     zt_quant4_view_t v;
-    zt_qlora_view(t, q, (const float *)(const void *)region, &v);
-    const int64_t rows = q->shape[0], cols = q->shape[1], W = comm->world.size, r = comm->world.rank;
+    zt_qlora_view(lt ? lt : t, q, (const float *)(const void *)region, &v);
+    const int64_t rows = q->shape[0], cols = q->shape[1], W = grp->size, r = grp->rank;
     const int64_t r0 = rows * r / W, r1 = rows * (r + 1) / W;
     const size_t e0 = (size_t)(r0 * cols), len = (size_t)((r1 - r0) * cols);
     float *w = zt_malloc((len ? len : 1) * sizeof *w);
     zt_quant4_dequantize(&v, (int64_t)e0, (int64_t)len, w);
-    if (all) zt_hf_lora_merge(t, p, all, offs, e0, len, w);
-    const int rc = failed || !len ? 0 : zt_hf_export_write(x, p, e0, len, w, e, el);
+    export_run_t a = {x, t, p, failed, e0, w, all, offs, e, el};
+    if (!failed) zt_param_tp_runs(q, e0, len, export_run, &a); /* value coordinates: its shape's */
     free(w);
     free(region);
-    return rc;
+    return failed ? 0 : a.rc;
 }
 
 int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, const zt_param_table_t *t,
@@ -593,11 +643,13 @@ int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, 
         }
         rc = zt_hf_export_write(x, g->param, g->start, g->len, v, e, sizeof e);
     }
+    zt_param_table_t *lt = adapter ? NULL : tp_table_4bit(t, comm);
     for (int p = 0; p < t->nparams && !adapter; p++)
         if (t->params[p].quant) {
-            const int r2 = export_4bit(x, t, p, segs, n, all, offs, comm, rc, e, sizeof e);
+            const int r2 = export_4bit(x, t, lt, p, segs, n, all, offs, comm, rc, e, sizeof e);
             if (!rc) rc = r2;
         }
+    if (lt) zt_param_table_free(lt);
     free(tmp);
     free(offs);
     free(all);

@@ -1152,10 +1152,11 @@ static void cpu_accumulate(float *restrict y, const float *restrict x, size_t n)
 
 /* in chunks of whole blocks over the threads: each chunk's values are what one call
  * over the whole tensor writes there */
-static void cpu_dequant4(float *out, const float *region, int64_t n, int quant_type, int nested, int64_t blocksize)
+static void cpu_dequant4(float *out, const float *region, int64_t n, int quant_type, int nested, int64_t blocksize,
+                         const zt_quant4_split_t *split)
 {
     zt_quant4_view_t v;
-    zt_quant4_region_view((zt_quant_type_t)quant_type, nested, blocksize, region, n, &v);
+    zt_quant4_region_view((zt_quant_type_t)quant_type, nested, blocksize, region, n, split, &v);
     const int64_t chunk = 1024 * blocksize, nchunks = ZT_CEIL_DIV(n, chunk);
 #pragma omp parallel for if (nchunks > 1) schedule(static)
     for (int64_t c = 0; c < nchunks; c++)

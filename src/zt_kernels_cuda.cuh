@@ -670,15 +670,18 @@ typedef struct zt_q4_args {
     const float *offset;        /* nested: the mean the codes are relative to */
     int64_t n, blocksize;
     int nested;
+    zt_quant4_split_t split;    /* nested: which of the tensor's blocks these are */
 } zt_q4_args_t;
 
 /* The arguments of dequant4_k for the region at region (host arithmetic on the pointer) */
 static inline void zt_q4_prepare(const float *region, int64_t n, int quant_type, int nested, int64_t blocksize,
-                                 zt_q4_args_t *a, zt_q4_tables_t *tb)
+                                 const zt_quant4_split_t *split, zt_q4_args_t *a, zt_q4_tables_t *tb)
 {
     const int64_t nb = (n + blocksize - 1) / blocksize;
-    const uint8_t *bytes = (const uint8_t *)(region + zt_quant4_region_floats(nb, nested));
+    const uint8_t *bytes = (const uint8_t *)(region + zt_quant4_region_floats(nb, nested, split));
     a->n = n, a->blocksize = blocksize, a->nested = nested;
+    memset(&a->split, 0, sizeof a->split);
+    if (split) a->split = *split;
     a->offset = nested ? region : NULL;
     a->absmax = nested ? region + 1 : region;
     a->codes = nested ? bytes : NULL;
@@ -697,8 +700,9 @@ __global__ void dequant4_k(float *out, zt_q4_args_t a, zt_q4_tables_t tb)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nbytes;
          i += (size_t)gridDim.x * blockDim.x) {
         const int64_t e = 2 * (int64_t)i, b = e / a.blocksize;
-        const float s = a.nested ? __fadd_rn(__fmul_rn(tb.dyn[a.codes[b]], a.absmax[b / ZT_QUANT_NESTED_BLOCKSIZE]), *a.offset)
-                                 : a.absmax[b];
+        const int64_t g = zt_quant4_global_block(&a.split, b) / ZT_QUANT_NESTED_BLOCKSIZE -
+                          a.split.first_block / ZT_QUANT_NESTED_BLOCKSIZE;
+        const float s = a.nested ? __fadd_rn(__fmul_rn(tb.dyn[a.codes[b]], a.absmax[g]), *a.offset) : a.absmax[b];
         const unsigned byte = a.packed[i];
         out[e] = __fmul_rn(tb.code[byte >> 4], s);
         if (e + 1 < a.n) out[e + 1] = __fmul_rn(tb.code[byte & 15], s);

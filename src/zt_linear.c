@@ -205,7 +205,9 @@ static const float *weight_of(zt_model_t *m, const zt_linear_t *lin, const float
     for (int i = 0; i < lin->wt.n; i++) {
         const zt_param_t *p = &t->params[lin->wt.param[i]];
         const int64_t n = (int64_t)zt_qlora_values(p);
-        m->be->dequant4(dst, w + p->offset, n, t->quant_type, t->quant_nested, t->quant_blocksize);
+        zt_quant4_split_t split; /* a tp rank's share of the tensor's blocks */
+        zt_qlora_split(t, p, &split);
+        m->be->dequant4(dst, w + p->offset, n, t->quant_type, t->quant_nested, t->quant_blocksize, &split);
         dst += n;
     }
     return m->wdq;

@@ -9,6 +9,7 @@
 
 #include "zt_common.h"
 #include "zt_plan.h"
+#include "zt_quant.h"
 
 zt_param_table_t *zt_params_new(const struct zt_arch *arch, const zt_model_dims_t *d)
 {
@@ -249,7 +250,68 @@ static int tp_kind(const zt_param_t *p)
     }
 }
 
+static zt_param_table_t *tp_local(const zt_param_table_t *g, int tp, int rank, int name_sizes, char *err,
+                                   size_t errlen);
+
+/* The tp sizes from 1 to 64 that split g's tensors (its 4-bit blocks whole), as "1, 2 and 4" */
+static void tp_sizes_that_work(const zt_param_table_t *g, char *buf, size_t len)
+{
+    int ok[64], n = 0;
+    char e[ZT_ERRLEN];
+    for (int tp = 1; tp <= 64; tp++) {
+        zt_param_table_t *t = tp == 1 ? NULL : tp_local(g, tp, 0, 0, e, sizeof e);
+        if (tp == 1 || t) ok[n++] = tp;
+        if (t) zt_param_table_free(t);
+    }
+    buf[0] = 0;
+    for (int i = 0; i < n; i++)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%d", i == 0 ? "" : i == n - 1 ? " and " : ", ", ok[i]);
+}
+
+/* A 4-bit weight's share (zt_qlora.h): whole blocks of its tensor, rows for a column split and
+ * each row's columns for a row split; sized (numel) for the rank whose share needs the most
+ * nested scales, so that every tp rank's units have one size. -1 where a block would straddle. */
+static int tp_local_4bit(const zt_param_table_t *g, const zt_param_t *q, zt_param_t *p, int tp, int kv_share,
+                         int name_sizes, char *err, size_t errlen)
+{
+    const int64_t bs = g->quant_blocksize, R = p->shape[0], C = p->shape[1];
+    const int cut = p->tp_dim == 0 ? (R * C) % bs != 0 : C % bs != 0;
+    if (cut) {
+        char works[256] = "";
+        if (name_sizes) tp_sizes_that_work(g, works, sizeof works);
+        if (p->tp_dim == 0)
+            return zt_err(err, errlen, "model.quantization_bit = 4 with parallel.tensor_parallel_size = %d: %s (%lld, %lld) "
+                                       "is cut by rows into %lld values a rank, not whole 4-bit blocks of %lld; "
+                                       "tensor_parallel_size %s keep%s them whole", tp, q->name, (long long)q->shape[0],
+                          (long long)q->shape[1], (long long)(R * C), (long long)bs, works,
+                          strchr(works, ' ') ? "" : "s");
+        return zt_err(err, errlen, "model.quantization_bit = 4 with parallel.tensor_parallel_size = %d: %s (%lld, %lld) "
+                                   "is cut into %lld input columns of each row, not whole 4-bit blocks of %lld; "
+                                   "tensor_parallel_size %s keep%s them whole", tp, q->name, (long long)q->shape[0],
+                      (long long)q->shape[1], (long long)C, (long long)bs, works, strchr(works, ' ') ? "" : "s");
+    }
+    size_t most = 0;
+    for (int r = 0; r < tp; r++) {
+        zt_quant4_split_t sp = {0};
+        if (p->tp_dim == 0) {
+            const int64_t goff = (kv_share > 1 && (q->role == ZT_ROLE_K || q->role == ZT_ROLE_V) ? r / kv_share : r) * R;
+            sp.run_blocks = R * C / bs, sp.first_block = goff * C / bs;
+        } else {
+            sp.run_blocks = C / bs, sp.stride_blocks = q->shape[1] / bs, sp.first_block = (int64_t)r * C / bs;
+        }
+        most = ZT_MAX(most, zt_quant4_region_bytes(R * C, bs, g->quant_nested, &sp));
+    }
+    p->numel = ZT_CEIL_DIV(ZT_CEIL_DIV(most, sizeof(float)), (size_t)R) * (size_t)R;
+    return 0;
+}
+
 zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank, char *err, size_t errlen)
+{
+    return tp_local(g, tp, rank, 1, err, errlen);
+}
+
+static zt_param_table_t *tp_local(const zt_param_table_t *g, int tp, int rank, int name_sizes, char *err,
+                                   size_t errlen)
 {
     const zt_model_dims_t *d = &g->dims;
     const zt_plan_shape_t shape = {d->L, d->NH, d->NKV, d->I, d->V};
@@ -285,8 +347,8 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         p->frozen = q->frozen;
         p->lora_a = q->lora_a, p->lora_b = q->lora_b, p->adapter = q->adapter;
         p->quant = q->quant;
-        /* a 4-bit weight takes the floats of its 4-bit form (zt_qlora.h), not its shape's; QLoRA
-         * runs without tp (the config refuses it), so its copy is whole */
+        /* a 4-bit weight takes the floats of its 4-bit form (zt_qlora.h), not its shape's: whole,
+         * or its share (below) */
         if (q->quant && tp == 1) p->numel = q->numel;
         p->gshape[0] = q->shape[0], p->gshape[1] = q->shape[1], p->gnumel = q->numel;
         p->tp_share = dim < 0 ? tp : 1;
@@ -304,6 +366,10 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
             pk->tp_goff[0] = (int64_t)(rank / kv_share) * rows;
             pk->tp_share = kv_share;
             pk->tp_grad_sum = 1;
+            if (q->quant && tp_local_4bit(g, q, pk, tp, kv_share, name_sizes, err, errlen)) {
+                zt_param_table_free(t);
+                return NULL;
+            }
             continue;
         }
         /* GPT-2's c_attn packs q, k and v along its output: three blocks */
@@ -321,6 +387,10 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
             return NULL;
         }
         for (int b = 0; b < p->tp_nblk; b++) p->tp_goff[b] = b * (G / p->tp_nblk) + rank * blk;
+        if (q->quant && tp_local_4bit(g, q, p, tp, 1, name_sizes, err, errlen)) {
+            zt_param_table_free(t);
+            return NULL;
+        }
     }
     zt_params_finish(t, g->nunits, g->root_unit, g->first_block_unit);
     return t;

@@ -24,7 +24,7 @@ int zt_qlora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_
                                        "is implemented for nn.Linear families (llama, qwen2, qwen3, mistral, gemma3)",
                           p->name);
         /* the region's floats, rounded up to whole rows: the per_param layout shards by rows */
-        const size_t bytes = zt_quant4_region_bytes((int64_t)p->numel, t->quant_blocksize, t->quant_nested);
+        const size_t bytes = zt_quant4_region_bytes((int64_t)p->numel, t->quant_blocksize, t->quant_nested, NULL);
         if (bytes > 4 * p->numel) /* zt_quant4_pack_region writes the region over the values */
             return zt_err(err, errlen, "model.quantization_bit = 4: %s (%zu values) is smaller than its 4-bit form",
                           p->name, p->numel);
@@ -69,10 +69,24 @@ int zt_qlora_quantize(const zt_param_table_t *t, int p, float *value, char *err,
                                  (int64_t)zt_qlora_values(q), err, errlen);
 }
 
+void zt_qlora_split(const zt_param_table_t *t, const zt_param_t *p, zt_quant4_split_t *s)
+{
+    memset(s, 0, sizeof *s);
+    if (p->tp_dim < 0) return;
+    const int64_t bs = t->quant_blocksize, R = p->shape[0], C = p->shape[1];
+    if (p->tp_dim == 0) { /* rows tp_goff[0].. of the (out, in) weight: one run of blocks */
+        s->run_blocks = R * C / bs, s->first_block = p->tp_goff[0] * C / bs;
+    } else { /* input columns tp_goff[0].. of every row */
+        s->run_blocks = C / bs, s->stride_blocks = p->gshape[1] / bs, s->first_block = p->tp_goff[0] / bs;
+    }
+}
+
 void zt_qlora_view(const zt_param_table_t *t, const zt_param_t *p, const float *w, zt_quant4_view_t *v)
 {
+    zt_quant4_split_t s;
+    zt_qlora_split(t, p, &s);
     zt_quant4_region_view((zt_quant_type_t)t->quant_type, t->quant_nested, t->quant_blocksize, w,
-                          (int64_t)zt_qlora_values(p), v);
+                          (int64_t)zt_qlora_values(p), &s, v);
 }
 
 /* the GEMM a weight belongs to: q|k|v share one, gate|up one, every other its own */

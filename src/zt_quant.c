@@ -308,7 +308,8 @@ float zt_quant4_block_scale(const zt_quant4_view_t *q, int64_t b)
     if (!q->nested) return q->absmax[b];
     /* dequantize_blockwise, then `absmax += offset` as a second torch op: two roundings, so the
      * product goes through memory and cannot be fused into an fma with the sum. */
-    volatile float p = dynamic_map[q->absmax_codes[b]] * q->nested_absmax[b / q->nested_blocksize];
+    const int64_t g = zt_quant4_global_block(&q->split, b) / q->nested_blocksize - q->split.first_block / q->nested_blocksize;
+    volatile float p = dynamic_map[q->absmax_codes[b]] * q->nested_absmax[g];
     return p + q->offset;
 }
 
@@ -368,23 +369,32 @@ void zt_quant4_dequantize_bf16(const zt_quant4_view_t *q, int64_t e0, int64_t n,
 
 /* ---- a 4-bit tensor in the space of its float32 values ---------------------------------------- */
 
-int64_t zt_quant4_region_floats(int64_t nblocks, int nested)
+int64_t zt_quant4_nested_count(const zt_quant4_split_t *s, int64_t nblocks)
 {
-    return nested ? 1 + ZT_CEIL_DIV(nblocks, ZT_QUANT_NESTED_BLOCKSIZE) : nblocks;
+    const int64_t B = ZT_QUANT_NESTED_BLOCKSIZE;
+    if (!s || !s->run_blocks) return ZT_CEIL_DIV(nblocks, B);
+    if (nblocks <= 0) return 0;
+    return zt_quant4_global_block(s, nblocks - 1) / B - s->first_block / B + 1;
 }
 
-size_t zt_quant4_region_bytes(int64_t n, int64_t blocksize, int nested)
+int64_t zt_quant4_region_floats(int64_t nblocks, int nested, const zt_quant4_split_t *s)
+{
+    return nested ? 1 + zt_quant4_nested_count(s, nblocks) : nblocks;
+}
+
+size_t zt_quant4_region_bytes(int64_t n, int64_t blocksize, int nested, const zt_quant4_split_t *s)
 {
     const int64_t nb = ZT_CEIL_DIV(n, blocksize);
-    return (size_t)(4 * zt_quant4_region_floats(nb, nested) + (nested ? nb : 0) + (n + 1) / 2);
+    return (size_t)(4 * zt_quant4_region_floats(nb, nested, s) + (nested ? nb : 0) + (n + 1) / 2);
 }
 
 void zt_quant4_region_view(zt_quant_type_t t, int nested, int64_t blocksize, const float *region, int64_t n,
-                           zt_quant4_view_t *v)
+                           const zt_quant4_split_t *s, zt_quant4_view_t *v)
 {
     const int64_t nb = ZT_CEIL_DIV(n, blocksize);
-    const uint8_t *bytes = (const uint8_t *)(region + zt_quant4_region_floats(nb, nested));
+    const uint8_t *bytes = (const uint8_t *)(region + zt_quant4_region_floats(nb, nested, s));
     memset(v, 0, sizeof *v);
+    if (s) v->split = *s;
     v->type = t;
     v->numel = n;
     v->blocksize = blocksize;
@@ -411,7 +421,7 @@ int zt_quant4_pack_region(const char *name, zt_quant_type_t t, int nested, int64
     uint8_t *packed = zt_malloc((size_t)(n + 1) / 2);
     float *absmax = zt_malloc((size_t)nb * sizeof *absmax);
     uint8_t *codes = nested ? zt_malloc((size_t)nb) : NULL;
-    float *nested_absmax = nested ? zt_malloc((size_t)zt_quant4_region_floats(nb, 1) * sizeof(float)) : NULL;
+    float *nested_absmax = nested ? zt_malloc((size_t)zt_quant4_region_floats(nb, 1, NULL) * sizeof(float)) : NULL;
     int rc = zt_quant4_quantize(name, t, x, n, blocksize, packed, absmax, err, errlen);
     if (!rc) {
         zt_quant4_view_t v = {.type = t, .numel = n, .blocksize = blocksize, .packed = packed, .nested = nested,
@@ -432,16 +442,34 @@ int zt_quant4_pack_region(const char *name, zt_quant_type_t t, int nested, int64
 void zt_quant4_region_write(const zt_quant4_view_t *q, float *region)
 {
     const int64_t nb = ZT_CEIL_DIV(q->numel, q->blocksize);
-    uint8_t *bytes = (uint8_t *)(region + zt_quant4_region_floats(nb, q->nested));
+    uint8_t *bytes = (uint8_t *)(region + zt_quant4_region_floats(nb, q->nested, &q->split));
     if (q->nested) {
         region[0] = q->offset;
-        memcpy(region + 1, q->nested_absmax, (size_t)ZT_CEIL_DIV(nb, q->nested_blocksize) * sizeof(float));
+        memcpy(region + 1, q->nested_absmax, (size_t)zt_quant4_nested_count(&q->split, nb) * sizeof(float));
         memcpy(bytes, q->absmax_codes, (size_t)nb);
         bytes += nb;
     } else {
         memcpy(region, q->absmax, (size_t)nb * sizeof(float));
     }
     memcpy(bytes, q->packed, (size_t)(q->numel + 1) / 2);
+}
+
+void zt_quant4_region_split(const zt_quant4_view_t *q, const zt_quant4_split_t *s, int64_t n, float *region)
+{
+    const int64_t bs = q->blocksize, nb = ZT_CEIL_DIV(n, bs), B = ZT_QUANT_NESTED_BLOCKSIZE;
+    uint8_t *bytes = (uint8_t *)(region + zt_quant4_region_floats(nb, q->nested, s));
+    if (q->nested) {
+        region[0] = q->offset;
+        memcpy(region + 1, q->nested_absmax + s->first_block / B, (size_t)zt_quant4_nested_count(s, nb) * sizeof(float));
+    }
+    uint8_t *packed = bytes + (q->nested ? nb : 0);
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t g = zt_quant4_global_block(s, b), len = ZT_MIN(bs, n - b * bs);
+        if (q->nested) bytes[b] = q->absmax_codes[g];
+        else region[b] = q->absmax[g];
+        /* a block's values are whole bytes (an even block size), its packed bytes one run */
+        memcpy(packed + b * bs / 2, q->packed + g * bs / 2, (size_t)(len + 1) / 2);
+    }
 }
 
 /* ---- quant_state JSON ------------------------------------------------------------------------- */

@@ -1614,7 +1614,9 @@ static int io_list(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs, io_src_
             }
             a.param = g->param;
             a.l0 = g->uoff - p->offset + lo;
-            zt_param_tp_runs(p, a.l0, hi - lo, io_add_run, &a);
+            /* a 4-bit weight's share under tp is its own region (zt_qlora.h): its floats as they are */
+            if (p->quant) io_add_run(&a, a.l0, a.l0, hi - lo);
+            else zt_param_tp_runs(p, a.l0, hi - lo, io_add_run, &a);
         }
     }
     if (!a.out) {

@@ -410,10 +410,9 @@ int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, siz
     int best_tp = 0, best_sp = 0;
     zt_strategy_t best_st = ZT_DDP;
     double best_traffic = 0, best_total = 0;
-    /* tp within a node; sp over what is left; tp 1 x sp 1 first. A 4-bit base has no tp
-     * (zt_config.c refuses it), so auto looks at sp alone there */
-    const int max_tp = cfg->model.quantization_bit == 4 ? 1 : per_node;
-    for (int tp = 1; tp <= max_tp && tp <= world; tp++) {
+    /* tp within a node; sp over what is left; tp 1 x sp 1 first (a tp that would cut a 4-bit
+     * base's blocks has no table) */
+    for (int tp = 1; tp <= per_node && tp <= world; tp++) {
         if (per_node % tp || world % tp) continue;
         zt_param_table_t *t = zt_params_tp_local(g, tp, 0, err, sizeof err);
         if (!t) continue;

@@ -63,7 +63,7 @@ static times_t bench(const char *label, int N, int C, int OC, int reps)
     float *y2 = be->alloc((size_t)N * OC * 4), *dx2 = be->alloc((size_t)N * C * 4);
     if (zt_quant4_pack_region("w", ZT_QUANT_NF4, 1, 64, w, (int64_t)n, err, sizeof err)) zt_fatal("%s", err);
     zt_quant4_view_t v;
-    zt_quant4_region_view(ZT_QUANT_NF4, 1, 64, w, (int64_t)n, &v);
+    zt_quant4_region_view(ZT_QUANT_NF4, 1, 64, w, (int64_t)n, NULL, &v);
     times_t t;
     BEST(reps, t.deq, zt_quant4_dequantize(&v, 0, (int64_t)n, full));
     BEST(reps, t.unit, {

@@ -439,13 +439,49 @@ static void dequant4_case(int64_t n, zt_quant_type_t qt, int nested)
         return;
     }
     std::vector<float> ref((size_t)n), got;
-    H->dequant4(ref.data(), region.data(), n, qt, nested, bs);
+    H->dequant4(ref.data(), region.data(), n, qt, nested, bs, NULL);
     zt_q4_args_t a;
     zt_q4_tables_t tb;
-    zt_q4_prepare(region.data(), n, qt, nested, bs, &a, &tb);
+    zt_q4_prepare(region.data(), n, qt, nested, bs, NULL, &a, &tb);
     under_schedules(what, [&](unsigned sch) {
         got.assign((size_t)n, NAN);
         grid_stride((size_t)(n + 1) / 2, ELEM_THREADS, sch, [&] { dequant4_k(got.data(), a, tb); });
+        return bytes(got);
+    });
+    row(bit_diffs(got, ref), EXACT, "%s (bitwise)", what);
+}
+
+/* A tensor-parallel rank's share of a (rows, cols) 4-bit weight (zt_quant4_region_split): rows
+ * [r0, r1) (column parallel) or columns [c0, c1) of every row (row parallel), its nested scales
+ * indexed through the split */
+static void dequant4_split_case(zt_quant_type_t qt, int nested, int row_parallel)
+{
+    char what[80], err[256];
+    const int64_t bs = 64, rows = 300, cols = 256, n = rows * cols;
+    snprintf(what, sizeof what, "dequant4 %s%s %s split", zt_quant_type_name(qt), nested ? " nested" : "",
+             row_parallel ? "row" : "column");
+    std::vector<float> whole = rand_vec((size_t)n, -0.1f, 0.1f);
+    if (zt_quant4_pack_region("w", qt, nested, bs, whole.data(), n, err, sizeof err)) {
+        row(INFINITY, EXACT, "%s: %s", what, err);
+        return;
+    }
+    zt_quant4_view_t v;
+    zt_quant4_region_view(qt, nested, bs, whole.data(), n, NULL, &v);
+    /* rank 1 of 2: the second half of the columns, or rows 150.. (block 600: inside a nested block) */
+    const zt_quant4_split_t sp = row_parallel ? zt_quant4_split_t{2, 4, 2} : zt_quant4_split_t{0, 0, 0};
+    const zt_quant4_split_t sc = {rows / 2 * cols / bs, 0, rows / 2 * cols / bs};
+    const zt_quant4_split_t *s = row_parallel ? &sp : &sc;
+    const int64_t ln = n / 2;
+    std::vector<float> region(zt_quant4_region_bytes(ln, bs, nested, s) / 4 + 1);
+    zt_quant4_region_split(&v, s, ln, region.data());
+    std::vector<float> ref((size_t)ln), got;
+    H->dequant4(ref.data(), region.data(), ln, qt, nested, bs, s);
+    zt_q4_args_t a;
+    zt_q4_tables_t tb;
+    zt_q4_prepare(region.data(), ln, qt, nested, bs, s, &a, &tb);
+    under_schedules(what, [&](unsigned sch) {
+        got.assign((size_t)ln, NAN);
+        grid_stride((size_t)(ln + 1) / 2, ELEM_THREADS, sch, [&] { dequant4_k(got.data(), a, tb); });
         return bytes(got);
     });
     row(bit_diffs(got, ref), EXACT, "%s (bitwise)", what);
@@ -628,6 +664,8 @@ int main(void)
             dequant4_case(1, (zt_quant_type_t)qt, nested);
             dequant4_case(64 * 5 + 37, (zt_quant_type_t)qt, nested);  /* odd: a tail block, a lone high nibble */
             dequant4_case(64 * 700, (zt_quant_type_t)qt, nested);     /* 3 nested blocks; the grid goes round */
+            dequant4_split_case((zt_quant_type_t)qt, nested, 0);
+            dequant4_split_case((zt_quant_type_t)qt, nested, 1);
         }
     crossentropy_case(1, 1);
     crossentropy_case(4, 37);      /* fewer columns than a warp: idle warps merge empty states */

@@ -11,8 +11,8 @@
 #  3. Traffic and memory per step equal check_accounting.py's formulas for the 4-bit base
 #     (--qlora: packed codes plus absmax or its double-quantized form, computed there from the
 #     directory's shapes): zero3 gathers those bytes, not floats.
-#  4. Refused on every rank with its reason: tensor parallelism, a 4-bit base without LoRA
-#     bf16 compute.
+#  4. Refused on every rank with its reason: a 4-bit base without LoRA, bf16 compute (tensor
+#     parallelism: qlora_tp.sh).
 . "$(dirname "$0")/common.sh"
 need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
@@ -125,9 +125,6 @@ acc 2 zero3 --no-double-quant model.double_quantization=false
     >/dev/null && fail "check_accounting.py took double-quantized scales for float32 absmax"
 
 # ---- 4. refusals ------------------------------------------------------------------------------
-# shellcheck disable=SC2086
-expect_fail_with 2 "model.quantization_bit = 4 runs without tensor parallelism (parallel.tensor_parallel_size = 2)" lora.cfg $base $q4 \
-    parallel.tensor_parallel_size=2 train.output_dir=tp
 # shellcheck disable=SC2086
 expect_fail_with 2 "model.quantization_bit = 4 needs train.finetuning_type = lora" lora.cfg $base $q4 \
     train.finetuning_type=full train.output_dir=full

@@ -253,6 +253,51 @@ static void test_split(void)
     free(x), free(ref), free(ref_codes);
 }
 
+/* A tensor-parallel rank's share (zt_quant4_region_split): rows for a column split, each row's
+ * input columns for a row split, at tp 2 and 4, nested scales whose blocks of 256 the splits
+ * cut: the share dequantizes to the whole tensor's values at its positions, bit for bit. */
+static void test_tp_share(void)
+{
+    const int64_t R = 96, C = 1024, n = R * C, bs = 64; /* 1536 blocks: nested blocks of 256 cut */
+    char err[ZT_ERRLEN];
+    float *w = malloc((size_t)n * sizeof *w), *all = malloc((size_t)n * sizeof *all);
+    float *local = malloc((size_t)n * sizeof *local), *region = malloc((size_t)n * sizeof *region);
+    uint64_t st = 7;
+    int checked = 0;
+    for (int nested = 0; nested < 2; nested++) {
+        for (int64_t i = 0; i < n; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            w[i] = ((float)(st >> 40) / (float)(1 << 24) - 0.5f) * (float)(1 + i % 7);
+        }
+        CU_ASSERT_FATAL(zt_quant4_pack_region("w", ZT_QUANT_NF4, nested, bs, w, n, err, sizeof err) == 0);
+        zt_quant4_view_t v, lv;
+        zt_quant4_region_view(ZT_QUANT_NF4, nested, bs, w, n, NULL, &v);
+        zt_quant4_dequantize(&v, 0, n, all);
+        for (int tp = 2; tp <= 4; tp += 2)
+            for (int row = 0; row < 2; row++)
+                for (int r = 0; r < tp; r++) {
+                    const int64_t lr = row ? R : R / tp, lc = row ? C / tp : C, ln = lr * lc;
+                    zt_quant4_split_t sp = {lr * lc / bs, 0, r * lr * lc / bs};
+                    if (row) sp = (zt_quant4_split_t){lc / bs, C / bs, r * lc / bs};
+                    CU_ASSERT(zt_quant4_region_bytes(ln, bs, nested, &sp) <= (size_t)ln * 4);
+                    zt_quant4_region_split(&v, &sp, ln, region);
+                    zt_quant4_region_view(ZT_QUANT_NF4, nested, bs, region, ln, &sp, &lv);
+                    zt_quant4_dequantize(&lv, 0, ln, local);
+                    int bad = 0;
+                    for (int64_t i = 0; i < ln; i++) {
+                        const int64_t g = row ? (i / lc) * C + r * lc + i % lc : r * ln + i;
+                        bad += memcmp(&local[i], &all[g], sizeof *local) != 0;
+                    }
+                    if (bad) fprintf(stderr, "  tp %d rank %d %s split%s: %d values differ\n", tp, r,
+                                     row ? "row" : "column", nested ? " nested" : "", bad);
+                    CU_ASSERT(bad == 0);
+                    checked++;
+                }
+    }
+    CU_ASSERT(checked == 24);
+    free(w), free(all), free(local), free(region);
+}
+
 static void test_blockwise8(void)
 {
     hid_t f = fixture();
@@ -472,6 +517,7 @@ static const zt_test_t tests[] = {
     {"code tables equal bitsandbytes'", test_tables},
     {"quantize and dequantize: every case bit-identical", test_cases},
     {"quantizing owned blocks separately equals the whole", test_split},
+    {"a tp rank's share of the blocks dequantizes to the whole's values", test_tp_share},
     {"8-bit blockwise (nested absmax) bit-identical", test_blockwise8},
     {"torch.mean of float32 bit-identical", test_mean},
     {"NaN / inf weights and bad block sizes refused", test_nonfinite},
