@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 struct zt_quant4_split; /* zt_quant.h */
+enum { ZT_DQ4_BYTEWISE = 1, ZT_DQ4_BF16 = 2 }; /* dequant4's flags */
 
 enum { ZT_MATMUL_HIGHEST = 0, ZT_MATMUL_HIGH = 1, ZT_MATMUL_MEDIUM = 2 };
 
@@ -251,9 +252,12 @@ typedef struct zt_backend {
      * memory, the floats of a unit), quant_type a zt_quant_type_t (nf4, fp4), nested its
      * double quantization, blocksize its block, split the tensor's blocks these n values
      * are (a tensor-parallel rank's share, zt_quant4_region_split; NULL: the whole tensor).
-     * QLoRA's linear runs it before each GEMM with a 4-bit weight. */
+     * flags: ZT_DQ4_BYTEWISE, the region is stored a byte per float (its value 0..255: a
+     * bf16 working copy widened); ZT_DQ4_BF16, each value rounded to bf16 (bitsandbytes'
+     * dequantize_4bit to bfloat16), out still float. QLoRA's linear runs it before each GEMM
+     * with a 4-bit weight. */
     void (*dequant4)(float *out, const float *region, int64_t n, int quant_type, int nested, int64_t blocksize,
-                     const struct zt_quant4_split *split);
+                     const struct zt_quant4_split *split, int flags);
     /* 1 when the host can read and write this backend's buffers directly (last, so
      * initializers that omit it mean "device memory") */
     int host_memory;

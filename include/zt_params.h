@@ -153,6 +153,8 @@ typedef struct zt_param_table {
     int quant_nested;       /* double quantization */
     int64_t quant_blocksize;
     int quant_stored;       /* the directory holds the 4-bit form (read as is, not quantized at load) */
+    int quant_bytewise;     /* a 16-bit working copy (train.bf16): each element holds one byte of the
+                             * 4-bit form as its value 0..255, exact in bf16 (zt_qlora.h) */
     int cap;                /* allocated entries of params */
 } zt_param_table_t;
 

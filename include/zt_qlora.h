@@ -9,7 +9,12 @@
  * in the table is that size, about 0.53 bytes per value), bit-identical to bitsandbytes'
  * quantize_4bit of the tensor (double quantization included). The shard engine stores, gathers
  * and offloads those bytes like any frozen tensor; only the linear (zt_linear.c) reads them,
- * dequantizing to fp32 just before its GEMM (bitsandbytes' compute dtype float32). */
+ * dequantizing to fp32 just before its GEMM (bitsandbytes' compute dtype float32).
+ * Under train.bf16 the frozen units are a bf16 working copy, whose rounding would change the
+ * bytes: there each element holds one byte of the 4-bit form as its value 0..255, exact in bf16
+ * (the table's quant_bytewise; numel is then the form's bytes), and the linear dequantizes to
+ * bf16 values (bitsandbytes' compute dtype bfloat16). Under tp a rank's entry is its split's
+ * share of the blocks (zt_quant4_region_split, zt_qlora_split). */
 #ifndef ZT_QLORA_H
 #define ZT_QLORA_H
 
@@ -36,11 +41,10 @@ void zt_qlora_describe(const zt_param_table_t *t, char *buf, size_t len);
  * numel is the floats its 4-bit form takes in its unit. */
 size_t zt_qlora_values(const zt_param_t *p);
 
-/* Quantizes 4-bit parameter p of t: value holds its zt_qlora_values(p) floats, as read; on return
- * its first p->numel floats are what the unit stores. A rank that holds part of the weight (a
- * sharded strategy) quantizes all of it and keeps its own range of those floats, since
- * bitsandbytes' blocks and nested offset span the tensor. -1 with err naming the tensor for a
- * non-finite weight. */
+/* Quantizes 4-bit parameter p of t whole: value holds its zt_qlora_values(p) floats, as read; on
+ * return its first p->numel floats are its 4-bit form (a whole tensor's, for the export tools; a
+ * run's loader quantizes a rank's blocks alone, zt_hf_model.c). -1 with err naming the tensor for
+ * a non-finite weight. */
 int zt_qlora_quantize(const zt_param_table_t *t, int p, float *value, char *err, size_t errlen);
 
 /* Which of its tensor's 4-bit blocks parameter p of a tp rank's table holds (zt_quant4_split_t:

@@ -142,7 +142,8 @@ void zt_quant4_region_view(zt_quant_type_t t, int nested, int64_t blocksize, con
                            const zt_quant4_split_t *s, zt_quant4_view_t *v);
 /* The region of split s's n values (whole blocks of the tensor, or its tail) cut from the whole
  * tensor's view q: their packed bytes, their absmax or codes, the nested scales they need and the
- * offset, byte for byte what q holds for them. */
+ * offset, byte for byte what q holds for them (the packed bytes left as they are where q->packed
+ * is NULL: a rank that fills in only those it owns). */
 void zt_quant4_region_split(const zt_quant4_view_t *q, const zt_quant4_split_t *s, int64_t n, float *region);
 
 /* ---- bitsandbytes' serialised quant_state --------------------------------------------------- */

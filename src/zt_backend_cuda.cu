@@ -787,13 +787,21 @@ static void cuda_scale(float *x, float s, size_t n)
 /* QLoRA's base: the 4-bit bytes in the unit dequantized on the device, then the GEMM
  * (cuBLASLt, matmul_forward / matmul_backward) reads the float32 scratch */
 static void cuda_dequant4(float *out, const float *region, int64_t n, int quant_type, int nested,
-                          int64_t blocksize, const zt_quant4_split_t *split)
+                          int64_t blocksize, const zt_quant4_split_t *split, int flags)
 {
     ensure_init();
     if (n <= 0) return;
+    if (flags & ZT_DQ4_BYTEWISE) { /* the bytes first, into the scratch (stream order keeps it) */
+        const size_t nb = zt_quant4_region_bytes(n, blocksize, nested, split);
+        float *bytes = (float *)scratch(ZT_CEIL_DIV(nb, sizeof(float)) * sizeof(float));
+        region_bytes_k<<<ELEM_LAUNCH(nb)>>>((uint8_t *)bytes, region, nb);
+        ZT_LAUNCHED();
+        region = bytes;
+    }
     zt_q4_args_t a;
     zt_q4_tables_t tb;
     zt_q4_prepare(region, n, quant_type, nested, blocksize, split, &a, &tb);
+    a.bf16 = (flags & ZT_DQ4_BF16) != 0;
     dequant4_k<<<ELEM_LAUNCH((size_t)(n + 1) / 2)>>>(out, a, tb);
     ZT_LAUNCHED();
 }

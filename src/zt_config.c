@@ -1529,13 +1529,13 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
         return zt_err(err, errlen, "pref.ref_model is set but pref.loss = %s uses no reference model",
                       zt_config_enum_name("pref.loss", cfg->pref.fn.loss));
     if (cfg->train.stage == ZT_STAGE_DPO && check_dpo(cfg, err, errlen)) return -1;
-    /* QLoRA (zt_qlora.h): a pretrained base quantized at load, computed in float32 */
+    /* QLoRA (zt_qlora.h): a pretrained base quantized at load, computed in float32 or bf16 */
     if (cfg->model.quantization_bit == 4 && !cfg->model.name_or_path[0])
         return zt_err(err, errlen, "model.quantization_bit = 4 needs model.name_or_path: the base quantized is a "
                                    "pretrained one, read from its directory");
-    if (cfg->model.quantization_bit == 4 && (cfg->train.bf16 || cfg->train.fp16))
-        return zt_err(err, errlen, "model.quantization_bit = 4 computes in float32 (bitsandbytes' compute dtype "
-                                   "float32): set train.%s = false", cfg->train.bf16 ? "bf16" : "fp16");
+    if (cfg->model.quantization_bit == 4 && cfg->train.fp16)
+        return zt_err(err, errlen, "model.quantization_bit = 4 computes in float32 or bf16 (bitsandbytes' compute "
+                                   "dtype float32 or bfloat16), not fp16: set train.fp16 = false");
     if (cfg->model.quantization_bit == 4 && cfg->train.stage == ZT_STAGE_DPO)
         return zt_err(err, errlen, "model.quantization_bit = 4 with train.stage = dpo is not available yet (QLoRA "
                                    "trains sft)");

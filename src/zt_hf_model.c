@@ -2,6 +2,7 @@
 #include "zt_hf_model.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -205,8 +206,124 @@ static int quantize_seg(zt_hf_dir_t *d, const zt_param_table_t *t, const zt_para
         free(w);
         w = share;
     }
-    if (!rc) memcpy(g->value, w + g->start, g->len * sizeof *w);
+    if (!rc && t->quant_bytewise) { /* a 16-bit working copy: a byte of the form an element (zt_qlora.h) */
+        const uint8_t *b = (const uint8_t *)w;
+        for (size_t k = 0; k < g->len; k++) g->value[k] = (float)b[g->start + k];
+    } else if (!rc) {
+        memcpy(g->value, w + g->start, g->len * sizeof *w);
+    }
     free(w);
+    return rc;
+}
+
+/* A run of the tensor's blocks [g0, g1) (values [g0 bs, min(g1 bs, N))) read from the directory
+ * and quantized: their packed bytes and absmax (the tensor's tail block where the run reaches
+ * it). A NaN or infinity is refused, naming its element in the tensor. */
+static int quantize_blocks(zt_hf_dir_t *d, int k, const zt_param_table_t *t, const zt_param_t *q, int64_t g0,
+                           int64_t g1, uint8_t *packed, float *absmax, double *got, char *e, size_t el)
+{
+    const int64_t bs = t->quant_blocksize, N = (int64_t)zt_qlora_values(q);
+    const int64_t e0 = g0 * bs, n = ZT_MIN(g1 * bs, N) - e0;
+    if (n <= 0) return 0;
+    *got += 4.0 * (double)n;
+    float *x = zt_malloc((size_t)n * sizeof *x);
+    const char *file = NULL;
+    zt_hf_find(d, q->name, NULL, NULL, NULL, &file);
+    int rc = zt_hf_read(d, k, (size_t)e0, (size_t)n, x, e, el);
+    for (int64_t i = 0; !rc && i < n; i++)
+        if (!isfinite(x[i]))
+            rc = zt_err(e, el, "%s: %s: element %" PRId64 " is %s: 4-bit quantization needs finite weights", file,
+                        q->name, e0 + i, isnan(x[i]) ? "nan" : "inf");
+    char e2[ZT_ERRLEN];
+    if (!rc && zt_quant4_quantize(q->name, (zt_quant_type_t)t->quant_type, x, n, bs, packed, absmax, e2, sizeof e2))
+        rc = zt_err(e, el, "%s: %s", file, e2);
+    free(x);
+    return rc;
+}
+
+/* 4-bit weight p quantized at load, each rank reading and quantizing only what it needs: the
+ * absmax of a 1/world share of the tensor's blocks (summed over the world into all of them: the
+ * nested offset is a mean over every block), then the double quantization of those (a few
+ * bytes a block, on every rank), then the packed codes of the blocks under this rank's own
+ * segments of its region (the tp share's, lt non-NULL, or the whole tensor's). No rank holds
+ * more of the weight in float32 than its share of the blocks or of its segments. Collective
+ * over the world: every rank calls it for every 4-bit weight in table order, even after an
+ * error (failed: set, then nothing is read). Bit-identical to quantizing the whole tensor. */
+static int quantize_owned(zt_hf_dir_t *d, int k, const zt_param_table_t *t, const zt_param_table_t *lt, int p,
+                          const zt_io_seg_t *segs, int nseg, zt_comm_t *comm, int failed, double *got, char *e,
+                          size_t el)
+{
+    const zt_param_t *q = &t->params[p], *lq = lt ? &lt->params[p] : q;
+    const int64_t bs = t->quant_blocksize, N = (int64_t)zt_qlora_values(q), NB = ZT_CEIL_DIV(N, bs);
+    const int W = comm->world.size, r = comm->world.rank;
+    const int nested = t->quant_nested;
+    const zt_quant_type_t type = (zt_quant_type_t)t->quant_type;
+    /* 1. the absmax of every block: each rank its share, summed (the others' are zeros) */
+    float *absmax = zt_calloc((size_t)NB, sizeof *absmax);
+    const int64_t b0 = NB * r / W, b1 = NB * (r + 1) / W;
+    uint8_t *mine = zt_malloc((size_t)((b1 - b0) * bs + 1) / 2 + 1); /* their packed codes, kept */
+    int rc = failed ? -1 : quantize_blocks(d, k, t, q, b0, b1, mine, absmax + b0, got, e, el);
+    zt_allreduce(comm, &comm->world, ZT_IN_PLACE, absmax, (size_t)NB, ZT_F32, ZT_SUM);
+    /* 2. the scales as the region stores them */
+    uint8_t *codes = nested ? zt_malloc((size_t)NB) : NULL;
+    float *nabs = nested ? zt_malloc((size_t)ZT_CEIL_DIV(NB, ZT_QUANT_NESTED_BLOCKSIZE) * sizeof *nabs) : NULL;
+    zt_quant4_view_t v = {.type = type, .numel = N, .blocksize = bs, .nested = nested, .absmax = absmax,
+                          .nested_blocksize = ZT_QUANT_NESTED_BLOCKSIZE};
+    if (nested) {
+        zt_quant4_double_quant(absmax, NB, 1, codes, nabs, &v.offset);
+        v.absmax = NULL, v.absmax_codes = codes, v.nested_absmax = nabs;
+    }
+    zt_quant4_split_t sp;
+    zt_qlora_split(lt ? lt : t, lq, &sp);
+    const int64_t ln = (int64_t)zt_qlora_values(lq), lnb = ZT_CEIL_DIV(ln, bs);
+    float *region = zt_calloc(lq->numel, sizeof(float));
+    zt_quant4_region_split(&v, &sp, ln, region);
+    /* 3. the packed codes under this rank's segments: runs of consecutive blocks of the tensor */
+    const size_t P0 = (size_t)zt_quant4_region_floats(lnb, nested, &sp) * sizeof(float) + (nested ? (size_t)lnb : 0);
+    uint8_t *packed = (uint8_t *)region + P0;
+    const size_t esz = t->quant_bytewise ? 1 : sizeof(float); /* the region's bytes an element */
+    for (int i = 0; i < nseg && !rc; i++) {
+        if (segs[i].param != p) continue;
+        const size_t lo = ZT_MAX(segs[i].start * esz, P0), hi = ZT_MIN((segs[i].start + segs[i].len) * esz,
+                                                                       P0 + (size_t)(ln + 1) / 2);
+        if (lo >= hi) continue;
+        int64_t lb = (int64_t)(2 * (lo - P0)) / bs;
+        const int64_t le = ZT_CEIL_DIV((int64_t)(2 * (hi - P0)), bs);
+        while (lb < le && !rc) {
+            /* the longest run from lb whose blocks follow each other in the tensor too, and lie
+             * all inside or all outside this rank's share of step 1 (quantized there already) */
+            int64_t run = 1;
+            const int64_t g0 = zt_quant4_global_block(&sp, lb), in = g0 >= b0 && g0 < b1;
+            const int64_t lim = in ? b1 : g0 < b0 ? b0 : NB;
+            while (lb + run < le && g0 + run < lim && zt_quant4_global_block(&sp, lb + run) == g0 + run) run++;
+            const int64_t nvals = ZT_MIN((lb + run) * bs, ln) - lb * bs;
+            if (in) {
+                memcpy(packed + lb * bs / 2, mine + (g0 - b0) * bs / 2, (size_t)(nvals + 1) / 2);
+            } else {
+                uint8_t *pk = zt_malloc((size_t)(run * bs + 1) / 2);
+                float *am = zt_malloc((size_t)run * sizeof *am);
+                rc = quantize_blocks(d, k, t, q, g0, g0 + run, pk, am, got, e, el);
+                if (!rc) memcpy(packed + lb * bs / 2, pk, (size_t)(nvals + 1) / 2);
+                free(pk);
+                free(am);
+            }
+            lb += run;
+        }
+    }
+    /* 4. this rank's segments out of the region */
+    for (int i = 0; i < nseg && !rc; i++) {
+        const zt_io_seg_t *g = &segs[i];
+        if (g->param != p) continue;
+        if (t->quant_bytewise)
+            for (size_t j = 0; j < g->len; j++) g->value[j] = (float)((const uint8_t *)region)[g->start + j];
+        else
+            memcpy(g->value, region + g->start, g->len * sizeof *region);
+    }
+    free(region);
+    free(mine);
+    free(absmax);
+    free(codes);
+    free(nabs);
     return rc;
 }
 
@@ -239,6 +356,7 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
     for (int i = 0; i < n && !rc; i++) {
         const zt_io_seg_t *g = &segs[i];
         if (idx[g->param] < 0) continue;
+        if (t->params[g->param].quant && !t->quant_stored) continue; /* below, each rank its blocks */
         if (t->params[g->param].quant) {
             rc = quantize_seg(d, t, lt, g, e, sizeof e);
             got += 4.0 * (double)(t->quant_stored ? t->params[g->param].numel : zt_qlora_values(&t->params[g->param]));
@@ -251,6 +369,12 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
                             g->start + k, (double)g->value[k]);
         got += 4.0 * (double)g->len;
     }
+    if (!t->quant_stored)
+        for (int p = 0; p < t->nparams; p++)
+            if (t->params[p].quant) {
+                const int r2 = quantize_owned(d, idx[p], t, lt, p, segs, n, comm, rc, &got, e, sizeof e);
+                if (!rc) rc = r2;
+            }
     zt_shard_io_done(s, segs, n, rc ? 0 : 1);
     if (lt) zt_param_table_free(lt);
     zt_hf_close(d);
@@ -583,7 +707,10 @@ static int export_4bit(zt_hf_export_t *x, const zt_param_table_t *t, const zt_pa
     zt_group_t *grp = lt ? &comm->data : &comm->world;
     uint8_t *region = zt_calloc(q->numel, sizeof(float));
     for (int i = 0; i < n; i++)
-        if (segs[i].param == p)
+        if (segs[i].param != p) continue;
+        else if (t->quant_bytewise) /* a byte an element (zt_qlora.h) */
+            for (size_t k = 0; k < segs[i].len; k++) region[segs[i].start + k] = (uint8_t)segs[i].value[k];
+        else
             memcpy(region + segs[i].start * sizeof(float), segs[i].value, segs[i].len * sizeof(float));
     zt_allreduce(comm, grp, ZT_IN_PLACE, region, q->numel * sizeof(float), ZT_U8, ZT_MAX);
     zt_quant4_view_t v;

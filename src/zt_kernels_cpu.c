@@ -1153,14 +1153,29 @@ static void cpu_accumulate(float *restrict y, const float *restrict x, size_t n)
 /* in chunks of whole blocks over the threads: each chunk's values are what one call
  * over the whole tensor writes there */
 static void cpu_dequant4(float *out, const float *region, int64_t n, int quant_type, int nested, int64_t blocksize,
-                         const zt_quant4_split_t *split)
+                         const zt_quant4_split_t *split, int flags)
 {
+    float *bytes = NULL;
+    if (flags & ZT_DQ4_BYTEWISE) {
+        /* the region's bytes from their values (a bf16 working copy holds one a element) */
+        const size_t nb = zt_quant4_region_bytes(n, blocksize, nested, split);
+        bytes = zt_malloc(ZT_CEIL_DIV(nb, sizeof(float)) * sizeof(float));
+        uint8_t *b = (uint8_t *)bytes;
+        for (size_t i = 0; i < nb; i++) b[i] = (uint8_t)region[i];
+        region = bytes;
+    }
     zt_quant4_view_t v;
     zt_quant4_region_view((zt_quant_type_t)quant_type, nested, blocksize, region, n, split, &v);
     const int64_t chunk = 1024 * blocksize, nchunks = ZT_CEIL_DIV(n, chunk);
 #pragma omp parallel for if (nchunks > 1) schedule(static)
-    for (int64_t c = 0; c < nchunks; c++)
-        zt_quant4_dequantize(&v, c * chunk, ZT_MIN(chunk, n - c * chunk), out + c * chunk);
+    for (int64_t c = 0; c < nchunks; c++) {
+        float *o = out + c * chunk;
+        const int64_t len = ZT_MIN(chunk, n - c * chunk);
+        zt_quant4_dequantize(&v, c * chunk, len, o);
+        if (flags & ZT_DQ4_BF16) /* code * absmax in float32, then rounded: bitsandbytes' bf16 output */
+            for (int64_t i = 0; i < len; i++) o[i] = zt_bf16_to_f32(zt_bf16_from_f32(o[i]));
+    }
+    free(bytes);
 }
 
 static void cpu_scale(float *restrict x, float s, size_t n)

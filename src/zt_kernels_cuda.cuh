@@ -671,6 +671,7 @@ typedef struct zt_q4_args {
     int64_t n, blocksize;
     int nested;
     zt_quant4_split_t split;    /* nested: which of the tensor's blocks these are */
+    int bf16;                   /* each value rounded to bf16 (to nearest even), kept as float */
 } zt_q4_args_t;
 
 /* The arguments of dequant4_k for the region at region (host arithmetic on the pointer) */
@@ -679,7 +680,7 @@ static inline void zt_q4_prepare(const float *region, int64_t n, int quant_type,
 {
     const int64_t nb = (n + blocksize - 1) / blocksize;
     const uint8_t *bytes = (const uint8_t *)(region + zt_quant4_region_floats(nb, nested, split));
-    a->n = n, a->blocksize = blocksize, a->nested = nested;
+    a->n = n, a->blocksize = blocksize, a->nested = nested, a->bf16 = 0;
     memset(&a->split, 0, sizeof a->split);
     if (split) a->split = *split;
     a->offset = nested ? region : NULL;
@@ -704,9 +705,22 @@ __global__ void dequant4_k(float *out, zt_q4_args_t a, zt_q4_tables_t tb)
                           a.split.first_block / ZT_QUANT_NESTED_BLOCKSIZE;
         const float s = a.nested ? __fadd_rn(__fmul_rn(tb.dyn[a.codes[b]], a.absmax[g]), *a.offset) : a.absmax[b];
         const unsigned byte = a.packed[i];
-        out[e] = __fmul_rn(tb.code[byte >> 4], s);
-        if (e + 1 < a.n) out[e + 1] = __fmul_rn(tb.code[byte & 15], s);
+        float v0 = __fmul_rn(tb.code[byte >> 4], s), v1 = __fmul_rn(tb.code[byte & 15], s);
+        if (a.bf16) { /* finite values: round to nearest even on the bit pattern */
+            const uint32_t u0 = __float_as_uint(v0), u1 = __float_as_uint(v1);
+            v0 = __uint_as_float(((u0 + 0x7fffu + ((u0 >> 16) & 1u)) >> 16) << 16);
+            v1 = __uint_as_float(((u1 + 0x7fffu + ((u1 >> 16) & 1u)) >> 16) << 16);
+        }
+        out[e] = v0;
+        if (e + 1 < a.n) out[e + 1] = v1;
     }
+}
+
+/* A region stored a byte per float (its value 0..255) back to its bytes */
+__global__ void region_bytes_k(uint8_t *out, const float *in, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = (uint8_t)in[i];
 }
 
 /* ---- bf16 ------------------------------------------------------------------ */

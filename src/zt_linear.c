@@ -207,7 +207,10 @@ static const float *weight_of(zt_model_t *m, const zt_linear_t *lin, const float
         const int64_t n = (int64_t)zt_qlora_values(p);
         zt_quant4_split_t split; /* a tp rank's share of the tensor's blocks */
         zt_qlora_split(t, p, &split);
-        m->be->dequant4(dst, w + p->offset, n, t->quant_type, t->quant_nested, t->quant_blocksize, &split);
+        /* under bf16 (bitsandbytes' compute dtype bfloat16) the unit is a bf16 working copy, a byte
+         * of the 4-bit form an element, and the weight is dequantized to bf16 values */
+        m->be->dequant4(dst, w + p->offset, n, t->quant_type, t->quant_nested, t->quant_blocksize, &split,
+                        t->quant_bytewise ? ZT_DQ4_BYTEWISE | ZT_DQ4_BF16 : 0);
         dst += n;
     }
     return m->wdq;

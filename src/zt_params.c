@@ -301,7 +301,7 @@ static int tp_local_4bit(const zt_param_table_t *g, const zt_param_t *q, zt_para
         }
         most = ZT_MAX(most, zt_quant4_region_bytes(R * C, bs, g->quant_nested, &sp));
     }
-    p->numel = ZT_CEIL_DIV(ZT_CEIL_DIV(most, sizeof(float)), (size_t)R) * (size_t)R;
+    p->numel = ZT_CEIL_DIV(g->quant_bytewise ? most : ZT_CEIL_DIV(most, sizeof(float)), (size_t)R) * (size_t)R;
     return 0;
 }
 
@@ -328,7 +328,7 @@ static zt_param_table_t *tp_local(const zt_param_table_t *g, int tp, int rank, i
     t->lora_rank = g->lora_rank, t->lora_scale = g->lora_scale, t->first_adapter_unit = g->first_adapter_unit;
     t->lora_dropout = g->lora_dropout;
     t->quant_type = g->quant_type, t->quant_nested = g->quant_nested, t->quant_blocksize = g->quant_blocksize;
-    t->quant_stored = g->quant_stored;
+    t->quant_stored = g->quant_stored, t->quant_bytewise = g->quant_bytewise;
     for (int i = 0; i < g->nparams; i++) {
         const zt_param_t *q = &g->params[i];
         const int k = tp > 1 ? tp_kind(q) : TP_WHOLE;

@@ -14,6 +14,7 @@ int zt_qlora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_
     t->quant_nested = cfg->model.double_quantization;
     t->quant_blocksize = ZT_QLORA_BLOCKSIZE;
     t->quant_stored = cfg->model_prequantized;
+    t->quant_bytewise = cfg->train.bf16;
     for (int i = 0; i < t->nparams; i++) {
         zt_param_t *p = &t->params[i];
         char mod[64];
@@ -23,14 +24,15 @@ int zt_qlora_apply(zt_param_table_t *t, const zt_config_t *cfg, char *err, size_
             return zt_err(err, errlen, "model.quantization_bit = 4: %s is a Conv1D (in, out) weight; the 4-bit base "
                                        "is implemented for nn.Linear families (llama, qwen2, qwen3, mistral, gemma3)",
                           p->name);
-        /* the region's floats, rounded up to whole rows: the per_param layout shards by rows */
+        /* the region's floats (bytes under bf16), rounded up to whole rows: the per_param layout
+         * shards by rows */
         const size_t bytes = zt_quant4_region_bytes((int64_t)p->numel, t->quant_blocksize, t->quant_nested, NULL);
         if (bytes > 4 * p->numel) /* zt_quant4_pack_region writes the region over the values */
             return zt_err(err, errlen, "model.quantization_bit = 4: %s (%zu values) is smaller than its 4-bit form",
                           p->name, p->numel);
         const size_t rows = (size_t)p->shape[0];
         p->quant = 1;
-        p->numel = ZT_CEIL_DIV(ZT_CEIL_DIV(bytes, sizeof(float)), rows) * rows;
+        p->numel = ZT_CEIL_DIV(t->quant_bytewise ? bytes : ZT_CEIL_DIV(bytes, sizeof(float)), rows) * rows;
     }
     zt_params_finish(t, t->nunits, t->root_unit, t->first_block_unit);
     return 0;
@@ -53,13 +55,20 @@ void zt_qlora_describe(const zt_param_table_t *t, char *buf, size_t len)
     size_t values = 0, floats = 0;
     for (int i = 0; i < t->nparams; i++)
         if (t->params[i].quant) values += zt_qlora_values(&t->params[i]), floats += t->params[i].numel;
-    snprintf(buf, len, "%d block linears %s %s (%sblocks of %lld): %zu values in %zu floats "
-                       "(%.2f bytes a value), dequantized to float32 before each GEMM; embeddings, norms and "
-                       "lm_head float32",
-             zt_qlora_count(t), t->quant_stored ? "read 4-bit from the directory in" : "quantized at load to",
-             zt_quant_type_name((zt_quant_type_t)t->quant_type),
-             t->quant_nested ? "double quantization, " : "", (long long)t->quant_blocksize, values, floats,
-             values ? 4.0 * (double)floats / (double)values : 0.0);
+    if (t->quant_bytewise)
+        snprintf(buf, len, "%d block linears %s %s (%sblocks of %lld): %zu values in %zu bf16 elements, a byte "
+                           "each (%.2f bytes a value), dequantized to bf16 before each GEMM",
+                 zt_qlora_count(t), t->quant_stored ? "read 4-bit from the directory in" : "quantized at load to",
+                 zt_quant_type_name((zt_quant_type_t)t->quant_type), t->quant_nested ? "double quantization, " : "",
+                 (long long)t->quant_blocksize, values, floats, values ? 2.0 * (double)floats / (double)values : 0.0);
+    else
+        snprintf(buf, len, "%d block linears %s %s (%sblocks of %lld): %zu values in %zu floats "
+                           "(%.2f bytes a value), dequantized to float32 before each GEMM; embeddings, norms and "
+                           "lm_head float32",
+                 zt_qlora_count(t), t->quant_stored ? "read 4-bit from the directory in" : "quantized at load to",
+                 zt_quant_type_name((zt_quant_type_t)t->quant_type),
+                 t->quant_nested ? "double quantization, " : "", (long long)t->quant_blocksize, values, floats,
+                 values ? 4.0 * (double)floats / (double)values : 0.0);
 }
 
 int zt_qlora_quantize(const zt_param_table_t *t, int p, float *value, char *err, size_t errlen)

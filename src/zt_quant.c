@@ -468,7 +468,7 @@ void zt_quant4_region_split(const zt_quant4_view_t *q, const zt_quant4_split_t *
         if (q->nested) bytes[b] = q->absmax_codes[g];
         else region[b] = q->absmax[g];
         /* a block's values are whole bytes (an even block size), its packed bytes one run */
-        memcpy(packed + b * bs / 2, q->packed + g * bs / 2, (size_t)(len + 1) / 2);
+        if (q->packed) memcpy(packed + b * bs / 2, q->packed + g * bs / 2, (size_t)(len + 1) / 2);
     }
 }
 

@@ -1211,7 +1211,13 @@ static int maybe_resume(run_t *r)
                dt > 0 ? bytes / dt / 1e6 : 0.0);
         char q[256];
         zt_qlora_describe(r->table, q, sizeof q);
-        if (zt_qlora_count(r->table)) zt_log("qlora: %s", q);
+        if (zt_qlora_count(r->table)) {
+            /* what the load held at its peak (a 4-bit base: each rank's share of the float32
+             * values it quantizes), beside what the rank keeps */
+            const double grown = zt_max_double(r->comm, &r->comm->world, (double)zt_peak_rss() - (double)r->rss0);
+            zt_log("qlora: %s; peak RSS by the end of the load %s above the process before the model (max over "
+                   "ranks)", q, zt_fmt_bytes(grown, b, sizeof b));
+        }
     }
     if (!path[0] && cfg->lora.adapter_name_or_path[0]) {
         if (zt_hf_model_load_adapter(cfg->lora.adapter_name_or_path, r->shard, r->table, r->comm, err, sizeof err)) {

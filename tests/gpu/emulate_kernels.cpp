@@ -439,7 +439,7 @@ static void dequant4_case(int64_t n, zt_quant_type_t qt, int nested)
         return;
     }
     std::vector<float> ref((size_t)n), got;
-    H->dequant4(ref.data(), region.data(), n, qt, nested, bs, NULL);
+    H->dequant4(ref.data(), region.data(), n, qt, nested, bs, NULL, 0);
     zt_q4_args_t a;
     zt_q4_tables_t tb;
     zt_q4_prepare(region.data(), n, qt, nested, bs, NULL, &a, &tb);
@@ -449,6 +449,22 @@ static void dequant4_case(int64_t n, zt_quant_type_t qt, int nested)
         return bytes(got);
     });
     row(bit_diffs(got, ref), EXACT, "%s (bitwise)", what);
+    /* bf16 output, from the region stored a byte per float (a bf16 working copy widened) */
+    const size_t nb = zt_quant4_region_bytes(n, bs, nested, NULL);
+    std::vector<float> wide(nb), narrow((nb + 3) / 4);
+    const uint8_t *rb = (const uint8_t *)region.data();
+    for (size_t i = 0; i < nb; i++) wide[i] = (float)rb[i];
+    H->dequant4(ref.data(), wide.data(), n, qt, nested, bs, NULL, ZT_DQ4_BYTEWISE | ZT_DQ4_BF16);
+    zt_q4_prepare(narrow.data(), n, qt, nested, bs, NULL, &a, &tb);
+    a.bf16 = 1;
+    under_schedules(what, [&](unsigned sch) {
+        got.assign((size_t)n, NAN);
+        std::fill(narrow.begin(), narrow.end(), NAN);
+        grid_stride(nb, ELEM_THREADS, sch, [&] { region_bytes_k((uint8_t *)narrow.data(), wide.data(), nb); });
+        grid_stride((size_t)(n + 1) / 2, ELEM_THREADS, sch, [&] { dequant4_k(got.data(), a, tb); });
+        return bytes(got);
+    });
+    row(bit_diffs(got, ref), EXACT, "%s bf16 from a byte a float (bitwise)", what);
 }
 
 /* A tensor-parallel rank's share of a (rows, cols) 4-bit weight (zt_quant4_region_split): rows
@@ -475,7 +491,7 @@ static void dequant4_split_case(zt_quant_type_t qt, int nested, int row_parallel
     std::vector<float> region(zt_quant4_region_bytes(ln, bs, nested, s) / 4 + 1);
     zt_quant4_region_split(&v, s, ln, region.data());
     std::vector<float> ref((size_t)ln), got;
-    H->dequant4(ref.data(), region.data(), ln, qt, nested, bs, s);
+    H->dequant4(ref.data(), region.data(), ln, qt, nested, bs, s, 0);
     zt_q4_args_t a;
     zt_q4_tables_t tb;
     zt_q4_prepare(region.data(), ln, qt, nested, bs, s, &a, &tb);

@@ -602,8 +602,8 @@ static void test_dequant4(void)
             pair_t x = pair_rand((size_t)N * C), y = pair_rand((size_t)N * OC);
             CU_ASSERT_FATAL(zt_quant4_pack_region("w", (zt_quant_type_t)qt, nested, 64, w.h, n, err, sizeof err) == 0);
             G->from_host(w.d, w.h, (size_t)n * sizeof(float));
-            H->dequant4(wd.h, w.h, n, qt, nested, 64, NULL);
-            G->dequant4(wd.d, w.d, n, qt, nested, 64, NULL);
+            H->dequant4(wd.h, w.h, n, qt, nested, 64, NULL, 0);
+            G->dequant4(wd.d, w.d, n, qt, nested, 64, NULL, 0);
             snprintf(what, sizeof what, "dequant4 %s%s", zt_quant_type_name((zt_quant_type_t)qt), nested ? " nested" : "");
             check(what, &wd, 0.0);
             H->matmul_forward(y.h, x.h, wd.h, NULL, N, C, OC, 1);

@@ -11,8 +11,8 @@
 #  3. Traffic and memory per step equal check_accounting.py's formulas for the 4-bit base
 #     (--qlora: packed codes plus absmax or its double-quantized form, computed there from the
 #     directory's shapes): zero3 gathers those bytes, not floats.
-#  4. Refused on every rank with its reason: a 4-bit base without LoRA, bf16 compute (tensor
-#     parallelism: qlora_tp.sh).
+#  4. Refused on every rank with its reason: a 4-bit base without LoRA (tensor parallelism:
+#     qlora_tp.sh; bf16 and fp16 compute: qlora_bf16.sh).
 . "$(dirname "$0")/common.sh"
 need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
@@ -128,6 +128,4 @@ acc 2 zero3 --no-double-quant model.double_quantization=false
 # shellcheck disable=SC2086
 expect_fail_with 2 "model.quantization_bit = 4 needs train.finetuning_type = lora" lora.cfg $base $q4 \
     train.finetuning_type=full train.output_dir=full
-# shellcheck disable=SC2086
-expect_fail_with 2 "model.quantization_bit = 4 computes in float32" lora.cfg $base $q4 train.bf16=true train.output_dir=bf
 echo "qlora.sh: ok"

@@ -1,6 +1,8 @@
 /* test_quant.c — zt_quant against bitsandbytes' own outputs (tests/reference/quant/bnb4.h5, made
  * by tests/reference/make_quant_fixtures.py): every comparison is bitwise, floats included. */
 #include "zt_common.h"
+#include "zt_backend.h"
+#include "zt_bf16.h"
 #include "zt_quant.h"
 #include "zt_test.h"
 
@@ -295,6 +297,21 @@ static void test_tp_share(void)
                 }
     }
     CU_ASSERT(checked == 24);
+    /* the CPU backend's dequant4 under train.bf16: the region a byte a float (a bf16 working
+     * copy widened), bf16 output (zt_quant4_dequantize_bf16, bitsandbytes' bf16 dequantization
+     * in test_cases) */
+    const size_t nb = zt_quant4_region_bytes(n, bs, 1, NULL);
+    float *wide = malloc(nb * sizeof *wide);
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    zt_quant4_view_t v;
+    zt_quant4_region_view(ZT_QUANT_NF4, 1, bs, w, n, NULL, &v);
+    for (size_t i = 0; i < nb; i++) wide[i] = (float)((const uint8_t *)w)[i];
+    zt_backend_cpu.dequant4(all, wide, n, ZT_QUANT_NF4, 1, bs, NULL, ZT_DQ4_BYTEWISE | ZT_DQ4_BF16);
+    zt_quant4_dequantize_bf16(&v, 0, n, h);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += zt_bf16_from_f32(all[i]) != h[i] || zt_bf16_to_f32(h[i]) != all[i];
+    CU_ASSERT(bad == 0);
+    free(wide), free(h);
     free(w), free(all), free(local), free(region);
 }
 
