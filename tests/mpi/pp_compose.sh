@@ -1,0 +1,38 @@
+#!/bin/sh
+# pp_compose.sh — the pipeline with the rest of ztrain: every run trains the same model as
+# one rank with accumulation (fp32: within 1e-5, 20 steps of the tiny model, global batch
+# 12, clipping active at every step).
+#  1. Qwen3 (per-head q/k RMSNorm, GQA, tied embedding and head: the root unit's gradient
+#     summed between the first and the last stage) at pp 2 and pp 2 x dp 2.
+#  2. train.bf16 at pp 2 and pp 2 x zero3 dp 2 against the one-rank bf16 run, and
+#     train.fp16 (dynamic loss scale) at pp 2 against the one-rank fp16 run. The working
+#     copy is bf16(master) (fp16(master)) on every rank and the stages pass fp32
+#     activations, so what differs from one rank is how the fp32 gradients are summed
+#     (over the data ranks and the pipeline ranks), and then the occasional master value
+#     that lands on the other side of a 16-bit rounding boundary: bf16.sh's tolerance
+#     for reduce_dtype = fp32, 5e-6 loss and 3e-5 parameters.
+#  3. The other strategies, as torchtitan orders the mesh (pp, dp_replicate, dp_shard,
+#     sp, tp): shard_grad_op and zero2 with the per_param layout at pp 2 x dp 2, and
+#     hybrid_shard and hybrid_shard_zero2 (per_param) at pp 2 x dp_replicate 2 x
+#     dp_shard 2 on 8 ranks.
+#  4. Activation checkpointing at pp 2 x zero3 dp 2, and neat-packed SFT rows (each
+#     stage's attention sees the micro-batch's segments) at pp 2 and pp 2 x dp 2.
+. "$(dirname "$0")/common.sh"
+need_h5py
+CMP="$ZT_SRCDIR/tests/mpi/compare_runs.py"
+tiny_comparison_setup
+common="$common model.vocab_size=260 optim.max_grad_norm=0.05 checkpoint.save_hf=false"
+pp2="parallel.pipeline_parallel_size=2"
+
+# ---- 1. Qwen3 (tied) ----------------------------------------------------------------------
+qwen="model.arch=qwen3 model.n_head=4 model.n_kv_head=2 model.n_embd=32 model.head_dim=8
+  model.intermediate_size=48 model.tie_word_embeddings=true"
+# shellcheck disable=SC2086
+run_ztrain 1 $common $qwen $(batch_args 1) train.output_dir=qwen-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common $qwen $(batch_args 1) $pp2 train.output_dir=qwen-pp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $qwen $(batch_args 2) $pp2 parallel.pp_schedule=gpipe train.output_dir=qwen-pp2dp2 >/dev/null
+assert_contains "$ZT_OUT" "mesh tp 1 x sp 1 x dp 2 x pp 2"
+"$PY" "$CMP" qwen-ref qwen-pp2 qwen-pp2dp2 || fail "qwen3 under a pipeline diverged from one rank"
+echo "pp_compose: qwen3 (tied) at pp 2 and pp 2 x dp 2 matches one rank"
