@@ -119,7 +119,6 @@ static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan
         snprintf(buf, sizeof buf, "parallel.strategy %s", zt_strategy_name(p->strategy));
         with = buf;
     } else if (cfg->train.stage == ZT_STAGE_DPO) with = "train.stage dpo";
-    else if (p->param_dtype != ZT_PREC_FP32) with = "train.bf16 or train.fp16";
     else if (p->optimizer != ZT_OPTIM_ADAMW) with = "optim.type onebit_adam";
     else if (p->offload_optimizer != ZT_OFFLOAD_NONE) with = "parallel.offload_optimizer cpu";
     else if (cfg->data.neat_packing) with = "data.neat_packing";

@@ -186,6 +186,6 @@ expect_fail_with 2 "parallel.pp_schedule = 1f1b: train.gradient_accumulation_ste
 expect_fail_with 4 "parallel.pipeline_parallel_size 2: not yet with parallel.strategy hybrid_shard" \
     $common $(batch_args 2) $pp2 parallel.strategy=hybrid_shard train.output_dir=bad4
 # shellcheck disable=SC2086
-expect_fail_with 2 "parallel.pipeline_parallel_size 2: not yet with train.bf16 or train.fp16" \
-    $common $(batch_args 1) $pp2 train.bf16=true train.output_dir=bad5
+expect_fail_with 2 "parallel.pipeline_parallel_size 2: not yet with optim.type onebit_adam" \
+    $common $(batch_args 1) $pp2 optim.type=onebit_adam train.output_dir=bad5
 echo "pp: refusals name their keys on every rank"

@@ -36,3 +36,24 @@ run_ztrain 4 $common $qwen $(batch_args 2) $pp2 parallel.pp_schedule=gpipe train
 assert_contains "$ZT_OUT" "mesh tp 1 x sp 1 x dp 2 x pp 2"
 "$PY" "$CMP" qwen-ref qwen-pp2 qwen-pp2dp2 || fail "qwen3 under a pipeline diverged from one rank"
 echo "pp_compose: qwen3 (tied) at pp 2 and pp 2 x dp 2 matches one rank"
+
+# ---- 2. bf16 and fp16 against their one-rank runs -----------------------------------------
+TOL16="--loss-tol 5e-6 --param-tol 3e-5"
+for dt in bf16 fp16; do
+    # shellcheck disable=SC2086
+    run_ztrain 1 $common $(batch_args 1) train.$dt=true train.output_dir="$dt-ref" >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 $common $(batch_args 1) $pp2 train.$dt=true train.output_dir="$dt-pp2" >/dev/null
+done
+# shellcheck disable=SC2086
+run_ztrain 4 $common $(batch_args 2) $pp2 train.bf16=true parallel.strategy=zero3 train.output_dir=bf16-pp2z3 \
+    >/dev/null
+# shellcheck disable=SC2086
+"$PY" "$CMP" bf16-ref bf16-pp2 bf16-pp2z3 $TOL16 || fail "bf16 under a pipeline diverged from the one-rank bf16 run"
+# shellcheck disable=SC2086
+"$PY" "$CMP" fp16-ref fp16-pp2 $TOL16 || fail "fp16 under a pipeline diverged from the one-rank fp16 run"
+# the 16-bit working copy is in effect: the bf16 run is not the fp32 one
+# shellcheck disable=SC2086
+run_ztrain 1 $common $(batch_args 1) train.output_dir=fp32-ref >/dev/null
+"$PY" "$CMP" fp32-ref bf16-pp2 >/dev/null && fail "train.bf16 at pp 2 gave the fp32 result: bf16 is not in effect"
+echo "pp_compose: bf16 at pp 2 and pp 2 x zero3 dp 2, fp16 at pp 2 match their one-rank runs"
