@@ -114,13 +114,9 @@ static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan
                       "must be a multiple of parallel.pipeline_parallel_size (%d)", A, pp);
     /* what the pipeline does not run with yet: one line each, before anything starts */
     const char *with = NULL;
-    char buf[96];
-    if (p->strategy != ZT_DDP && p->strategy != ZT_ZERO1 && p->strategy != ZT_ZERO2 && p->strategy != ZT_ZERO3) {
-        snprintf(buf, sizeof buf, "parallel.strategy %s", zt_strategy_name(p->strategy));
-        with = buf;
-    } else if (cfg->train.stage == ZT_STAGE_DPO) with = "train.stage dpo";
+    if (cfg->train.stage == ZT_STAGE_DPO) with = "train.stage dpo";
     else if (p->optimizer != ZT_OPTIM_ADAMW) with = "optim.type onebit_adam";
-    else if (p->offload_optimizer != ZT_OFFLOAD_NONE) with = "parallel.offload_optimizer cpu";
+    else if (p->offload_optimizer != ZT_OFFLOAD_NONE) with = "parallel.offload_optimizer (cpu, nvme)";
     else if (cfg->data.neat_packing) with = "data.neat_packing";
     else if (cfg->mode_generate || cfg->generate.at_eval) with = "generation (--generate, generate.at_eval)";
     else if (cfg->model.quantization_bit) with = "model.quantization_bit";

@@ -4,7 +4,7 @@
 # 12, clipping active at every step).
 #  1. Qwen3 (per-head q/k RMSNorm, GQA, tied embedding and head: the root unit's gradient
 #     summed between the first and the last stage) at pp 2 and pp 2 x dp 2.
-#  2. train.bf16 at pp 2 and pp 2 x zero3 dp 2 against the one-rank bf16 run, and
+#  2. train.bf16 at pp 2 x zero3 dp 2 against the one-rank bf16 run, and
 #     train.fp16 (dynamic loss scale) at pp 2 against the one-rank fp16 run. The working
 #     copy is bf16(master) (fp16(master)) on every rank and the stages pass fp32
 #     activations, so what differs from one rank is how the fp32 gradients are summed
@@ -12,11 +12,9 @@
 #     that lands on the other side of a 16-bit rounding boundary: bf16.sh's tolerance
 #     for reduce_dtype = fp32, 5e-6 loss and 3e-5 parameters.
 #  3. The other strategies, as torchtitan orders the mesh (pp, dp_replicate, dp_shard,
-#     sp, tp): shard_grad_op and zero2 with the per_param layout at pp 2 x dp 2, and
-#     hybrid_shard and hybrid_shard_zero2 (per_param) at pp 2 x dp_replicate 2 x
-#     dp_shard 2 on 8 ranks.
-#  4. Activation checkpointing at pp 2 x zero3 dp 2, and neat-packed SFT rows (each
-#     stage's attention sees the micro-batch's segments) at pp 2 and pp 2 x dp 2.
+#     sp, tp): shard_grad_op (with activation checkpointing) at pp 2 x dp 2, and
+#     hybrid_shard and hybrid_shard_zero2 (the per_param layout) at pp 2 x dp_replicate 2
+#     x dp_shard 2 on 8 ranks.
 . "$(dirname "$0")/common.sh"
 need_h5py
 CMP="$ZT_SRCDIR/tests/mpi/compare_runs.py"
@@ -39,21 +37,40 @@ echo "pp_compose: qwen3 (tied) at pp 2 and pp 2 x dp 2 matches one rank"
 
 # ---- 2. bf16 and fp16 against their one-rank runs -----------------------------------------
 TOL16="--loss-tol 5e-6 --param-tol 3e-5"
+# shellcheck disable=SC2086
+run_ztrain 1 $common $(batch_args 1) train.output_dir=fp32-ref >/dev/null
 for dt in bf16 fp16; do
     # shellcheck disable=SC2086
     run_ztrain 1 $common $(batch_args 1) train.$dt=true train.output_dir="$dt-ref" >/dev/null
-    # shellcheck disable=SC2086
-    run_ztrain 2 $common $(batch_args 1) $pp2 train.$dt=true train.output_dir="$dt-pp2" >/dev/null
 done
 # shellcheck disable=SC2086
 run_ztrain 4 $common $(batch_args 2) $pp2 train.bf16=true parallel.strategy=zero3 train.output_dir=bf16-pp2z3 \
     >/dev/null
 # shellcheck disable=SC2086
-"$PY" "$CMP" bf16-ref bf16-pp2 bf16-pp2z3 $TOL16 || fail "bf16 under a pipeline diverged from the one-rank bf16 run"
+run_ztrain 2 $common $(batch_args 1) $pp2 train.fp16=true train.output_dir=fp16-pp2 >/dev/null
+# shellcheck disable=SC2086
+"$PY" "$CMP" bf16-ref bf16-pp2z3 $TOL16 || fail "bf16 under a pipeline diverged from the one-rank bf16 run"
 # shellcheck disable=SC2086
 "$PY" "$CMP" fp16-ref fp16-pp2 $TOL16 || fail "fp16 under a pipeline diverged from the one-rank fp16 run"
-# the 16-bit working copy is in effect: the bf16 run is not the fp32 one
+# the 16-bit working copy is in effect: the pipelined runs are not the fp32 one
+"$PY" "$CMP" fp32-ref bf16-pp2z3 >/dev/null && fail "train.bf16 at pp 2 gave the fp32 result: bf16 is not in effect"
+"$PY" "$CMP" fp32-ref fp16-pp2 >/dev/null && fail "train.fp16 at pp 2 gave the fp32 result: fp16 is not in effect"
+echo "pp_compose: bf16 at pp 2 x zero3 dp 2 and fp16 at pp 2 match their one-rank runs"
+
+# ---- 3. the other strategies and layouts; 4. activation checkpointing -------------------
+# (GPT-2, tied; fp32-ref is its one-rank run)
 # shellcheck disable=SC2086
-run_ztrain 1 $common $(batch_args 1) train.output_dir=fp32-ref >/dev/null
-"$PY" "$CMP" fp32-ref bf16-pp2 >/dev/null && fail "train.bf16 at pp 2 gave the fp32 result: bf16 is not in effect"
-echo "pp_compose: bf16 at pp 2 and pp 2 x zero3 dp 2, fp16 at pp 2 match their one-rank runs"
+run_ztrain 4 $common $(batch_args 2) $pp2 parallel.strategy=shard_grad_op train.gradient_checkpointing=true \
+    train.output_dir=sgo-pp2dp2 >/dev/null
+# 8 ranks: pp 2 x dp_replicate 2 x dp_shard 2 (shard groups of 2 consecutive data ranks)
+eight="train.per_device_train_batch_size=1 train.gradient_accumulation_steps=3 parallel.pp_schedule=gpipe $pp2
+  parallel.shard_group_size=2"
+# shellcheck disable=SC2086
+run_ztrain 8 $common $eight parallel.strategy=hybrid_shard train.output_dir=hs-pp2r2s2 >/dev/null
+assert_contains "$ZT_OUT" "mesh tp 1 x sp 1 x dp 4 x pp 2"
+# shellcheck disable=SC2086
+run_ztrain 8 $common $eight parallel.strategy=hybrid_shard_zero2 parallel.shard_layout=per_param \
+    train.output_dir=hs2pp-pp2r2s2 >/dev/null
+"$PY" "$CMP" fp32-ref sgo-pp2dp2 hs-pp2r2s2 hs2pp-pp2r2s2 ||
+    fail "a strategy or layout under a pipeline diverged from one rank"
+echo "pp_compose: shard_grad_op (checkpointed activations) at pp 2 x dp 2, hybrid_shard and hybrid_shard_zero2 (per_param) at pp 2 x 2 x 2 match one rank"
