@@ -1491,7 +1491,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     zt_shard_t *s = r->shard;
     const zt_param_table_t *t = r->table;
     const int L = t->dims.L, root = t->root_unit, me = c->pp.rank;
-    const size_t BT = (size_t)r->B * r->Tm;
+    const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T;
     /* every stage runs a micro-batch at the same length: the rows are the same on each */
     for (int m = 0; m < r->A; m++) {
         uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
@@ -1543,6 +1543,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         }
         case ZT_ACT_FWD:
             zt_model_set_batch(m, r->inp + mi * BT, r->tgt + mi * BT, r->B, T);
+            if (r->seg) zt_model_set_segments(m, r->seg + mi * BTs, r->pos ? r->pos + mi * BT : NULL);
             if (r->keys) zt_model_set_row_keys(m, r->keys + mi * BT);
             if (first == 0) {
                 zt_watchdog_mark("forward", root, r->step + 1);

@@ -15,6 +15,8 @@
 #     sp, tp): shard_grad_op (with activation checkpointing) at pp 2 x dp 2, and
 #     hybrid_shard and hybrid_shard_zero2 (the per_param layout) at pp 2 x dp_replicate 2
 #     x dp_shard 2 on 8 ranks.
+#  4. Neat-packed SFT rows (each stage's attention sees the micro-batch's segments, its
+#     rope their positions) at pp 2 x dp 2, 8 steps.
 . "$(dirname "$0")/common.sh"
 need_h5py
 CMP="$ZT_SRCDIR/tests/mpi/compare_runs.py"
@@ -74,3 +76,19 @@ run_ztrain 8 $common $eight parallel.strategy=hybrid_shard_zero2 parallel.shard_
 "$PY" "$CMP" fp32-ref sgo-pp2dp2 hs-pp2r2s2 hs2pp-pp2r2s2 ||
     fail "a strategy or layout under a pipeline diverged from one rank"
 echo "pp_compose: shard_grad_op (checkpointed activations) at pp 2 x dp 2, hybrid_shard and hybrid_shard_zero2 (per_param) at pp 2 x 2 x 2 match one rank"
+
+# ---- 4. neat-packed SFT rows ----------------------------------------------------------------
+# 40 rows of 25 tokens (seq_len 24), 3 samples each
+"$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" sft-neat neat.h5 apart.h5 67 40 3 24 || fail "cannot make the SFT files"
+neat="$ZT_SRCDIR/inputs/tiny.cfg model.arch=llama model.n_layer=2 model.n_head=4 model.n_kv_head=2 model.n_embd=32
+  model.intermediate_size=48 model.vocab_size=67 model.block_size=32 data.seq_len=24 data.shuffle=false
+  data.train_files=neat.h5 data.val_files=[] train.max_steps=8 train.logging_steps=1 train.sample_tokens=0
+  checkpoint.save_hf=false log.plot=false optim.learning_rate=3e-3 optim.max_grad_norm=0.05
+  train.per_device_train_batch_size=1"
+# shellcheck disable=SC2086
+run_ztrain 1 $neat train.gradient_accumulation_steps=4 train.output_dir=neat-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $neat train.gradient_accumulation_steps=2 $pp2 train.output_dir=neat-pp2dp2 >/dev/null
+assert_contains "$ZT_OUT" "neat-packed rows"
+"$PY" "$CMP" neat-ref neat-pp2dp2 || fail "neat-packed rows under a pipeline diverged from one rank"
+echo "pp_compose: neat-packed SFT rows at pp 2 x dp 2 match one rank"
