@@ -905,6 +905,57 @@ static float evaluate(run_t *r, int *failed)
 
 /* ---- end of run: sample and loss plot ------------------------------------------ */
 
+/* Generation's forward of one batch (B, T) under a pipeline: the stages in order, each on
+ * its rank, the residual stream passed from stage to stage (the KV cache of a block is
+ * on the rank whose stage holds it); at pp 1 forward_blocks. The root unit (gathered on
+ * the ranks of the first and the last stage, NULL elsewhere) for the head, which runs on
+ * the last stage's rank (gen_last_stage). */
+static const float *gen_forward(run_t *r, const int32_t *inp, const int32_t *pos, int B, int T)
+{
+    if (r->plan.pp == 1) return forward_blocks(r, inp, NULL, NULL, pos, B, T);
+    zt_comm_t *c = r->comm;
+    zt_shard_t *s = r->shard;
+    zt_model_t *m = r->model;
+    const zt_param_table_t *t = r->table;
+    const int L = t->dims.L, S = r->steps.stages, me = c->pp.rank;
+    const zt_model_dims_t *d = &r->ltable->dims;
+    const size_t n = (size_t)B * T / (d->tp_seq ? (size_t)d->tp_size : 1) * (size_t)d->C;
+    zt_model_set_batch(m, inp, NULL, B, T);
+    if (pos) zt_model_set_segments(m, NULL, pos);
+    const float *root = NULL;
+    if (zt_schedule_stage_rank(&r->steps, 0) == me || zt_schedule_stage_rank(&r->steps, S - 1) == me)
+        root = zt_shard_params(s, t->root_unit);
+    for (int st = me; st < S; st += r->plan.pp) {
+        const int first = r->plan.stage_first[st], end = r->plan.stage_first[st + 1];
+        zt_request_t q;
+        if (first > 0) {
+            zt_irecv(c, &c->pp, zt_model_residual(m, first - 1), (st - 1) % r->plan.pp, st, n, ZT_F32, &q);
+            zt_wait(c, &q);
+        }
+        if (first == 0) zt_model_forward_embed(m, root);
+        forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
+        if (st < S - 1) {
+            zt_isend(c, &c->pp, zt_model_residual(m, end - 1), (st + 1) % r->plan.pp, st + 1, n, ZT_F32, &q);
+            zt_wait(c, &q);
+        }
+    }
+    return root;
+}
+
+/* whether this rank runs the head in generation: the last stage's (every rank at pp 1) */
+static int gen_last_stage(const run_t *r)
+{
+    return zt_schedule_stage_rank(&r->steps, r->steps.stages - 1) == r->comm->pp.rank;
+}
+
+/* a generated row's logits (V), from the last stage's rank to the pipeline's others */
+static void gen_share_logits(run_t *r, float *logits)
+{
+    if (r->plan.pp > 1)
+        zt_bcast(r->comm, &r->comm->pp, logits, (size_t)r->table->dims.V, ZT_F32,
+                 zt_schedule_stage_rank(&r->steps, r->steps.stages - 1));
+}
+
 /* the KV cache's slot holds tokens[0, n - 1): a forward of the last token alone continues it */
 static int extends_cached(const run_t *r, int slot, const int32_t *tokens, int n)
 {
@@ -961,15 +1012,18 @@ static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *
         mine = tokens + past;
         t = n - past - 1;
     }
-    const float *root = forward_blocks(r, mine, NULL, NULL, r->kv_on ? r->kv_pos : NULL, 1, q > 1 ? Tl : n - past);
-    /* under tp the row is gathered from every tp rank, under sp broadcast: all take part */
-    if (!logits && (r->comm->mesh_tp > 1 || sp > 1)) logits = r->tp_logits;
-    if (r->comm->sp.rank == owner) {
-        zt_model_forward_head_row(r->model, root, 0, t);
-        if (logits) zt_model_logits_row(r->model, 0, t, logits);
+    const float *root = gen_forward(r, mine, r->kv_on ? r->kv_pos : NULL, 1, q > 1 ? Tl : n - past);
+    /* under tp the row is gathered from every tp rank, under sp and pp broadcast: all take part */
+    if (!logits && (r->comm->mesh_tp > 1 || sp > 1 || r->plan.pp > 1)) logits = r->tp_logits;
+    if (gen_last_stage(r)) {
+        if (r->comm->sp.rank == owner) {
+            zt_model_forward_head_row(r->model, root, 0, t);
+            if (logits) zt_model_logits_row(r->model, 0, t, logits);
+        }
+        if (sp > 1) zt_bcast(r->comm, &r->comm->sp, logits, (size_t)r->table->dims.V, ZT_F32, owner);
     }
-    zt_shard_release(r->shard, r->table->root_unit);
-    if (sp > 1) zt_bcast(r->comm, &r->comm->sp, logits, (size_t)r->table->dims.V, ZT_F32, owner);
+    if (root) zt_shard_release(r->shard, r->table->root_unit);
+    gen_share_logits(r, logits);
 }
 
 /* zt_sample_logits_fn: one sequence, the cache's first slot */
@@ -1024,15 +1078,17 @@ static void batch_logits(void *arg, int G, const int32_t *const *tokens, const i
     if (!nd) inp[nd] = 0, r->kv_pos[nd] = r->kv_past[nd] = 0, r->kv_slot[nd++] = spare;
     zt_watchdog_mark("generation", -1, r->step);
     zt_model_kv_rows(r->model, nd, r->kv_slot, r->kv_past);
-    const float *root = forward_blocks(r, inp, NULL, NULL, r->kv_pos, 1, nd);
+    const float *root = gen_forward(r, inp, r->kv_pos, 1, nd);
     const int hr = zt_model_head_rows_kept(r->model);
-    for (int i0 = 0; i0 < nd; i0 += hr) {
+    for (int i0 = 0; i0 < nd && gen_last_stage(r); i0 += hr) {
         const int rows = ZT_MIN(hr, nd - i0);
         zt_model_forward_head_rows(r->model, root, 0, i0, rows);
         for (int i = i0; i < i0 + rows; i++)
             if (r->kv_slot[i] != spare) zt_model_logits_row(r->model, 0, i, logits + (size_t)r->kv_slot[i] * V);
     }
-    zt_shard_release(r->shard, r->table->root_unit);
+    if (root) zt_shard_release(r->shard, r->table->root_unit);
+    for (int i = 0; i < nd; i++)
+        if (r->kv_slot[i] != spare) gen_share_logits(r, logits + (size_t)r->kv_slot[i] * V);
 }
 
 /* Around generation: the shard engine's inference mode, and the KV cache where it
@@ -2066,7 +2122,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         rc = zt_err(err, sizeof err, "optim.type = onebit_adam: the %s backend has no 1-bit compression kernels "
                     "(they run on host memory: parallel.backend = cpu)", r->be->name);
     /* the plan checked the schedule's rules; this cannot fail where it passed */
-    if (rc == 0) rc = zt_schedule_build(&r->steps, r->plan.pp_schedule, r->plan.pp, r->plan.pp_v, r->A, err, sizeof err);
+    if (rc == 0) /* --generate runs only the stages: a schedule of pp micro-batches is valid for every kind */
+        rc = zt_schedule_build(&r->steps, r->plan.pp_schedule, r->plan.pp, r->plan.pp_v,
+                               cfg->mode_generate ? r->plan.pp : r->A, err, sizeof err);
     if (rc == 0) r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
     if (rc == 0) r->be->set_matmul_precision(r->plan.matmul);
     if (rc == 0 && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
@@ -2132,6 +2190,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     r->nslots = zt_schedule_slots(&r->steps, comm->pp.rank, r->slot);
     r->models = zt_calloc((size_t)r->nslots, sizeof *r->models);
     r->models[0] = r->model;
+    if (comm->mesh_pp > 1 && !r->tp_logits) /* generation: the last stage's logits reach every rank */
+        r->tp_logits = zt_malloc((size_t)r->table->dims.V * sizeof(float));
     for (int k = 1; k < r->nslots; k++) {
         r->models[k] = zt_model_create(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing);
         if (comm->mesh_tp > 1 || comm->mesh_sp > 1) {

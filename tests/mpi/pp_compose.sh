@@ -17,6 +17,9 @@
 #     x dp_shard 2 on 8 ranks.
 #  4. Neat-packed SFT rows (each stage's attention sees the micro-batch's segments, its
 #     rope their positions) at pp 2 x dp 2, 8 steps.
+#  5. Generation through the stages (--generate, generate.at_eval, the end-of-run sample):
+#     the same bytes as one rank's, with and without the KV cache, under zero3 and with
+#     interleaved stages.
 . "$(dirname "$0")/common.sh"
 need_h5py
 CMP="$ZT_SRCDIR/tests/mpi/compare_runs.py"
@@ -92,3 +95,43 @@ run_ztrain 4 $neat train.gradient_accumulation_steps=2 $pp2 train.output_dir=nea
 assert_contains "$ZT_OUT" "neat-packed rows"
 "$PY" "$CMP" neat-ref neat-pp2dp2 || fail "neat-packed rows under a pipeline diverged from one rank"
 echo "pp_compose: neat-packed SFT rows at pp 2 x dp 2 match one rank"
+
+# ---- 5. generation: the stages pass each forward's residual stream on, the KV cache of a
+# block on its stage's rank, the last stage's logits broadcast over the pipeline -----------
+cat >prompts.jsonl <<'JSON'
+{"messages": [{"role": "user", "content": "What is the rank of a shard?"}]}
+{"instruction": "Translate to French", "input": "the model"}
+{"instruction": "Name a colour"}
+JSON
+G="$ZT_SRCDIR/inputs/tiny.cfg model.arch=llama model.n_head=4 model.n_kv_head=2 model.intermediate_size=48
+  model.vocab_size=3520 model.block_size=64 data.seq_len=48 data.tokenizer=$ZT_SRCDIR/tests/reference/sft/tok/qwen
+  data.template=qwen generate.prompts_file=prompts.jsonl generate.max_new_tokens=12 log.plot=false"
+# shellcheck disable=SC2086
+run_ztrain 1 --generate $G train.output_dir=gen1 >/dev/null
+# greedy bytes as one rank's: pp 2 with and without the KV cache, pp 2 x zero3 dp 2 two prompts
+# at once, interleaved (rank 0 holds stages 0 and 2: the stream goes 0 -> 1 -> 0 -> 1)
+for cfg in "2 gen-pp2 $pp2" "2 gen-pp2nc $pp2 generate.use_cache=false" \
+    "4 gen-pp2z3 $pp2 parallel.strategy=zero3 generate.batch_size=2" \
+    "2 gen-il $pp2 parallel.pp_schedule=interleaved_1f1b parallel.pp_stages_per_rank=2"; do
+    # shellcheck disable=SC2086
+    set -- $cfg
+    np=$1 name=$2
+    shift 2
+    # shellcheck disable=SC2086
+    run_ztrain "$np" --generate $G "$@" train.output_dir="$name" >/dev/null
+    cmp gen1/generations.jsonl "$name/generations.jsonl" || fail "generation with $* differs from one rank's"
+    ls "$name"/*.part >/dev/null 2>&1 && fail "generation with $* left part files"
+done
+# while training: generate.at_eval's prompts and the end-of-run sample at pp 2 are one rank's
+"$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" tokens tok.h5 3520 4000 || fail "cannot make the token file"
+gtrain="data.train_files=tok.h5 data.val_files=[] train.max_steps=2 train.eval_steps=2 generate.at_eval=true
+  train.sample_tokens=8 train.per_device_train_batch_size=1 train.gradient_accumulation_steps=2"
+sample() { sed -n '/^---- sample/,/^---- end of sample/p' "$1"; }
+# shellcheck disable=SC2086
+run_ztrain 1 $G $gtrain train.output_dir=gt1 >gt1.out
+# shellcheck disable=SC2086
+run_ztrain 2 $G $gtrain $pp2 train.output_dir=gt-pp2 >gt-pp2.out
+cmp gt1/generations-2.jsonl gt-pp2/generations-2.jsonl || fail "generate.at_eval at pp 2 differs from one rank's"
+[ -n "$(sample gt1.out)" ] || fail "no end-of-run sample on one rank"
+[ "$(sample gt1.out)" = "$(sample gt-pp2.out)" ] || fail "the end-of-run sample at pp 2 differs from one rank's"
+echo "pp_compose: --generate (KV cache on and off, zero3, interleaved), generate.at_eval and the sample at pp 2 match one rank"
