@@ -92,6 +92,10 @@ typedef struct run {
     zt_model_t **models;
     int nslots, *slot;
     zt_request_t *pp_req;
+    /* pp > 1, over the run's steps: this rank's time in its schedule (the actions up to R),
+     * blocked in receives (the bubble, and transfers not hidden) and in the sends' completion at R */
+    double pp_span, pp_recv_wait, pp_send_wait;
+    long pp_steps; /* the steps they are summed over (this run's) */
     float **pp_buf;
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
@@ -1568,6 +1572,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     }
     double loss_sum = 0.0;
     int nrecv = 0, nsend = nmsg;
+    const double t_span = zt_now();
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
         if (a->kind == ZT_ACT_REDUCE) break;
@@ -1582,7 +1587,9 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
                              r->step + 1);
             /* a stage's input enters its first block; its output's gradient is where its backward starts */
             float *dst = a->kind == ZT_ACT_RECV_ACT ? zt_model_residual(m, first - 1) : zt_model_residual_grad(m);
+            const double tw = zt_now();
             zt_wait(c, &r->pp_req[nrecv]);
+            r->pp_recv_wait += zt_now() - tw;
             r->be->copy(dst, r->pp_buf[nrecv], n * sizeof *dst);
             nrecv++;
             break;
@@ -1629,10 +1636,14 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         default: break;
         }
     }
+    const double ts = zt_now();
     for (int k = 0; k < nsend; k++) {
         if (k >= nmsg) zt_wait(c, &r->pp_req[k]);
         r->be->free(r->pp_buf[k]);
     }
+    r->pp_send_wait += zt_now() - ts;
+    r->pp_span += zt_now() - t_span;
+    r->pp_steps++;
     return loss_sum;
 }
 
@@ -1650,6 +1661,35 @@ static double step_sum(run_t *r, double x)
 {
     x = zt_sum_double(r->comm, &r->comm->data, x);
     return r->plan.pp > 1 ? zt_sum_double(r->comm, &r->comm->pp, x) : x;
+}
+
+/* pp > 1, at the end of a run: per pipeline rank the time its schedules took, the share of
+ * it blocked in receives (the measured bubble, with any transfer not hidden) beside
+ * (pp - 1) / (m + pp - 1) / v, and the sends' wait at R (their transfer not hidden) */
+static void pp_summary(run_t *r)
+{
+    zt_comm_t *c = r->comm;
+    const int pp = r->plan.pp;
+    if (pp == 1 || r->pp_steps == 0) return;
+    const double mine[3] = {r->pp_span, r->pp_recv_wait, r->pp_send_wait};
+    double *all = zt_malloc((size_t)pp * sizeof mine);
+    zt_allgather(c, &c->pp, mine, all, 3, ZT_F64);
+    const int m = r->A, v = r->plan.pp_v;
+    char line[1024];
+    size_t o = (size_t)snprintf(line, sizeof line, "summary: pipeline %s, pp %d x v %d, m %d: ideal bubble %.3f;",
+                                zt_config_enum_name("parallel.pp_schedule", (int)r->plan.pp_schedule), pp, v, m,
+                                (double)(pp - 1) / (m + pp - 1) / v);
+    double bubble = 0.0;
+    for (int k = 0; k < pp && o < sizeof line; k++) {
+        const double *x = all + 3 * k, b = x[0] > 0 ? x[1] / x[0] : 0.0;
+        bubble += b / pp;
+        o += (size_t)snprintf(line + o, sizeof line - o,
+                              " rank %d: schedule %.3f s/step, receive wait %.3f s/step (%.3f), send wait %.4f s/step;",
+                              k, x[0] / r->pp_steps, x[1] / r->pp_steps, b, x[2] / r->pp_steps);
+    }
+    if (o < sizeof line) snprintf(line + o, sizeof line - o, " measured bubble (mean) %.3f", bubble);
+    zt_log("%s", line);
+    free(all);
 }
 
 static int run_loop(run_t *r)
@@ -2323,6 +2363,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                r->val ? "" : ", no validation set");
         if (r->val) zt_log("summary: final validation loss %.4f", r->last_val);
         comm_summary(r);
+        pp_summary(r);
         if (cfg->train.stage == ZT_STAGE_DPO && r->ref_seconds > 0)
             zt_log("summary: dpo reference passes %.2f s, policy forward + backward %.2f s (reference %.3fx)",
                    r->ref_seconds, r->policy_seconds, r->ref_seconds / r->policy_seconds);
