@@ -175,9 +175,10 @@ static int32_t pick(const zt_config_t *cfg, const float *logits, int V, uint64_t
 int zt_generate_run(const zt_config_t *cfg, const char *name, int context, int batch, int vocab_size,
                     zt_generate_logits_fn fn, void *arg, zt_comm_t *comm, char *err, size_t errlen)
 {
-    /* prompts go round the data-parallel positions; the tp ranks of one run it together
-     * (same logits, same draws) and the first of them writes it */
-    const int rank = comm->dp_rank, world = comm->mesh_dp, writer = comm->tp.rank == 0 && comm->sp.rank == 0;
+    /* prompts go round the data-parallel positions; the tp, sp and pp ranks of one run it
+     * together (same logits, same draws) and the first of them writes it */
+    const int rank = comm->dp_rank, world = comm->mesh_dp, writer = comm->tp.rank == 0 && comm->sp.rank == 0 &&
+              comm->pp.rank == 0;
     char e[ZT_ERRLEN] = "";
     prompt_t *pr = NULL;
     int np = 0;

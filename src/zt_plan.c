@@ -71,7 +71,8 @@ static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan
                     size_t errlen)
 {
     const int pp = p->pp, v = cfg->parallel.pp_stages_per_rank, L = shape->n_layer, layers = L + 2;
-    const int A = cfg->train.gradient_accumulation_steps, n = cfg->parallel.n_pp_layers_per_stage;
+    int A = cfg->train.gradient_accumulation_steps;
+    const int n = cfg->parallel.n_pp_layers_per_stage;
     p->pp_schedule = cfg->parallel.pp_schedule;
     p->pp_v = pp > 1 ? v : 1;
     p->stages = pp * p->pp_v;
@@ -105,6 +106,8 @@ static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan
         p->stage_first[s + 1] = p->stage_first[s] + (pp > 1 && n > 0 ? cfg->parallel.pp_layers_per_stage[s]
                                                      : layers / p->stages + (s < layers % p->stages));
     if (pp == 1) return 0;
+    /* --generate runs no step: only the stages matter (zt_train builds a schedule of pp micro-batches) */
+    if (cfg->mode_generate) A = pp;
     if (p->pp_schedule == ZT_PP_1F1B && A < pp)
         return zt_err(err, errlen, "parallel.pp_schedule = 1f1b: train.gradient_accumulation_steps (%d) must be at "
                       "least parallel.pipeline_parallel_size (%d) (the pipeline's micro-batches are the accumulation "
@@ -114,16 +117,9 @@ static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan
                       "must be a multiple of parallel.pipeline_parallel_size (%d)", A, pp);
     /* what the pipeline does not run with yet: one line each, before anything starts */
     const char *with = NULL;
-    char buf[96];
-    if (p->strategy != ZT_DDP && p->strategy != ZT_ZERO1 && p->strategy != ZT_ZERO2 && p->strategy != ZT_ZERO3) {
-        snprintf(buf, sizeof buf, "parallel.strategy %s", zt_strategy_name(p->strategy));
-        with = buf;
-    } else if (cfg->train.stage == ZT_STAGE_DPO) with = "train.stage dpo";
-    else if (p->param_dtype != ZT_PREC_FP32) with = "train.bf16 or train.fp16";
+    if (cfg->train.stage == ZT_STAGE_DPO) with = "train.stage dpo";
     else if (p->optimizer != ZT_OPTIM_ADAMW) with = "optim.type onebit_adam";
-    else if (p->offload_optimizer != ZT_OFFLOAD_NONE) with = "parallel.offload_optimizer cpu";
-    else if (cfg->data.neat_packing) with = "data.neat_packing";
-    else if (cfg->mode_generate || cfg->generate.at_eval) with = "generation (--generate, generate.at_eval)";
+    else if (p->offload_optimizer != ZT_OFFLOAD_NONE) with = "parallel.offload_optimizer (cpu, nvme)";
     else if (cfg->model.quantization_bit) with = "model.quantization_bit";
     if (with) return zt_err(err, errlen, "parallel.pipeline_parallel_size %d: not yet with %s", pp, with);
     return 0;

@@ -92,6 +92,10 @@ typedef struct run {
     zt_model_t **models;
     int nslots, *slot;
     zt_request_t *pp_req;
+    /* pp > 1, over the run's steps: this rank's time in its schedule (the actions up to R),
+     * blocked in receives (the bubble, and transfers not hidden) and in the sends' completion at R */
+    double pp_span, pp_recv_wait, pp_send_wait;
+    long pp_steps; /* the steps they are summed over (this run's) */
     float **pp_buf;
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
@@ -904,6 +908,57 @@ static float evaluate(run_t *r, int *failed)
 
 /* ---- end of run: sample and loss plot ------------------------------------------ */
 
+/* Generation's forward of one batch (B, T) under a pipeline: the stages in order, each on
+ * its rank, the residual stream passed from stage to stage (the KV cache of a block is
+ * on the rank whose stage holds it); at pp 1 forward_blocks. The root unit (gathered on
+ * the ranks of the first and the last stage, NULL elsewhere) for the head, which runs on
+ * the last stage's rank (gen_last_stage). */
+static const float *gen_forward(run_t *r, const int32_t *inp, const int32_t *pos, int B, int T)
+{
+    if (r->plan.pp == 1) return forward_blocks(r, inp, NULL, NULL, pos, B, T);
+    zt_comm_t *c = r->comm;
+    zt_shard_t *s = r->shard;
+    zt_model_t *m = r->model;
+    const zt_param_table_t *t = r->table;
+    const int L = t->dims.L, S = r->steps.stages, me = c->pp.rank;
+    const zt_model_dims_t *d = &r->ltable->dims;
+    const size_t n = (size_t)B * T / (d->tp_seq ? (size_t)d->tp_size : 1) * (size_t)d->C;
+    zt_model_set_batch(m, inp, NULL, B, T);
+    if (pos) zt_model_set_segments(m, NULL, pos);
+    const float *root = NULL;
+    if (zt_schedule_stage_rank(&r->steps, 0) == me || zt_schedule_stage_rank(&r->steps, S - 1) == me)
+        root = zt_shard_params(s, t->root_unit);
+    for (int st = me; st < S; st += r->plan.pp) {
+        const int first = r->plan.stage_first[st], end = r->plan.stage_first[st + 1];
+        zt_request_t q;
+        if (first > 0) {
+            zt_irecv(c, &c->pp, zt_model_residual(m, first - 1), (st - 1) % r->plan.pp, st, n, ZT_F32, &q);
+            zt_wait(c, &q);
+        }
+        if (first == 0) zt_model_forward_embed(m, root);
+        forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
+        if (st < S - 1) {
+            zt_isend(c, &c->pp, zt_model_residual(m, end - 1), (st + 1) % r->plan.pp, st + 1, n, ZT_F32, &q);
+            zt_wait(c, &q);
+        }
+    }
+    return root;
+}
+
+/* whether this rank runs the head in generation: the last stage's (every rank at pp 1) */
+static int gen_last_stage(const run_t *r)
+{
+    return zt_schedule_stage_rank(&r->steps, r->steps.stages - 1) == r->comm->pp.rank;
+}
+
+/* a generated row's logits (V), from the last stage's rank to the pipeline's others */
+static void gen_share_logits(run_t *r, float *logits)
+{
+    if (r->plan.pp > 1)
+        zt_bcast(r->comm, &r->comm->pp, logits, (size_t)r->table->dims.V, ZT_F32,
+                 zt_schedule_stage_rank(&r->steps, r->steps.stages - 1));
+}
+
 /* the KV cache's slot holds tokens[0, n - 1): a forward of the last token alone continues it */
 static int extends_cached(const run_t *r, int slot, const int32_t *tokens, int n)
 {
@@ -960,15 +1015,18 @@ static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *
         mine = tokens + past;
         t = n - past - 1;
     }
-    const float *root = forward_blocks(r, mine, NULL, NULL, r->kv_on ? r->kv_pos : NULL, 1, q > 1 ? Tl : n - past);
-    /* under tp the row is gathered from every tp rank, under sp broadcast: all take part */
-    if (!logits && (r->comm->mesh_tp > 1 || sp > 1)) logits = r->tp_logits;
-    if (r->comm->sp.rank == owner) {
-        zt_model_forward_head_row(r->model, root, 0, t);
-        if (logits) zt_model_logits_row(r->model, 0, t, logits);
+    const float *root = gen_forward(r, mine, r->kv_on ? r->kv_pos : NULL, 1, q > 1 ? Tl : n - past);
+    /* under tp the row is gathered from every tp rank, under sp and pp broadcast: all take part */
+    if (!logits && (r->comm->mesh_tp > 1 || sp > 1 || r->plan.pp > 1)) logits = r->tp_logits;
+    if (gen_last_stage(r)) {
+        if (r->comm->sp.rank == owner) {
+            zt_model_forward_head_row(r->model, root, 0, t);
+            if (logits) zt_model_logits_row(r->model, 0, t, logits);
+        }
+        if (sp > 1) zt_bcast(r->comm, &r->comm->sp, logits, (size_t)r->table->dims.V, ZT_F32, owner);
     }
-    zt_shard_release(r->shard, r->table->root_unit);
-    if (sp > 1) zt_bcast(r->comm, &r->comm->sp, logits, (size_t)r->table->dims.V, ZT_F32, owner);
+    if (root) zt_shard_release(r->shard, r->table->root_unit);
+    gen_share_logits(r, logits);
 }
 
 /* zt_sample_logits_fn: one sequence, the cache's first slot */
@@ -1023,15 +1081,17 @@ static void batch_logits(void *arg, int G, const int32_t *const *tokens, const i
     if (!nd) inp[nd] = 0, r->kv_pos[nd] = r->kv_past[nd] = 0, r->kv_slot[nd++] = spare;
     zt_watchdog_mark("generation", -1, r->step);
     zt_model_kv_rows(r->model, nd, r->kv_slot, r->kv_past);
-    const float *root = forward_blocks(r, inp, NULL, NULL, r->kv_pos, 1, nd);
+    const float *root = gen_forward(r, inp, r->kv_pos, 1, nd);
     const int hr = zt_model_head_rows_kept(r->model);
-    for (int i0 = 0; i0 < nd; i0 += hr) {
+    for (int i0 = 0; i0 < nd && gen_last_stage(r); i0 += hr) {
         const int rows = ZT_MIN(hr, nd - i0);
         zt_model_forward_head_rows(r->model, root, 0, i0, rows);
         for (int i = i0; i < i0 + rows; i++)
             if (r->kv_slot[i] != spare) zt_model_logits_row(r->model, 0, i, logits + (size_t)r->kv_slot[i] * V);
     }
-    zt_shard_release(r->shard, r->table->root_unit);
+    if (root) zt_shard_release(r->shard, r->table->root_unit);
+    for (int i = 0; i < nd; i++)
+        if (r->kv_slot[i] != spare) gen_share_logits(r, logits + (size_t)r->kv_slot[i] * V);
 }
 
 /* Around generation: the shard engine's inference mode, and the KV cache where it
@@ -1496,7 +1556,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     zt_shard_t *s = r->shard;
     const zt_param_table_t *t = r->table;
     const int L = t->dims.L, root = t->root_unit, me = c->pp.rank;
-    const size_t BT = (size_t)r->B * r->Tm;
+    const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T;
     /* every stage runs a micro-batch at the same length: the rows are the same on each */
     for (int m = 0; m < r->A; m++) {
         uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
@@ -1517,6 +1577,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     }
     double loss_sum = 0.0;
     int nrecv = 0, nsend = nmsg;
+    const double t_span = zt_now();
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
         if (a->kind == ZT_ACT_REDUCE) break;
@@ -1531,7 +1592,9 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
                              r->step + 1);
             /* a stage's input enters its first block; its output's gradient is where its backward starts */
             float *dst = a->kind == ZT_ACT_RECV_ACT ? zt_model_residual(m, first - 1) : zt_model_residual_grad(m);
+            const double tw = zt_now();
             zt_wait(c, &r->pp_req[nrecv]);
+            r->pp_recv_wait += zt_now() - tw;
             r->be->copy(dst, r->pp_buf[nrecv], n * sizeof *dst);
             nrecv++;
             break;
@@ -1548,6 +1611,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         }
         case ZT_ACT_FWD:
             zt_model_set_batch(m, r->inp + mi * BT, r->tgt + mi * BT, r->B, T);
+            if (r->seg) zt_model_set_segments(m, r->seg + mi * BTs, r->pos ? r->pos + mi * BT : NULL);
             if (r->keys) zt_model_set_row_keys(m, r->keys + mi * BT);
             if (first == 0) {
                 zt_watchdog_mark("forward", root, r->step + 1);
@@ -1577,10 +1641,14 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         default: break;
         }
     }
+    const double ts = zt_now();
     for (int k = 0; k < nsend; k++) {
         if (k >= nmsg) zt_wait(c, &r->pp_req[k]);
         r->be->free(r->pp_buf[k]);
     }
+    r->pp_send_wait += zt_now() - ts;
+    r->pp_span += zt_now() - t_span;
+    r->pp_steps++;
     return loss_sum;
 }
 
@@ -1598,6 +1666,35 @@ static double step_sum(run_t *r, double x)
 {
     x = zt_sum_double(r->comm, &r->comm->data, x);
     return r->plan.pp > 1 ? zt_sum_double(r->comm, &r->comm->pp, x) : x;
+}
+
+/* pp > 1, at the end of a run: per pipeline rank the time its schedules took, the share of
+ * it blocked in receives (the measured bubble, with any transfer not hidden) beside
+ * (pp - 1) / (m + pp - 1) / v, and the sends' wait at R (their transfer not hidden) */
+static void pp_summary(run_t *r)
+{
+    zt_comm_t *c = r->comm;
+    const int pp = r->plan.pp;
+    if (pp == 1 || r->pp_steps == 0) return;
+    const double mine[3] = {r->pp_span, r->pp_recv_wait, r->pp_send_wait};
+    double *all = zt_malloc((size_t)pp * sizeof mine);
+    zt_allgather(c, &c->pp, mine, all, 3, ZT_F64);
+    const int m = r->A, v = r->plan.pp_v;
+    char line[1024];
+    size_t o = (size_t)snprintf(line, sizeof line, "summary: pipeline %s, pp %d x v %d, m %d: ideal bubble %.3f;",
+                                zt_config_enum_name("parallel.pp_schedule", (int)r->plan.pp_schedule), pp, v, m,
+                                (double)(pp - 1) / (m + pp - 1) / v);
+    double bubble = 0.0;
+    for (int k = 0; k < pp && o < sizeof line; k++) {
+        const double *x = all + 3 * k, b = x[0] > 0 ? x[1] / x[0] : 0.0;
+        bubble += b / pp;
+        o += (size_t)snprintf(line + o, sizeof line - o,
+                              " rank %d: schedule %.3f s/step, receive wait %.3f s/step (%.3f), send wait %.4f s/step;",
+                              k, x[0] / r->pp_steps, x[1] / r->pp_steps, b, x[2] / r->pp_steps);
+    }
+    if (o < sizeof line) snprintf(line + o, sizeof line - o, " measured bubble (mean) %.3f", bubble);
+    zt_log("%s", line);
+    free(all);
 }
 
 static int run_loop(run_t *r)
@@ -2070,7 +2167,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         rc = zt_err(err, sizeof err, "optim.type = onebit_adam: the %s backend has no 1-bit compression kernels "
                     "(they run on host memory: parallel.backend = cpu)", r->be->name);
     /* the plan checked the schedule's rules; this cannot fail where it passed */
-    if (rc == 0) rc = zt_schedule_build(&r->steps, r->plan.pp_schedule, r->plan.pp, r->plan.pp_v, r->A, err, sizeof err);
+    if (rc == 0) /* --generate runs only the stages: a schedule of pp micro-batches is valid for every kind */
+        rc = zt_schedule_build(&r->steps, r->plan.pp_schedule, r->plan.pp, r->plan.pp_v,
+                               cfg->mode_generate ? r->plan.pp : r->A, err, sizeof err);
     if (rc == 0) r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
     if (rc == 0) r->be->set_matmul_precision(r->plan.matmul);
     if (rc == 0 && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
@@ -2136,6 +2235,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     r->nslots = zt_schedule_slots(&r->steps, comm->pp.rank, r->slot);
     r->models = zt_calloc((size_t)r->nslots, sizeof *r->models);
     r->models[0] = r->model;
+    if (comm->mesh_pp > 1 && !r->tp_logits) /* generation: the last stage's logits reach every rank */
+        r->tp_logits = zt_malloc((size_t)r->table->dims.V * sizeof(float));
     for (int k = 1; k < r->nslots; k++) {
         r->models[k] = zt_model_create(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing);
         if (comm->mesh_tp > 1 || comm->mesh_sp > 1) {
@@ -2267,6 +2368,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                r->val ? "" : ", no validation set");
         if (r->val) zt_log("summary: final validation loss %.4f", r->last_val);
         comm_summary(r);
+        pp_summary(r);
         if (cfg->train.stage == ZT_STAGE_DPO && r->ref_seconds > 0)
             zt_log("summary: dpo reference passes %.2f s, policy forward + backward %.2f s (reference %.3fx)",
                    r->ref_seconds, r->policy_seconds, r->ref_seconds / r->policy_seconds);

@@ -19,8 +19,8 @@
 #     each way), and the first line prints the mesh with pp; the activations stage 0
 #     allocates: pp micro-batches' under 1F1B, all M under GPipe.
 #  4. Refusals, on every rank with one line: layers per stage that do not sum to the
-#     model, pp larger than the layers, fewer micro-batches than pp under 1f1b, a strategy
-#     the pipeline does not run with yet.
+#     model, pp larger than the layers, fewer micro-batches than pp under 1f1b, what the
+#     pipeline does not run with yet (optimizer offload, 1-bit Adam).
 . "$(dirname "$0")/common.sh"
 need_h5py
 tiny_comparison_setup
@@ -183,9 +183,9 @@ expect_fail_with 4 "parallel.pipeline_parallel_size (4) x parallel.pp_stages_per
 expect_fail_with 2 "parallel.pp_schedule = 1f1b: train.gradient_accumulation_steps (1) must be at least parallel.pipeline_parallel_size (2)" \
     $common $pp2 train.gradient_accumulation_steps=1 train.output_dir=bad3
 # shellcheck disable=SC2086
-expect_fail_with 4 "parallel.pipeline_parallel_size 2: not yet with parallel.strategy hybrid_shard" \
-    $common $(batch_args 2) $pp2 parallel.strategy=hybrid_shard train.output_dir=bad4
+expect_fail_with 4 "parallel.pipeline_parallel_size 2: not yet with parallel.offload_optimizer (cpu, nvme)" \
+    $common $(batch_args 2) $pp2 parallel.strategy=zero2 parallel.offload_optimizer=cpu train.output_dir=bad4
 # shellcheck disable=SC2086
-expect_fail_with 2 "parallel.pipeline_parallel_size 2: not yet with train.bf16 or train.fp16" \
-    $common $(batch_args 1) $pp2 train.bf16=true train.output_dir=bad5
+expect_fail_with 2 "parallel.pipeline_parallel_size 2: not yet with optim.type onebit_adam" \
+    $common $(batch_args 1) $pp2 optim.type=onebit_adam train.output_dir=bad5
 echo "pp: refusals name their keys on every rank"

@@ -328,17 +328,21 @@ static void t_pipeline(void)
                   "parallel.strategy=zero3"};
     CU_ASSERT_EQUAL(build(4, 4, 3, z3), 0);
     AXES(2, 1, 2, 1, 1);
+    /* torchtitan's order: pp, dp_replicate, dp_shard (a hybrid's shard groups within a pipeline rank) */
     char *hyb[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
-                   "parallel.strategy=hybrid_shard"};
-    CU_ASSERT_EQUAL(build(4, 4, 3, hyb), -1);
-    EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with parallel.strategy hybrid_shard");
+                   "parallel.strategy=hybrid_shard", "parallel.shard_group_size=2"};
+    CU_ASSERT_EQUAL_FATAL(build(8, 8, 4, hyb), 0);
+    AXES(2, 2, 2, 1, 1);
     char *tp[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
                   "parallel.tensor_parallel_size=2"};
     CU_ASSERT_EQUAL_FATAL(build(4, 4, 3, tp), 0);
     AXES(2, 1, 1, 1, 2);
     char *bf16[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2", "train.bf16=true"};
-    CU_ASSERT_EQUAL(build(2, 2, 3, bf16), -1);
-    EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with train.bf16 or train.fp16");
+    CU_ASSERT_EQUAL(build(2, 2, 3, bf16), 0);
+    char *onebit[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
+                      "optim.type=onebit_adam"};
+    CU_ASSERT_EQUAL(build(2, 2, 3, onebit), -1);
+    EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with optim.type onebit_adam");
     /* the list key itself: integers only */
     char *bad[] = {"parallel.pp_layers_per_stage=[1, x]"};
     CU_ASSERT_EQUAL(build(2, 2, 1, bad), -2);
