@@ -79,6 +79,27 @@ void zt_onebit_set_keep(zt_onebit_set_t *s, int i, const float *v);
  * the momentum every rank held after the last step, as zt_onebit_mask left it */
 void zt_onebit_last(const zt_onebit_set_t *s, int i, float *m);
 
+/* One tensor of a 1-bit Adam step (host memory, n elements each) */
+typedef struct {
+    float *p, *m, *v; /* (n) parameters, momentum, variance */
+    const float *g;   /* (n) this rank's gradient (times gscale below) */
+    size_t n;
+    float wd;         /* weight decay (0: none for this tensor) */
+} zt_onebit_tensor_t;
+
+typedef struct {
+    float lr, b1, b2, eps, gscale;
+    int frozen; /* the compressed stage: v frozen, m exchanged (n > 1) and masked */
+} zt_onebit_hp_t;
+
+/* 1-bit Adam on tensors t[0 .. nt): the
+ * moments (zt_onebit_moments), after the freeze the exchange (zt_onebit_allreduce, over
+ * the set's group) and the mask (zt_onebit_mask), then the update (zt_onebit_update).
+ * Those steps' results bit for bit, in fewer passes over memory. Collective after the
+ * freeze, where the tensors are the set's (nt its count; ddp: every rank holds them
+ * whole); before, any pieces of them (zero1/zero2's owned ones). */
+void zt_onebit_step(zt_onebit_set_t *s, zt_comm_t *c, const zt_onebit_tensor_t *t, int nt, const zt_onebit_hp_t *hp);
+
 /* The moments on n elements, g scaled by gscale first:
  * m = b1 m + (1-b1) g, and unless frozen v = b2 v + (1-b2) g g */
 void zt_onebit_moments(float *m, float *v, const float *g, size_t n, float b1, float b2, float gscale, int frozen);
