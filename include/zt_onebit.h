@@ -28,8 +28,8 @@
  * keeps (v != 0, 1 bit an element; v is frozen), so zt_onebit_last rebuilds it exactly.
  * Before its first exchange (the freeze, or a resume) the caller all-gathers m and v once
  * instead (zt_onebit_has_last, zt_onebit_set_keep). The kernels
- * are plain C on host memory; a device backend would supply the same three steps
- * (compress, server, decompress) over its memory. */
+ * are single-threaded C on host memory (vectorized, fused passes); a device backend would
+ * supply the same three steps (compress, server, decompress) over its memory. */
 #ifndef ZT_ONEBIT_H
 #define ZT_ONEBIT_H
 
