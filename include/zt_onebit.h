@@ -28,8 +28,8 @@
  * keeps (v != 0, 1 bit an element; v is frozen), so zt_onebit_last rebuilds it exactly.
  * Before its first exchange (the freeze, or a resume) the caller all-gathers m and v once
  * instead (zt_onebit_has_last, zt_onebit_set_keep). The kernels
- * are plain C on host memory; a device backend would supply the same three steps
- * (compress, server, decompress) over its memory. */
+ * are single-threaded C on host memory (vectorized, fused passes); a device backend would
+ * supply the same three steps (compress, server, decompress) over its memory. */
 #ifndef ZT_ONEBIT_H
 #define ZT_ONEBIT_H
 
@@ -78,6 +78,27 @@ void zt_onebit_set_keep(zt_onebit_set_t *s, int i, const float *v);
 /* sharded sets: m (numel[i] floats) := the last exchange's result for tensor i, masked:
  * the momentum every rank held after the last step, as zt_onebit_mask left it */
 void zt_onebit_last(const zt_onebit_set_t *s, int i, float *m);
+
+/* One tensor of a 1-bit Adam step (host memory, n elements each) */
+typedef struct {
+    float *p, *m, *v; /* (n) parameters, momentum, variance */
+    const float *g;   /* (n) this rank's gradient (times gscale below) */
+    size_t n;
+    float wd;         /* weight decay (0: none for this tensor) */
+} zt_onebit_tensor_t;
+
+typedef struct {
+    float lr, b1, b2, eps, gscale;
+    int frozen; /* the compressed stage: v frozen, m exchanged (n > 1) and masked */
+} zt_onebit_hp_t;
+
+/* 1-bit Adam on tensors t[0 .. nt): the
+ * moments (zt_onebit_moments), after the freeze the exchange (zt_onebit_allreduce, over
+ * the set's group) and the mask (zt_onebit_mask), then the update (zt_onebit_update).
+ * Those steps' results bit for bit, in fewer passes over memory. Collective after the
+ * freeze, where the tensors are the set's (nt its count; ddp: every rank holds them
+ * whole); before, any pieces of them (zero1/zero2's owned ones). */
+void zt_onebit_step(zt_onebit_set_t *s, zt_comm_t *c, const zt_onebit_tensor_t *t, int nt, const zt_onebit_hp_t *hp);
 
 /* The moments on n elements, g scaled by gscale first:
  * m = b1 m + (1-b1) g, and unless frozen v = b2 v + (1-b2) g g */

@@ -1383,22 +1383,17 @@ static void onebit_step_sharded(zt_shard_t *s, int ui, const zt_adamw_hp_t *hp)
  * zero1/zero2: the owned pieces, before the freeze) */
 static void onebit_step(zt_shard_t *s, unit_state_t *u, const float *grad, const zt_adamw_hp_t *hp)
 {
-    const int compressed = onebit_compressed(s, hp->step);
-    const float gscale = hp->grad_scale * (float)onebit_grad_factor(s, hp->step);
-    float **m = zt_malloc((size_t)u->noseg * sizeof *m);
+    const zt_onebit_hp_t oh = {.lr = hp->lr, .b1 = hp->beta1, .b2 = hp->beta2, .eps = hp->eps,
+                               .gscale = hp->grad_scale * (float)onebit_grad_factor(s, hp->step),
+                               .frozen = onebit_compressed(s, hp->step)};
+    zt_onebit_tensor_t *t = zt_malloc((size_t)u->noseg * sizeof *t);
     for (int i = 0; i < u->noseg; i++) {
         const opt_seg_t *g = &u->oseg[i];
-        m[i] = u->m + g->spos;
-        zt_onebit_moments(m[i], u->v + g->spos, grad + g->spos, g->len, hp->beta1, hp->beta2, gscale, compressed);
+        t[i] = (zt_onebit_tensor_t){seg_value(s, u, g), u->m + g->spos, u->v + g->spos, grad + g->spos, g->len,
+                                    s->t->params[g->param].decay ? hp->weight_decay : 0.0f};
     }
-    if (compressed) zt_onebit_allreduce(u->onebit, s->comm, m);
-    for (int i = 0; i < u->noseg; i++) {
-        const opt_seg_t *g = &u->oseg[i];
-        if (compressed) zt_onebit_mask(m[i], u->v + g->spos, g->len);
-        const float wd = s->t->params[g->param].decay ? hp->weight_decay : 0.0f;
-        zt_onebit_update(seg_value(s, u, g), m[i], u->v + g->spos, g->len, hp->lr, hp->eps, wd);
-    }
-    free(m);
+    zt_onebit_step(u->onebit, s->comm, t, u->noseg, &oh);
+    free(t);
 }
 
 /* Offload pipelines three things per unit, units in reverse order: the download of
