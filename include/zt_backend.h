@@ -125,6 +125,12 @@ typedef struct zt_backend {
      * which the whole-buffer matmul_forward/backward cannot express. */
     void (*gemm)(int ta, int tb, int M, int Nn, int K, float alpha, const float *A, int lda, const float *B,
                  int ldb, float beta, float *C, int ldc);
+    /* The backward of a rank-r product y (N,O) += p (N,r) B^T, B (O,r) (LoRA's B side): dp
+     * (N,r) = dy B, overwritten, and when dB is non-NULL dB (O,r) += dy^T p, both from one
+     * pass over dy. Row strides ldy, ldp, lddp (floats). NULL in a backend without it: the
+     * caller runs the two as gemm calls. */
+    void (*lowrank_backward)(int N, int O, int r, const float *dy, int ldy, const float *B, const float *p, int ldp,
+                             float *dp, int lddp, float *dB);
     /* The MLP's up projection and its activation as one operation, so that a backend
      * can apply GELU in its GEMM's epilogue: pre (N,OC) = inp (N,C) @ W (C,OC) + bias ;
      * out (N,OC) = gelu(pre). pre is what gelu_matmul_backward needs. */

@@ -322,6 +322,7 @@ static void cpu_rmsnorm_forward(float *restrict out, float *restrict rstd,
 #pragma omp simd reduction(+ : ss)
             for (int c = 0; c < D; c++) ss += x[c] * x[c];
             float rs = 1.0f / sqrtf(ss / D + eps);
+#pragma omp simd
             for (int c = 0; c < D; c++) o[c] = weight[c] * (x[c] * rs);
             rstd[(size_t)n * H + h] = rs;
         }
@@ -337,6 +338,7 @@ static inline void rms_backward_group(float *restrict dx, float *restrict dw,
 #pragma omp simd reduction(+ : s)
     for (int c = 0; c < D; c++) s += w[c] * dy[c] * x[c];
     const float k = s / D * rs * rs * rs;
+#pragma omp simd
     for (int c = 0; c < D; c++) {
         dw[c] += dy[c] * (x[c] * rs);
         dx[c] += w[c] * dy[c] * rs - x[c] * k;
@@ -498,6 +500,63 @@ static void cpu_gemm(int ta, int tb, int M, int Nn, int K, float alpha, const fl
 {
     if (M <= 0 || Nn <= 0) return;
     gemm(ta, tb, M, Nn, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ----------------------------------------------------------- rank-r products -- */
+
+/* y (N,O) += p (N,r) B^T at rank 8 (LoRA's B side), backward: dp = dy B and dB += dy^T p.
+ * As two sgemm calls each is a product with one side 8 wide, and OpenBLAS packs the whole
+ * (N,O) dy for each (twice over dy, plus the packing copies): 9-10 GFLOP/s on this job's
+ * shapes, memory-bound. Here one pass over dy feeds both: a block of 8 rows keeps its 8
+ * dp rows (8 floats, one AVX register each) in registers while it walks dy's columns j,
+ * and each column's dB row takes the block's 8 rank-1 updates in two independent chains
+ * before it goes back (an (O,8) dB stays in L2 for the next block). dB sums its rows in
+ * another order than sgemm: the figures move at fp32 rounding. */
+#if defined(__AVX2__) && defined(__FMA__)
+static inline __attribute__((always_inline)) void lowrank8_rows(int RB, int O, const float *restrict dy, int ldy,
+                                                                const float *restrict B, const float *restrict p,
+                                                                int ldp, float *restrict dp, int lddp,
+                                                                float *restrict dB)
+{
+    __m256 acc[8], pr[8];
+    for (int q = 0; q < RB; q++) {
+        acc[q] = _mm256_setzero_ps();
+        pr[q] = _mm256_loadu_ps(p + (size_t)q * ldp);
+    }
+    for (int j = 0; j < O; j++) {
+        const __m256 b = _mm256_loadu_ps(B + (size_t)j * 8);
+        __m256 g0 = _mm256_setzero_ps(), g1 = _mm256_setzero_ps();
+        for (int q = 0; q < RB; q++) {
+            const __m256 d = _mm256_broadcast_ss(dy + (size_t)q * ldy + j);
+            acc[q] = _mm256_fmadd_ps(d, b, acc[q]);
+            if (q & 1) g1 = _mm256_fmadd_ps(d, pr[q], g1);
+            else g0 = _mm256_fmadd_ps(d, pr[q], g0);
+        }
+        if (dB) _mm256_storeu_ps(dB + (size_t)j * 8, _mm256_add_ps(_mm256_loadu_ps(dB + (size_t)j * 8),
+                                                                   _mm256_add_ps(g0, g1)));
+    }
+    for (int q = 0; q < RB; q++) _mm256_storeu_ps(dp + (size_t)q * lddp, acc[q]);
+}
+#endif
+
+static void cpu_lowrank_backward(int N, int O, int r, const float *dy, int ldy, const float *B, const float *p,
+                                 int ldp, float *dp, int lddp, float *dB)
+{
+#if defined(__AVX2__) && defined(__FMA__)
+    /* rank 8, fp32 GEMMs, one thread (with more, sgemm's own threads) */
+    if (r == 8 && !g_bf16_gemm && omp_get_max_threads() == 1) {
+        int n0 = 0;
+        for (; n0 + 8 <= N; n0 += 8)
+            lowrank8_rows(8, O, dy + (size_t)n0 * ldy, ldy, B, p + (size_t)n0 * ldp, ldp, dp + (size_t)n0 * lddp,
+                          lddp, dB);
+        if (n0 < N)
+            lowrank8_rows(N - n0, O, dy + (size_t)n0 * ldy, ldy, B, p + (size_t)n0 * ldp, ldp,
+                          dp + (size_t)n0 * lddp, lddp, dB);
+        return;
+    }
+#endif
+    gemm(0, 0, N, r, O, 1.0f, dy, ldy, B, r, 0.0f, dp, lddp);
+    if (dB) gemm(1, 0, O, r, N, 1.0f, dy, ldy, p, ldp, 1.0f, dB, r);
 }
 
 /* dinp (N,C) = dout (N,OC) @ W^T, overwritten (beta = 0) */
@@ -694,27 +753,69 @@ static void att_softmax_rows(const att_head_t *a, int t0, int nb, int k0, int nk
         }
         a->lse_out[t0 + r] = mx + logf(s);
         const float inv = 1.0f / s;
+#pragma omp simd
         for (int j = 0; j < n; j++) row[j] *= inv;
         for (int j = n; j < nk; j++) row[j] = 0.0f;
     }
 }
 
-/* One head: for each query block, S = scale Q_blk K^T, masked softmax (with
- * lse), then O_blk = P V. S is the thread's (bq, T) scratch. */
-static void att_forward_head(const att_head_t *a, float *restrict S)
+/* GQA: the NH/NKV query heads of one KV group see the same keys and values, so the
+ * fp32 kernels take G of them at once and stack their query blocks: head j's rows
+ * t0 .. t0+nb-1 are rows j nb .. (j+1) nb - 1 of one (G nb, hs) operand. One GEMM then
+ * computes the group's scores against K (and in backward its dP against V), one its
+ * P V, and backward's dK and dV sum the group's heads inside one product of depth G nb
+ * instead of G accumulating products of depth nb: a third of the GEMM calls at 3 heads a
+ * group, each 3x taller, and (G-1)/G fewer read-modify-write passes over dK, dV. The
+ * stacked rows per block stay about those of one head's block (att_group_rows), so the
+ * scratch does not grow, and the blocks get shorter: the masked part of the diagonal
+ * block, computed and thrown away, shrinks by G. A query row's head sits at its own
+ * column offset in the qkv rows, so the stacked operand is a copy (G nb hs floats, next
+ * to the block's G nb nk multiply-adds); with G = 1 (GPT-2, MHA) nothing is copied and
+ * the GEMMs are those of one head. */
+
+/* The stacked operand of a group's query block: rows t0 .. t0+nb-1 of each head's q
+ * (dout: its dout) one under the other in X (G nb, hs); with G = 1 the head's rows
+ * themselves. *ldx: the row stride of what is returned. */
+static const float *att_stack(const att_head_t *a, int G, int dout, int t0, int nb, float *restrict X, int *ldx)
 {
-    const int T = a->T, C3 = a->qs, KS = a->ks, hs = a->hs;
+    const int hs = a->hs, ld = dout ? a->os : a->qs;
+    if (G == 1) {
+        *ldx = ld;
+        return (dout ? a->dout : a->q) + (size_t)t0 * ld;
+    }
+    for (int j = 0; j < G; j++) {
+        const float *x = dout ? a[j].dout : a[j].q;
+        for (int r = 0; r < nb; r++)
+            memcpy(X + ((size_t)j * nb + r) * hs, x + (size_t)(t0 + r) * ld, (size_t)hs * sizeof(float));
+    }
+    *ldx = hs;
+    return X;
+}
+
+/* A group's G heads forward: for each query block, S (G nb, nk) = scale Qs K^T, each
+ * head's masked softmax (with lse), then Os = P V into each head's output rows. S is
+ * the thread's (G bq, Tk) scratch, X its (G bq, hs) one. */
+static void att_forward_group(const att_head_t *a, int G, float *restrict S, float *restrict X)
+{
+    const int T = a->T, KS = a->ks, hs = a->hs, os = a->os;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = att_keys(a, t0, nb, k0); /* rows, keys */
         if (nk <= 0) {
-            att_empty_rows(a, t0, nb);
+            for (int j = 0; j < G; j++) att_empty_rows(&a[j], t0, nb);
             continue;
         }
-        gemm(0, 1, nb, nk, hs, a->scale,
-                    a->q + (size_t)t0 * C3, C3, a->k + (size_t)k0 * KS, KS, 0.0f, S, nk);
-        att_softmax_rows(a, t0, nb, k0, nk, S);
-        gemm(0, 0, nb, hs, nk, 1.0f, S, nk, a->v + (size_t)k0 * KS, KS,
-                    0.0f, a->o + (size_t)t0 * a->os, a->os);
+        int ldq;
+        const float *qb = att_stack(a, G, 0, t0, nb, X, &ldq);
+        gemm(0, 1, G * nb, nk, hs, a->scale, qb, ldq, a->k + (size_t)k0 * KS, KS, 0.0f, S, nk);
+        for (int j = 0; j < G; j++) att_softmax_rows(&a[j], t0, nb, k0, nk, S + (size_t)j * nb * nk);
+        if (G == 1) {
+            gemm(0, 0, nb, hs, nk, 1.0f, S, nk, a->v + (size_t)k0 * KS, KS, 0.0f, a->o + (size_t)t0 * os, os);
+            continue;
+        }
+        gemm(0, 0, G * nb, hs, nk, 1.0f, S, nk, a->v + (size_t)k0 * KS, KS, 0.0f, X, hs);
+        for (int j = 0; j < G; j++)
+            for (int r = 0; r < nb; r++)
+                memcpy(a[j].o + (size_t)(t0 + r) * os, X + ((size_t)j * nb + r) * hs, (size_t)hs * sizeof(float));
     }
 }
 
@@ -799,30 +900,43 @@ static void att_backward_head_bf16(const att_head_t *a, float *restrict S, float
 }
 #undef ATT_AT
 
-/* One head's backward, per query block: P recomputed from S and lse, dP =
- * dO_blk V^T, dS = P (dP - D) scale in place of dP, then the three
- * accumulating GEMMs. S, dS are the thread's two (bq, T) scratches. */
-static void att_backward_head(const att_head_t *a, float *restrict S, float *restrict dS)
+/* A group's G heads backward, per query block: S = scale Qs K^T and dP = dOs V^T for
+ * the stacked heads (one GEMM each), P recomputed from S and each head's lse, dS = P
+ * (dP - D) scale in place of dP, then dQ += dS K (into each head's rows), dK += dS^T Qs
+ * and dV += P^T dOs. S, dS are the thread's two (G bq, Tk) scratches, X three (G bq, hs)
+ * ones (stacked Q, dO, dQ). */
+static void att_backward_group(const att_head_t *a, int G, float *restrict S, float *restrict dS, float *restrict X)
 {
     const int T = a->T, C = a->os, C3 = a->qs, KS = a->ks, hs = a->hs;
-    const float scale = a->scale;
+    const size_t xs = (size_t)G * a->bq * hs;
     for (int t0 = 0; t0 < T; t0 += a->bq) {
         const int nb = ZT_MIN(a->bq, T - t0), k0 = att_key0(a, t0, nb), nk = att_keys(a, t0, nb, k0);
         if (nk <= 0) continue; /* none of the block's keys: no gradient */
-        const float *qb = a->q + (size_t)t0 * C3, *dyb = a->dout + (size_t)t0 * C;
         const float *kb = a->k + (size_t)k0 * KS, *vb = a->v + (size_t)k0 * KS;
-        gemm(0, 1, nb, nk, hs, scale, qb, C3, kb, KS,
-                    0.0f, S, nk);
-        gemm(0, 1, nb, nk, hs, 1.0f, dyb, C, vb, KS,
-                    0.0f, dS, nk);
-        att_ds_rows(a, t0, nb, k0, nk, S, dS, dyb);
-        // dq_blk (nb,hs) += dS @ K ; dK (nk,hs) += dS^T @ Q_blk ; dV (nk,hs) += P^T @ dO_blk
-        gemm(0, 0, nb, hs, nk, 1.0f, dS, nk, kb, KS,
-                    1.0f, a->dq + (size_t)t0 * C3, C3);
-        gemm(1, 0, nk, hs, nb, 1.0f, dS, nk, qb, C3, 1.0f,
-                    a->dk + (size_t)k0 * KS, KS);
-        gemm(1, 0, nk, hs, nb, 1.0f, S, nk, dyb, C, 1.0f,
-                    a->dv + (size_t)k0 * KS, KS);
+        int ldq, ldy;
+        const float *qb = att_stack(a, G, 0, t0, nb, X, &ldq);
+        const float *dyb = att_stack(a, G, 1, t0, nb, X + xs, &ldy);
+        gemm(0, 1, G * nb, nk, hs, a->scale, qb, ldq, kb, KS, 0.0f, S, nk);
+        gemm(0, 1, G * nb, nk, hs, 1.0f, dyb, ldy, vb, KS, 0.0f, dS, nk);
+        for (int j = 0; j < G; j++)
+            att_ds_rows(&a[j], t0, nb, k0, nk, S + (size_t)j * nb * nk, dS + (size_t)j * nb * nk,
+                        a[j].dout + (size_t)t0 * C);
+        // dq_blk (G nb,hs) += dS @ K ; dK (nk,hs) += dS^T @ Q_blk ; dV (nk,hs) += P^T @ dO_blk
+        if (G == 1) {
+            gemm(0, 0, nb, hs, nk, 1.0f, dS, nk, kb, KS, 1.0f, a->dq + (size_t)t0 * C3, C3);
+        } else {
+            float *dqs = X + 2 * xs;
+            gemm(0, 0, G * nb, hs, nk, 1.0f, dS, nk, kb, KS, 0.0f, dqs, hs);
+            for (int j = 0; j < G; j++)
+                for (int r = 0; r < nb; r++) {
+                    float *restrict dq = a[j].dq + (size_t)(t0 + r) * C3;
+                    const float *restrict src = dqs + ((size_t)j * nb + r) * hs;
+#pragma omp simd
+                    for (int i = 0; i < hs; i++) dq[i] += src[i];
+                }
+        }
+        gemm(1, 0, nk, hs, G * nb, 1.0f, dS, nk, qb, ldq, 1.0f, a->dk + (size_t)k0 * KS, KS);
+        gemm(1, 0, nk, hs, G * nb, 1.0f, S, nk, dyb, ldy, 1.0f, a->dv + (size_t)k0 * KS, KS);
     }
 }
 
@@ -864,51 +978,75 @@ typedef struct att_call {
     int B, T, Tk, NH, NKV, HD, qs, ks, causal, window, wdelta, bf16;
 } att_call_t;
 
+/* Heads stacked per group (fp32): the largest divisor of the group's NH/NKV heads up
+ * to ATT_STACK_MAX, so a group is whole stacks */
+#define ATT_STACK_MAX 8
+static int att_stack_heads(int grp)
+{
+    int G = ZT_MIN(grp, ATT_STACK_MAX);
+    while (grp % G) G--;
+    return G;
+}
+
+/* Rows per head in a stacked block: one head's block rows shared among the G stacked
+ * heads (at least 16), so the stacked GEMMs are as tall as one head's were */
+static int att_group_rows(int T, int G)
+{
+    return G == 1 ? att_block_rows(T) : ZT_MAX(16, att_block_rows(T) / G);
+}
+
 static void att_all_heads(const att_call_t *c)
 {
-    const int bwd = c->dq != NULL, bq = att_block_rows(c->T), NH = c->NH, NKV = c->NKV, HD = c->HD;
+    const int bwd = c->dq != NULL, NH = c->NH, NKV = c->NKV, HD = c->HD;
     const int grp = NH / NKV, T = c->T, Tk = c->Tk, qs = c->qs, ks = c->ks, os = NH * HD;
+    /* fp32: a group's heads G at a time (att_forward_group); bf16: one head at a time */
+    const int G = c->bf16 ? 1 : att_stack_heads(grp), bq = att_group_rows(T, G);
     /* segment starts only where keys and queries are the same rows */
     int32_t *lo = c->seg && !c->kseg ? att_segment_starts(c->seg, c->B, T) : NULL;
-    const size_t blk = (size_t)bq * Tk;
-    const int nouter = bwd ? NKV : NH, ninner = bwd ? grp : 1;
+    const size_t blk = (size_t)G * bq * Tk, xs = G > 1 ? 3 * (size_t)G * bq * HD : 0;
+    /* forward under bf16 runs the (b,h) query heads in parallel, everything else the (b,g) KV
+     * groups: a group's heads all accumulate into its dk, dv, which threads must not share */
+    const int by_group = bwd || !c->bf16, nouter = by_group ? NKV : NH, ninner = by_group ? grp : 1;
 #pragma omp parallel if ((size_t)c->B * NH * T * Tk * HD >= ZT_PAR_MIN)
     {
-        float *scr = zt_malloc((bwd ? 2 : 1) * blk * sizeof(float));
+        float *scr = zt_malloc(((bwd ? 2 : 1) * blk + xs) * sizeof(float));
+        float *X = scr + (bwd ? 2 : 1) * blk;
+        att_head_t a[ATT_STACK_MAX];
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < c->B; b++)
             for (int u = 0; u < nouter; u++)
-                for (int w = 0; w < ninner; w++) {
-                    const int h = u * ninner + w, g = h / grp;
-                    const size_t q0 = (size_t)b * T * qs + (size_t)h * HD, k0 = (size_t)b * Tk * ks + (size_t)g * HD;
-                    const size_t ooff = (size_t)b * T * os + (size_t)h * HD;
-                    att_head_t a = {.T = T, .qs = qs, .os = os, .hs = HD, .bq = bq, .Tk = Tk, .ks = ks,
-                                    .causal = c->causal, .window = c->window, .wdelta = c->wdelta,
-                                    .scale = 1.0f / sqrtf((float)HD)};
-                    if (c->seg) {
-                        a.seg = c->seg + (size_t)b * T;
-                        a.kseg = c->kseg ? c->kseg + (size_t)b * Tk : a.seg;
-                        a.lo = lo ? lo + (size_t)b * T : NULL;
+                for (int w0 = 0; w0 < ninner; w0 += G) {
+                    for (int j = 0; j < G; j++) {
+                        const int h = u * ninner + w0 + j, g = h / grp;
+                        const size_t q0 = (size_t)b * T * qs + (size_t)h * HD, k0 = (size_t)b * Tk * ks + (size_t)g * HD;
+                        const size_t ooff = (size_t)b * T * os + (size_t)h * HD, loff = ((size_t)b * NH + h) * T;
+                        a[j] = (att_head_t){.T = T, .qs = qs, .os = os, .hs = HD, .bq = bq, .Tk = Tk, .ks = ks,
+                                            .causal = c->causal, .window = c->window, .wdelta = c->wdelta,
+                                            .scale = 1.0f / sqrtf((float)HD)};
+                        if (c->seg) {
+                            a[j].seg = c->seg + (size_t)b * T;
+                            a[j].kseg = c->kseg ? c->kseg + (size_t)b * Tk : a[j].seg;
+                            a[j].lo = lo ? lo + (size_t)b * T : NULL;
+                        }
+                        a[j].q = c->q + q0;
+                        a[j].k = c->k + k0;
+                        a[j].v = c->v + k0;
+                        if (bwd) {
+                            a[j].out = c->out + ooff;
+                            a[j].dout = c->dout + ooff;
+                            a[j].dq = c->dq + q0;
+                            a[j].dk = c->dk + k0;
+                            a[j].dv = c->dv + k0;
+                            a[j].lse = c->lse + loff;
+                        } else {
+                            a[j].o = c->o + ooff;
+                            a[j].lse_out = c->lse_out + loff;
+                        }
                     }
-                    a.q = c->q + q0;
-                    a.k = c->k + k0;
-                    a.v = c->v + k0;
-                    const size_t loff = ((size_t)b * NH + h) * T;
-                    if (bwd) {
-                        a.out = c->out + ooff;
-                        a.dout = c->dout + ooff;
-                        a.dq = c->dq + q0;
-                        a.dk = c->dk + k0;
-                        a.dv = c->dv + k0;
-                        a.lse = c->lse + loff;
-                        if (c->bf16) att_backward_head_bf16(&a, scr, scr + blk);
-                        else att_backward_head(&a, scr, scr + blk);
-                    } else {
-                        a.o = c->o + ooff;
-                        a.lse_out = c->lse_out + loff;
-                        if (c->bf16) att_forward_head_bf16(&a, scr);
-                        else att_forward_head(&a, scr);
-                    }
+                    if (bwd && c->bf16) att_backward_head_bf16(a, scr, scr + blk);
+                    else if (bwd) att_backward_group(a, G, scr, scr + blk, X);
+                    else if (c->bf16) att_forward_head_bf16(a, scr);
+                    else att_forward_group(a, G, scr, X);
                 }
         free(scr);
     }
@@ -1217,6 +1355,7 @@ static void cpu_crossentropy_fused(float *restrict logits, float *restrict losse
                 s += e;
             }
             float f = (float)(dscale / s);
+#pragma omp simd
             for (int i = 0; i < V; i++) x[i] *= f;
             x[tg] -= dscale;
         } else {
@@ -1547,6 +1686,7 @@ const zt_backend_t zt_backend_cpu = {
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .gemm = cpu_gemm,
+    .lowrank_backward = cpu_lowrank_backward,
     .matmul_gelu_forward = cpu_matmul_gelu_forward,
     .gelu_matmul_backward = cpu_gelu_matmul_backward,
     .attention_forward = cpu_attention_forward,

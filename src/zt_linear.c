@@ -138,6 +138,11 @@ static void lora_gemm_backward(zt_model_t *m, zt_lora_gemm_t *g, int l, const fl
     /* y_i += xa_i B_i^T: dxa_i = dy_i B_i, dB_i += dy_i^T xa_i (dy_i: target i's columns of dy) */
     for (int i = 0; i < g->n; i++) {
         const float *dyi = dy + g->out_off[i];
+        if (be->lowrank_backward) { /* both from one pass over dy_i */
+            be->lowrank_backward(N, g->out_n[i], r, dyi, OC, lora + g->b_off[i], xa + i * r, nr, dxa + i * r, nr,
+                                 dlora ? dlora + g->b_off[i] : NULL);
+            continue;
+        }
         be->gemm(0, 0, N, r, g->out_n[i], 1.0f, dyi, OC, lora + g->b_off[i], r, 0.0f, dxa + i * r, nr);
         if (dlora) be->gemm(1, 0, g->out_n[i], r, N, 1.0f, dyi, OC, xa + i * r, nr, 1.0f, dlora + g->b_off[i], r);
     }

@@ -57,19 +57,20 @@ static void bench_matmul(const char *label, int N, int C, int OC, int transw, in
  * less than one causal sequence of T. With window > 0 a sliding window (mistral,
  * gemma3): each query block's keys start at its first row's window, so the cost
  * should grow with T * window, not T^2. */
-static void bench_attention(int B, int T, int C, int NH, int reps, int nseg, int window)
+static void bench_attention(int B, int T, int C, int NH, int NKV, int reps, int nseg, int window)
 {
-    const size_t N = (size_t)B * T;
-    float *qkv = rnd(N * 3 * C, 2), *out = be->alloc(N * C * 4), *lse = be->alloc(N * NH * 4);
-    float *dqkv = be->alloc(N * 3 * C * 4), *dout = rnd(N * C, 1);
+    const size_t N = (size_t)B * T, S = (size_t)(NH + 2 * NKV) * (C / NH); /* qkv row */
+    float *qkv = rnd(N * S, 2), *out = be->alloc(N * C * 4), *lse = be->alloc(N * NH * 4);
+    float *dqkv = be->alloc(N * S * 4), *dout = rnd(N * C, 1);
     int32_t *seg = nseg ? zt_malloc(N * sizeof *seg) : NULL;
     for (size_t i = 0; seg && i < N; i++) seg[i] = (int32_t)((i % (size_t)T) / (size_t)ZT_MAX(T / nseg, 1));
     double tf, tb;
-    BEST(reps, tf, be->attention_forward(out, lse, qkv, seg, B, T, NH, NH, C / NH, window));
-    BEST(reps, tb, be->attention_backward(dqkv, dout, qkv, out, lse, seg, B, T, NH, NH, C / NH, window));
+    BEST(reps, tf, be->attention_forward(out, lse, qkv, seg, B, T, NH, NKV, C / NH, window));
+    BEST(reps, tb, be->attention_backward(dqkv, dout, qkv, out, lse, seg, B, T, NH, NKV, C / NH, window));
     char packed[32] = "";
     if (nseg) snprintf(packed, sizeof packed, " packed %dx%d", nseg, T / nseg);
     if (window) snprintf(packed, sizeof packed, " window %d", window);
+    if (NKV != NH) snprintf(packed + strlen(packed), sizeof packed - strlen(packed), " NKV%d", NKV);
     printf("attention B%d T%-4d C%d NH%d%s    fwd %8.3f ms | bwd %8.3f ms\n", B, T, C, NH, packed, tf * 1e3,
            tb * 1e3);
     float *bufs[] = {qkv, out, lse, dqkv, dout};
@@ -106,10 +107,12 @@ int main(int argc, char **argv)
 
     float *qkv = rnd((size_t)N * 3 * C, 2), *ao = be->alloc((size_t)N * C * 4);
     float *dqkv = be->alloc((size_t)N * 3 * C * 4), *dao = rnd((size_t)N * C, 1);
-    for (int Ta = 64; Ta <= 1024; Ta *= 2) bench_attention(B, Ta, C, NH, reps, 0, 0);
-    for (int Ta = 256; Ta <= 1024; Ta *= 2) bench_attention(B, Ta, C, NH, reps, 8, 0);
-    bench_attention(B, 2048, C, NH, reps, 0, 0);
-    for (int Ta = 512; Ta <= 2048; Ta *= 2) bench_attention(B, Ta, C, NH, reps, 0, 128);
+    for (int Ta = 64; Ta <= 1024; Ta *= 2) bench_attention(B, Ta, C, NH, NH, reps, 0, 0);
+    for (int Ta = 256; Ta <= 1024; Ta *= 2) bench_attention(B, Ta, C, NH, NH, reps, 8, 0);
+    bench_attention(B, 2048, C, NH, NH, reps, 0, 0);
+    for (int Ta = 512; Ta <= 2048; Ta *= 2) bench_attention(B, Ta, C, NH, NH, reps, 0, 128);
+    /* GQA, 3 query heads a KV head: tools/bench-lf.sh's Qwen3 (12 heads, 4 KV heads) */
+    bench_attention(8, 448, C, NH, 4, reps, 0, 0);
     size_t ng = (size_t)N * 4 * C;
     float *gi = rnd(ng, 6), *go = be->alloc(ng * 4), *gd = rnd(ng, 1), *gdi = be->alloc(ng * 4);
     BEST(reps, t, be->gelu_forward(go, gi, ng));

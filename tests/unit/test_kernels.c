@@ -619,6 +619,44 @@ static void t_matmul_one_row(void)
     for (int k = 0; k < 4; k++) run_matmul(k & 1, k >> 1, 1);
 }
 
+/* lowrank_backward (LoRA's B side): dp (N,r) = dy B, dB (O,r) += dy^T p, against double.
+ * N not a multiple of the CPU kernel's 8-row blocks, every operand inside wider rows, dB
+ * starting nonzero; r = 8 takes the CPU's fused kernel, other ranks its two GEMMs. */
+static void run_lowrank(int N, int O, int r, int with_db)
+{
+    const int ldy = O + 3, ldp = r + 5, lddp = r + 2;
+    float *dy = frand((size_t)N * ldy, 1.0), *B = frand((size_t)O * r, 1.0), *p = frand((size_t)N * ldp, 1.0);
+    float *dp = frand((size_t)N * lddp, 1.0), *dB = frand((size_t)O * r, 1.0), *dB0 = fcopy(dB, (size_t)O * r);
+    double *edp = calloc((size_t)N * r, sizeof(double)), *edB = calloc((size_t)O * r, sizeof(double));
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < O; j++)
+            for (int k = 0; k < r; k++) {
+                edp[(size_t)n * r + k] += (double)dy[(size_t)n * ldy + j] * B[(size_t)j * r + k];
+                edB[(size_t)j * r + k] += (double)dy[(size_t)n * ldy + j] * p[(size_t)n * ldp + k];
+            }
+    be->lowrank_backward(N, O, r, dy, ldy, B, p, ldp, dp, lddp, with_db ? dB : NULL);
+    float *got = malloc((size_t)N * r * sizeof(float));
+    for (int n = 0; n < N; n++) memcpy(got + (size_t)n * r, dp + (size_t)n * lddp, (size_t)r * sizeof(float));
+    CU_ASSERT(vec_err(got, edp, (size_t)N * r, 1e-6) < 1e-5);
+    if (with_db) {
+        CU_ASSERT(inc_err(dB, dB0, edB, (size_t)O * r) < 1e-5);
+    } else {
+        CU_ASSERT(memcmp(dB, dB0, (size_t)O * r * sizeof(float)) == 0);
+    }
+    float *bufs[] = {dy, B, p, dp, dB, dB0};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+    free(edp), free(edB), free(got);
+}
+
+static void t_lowrank(void)
+{
+    run_lowrank(37, 19, 8, 1); /* four 8-row blocks and 5 rows */
+    run_lowrank(64, 300, 8, 1);
+    run_lowrank(5, 7, 8, 1);  /* fewer rows than a block */
+    run_lowrank(37, 19, 8, 0); /* dp alone */
+    run_lowrank(21, 13, 5, 1); /* another rank */
+}
+
 /* -------------------------------------------------------------- attention -- */
 
 typedef struct { int B, T, NH, NKV, HD; double *qkv, *R, *out, *lse, *p; const int32_t *seg; int window; } at_ctx;
@@ -786,6 +824,15 @@ static void t_attention_gqa_threads(void)
     run_gqa(2, 16, 6, 2, 12, 2, 1);
     run_gqa(1, 70, 8, 2, 20, 2, 0);
     run_gqa(2, 40, 4, 1, 16, 2, 0);
+}
+/* the fp32 kernels stack a group's query heads (att_group_rows per head): 3 heads a KV
+ * head in ragged 16-row blocks (T = 100), 8 heads a stack, and 16 heads a group in two
+ * stacks of 8 */
+static void t_attention_gqa_stacked(void)
+{
+    run_gqa(1, 100, 6, 2, 16, 1, 1);
+    run_gqa(2, 40, 8, 1, 8, 2, 0);
+    run_gqa(1, 37, 16, 1, 4, 1, 0);
 }
 /* the largest head size the interface allows */
 static void t_attention_hd256(void) { run_gqa(1, 9, 2, 1, 256, 1, 0); }
@@ -1529,6 +1576,7 @@ static const zt_test_t tests[] = {
     {"matmul W^T (tied lm_head)", t_matmul_transw},
     {"matmul W^T + bias", t_matmul_transw_bias},
     {"matmul forward one row (gemv), backward", t_matmul_one_row},
+    {"lowrank backward (LoRA's B side) vs double: ragged rows, strides, other rank", t_lowrank},
     {"attention forward/backward vs double + FD", t_attention},
     {"attention threaded", t_attention_threads},
     {"attention T=131: ragged query blocks vs double", t_attention_ragged},
@@ -1536,6 +1584,7 @@ static const zt_test_t tests[] = {
     {"attention T=70 across a block boundary + FD", t_attention_blocks_fd},
     {"attention GQA NH4/NKV2 HD12, NKV1, odd HD + FD", t_attention_gqa},
     {"attention GQA threaded, across blocks", t_attention_gqa_threads},
+    {"attention GQA heads stacked per group, ragged blocks, two stacks a group + FD", t_attention_gqa_stacked},
     {"attention HD=256 vs double", t_attention_hd256},
     {"attention segments vs masked double + FD, reused ids", t_attention_segments_fd},
     {"attention segments across query blocks, threaded", t_attention_segments_blocks},
