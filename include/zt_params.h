@@ -169,6 +169,10 @@ void zt_param_table_free(zt_param_table_t *t);
  * kept), map[p] = p's index there or -1 for a frozen p. What a LoRA checkpoint holds. */
 zt_param_table_t *zt_params_trainable(const zt_param_table_t *t, int *map);
 int zt_param_table_find(const zt_param_table_t *t, const char *name); /* -1 if absent */
+/* A pipeline stage's units: of the layers flagged in `layers` (L + 2 flags: 0 the
+ * embedding, l + 1 block l, L + 1 the head), the root unit for the embedding or the head,
+ * block l's unit and its LoRA adapter unit for block l; a malloc'd (nunits) mask. */
+unsigned char *zt_params_units_of_layers(const zt_param_table_t *t, const unsigned char *layers);
 const char *zt_role_name(zt_role_t r);
 
 /* Tensor parallelism: this rank's table of the global table g (same parameters in the

@@ -353,3 +353,15 @@ void zt_param_tp_runs(const zt_param_t *p, size_t start, size_t n,
         e += run;
     }
 }
+
+unsigned char *zt_params_units_of_layers(const zt_param_table_t *t, const unsigned char *layers)
+{
+    unsigned char *held = zt_calloc((size_t)t->nunits, 1);
+    const int L = t->dims.L;
+    held[t->root_unit] = layers[0] || layers[L + 1];
+    for (int l = 0; l < L; l++) {
+        held[t->first_block_unit + l] = layers[l + 1];
+        if (t->first_adapter_unit >= 0) held[t->first_adapter_unit + l] = layers[l + 1];
+    }
+    return held;
+}
