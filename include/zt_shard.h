@@ -72,8 +72,8 @@ typedef struct zt_shard_opts {
     int pipeline;           /* pp > 1: the squared gradient norm summed over comm->pp (each
                              * stage's units counted on the rank that holds them) */
     int root_shared;        /* the root unit is held by the first and the last pipeline rank
-                             * (pp ranks 0 and pp - 1): the embedding on one, the head on the
-                             * other (and a tied head's gradient is the embedding's). Its
+                             * (pp ranks 0 and pp - 1; a tied head, which is the embedding): the
+                             * embedding's gradient arises on one, the head's on the other. Its
                              * gradient (ddp: whole, zero: the rank's shard) is summed between
                              * the two before the norm, so both step it alike; the norm counts
                              * and the I/O views write it on pp rank 0 only */

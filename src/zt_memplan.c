@@ -152,7 +152,7 @@ static void engine_forward(zt_shard_t *s, const zt_param_table_t *t, int adapter
 static void stage_walk(zt_shard_t *s, const zt_param_table_t *t, const zt_memplan_req_t *q)
 {
     const zt_schedule_t *sc = q->sched;
-    const int L = t->dims.L, root = t->root_unit, r = q->pp_rank;
+    const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), r = q->pp_rank;
     for (int i = 0; i < sc->n[r]; i++) {
         const zt_action_t *a = &sc->a[r][i];
         if (a->kind != ZT_ACT_FWD && a->kind != ZT_ACT_BWD) continue;
@@ -168,10 +168,10 @@ static void stage_walk(zt_shard_t *s, const zt_param_table_t *t, const zt_mempla
         }
         zt_shard_begin_micro(s, a->micro, sc->micro);
         if (end == L + 2) {
-            zt_shard_params(s, root);
-            zt_shard_grads(s, root);
-            if (first > 0) zt_shard_grads_ready(s, root);
-            zt_shard_release(s, root);
+            zt_shard_params(s, head);
+            zt_shard_grads(s, head);
+            if (first > 0) zt_shard_grads_ready(s, head);
+            zt_shard_release(s, head);
         }
         blocks_backward(s, t, l0, l1);
         if (first == 0) {
@@ -210,7 +210,9 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
      * options, zt_shard.h) */
     zt_shard_opts_t o = q->opts;
     unsigned char *held = pipe ? zt_params_units_of_layers(q->table, q->layers) : NULL;
-    if (pipe) o.held = held, o.pipeline = 1, o.root_shared = held[q->table->root_unit];
+    if (pipe)
+        o.held = held, o.pipeline = 1,
+        o.root_shared = held[q->table->root_unit] && zt_params_head_unit(q->table) == q->table->root_unit;
     zt_shard_t *s = zt_shard_create(q->table, &comm, be, &o);
     zt_shard_t *ref = q->ref_table ? zt_shard_create(q->ref_table, &comm, be, &q->opts) : NULL;
     zt_model_t *m = q->B > 0 ? zt_model_create_layers(q->table, be, q->B, q->T, q->recompute, pipe ? q->layers : NULL)

@@ -15,6 +15,7 @@ zt_param_table_t *zt_params_new(const struct zt_arch *arch, const zt_model_dims_
     zt_param_table_t *t = zt_calloc(1, sizeof *t);
     t->arch = arch;
     t->dims = *d;
+    t->head_unit = -1;
     return t;
 }
 
@@ -108,6 +109,7 @@ zt_param_table_t *zt_params_trainable(const zt_param_table_t *t, int *map)
                                q->role, q->wlayout);
     }
     zt_params_finish(v, t->nunits, t->root_unit, t->first_block_unit);
+    v->head_unit = t->head_unit;
     return v;
 }
 
@@ -323,6 +325,7 @@ zt_param_table_t *zt_params_tp_local(const zt_param_table_t *g, int tp, int rank
         for (int b = 0; b < p->tp_nblk; b++) p->tp_goff[b] = b * (G / p->tp_nblk) + rank * blk;
     }
     zt_params_finish(t, g->nunits, g->root_unit, g->first_block_unit);
+    t->head_unit = g->head_unit;
     return t;
 }
 
@@ -358,10 +361,28 @@ unsigned char *zt_params_units_of_layers(const zt_param_table_t *t, const unsign
 {
     unsigned char *held = zt_calloc((size_t)t->nunits, 1);
     const int L = t->dims.L;
-    held[t->root_unit] = layers[0] || layers[L + 1];
+    held[t->root_unit] = layers[0];
+    held[zt_params_head_unit(t)] |= layers[L + 1];
     for (int l = 0; l < L; l++) {
         held[t->first_block_unit + l] = layers[l + 1];
         if (t->first_adapter_unit >= 0) held[t->first_adapter_unit + l] = layers[l + 1];
     }
     return held;
+}
+
+int zt_params_split_head(zt_param_table_t *t)
+{
+    if (t->dims.tied || (t->head_unit >= 0 && t->head_unit != t->root_unit)) return 0;
+    /* the base model's last unit: LoRA's adapter units stay the last ones, one further on */
+    const int head = t->first_adapter_unit >= 0 ? t->first_adapter_unit : t->nunits;
+    for (int i = 0; i < t->nparams; i++) {
+        zt_param_t *p = &t->params[i];
+        if (p->unit >= head) p->unit++;
+        else if (p->unit == t->root_unit && p->block < 0 && (p->role == ZT_ROLE_HEAD || p->role == ZT_ROLE_NORM))
+            p->unit = head;
+    }
+    if (t->first_adapter_unit >= 0) t->first_adapter_unit++;
+    zt_params_finish(t, t->nunits + 1, t->root_unit, t->first_block_unit);
+    t->head_unit = head;
+    return 1;
 }

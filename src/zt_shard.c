@@ -81,7 +81,7 @@
  * are absent: nothing allocated, and every loop over units passes them by, so a rank's
  * parameters, gradients and optimizer state are its stages' as the strategy spreads them
  * over its data ranks. Gradients are reduced over the data ranks alone; the root unit,
- * held by the first and the last stage (opts.root_shared), has its two parts summed
+ * held by the first and the last stage where the head is tied (opts.root_shared), has its two parts summed
  * between those two ranks (one message each way), and the squared norm is summed over the
  * pipeline ranks.
  *

@@ -182,7 +182,8 @@ static void stage_opts(zt_shard_opts_t *o, const zt_parallel_plan_t *p, const zt
 {
     o->held = held;
     o->pipeline = p->pp > 1;
-    o->root_shared = p->pp > 1 && held[t->root_unit];
+    /* a tied head is the embedding: the root on both ends (an untied one has its own unit) */
+    o->root_shared = p->pp > 1 && held[t->root_unit] && zt_params_head_unit(t) == t->root_unit;
 }
 
 /* What the plan's mesh must divide, from the global table */
@@ -408,7 +409,10 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     zt_parallel_plan_t p;
     const int tp = cfg->parallel.tensor_parallel_size;
     const zt_plan_shape_t sh = g ? shape_of(g) : (zt_plan_shape_t){0};
-    if (g && zt_plan_build(&p, cfg, &sh, world, per_node, err, sizeof err) == 0) t = zt_params_tp_local(g, tp, 0, err, sizeof err);
+    if (g && zt_plan_build(&p, cfg, &sh, world, per_node, err, sizeof err) == 0) {
+        if (p.pp > 1) zt_params_split_head(g); /* as the run splits it */
+        t = zt_params_tp_local(g, tp, 0, err, sizeof err);
+    }
     if (t) mesh_local(t, &p);
     if (!t) {
         zt_log_error("%s", err);
@@ -972,7 +976,7 @@ static double eval_stages(run_t *r, int sft)
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
     const zt_parallel_plan_t *p = &r->plan;
-    const int L = r->table->dims.L, root = r->table->root_unit;
+    const int L = r->table->dims.L, root = r->table->root_unit, head = zt_params_head_unit(r->table);
     const size_t n = residual_floats(r, r->Tm);
     float **out = zt_calloc((size_t)p->pp_v, sizeof *out);
     zt_request_t *req = zt_calloc((size_t)p->pp_v, sizeof *req);
@@ -992,8 +996,8 @@ static double eval_stages(run_t *r, int sft)
         }
         forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
         if (end == L + 2) {
-            zt_model_forward_head(m, zt_shard_params(s, root));
-            zt_shard_release(s, root);
+            zt_model_forward_head(m, zt_shard_params(s, head));
+            zt_shard_release(s, head);
             loss += sft ? zt_model_loss_sum(m) : zt_model_loss(m);
             continue;
         }
@@ -1636,7 +1640,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     zt_comm_t *c = r->comm;
     zt_shard_t *s = r->shard;
     const zt_param_table_t *t = r->table;
-    const int L = t->dims.L, root = t->root_unit, me = c->pp.rank;
+    const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), me = c->pp.rank;
     const size_t BT = (size_t)r->B * r->Tm;
     /* every stage runs a micro-batch at the same length: the rows are the same on each */
     for (int m = 0; m < r->A; m++) {
@@ -1701,12 +1705,12 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
             /* the unit reductions start at the last micro-batch's backward, whatever ran between */
             zt_shard_begin_micro(s, mi, r->A);
             if (end == L + 2) {
-                zt_watchdog_mark("forward head", root, r->step + 1);
-                zt_model_train_head(m, zt_shard_params(s, root), zt_shard_grads(s, root), ds);
+                zt_watchdog_mark("forward head", head, r->step + 1);
+                zt_model_train_head(m, zt_shard_params(s, head), zt_shard_grads(s, head), ds);
                 loss_sum += sft ? zt_model_loss_sum(m) : zt_model_loss(m);
                 *computed += (long)r->B * T;
-                if (first > 0) zt_shard_grads_ready(s, root); /* the embedding's part is another rank's */
-                zt_shard_release(s, root);
+                if (first > 0) zt_shard_grads_ready(s, head); /* the embedding's part is another rank's */
+                zt_shard_release(s, head);
             }
             backward_range(r, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1);
             if (first == 0) {
@@ -2225,6 +2229,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
      * become the default above, which sets the working and GEMM precisions */
     const zt_plan_shape_t sh = r->table ? shape_of(r->table) : (zt_plan_shape_t){0};
     rc = r->table ? zt_plan_build(&r->plan, cfg, &sh, plan->world, plan->per_node, err, sizeof err) : -1;
+    /* a pipeline: an untied head in a unit of its own, held by the last stage alone */
+    if (rc == 0 && r->plan.pp > 1) zt_params_split_head(r->table);
     if (rc == 0 && r->plan.sp > 1 && r->plan.sp_mode == ZT_SP_RING && !r->be->attention_block_forward)
         rc = zt_err(err, sizeof err, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
                     "(parallel.sp_mode = ulysses works there)", r->be->name);

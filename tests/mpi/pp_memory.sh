@@ -5,8 +5,9 @@
 #     stage) at pp 2 under 1f1b and gpipe, at pp 4, and at pp 2 x dp 2 under zero3, and an
 #     untied Llama at pp 2 under zero1: each pipeline rank's estimate (a dry run of its
 #     stages' engine, its schedule's slots of its stages' activations) equals what that rank
-#     measured, figure by figure; under ddp the ranks' parameters add up to the model's once
-#     plus the root a second time; the activations are slots of one stage model's: 1F1B
+#     measured, figure by figure; the ranks' parameters add up to the model's once, plus
+#     GPT-2's root a second time (the untied Llama's embedding is on the first rank only,
+#     its final norm and head on the last); the activations are slots of one stage model's: 1F1B
 #     holds min(pp - r, M) micro-batches on rank r, GPipe all M.
 #  2. The fit check knows the pipeline: a parallel.memory_limit_gb that refuses ddp on 2
 #     ranks lets pp 2 train.
@@ -63,6 +64,13 @@ for d in ("g-1f1b", "g-pp4"):
     assert got == 4 * (psi + root), (d, got, psi, root)
     assert all(r["memory_measured"]["grads"] == r["memory_measured"]["params"] for r in stages(d))
     print(d, "parameters over the pipeline ranks:", got, "bytes = 4 (Psi + root)")
+# an untied head has a unit of its own on the last stage: nothing is held twice (zero1 over
+# one data rank keeps each rank's units whole)
+with h5py.File(sorted(glob.glob("l-z1/ckpt-*.h5"))[-1], "r") as h:
+    psi = sum(h["model"][k].size for k in h["model"])
+got = sum(r["memory_measured"]["params"] for r in stages("l-z1"))
+assert got == 4 * psi, ("l-z1", got, psi)
+print("l-z1 parameters over the pipeline ranks:", got, "bytes = 4 Psi (the embedding first, the head last)")
 # slots: 1F1B holds min(pp - r, M) micro-batches on rank r, GPipe all M
 f, g = stages("g-1f1b"), stages("g-gpipe")
 for r in range(2):
@@ -70,7 +78,7 @@ for r in range(2):
     assert ag % M == 0 and a1 == min(2 - r, M) * (ag // M), (r, a1, ag)
 print("activations: 1f1b holds 2 and 1 slots on ranks 0 and 1, gpipe", M)
 PYEOF
-echo "pp_memory: each pipeline rank's estimate equals its measurement; the ranks hold the model once, the root twice"
+echo "pp_memory: each pipeline rank's estimate equals its measurement; the ranks hold the model once, a tied root twice"
 
 # ---- 2. the fit check: refused under ddp on 2 ranks, trains at pp 2 -----------------------
 big="model.n_layer=6 model.n_embd=64 train.max_steps=2 train.per_device_train_batch_size=2
