@@ -16,7 +16,10 @@
  * train_forward / train_backward): per micro-step the root unit, the blocks with their
  * adapter units and the next block prefetched, the head's gradients, the blocks backward,
  * the root's gradients; then the reductions' completion and AdamW. DPO's reference engine
- * (full fine-tuning) runs its inference forward before each micro-step's policy pass. */
+ * (full fine-tuning) runs its inference forward before each micro-step's policy pass.
+ * Under a pipeline (sched) it is one pipeline rank's: its stages' engine walked through its
+ * action list as run_pipeline runs it, and its slots' models of its stages' layers, so the
+ * estimate is per pipeline rank and the train loop takes the largest. */
 #ifndef ZT_MEMPLAN_H
 #define ZT_MEMPLAN_H
 
@@ -25,6 +28,7 @@
 #include "zt_backend.h"
 #include "zt_params.h"
 #include "zt_shard.h"
+#include "zt_step.h"
 
 typedef struct zt_memplan_req {
     const zt_param_table_t *table;     /* a rank's (tp-local) table, dims.sp_size set */
@@ -34,12 +38,23 @@ typedef struct zt_memplan_req {
     int B, T, recompute, nmicro;       /* the model's rows and positions (T / sp), checkpointing,
                                         * micro-steps per optimizer step */
     int kv_nseq;                       /* generation's KV cache: sequences (0: none) */
+    /* A pipeline rank (pp > 1; sched NULL: the one-stage step): the step's schedule, its
+     * stages' first layers (zt_parallel_plan_t.stage_first), the rank, and the layers it
+     * runs (L + 2 flags, zt_model_create_layers). The engine holds those layers' units
+     * (zt_params_units_of_layers), the step walked is the rank's action list as the train
+     * loop runs it, and the activations are those of one model per slot of the list
+     * (zt_schedule_slots). */
+    const zt_schedule_t *sched;
+    const int *stage_first;
+    int pp_rank;
+    const unsigned char *layers;
 } zt_memplan_req_t;
 
 typedef struct zt_memplan {
     zt_shard_mem_t mem;                /* the engine's peaks per category, over create and a step */
     zt_shard_mem_t ref;                /* the reference engine's (zero without one) */
-    size_t activations;                /* the model's buffers (zt_model_activation_bytes) */
+    size_t activations;                /* the model's buffers (zt_model_activation_bytes; a
+                                        * pipeline rank: of each of its slots' models) */
     size_t kv;                         /* the KV cache */
 } zt_memplan_t;
 

@@ -34,6 +34,12 @@ typedef struct zt_model zt_model_t;
 /* Model with activation buffers for micro-batches up to (B, T), on backend be. */
 zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *be, int B, int T,
                             int recompute);
+/* The same for a pipeline stage (zt_step.h): activation buffers only for the layers
+ * flagged in `layers` (L + 2 flags: 0 the embedding, l + 1 block l, L + 1 the head; NULL:
+ * all, zt_model_create), the residual stream only where a held layer reads or writes
+ * it, the head's logits chunk only with the head. Only the held layers may run. */
+zt_model_t *zt_model_create_layers(const zt_param_table_t *table, const zt_backend_t *be, int B, int T,
+                                   int recompute, const unsigned char *layers);
 void zt_model_free(zt_model_t *m);
 
 /* Tensor parallelism (a table from zt_params_tp_local, d.tp_size > 1): the collectives

@@ -141,6 +141,9 @@ typedef struct zt_param_table {
     int *unit_count;        /* (nunits) number of params in each unit */
     size_t total_numel;
     int root_unit;          /* gathered for the whole micro-step */
+    int head_unit;          /* the final norm and an untied head in a unit of their own (a
+                             * pipeline's last stage: zt_params_split_head), or -1: in the root
+                             * unit (zt_params_head_unit) */
     int first_block_unit;   /* block l is unit first_block_unit + l */
     int *unit_frozen;       /* (nunits) 1: the unit's parameters are frozen */
     /* LoRA: block l's adapters are unit first_adapter_unit + l (-1: no adapters); the
@@ -171,6 +174,19 @@ void zt_param_table_free(zt_param_table_t *t);
  * kept), map[p] = p's index there or -1 for a frozen p. What a LoRA checkpoint holds. */
 zt_param_table_t *zt_params_trainable(const zt_param_table_t *t, int *map);
 int zt_param_table_find(const zt_param_table_t *t, const char *name); /* -1 if absent */
+/* Pipelines: the final norm and an untied head (lm_head) moved out of the root unit into a
+ * unit of their own (the base model's last; LoRA's adapter units move one on), so the first stage holds the embedding and the last
+ * the head; a tied head is the embedding and stays in the root unit with the norm. 1 when
+ * it split, 0 otherwise. The model reads the head through the unit's buffer it is handed
+ * (its offsets are the parameters' in their unit), so nothing else changes. */
+int zt_params_split_head(zt_param_table_t *t);
+/* The unit of the final norm and the head: head_unit, or the root unit */
+static inline int zt_params_head_unit(const zt_param_table_t *t) { return t->head_unit >= 0 ? t->head_unit : t->root_unit; }
+/* A pipeline stage's units: of the layers flagged in `layers` (L + 2 flags: 0 the
+ * embedding, l + 1 block l, L + 1 the head), the root unit for the embedding, the head's
+ * unit (zt_params_head_unit) for the head, block l's unit and its LoRA adapter unit for
+ * block l; a malloc'd (nunits) mask. */
+unsigned char *zt_params_units_of_layers(const zt_param_table_t *t, const unsigned char *layers);
 const char *zt_role_name(zt_role_t r);
 
 /* Tensor parallelism: this rank's table of the global table g (same parameters in the

@@ -97,4 +97,9 @@ int zt_plan_tp_splits(const zt_plan_shape_t *shape, int tp, char *err, size_t er
  * the engine's strategies ddp .. zero3: the plan takes it and its data-parallel axes. */
 void zt_plan_resolve(zt_parallel_plan_t *p, zt_strategy_t st);
 
+/* Whether pipeline rank `pp_rank` runs layer `layer` (0 the embedding, 1 .. L the blocks,
+ * L + 1 the head): one of its stages (s with s mod pp = pp_rank) holds it. At pp 1 every
+ * layer is rank 0's. */
+int zt_plan_rank_holds_layer(const zt_parallel_plan_t *p, int pp_rank, int layer);
+
 #endif

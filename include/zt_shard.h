@@ -64,11 +64,19 @@ typedef struct zt_shard_opts {
     zt_optimizer_t optimizer; /* AdamW, or 1-bit Adam (ddp, zero1, zero2; zt_onebit.h): its steps
                                * after freeze_step reduce no gradients and exchange the momentum */
     long freeze_step;
-    int pipeline;           /* pp > 1: each pipeline rank computes its stages' gradients, the
-                             * others' stay zero there; finish_grads sums every unit's (ddp: whole,
-                             * the zero strategies: the rank's shard) over comm->pp first, so every
-                             * pipeline rank steps the whole model alike (the tied embedding's two
-                             * parts included) and the norm is the global one */
+    /* Pipelines (pp > 1): a pipeline rank holds the units of its stages' layers only.
+     * held (nunits) or NULL (every unit): a unit not held has no state at all (no
+     * parameters, gradients, moments; zt_shard_params / zt_shard_grads on it abort), the
+     * step protocol, the I/O views and the norm pass it by. */
+    const unsigned char *held;
+    int pipeline;           /* pp > 1: the squared gradient norm summed over comm->pp (each
+                             * stage's units counted on the rank that holds them) */
+    int root_shared;        /* the root unit is held by the first and the last pipeline rank
+                             * (pp ranks 0 and pp - 1; a tied head, which is the embedding): the
+                             * embedding's gradient arises on one, the head's on the other. Its
+                             * gradient (ddp: whole, zero: the rank's shard) is summed between
+                             * the two before the norm, so both step it alike; the norm counts
+                             * and the I/O views write it on pp rank 0 only */
 } zt_shard_opts_t;
 
 typedef struct zt_shard zt_shard_t;

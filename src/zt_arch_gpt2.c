@@ -234,8 +234,9 @@ static void gpt2_create(zt_model_t *m)
     g->blk = zt_calloc(L ? L : 1, sizeof *g->blk);
     for (size_t l = 0; l < L; l++) {
         block_acts_t *a = &g->blk[l];
-        if (m->recompute && l > 0) {
-            *a = g->blk[0];
+        if (!zt_model_holds_block(m, (int)l)) continue; /* another pipeline stage's */
+        if (m->recompute && (int)l > zt_model_first_block(m)) {
+            *a = g->blk[zt_model_first_block(m)];
             continue;
         }
         a->ln1 = zt_model_alloc(m, Nl * C * F);
@@ -269,7 +270,8 @@ static void gpt2_destroy(zt_model_t *m)
     gpt2_t *g = m->fam;
     const zt_backend_t *be = m->be;
     for (int l = 0; l < m->d.L; l++) {
-        if (m->recompute && l > 0) break;
+        if (!zt_model_holds_block(m, l)) continue;
+        if (m->recompute && l > zt_model_first_block(m)) break;
         block_acts_t *a = &g->blk[l];
         float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv,      a->atty,   a->res2,
                          a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu};

@@ -608,8 +608,9 @@ static void llama_create(zt_model_t *m)
     g->blk = zt_calloc(d->L ? (size_t)d->L : 1, sizeof *g->blk);
     for (int l = 0; l < d->L; l++) {
         block_acts_t *a = &g->blk[l];
-        if (m->recompute && l > 0) {
-            *a = g->blk[0];
+        if (!zt_model_holds_block(m, l)) continue; /* another pipeline stage's */
+        if (m->recompute && l > zt_model_first_block(m)) {
+            *a = g->blk[zt_model_first_block(m)];
             continue;
         }
         a->ln1 = zt_model_alloc(m, Nl * C * F);
@@ -669,7 +670,8 @@ static void llama_destroy(zt_model_t *m)
     llama_t *g = m->fam;
     const zt_backend_t *be = m->be;
     for (int l = 0; l < m->d.L; l++) {
-        if (m->recompute && l > 0) break;
+        if (!zt_model_holds_block(m, l)) continue;
+        if (m->recompute && l > zt_model_first_block(m)) break;
         block_acts_t *a = &g->blk[l];
         float *bufs[] = {a->ln1, a->rstd1, a->qkv_pre, a->qk_rstd, a->qkv, a->atty,   a->res2,
                          a->ln2, a->rstd2, a->gu,      a->act,     a->ao,  a->rstd_pa, a->mo, a->rstd_pf};

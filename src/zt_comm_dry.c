@@ -73,16 +73,18 @@ static void group(zt_group_t *g, const char *name, int id, int size)
     g->backend_state = NULL;
 }
 
-void zt_comm_create_dry(zt_comm_t *c, int data, int tp, int shard_n)
+void zt_comm_create_dry(zt_comm_t *c, int data, int tp, int shard_n, int pp, int pp_rank)
 {
     memset(c, 0, sizeof *c);
-    group(&c->world, "world", ZT_GRP_WORLD, data * tp);
+    group(&c->world, "world", ZT_GRP_WORLD, pp * data * tp);
+    group(&c->pp, "pp", ZT_GRP_PP, pp);
+    c->pp.rank = pp_rank;
     group(&c->tp, "tp", ZT_GRP_TP, tp);
     group(&c->sp, "sp", ZT_GRP_SP, 1);
     group(&c->data, "data", ZT_GRP_DATA, data);
     group(&c->shard, "shard", ZT_GRP_SHARD, shard_n);
     group(&c->replica, "replica", ZT_GRP_REPLICA, shard_n > 0 ? data / shard_n : 1);
-    c->mesh_tp = tp, c->mesh_sp = 1, c->mesh_dp = data;
+    c->mesh_tp = tp, c->mesh_sp = 1, c->mesh_dp = data, c->mesh_pp = pp;
     c->local_size = 1;
     c->node_count = 1;
     c->backend = dry_backend.name;

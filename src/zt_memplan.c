@@ -103,31 +103,29 @@ const zt_backend_t *zt_memplan_backend(void) { return &dry_backend; }
 
 /* ---- the dry runs --------------------------------------------------------------------- */
 
-/* The blocks forward as train_forward runs them (adapters: the block's adapter unit beside
- * it); the root unit stays materialized for the head */
-static void engine_forward(zt_shard_t *s, const zt_param_table_t *t, int adapters)
+/* Blocks [l0, l1) forward as the train loop's forward_range runs them (adapters: the
+ * block's adapter unit beside it) */
+static void blocks_forward(zt_shard_t *s, const zt_param_table_t *t, int l0, int l1, int adapters)
 {
-    const int L = t->dims.L, b0 = t->first_block_unit, a0 = adapters ? t->first_adapter_unit : -1;
-    zt_shard_params(s, t->root_unit);
-    zt_shard_prefetch(s, b0);
-    for (int l = 0; l < L; l++) {
+    const int b0 = t->first_block_unit, a0 = adapters ? t->first_adapter_unit : -1;
+    if (l0 < l1) zt_shard_prefetch(s, b0 + l0);
+    for (int l = l0; l < l1; l++) {
         zt_shard_params(s, b0 + l);
         if (a0 >= 0) zt_shard_params(s, a0 + l);
-        if (l + 1 < L) zt_shard_prefetch(s, b0 + l + 1);
+        if (l + 1 < l1) zt_shard_prefetch(s, b0 + l + 1);
         zt_shard_release(s, b0 + l);
         if (a0 >= 0) zt_shard_release(s, a0 + l);
     }
 }
 
-/* The head and the blocks backward as train_backward runs them */
-static void engine_backward(zt_shard_t *s, const zt_param_table_t *t)
+/* Blocks [l0, l1) backward, last first, as the train loop's backward_range runs them */
+static void blocks_backward(zt_shard_t *s, const zt_param_table_t *t, int l0, int l1)
 {
-    const int L = t->dims.L, b0 = t->first_block_unit, a0 = t->first_adapter_unit;
-    zt_shard_grads(s, t->root_unit);
-    for (int l = L - 1; l >= 0; l--) {
+    const int b0 = t->first_block_unit, a0 = t->first_adapter_unit;
+    for (int l = l1 - 1; l >= l0; l--) {
         zt_shard_params(s, b0 + l);
         if (a0 >= 0) zt_shard_params(s, a0 + l);
-        if (l > 0) zt_shard_prefetch(s, b0 + l - 1);
+        if (l > l0) zt_shard_prefetch(s, b0 + l - 1);
         zt_shard_grads(s, b0 + l);
         if (a0 >= 0) zt_shard_grads(s, a0 + l);
         zt_shard_grads_ready(s, b0 + l);
@@ -137,6 +135,57 @@ static void engine_backward(zt_shard_t *s, const zt_param_table_t *t)
             zt_shard_release(s, a0 + l);
         }
     }
+}
+
+/* The blocks forward as train_forward runs them; the root unit stays materialized for the
+ * head */
+static void engine_forward(zt_shard_t *s, const zt_param_table_t *t, int adapters)
+{
+    zt_shard_params(s, t->root_unit);
+    blocks_forward(s, t, 0, t->dims.L, adapters);
+}
+
+/* A pipeline rank's step up to its R, as the train loop's run_pipeline runs its list: a
+ * forward on the first stage runs the embedding (the root released after it), a backward
+ * on the last the head (its part of the root's gradients ready there unless the rank runs
+ * the embedding too), and a first stage's backward ends with the embedding's */
+static void stage_walk(zt_shard_t *s, const zt_param_table_t *t, const zt_memplan_req_t *q)
+{
+    const zt_schedule_t *sc = q->sched;
+    const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), r = q->pp_rank;
+    for (int i = 0; i < sc->n[r]; i++) {
+        const zt_action_t *a = &sc->a[r][i];
+        if (a->kind != ZT_ACT_FWD && a->kind != ZT_ACT_BWD) continue;
+        const int first = q->stage_first[a->stage], end = q->stage_first[a->stage + 1];
+        const int l0 = ZT_MAX(first, 1) - 1, l1 = ZT_MIN(end, L + 1) - 1;
+        if (a->kind == ZT_ACT_FWD) {
+            if (first == 0) {
+                zt_shard_params(s, root);
+                zt_shard_release(s, root);
+            }
+            blocks_forward(s, t, l0, l1, 1);
+            continue;
+        }
+        zt_shard_begin_micro(s, a->micro, sc->micro);
+        if (end == L + 2) {
+            zt_shard_params(s, head);
+            zt_shard_grads(s, head);
+            if (first > 0) zt_shard_grads_ready(s, head);
+            zt_shard_release(s, head);
+        }
+        blocks_backward(s, t, l0, l1);
+        if (first == 0) {
+            zt_shard_grads(s, root);
+            zt_shard_grads_ready(s, root);
+        }
+    }
+}
+
+/* The head and the blocks backward as train_backward runs them */
+static void engine_backward(zt_shard_t *s, const zt_param_table_t *t)
+{
+    zt_shard_grads(s, t->root_unit);
+    blocks_backward(s, t, 0, t->dims.L);
     zt_shard_grads_ready(s, t->root_unit);
     zt_shard_release(s, t->root_unit);
 }
@@ -154,17 +203,33 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
     memset(out, 0, sizeof *out);
     const zt_backend_t *be = &dry_backend;
     zt_comm_t comm;
-    zt_comm_create_dry(&comm, q->data, q->tp, q->shard_n);
+    const int pipe = q->sched && q->sched->pp > 1;
+    zt_comm_create_dry(&comm, q->data, q->tp, q->shard_n, pipe ? q->sched->pp : 1, pipe ? q->pp_rank : 0);
 
-    zt_shard_t *s = zt_shard_create(q->table, &comm, be, &q->opts);
+    /* a pipeline rank: its stages' units, the root's two ends summed (the train loop's
+     * options, zt_shard.h) */
+    zt_shard_opts_t o = q->opts;
+    unsigned char *held = pipe ? zt_params_units_of_layers(q->table, q->layers) : NULL;
+    if (pipe)
+        o.held = held, o.pipeline = 1,
+        o.root_shared = held[q->table->root_unit] && zt_params_head_unit(q->table) == q->table->root_unit;
+    zt_shard_t *s = zt_shard_create(q->table, &comm, be, &o);
     zt_shard_t *ref = q->ref_table ? zt_shard_create(q->ref_table, &comm, be, &q->opts) : NULL;
-    zt_model_t *m = q->B > 0 ? zt_model_create(q->table, be, q->B, q->T, q->recompute) : NULL;
-    out->activations = m ? zt_model_activation_bytes(m) : 0;
+    zt_model_t *m = q->B > 0 ? zt_model_create_layers(q->table, be, q->B, q->T, q->recompute, pipe ? q->layers : NULL)
+                             : NULL;
+    size_t slots = 1;
+    if (pipe) {
+        int *slot = zt_malloc((size_t)q->sched->micro * sizeof *slot);
+        slots = (size_t)zt_schedule_slots(q->sched, q->pp_rank, slot);
+        free(slot);
+    }
+    out->activations = m ? slots * zt_model_activation_bytes(m) : 0;
 
     /* one optimizer step */
     const int nmicro = q->nmicro > 0 ? q->nmicro : 1;
     zt_shard_begin_step(s);
-    for (int mi = 0; mi < nmicro; mi++) {
+    if (pipe) stage_walk(s, q->table, q);
+    for (int mi = 0; mi < nmicro && !pipe; mi++) {
         zt_shard_begin_micro(s, mi, nmicro);
         if (ref) { /* DPO: the reference's log-probabilities first, forward only */
             zt_shard_begin_inference(ref);
@@ -190,5 +255,6 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
     zt_model_free(m);
     zt_shard_free(ref);
     zt_shard_free(s);
+    free(held);
     zt_comm_destroy_dry(&comm);
 }

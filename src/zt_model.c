@@ -78,7 +78,18 @@ double zt_model_flops_per_token(const zt_param_table_t *t, int T)
 zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *be, int B, int T,
                             int recompute)
 {
+    return zt_model_create_layers(table, be, B, T, recompute, NULL);
+}
+
+zt_model_t *zt_model_create_layers(const zt_param_table_t *table, const zt_backend_t *be, int B, int T,
+                                   int recompute, const unsigned char *layers)
+{
     zt_model_t *m = zt_calloc(1, sizeof *m);
+    if (layers) {
+        m->layers = zt_malloc((size_t)table->dims.L + 2);
+        memcpy(m->layers, layers, (size_t)table->dims.L + 2);
+    }
+    const int head = !layers || layers[table->dims.L + 1];
     m->table = table;
     m->arch = table->arch;
     m->be = be;
@@ -90,7 +101,9 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
     /* the residual stream: 1/tp of the rows under tp_seq */
     const size_t Nl = m->d.tp_seq ? N / (size_t)m->d.tp_size : N;
     m->x_in = zt_calloc(L ? L : 1, sizeof *m->x_in);
-    for (size_t l = 0; l < L; l++) m->x_in[l] = zt_model_alloc(m, Nl * C * F);
+    /* block l's input: written by the embedding or block l - 1, read by block l */
+    for (size_t l = 0; l < L; l++)
+        if (!layers || layers[l] || layers[l + 1]) m->x_in[l] = zt_model_alloc(m, Nl * C * F);
     m->x_out = zt_model_alloc(m, Nl * C * F);
     m->xf = zt_model_alloc(m, N * C * F); /* gathered for the head */
     if (m->d.tp_seq) {
@@ -101,7 +114,7 @@ zt_model_t *zt_model_create(const zt_param_table_t *table, const zt_backend_t *b
         m->host_tp_pos = be->alloc_host(Nl * sizeof(int32_t));
     }
     m->head_rows = head_rows_for(N, V);
-    m->logits = zt_model_alloc(m, (size_t)m->head_rows * V * F);
+    if (head) m->logits = zt_model_alloc(m, (size_t)m->head_rows * V * F);
     m->losses = zt_model_alloc(m, N * F);
     m->dres = zt_model_alloc(m, N * C * F);
     m->dres2 = zt_model_alloc(m, N * C * F);
@@ -137,9 +150,11 @@ void zt_model_free(zt_model_t *m)
     if (!m) return;
     const zt_backend_t *be = m->be;
     m->arch->ops->destroy(m);
-    for (int l = 0; l < m->d.L; l++) be->free(m->x_in[l]);
+    for (int l = 0; l < m->d.L; l++)
+        if (m->x_in[l]) be->free(m->x_in[l]);
     float *bufs[] = {m->x_out, m->xf, m->logits, m->losses, m->dres, m->dres2};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) be->free(bufs[i]);
     be->free(m->inputs);
     be->free(m->targets);
     be->free(m->seg_buf);
@@ -185,6 +200,7 @@ void zt_model_free(zt_model_t *m)
         be->free(m->logits_row_tp);
     }
     free(m->x_in);
+    free(m->layers);
     free(m);
 }
 
@@ -192,7 +208,8 @@ size_t zt_model_activation_bytes(const zt_model_t *m) { return m->act_bytes; }
 
 float *zt_model_residual(zt_model_t *m, int l)
 {
-    if (l < 0 || l > m->d.L) zt_fatal("zt_model_residual: block %d of %d", l, m->d.L);
+    if (l < 0 || l > m->d.L || (l < m->d.L && !m->x_in[l]))
+        zt_fatal("zt_model_residual: block %d of %d (not this stage's)", l, m->d.L);
     return l < m->d.L ? m->x_in[l] : m->x_out;
 }
 

@@ -20,7 +20,10 @@ struct zt_model {
     const zt_backend_t *be;
     zt_model_dims_t d;
     int Bmax, Tmax, B, T, recompute, has_targets;
-    float **x_in;               /* (L) block inputs (N,C) */
+    float **x_in;               /* (L) block inputs (N,C); NULL where no held block reads or writes it */
+    /* A pipeline stage's model (zt_model_create_layers): the layers whose activations it
+     * holds, (L + 2) flags of 0 the embedding, l + 1 block l, L + 1 the head; NULL: all */
+    unsigned char *layers;
     float *x_out;               /* (N,C) output of the last block */
     float *xf;                  /* (N,C) final norm of x_out */
     float *logits;              /* (head_rows,V) one chunk's logits, then dlogits in place */
@@ -237,5 +240,15 @@ float *zt_linear_backward(zt_model_t *m, zt_linear_t *lin, int l, const float *w
 float *zt_linear_backward_gelu(zt_model_t *m, zt_linear_t *lin, int l, const float *w, float *dw,
                                const float *lora, float *dlora, const float *x, const float *pre, const float *dy,
                                float *dact, float *dpre);
+
+/* whether model m holds block l's activations, and the first block it holds (with
+ * recompute the held blocks share that one's buffers) */
+static inline int zt_model_holds_block(const zt_model_t *m, int l) { return !m->layers || m->layers[l + 1]; }
+static inline int zt_model_first_block(const zt_model_t *m)
+{
+    int l = 0;
+    while (l < m->d.L && !zt_model_holds_block(m, l)) l++;
+    return l;
+}
 
 #endif

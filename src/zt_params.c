@@ -16,6 +16,7 @@ zt_param_table_t *zt_params_new(const struct zt_arch *arch, const zt_model_dims_
     zt_param_table_t *t = zt_calloc(1, sizeof *t);
     t->arch = arch;
     t->dims = *d;
+    t->head_unit = -1;
     return t;
 }
 
@@ -109,6 +110,7 @@ zt_param_table_t *zt_params_trainable(const zt_param_table_t *t, int *map)
                                q->role, q->wlayout);
     }
     zt_params_finish(v, t->nunits, t->root_unit, t->first_block_unit);
+    v->head_unit = t->head_unit;
     return v;
 }
 
@@ -393,6 +395,7 @@ static zt_param_table_t *tp_local(const zt_param_table_t *g, int tp, int rank, i
         }
     }
     zt_params_finish(t, g->nunits, g->root_unit, g->first_block_unit);
+    t->head_unit = g->head_unit;
     return t;
 }
 
@@ -422,4 +425,34 @@ void zt_param_tp_runs(const zt_param_t *p, size_t start, size_t n,
         fn(arg, g, e, run);
         e += run;
     }
+}
+
+unsigned char *zt_params_units_of_layers(const zt_param_table_t *t, const unsigned char *layers)
+{
+    unsigned char *held = zt_calloc((size_t)t->nunits, 1);
+    const int L = t->dims.L;
+    held[t->root_unit] = layers[0];
+    held[zt_params_head_unit(t)] |= layers[L + 1];
+    for (int l = 0; l < L; l++) {
+        held[t->first_block_unit + l] = layers[l + 1];
+        if (t->first_adapter_unit >= 0) held[t->first_adapter_unit + l] = layers[l + 1];
+    }
+    return held;
+}
+
+int zt_params_split_head(zt_param_table_t *t)
+{
+    if (t->dims.tied || (t->head_unit >= 0 && t->head_unit != t->root_unit)) return 0;
+    /* the base model's last unit: LoRA's adapter units stay the last ones, one further on */
+    const int head = t->first_adapter_unit >= 0 ? t->first_adapter_unit : t->nunits;
+    for (int i = 0; i < t->nparams; i++) {
+        zt_param_t *p = &t->params[i];
+        if (p->unit >= head) p->unit++;
+        else if (p->unit == t->root_unit && p->block < 0 && (p->role == ZT_ROLE_HEAD || p->role == ZT_ROLE_NORM))
+            p->unit = head;
+    }
+    if (t->first_adapter_unit >= 0) t->first_adapter_unit++;
+    zt_params_finish(t, t->nunits + 1, t->root_unit, t->first_block_unit);
+    t->head_unit = head;
+    return 1;
 }

@@ -253,3 +253,10 @@ void zt_plan_resolve(zt_parallel_plan_t *p, zt_strategy_t st)
     p->strategy = st;
     dp_axes(p);
 }
+
+int zt_plan_rank_holds_layer(const zt_parallel_plan_t *p, int pp_rank, int layer)
+{
+    for (int st = pp_rank; st < p->stages; st += p->pp)
+        if (layer >= p->stage_first[st] && layer < p->stage_first[st + 1]) return 1;
+    return 0;
+}

@@ -77,8 +77,17 @@
  * never change). Gathers treat them as any unit. The I/O view widens a 16-bit
  * frozen copy into an fp32 host staging and rounds a loaded one back (io_round).
  *
+ * Pipelines (opts.held): a pipeline rank holds the units of its stages only. The others
+ * are absent: nothing allocated, and every loop over units passes them by, so a rank's
+ * parameters, gradients and optimizer state are its stages' as the strategy spreads them
+ * over its data ranks. Gradients are reduced over the data ranks alone; the root unit,
+ * held by the first and the last stage where the head is tied (opts.root_shared), has its two parts summed
+ * between those two ranks (one message each way), and the squared norm is summed over the
+ * pipeline ranks.
+ *
  * Ordering: every rank issues the same collectives in the same order because
- * the train loop calls the step protocol identically everywhere. */
+ * the train loop calls the step protocol identically everywhere (the ranks of one data
+ * group hold the same stages, so their units' collectives match). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +116,7 @@ typedef struct unit_state {
     uint16_t *wfull, *wshard;   /* 16-bit (pdt) working copies (P, S) */
     uint16_t *gcomm, *rs16;     /* 16-bit (gdt) gradients in flight (P), landing (S) */
     int frozen;             /* no gradients, no optimizer state (see the file comment) */
+    int absent;             /* another pipeline rank's stage's (opts.held): no state at all */
     int gathered, gather_pending, bwd_done;
     zt_request_t gather_req;
     zt_request_t red_req[MAX_REQ];
@@ -622,7 +632,8 @@ static int open_nvme(zt_shard_t *s, char *err, size_t errlen)
     const int nu = s->t->nunits;
     zt_nvme_rec_t *recs = zt_calloc((size_t)2 * nu, sizeof *recs);
     for (int ui = 0; ui < nu; ui++)
-        unit_records(s->u[ui].frozen, s->mixed, s->nvme_param, s->u[ui].S, &recs[ui], &recs[nu + ui]);
+        unit_records(s->u[ui].frozen || s->u[ui].absent, s->mixed, s->nvme_param && !s->u[ui].absent,
+                     s->u[ui].absent ? 0 : s->u[ui].S, &recs[ui], &recs[nu + ui]);
     zt_shard_mem_t *m = &s->mem;
     if (s->be->dry) { /* a dry run (zt_memplan.h): the figures zt_nvme_open would allocate, no files */
         m->host += (size_t)s->o.nvme.buffer_count * zt_nvme_buffer_bytes(recs, 2 * nu);
@@ -706,6 +717,7 @@ zt_shard_t *zt_shard_create_err(const zt_param_table_t *t, zt_comm_t *comm, cons
         for (int k = 0; k < MAX_REQ; k++) u->red_req[k].req = MPI_REQUEST_NULL;
         u->gather_req.req = MPI_REQUEST_NULL;
         u->frozen = unit_is_frozen(t, ui);
+        u->absent = opts->held && !opts->held[ui];
     }
     if (s->offload && opts->offload_nvme && open_nvme(s, err, errlen)) {
         zt_shard_free(s);
@@ -713,6 +725,7 @@ zt_shard_t *zt_shard_create_err(const zt_param_table_t *t, zt_comm_t *comm, cons
     }
     for (int ui = 0; ui < t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
+        if (u->absent) continue;
         if (u->frozen) {
             /* the parameters only: fp32, or the 16-bit working copy (sharded where
              * the strategy shards parameters, in host memory under offload_param) */
@@ -922,9 +935,17 @@ static void gather_start(zt_shard_t *s, int ui, int blocking)
     u->gathered = 1;
 }
 
-const float *zt_shard_params(zt_shard_t *s, int ui)
+/* a unit of another pipeline rank's stage is a caller's bug: no state to hand out */
+static unit_state_t *held_unit(zt_shard_t *s, int ui)
 {
     unit_state_t *u = &s->u[ui];
+    if (u->absent) zt_fatal("shard engine: unit %d belongs to another pipeline rank's stage", ui);
+    return u;
+}
+
+const float *zt_shard_params(zt_shard_t *s, int ui)
+{
+    unit_state_t *u = held_unit(s, ui);
     if (!s->shard_params && !s->mixed) return u->full;
     if (s->shard_params) {
         if (u->gather_pending) {
@@ -952,7 +973,7 @@ const float *zt_shard_params(zt_shard_t *s, int ui)
 
 void zt_shard_prefetch(zt_shard_t *s, int ui)
 {
-    if (ui < 0 || ui >= s->t->nunits || !s->shard_params) return;
+    if (ui < 0 || ui >= s->t->nunits || !s->shard_params || s->u[ui].absent) return;
     unit_state_t *u = &s->u[ui];
     if (s->nvme_param) {
         /* the gather needs the shard on the host: start its read, and gather when asked */
@@ -991,7 +1012,7 @@ void zt_shard_begin_step(zt_shard_t *s)
 {
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
-        if (u->frozen) continue;
+        if (u->frozen || u->absent) continue;
         if (u->gfull && s->persistent_grads) s->be->memzero(u->gfull, u->lay.packed * sizeof(float));
         /* a zero2 unit's full gradients kept by 1-bit Adam for a step that was skipped */
         else if (u->gfull) ffree(s, MEM_COMM, &u->gfull, u->lay.packed);
@@ -1015,7 +1036,7 @@ void zt_shard_begin_micro(zt_shard_t *s, int micro, int nmicro)
 
 float *zt_shard_grads(zt_shard_t *s, int ui)
 {
-    unit_state_t *u = &s->u[ui];
+    unit_state_t *u = held_unit(s, ui);
     if (u->frozen) return NULL;
     if (!u->gfull) u->gfull = balloc_z(s, MEM_COMM, u->lay.packed * sizeof(float), 1);
     return u->gfull;
@@ -1111,7 +1132,7 @@ static void tp_sum_partial_grads(zt_shard_t *s, int ui);
 
 void zt_shard_grads_ready(zt_shard_t *s, int ui)
 {
-    unit_state_t *u = &s->u[ui];
+    unit_state_t *u = held_unit(s, ui);
     u->bwd_done = 1;
     if (u->frozen) return; /* nothing to reduce, on every rank alike */
     const int last = s->micro == s->nmicro - 1;
@@ -1226,6 +1247,26 @@ static double tp_shared_sumsq(zt_shard_t *s, int ui, const zt_backend_t *be, con
 
 /* What turns a rank's unreduced ddp gradient (its share of the batch gradient) into the
  * gradient of its own samples, in 1-bit Adam's compressed stage: the replica count (1 elsewhere) */
+/* Pipelines: g (n elements of the root unit's reduced gradient: the embedding's part on
+ * the first stage, the head's on the last) := the sum of both ends' parts, exchanged with
+ * the other end in chunks (the landing buffer stays small beside a vocabulary's
+ * embedding); a + b is b + a exactly, so both ends step the same values */
+#define ROOT_CHUNK ((size_t)1 << 22)
+static void sum_root_parts(zt_shard_t *s, float *g, size_t n)
+{
+    const int peer = s->comm->pp.rank == 0 ? s->comm->pp.size - 1 : 0;
+    const size_t cap = ZT_MAX(ZT_MIN(n, ROOT_CHUNK), (size_t)1);
+    float *other = falloc(s, MEM_COMM, cap);
+    for (size_t off = 0; off < n; off += cap) {
+        const size_t k = ZT_MIN(cap, n - off);
+        zt_request_t req = {.req = MPI_REQUEST_NULL};
+        zt_isendrecv(s->comm, &s->comm->pp, g + off, peer, other, peer, k, ZT_F32, &req);
+        zt_wait(s->comm, &req);
+        s->be->accumulate(g + off, other, k);
+    }
+    ffree(s, MEM_COMM, &other, cap);
+}
+
 static double onebit_grad_factor(const zt_shard_t *s, long step)
 {
     return onebit_compressed(s, step) && s->obg ? (double)s->obg->size : 1.0;
@@ -1236,22 +1277,23 @@ double zt_shard_finish_grads(zt_shard_t *s)
     double local = 0.0;
     for (int ui = s->t->nunits - 1; ui >= 0; ui--) {
         unit_state_t *u = &s->u[ui];
-        if (u->frozen) continue;
+        if (u->frozen || u->absent) continue;
         reduction_complete(s, ui);
+        /* pipelines: a unit held by two pipeline ranks (the root) is counted by one */
+        const double counted = ui == s->t->root_unit && s->o.root_shared && s->comm->pp.rank != 0 ? 0.0 : 1.0;
         if (s->host_grads) {
             grad_download_finish(s);
             if (s->pdt == ZT_F16) round_fp16(s, u->gshard, u->S);
-            local += s->ob->sumsq(u->gshard, u->S);
-            if (s->tp) local -= tp_shared_sumsq(s, ui, s->ob, u->gshard, 0);
+            local += counted * s->ob->sumsq(u->gshard, u->S);
+            if (s->tp) local -= counted * tp_shared_sumsq(s, ui, s->ob, u->gshard, 0);
             continue;
         }
         if (s->o.strategy == ZT_DDP || onebit_sharded_compressed(s, s->adam_step + 1)) {
-            if (s->o.pipeline) /* a unit of another rank's stage: zeros here (allocated so) */
-                zt_allreduce(s->comm, &s->comm->pp, ZT_IN_PLACE, zt_shard_grads(s, ui), u->lay.numel, ZT_F32, ZT_SUM);
+            if (ui == s->t->root_unit && s->o.root_shared) sum_root_parts(s, zt_shard_grads(s, ui), u->lay.numel);
             if (s->pdt == ZT_F16) round_fp16(s, u->gfull, u->lay.numel);
-            local += s->be->sumsq(u->gfull, u->lay.numel) * onebit_grad_factor(s, s->adam_step + 1) *
+            local += counted * s->be->sumsq(u->gfull, u->lay.numel) * onebit_grad_factor(s, s->adam_step + 1) *
                      onebit_grad_factor(s, s->adam_step + 1);
-            if (s->tp) local -= tp_shared_sumsq(s, ui, s->be, u->gfull, 1);
+            if (s->tp) local -= counted * tp_shared_sumsq(s, ui, s->be, u->gfull, 1);
             continue;
         }
         if (s->rg && s->gdt != ZT_F32) {
@@ -1263,18 +1305,20 @@ double zt_shard_finish_grads(zt_shard_t *s)
         } else if (s->rg) {
             zt_allreduce(s->comm, s->rg, ZT_IN_PLACE, u->gshard, u->S, ZT_F32, ZT_SUM);
         }
-        /* pipelines: this rank's shard of every unit's gradient, summed over the pipeline
-         * ranks at its data position (their shard layouts are the same) */
-        if (s->o.pipeline) zt_allreduce(s->comm, &s->comm->pp, ZT_IN_PLACE, u->gshard, u->S, ZT_F32, ZT_SUM);
+        /* pipelines: the root's shard summed with the other end's (the shard layouts of the
+         * two ranks' data groups are the same) */
+        if (ui == s->t->root_unit && s->o.root_shared) sum_root_parts(s, u->gshard, u->S);
         if (s->pdt == ZT_F16) round_fp16(s, u->gshard, u->S);
-        local += s->be->sumsq(u->gshard, u->S);
-        if (s->tp) local -= tp_shared_sumsq(s, ui, s->be, u->gshard, 0);
+        local += counted * s->be->sumsq(u->gshard, u->S);
+        if (s->tp) local -= counted * tp_shared_sumsq(s, ui, s->be, u->gshard, 0);
     }
     /* each element counted once: shards are disjoint within sg, replicas not summed,
      * tp slices disjoint and shared parameters counted by one tp rank */
     if (s->sg && s->n > 1 && !onebit_sharded_compressed(s, s->adam_step + 1))
         local = zt_sum_double(s->comm, s->sg, local);
     if (s->tp) local = zt_sum_double(s->comm, s->tp, local);
+    /* each stage's units are on one pipeline rank (the root counted on rank 0) */
+    if (s->o.pipeline) local = zt_sum_double(s->comm, &s->comm->pp, local);
     return local;
 }
 
@@ -1409,7 +1453,7 @@ void zt_shard_optimizer_step(zt_shard_t *s, const zt_adamw_hp_t *hp)
     /* frozen units never change: no AdamW, no re-gather */
     int *order = zt_malloc((size_t)s->t->nunits * sizeof *order), no = 0;
     for (int ui = s->t->nunits - 1; ui >= 0; ui--)
-        if (!s->u[ui].frozen) order[no++] = ui;
+        if (!s->u[ui].frozen && !s->u[ui].absent) order[no++] = ui;
     /* host_grads: the owned gradients are on the host already */
     const int download = s->offload && !s->host_grads;
     if (download && no) download_grads(s, order[0], 0);
@@ -1573,7 +1617,9 @@ static int io_list(zt_shard_t *s, zt_io_mode_t mode, zt_io_seg_t **segs, io_src_
     const int for_write = mode != ZT_IO_READ;
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
-        if (u->frozen && mode == ZT_IO_WRITE) continue;
+        if (u->absent || (u->frozen && mode == ZT_IO_WRITE)) continue;
+        /* the root unit held at both ends of a pipeline: written by the first stage's rank */
+        if (for_write && ui == s->t->root_unit && s->o.root_shared && s->comm->pp.rank != 0) continue;
         for (int i = 0; i < u->noseg; i++) {
             const opt_seg_t *g = &u->oseg[i];
             const zt_param_t *p = &s->t->params[g->param];
@@ -1790,6 +1836,7 @@ void zt_shard_set_adam_step(zt_shard_t *s, long t) { s->adam_step = t; }
 void zt_shard_after_load(zt_shard_t *s)
 {
     for (int ui = 0; ui < s->t->nunits; ui++) {
+        if (s->u[ui].absent) continue;
         if (s->shard_params) drop_gathered(s, ui);
         /* a frozen unit's owned part was loaded into its only copy (io_done rounded
          * it where that is 16-bit): a replicated copy still needs the rest */

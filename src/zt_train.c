@@ -97,6 +97,7 @@ typedef struct run {
     double pp_span, pp_recv_wait, pp_send_wait;
     long pp_steps; /* the steps they are summed over (this run's) */
     float **pp_buf;
+    unsigned char *held;        /* pp > 1: (nunits) the units of this rank's stages (sopts.held) */
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
     zt_lr_schedule_t sched; /* transformers' schedule for total_steps (its warm-up: optim.warmup_steps, or
@@ -166,7 +167,27 @@ static void fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_st
     o->seed = (uint64_t)cfg->train.seed;
     o->optimizer = p->optimizer;
     o->freeze_step = p->freeze_step;
+}
+
+/* pp > 1: the layers pipeline rank pp_rank runs (L + 2 flags, zt_model_create_layers), a
+ * malloc'd mask; NULL at pp 1 (every layer) */
+static unsigned char *stage_layers(const zt_parallel_plan_t *p, int L, int pp_rank)
+{
+    if (p->pp == 1) return NULL;
+    unsigned char *layers = zt_malloc((size_t)L + 2);
+    for (int l = 0; l < L + 2; l++) layers[l] = (unsigned char)zt_plan_rank_holds_layer(p, pp_rank, l);
+    return layers;
+}
+
+/* The engine's options for pipeline rank pp_rank's share of table t: its stages' units,
+ * the root shared by the first and the last stage */
+static void stage_opts(zt_shard_opts_t *o, const zt_parallel_plan_t *p, const zt_param_table_t *t,
+                       unsigned char *held)
+{
+    o->held = held;
     o->pipeline = p->pp > 1;
+    /* a tied head is the embedding: the root on both ends (an untied one has its own unit) */
+    o->root_shared = p->pp > 1 && held[t->root_unit] && zt_params_head_unit(t) == t->root_unit;
 }
 
 /* What the plan's mesh must divide, from the global table */
@@ -234,9 +255,11 @@ static int gen_batch_of(int batch, int T);
 
 /* A rank's memory: a dry run of the engine, the reference's engine and the model that the
  * run would create (zt_memplan.h), never a second description of them. g: the global table;
- * t: a rank's (tp-local) share of it; world: the data-parallel ranks the strategy spans */
-static void estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *g,
-                     const zt_param_table_t *t, zt_strategy_t st, int world, int shard_n, estimate_t *e)
+ * t: a rank's (tp-local) share of it; world: the data-parallel ranks the strategy spans;
+ * pp_rank: the rank's place on the pipeline (its stages' units, its list's slots) */
+static void estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *g,
+                          const zt_param_table_t *t, zt_strategy_t st, int world, int shard_n, int pp_rank,
+                          estimate_t *e)
 {
     zt_memplan_req_t q = {.table = t, .data = world, .tp = p->tp, .shard_n = shard_n,
                           .B = zt_config_batch_rows(cfg), .T = cfg->data.seq_len / p->sp, /* sp: T / sp a rank */
@@ -250,8 +273,16 @@ static void estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const 
     if (cfg->mode_generate || cfg->generate.at_eval)
         q.kv_nseq = kv_sequences(cfg, t->dims.sp_size, t->dims.tp_seq,
                                  gen_batch_of(cfg->generate.batch_size, cfg->data.seq_len));
+    zt_schedule_t sc = {0};
+    unsigned char *layers = NULL;
+    if (p->pp > 1 && zt_schedule_build(&sc, p->pp_schedule, p->pp, p->pp_v, p->micro, err, sizeof err) == 0) {
+        layers = stage_layers(p, t->dims.L, pp_rank);
+        q.sched = &sc, q.stage_first = p->stage_first, q.pp_rank = pp_rank, q.layers = layers;
+    }
     zt_memplan_t m;
     zt_memplan_run(&q, &m);
+    zt_schedule_free(&sc);
+    free(layers);
     zt_param_table_free(ref);
     e->mem = m.mem;
     e->ref = m.ref;
@@ -261,6 +292,19 @@ static void estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const 
     const int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
     const int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
     e->traffic = zt_shard_traffic_estimate(t, &q.opts, sn, rn, cfg->train.gradient_accumulation_steps);
+}
+
+/* The rank that needs the most: under a pipeline the largest of its ranks' (stages')
+ * figures decides whether a run fits */
+static void estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *g,
+                     const zt_param_table_t *t, zt_strategy_t st, int world, int shard_n, estimate_t *e)
+{
+    estimate_rank(cfg, p, g, t, st, world, shard_n, 0, e);
+    for (int r = 1; r < p->pp; r++) {
+        estimate_t x;
+        estimate_rank(cfg, p, g, t, st, world, shard_n, r, &x);
+        if (x.total > e->total) *e = x;
+    }
 }
 
 static double host_memory_per_rank(int per_node)
@@ -326,6 +370,42 @@ static void offload_tiers(const zt_config_t *cfg, const zt_parallel_plan_t *plan
     }
 }
 
+/* The layers pipeline rank r runs, as "0-3" ranges of 0 .. L + 1 (0 the embedding, L + 1
+ * the head) */
+static void rank_layers(const zt_parallel_plan_t *p, int r, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int st = r; st < p->stages && at + 1 < len; st += p->pp) {
+        const int w = snprintf(buf + at, len - at, "%s%d-%d", at ? "," : "", p->stage_first[st],
+                               p->stage_first[st + 1] - 1);
+        at = ZT_MIN(at + (size_t)(w > 0 ? w : 0), len - 1);
+    }
+}
+
+/* --estimate-memory under a pipeline: the configured strategy's figures on each pipeline
+ * rank (its stages' state and its schedule's activation slots); the largest decides */
+static void stage_table(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *g,
+                        const zt_param_table_t *t, int world, int shard_n)
+{
+    const zt_strategy_t st = p->strategy == ZT_STRATEGY_AUTO ? ZT_ZERO3 : p->strategy;
+    char b[6][32], lay[64];
+    zt_log("pipeline ranks (%s, %s, %d micro-batches): memory per rank, layers 0 = embedding .. %d = head",
+           zt_strategy_name(st), zt_config_enum_name("parallel.pp_schedule", p->pp_schedule), p->micro,
+           t->dims.L + 1);
+    zt_log("%-8s %-12s %12s %12s %12s %12s %12s %12s", "pp rank", "layers", "params", "grads", "optimizer", "buffers",
+           "activations", "total");
+    for (int r = 0; r < p->pp; r++) {
+        estimate_t e;
+        estimate_rank(cfg, p, g, t, st, world, shard_n, r, &e);
+        rank_layers(p, r, lay, sizeof lay);
+        zt_log("%-8d %-12s %12s %12s %12s %12s %12s %12s (%zu bytes)", r, lay, zt_fmt_bytes(e.mem.params, b[0], 32),
+               zt_fmt_bytes(e.mem.grads, b[1], 32), zt_fmt_bytes(e.mem.optim, b[2], 32),
+               zt_fmt_bytes(e.mem.comm_buffers + e.mem.gathered_peak, b[3], 32), zt_fmt_bytes(e.activations, b[4], 32),
+               zt_fmt_bytes(e.total, b[5], 32), e.total);
+    }
+}
+
 void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
 {
     char err[ZT_ERRLEN];
@@ -333,22 +413,28 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     zt_parallel_plan_t p;
     const int tp = cfg->parallel.tensor_parallel_size;
     const zt_plan_shape_t sh = g ? shape_of(g) : (zt_plan_shape_t){0};
-    if (g && zt_plan_build(&p, cfg, &sh, world, per_node, err, sizeof err) == 0) t = zt_params_tp_local(g, tp, 0, err, sizeof err);
+    if (g && zt_plan_build(&p, cfg, &sh, world, per_node, err, sizeof err) == 0) {
+        if (p.pp > 1) zt_params_split_head(g); /* as the run splits it */
+        t = zt_params_tp_local(g, tp, 0, err, sizeof err);
+    }
     if (t) mesh_local(t, &p);
     if (!t) {
         zt_log_error("%s", err);
         zt_param_table_free(g);
         return;
     }
-    /* the strategies span the data-parallel ranks: world / tp, per_node / tp of them a node */
+    /* the strategies span the data-parallel ranks: world / (pp tp), per_node / tp of them a node */
     const size_t total = g->total_numel;
-    world /= tp;
+    world /= tp * p.pp;
     per_node = ZT_MAX(per_node / tp, 1);
     int shard_n = cfg->parallel.shard_group_size > 0 ? cfg->parallel.shard_group_size : per_node;
     char b[7][32];
-    zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), tp %d, sp %d, B=%d T=%d, %s layout",
-           total, world * tp, per_node * tp, tp, p.sp, zt_config_batch_rows(cfg),
+    zt_log("memory estimate per rank: %zu parameters, %d ranks (%d per node), tp %d, sp %d, pp %d, B=%d T=%d, %s layout",
+           total, world * tp * p.pp, per_node * tp, tp, p.sp, p.pp, zt_config_batch_rows(cfg),
            cfg->data.seq_len, zt_config_enum_name("parallel.shard_layout", p.layout));
+    if (p.pp > 1)
+        zt_log("(pp %d, %s: each strategy's row is the pipeline rank that needs the most; per rank below)", p.pp,
+               zt_config_enum_name("parallel.pp_schedule", p.pp_schedule));
     if (zt_qlora_count(t)) {
         char q[256];
         zt_qlora_describe(t, q, sizeof q);
@@ -370,6 +456,7 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     }
     if (has_ref_copy(cfg))
         zt_log("(train.stage = dpo: params, buffers and host include the frozen reference copy's)");
+    if (p.pp > 1) stage_table(cfg, &p, g, t, world, shard_n);
     offload_tiers(cfg, &p, g, t, world, shard_n);
     if (!zt_config_given(cfg, "train.bf16") && !zt_config_given(cfg, "train.fp16"))
         zt_log("(fp32 as given; on the cuda backend a run without train.bf16 / train.fp16 trains in bf16: "
@@ -874,6 +961,65 @@ static long loss_tokens(const int32_t *tgt, size_t n)
     return k;
 }
 
+/* The residual stream of a micro-batch of T positions on this rank, what crosses a stage boundary:
+ * (B, T, C), its rows split over tp under tp_sequence_parallel (zt_model_residual) */
+static size_t residual_floats(const run_t *r, int T)
+{
+    const zt_model_dims_t *d = &r->ltable->dims;
+    return (size_t)r->B * T / (d->tp_seq ? (size_t)d->tp_size : 1) * (size_t)d->C;
+}
+
+/* pp > 1, inside begin/end_inference: the batch in r->inp / r->tgt forward through this
+ * rank's stages in order, a stage's input received from the previous stage's rank and its
+ * output sent on (tagged by the stage it leaves; no step's message is in flight then).
+ * The loss (SFT: its sum over tokens) where this rank runs the head, 0 elsewhere. */
+static double eval_stages(run_t *r, int sft)
+{
+    zt_comm_t *c = r->comm;
+    zt_shard_t *s = r->shard;
+    zt_model_t *m = r->model;
+    const zt_parallel_plan_t *p = &r->plan;
+    const int L = r->table->dims.L, root = r->table->root_unit, head = zt_params_head_unit(r->table);
+    const size_t n = residual_floats(r, r->Tm);
+    float **out = zt_calloc((size_t)p->pp_v, sizeof *out);
+    zt_request_t *req = zt_calloc((size_t)p->pp_v, sizeof *req);
+    int nsend = 0;
+    double loss = 0.0;
+    zt_model_set_batch(m, r->inp, r->tgt, r->B, r->Tm);
+    if (r->seg || r->pos) zt_model_set_segments(m, r->seg, r->pos);
+    for (int st = c->pp.rank; st < p->stages; st += p->pp) {
+        const int first = p->stage_first[st], end = p->stage_first[st + 1];
+        if (first > 0) {
+            zt_request_t rq = {.req = MPI_REQUEST_NULL};
+            zt_irecv(c, &c->pp, zt_model_residual(m, first - 1), (st - 1) % p->pp, st - 1, n, ZT_F32, &rq);
+            zt_wait(c, &rq);
+        } else {
+            zt_model_forward_embed(m, zt_shard_params(s, root));
+            zt_shard_release(s, root);
+        }
+        forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
+        if (end == L + 2) {
+            zt_model_forward_head(m, zt_shard_params(s, head));
+            zt_shard_release(s, head);
+            loss += sft ? zt_model_loss_sum(m) : zt_model_loss(m);
+            continue;
+        }
+        /* from a copy: a later stage of this rank may write the model's buffer meanwhile */
+        out[nsend] = r->be->alloc(n * sizeof(float));
+        r->be->copy(out[nsend], zt_model_residual(m, end - 1), n * sizeof(float));
+        req[nsend].req = MPI_REQUEST_NULL;
+        zt_isend(c, &c->pp, out[nsend], (st + 1) % p->pp, st, n, ZT_F32, &req[nsend]);
+        nsend++;
+    }
+    for (int k = 0; k < nsend; k++) {
+        zt_wait(c, &req[k]);
+        r->be->free(out[k]);
+    }
+    free(out);
+    free(req);
+    return loss;
+}
+
 static float evaluate(run_t *r, int *failed)
 {
     char err[ZT_ERRLEN] = "";
@@ -886,9 +1032,13 @@ static float evaluate(run_t *r, int *failed)
         int64_t g0 = (int64_t)j * r->dp * r->B + (int64_t)r->drank * r->B;
         if (rc == 0) rc = read_rows(r, r->val, g0, 0, r->inp, r->tgt, r->seg, r->pos, err, sizeof err);
         /* every rank runs the pass (zero3 gathers are collective) even after an error */
-        const float l = forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->Tm);
-        /* SFT: a mean over the tokens that carry a loss, as in training */
-        sum += sft ? zt_model_loss_sum(r->model) : l;
+        if (r->plan.pp > 1) {
+            sum += eval_stages(r, sft);
+        } else {
+            const float l = forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->Tm);
+            /* SFT: a mean over the tokens that carry a loss, as in training */
+            sum += sft ? zt_model_loss_sum(r->model) : l;
+        }
         count += (double)loss_tokens(r->tgt, (size_t)r->B * r->Tm);
     }
     zt_shard_end_inference(r->shard);
@@ -897,8 +1047,10 @@ static float evaluate(run_t *r, int *failed)
         *failed = 1;
         return NAN;
     }
-    /* over the data group: each sequence once (tp ranks hold the same losses) */
+    /* over the data group: each sequence once (tp ranks hold the same losses); under a
+     * pipeline the loss is the last stage's (the others add 0) */
     sum = zt_sum_double(r->comm, &r->comm->data, sum);
+    if (r->plan.pp > 1) sum = zt_sum_double(r->comm, &r->comm->pp, sum);
     if (sft) {
         count = zt_sum_double(r->comm, &r->comm->data, count);
         return (float)(count > 0 ? sum / count : 0.0);
@@ -1135,6 +1287,11 @@ static void generate_sample(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     if (cfg->train.sample_tokens <= 0) return;
+    if (r->plan.pp > 1) { /* each rank holds its stages' layers: generation is not pipelined */
+        zt_log("sample: skipped (parallel.pipeline_parallel_size %d: generation does not run over a pipeline yet)",
+               r->plan.pp);
+        return;
+    }
     const int q = r->plan.gen_quantum;
     if (r->T % q) {
         zt_log("sample: skipped (data.seq_len %d does not split into whole shares of %d tokens for the mesh)", r->T,
@@ -1380,8 +1537,9 @@ static void startup_report(run_t *r)
 /* First metrics record: what the run is, and the per-rank estimates tests check. */
 static void start_record(const run_t *r)
 {
-    estimate_t e;
-    estimate(r->cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, r->comm->data.size, r->comm->shard.size, &e);
+    estimate_t e; /* rank 0's: under a pipeline the first stage's */
+    estimate_rank(r->cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, r->comm->data.size, r->comm->shard.size, 0,
+                  &e);
     const zt_metrics_start_t rec = {
         .world_size = r->comm->world.size, .strategy = zt_strategy_name(r->sopts.strategy),
         .layout = zt_config_enum_name("parallel.shard_layout", r->plan.layout), .parameters = r->table->total_numel, .global_batch = r->G,
@@ -1534,14 +1692,6 @@ static double run_schedule(run_t *r, int sft, float ds, float pf, double *pref_w
     return loss_sum;
 }
 
-/* The residual stream of micro-batch m on this rank, what crosses a stage boundary:
- * (B, T, C), its rows split over tp under tp_sequence_parallel (zt_model_residual) */
-static size_t residual_floats(const run_t *r, int m)
-{
-    const zt_model_dims_t *d = &r->ltable->dims;
-    return (size_t)r->B * r->micro_T[m] / (d->tp_seq ? (size_t)d->tp_size : 1) * (size_t)d->C;
-}
-
 /* pp > 1: this pipeline rank's actions of one step up to its R, on the layers of each
  * action's stage (plan.stage_first): the embedding (layer 0) and the head (L + 1) use the
  * root unit, the blocks their units; the residual stream and its gradient cross the stage
@@ -1555,7 +1705,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     zt_comm_t *c = r->comm;
     zt_shard_t *s = r->shard;
     const zt_param_table_t *t = r->table;
-    const int L = t->dims.L, root = t->root_unit, me = c->pp.rank;
+    const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), me = c->pp.rank;
     const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T;
     /* every stage runs a micro-batch at the same length: the rows are the same on each */
     for (int m = 0; m < r->A; m++) {
@@ -1570,7 +1720,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
         if (a->kind != ZT_ACT_RECV_ACT && a->kind != ZT_ACT_RECV_GRAD) continue;
-        const size_t n = residual_floats(r, a->micro);
+        const size_t n = residual_floats(r, r->micro_T[a->micro]);
         r->pp_buf[nmsg] = r->be->alloc(n * sizeof(float));
         zt_irecv(c, &c->pp, r->pp_buf[nmsg], a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nmsg]);
         nmsg++;
@@ -1584,7 +1734,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         const int mi = a->micro, first = r->plan.stage_first[a->stage], end = r->plan.stage_first[a->stage + 1];
         zt_model_t *m = r->models[r->slot[mi]];
         const int T = r->micro_T[mi];
-        const size_t n = residual_floats(r, mi);
+        const size_t n = residual_floats(r, T);
         switch (a->kind) {
         case ZT_ACT_RECV_ACT:
         case ZT_ACT_RECV_GRAD: {
@@ -1624,12 +1774,12 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
             /* the unit reductions start at the last micro-batch's backward, whatever ran between */
             zt_shard_begin_micro(s, mi, r->A);
             if (end == L + 2) {
-                zt_watchdog_mark("forward head", root, r->step + 1);
-                zt_model_train_head(m, zt_shard_params(s, root), zt_shard_grads(s, root), ds);
+                zt_watchdog_mark("forward head", head, r->step + 1);
+                zt_model_train_head(m, zt_shard_params(s, head), zt_shard_grads(s, head), ds);
                 loss_sum += sft ? zt_model_loss_sum(m) : zt_model_loss(m);
                 *computed += (long)r->B * T;
-                if (first > 0) zt_shard_grads_ready(s, root); /* the embedding's part is another rank's */
-                zt_shard_release(s, root);
+                if (first > 0) zt_shard_grads_ready(s, head); /* the embedding's part is another rank's */
+                zt_shard_release(s, head);
             }
             backward_range(r, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1);
             if (first == 0) {
@@ -1694,6 +1844,32 @@ static void pp_summary(run_t *r)
     }
     if (o < sizeof line) snprintf(line + o, sizeof line - o, " measured bubble (mean) %.3f", bubble);
     zt_log("%s", line);
+    free(all);
+}
+
+/* pp > 1, on every rank: each pipeline rank's measured memory (the ranks at this rank's
+ * data and tp position) beside its estimate, logged and recorded by rank 0 */
+static void stage_memory(run_t *r)
+{
+    zt_comm_t *c = r->comm;
+    const int pp = c->pp.size;
+    zt_shard_mem_t mm;
+    zt_shard_memory(r->shard, &mm);
+    const double mine[8] = {(double)mm.params, (double)mm.grads, (double)mm.optim, (double)mm.comm_buffers,
+                            (double)mm.gathered_peak, (double)activation_bytes(r), (double)mm.host, (double)mm.nvme};
+    double *all = zt_malloc((size_t)8 * pp * sizeof *all);
+    zt_allgather(c, &c->pp, mine, all, 8, ZT_F64);
+    for (int k = 0; c->world.rank == 0 && k < pp; k++) {
+        const double *x = all + 8 * k;
+        const zt_shard_mem_t meas = {(size_t)x[0], (size_t)x[1], (size_t)x[2], (size_t)x[3], (size_t)x[4],
+                                     (size_t)x[6], (size_t)x[7]};
+        estimate_t e;
+        estimate_rank(r->cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, k, &e);
+        char b[2][32];
+        zt_log("memory (pp rank %d): estimated %s, measured %s", k, zt_fmt_bytes((double)e.total, b[0], 32),
+               zt_fmt_bytes((double)mem_total(&meas) + x[5], b[1], 32));
+        zt_metrics_record_stage_memory(k, &e.mem, e.activations, &meas, (size_t)x[5]);
+    }
     free(all);
 }
 
@@ -2155,6 +2331,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
      * become the default above, which sets the working and GEMM precisions */
     const zt_plan_shape_t sh = r->table ? shape_of(r->table) : (zt_plan_shape_t){0};
     rc = r->table ? zt_plan_build(&r->plan, cfg, &sh, plan->world, plan->per_node, err, sizeof err) : -1;
+    /* a pipeline: an untied head in a unit of its own, held by the last stage alone */
+    if (rc == 0 && r->plan.pp > 1) zt_params_split_head(r->table);
     if (rc == 0 && r->plan.sp > 1 && r->plan.sp_mode == ZT_SP_RING && !r->be->attention_block_forward)
         rc = zt_err(err, sizeof err, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
                     "(parallel.sp_mode = ulysses works there)", r->be->name);
@@ -2222,7 +2400,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     }
 
     r->rss0 = zt_current_rss();
-    r->model = zt_model_create(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing);
+    /* under a pipeline each model holds the activations of this rank's stages' layers only */
+    unsigned char *layers = stage_layers(&r->plan, r->ltable->dims.L, comm->pp.rank);
+    r->model = zt_model_create_layers(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing, layers);
     if (comm->mesh_tp > 1 || comm->mesh_sp > 1) {
         zt_actcoll_t ac;
         zt_comm_actcoll(comm, &ac);
@@ -2238,16 +2418,22 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (comm->mesh_pp > 1 && !r->tp_logits) /* generation: the last stage's logits reach every rank */
         r->tp_logits = zt_malloc((size_t)r->table->dims.V * sizeof(float));
     for (int k = 1; k < r->nslots; k++) {
-        r->models[k] = zt_model_create(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing);
+        r->models[k] =
+            zt_model_create_layers(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing, layers);
         if (comm->mesh_tp > 1 || comm->mesh_sp > 1) {
             zt_actcoll_t ac;
             zt_comm_actcoll(comm, &ac);
             zt_model_set_collectives(r->models[k], &ac);
         }
     }
+    free(layers);
     const int nmsg = 4 * r->A * r->plan.pp_v + 1; /* at most a send and a receive per forward and per backward */
     r->pp_req = zt_calloc((size_t)nmsg, sizeof *r->pp_req);
     r->pp_buf = zt_calloc((size_t)nmsg, sizeof *r->pp_buf);
+    unsigned char *lay = stage_layers(&r->plan, r->ltable->dims.L, comm->pp.rank);
+    r->held = lay ? zt_params_units_of_layers(r->ltable, lay) : NULL;
+    free(lay);
+    if (r->held) stage_opts(&r->sopts, &r->plan, r->ltable, r->held);
     r->shard = zt_shard_create_err(r->ltable, comm, r->be, &r->sopts, err, sizeof err);
     if (!r->shard) { /* the nvme tier's path or space, agreed on every rank */
         zt_log_error("%s", err);
@@ -2369,6 +2555,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         if (r->val) zt_log("summary: final validation loss %.4f", r->last_val);
         comm_summary(r);
         pp_summary(r);
+        if (r->plan.pp > 1) stage_memory(r);
         if (cfg->train.stage == ZT_STAGE_DPO && r->ref_seconds > 0)
             zt_log("summary: dpo reference passes %.2f s, policy forward + backward %.2f s (reference %.3fx)",
                    r->ref_seconds, r->policy_seconds, r->ref_seconds / r->policy_seconds);
@@ -2393,6 +2580,7 @@ done:
     free(r->slot);
     free(r->pp_req);
     free(r->pp_buf);
+    free(r->held);
     zt_model_free(r->model);
     zt_schedule_free(&r->steps);
     free(r->micro_T);

@@ -16,8 +16,9 @@
 #     each 10 + 10 steps against 20 at once.
 #  3. Accounting: the pp group's point-to-point bytes per step are exactly the formula
 #     (a message of B T C floats per micro-batch per stage boundary a rank's stages touch,
-#     each way), and the first line prints the mesh with pp; the activations stage 0
-#     allocates: pp micro-batches' under 1F1B, all M under GPipe.
+#     each way, and the root unit's gradient between the first and the last stage), and
+#     the first line prints the mesh with pp; the activations stage 0 allocates: pp
+#     micro-batches' of its layers under 1F1B, all M under GPipe.
 #  4. Refusals, on every rank with one line: layers per stage that do not sum to the
 #     model, pp larger than the layers, fewer micro-batches than pp under 1f1b, what the
 #     pipeline does not run with yet (optimizer offload, 1-bit Adam).
@@ -89,11 +90,20 @@ run_ztrain 4 $sft train.per_device_train_batch_size=1 train.gradient_accumulatio
     train.output_dir=sft-pp2dp2 >/dev/null
 assert_contains "$ZT_OUT" "validation loss"
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" sft-ref sft-pp2 sft-pp2dp2 || fail "SFT under a pipeline diverged"
+# evaluation runs through the stages (each rank holds its own): the validation losses too
+# (at pp 2: train.eval_batches are per data rank, so dp 2 evaluates other rows)
+"$PY" - sft-ref sft-pp2 <<'PYEOF' || fail "validation under a pipeline differs from one rank's"
+import json, sys
+val = [[json.loads(l)["val_loss"] for l in open(d + "/metrics.jsonl") if '"val_loss"' in l] for d in sys.argv[1:]]
+assert len(val[0]) == 2 and len(val[1]) == 2, val
+assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(val[1], val[0])), val
+print("validation losses at pp 2:", val[1], "one rank:", val[0])
+PYEOF
 echo "pp: SFT rows at pp 2 and pp 2 x dp 2 match one rank"
 
 # with the other axes and LoRA: pp 2 x tp 2 (tp_sequence_parallel too: each tp rank sends its
 # rows), pp 2 x Ulysses and ring sp 2 (each sp rank its chunk), LoRA with dropout at pp 2 and
-# pp 2 x zero3 (the adapters' gradients summed over the pipeline, the frozen base untouched)
+# pp 2 x zero3 (each stage rank holds and steps its blocks' adapters, the frozen base untouched)
 tiny="$common"
 # shellcheck disable=SC2086
 run_ztrain 4 $tiny $(batch_args 1) $pp2 parallel.tensor_parallel_size=2 train.output_dir=pp2tp2 >/dev/null
@@ -140,8 +150,9 @@ echo "pp: pp 2 -> 1 rank and 1 rank -> pp 2 x dp 2 resume as 20 steps at once"
 # floats per message, M = 6 micro-batches (batch_args 1); rank 0 holds stage 0 (1f1b: one
 # boundary) or stages 0 and 2 (interleaved: three boundaries), each crossed by an
 # activation and a gradient per micro-batch
-# Beside them the pp group sums the gradient once a step: 4 Psi bytes under ddp (Psi: the
-# model's parameters, read from the checkpoint; the tied head is the embedding)
+# Beside them the first and the last stage sum the root unit's gradient once a step (one
+# message each way of its elements: GPT-2's wte, wpe and ln_f, the tied head being the
+# embedding, read from the checkpoint); no other gradient crosses the pp group
 for run in "gpt2-pp2-1f1b 1" "gpt2-pp2-gpipe 1" "gpt2-pp2-il 3"; do
     set -- $run
     "$PY" - "$1" "$2" <<'PYEOF' || fail "$1: pp bytes per step differ from the formula"
@@ -150,25 +161,32 @@ import h5py
 B, T, C, M, bounds = 2, 16, 32, 6, int(sys.argv[2])
 want = 2 * bounds * M * B * T * C * 4
 with h5py.File(sorted(glob.glob(sys.argv[1] + "/ckpt-*.h5"))[-1], "r") as h:
-    psi = sum(h["model"][k].size for k in h["model"])
+    root = sum(h["model"][k].size for k in h["model"] if ".h." not in k)
 recs = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if '"step_s"' in l]
 assert len(recs) == 20, len(recs)
 for r in recs:
     got = r["comm"]["send_recv"]["bytes"]
-    assert got == want, (r["step"], got, want)
-    assert r["comm"]["groups"]["pp"]["bytes"] == want + 4 * psi, (r["comm"]["groups"]["pp"], want, psi)
-print("pp bytes per step", want, "messages +", 4 * psi, "gradient sum, as the formula, 20 steps")
+    assert got == want + 4 * root, (r["step"], got, want, root)
+    assert r["comm"]["groups"]["pp"]["bytes"] == want + 4 * root, (r["comm"]["groups"]["pp"], want, root)
+print("pp bytes per step", want, "messages +", 4 * root, "root gradient sum, as the formula, 20 steps")
 PYEOF
 done
 
 # the activations rank 0 allocated (stage 0, its model slots, from the summary): 1F1B holds
-# at most pp micro-batches at once (2 at pp 2, 4 at pp 4), GPipe every one of the M = 6
+# at most pp micro-batches at once (2 at pp 2, 4 at pp 4), GPipe every one of the M = 6,
+# each slot the activations of stage 0's layers alone (fewer at pp 4 than at pp 2, and
+# fewer than the whole model's); tests/mpi/pp_memory.sh checks each stage's bytes against
+# the estimate
 "$PY" - gpt2-ref gpt2-pp2-1f1b gpt2-pp2-gpipe gpt2-pp4 <<'PYEOF' || fail "activations held differ from the schedule's"
 import json, sys
-act = [json.loads(open(d + "/metrics.jsonl").readlines()[-1])["memory_measured"]["activations"] for d in sys.argv[1:]]
-one = act[0]
-assert act[1:] == [2 * one, 6 * one, 4 * one], act
-print("activations on stage 0: 1f1b pp 2 = 2, gpipe = 6, 1f1b pp 4 = 4 micro-batches' of", one, "bytes")
+# the summary record (a pipeline's per-rank records follow it)
+act = [[json.loads(l) for l in open(d + "/metrics.jsonl") if '"final_loss"' in l][-1]["memory_measured"]["activations"]
+       for d in sys.argv[1:]]
+one, slot2, slot4 = act[0], act[1] // 2, act[3] // 4
+assert act[1] == 2 * slot2 and act[2] == 6 * slot2 and act[3] == 4 * slot4, act
+assert slot4 < slot2 < one, act
+print("activations on stage 0: 1f1b pp 2 = 2, gpipe = 6 slots of", slot2, "bytes, 1f1b pp 4 = 4 of", slot4,
+      "(the whole model's:", one, ")")
 PYEOF
 
 # ---- 4. refusals -------------------------------------------------------------------------

@@ -1,0 +1,121 @@
+#!/bin/sh
+# pp_memory.sh — a pipeline rank holds its stages' share of the model, and what it writes
+# is the whole model's layout.
+#  1. Ownership and the estimate: GPT-2 (tied: the root unit on the first and the last
+#     stage) at pp 2 under 1f1b and gpipe, at pp 4, and at pp 2 x dp 2 under zero3, and an
+#     untied Llama at pp 2 under zero1: each pipeline rank's estimate (a dry run of its
+#     stages' engine, its schedule's slots of its stages' activations) equals what that rank
+#     measured, figure by figure; the ranks' parameters add up to the model's once, plus
+#     GPT-2's root a second time (the untied Llama's embedding is on the first rank only,
+#     its final norm and head on the last); the activations are slots of one stage model's: 1F1B
+#     holds min(pp - r, M) micro-batches on rank r, GPipe all M.
+#  2. The fit check knows the pipeline: a parallel.memory_limit_gb that refuses ddp on 2
+#     ranks lets pp 2 train.
+#  3. Checkpoints stay mesh-independent: pp 2 x dp 2 resumes as ddp on 3 ranks (10 + 10
+#     steps against 20 at once); the HF export (hf/) and a LoRA adapter export (adapter/,
+#     and the merged hf/) written at pp 2 x dp 2, each rank its stages' part, equal one
+#     rank's.
+. "$(dirname "$0")/common.sh"
+need_h5py
+tiny_comparison_setup
+HFPY="$ZT_SRCDIR/tests/mpi/hf_dir.py"
+common="$common model.vocab_size=260 optim.max_grad_norm=0.05 checkpoint.save_hf=false"
+llama="model.arch=llama model.n_head=4 model.n_kv_head=2 model.n_embd=32 model.head_dim=8
+  model.intermediate_size=48 model.tie_word_embeddings=false"
+pp2="parallel.pipeline_parallel_size=2"
+
+# ---- 1. each pipeline rank's estimate is its measurement ---------------------------------
+# shellcheck disable=SC2086
+run_ztrain 2 $common $(batch_args 1) $pp2 train.max_steps=2 train.output_dir=g-1f1b >/dev/null
+assert_contains "$ZT_OUT" "memory (pp rank 1): estimated"
+# shellcheck disable=SC2086
+run_ztrain 2 $common $(batch_args 1) $pp2 parallel.pp_schedule=gpipe train.max_steps=2 train.output_dir=g-gpipe \
+    >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $(batch_args 1) parallel.pipeline_parallel_size=4 train.max_steps=2 train.output_dir=g-pp4 \
+    >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $(batch_args 2) $pp2 parallel.strategy=zero3 train.max_steps=2 train.output_dir=g-z3 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $common $llama $(batch_args 1) $pp2 parallel.strategy=zero1 train.max_steps=2 train.output_dir=l-z1 \
+    >/dev/null
+"$PY" - g-1f1b g-gpipe g-pp4 g-z3 l-z1 <<'PYEOF' || fail "a pipeline rank's estimate is not its measurement"
+import glob, json, sys
+import h5py
+M = 6
+def stages(d):
+    recs = [json.loads(l) for l in open(d + "/metrics.jsonl") if '"pp_rank"' in l]
+    return [r for r in sorted(recs, key=lambda r: r["pp_rank"])]
+for d in sys.argv[1:]:
+    st = stages(d)
+    assert st, d + ": no per-rank memory records"
+    for r in st:
+        est, meas = r["memory_estimate"], r["memory_measured"]
+        assert est == meas, (d, r["pp_rank"], est, meas)
+    print(d, "estimate = measured on each of", len(st), "pipeline ranks:",
+          [r["memory_measured"]["params"] + r["memory_measured"]["activations"] for r in st])
+# ownership under ddp: the ranks' parameters are the model once, and the root (wte, wpe,
+# ln_f: the tied head is the embedding) on both ends
+for d in ("g-1f1b", "g-pp4"):
+    with h5py.File(sorted(glob.glob(d + "/ckpt-*.h5"))[-1], "r") as h:
+        psi = sum(h["model"][k].size for k in h["model"])
+        root = sum(h["model"][k].size for k in h["model"] if ".h." not in k)
+    got = sum(r["memory_measured"]["params"] for r in stages(d))
+    assert got == 4 * (psi + root), (d, got, psi, root)
+    assert all(r["memory_measured"]["grads"] == r["memory_measured"]["params"] for r in stages(d))
+    print(d, "parameters over the pipeline ranks:", got, "bytes = 4 (Psi + root)")
+# an untied head has a unit of its own on the last stage: nothing is held twice (zero1 over
+# one data rank keeps each rank's units whole)
+with h5py.File(sorted(glob.glob("l-z1/ckpt-*.h5"))[-1], "r") as h:
+    psi = sum(h["model"][k].size for k in h["model"])
+got = sum(r["memory_measured"]["params"] for r in stages("l-z1"))
+assert got == 4 * psi, ("l-z1", got, psi)
+print("l-z1 parameters over the pipeline ranks:", got, "bytes = 4 Psi (the embedding first, the head last)")
+# slots: 1F1B holds min(pp - r, M) micro-batches on rank r, GPipe all M
+f, g = stages("g-1f1b"), stages("g-gpipe")
+for r in range(2):
+    a1, ag = f[r]["memory_measured"]["activations"], g[r]["memory_measured"]["activations"]
+    assert ag % M == 0 and a1 == min(2 - r, M) * (ag // M), (r, a1, ag)
+print("activations: 1f1b holds 2 and 1 slots on ranks 0 and 1, gpipe", M)
+PYEOF
+echo "pp_memory: each pipeline rank's estimate equals its measurement; the ranks hold the model once, a tied root twice"
+
+# ---- 2. the fit check: refused under ddp on 2 ranks, trains at pp 2 -----------------------
+big="model.n_layer=6 model.n_embd=64 train.max_steps=2 train.per_device_train_batch_size=2
+  train.gradient_accumulation_steps=4 parallel.memory_limit_gb=0.0045"
+# shellcheck disable=SC2086
+expect_fail_with 2 "memory: ddp needs an estimated" $common $big parallel.strategy=ddp train.output_dir=fit-ddp
+# shellcheck disable=SC2086
+run_ztrain 2 $common $big parallel.strategy=ddp $pp2 train.output_dir=fit-pp2 >/dev/null
+assert_contains "$ZT_OUT" "summary: 2 steps"
+echo "pp_memory: memory_limit_gb refuses ddp on 2 ranks, pp 2 fits and trains"
+
+# ---- 3. checkpoints and exports ----------------------------------------------------------
+const="optim.lr_scheduler_type=constant_with_warmup"
+# shellcheck disable=SC2086
+run_ztrain 1 $common $llama $const $(batch_args 1) train.output_dir=full >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama $const $(batch_args 2) $pp2 parallel.strategy=zero1 train.max_steps=10 \
+    train.output_dir=split3 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 3 $common $llama $const $(batch_args 3) parallel.strategy=ddp checkpoint.resume=auto \
+    train.output_dir=split3 >/dev/null
+assert_contains "$ZT_OUT" "resumed from split3/ckpt-00000010"
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" full split3 || fail "pp 2 x dp 2 -> ddp on 3 ranks diverged"
+echo "pp_memory: pp 2 x dp 2 (zero1) resumes as ddp on 3 ranks as 20 steps at once"
+
+hf="checkpoint.save_hf=true checkpoint.hf_dtype=fp32 train.max_steps=4"
+# shellcheck disable=SC2086
+run_ztrain 1 $common $hf $(batch_args 1) train.output_dir=hf-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $hf $(batch_args 2) $pp2 parallel.strategy=zero3 train.output_dir=hf-pp >/dev/null
+"$PY" "$HFPY" close hf-pp/hf hf-ref/hf 1e-5 || fail "the HF export at pp 2 x dp 2 is not one rank's"
+lora="train.finetuning_type=lora lora.rank=4 lora.alpha=8 checkpoint.save_hf=true checkpoint.hf_dtype=fp32
+  train.max_steps=4"
+# shellcheck disable=SC2086
+run_ztrain 1 $common $llama $lora $(batch_args 1) train.output_dir=lo-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 $common $llama $lora $(batch_args 2) $pp2 train.output_dir=lo-pp >/dev/null
+"$PY" "$HFPY" close lo-pp/adapter lo-ref/adapter 1e-5 || fail "the adapter export at pp 2 x dp 2 is not one rank's"
+"$PY" "$HFPY" close lo-pp/hf lo-ref/hf 1e-5 || fail "the merged LoRA export at pp 2 x dp 2 is not one rank's"
+echo "pp_memory: hf/, a LoRA adapter and its merged hf/ written at pp 2 x dp 2 equal one rank's"
