@@ -1062,9 +1062,9 @@ static float evaluate(run_t *r, int *failed)
 
 /* Generation's forward of one batch (B, T) under a pipeline: the stages in order, each on
  * its rank, the residual stream passed from stage to stage (the KV cache of a block is
- * on the rank whose stage holds it); at pp 1 forward_blocks. The root unit (gathered on
- * the ranks of the first and the last stage, NULL elsewhere) for the head, which runs on
- * the last stage's rank (gen_last_stage). */
+ * on the rank whose stage holds it); at pp 1 forward_blocks. Returns the head's unit
+ * (zt_params_head_unit) gathered on the last stage's rank, which runs the head
+ * (gen_last_stage) and releases it, NULL elsewhere. */
 static const float *gen_forward(run_t *r, const int32_t *inp, const int32_t *pos, int B, int T)
 {
     if (r->plan.pp == 1) return forward_blocks(r, inp, NULL, NULL, pos, B, T);
@@ -1077,9 +1077,10 @@ static const float *gen_forward(run_t *r, const int32_t *inp, const int32_t *pos
     const size_t n = (size_t)B * T / (d->tp_seq ? (size_t)d->tp_size : 1) * (size_t)d->C;
     zt_model_set_batch(m, inp, NULL, B, T);
     if (pos) zt_model_set_segments(m, NULL, pos);
+    /* the embedding's unit on the first stage's rank, the head's (the root again when tied)
+     * on the last's: each gathered where it runs, the head's kept for the caller */
+    const int head = zt_params_head_unit(t), last = zt_schedule_stage_rank(&r->steps, S - 1) == me;
     const float *root = NULL;
-    if (zt_schedule_stage_rank(&r->steps, 0) == me || zt_schedule_stage_rank(&r->steps, S - 1) == me)
-        root = zt_shard_params(s, t->root_unit);
     for (int st = me; st < S; st += r->plan.pp) {
         const int first = r->plan.stage_first[st], end = r->plan.stage_first[st + 1];
         zt_request_t q;
@@ -1087,13 +1088,17 @@ static const float *gen_forward(run_t *r, const int32_t *inp, const int32_t *pos
             zt_irecv(c, &c->pp, zt_model_residual(m, first - 1), (st - 1) % r->plan.pp, st, n, ZT_F32, &q);
             zt_wait(c, &q);
         }
-        if (first == 0) zt_model_forward_embed(m, root);
+        if (first == 0) {
+            zt_model_forward_embed(m, zt_shard_params(s, t->root_unit));
+            zt_shard_release(s, t->root_unit);
+        }
         forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
         if (st < S - 1) {
             zt_isend(c, &c->pp, zt_model_residual(m, end - 1), (st + 1) % r->plan.pp, st + 1, n, ZT_F32, &q);
             zt_wait(c, &q);
         }
     }
+    if (last) root = zt_shard_params(s, head);
     return root;
 }
 
@@ -1177,7 +1182,7 @@ static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *
         }
         if (sp > 1) zt_bcast(r->comm, &r->comm->sp, logits, (size_t)r->table->dims.V, ZT_F32, owner);
     }
-    if (root) zt_shard_release(r->shard, r->table->root_unit);
+    if (root) zt_shard_release(r->shard, zt_params_head_unit(r->table));
     gen_share_logits(r, logits);
 }
 
@@ -1241,7 +1246,7 @@ static void batch_logits(void *arg, int G, const int32_t *const *tokens, const i
         for (int i = i0; i < i0 + rows; i++)
             if (r->kv_slot[i] != spare) zt_model_logits_row(r->model, 0, i, logits + (size_t)r->kv_slot[i] * V);
     }
-    if (root) zt_shard_release(r->shard, r->table->root_unit);
+    if (root) zt_shard_release(r->shard, zt_params_head_unit(r->table));
     for (int i = 0; i < nd; i++)
         if (r->kv_slot[i] != spare) gen_share_logits(r, logits + (size_t)r->kv_slot[i] * V);
 }
@@ -1287,11 +1292,6 @@ static void generate_sample(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     if (cfg->train.sample_tokens <= 0) return;
-    if (r->plan.pp > 1) { /* each rank holds its stages' layers: generation is not pipelined */
-        zt_log("sample: skipped (parallel.pipeline_parallel_size %d: generation does not run over a pipeline yet)",
-               r->plan.pp);
-        return;
-    }
     const int q = r->plan.gen_quantum;
     if (r->T % q) {
         zt_log("sample: skipped (data.seq_len %d does not split into whole shares of %d tokens for the mesh)", r->T,
