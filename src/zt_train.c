@@ -57,6 +57,17 @@
 
 typedef struct hist { long *step; float *val; int n, cap; } hist_t;
 
+/* The parts of a DPO micro-step, timed for the run's summary (the reference's share) */
+typedef enum {
+    PT_REF_BLOCKS, /* the reference's embedding and blocks */
+    PT_REF_HEAD,   /* its head and per-sequence sums */
+    PT_FWD,        /* the policy's embedding and blocks */
+    PT_HEAD,       /* its head's forward and the sums (a frozen head: also its dL/dxf and backward) */
+    PT_LOSS,       /* the loss and its per-token factors */
+    PT_BWD,        /* the policy's backward (a trained head: its second pass too) */
+    PT_N
+} pref_part_t;
+
 typedef struct run {
     const zt_config_t *cfg;
     zt_comm_t *comm;
@@ -104,8 +115,7 @@ typedef struct run {
     char *config_text;
     hist_t train_hist, val_hist;
     hist_t margin_hist;         /* train.stage = dpo: rewards/margins at each logged step */
-    double ref_seconds;         /* dpo: the reference passes' time (forward, head, sums) */
-    double policy_seconds;      /* dpo: the policy's forward, head, loss and backward */
+    double pref_seconds[PT_N];  /* dpo: the micro-steps' time by part (pref_part_t) */
     double train_seconds;
     float last_loss, last_val;
     zt_comm_stats_t comm_total; /* training collectives of the whole run (not eval, not saves) */
@@ -710,6 +720,14 @@ static void row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, doubl
     free(acc);
 }
 
+/* the time since *t into the DPO profile's part k; *t := now */
+static void pref_lap(run_t *r, pref_part_t k, double *t)
+{
+    const double now = zt_now();
+    r->pref_seconds[k] += now - *t;
+    *t = now;
+}
+
 /* One DPO micro-step; factor: the gradient's share (loss scale / (micro-steps x data-
  * parallel replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's
  * loss. */
@@ -720,26 +738,28 @@ static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     double *w = zt_calloc(7 * (size_t)B, sizeof *w);
     double *ref = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
     double *c6 = w + 6 * B; /* scratch (B) */
-    const double t0 = zt_now();
+    double now = zt_now();
     if (zt_pref_uses_ref(pc->loss)) {
         /* the frozen copy (full fine-tuning, pref.ref_model), or LoRA's base: this model
          * without its adapters */
         zt_shard_t *rs = r->ref_shard ? r->ref_shard : r->shard;
         if (r->ref_shard) zt_shard_begin_inference(rs);
         const float *root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0, r->Tm);
+        pref_lap(r, PT_REF_BLOCKS, &now);
         zt_model_forward_head(r->model, root);
         zt_shard_release(rs, r->table->root_unit);
         if (r->ref_shard) zt_shard_end_inference(rs);
         row_sums(r, zt_model_token_losses(r->model), 1, tgt, ref, NULL);
+        pref_lap(r, PT_REF_HEAD, &now);
     }
-    const double t1 = zt_now();
-    r->ref_seconds += t1 - t0;
     const float *root = train_forward(r, r->shard, inp, tgt, NULL, NULL, NULL, 1, r->Tm);
+    pref_lap(r, PT_FWD, &now);
     float *lsum = zt_malloc((size_t)N * sizeof *lsum);
     zt_model_set_logit_sums(r->model, lsum);
     zt_model_forward_head(r->model, root);
     row_sums(r, zt_model_token_losses(r->model), 1, tgt, pol, len);
     row_sums(r, lsum, 0, tgt, lg, NULL);
+    pref_lap(r, PT_HEAD, &now);
     for (int b = 0; b < B; b++) cnt[b] = (double)r->T * r->table->dims.V; /* every position's, as LLaMA-Factory */
     /* rows to pairs: [chosen of each pair | rejected of each pair] per quantity */
     double *q[5] = {pol, ref, len, lg, cnt};
@@ -759,9 +779,11 @@ static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
         const int b = token_row(r, (size_t)i);
         scale[i] = (float)(-d[(b % 2) * np + b / 2] * factor);
     }
+    pref_lap(r, PT_LOSS, &now);
+    /* the head again (its logits with each token's factor), then the blocks backward */
     zt_model_set_token_scales(r->model, scale);
     train_backward(r, root, 0.0f);
-    r->policy_seconds += zt_now() - t1;
+    pref_lap(r, PT_BWD, &now);
     free(scale);
     free(lsum);
     free(w);
@@ -2262,9 +2284,15 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                r->val ? "" : ", no validation set");
         if (r->val) zt_log("summary: final validation loss %.4f", r->last_val);
         comm_summary(r);
-        if (cfg->train.stage == ZT_STAGE_DPO && r->ref_seconds > 0)
-            zt_log("summary: dpo reference passes %.2f s, policy forward + backward %.2f s (reference %.3fx)",
-                   r->ref_seconds, r->policy_seconds, r->ref_seconds / r->policy_seconds);
+        if (cfg->train.stage == ZT_STAGE_DPO && r->pref_seconds[PT_FWD] > 0) {
+            const double *p = r->pref_seconds, ref = p[PT_REF_BLOCKS] + p[PT_REF_HEAD],
+                         pol = p[PT_FWD] + p[PT_HEAD] + p[PT_LOSS] + p[PT_BWD];
+            zt_log("summary: dpo reference passes %.2f s, policy forward + backward %.2f s (reference %.3fx); "
+                   "reference blocks %.2f s, head %.2f s; policy blocks %.2f s, head %.2f s, loss %.2f s, "
+                   "backward %.2f s",
+                   ref, pol, ref / pol, p[PT_REF_BLOCKS], p[PT_REF_HEAD], p[PT_FWD], p[PT_HEAD], p[PT_LOSS],
+                   p[PT_BWD]);
+        }
         if (r->rank == 0) {
             const zt_metrics_summary_t rec = {
                 .steps = r->step, .tokens = r->tokens_seen, .wall_s = wall, .train_s = r->train_seconds,
