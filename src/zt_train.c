@@ -664,6 +664,19 @@ static const float *train_forward(run_t *r, zt_shard_t *s, const int32_t *inp, c
     return root;
 }
 
+/* After the head's backward: the blocks' backward, the embedding's (droot: the root unit's
+ * gradients, NULL when frozen), and the root unit's gradients ready and released */
+static void backward_from_head(run_t *r, float *droot)
+{
+    zt_shard_t *s = r->shard;
+    const int root_unit = r->table->root_unit;
+    backward_range(r, r->model, 0, r->table->dims.L);
+    zt_watchdog_mark("backward", root_unit, r->step + 1);
+    zt_model_backward_embed(r->model, droot);
+    zt_shard_grads_ready(s, root_unit);
+    zt_shard_release(s, root_unit);
+}
+
 /* The head's forward and backward (dscale, or the model's token scales) and the blocks'
  * backward after train_forward; releases the root unit; the loss */
 static float train_backward(run_t *r, const float *root, float dscale)
@@ -675,11 +688,7 @@ static float train_backward(run_t *r, const float *root, float dscale)
     zt_watchdog_mark("forward head", root_unit, r->step + 1);
     float *droot = zt_shard_grads(s, root_unit);
     zt_model_train_head(m, root, droot, dscale);
-    backward_range(r, m, 0, t->dims.L);
-    zt_watchdog_mark("backward", root_unit, r->step + 1);
-    zt_model_backward_embed(m, droot);
-    zt_shard_grads_ready(s, root_unit);
-    zt_shard_release(s, root_unit);
+    backward_from_head(r, droot);
     return zt_model_loss(m);
 }
 
@@ -756,11 +765,16 @@ static void pref_lap(run_t *r, pref_part_t k, double *t)
  * an SFT micro-batch's: a pair's two rows are in it, so both keep every position that
  * carries a loss); factor: the gradient's share (loss scale / (micro-steps x data-parallel
  * replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's loss;
- * *T the positions run. */
+ * *T the positions run. With a frozen head (LoRA) the policy's head runs once
+ * (zt_model_pref_head: dL/dxf kept at factor 1 until the loss gives each sequence's
+ * factor); a trained head (full fine-tuning) runs forward for the sums, then again with
+ * the factors (zt_model_train_head), its weight gradient needing each token's dlogits
+ * at its factor. */
 static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout)
 {
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
     const zt_param_table_t *t = r->table;
+    const int frozen_head = t->unit_frozen && t->unit_frozen[t->root_unit];
     const int T = *Tout = trim_padding(r, inp, tgt, NULL);
     const int B = r->B, np = B / 2, N = B * T;
     double *w = zt_calloc(7 * (size_t)B, sizeof *w);
@@ -769,12 +783,15 @@ static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, dou
     double now = zt_now();
     if (zt_pref_uses_ref(pc->loss)) {
         /* the frozen copy (full fine-tuning, pref.ref_model), or LoRA's base: this model
-         * without its adapters */
+         * without its adapters; forward only (its activations are overwritten by the
+         * policy's), its head on the loss-bearing rows with the logits of one chunk at a
+         * time */
         zt_shard_t *rs = r->ref_shard ? r->ref_shard : r->shard;
         if (r->ref_shard) zt_shard_begin_inference(rs);
         const float *root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0, T);
         pref_lap(r, PT_REF_BLOCKS, &now);
-        zt_model_forward_head(r->model, root);
+        if (frozen_head) zt_model_pref_head(r->model, root, 1);
+        else zt_model_forward_head(r->model, root);
         zt_shard_release(rs, t->root_unit);
         if (r->ref_shard) zt_shard_end_inference(rs);
         row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, ref, NULL);
@@ -784,7 +801,8 @@ static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, dou
     pref_lap(r, PT_FWD, &now);
     float *lsum = zt_malloc((size_t)N * sizeof *lsum);
     zt_model_set_logit_sums(r->model, lsum);
-    zt_model_forward_head(r->model, root);
+    if (frozen_head) zt_model_pref_head(r->model, root, 0);
+    else zt_model_forward_head(r->model, root);
     row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, pol, len);
     /* LLaMA-Factory's logits/chosen and /rejected: the mean of every logit of its batch,
      * padded to a multiple of 8 past its longest sequence; here of the rows' positions up to
@@ -814,9 +832,14 @@ static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, dou
         scale[i] = (float)(-d[(b % 2) * np + b / 2] * factor);
     }
     pref_lap(r, PT_LOSS, &now);
-    /* the head again (its logits with each token's factor), then the blocks backward */
-    zt_model_set_token_scales(r->model, scale);
-    train_backward(r, root, 0.0f);
+    if (frozen_head) {
+        zt_model_pref_head_backward(r->model, root, scale);
+        pref_lap(r, PT_HEAD, &now);
+        backward_from_head(r, NULL);
+    } else {
+        zt_model_set_token_scales(r->model, scale);
+        train_backward(r, root, 0.0f);
+    }
     pref_lap(r, PT_BWD, &now);
     free(scale);
     free(lsum);
