@@ -1541,9 +1541,11 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
                                    "(parallel.tensor_parallel_size = %d): bitsandbytes quantizes each weight whole, "
                                    "its double-quantization offset over all of its blocks",
                       cfg->parallel.tensor_parallel_size);
-    if (cfg->model.quantization_bit == 4 && cfg->train.stage == ZT_STAGE_DPO)
-        return zt_err(err, errlen, "model.quantization_bit = 4 with train.stage = dpo is not available yet (QLoRA "
-                                   "trains sft)");
+    /* QLoRA DPO: the reference is the 4-bit base with the adapters off, the policy's own
+     * units; a reference directory would be a second base in float32 */
+    if (cfg->model.quantization_bit == 4 && cfg->train.stage == ZT_STAGE_DPO && cfg->pref.ref_model[0])
+        return zt_err(err, errlen, "model.quantization_bit = 4 with pref.ref_model is not available yet (QLoRA's "
+                                   "reference is its 4-bit base with the adapters off: give no pref.ref_model)");
     return 0;
 }
 
