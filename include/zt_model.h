@@ -130,6 +130,20 @@ void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float d
  * of equal factors next to each other run as one kernel call, so a row per sequence costs
  * a call per row and chunk. */
 void zt_model_set_token_scales(zt_model_t *m, const float *scales);
+/* Preference training with a frozen head (LoRA: the head is the tied or frozen embedding),
+ * its head computed once: zt_model_pref_head runs the head's chunks on the loss-bearing
+ * rows (under LoRA without vocabulary parallelism; every row otherwise), making the
+ * per-token losses (zt_model_token_losses) and, with logit sums set, every row's logit sum;
+ * for the policy (reference 0) it also keeps dL/dxf of the cross-entropy at factor 1 for
+ * each row, the (rows, V) logits of a chunk gone with the chunk; for the reference
+ * (reference 1) the losses alone, through the same kernels on the same rows, so a policy
+ * equal to its reference gets bit for bit its log-probabilities. Then
+ * zt_model_pref_head_backward (the policy's pass last) multiplies each row's dL/dxf by
+ * scales[row] (N, host: as zt_model_set_token_scales's) and runs the final norm's backward,
+ * as zt_model_train_head does with token scales, for backward_block: a factor taken out of
+ * the cross-entropy's gradient, which is linear in it. Needs targets. */
+void zt_model_pref_head(zt_model_t *m, const float *root, int reference);
+void zt_model_pref_head_backward(zt_model_t *m, const float *root, const float *scales);
 /* Preference metrics (LLaMA-Factory's logits/chosen, logits/rejected): with out (N, host
  * memory), the next zt_model_forward_head also sums each token's logits over the whole
  * vocabulary (every tp rank's columns) into out[token], valid once the losses are

@@ -1536,9 +1536,11 @@ int zt_config_validate(const zt_config_t *cfg, char *err, size_t errlen)
     if (cfg->model.quantization_bit == 4 && cfg->train.fp16)
         return zt_err(err, errlen, "model.quantization_bit = 4 computes in float32 or bf16 (bitsandbytes' compute "
                                    "dtype float32 or bfloat16), not fp16: set train.fp16 = false");
-    if (cfg->model.quantization_bit == 4 && cfg->train.stage == ZT_STAGE_DPO)
-        return zt_err(err, errlen, "model.quantization_bit = 4 with train.stage = dpo is not available yet (QLoRA "
-                                   "trains sft)");
+    /* QLoRA DPO: the reference is the 4-bit base with the adapters off, the policy's own
+     * units; a reference directory would be a second base in float32 */
+    if (cfg->model.quantization_bit == 4 && cfg->train.stage == ZT_STAGE_DPO && cfg->pref.ref_model[0])
+        return zt_err(err, errlen, "model.quantization_bit = 4 with pref.ref_model is not available yet (QLoRA's "
+                                   "reference is its 4-bit base with the adapters off: give no pref.ref_model)");
     return 0;
 }
 

@@ -171,6 +171,7 @@ void zt_model_free(zt_model_t *m)
     if (m->lsum) {
         be->free(m->lsum);
         be->free(m->ones);
+        be->free(m->wsum);
     }
     zt_lora_scratch_free(m);
     if (m->sp_positions) {
@@ -298,6 +299,7 @@ void zt_model_set_logit_sums(zt_model_t *m, float *out)
         m->be->from_host(m->ones, h, (size_t)V * sizeof(float));
         free(h);
         m->lsum = m->be->alloc((size_t)m->Bmax * m->Tmax * sizeof(float));
+        m->wsum = m->be->alloc((size_t)m->d.C * sizeof(float));
     }
     m->host_lsum = out;
 }
@@ -429,6 +431,15 @@ static void ce_rows(zt_model_t *m, const int32_t *targets, float *losses, int r0
         m->be->crossentropy_fused(logits, losses + r0 + i, targets + r0 + i, n, V, scale);
 }
 
+/* What a pass of the head computes (head_chunks): HEAD_EVAL the losses (inference,
+ * evaluation); HEAD_TRAIN also the dlogits and from them dxf and the head's gradient;
+ * HEAD_PREF (preference training, a frozen head) the losses and dxf of dlogits at factor 1,
+ * kept unscaled for zt_model_pref_head_backward, whose per-sequence factors are known only
+ * once every chunk's losses are: the head's one pass; HEAD_PREF_REF (the reference model)
+ * the losses alone, through the same kernels on the same rows as HEAD_PREF so that a
+ * policy equal to its reference gets bit for bit its log-probabilities. */
+typedef enum { HEAD_EVAL, HEAD_TRAIN, HEAD_PREF, HEAD_PREF_REF } head_mode_t;
+
 /* The head over rows [0, N) in chunks: final norm, logits (head_rows,V), and with
  * targets the fused cross-entropy (losses, and with droot dlogits in place); with
  * droot each chunk's lm_head gradients follow at once: dxf rows into dres2 (N,C) and
@@ -442,63 +453,77 @@ static void ce_rows(zt_model_t *m, const int32_t *targets, float *losses, int r0
  * into dres2 and their losses into theirs, the other rows' zero, as the cross-entropy
  * makes them. Each row's logits, loss and dxf are the same numbers either way; with a
  * trained head its weight gradient sums the same nonzero rows (the ignored rows added
- * zeros). */
-static void head_chunks(zt_model_t *m, const float *root, int train, float *droot, float dscale)
+ * zeros). HEAD_PREF keeps its compacted dxf in xf for zt_model_pref_head_backward, and
+ * makes each row's logit sum (every row's, prompt and padding too) as xf . wsum, wsum the
+ * head weight's column sums: a logit sum is linear in the row, so no row needs its logits
+ * for it. */
+static void head_chunks(zt_model_t *m, const float *root, head_mode_t mode, float *droot, float dscale)
 {
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
+    const int train = mode != HEAD_EVAL, pref = mode == HEAD_PREF || mode == HEAD_PREF_REF;
     const size_t ho = m->arch->ops->head_offset(m);
-    const float *ts = train ? m->tok_scale : NULL;
+    const float *ts = mode == HEAD_TRAIN ? m->tok_scale : NULL;
     const int compact = train && !ts && m->has_targets && m->hn < N;
     const int n = compact ? m->hn : N;
     const float *x = compact ? m->dres : m->xf;       // (n,C) the head's input rows
     float *dx = compact ? m->xf : m->dres2;           // (n,C) their dxf
     const int32_t *tgt = compact ? m->htgt : m->targets;
     float *loss = compact ? m->hloss : m->losses;
+    const int lsum_chunks = m->has_targets && m->host_lsum && mode == HEAD_EVAL;
+    const int lsum_rows = m->has_targets && m->host_lsum && mode == HEAD_PREF;
     head_input(m, root);
+    if (lsum_rows) {
+        be->gemm(0, 0, 1, C, V, 1.0f, m->ones, V, root + ho, C, 0.0f, m->wsum, C); // (1,C) column sums of (V,C)
+        be->gemm(0, 0, N, 1, C, 1.0f, m->xf, C, m->wsum, 1, 0.0f, m->lsum, 1);   // (N,1)
+    }
     if (compact) be->embedding_forward(m->dres, m->hrows, m->xf, n, C); // gather
+    m->pref_compact = compact;
     for (int r0 = 0; r0 < n; r0 += m->head_rows) {
         const int rows = ZT_MIN(m->head_rows, n - r0);
         const float *xf = x + (size_t)r0 * C;
         be->matmul_forward(m->logits, xf, root + ho, NULL, rows, C, V, 1); // (rows,V)
         m->head_first = compact ? N : r0; /* compact: no batch row's logits are kept */
         if (!m->has_targets) continue;
-        if (m->host_lsum && !train) /* before the cross-entropy, which may write the chunk */
+        if (lsum_chunks) /* before the cross-entropy, which may write the chunk */
             be->gemm(0, 0, rows, 1, V, 1.0f, m->logits, V, m->ones, 1, 0.0f, m->lsum + r0, 1); // (rows,1)
         if (m->inputs_tp) {
             /* vocabulary-parallel: the row statistics over every rank's columns */
             be->vocab_ce_max(m->ce_max, m->logits, rows, V);
             m->ac.tp_allreduce(m->ac.ctx, m->ce_max, (size_t)rows, ZT_ACT_MAX);
-            be->vocab_ce_sum(m->ce_sz, m->logits, m->ce_max, m->targets + r0, m->d.vocab_start, rows, V);
+            be->vocab_ce_sum(m->ce_sz, m->logits, m->ce_max, tgt + r0, m->d.vocab_start, rows, V);
             m->ac.tp_allreduce(m->ac.ctx, m->ce_sz, 2 * (size_t)rows, ZT_ACT_SUM);
         }
         if (!ts) {
-            ce_rows(m, tgt, loss, r0, 0, rows, train ? dscale : 0.0f);
+            ce_rows(m, tgt, loss, r0, 0, rows, pref ? 1.0f : train ? dscale : 0.0f);
         } else {
             for (int i = 0, j; i < rows; i = j) {
                 for (j = i + 1; j < rows && ts[r0 + j] == ts[r0 + i]; j++) {}
                 ce_rows(m, tgt, loss, r0, i, j - i, ts[r0 + i]);
             }
         }
-        if (train) /* droot NULL: a frozen head (LoRA) needs only dL/dxf */
+        if (mode == HEAD_TRAIN || mode == HEAD_PREF) /* droot NULL: a frozen head (LoRA) needs only dL/dxf */
             be->matmul_backward(dx + (size_t)r0 * C, droot ? droot + ho : NULL, NULL, m->logits, xf, root + ho, rows,
                                 C, V, 1);
     }
     if (compact) { /* scatter: each row of dres2 and losses gets its own value or stays zero */
-        be->memzero(m->dres2, (size_t)N * C * sizeof(float));
-        be->embedding_backward(m->dres2, dx, m->hrows, n, C);
+        if (mode == HEAD_TRAIN) {
+            be->memzero(m->dres2, (size_t)N * C * sizeof(float));
+            be->embedding_backward(m->dres2, dx, m->hrows, n, C);
+        }
         be->memzero(m->losses, (size_t)N * sizeof(float));
         be->embedding_backward(m->losses, m->hloss, m->hrows, n, 1);
     }
     /* read after backward: the device goes on with it meanwhile */
     if (m->has_targets) be->to_host_async(m->host_losses, m->losses, (size_t)N * sizeof(float));
-    if (m->has_targets && m->host_lsum && !train) {
+    if (lsum_chunks || lsum_rows) {
         if (m->inputs_tp) m->ac.tp_allreduce(m->ac.ctx, m->lsum, (size_t)N, ZT_ACT_SUM); /* every rank's columns */
         be->to_host_async(m->host_lsum, m->lsum, (size_t)N * sizeof(float));
     }
 }
 
-void zt_model_forward_head(zt_model_t *m, const float *root) { head_chunks(m, root, 0, NULL, 0.0f); }
+void zt_model_forward_head(zt_model_t *m, const float *root) { head_chunks(m, root, HEAD_EVAL, NULL, 0.0f); }
+
 
 void zt_model_forward_head_rows(zt_model_t *m, const float *root, int b, int t, int n)
 {
@@ -616,16 +641,46 @@ void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out,
     }
 }
 
-void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale)
+/* After the head's chunks, dxf (N,C) in dres2 (every chunk wrote its rows): the tp ranks'
+ * parts reduced and the final norm's backward, which gives dL/d x_out, the last block's
+ * output */
+static void head_backward_tail(zt_model_t *m, const float *root, float *droot)
 {
-    if (!m->has_targets) zt_fatal("zt_model_train_head: the batch has no targets");
-    head_chunks(m, root, 1, droot, dscale);
     /* each tp rank's dxf is its vocabulary rows' part (tp_seq: of its rows, reduced) */
     float *dxf = m->d.tp_seq ? m->tp_rows : m->dres2;
     zt_model_tp_reduce(m, m->dres2, dxf);
-    /* dxf (N,C) is in dres2 (every chunk wrote its rows); the final norm's backward
-     * gives dL/d x_out, the last block's output */
     m->arch->ops->final_norm_backward(m, root, droot, m->x_out, dxf, m->dres);
+}
+
+void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale)
+{
+    if (!m->has_targets) zt_fatal("zt_model_train_head: the batch has no targets");
+    head_chunks(m, root, HEAD_TRAIN, droot, dscale);
+    head_backward_tail(m, root, droot);
+}
+
+void zt_model_pref_head(zt_model_t *m, const float *root, int reference)
+{
+    if (!m->has_targets) zt_fatal("zt_model_pref_head: the batch has no targets");
+    head_chunks(m, root, reference ? HEAD_PREF_REF : HEAD_PREF, NULL, 0.0f);
+}
+
+void zt_model_pref_head_backward(zt_model_t *m, const float *root, const float *scales)
+{
+    const int N = m->B * m->T, C = m->d.C, n = m->pref_compact ? m->hn : N;
+    float *dx = m->pref_compact ? m->xf : m->dres2; // (n,C) dxf at factor 1
+    /* row i of dx is batch row rows[i]; its runs of equal factors, one call each */
+    const int32_t *rows = m->pref_compact ? m->host_hrows : NULL;
+    for (int i = 0, j; i < n; i = j) {
+        const float f = scales[rows ? rows[i] : i];
+        for (j = i + 1; j < n && scales[rows ? rows[j] : j] == f; j++) {}
+        m->be->scale(dx + (size_t)i * C, f, (size_t)(j - i) * C);
+    }
+    if (m->pref_compact) {
+        m->be->memzero(m->dres2, (size_t)N * C * sizeof(float));
+        m->be->embedding_backward(m->dres2, dx, m->hrows, n, C);
+    }
+    head_backward_tail(m, root, NULL);
 }
 
 float zt_model_loss(zt_model_t *m)

@@ -41,6 +41,12 @@ struct zt_model {
     /* zt_model_set_logit_sums: the caller's host (N) or NULL; each row's logit sum (N)
      * and a vector of V ones to make it with a GEMM, allocated at the first call */
     float *host_lsum, *lsum, *ones;
+    /* (C) the head weight's column sums, each row's logit sum as one dot product where the
+     * preference head (HEAD_PREF in zt_model.c) computes no logits for the row */
+    float *wsum;
+    /* zt_model_pref_head: its dxf rows are the compacted ones (in xf) rather than every
+     * row's (in dres2), unscaled until zt_model_pref_head_backward */
+    int pref_compact;
     /* (N,C): dres carries dL/d(residual stream) between blocks; dres2 is free scratch
      * for a family's block_backward (the head uses it before the blocks run) */
     float *dres, *dres2;

@@ -57,6 +57,17 @@
 
 typedef struct hist { long *step; float *val; int n, cap; } hist_t;
 
+/* The parts of a DPO micro-step, timed for the run's summary (the reference's share) */
+typedef enum {
+    PT_REF_BLOCKS, /* the reference's embedding and blocks */
+    PT_REF_HEAD,   /* its head and per-sequence sums */
+    PT_FWD,        /* the policy's embedding and blocks */
+    PT_HEAD,       /* its head's forward and the sums (a frozen head: also its dL/dxf and backward) */
+    PT_LOSS,       /* the loss and its per-token factors */
+    PT_BWD,        /* the policy's backward (a trained head: its second pass too) */
+    PT_N
+} pref_part_t;
+
 typedef struct run {
     const zt_config_t *cfg;
     zt_comm_t *comm;
@@ -109,8 +120,7 @@ typedef struct run {
     char *config_text;
     hist_t train_hist, val_hist;
     hist_t margin_hist;         /* train.stage = dpo: rewards/margins at each logged step */
-    double ref_seconds;         /* dpo: the reference passes' time (forward, head, sums) */
-    double policy_seconds;      /* dpo: the policy's forward, head, loss and backward */
+    double pref_seconds[PT_N];  /* dpo: the micro-steps' time by part (pref_part_t) */
     double train_seconds;
     float last_loss, last_val;
     zt_comm_stats_t comm_total; /* training collectives of the whole run (not eval, not saves) */
@@ -652,7 +662,7 @@ static void dropout_keys(run_t *r, int m, uint64_t *keys)
         }
 }
 
-/* The columns of an SFT micro-batch that hold a token with a loss in some row: a row's
+/* The columns of an SFT or DPO micro-batch that hold a token with a loss in some row: a row's
  * positions after its sample's last target are padding, which causal attention keeps from
  * every earlier position and which carries no loss, so a micro-batch whose rows all end
  * early trains on the shorter rows to the same result (fp32 rounding: the weight gradients'
@@ -744,6 +754,19 @@ static const float *train_forward(run_t *r, zt_shard_t *s, const int32_t *inp, c
     return root;
 }
 
+/* After the head's backward: the blocks' backward, the embedding's (droot: the root unit's
+ * gradients, NULL when frozen), and the root unit's gradients ready and released */
+static void backward_from_head(run_t *r, float *droot)
+{
+    zt_shard_t *s = r->shard;
+    const int root_unit = r->table->root_unit;
+    backward_range(r, r->model, 0, r->table->dims.L);
+    zt_watchdog_mark("backward", root_unit, r->step + 1);
+    zt_model_backward_embed(r->model, droot);
+    zt_shard_grads_ready(s, root_unit);
+    zt_shard_release(s, root_unit);
+}
+
 /* The head's forward and backward (dscale, or the model's token scales) and the blocks'
  * backward after train_forward; releases the root unit; the loss */
 static float train_backward(run_t *r, const float *root, float dscale)
@@ -755,11 +778,7 @@ static float train_backward(run_t *r, const float *root, float dscale)
     zt_watchdog_mark("forward head", root_unit, r->step + 1);
     float *droot = zt_shard_grads(s, root_unit);
     zt_model_train_head(m, root, droot, dscale);
-    backward_range(r, m, 0, t->dims.L);
-    zt_watchdog_mark("backward", root_unit, r->step + 1);
-    zt_model_backward_embed(m, droot);
-    zt_shard_grads_ready(s, root_unit);
-    zt_shard_release(s, root_unit);
+    backward_from_head(r, droot);
     return zt_model_loss(m);
 }
 
@@ -773,24 +792,48 @@ static float train_backward(run_t *r, const float *root, float dscale)
  * trainer (HF Trainer, DDP), the step's loss is the mean over micro-steps and data ranks
  * of each micro-batch's mean over its pairs; so are the metrics. */
 
-/* The row of this rank's token i (B rows of Tm tokens; ring attention: its two chunks of
- * each row chunk-major, (2, B, Tm/2)) */
-static int token_row(const run_t *r, size_t i)
+/* The row of this rank's token i (B rows of T tokens; ring attention: its two chunks of
+ * each row chunk-major, (2, B, T/2)) */
+static int token_row(const run_t *r, size_t i, int T)
 {
-    if (r->ltable->dims.sp_ring) return (int)((i / (size_t)(r->Tm / 2)) % (size_t)r->B);
-    return (int)(i / (size_t)r->Tm);
+    if (r->ltable->dims.sp_ring) return (int)((i / (size_t)(T / 2)) % (size_t)r->B);
+    return (int)(i / (size_t)T);
 }
 
-/* Per row of the micro-batch, over its tokens on every sp rank: into sum (B) minus the
- * sum of x's per-token losses (tl) or plus the sum of x (not tl); into len (B, or NULL)
- * its response tokens. */
-static void row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, double *sum, double *len)
+/* The position in its row of this rank's token i (B rows of T; sp: this rank's chunks of
+ * each row, token_row's layout) */
+static int token_pos(const run_t *r, size_t i, int T)
 {
-    const size_t N = (size_t)r->B * r->Tm;
+    const int sp = r->comm->mesh_sp, k = r->comm->sp.rank;
+    if (sp <= 1) return (int)(i % (size_t)T);
+    if (!r->ltable->dims.sp_ring) return k * T + (int)(i % (size_t)T);
+    const size_t c = (size_t)T / 2;
+    return zt_model_ring_chunk(sp, k, (int)(i / (c * (size_t)r->B))) * (int)c + (int)(i % c);
+}
+
+/* The positions of the micro-batch's rows up to the last that carries a loss in any of
+ * them, rounded up to 8 and at most the row's length: trim_padding's T where it trims,
+ * and the same figure on the ranks of a row that it does not trim (sp) */
+static int padded_len(run_t *r, const int32_t *tgt, int T)
+{
+    const size_t N = (size_t)r->B * T;
+    int last = 0;
+    for (size_t i = 0; i < N; i++)
+        if (tgt[i] >= 0) last = ZT_MAX(last, token_pos(r, i, T) + 1);
+    if (r->comm->mesh_sp > 1) last = (int)zt_max_double(r->comm, &r->comm->sp, last);
+    return ZT_MIN(r->T, ZT_MAX(8, (last + 7) / 8 * 8));
+}
+
+/* Per row of the micro-batch (B rows of T), over its tokens on every sp rank: into sum (B)
+ * minus the sum of x's per-token losses (tl) or plus the sum of x (not tl); into len (B,
+ * or NULL) its response tokens. */
+static void row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, int T, double *sum, double *len)
+{
+    const size_t N = (size_t)r->B * T;
     const int n = len ? 2 * r->B : r->B;
     double *acc = zt_calloc((size_t)n, sizeof *acc);
     for (size_t i = 0; i < N; i++) {
-        const int b = token_row(r, i);
+        const int b = token_row(r, i, T);
         acc[b] += tl ? -(double)x[i] : (double)x[i];
         if (len) acc[r->B + b] += tgt[i] >= 0;
     }
@@ -800,37 +843,66 @@ static void row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, doubl
     free(acc);
 }
 
-/* One DPO micro-step; factor: the gradient's share (loss scale / (micro-steps x data-
- * parallel replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's
- * loss. */
-static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float factor, double *metrics)
+/* the time since *t into the DPO profile's part k; *t := now */
+static void pref_lap(run_t *r, pref_part_t k, double *t)
+{
+    const double now = zt_now();
+    r->pref_seconds[k] += now - *t;
+    *t = now;
+}
+
+/* One DPO micro-step on the micro-batch's rows (inp, tgt: (B, Tm), trimmed in place as
+ * an SFT micro-batch's: a pair's two rows are in it, so both keep every position that
+ * carries a loss); factor: the gradient's share (loss scale / (micro-steps x data-parallel
+ * replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's loss;
+ * *T the positions run. With a frozen head (LoRA) the policy's head runs once
+ * (zt_model_pref_head: dL/dxf kept at factor 1 until the loss gives each sequence's
+ * factor); a trained head (full fine-tuning) runs forward for the sums, then again with
+ * the factors (zt_model_train_head), its weight gradient needing each token's dlogits
+ * at its factor. */
+static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout)
 {
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
-    const int B = r->B, np = B / 2, N = B * r->Tm;
+    const zt_param_table_t *t = r->table;
+    const int frozen_head = t->unit_frozen && t->unit_frozen[t->root_unit];
+    const int T = *Tout = trim_padding(r, inp, tgt, NULL);
+    const int B = r->B, np = B / 2, N = B * T;
     double *w = zt_calloc(7 * (size_t)B, sizeof *w);
     double *ref = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
     double *c6 = w + 6 * B; /* scratch (B) */
-    const double t0 = zt_now();
+    double now = zt_now();
     if (zt_pref_uses_ref(pc->loss)) {
         /* the frozen copy (full fine-tuning, pref.ref_model), or LoRA's base: this model
-         * without its adapters */
+         * without its adapters; forward only (its activations are overwritten by the
+         * policy's), its head on the loss-bearing rows with the logits of one chunk at a
+         * time */
         zt_shard_t *rs = r->ref_shard ? r->ref_shard : r->shard;
         if (r->ref_shard) zt_shard_begin_inference(rs);
-        const float *root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0, r->Tm);
-        zt_model_forward_head(r->model, root);
-        zt_shard_release(rs, r->table->root_unit);
+        const float *root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0, T);
+        pref_lap(r, PT_REF_BLOCKS, &now);
+        if (frozen_head) zt_model_pref_head(r->model, root, 1);
+        else zt_model_forward_head(r->model, root);
+        zt_shard_release(rs, t->root_unit);
         if (r->ref_shard) zt_shard_end_inference(rs);
-        row_sums(r, zt_model_token_losses(r->model), 1, tgt, ref, NULL);
+        row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, ref, NULL);
+        pref_lap(r, PT_REF_HEAD, &now);
     }
-    const double t1 = zt_now();
-    r->ref_seconds += t1 - t0;
-    const float *root = train_forward(r, r->shard, inp, tgt, NULL, NULL, NULL, 1, r->Tm);
+    const float *root = train_forward(r, r->shard, inp, tgt, NULL, NULL, NULL, 1, T);
+    pref_lap(r, PT_FWD, &now);
     float *lsum = zt_malloc((size_t)N * sizeof *lsum);
     zt_model_set_logit_sums(r->model, lsum);
-    zt_model_forward_head(r->model, root);
-    row_sums(r, zt_model_token_losses(r->model), 1, tgt, pol, len);
-    row_sums(r, lsum, 0, tgt, lg, NULL);
-    for (int b = 0; b < B; b++) cnt[b] = (double)r->T * r->table->dims.V; /* every position's, as LLaMA-Factory */
+    if (frozen_head) zt_model_pref_head(r->model, root, 0);
+    else zt_model_forward_head(r->model, root);
+    row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, pol, len);
+    /* LLaMA-Factory's logits/chosen and /rejected: the mean of every logit of its batch,
+     * padded to a multiple of 8 past its longest sequence; here of the rows' positions up to
+     * the last that carries a loss, rounded up to 8 (the trimmed rows, on every mesh) */
+    const int Tp = padded_len(r, tgt, T);
+    for (int i = 0; i < N; i++)
+        if (token_pos(r, (size_t)i, T) >= Tp) lsum[i] = 0.0f;
+    row_sums(r, lsum, 0, tgt, T, lg, NULL);
+    pref_lap(r, PT_HEAD, &now);
+    for (int b = 0; b < B; b++) cnt[b] = (double)Tp * t->dims.V;
     /* rows to pairs: [chosen of each pair | rejected of each pair] per quantity */
     double *q[5] = {pol, ref, len, lg, cnt};
     for (int k = 0; k < 5; k++) {
@@ -846,12 +918,19 @@ static double pref_micro(run_t *r, const int32_t *inp, const int32_t *tgt, float
     /* d logp / d logits = -d CE / d logits: each token's factor is minus its sequence's weight */
     float *scale = zt_malloc((size_t)N * sizeof *scale);
     for (int i = 0; i < N; i++) {
-        const int b = token_row(r, (size_t)i);
+        const int b = token_row(r, (size_t)i, T);
         scale[i] = (float)(-d[(b % 2) * np + b / 2] * factor);
     }
-    zt_model_set_token_scales(r->model, scale);
-    train_backward(r, root, 0.0f);
-    r->policy_seconds += zt_now() - t1;
+    pref_lap(r, PT_LOSS, &now);
+    if (frozen_head) {
+        zt_model_pref_head_backward(r->model, root, scale);
+        pref_lap(r, PT_HEAD, &now);
+        backward_from_head(r, NULL);
+    } else {
+        zt_model_set_token_scales(r->model, scale);
+        train_backward(r, root, 0.0f);
+    }
+    pref_lap(r, PT_BWD, &now);
     free(scale);
     free(lsum);
     free(w);
@@ -1668,9 +1747,10 @@ static double run_schedule(run_t *r, int sft, float ds, float pf, double *pref_w
             uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
             if (keys) dropout_keys(r, m, keys);
             if (dpo) {
-                loss_sum += pref_micro(r, inp, tgt, pf, pref_window);
+                int T;
+                loss_sum += pref_micro(r, inp, tgt, pf, pref_window, &T);
                 (*pref_micros)++;
-                *computed += (long)r->B * r->Tm;
+                *computed += (long)r->B * T;
                 break;
             }
             r->micro_T[m] = sft ? trim_padding(r, inp, tgt, keys) : r->Tm;
@@ -2556,9 +2636,15 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         comm_summary(r);
         pp_summary(r);
         if (r->plan.pp > 1) stage_memory(r);
-        if (cfg->train.stage == ZT_STAGE_DPO && r->ref_seconds > 0)
-            zt_log("summary: dpo reference passes %.2f s, policy forward + backward %.2f s (reference %.3fx)",
-                   r->ref_seconds, r->policy_seconds, r->ref_seconds / r->policy_seconds);
+        if (cfg->train.stage == ZT_STAGE_DPO && r->pref_seconds[PT_FWD] > 0) {
+            const double *p = r->pref_seconds, ref = p[PT_REF_BLOCKS] + p[PT_REF_HEAD],
+                         pol = p[PT_FWD] + p[PT_HEAD] + p[PT_LOSS] + p[PT_BWD];
+            zt_log("summary: dpo reference passes %.2f s, policy forward + backward %.2f s (reference %.3fx); "
+                   "reference blocks %.2f s, head %.2f s; policy blocks %.2f s, head %.2f s, loss %.2f s, "
+                   "backward %.2f s",
+                   ref, pol, ref / pol, p[PT_REF_BLOCKS], p[PT_REF_HEAD], p[PT_FWD], p[PT_HEAD], p[PT_LOSS],
+                   p[PT_BWD]);
+        }
         if (r->rank == 0) {
             const zt_metrics_summary_t rec = {
                 .steps = r->step, .tokens = r->tokens_seen, .wall_s = wall, .train_s = r->train_seconds,

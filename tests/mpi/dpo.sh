@@ -27,6 +27,10 @@
 #     adapter: ln 2 and no margin to rounding; a directory of other shapes fails on every rank.
 #  4. What is not wired is refused in one line on every rank (full fine-tuning without a
 #     directory to copy, evaluation).
+#  5. QLoRA DPO (model.quantization_bit = 4, PEFT's adapter on tests/reference/hf/qlora-llama):
+#     zero3 at 2 ranks trains what one rank trains; the reference's log-probabilities (the
+#     policy's minus its reward over beta) are the 4-bit base's (a policy of fresh adapters)
+#     to 1e-6, not the float32 base's; pref.ref_model beside a 4-bit base is refused.
 . "$(dirname "$0")/common.sh"
 need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
@@ -281,3 +285,41 @@ expect_fail_with 2 "train.stage = dpo with full fine-tuning copies its reference
     lora.cfg train.stage=dpo data.shuffle=false train.finetuning_type=full
 # shellcheck disable=SC2086
 expect_fail_with 2 "train.stage = dpo: evaluation on pairs is not wired yet" lora.cfg $dpo data.val_files=tok67.h5
+
+# ---- 5. QLoRA DPO: a 4-bit base, its reference the 4-bit base with the adapters off -----------
+q4="train.stage=dpo data.shuffle=false checkpoint.save_hf=false model.name_or_path=$HF/qlora-llama"
+q4="$q4 model.quantization_bit=4 optim.learning_rate=1e-2 train.max_steps=3 train.per_device_train_batch_size=1"
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $q4 lora.adapter_name_or_path=$HF/qlora-llama/adapter train.gradient_accumulation_steps=2 \
+    train.output_dir=q4-ref >/dev/null
+assert_contains "$ZT_OUT" "qlora: 14 block linears quantized at load to nf4"
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $q4 lora.adapter_name_or_path=$HF/qlora-llama/adapter parallel.strategy=zero3 \
+    train.output_dir=q4-zero3 >/dev/null
+"$PY" "$CMP" q4-ref q4-zero3 --param-tol 3e-5 || fail "QLoRA DPO: zero3 at 2 ranks trained other adapters"
+# the reference's log-probs (the policy's minus its reward over beta) are the 4-bit base's (the
+# policy of fresh adapters: its base exactly), not the float32 base's
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $q4 train.gradient_accumulation_steps=2 train.output_dir=q4-base >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $q4 model.quantization_bit=0 train.gradient_accumulation_steps=2 train.output_dir=f32-base \
+    >/dev/null
+"$PY" - <<'PYEOF' || fail "QLoRA DPO: zero3's metrics differ, or the reference is not the 4-bit base"
+import json, sys
+def rec(d):
+    return [json.loads(l) for l in open(d + "/metrics.jsonl") if '"loss"' in l and '"step"' in l]
+ref, z3, q4, f32 = rec("q4-ref"), rec("q4-zero3"), rec("q4-base"), rec("f32-base")
+worst = max(abs(a[k] - b[k]) / (0.2 if k.startswith("rewards/") else max(abs(a[k]), 1e-2))
+            for a, b in zip(ref, z3) for k in a if "/" in k)
+ok = len(ref) == len(z3) == 3 and worst < 1e-5
+for k in ("chosen", "rejected"):
+    r = ref[0]["logps/" + k] - ref[0]["rewards/" + k] / 0.1
+    e4, e32 = q4[0]["logps/" + k], f32[0]["logps/" + k]
+    print(f"reference logps/{k} {r:.9g}: 4-bit base {e4:.9g}, float32 base {e32:.9g}")
+    ok = ok and abs(r - e4) <= 1e-6 * abs(e4) and abs(r - e32) > 1e-3 * abs(e32)
+print("QLoRA DPO: zero3 against one rank, metrics' worst", worst, "margins", [x["rewards/margins"] for x in ref])
+sys.exit(not (ok and ref[0]["rewards/margins"] != 0))
+PYEOF
+# shellcheck disable=SC2086
+expect_fail_with 2 "model.quantization_bit = 4 with pref.ref_model is not available yet" lora.cfg $q4 \
+    pref.ref_model=$HF/qlora-llama

@@ -8,11 +8,13 @@
 # zero3 at 2; the sigmoid runs also under ddp at 2 and zero3 at 1. Per step: the loss and every metric LLaMA-Factory
 # logs (rewards/*, logps/*, orpo's sft_loss and odds_ratio_loss) within 1e-5, the learning
 # rate and the gradient norm (check_lf_log.py); at the end the adapter, or every weight (the
-# embedding: the rows the fixture keeps), within 1e-5 relative L2.
+# embedding: the rows the fixture keeps), within 1e-5 relative L2. Rows trimmed to the
+# micro-batch's longest pair (one rank) train and log what untrimmed rows (sp 2) do.
 # Not logits/chosen and logits/rejected: LLaMA-Factory's are the mean over a batch padded to a
 # multiple of 8 past its longest pair, pad positions included (their logits: the pad token
-# attending to the row's tokens alone); ztrain's over every position of the rows (cutoff_len),
-# its padding attending causally. They agree where no row is padded; here they differ by ~10%.
+# attending to the row's tokens alone); ztrain's over the positions up to the last that carries
+# a loss, rounded up to 8, its padding attending causally. They agree where no row is padded;
+# here they differ by ~10%.
 . "$(dirname "$0")/common.sh"
 need_h5py
 FIX="$ZT_SRCDIR/tests/reference/lf-dpo"
@@ -48,6 +50,21 @@ for kind in lora full; do
     lf_dpo $kind sigmoid 2 ddp
     lf_dpo $kind sigmoid 1 zero3
 done
+# rows trimmed to the micro-batch's longest pair: at cutoff 200 every row is padding past its
+# pair, which one rank trims and sp 2 (a row's chunks on two ranks) does not; both log the same
+# steps, logits/* too (over the positions up to the longest pair's, rounded up to 8, on both)
+run_ztrain 1 lora-sigmoid.yaml train.sample_tokens=0 data.cutoff_len=200 train.output_dir=out/trim-1 >/dev/null
+run_ztrain 2 lora-sigmoid.yaml train.sample_tokens=0 data.cutoff_len=200 parallel.sequence_parallel_size=2 \
+    train.output_dir=out/trim-sp2 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" out/trim-1 out/trim-sp2 || fail "trimmed rows: not sp 2's adapter"
+"$PY" - out/trim-1 out/trim-sp2 <<'PYEOF' || fail "trimmed rows: not sp 2's metrics"
+import json, sys
+a, b = ([json.loads(l) for l in open(d + "/metrics.jsonl") if '"loss"' in l and '"step"' in l] for d in sys.argv[1:])
+worst = max(abs(x[k] - y[k]) / (0.2 if k.startswith("rewards/") else max(abs(x[k]), 1e-2))
+            for x, y in zip(a, b) for k in x if "/" in k and k != "rewards/accuracies")
+print("trimmed rows against sp 2: metrics' worst", worst)
+sys.exit(not (len(a) == len(b) == 6 and worst < 1e-5))
+PYEOF
 # the comparisons can fail: sigmoid's adapter is not ipo's, and the log of one loss is not another's
 "$PY" "$HFD" rel out/lora-sigmoid-1-ddp/adapter "$FIX/expected/lora-ipo" 1e-5 >/dev/null &&
     fail "the adapter check cannot fail"
