@@ -32,6 +32,7 @@ def cases(argv):
 def run(script, args):
     """in a forked child: SCRIPT as __main__, then the child's exit status"""
     sys.argv = [script] + args
+    sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` has it
     code = 0
     try:
         runpy.run_path(script, run_name="__main__")
