@@ -2,10 +2,14 @@
  *
  * Include before the kernels (src/zt_attention_kernels.cuh, src/zt_kernels_cuda.cuh). A launch
  * (zt_emu::launch) runs the blocks of the grid one after another; the threads
- * of a block are coroutines (ucontext, one host thread in all) that switch at
- * barriers only, so a run is deterministic and needs no locks (OS threads with
+ * of a block are coroutines (one host thread in all) that switch at barriers
+ * only, so a run is deterministic and needs no locks (OS threads with
  * std::barrier would model the same, but with 128-256 of them per block on a
- * two-core machine every barrier costs a round of futex wake-ups):
+ * two-core machine every barrier costs a round of futex wake-ups). On x86-64 a
+ * switch saves the callee-saved registers and the stack pointer (switch_to
+ * below); glibc's swapcontext, used elsewhere, also saves and restores the
+ * signal mask with a system call at every switch, which was half the run time
+ * of tests/gpu/emulate_attention (~3e8 switches):
  *   - __syncthreads waits for every thread of the block; __syncwarp, the
  *     shuffles and the wmma collectives wait for the 32 lanes of the warp;
  *   - schedules (launch's last argument): ASCENDING, warp after warp, each
@@ -91,8 +95,62 @@ namespace zt_emu {
 
 enum { READY, AT_BLOCK, AT_WARP, DONE };
 
-struct thread_t {
+/* ---- the coroutine switch --------------------------------------------------
+ * switch_to(from, to) saves the running coroutine's context in *from and resumes
+ * *to. On x86-64: the callee-saved registers (rbx, rbp, r12-r15) pushed on the
+ * running stack and the stack pointer swapped. That is the whole context at a
+ * switch, which is a function call (a barrier): the System V ABI lets a call
+ * clobber every other general and vector register, and the floating-point
+ * control (mxcsr, the x87 control word), which the ABI makes callee-saved, is
+ * the same in every coroutine since no kernel changes it. A new coroutine's
+ * stack holds zeros for those registers and returns into its start function.
+ * Other machines: ucontext. */
+#if defined(__x86_64__)
+struct context_t {
+    void *sp;
+};
+/* a weak symbol: one definition however many translation units include this */
+extern "C" void zt_emu_switch(void **save_sp, void *load_sp);
+asm(".pushsection .text\n"
+    ".weak zt_emu_switch\n"
+    ".hidden zt_emu_switch\n"
+    ".type zt_emu_switch, @function\n"
+    ".p2align 4\n"
+    "zt_emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size zt_emu_switch, . - zt_emu_switch\n"
+    ".popsection\n");
+inline void switch_to(context_t *from, context_t *to) { zt_emu_switch(&from->sp, to->sp); }
+/* c runs start() on the stack [lo, lo + bytes) when first switched to */
+inline void make_context(context_t *c, void (*start)(), unsigned char *lo, size_t bytes)
+{
+    uint64_t *sp = (uint64_t *)((uintptr_t)(lo + bytes) & ~(uintptr_t)15);
+    *--sp = 0;                              /* start()'s return address: it never returns */
+    *--sp = (uint64_t)(uintptr_t)start;     /* where zt_emu_switch's ret goes */
+    for (int r = 0; r < 6; r++) *--sp = 0;  /* rbp, rbx, r12-r15 */
+    c->sp = sp;
+}
+#else
+struct context_t {
     ucontext_t uc;
+};
+inline void switch_to(context_t *from, context_t *to) { swapcontext(&from->uc, &to->uc); }
+inline void make_context(context_t *c, void (*start)(), unsigned char *lo, size_t bytes)
+{
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = lo;
+    c->uc.uc_stack.ss_size = bytes;
+    c->uc.uc_link = nullptr;  /* start() never returns */
+    makecontext(&c->uc, start, 0);
+}
+#endif
+
+struct thread_t {
+    context_t ctx;
     dim3 idx;
     int state;
     unsigned lin;         /* linear thread index in the block */
@@ -103,7 +161,7 @@ struct thread_t {
 
 struct state_t {
     std::vector<thread_t> th;
-    ucontext_t sched;
+    context_t sched;
     unsigned cur;
     dim3 grid, block, bidx;
     unsigned char *smem = nullptr;          /* this block's dynamic shared memory */
@@ -133,7 +191,7 @@ inline void wait_at(int state)
     thread_t &t = self();
     t.state = state;
     g.switches++;
-    swapcontext(&t.uc, &g.sched);
+    switch_to(&t.ctx, &g.sched);
 }
 
 inline void warp_barrier(unsigned mask)
@@ -142,11 +200,14 @@ inline void warp_barrier(unsigned mask)
     wait_at(AT_WARP);
 }
 
+/* a coroutine's start: the block's body, then back to the scheduler for good */
 inline void entry()
 {
     g.body();
     self().state = DONE;
-}  /* returns to g.sched through uc_link */
+    switch_to(&self().ctx, &g.sched);
+    fail("a finished thread was resumed");
+}
 
 /* Is p (n bytes) inside this block's shared memory? Whole or not at all. */
 inline void check_smem(const void *p, size_t n)
@@ -170,7 +231,7 @@ inline bool step_warp(unsigned w, bool reverse)
         const unsigned i = w * 32 + (reverse ? 31 - li : li);
         if (g.th[i].state != READY) continue;
         g.cur = i;
-        swapcontext(&g.sched, &g.th[i].uc);
+        switch_to(&g.sched, &g.th[i].ctx);
     }
     unsigned at_warp = 0;
     for (unsigned l = 0; l < 32; l++) at_warp += g.th[w * 32 + l].state == AT_WARP;
@@ -197,11 +258,11 @@ inline void run_block(unsigned schedule)
         t.shfl = 0;
         t.votes = 0;
         t.warp_syncs = 0;
-        getcontext(&t.uc);
-        t.uc.uc_stack.ss_sp = g.stacks + (size_t)i * g.stack_bytes + 4096;  /* guard page below */
-        t.uc.uc_stack.ss_size = g.stack_bytes - 4096;
-        t.uc.uc_link = &g.sched;
-        makecontext(&t.uc, entry, 0);
+        /* its stack above a guard page; the tops staggered by 17 cache lines so that the
+         * threads' hot frames do not all fall in the same cache sets (the stacks are
+         * 256 KiB apart), which made the switches ~10% slower */
+        make_context(&t.ctx, entry, g.stacks + (size_t)i * g.stack_bytes + 4096,
+                     g.stack_bytes - 4096 - (size_t)(i % 61) * 17 * 64);
     }
     std::vector<unsigned> live(nwarps);
     for (;;) {
@@ -451,6 +512,18 @@ inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, 
         }
 }
 
+/* The last product mma_sync computed, by the bits of its operands: a warp's lanes
+ * hold the same fragments and run one after another from one warp barrier to the
+ * next (every schedule steps a whole warp at a time), so 31 of 32 lanes find their
+ * product here instead of repeating 4096 multiply-adds; a lane whose operands differ
+ * in any bit computes its own. */
+struct mma_memo_t {
+    bool valid;
+    uint16_t a[256], b[256];
+    float c[256], d[256];
+};
+inline mma_memo_t mma_memo;
+
 /* d = a b + c; the products of bf16 are exact in fp32, summed in k order */
 template <class La, class Lb>
 inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
@@ -458,7 +531,17 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                      const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, Lb> &b,
                      const fragment<accumulator, 16, 16, 16, float> &c)
 {
+    static_assert(sizeof a.x == sizeof mma_memo.a && sizeof c.x == sizeof mma_memo.c, "fragment sizes");
     zt_emu::warp_barrier(0xffffffffu);
+    mma_memo_t &memo = mma_memo;
+    if (memo.valid && !memcmp(memo.a, a.x, sizeof memo.a) && !memcmp(memo.b, b.x, sizeof memo.b) &&
+        !memcmp(memo.c, c.x, sizeof memo.c)) {
+        memcpy(d.x, memo.d, sizeof memo.d);
+        return;
+    }
+    memcpy(memo.a, a.x, sizeof memo.a);
+    memcpy(memo.b, b.x, sizeof memo.b);
+    memcpy(memo.c, c.x, sizeof memo.c);
     float af[256], bf[256], out[256];
     for (int i = 0; i < 256; i++) {
         af[i] = __bfloat162float(a.x[i]);
@@ -468,6 +551,8 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
     for (int m = 0; m < 16; m++)
         for (int k = 0; k < 16; k++)
             for (int n = 0; n < 16; n++) out[m * 16 + n] += af[m * 16 + k] * bf[k * 16 + n];
+    memcpy(memo.d, out, sizeof out);
+    memo.valid = true;
     memcpy(d.x, out, sizeof out);
 }
 }  // namespace wmma

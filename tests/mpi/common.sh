@@ -16,6 +16,9 @@
 #   make_tiny_data DIR                 DIR/tiny-train.h5 and DIR/tiny-val.h5
 #                                      from a generated text via zt-prep-data
 #   assert_contains FILE "text"        fixed-string grep or fail
+#   venv_check LABEL SCRIPT ARGS...    queue a Python check (torch, transformers, peft)
+#   venv_checks_run PYTHON             run the queued checks in one interpreter
+#                                      (pybatch.py); fails naming each that failed
 #   layout_runs "NP STRATEGY LAYOUT ACCUM [k=v]"... -- ARGS
 #                                      one run per strategy/layout, 4 sequences a step;
 #                                      their output_dirs in $LAYOUT_RUNS
@@ -129,6 +132,23 @@ expect_fail_with() {
     [ "$ZT_RC" -ne 0 ] || fail "ztrain exited 0, expected a failure with '$text'"
     grep -qF -- "$text" "$ZT_OUT" || fail "ztrain exited $ZT_RC without the expected message '$text'"
     echo "ok: failed with $ZT_RC and '$text'"
+}
+
+# venv_check LABEL SCRIPT ARGS...: queues SCRIPT ARGS (run in the directory current at
+# venv_checks_run) under LABEL, the failure it reports. venv_checks_run PYTHON: runs the
+# queued checks with one import of torch, transformers and peft (each still in a process of
+# its own: tests/mpi/pybatch.py), every one whatever the others do, and fails the test
+# naming each that failed. An import of torch and transformers costs seconds of CPU, once
+# a test instead of once a check.
+venv_check() {
+    [ -s "$ZT_TMP/venv-checks" ] && echo ":::" >>"$ZT_TMP/venv-checks"
+    printf '%s\n' "$@" >>"$ZT_TMP/venv-checks"
+}
+venv_checks_run() {
+    [ -s "$ZT_TMP/venv-checks" ] || return 0
+    "$1" "$ZT_SRCDIR/tests/mpi/pybatch.py" "@$ZT_TMP/venv-checks" ||
+        { rm -f "$ZT_TMP/venv-checks"; fail "the Python checks named FAILED above"; }
+    rm -f "$ZT_TMP/venv-checks"
 }
 
 # A deterministic English-like text (about 40 KB) made of pseudo-random words,

@@ -130,33 +130,35 @@ for np in 1 2; do
         checkpoint.save_at_end=true train.output_dir="q2-np$np" >/dev/null
 done
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" q2-np1 q2-np2 || fail "qwen2 from HF: zero3 on 2 ranks diverged"
-# the export is what transformers loads, with transformers' logits
-VPY=${ZT_VENV:-$HOME/.cache/ztrain-venv}/bin/python
-if [ -x "$VPY" ]; then
-    "$VPY" "$ZT_SRCDIR/tests/reference/check_hf_export.py" q3/hf "$HF/qwen3" --atol 1e-5 ||
-        fail "transformers does not load the qwen3 export with the same logits"
-    "$VPY" "$ZT_SRCDIR/tests/reference/check_hf_export.py" ls/hf "$HF/llama" --atol 1e-5 ||
-        fail "transformers does not load the sharded llama export with the same logits"
-    "$VPY" "$ZT_SRCDIR/tests/reference/check_hf_export.py" mi/hf "$HF/mistral" --atol 1e-5 ||
-        fail "transformers does not load the mistral export with the same logits"
-    "$VPY" "$ZT_SRCDIR/tests/reference/check_hf_export.py" g3/hf "$HF/gemma3" --atol 1e-5 ||
-        fail "transformers does not load the gemma3 export with the same logits"
-else
-    echo "note: no venv at $VPY (tools/make-venv.sh): transformers' own load of the export not checked"
-fi
 # ztrain's own byte-level tokenizer goes out as tokenizer.json: a complete directory
 # shellcheck disable=SC2086
 run_ztrain 1 $common train.max_steps=1 train.output_dir=bytes >/dev/null
 [ -s bytes/hf/tokenizer.json ] && [ -s bytes/hf/tokenizer_config.json ] ||
     fail "the byte-level model's export has no tokenizer.json"
+# the exports are what transformers loads, with transformers' logits; AutoTokenizer and
+# the text-generation pipeline run on the byte-level export (one import of torch and
+# transformers for the five checks: venv_check)
+VPY=${ZT_VENV:-$HOME/.cache/ztrain-venv}/bin/python
 if [ -x "$VPY" ]; then
-    "$VPY" -c "import sys; from transformers import AutoTokenizer, pipeline
+    cat >bytes_check.py <<'PY'
+from transformers import AutoTokenizer, pipeline
 t = AutoTokenizer.from_pretrained('bytes/hf')
 ids = t('the model \u00e9')['input_ids']
 assert ids == list('the model \u00e9'.encode()), ids
 assert t.eos_token == '<|endoftext|>' and t.eos_token_id == 256
-print(repr(pipeline('text-generation', model='bytes/hf', tokenizer='bytes/hf')('the', max_new_tokens=3, do_sample=False)[0]['generated_text']))" ||
-        fail "AutoTokenizer or the text-generation pipeline does not run on the byte-level export"
+print(repr(pipeline('text-generation', model='bytes/hf', tokenizer='bytes/hf')('the', max_new_tokens=3, do_sample=False)[0]['generated_text']))
+PY
+    CHK="$ZT_SRCDIR/tests/reference/check_hf_export.py"
+    venv_check "transformers does not load the qwen3 export with the same logits" "$CHK" q3/hf "$HF/qwen3" --atol 1e-5
+    venv_check "transformers does not load the sharded llama export with the same logits" "$CHK" ls/hf "$HF/llama" \
+        --atol 1e-5
+    venv_check "transformers does not load the mistral export with the same logits" "$CHK" mi/hf "$HF/mistral" \
+        --atol 1e-5
+    venv_check "transformers does not load the gemma3 export with the same logits" "$CHK" g3/hf "$HF/gemma3" --atol 1e-5
+    venv_check "AutoTokenizer or the text-generation pipeline does not run on the byte-level export" bytes_check.py
+    venv_checks_run "$VPY"
+else
+    echo "note: no venv at $VPY (tools/make-venv.sh): transformers' own load of the export not checked"
 fi
 echo "families: HF directories round-trip bit for bit"
 

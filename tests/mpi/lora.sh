@@ -36,10 +36,11 @@ sorted(c['target_modules']) == ['down_proj','gate_proj','k_proj','o_proj','q_pro
     fail "adapter_config.json lacks r, lora_alpha or target_modules"
 VPY=${ZT_VENV:-$HOME/.cache/ztrain-venv}/bin/python
 if [ -x "$VPY" ]; then
-    "$VPY" "$ZT_SRCDIR/tests/reference/check_peft_export.py" rt/adapter "$HF/llama" "$HF/lora-llama" ||
-        fail "PEFT does not load the adapter with PEFT's logits"
-    "$VPY" "$ZT_SRCDIR/tests/reference/check_hf_export.py" rt/hf "$HF/lora-llama/merged" --atol 1e-5 ||
-        fail "transformers does not load the merged model with the merged logits"
+    # queued: run at the end with one import of torch, transformers and peft (venv_check)
+    venv_check "PEFT does not load the adapter with PEFT's logits" \
+        "$ZT_SRCDIR/tests/reference/check_peft_export.py" rt/adapter "$HF/llama" "$HF/lora-llama"
+    venv_check "transformers does not load the merged model with the merged logits" \
+        "$ZT_SRCDIR/tests/reference/check_hf_export.py" rt/hf "$HF/lora-llama/merged" --atol 1e-5
 else
     echo "note: no venv at $VPY (tools/make-venv.sh): PEFT's own load of the export not checked"
 fi
@@ -49,8 +50,8 @@ run_ztrain 2 lora.cfg model.name_or_path="$HF/gemma3" lora.adapter_name_or_path=
     parallel.strategy=zero3 train.output_dir=g3rt >/dev/null
 "$PY" "$HFPY" same g3rt/adapter "$HF/lora-gemma3" || fail "the gemma3 adapter written is not PEFT's"
 if [ -x "$VPY" ]; then
-    "$VPY" "$ZT_SRCDIR/tests/reference/check_peft_export.py" g3rt/adapter "$HF/gemma3" "$HF/lora-gemma3" ||
-        fail "PEFT does not load the gemma3 adapter with PEFT's logits"
+    venv_check "PEFT does not load the gemma3 adapter with PEFT's logits" \
+        "$ZT_SRCDIR/tests/reference/check_peft_export.py" g3rt/adapter "$HF/gemma3" "$HF/lora-gemma3"
 fi
 
 # ---- 2. every strategy trains the same adapters -----------------------------------------
@@ -148,10 +149,10 @@ done
 sys.exit(not (c['fan_in_fan_out'] is True and sorted(c['target_modules']) == ['c_attn','c_fc','c_proj']))" ||
     fail "gpt2: adapter_config.json is not PEFT's for Conv1D (fan_in_fan_out, target_modules)"
 if [ -x "$VPY" ]; then
-    "$VPY" "$ZT_SRCDIR/tests/reference/check_peft_export.py" g2rt/adapter "$HF/gpt2" "$HF/lora-gpt2" ||
-        fail "gpt2: PEFT does not load the adapter with PEFT's logits"
-    "$VPY" "$ZT_SRCDIR/tests/reference/check_hf_export.py" g2rt/hf "$HF/lora-gpt2/merged" --atol 1e-5 ||
-        fail "gpt2: transformers does not load the merged model with the merged logits"
+    venv_check "gpt2: PEFT does not load the adapter with PEFT's logits" \
+        "$ZT_SRCDIR/tests/reference/check_peft_export.py" g2rt/adapter "$HF/gpt2" "$HF/lora-gpt2"
+    venv_check "gpt2: transformers does not load the merged model with the merged logits" \
+        "$ZT_SRCDIR/tests/reference/check_hf_export.py" g2rt/hf "$HF/lora-gpt2/merged" --atol 1e-5
 fi
 # shellcheck disable=SC2086
 run_ztrain 1 lora.cfg $g2 $train train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
@@ -179,7 +180,7 @@ run_ztrain 1 lora.cfg "model.name_or_path=$HF/gpt2" 'lora.target=["c_attn","attn
 sys.exit(not sorted(c['target_modules']) == ['attn.c_proj','c_attn'])" ||
     fail "gpt2: the target_modules of an attn.c_proj adapter would take mlp.c_proj too"
 if [ -x "$VPY" ]; then
-    "$VPY" - g2sub/adapter "$HF/gpt2" <<'EOF' || fail "gpt2: PEFT adapts other modules than the file holds"
+    cat >gpt2_subset.py <<'EOF'
 import sys
 from peft import PeftModel
 from safetensors import safe_open
@@ -191,5 +192,7 @@ with safe_open(sys.argv[1] + "/adapter_model.safetensors", "pt") as f:
 print("gpt2 subset:", len(have), "adapter tensors in PEFT,", len(want), "in the file")
 sys.exit(not (have == want and len(want) == 2 * 2 * 2))
 EOF
+    venv_check "gpt2: PEFT adapts other modules than the file holds" gpt2_subset.py g2sub/adapter "$HF/gpt2"
+    venv_checks_run "$VPY"
 fi
 echo "lora: PEFT's adapter in and out, every strategy trains the same adapters (llama, gpt2), the base frozen"
