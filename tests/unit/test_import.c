@@ -120,9 +120,13 @@ static void t_qlora(void)
     want("model.quantization_type", "\"fp4\"");
     want("model.double_quantization", "false");
     want("checkpoint.save_hf", "false");
-    /* the config's own rule: QLoRA's bf16 compute (LLaMA-Factory's usual bf16: true) is refused */
-    CU_ASSERT(import_text("model_name_or_path: m\nfinetuning_type: lora\nquantization_bit: 4\nbf16: true\n", "q.yaml",
-                          1) == -1 && strstr(err, "model.quantization_bit = 4 computes in float32"));
+    /* QLoRA's bf16 compute (LLaMA-Factory's usual bf16: true) trains; fp16 compute is the
+     * config's own refusal */
+    CU_ASSERT_EQUAL(import_text("model_name_or_path: m\nfinetuning_type: lora\nquantization_bit: 4\nbf16: true\n",
+                                "q.yaml", 1), 0);
+    want("train.bf16", "true");
+    CU_ASSERT(import_text("model_name_or_path: m\nfinetuning_type: lora\nquantization_bit: 4\nfp16: true\n", "q.yaml",
+                          1) == -1 && strstr(err, "model.quantization_bit = 4 computes in float32 or bf16"));
 }
 
 /* ZeRO-Infinity as DeepSpeed's documentation configures it (deepspeed.ai/docs/config-json,
