@@ -79,7 +79,10 @@ typedef struct zt_quant4_split {
     int64_t run_blocks, stride_blocks, first_block;
 } zt_quant4_split_t;
 
-/* The tensor's block of local block b. */
+/* The tensor's block of local block b (the CPU backend's and the CUDA kernel's one rule). */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
 static inline int64_t zt_quant4_global_block(const zt_quant4_split_t *s, int64_t b)
 {
     return s->run_blocks ? s->first_block + (b / s->run_blocks) * s->stride_blocks + b % s->run_blocks : b;
