@@ -615,34 +615,36 @@ void zt_isendrecv(zt_comm_t *c, zt_group_t *g, const void *send, int to, void *r
     ZT_MPI(MPI_Isend(send, (int)count, mpi_type(t), to, 77, g->comm, &req->req));
 }
 
+/* A point-to-point message (a pipeline's activation or gradient), counted under its group
+ * as a send/receive of one peer: the device backend's where the buffer is on the device,
+ * MPI's otherwise. send: this rank sends buf to peer, else receives it from peer. */
+static void p2p(zt_comm_t *c, zt_group_t *g, void *buf, int peer, int tag, size_t count, zt_dtype_t t,
+                zt_request_t *req, int send)
+{
+    const double bytes = (double)count * zt_dtype_size(t);
+    const zt_comm_backend_t *be = on_device(c, buf, buf);
+    if (be) {
+        dev_req(req, g, be, ZT_COLL_SENDRECV, bytes, 2);
+        if (send) be->isend(c, g, buf, peer, count, t, req);
+        else be->irecv(c, g, buf, peer, count, t, req);
+        return;
+    }
+    if (count > (size_t)INT_MAX) zt_fatal("zt_%s: %zu elements exceed MPI's int count", send ? "isend" : "irecv", count);
+    req_start(req, g, ZT_COLL_SENDRECV, bytes, 2);
+    if (send) ZT_MPI(MPI_Isend(buf, (int)count, mpi_type(t), peer, tag, g->comm, &req->req));
+    else ZT_MPI(MPI_Irecv(buf, (int)count, mpi_type(t), peer, tag, g->comm, &req->req));
+}
+
 void zt_isend(zt_comm_t *c, zt_group_t *g, const void *send, int to, int tag, size_t count, zt_dtype_t t,
               zt_request_t *req)
 {
-    const double bytes = (double)count * zt_dtype_size(t);
-    const zt_comm_backend_t *be = on_device(c, send, send);
-    if (be) {
-        dev_req(req, g, be, ZT_COLL_SENDRECV, bytes, 2);
-        be->isend(c, g, send, to, count, t, req);
-        return;
-    }
-    if (count > (size_t)INT_MAX) zt_fatal("zt_isend: %zu elements exceed MPI's int count", count);
-    req_start(req, g, ZT_COLL_SENDRECV, bytes, 2);
-    ZT_MPI(MPI_Isend(send, (int)count, mpi_type(t), to, tag, g->comm, &req->req));
+    p2p(c, g, (void *)send, to, tag, count, t, req, 1); /* only read: MPI_Isend's buffer is const */
 }
 
 void zt_irecv(zt_comm_t *c, zt_group_t *g, void *recv, int from, int tag, size_t count, zt_dtype_t t,
               zt_request_t *req)
 {
-    const double bytes = (double)count * zt_dtype_size(t);
-    const zt_comm_backend_t *be = on_device(c, recv, recv);
-    if (be) {
-        dev_req(req, g, be, ZT_COLL_SENDRECV, bytes, 2);
-        be->irecv(c, g, recv, from, count, t, req);
-        return;
-    }
-    if (count > (size_t)INT_MAX) zt_fatal("zt_irecv: %zu elements exceed MPI's int count", count);
-    req_start(req, g, ZT_COLL_SENDRECV, bytes, 2);
-    ZT_MPI(MPI_Irecv(recv, (int)count, mpi_type(t), from, tag, g->comm, &req->req));
+    p2p(c, g, recv, from, tag, count, t, req, 0);
 }
 
 void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
