@@ -43,7 +43,8 @@ typedef struct zt_memplan_req {
      * runs (L + 2 flags, zt_model_create_layers). The engine holds those layers' units
      * (zt_params_units_of_layers), the step walked is the rank's action list as the train
      * loop runs it, and the activations are those of one model per slot of the list
-     * (zt_schedule_slots). */
+     * (zt_schedule_slots); the reference copy (ref_table) holds the same layers' units,
+     * walked forward through the rank's stages for every micro-batch first. */
     const zt_schedule_t *sched;
     const int *stage_first;
     int pp_rank;

@@ -66,8 +66,10 @@ void zt_metrics_record_summary(const zt_metrics_summary_t *r);
 
 /* A pipeline (pp > 1), after the summary: pipeline rank pp_rank's estimate and measurement
  * (those of the rank at data and tp position 0), as the start and summary records give
- * rank 0's: {"pp_rank":r,"memory_estimate":{...},"memory_measured":{...}} */
+ * rank 0's: {"pp_rank":r,"memory_estimate":{...},"memory_measured":{...}}; est_ref,
+ * meas_ref: DPO's frozen reference copy (its stages' units), or NULL */
 void zt_metrics_record_stage_memory(int pp_rank, const zt_shard_mem_t *est, size_t est_act,
-                                    const zt_shard_mem_t *meas, size_t meas_act);
+                                    const zt_shard_mem_t *est_ref, const zt_shard_mem_t *meas, size_t meas_act,
+                                    const zt_shard_mem_t *meas_ref);
 
 #endif

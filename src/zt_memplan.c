@@ -181,6 +181,30 @@ static void stage_walk(zt_shard_t *s, const zt_param_table_t *t, const zt_mempla
     }
 }
 
+/* DPO under a pipeline: the reference's pass before the policy's schedule, as the train
+ * loop's pref_ref_stages runs it: forward only through the rank's stages, each micro-batch */
+static void stage_ref_walk(zt_shard_t *ref, const zt_param_table_t *t, const zt_memplan_req_t *q)
+{
+    const zt_schedule_t *sc = q->sched;
+    const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t);
+    zt_shard_begin_inference(ref);
+    for (int st = q->pp_rank; st < sc->stages; st += sc->pp) {
+        const int first = q->stage_first[st], end = q->stage_first[st + 1];
+        for (int mi = 0; mi < sc->micro; mi++) {
+            if (first == 0) {
+                zt_shard_params(ref, root);
+                zt_shard_release(ref, root);
+            }
+            blocks_forward(ref, t, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 0);
+            if (end == L + 2) {
+                zt_shard_params(ref, head);
+                zt_shard_release(ref, head);
+            }
+        }
+    }
+    zt_shard_end_inference(ref);
+}
+
 /* The head and the blocks backward as train_backward runs them */
 static void engine_backward(zt_shard_t *s, const zt_param_table_t *t)
 {
@@ -214,7 +238,8 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
         o.held = held, o.pipeline = 1,
         o.root_shared = held[q->table->root_unit] && zt_params_head_unit(q->table) == q->table->root_unit;
     zt_shard_t *s = zt_shard_create(q->table, &comm, be, &o);
-    zt_shard_t *ref = q->ref_table ? zt_shard_create(q->ref_table, &comm, be, &q->opts) : NULL;
+    /* DPO's frozen reference: a pipeline rank holds its stages' units of it too */
+    zt_shard_t *ref = q->ref_table ? zt_shard_create(q->ref_table, &comm, be, pipe ? &o : &q->opts) : NULL;
     zt_model_t *m = q->B > 0 ? zt_model_create_layers(q->table, be, q->B, q->T, q->recompute, pipe ? q->layers : NULL)
                              : NULL;
     size_t slots = 1;
@@ -228,6 +253,7 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
     /* one optimizer step */
     const int nmicro = q->nmicro > 0 ? q->nmicro : 1;
     zt_shard_begin_step(s);
+    if (pipe && ref) stage_ref_walk(ref, q->ref_table, q);
     if (pipe) stage_walk(s, q->table, q);
     for (int mi = 0; mi < nmicro && !pipe; mi++) {
         zt_shard_begin_micro(s, mi, nmicro);

@@ -121,11 +121,12 @@ void zt_metrics_record_summary(const zt_metrics_summary_t *r)
 }
 
 void zt_metrics_record_stage_memory(int pp_rank, const zt_shard_mem_t *est, size_t est_act,
-                                    const zt_shard_mem_t *meas, size_t meas_act)
+                                    const zt_shard_mem_t *est_ref, const zt_shard_mem_t *meas, size_t meas_act,
+                                    const zt_shard_mem_t *meas_ref)
 {
     char e[512], m[512], line[1100];
-    memory_json("memory_estimate", est, est_act, NULL, e, sizeof e);
-    memory_json("memory_measured", meas, meas_act, NULL, m, sizeof m);
+    memory_json("memory_estimate", est, est_act, est_ref, e, sizeof e);
+    memory_json("memory_measured", meas, meas_act, meas_ref, m, sizeof m);
     snprintf(line, sizeof line, "{\"pp_rank\":%d,%s,%s}", pp_rank, e, m);
     write_line(line);
 }

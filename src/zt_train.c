@@ -409,10 +409,13 @@ static void stage_table(const zt_config_t *cfg, const zt_parallel_plan_t *p, con
         estimate_t e;
         estimate_rank(cfg, p, g, t, st, world, shard_n, r, &e);
         rank_layers(p, r, lay, sizeof lay);
-        zt_log("%-8d %-12s %12s %12s %12s %12s %12s %12s (%zu bytes)", r, lay, zt_fmt_bytes(e.mem.params, b[0], 32),
-               zt_fmt_bytes(e.mem.grads, b[1], 32), zt_fmt_bytes(e.mem.optim, b[2], 32),
-               zt_fmt_bytes(e.mem.comm_buffers + e.mem.gathered_peak, b[3], 32), zt_fmt_bytes(e.activations, b[4], 32),
-               zt_fmt_bytes(e.total, b[5], 32), e.total);
+        /* DPO's frozen copy (its stages' share) in params and buffers, as the strategies' rows */
+        zt_log("%-8d %-12s %12s %12s %12s %12s %12s %12s (%zu bytes)", r, lay,
+               zt_fmt_bytes(e.mem.params + e.ref.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
+               zt_fmt_bytes(e.mem.optim, b[2], 32),
+               zt_fmt_bytes(e.mem.comm_buffers + e.mem.gathered_peak + e.ref.comm_buffers + e.ref.gathered_peak,
+                            b[3], 32),
+               zt_fmt_bytes(e.activations, b[4], 32), zt_fmt_bytes(e.total, b[5], 32), e.total);
     }
 }
 
@@ -851,25 +854,88 @@ static void pref_lap(run_t *r, pref_part_t k, double *t)
     *t = now;
 }
 
+/* The policy's head after its forward through the blocks of model m (B rows of T of the
+ * micro-batch whose targets are tgt): on the head unit's weights hw (its unit hu of
+ * r->shard), its per-sequence sums and logit sums, the loss against the reference's row
+ * sums ref (B, NULL without a reference) with metrics += the micro-batch's, and the head's
+ * backward at each sequence's factor (factor: the gradient's share), which leaves dL/d(the
+ * last block's output) for the blocks' backward and, with a trained head, its gradients
+ * accumulated; the caller readies and releases the unit. *now: the DPO profile's clock.
+ * With a frozen head (LoRA) the head runs once (zt_model_pref_head: dL/dxf kept at factor 1
+ * until the loss gives each sequence's factor); a trained head (full fine-tuning) runs
+ * forward for the sums, then again with the factors (zt_model_train_head), its weight
+ * gradient needing each token's dlogits at its factor. */
+static double pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu, const int32_t *tgt, int T,
+                               const double *ref, float factor, double *metrics, double *now)
+{
+    const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
+    const zt_param_table_t *t = r->table;
+    const int frozen_head = t->unit_frozen && t->unit_frozen[hu];
+    const int B = r->B, np = B / 2, N = B * T;
+    double *w = zt_calloc(7 * (size_t)B, sizeof *w);
+    double *rf = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
+    double *c6 = w + 6 * B; /* scratch (B) */
+    if (ref) memcpy(rf, ref, (size_t)B * sizeof *rf);
+    float *lsum = zt_malloc((size_t)N * sizeof *lsum);
+    zt_model_set_logit_sums(m, lsum);
+    if (frozen_head) zt_model_pref_head(m, hw, 0);
+    else zt_model_forward_head(m, hw);
+    row_sums(r, zt_model_token_losses(m), 1, tgt, T, pol, len);
+    /* LLaMA-Factory's logits/chosen and /rejected: the mean of every logit of its batch,
+     * padded to a multiple of 8 past its longest sequence; here of the rows' positions up to
+     * the last that carries a loss, rounded up to 8 (the trimmed rows, on every mesh) */
+    const int Tp = padded_len(r, tgt, T);
+    for (int i = 0; i < N; i++)
+        if (token_pos(r, (size_t)i, T) >= Tp) lsum[i] = 0.0f;
+    row_sums(r, lsum, 0, tgt, T, lg, NULL);
+    pref_lap(r, PT_HEAD, now);
+    for (int b = 0; b < B; b++) cnt[b] = (double)Tp * t->dims.V;
+    /* rows to pairs: [chosen of each pair | rejected of each pair] per quantity */
+    double *q[5] = {pol, rf, len, lg, cnt};
+    for (int k = 0; k < 5; k++) {
+        for (int i = 0; i < np; i++) c6[i] = q[k][2 * i], c6[np + i] = q[k][2 * i + 1];
+        memcpy(q[k], c6, (size_t)B * sizeof *c6);
+    }
+    const int uses_ref = zt_pref_uses_ref(pc->loss);
+    const zt_pref_batch_t pb = {np, pol, pol + np, uses_ref ? rf : NULL, uses_ref ? rf + np : NULL, len, len + np,
+                                lg, lg + np, cnt, cnt + np};
+    double met[ZT_PREF_NMETRICS];
+    const double loss = zt_pref_loss(pc, &pb, met, d, d + np);
+    for (int k = 0; k < ZT_PREF_NMETRICS; k++) metrics[k] += met[k];
+    /* d logp / d logits = -d CE / d logits: each token's factor is minus its sequence's weight */
+    float *scale = zt_malloc((size_t)N * sizeof *scale);
+    for (int i = 0; i < N; i++) {
+        const int b = token_row(r, (size_t)i, T);
+        scale[i] = (float)(-d[(b % 2) * np + b / 2] * factor);
+    }
+    pref_lap(r, PT_LOSS, now);
+    if (frozen_head) {
+        zt_model_pref_head_backward(m, hw, scale);
+        pref_lap(r, PT_HEAD, now);
+    } else {
+        zt_model_set_token_scales(m, scale);
+        zt_model_train_head(m, hw, zt_shard_grads(r->shard, hu), 0.0f);
+        pref_lap(r, PT_BWD, now);
+    }
+    free(scale);
+    free(lsum);
+    free(w);
+    return loss;
+}
+
 /* One DPO micro-step on the micro-batch's rows (inp, tgt: (B, Tm), trimmed in place as
  * an SFT micro-batch's: a pair's two rows are in it, so both keep every position that
  * carries a loss); factor: the gradient's share (loss scale / (micro-steps x data-parallel
  * replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's loss;
- * *T the positions run. With a frozen head (LoRA) the policy's head runs once
- * (zt_model_pref_head: dL/dxf kept at factor 1 until the loss gives each sequence's
- * factor); a trained head (full fine-tuning) runs forward for the sums, then again with
- * the factors (zt_model_train_head), its weight gradient needing each token's dlogits
- * at its factor. */
+ * *T the positions run. The reference's pass, the policy's forward, its head and loss
+ * (pref_policy_head), the blocks' backward. */
 static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout)
 {
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
     const zt_param_table_t *t = r->table;
     const int frozen_head = t->unit_frozen && t->unit_frozen[t->root_unit];
     const int T = *Tout = trim_padding(r, inp, tgt, NULL);
-    const int B = r->B, np = B / 2, N = B * T;
-    double *w = zt_calloc(7 * (size_t)B, sizeof *w);
-    double *ref = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
-    double *c6 = w + 6 * B; /* scratch (B) */
+    double *ref = zt_calloc((size_t)r->B, sizeof *ref);
     double now = zt_now();
     if (zt_pref_uses_ref(pc->loss)) {
         /* the frozen copy (full fine-tuning, pref.ref_model), or LoRA's base: this model
@@ -889,51 +955,11 @@ static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, dou
     }
     const float *root = train_forward(r, r->shard, inp, tgt, NULL, NULL, NULL, 1, T);
     pref_lap(r, PT_FWD, &now);
-    float *lsum = zt_malloc((size_t)N * sizeof *lsum);
-    zt_model_set_logit_sums(r->model, lsum);
-    if (frozen_head) zt_model_pref_head(r->model, root, 0);
-    else zt_model_forward_head(r->model, root);
-    row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, pol, len);
-    /* LLaMA-Factory's logits/chosen and /rejected: the mean of every logit of its batch,
-     * padded to a multiple of 8 past its longest sequence; here of the rows' positions up to
-     * the last that carries a loss, rounded up to 8 (the trimmed rows, on every mesh) */
-    const int Tp = padded_len(r, tgt, T);
-    for (int i = 0; i < N; i++)
-        if (token_pos(r, (size_t)i, T) >= Tp) lsum[i] = 0.0f;
-    row_sums(r, lsum, 0, tgt, T, lg, NULL);
-    pref_lap(r, PT_HEAD, &now);
-    for (int b = 0; b < B; b++) cnt[b] = (double)Tp * t->dims.V;
-    /* rows to pairs: [chosen of each pair | rejected of each pair] per quantity */
-    double *q[5] = {pol, ref, len, lg, cnt};
-    for (int k = 0; k < 5; k++) {
-        for (int i = 0; i < np; i++) c6[i] = q[k][2 * i], c6[np + i] = q[k][2 * i + 1];
-        memcpy(q[k], c6, (size_t)B * sizeof *c6);
-    }
-    const int uses_ref = zt_pref_uses_ref(pc->loss);
-    const zt_pref_batch_t pb = {np, pol, pol + np, uses_ref ? ref : NULL, uses_ref ? ref + np : NULL, len, len + np,
-                                lg, lg + np, cnt, cnt + np};
-    double met[ZT_PREF_NMETRICS];
-    const double loss = zt_pref_loss(pc, &pb, met, d, d + np);
-    for (int k = 0; k < ZT_PREF_NMETRICS; k++) metrics[k] += met[k];
-    /* d logp / d logits = -d CE / d logits: each token's factor is minus its sequence's weight */
-    float *scale = zt_malloc((size_t)N * sizeof *scale);
-    for (int i = 0; i < N; i++) {
-        const int b = token_row(r, (size_t)i, T);
-        scale[i] = (float)(-d[(b % 2) * np + b / 2] * factor);
-    }
-    pref_lap(r, PT_LOSS, &now);
-    if (frozen_head) {
-        zt_model_pref_head_backward(r->model, root, scale);
-        pref_lap(r, PT_HEAD, &now);
-        backward_from_head(r, NULL);
-    } else {
-        zt_model_set_token_scales(r->model, scale);
-        train_backward(r, root, 0.0f);
-    }
+    const double loss = pref_policy_head(r, r->model, root, t->root_unit, tgt, T,
+                                         zt_pref_uses_ref(pc->loss) ? ref : NULL, factor, metrics, &now);
+    backward_from_head(r, frozen_head ? NULL : zt_shard_grads(r->shard, t->root_unit));
     pref_lap(r, PT_BWD, &now);
-    free(scale);
-    free(lsum);
-    free(w);
+    free(ref);
     return loss;
 }
 
@@ -1772,15 +1798,87 @@ static double run_schedule(run_t *r, int sft, float ds, float pf, double *pref_w
     return loss_sum;
 }
 
+/* pp > 1, train.stage = dpo with a reference: the step's micro-batches forward through the
+ * reference on this rank's stages (the frozen copy, or LoRA's base with the adapters off),
+ * before the policy's schedule and as pref_micro's reference pass: forward only, in slot 0's
+ * model, free until the policy's first forward, so no micro-batch's activations are held.
+ * Stage by stage, every micro-batch each: the stages run at once on different micro-batches.
+ * The residual stream crosses a boundary tagged past the policy's messages (zt_schedule_tag);
+ * the last stage's rank keeps each micro-batch's row sums in ref (A B). */
+static void pref_ref_stages(run_t *r, double *ref)
+{
+    zt_comm_t *c = r->comm;
+    const zt_parallel_plan_t *p = &r->plan;
+    const zt_param_table_t *t = r->table;
+    zt_shard_t *s = r->ref_shard ? r->ref_shard : r->shard;
+    zt_model_t *m = r->models[0];
+    const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), A = r->A;
+    const int frozen_head = t->unit_frozen && t->unit_frozen[head], tag0 = 2 * A * p->stages;
+    const size_t BT = (size_t)r->B * r->Tm;
+    float **out = zt_calloc((size_t)A * p->pp_v, sizeof *out);
+    zt_request_t *req = zt_calloc((size_t)A * p->pp_v, sizeof *req);
+    int nsend = 0;
+    double now = zt_now();
+    if (r->ref_shard) zt_shard_begin_inference(s);
+    for (int st = c->pp.rank; st < p->stages; st += p->pp) {
+        const int first = p->stage_first[st], end = p->stage_first[st + 1];
+        for (int mi = 0; mi < A; mi++) {
+            const int32_t *tgt = r->tgt + mi * BT;
+            const size_t n = residual_floats(r, r->micro_T[mi]);
+            zt_model_set_batch(m, r->inp + mi * BT, tgt, r->B, r->micro_T[mi]);
+            if (first > 0) {
+                zt_watchdog_mark("pipeline reference receive", -1, r->step + 1);
+                zt_request_t rq = {.req = MPI_REQUEST_NULL};
+                zt_irecv(c, &c->pp, zt_model_residual(m, first - 1), (st - 1) % p->pp, tag0 + mi * p->stages + st - 1,
+                         n, ZT_F32, &rq);
+                const double tw = zt_now();
+                zt_wait(c, &rq);
+                r->pp_recv_wait += zt_now() - tw;
+            } else {
+                zt_model_forward_embed(m, zt_shard_params(s, root));
+                zt_shard_release(s, root);
+            }
+            forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 0);
+            pref_lap(r, PT_REF_BLOCKS, &now);
+            if (end == L + 2) {
+                const float *hw = zt_shard_params(s, head);
+                if (frozen_head) zt_model_pref_head(m, hw, 1);
+                else zt_model_forward_head(m, hw);
+                zt_shard_release(s, head);
+                row_sums(r, zt_model_token_losses(m), 1, tgt, r->micro_T[mi], ref + (size_t)mi * r->B, NULL);
+                pref_lap(r, PT_REF_HEAD, &now);
+                continue;
+            }
+            /* from a copy: the next micro-batch overwrites the model's buffer */
+            out[nsend] = r->be->alloc(n * sizeof(float));
+            r->be->copy(out[nsend], zt_model_residual(m, end - 1), n * sizeof(float));
+            req[nsend].req = MPI_REQUEST_NULL;
+            zt_isend(c, &c->pp, out[nsend], (st + 1) % p->pp, tag0 + mi * p->stages + st, n, ZT_F32, &req[nsend]);
+            nsend++;
+        }
+    }
+    if (r->ref_shard) zt_shard_end_inference(s);
+    for (int k = 0; k < nsend; k++) {
+        zt_wait(c, &req[k]);
+        r->be->free(out[k]);
+    }
+    free(out);
+    free(req);
+}
+
 /* pp > 1: this pipeline rank's actions of one step up to its R, on the layers of each
  * action's stage (plan.stage_first): the embedding (layer 0) and the head (L + 1) use the
  * root unit, the blocks their units; the residual stream and its gradient cross the stage
  * boundaries through the pp group. Receives are posted at the start and waited for where
  * the schedule puts them; a send goes from a copy and completes at R, so compute runs
  * while both travel. ds: a token's
- * gradient scale. Returns the loss summed over the micro-batches whose head this rank
- * runs (SFT: over their tokens), 0 elsewhere; computed += the positions it ran there. */
-static double run_pipeline(run_t *r, int sft, float ds, long *computed)
+ * gradient scale. DPO (pf, pref_window, pref_micros: run_schedule's): the reference's pass
+ * through the stages first (pref_ref_stages), then the policy's schedule, the last stage's
+ * backward running the head, the loss and its factors (pref_policy_head). Returns the loss
+ * summed over the micro-batches whose head this rank runs (SFT: over their tokens), 0
+ * elsewhere; computed += the positions it ran there. */
+static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_window, long *pref_micros,
+                           long *computed)
 {
     zt_comm_t *c = r->comm;
     zt_shard_t *s = r->shard;
@@ -1792,6 +1890,13 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
         if (keys) dropout_keys(r, m, keys);
         r->micro_T[m] = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
+    }
+    const int dpo = r->cfg->train.stage == ZT_STAGE_DPO, uses_ref = dpo && zt_pref_uses_ref(r->cfg->pref.fn.loss);
+    double *ref = uses_ref ? zt_calloc((size_t)r->A * r->B, sizeof *ref) : NULL;
+    if (ref) { /* its time is the schedule's too (pp_summary) */
+        const double t_ref = zt_now();
+        pref_ref_stages(r, ref);
+        r->pp_span += zt_now() - t_ref;
     }
     /* every receive of the step is posted now, into its own buffer, so a message travels
      * while this rank computes whatever comes before it in the list; at its action it is
@@ -1855,8 +1960,15 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
             zt_shard_begin_micro(s, mi, r->A);
             if (end == L + 2) {
                 zt_watchdog_mark("forward head", head, r->step + 1);
-                zt_model_train_head(m, zt_shard_params(s, head), zt_shard_grads(s, head), ds);
-                loss_sum += sft ? zt_model_loss_sum(m) : zt_model_loss(m);
+                if (dpo) {
+                    double now = zt_now();
+                    loss_sum += pref_policy_head(r, m, zt_shard_params(s, head), head, r->tgt + mi * BT, T,
+                                                 ref ? ref + (size_t)mi * r->B : NULL, pf, pref_window, &now);
+                    (*pref_micros)++;
+                } else {
+                    zt_model_train_head(m, zt_shard_params(s, head), zt_shard_grads(s, head), ds);
+                    loss_sum += sft ? zt_model_loss_sum(m) : zt_model_loss(m);
+                }
                 *computed += (long)r->B * T;
                 if (first > 0) zt_shard_grads_ready(s, head); /* the embedding's part is another rank's */
                 zt_shard_release(s, head);
@@ -1879,6 +1991,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
     r->pp_send_wait += zt_now() - ts;
     r->pp_span += zt_now() - t_span;
     r->pp_steps++;
+    free(ref);
     return loss_sum;
 }
 
@@ -1932,23 +2045,29 @@ static void pp_summary(run_t *r)
 static void stage_memory(run_t *r)
 {
     zt_comm_t *c = r->comm;
-    const int pp = c->pp.size;
-    zt_shard_mem_t mm;
+    const int pp = c->pp.size, K = 15;
+    zt_shard_mem_t mm, mr = {0};
     zt_shard_memory(r->shard, &mm);
-    const double mine[8] = {(double)mm.params, (double)mm.grads, (double)mm.optim, (double)mm.comm_buffers,
-                            (double)mm.gathered_peak, (double)activation_bytes(r), (double)mm.host, (double)mm.nvme};
-    double *all = zt_malloc((size_t)8 * pp * sizeof *all);
-    zt_allgather(c, &c->pp, mine, all, 8, ZT_F64);
+    if (r->ref_shard) zt_shard_memory(r->ref_shard, &mr); /* DPO's frozen copy: its stages' units */
+    const double mine[15] = {(double)mm.params, (double)mm.grads, (double)mm.optim, (double)mm.comm_buffers,
+                             (double)mm.gathered_peak, (double)activation_bytes(r), (double)mm.host, (double)mm.nvme,
+                             (double)mr.params, (double)mr.grads, (double)mr.optim, (double)mr.comm_buffers,
+                             (double)mr.gathered_peak, (double)mr.host, (double)mr.nvme};
+    double *all = zt_malloc((size_t)K * pp * sizeof *all);
+    zt_allgather(c, &c->pp, mine, all, (size_t)K, ZT_F64);
     for (int k = 0; c->world.rank == 0 && k < pp; k++) {
-        const double *x = all + 8 * k;
+        const double *x = all + K * k, *y = x + 8;
         const zt_shard_mem_t meas = {(size_t)x[0], (size_t)x[1], (size_t)x[2], (size_t)x[3], (size_t)x[4],
                                      (size_t)x[6], (size_t)x[7]};
+        const zt_shard_mem_t mref = {(size_t)y[0], (size_t)y[1], (size_t)y[2], (size_t)y[3], (size_t)y[4],
+                                     (size_t)y[5], (size_t)y[6]};
         estimate_t e;
         estimate_rank(r->cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, k, &e);
         char b[2][32];
         zt_log("memory (pp rank %d): estimated %s, measured %s", k, zt_fmt_bytes((double)e.total, b[0], 32),
-               zt_fmt_bytes((double)mem_total(&meas) + x[5], b[1], 32));
-        zt_metrics_record_stage_memory(k, &e.mem, e.activations, &meas, (size_t)x[5]);
+               zt_fmt_bytes((double)(mem_total(&meas) + mem_total(&mref)) + x[5], b[1], 32));
+        zt_metrics_record_stage_memory(k, &e.mem, e.activations, r->ref_shard ? &e.ref : NULL, &meas, (size_t)x[5],
+                                       r->ref_shard ? &mref : NULL);
     }
     free(all);
 }
@@ -2017,7 +2136,7 @@ static int run_loop(run_t *r)
          * replicas (the sp ranks of a replica each add their tokens' part of one gradient) */
         const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * r->dp));
         zt_watchdog_mark("pipeline", -1, r->step + 1);
-        double loss_sum = r->plan.pp > 1 ? run_pipeline(r, sft, ds, &computed)
+        double loss_sum = r->plan.pp > 1 ? run_pipeline(r, sft, ds, pf, pref_window, &pref_micros, &computed)
                                          : run_schedule(r, sft, ds, pf, pref_window, &pref_micros, &computed);
         /* MFU counts the work done: the trimmed rows of every data rank (sp ranks hold parts
          * of the same rows, tp ranks the same rows) */
@@ -2090,9 +2209,10 @@ static int run_loop(run_t *r)
             double pref[ZT_PREF_NMETRICS];
             char prefb[768] = "";
             const int npref = dpo ? zt_pref_nmetrics(cfg->pref.fn.loss) : 0;
-            const double nmicro = zt_sum_double(c, &c->data, (double)pref_micros);
+            /* under a pipeline the last stage's ranks hold them: step_sum adds the others' 0 */
+            const double nmicro = step_sum(r, (double)pref_micros);
             for (int k = 0; k < npref; k++) {
-                pref[k] = zt_sum_double(c, &c->data, pref_window[k]) / (nmicro > 0 ? nmicro : 1.0);
+                pref[k] = step_sum(r, pref_window[k]) / (nmicro > 0 ? nmicro : 1.0);
                 const size_t at = strlen(prefb);
                 snprintf(prefb + at, sizeof prefb - at, " | %s %.4f", zt_pref_metric_name(k), pref[k]);
             }

@@ -23,6 +23,14 @@
 #  2d. zero1, zero2 (per_param), shard_grad_op at 2 ranks, hybrid_shard and hybrid_shard_zero2
 #     (shard groups of 2), tp 2 x zero3 dp 2 and Ulysses sp 2 x zero2 dp 2 at 4 ranks, LoRA and
 #     full; full also under ddp, Ulysses sp 2 and ring sp 2: each trains what one rank trains.
+#  2e. Pipelines (the reference's forward-only pass through the stages, the loss on the last
+#     stage, rank 0 logging its metrics): LoRA sigmoid at pp 2, pp 2 x zero3 dp 2 and
+#     interleaved (v 2: the last stage the head alone), orpo (no reference) at pp 2, full
+#     fine-tuning at pp 2 and pp 2 x zero3 dp 2, and tied Qwen3, LoRA and full, at pp 2:
+#     per-step loss and every metric 1e-5, final weights 3e-5 of one rank (train.bf16 at
+#     pp 2 x zero3 dp 2 against the one-rank bf16 run: loss 5e-6); the frozen copy
+#     is owned per stage (each pipeline rank's share adds up to one rank's copy) and each
+#     pipeline rank's estimate, the copy's included, is what it allocated.
 #  2c. pref.ref_model (tp 2): lora-llama's merged model as the reference of the base with that
 #     adapter: ln 2 and no margin to rounding; a directory of other shapes fails on every rank.
 #  4. What is not wired is refused in one line on every rank (full fine-tuning without a
@@ -263,6 +271,100 @@ done
 "$PY" "$CMP" full-ref full-ddp full-zero1 full-zero2 full-shard_grad_op full-sp2 full-ring2 full-tp2dp2 full-sp2dp2 \
     --param-tol 3e-5 || fail "full fine-tuning: ddp, zero1, zero2, shard_grad_op, sp 2, ring 2, tp 2 x dp 2 or sp 2 x dp 2 trained other weights"
 "$PY" "$CMP" full-ref4 full-hybrid full-hybrid2 --param-tol 3e-5 || fail "full fine-tuning: a hybrid trained other weights"
+
+# ---- 2e. pipelines -----------------------------------------------------------------------------
+pp2="parallel.pipeline_parallel_size=2"
+one="train.per_device_train_batch_size=1"
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $dpo $train pref.loss=sigmoid $one train.gradient_accumulation_steps=2 $pp2 \
+    train.output_dir=sigmoid-pp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 lora.cfg $dpo $train pref.loss=sigmoid $one parallel.strategy=zero3 $pp2 parallel.pp_schedule=gpipe \
+    train.output_dir=sigmoid-pp2dp2 >/dev/null
+assert_contains "$ZT_OUT" "mesh tp 1 x sp 1 x dp 2 x pp 2"
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $dpo $train pref.loss=sigmoid $one train.gradient_accumulation_steps=2 $pp2 \
+    parallel.pp_schedule=interleaved_1f1b parallel.pp_stages_per_rank=2 train.output_dir=sigmoid-il >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $dpo $train pref.loss=orpo $one train.gradient_accumulation_steps=2 $pp2 \
+    train.output_dir=orpo-pp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $dpo $full $one train.gradient_accumulation_steps=2 $pp2 train.output_dir=full-pp2 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 lora.cfg $dpo $full $one parallel.strategy=zero3 $pp2 parallel.pp_schedule=gpipe \
+    train.output_dir=full-pp2dp2 >/dev/null
+# Qwen3: the tied root on the first stage (embedding) and the last (head), the reference's too
+qwen="model.name_or_path=$HF/qwen3"
+for ft in lora full; do
+    case $ft in lora) args="$train" ;; full) args="$full" ;; esac
+    # shellcheck disable=SC2086
+    run_ztrain 1 lora.cfg $dpo $qwen $args $one train.gradient_accumulation_steps=2 train.output_dir=qwen-$ft-ref \
+        >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $dpo $qwen $args $one train.gradient_accumulation_steps=2 $pp2 \
+        train.output_dir=qwen-$ft-pp2 >/dev/null
+done
+# train.bf16: the pipeline against the one-rank bf16 run (pp_compose.sh's 16-bit tolerance), and
+# bf16 in effect (not the fp32 result)
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $dpo $train pref.loss=sigmoid $one train.gradient_accumulation_steps=2 train.bf16=true \
+    train.output_dir=bf16-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 4 lora.cfg $dpo $train pref.loss=sigmoid $one parallel.strategy=zero3 $pp2 parallel.pp_schedule=gpipe \
+    train.bf16=true train.output_dir=bf16-pp2dp2 >/dev/null
+"$PY" "$CMP" bf16-ref bf16-pp2dp2 --loss-tol 5e-6 --param-tol 3e-5 || fail "bf16 DPO at pp 2 x dp 2 diverged from one rank"
+"$PY" "$CMP" sigmoid-ref bf16-pp2dp2 >/dev/null && fail "train.bf16 DPO at pp 2 x dp 2 gave the fp32 result"
+"$PY" "$CMP" sigmoid-ref sigmoid-pp2 sigmoid-pp2dp2 sigmoid-il --param-tol 3e-5 ||
+    fail "LoRA sigmoid: a pipeline trained other adapters"
+"$PY" "$CMP" orpo-ref orpo-pp2 --param-tol 3e-5 || fail "orpo: a pipeline trained other adapters"
+"$PY" "$CMP" full-ref full-pp2 full-pp2dp2 --param-tol 3e-5 || fail "full fine-tuning: a pipeline trained other weights"
+"$PY" "$CMP" qwen-lora-ref qwen-lora-pp2 --param-tol 3e-5 || fail "qwen3 LoRA: a pipeline trained other adapters"
+"$PY" "$CMP" qwen-full-ref qwen-full-pp2 --param-tol 3e-5 || fail "qwen3 full: a pipeline trained other weights"
+"$PY" - <<'PYEOF' || fail "a pipeline logged other DPO metrics, or its reference copy is not owned per stage"
+import json, sys
+def rec(d):
+    return [json.loads(l) for l in open(d + "/metrics.jsonl") if '"loss"' in l and '"step"' in l]
+def stages(d):
+    return [json.loads(l) for l in open(d + "/metrics.jsonl") if '"pp_rank"' in l]
+worst, where, bad = 0.0, "", []
+for ref, runs in (("sigmoid-ref", ["sigmoid-pp2", "sigmoid-pp2dp2", "sigmoid-il"]), ("orpo-ref", ["orpo-pp2"]),
+                  ("bf16-ref", ["bf16-pp2dp2"]),
+                  ("full-ref", ["full-pp2", "full-pp2dp2"]), ("qwen-lora-ref", ["qwen-lora-pp2"]),
+                  ("qwen-full-ref", ["qwen-full-pp2"])):
+    a_all = rec(ref)
+    keys = [k for k in a_all[0] if "/" in k or k in ("sft_loss", "odds_ratio_loss")]
+    if len(keys) < 8 or (ref == "orpo-ref") != ("odds_ratio_loss" in keys):
+        bad.append(f"{ref}: metrics {keys}")
+    for d in runs:
+        b_all = rec(d)
+        if len(b_all) != len(a_all) or len(a_all) != 3:
+            bad.append(f"{d}: {len(b_all)} steps logged")
+        for a, b in zip(a_all, b_all):
+            for k in keys:
+                e = abs(a[k] - b[k]) / (0.2 if k.startswith("rewards/") else max(abs(a[k]), 1e-2))
+                if e > worst:
+                    worst, where = e, f"{d} step {a['step']} {k} {a[k]:.9g} {b[k]:.9g}"
+print("pipelines: DPO metrics' worst relative difference", worst, where)
+if worst > 1e-5:
+    bad.append("metrics differ")
+# the frozen copy per stage: estimate = measured on each pipeline rank, its shares add up to
+# one rank's (untied llama: no unit on two stages); zero3 halves each stage's share
+whole = next(json.loads(l) for l in open("full-ref/metrics.jsonl") if '"start"' in l)["memory_estimate"]
+whole = whole["reference"]["params"]
+for d in ("full-pp2", "full-pp2dp2", "qwen-full-pp2"):
+    st = stages(d)
+    for s in st:
+        if "reference" not in s["memory_estimate"] or s["memory_estimate"] != s["memory_measured"]:
+            bad.append(f"{d} pp rank {s['pp_rank']}: estimate {s['memory_estimate']} != {s['memory_measured']}")
+    got = [s["memory_measured"].get("reference", {}).get("params", 0) for s in st]
+    print(d, "reference params per pipeline rank", got, "one rank", whole if d.startswith("full") else "")
+    if d == "full-pp2" and (len(got) != 2 or sum(got) != whole or min(got) == 0):
+        bad.append(f"{d}: the stages' reference shares {got} do not add up to {whole}")
+    if d == "full-pp2dp2" and not (whole // 2 <= sum(got) <= whole // 2 + 4 * 16 * 2):
+        bad.append(f"{d}: zero3 holds {got}, not half of each stage's share of {whole}")
+for b in bad: print("  ", b)
+sys.exit(1 if bad else 0)
+PYEOF
 
 # ---- 2c. pref.ref_model: a reference of its own ------------------------------------------------
 # the merged model of lora-llama is the policy (base + that adapter) to rounding: ln 2 and no margin
