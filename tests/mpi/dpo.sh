@@ -24,8 +24,8 @@
 #     (shard groups of 2), tp 2 x zero3 dp 2 and Ulysses sp 2 x zero2 dp 2 at 4 ranks, LoRA and
 #     full; full also under ddp, Ulysses sp 2 and ring sp 2: each trains what one rank trains.
 #  2e. Pipelines (the reference's forward-only pass through the stages, the loss on the last
-#     stage, rank 0 logging its metrics): LoRA sigmoid at pp 2, pp 2 x zero3 dp 2 and
-#     interleaved (v 2: the last stage the head alone), orpo (no reference) at pp 2, full
+#     stage, rank 0 logging its metrics): LoRA sigmoid at pp 2, pp 2 x zero3 dp 2, pp 2 x tp 2
+#     and interleaved (v 2: the last stage the head alone), orpo (no reference) at pp 2, full
 #     fine-tuning at pp 2 and pp 2 x zero3 dp 2, and tied Qwen3, LoRA and full, at pp 2:
 #     per-step loss and every metric 1e-5, final weights 3e-5 of one rank (train.bf16 at
 #     pp 2 x zero3 dp 2 against the one-rank bf16 run: loss 5e-6); the frozen copy
@@ -283,6 +283,9 @@ run_ztrain 4 lora.cfg $dpo $train pref.loss=sigmoid $one parallel.strategy=zero3
     train.output_dir=sigmoid-pp2dp2 >/dev/null
 assert_contains "$ZT_OUT" "mesh tp 1 x sp 1 x dp 2 x pp 2"
 # shellcheck disable=SC2086
+run_ztrain 4 lora.cfg $dpo $train pref.loss=sigmoid $one train.gradient_accumulation_steps=2 $pp2 \
+    parallel.tensor_parallel_size=2 train.output_dir=sigmoid-pp2tp2 >/dev/null
+# shellcheck disable=SC2086
 run_ztrain 2 lora.cfg $dpo $train pref.loss=sigmoid $one train.gradient_accumulation_steps=2 $pp2 \
     parallel.pp_schedule=interleaved_1f1b parallel.pp_stages_per_rank=2 train.output_dir=sigmoid-il >/dev/null
 # shellcheck disable=SC2086
@@ -314,7 +317,7 @@ run_ztrain 4 lora.cfg $dpo $train pref.loss=sigmoid $one parallel.strategy=zero3
     train.bf16=true train.output_dir=bf16-pp2dp2 >/dev/null
 "$PY" "$CMP" bf16-ref bf16-pp2dp2 --loss-tol 5e-6 --param-tol 3e-5 || fail "bf16 DPO at pp 2 x dp 2 diverged from one rank"
 "$PY" "$CMP" sigmoid-ref bf16-pp2dp2 >/dev/null && fail "train.bf16 DPO at pp 2 x dp 2 gave the fp32 result"
-"$PY" "$CMP" sigmoid-ref sigmoid-pp2 sigmoid-pp2dp2 sigmoid-il --param-tol 3e-5 ||
+"$PY" "$CMP" sigmoid-ref sigmoid-pp2 sigmoid-pp2dp2 sigmoid-pp2tp2 sigmoid-il --param-tol 3e-5 ||
     fail "LoRA sigmoid: a pipeline trained other adapters"
 "$PY" "$CMP" orpo-ref orpo-pp2 --param-tol 3e-5 || fail "orpo: a pipeline trained other adapters"
 "$PY" "$CMP" full-ref full-pp2 full-pp2dp2 --param-tol 3e-5 || fail "full fine-tuning: a pipeline trained other weights"
@@ -327,7 +330,7 @@ def rec(d):
 def stages(d):
     return [json.loads(l) for l in open(d + "/metrics.jsonl") if '"pp_rank"' in l]
 worst, where, bad = 0.0, "", []
-for ref, runs in (("sigmoid-ref", ["sigmoid-pp2", "sigmoid-pp2dp2", "sigmoid-il"]), ("orpo-ref", ["orpo-pp2"]),
+for ref, runs in (("sigmoid-ref", ["sigmoid-pp2", "sigmoid-pp2dp2", "sigmoid-pp2tp2", "sigmoid-il"]), ("orpo-ref", ["orpo-pp2"]),
                   ("bf16-ref", ["bf16-pp2dp2"]),
                   ("full-ref", ["full-pp2", "full-pp2dp2"]), ("qwen-lora-ref", ["qwen-lora-pp2"]),
                   ("qwen-full-ref", ["qwen-full-pp2"])):
