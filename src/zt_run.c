@@ -176,12 +176,16 @@ int zt_run(int argc, char **argv, MPI_Comm world)
         return ZT_EXIT_OK;
     }
     /* parallel.strategy = auto may choose the mesh too, before the groups are made */
-    char why[512] = "";
+    char why[1024] = "";
     int uniform = 0;
     const int node_ranks = zt_comm_node_ranks(world, &uniform);
-    if (mode != ESTIMATE && mode != GENERATE && zt_train_auto_mesh(cfg, size, node_ranks, why, sizeof why) &&
-        rank == 0)
-        printf("parallel auto: %s\n", why);
+    const int am = mode != ESTIMATE && mode != GENERATE ? zt_train_auto_mesh(cfg, size, node_ranks, why, sizeof why) : 0;
+    if (am < 0) { /* every rank: the same arithmetic */
+        if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", why);
+        free(cfg);
+        return ZT_EXIT_ERROR;
+    }
+    if (am && rank == 0) printf("parallel auto: %s\n", why);
     /* --estimate-memory plans for --ranks: the plan is made and checked there, not on these ranks */
     const int est = mode == ESTIMATE;
     zt_parallel_plan_t plan = {0};

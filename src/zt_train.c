@@ -292,6 +292,13 @@ static void estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, c
     zt_memplan_t m;
     zt_memplan_run(&q, &m);
     zt_schedule_free(&sc);
+    /* the data-parallel traffic of the rank's units (a pipeline rank's stages') */
+    unsigned char *held = layers ? zt_params_units_of_layers(t, layers) : NULL;
+    q.opts.held = held;
+    const int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
+    const int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
+    e->traffic = zt_shard_traffic_estimate(t, &q.opts, sn, rn, cfg->train.gradient_accumulation_steps);
+    free(held);
     free(layers);
     zt_param_table_free(ref);
     e->mem = m.mem;
@@ -299,9 +306,6 @@ static void estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, c
     e->activations = m.activations;
     e->kv = m.kv;
     e->total = mem_total(&e->mem) + mem_total(&e->ref) + e->activations;
-    const int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
-    const int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
-    e->traffic = zt_shard_traffic_estimate(t, &q.opts, sn, rn, cfg->train.gradient_accumulation_steps);
 }
 
 /* The rank that needs the most: under a pipeline the largest of its ranks' (stages')
@@ -486,68 +490,183 @@ int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_p
 }
 
 /* Activation bytes a step on the tp and sp groups (doc/design.md's formulas; t: a rank's
- * table, its NH, NKV tp-local) */
-static double mesh_traffic(const zt_config_t *cfg, const zt_param_table_t *t, int tp, int sp)
+ * table, its NH, NKV tp-local; blocks: the blocks the rank runs, all L without a pipeline) */
+static double mesh_traffic(const zt_config_t *cfg, const zt_param_table_t *t, int tp, int sp, int blocks)
 {
     const zt_model_dims_t *d = &t->dims;
-    const double A = cfg->train.gradient_accumulation_steps, L = d->L, C = d->C;
+    const double A = cfg->train.gradient_accumulation_steps, L = blocks, C = d->C;
     const double N = (double)zt_config_batch_rows(cfg) * (cfg->data.seq_len / sp);
     const double S = ((double)d->NH + 2.0 * ZT_MAX(d->NKV, sp)) * d->HD, Q = (double)d->NH * d->HD;
     return (tp > 1 ? 4.0 * A * (N * C * (2 + 4 * L) + 3 * N) : 0.0) + (sp > 1 ? 8.0 * A * L * N * (S + Q) : 0.0);
 }
 
-int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, size_t len)
+/* The blocks of the pipeline rank that runs the most of them (layers 1 .. L of 0 .. L + 1) */
+static int rank_blocks(const zt_parallel_plan_t *p, int L)
 {
-    if (cfg->parallel.strategy != ZT_STRATEGY_AUTO || zt_config_given(cfg, "parallel.tensor_parallel_size") ||
-        zt_config_given(cfg, "parallel.sequence_parallel_size"))
-        return 0;
-    char err[ZT_ERRLEN], what[160];
-    zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err);
-    if (!g) return 0;
-    const zt_plan_shape_t sh = shape_of(g);
+    int most = 0;
+    for (int r = 0; r < p->pp; r++) {
+        int n = 0;
+        for (int l = 1; l <= L; l++) n += zt_plan_rank_holds_layer(p, r, l);
+        most = ZT_MAX(most, n);
+    }
+    return most;
+}
+
+/* A pipeline rank's send/receive bytes a step (doc/design.md, traffic per axis): one B T C
+ * activation forward and its gradient back per micro-batch and boundary, on the rank that
+ * touches the most boundaries (tp_sequence_parallel: each tp rank its 1/tp of the tokens,
+ * else every tp rank the whole stream), and a tied root's reduced gradient between the
+ * ends once a step (shards of it under the sharding strategies) */
+static double pp_traffic(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *t,
+                         zt_strategy_t st)
+{
+    if (p->pp == 1) return 0.0;
+    int most = 0;
+    for (int r = 0; r < p->pp; r++) {
+        int b = 0;
+        for (int s = r; s < p->stages; s += p->pp) b += (s > 0) + (s < p->stages - 1);
+        most = ZT_MAX(most, b);
+    }
+    const double N = (double)zt_config_batch_rows(cfg) * (cfg->data.seq_len / p->sp);
+    const double msg = N * t->dims.C / (p->tp_sequence_parallel ? p->tp : 1) * 4.0;
+    const double root = zt_params_head_unit(t) == t->root_unit ? (double)t->unit_numel[t->root_unit] * 4.0 : 0.0;
+    return 2.0 * most * p->micro * msg + 2.0 * root / (st == ZT_DDP ? 1 : p->data);
+}
+
+/* The best mesh of the auto search so far (tp 0: none yet) */
+typedef struct mesh_pick {
+    int pp, tp, sp;
+    zt_strategy_t st;
+    double traffic, total;
+} mesh_pick_t;
+
+/* The auto search at pipeline size c->parallel.pipeline_parallel_size: tp within a node, sp
+ * over what is left, each mesh one the plan accepts; the strategy and mesh that fit `limit`
+ * with the least traffic go to *best. g: the global table (its head split under a pipeline,
+ * as the run splits it). Returns 1 where tp 1 x sp 1 fits at pp 1 (nothing to choose: the
+ * strategy choice as always), else 0. *refused gets the plan's line for a pipeline size
+ * refused whatever the tp and sp (a schedule's rule), else stays as it is. */
+static int search_pp(zt_config_t *c, const zt_param_table_t *g, const zt_plan_shape_t *sh, int world, int per_node,
+                     double limit, mesh_pick_t *best, char *refused, size_t rlen)
+{
     static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
-    const double limit = memory_limit(cfg, NULL, per_node, what, sizeof what);
-    zt_config_t c = *cfg;
-    int best_tp = 0, best_sp = 0;
-    zt_strategy_t best_st = ZT_DDP;
-    double best_traffic = 0, best_total = 0;
-    /* tp within a node; sp over what is left; tp 1 x sp 1 first (a tp that would cut a 4-bit
-     * base's blocks has no table) */
-    for (int tp = 1; tp <= per_node && tp <= world; tp++) {
-        if (per_node % tp || world % tp) continue;
+    const int pp = c->parallel.pipeline_parallel_size;
+    char err[ZT_ERRLEN];
+    int planned = 0;
+    err[0] = '\0';
+    /* tp 1 x sp 1 first (a tp that would cut a 4-bit base's blocks has no table) */
+    for (int tp = 1; tp <= per_node && tp * pp <= world; tp++) {
+        if (per_node % tp || world % (tp * pp)) continue;
         zt_param_table_t *t = zt_params_tp_local(g, tp, 0, err, sizeof err);
         if (!t) continue;
-        for (int sp = 1; sp <= world / tp; sp++) {
+        for (int sp = 1; sp <= world / (tp * pp); sp++) {
             /* a candidate mesh is one the plan accepts */
             zt_parallel_plan_t p;
-            c.parallel.tensor_parallel_size = tp, c.parallel.sequence_parallel_size = sp;
-            if (zt_plan_build(&p, &c, &sh, world, per_node, err, sizeof err) != 0) continue;
+            c->parallel.tensor_parallel_size = tp, c->parallel.sequence_parallel_size = sp;
+            if (zt_plan_build(&p, c, sh, world, per_node, err, sizeof err) != 0) continue;
+            planned = 1;
             mesh_local(t, &p);
             for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
                 if (!plannable(&p, order[i])) continue;
                 estimate_t e;
-                estimate(&c, &p, g, t, order[i], world / tp, per_node / tp > 0 ? per_node / tp : 1, &e);
+                zt_plan_resolve(&p, order[i]);
+                estimate(c, &p, g, t, order[i], world / (tp * pp), ZT_MAX(per_node / tp, 1), &e);
                 if ((double)e.total > limit) continue;
-                if (tp == 1 && sp == 1) { /* it fits as it is: the strategy choice as always */
+                if (pp == 1 && tp == 1 && sp == 1) {
                     zt_param_table_free(t);
-                    zt_param_table_free(g);
-                    return 0;
+                    return 1;
                 }
-                const double traffic = e.traffic + mesh_traffic(&c, t, tp, sp);
-                if (!best_tp || traffic < best_traffic)
-                    best_tp = tp, best_sp = sp, best_st = order[i], best_traffic = traffic, best_total = (double)e.total;
+                const double traffic =
+                    e.traffic + mesh_traffic(c, t, tp, sp, rank_blocks(&p, t->dims.L)) + pp_traffic(c, &p, t, order[i]);
+                if (!best->tp || traffic < best->traffic)
+                    *best = (mesh_pick_t){pp, tp, sp, order[i], traffic, (double)e.total};
             }
         }
         zt_param_table_free(t);
     }
+    if (!planned && pp > 1 && err[0]) snprintf(refused, rlen, "%s", err);
+    return 0;
+}
+
+int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, size_t len)
+{
+    if (cfg->parallel.strategy != ZT_STRATEGY_AUTO || zt_config_given(cfg, "parallel.tensor_parallel_size") ||
+        zt_config_given(cfg, "parallel.sequence_parallel_size") ||
+        zt_config_given(cfg, "parallel.pipeline_parallel_size"))
+        return 0;
+    char err[ZT_ERRLEN], what[160], b1[32], b2[32], b3[32];
+    zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err);
+    if (!g) return 0;
+    const zt_plan_shape_t sh = shape_of(g);
+    const double limit = memory_limit(cfg, NULL, per_node, what, sizeof what);
+    zt_config_t c = *cfg;
+    mesh_pick_t best = {0};
+    char refused[ZT_ERRLEN] = "";
+    /* pp 1: the meshes within a node; it fits as it is where tp 1 x sp 1 does */
+    c.parallel.pipeline_parallel_size = 1;
+    if (search_pp(&c, g, &sh, world, per_node, limit, &best, refused, sizeof refused)) {
+        zt_param_table_free(g);
+        return 0;
+    }
+    if (best.tp) {
+        zt_param_table_free(g);
+        snprintf(why, len, "no strategy fits the limit of %s (%s) at tp 1 x sp 1; tp %d x sp %d with %s fits (%s per "
+                 "rank) and moves the least of the meshes that fit (%s a step)", zt_fmt_bytes(limit, b1, 32), what,
+                 best.tp, best.sp, zt_strategy_name(best.st), zt_fmt_bytes(best.total, b2, 32),
+                 zt_fmt_bytes(best.traffic, b3, 32));
+        cfg->parallel.tensor_parallel_size = best.tp;
+        cfg->parallel.sequence_parallel_size = best.sp;
+        return 1;
+    }
+    /* no tp within a node (nor sp) fits: the smallest pipeline that does (its stages the
+     * plan's even split, the mesh within it searched as above). Its schedule: 1f1b (at
+     * most pp - r micro-batches in flight on rank r); where the accumulation steps are
+     * fewer than pp, which 1f1b refuses, gpipe, the one schedule that keeps the user's
+     * global batch (with M < pp 1f1b would start every micro-batch before its first
+     * backward on rank 0 too, and the bubble is (pp - 1) / (M + pp - 1) under both). A
+     * parallel.pp_schedule given is kept: a pipeline it refuses is reported, with the
+     * gpipe mesh that would fit. */
+    const int A = cfg->train.gradient_accumulation_steps;
+    const int given = zt_config_given(cfg, "parallel.pp_schedule");
+    zt_params_split_head(g); /* as a pipeline's run splits it */
+    int pp = 2;
+    for (; pp <= world && !best.tp; pp++) {
+        if (world % pp) continue;
+        c.parallel.pipeline_parallel_size = pp;
+        c.parallel.pp_schedule = given ? cfg->parallel.pp_schedule : A >= pp ? ZT_PP_1F1B : ZT_PP_GPIPE;
+        refused[0] = '\0';
+        search_pp(&c, g, &sh, world, per_node, limit, &best, refused, sizeof refused);
+        if (best.tp || !given || !refused[0]) continue;
+        zt_config_t alt = c;
+        alt.parallel.pp_schedule = ZT_PP_GPIPE, alt.parallel.pp_stages_per_rank = 1;
+        mesh_pick_t gp = {0};
+        char dummy[ZT_ERRLEN];
+        search_pp(&alt, g, &sh, world, per_node, limit, &gp, dummy, sizeof dummy);
+        if (!gp.tp) continue;
+        zt_param_table_free(g);
+        snprintf(why, len, "parallel.strategy = auto: no mesh fits the limit of %s (%s) without a pipeline; pp %d x "
+                 "tp %d x sp %d with %s fits under parallel.pp_schedule = gpipe (%s per rank), but the schedule given "
+                 "is refused there: %s", zt_fmt_bytes(limit, b1, 32), what, pp, gp.tp, gp.sp, zt_strategy_name(gp.st),
+                 zt_fmt_bytes(gp.total, b2, 32), refused);
+        return -1;
+    }
     zt_param_table_free(g);
-    if (!best_tp) return 0;
-    char b1[32], b2[32], b3[32];
-    snprintf(why, len, "no strategy fits the limit of %s (%s) at tp 1 x sp 1; tp %d x sp %d with %s fits (%s per rank) "
-             "and moves the least of the meshes that fit (%s a step)", zt_fmt_bytes(limit, b1, 32), what, best_tp,
-             best_sp, zt_strategy_name(best_st), zt_fmt_bytes(best_total, b2, 32), zt_fmt_bytes(best_traffic, b3, 32));
-    cfg->parallel.tensor_parallel_size = best_tp;
-    cfg->parallel.sequence_parallel_size = best_sp;
+    if (!best.tp) return 0; /* nothing fits: the run's own check says so */
+    cfg->parallel.pipeline_parallel_size = best.pp;
+    cfg->parallel.tensor_parallel_size = best.tp;
+    cfg->parallel.sequence_parallel_size = best.sp;
+    cfg->parallel.pp_schedule = given ? cfg->parallel.pp_schedule : A >= best.pp ? ZT_PP_1F1B : ZT_PP_GPIPE;
+    const int n = snprintf(why, len, "no mesh fits the limit of %s (%s) without a pipeline (tp within a node's %d "
+                           "ranks, sp over the rest); pp %d, the smallest that fits, x tp %d x sp %d with %s and %s "
+                           "fits (%s per rank) and moves the least of the meshes that fit at pp %d (%s a step)",
+                           zt_fmt_bytes(limit, b1, 32), what, per_node, best.pp, best.tp, best.sp,
+                           zt_strategy_name(best.st),
+                           zt_config_enum_name("parallel.pp_schedule", cfg->parallel.pp_schedule),
+                           zt_fmt_bytes(best.total, b2, 32), best.pp, zt_fmt_bytes(best.traffic, b3, 32));
+    if (!given && A < best.pp && n > 0 && (size_t)n < len)
+        snprintf(why + n, len - (size_t)n, "; gpipe as 1f1b needs train.gradient_accumulation_steps (%d) >= pp: the "
+                 "bubble is (pp - 1) / (M + pp - 1) = %.0f%% of a step, more accumulation steps shrink it", A,
+                 100.0 * (best.pp - 1) / (A + best.pp - 1));
     return 1;
 }
 
