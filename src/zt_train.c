@@ -108,6 +108,7 @@ typedef struct run {
     double pp_span, pp_recv_wait, pp_send_wait;
     long pp_steps; /* the steps they are summed over (this run's) */
     float **pp_buf;
+    size_t pp_msg_bytes;        /* the most a step's message buffers held at once (all live until R) */
     unsigned char *held;        /* pp > 1: (nunits) the units of this rank's stages (sopts.held) */
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
@@ -302,6 +303,7 @@ static void estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, c
     free(layers);
     zt_param_table_free(ref);
     e->mem = m.mem;
+    e->mem.comm_buffers += m.messages; /* a pipeline rank's message buffers are buffers too (rank_memory) */
     e->ref = m.ref;
     e->activations = m.activations;
     e->kv = m.kv;
@@ -629,8 +631,7 @@ int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, siz
     const int A = cfg->train.gradient_accumulation_steps;
     const int given = zt_config_given(cfg, "parallel.pp_schedule");
     zt_params_split_head(g); /* as a pipeline's run splits it */
-    int pp = 2;
-    for (; pp <= world && !best.tp; pp++) {
+    for (int pp = 2; pp <= world && !best.tp; pp++) {
         if (world % pp) continue;
         c.parallel.pipeline_parallel_size = pp;
         c.parallel.pp_schedule = given ? cfg->parallel.pp_schedule : A >= pp ? ZT_PP_1F1B : ZT_PP_GPIPE;
@@ -1161,11 +1162,7 @@ static long loss_tokens(const int32_t *tgt, size_t n)
 
 /* The residual stream of a micro-batch of T positions on this rank, what crosses a stage boundary:
  * (B, T, C), its rows split over tp under tp_sequence_parallel (zt_model_residual) */
-static size_t residual_floats(const run_t *r, int T)
-{
-    const zt_model_dims_t *d = &r->ltable->dims;
-    return (size_t)r->B * T / (d->tp_seq ? (size_t)d->tp_size : 1) * (size_t)d->C;
-}
+static size_t residual_floats(const run_t *r, int T) { return zt_model_residual_floats(r->model, r->B, T); }
 
 /* pp > 1, inside begin/end_inference: the batch in r->inp / r->tgt forward through this
  * rank's stages in order, a stage's input received from the previous stage's rank and its
@@ -1916,11 +1913,13 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
      * while this rank computes whatever comes before it in the list; at its action it is
      * waited for and copied where the model reads it */
     int nmsg = 0;
+    size_t held = 0; /* the bytes of the step's message buffers */
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
         if (a->kind != ZT_ACT_RECV_ACT && a->kind != ZT_ACT_RECV_GRAD) continue;
         const size_t n = residual_floats(r, r->micro_T[a->micro]);
         r->pp_buf[nmsg] = r->be->alloc(n * sizeof(float));
+        held += n * sizeof(float);
         zt_irecv(c, &c->pp, r->pp_buf[nmsg], a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nmsg]);
         nmsg++;
     }
@@ -1952,6 +1951,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         case ZT_ACT_SEND_GRAD: {
             const float *src = a->kind == ZT_ACT_SEND_ACT ? zt_model_residual(m, end - 1) : zt_model_residual_grad(m);
             float *buf = r->be->alloc(n * sizeof *buf);
+            held += n * sizeof *buf;
             r->be->copy(buf, src, n * sizeof *buf);
             r->pp_buf[nsend] = buf;
             zt_isend(c, &c->pp, buf, a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nsend]);
@@ -1991,6 +1991,7 @@ static double run_pipeline(run_t *r, int sft, float ds, long *computed)
         }
     }
     const double ts = zt_now();
+    r->pp_msg_bytes = ZT_MAX(r->pp_msg_bytes, held); /* every buffer of the step is still held here, at R */
     for (int k = 0; k < nsend; k++) {
         if (k >= nmsg) zt_wait(c, &r->pp_req[k]);
         r->be->free(r->pp_buf[k]);
@@ -2046,6 +2047,14 @@ static void pp_summary(run_t *r)
     free(all);
 }
 
+/* This rank's measured memory: the engine's, its buffers with a pipeline's message buffers
+ * (their high-water mark over the steps; the estimate counts them the same way) */
+static void rank_memory(const run_t *r, zt_shard_mem_t *mm)
+{
+    zt_shard_memory(r->shard, mm);
+    mm->comm_buffers += r->pp_msg_bytes;
+}
+
 /* pp > 1, on every rank: each pipeline rank's measured memory (the ranks at this rank's
  * data and tp position) beside its estimate, logged and recorded by rank 0 */
 static void stage_memory(run_t *r)
@@ -2053,7 +2062,7 @@ static void stage_memory(run_t *r)
     zt_comm_t *c = r->comm;
     const int pp = c->pp.size;
     zt_shard_mem_t mm;
-    zt_shard_memory(r->shard, &mm);
+    rank_memory(r, &mm);
     const double mine[8] = {(double)mm.params, (double)mm.grads, (double)mm.optim, (double)mm.comm_buffers,
                             (double)mm.gathered_peak, (double)activation_bytes(r), (double)mm.host, (double)mm.nvme};
     double *all = zt_malloc((size_t)8 * pp * sizeof *all);
@@ -2717,7 +2726,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
 #endif
         dev_peak = zt_max_double(comm, &comm->world, dev_peak);
         zt_shard_mem_t mm, mref = {0};
-        zt_shard_memory(r->shard, &mm);
+        rank_memory(r, &mm);
         if (r->ref_shard) zt_shard_memory(r->ref_shard, &mref);
         char b[9][32];
         zt_log("memory (rank 0, measured): params %s, grads %s, optimizer %s, buffers %s, gathered peak %s, "

@@ -5,7 +5,8 @@
 #     stage) at pp 2 under 1f1b and gpipe, at pp 4, and at pp 2 x dp 2 under zero3, and an
 #     untied Llama at pp 2 under zero1: each pipeline rank's estimate (a dry run of its
 #     stages' engine, its schedule's slots of its stages' activations) equals what that rank
-#     measured, figure by figure; the ranks' parameters add up to the model's once, plus
+#     measured, figure by figure (buffers: the engine's and the step's message buffers, one
+#     residual stream per send and receive); the ranks' parameters add up to the model's once, plus
 #     GPT-2's root a second time (the untied Llama's embedding is on the first rank only,
 #     its final norm and head on the last); the activations are slots of one stage model's: 1F1B
 #     holds min(pp - r, M) micro-batches on rank r, GPipe all M.

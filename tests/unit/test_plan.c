@@ -380,7 +380,7 @@ static int auto_mesh(int world, int per_node, int n, char *const ov[], char *why
  * a pipeline fits, the smallest pp that does (1f1b, or gpipe with fewer accumulation steps
  * than pp, or one line where a schedule given is refused there). Limits between the dry
  * run's figures of the meshes (--estimate-memory: ddp 5.70 MiB a rank at pp 1 on 2 ranks,
- * zero3 4.27, tp 2 ddp 3.00, pp 2 ddp 3.53, pp 2 x tp 2 ddp 1.93 on 4). */
+ * zero3 4.27, tp 2 ddp 3.00, pp 2 ddp 3.59, pp 2 x tp 2 ddp 2.00 on 4). */
 static void t_auto_pipeline(void)
 {
     char why[1024];
