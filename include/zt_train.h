@@ -31,7 +31,8 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node);
  * parallel.pp_schedule given is kept). Sets cfg's pp, tp, sp (and pp_schedule) and returns
  * 1 with the reason in why; 0 leaves cfg alone (it fits as it is, or nothing fits: the
  * run's own check says so); -1 with one line in why where the only pipeline that fits needs
- * another schedule than the one given. Pure arithmetic, the same on every rank. */
+ * another schedule than the one given. Pure arithmetic on this rank's limit (zt_run.c
+ * gives every rank rank 0's answer). */
 int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, size_t len);
 
 #endif

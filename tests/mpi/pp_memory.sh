@@ -15,7 +15,8 @@
 #     rank's estimate fits the limit and equals its measurement, and both runs equal one
 #     rank's within 1e-5. parallel.strategy = auto, for a model neither tp nor Ulysses sp
 #     can split (1 head) at a limit zero3 does not meet on 2 ranks, picks pp 2 (1f1b, the
-#     choice on the log's first line), and the run equals one rank's.
+#     choice on the log's first line), and the run equals one rank's; with one accumulation
+#     step and 1f1b given it refuses the run in one line naming the gpipe pipeline that fits.
 #  3. Checkpoints stay mesh-independent: pp 2 x dp 2 resumes as ddp on 3 ranks (10 + 10
 #     steps against 20 at once); the HF export (hf/) and a LoRA adapter export (adapter/,
 #     and the merged hf/) written at pp 2 x dp 2, each rank its stages' part, equal one
@@ -129,6 +130,12 @@ assert_contains "$ZT_OUT" "strategy auto -> ddp"
 # shellcheck disable=SC2086
 run_ztrain 1 $common $big $one parallel.memory_limit_gb=0 train.output_dir=auto-one >/dev/null
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" auto-one auto-pp || fail "auto's pp 2 is not one rank's run"
+# one accumulation step with parallel.pp_schedule = 1f1b given: refused on every rank, naming
+# the gpipe pipeline that would fit and 1f1b's rule
+# shellcheck disable=SC2086
+expect_fail_with 2 "pp 2 x tp 1 x sp 1 with ddp fits under parallel.pp_schedule = gpipe" $common $big $one \
+    parallel.strategy=auto train.gradient_accumulation_steps=1 parallel.pp_schedule=1f1b train.output_dir=auto-1f1b
+assert_contains "$ZT_OUT" "the schedule given is refused there: parallel.pp_schedule = 1f1b"
 echo "pp_memory: auto picks pp 2 where zero3 does not fit and no tp or sp can split the model; it equals one rank"
 
 # ---- 3. checkpoints and exports ----------------------------------------------------------
