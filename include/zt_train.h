@@ -20,7 +20,8 @@ int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_p
                   size_t errlen);
 
 /* --estimate-memory: per-rank estimates for every strategy at world size `world`
- * with `per_node` ranks per node (rank 0 prints). */
+ * with `per_node` ranks per node (rank 0 prints); under parallel.strategy = auto, of the mesh
+ * zt_train_auto_mesh would take there, with its line. */
 void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node);
 /* parallel.strategy = auto with none of parallel.pipeline_parallel_size,
  * tensor_parallel_size and sequence_parallel_size given: when no strategy fits a rank's

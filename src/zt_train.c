@@ -422,7 +422,7 @@ static void stage_table(const zt_config_t *cfg, const zt_parallel_plan_t *p, con
     }
 }
 
-void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
+static void estimate_memory(const zt_config_t *cfg, int world, int per_node)
 {
     char err[ZT_ERRLEN];
     zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err), *t = NULL;
@@ -479,6 +479,19 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
                "add train.bf16=true for those figures)");
     zt_param_table_free(t);
     zt_param_table_free(g);
+}
+
+void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
+{
+    /* parallel.strategy = auto: the figures of the mesh a run on these ranks would take */
+    zt_config_t *c = zt_malloc(sizeof *c);
+    *c = *cfg;
+    char why[1024] = "";
+    const int am = zt_train_auto_mesh(c, world, per_node, why, sizeof why);
+    if (am)
+        zt_log("parallel auto on %d ranks (%d a node)%s: %s", world, per_node, am < 0 ? ", a run is refused" : "", why);
+    estimate_memory(c, world, per_node);
+    free(c);
 }
 
 int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_plan_t *plan, char *err,

@@ -15,7 +15,8 @@
 #     rank's estimate fits the limit and equals its measurement, and both runs equal one
 #     rank's within 1e-5. parallel.strategy = auto, for a model neither tp nor Ulysses sp
 #     can split (1 head) at a limit zero3 does not meet on 2 ranks, picks pp 2 (1f1b, the
-#     choice on the log's first line), and the run equals one rank's; with one accumulation
+#     choice on the log's first line; --estimate-memory shows the same choice and its
+#     figures), and the run equals one rank's; with one accumulation
 #     step and 1f1b given it refuses the run in one line naming the gpipe pipeline that fits.
 #  3. Checkpoints stay mesh-independent: pp 2 x dp 2 resumes as ddp on 3 ranks (10 + 10
 #     steps against 20 at once); the HF export (hf/) and a LoRA adapter export (adapter/,
@@ -130,6 +131,11 @@ assert_contains "$ZT_OUT" "strategy auto -> ddp"
 # shellcheck disable=SC2086
 run_ztrain 1 $common $big $one parallel.memory_limit_gb=0 train.output_dir=auto-one >/dev/null
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" auto-one auto-pp || fail "auto's pp 2 is not one rank's run"
+# --estimate-memory plans the same: auto's line, then the figures of pp 2
+# shellcheck disable=SC2086
+run_ztrain 1 --estimate-memory --ranks 2 $common $big $one parallel.strategy=auto >/dev/null
+assert_contains "$ZT_OUT" "parallel auto on 2 ranks (2 a node): no mesh fits the limit of 4.10 MiB"
+assert_contains "$ZT_OUT" "2 ranks (2 per node), tp 1, sp 1, pp 2,"
 # one accumulation step with parallel.pp_schedule = 1f1b given: refused on every rank, naming
 # the gpipe pipeline that would fit and 1f1b's rule
 # shellcheck disable=SC2086
