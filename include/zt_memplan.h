@@ -57,6 +57,9 @@ typedef struct zt_memplan {
     size_t activations;                /* the model's buffers (zt_model_activation_bytes; a
                                         * pipeline rank: of each of its slots' models) */
     size_t kv;                         /* the KV cache */
+    size_t messages;                   /* a pipeline rank's message buffers: one residual stream (B, T, C
+                                        * rows of this rank) per send and receive of its step, all held
+                                        * until R */
 } zt_memplan_t;
 
 /* Runs the dry run q describes (nothing is computed or communicated; B = 0: no model). */

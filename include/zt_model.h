@@ -182,6 +182,10 @@ float *zt_model_residual(zt_model_t *m, int l);
  * of the last block's output; after zt_model_backward_block(l), of block l's input. A
  * stage whose backward starts at a block has its gradient written there first. */
 float *zt_model_residual_grad(zt_model_t *m);
+/* The floats of the residual stream (or its gradient) of B rows of T positions on this rank:
+ * what one message across a stage boundary carries (B T / tp rows under
+ * tp_sequence_parallel, else B T; C each) */
+size_t zt_model_residual_floats(const zt_model_t *m, int B, int T);
 
 /* Logits of position t of batch row b, copied to host out (V): valid after
  * forward_head without targets, or with targets on the CPU backend, and only for

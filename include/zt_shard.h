@@ -151,7 +151,8 @@ void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out);
 int zt_shard_nvme_stats(const zt_shard_t *s, zt_nvme_stats_t *st);
 /* Theoretical collective bytes per optimizer step (nccl-tests "size" convention summed
  * over calls) for the strategy; used by tests and reports. Frozen units move their
- * parameter gathers only (zero3, shard_grad_op, hybrids): no reduction, no re-gather. */
+ * parameter gathers only (zero3, shard_grad_op, hybrids): no reduction, no re-gather.
+ * o->held: a pipeline rank's units only. */
 double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
                                  int replica_n, int nmicro);
 

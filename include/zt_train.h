@@ -20,14 +20,20 @@ int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_p
                   size_t errlen);
 
 /* --estimate-memory: per-rank estimates for every strategy at world size `world`
- * with `per_node` ranks per node (rank 0 prints). */
+ * with `per_node` ranks per node (rank 0 prints); under parallel.strategy = auto, of the mesh
+ * zt_train_auto_mesh would take there, with its line. */
 void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node);
-/* parallel.strategy = auto with neither parallel.tensor_parallel_size nor
- * parallel.sequence_parallel_size given: when no strategy fits a rank's memory at tp 1 x
- * sp 1, the mesh (tp within a node, Ulysses sp) and strategy that fit with the least
- * traffic per step (the engine's bytes plus the activations' formulas). Sets cfg's tp and
- * sp and returns 1 with the reason in why; 0 leaves cfg alone (it fits as it is, or
- * nothing fits: the run's own check says so). Pure arithmetic, the same on every rank. */
+/* parallel.strategy = auto with none of parallel.pipeline_parallel_size,
+ * tensor_parallel_size and sequence_parallel_size given: when no strategy fits a rank's
+ * memory at tp 1 x sp 1, the mesh (tp within a node, Ulysses sp) and strategy that fit with
+ * the least traffic per step (the engine's bytes plus the activations' formulas); when none
+ * fits without a pipeline, the smallest pipeline size that fits, with the same search inside
+ * it, under 1f1b (gpipe where the accumulation steps are fewer than pp; a
+ * parallel.pp_schedule given is kept). Sets cfg's pp, tp, sp (and pp_schedule) and returns
+ * 1 with the reason in why; 0 leaves cfg alone (it fits as it is, or nothing fits: the
+ * run's own check says so); -1 with one line in why where the only pipeline that fits needs
+ * another schedule than the one given. Pure arithmetic on this rank's limit (zt_run.c
+ * gives every rank rank 0's answer). */
 int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, size_t len);
 
 #endif

@@ -395,9 +395,12 @@ static const zkey_t schema[] = {
        "state sharded. zero2: + gradients sharded. shard_grad_op: + parameters sharded at rest, gathered once per "
        "step. zero3 (= full_shard): parameters gathered per unit just in time and freed after use. hybrid_shard, "
        "hybrid_shard_zero2: full_shard / shard_grad_op inside a shard group, replicated across groups. "
-       "auto: the least sharding that fits parallel.memory_limit_gb; where none fits at tp 1 x sp 1 and neither "
-       "parallel.tensor_parallel_size nor parallel.sequence_parallel_size is given, the mesh (tp within a node, "
-       "Ulysses sp) and strategy that fit with the least traffic per step."),
+       "auto: the least sharding that fits parallel.memory_limit_gb; where none fits at tp 1 x sp 1 and none of "
+       "parallel.tensor_parallel_size, sequence_parallel_size and pipeline_parallel_size is given, the mesh (tp "
+       "within a node, Ulysses sp) and strategy that fit with the least traffic per step; where no such mesh fits, "
+       "the smallest pipeline_parallel_size that does (the same search inside it) under 1f1b, or gpipe where "
+       "train.gradient_accumulation_steps is below pp (a pp_schedule given is kept). The log's first line says "
+       "what it chose and why."),
     KE("parallel.shard_layout", parallel.shard_layout, "flat", layouts,
        "flat: each unit's parameters in one padded buffer, each rank owns a contiguous slice (ZeRO, FSDP1). "
        "per_param: every parameter split along dim 0 (FSDP2)."),

@@ -149,12 +149,17 @@ static void engine_forward(zt_shard_t *s, const zt_param_table_t *t, int adapter
  * forward on the first stage runs the embedding (the root released after it), a backward
  * on the last the head (its part of the root's gradients ready there unless the rank runs
  * the embedding too), and a first stage's backward ends with the embedding's */
-static void stage_walk(zt_shard_t *s, const zt_param_table_t *t, const zt_memplan_req_t *q)
+static size_t stage_walk(zt_shard_t *s, const zt_param_table_t *t, const zt_memplan_req_t *q, const zt_model_t *m)
 {
     const zt_schedule_t *sc = q->sched;
     const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), r = q->pp_rank;
+    size_t messages = 0;
     for (int i = 0; i < sc->n[r]; i++) {
         const zt_action_t *a = &sc->a[r][i];
+        /* each send and receive has a buffer of its own, held until R (run_pipeline) */
+        if (a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_RECV_ACT || a->kind == ZT_ACT_SEND_GRAD ||
+            a->kind == ZT_ACT_RECV_GRAD)
+            messages += m ? zt_model_residual_floats(m, q->B, q->T) * sizeof(float) : 0;
         if (a->kind != ZT_ACT_FWD && a->kind != ZT_ACT_BWD) continue;
         const int first = q->stage_first[a->stage], end = q->stage_first[a->stage + 1];
         const int l0 = ZT_MAX(first, 1) - 1, l1 = ZT_MIN(end, L + 1) - 1;
@@ -179,6 +184,7 @@ static void stage_walk(zt_shard_t *s, const zt_param_table_t *t, const zt_mempla
             zt_shard_grads_ready(s, root);
         }
     }
+    return messages;
 }
 
 /* DPO under a pipeline: the reference's pass before the policy's schedule, as the train
@@ -254,7 +260,7 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
     const int nmicro = q->nmicro > 0 ? q->nmicro : 1;
     zt_shard_begin_step(s);
     if (pipe && ref) stage_ref_walk(ref, q->ref_table, q);
-    if (pipe) stage_walk(s, q->table, q);
+    if (pipe) out->messages = stage_walk(s, q->table, q, m);
     for (int mi = 0; mi < nmicro && !pipe; mi++) {
         zt_shard_begin_micro(s, mi, nmicro);
         if (ref) { /* DPO: the reference's log-probabilities first, forward only */

@@ -216,6 +216,11 @@ float *zt_model_residual(zt_model_t *m, int l)
 
 float *zt_model_residual_grad(zt_model_t *m) { return m->dres; }
 
+size_t zt_model_residual_floats(const zt_model_t *m, int B, int T)
+{
+    return (size_t)B * T / (m->d.tp_seq ? (size_t)m->d.tp_size : 1) * (size_t)m->d.C;
+}
+
 /* The loss-bearing rows of a batch with targets, uploaded where they are fewer than N
  * and the head compacts (head_compacts) */
 static void set_loss_rows(zt_model_t *m, const int32_t *targets, int N)

@@ -176,12 +176,34 @@ int zt_run(int argc, char **argv, MPI_Comm world)
         return ZT_EXIT_OK;
     }
     /* parallel.strategy = auto may choose the mesh too, before the groups are made */
-    char why[512] = "";
+    char why[1024] = "";
     int uniform = 0;
     const int node_ranks = zt_comm_node_ranks(world, &uniform);
-    if (mode != ESTIMATE && mode != GENERATE && zt_train_auto_mesh(cfg, size, node_ranks, why, sizeof why) &&
-        rank == 0)
-        printf("parallel auto: %s\n", why);
+    int am = mode != ESTIMATE && mode != GENERATE ? zt_train_auto_mesh(cfg, size, node_ranks, why, sizeof why) : 0;
+    if (mode != ESTIMATE && mode != GENERATE && cfg->parallel.strategy == ZT_STRATEGY_AUTO) {
+        /* rank 0's choice on every rank: without parallel.memory_limit_gb the limit is each
+         * node's own memory, which may differ between nodes */
+        char *pick = NULL;
+        if (rank == 0) {
+            pick = zt_malloc(64);
+            snprintf(pick, 64, "%d %d %d %d %d", am, cfg->parallel.pipeline_parallel_size,
+                     cfg->parallel.tensor_parallel_size, cfg->parallel.sequence_parallel_size,
+                     (int)cfg->parallel.pp_schedule);
+        }
+        pick = zt_bcast_text(world, pick);
+        int sched = 0;
+        if (sscanf(pick, "%d %d %d %d %d", &am, &cfg->parallel.pipeline_parallel_size,
+                   &cfg->parallel.tensor_parallel_size, &cfg->parallel.sequence_parallel_size, &sched) != 5)
+            zt_fatal("parallel auto: rank 0's choice unreadable (%s)", pick);
+        cfg->parallel.pp_schedule = (zt_pp_schedule_t)sched;
+        free(pick);
+    }
+    if (am < 0) { /* every rank, rank 0's line */
+        if (rank == 0) fprintf(stderr, "ztrain: error: %s\n", why);
+        free(cfg);
+        return ZT_EXIT_ERROR;
+    }
+    if (am && rank == 0) printf("parallel auto: %s\n", why);
     /* --estimate-memory plans for --ranks: the plan is made and checked there, not on these ranks */
     const int est = mode == ESTIMATE;
     zt_parallel_plan_t plan = {0};

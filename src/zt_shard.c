@@ -1531,6 +1531,7 @@ double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_
     const double pb = o->param_dtype != ZT_PREC_FP32 ? 2.0 : 4.0, gb = o->reduce_dtype != ZT_PREC_FP32 ? 2.0 : 4.0;
     double bytes = 0.0;
     for (int ui = 0; ui < t->nunits; ui++) {
+        if (o->held && !o->held[ui]) continue; /* another pipeline rank's */
         zt_unit_layout_t lay;
         zt_unit_layout_build(&lay, t, ui, st == ZT_DDP ? 1 : shard_n, o->layout);
         const double numel = (double)lay.numel, P = (double)lay.packed;

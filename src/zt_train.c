@@ -108,6 +108,7 @@ typedef struct run {
     double pp_span, pp_recv_wait, pp_send_wait;
     long pp_steps; /* the steps they are summed over (this run's) */
     float **pp_buf;
+    size_t pp_msg_bytes;        /* the most a step's message buffers held at once (all live until R) */
     unsigned char *held;        /* pp > 1: (nunits) the units of this rank's stages (sopts.held) */
     int B, T, A, dp, rank;
     long G, total_steps, step, samples_seen;
@@ -292,16 +293,21 @@ static void estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, c
     zt_memplan_t m;
     zt_memplan_run(&q, &m);
     zt_schedule_free(&sc);
+    /* the data-parallel traffic of the rank's units (a pipeline rank's stages') */
+    unsigned char *held = layers ? zt_params_units_of_layers(t, layers) : NULL;
+    q.opts.held = held;
+    const int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
+    const int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
+    e->traffic = zt_shard_traffic_estimate(t, &q.opts, sn, rn, cfg->train.gradient_accumulation_steps);
+    free(held);
     free(layers);
     zt_param_table_free(ref);
     e->mem = m.mem;
+    e->mem.comm_buffers += m.messages; /* a pipeline rank's message buffers are buffers too (rank_memory) */
     e->ref = m.ref;
     e->activations = m.activations;
     e->kv = m.kv;
     e->total = mem_total(&e->mem) + mem_total(&e->ref) + e->activations;
-    const int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
-    const int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
-    e->traffic = zt_shard_traffic_estimate(t, &q.opts, sn, rn, cfg->train.gradient_accumulation_steps);
 }
 
 /* The rank that needs the most: under a pipeline the largest of its ranks' (stages')
@@ -419,7 +425,7 @@ static void stage_table(const zt_config_t *cfg, const zt_parallel_plan_t *p, con
     }
 }
 
-void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
+static void estimate_memory(const zt_config_t *cfg, int world, int per_node)
 {
     char err[ZT_ERRLEN];
     zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err), *t = NULL;
@@ -478,6 +484,19 @@ void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
     zt_param_table_free(g);
 }
 
+void zt_train_estimate_memory(const zt_config_t *cfg, int world, int per_node)
+{
+    /* parallel.strategy = auto: the figures of the mesh a run on these ranks would take */
+    zt_config_t *c = zt_malloc(sizeof *c);
+    *c = *cfg;
+    char why[1024] = "";
+    const int am = zt_train_auto_mesh(c, world, per_node, why, sizeof why);
+    if (am)
+        zt_log("parallel auto on %d ranks (%d a node)%s: %s", world, per_node, am < 0 ? ", a run is refused" : "", why);
+    estimate_memory(c, world, per_node);
+    free(c);
+}
+
 int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_plan_t *plan, char *err,
                   size_t errlen)
 {
@@ -489,68 +508,182 @@ int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_p
 }
 
 /* Activation bytes a step on the tp and sp groups (doc/design.md's formulas; t: a rank's
- * table, its NH, NKV tp-local) */
-static double mesh_traffic(const zt_config_t *cfg, const zt_param_table_t *t, int tp, int sp)
+ * table, its NH, NKV tp-local; blocks: the blocks the rank runs, all L without a pipeline) */
+static double mesh_traffic(const zt_config_t *cfg, const zt_param_table_t *t, int tp, int sp, int blocks)
 {
     const zt_model_dims_t *d = &t->dims;
-    const double A = cfg->train.gradient_accumulation_steps, L = d->L, C = d->C;
+    const double A = cfg->train.gradient_accumulation_steps, L = blocks, C = d->C;
     const double N = (double)zt_config_batch_rows(cfg) * (cfg->data.seq_len / sp);
     const double S = ((double)d->NH + 2.0 * ZT_MAX(d->NKV, sp)) * d->HD, Q = (double)d->NH * d->HD;
     return (tp > 1 ? 4.0 * A * (N * C * (2 + 4 * L) + 3 * N) : 0.0) + (sp > 1 ? 8.0 * A * L * N * (S + Q) : 0.0);
 }
 
-int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, size_t len)
+/* The blocks of the pipeline rank that runs the most of them (layers 1 .. L of 0 .. L + 1) */
+static int rank_blocks(const zt_parallel_plan_t *p, int L)
 {
-    if (cfg->parallel.strategy != ZT_STRATEGY_AUTO || zt_config_given(cfg, "parallel.tensor_parallel_size") ||
-        zt_config_given(cfg, "parallel.sequence_parallel_size"))
-        return 0;
-    char err[ZT_ERRLEN], what[160];
-    zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err);
-    if (!g) return 0;
-    const zt_plan_shape_t sh = shape_of(g);
+    int most = 0;
+    for (int r = 0; r < p->pp; r++) {
+        int n = 0;
+        for (int l = 1; l <= L; l++) n += zt_plan_rank_holds_layer(p, r, l);
+        most = ZT_MAX(most, n);
+    }
+    return most;
+}
+
+/* A pipeline rank's send/receive bytes a step (doc/design.md, traffic per axis): one B T C
+ * activation forward and its gradient back per micro-batch and boundary, on the rank that
+ * touches the most boundaries (tp_sequence_parallel: each tp rank its 1/tp of the tokens,
+ * else every tp rank the whole stream), and a tied root's reduced gradient between the
+ * ends once a step (shards of it under the sharding strategies) */
+static double pp_traffic(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *t,
+                         zt_strategy_t st)
+{
+    if (p->pp == 1) return 0.0;
+    int most = 0;
+    for (int r = 0; r < p->pp; r++) {
+        int b = 0;
+        for (int s = r; s < p->stages; s += p->pp) b += (s > 0) + (s < p->stages - 1);
+        most = ZT_MAX(most, b);
+    }
+    const double N = (double)zt_config_batch_rows(cfg) * (cfg->data.seq_len / p->sp);
+    const double msg = N * t->dims.C / (p->tp_sequence_parallel ? p->tp : 1) * 4.0;
+    const double root = zt_params_head_unit(t) == t->root_unit ? (double)t->unit_numel[t->root_unit] * 4.0 : 0.0;
+    return 2.0 * most * p->micro * msg + 2.0 * root / (st == ZT_DDP ? 1 : p->data);
+}
+
+/* The best mesh of the auto search so far (tp 0: none yet) */
+typedef struct mesh_pick {
+    int pp, tp, sp;
+    zt_strategy_t st;
+    double traffic, total;
+} mesh_pick_t;
+
+/* The auto search at pipeline size c->parallel.pipeline_parallel_size: tp within a node, sp
+ * over what is left, each mesh one the plan accepts; the strategy and mesh that fit `limit`
+ * with the least traffic go to *best. g: the global table (its head split under a pipeline,
+ * as the run splits it). Returns 1 where tp 1 x sp 1 fits at pp 1 (nothing to choose: the
+ * strategy choice as always), else 0. *refused gets the plan's line for a pipeline size
+ * refused whatever the tp and sp (a schedule's rule), else stays as it is. */
+static int search_pp(zt_config_t *c, const zt_param_table_t *g, const zt_plan_shape_t *sh, int world, int per_node,
+                     double limit, mesh_pick_t *best, char *refused, size_t rlen)
+{
     static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
-    const double limit = memory_limit(cfg, NULL, per_node, what, sizeof what);
-    zt_config_t c = *cfg;
-    int best_tp = 0, best_sp = 0;
-    zt_strategy_t best_st = ZT_DDP;
-    double best_traffic = 0, best_total = 0;
-    /* tp within a node; sp over what is left; tp 1 x sp 1 first (a tp that would cut a 4-bit
-     * base's blocks has no table) */
-    for (int tp = 1; tp <= per_node && tp <= world; tp++) {
-        if (per_node % tp || world % tp) continue;
+    const int pp = c->parallel.pipeline_parallel_size;
+    char err[ZT_ERRLEN];
+    int planned = 0;
+    err[0] = '\0';
+    /* tp 1 x sp 1 first (a tp that would cut a 4-bit base's blocks has no table) */
+    for (int tp = 1; tp <= per_node && tp * pp <= world; tp++) {
+        if (per_node % tp || world % (tp * pp)) continue;
         zt_param_table_t *t = zt_params_tp_local(g, tp, 0, err, sizeof err);
         if (!t) continue;
-        for (int sp = 1; sp <= world / tp; sp++) {
+        for (int sp = 1; sp <= world / (tp * pp); sp++) {
             /* a candidate mesh is one the plan accepts */
             zt_parallel_plan_t p;
-            c.parallel.tensor_parallel_size = tp, c.parallel.sequence_parallel_size = sp;
-            if (zt_plan_build(&p, &c, &sh, world, per_node, err, sizeof err) != 0) continue;
+            c->parallel.tensor_parallel_size = tp, c->parallel.sequence_parallel_size = sp;
+            if (zt_plan_build(&p, c, sh, world, per_node, err, sizeof err) != 0) continue;
+            planned = 1;
             mesh_local(t, &p);
             for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
                 if (!plannable(&p, order[i])) continue;
                 estimate_t e;
-                estimate(&c, &p, g, t, order[i], world / tp, per_node / tp > 0 ? per_node / tp : 1, &e);
+                zt_plan_resolve(&p, order[i]);
+                estimate(c, &p, g, t, order[i], world / (tp * pp), ZT_MAX(per_node / tp, 1), &e);
                 if ((double)e.total > limit) continue;
-                if (tp == 1 && sp == 1) { /* it fits as it is: the strategy choice as always */
+                if (pp == 1 && tp == 1 && sp == 1) {
                     zt_param_table_free(t);
-                    zt_param_table_free(g);
-                    return 0;
+                    return 1;
                 }
-                const double traffic = e.traffic + mesh_traffic(&c, t, tp, sp);
-                if (!best_tp || traffic < best_traffic)
-                    best_tp = tp, best_sp = sp, best_st = order[i], best_traffic = traffic, best_total = (double)e.total;
+                const double traffic =
+                    e.traffic + mesh_traffic(c, t, tp, sp, rank_blocks(&p, t->dims.L)) + pp_traffic(c, &p, t, order[i]);
+                if (!best->tp || traffic < best->traffic)
+                    *best = (mesh_pick_t){pp, tp, sp, order[i], traffic, (double)e.total};
             }
         }
         zt_param_table_free(t);
     }
+    if (!planned && pp > 1 && err[0]) snprintf(refused, rlen, "%s", err);
+    return 0;
+}
+
+int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, size_t len)
+{
+    if (cfg->parallel.strategy != ZT_STRATEGY_AUTO || zt_config_given(cfg, "parallel.tensor_parallel_size") ||
+        zt_config_given(cfg, "parallel.sequence_parallel_size") ||
+        zt_config_given(cfg, "parallel.pipeline_parallel_size"))
+        return 0;
+    char err[ZT_ERRLEN], what[160], b1[32], b2[32], b3[32];
+    zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err);
+    if (!g) return 0;
+    const zt_plan_shape_t sh = shape_of(g);
+    const double limit = memory_limit(cfg, NULL, per_node, what, sizeof what);
+    zt_config_t c = *cfg;
+    mesh_pick_t best = {0};
+    char refused[ZT_ERRLEN] = "";
+    /* pp 1: the meshes within a node; it fits as it is where tp 1 x sp 1 does */
+    c.parallel.pipeline_parallel_size = 1;
+    if (search_pp(&c, g, &sh, world, per_node, limit, &best, refused, sizeof refused)) {
+        zt_param_table_free(g);
+        return 0;
+    }
+    if (best.tp) {
+        zt_param_table_free(g);
+        snprintf(why, len, "no strategy fits the limit of %s (%s) at tp 1 x sp 1; tp %d x sp %d with %s fits (%s per "
+                 "rank) and moves the least of the meshes that fit (%s a step)", zt_fmt_bytes(limit, b1, 32), what,
+                 best.tp, best.sp, zt_strategy_name(best.st), zt_fmt_bytes(best.total, b2, 32),
+                 zt_fmt_bytes(best.traffic, b3, 32));
+        cfg->parallel.tensor_parallel_size = best.tp;
+        cfg->parallel.sequence_parallel_size = best.sp;
+        return 1;
+    }
+    /* no tp within a node (nor sp) fits: the smallest pipeline that does (its stages the
+     * plan's even split, the mesh within it searched as above). Its schedule: 1f1b (at
+     * most pp - r micro-batches in flight on rank r); where the accumulation steps are
+     * fewer than pp, which 1f1b refuses, gpipe, the one schedule that keeps the user's
+     * global batch (with M < pp 1f1b would start every micro-batch before its first
+     * backward on rank 0 too, and the bubble is (pp - 1) / (M + pp - 1) under both). A
+     * parallel.pp_schedule given is kept: a pipeline it refuses is reported, with the
+     * gpipe mesh that would fit. */
+    const int A = cfg->train.gradient_accumulation_steps;
+    const int given = zt_config_given(cfg, "parallel.pp_schedule");
+    zt_params_split_head(g); /* as a pipeline's run splits it */
+    for (int pp = 2; pp <= world && !best.tp; pp++) {
+        if (world % pp) continue;
+        c.parallel.pipeline_parallel_size = pp;
+        c.parallel.pp_schedule = given ? cfg->parallel.pp_schedule : A >= pp ? ZT_PP_1F1B : ZT_PP_GPIPE;
+        refused[0] = '\0';
+        search_pp(&c, g, &sh, world, per_node, limit, &best, refused, sizeof refused);
+        if (best.tp || !given || !refused[0]) continue;
+        zt_config_t alt = c;
+        alt.parallel.pp_schedule = ZT_PP_GPIPE, alt.parallel.pp_stages_per_rank = 1;
+        mesh_pick_t gp = {0};
+        char dummy[ZT_ERRLEN];
+        search_pp(&alt, g, &sh, world, per_node, limit, &gp, dummy, sizeof dummy);
+        if (!gp.tp) continue;
+        zt_param_table_free(g);
+        snprintf(why, len, "parallel.strategy = auto: no mesh fits the limit of %s (%s) without a pipeline; pp %d x "
+                 "tp %d x sp %d with %s fits under parallel.pp_schedule = gpipe (%s per rank), but the schedule given "
+                 "is refused there: %s", zt_fmt_bytes(limit, b1, 32), what, pp, gp.tp, gp.sp, zt_strategy_name(gp.st),
+                 zt_fmt_bytes(gp.total, b2, 32), refused);
+        return -1;
+    }
     zt_param_table_free(g);
-    if (!best_tp) return 0;
-    char b1[32], b2[32], b3[32];
-    snprintf(why, len, "no strategy fits the limit of %s (%s) at tp 1 x sp 1; tp %d x sp %d with %s fits (%s per rank) "
-             "and moves the least of the meshes that fit (%s a step)", zt_fmt_bytes(limit, b1, 32), what, best_tp,
-             best_sp, zt_strategy_name(best_st), zt_fmt_bytes(best_total, b2, 32), zt_fmt_bytes(best_traffic, b3, 32));
-    cfg->parallel.tensor_parallel_size = best_tp;
-    cfg->parallel.sequence_parallel_size = best_sp;
+    if (!best.tp) return 0; /* nothing fits: the run's own check says so */
+    cfg->parallel.pipeline_parallel_size = best.pp;
+    cfg->parallel.tensor_parallel_size = best.tp;
+    cfg->parallel.sequence_parallel_size = best.sp;
+    cfg->parallel.pp_schedule = given ? cfg->parallel.pp_schedule : A >= best.pp ? ZT_PP_1F1B : ZT_PP_GPIPE;
+    const int n = snprintf(why, len, "no mesh fits the limit of %s (%s) without a pipeline (tp within a node's %d "
+                           "ranks, sp over the rest); pp %d, the smallest that fits, x tp %d x sp %d with %s and %s "
+                           "fits (%s per rank) and moves the least of the meshes that fit at pp %d (%s a step)",
+                           zt_fmt_bytes(limit, b1, 32), what, per_node, best.pp, best.tp, best.sp,
+                           zt_strategy_name(best.st),
+                           zt_config_enum_name("parallel.pp_schedule", cfg->parallel.pp_schedule),
+                           zt_fmt_bytes(best.total, b2, 32), best.pp, zt_fmt_bytes(best.traffic, b3, 32));
+    if (!given && A < best.pp && n > 0 && (size_t)n < len)
+        snprintf(why + n, len - (size_t)n, "; gpipe as 1f1b needs train.gradient_accumulation_steps (%d) >= pp: the "
+                 "bubble is (pp - 1) / (M + pp - 1) = %.0f%% of a step, more accumulation steps shrink it", A,
+                 100.0 * (best.pp - 1) / (A + best.pp - 1));
     return 1;
 }
 
@@ -1068,11 +1201,7 @@ static long loss_tokens(const int32_t *tgt, size_t n)
 
 /* The residual stream of a micro-batch of T positions on this rank, what crosses a stage boundary:
  * (B, T, C), its rows split over tp under tp_sequence_parallel (zt_model_residual) */
-static size_t residual_floats(const run_t *r, int T)
-{
-    const zt_model_dims_t *d = &r->ltable->dims;
-    return (size_t)r->B * T / (d->tp_seq ? (size_t)d->tp_size : 1) * (size_t)d->C;
-}
+static size_t residual_floats(const run_t *r, int T) { return zt_model_residual_floats(r->model, r->B, T); }
 
 /* pp > 1, inside begin/end_inference: the batch in r->inp / r->tgt forward through this
  * rank's stages in order, a stage's input received from the previous stage's rank and its
@@ -1902,11 +2031,13 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
      * while this rank computes whatever comes before it in the list; at its action it is
      * waited for and copied where the model reads it */
     int nmsg = 0;
+    size_t held = 0; /* the bytes of the step's message buffers */
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
         if (a->kind != ZT_ACT_RECV_ACT && a->kind != ZT_ACT_RECV_GRAD) continue;
         const size_t n = residual_floats(r, r->micro_T[a->micro]);
         r->pp_buf[nmsg] = r->be->alloc(n * sizeof(float));
+        held += n * sizeof(float);
         zt_irecv(c, &c->pp, r->pp_buf[nmsg], a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nmsg]);
         nmsg++;
     }
@@ -1938,6 +2069,7 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
         case ZT_ACT_SEND_GRAD: {
             const float *src = a->kind == ZT_ACT_SEND_ACT ? zt_model_residual(m, end - 1) : zt_model_residual_grad(m);
             float *buf = r->be->alloc(n * sizeof *buf);
+            held += n * sizeof *buf;
             r->be->copy(buf, src, n * sizeof *buf);
             r->pp_buf[nsend] = buf;
             zt_isend(c, &c->pp, buf, a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nsend]);
@@ -1984,6 +2116,7 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
         }
     }
     const double ts = zt_now();
+    r->pp_msg_bytes = ZT_MAX(r->pp_msg_bytes, held); /* every buffer of the step is still held here, at R */
     for (int k = 0; k < nsend; k++) {
         if (k >= nmsg) zt_wait(c, &r->pp_req[k]);
         r->be->free(r->pp_buf[k]);
@@ -2040,6 +2173,14 @@ static void pp_summary(run_t *r)
     free(all);
 }
 
+/* This rank's measured memory: the engine's, its buffers with a pipeline's message buffers
+ * (their high-water mark over the steps; the estimate counts them the same way) */
+static void rank_memory(const run_t *r, zt_shard_mem_t *mm)
+{
+    zt_shard_memory(r->shard, mm);
+    mm->comm_buffers += r->pp_msg_bytes;
+}
+
 /* pp > 1, on every rank: each pipeline rank's measured memory (the ranks at this rank's
  * data and tp position) beside its estimate, logged and recorded by rank 0 */
 static void stage_memory(run_t *r)
@@ -2047,7 +2188,7 @@ static void stage_memory(run_t *r)
     zt_comm_t *c = r->comm;
     const int pp = c->pp.size, K = 15;
     zt_shard_mem_t mm, mr = {0};
-    zt_shard_memory(r->shard, &mm);
+    rank_memory(r, &mm);
     if (r->ref_shard) zt_shard_memory(r->ref_shard, &mr); /* DPO's frozen copy: its stages' units */
     const double mine[15] = {(double)mm.params, (double)mm.grads, (double)mm.optim, (double)mm.comm_buffers,
                              (double)mm.gathered_peak, (double)activation_bytes(r), (double)mm.host, (double)mm.nvme,
@@ -2718,7 +2859,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
 #endif
         dev_peak = zt_max_double(comm, &comm->world, dev_peak);
         zt_shard_mem_t mm, mref = {0};
-        zt_shard_memory(r->shard, &mm);
+        rank_memory(r, &mm);
         if (r->ref_shard) zt_shard_memory(r->ref_shard, &mref);
         char b[9][32];
         zt_log("memory (rank 0, measured): params %s, grads %s, optimizer %s, buffers %s, gathered peak %s, "

@@ -5,12 +5,19 @@
 #     stage) at pp 2 under 1f1b and gpipe, at pp 4, and at pp 2 x dp 2 under zero3, and an
 #     untied Llama at pp 2 under zero1: each pipeline rank's estimate (a dry run of its
 #     stages' engine, its schedule's slots of its stages' activations) equals what that rank
-#     measured, figure by figure; the ranks' parameters add up to the model's once, plus
+#     measured, figure by figure (buffers: the engine's and the step's message buffers, one
+#     residual stream per send and receive); the ranks' parameters add up to the model's once, plus
 #     GPT-2's root a second time (the untied Llama's embedding is on the first rank only,
 #     its final norm and head on the last); the activations are slots of one stage model's: 1F1B
 #     holds min(pp - r, M) micro-batches on rank r, GPipe all M.
 #  2. The fit check knows the pipeline: a parallel.memory_limit_gb that refuses ddp on 2
-#     ranks lets pp 2 train.
+#     ranks lets pp 2 train, and pp 2 x tp 2 on 4 (oversubscribed) ranks: each pipeline
+#     rank's estimate fits the limit and equals its measurement, and both runs equal one
+#     rank's within 1e-5. parallel.strategy = auto, for a model neither tp nor Ulysses sp
+#     can split (1 head) at a limit zero3 does not meet on 2 ranks, picks pp 2 (1f1b, the
+#     choice on the log's first line; --estimate-memory shows the same choice and its
+#     figures), and the run equals one rank's; with one accumulation
+#     step and 1f1b given it refuses the run in one line naming the gpipe pipeline that fits.
 #  3. Checkpoints stay mesh-independent: pp 2 x dp 2 resumes as ddp on 3 ranks (10 + 10
 #     steps against 20 at once); the HF export (hf/) and a LoRA adapter export (adapter/,
 #     and the merged hf/) written at pp 2 x dp 2, each rank its stages' part, equal one
@@ -88,7 +95,54 @@ expect_fail_with 2 "memory: ddp needs an estimated" $common $big parallel.strate
 # shellcheck disable=SC2086
 run_ztrain 2 $common $big parallel.strategy=ddp $pp2 train.output_dir=fit-pp2 >/dev/null
 assert_contains "$ZT_OUT" "summary: 2 steps"
-echo "pp_memory: memory_limit_gb refuses ddp on 2 ranks, pp 2 fits and trains"
+# shellcheck disable=SC2086
+run_ztrain 4 $common $big parallel.strategy=ddp $pp2 parallel.tensor_parallel_size=2 train.output_dir=fit-pptp \
+    >/dev/null
+assert_contains "$ZT_OUT" "mesh tp 2 x sp 1 x dp 1 x pp 2"
+# shellcheck disable=SC2086
+run_ztrain 1 $common $big parallel.memory_limit_gb=0 train.output_dir=fit-one >/dev/null
+"$PY" - fit-pp2 fit-pptp <<'PYEOF' || fail "a pipeline run under parallel.memory_limit_gb: its estimate is not its measurement, or over the limit"
+import json, sys
+limit = 0.0045 * 2**30
+for d in sys.argv[1:]:
+    recs = [json.loads(l) for l in open(d + "/metrics.jsonl") if '"pp_rank"' in l]
+    assert len(recs) == 2, (d, len(recs))
+    for r in recs:
+        est, meas = r["memory_estimate"], r["memory_measured"]
+        assert est == meas, (d, r["pp_rank"], est, meas)
+        total = sum(v for k, v in est.items() if k not in ("host", "nvme"))
+        assert total <= limit, (d, r["pp_rank"], total, limit)
+        print(d, "pp rank", r["pp_rank"], "estimate = measured,", total, "bytes <=", int(limit))
+PYEOF
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" fit-one fit-pp2 fit-pptp || fail "pp 2 or pp 2 x tp 2 is not one rank's run"
+echo "pp_memory: memory_limit_gb refuses ddp on 2 ranks; pp 2 and pp 2 x tp 2 on 4 ranks fit, train and equal one rank"
+
+# auto: 1 head (no tp, no Ulysses sp); 4 MiB refuses zero3 on 2 ranks, pp 2 fits under ddp
+one="model.n_head=1 parallel.memory_limit_gb=0.004"
+# shellcheck disable=SC2086
+expect_fail_with 2 "memory: zero3 needs an estimated" $common $big $one parallel.strategy=zero3 \
+    train.output_dir=auto-z3
+# shellcheck disable=SC2086
+run_ztrain 2 $common $big $one parallel.strategy=auto train.output_dir=auto-pp >/dev/null
+head -n 1 "$ZT_OUT" | grep -qF "parallel auto: no mesh fits the limit of 4.10 MiB (parallel.memory_limit_gb) without a pipeline (tp within a node's 2 ranks, sp over the rest); pp 2, the smallest that fits, x tp 1 x sp 1 with ddp and 1f1b fits" ||
+    fail "auto on 2 ranks: the first line does not give pp 2"
+assert_contains "$ZT_OUT" "mesh tp 1 x sp 1 x dp 1 x pp 2"
+assert_contains "$ZT_OUT" "strategy auto -> ddp"
+# shellcheck disable=SC2086
+run_ztrain 1 $common $big $one parallel.memory_limit_gb=0 train.output_dir=auto-one >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" auto-one auto-pp || fail "auto's pp 2 is not one rank's run"
+# --estimate-memory plans the same: auto's line, then the figures of pp 2
+# shellcheck disable=SC2086
+run_ztrain 1 --estimate-memory --ranks 2 $common $big $one parallel.strategy=auto >/dev/null
+assert_contains "$ZT_OUT" "parallel auto on 2 ranks (2 a node): no mesh fits the limit of 4.10 MiB"
+assert_contains "$ZT_OUT" "2 ranks (2 per node), tp 1, sp 1, pp 2,"
+# one accumulation step with parallel.pp_schedule = 1f1b given: refused on every rank, naming
+# the gpipe pipeline that would fit and 1f1b's rule
+# shellcheck disable=SC2086
+expect_fail_with 2 "pp 2 x tp 1 x sp 1 with ddp fits under parallel.pp_schedule = gpipe" $common $big $one \
+    parallel.strategy=auto train.gradient_accumulation_steps=1 parallel.pp_schedule=1f1b train.output_dir=auto-1f1b
+assert_contains "$ZT_OUT" "the schedule given is refused there: parallel.pp_schedule = 1f1b"
+echo "pp_memory: auto picks pp 2 where zero3 does not fit and no tp or sp can split the model; it equals one rank"
 
 # ---- 3. checkpoints and exports ----------------------------------------------------------
 const="optim.lr_scheduler_type=constant_with_warmup"

@@ -5,6 +5,7 @@
 #include "zt_common.h"
 #include "zt_config.h"
 #include "zt_plan.h"
+#include "zt_train.h"
 #include "zt_test.h"
 
 #include <string.h>
@@ -350,6 +351,90 @@ static void t_pipeline(void)
     CU_ASSERT_EQUAL(build(2, 2, 1, zero), -2);
 }
 
+/* cfg of a small GPT-2 (6 blocks of 64, 2 heads, B 2 x T 16 a micro-batch), with overrides
+ * and parallel.strategy = auto: zt_train_auto_mesh's answer on world ranks, per_node a node */
+static int auto_mesh(int world, int per_node, int n, char *const ov[], char *why, size_t len)
+{
+    char *args[16] = {"parallel.strategy=auto", "model.n_layer=6", "model.n_embd=64", "model.n_head=2",
+                      "model.vocab_size=260", "model.block_size=32", "data.seq_len=16",
+                      "train.per_device_train_batch_size=2", "train.gradient_accumulation_steps=4"};
+    const int base = 9;
+    for (int i = 0; i < n && base + i < 16; i++) args[base + i] = ov[i];
+    why[0] = err[0] = '\0';
+    if (zt_config_parse(&cfg, NULL, "in.cfg", base + n, args, err, sizeof err) != 0) {
+        printf("\n  config: %s\n", err);
+        return -2;
+    }
+    const int rc = zt_train_auto_mesh(&cfg, world, per_node, why, len);
+    printf("\n  auto on %d ranks (%d a node): %d, pp %d x tp %d x sp %d: %s", world, per_node, rc,
+           cfg.parallel.pipeline_parallel_size, cfg.parallel.tensor_parallel_size,
+           cfg.parallel.sequence_parallel_size, why);
+    return rc;
+}
+
+#define MESH(pp_, tp_, sp_)                                                                      \
+    CU_ASSERT(cfg.parallel.pipeline_parallel_size == (pp_) && cfg.parallel.tensor_parallel_size == (tp_) && \
+              cfg.parallel.sequence_parallel_size == (sp_))
+
+/* parallel.strategy = auto and the pipeline: tp within a node first; where no mesh without
+ * a pipeline fits, the smallest pp that does (1f1b, or gpipe with fewer accumulation steps
+ * than pp, or one line where a schedule given is refused there). Limits between the dry
+ * run's figures of the meshes (--estimate-memory: ddp 5.70 MiB a rank at pp 1 on 2 ranks,
+ * zero3 4.27, tp 2 ddp 3.00, pp 2 ddp 3.59, pp 2 x tp 2 ddp 2.00 on 4). */
+static void t_auto_pipeline(void)
+{
+    char why[1024];
+    /* plenty of memory: nothing to choose, the strategy is chosen later as always */
+    char *big[] = {"parallel.memory_limit_gb=8"};
+    CU_ASSERT_EQUAL(auto_mesh(2, 2, 1, big, why, sizeof why), 0);
+    MESH(1, 1, 1);
+    /* 4.1 MiB: below zero3 at pp 1; tp 2 fits within the node and is preferred to a pipeline */
+    char *lim[] = {"parallel.memory_limit_gb=0.004"};
+    CU_ASSERT_EQUAL(auto_mesh(2, 2, 1, lim, why, sizeof why), 1);
+    MESH(1, 2, 1);
+    /* one rank a node: no tp, and a mesh without a pipeline that fits is preferred to one
+     * (Ulysses sp 2 over the two nodes, with zero3) */
+    CU_ASSERT_EQUAL(auto_mesh(2, 1, 1, lim, why, sizeof why), 1);
+    MESH(1, 1, 2);
+    /* a model neither tp nor Ulysses can split (1 head): pp 2 under 1f1b (4 accumulation steps >= pp) */
+    char *one[] = {"parallel.memory_limit_gb=0.004", "model.n_head=1"};
+    CU_ASSERT_EQUAL(auto_mesh(2, 2, 2, one, why, sizeof why), 1);
+    MESH(2, 1, 1);
+    CU_ASSERT_EQUAL(cfg.parallel.pp_schedule, ZT_PP_1F1B);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "without a pipeline (tp within a node's 2 ranks, sp over the rest); pp 2, the "
+                                       "smallest that fits, x tp 1 x sp 1 with ddp and 1f1b fits"));
+    CU_ASSERT_EQUAL(zt_plan_build(&plan, &cfg, &(zt_plan_shape_t){6, 1, 1, 256, 260}, 2, 2, err, sizeof err), 0);
+    /* 1 accumulation step: gpipe, and the line says why and what it costs */
+    char *a1[] = {"parallel.memory_limit_gb=0.004", "model.n_head=1", "train.gradient_accumulation_steps=1"};
+    CU_ASSERT_EQUAL(auto_mesh(2, 2, 3, a1, why, sizeof why), 1);
+    MESH(2, 1, 1);
+    CU_ASSERT_EQUAL(cfg.parallel.pp_schedule, ZT_PP_GPIPE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "with ddp and gpipe fits"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "; gpipe as 1f1b needs train.gradient_accumulation_steps (1) >= pp: the bubble "
+                                       "is (pp - 1) / (M + pp - 1) = 50% of a step"));
+    /* 1f1b given: kept, and the pipeline it refuses is named with the schedule that fits */
+    char *a1g[] = {"parallel.memory_limit_gb=0.004", "model.n_head=1", "train.gradient_accumulation_steps=1",
+                   "parallel.pp_schedule=1f1b"};
+    CU_ASSERT_EQUAL(auto_mesh(2, 2, 4, a1g, why, sizeof why), -1);
+    MESH(1, 1, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "without a pipeline; pp 2 x tp 1 x sp 1 with ddp fits under "
+                                       "parallel.pp_schedule = gpipe"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "but the schedule given is refused there: parallel.pp_schedule = 1f1b: "
+                                       "train.gradient_accumulation_steps (1) must be at least"));
+    /* 4 ranks, 2 a node, 2 MiB: nothing at pp 1 (tp 2 x dp 2 under zero3 needs 2.28 MiB); pp 2 x tp 2 */
+    char *l4[] = {"parallel.memory_limit_gb=0.002"};
+    CU_ASSERT_EQUAL(auto_mesh(4, 2, 1, l4, why, sizeof why), 1);
+    MESH(2, 2, 1);
+    /* a mesh given is kept: auto chooses the strategy alone */
+    char *kept[] = {"parallel.memory_limit_gb=0.004", "model.n_head=1", "parallel.pipeline_parallel_size=1"};
+    CU_ASSERT_EQUAL(auto_mesh(2, 2, 3, kept, why, sizeof why), 0);
+    MESH(1, 1, 1);
+    /* too tight for any pipeline: left to the run's own refusal */
+    char *tiny[] = {"parallel.memory_limit_gb=0.0005", "model.n_head=1"};
+    CU_ASSERT_EQUAL(auto_mesh(2, 2, 2, tiny, why, sizeof why), 0);
+    MESH(1, 1, 1);
+}
+
 static const zt_test_t tests[] = {
     {"valid meshes and their axes", t_valid_meshes},
     {"dtypes", t_dtypes},
@@ -360,6 +445,7 @@ static const zt_test_t tests[] = {
     {"offload rules", t_offload_rules},
     {"1-bit Adam rules", t_onebit_rules},
     {"pipeline axis and rules", t_pipeline},
+    {"auto: a pipeline where no mesh without one fits", t_auto_pipeline},
     {NULL, NULL},
 };
 
