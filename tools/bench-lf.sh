@@ -14,7 +14,8 @@
 #   STAGE=dpo: the LoRA DPO job instead (tools/bench-dpo.sh): stage dpo, pref_loss sigmoid, the
 #     records as pairs (chosen: a record's output, rejected: the next one's), PAIRS pairs per
 #     optimizer step (default 2); also pairs per second, and ztrain's time in the reference
-#     passes against the policy's forward + backward (its summary line)
+#     passes against the policy's forward + backward (its summary line); SHARE_PROMPT (default
+#     true): ztrain's pref.share_prompt, the reference pass computing each pair's prompt once
 set -eu
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -61,7 +62,9 @@ json.dump({"long_alpaca": {"file_name": "long_alpaca.json"},
           open("data/dataset_info.json", "w"))
 PY
 fi
+zt_extra=
 if [ "$STAGE" = dpo ]; then
+    zt_extra="pref.share_prompt=${SHARE_PROMPT:-true}"
     GLOBAL=$PAIRS
     job="stage: dpo
 pref_loss: sigmoid
@@ -117,8 +120,9 @@ PY
 }
 zt() { # RANKS NAME -> median s/step
     yaml $((GLOBAL / $1)) "out/$2" >"$2.yaml"
+    # shellcheck disable=SC2086 # zt_extra: no word or one
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$1" \
-        "$ZT" "$2.yaml" train.sample_tokens=0 checkpoint.save_at_end=false checkpoint.save_hf=false \
+        "$ZT" "$2.yaml" train.sample_tokens=0 checkpoint.save_at_end=false checkpoint.save_hf=false $zt_extra \
         >"$2.log" 2>&1 || { tail -3 "$2.log" >&2; echo 0; return; }
     python3 - "out/$2/metrics.jsonl" "$WARMUP" <<'PY'
 import json, statistics, sys
