@@ -15,7 +15,9 @@
 #     records as pairs (chosen: a record's output, rejected: the next one's), PAIRS pairs per
 #     optimizer step (default 2); also pairs per second, and ztrain's time in the reference
 #     passes against the policy's forward + backward (its summary line); SHARE_PROMPT (default
-#     true): ztrain's pref.share_prompt, the reference pass computing each pair's prompt once
+#     true): ztrain's pref.share_prompt, the reference pass computing each pair's prompt once;
+#     DPO_DATASET=prompt_pairs: pairs with long prompts instead (a record's output as the prompt,
+#     "Summarize: " before it; chosen its first 40 words, rejected words 5-44 of the next one's)
 set -eu
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -32,7 +34,7 @@ ZT=$(cd "$B" && pwd)/ztrain
 SRC=$(pwd)
 cd "$work"
 N=$((STEPS + WARMUP))
-if [ ! -f data/long_pairs.json ]; then
+if [ ! -f data/prompt_pairs.json ]; then
     CUDA_VISIBLE_DEVICES= "$LF_PY" - "$SRC/tests/reference/sft/tok/qwen" <<'PY'
 import json, os, shutil, sys, torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -56,9 +58,14 @@ json.dump(recs, open("data/long_alpaca.json", "w"))
 pairs = [{"instruction": r["instruction"], "input": "", "chosen": r["output"], "rejected": recs[(i + 1) % 64]["output"]}
          for i, r in enumerate(recs)]
 json.dump(pairs, open("data/long_pairs.json", "w"))
+words = [r["output"].split() for r in recs]
+json.dump([{"instruction": "Summarize: " + r["output"], "input": "", "chosen": " ".join(words[i][:40]),
+            "rejected": " ".join(words[(i + 1) % 64][5:45])} for i, r in enumerate(recs)],
+          open("data/prompt_pairs.json", "w"))
+cols = {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"}
 json.dump({"long_alpaca": {"file_name": "long_alpaca.json"},
-           "long_pairs": {"file_name": "long_pairs.json", "ranking": True,
-                          "columns": {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"}}},
+           "long_pairs": {"file_name": "long_pairs.json", "ranking": True, "columns": cols},
+           "prompt_pairs": {"file_name": "prompt_pairs.json", "ranking": True, "columns": cols}},
           open("data/dataset_info.json", "w"))
 PY
 fi
@@ -69,7 +76,7 @@ if [ "$STAGE" = dpo ]; then
     job="stage: dpo
 pref_loss: sigmoid
 pref_beta: 0.1
-dataset: long_pairs"
+dataset: ${DPO_DATASET:-long_pairs}"
 else
     GLOBAL=8
     job="stage: sft

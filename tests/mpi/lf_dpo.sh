@@ -10,6 +10,9 @@
 # rate and the gradient norm (check_lf_log.py); at the end the adapter, or every weight (the
 # embedding: the rows the fixture keeps), within 1e-5 relative L2. Rows trimmed to the
 # micro-batch's longest pair (one rank) train and log what untrimmed rows (sp 2) do.
+# pref.share_prompt (the reference computing each pair's prompt once): LLaMA-Factory's steps,
+# LoRA at one rank and tp 2 x zero3, full at one rank and zero3 at 2, with fewer positions
+# computed; fresh adapters' step 1 exactly ln 2 without it, the reference sums to 1e-6 with it.
 # Not logits/chosen and logits/rejected: LLaMA-Factory's are the mean over a batch padded to a
 # multiple of 8 past its longest pair, pad positions included (their logits: the pad token
 # attending to the row's tokens alone); ztrain's over the positions up to the last that carries
