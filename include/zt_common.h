@@ -65,6 +65,9 @@ static inline uint64_t zt_splitmix64(uint64_t x)
 
 /* Wall-clock seconds (monotonic). */
 double zt_now(void);
+/* The calling thread's CPU seconds: a computation's own time, which a busy machine's
+ * preemption does not stretch as it stretches the wall clock. */
+double zt_thread_seconds(void);
 
 /* Rank and host of this process in MPI_COMM_WORLD, cached after MPI_Init. */
 int zt_world_rank(void);

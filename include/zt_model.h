@@ -86,6 +86,23 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
  * must stay unchanged as set_batch's. Why a call of its own: the model takes the
  * packing as given, whoever made it (zt_data_read_row reads it from an SFT file). */
 void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t *positions);
+/* Rows that share a prefix, computed once (DPO's reference pass: a pair's chosen and
+ * rejected rows share the prompt; zt_pref_ref.h builds the maps). After zt_model_set_batch
+ * of a compact batch (each of its tokens one position of a full (Bf, Tf) batch) and
+ * zt_model_set_segments(m, NULL, their positions), the next forward runs every per-token
+ * operation on the compact tokens and each attention on the full batch: full (Bf Tf) gives
+ * each full position's compact token (-1: zeros, a position no query before it sees), own
+ * (the compact batch's B T) each compact token's full position. A full position is either
+ * a compact token of its own or, inside the shared prefix, the token of the same id and
+ * position in the row it shares it with, so each attention query sees the keys and values
+ * it sees in the full batch, and every token gets what it gets there, to rounding (a
+ * GEMM's rows round by the call's shape; with the full batch's shape, bit for bit: full
+ * the identity). Forward only (no backward
+ * reads this layout); zt_model_set_batch ends it; the arrays must stay as set_batch's.
+ * zt_model_can_share_rows: 0 where the attention cannot (sequence parallelism, tp's
+ * sequence-parallel residual, a KV cache, a family without the scratches). */
+int zt_model_can_share_rows(const zt_model_t *m);
+void zt_model_set_shared_rows(zt_model_t *m, int Bf, int Tf, const int32_t *full, const int32_t *own);
 void zt_model_forward_embed(zt_model_t *m, const float *root);
 /* lora: block l's adapter unit (NULL without LoRA) */
 void zt_model_forward_block(zt_model_t *m, int l, const float *unit, const float *lora);

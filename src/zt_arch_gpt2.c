@@ -255,6 +255,7 @@ static void gpt2_create(zt_model_t *m)
     g->lnf_mean = zt_model_alloc(m, N * F);
     g->lnf_rstd = zt_model_alloc(m, N * F);
     g->dqkv = zt_model_alloc(m, 3 * N * A * F);
+    m->share_qkv = g->dqkv, m->share_out = m->dres2; /* zt_model_set_shared_rows' (N,3A), (N,A <= C) */
     if (any_lora(table)) {
         int in = 0;
         for (int k = 0; k < 4; k++)

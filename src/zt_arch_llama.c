@@ -638,6 +638,7 @@ static void llama_create(zt_model_t *m)
     g->dqkv = zt_model_alloc(m, N * S * F);
     if (d->qk_norm) g->dqkv_pre = zt_model_alloc(m, N * S * F);
     g->dtmp = zt_model_alloc(m, N * ZT_MAX(I, Q) * F);
+    m->share_qkv = g->dqkv, m->share_out = g->dtmp; /* zt_model_set_shared_rows' (N,S), (N,Q) */
     const size_t half = (size_t)(d->HD / 2), CH = ZT_MAX(C, (size_t)d->HD);
     float *h = zt_malloc(ZT_MAX(half, CH) * F);
     g->inv_freq = zt_model_alloc(m, half * F);

@@ -560,6 +560,11 @@ static const zkey_t schema[] = {
        "ref_model: a HF model directory for the reference, frozen, of the model's shapes. \"\" = with LoRA the base "
        "with the adapters off, with full fine-tuning a frozen copy of model.name_or_path. Not read by orpo and "
        "simpo."),
+    KB("pref.share_prompt", pref.share_prompt, 0,
+       "The reference pass computes a pair's prompt once and no padding past a row's last response token: the same "
+       "log-probs to fp32 rounding, not bit for bit (a GEMM's rows round by how many run), so a policy equal to its "
+       "reference (fresh adapters, step 1) is ln 2 to rounding rather than exactly. Not under sequence parallelism "
+       "or parallel.tp_sequence_parallel (every row's positions run there)."),
     /* generate */
     KS("generate.prompt", generate.prompt, "", NULL,
        "One user message to complete, rendered with data.template (\"\" = generate.prompts_file)."),

@@ -168,6 +168,7 @@ void zt_model_free(zt_model_t *m)
         be->free_host(m->host_hrows);
         be->free_host(m->host_htgt);
     }
+    if (m->share_map) be->free(m->share_map);
     if (m->lsum) {
         be->free(m->lsum);
         be->free(m->ones);
@@ -287,6 +288,7 @@ void zt_model_set_batch(zt_model_t *m, const int32_t *inputs, const int32_t *tar
         m->be->from_host_async(m->tp_pos, m->host_tp_pos, Nl * sizeof(int32_t));
     }
     m->seg = m->pos = NULL;
+    m->share_B = 0;
     m->tok_scale = NULL;
     m->host_lsum = NULL;
     m->keys_set = 0;
@@ -307,6 +309,24 @@ void zt_model_set_logit_sums(zt_model_t *m, float *out)
         m->wsum = m->be->alloc((size_t)m->d.C * sizeof(float));
     }
     m->host_lsum = out;
+}
+
+int zt_model_can_share_rows(const zt_model_t *m)
+{
+    return m->share_qkv && m->share_out && !m->d.tp_seq && m->d.sp_size <= 1 && !m->kv;
+}
+
+void zt_model_set_shared_rows(zt_model_t *m, int Bf, int Tf, const int32_t *full, const int32_t *own)
+{
+    if (!zt_model_can_share_rows(m)) zt_fatal("zt_model_set_shared_rows: this model's attention cannot share rows");
+    if (Bf < 1 || Tf < 1 || Bf > m->Bmax || Tf > m->Tmax)
+        zt_fatal("shared rows: a full batch (%d, %d) outside the model's buffers (%d, %d)", Bf, Tf, m->Bmax, m->Tmax);
+    const size_t N = (size_t)m->Bmax * m->Tmax;
+    if (!m->share_map) m->share_map = m->be->alloc(2 * N * sizeof(int32_t));
+    m->be->from_host_async(m->share_map, full, (size_t)Bf * Tf * sizeof(int32_t));
+    m->be->from_host_async(m->share_map + N, own, (size_t)m->B * m->T * sizeof(int32_t));
+    m->share_B = Bf;
+    m->share_T = Tf;
 }
 
 void zt_model_set_segments(zt_model_t *m, const int32_t *segments, const int32_t *positions)
@@ -611,6 +631,16 @@ void zt_model_self_attention(zt_model_t *m, int l, const float *qkv, float *out,
                              int window)
 {
     const zt_backend_t *be = m->be;
+    if (m->share_B) {
+        /* the compact rows' qkv to the full batch's positions, its causal attention there
+         * (each query sees what it sees in the full batch: the same numbers), and each
+         * compact token's output back from its own position */
+        const int S = (NH + 2 * NKV) * HD, Nf = m->share_B * m->share_T;
+        be->embedding_forward(m->share_qkv, m->share_map, qkv, Nf, S); // (Nf,S)
+        be->attention_forward(m->share_out, lse, m->share_qkv, NULL, m->share_B, m->share_T, NH, NKV, HD, window);
+        be->embedding_forward(out, m->share_map + (size_t)m->Bmax * m->Tmax, m->share_out, m->B * m->T, NH * HD);
+        return;
+    }
     if (!m->kv) {
         be->attention_forward(out, lse, qkv, m->seg, m->B, m->T, NH, NKV, HD, window);
         return;

@@ -89,6 +89,16 @@ struct zt_model {
      * of a reduce-scatter, and the residual-stream rows' positions (Nl) */
     float *tp_full, *tp_full2, *tp_rows;
     int32_t *tp_pos, *host_tp_pos;
+    /* zt_model_set_shared_rows (the DPO reference's shared prompt): the batch set is a
+     * compact one whose attention runs on a full (share_B, share_T) batch (share_B 0: none);
+     * share_map (2 Bmax Tmax, made at the first call, outside the activation count as
+     * lsum's) holds at 0 each full position's compact token (-1: zeros) and at Bmax Tmax
+     * each compact token's full position; share_qkv (N,S) and share_out (N,NH HD): the
+     * family's scratches that hold the full batch's qkv and attention output, free during
+     * a forward (backward scratches; NULL: the family has none, and no sharing) */
+    int share_B, share_T;
+    int32_t *share_map;
+    float *share_qkv, *share_out;
     /* generation's KV cache (zt_model_kv_cache): per block (kv_nseq, Tmax, 2 NKV HD)
      * rows [k | v] of kv_nseq sequences; what the next forward is: kv_nrows = 1, the
      * sequence in kv_slot[0] after kv_pastv[0] positions; kv_nrows > 1, token i the next

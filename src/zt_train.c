@@ -41,6 +41,7 @@
 #include "zt_memplan.h"
 #include "zt_metrics.h"
 #include "zt_pref.h"
+#include "zt_pref_ref.h"
 #include "zt_mfu.h"
 #include "zt_model.h"
 #include "zt_optim.h"
@@ -122,6 +123,8 @@ typedef struct run {
     hist_t train_hist, val_hist;
     hist_t margin_hist;         /* train.stage = dpo: rewards/margins at each logged step */
     double pref_seconds[PT_N];  /* dpo: the micro-steps' time by part (pref_part_t) */
+    double pref_cpu[PT_N];      /* and the main thread's CPU time (a loaded machine's figure) */
+    double pref_ref_pos[2];     /* dpo: the reference's positions computed, and its rows' (pref.share_prompt) */
     double train_seconds;
     float last_loss, last_val;
     zt_comm_stats_t comm_total; /* training collectives of the whole run (not eval, not saves) */
@@ -874,20 +877,27 @@ static void backward_range(run_t *r, zt_model_t *m, int l0, int l1)
     }
 }
 
+/* The batch set in the model through the embedding and every block; the root unit stays
+ * gathered */
+static const float *forward_set_batch(run_t *r, zt_shard_t *s, int adapters)
+{
+    const zt_param_table_t *t = r->table;
+    zt_watchdog_mark("forward", 0, r->step + 1);
+    const float *root = zt_shard_params(s, t->root_unit);
+    zt_shard_prefetch(s, t->first_block_unit); /* the first block's gather overlaps the embedding */
+    zt_model_forward_embed(r->model, root);
+    forward_range(r, s, r->model, 0, t->dims.L, adapters);
+    return root;
+}
+
 static const float *train_forward(run_t *r, zt_shard_t *s, const int32_t *inp, const int32_t *tgt,
                                   const int32_t *seg, const int32_t *pos, const uint64_t *keys, int adapters, int T)
 {
     zt_model_t *m = r->model;
-    const zt_param_table_t *t = r->table;
     zt_model_set_batch(m, inp, tgt, r->B, T);
     if (seg) zt_model_set_segments(m, seg, pos);
     if (keys) zt_model_set_row_keys(m, keys);
-    zt_watchdog_mark("forward", 0, r->step + 1);
-    const float *root = zt_shard_params(s, t->root_unit);
-    zt_shard_prefetch(s, t->first_block_unit); /* the first block's gather overlaps the embedding */
-    zt_model_forward_embed(m, root);
-    forward_range(r, s, m, 0, t->dims.L, adapters);
-    return root;
+    return forward_set_batch(r, s, adapters);
 }
 
 /* After the head's backward: the blocks' backward, the embedding's (droot: the root unit's
@@ -979,12 +989,54 @@ static void row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, int T
     free(acc);
 }
 
-/* the time since *t into the DPO profile's part k; *t := now */
+/* the time since t[0] (wall) and t[1] (the thread's CPU) into the DPO profile's part k;
+ * t := now */
 static void pref_lap(run_t *r, pref_part_t k, double *t)
 {
-    const double now = zt_now();
-    r->pref_seconds[k] += now - *t;
-    *t = now;
+    const double now = zt_now(), cpu = zt_thread_seconds();
+    r->pref_seconds[k] += now - t[0];
+    r->pref_cpu[k] += cpu - t[1];
+    t[0] = now, t[1] = cpu;
+}
+
+/* The reference's log-prob sums of the micro-batch's rows (inp, tgt: (B, T)) into ref (B):
+ * the frozen copy (full fine-tuning, pref.ref_model), or LoRA's base: this model without
+ * its adapters; forward only (its activations are overwritten by the policy's), its head
+ * on the loss-bearing rows with the logits of one chunk at a time. With pref.share_prompt
+ * each pair's prompt is computed once and no padding (zt_pref_ref.h), the same sums to
+ * rounding; not where the model cannot share rows (sequence parallelism splits a row over
+ * ranks, tp's sequence-parallel residual splits the compact tokens over tp ranks:
+ * zt_model_can_share_rows), nor under a pipeline, which run every row's positions. */
+static void pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, int T, double *ref, double *now)
+{
+    const zt_param_table_t *t = r->table;
+    const int frozen_head = t->unit_frozen && t->unit_frozen[t->root_unit];
+    const int share = r->cfg->pref.share_prompt && r->plan.pp <= 1 && zt_model_can_share_rows(r->model);
+    zt_pref_share_t sh = {0};
+    zt_shard_t *rs = r->ref_shard ? r->ref_shard : r->shard;
+    if (r->ref_shard) zt_shard_begin_inference(rs);
+    const float *root;
+    r->pref_ref_pos[1] += (double)r->B * T;
+    if (share) {
+        zt_pref_share_make(&sh, inp, tgt, r->B, T);
+        r->pref_ref_pos[0] += sh.n;
+        zt_model_set_batch(r->model, sh.inp, sh.tgt, sh.B, sh.T);
+        zt_model_set_segments(r->model, NULL, sh.pos);
+        zt_model_set_shared_rows(r->model, r->B, T, sh.full, sh.own);
+        root = forward_set_batch(r, rs, 0);
+    } else {
+        root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0, T);
+        r->pref_ref_pos[0] += (double)r->B * T;
+    }
+    pref_lap(r, PT_REF_BLOCKS, now);
+    if (frozen_head) zt_model_pref_head(r->model, root, 1);
+    else zt_model_forward_head(r->model, root);
+    zt_shard_release(rs, t->root_unit);
+    if (r->ref_shard) zt_shard_end_inference(rs);
+    if (share) zt_pref_share_sums(&sh, zt_model_token_losses(r->model), r->B, ref);
+    else row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, ref, NULL);
+    zt_pref_share_free(&sh);
+    pref_lap(r, PT_REF_HEAD, now);
 }
 
 /* The policy's head after its forward through the blocks of model m (B rows of T of the
@@ -1069,29 +1121,14 @@ static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, dou
     const int frozen_head = t->unit_frozen && t->unit_frozen[t->root_unit];
     const int T = *Tout = trim_padding(r, inp, tgt, NULL);
     double *ref = zt_calloc((size_t)r->B, sizeof *ref);
-    double now = zt_now();
-    if (zt_pref_uses_ref(pc->loss)) {
-        /* the frozen copy (full fine-tuning, pref.ref_model), or LoRA's base: this model
-         * without its adapters; forward only (its activations are overwritten by the
-         * policy's), its head on the loss-bearing rows with the logits of one chunk at a
-         * time */
-        zt_shard_t *rs = r->ref_shard ? r->ref_shard : r->shard;
-        if (r->ref_shard) zt_shard_begin_inference(rs);
-        const float *root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0, T);
-        pref_lap(r, PT_REF_BLOCKS, &now);
-        if (frozen_head) zt_model_pref_head(r->model, root, 1);
-        else zt_model_forward_head(r->model, root);
-        zt_shard_release(rs, t->root_unit);
-        if (r->ref_shard) zt_shard_end_inference(rs);
-        row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, ref, NULL);
-        pref_lap(r, PT_REF_HEAD, &now);
-    }
+    double now[2] = {zt_now(), zt_thread_seconds()};
+    if (zt_pref_uses_ref(pc->loss)) pref_reference(r, inp, tgt, T, ref, now);
     const float *root = train_forward(r, r->shard, inp, tgt, NULL, NULL, NULL, 1, T);
-    pref_lap(r, PT_FWD, &now);
+    pref_lap(r, PT_FWD, now);
     const double loss = pref_policy_head(r, r->model, root, t->root_unit, tgt, T,
-                                         zt_pref_uses_ref(pc->loss) ? ref : NULL, factor, metrics, &now);
+                                         zt_pref_uses_ref(pc->loss) ? ref : NULL, factor, metrics, now);
     backward_from_head(r, frozen_head ? NULL : zt_shard_grads(r->shard, t->root_unit));
-    pref_lap(r, PT_BWD, &now);
+    pref_lap(r, PT_BWD, now);
     free(ref);
     return loss;
 }
@@ -1947,7 +1984,7 @@ static void pref_ref_stages(run_t *r, double *ref)
     float **out = zt_calloc((size_t)A * p->pp_v, sizeof *out);
     zt_request_t *req = zt_calloc((size_t)A * p->pp_v, sizeof *req);
     int nsend = 0;
-    double now = zt_now();
+    double now[2] = {zt_now(), zt_thread_seconds()};
     if (r->ref_shard) zt_shard_begin_inference(s);
     for (int st = c->pp.rank; st < p->stages; st += p->pp) {
         const int first = p->stage_first[st], end = p->stage_first[st + 1];
@@ -1968,14 +2005,14 @@ static void pref_ref_stages(run_t *r, double *ref)
                 zt_shard_release(s, root);
             }
             forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 0);
-            pref_lap(r, PT_REF_BLOCKS, &now);
+            pref_lap(r, PT_REF_BLOCKS, now);
             if (end == L + 2) {
                 const float *hw = zt_shard_params(s, head);
                 if (frozen_head) zt_model_pref_head(m, hw, 1);
                 else zt_model_forward_head(m, hw);
                 zt_shard_release(s, head);
                 row_sums(r, zt_model_token_losses(m), 1, tgt, r->micro_T[mi], ref + (size_t)mi * r->B, NULL);
-                pref_lap(r, PT_REF_HEAD, &now);
+                pref_lap(r, PT_REF_HEAD, now);
                 continue;
             }
             /* from a copy: the next micro-batch overwrites the model's buffer */
@@ -2093,9 +2130,9 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
             if (end == L + 2) {
                 zt_watchdog_mark("forward head", head, r->step + 1);
                 if (dpo) {
-                    double now = zt_now();
+                    double now[2] = {zt_now(), zt_thread_seconds()};
                     loss_sum += pref_policy_head(r, m, zt_shard_params(s, head), head, r->tgt + mi * BT, T,
-                                                 ref ? ref + (size_t)mi * r->B : NULL, pf, pref_window, &now);
+                                                 ref ? ref + (size_t)mi * r->B : NULL, pf, pref_window, now);
                     (*pref_micros)++;
                 } else {
                     zt_model_train_head(m, zt_shard_params(s, head), zt_shard_grads(s, head), ds);
@@ -2900,11 +2937,17 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         if (cfg->train.stage == ZT_STAGE_DPO && r->pref_seconds[PT_FWD] > 0) {
             const double *p = r->pref_seconds, ref = p[PT_REF_BLOCKS] + p[PT_REF_HEAD],
                          pol = p[PT_FWD] + p[PT_HEAD] + p[PT_LOSS] + p[PT_BWD];
+            const double *c = r->pref_cpu, cref = c[PT_REF_BLOCKS] + c[PT_REF_HEAD],
+                         cpol = c[PT_FWD] + c[PT_HEAD] + c[PT_LOSS] + c[PT_BWD];
             zt_log("summary: dpo reference passes %.2f s, policy forward + backward %.2f s (reference %.3fx); "
                    "reference blocks %.2f s, head %.2f s; policy blocks %.2f s, head %.2f s, loss %.2f s, "
-                   "backward %.2f s",
+                   "backward %.2f s; main thread's CPU time: reference %.2f s, policy %.2f s (%.3fx)",
                    ref, pol, ref / pol, p[PT_REF_BLOCKS], p[PT_REF_HEAD], p[PT_FWD], p[PT_HEAD], p[PT_LOSS],
-                   p[PT_BWD]);
+                   p[PT_BWD], cref, cpol, cpol > 0 ? cref / cpol : 0.0);
+            if (r->pref_ref_pos[1] > 0)
+                zt_log("summary: dpo reference positions computed %.0f of the rows' %.0f (%.1f%%; pref.share_prompt %s)",
+                       r->pref_ref_pos[0], r->pref_ref_pos[1], 100.0 * r->pref_ref_pos[0] / r->pref_ref_pos[1],
+                       cfg->pref.share_prompt ? "true" : "false");
         }
         if (r->rank == 0) {
             const zt_metrics_summary_t rec = {

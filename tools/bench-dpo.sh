@@ -6,5 +6,7 @@
 # cutoff 512, PAIRS pairs a step (default 2), fp32, 1 thread each (CORES=1; CORES="1 2" adds two).
 # Prints seconds per step, pairs per second and their ratio (target: ztrain >= 1.3x), and
 # ztrain's time in the reference passes against the policy's forward + backward (its summary
-# line; target <= 0.4x). STEPS, WARMUP, ROUNDS, LF_PY, WORK as bench-lf.sh.
+# line, wall clock and the main thread's CPU time; target <= 0.4x), the reference computing
+# each pair's prompt once (SHARE_PROMPT=false: every row's positions). STEPS, WARMUP, ROUNDS,
+# LF_PY, WORK as bench-lf.sh.
 exec env STAGE=dpo CORES="${CORES:-1}" sh "$(dirname "$0")/bench-lf.sh" "$@"

@@ -14,7 +14,10 @@
 #   STAGE=dpo: the LoRA DPO job instead (tools/bench-dpo.sh): stage dpo, pref_loss sigmoid, the
 #     records as pairs (chosen: a record's output, rejected: the next one's), PAIRS pairs per
 #     optimizer step (default 2); also pairs per second, and ztrain's time in the reference
-#     passes against the policy's forward + backward (its summary line)
+#     passes against the policy's forward + backward (its summary line); SHARE_PROMPT (default
+#     true): ztrain's pref.share_prompt, the reference pass computing each pair's prompt once;
+#     DPO_DATASET=prompt_pairs: pairs with long prompts instead (a record's output as the prompt,
+#     "Summarize: " before it; chosen its first 40 words, rejected words 5-44 of the next one's)
 set -eu
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -31,7 +34,7 @@ ZT=$(cd "$B" && pwd)/ztrain
 SRC=$(pwd)
 cd "$work"
 N=$((STEPS + WARMUP))
-if [ ! -f data/long_pairs.json ]; then
+if [ ! -f data/prompt_pairs.json ]; then
     CUDA_VISIBLE_DEVICES= "$LF_PY" - "$SRC/tests/reference/sft/tok/qwen" <<'PY'
 import json, os, shutil, sys, torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -55,18 +58,25 @@ json.dump(recs, open("data/long_alpaca.json", "w"))
 pairs = [{"instruction": r["instruction"], "input": "", "chosen": r["output"], "rejected": recs[(i + 1) % 64]["output"]}
          for i, r in enumerate(recs)]
 json.dump(pairs, open("data/long_pairs.json", "w"))
+words = [r["output"].split() for r in recs]
+json.dump([{"instruction": "Summarize: " + r["output"], "input": "", "chosen": " ".join(words[i][:40]),
+            "rejected": " ".join(words[(i + 1) % 64][5:45])} for i, r in enumerate(recs)],
+          open("data/prompt_pairs.json", "w"))
+cols = {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"}
 json.dump({"long_alpaca": {"file_name": "long_alpaca.json"},
-           "long_pairs": {"file_name": "long_pairs.json", "ranking": True,
-                          "columns": {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"}}},
+           "long_pairs": {"file_name": "long_pairs.json", "ranking": True, "columns": cols},
+           "prompt_pairs": {"file_name": "prompt_pairs.json", "ranking": True, "columns": cols}},
           open("data/dataset_info.json", "w"))
 PY
 fi
+zt_extra=
 if [ "$STAGE" = dpo ]; then
+    zt_extra="pref.share_prompt=${SHARE_PROMPT:-true}"
     GLOBAL=$PAIRS
     job="stage: dpo
 pref_loss: sigmoid
 pref_beta: 0.1
-dataset: long_pairs"
+dataset: ${DPO_DATASET:-long_pairs}"
 else
     GLOBAL=8
     job="stage: sft
@@ -117,8 +127,9 @@ PY
 }
 zt() { # RANKS NAME -> median s/step
     yaml $((GLOBAL / $1)) "out/$2" >"$2.yaml"
+    # shellcheck disable=SC2086 # zt_extra: no word or one
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$1" \
-        "$ZT" "$2.yaml" train.sample_tokens=0 checkpoint.save_at_end=false checkpoint.save_hf=false \
+        "$ZT" "$2.yaml" train.sample_tokens=0 checkpoint.save_at_end=false checkpoint.save_hf=false $zt_extra \
         >"$2.log" 2>&1 || { tail -3 "$2.log" >&2; echo 0; return; }
     python3 - "out/$2/metrics.jsonl" "$WARMUP" <<'PY'
 import json, statistics, sys

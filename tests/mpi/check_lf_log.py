@@ -3,7 +3,7 @@
 trainer log of the same step (trainer_state.json's log_history, as the fixtures under
 tests/reference/lf-trainer and lf-dpo keep it in expected/<run>/log.json).
 
-  check_lf_log.py LOG.json METRICS.jsonl [--metrics TOL [--skip PREFIX]]
+  check_lf_log.py LOG.json METRICS.jsonl [--metrics TOL [--skip PREFIX[,PREFIX...]]]
 
 Always: the loss (1e-6 relative), the learning rate (transformers' schedule, 1e-8) and the
 gradient norm (3e-5: torch's fp32 clip_grad_norm_ reduction against ztrain's double sum).
@@ -11,8 +11,8 @@ gradient norm (3e-5: torch's fp32 clip_grad_norm_ reduction against ztrain's dou
 logps/*, logits/*, sft_loss, odds_ratio_loss), each within TOL relative to max(|value|, 0.1),
 rewards/* to max(|value|, 0.2) (beta times a difference of two fp32 sums of about a hundred
 log-probabilities: 1e-5 of such a sum is 2e-6 of a reward at beta 0.1), and the loss within
-TOL as well (a function of those sums computed in another order). --skip PREFIX: not the
-metrics whose name starts with PREFIX."""
+TOL as well (a function of those sums computed in another order). --skip PREFIXES: not the
+metrics whose name starts with one of PREFIXES (comma-separated)."""
 import json
 import sys
 
@@ -25,7 +25,7 @@ def main(argv):
         print(__doc__)
         return 2
     tol = float(argv[3]) if len(argv) >= 4 else None
-    skip = argv[5] if len(argv) == 6 else None
+    skip = tuple(argv[5].split(",")) if len(argv) == 6 else None
     want = {h["step"]: h for h in json.load(open(argv[0]))["log"]}
     got = {}
     for line in open(argv[1]):

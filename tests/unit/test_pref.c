@@ -5,8 +5,11 @@
  * log-prob sums and counts it computed, its loss, metrics, and d loss / d sum (autograd).
  * Here: the loss and every metric to 1e-12 relative (accuracies to float32's rounding: the
  * trainer takes their mean in float32), the derivatives against the trainer's autograd and
- * against central finite differences of zt_pref_loss itself, and policy = reference. */
+ * against central finite differences of zt_pref_loss itself, and policy = reference; and the
+ * reference pass's shared-prompt batch (zt_pref_ref.h): which positions it computes and the
+ * maps to and from the full rows. */
 #include "zt_pref.h"
+#include "zt_pref_ref.h"
 #include "zt_test.h"
 
 #include <jansson.h>
@@ -156,10 +159,50 @@ static void test_policy_is_reference(void)
     }
 }
 
+/* The reference's compact batch (zt_pref_ref.h) of two pairs of 8 positions: pair 0 shares a
+ * 2-token prefix (position 2, the prompt's last, carries each row's first response target),
+ * pair 1 none (its first ids differ); the positions after a row's last target are padding. */
+static void test_shared_prompt_batch(void)
+{
+    enum { B = 4, T = 8 };
+    const int32_t inp[B * T] = {10, 11, 12, 20, 21, 22, 0,  0, 10, 11, 12, 30, 31, 0, 0, 0,
+                                40, 41, 42, 43, 0,  0,  0,  0, 50, 41, 42, 44, 45, 46, 47, 48};
+    const int32_t tgt[B * T] = {-1, -1, 20, 21, 22, 99, -1, -1, -1, -1, 30, 31, 98, -1, -1, -1,
+                                -1, 42, 43, 97, -1, -1, -1, -1, -1, -1, 44, 45, 46, 47, 48, 96};
+    zt_pref_share_t sh;
+    zt_pref_share_make(&sh, inp, tgt, B, T);
+    /* row 0: 0..5; row 1: 2..4 (0, 1 from row 0); row 2: 0..3; row 3: 0..7 */
+    CU_ASSERT_EQUAL(sh.n, 6 + 3 + 4 + 8);
+    CU_ASSERT_EQUAL(sh.B, B);
+    CU_ASSERT_EQUAL(sh.T, 6); /* ceil(21 / 4) */
+    const int32_t full[B * T] = {0,  1,  2,  3,  4,  5,  -1, -1, 0,  1,  6,  7,  8,  -1, -1, -1,
+                                 9,  10, 11, 12, -1, -1, -1, -1, 13, 14, 15, 16, 17, 18, 19, 20};
+    for (int i = 0; i < B * T; i++) CU_ASSERT_EQUAL(sh.full[i], full[i]);
+    for (int j = 0; j < sh.n; j++) {
+        const int i = sh.own[j];
+        CU_ASSERT_EQUAL(sh.full[i], j);
+        CU_ASSERT_EQUAL(sh.row[j], i / T);
+        CU_ASSERT_EQUAL(sh.pos[j], i % T);
+        CU_ASSERT_EQUAL(sh.inp[j], inp[i]);
+        CU_ASSERT_EQUAL(sh.tgt[j], tgt[i]);
+    }
+    for (int j = sh.n; j < sh.B * sh.T; j++) CU_ASSERT(sh.row[j] == -1 && sh.tgt[j] == -1);
+    /* each row's sum of minus its tokens' losses */
+    float loss[24];
+    for (int j = 0; j < sh.B * sh.T; j++) loss[j] = sh.tgt[j] >= 0 ? 0.5f * (float)(j + 1) : 0.0f;
+    double sum[B], want[B] = {0};
+    zt_pref_share_sums(&sh, loss, B, sum);
+    for (int j = 0; j < sh.n; j++) want[sh.row[j]] -= loss[j];
+    for (int b = 0; b < B; b++) CU_ASSERT_EQUAL(sum[b], want[b]);
+    CU_ASSERT_EQUAL(sum[1], -0.5 * (7 + 8 + 9));
+    zt_pref_share_free(&sh);
+}
+
 static const zt_test_t tests[] = {
     {"loss, metrics and derivatives equal LLaMA-Factory's trainer", test_matches_llamafactory},
     {"derivatives equal finite differences", test_finite_differences},
     {"sigmoid with policy = reference: ln 2, margins 0", test_policy_is_reference},
+    {"the reference's shared-prompt batch and its maps", test_shared_prompt_batch},
     {NULL, NULL},
 };
 
