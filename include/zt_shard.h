@@ -90,6 +90,9 @@ zt_shard_t *zt_shard_create(const zt_param_table_t *t, zt_comm_t *comm, const zt
 zt_shard_t *zt_shard_create_err(const zt_param_table_t *t, zt_comm_t *comm, const zt_backend_t *be,
                                 const zt_shard_opts_t *opts, char *err, size_t errlen);
 void zt_shard_free(zt_shard_t *s);
+/* 1 when this rank holds unit (opts.held: its pipeline rank's stages), 0 for another pipeline
+ * rank's unit */
+int zt_shard_holds(const zt_shard_t *s, int unit);
 
 /* Step protocol (called by the train loop, identical order on every rank). */
 void zt_shard_begin_step(zt_shard_t *s);

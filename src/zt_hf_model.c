@@ -241,21 +241,24 @@ static int quantize_blocks(zt_hf_dir_t *d, int k, const zt_param_table_t *t, con
     return rc;
 }
 
-/* 4-bit weight p quantized at load, each rank reading and quantizing only what it needs: the
- * absmax of a 1/world share of the tensor's blocks (summed over the world into all of them: the
- * nested offset is a mean over every block), then the double quantization of those (a few
- * bytes a block, on every rank), then the packed codes of the blocks under this rank's own
- * segments of its region (the tp share's, lt non-NULL, or the whole tensor's). No rank holds
- * more of the weight in float32 than its share of the blocks or of its segments. Collective
- * over the world: every rank calls it for every 4-bit weight in table order, even after an
- * error (failed: set, then nothing is read). Bit-identical to quantizing the whole tensor. */
+/* 4-bit weight p quantized at load by the ranks that hold it (its pipeline rank's: the tp x data
+ * ranks of one stage group, the world without a pipeline), each reading and quantizing only what
+ * it needs: the absmax of a 1/W share of the tensor's blocks (W those ranks; summed over them
+ * into all of the blocks: the nested offset is a mean over every block), then the double
+ * quantization of those (a few bytes a block, on each of them), then the packed codes of the
+ * blocks under this rank's own segments of its region (the tp share's, lt non-NULL, or the whole
+ * tensor's). No rank holds more of the weight in float32 than its share of the blocks or of its
+ * segments, and another pipeline rank's weight not at all. Collective over those ranks: each
+ * calls it for every 4-bit weight its stages hold, in table order, even after an error (failed:
+ * set, then nothing is read). Bit-identical to quantizing the whole tensor. */
 static int quantize_owned(zt_hf_dir_t *d, int k, const zt_param_table_t *t, const zt_param_table_t *lt, int p,
                           const zt_io_seg_t *segs, int nseg, zt_comm_t *comm, int failed, double *got, char *e,
                           size_t el)
 {
     const zt_param_t *q = &t->params[p], *lq = lt ? &lt->params[p] : q;
     const int64_t bs = t->quant_blocksize, N = (int64_t)zt_qlora_values(q), NB = ZT_CEIL_DIV(N, bs);
-    const int W = comm->world.size, r = comm->world.rank;
+    /* this rank among its pipeline rank's: tp innermost (zt_comm_create_mesh) */
+    const int W = comm->tp.size * comm->data.size, r = comm->tp.rank + comm->tp.size * comm->data.rank;
     const int nested = t->quant_nested;
     const zt_quant_type_t type = (zt_quant_type_t)t->quant_type;
     /* 1. the absmax of every block: each rank its share, summed (the others' are zeros) */
@@ -263,7 +266,9 @@ static int quantize_owned(zt_hf_dir_t *d, int k, const zt_param_table_t *t, cons
     const int64_t b0 = NB * r / W, b1 = NB * (r + 1) / W;
     uint8_t *mine = zt_malloc((size_t)((b1 - b0) * bs + 1) / 2 + 1); /* their packed codes, kept */
     int rc = failed ? -1 : quantize_blocks(d, k, t, q, b0, b1, mine, absmax + b0, got, e, el);
-    zt_allreduce(comm, &comm->world, ZT_IN_PLACE, absmax, (size_t)NB, ZT_F32, ZT_SUM);
+    /* over the data ranks, then the tp ranks: the pipeline rank's W */
+    zt_allreduce(comm, &comm->data, ZT_IN_PLACE, absmax, (size_t)NB, ZT_F32, ZT_SUM);
+    if (comm->tp.size > 1) zt_allreduce(comm, &comm->tp, ZT_IN_PLACE, absmax, (size_t)NB, ZT_F32, ZT_SUM);
     /* 2. the scales as the region stores them */
     uint8_t *codes = nested ? zt_malloc((size_t)NB) : NULL;
     float *nabs = nested ? zt_malloc((size_t)ZT_CEIL_DIV(NB, ZT_QUANT_NESTED_BLOCKSIZE) * sizeof *nabs) : NULL;
@@ -371,7 +376,7 @@ int zt_hf_model_load(const char *dir, zt_shard_t *s, const zt_param_table_t *t, 
     }
     if (!t->quant_stored)
         for (int p = 0; p < t->nparams; p++)
-            if (t->params[p].quant) {
+            if (t->params[p].quant && zt_shard_holds(s, t->params[p].unit)) {
                 const int r2 = quantize_owned(d, idx[p], t, lt, p, segs, n, comm, rc, &got, e, sizeof e);
                 if (!rc) rc = r2;
             }
@@ -675,10 +680,11 @@ void zt_hf_lora_merge(const zt_param_table_t *t, int p, const float *all, const 
 /* A 4-bit weight in a model export: dequantized (bitsandbytes' dequantize_4bit, float32) with its
  * adapters merged, as the full-precision weight transformers reads. Its 4-bit form (under tp: this
  * tp rank's share) is put together on every rank that holds it first (each byte from the one rank
- * whose write segment holds it, zeros elsewhere: a byte-wise max over the world, or over the data
- * group of one tp position), then each of those ranks writes its share of the rows, each run at
- * its place in the whole tensor. Collective: every rank calls it for every 4-bit weight, in table
- * order, even after an error. */
+ * whose write segment holds it, zeros elsewhere: a byte-wise max over the data group, the ranks of
+ * one tp position within the pipeline rank whose stage holds the weight; the world without tp
+ * and pipelines), then each of those ranks writes its share of the rows, each run at its place in
+ * the whole tensor. Collective over that group: each rank calls it for every 4-bit weight its
+ * stages hold, in table order, even after an error. */
 typedef struct {
     zt_hf_export_t *x;
     const zt_param_table_t *t;
@@ -704,7 +710,7 @@ static int export_4bit(zt_hf_export_t *x, const zt_param_table_t *t, const zt_pa
                        int failed, char *e, size_t el)
 {
     const zt_param_t *q = &(lt ? lt : t)->params[p];
-    zt_group_t *grp = lt ? &comm->data : &comm->world;
+    zt_group_t *grp = &comm->data; /* the ranks of its pipeline rank at this tp position */
     uint8_t *region = zt_calloc(q->numel, sizeof(float));
     for (int i = 0; i < n; i++)
         if (segs[i].param != p) continue;
@@ -772,7 +778,7 @@ int zt_hf_model_save(const char *outdir, const zt_config_t *cfg, zt_shard_t *s, 
     }
     zt_param_table_t *lt = adapter ? NULL : tp_table_4bit(t, comm);
     for (int p = 0; p < t->nparams && !adapter; p++)
-        if (t->params[p].quant) {
+        if (t->params[p].quant && zt_shard_holds(s, t->params[p].unit)) {
             const int r2 = export_4bit(x, t, lt, p, segs, n, all, offs, comm, rc, e, sizeof e);
             if (!rc) rc = r2;
         }

@@ -119,7 +119,6 @@ static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan
     const char *with = NULL;
     if (p->optimizer != ZT_OPTIM_ADAMW) with = "optim.type onebit_adam";
     else if (p->offload_optimizer != ZT_OFFLOAD_NONE) with = "parallel.offload_optimizer (cpu, nvme)";
-    else if (cfg->model.quantization_bit) with = "model.quantization_bit";
     if (with) return zt_err(err, errlen, "parallel.pipeline_parallel_size %d: not yet with %s", pp, with);
     return 0;
 }

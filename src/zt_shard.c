@@ -935,6 +935,11 @@ static void gather_start(zt_shard_t *s, int ui, int blocking)
     u->gathered = 1;
 }
 
+int zt_shard_holds(const zt_shard_t *s, int ui)
+{
+    return !s->u[ui].absent;
+}
+
 /* a unit of another pipeline rank's stage is a caller's bug: no state to hand out */
 static unit_state_t *held_unit(zt_shard_t *s, int ui)
 {

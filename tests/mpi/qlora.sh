@@ -13,6 +13,14 @@
 #     directory's shapes): zero3 gathers those bytes, not floats.
 #  4. Refused on every rank with its reason: a 4-bit base without LoRA (tensor parallelism:
 #     qlora_tp.sh; bf16 and fp16 compute: qlora_bf16.sh).
+#  5. Pipelines: a pipeline rank loads, quantizes and holds only its stages' 4-bit linears. At
+#     pp 2 and pp 2 x dp 2 (zero3), from the full-precision directory and from the bitsandbytes
+#     one, the losses and the adapters are one rank's (1e-5); the weights read over the ranks at
+#     pp 2 are one rank's bytes (no rank reads another stage's weight); each pipeline rank's
+#     measured memory equals its row of --estimate-memory and its run-time estimate, and holds
+#     half of one rank's 4-bit bytes (the measured parameters less the stage's float32
+#     tensors, counted from the directories' headers); adapter/ and the merged hf/ written at pp 2
+#     and at pp 2 x dp 2 equal one rank's.
 . "$(dirname "$0")/common.sh"
 need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
@@ -128,4 +136,87 @@ acc 2 zero3 --no-double-quant model.double_quantization=false
 # shellcheck disable=SC2086
 expect_fail_with 2 "model.quantization_bit = 4 needs train.finetuning_type = lora" lora.cfg $base $q4 \
     train.finetuning_type=full train.output_dir=full
+
+# ---- 5. pipelines -----------------------------------------------------------------------------
+pp2="parallel.pipeline_parallel_size=2"
+read_bytes() { sed -n 's/^model: weights of .* loaded (\(.*\) read by .*$/\1/p' "$ZT_OUT"; }
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $base $q4 $train train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
+    train.max_steps=1 train.output_dir=read1 >/dev/null
+one=$(read_bytes)
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $base $q4 $train $pp2 train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
+    train.output_dir=pp2 >/dev/null
+[ -n "$one" ] && [ "$(read_bytes)" = "$one" ] ||
+    fail "pp 2 read $(read_bytes) of the directory over its ranks, one rank $one: a rank read another stage's weights"
+# shellcheck disable=SC2086
+run_ztrain 4 lora.cfg $base $q4 $train $pp2 parallel.strategy=zero3 train.per_device_train_batch_size=1 \
+    train.gradient_accumulation_steps=2 train.output_dir=pp2z3 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref pp2 pp2z3 || fail "QLoRA under a pipeline trained other adapters"
+# the bitsandbytes directory, with the exports
+bnb="model.name_or_path=$HF/qlora-llama-bnb lora.adapter_name_or_path=$HF/qlora-llama/adapter checkpoint.save_hf=true"
+# shellcheck disable=SC2086
+run_ztrain 1 lora.cfg $bnb $train train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
+    train.output_dir=bnb-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $bnb $train $pp2 train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4 \
+    train.output_dir=bnb-pp2 >/dev/null
+assert_contains "$ZT_OUT" "qlora: 14 block linears read 4-bit from the directory"
+# shellcheck disable=SC2086
+run_ztrain 4 lora.cfg $bnb $train $pp2 parallel.strategy=zero3 train.per_device_train_batch_size=1 \
+    train.gradient_accumulation_steps=2 train.output_dir=bnb-pp2z3 >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" bnb-ref bnb-pp2 bnb-pp2z3 ||
+    fail "QLoRA from the bitsandbytes directory under a pipeline trained other adapters"
+for d in bnb-pp2 bnb-pp2z3; do
+    for x in adapter hf; do
+        "$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" close "$d/$x" "bnb-ref/$x" 1e-5 || fail "$d/$x is not one rank's"
+    done
+done
+# each pipeline rank's memory: --estimate-memory's row, the run's estimate, and half the 4-bit bytes
+for d in pp2 bnb-pp2z3; do
+    st=ddp np=2
+    [ "$d" = bnb-pp2z3 ] && st=zero3 np=4
+    # shellcheck disable=SC2086
+    "$ZTRAIN" --estimate-memory --ranks $np lora.cfg $base $q4 $pp2 parallel.strategy=$st \
+        train.per_device_train_batch_size=1 train.gradient_accumulation_steps=$((8 / np)) >"$d.est" 2>&1 ||
+        fail "--estimate-memory at pp 2 ($st) failed"
+done
+"$PY" - "$HF/qlora-llama" <<'PYEOF' || fail "a pipeline rank's memory is not its estimate, or not its stages' 4-bit base"
+import json, re, struct, sys
+def header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return {k: v for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
+def size(v):
+    n = 1
+    for d in v["shape"]:
+        n *= d
+    return n
+def records(d):
+    return sorted((json.loads(l) for l in open(d + "/metrics.jsonl") if '"pp_rank"' in l), key=lambda r: r["pp_rank"])
+def total(m):
+    return m["params"] + m["grads"] + m["optimizer"] + m["buffers"] + m["gathered"] + m["activations"]
+for d in ("pp2", "bnb-pp2z3"):
+    rows = [int(m.group(1)) for m in re.finditer(r"^\d+ +\d+-\d+ .*\((\d+) bytes\)$", open(d + ".est").read(), re.M)]
+    recs = records(d)
+    assert len(recs) == 2 and rows == [total(r["memory_measured"]) for r in recs], (d, rows, recs)
+    assert all(r["memory_estimate"] == r["memory_measured"] for r in recs), (d, recs)
+    print(d, "each pipeline rank's --estimate-memory row = its estimate = its measurement:", rows)
+# the float32 tensors of each stage (pp 2 of 2 blocks: the embedding and block 0 | block 1 and
+# the head): the directory's and the adapters' tensors that are not a block's linear
+floats = [0, 0]
+tensors = list(header(sys.argv[1] + "/model.safetensors").items())
+tensors += list(header(sys.argv[1] + "/adapter/adapter_model.safetensors").items())
+for k, v in tensors:
+    m = re.search(r"layers\.(\d+)\.", k)
+    if m and "lora_" not in k and re.search(r"_proj\.weight$", k):
+        continue  # a 4-bit linear
+    floats[0 if "embed_tokens" in k else (1 + int(m.group(1))) // 2 if m else 1] += size(v)
+one = [json.loads(l) for l in open("ref/metrics.jsonl") if '"summary"' in l][0]["memory_measured"]["params"]
+q4 = one - 4 * sum(floats)
+per = [r["memory_measured"]["params"] - 4 * f for r, f in zip(records("pp2"), floats)]
+print("4-bit bytes: one rank", q4, "pipeline ranks", per)
+assert q4 > 0 and sum(per) == q4 and all(abs(b - q4 / 2) <= 0.05 * q4 for b in per), (q4, per)
+PYEOF
+echo "qlora.sh: pipelines hold their stages' 4-bit base and train what one rank trains"
 echo "qlora.sh: ok"

@@ -4,15 +4,16 @@
 # nested scales its blocks need), cut at block boundaries (zt_qlora.h).
 #  1. tests/reference/hf/qlora-llama-tp (hidden 128: every split keeps whole blocks of 64) with its
 #     PEFT adapter, 10 steps: tp 2, tp 2 x dp 2 (zero3), tp 2 with tp_sequence_parallel, and tp 2
-#     from the same base saved 4-bit by transformers + bitsandbytes (qlora-llama-tp-bnb), train
-#     the adapters one rank trains (1e-5); so do tp 2 x dp 2 without double quantization and fp4.
+#     from the same base saved 4-bit by transformers + bitsandbytes (qlora-llama-tp-bnb), and pp 2
+#     x tp 2 train the adapters one rank trains (1e-5); so do tp 2 x dp 2 without double
+#     quantization and fp4.
 #  2. The merged export (hf/) written at tp 2 holds the tensors one rank writes.
 #  3. qlora-llama-bnb (hidden 64) at tp 2 would cut o_proj's rows into 32 input columns, half a
 #     block: refused on every rank, naming the tensor and the tp sizes that keep blocks whole.
 #  4. ztrain --generate on a 4-bit base (a Llama of hidden 128 with the qwen tokenizer, written
 #     by ztrain as an HF directory, quantized at load): greedy output under zero3 at 2 ranks, tp 2
-#     (with the KV cache) and tp 2 with tp_sequence_parallel is one rank's, byte for byte, and
-#     not the full-precision base's.
+#     (with the KV cache), tp 2 with tp_sequence_parallel and pp 2 (through the stages) is one
+#     rank's, byte for byte, and not the full-precision base's.
 . "$(dirname "$0")/common.sh"
 need_h5py
 HF="$ZT_SRCDIR/tests/reference/hf"
@@ -40,7 +41,12 @@ run_ztrain 2 lora.cfg $fp $base train.gradient_accumulation_steps=4 parallel.ten
 run_ztrain 2 lora.cfg model.name_or_path="$HF/qlora-llama-tp-bnb" $base train.gradient_accumulation_steps=4 \
     parallel.tensor_parallel_size=2 checkpoint.save_hf=false train.output_dir=tpbnb >/dev/null
 assert_contains "$ZT_OUT" "qlora: 14 block linears read 4-bit from the directory in nf4"
-"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref tp2 tp2dp2 tpseq tpbnb ||
+# pp 2 x tp 2: each tp rank of a pipeline rank quantizes its stages' shares (absmax over the
+# data, then the tp ranks of that pipeline rank)
+# shellcheck disable=SC2086
+run_ztrain 4 lora.cfg $fp $base train.gradient_accumulation_steps=4 parallel.tensor_parallel_size=2 \
+    parallel.pipeline_parallel_size=2 checkpoint.save_hf=false train.output_dir=pptp >/dev/null
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref tp2 tp2dp2 tpseq tpbnb pptp ||
     fail "a tp mesh over the 4-bit base trained other adapters than one rank"
 for q in "model.double_quantization=false" "model.quantization_type=fp4"; do
     out=$(echo "$q" | tr -cd 'a-z0-9')
@@ -96,7 +102,8 @@ run_ztrain 1 --generate $G $Q train.output_dir=g1 >/dev/null
 assert_contains "$ZT_OUT" "qlora: 14 block linears quantized at load to nf4"
 [ "$(wc -l <g1/generations.jsonl)" -eq 3 ] || fail "not one generation per prompt"
 for cfg in "2 g2 parallel.strategy=zero3" "2 gt parallel.tensor_parallel_size=2" \
-    "2 gs parallel.tensor_parallel_size=2 parallel.tp_sequence_parallel=true"; do
+    "2 gs parallel.tensor_parallel_size=2 parallel.tp_sequence_parallel=true" \
+    "2 gp parallel.pipeline_parallel_size=2"; do
     # shellcheck disable=SC2086
     set -- $cfg
     np=$1 name=$2

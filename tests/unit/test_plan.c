@@ -340,6 +340,10 @@ static void t_pipeline(void)
     AXES(2, 1, 1, 1, 2);
     char *bf16[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2", "train.bf16=true"};
     CU_ASSERT_EQUAL(build(2, 2, 3, bf16), 0);
+    /* a 4-bit base: each pipeline rank loads and holds its stages' 4-bit linears */
+    char *q4[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
+                  "train.finetuning_type=lora", "model.quantization_bit=4", "model.name_or_path=base"};
+    CU_ASSERT_EQUAL(build(2, 2, 5, q4), 0);
     char *onebit[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
                       "optim.type=onebit_adam"};
     CU_ASSERT_EQUAL(build(2, 2, 3, onebit), -1);
