@@ -118,8 +118,6 @@ static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan
     /* what the pipeline does not run with yet: one line each, before anything starts */
     const char *with = NULL;
     if (cfg->train.stage == ZT_STAGE_DPO) with = "train.stage dpo";
-    else if (p->optimizer != ZT_OPTIM_ADAMW) with = "optim.type onebit_adam";
-    else if (p->offload_optimizer != ZT_OFFLOAD_NONE) with = "parallel.offload_optimizer (cpu, nvme)";
     else if (cfg->model.quantization_bit) with = "model.quantization_bit";
     if (with) return zt_err(err, errlen, "parallel.pipeline_parallel_size %d: not yet with %s", pp, with);
     return 0;
