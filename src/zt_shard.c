@@ -769,6 +769,9 @@ zt_shard_t *zt_shard_create_err(const zt_param_table_t *t, zt_comm_t *comm, cons
                 zt_fatal("1-bit Adam runs under ddp, zero1 or zero2 without offload only");
             const int f = t->unit_first[ui], c = t->unit_count[ui], sharded = st != ZT_DDP;
             s->obg = sharded ? (s->n > 1 ? s->sg : NULL) : s->rg;
+            /* ZT_ONEBIT_COMPRESS_ALONE (an experiment, doc/performance.md): one data rank
+             * compresses its momentum as a group of one would */
+            if (!s->obg && getenv("ZT_ONEBIT_COMPRESS_ALONE")) s->obg = &comm->data;
             size_t *numel = zt_malloc((size_t)c * sizeof *numel);
             for (int i = 0; i < c; i++) numel[i] = t->params[f + i].numel;
             /* (its buffers are host memory of its own: a dry run counts them only) */
