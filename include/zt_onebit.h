@@ -52,7 +52,9 @@ size_t zt_onebit_state_bytes(const size_t *numel, int ntensors, int n, int shard
 typedef struct zt_onebit_set zt_onebit_set_t;
 
 /* A set of ntensors tensors of numel[i] elements exchanged over group g (n = g->size
- * ranks; g NULL: one rank). Error buffers are zero. sharded: the ranks hold shards of the
+ * ranks; g NULL: one rank, nothing compressed, as DeepSpeed; a group of one rank compresses
+ * alone, worker and server, with their error feedback: the experiment that separates the
+ * compression from the averaging, doc/performance.md). Error buffers are zero. sharded: the ranks hold shards of the
  * optimizer state (zero1/zero2), so the set keeps masks for zt_onebit_last. */
 zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_group_t *g, int sharded);
 void zt_onebit_set_free(zt_onebit_set_t *s);

@@ -1511,20 +1511,26 @@ static zt_io_seg_t *trainable_segments(const zt_param_table_t *t, const zt_io_se
  * chunk), row r rank r's, written collectively before the checkpoint is published (a
  * published checkpoint has its errors) and removed with it by keep_last. A resume at the
  * same world size restores them (bit-exact continuation); otherwise they restart from
- * zero with a line in the log, which DeepSpeed does on every resume. */
+ * zero with a line in the log, which DeepSpeed does on every resume.
+ * Pipelines: a rank holds the errors of its stages' units only (the tied root's on both
+ * end ranks); the other rows of a tensor's dataset stay unwritten, and the file records
+ * the pipeline size, so a resume restores the errors only on the same mesh's stages. */
 
-static int onebit_has_state(zt_shard_t *s, const zt_param_table_t *t)
+/* whether any rank holds error feedback (a pipeline rank's stages may hold none). Collective. */
+static int onebit_has_state(zt_shard_t *s, const zt_param_table_t *t, MPI_Comm comm)
 {
     size_t len;
-    for (int u = 0; u < t->nunits; u++)
-        if (zt_shard_onebit_error(s, u, 0, 0, &len)) return 1;
-    return 0;
+    int mine = 0, any = 0;
+    for (int u = 0; u < t->nunits && !mine; u++)
+        if (zt_shard_onebit_error(s, u, 0, 0, &len)) mine = 1;
+    ZT_MPI(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm));
+    return any;
 }
 
 /* writing: every error buffer into the file's rows; reading: from them. Returns 0, or -1
  * with err (a missing file, another world size or shape, an I/O failure). Collective. */
 static int onebit_io(const char *path, int writing, zt_shard_t *s, const zt_param_table_t *t, MPI_Comm comm,
-                     char *err, size_t errlen)
+                     int pp, char *err, size_t errlen)
 {
     int rank, size, rc = 0;
     MPI_Comm_rank(comm, &rank);
@@ -1535,9 +1541,10 @@ static int onebit_io(const char *path, int writing, zt_shard_t *s, const zt_para
     hid_t f = writing ? H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
     if (f < 0) return agree(comm, zt_err(err, errlen, "%s: cannot %s", path, writing ? "create" : "open"), err, errlen);
-    int64_t w = size;
+    int64_t w = size, wpp = 1;
     if (writing) {
         rc = attr_i64(f, "world_size", size);
+        if (!rc) rc = attr_i64(f, "pipeline_parallel_size", pp);
         static const char *groups[2] = {"worker_error", "server_error"};
         for (int k = 0; k < 2 && !rc; k++) {
             hid_t g = H5Gcreate2(f, groups[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -1547,6 +1554,11 @@ static int onebit_io(const char *path, int writing, zt_shard_t *s, const zt_para
         if (rc) zt_err(err, errlen, "%s: writing metadata failed", path);
     } else if (attr_get_i64(f, "world_size", &w) || w != size) {
         rc = zt_err(err, errlen, "%s: saved at %lld ranks, not %d", path, (long long)w, size);
+    } else {
+        /* a file without the attribute was written without a pipeline */
+        if (attr_get_i64(f, "pipeline_parallel_size", &wpp)) wpp = 1;
+        if (wpp != pp)
+            rc = zt_err(err, errlen, "%s: saved at pipeline_parallel_size %lld, not %d", path, (long long)wpp, pp);
     }
     rc = agree(comm, rc, err, errlen);
     hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
@@ -1556,7 +1568,17 @@ static int onebit_io(const char *path, int writing, zt_shard_t *s, const zt_para
             for (int server = 0; server < 2 && !rc; server++) {
                 size_t len;
                 float *buf = zt_shard_onebit_error(s, u, i, server, &len);
-                if (!buf) continue; /* alike on every rank */
+                /* the holders' length (pipelines: ranks of other stages hold none and
+                 * write or read no row; a tensor no rank holds has no dataset) */
+                unsigned long long mine = buf ? len : 0, most = 0;
+                ZT_MPI(MPI_Allreduce(&mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm));
+                if (!most) continue;
+                if (buf && len != most)
+                    rc = zt_err(err, errlen, "%s: %s error of %s: %zu floats here, %llu on another rank", path,
+                                server ? "server" : "worker", t->params[t->unit_first[u] + i].name, len, most);
+                rc = agree(comm, rc, err, errlen);
+                if (rc) break;
+                len = most;
                 char dp[256];
                 snprintf(dp, sizeof dp, "%s/%s", server ? "server_error" : "worker_error",
                          t->params[t->unit_first[u] + i].name);
@@ -1578,8 +1600,13 @@ static int onebit_io(const char *path, int writing, zt_shard_t *s, const zt_para
                 if (!rc) {
                     hid_t ms = H5Screate_simple(2, cnt, NULL);
                     H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
-                    herr_t e = writing ? H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf)
-                                       : H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, buf);
+                    if (!buf) { /* still part of the collective call, with nothing selected */
+                        H5Sselect_none(fs);
+                        H5Sselect_none(ms);
+                    }
+                    float none = 0.0f, *io = buf ? buf : &none;
+                    herr_t e = writing ? H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, io)
+                                       : H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, io);
                     if (e < 0) rc = zt_err(err, errlen, "%s: %s %s failed", path, writing ? "writing" : "reading", dp);
                     H5Sclose(ms);
                 }
@@ -1601,14 +1628,14 @@ int zt_ckpt_save(const char *dir, zt_ckpt_meta_t *meta, const char *config_text,
 {
     zt_io_seg_t *segs = NULL;
     meta->adam_step = zt_shard_adam_step(s);
-    if (onebit_has_state(s, t)) {
+    if (onebit_has_state(s, t, comm->world.comm)) {
         int rank = 0, rc = 0;
         MPI_Comm_rank(comm->world.comm, &rank);
         if (rank == 0) rc = zt_mkdir_p(dir, err, errlen);
         if (agree(comm->world.comm, rc, err, errlen)) return -1;
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/onebit-%08ld.h5", dir, meta->step);
-        if (onebit_io(p, 1, s, t, comm->world.comm, err, errlen)) return -1;
+        if (onebit_io(p, 1, s, t, comm->world.comm, comm->pp.size, err, errlen)) return -1;
     }
     int n = zt_shard_io_segments(s, 1, &segs), kept;
     zt_param_table_t *view;
@@ -1637,7 +1664,7 @@ int zt_ckpt_load(const char *path, zt_ckpt_meta_t *meta, int weights_only, zt_sh
     if (rc) return -1;
     if (!weights_only) zt_shard_set_adam_step(s, meta->adam_step);
     zt_shard_after_load(s);
-    if (!weights_only && onebit_has_state(s, t)) {
+    if (!weights_only && onebit_has_state(s, t, comm->world.comm)) {
         /* the side file lies beside the checkpoint (path: it, or the directory holding it) */
         char dir[PATH_MAX], ip[PATH_MAX + 16], p[PATH_MAX + 64], why[ZT_ERRLEN];
         snprintf(ip, sizeof ip, "%s/index.h5", path);
@@ -1648,7 +1675,7 @@ int zt_ckpt_load(const char *path, zt_ckpt_meta_t *meta, int weights_only, zt_sh
             else snprintf(dir, sizeof dir, ".");
         }
         snprintf(p, sizeof p, "%s/onebit-%08ld.h5", dir, meta->step);
-        if (onebit_io(p, 0, s, t, comm->world.comm, why, sizeof why) != 0) {
+        if (onebit_io(p, 0, s, t, comm->world.comm, comm->pp.size, why, sizeof why) != 0) {
             zt_shard_onebit_reset(s);
             zt_log("1-bit Adam: error feedback not restored (%s): worker and server errors restart from zero", why);
         }

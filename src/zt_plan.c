@@ -115,11 +115,6 @@ static int pipeline(zt_parallel_plan_t *p, const zt_config_t *cfg, const zt_plan
     if (p->pp_schedule == ZT_PP_INTERLEAVED_1F1B && A % pp)
         return zt_err(err, errlen, "parallel.pp_schedule = interleaved_1f1b: train.gradient_accumulation_steps (%d) "
                       "must be a multiple of parallel.pipeline_parallel_size (%d)", A, pp);
-    /* what the pipeline does not run with yet: one line each, before anything starts */
-    const char *with = NULL;
-    if (p->optimizer != ZT_OPTIM_ADAMW) with = "optim.type onebit_adam";
-    else if (p->offload_optimizer != ZT_OFFLOAD_NONE) with = "parallel.offload_optimizer (cpu, nvme)";
-    if (with) return zt_err(err, errlen, "parallel.pipeline_parallel_size %d: not yet with %s", pp, with);
     return 0;
 }
 

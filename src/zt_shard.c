@@ -769,6 +769,9 @@ zt_shard_t *zt_shard_create_err(const zt_param_table_t *t, zt_comm_t *comm, cons
                 zt_fatal("1-bit Adam runs under ddp, zero1 or zero2 without offload only");
             const int f = t->unit_first[ui], c = t->unit_count[ui], sharded = st != ZT_DDP;
             s->obg = sharded ? (s->n > 1 ? s->sg : NULL) : s->rg;
+            /* ZT_ONEBIT_COMPRESS_ALONE (an experiment, doc/performance.md): one data rank
+             * compresses its momentum as a group of one would */
+            if (!s->obg && getenv("ZT_ONEBIT_COMPRESS_ALONE")) s->obg = &comm->data;
             size_t *numel = zt_malloc((size_t)c * sizeof *numel);
             for (int i = 0; i < c; i++) numel[i] = t->params[f + i].numel;
             /* (its buffers are host memory of its own: a dry run counts them only) */
@@ -1261,15 +1264,18 @@ static void sum_root_parts(zt_shard_t *s, float *g, size_t n)
 {
     const int peer = s->comm->pp.rank == 0 ? s->comm->pp.size - 1 : 0;
     const size_t cap = ZT_MAX(ZT_MIN(n, ROOT_CHUNK), (size_t)1);
-    float *other = falloc(s, MEM_COMM, cap);
+    /* host_grads: g is the host accumulator, summed on the host */
+    const int cat = s->host_grads ? MEM_HOST : MEM_COMM;
+    const zt_backend_t *be = s->host_grads ? s->ob : s->be;
+    float *other = falloc(s, cat, cap);
     for (size_t off = 0; off < n; off += cap) {
         const size_t k = ZT_MIN(cap, n - off);
         zt_request_t req = {.req = MPI_REQUEST_NULL};
         zt_isendrecv(s->comm, &s->comm->pp, g + off, peer, other, peer, k, ZT_F32, &req);
         zt_wait(s->comm, &req);
-        s->be->accumulate(g + off, other, k);
+        be->accumulate(g + off, other, k);
     }
-    ffree(s, MEM_COMM, &other, cap);
+    ffree(s, cat, &other, cap);
 }
 
 static double onebit_grad_factor(const zt_shard_t *s, long step)
@@ -1288,6 +1294,8 @@ double zt_shard_finish_grads(zt_shard_t *s)
         const double counted = ui == s->t->root_unit && s->o.root_shared && s->comm->pp.rank != 0 ? 0.0 : 1.0;
         if (s->host_grads) {
             grad_download_finish(s);
+            /* pipelines: the root's owned shard summed with the other end's, as below */
+            if (ui == s->t->root_unit && s->o.root_shared) sum_root_parts(s, u->gshard, u->S);
             if (s->pdt == ZT_F16) round_fp16(s, u->gshard, u->S);
             local += counted * s->ob->sumsq(u->gshard, u->S);
             if (s->tp) local -= counted * tp_shared_sumsq(s, ui, s->ob, u->gshard, 0);

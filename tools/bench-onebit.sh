@@ -5,8 +5,8 @@
 # when 1-bit Adam's final validation loss is more than 2% above AdamW's. About 10 minutes a run
 # on 2 cores. Needs data/train.h5 and data/val.h5 (tools/gen-data.sh).
 #
-# bench-onebit.sh --speed [BUILD [RATE [STEPS]]] — GPT-2 124M (inputs/gpt2-124m.cfg, fp32, B=4,
-# T=64, random tokens) on two hosts, one rank each: the network namespaces of
+# bench-onebit.sh --speed [BUILD [RATE [STEPS]]] — GPT-2 124M (inputs/gpt2-124m.cfg, fp32, B=MICRO
+# (default 4), T=SEQ (default 64), random tokens) on two hosts, one rank each: the network namespaces of
 # tests/mpi/netns.sh joined by a link limited to RATE (default 1gbit, tc tbf on each host's
 # egress), mpirun -hostfile over TCP. Runs STEPS steps (default 6) of each of RUNS (default: ddp
 # with AdamW, ddp with 1-bit Adam (optim.freeze_step = 2), zero1 with AdamW and with 1-bit Adam,
@@ -14,12 +14,18 @@
 # back, REPEAT times (default 1) in turn, and prints each one's median step time over the steps
 # after the freeze (3 .. STEPS), the bytes it moved and the seconds its collectives took a step
 # (ddp's all-reduce overlaps the backward; 1-bit Adam's exchange runs in the optimizer step),
-# and the ratio to ddp with AdamW (target for 1-bit Adam: <= 0.5). Needs root (namespaces) and
-# h5py (the token file).
+# and the ratio to ddp with AdamW (target for 1-bit Adam: <= 0.5). First it runs one rank alone
+# (AdamW, no link) and prints the regime: compute (that rank's step: forward, backward, AdamW)
+# against wire (ddp's all-reduce bytes at RATE). GPUs at 1 Gbit/s compute GPT-2 124M's step in
+# tens of milliseconds against seconds of wire, so ddp there is comm-bound; one CPU core at
+# B=4, T=64 computes for longer than the wire takes. MICRO=1 SEQ=8 brings the CPU job to the
+# comm-bound side (compute about a tenth of the wire on an idle core): the setting whose step
+# ratio says what 1-bit Adam does where it is meant to run. Needs root (namespaces) and h5py
+# (the token file).
 set -eu
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = --speed ]; then
-    B=${2:-build} RATE=${3:-1gbit} STEPS=${4:-6}
+    B=${2:-build} RATE=${3:-1gbit} STEPS=${4:-6} MICRO=${MICRO:-4} SEQ=${SEQ:-64}
     [ -x "$B/ztrain" ] || { echo "bench-onebit.sh: no $B/ztrain" >&2; exit 2; }
     PY=/usr/bin/python3
     out=$(mktemp -d)
@@ -29,28 +35,31 @@ if [ "${1:-}" = --speed ]; then
     trap 'netns_down; rm -rf "$out"' EXIT
     netns_rate "$RATE" || { echo "bench-onebit.sh: tc tbf $RATE failed" >&2; exit 2; }
     DATA=${ZT_BENCH_DATA:-data/bench-gpt2-tokens.h5}
-    "$PY" tools/rand_tokens.py "$DATA" $(( (STEPS + 2) * 8 * 64 + 1 )) 50257
+    "$PY" tools/rand_tokens.py "$DATA" $(( (STEPS + 2) * 2 * MICRO * SEQ + 1 )) 50257
     ZTRAIN=$B/ztrain
     ZT_OUT=$out/last.out
     ZT_TEST_TIMEOUT=3000
     export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-    echo "bench-onebit.sh: GPT-2 124M, 2 hosts x 1 rank, link $RATE; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "bench-onebit.sh: GPT-2 124M, B=$MICRO, T=$SEQ, 2 hosts x 1 rank, link $RATE; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     RUNS=${RUNS:-ddp-adamw ddp-onebit_adam zero1-adamw zero1-onebit_adam hybrid_shard-adamw}
     rep=1
     while [ "$rep" -le "${REPEAT:-1}" ]; do
-        for run in $RUNS; do
-            st=${run%-*} opt=${run##*-}
-            netns_ztrain 2 inputs/gpt2-124m.cfg data.train_files="$DATA" data.val_files=[] train.eval_steps=0 \
+        # one-adamw: one rank alone, the compute side of the regime
+        for run in one-adamw $RUNS; do
+            st=${run%-*} opt=${run##*-} np=2
+            [ "$st" = one ] && st=ddp np=1
+            netns_ztrain $np inputs/gpt2-124m.cfg data.train_files="$DATA" data.val_files=[] train.eval_steps=0 \
                 train.sample_tokens=0 train.max_steps="$STEPS" checkpoint.save_at_end=false checkpoint.save_hf=false \
+                train.per_device_train_batch_size="$MICRO" data.seq_len="$SEQ" \
                 parallel.strategy="$st" optim.type="$opt" optim.freeze_step=2 train.output_dir="$out/$run-$rep" \
                 >"$out/$run-$rep.log" 2>&1 || { tail -5 "$out/$run-$rep.log" >&2; exit 1; }
         done
         rep=$((rep + 1))
     done
     echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-    "$PY" - "$out" "$STEPS" "${REPEAT:-1}" $RUNS <<'PY'
-import json, statistics, sys
-d, steps, repeat, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+    "$PY" - "$out" "$STEPS" "${REPEAT:-1}" "$RATE" $RUNS <<'PY'
+import json, re, statistics, sys
+d, steps, repeat, rate, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
 def run(name):
     after = []
     for k in range(1, repeat + 1):
@@ -60,6 +69,15 @@ def run(name):
     return (med(lambda r: r["step_s"]), med(lambda r: sum(c.get("bytes", 0) for c in r["comm"].values() if isinstance(c, dict))),
             med(lambda r: sum(c.get("seconds", 0) for k, c in r["comm"].items() if isinstance(c, dict) and k != "groups")))
 base = run("ddp-adamw") if "ddp-adamw" in runs else None
+# the regime: one rank's step (forward, backward, AdamW) against ddp's all-reduce bytes at the
+# link's rate (tc's units: bits a second)
+num, unit = re.fullmatch(r"([0-9.]+)([kmg]?)bit", rate.lower()).groups()
+bps = float(num) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[unit] / 8
+compute = run("one-adamw")[0]
+if base:
+    wire = base[1] / bps
+    print(f"regime: compute {compute:.3f} s a step (one rank alone), wire {wire:.3f} s (ddp's {base[1] / 1e6:.1f} MB "
+          f"at {rate}): compute:wire = {compute / wire:.2f} ({'comm' if compute < wire else 'compute'}-bound)")
 for name in runs:
     t, moved, cs = run(name)
     ratio = f"{t / base[0]:.3f}x ddp's step, {cs / base[2]:.3f}x its collective time" if base else ""

@@ -5,7 +5,8 @@
 # the same order, so on the cpu backend a run with its optimizer state (and parameter
 # shards) on disk must be BIT-IDENTICAL to the run without offload: zero1, zero2, zero3,
 # zero3 with offload_param, bf16 (its 16-bit parameter record), the smallest buffer count
-# with 4 KiB requests, and the thread engine. Then: a run refused under
+# with 4 KiB requests, the thread engine, and pipelines (pp 2 x dp 2 under zero1, and zero3
+# with offload_param: each pipeline rank's files hold its stages' units). Then: a run refused under
 # parallel.memory_limit_gb trains with nvme offload inside it (peak RSS measured); a
 # rank killed with SIGKILL leaves scratch that the resumed run removes, and the resumed
 # run is bit-exact; the scratch files are gone after every run; a missing path, a
@@ -72,6 +73,13 @@ pair 2 small "$nvp parallel.offload_nvme_buffer_count=3 parallel.offload_nvme_bl
 ZT_NVME_IO=threads pair 2 threads "$nv" parallel.strategy=zero2 $six
 assert_contains "$ZT_OUT" "(threads"
 echo "ok: zero1, zero2, zero3, zero3 + offload_param (fp32, bf16), 3 buffers, threads: bit-identical to no offload"
+# pipelines: a pipeline rank's files hold its stages' units only (the accounting: the files'
+# bytes are the estimate of its own units), bit-identical to the same mesh in memory
+pp2="parallel.pipeline_parallel_size=2 train.gradient_accumulation_steps=2"
+pair 4 pp2-zero1 "$nv" parallel.strategy=zero1 $pp2 $six
+pair 4 pp2-zero3p "$nvp" parallel.strategy=zero3 $pp2 $six
+accounted pp2-zero3p-nvme
+echo "ok: pp 2 x dp 2 (zero1; zero3 + offload_param): bit-identical to the same mesh in memory"
 
 # --- memory: refused without offload, trains inside the limit with it ----------------
 # 12 blocks of width 512 (38 M parameters): zero3 needs ~290 MiB a rank (16 bytes per

@@ -6,7 +6,9 @@
 # arithmetic: the same CPU kernels run in the same order, so on the cpu backend an
 # offloaded run must be BIT-IDENTICAL to the same run without offload (losses,
 # final weights, Adam moments) for every strategy family, fp32 and bf16, flat and
-# per_param; and it must still match the single-rank reference like any strategy.
+# per_param, and under a pipeline (pp 2 zero2, pp 2 x dp 2 zero3 with offload_param: each
+# pipeline rank offloads its stages' units; the tied root's host gradient shard summed
+# between the end ranks); and it must still match the single-rank reference like any strategy.
 # Also: the memory accounting moves exactly 12 bytes per owned element (+ staging)
 # from the backend to the host (check_accounting.py's formulas), a checkpoint of an
 # offloaded run resumes bit-exactly with and without offload, and the settings that
@@ -44,6 +46,11 @@ pair 3 zero3p "$offp" parallel.strategy=zero3
 pair 1 zero3one "$offp" parallel.strategy=zero3
 pair 2 zero3pp "$offp" parallel.strategy=zero3 parallel.shard_layout=per_param
 pair 4 hybrid "$offp" parallel.strategy=hybrid_shard parallel.shard_group_size=2
+# pipelines: each pipeline rank offloads its stages' units only
+# shellcheck disable=SC2046
+pair 2 pp2-zero2 "$off" parallel.strategy=zero2 parallel.pipeline_parallel_size=2 $(batch_args 1)
+# shellcheck disable=SC2046
+pair 4 pp2dp2-zero3p "$offp" parallel.strategy=zero3 parallel.pipeline_parallel_size=2 $(batch_args 2)
 # the same maths as one rank (equivalence.sh's tolerances)
 # shellcheck disable=SC2086
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" ref $pairs || fail "an offloaded run diverged from the reference"

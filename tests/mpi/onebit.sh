@@ -13,6 +13,10 @@
 #    the first compressed step, the one-time all-gathers of m and v); the optimizer memory
 #    (estimated and measured) is m, v (shards under zero1/zero2), the error buffers and
 #    zero1/zero2's masks; the refusals.
+# 3. Pipelines: untied Llama at pp 2 x dp 2 (each pipeline rank steps its stages' units, the
+#    exchange over its stage's data ranks) bit-identical to dp 2 under ddp and zero1; GPT-2
+#    (tied root on both end ranks) at pp 2 x dp 2 zero1 resumed in the compressed stage
+#    bit-exact, and a resume on another mesh restarts the errors with one line.
 . "$(dirname "$0")/common.sh"
 VPY=${ZT_VENV:-$HOME/.cache/ztrain-venv}/bin/python
 "$VPY" -c "import numpy" 2>/dev/null || VPY=${PYTHON3:-/usr/bin/python3}
@@ -107,6 +111,36 @@ if "$VPY" -c "import h5py" 2>/dev/null; then
     done
     "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" acc2-ddp acc2-zero1 || fail "1-bit Adam under zero1 differs from ddp"
     echo "ok: zero1 as ddp with gradient accumulation"
+    # pipelines: a pipeline rank steps its stages' units only, and their compressed exchange
+    # runs over its stage's data ranks, the same ranks and the same gradients as at dp 2
+    # without a pipeline: untied Llama (no unit on two stages) at pp 2 x dp 2 is bit-identical
+    # to dp 2 with the same accumulation, under ddp and zero1. (A tied root's gradient is the
+    # sum of the two ends' parts, another fp32 rounding of it, and rounding-level differences
+    # do not stay small in the compressed stage: an element of near-zero variance, such as
+    # GPT-2's key bias, moves by lr x scale / sqrt(v) in the sign of its rounding noise.)
+    llama="model.arch=llama model.n_head=4 model.n_kv_head=2 model.n_embd=32 model.head_dim=8
+      model.intermediate_size=48 model.tie_word_embeddings=false model.vocab_size=260"
+    for st in ddp zero1; do
+        # shellcheck disable=SC2086
+        run_ztrain 2 $common $llama train.gradient_accumulation_steps=2 train.max_steps=12 parallel.strategy=$st \
+            train.output_dir="l-dp2-$st" >/dev/null
+        # shellcheck disable=SC2086
+        run_ztrain 4 $common $llama train.gradient_accumulation_steps=2 train.max_steps=12 parallel.strategy=$st \
+            parallel.pipeline_parallel_size=2 train.output_dir="l-pp2dp2-$st" >/dev/null
+        assert_contains "$ZT_OUT" "mesh tp 1 x sp 1 x dp 2 x pp 2"
+        "$PY" "$CHECK" exact "l-dp2-$st" "l-pp2dp2-$st" || fail "1-bit Adam ($st) at pp 2 x dp 2 differs from dp 2"
+    done
+    echo "ok: pp 2 x dp 2 (ddp, zero1) bit-identical to dp 2"
+    # each rank saves its stages' error feedback (GPT-2's tied root on both end ranks) and a
+    # resume in the compressed stage is bit-exact
+    resume_exact 4 obpp parallel.pipeline_parallel_size=2 parallel.strategy=zero1 train.gradient_accumulation_steps=2
+    "$PY" "$CHECK" exact obpp-full obpp-split || fail "1-bit Adam at pp 2 x dp 2: the resumed run differs"
+    # on another mesh of the same world size the errors restart from zero, said once
+    # shellcheck disable=SC2086
+    run_ztrain 4 $common train.max_steps=12 parallel.strategy=zero1 checkpoint.resume=obpp-split/ckpt-00000010.h5 \
+        train.output_dir=obpp-dp4 >/dev/null
+    assert_contains "$ZT_OUT" "1-bit Adam: error feedback not restored (obpp-split/onebit-00000010.h5: saved at pipeline_parallel_size 2, not 1)"
+    echo "ok: pp 2 x dp 2 resumed in the compressed stage, bit-exact"
     # at another world size the errors cannot be restored: they restart from zero, said once
     # shellcheck disable=SC2086
     run_ztrain 3 $common train.max_steps=12 checkpoint.resume=ob2-split/ckpt-00000010.h5 train.output_dir=ob3 >/dev/null

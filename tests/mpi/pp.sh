@@ -200,10 +200,4 @@ expect_fail_with 4 "parallel.pipeline_parallel_size (4) x parallel.pp_stages_per
 # shellcheck disable=SC2086
 expect_fail_with 2 "parallel.pp_schedule = 1f1b: train.gradient_accumulation_steps (1) must be at least parallel.pipeline_parallel_size (2)" \
     $common $pp2 train.gradient_accumulation_steps=1 train.output_dir=bad3
-# shellcheck disable=SC2086
-expect_fail_with 4 "parallel.pipeline_parallel_size 2: not yet with parallel.offload_optimizer (cpu, nvme)" \
-    $common $(batch_args 2) $pp2 parallel.strategy=zero2 parallel.offload_optimizer=cpu train.output_dir=bad4
-# shellcheck disable=SC2086
-expect_fail_with 2 "parallel.pipeline_parallel_size 2: not yet with optim.type onebit_adam" \
-    $common $(batch_args 1) $pp2 optim.type=onebit_adam train.output_dir=bad5
 echo "pp: refusals name their keys on every rank"

@@ -344,10 +344,15 @@ static void t_pipeline(void)
     char *q4[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
                   "train.finetuning_type=lora", "model.quantization_bit=4", "model.name_or_path=base"};
     CU_ASSERT_EQUAL(build(2, 2, 5, q4), 0);
+    /* 1-bit Adam and optimizer offload run per pipeline rank, on its stages' units */
     char *onebit[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
                       "optim.type=onebit_adam"};
-    CU_ASSERT_EQUAL(build(2, 2, 3, onebit), -1);
-    EXPECT_ERR("parallel.pipeline_parallel_size 2: not yet with optim.type onebit_adam");
+    CU_ASSERT_EQUAL(build(4, 4, 3, onebit), 0);
+    AXES(2, 2, 1, 1, 1);
+    char *off[] = {"parallel.pipeline_parallel_size=2", "train.gradient_accumulation_steps=2",
+                   "parallel.strategy=zero3", "parallel.offload_optimizer=cpu", "parallel.offload_param=cpu"};
+    CU_ASSERT_EQUAL(build(4, 4, 3, off), 0);
+    AXES(2, 1, 2, 1, 1);
     /* the list key itself: integers only */
     char *bad[] = {"parallel.pp_layers_per_stage=[1, x]"};
     CU_ASSERT_EQUAL(build(2, 2, 1, bad), -2);
