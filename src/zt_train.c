@@ -116,6 +116,7 @@ typedef struct run {
     double tokens_seen;
     int32_t *inp, *tgt;     /* (A, B, T) host */
     int32_t *seg, *pos;     /* host, neat-packed rows' (NULL without): segments (A, B, T), positions (A, B, Tm) */
+    int32_t *pref_seg;      /* host (B, T), dpo: a micro-batch's rows padded as LLaMA-Factory pads them (pref_lf_rows) */
     double flops_per_token, peak_flops;
     char *config_text;
     hist_t train_hist, val_hist;
@@ -671,6 +672,7 @@ static void dropout_keys(run_t *r, int m, uint64_t *keys)
  * rows (inp, tgt, keys: (B, Tm)) are compacted in place to (B, T) and T returned, rounded up
  * to 8 positions (GEMM rows) and at most Tm. Rows split over ranks (sp, tp_sequence_parallel)
  * or packed (segments) keep their length: their ranks would have to agree on it. */
+static int trim_rows(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys, int T);
 static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys)
 {
     const int B = r->B, Tm = r->Tm;
@@ -682,7 +684,13 @@ static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *ke
                 T = t + 1;
                 break;
             }
-    T = ZT_MIN(Tm, ZT_MAX(8, (T + 7) / 8 * 8));
+    return trim_rows(r, inp, tgt, keys, ZT_MIN(Tm, ZT_MAX(8, (T + 7) / 8 * 8)));
+}
+
+/* The rows (inp, tgt, keys: (B, Tm)) compacted in place to their first T positions; T */
+static int trim_rows(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys, int T)
+{
+    const int B = r->B, Tm = r->Tm;
     if (T == Tm) return Tm;
     for (int b = 1; b < B; b++) {
         memmove(inp + (size_t)b * T, inp + (size_t)b * Tm, (size_t)T * sizeof *inp);
@@ -811,17 +819,50 @@ static int token_pos(const run_t *r, size_t i, int T)
     return zt_model_ring_chunk(sp, k, (int)(i / (c * (size_t)r->B))) * (int)c + (int)(i % c);
 }
 
-/* The positions of the micro-batch's rows up to the last that carries a loss in any of
- * them, rounded up to 8 and at most the row's length: trim_padding's T where it trims,
- * and the same figure on the ranks of a row that it does not trim (sp) */
-static int padded_len(run_t *r, const int32_t *tgt, int T)
+/* LLaMA-Factory's DPO micro-batch, of which logits/chosen and /rejected average every logit
+ * (PairwiseDataCollatorWithPadding with pad_to_multiple_of 8): each row its whole sample, the
+ * last token too, then the pad token up to the next multiple of 8 past the longest sample of
+ * the micro-batch's rows, at positions going on, the attention mask hiding the pad keys from
+ * every query (a pad query sees its sample alone, not itself). The rows (inp, tgt: (B, Tm),
+ * this rank's tokens, their padding the pad token already) become that: each row's last
+ * token (its last target, which the input leaves out: it predicts nothing) at its position,
+ * and *seg (B, whole rows: r->pref_seg) 1 on the sample and -1 on its padding (zt_backend.h),
+ * NULL where no row has padding (plain causal attention); trimmed in place to the padded
+ * length where trim_padding trims. The sample's positions compute what they did (nothing
+ * before them changed) and the padding carries no loss, so the loss, the log-probs and the
+ * gradients are those of the plain rows. Returns the positions each row runs; *P: LLaMA-
+ * Factory's padded length, at most data.seq_len (the positions a row has). */
+static int pref_lf_rows(run_t *r, int32_t *inp, int32_t *tgt, int32_t **seg, int *P)
 {
-    const size_t N = (size_t)r->B * T;
-    int last = 0;
+    const int B = r->B, Tm = r->Tm, V = r->table->dims.V;
+    const size_t N = (size_t)B * Tm;
+    /* per row: its last target's position x V + its token, over every sp rank */
+    double *last = zt_malloc((size_t)B * sizeof *last);
+    for (int b = 0; b < B; b++) last[b] = -1.0;
     for (size_t i = 0; i < N; i++)
-        if (tgt[i] >= 0) last = ZT_MAX(last, token_pos(r, i, T) + 1);
-    if (r->comm->mesh_sp > 1) last = (int)zt_max_double(r->comm, &r->comm->sp, last);
-    return ZT_MIN(r->T, ZT_MAX(8, (last + 7) / 8 * 8));
+        if (tgt[i] >= 0) {
+            const int b = token_row(r, i, Tm);
+            last[b] = ZT_MAX(last[b], (double)token_pos(r, i, Tm) * V + tgt[i]);
+        }
+    if (r->comm->mesh_sp > 1) zt_allreduce(r->comm, &r->comm->sp, ZT_IN_PLACE, last, (size_t)B, ZT_F64, ZT_MAX);
+    int longest = 0;
+    for (int b = 0; b < B; b++) longest = ZT_MAX(longest, last[b] < 0 ? 0 : (int)(last[b] / V) + 2);
+    *P = ZT_MIN(r->T, ZT_MAX(8, (longest + 7) / 8 * 8));
+    for (size_t i = 0; i < N; i++) {
+        const int b = token_row(r, i, Tm);
+        if (last[b] >= 0 && token_pos(r, i, Tm) == (int)(last[b] / V) + 1) inp[i] = (int32_t)fmod(last[b], V);
+    }
+    const int T = r->comm->mesh_sp > 1 || r->ltable->dims.tp_seq ? Tm : trim_rows(r, inp, tgt, NULL, *P);
+    const int Tw = T * ZT_MAX(r->comm->mesh_sp, 1); /* a whole row's positions */
+    if (!r->pref_seg) r->pref_seg = r->be->alloc_host((size_t)B * r->T * sizeof(int32_t));
+    *seg = NULL;
+    for (int b = 0; b < B; b++) {
+        const int n = last[b] < 0 ? Tw : (int)(last[b] / V) + 2; /* a row without a target: no padding */
+        for (int t = 0; t < Tw; t++) r->pref_seg[(size_t)b * Tw + t] = t < n ? 1 : -1;
+        if (n < Tw) *seg = r->pref_seg;
+    }
+    free(last);
+    return T;
 }
 
 /* Per row of the micro-batch (B rows of T), over its tokens on every sp rank: into sum (B)
@@ -865,7 +906,9 @@ static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, dou
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
     const zt_param_table_t *t = r->table;
     const int frozen_head = t->unit_frozen && t->unit_frozen[t->root_unit];
-    const int T = *Tout = trim_padding(r, inp, tgt, NULL);
+    int32_t *seg; /* LLaMA-Factory's padding (pref_lf_rows) */
+    int Tp;       /* its padded length */
+    const int T = *Tout = pref_lf_rows(r, inp, tgt, &seg, &Tp);
     const int B = r->B, np = B / 2, N = B * T;
     double *w = zt_calloc(7 * (size_t)B, sizeof *w);
     double *ref = w, *pol = w + B, *len = w + 2 * B, *lg = w + 3 * B, *cnt = w + 4 * B, *d = w + 5 * B;
@@ -878,7 +921,7 @@ static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, dou
          * time */
         zt_shard_t *rs = r->ref_shard ? r->ref_shard : r->shard;
         if (r->ref_shard) zt_shard_begin_inference(rs);
-        const float *root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0, T);
+        const float *root = train_forward(r, rs, inp, tgt, seg, NULL, NULL, 0, T);
         pref_lap(r, PT_REF_BLOCKS, &now);
         if (frozen_head) zt_model_pref_head(r->model, root, 1);
         else zt_model_forward_head(r->model, root);
@@ -887,17 +930,15 @@ static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, dou
         row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, ref, NULL);
         pref_lap(r, PT_REF_HEAD, &now);
     }
-    const float *root = train_forward(r, r->shard, inp, tgt, NULL, NULL, NULL, 1, T);
+    const float *root = train_forward(r, r->shard, inp, tgt, seg, NULL, NULL, 1, T);
     pref_lap(r, PT_FWD, &now);
     float *lsum = zt_malloc((size_t)N * sizeof *lsum);
     zt_model_set_logit_sums(r->model, lsum);
     if (frozen_head) zt_model_pref_head(r->model, root, 0);
     else zt_model_forward_head(r->model, root);
     row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, pol, len);
-    /* LLaMA-Factory's logits/chosen and /rejected: the mean of every logit of its batch,
-     * padded to a multiple of 8 past its longest sequence; here of the rows' positions up to
-     * the last that carries a loss, rounded up to 8 (the trimmed rows, on every mesh) */
-    const int Tp = padded_len(r, tgt, T);
+    /* LLaMA-Factory's logits/chosen and /rejected: the mean of every logit of its padded
+     * batch (pref_lf_rows), on every mesh */
     for (int i = 0; i < N; i++)
         if (token_pos(r, (size_t)i, T) >= Tp) lsum[i] = 0.0f;
     row_sums(r, lsum, 0, tgt, T, lg, NULL);
@@ -2681,6 +2722,7 @@ done:
     if (r->tgt) r->be->free_host(r->tgt);
     if (r->seg) r->be->free_host(r->seg);
     if (r->pos) r->be->free_host(r->pos);
+    if (r->pref_seg) r->be->free_host(r->pref_seg);
     free(r->config_text);
     free(gpu_cfg);
     free(r->train_hist.step);

@@ -3,29 +3,28 @@
 trainer log of the same step (trainer_state.json's log_history, as the fixtures under
 tests/reference/lf-trainer and lf-dpo keep it in expected/<run>/log.json).
 
-  check_lf_log.py LOG.json METRICS.jsonl [--metrics TOL [--skip PREFIX]]
+  check_lf_log.py LOG.json METRICS.jsonl [--metrics TOL]
 
 Always: the loss (1e-6 relative), the learning rate (transformers' schedule, 1e-8) and the
 gradient norm (3e-5: torch's fp32 clip_grad_norm_ reduction against ztrain's double sum).
 --metrics TOL: also every other number LLaMA-Factory logged for the step (DPO's rewards/*,
 logps/*, logits/*, sft_loss, odds_ratio_loss), each within TOL relative to max(|value|, 0.1),
 rewards/* to max(|value|, 0.2) (beta times a difference of two fp32 sums of about a hundred
-log-probabilities: 1e-5 of such a sum is 2e-6 of a reward at beta 0.1), and the loss within
-TOL as well (a function of those sums computed in another order). --skip PREFIX: not the
-metrics whose name starts with PREFIX."""
+log-probabilities: 1e-5 of such a sum is 2e-6 of a reward at beta 0.1), logits/* to
+max(|value|, 1e-3) (means of about 1e5 logits of about 0.01: relative to themselves), and the
+loss within TOL as well (a function of those sums computed in another order)."""
 import json
 import sys
 
 OWN = {"step", "loss", "grad_norm", "learning_rate", "epoch"}
+FLOOR = {"rewards": 0.2, "logits": 1e-3}  # each metric's error is relative to max(|value|, floor)
 
 
 def main(argv):
-    if len(argv) not in (2, 4, 6) or (len(argv) >= 4 and argv[2] != "--metrics") or \
-            (len(argv) == 6 and argv[4] != "--skip"):
+    if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--metrics"):
         print(__doc__)
         return 2
     tol = float(argv[3]) if len(argv) >= 4 else None
-    skip = argv[5] if len(argv) == 6 else None
     want = {h["step"]: h for h in json.load(open(argv[0]))["log"]}
     got = {}
     for line in open(argv[1]):
@@ -48,12 +47,12 @@ def main(argv):
         if tol is None:
             continue
         for k, v in w.items():
-            if k in OWN or (skip and k.startswith(skip)):
+            if k in OWN:
                 continue
             if k not in g:
                 bad.append(f"step {s}: {k} not logged")
                 continue
-            e = abs(g[k] - v) / max(abs(v), 0.2 if k.startswith("rewards/") else 0.1)
+            e = abs(g[k] - v) / max(abs(v), FLOOR.get(k.split("/")[0], 0.1))
             if e > worst:
                 worst, where = e, f"step {s} {k} {g[k]!r} vs {v!r}"
             if e > tol:
