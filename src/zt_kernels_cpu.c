@@ -724,8 +724,8 @@ static void att_window_row(const att_head_t *a, int t, int k0, int n, float *res
 static void att_mask_row(const att_head_t *a, int t, int k0, int n, float *restrict row)
 {
     const int32_t st = abs(a->seg[t]), *restrict sk = a->kseg + k0;
-    for (int j = 0; j < n; j++)
-        if (sk[j] != st) row[j] = -INFINITY;
+#pragma omp simd
+    for (int j = 0; j < n; j++) row[j] = sk[j] != st ? -INFINITY : row[j];
 }
 
 /* A query block's rows of the forward (fp32 and bf16 GEMMs alike): the scores S (nb, nk)
