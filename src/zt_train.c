@@ -892,9 +892,9 @@ static void pref_lap(run_t *r, pref_part_t k, double *t)
     *t = now;
 }
 
-/* One DPO micro-step on the micro-batch's rows (inp, tgt: (B, Tm), trimmed in place as
- * an SFT micro-batch's: a pair's two rows are in it, so both keep every position that
- * carries a loss); factor: the gradient's share (loss scale / (micro-steps x data-parallel
+/* One DPO micro-step on the micro-batch's rows (inp, tgt: (B, Tm), padded and trimmed in
+ * place as LLaMA-Factory pads its batch (pref_lf_rows): a pair's two rows are in it, so both
+ * keep every position that carries a loss); factor: the gradient's share (loss scale / (micro-steps x data-parallel
  * replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's loss;
  * *T the positions run. With a frozen head (LoRA) the policy's head runs once
  * (zt_model_pref_head: dL/dxf kept at factor 1 until the loss gives each sequence's
