@@ -154,6 +154,9 @@ typedef struct zt_backend {
      * seg (B,T) or NULL: packed samples (neat packing). With seg, query t of row b sees
      * key j <= t only when seg[b*T+j] == seg[b*T+t] (the sums above run over those j),
      * so each segment is causal attention on its own; the key t itself is always seen.
+     * A negative id -s marks padding as HF's attention_mask does: query t of segment -s
+     * sees the keys j <= t of segment s, and no query sees the key of a negative id,
+     * its own included (LLaMA-Factory's right-padded DPO rows, whose logits it averages).
      * NULL is plain causal attention, computed exactly as without the argument.
      * window > 0: a sliding window (HF's sliding_window, Mistral's and Gemma's local
      * layers): query t sees key j only when t - j < window as well; 0: no window. */
@@ -172,7 +175,8 @@ typedef struct zt_backend {
      * h*HD; k and v (B,Tk) rows of stride ks, KV head g at g*HD (h reads h / (NH/NKV)).
      * causal: the two blocks are the same positions (Tq = Tk, row t sees keys 0..t);
      * else every key is visible. qseg (B,Tq), kseg (B,Tk): the rows' segment ids (neat
-     * packing; NULL: none): a key is seen only by queries of its segment; a query row that
+     * packing; NULL: none): a key is seen only by queries of its segment (a negative
+     * query id -s: of s, attention_forward's padding); a query row that
      * sees no key of the block gets out 0 and lse -inf. out (B,Tq,NH*HD) and lse (B,NH,Tq)
      * are this block's alone; attention_merge folds them into a running result. NULL where
      * a backend lacks them. window > 0: a sliding window (attention_forward's), query row t

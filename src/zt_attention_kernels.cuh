@@ -95,11 +95,11 @@ __device__ __forceinline__ void fa_load_tile(float *dst, const float *src, int r
 
 /* Key j visible from query t (t < Tq): a key of the block, causal when the call is,
  * inside t's window when there is one, and with segments (qsb, ksb: the batch row's,
- * or NULL) in the query's segment */
+ * or NULL) in the query's segment (a padding query of -s: in s; zt_backend.h) */
 __device__ __forceinline__ bool fa_sees(const fa_args &a, const int32_t *qsb, const int32_t *ksb, int t, int j)
 {
     return j < a.Tk && (!a.causal || j <= t) && (!a.window || a.delta + t - j < a.window) &&
-           (!qsb || ksb[j] == qsb[t]);
+           (!qsb || ksb[j] == abs(qsb[t]));
 }
 
 /* The first key tile (tiles of `rows` keys) that query rows q0.. meet: 0, or the

@@ -718,12 +718,14 @@ static void att_window_row(const att_head_t *a, int t, int k0, int n, float *res
     for (int j = 0; j < m; j++) row[j] = -INFINITY;
 }
 
-/* Scores of keys k0 .. k0+n-1 in row (query t) that belong to another segment: -inf */
+/* Scores of keys k0 .. k0+n-1 in row (query t) that belong to another segment: -inf. A
+ * query of segment -s (padding) sees the keys of segment s, so no query sees a key of a
+ * negative segment (zt_backend.h) */
 static void att_mask_row(const att_head_t *a, int t, int k0, int n, float *restrict row)
 {
-    const int32_t st = a->seg[t], *restrict sk = a->kseg + k0;
-    for (int j = 0; j < n; j++)
-        if (sk[j] != st) row[j] = -INFINITY;
+    const int32_t st = abs(a->seg[t]), *restrict sk = a->kseg + k0;
+#pragma omp simd
+    for (int j = 0; j < n; j++) row[j] = sk[j] != st ? -INFINITY : row[j];
 }
 
 /* A query block's rows of the forward (fp32 and bf16 GEMMs alike): the scores S (nb, nk)
@@ -941,9 +943,10 @@ static void att_backward_group(const att_head_t *a, int G, float *restrict S, fl
 }
 
 /* lo (B,T) for segments seg (B,T): per query the first key of its row with the same
- * segment id, where its visible keys start. A packed row's segments are runs, and a
- * run continues its predecessor's value; a new run looks back for an earlier run of
- * the same id (none in packed rows), so any ids work: O(T x runs) per row. */
+ * segment id (a padding query of -s: of s; none before it: t), where its visible keys
+ * start. A packed row's segments are runs, and a run continues its predecessor's value;
+ * a new run looks back for an earlier run of the same id (none in packed rows), so any
+ * ids work: O(T x runs) per row. */
 static int32_t *att_segment_starts(const int32_t *seg, int B, int T)
 {
     int32_t *lo = zt_malloc((size_t)B * T * sizeof *lo);
@@ -956,7 +959,7 @@ static int32_t *att_segment_starts(const int32_t *seg, int B, int T)
                 continue;
             }
             int j = 0;
-            while (s[j] != s[t]) j++; /* stops at t at the latest */
+            while (j < t && s[j] != abs(s[t])) j++;
             l[t] = j;
         }
     }

@@ -97,6 +97,8 @@ typedef struct run {
     zt_parallel_plan_t plan;    /* the mesh and its options, strategy auto resolved */
     zt_schedule_t steps;        /* one optimizer step's actions per pipeline rank (zt_step.h) */
     int *micro_T;               /* (A) the positions each micro-batch runs (trim_padding) */
+    int *micro_Tp;              /* (A) dpo under a pipeline: each micro-batch's padded length (pref_lf_rows) */
+    int32_t **micro_seg;        /* (A) dpo under a pipeline: each micro-batch's segments (pref_lf_rows) */
     /* pp > 1: the models of this rank's slots (a micro-batch's activations from its first
      * action here to its last backward; models[0] = model), each micro-batch's slot, and
      * the step's messages in flight: its receives, posted at its start, then its sends,
@@ -118,6 +120,7 @@ typedef struct run {
     double tokens_seen;
     int32_t *inp, *tgt;     /* (A, B, T) host */
     int32_t *seg, *pos;     /* host, neat-packed rows' (NULL without): segments (A, B, T), positions (A, B, Tm) */
+    int32_t *pref_seg;      /* host (A, B, T), dpo: each micro-batch's rows padded as LLaMA-Factory pads them (pref_lf_rows) */
     double flops_per_token, peak_flops;
     char *config_text;
     hist_t train_hist, val_hist;
@@ -810,6 +813,7 @@ static void dropout_keys(run_t *r, int m, uint64_t *keys)
  * rows (inp, tgt, keys: (B, Tm)) are compacted in place to (B, T) and T returned, rounded up
  * to 8 positions (GEMM rows) and at most Tm. Rows split over ranks (sp, tp_sequence_parallel)
  * or packed (segments) keep their length: their ranks would have to agree on it. */
+static int trim_rows(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys, int T);
 static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys)
 {
     const int B = r->B, Tm = r->Tm;
@@ -821,7 +825,13 @@ static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *ke
                 T = t + 1;
                 break;
             }
-    T = ZT_MIN(Tm, ZT_MAX(8, (T + 7) / 8 * 8));
+    return trim_rows(r, inp, tgt, keys, ZT_MIN(Tm, ZT_MAX(8, (T + 7) / 8 * 8)));
+}
+
+/* The rows (inp, tgt, keys: (B, Tm)) compacted in place to their first T positions; T */
+static int trim_rows(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys, int T)
+{
+    const int B = r->B, Tm = r->Tm;
     if (T == Tm) return Tm;
     for (int b = 1; b < B; b++) {
         memmove(inp + (size_t)b * T, inp + (size_t)b * Tm, (size_t)T * sizeof *inp);
@@ -957,17 +967,51 @@ static int token_pos(const run_t *r, size_t i, int T)
     return zt_model_ring_chunk(sp, k, (int)(i / (c * (size_t)r->B))) * (int)c + (int)(i % c);
 }
 
-/* The positions of the micro-batch's rows up to the last that carries a loss in any of
- * them, rounded up to 8 and at most the row's length: trim_padding's T where it trims,
- * and the same figure on the ranks of a row that it does not trim (sp) */
-static int padded_len(run_t *r, const int32_t *tgt, int T)
+/* LLaMA-Factory's DPO micro-batch, of which logits/chosen and /rejected average every logit
+ * (PairwiseDataCollatorWithPadding with pad_to_multiple_of 8): each row its whole sample, the
+ * last token too, then the pad token up to the next multiple of 8 past the longest sample of
+ * the micro-batch's rows, at positions going on, the attention mask hiding the pad keys from
+ * every query (a pad query sees its sample alone, not itself). The rows (inp, tgt: (B, Tm),
+ * this rank's tokens, their padding the pad token already) become that: each row's last
+ * token (its last target, which the input leaves out: it predicts nothing) at its position,
+ * and *seg (B, whole rows: micro-batch mi's of r->pref_seg) 1 on the sample and -1 on its padding (zt_backend.h),
+ * NULL where no row has padding (plain causal attention); trimmed in place to the padded
+ * length where trim_padding trims. The sample's positions compute what they did (nothing
+ * before them changed) and the padding carries no loss, so the loss, the log-probs and the
+ * gradients are those of the plain rows. Returns the positions each row runs; *P: LLaMA-
+ * Factory's padded length, at most data.seq_len (the positions a row has). */
+static int pref_lf_rows(run_t *r, int32_t *inp, int32_t *tgt, int mi, int32_t **seg, int *P)
 {
-    const size_t N = (size_t)r->B * T;
-    int last = 0;
+    const int B = r->B, Tm = r->Tm, V = r->table->dims.V;
+    const size_t N = (size_t)B * Tm;
+    /* per row: its last target's position x V + its token, over every sp rank */
+    double *last = zt_malloc((size_t)B * sizeof *last);
+    for (int b = 0; b < B; b++) last[b] = -1.0;
     for (size_t i = 0; i < N; i++)
-        if (tgt[i] >= 0) last = ZT_MAX(last, token_pos(r, i, T) + 1);
-    if (r->comm->mesh_sp > 1) last = (int)zt_max_double(r->comm, &r->comm->sp, last);
-    return ZT_MIN(r->T, ZT_MAX(8, (last + 7) / 8 * 8));
+        if (tgt[i] >= 0) {
+            const int b = token_row(r, i, Tm);
+            last[b] = ZT_MAX(last[b], (double)token_pos(r, i, Tm) * V + tgt[i]);
+        }
+    if (r->comm->mesh_sp > 1) zt_allreduce(r->comm, &r->comm->sp, ZT_IN_PLACE, last, (size_t)B, ZT_F64, ZT_MAX);
+    int longest = 0;
+    for (int b = 0; b < B; b++) longest = ZT_MAX(longest, last[b] < 0 ? 0 : (int)(last[b] / V) + 2);
+    *P = ZT_MIN(r->T, ZT_MAX(8, (longest + 7) / 8 * 8));
+    for (size_t i = 0; i < N; i++) {
+        const int b = token_row(r, i, Tm);
+        if (last[b] >= 0 && token_pos(r, i, Tm) == (int)(last[b] / V) + 1) inp[i] = (int32_t)fmod(last[b], V);
+    }
+    const int T = r->comm->mesh_sp > 1 || r->ltable->dims.tp_seq ? Tm : trim_rows(r, inp, tgt, NULL, *P);
+    const int Tw = T * ZT_MAX(r->comm->mesh_sp, 1); /* a whole row's positions */
+    if (!r->pref_seg) r->pref_seg = r->be->alloc_host((size_t)r->A * B * r->T * sizeof(int32_t));
+    int32_t *sg = r->pref_seg + (size_t)mi * B * r->T;
+    *seg = NULL;
+    for (int b = 0; b < B; b++) {
+        const int n = last[b] < 0 ? Tw : (int)(last[b] / V) + 2; /* a row without a target: no padding */
+        for (int t = 0; t < Tw; t++) sg[(size_t)b * Tw + t] = t < n ? 1 : -1;
+        if (n < Tw) *seg = sg;
+    }
+    free(last);
+    return T;
 }
 
 /* Per row of the micro-batch (B rows of T), over its tokens on every sp rank: into sum (B)
@@ -1007,7 +1051,8 @@ static void pref_lap(run_t *r, pref_part_t k, double *t)
  * rounding; not where the model cannot share rows (sequence parallelism splits a row over
  * ranks, tp's sequence-parallel residual splits the compact tokens over tp ranks:
  * zt_model_can_share_rows), nor under a pipeline, which run every row's positions. */
-static void pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, int T, double *ref, double *now)
+static void pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, int T, double *ref,
+                           double *now)
 {
     const zt_param_table_t *t = r->table;
     const int frozen_head = t->unit_frozen && t->unit_frozen[t->root_unit];
@@ -1025,7 +1070,7 @@ static void pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, int
         zt_model_set_shared_rows(r->model, r->B, T, sh.full, sh.own);
         root = forward_set_batch(r, rs, 0);
     } else {
-        root = train_forward(r, rs, inp, tgt, NULL, NULL, NULL, 0, T);
+        root = train_forward(r, rs, inp, tgt, seg, NULL, NULL, 0, T);
         r->pref_ref_pos[0] += (double)r->B * T;
     }
     pref_lap(r, PT_REF_BLOCKS, now);
@@ -1042,7 +1087,8 @@ static void pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, int
 /* The policy's head after its forward through the blocks of model m (B rows of T of the
  * micro-batch whose targets are tgt): on the head unit's weights hw (its unit hu of
  * r->shard), its per-sequence sums and logit sums, the loss against the reference's row
- * sums ref (B, NULL without a reference) with metrics += the micro-batch's, and the head's
+ * sums ref (B, NULL without a reference) with metrics += the micro-batch's (Tp: its rows'
+ * length as LLaMA-Factory pads them, pref_lf_rows), and the head's
  * backward at each sequence's factor (factor: the gradient's share), which leaves dL/d(the
  * last block's output) for the blocks' backward and, with a trained head, its gradients
  * accumulated; the caller readies and releases the unit. *now: the DPO profile's clock.
@@ -1050,7 +1096,7 @@ static void pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, int
  * until the loss gives each sequence's factor); a trained head (full fine-tuning) runs
  * forward for the sums, then again with the factors (zt_model_train_head), its weight
  * gradient needing each token's dlogits at its factor. */
-static double pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu, const int32_t *tgt, int T,
+static double pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu, const int32_t *tgt, int T, int Tp,
                                const double *ref, float factor, double *metrics, double *now)
 {
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
@@ -1066,10 +1112,8 @@ static double pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu,
     if (frozen_head) zt_model_pref_head(m, hw, 0);
     else zt_model_forward_head(m, hw);
     row_sums(r, zt_model_token_losses(m), 1, tgt, T, pol, len);
-    /* LLaMA-Factory's logits/chosen and /rejected: the mean of every logit of its batch,
-     * padded to a multiple of 8 past its longest sequence; here of the rows' positions up to
-     * the last that carries a loss, rounded up to 8 (the trimmed rows, on every mesh) */
-    const int Tp = padded_len(r, tgt, T);
+    /* LLaMA-Factory's logits/chosen and /rejected: the mean of every logit of its padded
+     * batch (pref_lf_rows: Tp positions a row), on every mesh */
     for (int i = 0; i < N; i++)
         if (token_pos(r, (size_t)i, T) >= Tp) lsum[i] = 0.0f;
     row_sums(r, lsum, 0, tgt, T, lg, NULL);
@@ -1108,24 +1152,26 @@ static double pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu,
     return loss;
 }
 
-/* One DPO micro-step on the micro-batch's rows (inp, tgt: (B, Tm), trimmed in place as
- * an SFT micro-batch's: a pair's two rows are in it, so both keep every position that
- * carries a loss); factor: the gradient's share (loss scale / (micro-steps x data-parallel
- * replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's; the micro-batch's loss;
- * *T the positions run. The reference's pass, the policy's forward, its head and loss
- * (pref_policy_head), the blocks' backward. */
+/* One DPO micro-step on the micro-batch's rows (inp, tgt: (B, Tm), padded and trimmed in
+ * place as LLaMA-Factory pads its batch (pref_lf_rows): a pair's two rows are in it, so both
+ * keep every position that carries a loss); factor: the gradient's share (loss scale /
+ * (micro-steps x data-parallel replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's;
+ * the micro-batch's loss; *T the positions run. The reference's pass, the policy's forward,
+ * its head and loss (pref_policy_head), the blocks' backward. */
 static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout)
 {
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
     const zt_param_table_t *t = r->table;
     const int frozen_head = t->unit_frozen && t->unit_frozen[t->root_unit];
-    const int T = *Tout = trim_padding(r, inp, tgt, NULL);
+    int32_t *seg; /* LLaMA-Factory's padding (pref_lf_rows) */
+    int Tp;       /* its padded length */
+    const int T = *Tout = pref_lf_rows(r, inp, tgt, 0, &seg, &Tp);
     double *ref = zt_calloc((size_t)r->B, sizeof *ref);
     double now[2] = {zt_now(), zt_thread_seconds()};
-    if (zt_pref_uses_ref(pc->loss)) pref_reference(r, inp, tgt, T, ref, now);
-    const float *root = train_forward(r, r->shard, inp, tgt, NULL, NULL, NULL, 1, T);
+    if (zt_pref_uses_ref(pc->loss)) pref_reference(r, inp, tgt, seg, T, ref, now);
+    const float *root = train_forward(r, r->shard, inp, tgt, seg, NULL, NULL, 1, T);
     pref_lap(r, PT_FWD, now);
-    const double loss = pref_policy_head(r, r->model, root, t->root_unit, tgt, T,
+    const double loss = pref_policy_head(r, r->model, root, t->root_unit, tgt, T, Tp,
                                          zt_pref_uses_ref(pc->loss) ? ref : NULL, factor, metrics, now);
     backward_from_head(r, frozen_head ? NULL : zt_shard_grads(r->shard, t->root_unit));
     pref_lap(r, PT_BWD, now);
@@ -1992,6 +2038,7 @@ static void pref_ref_stages(run_t *r, double *ref)
             const int32_t *tgt = r->tgt + mi * BT;
             const size_t n = residual_floats(r, r->micro_T[mi]);
             zt_model_set_batch(m, r->inp + mi * BT, tgt, r->B, r->micro_T[mi]);
+            if (r->micro_seg[mi]) zt_model_set_segments(m, r->micro_seg[mi], NULL); /* pref_lf_rows */
             if (first > 0) {
                 zt_watchdog_mark("pipeline reference receive", -1, r->step + 1);
                 zt_request_t rq = {.req = MPI_REQUEST_NULL};
@@ -2051,13 +2098,16 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
     const zt_param_table_t *t = r->table;
     const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), me = c->pp.rank;
     const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T;
-    /* every stage runs a micro-batch at the same length: the rows are the same on each */
+    /* every stage runs a micro-batch at the same length: the rows are the same on each (DPO:
+     * padded as LLaMA-Factory pads them, pref_lf_rows) */
+    const int dpo = r->cfg->train.stage == ZT_STAGE_DPO;
     for (int m = 0; m < r->A; m++) {
         uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
         if (keys) dropout_keys(r, m, keys);
-        r->micro_T[m] = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
+        if (dpo) r->micro_T[m] = pref_lf_rows(r, r->inp + m * BT, r->tgt + m * BT, m, &r->micro_seg[m], &r->micro_Tp[m]);
+        else r->micro_T[m] = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
     }
-    const int dpo = r->cfg->train.stage == ZT_STAGE_DPO, uses_ref = dpo && zt_pref_uses_ref(r->cfg->pref.fn.loss);
+    const int uses_ref = dpo && zt_pref_uses_ref(r->cfg->pref.fn.loss);
     double *ref = uses_ref ? zt_calloc((size_t)r->A * r->B, sizeof *ref) : NULL;
     if (ref) { /* its time is the schedule's too (pp_summary) */
         const double t_ref = zt_now();
@@ -2116,6 +2166,7 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
         case ZT_ACT_FWD:
             zt_model_set_batch(m, r->inp + mi * BT, r->tgt + mi * BT, r->B, T);
             if (r->seg) zt_model_set_segments(m, r->seg + mi * BTs, r->pos ? r->pos + mi * BT : NULL);
+            else if (dpo && r->micro_seg[mi]) zt_model_set_segments(m, r->micro_seg[mi], NULL);
             if (r->keys) zt_model_set_row_keys(m, r->keys + mi * BT);
             if (first == 0) {
                 zt_watchdog_mark("forward", root, r->step + 1);
@@ -2131,7 +2182,7 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
                 zt_watchdog_mark("forward head", head, r->step + 1);
                 if (dpo) {
                     double now[2] = {zt_now(), zt_thread_seconds()};
-                    loss_sum += pref_policy_head(r, m, zt_shard_params(s, head), head, r->tgt + mi * BT, T,
+                    loss_sum += pref_policy_head(r, m, zt_shard_params(s, head), head, r->tgt + mi * BT, T, r->micro_Tp[mi],
                                                  ref ? ref + (size_t)mi * r->B : NULL, pf, pref_window, now);
                     (*pref_micros)++;
                 } else {
@@ -2727,6 +2778,8 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         rc = zt_schedule_build(&r->steps, r->plan.pp_schedule, r->plan.pp, r->plan.pp_v,
                                cfg->mode_generate ? r->plan.pp : r->A, err, sizeof err);
     if (rc == 0) r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
+    if (rc == 0) r->micro_Tp = zt_calloc((size_t)r->A, sizeof *r->micro_Tp);
+    if (rc == 0) r->micro_seg = zt_calloc((size_t)r->A, sizeof *r->micro_seg);
     if (rc == 0) r->be->set_matmul_precision(r->plan.matmul);
     if (rc == 0 && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
         r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);
@@ -2974,6 +3027,8 @@ done:
     zt_model_free(r->model);
     zt_schedule_free(&r->steps);
     free(r->micro_T);
+    free(r->micro_Tp);
+    free(r->micro_seg);
     if (r->ltable != r->table) zt_param_table_free(r->ltable);
     free(r->tp_logits);
     free(r->row_tmp);
@@ -2985,6 +3040,7 @@ done:
     if (r->tgt) r->be->free_host(r->tgt);
     if (r->seg) r->be->free_host(r->seg);
     if (r->pos) r->be->free_host(r->pos);
+    if (r->pref_seg) r->be->free_host(r->pref_seg);
     free(r->config_text);
     free(gpu_cfg);
     free(r->train_hist.step);

@@ -151,10 +151,11 @@ struct layout {
 static float b16(float x) { return zt_bf16_to_f32(zt_bf16_from_f32(x)); }
 
 /* key j visible from query t of row b: causal, inside t's window when there is one,
- * and in its segment when seg is given */
+ * and in its segment when seg is given (a padding query's, -s: in s) */
 static bool sees(const int32_t *seg, int window, int b, int T, int t, int j)
 {
-    return j <= t && (!window || t - j < window) && (!seg || seg[(size_t)b * T + j] == seg[(size_t)b * T + t]);
+    return j <= t && (!window || t - j < window) &&
+           (!seg || seg[(size_t)b * T + j] == std::abs(seg[(size_t)b * T + t]));
 }
 
 /* sum_i bf16(a_i) bf16(b_i) in fp32, index order (the products are exact) */
@@ -258,7 +259,8 @@ static bool window_masks(const int32_t *seg, int window, int B, int T)
 }
 
 /* seg_len > 0: packed rows, segments of seg_len - b tokens (row b), so they start
- * inside tiles and some tiles hold keys of no query's segment; 0: plain causal.
+ * inside tiles and some tiles hold keys of no query's segment; 0: plain causal;
+ * seg_len < 0: padded rows (segment -1 after a sample of T + seg_len - 7 b tokens).
  * window > 0: a sliding window (key tiles before it skipped, fragments masked);
  * window >= T must also give the kernels' bits of window 0. */
 static void attention_case(bool tc, int B, int T, int NH, int NKV, int hs, int seg_len = 0, int window = 0)
@@ -267,10 +269,12 @@ static void attention_case(bool tc, int B, int T, int NH, int NKV, int hs, int s
     const int C = L.os();
     char kind[48], win[16] = "";
     if (window) snprintf(win, sizeof win, " win%d", window);
-    snprintf(kind, sizeof kind, "%s NH%d/%d%s%s", tc ? "bf16 tc" : "fp32", NH, NKV, seg_len ? " packed" : "", win);
+    snprintf(kind, sizeof kind, "%s NH%d/%d%s%s", tc ? "bf16 tc" : "fp32", NH, NKV,
+             seg_len > 0 ? " packed" : seg_len ? " padded" : "", win);
     std::vector<int32_t> segv((size_t)B * T);
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) segv[(size_t)b * T + t] = seg_len ? 1 + t / std::max(1, seg_len - b) : 0;
+        for (int t = 0; t < T; t++)
+            segv[(size_t)b * T + t] = seg_len > 0 ? 1 + t / std::max(1, seg_len - b) : t < T + seg_len - 7 * b ? 1 : -1;
     const int32_t *seg = seg_len ? segv.data() : nullptr;
     const double bo = tc ? TC_BOUND_FP32 : 2e-5, bb = tc ? TC_BOUND_FP32 : 5e-5;
     const fwd_args_fn fwd = tc ? tc_fwd_args_by_nf[hs / 16 - 1] : fa_fwd_args_by_ni[(hs - 1) / 32];
@@ -477,6 +481,10 @@ int main(void)
     attention_case(true, 1, 131, 4, 2, 32, 5);
     attention_case(false, 2, 70, 4, 2, 12, 23);
     attention_case(false, 1, 45, 2, 2, 64, 5);
+    /* padded rows (LLaMA-Factory's DPO batches: the padding sees the sample, no query the
+     * padding), the padding starting inside a tile */
+    attention_case(true, 2, 100, 2, 2, 64, -27);
+    attention_case(false, 2, 70, 4, 2, 12, -23);
     /* sliding windows (Mistral, Gemma's local layers). Windows 2 mod 16 (the
      * fragment) and mod 64 (the tile) put the first row's first key at the end of
      * the previous fragment or tile, and the last query of a key tile's last key at

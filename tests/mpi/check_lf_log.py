@@ -10,13 +10,15 @@ gradient norm (3e-5: torch's fp32 clip_grad_norm_ reduction against ztrain's dou
 --metrics TOL: also every other number LLaMA-Factory logged for the step (DPO's rewards/*,
 logps/*, logits/*, sft_loss, odds_ratio_loss), each within TOL relative to max(|value|, 0.1),
 rewards/* to max(|value|, 0.2) (beta times a difference of two fp32 sums of about a hundred
-log-probabilities: 1e-5 of such a sum is 2e-6 of a reward at beta 0.1), and the loss within
-TOL as well (a function of those sums computed in another order). --skip PREFIXES: not the
-metrics whose name starts with one of PREFIXES (comma-separated)."""
+log-probabilities: 1e-5 of such a sum is 2e-6 of a reward at beta 0.1), logits/* to
+max(|value|, 1e-3) (means of about 1e5 logits of about 0.01: relative to themselves), and the
+loss within TOL as well (a function of those sums computed in another order). --skip PREFIXES:
+not the metrics whose name starts with one of PREFIXES (comma-separated)."""
 import json
 import sys
 
 OWN = {"step", "loss", "grad_norm", "learning_rate", "epoch"}
+FLOOR = {"rewards": 0.2, "logits": 1e-3}  # each metric's error is relative to max(|value|, floor)
 
 
 def main(argv):
@@ -53,7 +55,7 @@ def main(argv):
             if k not in g:
                 bad.append(f"step {s}: {k} not logged")
                 continue
-            e = abs(g[k] - v) / max(abs(v), 0.2 if k.startswith("rewards/") else 0.1)
+            e = abs(g[k] - v) / max(abs(v), FLOOR.get(k.split("/")[0], 0.1))
             if e > worst:
                 worst, where = e, f"step {s} {k} {g[k]!r} vs {v!r}"
             if e > tol:

@@ -667,10 +667,10 @@ typedef struct { int B, T, NH, NKV, HD; double *qkv, *R, *out, *lse, *p; const i
 #define AT_Q(c, h) ((h) * (c)->HD)
 #define AT_K(c, h) (((c)->NH + (h) / ((c)->NH / (c)->NKV)) * (c)->HD)
 #define AT_V(c, h) (((c)->NH + (c)->NKV + (h) / ((c)->NH / (c)->NKV)) * (c)->HD)
-/* key j visible from query t of row b (j <= t): always, or with segments in t's segment,
- * and with a window when t - j < window */
-#define AT_SEES(c, b, t, j)                                                                               \
-    ((!(c)->seg || (c)->seg[(size_t)(b) * (c)->T + (j)] == (c)->seg[(size_t)(b) * (c)->T + (t)]) &&    \
+/* key j visible from query t of row b (j <= t): always, or with segments in t's segment
+ * (a padding query's, -s: in s), and with a window when t - j < window */
+#define AT_SEES(c, b, t, j)                                                                                  \
+    ((!(c)->seg || (c)->seg[(size_t)(b) * (c)->T + (j)] == abs((c)->seg[(size_t)(b) * (c)->T + (t)])) && \
      (!(c)->window || (t) - (j) < (c)->window))
 
 /* Naive causal attention in double: per row the masked scores, their max, the
@@ -1041,6 +1041,43 @@ static void t_attention_window(void)
  * 37); the score dot products over HD add HD u. Bound: 2 (37 + HD) u with the
  * inputs' amplitude as the floor. Also:
  * segment ids all equal = NULL, bit for bit (one segment is plain causal). */
+/* Padding as HF's attention_mask hides it (segment -s: a query that sees segment s and a
+ * key no query sees, its own included; LLaMA-Factory's right-padded DPO rows): against the
+ * masked double reference + FD on short rows (padding after one sample, and after the
+ * second of two packed ones), threaded on long rows across query blocks; the sample's
+ * own rows are plain causal attention's bit for bit. */
+static void t_attention_padding(void)
+{
+    const int32_t pad8[16] = {1, 1, 1, 1, 1, -1, -1, -1, 1, 1, 2, 2, 2, 2, -2, -2};
+    run_gqa_seg(2, 8, 4, 2, 6, 1, 1, pad8);
+    enum { B = 2, T = 300, NH = 4, NKV = 2, HD = 16 };
+    const int n[B] = {200, 257};
+    static int32_t seg[B * T];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) seg[b * T + t] = t < n[b] ? 1 : -1;
+    run_gqa_seg(B, T, NH, NKV, HD, 2, 0, seg);
+    const size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T;
+    float *qkv = frand(nq, 1.5), *o[2], *l[2];
+    zt_cpu_set_threads(2);
+    for (int r = 0; r < 2; r++) {
+        o[r] = be->alloc(no * 4), l[r] = be->alloc(nl * 4);
+        be->attention_forward(o[r], l[r], qkv, r ? seg : NULL, B, T, NH, NKV, HD, 0);
+    }
+    zt_cpu_set_threads(1);
+    int same = 1;
+    for (int b = 0; b < B; b++) {
+        const size_t r0 = (size_t)b * T * NH * HD;
+        same = same && memcmp(o[0] + r0, o[1] + r0, (size_t)n[b] * NH * HD * 4) == 0;
+        for (int h = 0; h < NH; h++) {
+            const size_t l0 = ((size_t)b * NH + h) * T;
+            same = same && memcmp(l[0] + l0, l[1] + l0, (size_t)n[b] * 4) == 0;
+        }
+    }
+    CU_ASSERT(same);
+    for (int r = 0; r < 2; r++) be->free(o[r]), be->free(l[r]);
+    be->free(qkv);
+}
+
 static void t_attention_segments_apart(void)
 {
     enum { T = 100, NH = 4, NKV = 2, HD = 16 };
@@ -1588,6 +1625,7 @@ static const zt_test_t tests[] = {
     {"attention HD=256 vs double", t_attention_hd256},
     {"attention segments vs masked double + FD, reused ids", t_attention_segments_fd},
     {"attention segments across query blocks, threaded", t_attention_segments_blocks},
+    {"attention padding (negative segments) vs masked double + FD; samples plain causal bitwise", t_attention_padding},
     {"attention packed = each segment apart; one segment = NULL bitwise", t_attention_segments_apart},
     {"attention sliding window vs masked double + FD; window T = none bitwise", t_attention_window},
     {"gelu forward/backward", t_gelu},
