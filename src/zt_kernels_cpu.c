@@ -511,7 +511,11 @@ static void cpu_gemm(int ta, int tb, int M, int Nn, int K, float alpha, const fl
  * dp rows (8 floats, one AVX register each) in registers while it walks dy's columns j,
  * and each column's dB row takes the block's 8 rank-1 updates in two independent chains
  * before it goes back (an (O,8) dB stays in L2 for the next block). dB sums its rows in
- * another order than sgemm: the figures move at fp32 rounding. */
+ * another order than sgemm: the figures move at fp32 rounding. The row loops are unrolled by
+ * pragma: only then do acc and pr live in registers. The default build's -O2 (configure's
+ * CFLAGS come after AM_CFLAGS' -O3) left the rows loop rolled, acc[q] in memory with a load,
+ * FMA and store per step and a branch on q's parity: about half the speed at this job's
+ * shapes. */
 #if defined(__AVX2__) && defined(__FMA__)
 static inline __attribute__((always_inline)) void lowrank8_rows(int RB, int O, const float *restrict dy, int ldy,
                                                                 const float *restrict B, const float *restrict p,
@@ -519,13 +523,15 @@ static inline __attribute__((always_inline)) void lowrank8_rows(int RB, int O, c
                                                                 float *restrict dB)
 {
     __m256 acc[8], pr[8];
-    for (int q = 0; q < RB; q++) {
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++) { /* all 8 set, so that no path reads an unset register */
         acc[q] = _mm256_setzero_ps();
-        pr[q] = _mm256_loadu_ps(p + (size_t)q * ldp);
+        pr[q] = q < RB ? _mm256_loadu_ps(p + (size_t)q * ldp) : _mm256_setzero_ps();
     }
     for (int j = 0; j < O; j++) {
         const __m256 b = _mm256_loadu_ps(B + (size_t)j * 8);
         __m256 g0 = _mm256_setzero_ps(), g1 = _mm256_setzero_ps();
+#pragma GCC unroll 8
         for (int q = 0; q < RB; q++) {
             const __m256 d = _mm256_broadcast_ss(dy + (size_t)q * ldy + j);
             acc[q] = _mm256_fmadd_ps(d, b, acc[q]);
@@ -535,6 +541,7 @@ static inline __attribute__((always_inline)) void lowrank8_rows(int RB, int O, c
         if (dB) _mm256_storeu_ps(dB + (size_t)j * 8, _mm256_add_ps(_mm256_loadu_ps(dB + (size_t)j * 8),
                                                                    _mm256_add_ps(g0, g1)));
     }
+#pragma GCC unroll 8
     for (int q = 0; q < RB; q++) _mm256_storeu_ps(dp + (size_t)q * lddp, acc[q]);
 }
 #endif
