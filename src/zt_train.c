@@ -814,10 +814,16 @@ static void dropout_keys(run_t *r, int m, uint64_t *keys)
  * to 8 positions (GEMM rows) and at most Tm. Rows split over ranks (sp, tp_sequence_parallel)
  * or packed (segments) keep their length: their ranks would have to agree on it. */
 static int trim_rows(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys, int T);
+/* whether this rank may trim its rows (the rule above; pref_lf_rows trims by it too) */
+static int rows_trimmable(const run_t *r)
+{
+    return r->comm->mesh_sp <= 1 && !r->ltable->dims.tp_seq && !r->seg;
+}
+
 static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys)
 {
     const int B = r->B, Tm = r->Tm;
-    if (r->comm->mesh_sp > 1 || r->ltable->dims.tp_seq || r->seg) return Tm;
+    if (!rows_trimmable(r)) return Tm;
     int T = 0;
     for (int b = 0; b < B; b++)
         for (int t = Tm - 1; t >= T; t--)
@@ -1000,7 +1006,7 @@ static int pref_lf_rows(run_t *r, int32_t *inp, int32_t *tgt, int mi, int32_t **
         const int b = token_row(r, i, Tm);
         if (last[b] >= 0 && token_pos(r, i, Tm) == (int)(last[b] / V) + 1) inp[i] = (int32_t)fmod(last[b], V);
     }
-    const int T = r->comm->mesh_sp > 1 || r->ltable->dims.tp_seq ? Tm : trim_rows(r, inp, tgt, NULL, *P);
+    const int T = rows_trimmable(r) ? trim_rows(r, inp, tgt, NULL, *P) : Tm;
     const int Tw = T * ZT_MAX(r->comm->mesh_sp, 1); /* a whole row's positions */
     if (!r->pref_seg) r->pref_seg = r->be->alloc_host((size_t)r->A * B * r->T * sizeof(int32_t));
     int32_t *sg = r->pref_seg + (size_t)mi * B * r->T;
