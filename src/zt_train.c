@@ -51,95 +51,14 @@
 #include "zt_shard.h"
 #include "zt_step.h"
 #include "zt_watchdog.h"
+#include "zt_train_internal.h"
 
 #ifdef ZT_HAVE_CUDA
 #include "zt_cuda.h"
 #endif
 
-typedef struct hist { long *step; float *val; int n, cap; } hist_t;
 
-/* The parts of a DPO micro-step, timed for the run's summary (the reference's share) */
-typedef enum {
-    PT_REF_BLOCKS, /* the reference's embedding and blocks */
-    PT_REF_HEAD,   /* its head and per-sequence sums */
-    PT_FWD,        /* the policy's embedding and blocks */
-    PT_HEAD,       /* its head's forward and the sums (a frozen head: also its dL/dxf and backward) */
-    PT_LOSS,       /* the loss and its per-token factors */
-    PT_BWD,        /* the policy's backward (a trained head: its second pass too) */
-    PT_N
-} pref_part_t;
-
-typedef struct run {
-    const zt_config_t *cfg;
-    zt_comm_t *comm;
-    const zt_backend_t *be;
-    zt_param_table_t *table;    /* the model's global tensors: checkpoints, HF directories, reports */
-    zt_param_table_t *ltable;   /* this rank's tp share of it (= table without tp): engine, model */
-    int drank;                  /* this rank's data-parallel position: which rows it reads */
-    int Tm;                     /* positions the model runs of each sequence: T / sp */
-    int32_t *row_tmp;           /* (3 T) sequence parallelism: a whole row before its chunk is taken */
-    uint64_t *keys;             /* (A B Tm) lora.dropout's per-token counters (backend host memory) */
-    float *tp_logits;           /* (V) a sampled row's logits where rank 0's are the ones used */
-    /* generation's KV cache (generate.use_cache): on, the sequences it holds (kv_nseq:
-     * generate.batch_size, and one more for the rounds a rank has nothing to run; slot
-     * k holds kv_n[k] tokens of kv_tok + k T), the positions of a forward's tokens (T) */
-    int kv_on, kv_nseq, gen_batch;
-    int *kv_n, *kv_slot, *kv_past;
-    int32_t *kv_tok, *kv_pos, *kv_inp; /* kv_inp (kv_nseq): a batch's new tokens */
-    zt_model_t *model;
-    zt_shard_t *shard;
-    /* train.stage = dpo with full fine-tuning or pref.ref_model: the reference, a frozen
-     * copy of a directory's weights sharded as the strategy shards frozen units (ref_create) */
-    zt_shard_t *ref_shard;
-    zt_param_table_t *ref_table;
-    zt_dataset_t *train, *val;
-    zt_shard_opts_t sopts;
-    zt_parallel_plan_t plan;    /* the mesh and its options, strategy auto resolved */
-    zt_schedule_t steps;        /* one optimizer step's actions per pipeline rank (zt_step.h) */
-    int *micro_T;               /* (A) the positions each micro-batch runs (trim_padding) */
-    int *micro_Tp;              /* (A) dpo under a pipeline: each micro-batch's padded length (pref_lf_rows) */
-    int32_t **micro_seg;        /* (A) dpo under a pipeline: each micro-batch's segments (pref_lf_rows) */
-    /* pp > 1: the models of this rank's slots (a micro-batch's activations from its first
-     * action here to its last backward; models[0] = model), each micro-batch's slot, and
-     * the step's messages in flight: its receives, posted at its start, then its sends,
-     * each with a buffer of its own (freed at R) */
-    zt_model_t **models;
-    int nslots, *slot;
-    zt_request_t *pp_req;
-    /* pp > 1, over the run's steps: this rank's time in its schedule (the actions up to R),
-     * blocked in receives (the bubble, and transfers not hidden) and in the sends' completion at R */
-    double pp_span, pp_recv_wait, pp_send_wait;
-    long pp_steps; /* the steps they are summed over (this run's) */
-    float **pp_buf;
-    size_t pp_msg_bytes;        /* the most a step's message buffers held at once (all live until R) */
-    unsigned char *held;        /* pp > 1: (nunits) the units of this rank's stages (sopts.held) */
-    int B, T, A, dp, rank;
-    long G, total_steps, step, samples_seen;
-    zt_lr_schedule_t sched; /* transformers' schedule for total_steps (its warm-up: optim.warmup_steps, or
-                             * optim.warmup_ratio of total_steps) */
-    double tokens_seen;
-    int32_t *inp, *tgt;     /* (A, B, T) host */
-    int32_t *seg, *pos;     /* host, neat-packed rows' (NULL without): segments (A, B, T), positions (A, B, Tm) */
-    int32_t *pref_seg;      /* host (A, B, T), dpo: each micro-batch's rows padded as LLaMA-Factory pads them (pref_lf_rows) */
-    double flops_per_token, peak_flops;
-    char *config_text;
-    hist_t train_hist, val_hist;
-    hist_t margin_hist;         /* train.stage = dpo: rewards/margins at each logged step */
-    double pref_seconds[PT_N];  /* dpo: the micro-steps' time by part (pref_part_t) */
-    double pref_cpu[PT_N];      /* and the main thread's CPU time (a loaded machine's figure) */
-    double pref_ref_pos[2];     /* dpo: the reference's positions computed, and its rows' (pref.share_prompt) */
-    double train_seconds;
-    float last_loss, last_val;
-    zt_comm_stats_t comm_total; /* training collectives of the whole run (not eval, not saves) */
-    int threads;                /* CPU threads per rank (train.threads resolved) */
-    double loss_scale;          /* fp16: S (1 without fp16) */
-    int dynamic_scale;          /* fp16 with train.loss_scale = 0 */
-    long good_steps;            /* dynamic: steps since the last overflow or doubling */
-    size_t rss0;                /* the process's resident memory before the model and the engine exist
-                                 * (libraries, MPI, the data): what no estimate of ztrain's own counts */
-} run_t;
-
-static void hist_push(hist_t *h, long step, float v)
+void zt_tr_hist_push(hist_t *h, long step, float v)
 {
     if (h->n == h->cap) {
         h->cap = h->cap ? 2 * h->cap : 256;
@@ -152,7 +71,7 @@ static void hist_push(hist_t *h, long step, float v)
 }
 
 /* train.threads resolved (see its schema text) */
-static int cpu_threads(const zt_config_t *cfg, const zt_backend_t *be, int local_size)
+int zt_tr_cpu_threads(const zt_config_t *cfg, const zt_backend_t *be, int local_size)
 {
     if (cfg->train.threads > 0) return cfg->train.threads;
     if (strcmp(be->name, "cpu") != 0) {
@@ -167,7 +86,7 @@ static int cpu_threads(const zt_config_t *cfg, const zt_backend_t *be, int local
 /* ---- strategy resolution ------------------------------------------------------- */
 
 /* the engine's options: the plan's, with strategy st */
-static void fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_strategy_t st, zt_shard_opts_t *o)
+void zt_tr_fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_strategy_t st, zt_shard_opts_t *o)
 {
     memset(o, 0, sizeof *o);
     o->strategy = st;
@@ -188,7 +107,7 @@ static void fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_st
 
 /* pp > 1: the layers pipeline rank pp_rank runs (L + 2 flags, zt_model_create_layers), a
  * malloc'd mask; NULL at pp 1 (every layer) */
-static unsigned char *stage_layers(const zt_parallel_plan_t *p, int L, int pp_rank)
+unsigned char *zt_tr_stage_layers(const zt_parallel_plan_t *p, int L, int pp_rank)
 {
     if (p->pp == 1) return NULL;
     unsigned char *layers = zt_malloc((size_t)L + 2);
@@ -198,7 +117,7 @@ static unsigned char *stage_layers(const zt_parallel_plan_t *p, int L, int pp_ra
 
 /* The engine's options for pipeline rank pp_rank's share of table t: its stages' units,
  * the root shared by the first and the last stage */
-static void stage_opts(zt_shard_opts_t *o, const zt_parallel_plan_t *p, const zt_param_table_t *t,
+void zt_tr_stage_opts(zt_shard_opts_t *o, const zt_parallel_plan_t *p, const zt_param_table_t *t,
                        unsigned char *held)
 {
     o->held = held;
@@ -208,25 +127,24 @@ static void stage_opts(zt_shard_opts_t *o, const zt_parallel_plan_t *p, const zt
 }
 
 /* What the plan's mesh must divide, from the global table */
-static zt_plan_shape_t shape_of(const zt_param_table_t *g)
+zt_plan_shape_t zt_tr_shape_of(const zt_param_table_t *g)
 {
     return (zt_plan_shape_t){g->dims.L, g->dims.NH, g->dims.NKV, g->dims.I, g->dims.V};
 }
 
-static size_t mem_total(const zt_shard_mem_t *m)
+size_t zt_tr_mem_total(const zt_shard_mem_t *m)
 {
     return m->params + m->grads + m->optim + m->comm_buffers + m->gathered_peak;
 }
 
-static void tp_seq_setup(zt_param_table_t *t);
 
 /* A rank's table as the mesh runs it: its sequence share, ring attention, Megatron's
  * sequence parallelism inside tp (what the model and the engine allocate by) */
-static void mesh_local(zt_param_table_t *t, const zt_parallel_plan_t *p)
+void zt_tr_mesh_local(zt_param_table_t *t, const zt_parallel_plan_t *p)
 {
     t->dims.sp_size = p->sp;
     t->dims.sp_ring = p->sp_mode == ZT_SP_RING;
-    if (p->tp_sequence_parallel) tp_seq_setup(t);
+    if (p->tp_sequence_parallel) zt_tr_tp_seq_setup(t);
 }
 
 /* 1-bit Adam runs under ddp, zero1 and zero2 (the engine refuses the rest): nothing else to plan */
@@ -235,15 +153,9 @@ static int plannable(const zt_parallel_plan_t *p, zt_strategy_t st)
     return p->optimizer != ZT_OPTIM_ONEBIT_ADAM || st == ZT_DDP || st == ZT_ZERO1 || st == ZT_ZERO2;
 }
 
-typedef struct estimate {
-    zt_shard_mem_t mem;
-    zt_shard_mem_t ref;         /* DPO's frozen reference copy (zero without one) */
-    size_t activations, kv, total;
-    double traffic;
-} estimate_t;
 
 /* DPO with full fine-tuning or pref.ref_model: a frozen reference copy (ref_create) */
-static int has_ref_copy(const zt_config_t *cfg)
+int zt_tr_has_ref_copy(const zt_config_t *cfg)
 {
     return !cfg->mode_generate && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss) &&
            (cfg->train.finetuning_type == ZT_FT_FULL || cfg->pref.ref_model[0]);
@@ -251,7 +163,7 @@ static int has_ref_copy(const zt_config_t *cfg)
 
 /* The reference's table on tp rank `rank`: the base model's (without LoRA's adapter units),
  * every parameter frozen */
-static zt_param_table_t *ref_table_of(const zt_param_table_t *g, int tp, int rank, char *err, size_t errlen)
+zt_param_table_t *zt_tr_ref_table_of(const zt_param_table_t *g, int tp, int rank, char *err, size_t errlen)
 {
     zt_param_table_t *t = zt_params_tp_local(g, tp, rank, err, errlen);
     if (!t) return NULL;
@@ -267,14 +179,12 @@ static zt_param_table_t *ref_table_of(const zt_param_table_t *g, int tp, int ran
     return t;
 }
 
-static int kv_sequences(const zt_config_t *cfg, int sp, int tp_seq, int batch);
-static int gen_batch_of(int batch, int T);
 
 /* A rank's memory: a dry run of the engine, the reference's engine and the model that the
  * run would create (zt_memplan.h), never a second description of them. g: the global table;
  * t: a rank's (tp-local) share of it; world: the data-parallel ranks the strategy spans;
  * pp_rank: the rank's place on the pipeline (its stages' units, its list's slots) */
-static void estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *g,
+void zt_tr_estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *g,
                           const zt_param_table_t *t, zt_strategy_t st, int world, int shard_n, int pp_rank,
                           estimate_t *e)
 {
@@ -282,18 +192,18 @@ static void estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, c
                           .B = zt_config_batch_rows(cfg), .T = cfg->data.seq_len / p->sp, /* sp: T / sp a rank */
                           .recompute = cfg->train.gradient_checkpointing,
                           .nmicro = cfg->train.gradient_accumulation_steps};
-    fill_opts(cfg, p, st, &q.opts);
+    zt_tr_fill_opts(cfg, p, st, &q.opts);
     char err[ZT_ERRLEN];
-    zt_param_table_t *ref = has_ref_copy(cfg) ? ref_table_of(g, p->tp, 0, err, sizeof err) : NULL;
+    zt_param_table_t *ref = zt_tr_has_ref_copy(cfg) ? zt_tr_ref_table_of(g, p->tp, 0, err, sizeof err) : NULL;
     q.ref_table = ref;
     /* generation's KV cache where the run generates (--generate, generate.at_eval) */
     if (cfg->mode_generate || cfg->generate.at_eval)
-        q.kv_nseq = kv_sequences(cfg, t->dims.sp_size, t->dims.tp_seq,
-                                 gen_batch_of(cfg->generate.batch_size, cfg->data.seq_len));
+        q.kv_nseq = zt_tr_kv_sequences(cfg, t->dims.sp_size, t->dims.tp_seq,
+                                 zt_tr_gen_batch_of(cfg->generate.batch_size, cfg->data.seq_len));
     zt_schedule_t sc = {0};
     unsigned char *layers = NULL;
     if (p->pp > 1 && zt_schedule_build(&sc, p->pp_schedule, p->pp, p->pp_v, p->micro, err, sizeof err) == 0) {
-        layers = stage_layers(p, t->dims.L, pp_rank);
+        layers = zt_tr_stage_layers(p, t->dims.L, pp_rank);
         q.sched = &sc, q.stage_first = p->stage_first, q.pp_rank = pp_rank, q.layers = layers;
     }
     zt_memplan_t m;
@@ -313,18 +223,18 @@ static void estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, c
     e->ref = m.ref;
     e->activations = m.activations;
     e->kv = m.kv;
-    e->total = mem_total(&e->mem) + mem_total(&e->ref) + e->activations;
+    e->total = zt_tr_mem_total(&e->mem) + zt_tr_mem_total(&e->ref) + e->activations;
 }
 
 /* The rank that needs the most: under a pipeline the largest of its ranks' (stages')
  * figures decides whether a run fits */
-static void estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *g,
+void zt_tr_estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *g,
                      const zt_param_table_t *t, zt_strategy_t st, int world, int shard_n, estimate_t *e)
 {
-    estimate_rank(cfg, p, g, t, st, world, shard_n, 0, e);
+    zt_tr_estimate_rank(cfg, p, g, t, st, world, shard_n, 0, e);
     for (int r = 1; r < p->pp; r++) {
         estimate_t x;
-        estimate_rank(cfg, p, g, t, st, world, shard_n, r, &x);
+        zt_tr_estimate_rank(cfg, p, g, t, st, world, shard_n, r, &x);
         if (x.total > e->total) *e = x;
     }
 }
@@ -386,7 +296,7 @@ static void offload_tiers(const zt_config_t *cfg, const zt_parallel_plan_t *plan
         p.offload_optimizer = tiers[i].optim;
         p.offload_param = tiers[i].param;
         estimate_t e;
-        estimate(cfg, &p, g, t, st, world, shard_n, &e);
+        zt_tr_estimate(cfg, &p, g, t, st, world, shard_n, &e);
         zt_log("%-20s %12s %12s %12s", tiers[i].name, zt_fmt_bytes(e.total, b[0], 32),
                zt_fmt_bytes(e.mem.host, b[1], 32), zt_fmt_bytes(e.mem.nvme, b[2], 32));
     }
@@ -419,7 +329,7 @@ static void stage_table(const zt_config_t *cfg, const zt_parallel_plan_t *p, con
            "activations", "total");
     for (int r = 0; r < p->pp; r++) {
         estimate_t e;
-        estimate_rank(cfg, p, g, t, st, world, shard_n, r, &e);
+        zt_tr_estimate_rank(cfg, p, g, t, st, world, shard_n, r, &e);
         rank_layers(p, r, lay, sizeof lay);
         /* DPO's frozen copy (its stages' share) in params and buffers, as the strategies' rows */
         zt_log("%-8d %-12s %12s %12s %12s %12s %12s %12s (%zu bytes)", r, lay,
@@ -437,12 +347,12 @@ static void estimate_memory(const zt_config_t *cfg, int world, int per_node)
     zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err), *t = NULL;
     zt_parallel_plan_t p;
     const int tp = cfg->parallel.tensor_parallel_size;
-    const zt_plan_shape_t sh = g ? shape_of(g) : (zt_plan_shape_t){0};
+    const zt_plan_shape_t sh = g ? zt_tr_shape_of(g) : (zt_plan_shape_t){0};
     if (g && zt_plan_build(&p, cfg, &sh, world, per_node, err, sizeof err) == 0) {
         if (p.pp > 1) zt_params_split_head(g); /* as the run splits it */
         t = zt_params_tp_local(g, tp, 0, err, sizeof err);
     }
-    if (t) mesh_local(t, &p);
+    if (t) zt_tr_mesh_local(t, &p);
     if (!t) {
         zt_log_error("%s", err);
         zt_param_table_free(g);
@@ -470,7 +380,7 @@ static void estimate_memory(const zt_config_t *cfg, int world, int per_node)
     for (int st = 0; st < ZT_STRATEGY_N; st++) {
         if ((zt_strategy_is_hybrid(st) && (shard_n <= 0 || world % shard_n)) || !plannable(&p, st)) continue;
         estimate_t e;
-        estimate(cfg, &p, g, t, st, world, shard_n, &e);
+        zt_tr_estimate(cfg, &p, g, t, st, world, shard_n, &e);
         zt_log("%-20s %12s %12s %12s %12s %12s %12s %12s", zt_strategy_name(st),
                zt_fmt_bytes(e.mem.params + e.ref.params, b[0], 32), zt_fmt_bytes(e.mem.grads, b[1], 32),
                zt_fmt_bytes(e.mem.optim, b[2], 32),
@@ -479,7 +389,7 @@ static void estimate_memory(const zt_config_t *cfg, int world, int per_node)
                zt_fmt_bytes(e.activations, b[4], 32), zt_fmt_bytes(e.total, b[5], 32),
                zt_fmt_bytes(e.mem.host + e.ref.host, b[6], 32));
     }
-    if (has_ref_copy(cfg))
+    if (zt_tr_has_ref_copy(cfg))
         zt_log("(train.stage = dpo: params, buffers and host include the frozen reference copy's)");
     if (p.pp > 1) stage_table(cfg, &p, g, t, world, shard_n);
     offload_tiers(cfg, &p, g, t, world, shard_n);
@@ -508,7 +418,7 @@ int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_p
 {
     zt_param_table_t *g = zt_arch_table_from_config(cfg, err, errlen);
     if (!g) return -1;
-    const zt_plan_shape_t sh = shape_of(g);
+    const zt_plan_shape_t sh = zt_tr_shape_of(g);
     zt_param_table_free(g);
     return zt_plan_build(plan, cfg, &sh, world, per_node, err, errlen);
 }
@@ -589,12 +499,12 @@ static int search_pp(zt_config_t *c, const zt_param_table_t *g, const zt_plan_sh
             c->parallel.tensor_parallel_size = tp, c->parallel.sequence_parallel_size = sp;
             if (zt_plan_build(&p, c, sh, world, per_node, err, sizeof err) != 0) continue;
             planned = 1;
-            mesh_local(t, &p);
+            zt_tr_mesh_local(t, &p);
             for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
                 if (!plannable(&p, order[i])) continue;
                 estimate_t e;
                 zt_plan_resolve(&p, order[i]);
-                estimate(c, &p, g, t, order[i], world / (tp * pp), ZT_MAX(per_node / tp, 1), &e);
+                zt_tr_estimate(c, &p, g, t, order[i], world / (tp * pp), ZT_MAX(per_node / tp, 1), &e);
                 if ((double)e.total > limit) continue;
                 if (pp == 1 && tp == 1 && sp == 1) {
                     zt_param_table_free(t);
@@ -621,7 +531,7 @@ int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, siz
     char err[ZT_ERRLEN], what[160], b1[32], b2[32], b3[32];
     zt_param_table_t *g = zt_arch_table_from_config(cfg, err, sizeof err);
     if (!g) return 0;
-    const zt_plan_shape_t sh = shape_of(g);
+    const zt_plan_shape_t sh = zt_tr_shape_of(g);
     const double limit = memory_limit(cfg, NULL, per_node, what, sizeof what);
     zt_config_t c = *cfg;
     mesh_pick_t best = {0};
@@ -694,7 +604,7 @@ int zt_train_auto_mesh(zt_config_t *cfg, int world, int per_node, char *why, siz
 }
 
 /* auto: the least traffic that fits; ordered by collective volume per step */
-static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_backend_t *be,
+zt_strategy_t zt_tr_pick_auto(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_backend_t *be,
                                const zt_param_table_t *g, const zt_param_table_t *t, int world, int per_node, char *why, size_t len)
 {
     static const zt_strategy_t order[] = {ZT_DDP, ZT_ZERO1, ZT_ZERO2, ZT_SHARD_GRAD_OP, ZT_ZERO3};
@@ -706,7 +616,7 @@ static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_parallel_plan_t 
     for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
         if (!plannable(p, order[i])) continue;
         estimate_t e;
-        estimate(cfg, p, g, t, order[i], world, per_node, &e);
+        zt_tr_estimate(cfg, p, g, t, order[i], world, per_node, &e);
         if ((double)e.total <= limit) {
             snprintf(why, len, "estimated %s per rank fits the limit of %s; it moves the least data of those that fit",
                      zt_fmt_bytes((double)e.total, b1, 32), zt_fmt_bytes(limit, b2, 32));
@@ -720,12 +630,12 @@ static zt_strategy_t pick_auto(const zt_config_t *cfg, const zt_parallel_plan_t 
 }
 
 /* Prompts generated at once: at most T = data.seq_len, as their new tokens are one row */
-static int gen_batch_of(int batch, int T) { return ZT_MAX(1, ZT_MIN(batch, T)); }
+int zt_tr_gen_batch_of(int batch, int T) { return ZT_MAX(1, ZT_MIN(batch, T)); }
 
 /* Sequences generation's KV cache holds for `batch` prompts at once: one each and a spare
  * (batch_logits), or 0 where there is no cache (generate.use_cache off, sequence
  * parallelism, tp_sequence_parallel) */
-static int kv_sequences(const zt_config_t *cfg, int sp, int tp_seq, int batch)
+int zt_tr_kv_sequences(const zt_config_t *cfg, int sp, int tp_seq, int batch)
 {
     if (!cfg->generate.use_cache || sp > 1 || tp_seq) return 0;
     return batch > 1 ? batch + 1 : 1;
@@ -736,11 +646,11 @@ static int kv_sequences(const zt_config_t *cfg, int sp, int tp_seq, int batch)
  * estimate is a dry run of the code that allocates (zt_memplan.h), so it is what the
  * engine, the reference copy and the model will hold; what it leaves out (libraries, a
  * CUDA context, allocator slack) is small beside a limit this estimate exceeds. */
-static int check_fits(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_backend_t *be,
+int zt_tr_check_fits(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_backend_t *be,
                       const zt_param_table_t *g, const zt_param_table_t *t, zt_strategy_t st, const zt_comm_t *c, char *err, size_t errlen)
 {
     estimate_t e;
-    estimate(cfg, p, g, t, st, c->data.size, c->shard.size, &e);
+    zt_tr_estimate(cfg, p, g, t, st, c->data.size, c->shard.size, &e);
     char what[160], b[3][32];
     const double limit = memory_limit(cfg, be, c->local_size, what, sizeof what);
     /* on a host-memory backend the offloaded state is in the same memory */
@@ -774,7 +684,7 @@ static int check_fits(const zt_config_t *cfg, const zt_parallel_plan_t *p, const
 /* Megatron sequence parallelism inside tp (the plan checked that every tp rank gets a
  * whole share of the tokens): the replicated parameters its rows feed (norms, learned
  * positions) get partial gradients, summed over tp by the engine. */
-static void tp_seq_setup(zt_param_table_t *t)
+void zt_tr_tp_seq_setup(zt_param_table_t *t)
 {
     t->dims.tp_seq = 1;
     for (int i = 0; i < t->nparams; i++) {
@@ -786,7 +696,7 @@ static void tp_seq_setup(zt_param_table_t *t)
 /* lora.dropout's counters for micro-step m: one key per local token from (seed, step,
  * the sample's slot in the global batch, its position in the sequence), so any strategy,
  * world size and mesh drops the same elements of the same token */
-static void dropout_keys(run_t *r, int m, uint64_t *keys)
+void zt_tr_dropout_keys(run_t *r, int m, uint64_t *keys)
 {
     const int B = r->B, Tm = r->Tm, sp = r->comm->mesh_sp, i = r->comm->sp.rank, ring = r->ltable->dims.sp_ring;
     const int64_t g0 = r->samples_seen + (int64_t)m * r->dp * B + (int64_t)r->drank * B;
@@ -813,17 +723,16 @@ static void dropout_keys(run_t *r, int m, uint64_t *keys)
  * rows (inp, tgt, keys: (B, Tm)) are compacted in place to (B, T) and T returned, rounded up
  * to 8 positions (GEMM rows) and at most Tm. Rows split over ranks (sp, tp_sequence_parallel)
  * or packed (segments) keep their length: their ranks would have to agree on it. */
-static int trim_rows(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys, int T);
 /* whether this rank may trim its rows (the rule above; pref_lf_rows trims by it too) */
-static int rows_trimmable(const run_t *r)
+int zt_tr_rows_trimmable(const run_t *r)
 {
     return r->comm->mesh_sp <= 1 && !r->ltable->dims.tp_seq && !r->seg;
 }
 
-static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys)
+int zt_tr_trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys)
 {
     const int B = r->B, Tm = r->Tm;
-    if (!rows_trimmable(r)) return Tm;
+    if (!zt_tr_rows_trimmable(r)) return Tm;
     int T = 0;
     for (int b = 0; b < B; b++)
         for (int t = Tm - 1; t >= T; t--)
@@ -831,11 +740,11 @@ static int trim_padding(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *ke
                 T = t + 1;
                 break;
             }
-    return trim_rows(r, inp, tgt, keys, ZT_MIN(Tm, ZT_MAX(8, (T + 7) / 8 * 8)));
+    return zt_tr_trim_rows(r, inp, tgt, keys, ZT_MIN(Tm, ZT_MAX(8, (T + 7) / 8 * 8)));
 }
 
 /* The rows (inp, tgt, keys: (B, Tm)) compacted in place to their first T positions; T */
-static int trim_rows(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys, int T)
+int zt_tr_trim_rows(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys, int T)
 {
     const int B = r->B, Tm = r->Tm;
     if (T == Tm) return Tm;
@@ -854,7 +763,7 @@ static int trim_rows(const run_t *r, int32_t *inp, int32_t *tgt, uint64_t *keys,
  * module: it is used at both ends. */
 /* Blocks [l0, l1) of model m forward, each unit (and its LoRA adapters' with adapters)
  * gathered just before it runs and released after */
-static void forward_range(run_t *r, zt_shard_t *s, zt_model_t *m, int l0, int l1, int adapters)
+void zt_tr_forward_range(run_t *r, zt_shard_t *s, zt_model_t *m, int l0, int l1, int adapters)
 {
     const zt_param_table_t *t = r->table;
     const int b0 = t->first_block_unit, a0 = adapters ? t->first_adapter_unit : -1;
@@ -873,7 +782,7 @@ static void forward_range(run_t *r, zt_shard_t *s, zt_model_t *m, int l0, int l1
 
 /* Blocks [l0, l1) of model m backward, last first, from the gradient in its residual
  * stream; each unit's gradients reported ready as they are complete */
-static void backward_range(run_t *r, zt_model_t *m, int l0, int l1)
+void zt_tr_backward_range(run_t *r, zt_model_t *m, int l0, int l1)
 {
     zt_shard_t *s = r->shard;
     const zt_param_table_t *t = r->table;
@@ -895,34 +804,34 @@ static void backward_range(run_t *r, zt_model_t *m, int l0, int l1)
 
 /* The batch set in the model through the embedding and every block; the root unit stays
  * gathered */
-static const float *forward_set_batch(run_t *r, zt_shard_t *s, int adapters)
+const float *zt_tr_forward_set_batch(run_t *r, zt_shard_t *s, int adapters)
 {
     const zt_param_table_t *t = r->table;
     zt_watchdog_mark("forward", 0, r->step + 1);
     const float *root = zt_shard_params(s, t->root_unit);
     zt_shard_prefetch(s, t->first_block_unit); /* the first block's gather overlaps the embedding */
     zt_model_forward_embed(r->model, root);
-    forward_range(r, s, r->model, 0, t->dims.L, adapters);
+    zt_tr_forward_range(r, s, r->model, 0, t->dims.L, adapters);
     return root;
 }
 
-static const float *train_forward(run_t *r, zt_shard_t *s, const int32_t *inp, const int32_t *tgt,
+const float *zt_tr_train_forward(run_t *r, zt_shard_t *s, const int32_t *inp, const int32_t *tgt,
                                   const int32_t *seg, const int32_t *pos, const uint64_t *keys, int adapters, int T)
 {
     zt_model_t *m = r->model;
     zt_model_set_batch(m, inp, tgt, r->B, T);
     if (seg) zt_model_set_segments(m, seg, pos);
     if (keys) zt_model_set_row_keys(m, keys);
-    return forward_set_batch(r, s, adapters);
+    return zt_tr_forward_set_batch(r, s, adapters);
 }
 
 /* After the head's backward: the blocks' backward, the embedding's (droot: the root unit's
  * gradients, NULL when frozen), and the root unit's gradients ready and released */
-static void backward_from_head(run_t *r, float *droot)
+void zt_tr_backward_from_head(run_t *r, float *droot)
 {
     zt_shard_t *s = r->shard;
     const int root_unit = r->table->root_unit;
-    backward_range(r, r->model, 0, r->table->dims.L);
+    zt_tr_backward_range(r, r->model, 0, r->table->dims.L);
     zt_watchdog_mark("backward", root_unit, r->step + 1);
     zt_model_backward_embed(r->model, droot);
     zt_shard_grads_ready(s, root_unit);
@@ -931,7 +840,7 @@ static void backward_from_head(run_t *r, float *droot)
 
 /* The head's forward and backward (dscale, or the model's token scales) and the blocks'
  * backward after train_forward; releases the root unit; the loss */
-static float train_backward(run_t *r, const float *root, float dscale)
+float zt_tr_train_backward(run_t *r, const float *root, float dscale)
 {
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
@@ -940,7 +849,7 @@ static float train_backward(run_t *r, const float *root, float dscale)
     zt_watchdog_mark("forward head", root_unit, r->step + 1);
     float *droot = zt_shard_grads(s, root_unit);
     zt_model_train_head(m, root, droot, dscale);
-    backward_from_head(r, droot);
+    zt_tr_backward_from_head(r, droot);
     return zt_model_loss(m);
 }
 
@@ -956,7 +865,7 @@ static float train_backward(run_t *r, const float *root, float dscale)
 
 /* The row of this rank's token i (B rows of T tokens; ring attention: its two chunks of
  * each row chunk-major, (2, B, T/2)) */
-static int token_row(const run_t *r, size_t i, int T)
+int zt_tr_token_row(const run_t *r, size_t i, int T)
 {
     if (r->ltable->dims.sp_ring) return (int)((i / (size_t)(T / 2)) % (size_t)r->B);
     return (int)(i / (size_t)T);
@@ -964,7 +873,7 @@ static int token_row(const run_t *r, size_t i, int T)
 
 /* The position in its row of this rank's token i (B rows of T; sp: this rank's chunks of
  * each row, token_row's layout) */
-static int token_pos(const run_t *r, size_t i, int T)
+int zt_tr_token_pos(const run_t *r, size_t i, int T)
 {
     const int sp = r->comm->mesh_sp, k = r->comm->sp.rank;
     if (sp <= 1) return (int)(i % (size_t)T);
@@ -986,7 +895,7 @@ static int token_pos(const run_t *r, size_t i, int T)
  * before them changed) and the padding carries no loss, so the loss, the log-probs and the
  * gradients are those of the plain rows. Returns the positions each row runs; *P: LLaMA-
  * Factory's padded length, at most data.seq_len (the positions a row has). */
-static int pref_lf_rows(run_t *r, int32_t *inp, int32_t *tgt, int mi, int32_t **seg, int *P)
+int zt_tr_pref_lf_rows(run_t *r, int32_t *inp, int32_t *tgt, int mi, int32_t **seg, int *P)
 {
     const int B = r->B, Tm = r->Tm, V = r->table->dims.V;
     const size_t N = (size_t)B * Tm;
@@ -995,18 +904,18 @@ static int pref_lf_rows(run_t *r, int32_t *inp, int32_t *tgt, int mi, int32_t **
     for (int b = 0; b < B; b++) last[b] = -1.0;
     for (size_t i = 0; i < N; i++)
         if (tgt[i] >= 0) {
-            const int b = token_row(r, i, Tm);
-            last[b] = ZT_MAX(last[b], (double)token_pos(r, i, Tm) * V + tgt[i]);
+            const int b = zt_tr_token_row(r, i, Tm);
+            last[b] = ZT_MAX(last[b], (double)zt_tr_token_pos(r, i, Tm) * V + tgt[i]);
         }
     if (r->comm->mesh_sp > 1) zt_allreduce(r->comm, &r->comm->sp, ZT_IN_PLACE, last, (size_t)B, ZT_F64, ZT_MAX);
     int longest = 0;
     for (int b = 0; b < B; b++) longest = ZT_MAX(longest, last[b] < 0 ? 0 : (int)(last[b] / V) + 2);
     *P = ZT_MIN(r->T, ZT_MAX(8, (longest + 7) / 8 * 8));
     for (size_t i = 0; i < N; i++) {
-        const int b = token_row(r, i, Tm);
-        if (last[b] >= 0 && token_pos(r, i, Tm) == (int)(last[b] / V) + 1) inp[i] = (int32_t)fmod(last[b], V);
+        const int b = zt_tr_token_row(r, i, Tm);
+        if (last[b] >= 0 && zt_tr_token_pos(r, i, Tm) == (int)(last[b] / V) + 1) inp[i] = (int32_t)fmod(last[b], V);
     }
-    const int T = rows_trimmable(r) ? trim_rows(r, inp, tgt, NULL, *P) : Tm;
+    const int T = zt_tr_rows_trimmable(r) ? zt_tr_trim_rows(r, inp, tgt, NULL, *P) : Tm;
     const int Tw = T * ZT_MAX(r->comm->mesh_sp, 1); /* a whole row's positions */
     if (!r->pref_seg) r->pref_seg = r->be->alloc_host((size_t)r->A * B * r->T * sizeof(int32_t));
     int32_t *sg = r->pref_seg + (size_t)mi * B * r->T;
@@ -1023,13 +932,13 @@ static int pref_lf_rows(run_t *r, int32_t *inp, int32_t *tgt, int mi, int32_t **
 /* Per row of the micro-batch (B rows of T), over its tokens on every sp rank: into sum (B)
  * minus the sum of x's per-token losses (tl) or plus the sum of x (not tl); into len (B,
  * or NULL) its response tokens. */
-static void row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, int T, double *sum, double *len)
+void zt_tr_row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, int T, double *sum, double *len)
 {
     const size_t N = (size_t)r->B * T;
     const int n = len ? 2 * r->B : r->B;
     double *acc = zt_calloc((size_t)n, sizeof *acc);
     for (size_t i = 0; i < N; i++) {
-        const int b = token_row(r, i, T);
+        const int b = zt_tr_token_row(r, i, T);
         acc[b] += tl ? -(double)x[i] : (double)x[i];
         if (len) acc[r->B + b] += tgt[i] >= 0;
     }
@@ -1041,7 +950,7 @@ static void row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, int T
 
 /* the time since t[0] (wall) and t[1] (the thread's CPU) into the DPO profile's part k;
  * t := now */
-static void pref_lap(run_t *r, pref_part_t k, double *t)
+void zt_tr_pref_lap(run_t *r, pref_part_t k, double *t)
 {
     const double now = zt_now(), cpu = zt_thread_seconds();
     r->pref_seconds[k] += now - t[0];
@@ -1057,7 +966,7 @@ static void pref_lap(run_t *r, pref_part_t k, double *t)
  * rounding; not where the model cannot share rows (sequence parallelism splits a row over
  * ranks, tp's sequence-parallel residual splits the compact tokens over tp ranks:
  * zt_model_can_share_rows), nor under a pipeline, which run every row's positions. */
-static void pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, int T, double *ref,
+void zt_tr_pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, int T, double *ref,
                            double *now)
 {
     const zt_param_table_t *t = r->table;
@@ -1074,20 +983,20 @@ static void pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, con
         zt_model_set_batch(r->model, sh.inp, sh.tgt, sh.B, sh.T);
         zt_model_set_segments(r->model, NULL, sh.pos);
         zt_model_set_shared_rows(r->model, r->B, T, sh.full, sh.own);
-        root = forward_set_batch(r, rs, 0);
+        root = zt_tr_forward_set_batch(r, rs, 0);
     } else {
-        root = train_forward(r, rs, inp, tgt, seg, NULL, NULL, 0, T);
+        root = zt_tr_train_forward(r, rs, inp, tgt, seg, NULL, NULL, 0, T);
         r->pref_ref_pos[0] += (double)r->B * T;
     }
-    pref_lap(r, PT_REF_BLOCKS, now);
+    zt_tr_pref_lap(r, PT_REF_BLOCKS, now);
     if (frozen_head) zt_model_pref_head(r->model, root, 1);
     else zt_model_forward_head(r->model, root);
     zt_shard_release(rs, t->root_unit);
     if (r->ref_shard) zt_shard_end_inference(rs);
     if (share) zt_pref_share_sums(&sh, zt_model_token_losses(r->model), r->B, ref);
-    else row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, ref, NULL);
+    else zt_tr_row_sums(r, zt_model_token_losses(r->model), 1, tgt, T, ref, NULL);
     zt_pref_share_free(&sh);
-    pref_lap(r, PT_REF_HEAD, now);
+    zt_tr_pref_lap(r, PT_REF_HEAD, now);
 }
 
 /* The policy's head after its forward through the blocks of model m (B rows of T of the
@@ -1102,7 +1011,7 @@ static void pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, con
  * until the loss gives each sequence's factor); a trained head (full fine-tuning) runs
  * forward for the sums, then again with the factors (zt_model_train_head), its weight
  * gradient needing each token's dlogits at its factor. */
-static double pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu, const int32_t *tgt, int T, int Tp,
+double zt_tr_pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu, const int32_t *tgt, int T, int Tp,
                                const double *ref, float factor, double *metrics, double *now)
 {
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
@@ -1117,13 +1026,13 @@ static double pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu,
     zt_model_set_logit_sums(m, lsum);
     if (frozen_head) zt_model_pref_head(m, hw, 0);
     else zt_model_forward_head(m, hw);
-    row_sums(r, zt_model_token_losses(m), 1, tgt, T, pol, len);
+    zt_tr_row_sums(r, zt_model_token_losses(m), 1, tgt, T, pol, len);
     /* LLaMA-Factory's logits/chosen and /rejected: the mean of every logit of its padded
      * batch (pref_lf_rows: Tp positions a row), on every mesh */
     for (int i = 0; i < N; i++)
-        if (token_pos(r, (size_t)i, T) >= Tp) lsum[i] = 0.0f;
-    row_sums(r, lsum, 0, tgt, T, lg, NULL);
-    pref_lap(r, PT_HEAD, now);
+        if (zt_tr_token_pos(r, (size_t)i, T) >= Tp) lsum[i] = 0.0f;
+    zt_tr_row_sums(r, lsum, 0, tgt, T, lg, NULL);
+    zt_tr_pref_lap(r, PT_HEAD, now);
     for (int b = 0; b < B; b++) cnt[b] = (double)Tp * t->dims.V;
     /* rows to pairs: [chosen of each pair | rejected of each pair] per quantity */
     double *q[5] = {pol, rf, len, lg, cnt};
@@ -1140,17 +1049,17 @@ static double pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu,
     /* d logp / d logits = -d CE / d logits: each token's factor is minus its sequence's weight */
     float *scale = zt_malloc((size_t)N * sizeof *scale);
     for (int i = 0; i < N; i++) {
-        const int b = token_row(r, (size_t)i, T);
+        const int b = zt_tr_token_row(r, (size_t)i, T);
         scale[i] = (float)(-d[(b % 2) * np + b / 2] * factor);
     }
-    pref_lap(r, PT_LOSS, now);
+    zt_tr_pref_lap(r, PT_LOSS, now);
     if (frozen_head) {
         zt_model_pref_head_backward(m, hw, scale);
-        pref_lap(r, PT_HEAD, now);
+        zt_tr_pref_lap(r, PT_HEAD, now);
     } else {
         zt_model_set_token_scales(m, scale);
         zt_model_train_head(m, hw, zt_shard_grads(r->shard, hu), 0.0f);
-        pref_lap(r, PT_BWD, now);
+        zt_tr_pref_lap(r, PT_BWD, now);
     }
     free(scale);
     free(lsum);
@@ -1164,30 +1073,30 @@ static double pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu,
  * (micro-steps x data-parallel replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's;
  * the micro-batch's loss; *T the positions run. The reference's pass, the policy's forward,
  * its head and loss (pref_policy_head), the blocks' backward. */
-static double pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout)
+double zt_tr_pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout)
 {
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
     const zt_param_table_t *t = r->table;
     const int frozen_head = t->unit_frozen && t->unit_frozen[t->root_unit];
     int32_t *seg; /* LLaMA-Factory's padding (pref_lf_rows) */
     int Tp;       /* its padded length */
-    const int T = *Tout = pref_lf_rows(r, inp, tgt, 0, &seg, &Tp);
+    const int T = *Tout = zt_tr_pref_lf_rows(r, inp, tgt, 0, &seg, &Tp);
     double *ref = zt_calloc((size_t)r->B, sizeof *ref);
     double now[2] = {zt_now(), zt_thread_seconds()};
-    if (zt_pref_uses_ref(pc->loss)) pref_reference(r, inp, tgt, seg, T, ref, now);
-    const float *root = train_forward(r, r->shard, inp, tgt, seg, NULL, NULL, 1, T);
-    pref_lap(r, PT_FWD, now);
-    const double loss = pref_policy_head(r, r->model, root, t->root_unit, tgt, T, Tp,
+    if (zt_pref_uses_ref(pc->loss)) zt_tr_pref_reference(r, inp, tgt, seg, T, ref, now);
+    const float *root = zt_tr_train_forward(r, r->shard, inp, tgt, seg, NULL, NULL, 1, T);
+    zt_tr_pref_lap(r, PT_FWD, now);
+    const double loss = zt_tr_pref_policy_head(r, r->model, root, t->root_unit, tgt, T, Tp,
                                          zt_pref_uses_ref(pc->loss) ? ref : NULL, factor, metrics, now);
-    backward_from_head(r, frozen_head ? NULL : zt_shard_grads(r->shard, t->root_unit));
-    pref_lap(r, PT_BWD, now);
+    zt_tr_backward_from_head(r, frozen_head ? NULL : zt_shard_grads(r->shard, t->root_unit));
+    zt_tr_pref_lap(r, PT_BWD, now);
     free(ref);
     return loss;
 }
 
 /* Inside begin/end_inference: the batch through the embedding and the blocks; the root
  * unit stays gathered for the head (the caller releases it) */
-static const float *forward_blocks(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg,
+const float *zt_tr_forward_blocks(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg,
                                    const int32_t *pos, int B, int T)
 {
     zt_shard_t *s = r->shard;
@@ -1210,10 +1119,10 @@ static const float *forward_blocks(run_t *r, const int32_t *inp, const int32_t *
 }
 
 /* Forward only, inside begin/end_inference; loss if targets given. */
-static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
+float zt_tr_forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
                           int B, int T)
 {
-    const float *root = forward_blocks(r, inp, tgt, seg, pos, B, T);
+    const float *root = zt_tr_forward_blocks(r, inp, tgt, seg, pos, B, T);
     zt_model_forward_head(r->model, root);
     zt_shard_release(r->shard, r->table->root_unit);
     return zt_model_loss(r->model);
@@ -1222,7 +1131,7 @@ static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, cons
 /* Sequence parallelism: this rank's chunk of a row of T tokens into dst, as row b of B
  * rows of T / sp (ring attention: chunks i and 2 sp - 1 - i of 2 sp, chunk-major over
  * the B rows) */
-static void sp_chunk(const run_t *r, const int32_t *row, int T, int b, int B, int32_t *dst)
+void zt_tr_sp_chunk(const run_t *r, const int32_t *row, int T, int b, int B, int32_t *dst)
 {
     const int sp = r->comm->mesh_sp, i = r->comm->sp.rank, Tm = T / sp;
     if (!r->ltable->dims.sp_ring) {
@@ -1236,7 +1145,7 @@ static void sp_chunk(const run_t *r, const int32_t *row, int T, int b, int B, in
 
 /* Reads rows [g0 + ...] of a dataset into inp/tgt (B rows), and their segments and
  * positions into seg/pos when not NULL; 0 or -1 with err. */
-static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_t *inp, int32_t *tgt, int32_t *seg,
+int zt_tr_read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_t *inp, int32_t *tgt, int32_t *seg,
                      int32_t *pos, char *err, size_t errlen)
 {
     const int T = r->T, Tm = r->Tm;
@@ -1253,8 +1162,8 @@ static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_
             rc = zt_data_read_pair_rows(ds, (g0 + b) / 2, (uint64_t)r->cfg->data.seed, shuffle, buf, buf + 2 * T,
                                         NULL, NULL, err, errlen);
             for (int h = 0; h < 2; h++) {
-                sp_chunk(r, buf + (size_t)h * T, T, b + h, r->B, inp);
-                sp_chunk(r, buf + 2 * (size_t)T + (size_t)h * T, T, b + h, r->B, tgt);
+                zt_tr_sp_chunk(r, buf + (size_t)h * T, T, b + h, r->B, inp);
+                zt_tr_sp_chunk(r, buf + 2 * (size_t)T + (size_t)h * T, T, b + h, r->B, tgt);
             }
         }
         free(buf);
@@ -1273,15 +1182,15 @@ static int read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_
          * (a packed row's segments stay whole: the model cuts them per chunk) */
         rc = zt_data_read_row(ds, g0 + b, (uint64_t)r->cfg->data.seed, shuffle, r->row_tmp, r->row_tmp + T, sb,
                               pos ? r->row_tmp + 2 * (size_t)T : NULL, err, errlen);
-        sp_chunk(r, r->row_tmp, T, b, r->B, inp);
-        sp_chunk(r, r->row_tmp + T, T, b, r->B, tgt);
-        if (pos) sp_chunk(r, r->row_tmp + 2 * (size_t)T, T, b, r->B, pos);
+        zt_tr_sp_chunk(r, r->row_tmp, T, b, r->B, inp);
+        zt_tr_sp_chunk(r, r->row_tmp + T, T, b, r->B, tgt);
+        if (pos) zt_tr_sp_chunk(r, r->row_tmp + 2 * (size_t)T, T, b, r->B, pos);
     }
     return rc;
 }
 
 /* Targets that carry a loss among n */
-static long loss_tokens(const int32_t *tgt, size_t n)
+long zt_tr_loss_tokens(const int32_t *tgt, size_t n)
 {
     long k = 0;
     for (size_t i = 0; i < n; i++) k += tgt[i] >= 0;
@@ -1290,7 +1199,7 @@ static long loss_tokens(const int32_t *tgt, size_t n)
 
 /* The residual stream of a micro-batch of T positions on this rank, what crosses a stage boundary:
  * (B, T, C), its rows split over tp under tp_sequence_parallel (zt_model_residual) */
-static size_t residual_floats(const run_t *r, int T) { return zt_model_residual_floats(r->model, r->B, T); }
+size_t zt_tr_residual_floats(const run_t *r, int T) { return zt_model_residual_floats(r->model, r->B, T); }
 
 /* pp > 1, inside begin/end_inference: the batch in r->inp / r->tgt forward through this
  * rank's stages in order, a stage's input received from the previous stage's rank and its
@@ -1303,7 +1212,7 @@ static double eval_stages(run_t *r, int sft)
     zt_model_t *m = r->model;
     const zt_parallel_plan_t *p = &r->plan;
     const int L = r->table->dims.L, root = r->table->root_unit, head = zt_params_head_unit(r->table);
-    const size_t n = residual_floats(r, r->Tm);
+    const size_t n = zt_tr_residual_floats(r, r->Tm);
     float **out = zt_calloc((size_t)p->pp_v, sizeof *out);
     zt_request_t *req = zt_calloc((size_t)p->pp_v, sizeof *req);
     int nsend = 0;
@@ -1320,7 +1229,7 @@ static double eval_stages(run_t *r, int sft)
             zt_model_forward_embed(m, zt_shard_params(s, root));
             zt_shard_release(s, root);
         }
-        forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
+        zt_tr_forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
         if (end == L + 2) {
             zt_model_forward_head(m, zt_shard_params(s, head));
             zt_shard_release(s, head);
@@ -1343,7 +1252,7 @@ static double eval_stages(run_t *r, int sft)
     return loss;
 }
 
-static float evaluate(run_t *r, int *failed)
+float zt_tr_evaluate(run_t *r, int *failed)
 {
     char err[ZT_ERRLEN] = "";
     int rc = 0;
@@ -1353,16 +1262,16 @@ static float evaluate(run_t *r, int *failed)
     for (int j = 0; j < nb; j++) {
         zt_watchdog_mark("evaluation", -1, r->step);
         int64_t g0 = (int64_t)j * r->dp * r->B + (int64_t)r->drank * r->B;
-        if (rc == 0) rc = read_rows(r, r->val, g0, 0, r->inp, r->tgt, r->seg, r->pos, err, sizeof err);
+        if (rc == 0) rc = zt_tr_read_rows(r, r->val, g0, 0, r->inp, r->tgt, r->seg, r->pos, err, sizeof err);
         /* every rank runs the pass (zero3 gathers are collective) even after an error */
         if (r->plan.pp > 1) {
             sum += eval_stages(r, sft);
         } else {
-            const float l = forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->Tm);
+            const float l = zt_tr_forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->Tm);
             /* SFT: a mean over the tokens that carry a loss, as in training */
             sum += sft ? zt_model_loss_sum(r->model) : l;
         }
-        count += (double)loss_tokens(r->tgt, (size_t)r->B * r->Tm);
+        count += (double)zt_tr_loss_tokens(r->tgt, (size_t)r->B * r->Tm);
     }
     zt_shard_end_inference(r->shard);
     if (zt_agree_error(r->comm, rc, err, sizeof err)) {
@@ -1390,7 +1299,7 @@ static float evaluate(run_t *r, int *failed)
  * (gen_last_stage) and releases it, NULL elsewhere. */
 static const float *gen_forward(run_t *r, const int32_t *inp, const int32_t *pos, int B, int T)
 {
-    if (r->plan.pp == 1) return forward_blocks(r, inp, NULL, NULL, pos, B, T);
+    if (r->plan.pp == 1) return zt_tr_forward_blocks(r, inp, NULL, NULL, pos, B, T);
     zt_comm_t *c = r->comm;
     zt_shard_t *s = r->shard;
     zt_model_t *m = r->model;
@@ -1415,7 +1324,7 @@ static const float *gen_forward(run_t *r, const int32_t *inp, const int32_t *pos
             zt_model_forward_embed(m, zt_shard_params(s, t->root_unit));
             zt_shard_release(s, t->root_unit);
         }
-        forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
+        zt_tr_forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
         if (st < S - 1) {
             zt_isend(c, &c->pp, zt_model_residual(m, end - 1), (st + 1) % r->plan.pp, st + 1, n, ZT_F32, &q);
             zt_wait(c, &q);
@@ -1426,7 +1335,7 @@ static const float *gen_forward(run_t *r, const int32_t *inp, const int32_t *pos
 }
 
 /* whether this rank runs the head in generation: the last stage's (every rank at pp 1) */
-static int gen_last_stage(const run_t *r)
+int zt_tr_gen_last_stage(const run_t *r)
 {
     return zt_schedule_stage_rank(&r->steps, r->steps.stages - 1) == r->comm->pp.rank;
 }
@@ -1468,7 +1377,7 @@ static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *
         for (int k = n; k < np; k++) row[k] = tokens[n - 1];
         mine = row;
         if (sp > 1) {
-            sp_chunk(r, row, np, 0, 1, chunk);
+            zt_tr_sp_chunk(r, row, np, 0, 1, chunk);
             mine = chunk;
             if (d->sp_ring) {
                 /* chunk k of 2 sp holds position n - 1: rank k's first half, or the second
@@ -1498,7 +1407,7 @@ static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *
     const float *root = gen_forward(r, mine, r->kv_on ? r->kv_pos : NULL, 1, q > 1 ? Tl : n - past);
     /* under tp the row is gathered from every tp rank, under sp and pp broadcast: all take part */
     if (!logits && (r->comm->mesh_tp > 1 || sp > 1 || r->plan.pp > 1)) logits = r->tp_logits;
-    if (gen_last_stage(r)) {
+    if (zt_tr_gen_last_stage(r)) {
         if (r->comm->sp.rank == owner) {
             zt_model_forward_head_row(r->model, root, 0, t);
             if (logits) zt_model_logits_row(r->model, 0, t, logits);
@@ -1524,7 +1433,7 @@ static void last_logits(void *arg, const int32_t *tokens, int n, float *logits)
  * read once for all of them. The data-parallel ranks agree how many whole runs and
  * whether a batch follow, so that every forward (and the gathers in it) is the same on
  * all; a rank with fewer runs one token into the spare slot. */
-static void batch_logits(void *arg, int G, const int32_t *const *tokens, const int *n, float *logits)
+void zt_tr_batch_logits(void *arg, int G, const int32_t *const *tokens, const int *n, float *logits)
 {
     run_t *r = arg;
     const size_t V = (size_t)r->table->dims.V;
@@ -1563,7 +1472,7 @@ static void batch_logits(void *arg, int G, const int32_t *const *tokens, const i
     zt_model_kv_rows(r->model, nd, r->kv_slot, r->kv_past);
     const float *root = gen_forward(r, inp, r->kv_pos, 1, nd);
     const int hr = zt_model_head_rows_kept(r->model);
-    for (int i0 = 0; i0 < nd && gen_last_stage(r); i0 += hr) {
+    for (int i0 = 0; i0 < nd && zt_tr_gen_last_stage(r); i0 += hr) {
         const int rows = ZT_MIN(hr, nd - i0);
         zt_model_forward_head_rows(r->model, root, 0, i0, rows);
         for (int i = i0; i < i0 + rows; i++)
@@ -1577,11 +1486,11 @@ static void batch_logits(void *arg, int G, const int32_t *const *tokens, const i
 /* Around generation: the shard engine's inference mode, and the KV cache where it
  * applies (without sequence parallelism or tp_sequence_parallel) for `batch` sequences
  * at once (at most data.seq_len: the batch of their new tokens is one row) */
-static void generation_begin(run_t *r, int batch)
+void zt_tr_generation_begin(run_t *r, int batch)
 {
     zt_shard_begin_inference(r->shard);
-    r->gen_batch = gen_batch_of(batch, r->T);
-    r->kv_nseq = kv_sequences(r->cfg, r->comm->mesh_sp, r->ltable->dims.tp_seq, r->gen_batch);
+    r->gen_batch = zt_tr_gen_batch_of(batch, r->T);
+    r->kv_nseq = zt_tr_kv_sequences(r->cfg, r->comm->mesh_sp, r->ltable->dims.tp_seq, r->gen_batch);
     r->kv_on = r->kv_nseq > 0;
     if (!r->kv_on) return;
     zt_model_kv_cache(r->model, r->kv_nseq);
@@ -1593,7 +1502,7 @@ static void generation_begin(run_t *r, int batch)
     r->kv_inp = zt_calloc((size_t)r->kv_nseq, sizeof *r->kv_inp);
 }
 
-static void generation_end(run_t *r)
+void zt_tr_generation_end(run_t *r)
 {
     if (r->kv_on) {
         zt_model_kv_cache(r->model, 0);
@@ -1611,7 +1520,7 @@ static void generation_end(run_t *r)
     zt_shard_end_inference(r->shard);
 }
 
-static void generate_sample(run_t *r)
+void zt_tr_generate_sample(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     if (cfg->train.sample_tokens <= 0) return;
@@ -1629,16 +1538,16 @@ static void generate_sample(run_t *r)
         .prompt = cfg->train.sample_prompt, .eot = zt_data_eot_token(r->train),
     };
     zt_sample_t smp;
-    generation_begin(r, 1);
+    zt_tr_generation_begin(r, 1);
     zt_sample_generate(&o, tok, last_logits, r, r->comm, &smp);
-    generation_end(r);
+    zt_tr_generation_end(r);
     if (r->rank == 0) zt_sample_print(&o, tok, &smp, stdout);
     zt_sample_free(&smp);
     zt_tokenizer_close(tok);
 }
 
 /* <output_dir>/loss.svg: the training and validation losses (dpo: and the reward margin) */
-static void write_plot(const run_t *r, const char *path)
+void zt_tr_write_plot(const run_t *r, const char *path)
 {
     char title[ZT_STRLEN + 48];
     const int dpo = r->cfg->train.stage == ZT_STAGE_DPO;
@@ -1656,7 +1565,7 @@ static void write_plot(const run_t *r, const char *path)
 
 /* ---- checkpoints ---------------------------------------------------------------- */
 
-static int save_checkpoint(run_t *r)
+int zt_tr_save_checkpoint(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     zt_ckpt_meta_t meta;
@@ -1694,7 +1603,7 @@ static int save_checkpoint(run_t *r)
 
 /* checkpoint.save_hf: <output_dir>/hf (a LoRA run's merged model), every rank writing
  * what it owns; adapter: <output_dir>/adapter, PEFT's directory */
-static int save_hf(run_t *r, int adapter)
+int zt_tr_save_hf(run_t *r, int adapter)
 {
     const zt_config_t *cfg = r->cfg;
     char dir[ZT_STRLEN + 8], err[ZT_ERRLEN] = "";
@@ -1716,7 +1625,7 @@ static int save_hf(run_t *r, int adapter)
     return 0;
 }
 
-static int maybe_resume(run_t *r)
+int zt_tr_maybe_resume(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     char path[ZT_STRLEN] = "", err[ZT_ERRLEN] = "";
@@ -1798,7 +1707,7 @@ static int maybe_resume(run_t *r)
 
 /* ---- start-up report -------------------------------------------------------------- */
 
-static void startup_report(run_t *r)
+void zt_tr_startup_report(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     zt_comm_t *c = r->comm;
@@ -1839,7 +1748,7 @@ static void startup_report(run_t *r)
         zt_log("warm-up: %ld steps = ceil(%ld steps x optim.warmup_ratio %g)", r->sched.warmup, r->total_steps,
                cfg->optim.warmup_ratio);
     estimate_t e;
-    estimate(cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
+    zt_tr_estimate(cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, &e);
     char b[8][32];
     char nb[32];
     zt_log("memory per rank (estimate): params %s, grads %s, optimizer %s, buffers %s, gathered %s, activations %s, total %s%s%s%s%s",
@@ -1849,7 +1758,7 @@ static void startup_report(run_t *r)
            zt_fmt_bytes(e.total, b[6], 32), e.mem.host ? "; offloaded to host " : "",
            e.mem.host ? zt_fmt_bytes(e.mem.host, b[7], 32) : "", e.mem.nvme ? "; on disk (nvme) " : "",
            e.mem.nvme ? zt_fmt_bytes(e.mem.nvme, nb, 32) : "");
-    if (has_ref_copy(cfg))
+    if (zt_tr_has_ref_copy(cfg))
         zt_log("memory per rank (estimate): the dpo reference copy %s (params %s, gathered %s, host %s), in the total",
                zt_fmt_bytes((double)(e.ref.params + e.ref.comm_buffers + e.ref.gathered_peak + e.ref.host), b[0], 32),
                zt_fmt_bytes(e.ref.params, b[1], 32), zt_fmt_bytes(e.ref.gathered_peak, b[2], 32),
@@ -1858,23 +1767,23 @@ static void startup_report(run_t *r)
 }
 
 /* First metrics record: what the run is, and the per-rank estimates tests check. */
-static void start_record(const run_t *r)
+void zt_tr_start_record(const run_t *r)
 {
     estimate_t e; /* rank 0's: under a pipeline the first stage's */
-    estimate_rank(r->cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, r->comm->data.size, r->comm->shard.size, 0,
+    zt_tr_estimate_rank(r->cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, r->comm->data.size, r->comm->shard.size, 0,
                   &e);
     const zt_metrics_start_t rec = {
         .world_size = r->comm->world.size, .strategy = zt_strategy_name(r->sopts.strategy),
         .layout = zt_config_enum_name("parallel.shard_layout", r->plan.layout), .parameters = r->table->total_numel, .global_batch = r->G,
         .traffic_estimate = e.traffic, .mem = &e.mem, .activations = e.activations,
-        .ref = has_ref_copy(r->cfg) ? &e.ref : NULL, .total = e.total,
+        .ref = zt_tr_has_ref_copy(r->cfg) ? &e.ref : NULL, .total = e.total,
     };
     zt_metrics_record_start(&rec);
 }
 
 /* ---- the loop ----------------------------------------------------------------------- */
 
-static void format_eta(double s, char *buf, size_t len)
+void zt_tr_format_eta(double s, char *buf, size_t len)
 {
     long x = (long)s;
     if (x >= 3600) snprintf(buf, len, "%ldh%02ldm", x / 3600, (x % 3600) / 60);
@@ -1882,7 +1791,7 @@ static void format_eta(double s, char *buf, size_t len)
 }
 
 /* Adds the collectives counted since the last reset to the run's total, and resets. */
-static void fold_comm(run_t *r)
+void zt_tr_fold_comm(run_t *r)
 {
     zt_comm_stats_t *t = &r->comm_total;
     const zt_comm_stats_t *st = zt_comm_stats(r->comm);
@@ -1900,7 +1809,7 @@ static void fold_comm(run_t *r)
     zt_comm_stats_reset(r->comm);
 }
 
-static void comm_summary(const run_t *r)
+void zt_tr_comm_summary(const run_t *r)
 {
     static const char *names[ZT_COLL_N] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "all-to-all", "send-recv"};
     const zt_comm_stats_t *t = &r->comm_total;
@@ -1925,7 +1834,7 @@ static void comm_summary(const run_t *r)
 
 /* fp16 dynamic loss scaling after an overflow (a collective verdict): halve the
  * scale on every rank, or stop when that would take it below the minimum. */
-static int loss_scale_overflow(run_t *r)
+int zt_tr_loss_scale_overflow(run_t *r)
 {
     const double S = r->loss_scale, next = S / 2;
     if (next < r->cfg->train.min_loss_scale) {
@@ -1943,11 +1852,11 @@ static int loss_scale_overflow(run_t *r)
  * (without LoRA's adapter units) with every unit frozen, an engine of its own (parameters
  * only, sharded as the strategy shards frozen units), the directory's weights, which must
  * have the model's shapes. A resumed run loads them again, as LLaMA-Factory does. */
-static int ref_create(run_t *r)
+int zt_tr_ref_create(run_t *r)
 {
     const char *dir = r->cfg->pref.ref_model[0] ? r->cfg->pref.ref_model : r->cfg->model.name_or_path;
     char err[ZT_ERRLEN] = "";
-    zt_param_table_t *t = ref_table_of(r->table, r->comm->mesh_tp, r->comm->tp.rank, err, sizeof err);
+    zt_param_table_t *t = zt_tr_ref_table_of(r->table, r->comm->mesh_tp, r->comm->tp.rank, err, sizeof err);
     int rc = t ? 0 : -1;
     if (t) {
         r->ref_table = t;
@@ -1974,7 +1883,7 @@ static int ref_create(run_t *r)
  * micro-step runs whole in its forward action (the reference's pass, the policy's forward
  * and head, then its backward), its backward action does nothing. Returns the loss summed
  * over this rank's micro-batches (SFT: over its tokens); computed += the positions run. */
-static double run_schedule(run_t *r, int sft, float ds, float pf, double *pref_window, long *pref_micros,
+double zt_tr_run_schedule(run_t *r, int sft, float ds, float pf, double *pref_window, long *pref_micros,
                            long *computed)
 {
     const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T;
@@ -1989,22 +1898,22 @@ static double run_schedule(run_t *r, int sft, float ds, float pf, double *pref_w
         case ZT_ACT_FWD: {
             zt_shard_begin_micro(r->shard, m, r->A);
             uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
-            if (keys) dropout_keys(r, m, keys);
+            if (keys) zt_tr_dropout_keys(r, m, keys);
             if (dpo) {
                 int T;
-                loss_sum += pref_micro(r, inp, tgt, pf, pref_window, &T);
+                loss_sum += zt_tr_pref_micro(r, inp, tgt, pf, pref_window, &T);
                 (*pref_micros)++;
                 *computed += (long)r->B * T;
                 break;
             }
-            r->micro_T[m] = sft ? trim_padding(r, inp, tgt, keys) : r->Tm;
-            root = train_forward(r, r->shard, inp, tgt, r->seg ? r->seg + m * BTs : NULL,
+            r->micro_T[m] = sft ? zt_tr_trim_padding(r, inp, tgt, keys) : r->Tm;
+            root = zt_tr_train_forward(r, r->shard, inp, tgt, r->seg ? r->seg + m * BTs : NULL,
                                  r->pos ? r->pos + m * BT : NULL, keys, 1, r->micro_T[m]);
             break;
         }
         case ZT_ACT_BWD: {
             if (dpo) break;
-            const float l = train_backward(r, root, ds);
+            const float l = zt_tr_train_backward(r, root, ds);
             loss_sum += sft ? zt_model_loss_sum(r->model) : l;
             *computed += (long)r->B * r->micro_T[m];
             break;
@@ -2042,7 +1951,7 @@ static void pref_ref_stages(run_t *r, double *ref)
         const int first = p->stage_first[st], end = p->stage_first[st + 1];
         for (int mi = 0; mi < A; mi++) {
             const int32_t *tgt = r->tgt + mi * BT;
-            const size_t n = residual_floats(r, r->micro_T[mi]);
+            const size_t n = zt_tr_residual_floats(r, r->micro_T[mi]);
             zt_model_set_batch(m, r->inp + mi * BT, tgt, r->B, r->micro_T[mi]);
             if (r->micro_seg[mi]) zt_model_set_segments(m, r->micro_seg[mi], NULL); /* pref_lf_rows */
             if (first > 0) {
@@ -2057,15 +1966,15 @@ static void pref_ref_stages(run_t *r, double *ref)
                 zt_model_forward_embed(m, zt_shard_params(s, root));
                 zt_shard_release(s, root);
             }
-            forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 0);
-            pref_lap(r, PT_REF_BLOCKS, now);
+            zt_tr_forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 0);
+            zt_tr_pref_lap(r, PT_REF_BLOCKS, now);
             if (end == L + 2) {
                 const float *hw = zt_shard_params(s, head);
                 if (frozen_head) zt_model_pref_head(m, hw, 1);
                 else zt_model_forward_head(m, hw);
                 zt_shard_release(s, head);
-                row_sums(r, zt_model_token_losses(m), 1, tgt, r->micro_T[mi], ref + (size_t)mi * r->B, NULL);
-                pref_lap(r, PT_REF_HEAD, now);
+                zt_tr_row_sums(r, zt_model_token_losses(m), 1, tgt, r->micro_T[mi], ref + (size_t)mi * r->B, NULL);
+                zt_tr_pref_lap(r, PT_REF_HEAD, now);
                 continue;
             }
             /* from a copy: the next micro-batch overwrites the model's buffer */
@@ -2096,7 +2005,7 @@ static void pref_ref_stages(run_t *r, double *ref)
  * backward running the head, the loss and its factors (pref_policy_head). Returns the loss
  * summed over the micro-batches whose head this rank runs (SFT: over their tokens), 0
  * elsewhere; computed += the positions it ran there. */
-static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_window, long *pref_micros,
+double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_window, long *pref_micros,
                            long *computed)
 {
     zt_comm_t *c = r->comm;
@@ -2109,9 +2018,9 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
     const int dpo = r->cfg->train.stage == ZT_STAGE_DPO;
     for (int m = 0; m < r->A; m++) {
         uint64_t *keys = r->keys ? r->keys + m * BT : NULL;
-        if (keys) dropout_keys(r, m, keys);
-        if (dpo) r->micro_T[m] = pref_lf_rows(r, r->inp + m * BT, r->tgt + m * BT, m, &r->micro_seg[m], &r->micro_Tp[m]);
-        else r->micro_T[m] = sft ? trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
+        if (keys) zt_tr_dropout_keys(r, m, keys);
+        if (dpo) r->micro_T[m] = zt_tr_pref_lf_rows(r, r->inp + m * BT, r->tgt + m * BT, m, &r->micro_seg[m], &r->micro_Tp[m]);
+        else r->micro_T[m] = sft ? zt_tr_trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
     }
     const int uses_ref = dpo && zt_pref_uses_ref(r->cfg->pref.fn.loss);
     double *ref = uses_ref ? zt_calloc((size_t)r->A * r->B, sizeof *ref) : NULL;
@@ -2128,7 +2037,7 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
         if (a->kind != ZT_ACT_RECV_ACT && a->kind != ZT_ACT_RECV_GRAD) continue;
-        const size_t n = residual_floats(r, r->micro_T[a->micro]);
+        const size_t n = zt_tr_residual_floats(r, r->micro_T[a->micro]);
         r->pp_buf[nmsg] = r->be->alloc(n * sizeof(float));
         held += n * sizeof(float);
         zt_irecv(c, &c->pp, r->pp_buf[nmsg], a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nmsg]);
@@ -2143,7 +2052,7 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
         const int mi = a->micro, first = r->plan.stage_first[a->stage], end = r->plan.stage_first[a->stage + 1];
         zt_model_t *m = r->models[r->slot[mi]];
         const int T = r->micro_T[mi];
-        const size_t n = residual_floats(r, T);
+        const size_t n = zt_tr_residual_floats(r, T);
         switch (a->kind) {
         case ZT_ACT_RECV_ACT:
         case ZT_ACT_RECV_GRAD: {
@@ -2179,7 +2088,7 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
                 zt_model_forward_embed(m, zt_shard_params(s, root));
                 zt_shard_release(s, root);
             }
-            forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
+            zt_tr_forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
             break;
         case ZT_ACT_BWD:
             /* the unit reductions start at the last micro-batch's backward, whatever ran between */
@@ -2188,7 +2097,7 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
                 zt_watchdog_mark("forward head", head, r->step + 1);
                 if (dpo) {
                     double now[2] = {zt_now(), zt_thread_seconds()};
-                    loss_sum += pref_policy_head(r, m, zt_shard_params(s, head), head, r->tgt + mi * BT, T, r->micro_Tp[mi],
+                    loss_sum += zt_tr_pref_policy_head(r, m, zt_shard_params(s, head), head, r->tgt + mi * BT, T, r->micro_Tp[mi],
                                                  ref ? ref + (size_t)mi * r->B : NULL, pf, pref_window, now);
                     (*pref_micros)++;
                 } else {
@@ -2199,7 +2108,7 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
                 if (first > 0) zt_shard_grads_ready(s, head); /* the embedding's part is another rank's */
                 zt_shard_release(s, head);
             }
-            backward_range(r, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1);
+            zt_tr_backward_range(r, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1);
             if (first == 0) {
                 zt_watchdog_mark("backward", root, r->step + 1);
                 zt_model_backward_embed(m, zt_shard_grads(s, root));
@@ -2223,7 +2132,7 @@ static double run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_w
 }
 
 /* The activations this rank allocated: its pipeline slots' models (one at pp 1) */
-static size_t activation_bytes(const run_t *r)
+size_t zt_tr_activation_bytes(const run_t *r)
 {
     size_t n = 0;
     for (int k = 0; k < r->nslots; k++) n += zt_model_activation_bytes(r->models[k]);
@@ -2232,7 +2141,7 @@ static size_t activation_bytes(const run_t *r)
 
 /* x summed over the ranks that hold parts of the step: the data ranks, and under a pipeline
  * its ranks (the loss and the positions run exist on the last stage only) */
-static double step_sum(run_t *r, double x)
+double zt_tr_step_sum(run_t *r, double x)
 {
     x = zt_sum_double(r->comm, &r->comm->data, x);
     return r->plan.pp > 1 ? zt_sum_double(r->comm, &r->comm->pp, x) : x;
@@ -2241,7 +2150,7 @@ static double step_sum(run_t *r, double x)
 /* pp > 1, at the end of a run: per pipeline rank the time its schedules took, the share of
  * it blocked in receives (the measured bubble, with any transfer not hidden) beside
  * (pp - 1) / (m + pp - 1) / v, and the sends' wait at R (their transfer not hidden) */
-static void pp_summary(run_t *r)
+void zt_tr_pp_summary(run_t *r)
 {
     zt_comm_t *c = r->comm;
     const int pp = r->plan.pp;
@@ -2269,7 +2178,7 @@ static void pp_summary(run_t *r)
 
 /* This rank's measured memory: the engine's, its buffers with a pipeline's message buffers
  * (their high-water mark over the steps; the estimate counts them the same way) */
-static void rank_memory(const run_t *r, zt_shard_mem_t *mm)
+void zt_tr_rank_memory(const run_t *r, zt_shard_mem_t *mm)
 {
     zt_shard_memory(r->shard, mm);
     mm->comm_buffers += r->pp_msg_bytes;
@@ -2277,15 +2186,15 @@ static void rank_memory(const run_t *r, zt_shard_mem_t *mm)
 
 /* pp > 1, on every rank: each pipeline rank's measured memory (the ranks at this rank's
  * data and tp position) beside its estimate, logged and recorded by rank 0 */
-static void stage_memory(run_t *r)
+void zt_tr_stage_memory(run_t *r)
 {
     zt_comm_t *c = r->comm;
     const int pp = c->pp.size, K = 15;
     zt_shard_mem_t mm, mr = {0};
-    rank_memory(r, &mm);
+    zt_tr_rank_memory(r, &mm);
     if (r->ref_shard) zt_shard_memory(r->ref_shard, &mr); /* DPO's frozen copy: its stages' units */
     const double mine[15] = {(double)mm.params, (double)mm.grads, (double)mm.optim, (double)mm.comm_buffers,
-                             (double)mm.gathered_peak, (double)activation_bytes(r), (double)mm.host, (double)mm.nvme,
+                             (double)mm.gathered_peak, (double)zt_tr_activation_bytes(r), (double)mm.host, (double)mm.nvme,
                              (double)mr.params, (double)mr.grads, (double)mr.optim, (double)mr.comm_buffers,
                              (double)mr.gathered_peak, (double)mr.host, (double)mr.nvme};
     double *all = zt_malloc((size_t)K * pp * sizeof *all);
@@ -2297,10 +2206,10 @@ static void stage_memory(run_t *r)
         const zt_shard_mem_t mref = {(size_t)y[0], (size_t)y[1], (size_t)y[2], (size_t)y[3], (size_t)y[4],
                                      (size_t)y[5], (size_t)y[6]};
         estimate_t e;
-        estimate_rank(r->cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, k, &e);
+        zt_tr_estimate_rank(r->cfg, &r->plan, r->table, r->ltable, r->sopts.strategy, c->data.size, c->shard.size, k, &e);
         char b[2][32];
         zt_log("memory (pp rank %d): estimated %s, measured %s", k, zt_fmt_bytes((double)e.total, b[0], 32),
-               zt_fmt_bytes((double)(mem_total(&meas) + mem_total(&mref)) + x[5], b[1], 32));
+               zt_fmt_bytes((double)(zt_tr_mem_total(&meas) + zt_tr_mem_total(&mref)) + x[5], b[1], 32));
         zt_metrics_record_stage_memory(k, &e.mem, e.activations, r->ref_shard ? &e.ref : NULL, &meas, (size_t)x[5],
                                        r->ref_shard ? &mref : NULL);
     }
@@ -2333,7 +2242,7 @@ static int run_loop(run_t *r)
         zt_watchdog_mark("step boundary", -1, r->step + 1);
         if (zt_any(c, zt_signal_pending())) {
             zt_log("signal received: checkpointing at step %ld and stopping (exit %d)", r->step, ZT_EXIT_SIGNAL);
-            if (save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
+            if (zt_tr_save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
             return ZT_EXIT_SIGNAL;
         }
         int injected = zt_fault_check(fault, cfg->fault.rank, cfg->fault.step, r->rank, r->step + 1);
@@ -2343,7 +2252,7 @@ static int run_loop(run_t *r)
         err[0] = 0;
         for (int m = 0; m < r->A && rc == 0; m++) {
             int64_t g0 = r->samples_seen + (int64_t)m * r->dp * r->B + (int64_t)r->drank * r->B;
-            rc = read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT,
+            rc = zt_tr_read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT,
                            r->seg ? r->seg + m * BTs : NULL, r->pos ? r->pos + m * BT : NULL, err, sizeof err);
         }
         if (injected == ZT_FAULT_DATA)
@@ -2358,7 +2267,7 @@ static int run_loop(run_t *r)
          * so world size and accumulation do not change it */
         double count = (double)BT * r->A * c->data.size;
         if (sft && !dpo) {
-            count = zt_sum_double(c, &c->data, (double)loss_tokens(r->tgt, BT * (size_t)r->A));
+            count = zt_sum_double(c, &c->data, (double)zt_tr_loss_tokens(r->tgt, BT * (size_t)r->A));
             dscale = count > 0 ? (float)(1.0 / count) : 0.0f;
         }
         double t0 = zt_now();
@@ -2371,16 +2280,16 @@ static int run_loop(run_t *r)
          * replicas (the sp ranks of a replica each add their tokens' part of one gradient) */
         const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * r->dp));
         zt_watchdog_mark("pipeline", -1, r->step + 1);
-        double loss_sum = r->plan.pp > 1 ? run_pipeline(r, sft, ds, pf, pref_window, &pref_micros, &computed)
-                                         : run_schedule(r, sft, ds, pf, pref_window, &pref_micros, &computed);
+        double loss_sum = r->plan.pp > 1 ? zt_tr_run_pipeline(r, sft, ds, pf, pref_window, &pref_micros, &computed)
+                                         : zt_tr_run_schedule(r, sft, ds, pf, pref_window, &pref_micros, &computed);
         /* MFU counts the work done: the trimmed rows of every data rank (sp ranks hold parts
          * of the same rows, tp ranks the same rows) */
-        window_computed += sft ? step_sum(r, (double)computed) * r->comm->mesh_sp
+        window_computed += sft ? zt_tr_step_sum(r, (double)computed) * r->comm->mesh_sp
                                : (double)r->G * r->T;
         zt_watchdog_mark("gradient reduction", -1, r->step + 1);
         double norm2 = zt_shard_finish_grads(r->shard);
-        double loss = sft && !dpo ? step_sum(r, loss_sum) / (count > 0 ? count : 1.0)
-                                  : step_sum(r, loss_sum) / ((double)r->A * c->data.size);
+        double loss = sft && !dpo ? zt_tr_step_sum(r, loss_sum) / (count > 0 ? count : 1.0)
+                                  : zt_tr_step_sum(r, loss_sum) / ((double)r->A * c->data.size);
         /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
          * owned element, reduced over the shard group, after the gradient reduction has
          * spread it to every replica */
@@ -2391,7 +2300,7 @@ static int run_loop(run_t *r)
             const int overflow = r->dynamic_scale && isfinite(loss);
             if (overflow || cfg->parallel.nonfinite == ZT_NONFINITE_SKIP) {
                 zt_metrics_record_skipped(r->step + 1, overflow ? "overflow" : "nonfinite", r->loss_scale, zt_now() - t_start);
-                if (overflow && loss_scale_overflow(r) != 0) return ZT_EXIT_NONFINITE;
+                if (overflow && zt_tr_loss_scale_overflow(r) != 0) return ZT_EXIT_NONFINITE;
                 if (!overflow)
                     zt_log("step %ld: non-finite loss or gradient; step skipped (parallel.nonfinite = skip)", r->step + 1);
                 r->good_steps = 0;
@@ -2436,7 +2345,7 @@ static int run_loop(run_t *r)
             double flops = window_computed / wdt * r->flops_per_token;
             double eta = (double)(r->total_steps - r->step) * wdt / (double)window_steps;
             char etab[32], memb[32];
-            format_eta(eta, etab, sizeof etab);
+            zt_tr_format_eta(eta, etab, sizeof etab);
             zt_fmt_bytes((double)zt_current_rss(), memb, sizeof memb);
             char scaleb[48] = "";
             if (cfg->train.fp16) snprintf(scaleb, sizeof scaleb, " | scale %.9g", S);
@@ -2445,9 +2354,9 @@ static int run_loop(run_t *r)
             char prefb[768] = "";
             const int npref = dpo ? zt_pref_nmetrics(cfg->pref.fn.loss) : 0;
             /* under a pipeline the last stage's ranks hold them: step_sum adds the others' 0 */
-            const double nmicro = step_sum(r, (double)pref_micros);
+            const double nmicro = zt_tr_step_sum(r, (double)pref_micros);
             for (int k = 0; k < npref; k++) {
-                pref[k] = step_sum(r, pref_window[k]) / (nmicro > 0 ? nmicro : 1.0);
+                pref[k] = zt_tr_step_sum(r, pref_window[k]) / (nmicro > 0 ? nmicro : 1.0);
                 const size_t at = strlen(prefb);
                 snprintf(prefb + at, sizeof prefb - at, " | %s %.4f", zt_pref_metric_name(k), pref[k]);
             }
@@ -2463,9 +2372,9 @@ static int run_loop(run_t *r)
                 .rss_bytes = zt_current_rss(), .comm = zt_comm_stats(c), .npref = npref, .pref = pref,
             };
             zt_metrics_record_step(&rec);
-            hist_push(&r->train_hist, r->step, (float)loss);
-            if (dpo) hist_push(&r->margin_hist, r->step, (float)pref[ZT_PREF_REWARDS_MARGINS]);
-            fold_comm(r);
+            zt_tr_hist_push(&r->train_hist, r->step, (float)loss);
+            if (dpo) zt_tr_hist_push(&r->margin_hist, r->step, (float)pref[ZT_PREF_REWARDS_MARGINS]);
+            zt_tr_fold_comm(r);
             t_window = zt_now();
             window_steps = 0;
             window_computed = 0;
@@ -2473,14 +2382,14 @@ static int run_loop(run_t *r)
     step_end:;
         int last = r->step == r->total_steps;
         if (r->val && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
-            fold_comm(r); /* keep the training traffic, then discard the evaluation's */
+            zt_tr_fold_comm(r); /* keep the training traffic, then discard the evaluation's */
             int failed = 0;
-            float vl = evaluate(r, &failed);
+            float vl = zt_tr_evaluate(r, &failed);
             if (failed) return ZT_EXIT_ERROR;
             r->last_val = vl;
             zt_log("step %5ld/%ld | validation loss %.4f", r->step, r->total_steps, vl);
             zt_metrics_record_eval(r->step, vl, zt_now() - t_start);
-            hist_push(&r->val_hist, r->step, vl);
+            zt_tr_hist_push(&r->val_hist, r->step, vl);
             t_window = zt_now();
             window_steps = 0;
             window_computed = 0;
@@ -2488,13 +2397,13 @@ static int run_loop(run_t *r)
         }
         if (cfg->generate.at_eval && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
             /* the evaluation prompts, completed with the model as it is now */
-            fold_comm(r);
+            zt_tr_fold_comm(r);
             char name[64];
             snprintf(name, sizeof name, "generations-%ld.jsonl", r->step);
-            generation_begin(r, cfg->generate.batch_size);
-            const int grc = zt_generate_run(cfg, name, r->T, r->gen_batch, r->table->dims.V, batch_logits, r, c, err,
+            zt_tr_generation_begin(r, cfg->generate.batch_size);
+            const int grc = zt_generate_run(cfg, name, r->T, r->gen_batch, r->table->dims.V, zt_tr_batch_logits, r, c, err,
                                             sizeof err);
-            generation_end(r);
+            zt_tr_generation_end(r);
             if (grc) {
                 zt_log_error("%s", err);
                 return ZT_EXIT_ERROR;
@@ -2507,15 +2416,15 @@ static int run_loop(run_t *r)
         }
         if ((cfg->checkpoint.save_steps > 0 && r->step % cfg->checkpoint.save_steps == 0 && !last) ||
             (last && cfg->checkpoint.save_at_end)) {
-            fold_comm(r);
-            if (save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
+            zt_tr_fold_comm(r);
+            if (zt_tr_save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
             t_window = zt_now();
             window_steps = 0;
             window_computed = 0;
             zt_comm_stats_reset(c);
         }
     }
-    fold_comm(r);
+    zt_tr_fold_comm(r);
     return ZT_EXIT_OK;
 }
 
@@ -2625,7 +2534,7 @@ static int load_datasets(run_t *r, zt_datasets_t ds[2], draws_t *dr, char *err, 
     return zt_agree_error(r->comm, rc, err, errlen);
 }
 
-static int open_data(run_t *r, char *err, size_t errlen)
+int zt_tr_open_data(run_t *r, char *err, size_t errlen)
 {
     const zt_config_t *cfg = r->cfg;
     const char *files[ZT_MAX_FILES];
@@ -2717,7 +2626,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         zt_log("train.bf16 = true: the default on a GPU (train.bf16 = false trains in fp32)");
     }
     if (rc == 0) {
-        r->threads = cpu_threads(cfg, r->be, comm->local_size);
+        r->threads = zt_tr_cpu_threads(cfg, r->be, comm->local_size);
         zt_cpu_set_threads(r->threads);
     }
     if (rc == 0) rc = r->rank == 0 ? zt_mkdir_p(cfg->train.output_dir, err, sizeof err) : 0;
@@ -2740,7 +2649,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     /* the data decides the number of steps, so it is opened first (generation needs none); the
      * schedule comes from the steps of this run, as transformers does: a resumed run that
      * derives the same total_steps (its checkpoint's config) warms up the same */
-    rc = cfg->mode_generate ? 0 : open_data(r, err, sizeof err);
+    rc = cfg->mode_generate ? 0 : zt_tr_open_data(r, err, sizeof err);
     if (rc == 0 && r->val && cfg->train.stage == ZT_STAGE_DPO) /* it would report an SFT loss */
         rc = zt_err(err, sizeof err, "train.stage = dpo: evaluation on pairs is not wired yet; give no validation "
                                      "data (data.val_files = [], no eval_dataset)");
@@ -2764,7 +2673,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     r->table = zt_arch_table_from_config(cfg, err, sizeof err);
     /* the plan of the mesh, again from this config: on a GPU train.bf16 may have
      * become the default above, which sets the working and GEMM precisions */
-    const zt_plan_shape_t sh = r->table ? shape_of(r->table) : (zt_plan_shape_t){0};
+    const zt_plan_shape_t sh = r->table ? zt_tr_shape_of(r->table) : (zt_plan_shape_t){0};
     rc = r->table ? zt_plan_build(&r->plan, cfg, &sh, plan->world, plan->per_node, err, sizeof err) : -1;
     /* a pipeline: an untied head in a unit of its own, held by the last stage alone */
     if (rc == 0 && r->plan.pp > 1) zt_params_split_head(r->table);
@@ -2790,7 +2699,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (rc == 0 && (comm->mesh_tp > 1 || comm->mesh_sp > 1)) {
         r->ltable = zt_params_tp_local(r->table, comm->mesh_tp, comm->tp.rank, err, sizeof err);
         if (r->ltable) {
-            mesh_local(r->ltable, &r->plan);
+            zt_tr_mesh_local(r->ltable, &r->plan);
             r->ltable->dims.sp_rank = comm->sp.rank;
         }
     } else if (rc == 0) {
@@ -2805,17 +2714,17 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     }
     char why[256] = "";
     if (r->plan.strategy == ZT_STRATEGY_AUTO)
-        zt_plan_resolve(&r->plan, pick_auto(cfg, &r->plan, r->be, r->table, r->ltable, comm->data.size, comm->local_size, why,
+        zt_plan_resolve(&r->plan, zt_tr_pick_auto(cfg, &r->plan, r->be, r->table, r->ltable, comm->data.size, comm->local_size, why,
                                             sizeof why));
     const zt_strategy_t st = r->plan.strategy;
-    fill_opts(cfg, &r->plan, st, &r->sopts);
+    zt_tr_fill_opts(cfg, &r->plan, st, &r->sopts);
     r->loss_scale = 1.0;
     if (cfg->train.fp16) {
         r->dynamic_scale = cfg->train.loss_scale == 0;
         r->loss_scale = r->dynamic_scale ? ldexp(1.0, cfg->train.initial_scale_power) : cfg->train.loss_scale;
     }
     r->config_text = zt_config_to_string(cfg);
-    startup_report(r);
+    zt_tr_startup_report(r);
     if (why[0]) zt_log("strategy auto -> %s: %s", zt_strategy_name(st), why);
     if (r->plan.optimizer == ZT_OPTIM_ONEBIT_ADAM)
         zt_log("optim.type = onebit_adam: Adam without bias correction for %ld steps, then the variance frozen and "
@@ -2829,7 +2738,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     else if (cfg->train.fp16)
         zt_log("fp16: static loss scale %.9g", r->loss_scale);
     int exit_code = ZT_EXIT_OK;
-    rc = check_fits(cfg, &r->plan, r->be, r->table, r->ltable, st, comm, err, sizeof err);
+    rc = zt_tr_check_fits(cfg, &r->plan, r->be, r->table, r->ltable, st, comm, err, sizeof err);
     if (zt_agree_error(comm, rc, err, sizeof err)) {
         zt_log_error("%s", err);
         exit_code = ZT_EXIT_ERROR;
@@ -2838,7 +2747,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
 
     r->rss0 = zt_current_rss();
     /* under a pipeline each model holds the activations of this rank's stages' layers only */
-    unsigned char *layers = stage_layers(&r->plan, r->ltable->dims.L, comm->pp.rank);
+    unsigned char *layers = zt_tr_stage_layers(&r->plan, r->ltable->dims.L, comm->pp.rank);
     r->model = zt_model_create_layers(r->ltable, r->be, r->B, r->Tm, cfg->train.gradient_checkpointing, layers);
     if (comm->mesh_tp > 1 || comm->mesh_sp > 1) {
         zt_actcoll_t ac;
@@ -2867,10 +2776,10 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     const int nmsg = 4 * r->A * r->plan.pp_v + 1; /* at most a send and a receive per forward and per backward */
     r->pp_req = zt_calloc((size_t)nmsg, sizeof *r->pp_req);
     r->pp_buf = zt_calloc((size_t)nmsg, sizeof *r->pp_buf);
-    unsigned char *lay = stage_layers(&r->plan, r->ltable->dims.L, comm->pp.rank);
+    unsigned char *lay = zt_tr_stage_layers(&r->plan, r->ltable->dims.L, comm->pp.rank);
     r->held = lay ? zt_params_units_of_layers(r->ltable, lay) : NULL;
     free(lay);
-    if (r->held) stage_opts(&r->sopts, &r->plan, r->ltable, r->held);
+    if (r->held) zt_tr_stage_opts(&r->sopts, &r->plan, r->ltable, r->held);
     r->shard = zt_shard_create_err(r->ltable, comm, r->be, &r->sopts, err, sizeof err);
     if (!r->shard) { /* the nvme tier's path or space, agreed on every rank */
         zt_log_error("%s", err);
@@ -2883,7 +2792,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         zt_log("offload: nvme, %s of state per rank in %s (%s), %d buffers of %s", zt_fmt_bytes(nvs.file_bytes, fb, 32),
                nvs.dir, nvs.engine, nvs.buffers, zt_fmt_bytes(nvs.buffer_bytes, bb, 32));
     }
-    if (has_ref_copy(cfg) && ref_create(r) != 0)
+    if (zt_tr_has_ref_copy(cfg) && zt_tr_ref_create(r) != 0)
         exit_code = ZT_EXIT_ERROR;
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
      * would wait for the compute stream, once per micro-step */
@@ -2904,7 +2813,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     zt_log("MFU denominator: %.1f GFLOP/s over all ranks (%s)", r->peak_flops / 1e9,
            cfg->train.peak_tflops > 0 ? "train.peak_tflops" : "measured matmul peak of this backend");
 
-    if (maybe_resume(r) != 0) exit_code = ZT_EXIT_ERROR;
+    if (zt_tr_maybe_resume(r) != 0) exit_code = ZT_EXIT_ERROR;
     /* a generation leaves the run's config.cfg and metrics.jsonl alone */
     if (exit_code == ZT_EXIT_OK && r->rank == 0 && !cfg->mode_generate) {
         snprintf(path, sizeof path, "%s/config.cfg", cfg->train.output_dir);
@@ -2915,22 +2824,22 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         }
         snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->train.output_dir);
         zt_metrics_open(path, r->step > 0);
-        start_record(r);
+        zt_tr_start_record(r);
     }
     zt_watchdog_start(cfg->parallel.timeout_s, r->rank, zt_hostname());
     double t0 = zt_now();
     if (exit_code == ZT_EXIT_OK && cfg->mode_generate) {
         /* --generate: the loaded model completes the prompts, nothing trains or is saved */
-        generation_begin(r, cfg->generate.batch_size);
+        zt_tr_generation_begin(r, cfg->generate.batch_size);
         char kvb[32];
         zt_fmt_bytes((double)zt_model_kv_bytes(r->model), kvb, sizeof kvb);
         const char *why = cfg->generate.use_cache ? "off (sequence parallelism or tp_sequence_parallel)" : "off";
         zt_log("generate: %d prompts at once per rank, KV cache %s%s%s", r->gen_batch, r->kv_on ? "on (" : why,
                r->kv_on ? kvb : "", r->kv_on ? " per rank)" : "");
         const double tg = zt_now();
-        rc = zt_generate_run(cfg, "generations.jsonl", r->T, r->gen_batch, r->table->dims.V, batch_logits, r, comm,
+        rc = zt_generate_run(cfg, "generations.jsonl", r->T, r->gen_batch, r->table->dims.V, zt_tr_batch_logits, r, comm,
                              err, sizeof err);
-        generation_end(r);
+        zt_tr_generation_end(r);
         if (rc) zt_log_error("%s", err);
         else zt_log("generate: %s/generations.jsonl (%.1f s)", cfg->train.output_dir, zt_now() - tg);
         exit_code = rc ? ZT_EXIT_ERROR : ZT_EXIT_OK;
@@ -2940,10 +2849,10 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (exit_code == ZT_EXIT_OK) exit_code = run_loop(r);
     double wall = zt_now() - t0;
 
-    if (exit_code == ZT_EXIT_OK && r->table->first_adapter_unit >= 0 && save_hf(r, 1) != 0) exit_code = ZT_EXIT_ERROR;
-    if (exit_code == ZT_EXIT_OK && cfg->checkpoint.save_hf && save_hf(r, 0) != 0) exit_code = ZT_EXIT_ERROR;
+    if (exit_code == ZT_EXIT_OK && r->table->first_adapter_unit >= 0 && zt_tr_save_hf(r, 1) != 0) exit_code = ZT_EXIT_ERROR;
+    if (exit_code == ZT_EXIT_OK && cfg->checkpoint.save_hf && zt_tr_save_hf(r, 0) != 0) exit_code = ZT_EXIT_ERROR;
     if (exit_code == ZT_EXIT_OK) {
-        generate_sample(r);
+        zt_tr_generate_sample(r);
         zt_watchdog_idle();
         const size_t hwm = zt_peak_rss();
         double peak = zt_max_double(comm, &comm->world, (double)hwm);
@@ -2955,7 +2864,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
 #endif
         dev_peak = zt_max_double(comm, &comm->world, dev_peak);
         zt_shard_mem_t mm, mref = {0};
-        rank_memory(r, &mm);
+        zt_tr_rank_memory(r, &mm);
         if (r->ref_shard) zt_shard_memory(r->ref_shard, &mref);
         char b[9][32];
         zt_log("memory (rank 0, measured): params %s, grads %s, optimizer %s, buffers %s, gathered peak %s, "
@@ -2963,7 +2872,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                zt_fmt_bytes(mm.params, b[0], 32), zt_fmt_bytes(mm.grads, b[1], 32),
                zt_fmt_bytes(mm.optim, b[2], 32), zt_fmt_bytes(mm.comm_buffers, b[3], 32),
                zt_fmt_bytes(mm.gathered_peak, b[4], 32),
-               zt_fmt_bytes((double)activation_bytes(r), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
+               zt_fmt_bytes((double)zt_tr_activation_bytes(r), b[5], 32), zt_fmt_bytes(mm.host, b[6], 32),
                zt_fmt_bytes(peak, b[7], 32), zt_fmt_bytes(growth, b[8], 32));
         zt_nvme_stats_t nvs;
         if (zt_shard_nvme_stats(r->shard, &nvs))
@@ -2982,7 +2891,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
 #endif
         if (r->rank == 0 && cfg->log.plot && r->train_hist.n > 0) {
             snprintf(path, sizeof path, "%s/loss.svg", cfg->train.output_dir);
-            write_plot(r, path);
+            zt_tr_write_plot(r, path);
             zt_log("loss plot: %s", path);
         }
         zt_log("summary: %ld steps, %.0f tokens in %.1f s (%.1f s training, %.0f tokens/s), final loss %.4f%s",
@@ -2990,9 +2899,9 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                r->train_seconds > 0 ? r->tokens_seen / r->train_seconds : 0.0, r->last_loss,
                r->val ? "" : ", no validation set");
         if (r->val) zt_log("summary: final validation loss %.4f", r->last_val);
-        comm_summary(r);
-        pp_summary(r);
-        if (r->plan.pp > 1) stage_memory(r);
+        zt_tr_comm_summary(r);
+        zt_tr_pp_summary(r);
+        if (r->plan.pp > 1) zt_tr_stage_memory(r);
         if (cfg->train.stage == ZT_STAGE_DPO && r->pref_seconds[PT_FWD] > 0) {
             const double *p = r->pref_seconds, ref = p[PT_REF_BLOCKS] + p[PT_REF_HEAD],
                          pol = p[PT_FWD] + p[PT_HEAD] + p[PT_LOSS] + p[PT_BWD];
@@ -3013,7 +2922,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                 .steps = r->step, .tokens = r->tokens_seen, .wall_s = wall, .train_s = r->train_seconds,
                 .final_loss = r->last_loss, .final_val_loss = r->val ? r->last_val : -1.0,
                 .peak_rss_bytes = peak, .peak_rss_growth_bytes = growth, .device_peak_bytes = dev_peak, .mem = &mm,
-                .activations = activation_bytes(r), .ref = r->ref_shard ? &mref : NULL,
+                .activations = zt_tr_activation_bytes(r), .ref = r->ref_shard ? &mref : NULL,
             };
             zt_metrics_record_summary(&rec);
         }
