@@ -151,6 +151,7 @@ struct zt_shard {
     zt_nvme_t *nv;          /* offload_nvme: the files the offloaded state lives in */
     int nv_dry;             /* ...counted only: a dry run's engine (no files, nv NULL) */
     int nvme_param;         /* ...the owned parameter shards among it (offload_param) */
+    int nv_early;           /* ...this step's first optimizer records are being read (nv_read_ahead) */
     int comm_ordered;       /* collectives are stream-ordered after uploads (device comm) */
     /* tensor parallelism: the tp group (NULL without), this rank's place in it */
     zt_group_t *tp;
@@ -1018,6 +1019,7 @@ void zt_shard_release(zt_shard_t *s, int ui)
 
 void zt_shard_begin_step(zt_shard_t *s)
 {
+    s->nv_early = 0;
     for (int ui = 0; ui < s->t->nunits; ui++) {
         unit_state_t *u = &s->u[ui];
         if (u->frozen || u->absent) continue;
@@ -1138,10 +1140,24 @@ static void reduce_scatter_unit(zt_shard_t *s, int ui)
 
 static void tp_sum_partial_grads(zt_shard_t *s, int ui);
 
+/* offload_nvme, the step's last backward: the first records the optimizer step will
+ * read (its order: the last unit first) start reading now, into the buffers the
+ * previous step's writes have left, so that the backward hides them instead of only
+ * the other units' AdamW. Not with nvme_param: the backward's gathers need the buffers. */
+static void nv_read_ahead(zt_shard_t *s)
+{
+    if (!s->nv || s->nvme_param || s->nv_early || s->micro != s->nmicro - 1) return;
+    s->nv_early = 1;
+    int n = s->o.nvme.buffer_count - 1; /* one left for the optimizer step's own read-ahead */
+    for (int ui = s->t->nunits - 1; ui >= 0 && n > 0; ui--)
+        if (!s->u[ui].frozen && !s->u[ui].absent) nv_prefetch(s, ui, NV_OPT | (s->mixed ? 0 : NV_PAR)), n--;
+}
+
 void zt_shard_grads_ready(zt_shard_t *s, int ui)
 {
     unit_state_t *u = held_unit(s, ui);
     u->bwd_done = 1;
+    nv_read_ahead(s);
     if (u->frozen) return; /* nothing to reduce, on every rank alike */
     const int last = s->micro == s->nmicro - 1;
     /* partial gradients of replicated parameters (a q/k norm sees its tp rank's heads
