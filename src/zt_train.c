@@ -662,25 +662,254 @@ void zt_tr_stage_memory(run_t *r)
     free(all);
 }
 
+/* The logging window: the steps since the last log line, or since a pause the training's
+ * figures leave out (an evaluation, a generation, a save), their time and their work */
+typedef struct window {
+    double t_start;  /* the loop's start (a record's elapsed_s) */
+    double t0;       /* the window's start */
+    long steps;
+    double computed; /* positions the window's steps computed, over the data ranks (MFU) */
+    /* train.stage = dpo: the preference metrics summed over the logging window's
+     * micro-steps (LLaMA-Factory averages what it stored since its last log) */
+    double pref[ZT_PREF_NMETRICS];
+    long pref_micros;
+} window_t;
+
+/* What an optimizer step leaves for its log line */
+typedef struct step_out {
+    int skipped;     /* a non-finite step skipped (fp16 overflow, parallel.nonfinite = skip) */
+    double loss, lr, norm;
+    double S;        /* the loss scale the step ran at */
+} step_out_t;
+
+static void window_restart(window_t *w)
+{
+    w->t0 = zt_now();
+    w->steps = 0;
+    w->computed = 0;
+}
+
+/* This rank's rows of every micro-step of the step, read, then errors agreed: 0, or -1
+ * (logged) on every rank */
+static int read_step(run_t *r, int injected)
+{
+    const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T; /* BTs: a micro-step's segments */
+    char err[ZT_ERRLEN];
+    int rc = 0;
+    err[0] = 0;
+    for (int m = 0; m < r->A && rc == 0; m++) {
+        int64_t g0 = r->samples_seen + (int64_t)m * r->dp * r->B + (int64_t)r->drank * r->B;
+        rc = zt_tr_read_rows(r, r->train, g0, r->cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT,
+                       r->seg ? r->seg + m * BTs : NULL, r->pos ? r->pos + m * BT : NULL, err, sizeof err);
+    }
+    if (injected == ZT_FAULT_DATA)
+        rc = zt_err(err, sizeof err, "fault injection: data error on rank %d at step %ld", r->rank, r->step + 1);
+    if (zt_agree_error(r->comm, rc, err, sizeof err)) {
+        zt_log_error("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* One optimizer step on the rows read: the micro-batches' passes (the step's schedule),
+ * the gradients' reduction, the verdict on non-finite values, clipping and the optimizer,
+ * and the fp16 loss scale's growth. ZT_EXIT_OK, or the code to stop with. */
+static int train_step(run_t *r, window_t *w, int injected, step_out_t *o)
+{
+    const zt_config_t *cfg = r->cfg;
+    zt_comm_t *c = r->comm;
+    const size_t BT = (size_t)r->B * r->Tm;
+    /* a token stream: every position carries a loss */
+    const int sft = zt_data_is_sft(r->train), dpo = cfg->train.stage == ZT_STAGE_DPO;
+    float dscale = 1.0f / (float)((double)BT * r->A * r->comm->data.size);
+    memset(o, 0, sizeof *o);
+    /* SFT: the loss is the mean over the tokens that carry one in the whole global
+     * batch, counted across ranks and micro-steps (transformers' num_items_in_batch),
+     * so world size and accumulation do not change it */
+    double count = (double)BT * r->A * c->data.size;
+    if (sft && !dpo) {
+        count = zt_sum_double(c, &c->data, (double)zt_tr_loss_tokens(r->tgt, BT * (size_t)r->A));
+        dscale = count > 0 ? (float)(1.0 / count) : 0.0f;
+    }
+    double t0 = zt_now();
+    zt_shard_begin_step(r->shard);
+    long computed = 0; /* this rank's row positions, padding trimmed (trim_padding) */
+    /* the injected NaN enters through the gradient scale, so only the gradients
+     * (not the loss) carry it: the path a real overflow takes */
+    const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
+    /* dpo: each micro-batch's mean over its pairs, averaged over micro-steps and data-parallel
+     * replicas (the sp ranks of a replica each add their tokens' part of one gradient) */
+    const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * r->dp));
+    zt_watchdog_mark("pipeline", -1, r->step + 1);
+    double loss_sum = r->plan.pp > 1 ? zt_tr_run_pipeline(r, sft, ds, pf, w->pref, &w->pref_micros, &computed)
+                                     : zt_tr_run_schedule(r, sft, ds, pf, w->pref, &w->pref_micros, &computed);
+    /* MFU counts the work done: the trimmed rows of every data rank (sp ranks hold parts
+     * of the same rows, tp ranks the same rows) */
+    w->computed += sft ? zt_tr_step_sum(r, (double)computed) * r->comm->mesh_sp
+                       : (double)r->G * r->T;
+    zt_watchdog_mark("gradient reduction", -1, r->step + 1);
+    double norm2 = zt_shard_finish_grads(r->shard);
+    double loss = sft && !dpo ? zt_tr_step_sum(r, loss_sum) / (count > 0 ? count : 1.0)
+                              : zt_tr_step_sum(r, loss_sum) / ((double)r->A * c->data.size);
+    /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
+     * owned element, reduced over the shard group, after the gradient reduction has
+     * spread it to every replica */
+    int bad = !isfinite(loss_sum) || !isfinite(norm2);
+    if (zt_any(c, bad)) {
+        /* a finite loss (the world's sum: the same verdict everywhere) with a
+         * non-finite gradient is an fp16 overflow */
+        const int overflow = r->dynamic_scale && isfinite(loss);
+        if (overflow || cfg->parallel.nonfinite == ZT_NONFINITE_SKIP) {
+            zt_metrics_record_skipped(r->step + 1, overflow ? "overflow" : "nonfinite", r->loss_scale,
+                                      zt_now() - w->t_start);
+            if (overflow && zt_tr_loss_scale_overflow(r) != 0) return ZT_EXIT_NONFINITE;
+            if (!overflow)
+                zt_log("step %ld: non-finite loss or gradient; step skipped (parallel.nonfinite = skip)", r->step + 1);
+            r->good_steps = 0;
+            zt_shard_zero_grads(r->shard);
+            r->samples_seen += r->G;
+            r->step++;
+            w->steps++; /* its time is in the window: so are its tokens (processed, not learnt) */
+            o->skipped = 1; /* a skipped step still evaluates and checkpoints on schedule */
+            return ZT_EXIT_OK;
+        }
+        zt_log_error("step %ld: non-finite loss or gradient (loss %g); stopping (parallel.nonfinite = abort)",
+                     r->step + 1, loss);
+        return ZT_EXIT_NONFINITE;
+    }
+    const long adam_t = zt_shard_adam_step(r->shard); /* optimizer steps so far */
+    const double S = r->loss_scale, norm = sqrt(norm2) / S;
+    double lr = zt_lr_at(&r->sched, adam_t);
+    zt_adamw_hp_t hp = {
+        .lr = (float)lr, .beta1 = (float)cfg->optim.adam_beta1, .beta2 = (float)cfg->optim.adam_beta2,
+        .eps = (float)cfg->optim.adam_epsilon, .weight_decay = (float)cfg->optim.weight_decay,
+        .grad_scale = (float)(zt_clip_scale(norm, cfg->optim.max_grad_norm) / S),
+        .step = adam_t + 1,
+    };
+    zt_watchdog_mark("optimizer", -1, r->step + 1);
+    zt_shard_optimizer_step(r->shard, &hp);
+    double dt = zt_now() - t0;
+    r->train_seconds += dt;
+    r->samples_seen += r->G;
+    r->tokens_seen += (double)r->G * r->T;
+    r->step++;
+    w->steps++;
+    r->last_loss = (float)loss;
+    if (r->dynamic_scale && ++r->good_steps == cfg->train.loss_scale_window) {
+        zt_log("step %ld: %d steps without overflow, loss scale %.9g -> %.9g", r->step,
+               cfg->train.loss_scale_window, S, 2 * S);
+        r->loss_scale = 2 * S;
+        r->good_steps = 0;
+    }
+    o->loss = loss, o->lr = lr, o->norm = norm, o->S = S;
+    return ZT_EXIT_OK;
+}
+
+/* A step's log line and metrics record, over the window (tokens/s, MFU, the DPO metrics'
+ * means), and the loss history; the window starts again */
+static void log_step(run_t *r, window_t *w, const step_out_t *o)
+{
+    const zt_config_t *cfg = r->cfg;
+    const int dpo = cfg->train.stage == ZT_STAGE_DPO;
+    const double loss = o->loss, lr = o->lr, norm = o->norm, S = o->S;
+    double now = zt_now(), wdt = now - w->t0;
+    double tps = (double)w->steps * r->G * r->T / wdt;
+    double flops = w->computed / wdt * r->flops_per_token;
+    double eta = (double)(r->total_steps - r->step) * wdt / (double)w->steps;
+    char etab[32], memb[32];
+    zt_tr_format_eta(eta, etab, sizeof etab);
+    zt_fmt_bytes((double)zt_current_rss(), memb, sizeof memb);
+    char scaleb[48] = "";
+    if (cfg->train.fp16) snprintf(scaleb, sizeof scaleb, " | scale %.9g", S);
+    /* the preference metrics: means over the window's micro-steps and the data ranks */
+    double pref[ZT_PREF_NMETRICS];
+    char prefb[768] = "";
+    const int npref = dpo ? zt_pref_nmetrics(cfg->pref.fn.loss) : 0;
+    /* under a pipeline the last stage's ranks hold them: step_sum adds the others' 0 */
+    const double nmicro = zt_tr_step_sum(r, (double)w->pref_micros);
+    for (int k = 0; k < npref; k++) {
+        pref[k] = zt_tr_step_sum(r, w->pref[k]) / (nmicro > 0 ? nmicro : 1.0);
+        const size_t at = strlen(prefb);
+        snprintf(prefb + at, sizeof prefb - at, " | %s %.4f", zt_pref_metric_name(k), pref[k]);
+    }
+    memset(w->pref, 0, sizeof w->pref);
+    w->pref_micros = 0;
+    zt_log("step %5ld/%ld | loss %.4f%s | lr %.2e | norm %.4f%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
+           r->step, r->total_steps, loss, prefb, lr, norm, scaleb, tps, flops / 1e12,
+           100.0 * flops / r->peak_flops, memb, etab);
+    const zt_metrics_step_t rec = {
+        .step = r->step, .loss = loss, .lr = lr, .grad_norm = norm, .loss_scale = S,
+        .tokens_per_s = tps, .tflops = flops / 1e12, .mfu = flops / r->peak_flops,
+        .elapsed_s = now - w->t_start, .step_s = wdt / w->steps, .tokens_seen = r->tokens_seen,
+        .rss_bytes = zt_current_rss(), .comm = zt_comm_stats(r->comm), .npref = npref, .pref = pref,
+    };
+    zt_metrics_record_step(&rec);
+    zt_tr_hist_push(&r->train_hist, r->step, (float)loss);
+    if (dpo) zt_tr_hist_push(&r->margin_hist, r->step, (float)pref[ZT_PREF_REWARDS_MARGINS]);
+    zt_tr_fold_comm(r);
+    window_restart(w);
+}
+
+/* After a step, trained or skipped: the evaluation, the generations (generate.at_eval) and
+ * the checkpoint on their schedules. Each is a pause: its collectives and its time leave
+ * the training's figures (the window starts again after it). ZT_EXIT_OK, or the code to
+ * stop with. */
+static int step_hooks(run_t *r, window_t *w)
+{
+    const zt_config_t *cfg = r->cfg;
+    zt_comm_t *c = r->comm;
+    char err[ZT_ERRLEN];
+    int last = r->step == r->total_steps;
+    if (r->val && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
+        zt_tr_fold_comm(r); /* keep the training traffic, then discard the evaluation's */
+        int failed = 0;
+        float vl = zt_tr_evaluate(r, &failed);
+        if (failed) return ZT_EXIT_ERROR;
+        r->last_val = vl;
+        zt_log("step %5ld/%ld | validation loss %.4f", r->step, r->total_steps, vl);
+        zt_metrics_record_eval(r->step, vl, zt_now() - w->t_start);
+        zt_tr_hist_push(&r->val_hist, r->step, vl);
+        window_restart(w);
+        zt_comm_stats_reset(c);
+    }
+    if (cfg->generate.at_eval && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
+        /* the evaluation prompts, completed with the model as it is now */
+        zt_tr_fold_comm(r);
+        char name[64];
+        snprintf(name, sizeof name, "generations-%ld.jsonl", r->step);
+        zt_tr_generation_begin(r, cfg->generate.batch_size);
+        const int grc = zt_generate_run(cfg, name, r->T, r->gen_batch, r->table->dims.V, zt_tr_batch_logits, r, c, err,
+                                        sizeof err);
+        zt_tr_generation_end(r);
+        if (grc) {
+            zt_log_error("%s", err);
+            return ZT_EXIT_ERROR;
+        }
+        zt_log("step %5ld/%ld | generations: %s/%s", r->step, r->total_steps, cfg->train.output_dir, name);
+        window_restart(w);
+        zt_comm_stats_reset(c);
+    }
+    if ((cfg->checkpoint.save_steps > 0 && r->step % cfg->checkpoint.save_steps == 0 && !last) ||
+        (last && cfg->checkpoint.save_at_end)) {
+        zt_tr_fold_comm(r);
+        if (zt_tr_save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
+        window_restart(w);
+        zt_comm_stats_reset(c);
+    }
+    return ZT_EXIT_OK;
+}
+
+/* The steps, from r->step (a resumed run's) to total_steps: at each boundary a signal
+ * (agreed by every rank) checkpoints and stops; then the step's rows, the optimizer step,
+ * its log line where logging_steps puts one, and the step's hooks. */
 static int run_loop(run_t *r)
 {
     const zt_config_t *cfg = r->cfg;
     zt_comm_t *c = r->comm;
     const int fault = cfg->fault.kind;
     if (fault == ZT_FAULT_SAVE_KILL) zt_ckpt_fault_save_kill(cfg->fault.rank, cfg->fault.step);
-    const size_t BT = (size_t)r->B * r->Tm, BTs = (size_t)r->B * r->T; /* BTs: a micro-step's segments */
-    char err[ZT_ERRLEN];
-    /* a token stream: every position carries a loss */
-    const int sft = zt_data_is_sft(r->train);
-    float dscale = 1.0f / (float)((double)BT * r->A * r->comm->data.size);
-    double t_start = zt_now(), t_window = t_start;
-    long window_steps = 0;
-    double window_computed = 0; /* positions the window's steps computed, over the data ranks (MFU) */
-    /* train.stage = dpo: the preference metrics summed over the logging window's
-     * micro-steps (LLaMA-Factory averages what it stored since its last log) */
-    const int dpo = cfg->train.stage == ZT_STAGE_DPO;
-    double pref_window[ZT_PREF_NMETRICS] = {0};
-    long pref_micros = 0;
+    window_t w = {.t_start = zt_now()};
+    w.t0 = w.t_start;
     zt_comm_stats_reset(c);
 
     while (r->step < r->total_steps) {
@@ -692,183 +921,14 @@ static int run_loop(run_t *r)
             return ZT_EXIT_SIGNAL;
         }
         int injected = zt_fault_check(fault, cfg->fault.rank, cfg->fault.step, r->rank, r->step + 1);
-
-        /* read this rank's rows of every micro-step, then agree on errors */
-        int rc = 0;
-        err[0] = 0;
-        for (int m = 0; m < r->A && rc == 0; m++) {
-            int64_t g0 = r->samples_seen + (int64_t)m * r->dp * r->B + (int64_t)r->drank * r->B;
-            rc = zt_tr_read_rows(r, r->train, g0, cfg->data.shuffle, r->inp + m * BT, r->tgt + m * BT,
-                           r->seg ? r->seg + m * BTs : NULL, r->pos ? r->pos + m * BT : NULL, err, sizeof err);
-        }
-        if (injected == ZT_FAULT_DATA)
-            rc = zt_err(err, sizeof err, "fault injection: data error on rank %d at step %ld", r->rank, r->step + 1);
-        if (zt_agree_error(c, rc, err, sizeof err)) {
-            zt_log_error("%s", err);
-            return ZT_EXIT_ERROR;
-        }
-
-        /* SFT: the loss is the mean over the tokens that carry one in the whole global
-         * batch, counted across ranks and micro-steps (transformers' num_items_in_batch),
-         * so world size and accumulation do not change it */
-        double count = (double)BT * r->A * c->data.size;
-        if (sft && !dpo) {
-            count = zt_sum_double(c, &c->data, (double)zt_tr_loss_tokens(r->tgt, BT * (size_t)r->A));
-            dscale = count > 0 ? (float)(1.0 / count) : 0.0f;
-        }
-        double t0 = zt_now();
-        zt_shard_begin_step(r->shard);
-        long computed = 0; /* this rank's row positions, padding trimmed (trim_padding) */
-        /* the injected NaN enters through the gradient scale, so only the gradients
-         * (not the loss) carry it: the path a real overflow takes */
-        const float ds = injected == ZT_FAULT_NAN ? NAN : (float)(dscale * r->loss_scale);
-        /* dpo: each micro-batch's mean over its pairs, averaged over micro-steps and data-parallel
-         * replicas (the sp ranks of a replica each add their tokens' part of one gradient) */
-        const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * r->dp));
-        zt_watchdog_mark("pipeline", -1, r->step + 1);
-        double loss_sum = r->plan.pp > 1 ? zt_tr_run_pipeline(r, sft, ds, pf, pref_window, &pref_micros, &computed)
-                                         : zt_tr_run_schedule(r, sft, ds, pf, pref_window, &pref_micros, &computed);
-        /* MFU counts the work done: the trimmed rows of every data rank (sp ranks hold parts
-         * of the same rows, tp ranks the same rows) */
-        window_computed += sft ? zt_tr_step_sum(r, (double)computed) * r->comm->mesh_sp
-                               : (double)r->G * r->T;
-        zt_watchdog_mark("gradient reduction", -1, r->step + 1);
-        double norm2 = zt_shard_finish_grads(r->shard);
-        double loss = sft && !dpo ? zt_tr_step_sum(r, loss_sum) / (count > 0 ? count : 1.0)
-                                  : zt_tr_step_sum(r, loss_sum) / ((double)r->A * c->data.size);
-        /* a NaN or Inf in any gradient reaches norm2: it is a sum of squares over every
-         * owned element, reduced over the shard group, after the gradient reduction has
-         * spread it to every replica */
-        int bad = !isfinite(loss_sum) || !isfinite(norm2);
-        if (zt_any(c, bad)) {
-            /* a finite loss (the world's sum: the same verdict everywhere) with a
-             * non-finite gradient is an fp16 overflow */
-            const int overflow = r->dynamic_scale && isfinite(loss);
-            if (overflow || cfg->parallel.nonfinite == ZT_NONFINITE_SKIP) {
-                zt_metrics_record_skipped(r->step + 1, overflow ? "overflow" : "nonfinite", r->loss_scale, zt_now() - t_start);
-                if (overflow && zt_tr_loss_scale_overflow(r) != 0) return ZT_EXIT_NONFINITE;
-                if (!overflow)
-                    zt_log("step %ld: non-finite loss or gradient; step skipped (parallel.nonfinite = skip)", r->step + 1);
-                r->good_steps = 0;
-                zt_shard_zero_grads(r->shard);
-                r->samples_seen += r->G;
-                r->step++;
-                window_steps++; /* its time is in the window: so are its tokens (processed, not learnt) */
-                goto step_end; /* a skipped step still evaluates and checkpoints on schedule */
-            }
-            zt_log_error("step %ld: non-finite loss or gradient (loss %g); stopping (parallel.nonfinite = abort)",
-                         r->step + 1, loss);
-            return ZT_EXIT_NONFINITE;
-        }
-        const long adam_t = zt_shard_adam_step(r->shard); /* optimizer steps so far */
-        const double S = r->loss_scale, norm = sqrt(norm2) / S;
-        double lr = zt_lr_at(&r->sched, adam_t);
-        zt_adamw_hp_t hp = {
-            .lr = (float)lr, .beta1 = (float)cfg->optim.adam_beta1, .beta2 = (float)cfg->optim.adam_beta2,
-            .eps = (float)cfg->optim.adam_epsilon, .weight_decay = (float)cfg->optim.weight_decay,
-            .grad_scale = (float)(zt_clip_scale(norm, cfg->optim.max_grad_norm) / S),
-            .step = adam_t + 1,
-        };
-        zt_watchdog_mark("optimizer", -1, r->step + 1);
-        zt_shard_optimizer_step(r->shard, &hp);
-        double dt = zt_now() - t0;
-        r->train_seconds += dt;
-        r->samples_seen += r->G;
-        r->tokens_seen += (double)r->G * r->T;
-        r->step++;
-        window_steps++;
-        r->last_loss = (float)loss;
-        if (r->dynamic_scale && ++r->good_steps == cfg->train.loss_scale_window) {
-            zt_log("step %ld: %d steps without overflow, loss scale %.9g -> %.9g", r->step,
-                   cfg->train.loss_scale_window, S, 2 * S);
-            r->loss_scale = 2 * S;
-            r->good_steps = 0;
-        }
-
-        if (r->step % cfg->train.logging_steps == 0 || r->step == r->total_steps || r->step == 1) {
-            double now = zt_now(), wdt = now - t_window;
-            double tps = (double)window_steps * r->G * r->T / wdt;
-            double flops = window_computed / wdt * r->flops_per_token;
-            double eta = (double)(r->total_steps - r->step) * wdt / (double)window_steps;
-            char etab[32], memb[32];
-            zt_tr_format_eta(eta, etab, sizeof etab);
-            zt_fmt_bytes((double)zt_current_rss(), memb, sizeof memb);
-            char scaleb[48] = "";
-            if (cfg->train.fp16) snprintf(scaleb, sizeof scaleb, " | scale %.9g", S);
-            /* the preference metrics: means over the window's micro-steps and the data ranks */
-            double pref[ZT_PREF_NMETRICS];
-            char prefb[768] = "";
-            const int npref = dpo ? zt_pref_nmetrics(cfg->pref.fn.loss) : 0;
-            /* under a pipeline the last stage's ranks hold them: step_sum adds the others' 0 */
-            const double nmicro = zt_tr_step_sum(r, (double)pref_micros);
-            for (int k = 0; k < npref; k++) {
-                pref[k] = zt_tr_step_sum(r, pref_window[k]) / (nmicro > 0 ? nmicro : 1.0);
-                const size_t at = strlen(prefb);
-                snprintf(prefb + at, sizeof prefb - at, " | %s %.4f", zt_pref_metric_name(k), pref[k]);
-            }
-            memset(pref_window, 0, sizeof pref_window);
-            pref_micros = 0;
-            zt_log("step %5ld/%ld | loss %.4f%s | lr %.2e | norm %.4f%s | %.0f tok/s | %.3f TFLOP/s | MFU %.1f%% | mem %s | ETA %s",
-                   r->step, r->total_steps, loss, prefb, lr, norm, scaleb, tps, flops / 1e12,
-                   100.0 * flops / r->peak_flops, memb, etab);
-            const zt_metrics_step_t rec = {
-                .step = r->step, .loss = loss, .lr = lr, .grad_norm = norm, .loss_scale = S,
-                .tokens_per_s = tps, .tflops = flops / 1e12, .mfu = flops / r->peak_flops,
-                .elapsed_s = now - t_start, .step_s = wdt / window_steps, .tokens_seen = r->tokens_seen,
-                .rss_bytes = zt_current_rss(), .comm = zt_comm_stats(c), .npref = npref, .pref = pref,
-            };
-            zt_metrics_record_step(&rec);
-            zt_tr_hist_push(&r->train_hist, r->step, (float)loss);
-            if (dpo) zt_tr_hist_push(&r->margin_hist, r->step, (float)pref[ZT_PREF_REWARDS_MARGINS]);
-            zt_tr_fold_comm(r);
-            t_window = zt_now();
-            window_steps = 0;
-            window_computed = 0;
-        }
-    step_end:;
-        int last = r->step == r->total_steps;
-        if (r->val && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
-            zt_tr_fold_comm(r); /* keep the training traffic, then discard the evaluation's */
-            int failed = 0;
-            float vl = zt_tr_evaluate(r, &failed);
-            if (failed) return ZT_EXIT_ERROR;
-            r->last_val = vl;
-            zt_log("step %5ld/%ld | validation loss %.4f", r->step, r->total_steps, vl);
-            zt_metrics_record_eval(r->step, vl, zt_now() - t_start);
-            zt_tr_hist_push(&r->val_hist, r->step, vl);
-            t_window = zt_now();
-            window_steps = 0;
-            window_computed = 0;
-            zt_comm_stats_reset(c);
-        }
-        if (cfg->generate.at_eval && ((cfg->train.eval_steps > 0 && r->step % cfg->train.eval_steps == 0) || last)) {
-            /* the evaluation prompts, completed with the model as it is now */
-            zt_tr_fold_comm(r);
-            char name[64];
-            snprintf(name, sizeof name, "generations-%ld.jsonl", r->step);
-            zt_tr_generation_begin(r, cfg->generate.batch_size);
-            const int grc = zt_generate_run(cfg, name, r->T, r->gen_batch, r->table->dims.V, zt_tr_batch_logits, r, c, err,
-                                            sizeof err);
-            zt_tr_generation_end(r);
-            if (grc) {
-                zt_log_error("%s", err);
-                return ZT_EXIT_ERROR;
-            }
-            zt_log("step %5ld/%ld | generations: %s/%s", r->step, r->total_steps, cfg->train.output_dir, name);
-            t_window = zt_now();
-            window_steps = 0;
-            window_computed = 0;
-            zt_comm_stats_reset(c);
-        }
-        if ((cfg->checkpoint.save_steps > 0 && r->step % cfg->checkpoint.save_steps == 0 && !last) ||
-            (last && cfg->checkpoint.save_at_end)) {
-            zt_tr_fold_comm(r);
-            if (zt_tr_save_checkpoint(r) != 0) return ZT_EXIT_ERROR;
-            t_window = zt_now();
-            window_steps = 0;
-            window_computed = 0;
-            zt_comm_stats_reset(c);
-        }
+        if (read_step(r, injected) != 0) return ZT_EXIT_ERROR;
+        step_out_t o;
+        int rc = train_step(r, &w, injected, &o);
+        if (rc != ZT_EXIT_OK) return rc;
+        if (!o.skipped && (r->step % cfg->train.logging_steps == 0 || r->step == r->total_steps || r->step == 1))
+            log_step(r, &w, &o);
+        rc = step_hooks(r, &w);
+        if (rc != ZT_EXIT_OK) return rc;
     }
     zt_tr_fold_comm(r);
     return ZT_EXIT_OK;
