@@ -52,7 +52,11 @@ void zt_tr_startup_report(run_t *r)
     char host[64] = "";
     snprintf(host, sizeof host, "%s", zt_hostname());
     char *all = r->rank == 0 ? zt_malloc((size_t)c->world.size * 64) : NULL;
-    ZT_MPI(MPI_Gather(host, 64, MPI_CHAR, all, 64, MPI_CHAR, 0, c->world.comm));
+    int *counts = zt_malloc(2 * (size_t)c->world.size * sizeof *counts), *displs = counts + c->world.size;
+    for (int i = 0; i < c->world.size; i++) counts[i] = 64, displs[i] = 64 * i;
+    /* through the comm module, as every collective (its count is reset before the first step) */
+    zt_gatherv(c, &c->world, host, all, counts, displs, ZT_U8, 0);
+    free(counts);
     static const char *const matmul[] = {"fp32", "tf32", "bf16"};
     zt_log("ztrain %s: %d ranks on %d nodes, mesh tp %d x sp %d x dp %d x pp %d, backend %s (GEMMs %s), comm %s, %d "
            "thread(s) per rank", PACKAGE_VERSION, c->world.size, c->node_count, c->mesh_tp, c->mesh_sp, c->mesh_dp,
