@@ -202,7 +202,7 @@ void zt_tr_estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, co
                                  zt_tr_gen_batch_of(cfg->generate.batch_size, cfg->data.seq_len));
     zt_schedule_t sc = {0};
     unsigned char *layers = NULL;
-    if (p->pp > 1 && zt_schedule_build(&sc, p->pp_schedule, p->pp, p->pp_v, p->micro, err, sizeof err) == 0) {
+    if (p->pp > 1 && zt_tr_build_steps(cfg, p, p->micro, &sc, err, sizeof err) == 0) {
         layers = zt_tr_stage_layers(p, t->dims.L, pp_rank);
         q.sched = &sc, q.stage_first = p->stage_first, q.pp_rank = pp_rank, q.layers = layers;
     }
@@ -2351,8 +2351,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                     "(they run on host memory: parallel.backend = cpu)", r->be->name);
     /* the plan checked the schedule's rules; this cannot fail where it passed */
     if (rc == 0) /* --generate runs only the stages: a schedule of pp micro-batches is valid for every kind */
-        rc = zt_schedule_build(&r->steps, r->plan.pp_schedule, r->plan.pp, r->plan.pp_v,
-                               cfg->mode_generate ? r->plan.pp : r->A, err, sizeof err);
+        rc = zt_tr_build_steps(cfg, &r->plan, cfg->mode_generate ? r->plan.pp : r->A, &r->steps, err, sizeof err);
     if (rc == 0) r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
     if (rc == 0) r->micro_Tp = zt_calloc((size_t)r->A, sizeof *r->micro_Tp);
     if (rc == 0) r->micro_seg = zt_calloc((size_t)r->A, sizeof *r->micro_seg);
@@ -2434,7 +2433,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         }
     }
     free(layers);
-    const int nmsg = 4 * r->A * r->plan.pp_v + 1; /* at most a send and a receive per forward and per backward */
+    const int nmsg = zt_schedule_messages(&r->steps, comm->pp.rank) + 1; /* each send and receive of the list */
     r->pp_req = zt_calloc((size_t)nmsg, sizeof *r->pp_req);
     r->pp_buf = zt_calloc((size_t)nmsg, sizeof *r->pp_buf);
     unsigned char *lay = zt_tr_stage_layers(&r->plan, r->ltable->dims.L, comm->pp.rank);

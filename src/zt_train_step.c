@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "zt_common.h"
 #include "zt_log.h"
@@ -63,73 +64,54 @@ double zt_tr_run_schedule(run_t *r, int sft, float ds, float pf, double *pref_wi
     return loss_sum;
 }
 
-/* pp > 1, train.stage = dpo with a reference: the step's micro-batches forward through the
- * reference on this rank's stages (the frozen copy, or LoRA's base with the adapters off),
- * before the policy's schedule and as pref_micro's reference pass: forward only, in slot 0's
- * model, free until the policy's first forward, so no micro-batch's activations are held.
- * Stage by stage, every micro-batch each: the stages run at once on different micro-batches.
- * The residual stream crosses a boundary tagged past the policy's messages (zt_schedule_tag);
- * the last stage's rank keeps each micro-batch's row sums in ref (A B). */
-static void pref_ref_stages(run_t *r, double *ref)
+/* The step's schedule for the plan (r->steps, and the estimate's dry run): the plan's
+ * pp_schedule over micro micro-batches; under a pipeline, DPO with a reference gets the
+ * reference's forwards as actions of it (zt_schedule_add_reference, run by ref_forward).
+ * 0, or -1 with one line in err. */
+int zt_tr_build_steps(const zt_config_t *cfg, const zt_parallel_plan_t *p, int micro, zt_schedule_t *s, char *err,
+                      size_t len)
 {
-    zt_comm_t *c = r->comm;
-    const zt_parallel_plan_t *p = &r->plan;
+    if (zt_schedule_build(s, p->pp_schedule, p->pp, p->pp_v, micro, err, len)) return -1;
+    if (p->pp > 1 && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss)) zt_schedule_add_reference(s);
+    return 0;
+}
+
+/* FR m s (pp > 1, train.stage = dpo with a reference): the reference's forward of micro-batch
+ * m through stage s, as pref_micro's reference pass, on the frozen copy or LoRA's base with
+ * the adapters off. It runs in the micro-batch's slot model m, whose policy forward on s
+ * comes next in the list and overwrites what this one writes there (the stage's blocks'
+ * buffers and its input and output residual), so the reference holds no activations of its
+ * own; its input and output travel as SR/RR messages. The last stage's head gives the micro-batch's per-sequence
+ * sums into ref (B), which its backward action's loss reads. */
+static void ref_forward(run_t *r, zt_model_t *m, const zt_action_t *a, double *ref)
+{
     const zt_param_table_t *t = r->table;
     zt_shard_t *s = r->ref_shard ? r->ref_shard : r->shard;
-    zt_model_t *m = r->models[0];
-    const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), A = r->A;
-    const int frozen_head = t->unit_frozen && t->unit_frozen[head], tag0 = 2 * A * p->stages;
+    const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), mi = a->micro;
+    const int first = r->plan.stage_first[a->stage], end = r->plan.stage_first[a->stage + 1];
+    const int frozen_head = t->unit_frozen && t->unit_frozen[head];
     const size_t BT = (size_t)r->B * r->Tm;
-    float **out = zt_calloc((size_t)A * p->pp_v, sizeof *out);
-    zt_request_t *req = zt_calloc((size_t)A * p->pp_v, sizeof *req);
-    int nsend = 0;
+    const int32_t *tgt = r->tgt + mi * BT;
     double now[2] = {zt_now(), zt_thread_seconds()};
     if (r->ref_shard) zt_shard_begin_inference(s);
-    for (int st = c->pp.rank; st < p->stages; st += p->pp) {
-        const int first = p->stage_first[st], end = p->stage_first[st + 1];
-        for (int mi = 0; mi < A; mi++) {
-            const int32_t *tgt = r->tgt + mi * BT;
-            const size_t n = zt_tr_residual_floats(r, r->micro_T[mi]);
-            zt_model_set_batch(m, r->inp + mi * BT, tgt, r->B, r->micro_T[mi]);
-            if (r->micro_seg[mi]) zt_model_set_segments(m, r->micro_seg[mi], NULL); /* pref_lf_rows */
-            if (first > 0) {
-                zt_watchdog_mark("pipeline reference receive", -1, r->step + 1);
-                zt_request_t rq = {.req = MPI_REQUEST_NULL};
-                zt_irecv(c, &c->pp, zt_model_residual(m, first - 1), (st - 1) % p->pp, tag0 + mi * p->stages + st - 1,
-                         n, ZT_F32, &rq);
-                const double tw = zt_now();
-                zt_wait(c, &rq);
-                r->pp_recv_wait += zt_now() - tw;
-            } else {
-                zt_model_forward_embed(m, zt_shard_params(s, root));
-                zt_shard_release(s, root);
-            }
-            zt_tr_forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 0);
-            zt_tr_pref_lap(r, PT_REF_BLOCKS, now);
-            if (end == L + 2) {
-                const float *hw = zt_shard_params(s, head);
-                if (frozen_head) zt_model_pref_head(m, hw, 1);
-                else zt_model_forward_head(m, hw);
-                zt_shard_release(s, head);
-                zt_tr_row_sums(r, zt_model_token_losses(m), 1, tgt, r->micro_T[mi], ref + (size_t)mi * r->B, NULL);
-                zt_tr_pref_lap(r, PT_REF_HEAD, now);
-                continue;
-            }
-            /* from a copy: the next micro-batch overwrites the model's buffer */
-            out[nsend] = r->be->alloc(n * sizeof(float));
-            r->be->copy(out[nsend], zt_model_residual(m, end - 1), n * sizeof(float));
-            req[nsend].req = MPI_REQUEST_NULL;
-            zt_isend(c, &c->pp, out[nsend], (st + 1) % p->pp, tag0 + mi * p->stages + st, n, ZT_F32, &req[nsend]);
-            nsend++;
-        }
+    zt_model_set_batch(m, r->inp + mi * BT, tgt, r->B, r->micro_T[mi]);
+    if (r->micro_seg[mi]) zt_model_set_segments(m, r->micro_seg[mi], NULL); /* pref_lf_rows */
+    if (first == 0) {
+        zt_watchdog_mark("reference forward", root, r->step + 1);
+        zt_model_forward_embed(m, zt_shard_params(s, root));
+        zt_shard_release(s, root);
+    }
+    zt_tr_forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 0);
+    zt_tr_pref_lap(r, PT_REF_BLOCKS, now);
+    if (end == L + 2) {
+        const float *hw = zt_shard_params(s, head);
+        if (frozen_head) zt_model_pref_head(m, hw, 1);
+        else zt_model_forward_head(m, hw);
+        zt_shard_release(s, head);
+        zt_tr_row_sums(r, zt_model_token_losses(m), 1, tgt, r->micro_T[mi], ref, NULL);
     }
     if (r->ref_shard) zt_shard_end_inference(s);
-    for (int k = 0; k < nsend; k++) {
-        zt_wait(c, &req[k]);
-        r->be->free(out[k]);
-    }
-    free(out);
-    free(req);
+    if (end == L + 2) zt_tr_pref_lap(r, PT_REF_HEAD, now);
 }
 
 /* pp > 1: this pipeline rank's actions of one step up to its R, on the layers of each
@@ -138,9 +120,11 @@ static void pref_ref_stages(run_t *r, double *ref)
  * boundaries through the pp group. Receives are posted at the start and waited for where
  * the schedule puts them; a send goes from a copy and completes at R, so compute runs
  * while both travel. ds: a token's
- * gradient scale. DPO (pf, pref_window, pref_micros: run_schedule's): the reference's pass
- * through the stages first (pref_ref_stages), then the policy's schedule, the last stage's
- * backward running the head, the loss and its factors (pref_policy_head). Returns the loss
+ * gradient scale. DPO (pf, pref_window, pref_micros: run_schedule's): the reference's
+ * forwards are actions of the list (FR, ref_forward, with their messages SR/RR), the last
+ * stage's backward runs the head, the loss and its factors (pref_policy_head); the parts'
+ * time goes to the DPO profile (pref_seconds: the reference's FR, the policy's F and B), which
+ * pp_summary reports per rank. Returns the loss
  * summed over the micro-batches whose head this rank runs (SFT: over their tokens), 0
  * elsewhere; computed += the positions it ran there. */
 double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_window, long *pref_micros,
@@ -160,13 +144,8 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
         if (dpo) r->micro_T[m] = zt_tr_pref_lf_rows(r, r->inp + m * BT, r->tgt + m * BT, m, &r->micro_seg[m], &r->micro_Tp[m]);
         else r->micro_T[m] = sft ? zt_tr_trim_padding(r, r->inp + m * BT, r->tgt + m * BT, keys) : r->Tm;
     }
-    const int uses_ref = dpo && zt_pref_uses_ref(r->cfg->pref.fn.loss);
-    double *ref = uses_ref ? zt_calloc((size_t)r->A * r->B, sizeof *ref) : NULL;
-    if (ref) { /* its time is the schedule's too (pp_summary) */
-        const double t_ref = zt_now();
-        pref_ref_stages(r, ref);
-        r->pp_span += zt_now() - t_ref;
-    }
+    /* the reference's per-sequence sums of each micro-batch (A B), on the last stage's rank */
+    double *ref = r->steps.ref ? zt_calloc((size_t)r->A * r->B, sizeof *ref) : NULL;
     /* every receive of the step is posted now, into its own buffer, so a message travels
      * while this rank computes whatever comes before it in the list; at its action it is
      * waited for and copied where the model reads it */
@@ -174,7 +153,7 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
     size_t held = 0; /* the bytes of the step's message buffers */
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
-        if (a->kind != ZT_ACT_RECV_ACT && a->kind != ZT_ACT_RECV_GRAD) continue;
+        if (a->kind != ZT_ACT_RECV_ACT && a->kind != ZT_ACT_RECV_GRAD && a->kind != ZT_ACT_RECV_REF) continue;
         const size_t n = zt_tr_residual_floats(r, r->micro_T[a->micro]);
         r->pp_buf[nmsg] = r->be->alloc(n * sizeof(float));
         held += n * sizeof(float);
@@ -193,11 +172,15 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
         const size_t n = zt_tr_residual_floats(r, T);
         switch (a->kind) {
         case ZT_ACT_RECV_ACT:
+        case ZT_ACT_RECV_REF:
         case ZT_ACT_RECV_GRAD: {
-            zt_watchdog_mark(a->kind == ZT_ACT_RECV_ACT ? "pipeline receive" : "pipeline gradient receive", -1,
-                             r->step + 1);
-            /* a stage's input enters its first block; its output's gradient is where its backward starts */
-            float *dst = a->kind == ZT_ACT_RECV_ACT ? zt_model_residual(m, first - 1) : zt_model_residual_grad(m);
+            zt_watchdog_mark(a->kind == ZT_ACT_RECV_ACT   ? "pipeline receive"
+                             : a->kind == ZT_ACT_RECV_REF ? "pipeline reference receive"
+                                                          : "pipeline gradient receive",
+                             -1, r->step + 1);
+            /* a stage's input enters its first block (the reference's too: its forward comes
+             * next); its output's gradient is where its backward starts */
+            float *dst = a->kind == ZT_ACT_RECV_GRAD ? zt_model_residual_grad(m) : zt_model_residual(m, first - 1);
             const double tw = zt_now();
             zt_wait(c, &r->pp_req[nrecv]);
             r->pp_recv_wait += zt_now() - tw;
@@ -206,8 +189,9 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
             break;
         }
         case ZT_ACT_SEND_ACT:
+        case ZT_ACT_SEND_REF:
         case ZT_ACT_SEND_GRAD: {
-            const float *src = a->kind == ZT_ACT_SEND_ACT ? zt_model_residual(m, end - 1) : zt_model_residual_grad(m);
+            const float *src = a->kind == ZT_ACT_SEND_GRAD ? zt_model_residual_grad(m) : zt_model_residual(m, end - 1);
             float *buf = r->be->alloc(n * sizeof *buf);
             held += n * sizeof *buf;
             r->be->copy(buf, src, n * sizeof *buf);
@@ -216,7 +200,9 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
             nsend++;
             break;
         }
-        case ZT_ACT_FWD:
+        case ZT_ACT_REF_FWD: ref_forward(r, m, a, ref + (size_t)mi * r->B); break;
+        case ZT_ACT_FWD: {
+            double now[2] = {zt_now(), zt_thread_seconds()};
             zt_model_set_batch(m, r->inp + mi * BT, r->tgt + mi * BT, r->B, T);
             if (r->seg) zt_model_set_segments(m, r->seg + mi * BTs, r->pos ? r->pos + mi * BT : NULL);
             else if (dpo && r->micro_seg[mi]) zt_model_set_segments(m, r->micro_seg[mi], NULL);
@@ -227,14 +213,16 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
                 zt_shard_release(s, root);
             }
             zt_tr_forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
+            if (dpo) zt_tr_pref_lap(r, PT_FWD, now);
             break;
-        case ZT_ACT_BWD:
+        }
+        case ZT_ACT_BWD: {
+            double now[2] = {zt_now(), zt_thread_seconds()};
             /* the unit reductions start at the last micro-batch's backward, whatever ran between */
             zt_shard_begin_micro(s, mi, r->A);
             if (end == L + 2) {
                 zt_watchdog_mark("forward head", head, r->step + 1);
                 if (dpo) {
-                    double now[2] = {zt_now(), zt_thread_seconds()};
                     loss_sum += zt_tr_pref_policy_head(r, m, zt_shard_params(s, head), head, r->tgt + mi * BT, T, r->micro_Tp[mi],
                                                  ref ? ref + (size_t)mi * r->B : NULL, pf, pref_window, now);
                     (*pref_micros)++;
@@ -252,7 +240,9 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
                 zt_model_backward_embed(m, zt_shard_grads(s, root));
                 zt_shard_grads_ready(s, root);
             }
+            if (dpo) zt_tr_pref_lap(r, PT_BWD, now);
             break;
+        }
         default: break;
         }
     }
@@ -287,30 +277,48 @@ double zt_tr_step_sum(run_t *r, double x)
 
 /* pp > 1, at the end of a run: per pipeline rank the time its schedules took, the share of
  * it blocked in receives (the measured bubble, with any transfer not hidden) beside
- * (pp - 1) / (m + pp - 1) / v, and the sends' wait at R (their transfer not hidden) */
+ * (pp - 1) / (m + pp - 1) / v, and the sends' wait at R (their transfer not hidden); DPO:
+ * of its compute, the reference's forwards (FR) and the policy's forwards and backwards (F,
+ * B; the loss with the head), from the DPO profile (pref_part_t). It then leaves in the
+ * profile (pref_seconds, pref_cpu) its sums over the pipeline ranks, so the DPO summary
+ * that follows gives the whole model's parts as a one-stage run's does. Every rank calls it. */
 void zt_tr_pp_summary(run_t *r)
 {
     zt_comm_t *c = r->comm;
-    const int pp = r->plan.pp;
+    const int pp = r->plan.pp, K = 3 + 2 * PT_N;
     if (pp == 1 || r->pp_steps == 0) return;
-    const double mine[3] = {r->pp_span, r->pp_recv_wait, r->pp_send_wait};
+    double mine[3 + 2 * PT_N] = {r->pp_span, r->pp_recv_wait, r->pp_send_wait};
+    memcpy(mine + 3, r->pref_seconds, sizeof r->pref_seconds);
+    memcpy(mine + 3 + PT_N, r->pref_cpu, sizeof r->pref_cpu);
     double *all = zt_malloc((size_t)pp * sizeof mine);
-    zt_allgather(c, &c->pp, mine, all, 3, ZT_F64);
-    const int m = r->A, v = r->plan.pp_v;
-    char line[1024];
+    zt_allgather(c, &c->pp, mine, all, (size_t)K, ZT_F64);
+    const int m = r->A, v = r->plan.pp_v, dpo = r->cfg->train.stage == ZT_STAGE_DPO;
+    const double n = (double)r->pp_steps;
+    char line[4096];
     size_t o = (size_t)snprintf(line, sizeof line, "summary: pipeline %s, pp %d x v %d, m %d: ideal bubble %.3f;",
                                 zt_config_enum_name("parallel.pp_schedule", (int)r->plan.pp_schedule), pp, v, m,
                                 (double)(pp - 1) / (m + pp - 1) / v);
     double bubble = 0.0;
     for (int k = 0; k < pp && o < sizeof line; k++) {
-        const double *x = all + 3 * k, b = x[0] > 0 ? x[1] / x[0] : 0.0;
+        const double *x = all + K * k, b = x[0] > 0 ? x[1] / x[0] : 0.0, *p = x + 3;
         bubble += b / pp;
         o += (size_t)snprintf(line + o, sizeof line - o,
-                              " rank %d: schedule %.3f s/step, receive wait %.3f s/step (%.3f), send wait %.4f s/step;",
-                              k, x[0] / r->pp_steps, x[1] / r->pp_steps, b, x[2] / r->pp_steps);
+                              " rank %d: schedule %.3f s/step, receive wait %.3f s/step (%.3f), send wait %.4f s/step",
+                              k, x[0] / n, x[1] / n, b, x[2] / n);
+        if (dpo && o < sizeof line)
+            o += (size_t)snprintf(line + o, sizeof line - o, ", dpo reference %.3f s/step, policy %.3f s/step",
+                                  (p[PT_REF_BLOCKS] + p[PT_REF_HEAD]) / n,
+                                  (p[PT_FWD] + p[PT_HEAD] + p[PT_LOSS] + p[PT_BWD]) / n);
+        if (o < sizeof line) o += (size_t)snprintf(line + o, sizeof line - o, ";");
     }
     if (o < sizeof line) snprintf(line + o, sizeof line - o, " measured bubble (mean) %.3f", bubble);
     zt_log("%s", line);
+    for (int j = 0; dpo && j < 2 * PT_N; j++) {
+        double sum = 0.0;
+        for (int k = 0; k < pp; k++) sum += all[K * k + 3 + j];
+        if (j < PT_N) r->pref_seconds[j] = sum;
+        else r->pref_cpu[j - PT_N] = sum;
+    }
     free(all);
 }
 
