@@ -17,10 +17,10 @@ cd "$(dirname "$0")/.."
 B=${1:-build} BASE=${2:-}
 STEPS=${STEPS:-3} ROUNDS=${ROUNDS:-1} ACCUM=${ACCUM:-4} CUTOFF=${CUTOFF:-256}
 WORK=${WORK:?WORK: bench-lf.sh work directory (qwen3-110m/, data/)}
-[ -d "$WORK/qwen3-110m" ] && [ -f "$WORK/data/long_pairs.json" ] || {
+if [ ! -d "$WORK/qwen3-110m" ] || [ ! -f "$WORK/data/long_pairs.json" ]; then
     echo "bench-pp-dpo.sh: no qwen3-110m/ or data/long_pairs.json in $WORK (run WORK=$WORK sh tools/bench-dpo.sh)" >&2
     exit 2
-}
+fi
 builds="$B${BASE:+ $BASE}"
 for b in $builds; do [ -x "$b/ztrain" ] || { echo "bench-pp-dpo.sh: no $b/ztrain" >&2; exit 2; }; done
 bins=""
@@ -71,6 +71,7 @@ while [ "$r" -le "$ROUNDS" ]; do
     r=$((r + 1))
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+# shellcheck disable=SC2086 # one word per binary
 python3 - "$ROUNDS" $bins <<'PY'
 import json, re, statistics, sys
 rounds, bins = int(sys.argv[1]), sys.argv[2:]
