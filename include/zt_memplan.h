@@ -43,8 +43,10 @@ typedef struct zt_memplan_req {
      * runs (L + 2 flags, zt_model_create_layers). The engine holds those layers' units
      * (zt_params_units_of_layers), the step walked is the rank's action list as the train
      * loop runs it, and the activations are those of one model per slot of the list
-     * (zt_schedule_slots); the reference copy (ref_table) holds the same layers' units,
-     * walked forward through the rank's stages for every micro-batch first. */
+     * (zt_schedule_slots); the reference copy (ref_table) holds the same layers' units. A
+     * list with DPO's reference (zt_schedule_add_reference) walks its forwards where the
+     * list has them (FR: on the copy, or on the policy's engine without adapters), and its
+     * messages count as the policy's. */
     const zt_schedule_t *sched;
     const int *stage_first;
     int pp_rank;
@@ -58,8 +60,8 @@ typedef struct zt_memplan {
                                         * pipeline rank: of each of its slots' models) */
     size_t kv;                         /* the KV cache */
     size_t messages;                   /* a pipeline rank's message buffers: one residual stream (B, T, C
-                                        * rows of this rank) per send and receive of its step, all held
-                                        * until R */
+                                        * rows of this rank) per send and receive of its step (the
+                                        * reference's too), all held until R */
 } zt_memplan_t;
 
 /* Runs the dry run q describes (nothing is computed or communicated; B = 0: no model). */

@@ -10,6 +10,10 @@
  *   SA/RA   send / receive the activation leaving stage s (to stage s + 1)
  *   SG/RG   send / receive the gradient entering stage s (to stage s - 1)
  *   R       the step's end: gradient reduction, clipping, optimizer
+ * and, in a schedule with a reference (DPO under a pipeline, zt_schedule_add_reference),
+ *   FR m s  the reference's forward of micro-batch m through stage s (forward only: its
+ *           last stage's head gives the micro-batch's reference log-probabilities)
+ *   SR/RR   send / receive the reference's activation leaving stage s (to stage s + 1)
  * so the train loop interprets a list, and tests print and check the lists without
  * running a model (torch.distributed.pipelining's _Action lists, DeepSpeed's
  * TrainSchedule). Stage s lives on pipeline rank s mod pp: v = S / pp stages per rank,
@@ -36,6 +40,7 @@
 
 typedef enum {
     ZT_ACT_FWD = 0, ZT_ACT_BWD, ZT_ACT_SEND_ACT, ZT_ACT_RECV_ACT, ZT_ACT_SEND_GRAD, ZT_ACT_RECV_GRAD, ZT_ACT_REDUCE,
+    ZT_ACT_REF_FWD, ZT_ACT_SEND_REF, ZT_ACT_RECV_REF,
     ZT_ACT_N
 } zt_action_kind_t;
 
@@ -44,13 +49,15 @@ typedef struct zt_action {
     int micro;  /* m (-1 for R) */
     int stage;  /* the stage whose compute it is, or whose boundary the message crosses:
                  * SA/RA carry stage s's output to s + 1 (stage = s for SA, s + 1 for RA);
-                 * SG/RG carry stage s's input gradient to s - 1 (stage = s for SG, s - 1 for RG) */
+                 * SG/RG carry stage s's input gradient to s - 1 (stage = s for SG, s - 1 for RG);
+                 * SR/RR as SA/RA */
     int peer;   /* send/receive: the other pipeline rank (-1 otherwise) */
 } zt_action_t;
 
 typedef struct zt_schedule {
     zt_pp_schedule_t kind;
     int pp, v, stages, micro;
+    int ref;            /* the lists hold the reference's forwards (zt_schedule_add_reference) */
     int *n;             /* (pp) actions per rank */
     zt_action_t **a;    /* (pp) each rank's list */
 } zt_schedule_t;
@@ -61,10 +68,27 @@ typedef struct zt_schedule {
 int zt_schedule_build(zt_schedule_t *s, zt_pp_schedule_t kind, int pp, int v, int micro, char *err, size_t errlen);
 void zt_schedule_free(zt_schedule_t *s);
 
+/* DPO under a pipeline: the reference's forward of each micro-batch through each stage as
+ * actions of the schedule, so its messages travel while the ranks compute and its bubble is
+ * the schedule's, not a pipeline fill and drain of its own. On every rank, just before the
+ * policy's forward of m on stage s (before its receive RA), RR m s (s > 0), FR m s and SR m s
+ * (s < S - 1): the reference's input arrives before the policy's, its output leaves before the
+ * policy's, so a list that cannot deadlock keeps that property (the pair FR, F is one forward
+ * with two messages each way), and the reference's log-probabilities of m exist on the last
+ * stage before its backward, where the loss needs them. A micro-batch's slot is taken at its
+ * first action, now RR or FR, no earlier than before (no forward sits between them), so the
+ * slots a rank needs do not change. pp 1: nothing (the one-stage step runs the reference
+ * inside its forward action). */
+void zt_schedule_add_reference(zt_schedule_t *s);
+
+/* The sends and receives in rank `rank`'s list (each has a buffer of its own in a step) */
+int zt_schedule_messages(const zt_schedule_t *s, int rank);
+
 /* The pipeline rank that runs stage `stage` */
 static inline int zt_schedule_stage_rank(const zt_schedule_t *s, int stage) { return stage % s->pp; }
 
-/* A message's tag: unique per (direction, micro-batch, stage boundary) within a step */
+/* A message's tag: unique per (direction, micro-batch, stage boundary) within a step; the
+ * reference's activations are a third direction */
 int zt_schedule_tag(const zt_schedule_t *s, const zt_action_t *a);
 
 /* An action as text ("F3.1": forward of micro-batch 3 on stage 1; "SA3.1>1": its
@@ -83,7 +107,7 @@ int zt_schedule_slots(const zt_schedule_t *s, int rank, int *slot);
  * it is a receive whose message has not been sent; fails when no rank can move before
  * every list ends (a deadlock), or when a message is sent twice, never received, or
  * received without a send; also that every stage runs F and B of every micro-batch once,
- * F before B, and every rank ends with R. inflight (pp) or NULL: the most micro-batches
+ * F before B, and every rank ends with R; with a reference, FR once before F on every stage. inflight (pp) or NULL: the most micro-batches
  * each rank held between a forward and its backward (summed over its stages). 0, or -1
  * with the first fault in err. */
 int zt_schedule_check(const zt_schedule_t *s, int *inflight, char *err, size_t errlen);

@@ -148,8 +148,12 @@ static void engine_forward(zt_shard_t *s, const zt_param_table_t *t, int adapter
 /* A pipeline rank's step up to its R, as the train loop's run_pipeline runs its list: a
  * forward on the first stage runs the embedding (the root released after it), a backward
  * on the last the head (its part of the root's gradients ready there unless the rank runs
- * the embedding too), and a first stage's backward ends with the embedding's */
-static size_t stage_walk(zt_shard_t *s, const zt_param_table_t *t, const zt_memplan_req_t *q, const zt_model_t *m)
+ * the embedding too), and a first stage's backward ends with the embedding's. DPO's
+ * reference forwards (FR, in a list with a reference) run on ref (the frozen copy, inside
+ * its inference mode) or, without one (LoRA's base), on s without the adapter units, as
+ * the train loop's ref_forward runs them. Returns the bytes of the step's message buffers. */
+static size_t stage_walk(zt_shard_t *s, const zt_param_table_t *t, zt_shard_t *ref, const zt_param_table_t *rt,
+                         const zt_memplan_req_t *q, const zt_model_t *m)
 {
     const zt_schedule_t *sc = q->sched;
     const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), r = q->pp_rank;
@@ -157,12 +161,26 @@ static size_t stage_walk(zt_shard_t *s, const zt_param_table_t *t, const zt_memp
     for (int i = 0; i < sc->n[r]; i++) {
         const zt_action_t *a = &sc->a[r][i];
         /* each send and receive has a buffer of its own, held until R (run_pipeline) */
-        if (a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_RECV_ACT || a->kind == ZT_ACT_SEND_GRAD ||
-            a->kind == ZT_ACT_RECV_GRAD)
-            messages += m ? zt_model_residual_floats(m, q->B, q->T) * sizeof(float) : 0;
-        if (a->kind != ZT_ACT_FWD && a->kind != ZT_ACT_BWD) continue;
+        if (zt_schedule_tag(sc, a) >= 0) messages += m ? zt_model_residual_floats(m, q->B, q->T) * sizeof(float) : 0;
+        if (a->kind != ZT_ACT_FWD && a->kind != ZT_ACT_BWD && a->kind != ZT_ACT_REF_FWD) continue;
         const int first = q->stage_first[a->stage], end = q->stage_first[a->stage + 1];
         const int l0 = ZT_MAX(first, 1) - 1, l1 = ZT_MIN(end, L + 1) - 1;
+        if (a->kind == ZT_ACT_REF_FWD) {
+            zt_shard_t *e = ref ? ref : s;
+            const zt_param_table_t *et = ref ? rt : t;
+            if (ref) zt_shard_begin_inference(ref);
+            if (first == 0) {
+                zt_shard_params(e, et->root_unit);
+                zt_shard_release(e, et->root_unit);
+            }
+            blocks_forward(e, et, l0, l1, 0);
+            if (end == L + 2) {
+                zt_shard_params(e, zt_params_head_unit(et));
+                zt_shard_release(e, zt_params_head_unit(et));
+            }
+            if (ref) zt_shard_end_inference(ref);
+            continue;
+        }
         if (a->kind == ZT_ACT_FWD) {
             if (first == 0) {
                 zt_shard_params(s, root);
@@ -185,30 +203,6 @@ static size_t stage_walk(zt_shard_t *s, const zt_param_table_t *t, const zt_memp
         }
     }
     return messages;
-}
-
-/* DPO under a pipeline: the reference's pass before the policy's schedule, as the train
- * loop's pref_ref_stages runs it: forward only through the rank's stages, each micro-batch */
-static void stage_ref_walk(zt_shard_t *ref, const zt_param_table_t *t, const zt_memplan_req_t *q)
-{
-    const zt_schedule_t *sc = q->sched;
-    const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t);
-    zt_shard_begin_inference(ref);
-    for (int st = q->pp_rank; st < sc->stages; st += sc->pp) {
-        const int first = q->stage_first[st], end = q->stage_first[st + 1];
-        for (int mi = 0; mi < sc->micro; mi++) {
-            if (first == 0) {
-                zt_shard_params(ref, root);
-                zt_shard_release(ref, root);
-            }
-            blocks_forward(ref, t, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 0);
-            if (end == L + 2) {
-                zt_shard_params(ref, head);
-                zt_shard_release(ref, head);
-            }
-        }
-    }
-    zt_shard_end_inference(ref);
 }
 
 /* The head and the blocks backward as train_backward runs them */
@@ -259,8 +253,7 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
     /* one optimizer step */
     const int nmicro = q->nmicro > 0 ? q->nmicro : 1;
     zt_shard_begin_step(s);
-    if (pipe && ref) stage_ref_walk(ref, q->ref_table, q);
-    if (pipe) out->messages = stage_walk(s, q->table, q, m);
+    if (pipe) out->messages = stage_walk(s, q->table, ref, q->ref_table, q, m);
     for (int mi = 0; mi < nmicro && !pipe; mi++) {
         zt_shard_begin_micro(s, mi, nmicro);
         if (ref) { /* DPO: the reference's log-probabilities first, forward only */

@@ -5,7 +5,9 @@
  * stage after the first receives its input just before it runs and a forward before the
  * last stage sends its output just after; the backward mirrors it with the gradients.
  * Sends being non-blocking, placing each receive as late as possible and each send as
- * early as possible is what lets a rank's compute run while its messages travel. */
+ * early as possible is what lets a rank's compute run while its messages travel. DPO's
+ * reference forwards are inserted into built lists (zt_schedule_add_reference), each with
+ * its messages placed by the same rule. */
 #include "zt_step.h"
 
 #include <stdio.h>
@@ -92,6 +94,43 @@ int zt_schedule_build(zt_schedule_t *s, zt_pp_schedule_t kind, int pp, int v, in
     return 0;
 }
 
+void zt_schedule_add_reference(zt_schedule_t *s)
+{
+    if (s->pp == 1 || s->ref) return;
+    const int S = s->stages, pp = s->pp;
+    for (int r = 0; r < pp; r++) {
+        int nf = 0;
+        for (int i = 0; i < s->n[r]; i++) nf += s->a[r][i].kind == ZT_ACT_FWD;
+        zt_action_t *a = zt_malloc((size_t)(s->n[r] + 3 * nf) * sizeof *a);
+        int n = 0;
+        for (int i = 0; i < s->n[r]; i++) {
+            const zt_action_t o = s->a[r][i];
+            if (o.kind == ZT_ACT_FWD) {
+                /* before the policy's receive of this forward's input, where it has one */
+                const int ra = n > 0 && a[n - 1].kind == ZT_ACT_RECV_ACT && a[n - 1].micro == o.micro &&
+                               a[n - 1].stage == o.stage;
+                n -= ra;
+                if (o.stage > 0) a[n++] = (zt_action_t){ZT_ACT_RECV_REF, o.micro, o.stage, (o.stage - 1) % pp};
+                a[n++] = (zt_action_t){ZT_ACT_REF_FWD, o.micro, o.stage, -1};
+                if (o.stage < S - 1) a[n++] = (zt_action_t){ZT_ACT_SEND_REF, o.micro, o.stage, (o.stage + 1) % pp};
+                if (ra) a[n++] = (zt_action_t){ZT_ACT_RECV_ACT, o.micro, o.stage, (o.stage - 1) % pp};
+            }
+            a[n++] = o;
+        }
+        free(s->a[r]);
+        s->a[r] = a;
+        s->n[r] = n;
+    }
+    s->ref = 1;
+}
+
+int zt_schedule_messages(const zt_schedule_t *s, int rank)
+{
+    int n = 0;
+    for (int i = 0; i < s->n[rank]; i++) n += zt_schedule_tag(s, &s->a[rank][i]) >= 0;
+    return n;
+}
+
 void zt_schedule_free(zt_schedule_t *s)
 {
     if (!s->a) return;
@@ -101,7 +140,8 @@ void zt_schedule_free(zt_schedule_t *s)
     memset(s, 0, sizeof *s);
 }
 
-/* (direction, micro-batch, sending stage) */
+/* (direction, micro-batch, sending stage); the reference's direction (2) comes after the
+ * policy's two, so a schedule without one keeps its tags */
 int zt_schedule_tag(const zt_schedule_t *s, const zt_action_t *a)
 {
     int dir = 0, from = a->stage;
@@ -110,6 +150,8 @@ int zt_schedule_tag(const zt_schedule_t *s, const zt_action_t *a)
     case ZT_ACT_RECV_ACT: from = a->stage - 1; break;
     case ZT_ACT_SEND_GRAD: dir = 1; break;
     case ZT_ACT_RECV_GRAD: dir = 1, from = a->stage + 1; break;
+    case ZT_ACT_SEND_REF: dir = 2; break;
+    case ZT_ACT_RECV_REF: dir = 2, from = a->stage - 1; break;
     default: return -1;
     }
     return (dir * s->micro + a->micro) * s->stages + from;
@@ -117,10 +159,10 @@ int zt_schedule_tag(const zt_schedule_t *s, const zt_action_t *a)
 
 int zt_action_format(const zt_action_t *a, char *buf, size_t len)
 {
-    static const char *names[ZT_ACT_N] = {"F", "B", "SA", "RA", "SG", "RG", "R"};
+    static const char *names[ZT_ACT_N] = {"F", "B", "SA", "RA", "SG", "RG", "R", "FR", "SR", "RR"};
     if (a->kind == ZT_ACT_REDUCE) return snprintf(buf, len, "R");
     if (a->peer < 0) return snprintf(buf, len, "%s%d.%d", names[a->kind], a->micro, a->stage);
-    const int send = a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_SEND_GRAD;
+    const int send = a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_SEND_GRAD || a->kind == ZT_ACT_SEND_REF;
     return snprintf(buf, len, "%s%d.%d%c%d", names[a->kind], a->micro, a->stage, send ? '>' : '<', a->peer);
 }
 
@@ -137,11 +179,13 @@ void zt_schedule_format(const zt_schedule_t *s, int rank, char *buf, size_t len)
 
 int zt_schedule_check(const zt_schedule_t *s, int *inflight, char *err, size_t errlen)
 {
-    const int pp = s->pp, S = s->stages, M = s->micro, ntag = 2 * M * S;
+    const int pp = s->pp, S = s->stages, M = s->micro, ntag = 3 * M * S;
     /* per message: 0 not sent, 1 + the destination rank once sent, -1 received */
     int *msg = zt_calloc((size_t)ntag, sizeof *msg);
-    /* per (stage, micro): 1 forward done, 2 backward done; per (stage, micro, dir) received */
-    int *done = zt_calloc((size_t)S * M, sizeof *done), *got = zt_calloc((size_t)2 * S * M, sizeof *got);
+    /* per (stage, micro): 1 forward done, 2 backward done, and the reference's forward done;
+     * per (stage, micro, dir) received */
+    int *done = zt_calloc((size_t)S * M, sizeof *done), *got = zt_calloc((size_t)3 * S * M, sizeof *got);
+    int *refd = zt_calloc((size_t)S * M, sizeof *refd);
     int *pc = zt_calloc((size_t)pp, sizeof *pc), *live = zt_calloc((size_t)pp, sizeof *live);
     int rc = 0;
     char what[48];
@@ -162,17 +206,32 @@ int zt_schedule_check(const zt_schedule_t *s, int *inflight, char *err, size_t e
                     rc = zt_err(err, errlen, "rank %d: %s out of range", r, what);
                     break;
                 }
-                int *st = &done[(size_t)a->stage * M + a->micro];
+                int *st = &done[(size_t)a->stage * M + a->micro], *rd = &refd[(size_t)a->stage * M + a->micro];
                 const int fwd = a->kind == ZT_ACT_FWD;
+                if (a->kind == ZT_ACT_REF_FWD) {
+                    if (zt_schedule_stage_rank(s, a->stage) != r)
+                        rc = zt_err(err, errlen, "rank %d: %s runs a stage of rank %d", r, what,
+                                    zt_schedule_stage_rank(s, a->stage));
+                    else if (!s->ref) rc = zt_err(err, errlen, "rank %d: %s in a schedule without a reference", r, what);
+                    else if (*rd) rc = zt_err(err, errlen, "rank %d: %s runs twice", r, what);
+                    else if (a->stage > 0 && !got[((size_t)a->stage * M + a->micro) * 3 + 2])
+                        rc = zt_err(err, errlen, "rank %d: %s before its input arrived", r, what);
+                    if (rc) break;
+                    *rd = 1;
+                    pc[r]++;
+                    continue;
+                }
                 if (fwd || a->kind == ZT_ACT_BWD) {
                     if (zt_schedule_stage_rank(s, a->stage) != r)
                         rc = zt_err(err, errlen, "rank %d: %s runs a stage of rank %d", r, what,
                                     zt_schedule_stage_rank(s, a->stage));
                     else if (*st != (fwd ? 0 : 1))
                         rc = zt_err(err, errlen, "rank %d: %s %s", r, what, fwd ? "runs twice" : "without its forward or twice");
-                    else if (fwd && a->stage > 0 && !got[((size_t)a->stage * M + a->micro) * 2])
+                    else if (fwd && s->ref && !*rd)
+                        rc = zt_err(err, errlen, "rank %d: %s before the reference's forward of it", r, what);
+                    else if (fwd && a->stage > 0 && !got[((size_t)a->stage * M + a->micro) * 3])
                         rc = zt_err(err, errlen, "rank %d: %s before its input arrived", r, what);
-                    else if (!fwd && a->stage < S - 1 && !got[((size_t)a->stage * M + a->micro) * 2 + 1])
+                    else if (!fwd && a->stage < S - 1 && !got[((size_t)a->stage * M + a->micro) * 3 + 1])
                         rc = zt_err(err, errlen, "rank %d: %s before its gradient arrived", r, what);
                     if (rc) break;
                     *st = fwd ? 1 : 2;
@@ -182,15 +241,16 @@ int zt_schedule_check(const zt_schedule_t *s, int *inflight, char *err, size_t e
                     continue;
                 }
                 const int tag = zt_schedule_tag(s, a);
-                const int send = a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_SEND_GRAD;
-                const int other = send ? (a->kind == ZT_ACT_SEND_ACT ? a->stage + 1 : a->stage - 1)
-                                       : (a->kind == ZT_ACT_RECV_ACT ? a->stage - 1 : a->stage + 1);
+                const int send = a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_SEND_GRAD || a->kind == ZT_ACT_SEND_REF;
+                const int grad = a->kind == ZT_ACT_SEND_GRAD || a->kind == ZT_ACT_RECV_GRAD;
+                const int dir = grad ? 1 : a->kind == ZT_ACT_SEND_REF || a->kind == ZT_ACT_RECV_REF ? 2 : 0;
+                const int other = send ? (grad ? a->stage - 1 : a->stage + 1) : (grad ? a->stage + 1 : a->stage - 1);
                 if (other < 0 || other >= S || a->peer != zt_schedule_stage_rank(s, other)) {
                     rc = zt_err(err, errlen, "rank %d: %s names the wrong peer", r, what);
                     break;
                 }
                 if (send) {
-                    if (*st != (a->kind == ZT_ACT_SEND_ACT ? 1 : 2))
+                    if (dir == 2 ? !*rd : *st != (dir == 0 ? 1 : 2))
                         rc = zt_err(err, errlen, "rank %d: %s before the compute that makes it", r, what);
                     else if (msg[tag] != 0) rc = zt_err(err, errlen, "rank %d: %s sent twice", r, what);
                     if (rc) break;
@@ -201,7 +261,7 @@ int zt_schedule_check(const zt_schedule_t *s, int *inflight, char *err, size_t e
                     else if (msg[tag] - 1 != r) rc = zt_err(err, errlen, "rank %d: %s was sent to rank %d", r, what, msg[tag] - 1);
                     if (rc) break;
                     msg[tag] = -1;
-                    got[((size_t)a->stage * M + a->micro) * 2 + (a->kind == ZT_ACT_RECV_GRAD)] = 1;
+                    got[((size_t)a->stage * M + a->micro) * 3 + dir] = 1;
                 }
                 pc[r]++;
             }
@@ -217,7 +277,9 @@ int zt_schedule_check(const zt_schedule_t *s, int *inflight, char *err, size_t e
         if (msg[i] > 0) rc = zt_err(err, errlen, "message %d sent to rank %d never received", i, msg[i] - 1);
     for (int i = 0; i < S * M && rc == 0; i++)
         if (done[i] != 2) rc = zt_err(err, errlen, "stage %d: micro-batch %d not run forward and backward", i / M, i % M);
-    free(msg), free(done), free(got), free(pc), free(live);
+        else if (s->ref && !refd[i])
+            rc = zt_err(err, errlen, "stage %d: micro-batch %d without the reference's forward", i / M, i % M);
+    free(msg), free(done), free(got), free(pc), free(live), free(refd);
     return rc;
 }
 

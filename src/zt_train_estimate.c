@@ -144,7 +144,7 @@ void zt_tr_estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, co
                                  zt_tr_gen_batch_of(cfg->generate.batch_size, cfg->data.seq_len));
     zt_schedule_t sc = {0};
     unsigned char *layers = NULL;
-    if (p->pp > 1 && zt_schedule_build(&sc, p->pp_schedule, p->pp, p->pp_v, p->micro, err, sizeof err) == 0) {
+    if (p->pp > 1 && zt_tr_build_steps(cfg, p, p->micro, &sc, err, sizeof err) == 0) {
         layers = zt_tr_stage_layers(p, t->dims.L, pp_rank);
         q.sched = &sc, q.stage_first = p->stage_first, q.pp_rank = pp_rank, q.layers = layers;
     }

@@ -166,6 +166,7 @@ void zt_tr_fold_comm(run_t *r);
 void zt_tr_comm_summary(const run_t *r);
 int zt_tr_loss_scale_overflow(run_t *r);
 int zt_tr_ref_create(run_t *r);
+int zt_tr_build_steps(const zt_config_t *cfg, const zt_parallel_plan_t *p, int micro, zt_schedule_t *s, char *err, size_t len);
 double zt_tr_run_schedule(run_t *r, int sft, float ds, float pf, double *pref_window, long *pref_micros, long *computed);
 double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_window, long *pref_micros, long *computed);
 size_t zt_tr_activation_bytes(const run_t *r);

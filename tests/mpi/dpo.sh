@@ -23,14 +23,16 @@
 #  2d. zero1, zero2 (per_param), shard_grad_op at 2 ranks, hybrid_shard and hybrid_shard_zero2
 #     (shard groups of 2), tp 2 x zero3 dp 2 and Ulysses sp 2 x zero2 dp 2 at 4 ranks, LoRA and
 #     full; full also under ddp, Ulysses sp 2 and ring sp 2: each trains what one rank trains.
-#  2e. Pipelines (the reference's forward-only pass through the stages, the loss on the last
+#  2e. Pipelines (the reference's forwards as actions of the schedule, the loss on the last
 #     stage, rank 0 logging its metrics): LoRA sigmoid at pp 2, pp 2 x zero3 dp 2, pp 2 x tp 2
 #     and interleaved (v 2: the last stage the head alone), orpo (no reference) at pp 2, full
 #     fine-tuning at pp 2 and pp 2 x zero3 dp 2, and tied Qwen3, LoRA and full, at pp 2:
 #     per-step loss and every metric 1e-5, final weights 3e-5 of one rank (train.bf16 at
 #     pp 2 x zero3 dp 2 against the one-rank bf16 run: loss 5e-6); the frozen copy
 #     is owned per stage (each pipeline rank's share adds up to one rank's copy) and each
-#     pipeline rank's estimate, the copy's included, is what it allocated.
+#     pipeline rank's estimate, the copy's and the reference's message buffers included, is
+#     what it allocated; the pipeline summary splits each rank's time between the reference
+#     and the policy.
 #  2c. pref.ref_model (tp 2): lora-llama's merged model as the reference of the base with that
 #     adapter: ln 2 and no margin to rounding; a directory of other shapes fails on every rank.
 #  4. What is not wired is refused in one line on every rank (full fine-tuning without a
@@ -278,6 +280,11 @@ one="train.per_device_train_batch_size=1"
 # shellcheck disable=SC2086
 run_ztrain 2 lora.cfg $dpo $train pref.loss=sigmoid $one train.gradient_accumulation_steps=2 $pp2 \
     train.output_dir=sigmoid-pp2 >/dev/null
+# the pipeline's summary splits each rank's compute between the reference's forwards and the
+# policy's, and the DPO summary gives the stages' parts together
+grep -qE "summary: pipeline 1f1b, .* rank 0: [^;]*, dpo reference [0-9.]+ s/step, policy [0-9.]+ s/step; rank 1: [^;]*, dpo reference" \
+    "$ZT_OUT" || fail "pp 2 DPO: the pipeline summary has no reference/policy split"
+assert_contains "$ZT_OUT" "summary: dpo reference passes"
 # shellcheck disable=SC2086
 run_ztrain 4 lora.cfg $dpo $train pref.loss=sigmoid $one parallel.strategy=zero3 $pp2 parallel.pp_schedule=gpipe \
     train.output_dir=sigmoid-pp2dp2 >/dev/null
@@ -354,6 +361,17 @@ if worst > 1e-5:
 # one rank's (untied llama: no unit on two stages); zero3 halves each stage's share
 whole = next(json.loads(l) for l in open("full-ref/metrics.jsonl") if '"start"' in l)["memory_estimate"]
 whole = whole["reference"]["params"]
+# the reference's messages (LoRA: the base's forward through the stages) are buffers of the
+# step in the estimate and the measurement alike: each pipeline rank's beyond orpo's (the same
+# run without a reference) is one residual stream per micro-batch, A 2 x rows 2 x T 8 x C 32 x 4 bytes
+for d in ("sigmoid-pp2", "sigmoid-il", "orpo-pp2"):
+    for s in stages(d):
+        if s["memory_estimate"] != s["memory_measured"]:
+            bad.append(f"{d} pp rank {s['pp_rank']}: estimate {s['memory_estimate']} != {s['memory_measured']}")
+extra = [a["memory_measured"]["buffers"] - b["memory_measured"]["buffers"] for a, b in zip(stages("sigmoid-pp2"), stages("orpo-pp2"))]
+print("the reference's message buffers per pipeline rank", extra)
+if len(extra) != 2 or extra != [2 * 2 * 8 * 32 * 4] * 2:
+    bad.append(f"the reference's messages hold {extra} bytes per pipeline rank")
 for d in ("full-pp2", "full-pp2dp2", "qwen-full-pp2"):
     st = stages(d)
     for s in st:

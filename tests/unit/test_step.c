@@ -1,7 +1,8 @@
 /* test_step.c — step schedules as data: the lists each schedule gives every pipeline
  * rank, printed and checked (order, counts, every send received, no deadlock in a
  * simulated run), the micro-batches each holds in flight (1F1B: at most pp on rank 0,
- * GPipe: all of them), and the checker catching a deadlock and a send before its compute. */
+ * GPipe: all of them), the checker catching a deadlock and a send before its compute, and
+ * DPO's reference forwards inserted into every schedule. */
 #include "zt_step.h"
 #include "zt_test.h"
 
@@ -190,8 +191,70 @@ static void t_checker_faults(void)
     zt_schedule_free(&s);
 }
 
+/* DPO's reference under a pipeline: its forwards (FR) and their messages (SR/RR) just before
+ * each policy forward, on every schedule and size: the simulation passes, every stage runs
+ * FR of every micro-batch once before F, the messages are the policy's activations' again,
+ * and the slots and micro-batches in flight are the schedule's without a reference; pp 1
+ * is left alone; the checker refuses a forward before its reference's */
+static void t_reference(void)
+{
+    zt_schedule_t s = build(ZT_PP_1F1B, 2, 1, 2);
+    zt_schedule_add_reference(&s);
+    print(&s, "1f1b with a reference");
+    EXPECT_LIST(s, 0, "FR0.0 SR0.0>1 F0.0 SA0.0>1 FR1.0 SR1.0>1 F1.0 SA1.0>1 RG0.0<1 B0.0 RG1.0<1 B1.0 R");
+    EXPECT_LIST(s, 1, "RR0.1<0 FR0.1 RA0.1<0 F0.1 B0.1 SG0.1>0 RR1.1<0 FR1.1 RA1.1<0 F1.1 B1.1 SG1.1>0 R");
+    CU_ASSERT_EQUAL(zt_schedule_messages(&s, 0), 6);
+    CU_ASSERT_EQUAL(zt_schedule_check(&s, NULL, err, sizeof err), 0);
+    zt_schedule_free(&s);
+    for (int k = ZT_PP_GPIPE; k <= ZT_PP_INTERLEAVED_1F1B; k++)
+        for (int pp = 2; pp <= 8; pp *= 2)
+            for (int v = 1; v <= (k == ZT_PP_INTERLEAVED_1F1B ? 3 : 1); v++)
+                for (int M = 1; M <= 12; M++) {
+                    if (k == ZT_PP_INTERLEAVED_1F1B && M % pp) continue;
+                    zt_schedule_t p = build(k, pp, v, M);
+                    s = build(k, pp, v, M);
+                    zt_schedule_add_reference(&s);
+                    int in[8], in0[8], slot[12], slot0[12], msgs = 0, msgs0 = 0;
+                    const int rc = zt_schedule_check(&s, in, err, sizeof err);
+                    if (rc) print(&s, "failing"), printf("\n  %s\n", err);
+                    CU_ASSERT_EQUAL_FATAL(rc, 0);
+                    CU_ASSERT_EQUAL(zt_schedule_check(&p, in0, err, sizeof err), 0);
+                    for (int r = 0; r < pp; r++) {
+                        CU_ASSERT_EQUAL(count(&s, r, ZT_ACT_REF_FWD), M * v);
+                        CU_ASSERT_EQUAL(count(&s, r, ZT_ACT_SEND_REF), count(&s, r, ZT_ACT_SEND_ACT));
+                        CU_ASSERT_EQUAL(count(&s, r, ZT_ACT_RECV_REF), count(&s, r, ZT_ACT_RECV_ACT));
+                        CU_ASSERT_EQUAL(in[r], in0[r]);
+                        CU_ASSERT_EQUAL(zt_schedule_slots(&s, r, slot), zt_schedule_slots(&p, r, slot0));
+                        CU_ASSERT_EQUAL(memcmp(slot, slot0, (size_t)M * sizeof *slot), 0);
+                        msgs += zt_schedule_messages(&s, r), msgs0 += zt_schedule_messages(&p, r);
+                    }
+                    /* a send and a receive more per micro-batch and boundary */
+                    CU_ASSERT_EQUAL(msgs - msgs0, 2 * M * (pp * v - 1));
+                    zt_schedule_free(&p);
+                    zt_schedule_free(&s);
+                }
+    s = build(ZT_PP_GPIPE, 1, 1, 2);
+    zt_schedule_add_reference(&s);
+    CU_ASSERT_EQUAL(s.ref, 0);
+    EXPECT_LIST(s, 0, "F0.0 B0.0 F1.0 B1.0 R");
+    zt_schedule_free(&s);
+    s = build(ZT_PP_1F1B, 2, 1, 1);
+    zt_schedule_add_reference(&s);
+    EXPECT_LIST(s, 0, "FR0.0 SR0.0>1 F0.0 SA0.0>1 RG0.0<1 B0.0 R");
+    zt_action_t *a = s.a[0], t = a[0];
+    a[0] = a[2], a[2] = t; /* F0.0 SR0.0>1 FR0.0 */
+    CU_ASSERT_EQUAL(zt_schedule_check(&s, NULL, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "rank 0: F0.0 before the reference's forward of it");
+    a[2] = a[0], a[0] = t;
+    t = a[0], a[0] = a[1], a[1] = t; /* SR0.0>1 FR0.0 */
+    CU_ASSERT_EQUAL(zt_schedule_check(&s, NULL, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "rank 0: SR0.0>1 before the compute that makes it");
+    zt_schedule_free(&s);
+}
+
 static const zt_test_t tests[] = {
     {"one_stage", t_one_stage}, {"gpipe", t_gpipe}, {"1f1b", t_1f1b}, {"sizes", t_sizes},
-    {"interleaved", t_interleaved}, {"slots", t_slots}, {"refusals", t_refusals}, {"checker_faults", t_checker_faults}, {NULL, NULL},
+    {"interleaved", t_interleaved}, {"slots", t_slots}, {"refusals", t_refusals}, {"checker_faults", t_checker_faults},
+    {"reference", t_reference}, {NULL, NULL},
 };
 ZT_TEST_MAIN("step", tests)
