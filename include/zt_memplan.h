@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 #include "zt_backend.h"
+#include "zt_comm.h"
 #include "zt_params.h"
 #include "zt_shard.h"
 #include "zt_step.h"
@@ -62,6 +63,13 @@ typedef struct zt_memplan {
     size_t messages;                   /* a pipeline rank's message buffers: one residual stream (B, T, C
                                         * rows of this rank) per send and receive of its step (the
                                         * reference's too), all held until R */
+    /* A step's traffic: the bytes the step's collectives and messages moved through the dry
+     * communicator's accounting (the engine's, the model's tp and sp collectives, a pipeline
+     * rank's sends and receives), as a run's step reports them measured. 1-bit Adam: traffic
+     * is a compressed step's, traffic_warmup one of its warm-up (steps 1 .. freeze_step);
+     * otherwise the two are the same step's. group_traffic: traffic by group (zt_group_id). */
+    double traffic, traffic_warmup;
+    double group_traffic[ZT_GRP_N];
 } zt_memplan_t;
 
 /* Runs the dry run q describes (nothing is computed or communicated; B = 0: no model). */
