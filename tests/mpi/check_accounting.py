@@ -138,7 +138,7 @@ def check_traffic(recs, freeze=None):
                 bad.append(f"step {k}: the first compressed step moved {got:.0f} bytes, not more than a steady one's {want}")
             continue
         if got != want:
-            groups = {g: v["bytes"] for g, v in r["comm"]["groups"].items() if v["bytes"]}
+            groups = {g: v["bytes"] for g, v in r["comm"].get("groups", {}).items() if v["bytes"]}
             bad.append(f"step {k}: measured {got:.0f} bytes {groups}, the start record estimates {want}")
     if not steps:
         bad.append("no step records")

@@ -383,14 +383,15 @@ static void write_metrics(const char *root, zt_comm_t *c, const zt_param_table_t
     }
     zt_shard_mem_t m, e;
     zt_shard_memory(s, &m);
-    dry_estimate(t, o, sn, rn, &e);
+    const double traffic = dry_estimate(t, o, sn, rn, &e);
     zt_shard_free(s);
     if (c->world.rank != 0) return;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     FILE *f = fopen(path, "w");
     if (!f) zt_fatal("cannot write %s", path);
-    fprintf(f, "{\"start\":true,\"world_size\":%d,\"strategy\":\"%s\",\"parameters\":%zu,", c->world.size,
-            zt_strategy_name(o->strategy), t->total_numel);
+    fprintf(f, "{\"start\":true,\"world_size\":%d,\"strategy\":\"%s\",\"parameters\":%zu,"
+            "\"traffic_estimate_bytes\":%.0f,\"traffic_estimate_warmup_bytes\":%.0f,", c->world.size,
+            zt_strategy_name(o->strategy), t->total_numel, traffic, traffic);
     mem_json(f, "memory_estimate", &e);
     fprintf(f, "}\n");
     static const char *names[ZT_COLL_N] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all",
