@@ -114,7 +114,8 @@ void zt_tr_startup_report(run_t *r)
             o += (size_t)snprintf(by + o, sizeof by - o, "%s%s %s", o ? ", " : " (", gnames[k],
                                   zt_fmt_bytes(e.group_traffic[k], b[1], 32));
     if (o && o + 1 < sizeof by) strcat(by, ")");
-    zt_log("traffic per step (estimate): %s of collectives and messages%s", zt_fmt_bytes(e.traffic, b[0], 32), by);
+    zt_log("traffic per step (estimate%s): %s of collectives and messages%s",
+           r->plan.pp > 1 ? ", the busiest pipeline rank" : "", zt_fmt_bytes(e.traffic, b[0], 32), by);
     if (e.traffic_warmup != e.traffic)
         zt_log("traffic per step (estimate): %s in 1-bit Adam's warm-up (steps 1 .. %ld, uncompressed)",
                zt_fmt_bytes(e.traffic_warmup, b[0], 32), r->plan.freeze_step);
