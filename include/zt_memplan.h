@@ -10,7 +10,9 @@
  * communicator (zt_comm.h) with rank 0's groups of the planned mesh. What comes back: the
  * engine's per-category peaks (zt_shard_memory), the model's activation bytes
  * (zt_model_activation_bytes) and its KV cache's (zt_model_kv_bytes), for rank 0, whose
- * shards are the largest.
+ * shards are the largest; and the step's traffic, the bytes the dry communicator accounted
+ * (the model's tp and sp collectives issued by their sizes beside the engine's walk, since
+ * the model's forward does not run dry: zt_memplan.c says why).
  *
  * The step walked is the one-stage schedule the train loop runs (zt_train.c's
  * train_forward / train_backward): per micro-step the root unit, the blocks with their
