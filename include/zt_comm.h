@@ -162,11 +162,12 @@ int zt_comm_set_backend(zt_comm_t *c, const char *name, char *err, size_t errlen
 int zt_comm_use_backend(zt_comm_t *c, const zt_comm_backend_t *be, char *err, size_t errlen);
 
 /* A dry communicator for counting runs (zt_memplan.h): the groups of a rank at data and tp
- * position 0 of a mesh of pp x data x tp ranks (data ranks split into shard groups of
- * shard_n, replicated over data / shard_n; pp_rank its place on the pipeline), every collective on them moved by a backend that moves nothing and counts its
- * bytes as any collective. Host scalars (zt_sum_double, zt_any) are this process's own, so
- * nothing here needs MPI initialized. Free with zt_comm_destroy_dry. */
-void zt_comm_create_dry(zt_comm_t *c, int data, int tp, int shard_n, int pp, int pp_rank);
+ * position 0 of a mesh of pp x data x tp ranks (data ranks, sp of them a sequence group,
+ * split into shard groups of shard_n, replicated over data / shard_n; pp_rank its place on
+ * the pipeline), every collective and message on them moved by a backend that moves nothing
+ * and counts its bytes as any collective. Host scalars (zt_sum_double, zt_any) are this
+ * process's own, so nothing here needs MPI initialized. Free with zt_comm_destroy_dry. */
+void zt_comm_create_dry(zt_comm_t *c, int data, int tp, int sp, int shard_n, int pp, int pp_rank);
 void zt_comm_destroy_dry(zt_comm_t *c);
 
 /* Blocking collectives (in place where recv == send is allowed via ZT_IN_PLACE). */

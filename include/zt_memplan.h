@@ -10,7 +10,9 @@
  * communicator (zt_comm.h) with rank 0's groups of the planned mesh. What comes back: the
  * engine's per-category peaks (zt_shard_memory), the model's activation bytes
  * (zt_model_activation_bytes) and its KV cache's (zt_model_kv_bytes), for rank 0, whose
- * shards are the largest.
+ * shards are the largest; and the step's traffic, the bytes the dry communicator accounted
+ * (the model's tp and sp collectives issued by their sizes beside the engine's walk, since
+ * the model's forward does not run dry: zt_memplan.c says why).
  *
  * The step walked is the one-stage schedule the train loop runs (zt_train.c's
  * train_forward / train_backward): per micro-step the root unit, the blocks with their
@@ -26,6 +28,7 @@
 #include <stddef.h>
 
 #include "zt_backend.h"
+#include "zt_comm.h"
 #include "zt_params.h"
 #include "zt_shard.h"
 #include "zt_step.h"
@@ -62,6 +65,13 @@ typedef struct zt_memplan {
     size_t messages;                   /* a pipeline rank's message buffers: one residual stream (B, T, C
                                         * rows of this rank) per send and receive of its step (the
                                         * reference's too), all held until R */
+    /* A step's traffic: the bytes the step's collectives and messages moved through the dry
+     * communicator's accounting (the engine's, the model's tp and sp collectives, a pipeline
+     * rank's sends and receives), as a run's step reports them measured. 1-bit Adam: traffic
+     * is a compressed step's, traffic_warmup one of its warm-up (steps 1 .. freeze_step);
+     * otherwise the two are the same step's. group_traffic: traffic by group (zt_group_id). */
+    double traffic, traffic_warmup;
+    double group_traffic[ZT_GRP_N];
 } zt_memplan_t;
 
 /* Runs the dry run q describes (nothing is computed or communicated; B = 0: no model). */

@@ -23,7 +23,8 @@ typedef struct zt_metrics_start {
     const char *strategy, *layout;
     size_t parameters;
     long global_batch;
-    double traffic_estimate;      /* bytes of collective buffers per step */
+    double traffic_estimate;      /* bytes of collectives and messages per step (1-bit Adam: compressed) */
+    double traffic_estimate_warmup; /* the same in 1-bit Adam's warm-up (equal without it) */
     const zt_shard_mem_t *mem;    /* estimate */
     size_t activations;           /* estimate */
     const zt_shard_mem_t *ref;    /* estimate of DPO's frozen reference copy, or NULL */

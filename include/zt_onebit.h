@@ -40,10 +40,6 @@
 /* DeepSpeed's corrected_tensor_size: numel padded to a multiple of n lcm(n, 8) */
 size_t zt_onebit_padded(size_t numel, int n);
 
-/* Wire bytes one rank's exchange of tensors of these sizes accounts (nccl-tests sizes:
- * all-to-all n B, sign all-gather n B, two scale all-gathers 4 n T; B = sum Np / (8 n)) */
-double zt_onebit_traffic(const size_t *numel, int ntensors, int n);
-
 /* Bytes of a set's state on n ranks: worker errors (padded sizes) and server errors
  * (their chunks), and with sharded the masks (1 bit an element); 0 with one rank. The
  * exchange's buffers (sign bits, scales) are not counted. */
@@ -57,6 +53,10 @@ typedef struct zt_onebit_set zt_onebit_set_t;
  * compression from the averaging, doc/performance.md). Error buffers are zero. sharded: the ranks hold shards of the
  * optimizer state (zero1/zero2), so the set keeps masks for zt_onebit_last. */
 zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_group_t *g, int sharded);
+/* A dry run's set (zt_memplan.h): the sizes alone, no buffers. zt_onebit_step and
+ * zt_onebit_allreduce compute nothing on it and issue the exchange's collectives (the
+ * compressed stage's), so a dry communicator counts the bytes a step moves. */
+zt_onebit_set_t *zt_onebit_set_create_dry(const size_t *numel, int ntensors, zt_group_t *g);
 void zt_onebit_set_free(zt_onebit_set_t *s);
 
 /* m[i] (numel[i] floats, host memory) := compressed_allreduce(m[i]) for every tensor of

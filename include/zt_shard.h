@@ -152,12 +152,6 @@ void zt_shard_memory(const zt_shard_t *s, zt_shard_mem_t *out);
  * only (no initial values), and host-side arithmetic goes to it as well. */
 /* offload_nvme: the files' traffic and waits so far (0 without the nvme tier) */
 int zt_shard_nvme_stats(const zt_shard_t *s, zt_nvme_stats_t *st);
-/* Theoretical collective bytes per optimizer step (nccl-tests "size" convention summed
- * over calls) for the strategy; used by tests and reports. Frozen units move their
- * parameter gathers only (zero3, shard_grad_op, hybrids): no reduction, no re-gather.
- * o->held: a pipeline rank's units only. */
-double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
-                                 int replica_n, int nmicro);
 
 /* Checkpoint I/O view: what this rank owns of each parameter, as element ranges
  * of the parameter (row-major), with HOST pointers to its fp32 master value and Adam

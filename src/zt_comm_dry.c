@@ -43,6 +43,14 @@ static void dry_isendrecv(zt_comm_t *c, zt_group_t *g, const void *s, int to, vo
 {
     (void)c, (void)g, (void)s, (void)to, (void)r, (void)from, (void)n, (void)t, (void)q;
 }
+static void dry_isend(zt_comm_t *c, zt_group_t *g, const void *s, int to, size_t n, zt_dtype_t t, zt_request_t *q)
+{
+    (void)c, (void)g, (void)s, (void)to, (void)n, (void)t, (void)q;
+}
+static void dry_irecv(zt_comm_t *c, zt_group_t *g, void *r, int from, size_t n, zt_dtype_t t, zt_request_t *q)
+{
+    (void)c, (void)g, (void)r, (void)from, (void)n, (void)t, (void)q;
+}
 static void dry_wait(zt_comm_t *c, zt_request_t *q) { (void)c, (void)q; }
 static void dry_flush(zt_comm_t *c) { (void)c; }
 
@@ -59,6 +67,8 @@ static const zt_comm_backend_t dry_backend = {
     .ibcast = dry_ibcast,
     .ialltoall = dry_ireduce_scatter,
     .isendrecv = dry_isendrecv,
+    .isend = dry_isend,
+    .irecv = dry_irecv,
     .wait = dry_wait,
     .flush = dry_flush,
 };
@@ -73,18 +83,18 @@ static void group(zt_group_t *g, const char *name, int id, int size)
     g->backend_state = NULL;
 }
 
-void zt_comm_create_dry(zt_comm_t *c, int data, int tp, int shard_n, int pp, int pp_rank)
+void zt_comm_create_dry(zt_comm_t *c, int data, int tp, int sp, int shard_n, int pp, int pp_rank)
 {
     memset(c, 0, sizeof *c);
-    group(&c->world, "world", ZT_GRP_WORLD, pp * data * tp);
+    group(&c->world, "world", ZT_GRP_WORLD, pp * data * tp);  /* data counts the sp ranks */
     group(&c->pp, "pp", ZT_GRP_PP, pp);
     c->pp.rank = pp_rank;
     group(&c->tp, "tp", ZT_GRP_TP, tp);
-    group(&c->sp, "sp", ZT_GRP_SP, 1);
+    group(&c->sp, "sp", ZT_GRP_SP, sp);
     group(&c->data, "data", ZT_GRP_DATA, data);
     group(&c->shard, "shard", ZT_GRP_SHARD, shard_n);
     group(&c->replica, "replica", ZT_GRP_REPLICA, shard_n > 0 ? data / shard_n : 1);
-    c->mesh_tp = tp, c->mesh_sp = 1, c->mesh_dp = data, c->mesh_pp = pp;
+    c->mesh_tp = tp, c->mesh_sp = sp, c->mesh_dp = data / sp, c->mesh_pp = pp;
     c->local_size = 1;
     c->node_count = 1;
     c->backend = dry_backend.name;

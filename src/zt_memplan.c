@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 
 #include "zt_common.h"
+#include "zt_actcoll.h"
 #include "zt_comm.h"
 #include "zt_model.h"
 
@@ -101,6 +102,105 @@ static const zt_backend_t dry_backend = {
 
 const zt_backend_t *zt_memplan_backend(void) { return &dry_backend; }
 
+/* ---- the model's activation collectives --------------------------------------------- */
+
+/* The tp and sp collectives the model issues between its kernels, by their sizes, through
+ * the dry communicator's zt_comm_actcoll table (so the same accounting per group and kind
+ * counts them). They are issued here rather than by the model because a dry step runs the
+ * engine's protocol, not the model's forward and backward: those read their inputs and
+ * run kernels, which a dry backend does not have. This is therefore the one description
+ * of them beside the code that moves them: zt_model.c's embedding and head
+ * (zt_model_tp_reduce, zt_model_tp_gather, head_input, the vocabulary-parallel row
+ * statistics), the families' blocks (two tp_gather / tp_reduce pairs forward; backward
+ * four gathers and two reductions, and the forward again under recompute) and
+ * zt_attention.c (Ulysses' all-to-alls, ring attention's send-receives);
+ * tests/mpi/accounting.sh holds it to the bytes a run measures. */
+typedef struct mcoll {
+    zt_actcoll_t ac;
+    const zt_model_dims_t *d;
+    size_t N;      /* the model's tokens of a micro-batch (B T, T this sp rank's) */
+    int recompute; /* the backward re-runs each block's forward */
+} mcoll_t;
+
+static float mc_any[1]; /* never read: the dry communicator moves nothing */
+
+static size_t mc_rows(const mcoll_t *c) { return c->d->tp_seq ? c->N / (size_t)c->d->tp_size : c->N; }
+
+/* zt_model_tp_reduce: a row-parallel output's partial sums */
+static void mc_reduce(const mcoll_t *c)
+{
+    const size_t n = mc_rows(c) * (size_t)c->d->C;
+    if (c->d->tp_seq) c->ac.tp_reduce_scatter(c->ac.ctx, mc_any, mc_any, n);
+    else if (c->d->tp_size > 1) c->ac.tp_allreduce(c->ac.ctx, mc_any, n, ZT_ACT_SUM);
+}
+
+/* zt_model_tp_gather: this rank's rows to every tp rank (tp_seq only) */
+static void mc_gather(const mcoll_t *c)
+{
+    if (c->d->tp_seq) c->ac.tp_allgather(c->ac.ctx, mc_any, mc_any, mc_rows(c) * (size_t)c->d->C);
+}
+
+/* zt_attention.c's sp_per: a rank's heads of a block of `heads` (shared below sp) */
+static size_t mc_heads(int heads, int sp) { return (size_t)(heads >= sp ? heads / sp : 1); }
+
+/* sequence parallelism inside attention: Ulysses' all-to-alls (q|k|v to heads, the output
+ * back; backward the reverse) or ring attention's K|V blocks (backward their gradients too) */
+static void mc_attention(const mcoll_t *c, int backward)
+{
+    const zt_model_dims_t *d = c->d;
+    const int sp = d->sp_size;
+    if (sp <= 1) return;
+    if (d->sp_ring) {
+        const size_t n = c->N * 2 * (size_t)d->NKV * (size_t)d->HD; /* both chunks' K|V rows */
+        for (int s = 0; s < (backward ? 2 * sp - 1 : sp - 1); s++)
+            c->ac.sp_ring_wait(c->ac.ctx, c->ac.sp_ring_start(c->ac.ctx, mc_any, mc_any, n));
+        return;
+    }
+    const size_t qkv = (mc_heads(d->NH, sp) + 2 * mc_heads(d->NKV, sp)) * (size_t)d->HD,
+                 out = mc_heads(d->NH, sp) * (size_t)d->HD;
+    c->ac.sp_alltoall(c->ac.ctx, mc_any, mc_any, c->N * (backward ? out : qkv));
+    c->ac.sp_alltoall(c->ac.ctx, mc_any, mc_any, c->N * (backward ? qkv : out));
+}
+
+static void mc_block_forward(const mcoll_t *c)
+{
+    mc_gather(c); /* the attention's input rows */
+    mc_attention(c, 0);
+    mc_reduce(c); /* its output projection */
+    mc_gather(c); /* the MLP's */
+    mc_reduce(c);
+}
+
+static void mc_block_backward(const mcoll_t *c)
+{
+    if (c->recompute) mc_block_forward(c);
+    for (int k = 0; k < 2; k++) { /* the MLP, then the attention */
+        mc_gather(c); /* the output's gradient rows */
+        mc_gather(c); /* the input rows again, for the column-parallel weights' gradients */
+        if (k) mc_attention(c, 1);
+        mc_reduce(c); /* the input's gradient */
+    }
+}
+
+static void mc_blocks(const mcoll_t *c, int l0, int l1, int backward)
+{
+    for (int l = l0; l < l1; l++) backward ? mc_block_backward(c) : mc_block_forward(c);
+}
+
+static void mc_embed(const mcoll_t *c, int backward) { backward ? mc_gather(c) : mc_reduce(c); }
+
+/* the head: xf's rows gathered, the vocabulary-parallel row maxima and (sum, target
+ * logit), and for training dL/dxf reduced */
+static void mc_head(const mcoll_t *c, int train)
+{
+    mc_gather(c);
+    if (c->d->tp_size > 1) {
+        c->ac.tp_allreduce(c->ac.ctx, mc_any, c->N, ZT_ACT_MAX);
+        c->ac.tp_allreduce(c->ac.ctx, mc_any, 2 * c->N, ZT_ACT_SUM);
+    }
+    if (train) mc_reduce(c);
+}
+
 /* ---- the dry runs --------------------------------------------------------------------- */
 
 /* Blocks [l0, l1) forward as the train loop's forward_range runs them (adapters: the
@@ -153,18 +253,37 @@ static void engine_forward(zt_shard_t *s, const zt_param_table_t *t, int adapter
  * its inference mode) or, without one (LoRA's base), on s without the adapter units, as
  * the train loop's ref_forward runs them. Returns the bytes of the step's message buffers. */
 static size_t stage_walk(zt_shard_t *s, const zt_param_table_t *t, zt_shard_t *ref, const zt_param_table_t *rt,
-                         const zt_memplan_req_t *q, const zt_model_t *m)
+                         const zt_memplan_req_t *q, const zt_model_t *m, zt_comm_t *c, const mcoll_t *mc)
 {
     const zt_schedule_t *sc = q->sched;
     const int L = t->dims.L, root = t->root_unit, head = zt_params_head_unit(t), r = q->pp_rank;
     size_t messages = 0;
     for (int i = 0; i < sc->n[r]; i++) {
         const zt_action_t *a = &sc->a[r][i];
-        /* each send and receive has a buffer of its own, held until R (run_pipeline) */
-        if (zt_schedule_tag(sc, a) >= 0) messages += m ? zt_model_residual_floats(m, q->B, q->T) * sizeof(float) : 0;
+        /* each send and receive has a buffer of its own, held until R (run_pipeline), and
+         * moves one residual stream through the pp group as run_pipeline's zt_isend/zt_irecv */
+        if (zt_schedule_tag(sc, a) >= 0 && m) {
+            const size_t n = zt_model_residual_floats(m, q->B, q->T);
+            const int send = a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_SEND_GRAD || a->kind == ZT_ACT_SEND_REF;
+            zt_request_t rq;
+            if (send) zt_isend(c, &c->pp, mc_any, a->peer, zt_schedule_tag(sc, a), n, ZT_F32, &rq);
+            else zt_irecv(c, &c->pp, mc_any, a->peer, zt_schedule_tag(sc, a), n, ZT_F32, &rq);
+            zt_wait(c, &rq);
+            messages += n * sizeof(float);
+        }
         if (a->kind != ZT_ACT_FWD && a->kind != ZT_ACT_BWD && a->kind != ZT_ACT_REF_FWD) continue;
         const int first = q->stage_first[a->stage], end = q->stage_first[a->stage + 1];
         const int l0 = ZT_MAX(first, 1) - 1, l1 = ZT_MIN(end, L + 1) - 1;
+        if (mc && a->kind != ZT_ACT_BWD) { /* the model's forward of the stage (the head's: in B) */
+            if (first == 0) mc_embed(mc, 0);
+            mc_blocks(mc, l0, l1, 0);
+            if (a->kind == ZT_ACT_REF_FWD && end == L + 2) mc_head(mc, 0);
+        }
+        if (mc && a->kind == ZT_ACT_BWD) {
+            if (end == L + 2) mc_head(mc, 1);
+            mc_blocks(mc, l0, l1, 1);
+            if (first == 0) mc_embed(mc, 1);
+        }
         if (a->kind == ZT_ACT_REF_FWD) {
             zt_shard_t *e = ref ? ref : s;
             const zt_param_table_t *et = ref ? rt : t;
@@ -222,13 +341,57 @@ size_t zt_memplan_activations(const zt_param_table_t *t, int B, int T, int recom
     return bytes;
 }
 
+/* The bytes the dry communicator accounted since its last reset, by group, into by[]; their
+ * sum is returned, and the counters reset */
+static double take_traffic(zt_comm_t *c, double *by)
+{
+    const zt_comm_stats_t *st = zt_comm_stats(c);
+    double sum = 0.0;
+    for (int k = 0; k < ZT_GRP_N; k++) {
+        if (by) by[k] = st->group_bytes[k];
+        sum += st->group_bytes[k];
+    }
+    zt_comm_stats_reset(c);
+    return sum;
+}
+
+/* One optimizer step as the train loop runs it, optimizer step number `step`: a pipeline
+ * rank's list (returns its message buffers' bytes), else nmicro micro-steps of the
+ * one-stage schedule, each with the model's collectives (mc, NULL without a model) */
+static size_t dry_step(const zt_memplan_req_t *q, zt_shard_t *s, zt_shard_t *ref, const zt_model_t *m, zt_comm_t *c,
+                       const mcoll_t *mc, long step)
+{
+    const int pipe = q->sched && q->sched->pp > 1, nmicro = q->nmicro > 0 ? q->nmicro : 1, L = q->table->dims.L;
+    size_t messages = 0;
+    zt_shard_begin_step(s);
+    if (pipe) messages = stage_walk(s, q->table, ref, q->ref_table, q, m, c, mc);
+    for (int mi = 0; mi < nmicro && !pipe; mi++) {
+        zt_shard_begin_micro(s, mi, nmicro);
+        if (ref) { /* DPO: the reference's log-probabilities first, forward only */
+            zt_shard_begin_inference(ref);
+            engine_forward(ref, q->ref_table, 0);
+            zt_shard_release(ref, q->ref_table->root_unit);
+            zt_shard_end_inference(ref);
+            if (mc) mc_embed(mc, 0), mc_blocks(mc, 0, L, 0), mc_head(mc, 0);
+        }
+        engine_forward(s, q->table, 1);
+        if (mc) mc_embed(mc, 0), mc_blocks(mc, 0, L, 0), mc_head(mc, 1);
+        engine_backward(s, q->table);
+        if (mc) mc_blocks(mc, 0, L, 1), mc_embed(mc, 1);
+    }
+    zt_shard_finish_grads(s);
+    const zt_adamw_hp_t hp = {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .grad_scale = 1.0f, .step = step};
+    zt_shard_optimizer_step(s, &hp);
+    return messages;
+}
+
 void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
 {
     memset(out, 0, sizeof *out);
     const zt_backend_t *be = &dry_backend;
     zt_comm_t comm;
-    const int pipe = q->sched && q->sched->pp > 1;
-    zt_comm_create_dry(&comm, q->data, q->tp, q->shard_n, pipe ? q->sched->pp : 1, pipe ? q->pp_rank : 0);
+    const int pipe = q->sched && q->sched->pp > 1, sp = ZT_MAX(q->table->dims.sp_size, 1);
+    zt_comm_create_dry(&comm, q->data, q->tp, sp, q->shard_n, pipe ? q->sched->pp : 1, pipe ? q->pp_rank : 0);
 
     /* a pipeline rank: its stages' units, the root's two ends summed (the train loop's
      * options, zt_shard.h) */
@@ -249,27 +412,23 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
         free(slot);
     }
     out->activations = m ? slots * zt_model_activation_bytes(m) : 0;
+    mcoll_t mc = {.d = &q->table->dims, .N = (size_t)q->B * (size_t)q->T, .recompute = q->recompute};
+    zt_comm_actcoll(&comm, &mc.ac);
 
-    /* one optimizer step */
-    const int nmicro = q->nmicro > 0 ? q->nmicro : 1;
-    zt_shard_begin_step(s);
-    if (pipe) out->messages = stage_walk(s, q->table, ref, q->ref_table, q, m);
-    for (int mi = 0; mi < nmicro && !pipe; mi++) {
-        zt_shard_begin_micro(s, mi, nmicro);
-        if (ref) { /* DPO: the reference's log-probabilities first, forward only */
-            zt_shard_begin_inference(ref);
-            engine_forward(ref, q->ref_table, 0);
-            zt_shard_release(ref, q->ref_table->root_unit);
-            zt_shard_end_inference(ref);
-        }
-        engine_forward(s, q->table, 1);
-        engine_backward(s, q->table);
-    }
-    zt_shard_finish_grads(s);
-    const zt_adamw_hp_t hp = {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .grad_scale = 1.0f, .step = 1};
-    zt_shard_optimizer_step(s, &hp);
+    /* one optimizer step: the memory's peaks, and its traffic. 1-bit Adam: a step of its
+     * warm-up (steps 1 .. freeze_step, numbered freeze_step so that the next is the
+     * first compressed one), then a compressed step for the traffic alone */
+    take_traffic(&comm, NULL); /* creation's (none at present) is not a step's */
+    const int onebit = q->opts.optimizer == ZT_OPTIM_ONEBIT_ADAM && q->opts.freeze_step >= 1;
+    out->messages = dry_step(q, s, ref, m, &comm, m ? &mc : NULL, onebit ? q->opts.freeze_step : 1);
     zt_shard_memory(s, &out->mem);
     if (ref) zt_shard_memory(ref, &out->ref);
+    out->traffic_warmup = take_traffic(&comm, out->group_traffic);
+    out->traffic = out->traffic_warmup;
+    if (onebit) {
+        dry_step(q, s, ref, m, &comm, m ? &mc : NULL, q->opts.freeze_step + 1);
+        out->traffic = take_traffic(&comm, out->group_traffic);
+    }
 
     /* generation's KV cache on top of the model */
     if (m && q->kv_nseq > 0) {

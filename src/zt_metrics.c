@@ -67,9 +67,10 @@ void zt_metrics_record_start(const zt_metrics_start_t *r)
     memory_json("memory_estimate", r->mem, r->activations, r->ref, mem, sizeof mem);
     snprintf(line, sizeof line,
              "{\"start\":true,\"world_size\":%d,\"strategy\":\"%s\",\"layout\":\"%s\",\"parameters\":%zu,"
-             "\"global_batch\":%ld,\"traffic_estimate_bytes\":%.0f,\"memory_estimate_total\":%zu,%s}",
-             r->world_size, r->strategy, r->layout, r->parameters, r->global_batch, r->traffic_estimate, r->total,
-             mem);
+             "\"global_batch\":%ld,\"traffic_estimate_bytes\":%.0f,\"traffic_estimate_warmup_bytes\":%.0f,"
+             "\"memory_estimate_total\":%zu,%s}",
+             r->world_size, r->strategy, r->layout, r->parameters, r->global_batch, r->traffic_estimate,
+             r->traffic_estimate_warmup, r->total, mem);
     write_line(line);
 }
 

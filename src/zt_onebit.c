@@ -23,6 +23,7 @@
 struct zt_onebit_set {
     int T, n, rank;
     int on;                            /* compresses: a group (n > 1, or one rank alone: zt_onebit.h) */
+    int dry;                           /* zt_onebit_set_create_dry: sizes only, no buffers */
     zt_group_t *g;
     size_t *numel, *np, *chunk, *boff; /* (T) tensor sizes, padded sizes, server chunks, byte offsets */
     size_t B;                          /* sign bytes of one rank's chunks of every tensor */
@@ -50,14 +51,6 @@ size_t zt_onebit_padded(size_t numel, int n)
     return ZT_CEIL_DIV(numel, q) * q;
 }
 
-double zt_onebit_traffic(const size_t *numel, int ntensors, int n)
-{
-    if (n < 2) return 0.0;
-    double B = 0.0;
-    for (int i = 0; i < ntensors; i++) B += (double)(zt_onebit_padded(numel[i], n) / (size_t)n / 8);
-    return 2.0 * n * B + 2.0 * 4.0 * n * ntensors;
-}
-
 size_t zt_onebit_state_bytes(const size_t *numel, int ntensors, int n, int sharded)
 {
     size_t b = 0;
@@ -68,7 +61,8 @@ size_t zt_onebit_state_bytes(const size_t *numel, int ntensors, int n, int shard
     return b;
 }
 
-zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_group_t *g, int sharded)
+/* The set's sizes; with bufs its buffers too */
+static zt_onebit_set_t *set_new(const size_t *numel, int ntensors, zt_group_t *g, int sharded, int bufs)
 {
     zt_onebit_set_t *s = zt_calloc(1, sizeof *s);
     s->T = ntensors;
@@ -77,9 +71,10 @@ zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_grou
     s->rank = g ? g->rank : 0;
     s->sharded = sharded;
     s->on = g != NULL;
+    s->dry = !bufs;
     if (!s->on) return s;
-    if (sharded) s->keep = zt_calloc((size_t)ntensors, sizeof(uint8_t *));
-    for (int i = 0; sharded && i < ntensors; i++) s->keep[i] = zt_calloc(ZT_CEIL_DIV(numel[i], 8), 1);
+    if (sharded && bufs) s->keep = zt_calloc((size_t)ntensors, sizeof(uint8_t *));
+    for (int i = 0; sharded && bufs && i < ntensors; i++) s->keep[i] = zt_calloc(ZT_CEIL_DIV(numel[i], 8), 1);
     s->numel = zt_malloc((size_t)ntensors * sizeof(size_t));
     s->np = zt_malloc((size_t)ntensors * sizeof(size_t));
     s->chunk = zt_malloc((size_t)ntensors * sizeof(size_t));
@@ -93,10 +88,11 @@ zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_grou
         s->chunk[i] = s->np[i] / (size_t)s->n;
         s->boff[i] = s->B;
         s->B += s->chunk[i] / 8;
-        s->werr[i] = zt_calloc(s->np[i], sizeof(float));
-        s->serr[i] = zt_calloc(s->chunk[i], sizeof(float));
+        if (bufs) s->werr[i] = zt_calloc(s->np[i], sizeof(float));
+        if (bufs) s->serr[i] = zt_calloc(s->chunk[i], sizeof(float));
         maxnp = ZT_MAX(maxnp, s->np[i]);
     }
+    if (!bufs) return s;
     const size_t n = (size_t)s->n, T = (size_t)ntensors;
     s->x = zt_malloc(maxnp * sizeof(float));
     s->send = zt_malloc(n * s->B);
@@ -108,6 +104,16 @@ zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_grou
     s->sscale = zt_malloc(T * sizeof(float));
     s->rsscale = zt_malloc(n * T * sizeof(float));
     return s;
+}
+
+zt_onebit_set_t *zt_onebit_set_create(const size_t *numel, int ntensors, zt_group_t *g, int sharded)
+{
+    return set_new(numel, ntensors, g, sharded, 1);
+}
+
+zt_onebit_set_t *zt_onebit_set_create_dry(const size_t *numel, int ntensors, zt_group_t *g)
+{
+    return set_new(numel, ntensors, g, 0, 0);
 }
 
 void zt_onebit_set_free(zt_onebit_set_t *s)
@@ -329,7 +335,7 @@ static void exchange(zt_onebit_set_t *s, zt_comm_t *c)
     zt_alltoall(c, s->g, s->send, s->recv, B, ZT_U8);
     zt_allgather(c, s->g, s->scale, s->rscale, T, ZT_F32);
     /* server: this rank's chunk of every tensor, averaged from the n compressed copies */
-    for (size_t i = 0; i < T; i++) {
+    for (size_t i = 0; i < T && !s->dry; i++) {
         const size_t C = s->chunk[i];
         s->sscale[i] = scale_of(server_norm(s, (int)i), C);
         pack_error(s->serr[i], C, s->sscale[i], s->sbits + s->boff[i], C, 0); /* now the server error */
@@ -349,6 +355,10 @@ static void worker(zt_onebit_set_t *s, int i, const float *m, const float *g, co
 void zt_onebit_allreduce(zt_onebit_set_t *s, zt_comm_t *c, float *const *m)
 {
     if (!s->on) return;
+    if (s->dry) { /* the exchange's collectives alone, counted */
+        exchange(s, c);
+        return;
+    }
     for (int i = 0; i < s->T; i++) worker(s, i, m[i], NULL, NULL);
     exchange(s, c);
     for (int i = 0; i < s->T; i++) decompress(s, i, m[i]);
@@ -393,6 +403,10 @@ static void step_local(const zt_onebit_tensor_t *t, const zt_onebit_hp_t *hp)
 
 void zt_onebit_step(zt_onebit_set_t *s, zt_comm_t *c, const zt_onebit_tensor_t *t, int nt, const zt_onebit_hp_t *hp)
 {
+    if (s->dry) { /* nothing computed; the compressed stage's exchange counted */
+        if (hp->frozen && s->on) exchange(s, c);
+        return;
+    }
     if (!hp->frozen || !s->on) {
         for (int i = 0; i < nt; i++) step_local(&t[i], hp);
         return;

@@ -775,8 +775,9 @@ zt_shard_t *zt_shard_create_err(const zt_param_table_t *t, zt_comm_t *comm, cons
             if (!s->obg && getenv("ZT_ONEBIT_COMPRESS_ALONE")) s->obg = &comm->data;
             size_t *numel = zt_malloc((size_t)c * sizeof *numel);
             for (int i = 0; i < c; i++) numel[i] = t->params[f + i].numel;
-            /* (its buffers are host memory of its own: a dry run counts them only) */
-            if (!be->dry) u->onebit = zt_onebit_set_create(numel, c, s->obg, sharded);
+            /* (its buffers are host memory of its own: a dry run counts them only, and its
+             * set, sizes alone, issues the exchange for the traffic estimate) */
+            u->onebit = be->dry ? zt_onebit_set_create_dry(numel, c, s->obg) : zt_onebit_set_create(numel, c, s->obg, sharded);
             /* host memory beside m and v, counted with them */
             s->mem.optim += zt_onebit_state_bytes(numel, c, s->obg ? s->obg->size : 1, sharded);
             s->mem_peak.optim = s->mem.optim;
@@ -1422,6 +1423,11 @@ static void onebit_step_sharded(zt_shard_t *s, int ui, const zt_adamw_hp_t *hp)
     unit_state_t *u = &s->u[ui];
     const zt_param_table_t *t = s->t;
     const int f = t->unit_first[ui], c = t->unit_count[ui];
+    if (s->be->dry) { /* a dry run (zt_memplan.h): a steady step's exchange, counted */
+        zt_onebit_allreduce(u->onebit, s->comm, NULL);
+        if (!s->persistent_grads) ffree(s, MEM_COMM, &u->gfull, u->lay.packed);
+        return;
+    }
     const float gscale = hp->grad_scale * (float)onebit_grad_factor(s, hp->step);
     float *mu = falloc(s, MEM_COMM, u->lay.packed); /* (P) the unit's momentum, unit order */
     if (!zt_onebit_has_last(u->onebit)) {
@@ -1549,39 +1555,6 @@ int zt_shard_nvme_stats(const zt_shard_t *s, zt_nvme_stats_t *st)
     if (!s->nv) return 0;
     zt_nvme_stats(s->nv, st);
     return 1;
-}
-
-double zt_shard_traffic_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int shard_n,
-                                 int replica_n, int nmicro)
-{
-    const zt_strategy_t st = o->strategy;
-    /* bytes per element: parameter gathers move the working dtype, gradient
-     * reductions the reduce dtype */
-    const double pb = o->param_dtype != ZT_PREC_FP32 ? 2.0 : 4.0, gb = o->reduce_dtype != ZT_PREC_FP32 ? 2.0 : 4.0;
-    double bytes = 0.0;
-    for (int ui = 0; ui < t->nunits; ui++) {
-        if (o->held && !o->held[ui]) continue; /* another pipeline rank's */
-        zt_unit_layout_t lay;
-        zt_unit_layout_build(&lay, t, ui, st == ZT_DDP ? 1 : shard_n, o->layout);
-        const double numel = (double)lay.numel, P = (double)lay.packed;
-        const double S = (double)lay.count[0];
-        /* frozen: no reductions, and no re-gather after AdamW (it never changes);
-         * the gathers of the parameter-sharding strategies as for any unit */
-        const int frozen = t->unit_frozen && t->unit_frozen[ui];
-        switch (st) {
-        case ZT_DDP: bytes += replica_n > 1 && !frozen ? numel * gb : 0; break;
-        case ZT_ZERO1: bytes += shard_n > 1 && !frozen ? P * gb + P * pb : 0; break;
-        case ZT_ZERO2: bytes += shard_n > 1 && !frozen ? nmicro * P * gb + P * pb : 0; break;
-        default: {
-            /* gathers per micro-step: root once; blocks once (keep) or twice (reshard) */
-            int gathers = (ui == t->root_unit || !frees_after_forward(&(zt_shard_t){.o = *o})) ? 1 : 2;
-            if (shard_n > 1) bytes += nmicro * (gathers * P * pb + (frozen ? 0 : P * gb));
-            if (replica_n > 1 && !frozen) bytes += S * gb;
-        }
-        }
-        zt_unit_layout_free(&lay);
-    }
-    return bytes;
 }
 
 /* ---- checkpoint view ----------------------------------------------------------------- */

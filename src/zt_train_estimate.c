@@ -151,14 +151,11 @@ void zt_tr_estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, co
     zt_memplan_t m;
     zt_memplan_run(&q, &m);
     zt_schedule_free(&sc);
-    /* the data-parallel traffic of the rank's units (a pipeline rank's stages') */
-    unsigned char *held = layers ? zt_params_units_of_layers(t, layers) : NULL;
-    q.opts.held = held;
-    const int sn = zt_strategy_is_hybrid(st) ? shard_n : world;
-    const int rn = st == ZT_DDP ? world : zt_strategy_is_hybrid(st) ? world / shard_n : 1;
-    e->traffic = zt_shard_traffic_estimate(t, &q.opts, sn, rn, cfg->train.gradient_accumulation_steps);
-    free(held);
     free(layers);
+    /* what the dry step's collectives and messages moved (zt_memplan.h) */
+    e->traffic = m.traffic;
+    e->traffic_warmup = m.traffic_warmup;
+    memcpy(e->group_traffic, m.group_traffic, sizeof e->group_traffic);
     zt_param_table_free(ref);
     e->mem = m.mem;
     e->mem.comm_buffers += m.messages; /* a pipeline rank's message buffers are buffers too (rank_memory) */
@@ -169,16 +166,22 @@ void zt_tr_estimate_rank(const zt_config_t *cfg, const zt_parallel_plan_t *p, co
 }
 
 /* The rank that needs the most: under a pipeline the largest of its ranks' (stages')
- * figures decides whether a run fits */
+ * figures decides whether a run fits; the traffic is the busiest pipeline rank's (the one
+ * whose step waits longest on its transfers) */
 void zt_tr_estimate(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *g,
                      const zt_param_table_t *t, zt_strategy_t st, int world, int shard_n, estimate_t *e)
 {
     zt_tr_estimate_rank(cfg, p, g, t, st, world, shard_n, 0, e);
+    estimate_t busiest = *e;
     for (int r = 1; r < p->pp; r++) {
         estimate_t x;
         zt_tr_estimate_rank(cfg, p, g, t, st, world, shard_n, r, &x);
+        if (x.traffic > busiest.traffic) busiest = x;
         if (x.total > e->total) *e = x;
     }
+    e->traffic = busiest.traffic;
+    e->traffic_warmup = busiest.traffic_warmup;
+    memcpy(e->group_traffic, busiest.group_traffic, sizeof e->group_traffic);
 }
 
 static double host_memory_per_rank(int per_node)
@@ -365,50 +368,6 @@ int zt_train_plan(const zt_config_t *cfg, int world, int per_node, zt_parallel_p
     return zt_plan_build(plan, cfg, &sh, world, per_node, err, errlen);
 }
 
-/* Activation bytes a step on the tp and sp groups (doc/design.md's formulas; t: a rank's
- * table, its NH, NKV tp-local; blocks: the blocks the rank runs, all L without a pipeline) */
-static double mesh_traffic(const zt_config_t *cfg, const zt_param_table_t *t, int tp, int sp, int blocks)
-{
-    const zt_model_dims_t *d = &t->dims;
-    const double A = cfg->train.gradient_accumulation_steps, L = blocks, C = d->C;
-    const double N = (double)zt_config_batch_rows(cfg) * (cfg->data.seq_len / sp);
-    const double S = ((double)d->NH + 2.0 * ZT_MAX(d->NKV, sp)) * d->HD, Q = (double)d->NH * d->HD;
-    return (tp > 1 ? 4.0 * A * (N * C * (2 + 4 * L) + 3 * N) : 0.0) + (sp > 1 ? 8.0 * A * L * N * (S + Q) : 0.0);
-}
-
-/* The blocks of the pipeline rank that runs the most of them (layers 1 .. L of 0 .. L + 1) */
-static int rank_blocks(const zt_parallel_plan_t *p, int L)
-{
-    int most = 0;
-    for (int r = 0; r < p->pp; r++) {
-        int n = 0;
-        for (int l = 1; l <= L; l++) n += zt_plan_rank_holds_layer(p, r, l);
-        most = ZT_MAX(most, n);
-    }
-    return most;
-}
-
-/* A pipeline rank's send/receive bytes a step (doc/design.md, traffic per axis): one B T C
- * activation forward and its gradient back per micro-batch and boundary, on the rank that
- * touches the most boundaries (tp_sequence_parallel: each tp rank its 1/tp of the tokens,
- * else every tp rank the whole stream), and a tied root's reduced gradient between the
- * ends once a step (shards of it under the sharding strategies) */
-static double pp_traffic(const zt_config_t *cfg, const zt_parallel_plan_t *p, const zt_param_table_t *t,
-                         zt_strategy_t st)
-{
-    if (p->pp == 1) return 0.0;
-    int most = 0;
-    for (int r = 0; r < p->pp; r++) {
-        int b = 0;
-        for (int s = r; s < p->stages; s += p->pp) b += (s > 0) + (s < p->stages - 1);
-        most = ZT_MAX(most, b);
-    }
-    const double N = (double)zt_config_batch_rows(cfg) * (cfg->data.seq_len / p->sp);
-    const double msg = N * t->dims.C / (p->tp_sequence_parallel ? p->tp : 1) * 4.0;
-    const double root = zt_params_head_unit(t) == t->root_unit ? (double)t->unit_numel[t->root_unit] * 4.0 : 0.0;
-    return 2.0 * most * p->micro * msg + 2.0 * root / (st == ZT_DDP ? 1 : p->data);
-}
-
 /* The best mesh of the auto search so far (tp 0: none yet) */
 typedef struct mesh_pick {
     int pp, tp, sp;
@@ -452,10 +411,9 @@ static int search_pp(zt_config_t *c, const zt_param_table_t *g, const zt_plan_sh
                     zt_param_table_free(t);
                     return 1;
                 }
-                const double traffic =
-                    e.traffic + mesh_traffic(c, t, tp, sp, rank_blocks(&p, t->dims.L)) + pp_traffic(c, &p, t, order[i]);
-                if (!best->tp || traffic < best->traffic)
-                    *best = (mesh_pick_t){pp, tp, sp, order[i], traffic, (double)e.total};
+                /* the dry step's count: data, tp, sp and pp groups alike */
+                if (!best->tp || e.traffic < best->traffic)
+                    *best = (mesh_pick_t){pp, tp, sp, order[i], e.traffic, (double)e.total};
             }
         }
         zt_param_table_free(t);

@@ -106,7 +106,11 @@ typedef struct estimate {
     zt_shard_mem_t mem;
     zt_shard_mem_t ref;         /* DPO's frozen reference copy (zero without one) */
     size_t activations, kv, total;
-    double traffic;
+    /* a step's bytes through the collectives and messages, as the dry step counted them
+     * (zt_memplan_t.traffic): a 1-bit Adam compressed step's, and one of its warm-up
+     * (equal without 1-bit Adam); by group (zt_group_id) the first */
+    double traffic, traffic_warmup;
+    double group_traffic[ZT_GRP_N];
 } estimate_t;
 
 /* Shared between the train loop's files (see each definition for what it does). */

@@ -104,7 +104,21 @@ void zt_tr_startup_report(run_t *r)
                zt_fmt_bytes((double)(e.ref.params + e.ref.comm_buffers + e.ref.gathered_peak + e.ref.host), b[0], 32),
                zt_fmt_bytes(e.ref.params, b[1], 32), zt_fmt_bytes(e.ref.gathered_peak, b[2], 32),
                zt_fmt_bytes(e.ref.host, b[3], 32));
-    zt_log("traffic per step (estimate): %s of collective buffers", zt_fmt_bytes(e.traffic, b[0], 32));
+    /* by group: what each axis of the mesh moves, as the summary's measured line */
+    static const char *gnames[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data", "pp"};
+    char by[256];
+    size_t o = 0;
+    by[0] = '\0';
+    for (int k = 0; k < ZT_GRP_N && o < sizeof by; k++)
+        if (e.group_traffic[k] > 0)
+            o += (size_t)snprintf(by + o, sizeof by - o, "%s%s %s", o ? ", " : " (", gnames[k],
+                                  zt_fmt_bytes(e.group_traffic[k], b[1], 32));
+    if (o && o + 1 < sizeof by) strcat(by, ")");
+    zt_log("traffic per step (estimate%s): %s of collectives and messages%s",
+           r->plan.pp > 1 ? ", the busiest pipeline rank" : "", zt_fmt_bytes(e.traffic, b[0], 32), by);
+    if (e.traffic_warmup != e.traffic)
+        zt_log("traffic per step (estimate): %s in 1-bit Adam's warm-up (steps 1 .. %ld, uncompressed)",
+               zt_fmt_bytes(e.traffic_warmup, b[0], 32), r->plan.freeze_step);
 }
 
 /* First metrics record: what the run is, and the per-rank estimates tests check. */
@@ -116,7 +130,7 @@ void zt_tr_start_record(const run_t *r)
     const zt_metrics_start_t rec = {
         .world_size = r->comm->world.size, .strategy = zt_strategy_name(r->sopts.strategy),
         .layout = zt_config_enum_name("parallel.shard_layout", r->plan.layout), .parameters = r->table->total_numel, .global_batch = r->G,
-        .traffic_estimate = e.traffic, .mem = &e.mem, .activations = e.activations,
+        .traffic_estimate = e.traffic, .traffic_estimate_warmup = e.traffic_warmup, .mem = &e.mem, .activations = e.activations,
         .ref = zt_tr_has_ref_copy(r->cfg) ? &e.ref : NULL, .total = e.total,
     };
     zt_metrics_record_start(&rec);

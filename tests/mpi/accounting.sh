@@ -1,7 +1,8 @@
 #!/bin/sh
 # accounting.sh — memory and traffic accounting: the bytes each collective moves
 # per step, and each rank's model-state bytes, equal the ZeRO formulas
-# (computed independently in check_accounting.py from the model shape).
+# (computed independently in check_accounting.py from the model shape), and the start
+# record's traffic estimate (the dry step's count) equals every step's measured bytes.
 . "$(dirname "$0")/common.sh"
 PY=${PYTHON3:-/usr/bin/python3}
 "$PY" -c "import json" 2>/dev/null || skip "python3 needed"
@@ -40,6 +41,25 @@ for st in ddp zero1 zero3; do
     tag=-tp-llama flag="--tp=2 --vocab=258 --llama" check 2 "$st" $llama model.vocab_size=258 \
         parallel.tensor_parallel_size=2 train.output_dir="$st-2-tp-llama"
 done
+# the traffic estimate where the formulas above stop: a pipeline rank's messages (1f1b,
+# interleaved), its data-parallel and tp/sp collectives beside them, and 1-bit Adam's
+# warm-up and compressed steps (check_accounting.py --traffic)
+traffic() {
+    np=$1 out=$2
+    shift 2
+    # shellcheck disable=SC2086
+    run_ztrain "$np" $common train.output_dir="$out" "$@" >/dev/null
+    "$PY" "$ZT_SRCDIR/tests/mpi/check_accounting.py" "$out" --traffic ${freeze:+--freeze=$freeze} ||
+        fail "$out: the traffic estimate is not what the steps moved"
+}
+pp2="parallel.pipeline_parallel_size=2"
+traffic 2 pp-1f1b parallel.strategy=ddp $pp2
+traffic 2 pp-interleaved parallel.strategy=ddp $pp2 parallel.pp_schedule=interleaved_1f1b parallel.pp_stages_per_rank=2
+traffic 4 pp-zero1 parallel.strategy=zero1 $pp2
+traffic 4 pp-tps parallel.strategy=ddp $pp2 model.vocab_size=258 parallel.tensor_parallel_size=2 \
+    parallel.tp_sequence_parallel=true
+freeze=1 traffic 2 onebit-ddp parallel.strategy=ddp optim.type=onebit_adam optim.freeze_step=1
+freeze=1 traffic 2 onebit-zero1 parallel.strategy=zero1 optim.type=onebit_adam optim.freeze_step=1
 # shellcheck disable=SC2086
 run_ztrain 1 --estimate-memory $common $llama >/dev/null
 assert_contains "$ZT_OUT" "memory estimate per rank: 31968 parameters"

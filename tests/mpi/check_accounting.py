@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """check_accounting.py RUN_DIR STRATEGY WORLD ACCUM [SHARD_GROUP] [--bf16|--fp16] [--reduce-bf16|--reduce-fp16]
                       [--offload] [--offload-param] [--llama] [--frozen=U,...] [--qlora=DIR [--no-double-quant]]
+check_accounting.py RUN_DIR --traffic [--freeze=K]
 
 Checks a run's metrics.jsonl against the ZeRO memory formulas and the
 collective volumes theory predicts, computed here independently from the model
@@ -84,7 +85,16 @@ Tensor parallelism (optional):
                    4 N C (2 + 4 L) and all-gathers 4 N C (2 + 6 L) bytes a micro-step,
                    all-reduces the head's 12 N, and sums the norms' and positions'
                    gradients over tp once a step (ddp, zero1) or once a micro-step (zero2,
-                   zero3: gradients reduced each micro-step)."""
+                   zero3: gradients reduced each micro-step).
+
+Every run: the start record's traffic_estimate_bytes (the dry step's count, zt_memplan.h)
+equals each step's measured bytes (rank 0's, every collective and message).
+--traffic        that check alone (a pipeline, 1-bit Adam: meshes the formulas above do not
+                 describe).
+--freeze=K       with --traffic, optim.type = onebit_adam with freeze_step K: steps 1 .. K
+                 measure traffic_estimate_warmup_bytes, the steps after traffic_estimate_bytes
+                 except step K + 1 under zero1/zero2 (the first exchange also gathers m and v
+                 whole, once: more than a steady step); without 1-bit Adam the two are equal."""
 import json, sys
 
 def quant4_floats(rows, cols, nested, B=64):
@@ -109,6 +119,30 @@ def qlora_units(d, nested):
     adapter = sum(r * i + o * r for m, (o, i) in lin.items() if m in a["target_modules"])
     units = [root] + [block] * L + [adapter] * L
     return units, set(range(L + 1)), sum(units)
+
+
+def check_traffic(recs, freeze=None):
+    """the start record's estimate against each step's measured bytes; returns the failures"""
+    start = next(r for r in recs if r.get("start"))
+    est, warm = start["traffic_estimate_bytes"], start["traffic_estimate_warmup_bytes"]
+    bad = []
+    if freeze is None and est != warm:
+        bad.append(f"traffic estimate {est} != its warm-up's {warm} without 1-bit Adam")
+    steps = [r for r in recs if "loss" in r and "comm" in r]
+    for r in steps:
+        got = sum(v["bytes"] for k, v in r["comm"].items() if k != "groups")
+        k = r["step"]
+        want = warm if freeze is not None and k <= freeze else est
+        if freeze is not None and k == freeze + 1 and start["strategy"] != "ddp":
+            if got <= want:
+                bad.append(f"step {k}: the first compressed step moved {got:.0f} bytes, not more than a steady one's {want}")
+            continue
+        if got != want:
+            groups = {g: v["bytes"] for g, v in r["comm"].get("groups", {}).items() if v["bytes"]}
+            bad.append(f"step {k}: measured {got:.0f} bytes {groups}, the start record estimates {want}")
+    if not steps:
+        bad.append("no step records")
+    return bad
 
 
 def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name16="bf16", offload=False,
@@ -238,6 +272,7 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
         want = (Fp * psi + (F + Fo) * psi_t) / n  # frozen: Fp bytes per parameter only
         if abs(total - want) > per * len(units) * n:
             bad.append(f"zero3 model state {total} is not {Fp}*Psi/n + {F + Fo}*Psi_trainable/n = {want:.0f} up to padding")
+    bad += check_traffic(recs)
     busbw_ok = all(r["comm"][k]["busbw_GBps"] >= 0 for r in steps for k in exp)
     if not busbw_ok: bad.append("negative busbw")
     dt = (" " + name16 if bf16 else "") + (" reduce-" + name16 if reduce_bf16 else "") + \
@@ -254,6 +289,14 @@ def main(d, strategy, world, A, group=None, bf16=False, reduce_bf16=False, name1
     return 1 if bad else 0
 
 if __name__ == "__main__":
+    if "--traffic" in sys.argv[1:]:
+        fz = [int(x[len("--freeze="):]) for x in sys.argv[1:] if x.startswith("--freeze=")]
+        recs = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+        bad = check_traffic(recs, fz[0] if fz else None)
+        n = sum(1 for r in recs if "loss" in r and "comm" in r)
+        print(f"{sys.argv[1]}: traffic estimate against {n} steps: " + ("ok" if not bad else "FAIL"))
+        for b in bad[:10]: print("   ", b)
+        sys.exit(1 if bad else 0)
     frozen, tp, vocab, sp, qlora = None, 1, 257, 1, None
     for x in sys.argv[1:]:
         if x.startswith("--frozen="):

@@ -17,7 +17,7 @@
  *     grads and optim exactly tn's: nothing for the frozen units;
  *   - traffic: reduction bytes exactly tn's (none for the frozen units), gathers
  *     ref's where parameters are sharded (tn's otherwise: no re-gather of a frozen
- *     unit), the total as zt_shard_traffic_estimate says;
+ *     unit), the total as the dry run's step counted (zt_memplan_t.traffic);
  *   - the I/O view: read segments cover the frozen parameters (no moments), write
  *     segments the trainable ones only, write-all segments everything, once over the
  *     world; values loaded through a read view land in the frozen base (rounded).
@@ -38,15 +38,17 @@
 static int failures;
 
 /* The estimate: a dry run of the engine (zt_memplan.h) for rank 0 of sn-rank shard groups
- * replicated rn times (ddp: rn replicas of the whole), two micro-steps as step() runs */
-static void dry_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int sn, int rn, zt_shard_mem_t *e)
+ * replicated rn times (ddp: rn replicas of the whole), two micro-steps as step() runs; returns
+ * the bytes its step's collectives counted */
+static double dry_estimate(const zt_param_table_t *t, const zt_shard_opts_t *o, int sn, int rn, zt_shard_mem_t *e)
 {
     const int hybrid = zt_strategy_is_hybrid(o->strategy);
     zt_memplan_req_t q = {.table = t, .opts = *o, .tp = 1, .nmicro = 2,
                           .data = hybrid ? sn * rn : o->strategy == ZT_DDP ? rn : sn, .shard_n = sn};
     zt_memplan_t m;
     zt_memplan_run(&q, &m);
-    *e = m.mem;
+    if (e) *e = m.mem;
+    return m.traffic;
 }
 static int rank_w;
 #define CHECK(cond, ...)                                                          \
@@ -248,7 +250,7 @@ static void check_config(zt_comm_t *c, const zt_backend_t *fbe, const zt_param_t
               sf.bytes[ZT_COLL_ALLGATHER], ag_want);
         double tot_f = 0, tot_r = 0;
         for (int q = 0; q < ZT_COLL_N; q++) tot_f += sf.bytes[q], tot_r += sr.bytes[q];
-        const double ef = zt_shard_traffic_estimate(t, o, sn, rn, A), er = zt_shard_traffic_estimate(tr, o, sn, rn, A);
+        const double ef = dry_estimate(t, o, sn, rn, NULL), er = dry_estimate(tr, o, sn, rn, NULL);
         /* exact at rank 0 of the shard group (the estimate's largest shard) */
         CHECK(r0 ? tot_f == ef : tot_f <= ef, "step %ld: %.0f bytes moved, estimate %.0f", k, tot_f, ef);
         CHECK(r0 ? tot_r == er : tot_r <= er, "step %ld: ref moved %.0f bytes, its estimate %.0f", k, tot_r, er);
@@ -381,14 +383,15 @@ static void write_metrics(const char *root, zt_comm_t *c, const zt_param_table_t
     }
     zt_shard_mem_t m, e;
     zt_shard_memory(s, &m);
-    dry_estimate(t, o, sn, rn, &e);
+    const double traffic = dry_estimate(t, o, sn, rn, &e);
     zt_shard_free(s);
     if (c->world.rank != 0) return;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     FILE *f = fopen(path, "w");
     if (!f) zt_fatal("cannot write %s", path);
-    fprintf(f, "{\"start\":true,\"world_size\":%d,\"strategy\":\"%s\",\"parameters\":%zu,", c->world.size,
-            zt_strategy_name(o->strategy), t->total_numel);
+    fprintf(f, "{\"start\":true,\"world_size\":%d,\"strategy\":\"%s\",\"parameters\":%zu,"
+            "\"traffic_estimate_bytes\":%.0f,\"traffic_estimate_warmup_bytes\":%.0f,", c->world.size,
+            zt_strategy_name(o->strategy), t->total_numel, traffic, traffic);
     mem_json(f, "memory_estimate", &e);
     fprintf(f, "}\n");
     static const char *names[ZT_COLL_N] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all",
