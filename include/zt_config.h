@@ -168,6 +168,7 @@ typedef struct zt_config {
         zt_pref_cfg_t fn;       /* the loss and its parameters (zt_pref.h) */
         char ref_model[ZT_STRLEN]; /* HF model directory of the reference ("" = the default) */
         int share_prompt;       /* bool: the reference pass computes each pair's prompt once */
+        int precompute_ref;     /* bool: each pair's reference log-probs computed once (zt_pref_table.h) */
     } pref;
     struct {
         char prompt[ZT_STRLEN];     /* one user message */

@@ -797,12 +797,14 @@ static int write_index(const char *path, const zt_ckpt_meta_t *m, const char *cf
 
 /* ---- publishing ------------------------------------------------------------------- */
 
-/* "onebit-<step>.h5": 1-bit Adam's error feedback of that checkpoint (see below) */
+/* "onebit-<step>.h5": 1-bit Adam's error feedback of that checkpoint (see below);
+ * "prefref-<step>.h5": DPO's reference table saved with it (zt_pref_table.h) */
 static long onebit_name_step(const char *name)
 {
     long step;
     int n = 0;
-    if (sscanf(name, "onebit-%ld%n", &step, &n) != 1 || step < 0) return -1;
+    if ((sscanf(name, "onebit-%ld%n", &step, &n) != 1 && sscanf(name, "prefref-%ld%n", &step, &n) != 1) || step < 0)
+        return -1;
     return strcmp(name + n, ".h5") ? -1 : step;
 }
 

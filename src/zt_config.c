@@ -565,6 +565,14 @@ static const zkey_t schema[] = {
        "log-probs to fp32 rounding, not bit for bit (a GEMM's rows round by how many run), so a policy equal to its "
        "reference (fresh adapters, step 1) is ln 2 to rounding rather than exactly. Not under sequence parallelism "
        "or parallel.tp_sequence_parallel (every row's positions run there)."),
+    KB("pref.precompute_ref_log_probs", pref.precompute_ref, 0,
+       "TRL's precompute_ref_log_probs: each pair's reference log-probs are computed the first time the pair is "
+       "seen (the first epoch runs as without it, bit for bit) and kept in a table by its record in the training "
+       "set, every rank holding all of it; from then on (later epochs, resumed runs) the pair runs no reference "
+       "pass. The table is saved beside each checkpoint (prefref-<step>.h5) and loaded on resume. Once every pair "
+       "is in it, a frozen reference copy (full fine-tuning, pref.ref_model) is freed. Not under "
+       "parallel.pipeline_parallel_size > 1 (the reference's forwards are actions of the schedule there); no "
+       "effect with orpo and simpo, which use no reference."),
     /* generate */
     KS("generate.prompt", generate.prompt, "", NULL,
        "One user message to complete, rendered with data.template (\"\" = generate.prompts_file)."),

@@ -43,6 +43,7 @@
 #include "zt_metrics.h"
 #include "zt_pref.h"
 #include "zt_pref_ref.h"
+#include "zt_pref_table.h"
 #include "zt_mfu.h"
 #include "zt_model.h"
 #include "zt_optim.h"
@@ -264,13 +265,190 @@ double zt_tr_pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu, 
     return loss;
 }
 
-/* One DPO micro-step on the micro-batch's rows (inp, tgt: (B, Tm), padded and trimmed in
+/* ---- pref.precompute_ref_log_probs: the reference's sums by pair (zt_pref_table.h) ----------
+ * The step's pairs are the global pairs samples_seen / 2 + p, p < G / 2, in the order the
+ * micro-batches take them (micro-step m of data rank d: p = (m dp + d) B / 2 + its pair), so
+ * every rank knows every pair's record without a message. A micro-batch whose pairs the table
+ * holds runs no reference pass; one with a pair it lacks runs the pass as without the table
+ * (the same rows: the same sums, bit for bit), records the new pairs' sums, and the data group
+ * sums them after the step (each computed by one rank, zeros elsewhere: the sum is the value),
+ * so the table is the same everywhere. A pipeline is refused: its reference forwards are
+ * actions of the schedule (zt_tr_build_steps). */
+
+/* The record of global pair g: a pairs file's sample (shuffled or not), or of a token
+ * file's rows 2g, 2g + 1 (read in order: check_dpo) the first's half */
+static int64_t pref_record(const run_t *r, int64_t g)
+{
+    const uint64_t seed = (uint64_t)r->cfg->data.seed;
+    if (zt_data_is_pairs(r->train)) return zt_data_sample_index(r->train, g, seed, r->cfg->data.shuffle);
+    return zt_data_sample_index(r->train, 2 * g, seed, r->cfg->data.shuffle) / 2;
+}
+
+/* The table of the training set's pairs, empty, where the key asks for it and the loss reads
+ * a reference: 0, or -1 with one line (logged) on every rank */
+int zt_tr_pref_table_setup(run_t *r)
+{
+    const zt_config_t *cfg = r->cfg;
+    if (cfg->train.stage != ZT_STAGE_DPO || !cfg->pref.precompute_ref || !zt_pref_uses_ref(cfg->pref.fn.loss))
+        return 0;
+    char err[ZT_ERRLEN] = "";
+    const int64_t S = zt_data_num_samples(r->train), n = zt_data_is_pairs(r->train) ? S : S / 2;
+    int rc = 0;
+    if (r->plan.pp > 1)
+        rc = zt_err(err, sizeof err, "pref.precompute_ref_log_probs with parallel.pipeline_parallel_size %d: the "
+                                     "reference's forwards are actions of the pipeline's schedule, which has no "
+                                     "step without them; use pp 1 or pref.precompute_ref_log_probs = false", r->plan.pp);
+    else if (!zt_data_is_pairs(r->train) && S % 2)
+        rc = zt_err(err, sizeof err, "pref.precompute_ref_log_probs: the token file's %lld rows make no whole pairs "
+                                     "(rows 2i, 2i + 1)", (long long)S);
+    if (zt_agree_error(r->comm, rc, err, sizeof err)) {
+        zt_log_error("%s", err);
+        return -1;
+    }
+    r->pref_table = zt_pref_table_create(n);
+    r->pref_rec = zt_malloc((size_t)r->G / 2 * sizeof *r->pref_rec);
+    r->pref_new = zt_malloc((size_t)r->G / 2 * 3 * sizeof *r->pref_new);
+    zt_log("dpo: pref.precompute_ref_log_probs: the reference's log-probs of the %lld pairs, each computed once "
+           "(%.1f KB per rank)", (long long)n, (double)n * (2 * sizeof(double) + 1) / 1e3);
+    return 0;
+}
+
+/* A table with every pair: the frozen reference copy (full fine-tuning, pref.ref_model) is
+ * read no more, so its memory goes back; every rank at once (the table is the same everywhere) */
+static void pref_table_release_ref(run_t *r)
+{
+    if (!r->pref_table || !r->ref_shard || !zt_pref_table_complete(r->pref_table)) return;
+    zt_shard_mem_t mem;
+    zt_shard_memory(r->ref_shard, &mem);
+    zt_shard_free(r->ref_shard);
+    zt_param_table_free(r->ref_table);
+    r->ref_shard = NULL;
+    r->ref_table = NULL;
+    char b[32];
+    zt_log("dpo: the reference table holds every pair: the frozen reference copy is freed (%s per rank)",
+           zt_fmt_bytes((double)(mem.params + mem.host), b, sizeof b));
+}
+
+/* Before the step's passes: its pairs' records, and whether the table lacks any of them */
+static void pref_table_begin_step(run_t *r)
+{
+    if (!r->pref_table) return;
+    const int64_t np = r->G / 2, g0 = r->samples_seen / 2;
+    r->pref_step_new = 0;
+    for (int64_t p = 0; p < np; p++) {
+        double c, j;
+        r->pref_rec[p] = pref_record(r, g0 + p);
+        if (!zt_pref_table_get(r->pref_table, r->pref_rec[p], &c, &j)) r->pref_step_new = 1;
+    }
+    if (r->pref_step_new) memset(r->pref_new, 0, (size_t)np * 3 * sizeof *r->pref_new);
+}
+
+/* After the step's passes (every rank alike): the sums the data ranks computed, into every
+ * rank's table */
+static void pref_table_end_step(run_t *r)
+{
+    if (!r->pref_table || !r->pref_step_new) return;
+    const size_t np = (size_t)r->G / 2;
+    zt_allreduce(r->comm, &r->comm->data, ZT_IN_PLACE, r->pref_new, 3 * np, ZT_F64, ZT_SUM);
+    for (size_t p = 0; p < np; p++)
+        if (r->pref_new[3 * p + 2] > 0)
+            zt_pref_table_put(r->pref_table, r->pref_rec[p], r->pref_new[3 * p], r->pref_new[3 * p + 1]);
+    pref_table_release_ref(r);
+}
+
+/* The reference's sums of micro-step m's rows (inp, tgt: (B, T), seg: pref_lf_rows') into ref
+ * (B): from the table where it holds every pair, else from the reference's pass, each pair the
+ * table holds then taking the table's (a pair's reference is its first computation) and the
+ * others recorded for the step's exchange */
+static void pref_reference_of(run_t *r, int m, const int32_t *inp, const int32_t *tgt, const int32_t *seg, int T,
+                              double *ref, double *now)
+{
+    const int np = r->B / 2;
+    const int64_t p0 = ((int64_t)m * r->dp + r->drank) * np;
+    int have = 0;
+    for (int i = 0; r->pref_table && i < np; i++)
+        have += zt_pref_table_get(r->pref_table, r->pref_rec[p0 + i], &ref[2 * i], &ref[2 * i + 1]);
+    if (r->pref_table) r->pref_table_micros[1]++;
+    if (r->pref_table && have == np) {
+        r->pref_table_micros[0]++;
+        return;
+    }
+    zt_tr_pref_reference(r, inp, tgt, seg, T, ref, now);
+    /* the sp ranks of a row hold the same sums: one of them adds them to the exchange */
+    for (int i = 0; r->pref_table && i < np; i++) {
+        double *o = r->pref_new + 3 * (p0 + i);
+        if (zt_pref_table_get(r->pref_table, r->pref_rec[p0 + i], &ref[2 * i], &ref[2 * i + 1])) continue;
+        if (r->comm->sp.rank == 0) o[0] = ref[2 * i], o[1] = ref[2 * i + 1], o[2] = 1.0;
+    }
+}
+
+/* pref_table_save's file for the checkpoint of step in dir */
+static void pref_table_path(char *buf, size_t len, const char *dir, long step)
+{
+    snprintf(buf, len, "%s/prefref-%08ld.h5", dir, step);
+}
+
+/* Beside the checkpoint of r->step (before it is published: a published checkpoint has its
+ * table), written by rank 0: 0, or -1 with err on every rank */
+int zt_tr_pref_table_save(run_t *r, char *err, size_t errlen)
+{
+    if (!r->pref_table) return 0;
+    char path[ZT_STRLEN + 32];
+    pref_table_path(path, sizeof path, r->cfg->train.output_dir, r->step);
+    const int rc = r->rank == 0 ? zt_pref_table_save(r->pref_table, path, err, errlen) : 0;
+    return zt_agree_error(r->comm, rc, err, errlen) ? -1 : 0;
+}
+
+/* After the checkpoint ckpt (a file or a directory of shards; or the directory holding them)
+ * of step was loaded: its table, beside it, read by rank 0 and broadcast; none there (a
+ * checkpoint of a run without the key) leaves the table empty, to fill again. 0, or -1 with
+ * one line (logged) on every rank. */
+int zt_tr_pref_table_resume(run_t *r, const char *ckpt, long step)
+{
+    zt_pref_table_t *t = r->pref_table;
+    if (!t) return 0;
+    char dir[ZT_STRLEN], path[ZT_STRLEN + 32], err[ZT_ERRLEN] = "";
+    snprintf(dir, sizeof dir, "%s", ckpt);
+    const size_t n = strlen(dir);
+    const int named = (n > 3 && !strcmp(dir + n - 3, ".h5")) || (n > 7 && !strcmp(dir + n - 7, ".shards"));
+    char *slash = strrchr(dir, '/');
+    if (named) {
+        if (slash) *slash = 0;
+        else snprintf(dir, sizeof dir, ".");
+    }
+    pref_table_path(path, sizeof path, dir, step);
+    int rc = 0, found = 0;
+    if (r->rank == 0 && access(path, F_OK) == 0) {
+        found = 1;
+        rc = zt_pref_table_load(t, path, err, sizeof err);
+    }
+    if (zt_agree_error(r->comm, rc, err, sizeof err)) {
+        zt_log_error("%s", err);
+        return -1;
+    }
+    zt_bcast(r->comm, &r->comm->world, &found, 1, ZT_I32, 0);
+    if (!found) {
+        zt_log("dpo: no reference table beside the checkpoint (%s): each pair's reference is computed again "
+               "the first time it is seen", path);
+        return 0;
+    }
+    zt_bcast(r->comm, &r->comm->world, t->have, (size_t)t->n, ZT_U8, 0);
+    zt_bcast(r->comm, &r->comm->world, t->ref, 2 * (size_t)t->n, ZT_F64, 0);
+    t->filled = 0;
+    for (int64_t i = 0; i < t->n; i++) t->filled += t->have[i];
+    zt_log("dpo: reference table %s: %lld of %lld pairs", path, (long long)t->filled, (long long)t->n);
+    pref_table_release_ref(r);
+    return 0;
+}
+
+/* One DPO micro-step (micro-step m of the step) on the micro-batch's rows (inp, tgt: (B, Tm), padded and trimmed in
  * place as LLaMA-Factory pads its batch (pref_lf_rows): a pair's two rows are in it, so both
  * keep every position that carries a loss); factor: the gradient's share (loss scale /
  * (micro-steps x data-parallel replicas)); metrics (ZT_PREF_NMETRICS) += this micro-batch's;
- * the micro-batch's loss; *T the positions run. The reference's pass, the policy's forward,
- * its head and loss (pref_policy_head), the blocks' backward. */
-double zt_tr_pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout)
+ * the micro-batch's loss; *T the positions run. The reference's pass (or the table's sums:
+ * pref_reference_of), the policy's forward, its head and loss (pref_policy_head), the
+ * blocks' backward. */
+double zt_tr_pref_micro(run_t *r, int m, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout)
 {
     const zt_pref_cfg_t *pc = &r->cfg->pref.fn;
     const zt_param_table_t *t = r->table;
@@ -280,7 +458,7 @@ double zt_tr_pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, doub
     const int T = *Tout = zt_tr_pref_lf_rows(r, inp, tgt, 0, &seg, &Tp);
     double *ref = zt_calloc((size_t)r->B, sizeof *ref);
     double now[2] = {zt_now(), zt_thread_seconds()};
-    if (zt_pref_uses_ref(pc->loss)) zt_tr_pref_reference(r, inp, tgt, seg, T, ref, now);
+    if (zt_pref_uses_ref(pc->loss)) pref_reference_of(r, m, inp, tgt, seg, T, ref, now);
     const float *root = zt_tr_train_forward(r, r->shard, inp, tgt, seg, NULL, NULL, 1, T);
     zt_tr_pref_lap(r, PT_FWD, now);
     const double loss = zt_tr_pref_policy_head(r, r->model, root, t->root_unit, tgt, T, Tp,
@@ -404,8 +582,10 @@ static int train_step(run_t *r, window_t *w, int injected, step_out_t *o)
      * replicas (the sp ranks of a replica each add their tokens' part of one gradient) */
     const float pf = injected == ZT_FAULT_NAN ? NAN : (float)(r->loss_scale / ((double)r->A * r->dp));
     zt_watchdog_mark("pipeline", -1, r->step + 1);
+    pref_table_begin_step(r);
     double loss_sum = r->plan.pp > 1 ? zt_tr_run_pipeline(r, sft, ds, pf, w->pref, &w->pref_micros, &computed)
                                      : zt_tr_run_schedule(r, sft, ds, pf, w->pref, &w->pref_micros, &computed);
+    pref_table_end_step(r);
     /* MFU counts the work done: the trimmed rows of every data rank (sp ranks hold parts
      * of the same rows, tp ranks the same rows) */
     w->computed += sft ? zt_tr_step_sum(r, (double)computed) * r->comm->mesh_sp
@@ -817,6 +997,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     }
     if (zt_tr_has_ref_copy(cfg) && zt_tr_ref_create(r) != 0)
         exit_code = ZT_EXIT_ERROR;
+    if (exit_code == ZT_EXIT_OK && zt_tr_pref_table_setup(r) != 0) exit_code = ZT_EXIT_ERROR;
     /* the backend's host memory (pinned on a GPU): an upload from pageable memory
      * would wait for the compute stream, once per micro-step */
     r->inp = r->be->alloc_host((size_t)r->A * r->B * r->Tm * sizeof(int32_t));
@@ -939,6 +1120,10 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
                 zt_log("summary: dpo reference positions computed %.0f of the rows' %.0f (%.1f%%; pref.share_prompt %s)",
                        r->pref_ref_pos[0], r->pref_ref_pos[1], 100.0 * r->pref_ref_pos[0] / r->pref_ref_pos[1],
                        cfg->pref.share_prompt ? "true" : "false");
+            if (r->pref_table)
+                zt_log("summary: dpo reference table: %lld of %lld pairs; %ld of %ld micro-batches read it instead of "
+                       "a reference pass (pref.precompute_ref_log_probs)", (long long)r->pref_table->filled,
+                       (long long)r->pref_table->n, r->pref_table_micros[0], r->pref_table_micros[1]);
         }
         if (r->rank == 0) {
             const zt_metrics_summary_t rec = {
@@ -956,6 +1141,9 @@ done:
     zt_shard_free(r->shard);
     zt_shard_free(r->ref_shard);
     zt_param_table_free(r->ref_table);
+    zt_pref_table_free(r->pref_table);
+    free(r->pref_rec);
+    free(r->pref_new);
     for (int k = 1; k < r->nslots; k++) zt_model_free(r->models[k]);
     free(r->models);
     free(r->slot);

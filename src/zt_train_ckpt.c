@@ -40,6 +40,10 @@ int zt_tr_save_checkpoint(run_t *r)
     }
     char err[ZT_ERRLEN] = "";
     zt_watchdog_mark("checkpoint save", -1, r->step);
+    if (zt_tr_pref_table_save(r, err, sizeof err) != 0) {
+        zt_log_error("checkpoint at step %ld failed: %s", r->step, err);
+        return -1;
+    }
     if (zt_ckpt_save(cfg->train.output_dir, &meta, r->config_text, cfg->checkpoint.format == ZT_CKPT_SHARDED,
                      cfg->checkpoint.keep_last, r->shard, r->table, r->comm, err, sizeof err) != 0) {
         zt_log_error("checkpoint at step %ld failed: %s", r->step, err);
@@ -142,6 +146,7 @@ int zt_tr_maybe_resume(run_t *r)
     }
     r->step = meta.step;
     r->samples_seen = meta.samples_seen;
+    if (zt_tr_pref_table_resume(r, path, meta.step) != 0) return -1;
     r->tokens_seen = meta.tokens_seen;
     /* a dynamic loss scale continues where it was (a static one is the config's) */
     if (r->dynamic_scale && meta.loss_scale > 0) {

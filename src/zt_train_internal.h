@@ -91,6 +91,16 @@ typedef struct run {
     double pref_seconds[PT_N];  /* dpo: the micro-steps' time by part (pref_part_t) */
     double pref_cpu[PT_N];      /* and the main thread's CPU time (a loaded machine's figure) */
     double pref_ref_pos[2];     /* dpo: the reference's positions computed, and its rows' (pref.share_prompt) */
+    /* pref.precompute_ref_log_probs: the reference's sums by pair (zt_pref_table.h, the same on
+     * every rank); the step's pairs' records (G / 2, in the order of their global index) and the
+     * sums this rank computed of them ((G / 2, 3): chosen, rejected, 1), shared after the step;
+     * whether the step holds a pair the table lacks; the micro-batches that read the table
+     * instead of a reference pass, and all of them */
+    struct zt_pref_table *pref_table;
+    int64_t *pref_rec;
+    double *pref_new;
+    int pref_step_new;
+    long pref_table_micros[2];
     double train_seconds;
     float last_loss, last_val;
     zt_comm_stats_t comm_total; /* training collectives of the whole run (not eval, not saves) */
@@ -146,7 +156,10 @@ int zt_tr_pref_lf_rows(run_t *r, int32_t *inp, int32_t *tgt, int mi, int32_t **s
 void zt_tr_row_sums(run_t *r, const float *x, int tl, const int32_t *tgt, int T, double *sum, double *len);
 void zt_tr_pref_lap(run_t *r, pref_part_t k, double *t);
 double zt_tr_pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu, const int32_t *tgt, int T, int Tp, const double *ref, float factor, double *metrics, double *now);
-double zt_tr_pref_micro(run_t *r, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout);
+double zt_tr_pref_micro(run_t *r, int m, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout);
+int zt_tr_pref_table_setup(run_t *r);
+int zt_tr_pref_table_save(run_t *r, char *err, size_t errlen);
+int zt_tr_pref_table_resume(run_t *r, const char *ckpt, long step);
 const float *zt_tr_forward_blocks(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos, int B, int T);
 float zt_tr_forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos, int B, int T);
 void zt_tr_sp_chunk(const run_t *r, const int32_t *row, int T, int b, int B, int32_t *dst);

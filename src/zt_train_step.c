@@ -40,7 +40,7 @@ double zt_tr_run_schedule(run_t *r, int sft, float ds, float pf, double *pref_wi
             if (keys) zt_tr_dropout_keys(r, m, keys);
             if (dpo) {
                 int T;
-                loss_sum += zt_tr_pref_micro(r, inp, tgt, pf, pref_window, &T);
+                loss_sum += zt_tr_pref_micro(r, m, inp, tgt, pf, pref_window, &T);
                 (*pref_micros)++;
                 *computed += (long)r->B * T;
                 break;

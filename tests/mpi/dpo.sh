@@ -33,6 +33,12 @@
 #     pipeline rank's estimate, the copy's and the reference's message buffers included, is
 #     what it allocated; the pipeline summary splits each rank's time between the reference
 #     and the policy.
+#  2f. pref.precompute_ref_log_probs on 8 pairs, 2 epochs at 2 ranks: the run is the one without
+#     it bit for bit (losses, rewards, logps), LoRA and full fine-tuning (zero3, its frozen copy
+#     freed once every pair is in the table); epoch 2 runs no reference pass; the table is saved
+#     beside each checkpoint (keep_last removes it with its checkpoint), and a run resumed in
+#     epoch 2 reads it (no reference pass, the straight run's steps); another dataset's table
+#     and a pipeline are refused in one line.
 #  2c. pref.ref_model (tp 2): lora-llama's merged model as the reference of the base with that
 #     adapter: ln 2 and no margin to rounding; a directory of other shapes fails on every rank.
 #  4. What is not wired is refused in one line on every rank (full fine-tuning without a
@@ -225,6 +231,53 @@ same = all(a[s][k] == b[s][k] for s in (3, 4) for k in ("loss", "rewards/margins
 print("resume: steps 3, 4", [(a[s]["loss"], b[s]["loss"]) for s in (3, 4)])
 sys.exit(not same)
 PYEOF
+
+# ---- 2f. pref.precompute_ref_log_probs: each pair's reference computed once -------------------
+"$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" tokens pairs8.h5 67 129 || fail "cannot make the token file" # 16 rows
+"$PY" "$ZT_SRCDIR/tests/mpi/hf_dir.py" tokens pairs10.h5 67 161 || fail "cannot make the token file"
+pc="$dpo data.train_files=pairs8.h5 train.max_steps=0 train.num_train_epochs=2 train.per_device_train_batch_size=1"
+pc="$pc optim.learning_rate=1e-2 parallel.strategy=zero3"
+for ft in lora full; do
+    lr=1e-2
+    [ $ft = full ] && lr=1e-3
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $pc optim.learning_rate=$lr train.finetuning_type=$ft train.output_dir=pc-$ft-off >/dev/null
+    # shellcheck disable=SC2086
+    run_ztrain 2 lora.cfg $pc optim.learning_rate=$lr train.finetuning_type=$ft pref.precompute_ref_log_probs=true \
+        checkpoint.save_steps=3 checkpoint.keep_last=2 train.output_dir=pc-$ft-on >/dev/null
+    assert_contains "$ZT_OUT" "dpo reference table: 8 of 8 pairs; 4 of 8 micro-batches read it instead of a reference pass"
+done
+assert_contains "$ZT_OUT" "dpo: the reference table holds every pair: the frozen reference copy is freed"
+[ -f pc-lora-on/prefref-00000006.h5 ] && [ -f pc-lora-on/prefref-00000008.h5 ] && [ ! -e pc-lora-on/prefref-00000003.h5 ] ||
+    fail "precompute: the tables beside the checkpoints are not those keep_last keeps"
+# shellcheck disable=SC2086
+run_ztrain 2 lora.cfg $pc pref.precompute_ref_log_probs=true checkpoint.resume=pc-lora-on/ckpt-00000006.h5 \
+    train.output_dir=pc-lora-res >/dev/null
+assert_contains "$ZT_OUT" "dpo: reference table pc-lora-on/prefref-00000006.h5: 8 of 8 pairs"
+assert_contains "$ZT_OUT" "2 of 2 micro-batches read it instead of a reference pass"
+"$PY" - <<'PYEOF' || fail "precompute: the run differs from the one without it"
+import json, sys
+def rec(d):
+    return {r["step"]: r for r in (json.loads(l) for l in open(d + "/metrics.jsonl")) if "loss" in r and "step" in r}
+keys = ["loss", "grad_norm", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+        "logps/chosen", "logps/rejected"]
+ok = True
+for a, b, steps in (("pc-lora-off", "pc-lora-on", range(1, 9)), ("pc-full-off", "pc-full-on", range(1, 9)),
+                    ("pc-lora-off", "pc-lora-res", (7, 8))):
+    x, y = rec(a), rec(b)
+    bad = [(s, k, x[s][k], y[s][k]) for s in steps for k in keys if s not in y or x[s][k] != y[s][k]]
+    print(f"{b} against {a}, steps {list(steps)}: {'equal' if not bad else bad[:3]}")
+    ok = ok and not bad and sorted(y) == list(steps) and x[8]["rewards/margins"] != 0
+sys.exit(not ok)
+PYEOF
+# shellcheck disable=SC2086
+expect_fail_with 2 "pc-lora-on/prefref-00000006.h5: a table of 8 pairs, the training set has 10" lora.cfg $pc \
+    data.train_files=pairs10.h5 pref.precompute_ref_log_probs=true checkpoint.resume=pc-lora-on/ckpt-00000006.h5 \
+    train.output_dir=pc-other
+# shellcheck disable=SC2086
+expect_fail_with 2 "pref.precompute_ref_log_probs with parallel.pipeline_parallel_size 2" lora.cfg $pc \
+    pref.precompute_ref_log_probs=true parallel.pipeline_parallel_size=2 train.gradient_accumulation_steps=2 \
+    train.output_dir=pc-pp
 
 # ---- 2d. the other strategies and meshes, LoRA and full (sigmoid: a reference pass) ---------
 # against the 1-rank runs above (2 pairs a step): 2 ranks, and tp 2 x zero3 dp 2 and Ulysses
