@@ -134,6 +134,10 @@ int zt_schedule_plan_in_order(zt_schedule_t *s, char *err, size_t errlen);
  * unplanned) into order (zt_schedule_messages entries, action indices); the count. */
 int zt_schedule_issue_order(const zt_schedule_t *s, int rank, int *order);
 
+/* The batches rank `rank` issues as planned; *moved (or NULL): its receives issued in an
+ * earlier batch than the one between their computes */
+int zt_schedule_batches(const zt_schedule_t *s, int rank, int *moved);
+
 /* Checks that the lists, issued as planned (or, unplanned, each message in the batch
  * between its computes), run under those semantics: each rank's batches and computes in
  * list order, a batch complete only when the partner of each of its operations is posted

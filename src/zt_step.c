@@ -345,6 +345,23 @@ int zt_schedule_issue_order(const zt_schedule_t *s, int rank, int *order)
     return n;
 }
 
+int zt_schedule_batches(const zt_schedule_t *s, int rank, int *moved)
+{
+    int n = 0, mv = 0;
+    for (int i = 0, first = 0; i < s->n[rank]; i++) {
+        if (!is_message(&s->a[rank][i])) {
+            first = i + 1;
+            continue;
+        }
+        mv += post_of(s, rank, i) < first;
+        int k = 0; /* a batch counts at its first message in list order */
+        while (k < i && !(is_message(&s->a[rank][k]) && post_of(s, rank, k) == post_of(s, rank, i))) k++;
+        n += k == i;
+    }
+    if (moved) *moved = mv;
+    return n;
+}
+
 /* A run of the lists under stream order: per rank its messages in issue order, each
  * message's partner (its action index on the peer), what is posted, and where each rank is */
 typedef struct {
