@@ -715,11 +715,15 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
      * its start, which would hold back its sends */
     if (rc == 0 && r->plan.pp > 1 && zt_p2p_in_order(comm)) {
         rc = zt_schedule_plan_in_order(&r->steps, err, sizeof err);
-        int moved = 0;
-        const int nb = rc == 0 ? zt_schedule_batches(&r->steps, 0, &moved) : 0;
+        int moved = 0, nb = 0;
+        for (int k = 0; rc == 0 && k < r->plan.pp; k++) {
+            int mk;
+            nb += zt_schedule_batches(&r->steps, k, &mk);
+            moved += mk;
+        }
         if (rc == 0)
-            zt_log("pipeline: %s messages in stream order, %d batches a step on pp rank 0 (%d receives issued a "
-                   "batch early)", comm->backend, nb, moved);
+            zt_log("pipeline: %s messages in stream order, %d batches a step over the pp ranks, %d receives "
+                   "issued a batch early", comm->backend, nb, moved);
     }
     if (rc == 0) r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
     if (rc == 0) r->micro_Tp = zt_calloc((size_t)r->A, sizeof *r->micro_Tp);

@@ -79,6 +79,10 @@ for run in "1f1b parallel.pp_schedule=1f1b" \
     ZT_P2P_IN_ORDER=1 run_ztrain 2 $common $(batch_args 1) $pp2 "$@" train.output_dir="gpt2-pp2-$name-ord" >/dev/null
     assert_contains "$ZT_OUT" "pipeline: mpi messages in stream order"
 done
+# (the interleaved lists deadlock in issue order unless receives move: they did)
+grep "pipeline: mpi messages in stream order" "$ZT_OUT" | grep -q ", 0 receives" &&
+    fail "interleaved pp 2 in stream order moved no receive"
+
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gpt2-pp2-1f1b gpt2-pp2-1f1b-ord --loss-tol 0 --param-tol 0 &&
     "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gpt2-pp2-il gpt2-pp2-il-ord --loss-tol 0 --param-tol 0 ||
     fail "the stream-ordered issue of the pipeline's messages changed the training"
