@@ -30,6 +30,15 @@
 typedef enum { ZT_F32 = 0, ZT_BF16 = 1, ZT_I32 = 2, ZT_F64 = 3, ZT_I64 = 4, ZT_U8 = 5, ZT_F16 = 6 } zt_dtype_t;
 struct zt_comm;
 struct zt_comm_backend;
+/* One point-to-point operation of a batch (zt_p2p_batch): send buf (count) to group rank
+ * peer, or receive it from peer; tag as zt_isend's */
+typedef struct zt_p2p_op {
+    int send;
+    void *buf;
+    int peer, tag;
+    size_t count;
+    zt_dtype_t t;
+} zt_p2p_op_t;
 typedef enum { ZT_SUM = 0, ZT_MAX = 1, ZT_MIN = 2 } zt_redop_t;
 typedef enum { ZT_COLL_ALLREDUCE = 0, ZT_COLL_REDUCE_SCATTER, ZT_COLL_ALLGATHER, ZT_COLL_BCAST,
                ZT_COLL_ALLTOALL, ZT_COLL_SENDRECV, ZT_COLL_N } zt_coll_kind_t;
@@ -91,6 +100,8 @@ typedef struct zt_comm {
     zt_comm_stats_t stats;          /* since the last zt_comm_stats_reset; read with zt_comm_stats */
     const char *backend;            /* "mpi" | the device comm backend's name ("nccl") */
     const struct zt_comm_backend *dev;  /* device comm backend, NULL = MPI only */
+    int p2p_in_order_mpi;           /* ZT_P2P_IN_ORDER=1: MPI's messages issued as a stream-ordered
+                                     * backend's (zt_p2p_in_order), so tests run that order on CPUs */
     void *dev_state;                /* the device backend's own state (streams, events) */
 } zt_comm_t;
 
@@ -129,6 +140,11 @@ typedef struct zt_comm_backend {
                   zt_request_t *req);
     void (*irecv)(struct zt_comm *c, zt_group_t *g, void *recv, int from, size_t count, zt_dtype_t t,
                   zt_request_t *req);
+    /* n of them issued together (NCCL: one group), req[k] completing ops[k]; NULL: each
+     * on its own through isend/irecv */
+    void (*p2p_batch)(struct zt_comm *c, zt_group_t *g, const zt_p2p_op_t *ops, int n, zt_request_t *req);
+    /* 1: its point-to-point messages are stream-ordered (zt_p2p_in_order) */
+    int p2p_in_order;
     void (*wait)(struct zt_comm *c, zt_request_t *req);
     /* adds every deferred collective time to c->stats (may block until they finish) */
     void (*flush)(struct zt_comm *c);
@@ -219,6 +235,18 @@ void zt_isend(zt_comm_t *c, zt_group_t *g, const void *send, int to, int tag, si
               zt_request_t *req);
 void zt_irecv(zt_comm_t *c, zt_group_t *g, void *recv, int from, int tag, size_t count, zt_dtype_t t,
               zt_request_t *req);
+/* A batch of the pipeline's messages, issued together so that none holds back another:
+ * ops[k] into req[k], each accounted as zt_isend/zt_irecv's (kind send-recv, each side its
+ * own bytes). Device buffers (all of the batch's or none): the device backend's batch (NCCL:
+ * one ncclGroupStart/End); host buffers: an MPI_Isend/Irecv each. */
+void zt_p2p_batch(zt_comm_t *c, zt_group_t *g, const zt_p2p_op_t *ops, int n, zt_request_t *req);
+/* 1 when the pipeline's messages are stream-ordered: they run in issue order on one stream,
+ * a pair of ranks' messages match in issue order whatever their tags, and one completes
+ * only once its partner is posted (NCCL), so a step issues them as zt_schedule_plan_in_order
+ * plans (zt_step.h) rather than every receive at its start. Also 1 under MPI with
+ * ZT_P2P_IN_ORDER=1 in the environment (read once, at zt_comm_create): the same order with
+ * tag 0, which tests compare with MPI's own. */
+int zt_p2p_in_order(const zt_comm_t *c);
 /* Lets a non-blocking MPI operation progress (MPI_Test) without waiting: called between
  * pieces of compute, so a transfer that MPI moves only inside its calls (shared-memory
  * rendezvous) moves during the compute. No-op for device requests. */

@@ -60,6 +60,8 @@ typedef struct zt_schedule {
     int ref;            /* the lists hold the reference's forwards (zt_schedule_add_reference) */
     int *n;             /* (pp) actions per rank */
     zt_action_t **a;    /* (pp) each rank's list */
+    int **post;         /* (pp) per action: a message's batch, the action it is issued before
+                         * (zt_schedule_plan_in_order); NULL: unplanned */
 } zt_schedule_t;
 
 /* The schedule `kind` over pp ranks of v stages each for `micro` micro-batches: 0, or -1
@@ -111,5 +113,38 @@ int zt_schedule_slots(const zt_schedule_t *s, int rank, int *slot);
  * each rank held between a forward and its backward (summed over its stages). 0, or -1
  * with the first fault in err. */
 int zt_schedule_check(const zt_schedule_t *s, int *inflight, char *err, size_t errlen);
+
+/* Stream-ordered messages (NCCL; zt_p2p_in_order): a rank's sends and receives run in
+ * issue order on one stream, a pair of ranks' messages in one direction match in issue
+ * order (no tags), and an operation completes only once its partner is posted, so a
+ * receive posted early holds back every send after it, and a send holds back everything
+ * after it until its receive is posted. Such a backend issues the messages that sit
+ * between two compute actions of a list as one batch (zt_p2p_batch: one NCCL group, whose
+ * operations progress together), there, and waits for the whole batch before the next
+ * compute, as Megatron's batch_isend_irecv. Where that alone would deadlock (a rank's
+ * send whose receive the peer posts only after a message that rank sends later: the
+ * interleaved schedule's deeper warm-up, the reference's extra messages), the receive
+ * moves into the batch the peer is waiting in, as Megatron's send_forward_recv_forward
+ * posts the next receive with a send. zt_schedule_plan_in_order works that out (s->post,
+ * the same on every rank); a received message still reaches the model at its own
+ * action, from its buffer. 0, or -1 with one line in err (a list no batching saves). */
+int zt_schedule_plan_in_order(zt_schedule_t *s, char *err, size_t errlen);
+
+/* Rank `rank`'s messages in issue order (by s->post, then list order; list order where
+ * unplanned) into order (zt_schedule_messages entries, action indices); the count. */
+int zt_schedule_issue_order(const zt_schedule_t *s, int rank, int *order);
+
+/* The batches rank `rank` issues as planned; *moved (or NULL): its receives issued in an
+ * earlier batch than the one between their computes */
+int zt_schedule_batches(const zt_schedule_t *s, int rank, int *moved);
+
+/* Checks that the lists, issued as planned (or, unplanned, each message in the batch
+ * between its computes), run under those semantics: each rank's batches and computes in
+ * list order, a batch complete only when the partner of each of its operations is posted
+ * (its batch reached) on the other rank, the k-th message issued from one rank to another
+ * being the other's k-th receive issued from it, which must be the same message. 0, or -1
+ * with the first fault in err (a deadlock names the batch each stuck rank waits in).
+ * Complements zt_schedule_check, which checks the lists' data flow under MPI's tags. */
+int zt_schedule_check_in_order(const zt_schedule_t *s, char *err, size_t errlen);
 
 #endif

@@ -113,6 +113,8 @@ int zt_comm_create_mesh(zt_comm_t *c, MPI_Comm world, int pp, int tp, int sp, in
 {
     memset(c, 0, sizeof *c);
     c->backend = "mpi";
+    const char *order = getenv("ZT_P2P_IN_ORDER");
+    c->p2p_in_order_mpi = order && strcmp(order, "1") == 0;
     if (bf16_sum_op == MPI_OP_NULL) ZT_MPI(MPI_Op_create(bf16_sum, 1, &bf16_sum_op));
     if (fp16_sum_op == MPI_OP_NULL) ZT_MPI(MPI_Op_create(fp16_sum, 1, &fp16_sum_op));
     MPI_Comm wdup, node;
@@ -646,6 +648,25 @@ void zt_irecv(zt_comm_t *c, zt_group_t *g, void *recv, int from, int tag, size_t
 {
     p2p(c, g, recv, from, tag, count, t, req, 0);
 }
+
+void zt_p2p_batch(zt_comm_t *c, zt_group_t *g, const zt_p2p_op_t *ops, int n, zt_request_t *req)
+{
+    if (n <= 0) return;
+    const zt_comm_backend_t *be = on_device(c, ops[0].buf, ops[0].buf);
+    for (int k = 1; k < n; k++)
+        if (on_device(c, ops[k].buf, ops[k].buf) != be)
+            zt_fatal("zt_p2p_batch: device and host buffers in one batch (group '%s')", g->name);
+    if (!be || !be->p2p_batch) {
+        for (int k = 0; k < n; k++)
+            p2p(c, g, ops[k].buf, ops[k].peer, ops[k].tag, ops[k].count, ops[k].t, &req[k], ops[k].send);
+        return;
+    }
+    for (int k = 0; k < n; k++)
+        dev_req(&req[k], g, be, ZT_COLL_SENDRECV, (double)ops[k].count * zt_dtype_size(ops[k].t), 2);
+    be->p2p_batch(c, g, ops, n, req);
+}
+
+int zt_p2p_in_order(const zt_comm_t *c) { return (c->dev && c->dev->p2p_in_order) || (!c->dev && c->p2p_in_order_mpi); }
 
 void zt_iallreduce(zt_comm_t *c, zt_group_t *g, const void *send, void *recv, size_t count,
                    zt_dtype_t t, zt_redop_t op, zt_request_t *req)

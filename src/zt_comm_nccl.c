@@ -460,6 +460,28 @@ static void nccl_irecv(zt_comm_t *c, zt_group_t *g, void *recv, int from, size_t
     issued(c, req);
 }
 
+/* The pipeline's batch of messages as one NCCL group: its sends and receives progress
+ * together, so a receive in it cannot hold back a send in it (between two ranks, NCCL
+ * matches them in issue order). Every request shares the group's completion: each gets
+ * events of its own, recorded around the one group, as the free list recycles them per
+ * request at its wait. */
+static void nccl_p2p_batch(zt_comm_t *c, zt_group_t *g, const zt_p2p_op_t *ops, int n, zt_request_t *req)
+{
+    nccl_state_t *st = state(c);
+    cudaStream_t s = issue(c, &req[0]);
+    for (int k = 1; k < n; k++) {
+        req[k].ev_start = ev_get(st);
+        req[k].ev_done = ev_get(st);
+        ZT_NCCL_CUDA(cudaEventRecord((cudaEvent_t)req[k].ev_start, s));
+    }
+    ZT_NCCL(g, ncclGroupStart());
+    for (int k = 0; k < n; k++)
+        if (ops[k].send) ZT_NCCL(g, ncclSend(ops[k].buf, ops[k].count, nccl_type(ops[k].t), ops[k].peer, comm_of(g), s));
+        else ZT_NCCL(g, ncclRecv(ops[k].buf, ops[k].count, nccl_type(ops[k].t), ops[k].peer, comm_of(g), s));
+    ZT_NCCL(g, ncclGroupEnd());
+    for (int k = 0; k < n; k++) issued(c, &req[k]);
+}
+
 static void nccl_ibcast(zt_comm_t *c, zt_group_t *g, void *buf, size_t count, zt_dtype_t t, int root,
                         zt_request_t *req)
 {
@@ -483,6 +505,8 @@ const zt_comm_backend_t zt_comm_nccl = {
     .isendrecv = nccl_isendrecv,
     .isend = nccl_isend,
     .irecv = nccl_irecv,
+    .p2p_batch = nccl_p2p_batch,
+    .p2p_in_order = 1,
     .wait = nccl_wait,
     .flush = nccl_flush,
 };

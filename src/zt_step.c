@@ -134,7 +134,8 @@ int zt_schedule_messages(const zt_schedule_t *s, int rank)
 void zt_schedule_free(zt_schedule_t *s)
 {
     if (!s->a) return;
-    for (int r = 0; r < s->pp; r++) free(s->a[r]);
+    for (int r = 0; r < s->pp; r++) free(s->a[r]), free(s->post ? s->post[r] : NULL);
+    free(s->post);
     free(s->a);
     free(s->n);
     memset(s, 0, sizeof *s);
@@ -305,4 +306,247 @@ int zt_schedule_slots(const zt_schedule_t *s, int rank, int *slot)
     free(last);
     free(busy);
     return used;
+}
+
+
+/* ---- stream-ordered messages (zt_schedule_plan_in_order) --------------------------- */
+
+static int is_message(const zt_action_t *a)
+{
+    return a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_RECV_ACT || a->kind == ZT_ACT_SEND_GRAD ||
+           a->kind == ZT_ACT_RECV_GRAD || a->kind == ZT_ACT_SEND_REF || a->kind == ZT_ACT_RECV_REF;
+}
+
+static int is_send(const zt_action_t *a)
+{
+    return a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_SEND_GRAD || a->kind == ZT_ACT_SEND_REF;
+}
+
+/* The action message i of rank r is issued before: planned, or the first of the run of
+ * messages it sits in (the batch between two computes) */
+static int post_of(const zt_schedule_t *s, int r, int i)
+{
+    if (s->post) return s->post[r][i];
+    while (i > 0 && is_message(&s->a[r][i - 1])) i--;
+    return i;
+}
+
+int zt_schedule_issue_order(const zt_schedule_t *s, int rank, int *order)
+{
+    int n = 0;
+    for (int i = 0; i < s->n[rank]; i++)
+        if (is_message(&s->a[rank][i])) order[n++] = i;
+    for (int k = 1; k < n; k++) { /* stable: list order within a batch; nearly sorted already */
+        const int x = order[k], px = post_of(s, rank, x);
+        int j = k;
+        while (j > 0 && post_of(s, rank, order[j - 1]) > px) order[j] = order[j - 1], j--;
+        order[j] = x;
+    }
+    return n;
+}
+
+int zt_schedule_batches(const zt_schedule_t *s, int rank, int *moved)
+{
+    int n = 0, mv = 0;
+    for (int i = 0, first = 0; i < s->n[rank]; i++) {
+        if (!is_message(&s->a[rank][i])) {
+            first = i + 1;
+            continue;
+        }
+        mv += post_of(s, rank, i) < first;
+        int k = 0; /* a batch counts at its first message in list order */
+        while (k < i && !(is_message(&s->a[rank][k]) && post_of(s, rank, k) == post_of(s, rank, i))) k++;
+        n += k == i;
+    }
+    if (moved) *moved = mv;
+    return n;
+}
+
+/* A run of the lists under stream order: per rank its messages in issue order, each
+ * message's partner (its action index on the peer), what is posted, and where each rank is */
+typedef struct {
+    zt_schedule_t *s;
+    int **order, *norder, **partner, **posted, **seq, *pc, *cur;
+} ordered_t;
+
+static void ordered_free(ordered_t *o)
+{
+    for (int r = 0; r < o->s->pp; r++) free(o->order[r]), free(o->partner[r]), free(o->posted[r]), free(o->seq[r]);
+    free(o->order), free(o->partner), free(o->posted), free(o->seq), free(o->norder), free(o->pc), free(o->cur);
+}
+
+/* Matches the k-th message issued from r to q with q's k-th receive issued from r, which
+ * must carry the same message (tag); -1 with err where one has no partner or another's */
+static int ordered_init(ordered_t *o, zt_schedule_t *s, char *err, size_t errlen)
+{
+    const int pp = s->pp;
+    o->s = s;
+    o->order = zt_calloc((size_t)pp, sizeof *o->order), o->partner = zt_calloc((size_t)pp, sizeof *o->partner);
+    o->posted = zt_calloc((size_t)pp, sizeof *o->posted), o->seq = zt_calloc((size_t)pp, sizeof *o->seq);
+    o->norder = zt_calloc((size_t)pp, sizeof *o->norder);
+    o->pc = zt_calloc((size_t)pp, sizeof *o->pc), o->cur = zt_calloc((size_t)pp, sizeof *o->cur);
+    /* per rank, per (peer, direction): its messages' action indices in issue order */
+    int **chan = zt_calloc((size_t)pp, sizeof *chan), **off = zt_calloc((size_t)pp, sizeof *off);
+    char what[48], other[48];
+    int rc = 0;
+    for (int r = 0; r < pp && rc == 0; r++) {
+        const int n = s->n[r];
+        o->order[r] = zt_malloc((size_t)(n + 1) * sizeof **o->order);
+        o->partner[r] = zt_malloc((size_t)(n + 1) * sizeof **o->partner);
+        o->posted[r] = zt_calloc((size_t)n + 1, sizeof **o->posted);
+        o->seq[r] = zt_malloc((size_t)(n + 1) * sizeof **o->seq);
+        o->norder[r] = zt_schedule_issue_order(s, r, o->order[r]);
+        off[r] = zt_calloc((size_t)2 * pp + 1, sizeof **off);
+        int *cnt = zt_calloc((size_t)2 * pp, sizeof *cnt);
+        for (int k = 0; k < o->norder[r] && rc == 0; k++) {
+            const zt_action_t *a = &s->a[r][o->order[r][k]];
+            zt_action_format(a, what, sizeof what);
+            if (a->peer < 0 || a->peer >= pp || a->peer == r)
+                rc = zt_err(err, errlen, "rank %d: %s names no other rank", r, what);
+            else o->seq[r][o->order[r][k]] = cnt[2 * a->peer + is_send(a)]++;
+        }
+        for (int c = 0; c < 2 * pp; c++) off[r][c + 1] = off[r][c] + cnt[c];
+        chan[r] = zt_malloc((size_t)(off[r][2 * pp] + 1) * sizeof **chan);
+        for (int k = 0; k < o->norder[r] && rc == 0; k++) {
+            const int i = o->order[r][k];
+            const zt_action_t *a = &s->a[r][i];
+            chan[r][off[r][2 * a->peer + is_send(a)] + o->seq[r][i]] = i;
+        }
+        free(cnt);
+    }
+    for (int r = 0; r < pp && rc == 0; r++)
+        for (int k = 0; k < o->norder[r] && rc == 0; k++) {
+            const int i = o->order[r][k], q = s->a[r][i].peer, c = 2 * r + !is_send(&s->a[r][i]);
+            zt_action_format(&s->a[r][i], what, sizeof what);
+            if (off[q][c] + o->seq[r][i] >= off[q][c + 1]) {
+                rc = zt_err(err, errlen, "rank %d: %s has no partner on rank %d (message %d of the pair)", r, what, q,
+                            o->seq[r][i] + 1);
+                break;
+            }
+            const int j = chan[q][off[q][c] + o->seq[r][i]];
+            if (zt_schedule_tag(s, &s->a[r][i]) != zt_schedule_tag(s, &s->a[q][j])) {
+                zt_action_format(&s->a[q][j], other, sizeof other);
+                rc = zt_err(err, errlen, "rank %d: %s would meet rank %d's %s (messages between two ranks match in "
+                            "issue order)", r, what, q, other);
+            }
+            o->partner[r][i] = j;
+        }
+    for (int r = 0; r < pp; r++) free(chan[r]), free(off[r]);
+    free(chan), free(off);
+    return rc;
+}
+
+/* The end of rank r's batch at its current action (entries cur .. end of its order) */
+static int batch_end(const ordered_t *o, int r)
+{
+    int e = o->cur[r];
+    while (e < o->norder[r] && post_of(o->s, r, o->order[r][e]) == o->pc[r]) e++;
+    return e;
+}
+
+/* A stuck rank r's send whose receive is not posted: that receive, and every receive of
+ * the same channel before it not yet posted, join the batch the peer waits in (posted
+ * there, in the channel's order, so the matching stays); 1 when one moved */
+static int hoist(ordered_t *o, int r)
+{
+    zt_schedule_t *s = o->s;
+    for (int k = o->cur[r], e = batch_end(o, r); k < e; k++) {
+        const int i = o->order[r][k], q = s->a[r][i].peer, j = o->partner[r][i];
+        if (!is_send(&s->a[r][i]) || o->posted[q][j]) continue;
+        for (int x = 0; x <= j; x++) {
+            const zt_action_t *b = &s->a[q][x];
+            if (is_message(b) && !is_send(b) && b->peer == r && !o->posted[q][x])
+                s->post[q][x] = o->pc[q], o->posted[q][x] = 1;
+        }
+        o->norder[q] = zt_schedule_issue_order(s, q, o->order[q]); /* entries before cur keep their places */
+        return 1;
+    }
+    return 0;
+}
+
+/* Runs the lists: a rank posts the batch at its action and moves on once every partner of
+ * it is posted; a compute (or R) is done once reached. repair: a deadlock moves receives
+ * (hoist) while it can. 0, or -1 with the deadlock in err. */
+static int ordered_run(ordered_t *o, int repair, char *err, size_t errlen)
+{
+    const zt_schedule_t *s = o->s;
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int r = 0; r < s->pp; r++)
+            while (o->pc[r] < s->n[r]) {
+                const int e = batch_end(o, r);
+                int ready = 1;
+                for (int k = o->cur[r]; k < e; k++) {
+                    const int i = o->order[r][k];
+                    if (!o->posted[r][i]) o->posted[r][i] = 1, moved = 1;
+                    ready &= o->posted[s->a[r][i].peer][o->partner[r][i]];
+                }
+                if (!ready) break;
+                o->cur[r] = e, o->pc[r]++, moved = 1;
+            }
+        for (int r = 0; repair && !moved && r < s->pp; r++)
+            if (o->pc[r] < s->n[r]) moved = hoist(o, r);
+    }
+    for (int r = 0; r < s->pp; r++)
+        if (o->pc[r] < s->n[r]) {
+            char batch[256];
+            size_t at = 0;
+            batch[0] = '\0';
+            for (int k = o->cur[r], e = batch_end(o, r); k < e && at + 1 < sizeof batch; k++) {
+                if (k > o->cur[r]) batch[at++] = ' ', batch[at] = '\0';
+                const int w = zt_action_format(&s->a[r][o->order[r][k]], batch + at, sizeof batch - at);
+                at = ZT_MIN(at + (size_t)(w > 0 ? w : 0), sizeof batch - 1);
+            }
+            return zt_err(err, errlen, "deadlock in issue order: rank %d waits at batch [%s] (action %d of %d)", r,
+                          batch, o->pc[r] + 1, s->n[r]);
+        }
+    return 0;
+}
+
+int zt_schedule_plan_in_order(zt_schedule_t *s, char *err, size_t errlen)
+{
+    if (s->post) {
+        for (int r = 0; r < s->pp; r++) free(s->post[r]);
+        free(s->post);
+        s->post = NULL;
+    }
+    int **post = zt_calloc((size_t)s->pp, sizeof *post);
+    for (int r = 0; r < s->pp; r++) {
+        post[r] = zt_malloc((size_t)(s->n[r] + 1) * sizeof **post);
+        for (int i = 0; i < s->n[r]; i++) post[r][i] = is_message(&s->a[r][i]) ? post_of(s, r, i) : -1;
+    }
+    s->post = post;
+    ordered_t o;
+    int rc = ordered_init(&o, s, err, errlen);
+    if (rc == 0) rc = ordered_run(&o, 1, err, errlen);
+    ordered_free(&o);
+    if (rc) {
+        for (int r = 0; r < s->pp; r++) free(post[r]);
+        free(post);
+        s->post = NULL;
+    }
+    return rc;
+}
+
+int zt_schedule_check_in_order(const zt_schedule_t *s, char *err, size_t errlen)
+{
+    char what[48];
+    /* a planned message is issued no later than its action, and a send after the compute
+     * that makes it (in the batch right before its action) */
+    for (int r = 0; s->post && r < s->pp; r++)
+        for (int i = 0; i < s->n[r]; i++) {
+            if (!is_message(&s->a[r][i])) continue;
+            int first = i;
+            while (first > 0 && is_message(&s->a[r][first - 1])) first--;
+            const int p = s->post[r][i];
+            if (p < 0 || p > i || (is_send(&s->a[r][i]) && p < first)) {
+                zt_action_format(&s->a[r][i], what, sizeof what);
+                return zt_err(err, errlen, "rank %d: %s issued before action %d", r, what, p + 1);
+            }
+        }
+    ordered_t o;
+    int rc = ordered_init(&o, (zt_schedule_t *)s, err, errlen); /* no repair: s stays as it is */
+    if (rc == 0) rc = ordered_run(&o, 0, err, errlen);
+    ordered_free(&o);
+    return rc;
 }

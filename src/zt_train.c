@@ -884,17 +884,27 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
     if (rc == 0 && r->plan.sp > 1 && r->plan.sp_mode == ZT_SP_RING && !r->be->attention_block_forward)
         rc = zt_err(err, sizeof err, "parallel.sp_mode = ring: the %s backend has no ring attention kernels yet "
                     "(parallel.sp_mode = ulysses works there)", r->be->name);
-    /* NCCL runs a communicator's operations in issue order on one stream: the receives a
-     * step posts at its start would hold back its sends */
-    if (rc == 0 && r->plan.pp > 1 && !r->be->host_memory)
-        rc = zt_err(err, sizeof err, "parallel.pipeline_parallel_size %d: the %s backend's pipeline messages are not "
-                    "wired yet (parallel.backend = cpu runs pipelines)", r->plan.pp, r->be->name);
     if (rc == 0 && r->plan.optimizer == ZT_OPTIM_ONEBIT_ADAM && !r->be->host_memory)
         rc = zt_err(err, sizeof err, "optim.type = onebit_adam: the %s backend has no 1-bit compression kernels "
                     "(they run on host memory: parallel.backend = cpu)", r->be->name);
     /* the plan checked the schedule's rules; this cannot fail where it passed */
     if (rc == 0) /* --generate runs only the stages: a schedule of pp micro-batches is valid for every kind */
         rc = zt_tr_build_steps(cfg, &r->plan, cfg->mode_generate ? r->plan.pp : r->A, &r->steps, err, sizeof err);
+    /* NCCL runs a communicator's operations in issue order on one stream: the step's
+     * messages go in the batches this plans (the same on every rank), not all receives at
+     * its start, which would hold back its sends */
+    if (rc == 0 && r->plan.pp > 1 && zt_p2p_in_order(comm)) {
+        rc = zt_schedule_plan_in_order(&r->steps, err, sizeof err);
+        int moved = 0, nb = 0;
+        for (int k = 0; rc == 0 && k < r->plan.pp; k++) {
+            int mk;
+            nb += zt_schedule_batches(&r->steps, k, &mk);
+            moved += mk;
+        }
+        if (rc == 0)
+            zt_log("pipeline: %s messages in stream order, %d batches a step over the pp ranks, %d receives "
+                   "issued a batch early", comm->backend, nb, moved);
+    }
     if (rc == 0) r->micro_T = zt_calloc((size_t)r->A, sizeof *r->micro_T);
     if (rc == 0) r->micro_Tp = zt_calloc((size_t)r->A, sizeof *r->micro_Tp);
     if (rc == 0) r->micro_seg = zt_calloc((size_t)r->A, sizeof *r->micro_seg);

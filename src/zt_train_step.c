@@ -114,12 +114,62 @@ static void ref_forward(run_t *r, zt_model_t *m, const zt_action_t *a, double *r
     if (end == L + 2) zt_tr_pref_lap(r, PT_REF_HEAD, now);
 }
 
+/* Where a send's message comes from: the output of its stage (the residual entering the
+ * next stage's first layer), or the gradient of its stage's input */
+static const float *send_source(run_t *r, const zt_action_t *a)
+{
+    zt_model_t *m = r->models[r->slot[a->micro]];
+    const int end = r->plan.stage_first[a->stage + 1];
+    return a->kind == ZT_ACT_SEND_GRAD ? zt_model_residual_grad(m) : zt_model_residual(m, end - 1);
+}
+
+/* Stream-ordered messages: the batch the plan issues before action i of this rank's list
+ * (order: its messages in issue order, from *next on; buf_of: each action's message buffer
+ * index), as one zt_p2p_batch with tag 0 (the pair's issue order is the match, as NCCL's),
+ * each message into a buffer of its own (a send's a copy of its source), then waited for
+ * whole: a batch ends before the compute after it, as the plan's check assumes. The bytes
+ * of the buffers go to *held. */
+static void issue_batch(run_t *r, const int *order, int norder, int *next, int i, const int *buf_of, size_t *held)
+{
+    zt_comm_t *c = r->comm;
+    const int me = c->pp.rank;
+    int e = *next;
+    while (e < norder && r->steps.post[me][order[e]] == i) e++;
+    const int n = e - *next;
+    if (n == 0) return;
+    zt_p2p_op_t *ops = zt_malloc((size_t)n * sizeof *ops);
+    zt_request_t *req = zt_malloc((size_t)n * sizeof *req);
+    for (int k = 0; k < n; k++) {
+        const zt_action_t *a = &r->steps.a[me][order[*next + k]];
+        const int send = a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_SEND_GRAD || a->kind == ZT_ACT_SEND_REF;
+        const size_t count = zt_tr_residual_floats(r, r->micro_T[a->micro]);
+        float *buf = r->be->alloc(count * sizeof *buf);
+        *held += count * sizeof *buf;
+        if (send) r->be->copy(buf, send_source(r, a), count * sizeof *buf);
+        r->pp_buf[buf_of[order[*next + k]]] = buf;
+        ops[k] = (zt_p2p_op_t){.send = send, .buf = buf, .peer = a->peer, .tag = 0, .count = count, .t = ZT_F32};
+    }
+    zt_p2p_batch(c, &c->pp, ops, n, req);
+    const double tw = zt_now();
+    for (int k = 0; k < n; k++) {
+        zt_wait(c, &req[k]);
+        r->pp_req[buf_of[order[*next + k]]] = req[k]; /* accounted: a wait there returns at once */
+    }
+    r->pp_recv_wait += zt_now() - tw;
+    free(ops);
+    free(req);
+    *next = e;
+}
+
 /* pp > 1: this pipeline rank's actions of one step up to its R, on the layers of each
  * action's stage (plan.stage_first): the embedding (layer 0) and the head (L + 1) use the
  * root unit, the blocks their units; the residual stream and its gradient cross the stage
  * boundaries through the pp group. Receives are posted at the start and waited for where
  * the schedule puts them; a send goes from a copy and completes at R, so compute runs
- * while both travel. ds: a token's
+ * while both travel. Stream-ordered messages (zt_p2p_in_order: NCCL) go instead in the
+ * batches the schedule's plan gives (zt_schedule_plan_in_order), each waited for whole
+ * before the next compute (issue_batch); a receive is still copied where the model reads
+ * it at its own action. ds: a token's
  * gradient scale. DPO (pf, pref_window, pref_micros: run_schedule's): the reference's
  * forwards are actions of the list (FR, ref_forward, with their messages SR/RR), the last
  * stage's backward runs the head, the loss and its factors (pref_policy_head); the parts'
@@ -151,14 +201,31 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
      * waited for and copied where the model reads it */
     int nmsg = 0;
     size_t held = 0; /* the bytes of the step's message buffers */
+    /* stream-ordered: each message's buffer index, receives first as below, and the
+     * messages in issue order */
+    const int in_order = r->steps.post != NULL;
+    int *buf_of = NULL, *order = NULL, norder = 0, next = 0;
+    if (in_order) {
+        buf_of = zt_malloc((size_t)r->steps.n[me] * sizeof *buf_of);
+        order = zt_malloc((size_t)r->steps.n[me] * sizeof *order);
+        norder = zt_schedule_issue_order(&r->steps, me, order);
+    }
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
         if (a->kind != ZT_ACT_RECV_ACT && a->kind != ZT_ACT_RECV_GRAD && a->kind != ZT_ACT_RECV_REF) continue;
+        if (in_order) {
+            buf_of[i] = nmsg++;
+            continue;
+        }
         const size_t n = zt_tr_residual_floats(r, r->micro_T[a->micro]);
         r->pp_buf[nmsg] = r->be->alloc(n * sizeof(float));
         held += n * sizeof(float);
         zt_irecv(c, &c->pp, r->pp_buf[nmsg], a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nmsg]);
         nmsg++;
+    }
+    for (int i = 0, k = nmsg; in_order && i < r->steps.n[me]; i++) {
+        const zt_action_kind_t kd = r->steps.a[me][i].kind;
+        if (kd == ZT_ACT_SEND_ACT || kd == ZT_ACT_SEND_GRAD || kd == ZT_ACT_SEND_REF) buf_of[i] = k++;
     }
     double loss_sum = 0.0;
     int nrecv = 0, nsend = nmsg;
@@ -166,6 +233,7 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
     for (int i = 0; i < r->steps.n[me]; i++) {
         const zt_action_t *a = &r->steps.a[me][i];
         if (a->kind == ZT_ACT_REDUCE) break;
+        if (in_order) issue_batch(r, order, norder, &next, i, buf_of, &held);
         const int mi = a->micro, first = r->plan.stage_first[a->stage], end = r->plan.stage_first[a->stage + 1];
         zt_model_t *m = r->models[r->slot[mi]];
         const int T = r->micro_T[mi];
@@ -191,7 +259,11 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
         case ZT_ACT_SEND_ACT:
         case ZT_ACT_SEND_REF:
         case ZT_ACT_SEND_GRAD: {
-            const float *src = a->kind == ZT_ACT_SEND_GRAD ? zt_model_residual_grad(m) : zt_model_residual(m, end - 1);
+            if (in_order) { /* gone with its batch */
+                nsend++;
+                break;
+            }
+            const float *src = send_source(r, a);
             float *buf = r->be->alloc(n * sizeof *buf);
             held += n * sizeof *buf;
             r->be->copy(buf, src, n * sizeof *buf);
@@ -256,6 +328,8 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
     r->pp_span += zt_now() - t_span;
     r->pp_steps++;
     free(ref);
+    free(buf_of);
+    free(order);
     return loss_sum;
 }
 

@@ -23,7 +23,8 @@
 # of 6 prompts 4 at a time on the GPU against one at a time on the CPU (the batched KV
 # cache, generate.batch_size). With two or more GPUs, 2-rank cuda runs (ddp:
 # all-reduce; zero3: prefetched all-gather + reduce-scatter; zero2 per_param:
-# the v-collectives) against one CPU rank with the same global batch. Prints one table;
+# the v-collectives; ring sp 2; pp 2, the pipeline's messages in stream order) against one
+# CPU rank with the same global batch (fewer GPUs: shown skipped). Prints one table;
 # exit status 0 only when every step that ran passed (a skipped step is shown).
 # Then the benchmark: GPT-2 124M at T=1024 on one GPU, beside the same model in PyTorch
 # (tools/torch_gpt2_gpu.py: bf16 autocast, flash attention, fused AdamW).
@@ -327,6 +328,18 @@ if [ $HAVE_GPU = 1 ] && [ "${ngpu:-1}" -ge 2 ]; then
         parallel.sequence_parallel_size=2 parallel.sp_mode=ring train.gradient_accumulation_steps=2 \
         train.output_dir="$WORK/run-2-ring"
     same_loss "loss cpu vs 2 gpus ring sp 2" "$ref" "$(last_loss "$WORK/run-2-ring/metrics.jsonl")"
+    # a pipeline (pp 2, 1f1b over the same 4 sequences in 2 micro-batches): its activations
+    # and gradients through NCCL in the planned stream order (zt_schedule_plan_in_order)
+    # shellcheck disable=SC2086
+    run_step "train cuda 2 ranks pp 2" 120 $MPIRUN2 "$ZTRAIN" $base parallel.backend=cuda \
+        parallel.pipeline_parallel_size=2 train.gradient_accumulation_steps=2 train.output_dir="$WORK/run-2-pp"
+    if grep -q "pipeline: nccl messages in stream order" "$LOG"; then
+        same_loss "loss cpu vs 2 gpus pp 2" "$ref" "$(last_loss "$WORK/run-2-pp/metrics.jsonl")"
+    else
+        row "loss cpu vs 2 gpus pp 2" FAIL "no 'pipeline: nccl messages in stream order' line in $LOG"
+    fi
+elif [ $HAVE_GPU = 1 ]; then
+    row "train cuda 2 ranks (pp 2...)" SKIP "${ngpu:-1} GPU(s) visible: the 2-rank runs need 2"
 fi
 
 # ---- benchmark: GPT-2 124M, T=1024, one GPU --------------------------------------

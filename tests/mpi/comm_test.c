@@ -209,7 +209,8 @@ static void t_groups(zt_comm_t *c)
 
 /* ---- dispatch, through a device backend that records its calls -------------- */
 
-enum { F_AR, F_RS, F_AG, F_RSV, F_AGV, F_BC, F_WAIT, F_FLUSH, F_N };
+enum { F_AR, F_RS, F_AG, F_RSV, F_AGV, F_BC, F_WAIT, F_FLUSH, F_P2P, F_N };
+static int fake_batch_n; /* the operations of the last p2p batch */
 static int fake_calls[F_N];
 static float fake_memory[256]; /* what the recording backend calls device memory */
 
@@ -238,12 +239,17 @@ static void fake_wait(zt_comm_t *c, zt_request_t *q)
     c->stats.seconds[q->kind] += 1.0;
 }
 static void fake_flush(zt_comm_t *c) { fake_calls[F_FLUSH]++; }
+static void fake_p2p_batch(zt_comm_t *c, zt_group_t *g, const zt_p2p_op_t *ops, int n, zt_request_t *q)
+{
+    fake_calls[F_P2P]++;
+    fake_batch_n = n;
+}
 
 static const zt_comm_backend_t fake = {
     .name = "recording", .init = fake_init, .destroy = fake_destroy, .owns = fake_owns,
     .iallreduce = fake_iallreduce, .ireduce_scatter = fake_ireduce_scatter, .iallgather = fake_iallgather,
     .ireduce_scatterv = fake_ireduce_scatterv, .iallgatherv = fake_iallgatherv, .ibcast = fake_ibcast,
-    .wait = fake_wait, .flush = fake_flush,
+    .wait = fake_wait, .flush = fake_flush, .p2p_batch = fake_p2p_batch, .p2p_in_order = 1,
 };
 
 static void t_backend_choice(zt_comm_t *c)
@@ -319,8 +325,38 @@ static void t_dispatch(zt_comm_t *c)
     CHECK(st->calls[ZT_COLL_ALLGATHER] == 3 && st->calls[ZT_COLL_BCAST] == 2 &&
           st->seconds[ZT_COLL_ALLGATHER] == 3.0 && st->seconds[ZT_COLL_REDUCE_SCATTER] == 3.0,
           "all-gather/broadcast calls or device seconds wrong");
+
+    /* the pipeline's batch: device buffers as one call of the backend, each operation its own
+     * request and bytes (kind send-recv); host buffers through MPI, matched in issue order at
+     * tag 0; the stream-ordered property is the backend's */
+    CHECK(zt_p2p_in_order(c), "a backend with p2p_in_order: zt_p2p_in_order is 0");
+    zt_comm_stats_reset(c);
+    const int next = (g->rank + 1) % n, prev = (g->rank + n - 1) % n;
+    zt_p2p_op_t ops[2] = {{.send = 1, .buf = d, .peer = next, .count = 3, .t = ZT_F32},
+                          {.send = 0, .buf = d2, .peer = prev, .count = 5, .t = ZT_F32}};
+    zt_request_t pq[2];
+    zt_p2p_batch(c, g, ops, 2, pq);
+    zt_wait(c, &pq[0]), zt_wait(c, &pq[1]);
+    CHECK(fake_calls[F_P2P] == 1 && fake_batch_n == 2, "p2p batch: %d calls of %d ops, want 1 of 2",
+          fake_calls[F_P2P], fake_batch_n);
+    st = zt_comm_stats(c);
+    CHECK(st->calls[ZT_COLL_SENDRECV] == 2 && st->bytes[ZT_COLL_SENDRECV] == 32.0 &&
+          st->group_bytes[ZT_GRP_WORLD] == 32.0, "p2p batch accounting: %ld calls, %.0f bytes (want 2, 32)",
+          st->calls[ZT_COLL_SENDRECV], st->bytes[ZT_COLL_SENDRECV]);
     CHECK(zt_comm_use_backend(c, NULL, err, sizeof err) == 0 && !c->dev && strcmp(c->backend, "mpi") == 0,
           "removing the device backend");
+    CHECK(!zt_p2p_in_order(c) || getenv("ZT_P2P_IN_ORDER"), "MPI alone is stream-ordered");
+    float hs[2][2], hr[2][2];
+    for (int k = 0; k < 2; k++) hs[k][0] = (float)(10 * g->rank + k), hs[k][1] = -1.0f;
+    zt_p2p_op_t hops[4] = {{.send = 0, .buf = hr[0], .peer = prev, .count = 2, .t = ZT_F32},
+                           {.send = 1, .buf = hs[0], .peer = next, .count = 2, .t = ZT_F32},
+                           {.send = 1, .buf = hs[1], .peer = next, .count = 2, .t = ZT_F32},
+                           {.send = 0, .buf = hr[1], .peer = prev, .count = 2, .t = ZT_F32}};
+    zt_request_t hq[4];
+    zt_p2p_batch(c, g, hops, 4, hq);
+    for (int k = 0; k < 4; k++) zt_wait(c, &hq[k]);
+    CHECK(hr[0][0] == 10 * prev && hr[1][0] == 10 * prev + 1 && hr[1][1] == -1.0f,
+          "host p2p batch: got %g %g from rank %d", hr[0][0], hr[1][0], prev);
 }
 
 int main(int argc, char **argv)

@@ -14,6 +14,8 @@
 #     after their last target alike on every stage) with validation, at pp 2 and pp 2 x dp 2.
 #  2. The checkpoint stays mesh-independent: pp 2 -> 1 rank, and 1 rank -> pp 2 x dp 2,
 #     each 10 + 10 steps against 20 at once.
+#     The same pp 2 (1f1b, interleaved) with its messages issued in the device (NCCL)
+#     order (ZT_P2P_IN_ORDER=1): bit-identical to MPI's order.
 #  3. Accounting: the pp group's point-to-point bytes per step are exactly the formula
 #     (a message of B T C floats per micro-batch per stage boundary a rank's stages touch,
 #     each way, and the root unit's gradient between the first and the last stage), and
@@ -64,6 +66,27 @@ for fam in gpt2 llama; do
         fail "$fam: pipeline parallelism diverged from one rank"
 done
 echo "pp: gpt2 and llama at pp 2 and pp 2 x dp 2 (gpipe, 1f1b; ddp, zero1, zero2, zero3) and interleaved v 2 match one rank"
+# the device (NCCL) issue order on MPI: ZT_P2P_IN_ORDER=1 makes the step issue its messages
+# as a stream-ordered backend must (zt_schedule_plan_in_order's batches at their places in
+# the list, tag 0 so a pair's messages match in issue order, each batch waited for whole
+# before the next compute); the same sums in the same order as MPI's own order: bit-identical
+for run in "1f1b parallel.pp_schedule=1f1b" \
+    "il parallel.pp_schedule=interleaved_1f1b parallel.pp_stages_per_rank=2"; do
+    set -- $run
+    name=$1
+    shift
+    # shellcheck disable=SC2086
+    ZT_P2P_IN_ORDER=1 run_ztrain 2 $common $(batch_args 1) $pp2 "$@" train.output_dir="gpt2-pp2-$name-ord" >/dev/null
+    assert_contains "$ZT_OUT" "pipeline: mpi messages in stream order"
+done
+# (the interleaved lists deadlock in issue order unless receives move: they did)
+grep "pipeline: mpi messages in stream order" "$ZT_OUT" | grep -q ", 0 receives" &&
+    fail "interleaved pp 2 in stream order moved no receive"
+
+"$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gpt2-pp2-1f1b gpt2-pp2-1f1b-ord --loss-tol 0 --param-tol 0 &&
+    "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" gpt2-pp2-il gpt2-pp2-il-ord --loss-tol 0 --param-tol 0 ||
+    fail "the stream-ordered issue of the pipeline's messages changed the training"
+echo "pp: pp 2 (1f1b, interleaved v 2) with its messages in the device's stream order matches MPI's order bit for bit"
 # parallel.pp_layers_per_stage: a stage of the embedding alone, and one of the head alone
 # shellcheck disable=SC2086
 run_ztrain 2 $common $(batch_args 1) $pp2 "parallel.pp_layers_per_stage=[1,3]" train.output_dir=lps13 >/dev/null
@@ -153,7 +176,7 @@ echo "pp: pp 2 -> 1 rank and 1 rank -> pp 2 x dp 2 resume as 20 steps at once"
 # Beside them the first and the last stage sum the root unit's gradient once a step (one
 # message each way of its elements: GPT-2's wte, wpe and ln_f, the tied head being the
 # embedding, read from the checkpoint); no other gradient crosses the pp group
-for run in "gpt2-pp2-1f1b 1" "gpt2-pp2-gpipe 1" "gpt2-pp2-il 3"; do
+for run in "gpt2-pp2-1f1b 1" "gpt2-pp2-gpipe 1" "gpt2-pp2-il 3" "gpt2-pp2-1f1b-ord 1" "gpt2-pp2-il-ord 3"; do
     set -- $run
     "$PY" - "$1" "$2" <<'PYEOF' || fail "$1: pp bytes per step differ from the formula"
 import glob, json, sys

@@ -1,8 +1,9 @@
 /* test_step.c — step schedules as data: the lists each schedule gives every pipeline
  * rank, printed and checked (order, counts, every send received, no deadlock in a
  * simulated run), the micro-batches each holds in flight (1F1B: at most pp on rank 0,
- * GPipe: all of them), the checker catching a deadlock and a send before its compute, and
- * DPO's reference forwards inserted into every schedule. */
+ * GPipe: all of them), the checker catching a deadlock and a send before its compute,
+ * DPO's reference forwards inserted into every schedule, and the stream-ordered (NCCL) issue
+ * plan of every schedule checked deadlock-free, with its checker catching faults. */
 #include "zt_step.h"
 #include "zt_test.h"
 
@@ -252,9 +253,71 @@ static void t_reference(void)
     zt_schedule_free(&s);
 }
 
+/* Stream-ordered messages (NCCL): every schedule, pp 2 and 4, v 1 and 2, M = pp .. 2 pp + 1,
+ * with and without the reference's actions, issued as zt_schedule_plan_in_order plans (a
+ * batch between two computes, a receive moved into an earlier batch where the peer waits
+ * for it) runs without a deadlock, its messages matched in issue order; 1F1B needs no
+ * receive moved, the interleaved schedule's deeper warm-up does */
+static void t_in_order(void)
+{
+    int moved[3] = {0, 0, 0}, stuck[3] = {0, 0, 0};
+    for (int k = ZT_PP_GPIPE; k <= ZT_PP_INTERLEAVED_1F1B; k++)
+        for (int pp = 2; pp <= 4; pp *= 2)
+            for (int v = 1; v <= (k == ZT_PP_INTERLEAVED_1F1B ? 2 : 1); v++)
+                for (int M = pp; M <= 2 * pp + 1; M++)
+                    for (int ref = 0; ref < 2; ref++) {
+                        if (k == ZT_PP_INTERLEAVED_1F1B && M % pp) continue;
+                        zt_schedule_t s = build(k, pp, v, M);
+                        if (ref) zt_schedule_add_reference(&s);
+                        /* unplanned: each message in the batch between its computes */
+                        stuck[k] += zt_schedule_check_in_order(&s, err, sizeof err) != 0;
+                        int rc = zt_schedule_plan_in_order(&s, err, sizeof err);
+                        if (rc == 0) rc = zt_schedule_check_in_order(&s, err, sizeof err);
+                        if (rc) {
+                            printf("\n  schedule %d, %s reference", k, ref ? "with" : "without");
+                            print(&s, "failing in issue order");
+                            printf("\n  %s\n", err);
+                        }
+                        CU_ASSERT_EQUAL_FATAL(rc, 0);
+                        CU_ASSERT_EQUAL(zt_schedule_check(&s, NULL, err, sizeof err), 0);
+                        for (int r = 0, mv; r < pp; r++) {
+                            CU_ASSERT(zt_schedule_batches(&s, r, &mv) > 0);
+                            moved[k] += mv;
+                        }
+                        zt_schedule_free(&s);
+                    }
+    /* 1F1B and GPipe run as batched; the interleaved schedule needs receives moved */
+    CU_ASSERT_EQUAL(moved[ZT_PP_1F1B] + stuck[ZT_PP_1F1B] + moved[ZT_PP_GPIPE] + stuck[ZT_PP_GPIPE], 0);
+    CU_ASSERT(moved[ZT_PP_INTERLEAVED_1F1B] > 0 && stuck[ZT_PP_INTERLEAVED_1F1B] > 0);
+    printf("\n  interleaved: %d configurations would deadlock unplanned, %d receives moved", stuck[2], moved[2]);
+    /* the faults it exists for: every receive posted at the step's start (MPI's order) holds
+     * back the sends behind it; two messages of a pair swapped meet the wrong partners */
+    zt_schedule_t s = build(ZT_PP_1F1B, 2, 1, 2);
+    EXPECT_LIST(s, 0, "F0.0 SA0.0>1 F1.0 SA1.0>1 RG0.0<1 B0.0 RG1.0<1 B1.0 R");
+    CU_ASSERT_EQUAL(zt_schedule_plan_in_order(&s, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(zt_schedule_check_in_order(&s, err, sizeof err), 0);
+    s.post[0][4] = s.post[0][6] = 0;
+    CU_ASSERT_EQUAL(zt_schedule_check_in_order(&s, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "deadlock in issue order: rank 0 waits at batch [RG0.0<1 RG1.0<1] (action 1 of 9)");
+    s.post[0][3] = 0; /* a send before the forward that makes it */
+    CU_ASSERT_EQUAL(zt_schedule_check_in_order(&s, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "rank 0: SA1.0>1 issued before action 1");
+    zt_schedule_free(&s);
+    s = build(ZT_PP_1F1B, 2, 1, 2);
+    zt_action_t *a = s.a[1], t = a[3];
+    EXPECT_LIST(s, 1, "RA0.1<0 F0.1 B0.1 SG0.1>0 RA1.1<0 F1.1 B1.1 SG1.1>0 R");
+    a[3] = a[7], a[7] = t;
+    CU_ASSERT_EQUAL(zt_schedule_check_in_order(&s, err, sizeof err), -1);
+    CU_ASSERT_STRING_EQUAL(err, "rank 0: RG0.0<1 would meet rank 1's SG1.1>0 (messages between two ranks match in "
+                                "issue order)");
+    CU_ASSERT_EQUAL(zt_schedule_plan_in_order(&s, err, sizeof err), -1);
+    CU_ASSERT_PTR_NULL(s.post);
+    zt_schedule_free(&s);
+}
+
 static const zt_test_t tests[] = {
     {"one_stage", t_one_stage}, {"gpipe", t_gpipe}, {"1f1b", t_1f1b}, {"sizes", t_sizes},
     {"interleaved", t_interleaved}, {"slots", t_slots}, {"refusals", t_refusals}, {"checker_faults", t_checker_faults},
-    {"reference", t_reference}, {NULL, NULL},
+    {"reference", t_reference}, {"in_order", t_in_order}, {NULL, NULL},
 };
 ZT_TEST_MAIN("step", tests)
