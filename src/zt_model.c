@@ -482,9 +482,9 @@ typedef enum { HEAD_EVAL, HEAD_TRAIN, HEAD_PREF, HEAD_PREF_REF, HEAD_TRAIN_HOLD 
  * zeros). HEAD_PREF keeps its compacted dxf in xf for zt_model_pref_head_backward, and
  * makes each row's logit sum (every row's, prompt and padding too) as xf . wsum, wsum the
  * head weight's column sums: a logit sum is linear in the row, so no row needs its logits
- * for it. HEAD_TRAIN_HOLD is HEAD_TRAIN up to the dlogits, which it leaves in m->dlogits
- * (a chunk's rows where the chunk's buffer would hold them) for the GEMMs of
- * zt_model_train_head_backward. */
+ * for it. HEAD_TRAIN_HOLD is HEAD_TRAIN up to the dlogits: each chunk's logits go to its
+ * own rows of m->dlogits (n,V), not the chunk buffer, and stay there, dlogits, for the
+ * GEMMs of zt_model_train_head_backward. */
 static void head_chunks(zt_model_t *m, const float *root, head_mode_t mode, float *droot, float dscale)
 {
     const zt_backend_t *be = m->be;

@@ -67,14 +67,14 @@ double zt_tr_run_schedule(run_t *r, int sft, float ds, float pf, double *pref_wi
 /* The step's schedule for the plan (r->steps, and the estimate's dry run): the plan's
  * pp_schedule over micro micro-batches; under a pipeline, DPO with a reference gets the
  * reference's forwards as actions of it (zt_schedule_add_reference, run by ref_forward),
- * and gpipe and interleaved_1f1b the head's forward in the last stage's F (head_split,
- * parallel.pp_head_split). 0, or -1 with one line in err. */
+ * and gpipe the head's forward in the last stage's F (head_split, parallel.pp_head_split).
+ * 0, or -1 with one line in err. */
 int zt_tr_build_steps(const zt_config_t *cfg, const zt_parallel_plan_t *p, int micro, zt_schedule_t *s, char *err,
                       size_t len)
 {
     if (zt_schedule_build(s, p->pp_schedule, p->pp, p->pp_v, micro, err, len)) return -1;
     /* DPO's last-stage head (pref_policy_head: the head, the loss and its factors) stays whole in B */
-    s->head_split = p->pp > 1 && cfg->parallel.pp_head_split && p->pp_schedule != ZT_PP_1F1B &&
+    s->head_split = p->pp > 1 && cfg->parallel.pp_head_split && p->pp_schedule == ZT_PP_GPIPE &&
                     cfg->train.stage != ZT_STAGE_DPO && !cfg->mode_generate;
     if (p->pp > 1 && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss)) zt_schedule_add_reference(s);
     return 0;

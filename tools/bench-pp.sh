@@ -11,8 +11,8 @@
 # (pp - 1) / (m + pp - 1) / v, and the sends' wait alone. The stages are balanced by
 # parallel.pp_layers_per_stage: the head (768 x 50257) costs about 5.5 blocks, so pp 2 splits
 # the 14 layers (embedding, 12 blocks, head) 10 | 4 and the interleaved run 6 | 3 | 4 | 1
-# (rank 0: stages 0 and 2, rank 1: 1 and 3). gpipe and interleaved run the head's forward in
-# the last stage's forwards (parallel.pp_head_split's default); PP_ARGS (e.g.
+# (rank 0: stages 0 and 2, rank 1: 1 and 3). gpipe runs the head's forward in the last
+# stage's forwards (parallel.pp_head_split's default); PP_ARGS (e.g.
 # parallel.pp_head_split=false) is added to every pipeline run.
 set -eu
 cd "$(dirname "$0")/.."
