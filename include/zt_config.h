@@ -125,6 +125,7 @@ typedef struct zt_config {
         int pp_stages_per_rank; /* v: interleaved_1f1b's looped stages per pipeline rank */
         int pp_layers_per_stage[ZT_MAX_PP_STAGES]; /* layers of each stage, embedding and head counted */
         int n_pp_layers_per_stage; /* 0: even split */
+        int pp_head_split; /* gpipe: the head's forward in the last stage's F (zt_step.h) */
         zt_sp_mode_t sp_mode;   /* ulysses | ring */
         int tp_sequence_parallel; /* bool */
         int reshard_after_forward; /* bool (zero3 family) */

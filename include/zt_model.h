@@ -140,6 +140,16 @@ static inline void zt_model_kv_past(zt_model_t *m, int past) { zt_model_kv_seq(m
  * and dL/d(last block output) for backward_block. dscale is the caller's 1/(tokens in the global batch)
  * share. Needs targets. */
 void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float dscale);
+/* The same pass in two halves, for a pipeline's last stage whose schedule runs a phase of
+ * forwards before one of backwards (zt_schedule_t's head_split): train_head_forward runs
+ * the chunks' logits and fused cross-entropy (the losses, as train_head's) and holds the
+ * dlogits, train_head_backward then both lm_head GEMMs from them, chunk by chunk, and the
+ * final norm's backward: together the numbers train_head computes, the forward's third of
+ * the head's GEMM work in the forward phase. zt_model_hold_dlogits allocates the (N,V)
+ * dlogits they need (in the model's activations; a no-op without the head). */
+void zt_model_hold_dlogits(zt_model_t *m);
+void zt_model_train_head_forward(zt_model_t *m, const float *root, float dscale);
+void zt_model_train_head_backward(zt_model_t *m, const float *root, float *droot);
 /* Preference losses (zt_pref.h): scales (N, host memory unchanged until train_head has
  * run) gives each token its own dlogits factor in the next zt_model_train_head, in place
  * of dscale: dL/d(its sequence's log-prob sum) negated, as d logp / d logits is minus the

@@ -58,6 +58,9 @@ typedef struct zt_schedule {
     zt_pp_schedule_t kind;
     int pp, v, stages, micro;
     int ref;            /* the lists hold the reference's forwards (zt_schedule_add_reference) */
+    int head_split;     /* the last stage's F runs the head's forward and loss, its B the head's
+                         * backward (zt_model_train_head_forward), holding the micro-batch's
+                         * dlogits between them; otherwise its B runs the whole head */
     int *n;             /* (pp) actions per rank */
     zt_action_t **a;    /* (pp) each rank's list */
     int **post;         /* (pp) per action: a message's batch, the action it is issued before

@@ -442,6 +442,14 @@ static const zkey_t schema[] = {
         "The layers of each stage, first to last, the embedding and the head counted as a layer each: one entry "
         "per stage (pp x pp_stages_per_rank), summing to model layers + 2. Empty: as even as possible, the "
         "earlier stages taking one more where it does not divide."),
+    KB("parallel.pp_head_split", parallel.pp_head_split, 1,
+       "gpipe: the last stage's forward runs the head's forward and the loss and holds the micro-batch's dlogits "
+       "(micro-batch x seq_len x vocabulary floats) for its backward, which runs the head's two gradient GEMMs: "
+       "each phase carries its share of the head, as the bubble's formula assumes (unsplit, the last stage's "
+       "forwards are light and its backwards heavy, and all forwards then all backwards pays both differences "
+       "in full). Costs the dlogits of every micro-batch on the last stage's rank (--estimate-memory counts "
+       "them). false: the backward runs the whole head. 1f1b and interleaved_1f1b, whose forwards and backwards "
+       "alternate and gain nothing measurable from it, and train.stage = dpo run it unsplit."),
     KE("parallel.sp_mode", parallel.sp_mode, "ulysses", sp_modes,
        "ulysses: an all-to-all from sequence-sharded to head-sharded around attention and back (the heads and "
        "key/value heads of a tp rank must divide by sp). ring: K/V blocks go round the sp ring and merge through "

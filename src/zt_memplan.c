@@ -248,7 +248,8 @@ static void engine_forward(zt_shard_t *s, const zt_param_table_t *t, int adapter
 /* A pipeline rank's step up to its R, as the train loop's run_pipeline runs its list: a
  * forward on the first stage runs the embedding (the root released after it), a backward
  * on the last the head (its part of the root's gradients ready there unless the rank runs
- * the embedding too), and a first stage's backward ends with the embedding's. DPO's
+ * the embedding too; under head_split the forward reads the head first), and a first
+ * stage's backward ends with the embedding's. DPO's
  * reference forwards (FR, in a list with a reference) run on ref (the frozen copy, inside
  * its inference mode) or, without one (LoRA's base), on s without the adapter units, as
  * the train loop's ref_forward runs them. Returns the bytes of the step's message buffers. */
@@ -306,6 +307,10 @@ static size_t stage_walk(zt_shard_t *s, const zt_param_table_t *t, zt_shard_t *r
                 zt_shard_release(s, root);
             }
             blocks_forward(s, t, l0, l1, 1);
+            if (end == L + 2 && sc->head_split) {
+                zt_shard_params(s, head);
+                zt_shard_release(s, head);
+            }
             continue;
         }
         zt_shard_begin_micro(s, a->micro, sc->micro);
@@ -405,6 +410,7 @@ void zt_memplan_run(const zt_memplan_req_t *q, zt_memplan_t *out)
     zt_shard_t *ref = q->ref_table ? zt_shard_create(q->ref_table, &comm, be, pipe ? &o : &q->opts) : NULL;
     zt_model_t *m = q->B > 0 ? zt_model_create_layers(q->table, be, q->B, q->T, q->recompute, pipe ? q->layers : NULL)
                              : NULL;
+    if (m && pipe && q->sched->head_split) zt_model_hold_dlogits(m); /* each slot's, as the train loop's */
     size_t slots = 1;
     if (pipe) {
         int *slot = zt_malloc((size_t)q->sched->micro * sizeof *slot);

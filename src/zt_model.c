@@ -152,7 +152,7 @@ void zt_model_free(zt_model_t *m)
     m->arch->ops->destroy(m);
     for (int l = 0; l < m->d.L; l++)
         if (m->x_in[l]) be->free(m->x_in[l]);
-    float *bufs[] = {m->x_out, m->xf, m->logits, m->losses, m->dres, m->dres2};
+    float *bufs[] = {m->x_out, m->xf, m->logits, m->losses, m->dres, m->dres2, m->dlogits};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) be->free(bufs[i]);
     be->free(m->inputs);
@@ -445,10 +445,11 @@ static void head_input(zt_model_t *m, const float *root)
 /* The cross-entropy of rows [i, i + n) of the chunk that starts at batch row r0: their
  * losses and, for scale != 0, their dlogits (scale times dCE/dlogits) in place; under
  * vocabulary parallelism after the chunk's row statistics. */
-static void ce_rows(zt_model_t *m, const int32_t *targets, float *losses, int r0, int i, int n, float scale)
+static void ce_rows(zt_model_t *m, float *chunk, const int32_t *targets, float *losses, int r0, int i, int n,
+                    float scale)
 {
     const int V = m->d.V;
-    float *logits = m->logits + (size_t)i * V;
+    float *logits = chunk + (size_t)i * V;
     if (m->inputs_tp)
         m->be->vocab_ce_grad(logits, losses + r0 + i, m->ce_max + i, m->ce_sz + 2 * (size_t)i, targets + r0 + i,
                              m->d.vocab_start, n, V, scale);
@@ -463,7 +464,7 @@ static void ce_rows(zt_model_t *m, const int32_t *targets, float *losses, int r0
  * once every chunk's losses are: the head's one pass; HEAD_PREF_REF (the reference model)
  * the losses alone, through the same kernels on the same rows as HEAD_PREF so that a
  * policy equal to its reference gets bit for bit its log-probabilities. */
-typedef enum { HEAD_EVAL, HEAD_TRAIN, HEAD_PREF, HEAD_PREF_REF } head_mode_t;
+typedef enum { HEAD_EVAL, HEAD_TRAIN, HEAD_PREF, HEAD_PREF_REF, HEAD_TRAIN_HOLD } head_mode_t;
 
 /* The head over rows [0, N) in chunks: final norm, logits (head_rows,V), and with
  * targets the fused cross-entropy (losses, and with droot dlogits in place); with
@@ -481,14 +482,17 @@ typedef enum { HEAD_EVAL, HEAD_TRAIN, HEAD_PREF, HEAD_PREF_REF } head_mode_t;
  * zeros). HEAD_PREF keeps its compacted dxf in xf for zt_model_pref_head_backward, and
  * makes each row's logit sum (every row's, prompt and padding too) as xf . wsum, wsum the
  * head weight's column sums: a logit sum is linear in the row, so no row needs its logits
- * for it. */
+ * for it. HEAD_TRAIN_HOLD is HEAD_TRAIN up to the dlogits: each chunk's logits go to its
+ * own rows of m->dlogits (n,V), not the chunk buffer, and stay there, dlogits, for the
+ * GEMMs of zt_model_train_head_backward. */
 static void head_chunks(zt_model_t *m, const float *root, head_mode_t mode, float *droot, float dscale)
 {
     const zt_backend_t *be = m->be;
     const int N = m->B * m->T, C = m->d.C, V = m->d.V;
     const int train = mode != HEAD_EVAL, pref = mode == HEAD_PREF || mode == HEAD_PREF_REF;
+    const int hold = mode == HEAD_TRAIN_HOLD;
     const size_t ho = m->arch->ops->head_offset(m);
-    const float *ts = mode == HEAD_TRAIN ? m->tok_scale : NULL;
+    const float *ts = mode == HEAD_TRAIN || hold ? m->tok_scale : NULL;
     const int compact = train && !ts && m->has_targets && m->hn < N;
     const int n = compact ? m->hn : N;
     const float *x = compact ? m->dres : m->xf;       // (n,C) the head's input rows
@@ -507,24 +511,25 @@ static void head_chunks(zt_model_t *m, const float *root, head_mode_t mode, floa
     for (int r0 = 0; r0 < n; r0 += m->head_rows) {
         const int rows = ZT_MIN(m->head_rows, n - r0);
         const float *xf = x + (size_t)r0 * C;
-        be->matmul_forward(m->logits, xf, root + ho, NULL, rows, C, V, 1); // (rows,V)
-        m->head_first = compact ? N : r0; /* compact: no batch row's logits are kept */
+        float *lg = hold ? m->dlogits + (size_t)r0 * V : m->logits; // (rows,V)
+        be->matmul_forward(lg, xf, root + ho, NULL, rows, C, V, 1);
+        m->head_first = compact || hold ? N : r0; /* compact: no batch row's logits are kept */
         if (!m->has_targets) continue;
         if (lsum_chunks) /* before the cross-entropy, which may write the chunk */
-            be->gemm(0, 0, rows, 1, V, 1.0f, m->logits, V, m->ones, 1, 0.0f, m->lsum + r0, 1); // (rows,1)
+            be->gemm(0, 0, rows, 1, V, 1.0f, lg, V, m->ones, 1, 0.0f, m->lsum + r0, 1); // (rows,1)
         if (m->inputs_tp) {
             /* vocabulary-parallel: the row statistics over every rank's columns */
-            be->vocab_ce_max(m->ce_max, m->logits, rows, V);
+            be->vocab_ce_max(m->ce_max, lg, rows, V);
             m->ac.tp_allreduce(m->ac.ctx, m->ce_max, (size_t)rows, ZT_ACT_MAX);
-            be->vocab_ce_sum(m->ce_sz, m->logits, m->ce_max, tgt + r0, m->d.vocab_start, rows, V);
+            be->vocab_ce_sum(m->ce_sz, lg, m->ce_max, tgt + r0, m->d.vocab_start, rows, V);
             m->ac.tp_allreduce(m->ac.ctx, m->ce_sz, 2 * (size_t)rows, ZT_ACT_SUM);
         }
         if (!ts) {
-            ce_rows(m, tgt, loss, r0, 0, rows, pref ? 1.0f : train ? dscale : 0.0f);
+            ce_rows(m, lg, tgt, loss, r0, 0, rows, pref ? 1.0f : train ? dscale : 0.0f);
         } else {
             for (int i = 0, j; i < rows; i = j) {
                 for (j = i + 1; j < rows && ts[r0 + j] == ts[r0 + i]; j++) {}
-                ce_rows(m, tgt, loss, r0, i, j - i, ts[r0 + i]);
+                ce_rows(m, lg, tgt, loss, r0, i, j - i, ts[r0 + i]);
             }
         }
         if (mode == HEAD_TRAIN || mode == HEAD_PREF) /* droot NULL: a frozen head (LoRA) needs only dL/dxf */
@@ -691,6 +696,45 @@ void zt_model_train_head(zt_model_t *m, const float *root, float *droot, float d
 {
     if (!m->has_targets) zt_fatal("zt_model_train_head: the batch has no targets");
     head_chunks(m, root, HEAD_TRAIN, droot, dscale);
+    head_backward_tail(m, root, droot);
+}
+
+void zt_model_hold_dlogits(zt_model_t *m)
+{
+    if (m->logits && !m->dlogits) m->dlogits = zt_model_alloc(m, (size_t)m->Bmax * m->Tmax * m->d.V * sizeof(float));
+}
+
+void zt_model_train_head_forward(zt_model_t *m, const float *root, float dscale)
+{
+    if (!m->has_targets) zt_fatal("zt_model_train_head_forward: the batch has no targets");
+    if (!m->dlogits) zt_fatal("zt_model_train_head_forward: no dlogits held (zt_model_hold_dlogits)");
+    head_chunks(m, root, HEAD_TRAIN_HOLD, NULL, dscale);
+    m->dlogits_ready = 1;
+}
+
+/* The GEMMs HEAD_TRAIN runs after each chunk's cross-entropy, over the same chunks in the
+ * same order (the head weight's gradient sums them as train_head does), from the held
+ * dlogits; the compacted rows (head_chunks) gathered again from xf, which nothing writes
+ * between the halves */
+void zt_model_train_head_backward(zt_model_t *m, const float *root, float *droot)
+{
+    if (!m->dlogits_ready) zt_fatal("zt_model_train_head_backward: no zt_model_train_head_forward before it");
+    m->dlogits_ready = 0;
+    const zt_backend_t *be = m->be;
+    const int N = m->B * m->T, C = m->d.C, V = m->d.V, compact = m->pref_compact, n = compact ? m->hn : N;
+    const size_t ho = m->arch->ops->head_offset(m);
+    const float *x = compact ? m->dres : m->xf; // (n,C)
+    float *dx = compact ? m->xf : m->dres2;     // (n,C)
+    if (compact) be->embedding_forward(m->dres, m->hrows, m->xf, n, C);
+    for (int r0 = 0; r0 < n; r0 += m->head_rows) {
+        const int rows = ZT_MIN(m->head_rows, n - r0);
+        be->matmul_backward(dx + (size_t)r0 * C, droot ? droot + ho : NULL, NULL, m->dlogits + (size_t)r0 * V,
+                            x + (size_t)r0 * C, root + ho, rows, C, V, 1);
+    }
+    if (compact) {
+        be->memzero(m->dres2, (size_t)N * C * sizeof(float));
+        be->embedding_backward(m->dres2, dx, m->hrows, n, C);
+    }
     head_backward_tail(m, root, droot);
 }
 

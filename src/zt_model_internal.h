@@ -27,6 +27,9 @@ struct zt_model {
     float *x_out;               /* (N,C) output of the last block */
     float *xf;                  /* (N,C) final norm of x_out */
     float *logits;              /* (head_rows,V) one chunk's logits, then dlogits in place */
+    float *dlogits;             /* (N,V) or NULL: the dlogits a split head pass holds between its halves
+                                 * (zt_model_hold_dlogits) */
+    int dlogits_ready;          /* train_head_forward has filled them, train_head_backward not yet read them */
     int head_rows, head_first;  /* chunk rows; first row of the chunk the buffer holds */
     float *losses;              /* (N) */
     float *host_losses;         /* (N) */

@@ -985,7 +985,21 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
             zt_model_set_collectives(r->models[k], &ac);
         }
     }
+    for (int k = 0; k < r->nslots && r->steps.head_split; k++) zt_model_hold_dlogits(r->models[k]);
     free(layers);
+    const char *trace = comm->mesh_pp > 1 ? getenv("ZT_PP_TRACE") : NULL; /* a diagnostic, not a setting */
+    if (trace && *trace) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%d", trace, comm->world.rank);
+        r->pp_trace = fopen(path, "w");
+        rc = r->pp_trace ? 0 : -1;
+        if (rc) snprintf(err, sizeof err, "ZT_PP_TRACE: cannot write %.400s", path);
+        if (zt_agree_error(comm, rc, err, sizeof err)) {
+            zt_log_error("%s", err);
+            exit_code = ZT_EXIT_ERROR;
+            goto done;
+        }
+    }
     const int nmsg = zt_schedule_messages(&r->steps, comm->pp.rank) + 1; /* each send and receive of the list */
     r->pp_req = zt_calloc((size_t)nmsg, sizeof *r->pp_req);
     r->pp_buf = zt_calloc((size_t)nmsg, sizeof *r->pp_buf);
@@ -1159,6 +1173,7 @@ done:
     free(r->slot);
     free(r->pp_req);
     free(r->pp_buf);
+    if (r->pp_trace) fclose(r->pp_trace);
     free(r->held);
     zt_model_free(r->model);
     zt_schedule_free(&r->steps);

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "zt_train.h"
 #include "zt_backend.h"
@@ -73,6 +74,11 @@ typedef struct run {
      * blocked in receives (the bubble, and transfers not hidden) and in the sends' completion at R */
     double pp_span, pp_recv_wait, pp_send_wait;
     long pp_steps; /* the steps they are summed over (this run's) */
+    /* pp > 1 with ZT_PP_TRACE=FILE in the environment: FILE.<world rank>, a line per action
+     * of each step (step, the action as zt_action_format writes it, its start and end in
+     * seconds from the step's start, the main thread's CPU seconds in it; R: the sends'
+     * completion) for tools/pp-trace.py, which sums them per stage and phase; NULL otherwise */
+    FILE *pp_trace;
     float **pp_buf;
     size_t pp_msg_bytes;        /* the most a step's message buffers held at once (all live until R) */
     unsigned char *held;        /* pp > 1: (nunits) the units of this rank's stages (sopts.held) */

@@ -66,12 +66,16 @@ double zt_tr_run_schedule(run_t *r, int sft, float ds, float pf, double *pref_wi
 
 /* The step's schedule for the plan (r->steps, and the estimate's dry run): the plan's
  * pp_schedule over micro micro-batches; under a pipeline, DPO with a reference gets the
- * reference's forwards as actions of it (zt_schedule_add_reference, run by ref_forward).
+ * reference's forwards as actions of it (zt_schedule_add_reference, run by ref_forward),
+ * and gpipe the head's forward in the last stage's F (head_split, parallel.pp_head_split).
  * 0, or -1 with one line in err. */
 int zt_tr_build_steps(const zt_config_t *cfg, const zt_parallel_plan_t *p, int micro, zt_schedule_t *s, char *err,
                       size_t len)
 {
     if (zt_schedule_build(s, p->pp_schedule, p->pp, p->pp_v, micro, err, len)) return -1;
+    /* DPO's last-stage head (pref_policy_head: the head, the loss and its factors) stays whole in B */
+    s->head_split = p->pp > 1 && cfg->parallel.pp_head_split && p->pp_schedule == ZT_PP_GPIPE &&
+                    cfg->train.stage != ZT_STAGE_DPO && !cfg->mode_generate;
     if (p->pp > 1 && cfg->train.stage == ZT_STAGE_DPO && zt_pref_uses_ref(cfg->pref.fn.loss)) zt_schedule_add_reference(s);
     return 0;
 }
@@ -238,6 +242,7 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
         zt_model_t *m = r->models[r->slot[mi]];
         const int T = r->micro_T[mi];
         const size_t n = zt_tr_residual_floats(r, T);
+        const double t_act = r->pp_trace ? zt_now() : 0.0, c_act = r->pp_trace ? zt_thread_seconds() : 0.0;
         switch (a->kind) {
         case ZT_ACT_RECV_ACT:
         case ZT_ACT_RECV_REF:
@@ -285,6 +290,11 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
                 zt_shard_release(s, root);
             }
             zt_tr_forward_range(r, s, m, ZT_MAX(first, 1) - 1, ZT_MIN(end, L + 1) - 1, 1);
+            if (end == L + 2 && r->steps.head_split) {
+                zt_watchdog_mark("forward head", head, r->step + 1);
+                zt_model_train_head_forward(m, zt_shard_params(s, head), ds);
+                zt_shard_release(s, head);
+            }
             if (dpo) zt_tr_pref_lap(r, PT_FWD, now);
             break;
         }
@@ -293,13 +303,16 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
             /* the unit reductions start at the last micro-batch's backward, whatever ran between */
             zt_shard_begin_micro(s, mi, r->A);
             if (end == L + 2) {
-                zt_watchdog_mark("forward head", head, r->step + 1);
+                zt_watchdog_mark(r->steps.head_split ? "backward head" : "forward head", head, r->step + 1);
                 if (dpo) {
                     loss_sum += zt_tr_pref_policy_head(r, m, zt_shard_params(s, head), head, r->tgt + mi * BT, T, r->micro_Tp[mi],
                                                  ref ? ref + (size_t)mi * r->B : NULL, pf, pref_window, now);
                     (*pref_micros)++;
                 } else {
-                    zt_model_train_head(m, zt_shard_params(s, head), zt_shard_grads(s, head), ds);
+                    if (r->steps.head_split) /* its forward ran in F (the losses are its) */
+                        zt_model_train_head_backward(m, zt_shard_params(s, head), zt_shard_grads(s, head));
+                    else
+                        zt_model_train_head(m, zt_shard_params(s, head), zt_shard_grads(s, head), ds);
                     loss_sum += sft ? zt_model_loss_sum(m) : zt_model_loss(m);
                 }
                 *computed += (long)r->B * T;
@@ -317,6 +330,12 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
         }
         default: break;
         }
+        if (r->pp_trace) {
+            char act[64];
+            zt_action_format(a, act, sizeof act);
+            fprintf(r->pp_trace, "%ld %s %.6f %.6f %.6f\n", r->step + 1, act, t_act - t_span, zt_now() - t_span,
+                    zt_thread_seconds() - c_act);
+        }
     }
     const double ts = zt_now();
     r->pp_msg_bytes = ZT_MAX(r->pp_msg_bytes, held); /* every buffer of the step is still held here, at R */
@@ -325,6 +344,7 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
         r->be->free(r->pp_buf[k]);
     }
     r->pp_send_wait += zt_now() - ts;
+    if (r->pp_trace) fprintf(r->pp_trace, "%ld R %.6f %.6f 0\n", r->step + 1, ts - t_span, zt_now() - t_span);
     r->pp_span += zt_now() - t_span;
     r->pp_steps++;
     free(ref);
@@ -350,8 +370,11 @@ double zt_tr_step_sum(run_t *r, double x)
 }
 
 /* pp > 1, at the end of a run: per pipeline rank the time its schedules took, the share of
- * it blocked in receives (the measured bubble, with any transfer not hidden) beside
- * (pp - 1) / (m + pp - 1) / v, and the sends' wait at R (their transfer not hidden); DPO:
+ * it blocked in receives, the sends' wait at R, and the two together over the schedule's
+ * time: the measured bubble (with any transfer not hidden) beside (pp - 1) / (m + pp - 1) / v.
+ * The sends' wait belongs in it: over shared memory a large send completes only once its
+ * receiver reaches the receive, so a rank whose last backward ends before its peer's waits
+ * there, as a first stage waits in its receives; DPO:
  * of its compute, the reference's forwards (FR) and the policy's forwards and backwards (F,
  * B; the loss with the head), from the DPO profile (pref_part_t). It then leaves in the
  * profile (pref_seconds, pref_cpu) its sums over the pipeline ranks, so the DPO summary
@@ -375,10 +398,12 @@ void zt_tr_pp_summary(run_t *r)
     double bubble = 0.0;
     for (int k = 0; k < pp && o < sizeof line; k++) {
         const double *x = all + K * k, b = x[0] > 0 ? x[1] / x[0] : 0.0, *p = x + 3;
-        bubble += b / pp;
+        const double idle = x[0] > 0 ? (x[1] + x[2]) / x[0] : 0.0;
+        bubble += idle / pp;
         o += (size_t)snprintf(line + o, sizeof line - o,
-                              " rank %d: schedule %.3f s/step, receive wait %.3f s/step (%.3f), send wait %.4f s/step",
-                              k, x[0] / n, x[1] / n, b, x[2] / n);
+                              " rank %d: schedule %.3f s/step, receive wait %.3f s/step (%.3f), send wait %.4f s/step, "
+                              "bubble %.3f",
+                              k, x[0] / n, x[1] / n, b, x[2] / n, idle);
         if (dpo && o < sizeof line)
             o += (size_t)snprintf(line + o, sizeof line - o, ", dpo reference %.3f s/step, policy %.3f s/step",
                                   (p[PT_REF_BLOCKS] + p[PT_REF_HEAD]) / n,

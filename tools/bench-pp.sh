@@ -6,11 +6,14 @@
 # each (default 3; the first is left out as warm-up). Prints per run the median step time,
 # the tokens a step trains (a pipeline and tp have one data rank: half of ddp's batch), tokens
 # per second, and the bytes a step moves (rank 0's, all groups); for the pipelines the bubble
-# each rank measured (its time blocked in receives over its schedule's time, from the run's
-# "summary: pipeline" line) beside (pp - 1) / (m + pp - 1) / v, and the sends' wait at the
-# step's end. The stages are balanced by parallel.pp_layers_per_stage: the head (768 x 50257)
-# costs about 5.5 blocks, so pp 2 splits the 14 layers (embedding, 12 blocks, head) 10 | 4 and
-# the interleaved run 6 | 3 | 4 | 1 (rank 0: stages 0 and 2, rank 1: 1 and 3).
+# each rank measured (its time blocked in receives and in the sends' completion at the step's
+# end over its schedule's time, from the run's "summary: pipeline" line) beside
+# (pp - 1) / (m + pp - 1) / v, and the sends' wait alone. The stages are balanced by
+# parallel.pp_layers_per_stage: the head (768 x 50257) costs about 5.5 blocks, so pp 2 splits
+# the 14 layers (embedding, 12 blocks, head) 10 | 4 and the interleaved run 6 | 3 | 4 | 1
+# (rank 0: stages 0 and 2, rank 1: 1 and 3). gpipe runs the head's forward in the last
+# stage's forwards (parallel.pp_head_split's default); PP_ARGS (e.g.
+# parallel.pp_head_split=false) is added to every pipeline run.
 set -eu
 cd "$(dirname "$0")/.."
 B=${1:-build} STEPS=${2:-3} REPEAT=${3:-1}
@@ -22,7 +25,7 @@ DATA=${ZT_BENCH_DATA:-data/bench-gpt2-tokens.h5}
 "$PY" tools/rand_tokens.py "$DATA" $(( (STEPS + 2) * 2 * 8 * 4 * 64 + 1 )) 50257
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 root=""; [ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
-pp="parallel.pipeline_parallel_size=2"
+pp="parallel.pipeline_parallel_size=2 ${PP_ARGS:-}"
 RUNS=${RUNS:-ddp zero3 tp pp-gpipe pp-1f1b pp-interleaved}
 echo "bench-pp.sh: GPT-2 124M, 2 ranks, B=4 T=64 accumulation 8, $STEPS steps x $REPEAT; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -68,9 +71,9 @@ for name in runs:
     for p in pipe:
         ideal = float(re.search(r"ideal bubble ([0-9.]+)", p).group(1))
         waits = re.findall(r"rank (\d+): schedule ([0-9.]+) s/step, receive wait ([0-9.]+) s/step \(([0-9.]+)\), "
-                           r"send wait ([0-9.]+)", p)
+                           r"send wait ([0-9.]+) s/step, bubble ([0-9.]+)", p)
         mean = float(re.search(r"measured bubble \(mean\) ([0-9.]+)", p).group(1))
-        per = ", ".join(f"rank {w[0]} {float(w[3]):.3f} (send wait {float(w[4]) * 1e3:.1f} ms of {float(w[1]):.2f} s)"
+        per = ", ".join(f"rank {w[0]} {float(w[5]):.3f} (send wait {float(w[4]) * 1e3:.1f} ms of {float(w[1]):.2f} s)"
                         for w in waits)
         print(f"{'':15s} bubble measured {mean:.3f} (ideal {ideal:.3f}, ratio {mean / ideal:.2f}): {per}")
 PY

@@ -20,7 +20,8 @@
 #     (a message of B T C floats per micro-batch per stage boundary a rank's stages touch,
 #     each way, and the root unit's gradient between the first and the last stage), and
 #     the first line prints the mesh with pp; the activations stage 0 allocates: pp
-#     micro-batches' of its layers under 1F1B, all M under GPipe.
+#     micro-batches' of its layers under 1F1B, all M under GPipe. ZT_PP_TRACE's files
+#     and tools/pp-trace.py: each stage's 6 forwards and backwards a step.
 #  4. Refusals, on every rank with one line: layers per stage that do not sum to the
 #     model, pp larger than the layers, fewer micro-batches than pp under 1f1b, what the
 #     pipeline does not run with yet (optimizer offload, 1-bit Adam).
@@ -39,9 +40,14 @@ for fam in gpt2 llama; do
     run_ztrain 1 $common $arch $(batch_args 1) train.output_dir="$fam-ref" >/dev/null
     runs=""
     for sch in gpipe 1f1b; do
+        # GPT-2 under gpipe writes its per-action trace too (checked in 3.)
+        ZT_PP_TRACE=""
+        [ "$fam-$sch" = gpt2-gpipe ] && ZT_PP_TRACE="$PWD/trace-gpipe"
+        export ZT_PP_TRACE
         # shellcheck disable=SC2086
         run_ztrain 2 $common $arch $(batch_args 1) $pp2 parallel.pp_schedule=$sch train.output_dir="$fam-pp2-$sch" \
             >/dev/null
+        unset ZT_PP_TRACE
         # shellcheck disable=SC2086
         run_ztrain 4 $common $arch $(batch_args 2) $pp2 parallel.pp_schedule=$sch \
             train.output_dir="$fam-pp2dp2-$sch" >/dev/null
@@ -194,6 +200,16 @@ for r in recs:
 print("pp bytes per step", want, "messages +", 4 * root, "root gradient sum, as the formula, 20 steps")
 PYEOF
 done
+
+# ZT_PP_TRACE: a line per action on each rank, which tools/pp-trace.py sums per stage: the
+# M = 6 forwards and backwards of each stage in every step, steps 2 to 20
+"$PY" "$ZT_SRCDIR/tools/pp-trace.py" trace-gpipe >trace.txt || fail "tools/pp-trace.py cannot read ZT_PP_TRACE's files"
+for st in 0 1; do
+    grep -qE "^  stage $st: F [0-9.]+ s/step \(6 x .*\), B [0-9.]+ s/step \(6 x " trace.txt ||
+        { cat trace.txt; fail "ZT_PP_TRACE: stage $st has not 6 forwards and backwards a step"; }
+done
+grep -q "^rank 1: 19 steps" trace.txt || { cat trace.txt; fail "ZT_PP_TRACE: rank 1 did not trace steps 2 to 20"; }
+echo "pp: ZT_PP_TRACE writes each rank's actions, and tools/pp-trace.py sums them per stage"
 
 # the activations rank 0 allocated (stage 0, its model slots, from the summary): 1F1B holds
 # at most pp micro-batches at once (2 at pp 2, 4 at pp 4), GPipe every one of the M = 6,

@@ -16,7 +16,8 @@
 #     hybrid_shard and hybrid_shard_zero2 (the per_param layout) at pp 2 x dp_replicate 2
 #     x dp_shard 2 on 8 ranks.
 #  4. Neat-packed SFT rows (each stage's attention sees the micro-batch's segments, its
-#     rope their positions) at pp 2 x dp 2, 8 steps.
+#     rope their positions) at pp 2 x dp 2, 8 steps; with LoRA (its head on the
+#     loss-bearing rows alone) under gpipe at pp 2, the head split between F and B.
 #  5. Generation through the stages (--generate, generate.at_eval, the end-of-run sample):
 #     the same bytes as one rank's, with and without the KV cache, under zero3 and with
 #     interleaved stages.
@@ -94,7 +95,15 @@ run_ztrain 1 $neat train.gradient_accumulation_steps=4 train.output_dir=neat-ref
 run_ztrain 4 $neat train.gradient_accumulation_steps=2 $pp2 train.output_dir=neat-pp2dp2 >/dev/null
 assert_contains "$ZT_OUT" "neat-packed rows"
 "$PY" "$CMP" neat-ref neat-pp2dp2 || fail "neat-packed rows under a pipeline diverged from one rank"
-echo "pp_compose: neat-packed SFT rows at pp 2 x dp 2 match one rank"
+# LoRA's head runs on the loss-bearing rows alone (the prompts' are left out), here split
+# between gpipe's forward and backward on the last stage (parallel.pp_head_split)
+lora="train.finetuning_type=lora lora.rank=4 lora.alpha=8 train.gradient_accumulation_steps=4"
+# shellcheck disable=SC2086
+run_ztrain 1 $neat $lora train.output_dir=neat-lora-ref >/dev/null
+# shellcheck disable=SC2086
+run_ztrain 2 $neat $lora $pp2 parallel.pp_schedule=gpipe train.output_dir=neat-lora-pp2 >/dev/null
+"$PY" "$CMP" neat-lora-ref neat-lora-pp2 || fail "LoRA on neat-packed SFT rows under gpipe diverged from one rank"
+echo "pp_compose: neat-packed SFT rows at pp 2 x dp 2, and with LoRA under gpipe at pp 2, match one rank"
 
 # ---- 5. generation: the stages pass each forward's residual stream on, the KV cache of a
 # block on its stage's rank, the last stage's logits broadcast over the pipeline -----------

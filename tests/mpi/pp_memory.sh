@@ -2,7 +2,8 @@
 # pp_memory.sh — a pipeline rank holds its stages' share of the model, and what it writes
 # is the whole model's layout.
 #  1. Ownership and the estimate: GPT-2 (tied: the root unit on the first and the last
-#     stage) at pp 2 under 1f1b and gpipe, at pp 4, and at pp 2 x dp 2 under zero3, and an
+#     stage) at pp 2 under 1f1b and gpipe (its last stage holding each micro-batch's
+#     dlogits: parallel.pp_head_split), at pp 4, and at pp 2 x dp 2 under zero3, and an
 #     untied Llama at pp 2 under zero1: each pipeline rank's estimate (a dry run of its
 #     stages' engine, its schedule's slots of its stages' activations) equals what that rank
 #     measured, figure by figure (buffers: the engine's and the step's message buffers, one
@@ -78,12 +79,14 @@ with h5py.File(sorted(glob.glob("l-z1/ckpt-*.h5"))[-1], "r") as h:
 got = sum(r["memory_measured"]["params"] for r in stages("l-z1"))
 assert got == 4 * psi, ("l-z1", got, psi)
 print("l-z1 parameters over the pipeline ranks:", got, "bytes = 4 Psi (the embedding first, the head last)")
-# slots: 1F1B holds min(pp - r, M) micro-batches on rank r, GPipe all M
+# slots: 1F1B holds min(pp - r, M) micro-batches on rank r, GPipe all M; GPipe's last stage
+# each with its dlogits (parallel.pp_head_split: B x T x V floats, B 2, T 16, V 260)
 f, g = stages("g-1f1b"), stages("g-gpipe")
 for r in range(2):
     a1, ag = f[r]["memory_measured"]["activations"], g[r]["memory_measured"]["activations"]
-    assert ag % M == 0 and a1 == min(2 - r, M) * (ag // M), (r, a1, ag)
-print("activations: 1f1b holds 2 and 1 slots on ranks 0 and 1, gpipe", M)
+    held = (2 * 16 * 260 * 4 if r == 1 else 0)
+    assert ag % M == 0 and a1 == min(2 - r, M) * (ag // M - held), (r, a1, ag)
+print("activations: 1f1b holds 2 and 1 slots on ranks 0 and 1, gpipe", M, "and the last stage's dlogits")
 PYEOF
 echo "pp_memory: each pipeline rank's estimate equals its measurement; the ranks hold the model once, a tied root twice"
 

@@ -587,6 +587,51 @@ static void t_head_chunks(void)
     rig_free(&r1);
 }
 
+/* The head split in two halves (a pipeline's last stage under gpipe: zt_model_train_head_forward
+ * in F, zt_model_train_head_backward in B, the dlogits held between) computes train_head's
+ * numbers bit for bit, in chunks of 3 tokens (ragged) as in one, with another micro-batch's
+ * head pass on a second model between the halves; and it holds N x V floats more, which
+ * the estimate's dry run counts with it. */
+static void t_head_split(void)
+{
+    fixture_t *fx = fixture();
+    const int B = fx->B, T = fx->T, V = fx->dims.V;
+    int32_t *inp = read_i32(fx->file, "/batch/inputs", (size_t)B * T);
+    int32_t *tgt = read_i32(fx->file, "/batch/targets", (size_t)B * T);
+    const float ds = 1.0f / (B * T);
+    for (int rows = 0; rows <= 3; rows += 3) {
+        rig_t r0 = rig_ready(fx, 0, rows), r1 = rig_ready(fx, 0, rows), other = rig_ready(fx, 0, rows);
+        const size_t unsplit = zt_model_activation_bytes(r1.m);
+        zt_model_hold_dlogits(r1.m);
+        CU_ASSERT_EQUAL(zt_model_activation_bytes(r1.m), unsplit + (size_t)B * T * V * sizeof(float));
+        const float l0 = rig_micro_step(&r0, inp, tgt, B, T, ds);
+        rig_blocks_forward(&r1, inp, tgt, B, T);
+        const int root = r1.tab->root_unit, b0 = r1.tab->first_block_unit;
+        zt_model_train_head_forward(r1.m, r1.w[root], ds);
+        rig_micro_step(&other, tgt, inp, B, T, ds); /* what another micro-batch runs meanwhile */
+        zt_model_train_head_backward(r1.m, r1.w[root], r1.g[root]);
+        const float l1 = zt_model_loss(r1.m);
+        for (int l = r1.tab->dims.L - 1; l >= 0; l--) zt_model_backward_block(r1.m, l, r1.w[b0 + l], r1.g[b0 + l], NULL, NULL);
+        zt_model_backward_embed(r1.m, r1.g[root]);
+        CU_ASSERT(memcmp(&l0, &l1, sizeof l0) == 0);
+        for (int u = 0; u < r0.tab->nunits; u++) {
+            const size_t bytes = r0.tab->unit_numel[u] * sizeof(float);
+            float *a = zt_malloc(bytes), *b = zt_malloc(bytes);
+            r0.be->to_host(a, r0.g[u], bytes);
+            r1.be->to_host(b, r1.g[u], bytes);
+            CU_ASSERT(memcmp(a, b, bytes) == 0);
+            if (memcmp(a, b, bytes) != 0) fprintf(stderr, "the split head changes unit %d's gradients\n", u);
+            free(a);
+            free(b);
+        }
+        rig_free(&r0);
+        rig_free(&r1);
+        rig_free(&other);
+    }
+    free(inp);
+    free(tgt);
+}
+
 static const zt_test_t tests[] = {
     {"table_matches_fixture", t_table_matches_fixture},
     {"loss_logits_grads", t_loss_logits_grads},
@@ -597,6 +642,7 @@ static const zt_test_t tests[] = {
     {"init_determinism", t_init_determinism},
     {"recompute_bit_identical", t_recompute_bit_identical},
     {"head_chunks", t_head_chunks},
+    {"head_split", t_head_split},
     {NULL, NULL},
 };
 
