@@ -11,6 +11,11 @@
 #                                      exit status in $ZT_RC; fails the test
 #                                      unless it exits 0
 #   run_ztrain_rc NP args...           same, but returns the exit status instead
+#   run_ztrain_bg NP args...           run_ztrain in the background (two one-rank runs
+#                                      use both cores); its output file in $ZT_BG_OUT
+#   ztrain_wait                        waits for those runs, prints their outputs in
+#                                      start order (ZT_OUT: the last), fails unless
+#                                      each exited 0
 #   expect_fail_with NP "text" args... ztrain must exit non-zero (and not time
 #                                      out) with "text" (fixed string) in its output
 #   make_tiny_data DIR                 DIR/tiny-train.h5 and DIR/tiny-val.h5
@@ -23,7 +28,9 @@
 #                                      one run per strategy/layout, 4 sequences a step;
 #                                      their output_dirs in $LAYOUT_RUNS
 # Every run goes through zt_mpirun.sh, so timeouts and container settings are
-# the same everywhere.
+# the same everywhere. Every run is given the MFU denominator (train.peak_tflops=0.1)
+# instead of measuring it (src/zt_mfu.c: 0.4 s a run, hundreds of runs a suite): no
+# test checks an MFU figure; a test that wants the probe sets ZT_MEASURE_PEAK=1.
 
 ZT_TEST_NAME=$(basename "$0" .sh)
 : "${ZT_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -85,12 +92,18 @@ zt_need_ztrain() {
     [ -x "$ZTRAIN" ] || fail "$ZTRAIN not built (ZT_BUILDDIR=$ZT_BUILDDIR)"
 }
 
+# zt_peak_arg: the override given before a run's own arguments (so theirs wins)
+zt_peak_arg() {
+    [ "${ZT_MEASURE_PEAK:-0}" = 1 ] || echo "train.peak_tflops=0.1"
+}
+
 run_ztrain_rc() {
     zt_need_ztrain
     np=$1
     shift
     echo "+ zt_mpirun.sh $np ztrain $*"
-    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" "$@" >"$ZT_OUT" 2>&1
+    # shellcheck disable=SC2046
+    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" $(zt_peak_arg) "$@" >"$ZT_OUT" 2>&1
     ZT_RC=$?
     cat "$ZT_OUT"
     return $ZT_RC
@@ -101,6 +114,38 @@ run_ztrain() {
     [ "$ZT_RC" -eq 0 ] || fail "ztrain on $1 ranks exited with $ZT_RC"
 }
 
+# run_ztrain_bg / ztrain_wait: independent runs side by side. The one-rank runs of a test
+# (references) each use one core of two; a test starts two, then waits for both.
+ZT_BG=""
+run_ztrain_bg() {
+    zt_need_ztrain
+    np=$1
+    shift
+    ZT_BG_OUT=$(mktemp "$ZT_TMP/bg.XXXXXX") || fail "mktemp"
+    echo "+ zt_mpirun.sh $np ztrain $* (in the background)"
+    # shellcheck disable=SC2046
+    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" $(zt_peak_arg) "$@" >"$ZT_BG_OUT" 2>&1 &
+    [ -n "${ZT_BG_KILL:-}" ] || { at_exit zt_bg_kill; ZT_BG_KILL=1; }
+    ZT_BG="$ZT_BG $!:$ZT_BG_OUT"
+}
+# at exit (a failure between the start and ztrain_wait): the runs not yet waited for
+zt_bg_kill() {
+    for job in $ZT_BG; do kill "${job%%:*}" 2>/dev/null; done
+    return 0
+}
+ztrain_wait() {
+    bad=""
+    for job in $ZT_BG; do
+        wait "${job%%:*}"
+        rc=$?
+        ZT_OUT=${job#*:}
+        cat "$ZT_OUT"
+        [ $rc -eq 0 ] || bad="$bad $ZT_OUT:$rc"
+    done
+    ZT_BG=""
+    [ -z "$bad" ] || fail "a background ztrain run exited non-zero (output:status):$bad"
+}
+
 # every_rank_exits NP CODE WHAT args...: ztrain on NP ranks with Open MPI told not to kill the
 # job at the first non-zero exit, so that each rank's own exit status is seen; fails the test
 # unless every rank exits CODE without a timeout or a crash (WHAT names the case in messages)
@@ -109,9 +154,10 @@ every_rank_exits() {
     shift 3
     rcdir=$(mktemp -d "$ZT_TMP/rc.XXXXXX") || fail "mktemp"
     # shellcheck disable=SC2016
+    # shellcheck disable=SC2046
     ZT_MPIRUN_ARGS="--mca orte_abort_on_non_zero_status 0" sh "$ZT_MPIRUN" "$np" sh -c \
         '"$@"; rc=$?; echo $rc >"'"$rcdir"'/rank-$OMPI_COMM_WORLD_RANK"; exit $rc' sh \
-        "$ZTRAIN" "$@" >"$ZT_OUT" 2>&1
+        "$ZTRAIN" $(zt_peak_arg) "$@" >"$ZT_OUT" 2>&1
     grep -qF "zt_mpirun.sh: TIMEOUT" "$ZT_OUT" && fail "the job hung $what"
     r=0
     while [ $r -lt "$np" ]; do
