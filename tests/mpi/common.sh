@@ -14,8 +14,8 @@
 #   run_ztrain_bg NP args...           run_ztrain in the background (two one-rank runs
 #                                      use both cores); its output file in $ZT_BG_OUT
 #   ztrain_wait                        waits for those runs, prints their outputs in
-#                                      start order (ZT_OUT: the last), fails unless
-#                                      each exited 0
+#                                      start order ($ZT_OUT: a copy of the last's),
+#                                      fails unless each exited 0
 #   expect_fail_with NP "text" args... ztrain must exit non-zero (and not time
 #                                      out) with "text" (fixed string) in its output
 #   make_tiny_data DIR                 DIR/tiny-train.h5 and DIR/tiny-val.h5
@@ -92,9 +92,14 @@ zt_need_ztrain() {
     [ -x "$ZTRAIN" ] || fail "$ZTRAIN not built (ZT_BUILDDIR=$ZT_BUILDDIR)"
 }
 
-# zt_peak_arg: the override given before a run's own arguments (so theirs wins)
+# zt_peak_arg ARGS...: the override put before a run's own ARGS (so theirs wins); none for
+# the modes that do not train (their output, --print-config's above all, stays the input's)
 zt_peak_arg() {
-    [ "${ZT_MEASURE_PEAK:-0}" = 1 ] || echo "train.peak_tflops=0.1"
+    [ "${ZT_MEASURE_PEAK:-0}" = 1 ] && return 0
+    for zt_a in "$@"; do
+        case $zt_a in --print-config | --estimate-memory | --generate | --help | -h | --version | --*-markdown) return 0 ;; esac
+    done
+    echo "train.peak_tflops=0.1"
 }
 
 run_ztrain_rc() {
@@ -103,7 +108,7 @@ run_ztrain_rc() {
     shift
     echo "+ zt_mpirun.sh $np ztrain $*"
     # shellcheck disable=SC2046
-    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" $(zt_peak_arg) "$@" >"$ZT_OUT" 2>&1
+    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" $(zt_peak_arg "$@") "$@" >"$ZT_OUT" 2>&1
     ZT_RC=$?
     cat "$ZT_OUT"
     return $ZT_RC
@@ -124,26 +129,29 @@ run_ztrain_bg() {
     ZT_BG_OUT=$(mktemp "$ZT_TMP/bg.XXXXXX") || fail "mktemp"
     echo "+ zt_mpirun.sh $np ztrain $* (in the background)"
     # shellcheck disable=SC2046
-    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" $(zt_peak_arg) "$@" >"$ZT_BG_OUT" 2>&1 &
-    [ -n "${ZT_BG_KILL:-}" ] || { at_exit zt_bg_kill; ZT_BG_KILL=1; }
+    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" $(zt_peak_arg "$@") "$@" >"$ZT_BG_OUT" 2>&1 &
+    [ -n "${ZT_BG_REAP:-}" ] || { at_exit zt_bg_reap; ZT_BG_REAP=1; }
     ZT_BG="$ZT_BG $!:$ZT_BG_OUT"
 }
-# at exit (a failure between the start and ztrain_wait): the runs not yet waited for
-zt_bg_kill() {
-    for job in $ZT_BG; do kill "${job%%:*}" 2>/dev/null; done
+# at exit (a failure between a start and ztrain_wait): waits for the runs still going, which
+# end within zt_mpirun.sh's time limit, before $ZT_TMP is removed under them (killing the
+# shell would leave its mpirun running)
+zt_bg_reap() {
+    for zt_job in $ZT_BG; do wait "${zt_job%%:*}"; done
     return 0
 }
 ztrain_wait() {
-    bad=""
-    for job in $ZT_BG; do
-        wait "${job%%:*}"
-        rc=$?
-        ZT_OUT=${job#*:}
-        cat "$ZT_OUT"
-        [ $rc -eq 0 ] || bad="$bad $ZT_OUT:$rc"
+    zt_bad=""
+    for zt_job in $ZT_BG; do
+        wait "${zt_job%%:*}"
+        ZT_RC=$?
+        cat "${zt_job#*:}"
+        # $ZT_OUT stays the file the next run writes: the last run's output is copied there
+        cp "${zt_job#*:}" "$ZT_OUT" || fail "cp"
+        [ $ZT_RC -eq 0 ] || zt_bad="$zt_bad ${zt_job#*:}:$ZT_RC"
     done
     ZT_BG=""
-    [ -z "$bad" ] || fail "a background ztrain run exited non-zero (output:status):$bad"
+    [ -z "$zt_bad" ] || fail "a background ztrain run exited non-zero (output:status):$zt_bad"
 }
 
 # every_rank_exits NP CODE WHAT args...: ztrain on NP ranks with Open MPI told not to kill the
@@ -157,7 +165,7 @@ every_rank_exits() {
     # shellcheck disable=SC2046
     ZT_MPIRUN_ARGS="--mca orte_abort_on_non_zero_status 0" sh "$ZT_MPIRUN" "$np" sh -c \
         '"$@"; rc=$?; echo $rc >"'"$rcdir"'/rank-$OMPI_COMM_WORLD_RANK"; exit $rc' sh \
-        "$ZTRAIN" $(zt_peak_arg) "$@" >"$ZT_OUT" 2>&1
+        "$ZTRAIN" $(zt_peak_arg "$@") "$@" >"$ZT_OUT" 2>&1
     grep -qF "zt_mpirun.sh: TIMEOUT" "$ZT_OUT" && fail "the job hung $what"
     r=0
     while [ $r -lt "$np" ]; do
