@@ -22,6 +22,7 @@
 #                                      from a generated text via zt-prep-data
 #   assert_contains FILE "text"        fixed-string grep or fail
 #   venv_check LABEL SCRIPT ARGS...    queue a Python check (torch, transformers, peft)
+#   venv_check_fails LABEL SCRIPT ARGS... queue a check that must fail (LABEL if it passes)
 #   venv_checks_run PYTHON             run the queued checks in one interpreter
 #                                      (pybatch.py); fails naming each that failed
 #   layout_runs "NP STRATEGY LAYOUT ACCUM [k=v]"... -- ARGS
@@ -197,6 +198,13 @@ expect_fail_with() {
 venv_check() {
     [ -s "$ZT_TMP/venv-checks" ] && echo ":::" >>"$ZT_TMP/venv-checks"
     printf '%s\n' "$@" >>"$ZT_TMP/venv-checks"
+}
+# venv_check_fails LABEL SCRIPT ARGS...: queues a check that must exit non-zero (its output
+# discarded); LABEL is the failure reported when it exits 0.
+venv_check_fails() {
+    zt_label=$1
+    shift
+    venv_check "!$zt_label" "$@"
 }
 venv_checks_run() {
     [ -s "$ZT_TMP/venv-checks" ] || return 0
