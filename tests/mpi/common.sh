@@ -94,11 +94,12 @@ zt_need_ztrain() {
 }
 
 # zt_peak_arg ARGS...: the override put before a run's own ARGS (so theirs wins); none for
-# the modes that do not train (their output, --print-config's above all, stays the input's)
+# the modes that never probe (their output, --print-config's above all, stays the input's);
+# --generate sets up as a training run does, probe included
 zt_peak_arg() {
     [ "${ZT_MEASURE_PEAK:-0}" = 1 ] && return 0
     for zt_a in "$@"; do
-        case $zt_a in --print-config | --estimate-memory | --generate | --help | -h | --version | --*-markdown) return 0 ;; esac
+        case $zt_a in --print-config | --estimate-memory | --help | -h | --version | --*-markdown) return 0 ;; esac
     done
     echo "train.peak_tflops=0.1"
 }
