@@ -129,9 +129,13 @@ run_ztrain_bg() {
     np=$1
     shift
     ZT_BG_OUT=$(mktemp "$ZT_TMP/bg.XXXXXX") || fail "mktemp"
+    # a session directory of its own: two mpiruns started together race to create the shared
+    # one (/tmp/ompi.HOST.UID), and the loser fails in orte_init ("File exists")
+    zt_sd=$(mktemp -d "$ZT_TMP/ompi.XXXXXX") || fail "mktemp"
     echo "+ zt_mpirun.sh $np ztrain $* (in the background)"
     # shellcheck disable=SC2046
-    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" $(zt_peak_arg "$@") "$@" >"$ZT_BG_OUT" 2>&1 &
+    ZT_MPIRUN_ARGS="${ZT_MPIRUN_ARGS:-} --mca orte_tmpdir_base $zt_sd" \
+        sh "$ZT_MPIRUN" "$np" "$ZTRAIN" $(zt_peak_arg "$@") "$@" >"$ZT_BG_OUT" 2>&1 &
     [ -n "${ZT_BG_REAP:-}" ] || { at_exit zt_bg_reap; ZT_BG_REAP=1; }
     ZT_BG="$ZT_BG $!:$ZT_BG_OUT"
 }
