@@ -27,6 +27,11 @@ if [ $rc -ne 0 ]; then
         echo "==== $f"; tail -40 "$f"
     done
 fi
+# the ten slowest tests, from the wall times tests/test-driver-timed writes into each .trs
+echo "slowest tests (wall seconds):"
+for f in $(find build/tests -name '*.trs'); do
+    printf '%8s  %s\n' "$(sed -n 's/^:wall-seconds: //p' "$f")" "${f#build/}"
+done | sed 's/\.trs$//' | sort -rn | head -10
 # the two phases' counts, summed
 count() {
     n=0

@@ -41,17 +41,26 @@ TOLD="--loss-tol 5e-5 --param-tol 2e-3"
 llama="model.arch=llama model.n_head=4 model.n_kv_head=2 model.n_embd=32 model.head_dim=8
   model.intermediate_size=48 checkpoint.save_hf=false"
 
-run_ztrain 1 $common $(batch_args 1) train.output_dir=ref32 >/dev/null
-grep -qF "GEMMs fp32)" "$ZT_OUT" || fail "an fp32 run does not report fp32 GEMMs"
+# The one-rank runs go two at a time (run_ztrain_bg: one core each); a variable of the
+# environment is set for the runs started after it.
+run_ztrain_bg 1 $common $(batch_args 1) train.output_dir=ref32
+ref32_out=$ZT_BG_OUT
 # fp32 GEMMs on bf16 parameters (common.sh's default ZT_DNNL=off, on any CPU)
-run_ztrain 1 $common $(batch_args 1) train.bf16=true train.output_dir=plain >/dev/null
+run_ztrain_bg 1 $common $(batch_args 1) train.bf16=true train.output_dir=plain
+ztrain_wait >/dev/null
 grep -qF "GEMMs fp32: " "$ZT_OUT" || fail "ZT_DNNL=off: train.bf16 did not keep fp32 GEMMs"
 grep -qF "GEMMs fp32: built without oneDNN" "$ZT_OUT" && skip "built without oneDNN"
+grep -qF "GEMMs fp32)" "$ref32_out" || fail "an fp32 run does not report fp32 GEMMs"
 
 export ZT_DNNL=force
-# --- 1 ---
-run_ztrain 1 $common $(batch_args 1) train.bf16=true train.output_dir=ref >/dev/null
+# --- 1 --- (and 2.'s llama reference beside it)
+run_ztrain_bg 1 $common $(batch_args 1) train.bf16=true train.output_dir=ref
+ref_out=$ZT_BG_OUT
+# shellcheck disable=SC2086
+run_ztrain_bg 1 $common $llama $(batch_args 1) train.bf16=true train.output_dir=lref
+ztrain_wait >/dev/null
 assert_contains "$ZT_OUT" "(GEMMs bf16 (oneDNN"
+assert_contains "$ref_out" "(GEMMs bf16 (oneDNN"
 "$PY" "$CMP" ref32 ref --loss-tol 5e-3 --param-tol 1e-2 || fail "oneDNN bf16 GEMMs do not train approximately the fp32 model"
 "$PY" "$CMP" plain ref $TOLD >/dev/null && fail "ZT_DNNL=force gave the fp32-GEMM result: oneDNN not in effect"
 
@@ -67,10 +76,7 @@ done
 # shellcheck disable=SC2086
 "$PY" "$CMP" ref $runs $TOLD || fail "oneDNN bf16: a strategy diverged from the single-rank reference"
 
-# llama: GQA attention, SwiGLU, untied head
-# shellcheck disable=SC2086
-run_ztrain 1 $common $llama $(batch_args 1) train.bf16=true train.output_dir=lref >/dev/null
-assert_contains "$ZT_OUT" "(GEMMs bf16 (oneDNN"
+# llama (lref, above): GQA attention, SwiGLU, untied head
 # shellcheck disable=SC2086
 run_ztrain 2 $common $llama $(batch_args 2) train.bf16=true parallel.strategy=zero3 train.output_dir=lnp2 >/dev/null
 "$PY" "$CMP" lref lnp2 $TOLD || fail "oneDNN bf16 llama: 2-rank zero3 diverged from one rank"
@@ -86,48 +92,54 @@ run_ztrain 2 $common $llama $(batch_args 1) train.bf16=true parallel.sequence_pa
 TOLR="--loss-tol 1.5e-4 --param-tol 2e-3"
 # shellcheck disable=SC2086
 "$PY" "$CMP" lref lring $TOLR || fail "oneDNN bf16 llama: ring attention sp 2 diverged from one rank"
-run_ztrain 1 $common $llama $(batch_args 1) train.output_dir=lref32 >/dev/null
+# shellcheck disable=SC2086
+run_ztrain_bg 1 $common $llama $(batch_args 1) train.output_dir=lref32
+# an fp32 model with train.matmul_precision = medium: bf16 GEMMs, fp32 parameters (as on GPUs)
+run_ztrain_bg 1 $common $(batch_args 1) train.matmul_precision=medium train.output_dir=med
+ztrain_wait >/dev/null
 # shellcheck disable=SC2086
 "$PY" "$CMP" lref32 lring $TOLR >/dev/null && fail "oneDNN bf16 llama ring: the bound does not tell it from fp32"
 
-# an fp32 model with train.matmul_precision = medium: bf16 GEMMs, fp32 parameters (as on GPUs)
-run_ztrain 1 $common $(batch_args 1) train.matmul_precision=medium train.output_dir=med >/dev/null
 assert_contains "$ZT_OUT" "(GEMMs bf16 (oneDNN"
 "$PY" "$CMP" ref32 med --loss-tol 5e-3 --param-tol 1e-2 || fail "matmul_precision=medium does not train approximately the fp32 model"
 "$PY" "$CMP" ref32 med $TOLD >/dev/null && fail "matmul_precision=medium gave the fp32 result"
 
-# --- 3 ---
-run_ztrain 1 $common $(batch_args 1) train.output_dir=f32 >/dev/null
-grep -qF "GEMMs fp32)" "$ZT_OUT" || fail "ZT_DNNL=force changed an fp32 run's GEMM path"
+# --- 3 --- (and 4.'s count beside it)
+run_ztrain_bg 1 $common $(batch_args 1) train.output_dir=f32
+f32_out=$ZT_BG_OUT
+export ZT_DNNL_VERBOSE=1
+run_ztrain_bg 1 $common $(batch_args 1) train.bf16=true train.max_steps=2 train.output_dir=count
+unset ZT_DNNL_VERBOSE
+ztrain_wait >/dev/null
+grep -qF "GEMMs fp32)" "$f32_out" || fail "ZT_DNNL=force changed an fp32 run's GEMM path"
 "$PY" "$CMP" ref32 f32 --loss-tol 0 --param-tol 0 || fail "ZT_DNNL=force changed an fp32 run's bits"
 
 # --- 4 ---
-export ZT_DNNL_VERBOSE=1
-run_ztrain 1 $common $(batch_args 1) train.bf16=true train.max_steps=2 train.output_dir=count >/dev/null
 # per micro-batch the tiny GPT-2 (2 layers) reads 4 weights per layer in the forward and
 # again in the backward and the tied head twice: 18; 6 micro-batches x 2 steps
 viewed=$(sed -n 's/^zt_dnnl: \([0-9]*\) GEMM operands read from bf16 working copies.*/\1/p' "$ZT_OUT")
 [ "${viewed:-0}" -eq 216 ] || fail "zt_dnnl views: ${viewed:-no} weights read from the bf16 copy, expected 216"
-unset ZT_DNNL_VERBOSE
+lora_setup
+lora="model.name_or_path=$ZT_SRCDIR/tests/reference/hf/llama train.bf16=true optim.learning_rate=1e-2 train.max_steps=4
+  checkpoint.save_hf=false"
 export ZT_DNNL_VIEWS=check
-run_ztrain 1 $common $(batch_args 1) train.bf16=true train.output_dir=ref-v >/dev/null
+run_ztrain_bg 1 $common $(batch_args 1) train.bf16=true train.output_dir=ref-v
+# shellcheck disable=SC2086
+run_ztrain_bg 1 lora.cfg $lora train.output_dir=lora-v
+ztrain_wait >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 $common $(batch_args 2) train.bf16=true parallel.strategy=zero3 train.output_dir=np2-zero3-v >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 $common $llama $(batch_args 1) train.bf16=true parallel.tensor_parallel_size=2 train.output_dir=ltp2-v >/dev/null
-lora_setup
-lora="model.name_or_path=$ZT_SRCDIR/tests/reference/hf/llama train.bf16=true optim.learning_rate=1e-2 train.max_steps=4
-  checkpoint.save_hf=false"
-# shellcheck disable=SC2086
-run_ztrain 1 lora.cfg $lora train.output_dir=lora-v >/dev/null
 export ZT_DNNL_VIEWS=off
-run_ztrain 1 $common $(batch_args 1) train.bf16=true train.output_dir=ref-r >/dev/null
+run_ztrain_bg 1 $common $(batch_args 1) train.bf16=true train.output_dir=ref-r
+# shellcheck disable=SC2086
+run_ztrain_bg 1 lora.cfg $lora train.output_dir=lora-r
+ztrain_wait >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 $common $(batch_args 2) train.bf16=true parallel.strategy=zero3 train.output_dir=np2-zero3-r >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 $common $llama $(batch_args 1) train.bf16=true parallel.tensor_parallel_size=2 train.output_dir=ltp2-r >/dev/null
-# shellcheck disable=SC2086
-run_ztrain 1 lora.cfg $lora train.output_dir=lora-r >/dev/null
 unset ZT_DNNL_VIEWS
 for r in ref np2-zero3 ltp2 lora; do
     "$PY" "$CMP" "$r-r" "$r-v" --loss-tol 0 --param-tol 0 || fail "zt_dnnl views: $r is not the run that rounds every weight"

@@ -11,19 +11,27 @@
 #                                      exit status in $ZT_RC; fails the test
 #                                      unless it exits 0
 #   run_ztrain_rc NP args...           same, but returns the exit status instead
+#   run_ztrain_bg NP args...           run_ztrain in the background (two one-rank runs
+#                                      use both cores); its output file in $ZT_BG_OUT
+#   ztrain_wait                        waits for those runs, prints their outputs in
+#                                      start order ($ZT_OUT: a copy of the last's),
+#                                      fails unless each exited 0
 #   expect_fail_with NP "text" args... ztrain must exit non-zero (and not time
 #                                      out) with "text" (fixed string) in its output
 #   make_tiny_data DIR                 DIR/tiny-train.h5 and DIR/tiny-val.h5
 #                                      from a generated text via zt-prep-data
 #   assert_contains FILE "text"        fixed-string grep or fail
 #   venv_check LABEL SCRIPT ARGS...    queue a Python check (torch, transformers, peft)
+#   venv_check_fails LABEL SCRIPT ARGS... queue a check that must fail (LABEL if it passes)
 #   venv_checks_run PYTHON             run the queued checks in one interpreter
 #                                      (pybatch.py); fails naming each that failed
 #   layout_runs "NP STRATEGY LAYOUT ACCUM [k=v]"... -- ARGS
 #                                      one run per strategy/layout, 4 sequences a step;
 #                                      their output_dirs in $LAYOUT_RUNS
 # Every run goes through zt_mpirun.sh, so timeouts and container settings are
-# the same everywhere.
+# the same everywhere. Every run is given the MFU denominator (train.peak_tflops=0.1)
+# instead of measuring it (src/zt_mfu.c: 0.4 s a run, hundreds of runs a suite): no
+# test checks an MFU figure; a test that wants the probe sets ZT_MEASURE_PEAK=1.
 
 ZT_TEST_NAME=$(basename "$0" .sh)
 : "${ZT_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -85,12 +93,24 @@ zt_need_ztrain() {
     [ -x "$ZTRAIN" ] || fail "$ZTRAIN not built (ZT_BUILDDIR=$ZT_BUILDDIR)"
 }
 
+# zt_peak_arg ARGS...: the override put before a run's own ARGS (so theirs wins); none for
+# the modes that never probe (their output, --print-config's above all, stays the input's);
+# --generate sets up as a training run does, probe included
+zt_peak_arg() {
+    [ "${ZT_MEASURE_PEAK:-0}" = 1 ] && return 0
+    for zt_a in "$@"; do
+        case $zt_a in --print-config | --estimate-memory | --help | -h | --version | --*-markdown) return 0 ;; esac
+    done
+    echo "train.peak_tflops=0.1"
+}
+
 run_ztrain_rc() {
     zt_need_ztrain
     np=$1
     shift
     echo "+ zt_mpirun.sh $np ztrain $*"
-    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" "$@" >"$ZT_OUT" 2>&1
+    # shellcheck disable=SC2046
+    sh "$ZT_MPIRUN" "$np" "$ZTRAIN" $(zt_peak_arg "$@") "$@" >"$ZT_OUT" 2>&1
     ZT_RC=$?
     cat "$ZT_OUT"
     return $ZT_RC
@@ -101,6 +121,45 @@ run_ztrain() {
     [ "$ZT_RC" -eq 0 ] || fail "ztrain on $1 ranks exited with $ZT_RC"
 }
 
+# run_ztrain_bg / ztrain_wait: independent runs side by side. The one-rank runs of a test
+# (references) each use one core of two; a test starts two, then waits for both.
+ZT_BG=""
+run_ztrain_bg() {
+    zt_need_ztrain
+    np=$1
+    shift
+    ZT_BG_OUT=$(mktemp "$ZT_TMP/bg.XXXXXX") || fail "mktemp"
+    # a session directory of its own: two mpiruns started together race to create the shared
+    # one (/tmp/ompi.HOST.UID), and the loser fails in orte_init ("File exists")
+    zt_sd=$(mktemp -d "$ZT_TMP/ompi.XXXXXX") || fail "mktemp"
+    echo "+ zt_mpirun.sh $np ztrain $* (in the background)"
+    # shellcheck disable=SC2046
+    ZT_MPIRUN_ARGS="${ZT_MPIRUN_ARGS:-} --mca orte_tmpdir_base $zt_sd" \
+        sh "$ZT_MPIRUN" "$np" "$ZTRAIN" $(zt_peak_arg "$@") "$@" >"$ZT_BG_OUT" 2>&1 &
+    [ -n "${ZT_BG_REAP:-}" ] || { at_exit zt_bg_reap; ZT_BG_REAP=1; }
+    ZT_BG="$ZT_BG $!:$ZT_BG_OUT"
+}
+# at exit (a failure between a start and ztrain_wait): waits for the runs still going, which
+# end within zt_mpirun.sh's time limit, before $ZT_TMP is removed under them (killing the
+# shell would leave its mpirun running)
+zt_bg_reap() {
+    for zt_job in $ZT_BG; do wait "${zt_job%%:*}"; done
+    return 0
+}
+ztrain_wait() {
+    zt_bad=""
+    for zt_job in $ZT_BG; do
+        wait "${zt_job%%:*}"
+        ZT_RC=$?
+        cat "${zt_job#*:}"
+        # $ZT_OUT stays the file the next run writes: the last run's output is copied there
+        cp "${zt_job#*:}" "$ZT_OUT" || fail "cp"
+        [ $ZT_RC -eq 0 ] || zt_bad="$zt_bad ${zt_job#*:}:$ZT_RC"
+    done
+    ZT_BG=""
+    [ -z "$zt_bad" ] || fail "a background ztrain run exited non-zero (output:status):$zt_bad"
+}
+
 # every_rank_exits NP CODE WHAT args...: ztrain on NP ranks with Open MPI told not to kill the
 # job at the first non-zero exit, so that each rank's own exit status is seen; fails the test
 # unless every rank exits CODE without a timeout or a crash (WHAT names the case in messages)
@@ -109,9 +168,10 @@ every_rank_exits() {
     shift 3
     rcdir=$(mktemp -d "$ZT_TMP/rc.XXXXXX") || fail "mktemp"
     # shellcheck disable=SC2016
+    # shellcheck disable=SC2046
     ZT_MPIRUN_ARGS="--mca orte_abort_on_non_zero_status 0" sh "$ZT_MPIRUN" "$np" sh -c \
         '"$@"; rc=$?; echo $rc >"'"$rcdir"'/rank-$OMPI_COMM_WORLD_RANK"; exit $rc' sh \
-        "$ZTRAIN" "$@" >"$ZT_OUT" 2>&1
+        "$ZTRAIN" $(zt_peak_arg "$@") "$@" >"$ZT_OUT" 2>&1
     grep -qF "zt_mpirun.sh: TIMEOUT" "$ZT_OUT" && fail "the job hung $what"
     r=0
     while [ $r -lt "$np" ]; do
@@ -143,6 +203,13 @@ expect_fail_with() {
 venv_check() {
     [ -s "$ZT_TMP/venv-checks" ] && echo ":::" >>"$ZT_TMP/venv-checks"
     printf '%s\n' "$@" >>"$ZT_TMP/venv-checks"
+}
+# venv_check_fails LABEL SCRIPT ARGS...: queues a check that must exit non-zero (its output
+# discarded); LABEL is the failure reported when it exits 0.
+venv_check_fails() {
+    zt_label=$1
+    shift
+    venv_check "!$zt_label" "$@"
 }
 venv_checks_run() {
     [ -s "$ZT_TMP/venv-checks" ] || return 0

@@ -45,8 +45,14 @@ echo "lora_tp: PEFT's adapters in and out at tp 2 (llama) and tp 2 x zero3 (gpt2
 # max_grad_norm small enough to clip at every step: the whole matrices' gradients count once
 train="optim.learning_rate=1e-2 train.max_steps=6 checkpoint.save_hf=false optim.max_grad_norm=0.05"
 one="train.per_device_train_batch_size=1 train.gradient_accumulation_steps=4"
+# fresh adapters (no PEFT directory): tp 2 draws each slice of A as one rank draws the whole
+fresh="model.name_or_path=$HF/llama"
+# the one-rank references two at a time (one core each): this one and the fresh adapters' below
 # shellcheck disable=SC2086
-run_ztrain 1 lora.cfg $llama $train $one train.output_dir=ref >/dev/null
+run_ztrain_bg 1 lora.cfg $llama $train $one train.output_dir=ref
+# shellcheck disable=SC2086
+run_ztrain_bg 1 lora.cfg $fresh $train $one train.output_dir=fresh-ref
+ztrain_wait >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 lora.cfg $llama $train $tp2 train.per_device_train_batch_size=2 train.gradient_accumulation_steps=2 \
     train.output_dir=tp2 >/dev/null
@@ -66,10 +72,7 @@ run_ztrain 2 lora.cfg $llama $train $tp2 parallel.tp_sequence_parallel=true trai
     train.output_dir=tps >/dev/null
 # shellcheck disable=SC2086
 "$PY" "$CMP" ref $runs tps || fail "llama: LoRA under tp trained other adapters than one rank"
-# fresh adapters (no PEFT directory): tp 2 draws each slice of A as one rank draws the whole
-fresh="model.name_or_path=$HF/llama"
-# shellcheck disable=SC2086
-run_ztrain 1 lora.cfg $fresh $train $one train.output_dir=fresh-ref >/dev/null
+# fresh adapters (fresh-ref: above)
 # shellcheck disable=SC2086
 run_ztrain 2 lora.cfg $fresh $train $tp2 train.per_device_train_batch_size=4 train.output_dir=fresh-tp2 >/dev/null
 "$PY" "$CMP" fresh-ref fresh-tp2 || fail "llama: fresh LoRA adapters at tp 2 differ from one rank's"
@@ -90,8 +93,13 @@ assert all(e2[k] == m2[k] for k in keys), (e2, m2)
 # the base and B of column-parallel / A of row-parallel weights split; the other halves whole
 assert m2["params"] < 0.6 * m1["params"] and m1["grads"] / 2 < m2["grads"] < m1["grads"], (m1, m2)
 EOF
+drop="lora.dropout=0.1"
 # shellcheck disable=SC2086
-run_ztrain 1 lora.cfg $g2 $train $one train.output_dir=g2ref >/dev/null
+run_ztrain_bg 1 lora.cfg $g2 $train $one train.output_dir=g2ref
+# and section 3's
+# shellcheck disable=SC2086
+run_ztrain_bg 1 lora.cfg $llama $train $drop $one train.output_dir=drop-ref
+ztrain_wait >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 lora.cfg $g2 $train $tp2 train.per_device_train_batch_size=4 train.output_dir=g2tp2 >/dev/null
 # shellcheck disable=SC2086
@@ -102,9 +110,7 @@ run_ztrain 4 lora.cfg $g2 $train $tp2 parallel.strategy=zero3 train.per_device_t
 echo "lora_tp: llama at tp 2, tp 4, tp 2 x zero2/zero3, tp_sequence_parallel and gpt2 at tp 2, tp 2 x zero3 = one rank"
 
 # ---- 3. dropout ---------------------------------------------------------------------------
-drop="lora.dropout=0.1"
-# shellcheck disable=SC2086
-run_ztrain 1 lora.cfg $llama $train $drop $one train.output_dir=drop-ref >/dev/null
+# (drop-ref: above)
 # shellcheck disable=SC2086
 run_ztrain 2 lora.cfg $llama $train $drop $tp2 train.per_device_train_batch_size=4 train.output_dir=drop-tp2 >/dev/null
 # shellcheck disable=SC2086
@@ -123,15 +129,17 @@ echo "lora_tp: lora.dropout at tp 2 and tp 2 x zero3 = one rank's masks"
 # constant schedule, so that 3 steps are the first half of 6
 const="optim.lr_scheduler_type=constant_with_warmup"
 # shellcheck disable=SC2086
-run_ztrain 1 lora.cfg $llama $train $const $one train.output_dir=full >/dev/null
+run_ztrain_bg 1 lora.cfg $llama $train $const $one train.output_dir=full
+# and the first half of split2 (below)
+# shellcheck disable=SC2086
+run_ztrain_bg 1 lora.cfg $llama $train $const $one train.max_steps=3 train.output_dir=split2
+ztrain_wait >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 lora.cfg $llama $train $const $tp2 train.per_device_train_batch_size=4 train.max_steps=3 \
     train.output_dir=split >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 1 lora.cfg $llama $train $const $one checkpoint.resume=auto train.output_dir=split >/dev/null
 assert_contains "$ZT_OUT" "resumed from split/ckpt-00000003"
-# shellcheck disable=SC2086
-run_ztrain 1 lora.cfg $llama $train $const $one train.max_steps=3 train.output_dir=split2 >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 4 lora.cfg $llama $train $const $tp2 parallel.strategy=zero3 train.per_device_train_batch_size=2 \
     checkpoint.resume=auto train.output_dir=split2 >/dev/null

@@ -36,10 +36,15 @@ gemma3="model.arch=gemma3 model.n_head=4 model.n_kv_head=2 model.n_embd=32 model
   model.intermediate_size=48 model.tie_word_embeddings=true model.sliding_window=5 model.sliding_window_pattern=2"
 tp2="parallel.tensor_parallel_size=2"
 
+# the one-rank references first, two at a time (one core each)
 for fam in gpt2 llama qwen3 gemma3; do
     case $fam in gpt2) arch="" ;; llama) arch=$llama ;; qwen3) arch=$qwen3 ;; gemma3) arch=$gemma3 ;; esac
     # shellcheck disable=SC2086
-    run_ztrain 1 $common $arch $(batch_args 1) train.output_dir="$fam-ref" >/dev/null
+    run_ztrain_bg 1 $common $arch $(batch_args 1) train.output_dir="$fam-ref"
+    case $fam in llama | gemma3) ztrain_wait >/dev/null ;; esac
+done
+for fam in gpt2 llama qwen3 gemma3; do
+    case $fam in gpt2) arch="" ;; llama) arch=$llama ;; qwen3) arch=$qwen3 ;; gemma3) arch=$gemma3 ;; esac
     # shellcheck disable=SC2086
     run_ztrain 2 $common $arch $(batch_args 1) $tp2 train.output_dir="$fam-tp2" >/dev/null
     assert_contains "$ZT_OUT" "mesh tp 2 x sp 1 x dp 1"
@@ -73,7 +78,11 @@ echo "mesh: gpt2, llama, qwen3 and gemma3 at tp 2 and tp 2 x dp 2 (ddp, zero1, z
 # heads at tp 4 (each shared by 2 ranks), with Qwen2's q/k/v biases
 mqa="model.arch=qwen2 model.n_head=4 model.n_kv_head=1 model.n_embd=32 model.head_dim=8 model.intermediate_size=48"
 # shellcheck disable=SC2086
-run_ztrain 1 $common $mqa $(batch_args 1) train.output_dir=mqa-ref >/dev/null
+run_ztrain_bg 1 $common $mqa $(batch_args 1) train.output_dir=mqa-ref
+# and the one-rank run of the vocabulary case below
+# shellcheck disable=SC2086
+run_ztrain_bg 1 $common model.vocab_size=257 $(batch_args 1) train.output_dir=v257-ref
+ztrain_wait >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 2 $common $mqa $(batch_args 1) $tp2 parallel.strategy=zero2 train.output_dir=mqa-tp2 >/dev/null
 # shellcheck disable=SC2086
@@ -84,9 +93,7 @@ run_ztrain 4 $common $llama $(batch_args 1) parallel.tensor_parallel_size=4 trai
 echo "mesh: KV heads fewer than tp (1 at tp 2, 2 at tp 4) replicated, as one rank"
 
 # a vocabulary tp does not divide splits in blocks of ceil(V / tp) rows (GPT-2's 50257):
-# 257 at tp 2 is 129 + 128 rows
-# shellcheck disable=SC2086
-run_ztrain 1 $common model.vocab_size=257 $(batch_args 1) train.output_dir=v257-ref >/dev/null
+# 257 at tp 2 is 129 + 128 rows (v257-ref: above)
 # shellcheck disable=SC2086
 run_ztrain 2 $common model.vocab_size=257 $(batch_args 1) $tp2 train.output_dir=v257-tp2 >/dev/null
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" v257-ref v257-tp2 || fail "an uneven vocabulary split diverged"
@@ -160,7 +167,11 @@ echo "mesh: tp 2 x dp 2 -> ddp on 3 ranks / -> sp 2 x zero3, zero2 -> tp 2, ring
 
 # ---- 3. bf16 ------------------------------------------------------------------------
 # shellcheck disable=SC2086
-run_ztrain 1 $common $llama train.bf16=true $(batch_args 1) train.output_dir=bf16-ref >/dev/null
+run_ztrain_bg 1 $common $llama train.bf16=true $(batch_args 1) train.output_dir=bf16-ref
+# and GPT-2's (below)
+# shellcheck disable=SC2086
+run_ztrain_bg 1 $common model.n_head=4 train.bf16=true $(batch_args 1) train.output_dir=bf16-g-ref
+ztrain_wait >/dev/null
 # shellcheck disable=SC2086
 run_ztrain 4 $common $llama train.bf16=true $(batch_args 2) $tp2 parallel.strategy=zero3 \
     train.output_dir=bf16-tp2 >/dev/null
@@ -172,9 +183,7 @@ run_ztrain 4 $common $llama train.bf16=true $(batch_args 2) parallel.sequence_pa
     train.output_dir=bf16-sp2-zero2 >/dev/null
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" bf16-ref bf16-tp2 bf16-tps-ring bf16-sp2-zero2 --loss-tol 2e-3 \
     --param-tol 2e-3 || fail "bf16 under a mesh diverged from one rank"
-# GPT-2 in bf16: tp 2 x zero1, Ulysses sp 2 (4 heads), ring sp 2 x zero3
-# shellcheck disable=SC2086
-run_ztrain 1 $common model.n_head=4 train.bf16=true $(batch_args 1) train.output_dir=bf16-g-ref >/dev/null
+# GPT-2 in bf16 (bf16-g-ref: above): tp 2 x zero1, Ulysses sp 2 (4 heads), ring sp 2 x zero3
 # shellcheck disable=SC2086
 run_ztrain 4 $common model.n_head=4 train.bf16=true $(batch_args 2) $tp2 parallel.strategy=zero1 \
     train.output_dir=bf16-g-tp2 >/dev/null

@@ -10,7 +10,11 @@ its own forked from this one, one after another: each script sees a fresh copy o
 interpreter with those modules loaded, so no state passes from one case to the next, and
 it costs one import (seconds of CPU) instead of one per case.
 
-Every case runs, whatever the others do. Exit status 0 when every case exited 0; otherwise
+A LABEL that starts with "!" marks a case that must fail: it passes when SCRIPT exits
+non-zero, and its output is discarded (common.sh's venv_check_fails: a check that must tell
+two things apart).
+
+Every case runs, whatever the others do. Exit status 0 when every case passed; otherwise
 1, after one line on stderr per case that did not, with its LABEL and exit status.
 """
 import os
@@ -29,8 +33,13 @@ def cases(argv):
     yield case
 
 
-def run(script, args):
-    """in a forked child: SCRIPT as __main__, then the child's exit status"""
+def run(script, args, quiet):
+    """in a forked child: SCRIPT as __main__ (its output discarded when quiet), then the
+    child's exit status"""
+    if quiet:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
     sys.argv = [script] + args
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` has it
     code = 0
@@ -68,12 +77,13 @@ def main():
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
+        must_fail = label.startswith("!")
         if pid == 0:
-            run(script, args)
+            run(script, args, must_fail)
         _, status = os.waitpid(pid, 0)
         rc = os.waitstatus_to_exitcode(status)
-        if rc != 0:
-            failed.append((label, rc))
+        if (rc == 0) if must_fail else (rc != 0):
+            failed.append((label[1:] if must_fail else label, rc))
     for label, rc in failed:
         print(f"pybatch: FAILED ({rc}): {label}", file=sys.stderr)
     return 1 if failed else 0

@@ -23,8 +23,12 @@ fp="model.name_or_path=$HF/qlora-llama-tp"
 bf="train.bf16=true"
 
 # ---- 1. meshes against one rank ----------------------------------------------------------------
+# section 2's fp32 run beside the bf16 one (one core each); $ZT_OUT is then b1's output
 # shellcheck disable=SC2086
-run_ztrain 1 lora.cfg $fp $base $bf train.gradient_accumulation_steps=4 train.output_dir=b1 >/dev/null
+run_ztrain_bg 1 lora.cfg $fp $base train.gradient_accumulation_steps=4 train.output_dir=f1
+# shellcheck disable=SC2086
+run_ztrain_bg 1 lora.cfg $fp $base $bf train.gradient_accumulation_steps=4 train.output_dir=b1
+ztrain_wait >/dev/null
 assert_contains "$ZT_OUT" "294912 values in 154112 bf16 elements, a byte each (1.05 bytes a value), dequantized to bf16 before each GEMM"
 # shellcheck disable=SC2086
 run_ztrain 2 lora.cfg $fp $base $bf train.gradient_accumulation_steps=2 parallel.strategy=zero3 \
@@ -48,9 +52,7 @@ run_ztrain 2 lora.cfg $fp $base $bf train.gradient_accumulation_steps=2 parallel
 unset ZT_DNNL ZT_MPIRUN_ARGS
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" d1 d2 || fail "bf16 QLoRA on oneDNN's bf16 GEMMs: zero3 trained otherwise"
 
-# ---- 2. bf16 against fp32 -----------------------------------------------------------------------
-# shellcheck disable=SC2086
-run_ztrain 1 lora.cfg $fp $base train.gradient_accumulation_steps=4 train.output_dir=f1 >/dev/null
+# ---- 2. bf16 against fp32 (f1: above) -----------------------------------------------------------
 "$PY" "$ZT_SRCDIR/tests/mpi/compare_runs.py" f1 b1 >/dev/null && fail "bf16 QLoRA trained what fp32 QLoRA trains"
 "$PY" - f1 b1 <<'PYEOF' || fail "bf16 QLoRA's first loss is not within 1e-3 of fp32's"
 import json, sys

@@ -24,20 +24,23 @@ done
 cd "$ZT_TMP" || fail "cd"
 lora_setup
 
+# The checks are queued (venv_check) and run at the end with one import of torch, transformers
+# and peft.
 # ---- 1. round trip at learning rate 0 ------------------------------------------------------------
 run_ztrain 2 lora.cfg model.name_or_path="$HF/qlora-llama-bnb" lora.adapter_name_or_path="$HF/qlora-llama/adapter" \
     parallel.strategy=zero3 train.output_dir=rt >/dev/null
-"$BPY" "$CHECK" rt/adapter "$HF/qlora-llama-bnb" --reference --merged rt/hf ||
-    fail "PEFT on the 4-bit base or transformers on the merged export computes other logits"
+venv_check "PEFT on the 4-bit base or transformers on the merged export computes other logits" \
+    "$CHECK" rt/adapter "$HF/qlora-llama-bnb" --reference --merged rt/hf
 
 # ---- 2. trained adapters --------------------------------------------------------------------------
 for c in "llama zero3" "qwen3 ddp"; do
     set -- $c
     run_ztrain 2 lora.cfg model.name_or_path="$HF/qlora-$1-bnb" lora.adapter_name_or_path="$HF/qlora-$1/adapter" \
         optim.learning_rate=1e-2 train.max_steps=6 parallel.strategy="$2" train.output_dir="tr-$1" >/dev/null
-    "$BPY" "$CHECK" "tr-$1/adapter" "$HF/qlora-$1-bnb" --merged "tr-$1/hf" ||
-        fail "$1: PEFT with ztrain's trained adapter on the 4-bit base disagrees with the merged export"
-    "$BPY" "$CHECK" "tr-$1/adapter" "$HF/qlora-$1-bnb" --reference >/dev/null 2>&1 &&
-        fail "$1: the trained adapter computes what the untrained one does"
+    venv_check "$1: PEFT with ztrain's trained adapter on the 4-bit base disagrees with the merged export" \
+        "$CHECK" "tr-$1/adapter" "$HF/qlora-$1-bnb" --merged "tr-$1/hf"
+    venv_check_fails "$1: the trained adapter computes what the untrained one does" \
+        "$CHECK" "tr-$1/adapter" "$HF/qlora-$1-bnb" --reference
 done
+venv_checks_run "$BPY"
 echo "qlora_peft.sh: ok"

@@ -7,8 +7,12 @@ PY=${PYTHON3:-/usr/bin/python3}
 make_tiny_data "$ZT_TMP/data"
 cd "$ZT_TMP" || fail "cd"
 TINY="$ZT_SRCDIR/inputs/tiny.cfg"
+# this run measures the MFU denominator, as a user's run does (common.sh gives the others one)
+ZT_MEASURE_PEAK=1
 run_ztrain 2 "$TINY" train.max_steps=40 train.eval_steps=20 log.plot=true train.output_dir=out \
     optim.learning_rate=3e-3
+ZT_MEASURE_PEAK=0
+assert_contains "$ZT_OUT" "(measured matmul peak of this backend)"
 n=$(grep -c "^step     1/40 | loss" "$ZT_OUT")
 [ "$n" = 1 ] || fail "expected one progress line for step 1 (rank 0 speaks), got $n"
 assert_contains "$ZT_OUT" "global 4 sequences = 2 per device x 2 ranks x 1 accumulation"
