@@ -45,7 +45,8 @@ run_ztrain 2 lora.cfg $fp $base $bf train.gradient_accumulation_steps=4 parallel
 export ZT_DNNL=force ZT_MPIRUN_ARGS="-x ZT_DNNL"
 # shellcheck disable=SC2086
 run_ztrain 1 lora.cfg $fp $base $bf train.gradient_accumulation_steps=4 train.output_dir=d1 >/dev/null
-assert_contains "$ZT_OUT" "GEMMs bf16 (oneDNN forced by ZT_DNNL=force"
+# forced where the processor has no bf16 units; where it has them, they run (either way oneDNN)
+assert_contains "$ZT_OUT" "GEMMs bf16 (oneDNN"
 # shellcheck disable=SC2086
 run_ztrain 2 lora.cfg $fp $base $bf train.gradient_accumulation_steps=2 parallel.strategy=zero3 \
     train.output_dir=d2 >/dev/null
