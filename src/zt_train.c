@@ -58,7 +58,7 @@
 #endif
 
 /* train.threads resolved (see its schema text) */
-int zt_tr_cpu_threads(const zt_config_t *cfg, const zt_backend_t *be, int local_size)
+static int cpu_threads(const zt_config_t *cfg, const zt_backend_t *be, int local_size)
 {
     if (cfg->train.threads > 0) return cfg->train.threads;
     if (strcmp(be->name, "cpu") != 0) {
@@ -830,7 +830,7 @@ int zt_train(const zt_config_t *cfg, const zt_parallel_plan_t *plan, zt_comm_t *
         zt_log("train.bf16 = true: the default on a GPU (train.bf16 = false trains in fp32)");
     }
     if (rc == 0) {
-        r->threads = zt_tr_cpu_threads(cfg, r->be, comm->local_size);
+        r->threads = cpu_threads(cfg, r->be, comm->local_size);
         zt_cpu_set_threads(r->threads);
     }
     if (rc == 0) rc = r->rank == 0 ? zt_mkdir_p(cfg->train.output_dir, err, sizeof err) : 0;

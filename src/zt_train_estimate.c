@@ -25,6 +25,8 @@
 #include "zt_cuda.h"
 #endif
 
+static void tp_seq_setup(zt_param_table_t *t);
+
 /* ---- strategy resolution ------------------------------------------------------- */
 
 /* the engine's options: the plan's, with strategy st */
@@ -86,7 +88,7 @@ void zt_tr_mesh_local(zt_param_table_t *t, const zt_parallel_plan_t *p)
 {
     t->dims.sp_size = p->sp;
     t->dims.sp_ring = p->sp_mode == ZT_SP_RING;
-    if (p->tp_sequence_parallel) zt_tr_tp_seq_setup(t);
+    if (p->tp_sequence_parallel) tp_seq_setup(t);
 }
 
 /* 1-bit Adam runs under ddp, zero1 and zero2 (the engine refuses the rest): nothing else to plan */
@@ -570,7 +572,7 @@ int zt_tr_check_fits(const zt_config_t *cfg, const zt_parallel_plan_t *p, const 
 /* Megatron sequence parallelism inside tp (the plan checked that every tp rank gets a
  * whole share of the tokens): the replicated parameters its rows feed (norms, learned
  * positions) get partial gradients, summed over tp by the engine. */
-void zt_tr_tp_seq_setup(zt_param_table_t *t)
+static void tp_seq_setup(zt_param_table_t *t)
 {
     t->dims.tp_seq = 1;
     for (int i = 0; i < t->nparams; i++) {

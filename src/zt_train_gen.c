@@ -72,7 +72,7 @@ static const float *gen_forward(run_t *r, const int32_t *inp, const int32_t *pos
 }
 
 /* whether this rank runs the head in generation: the last stage's (every rank at pp 1) */
-int zt_tr_gen_last_stage(const run_t *r)
+static int gen_last_stage(const run_t *r)
 {
     return zt_schedule_stage_rank(&r->steps, r->steps.stages - 1) == r->comm->pp.rank;
 }
@@ -144,7 +144,7 @@ static void seq_logits(run_t *r, int slot, const int32_t *tokens, int n, float *
     const float *root = gen_forward(r, mine, r->kv_on ? r->kv_pos : NULL, 1, q > 1 ? Tl : n - past);
     /* under tp the row is gathered from every tp rank, under sp and pp broadcast: all take part */
     if (!logits && (r->comm->mesh_tp > 1 || sp > 1 || r->plan.pp > 1)) logits = r->tp_logits;
-    if (zt_tr_gen_last_stage(r)) {
+    if (gen_last_stage(r)) {
         if (r->comm->sp.rank == owner) {
             zt_model_forward_head_row(r->model, root, 0, t);
             if (logits) zt_model_logits_row(r->model, 0, t, logits);
@@ -209,7 +209,7 @@ void zt_tr_batch_logits(void *arg, int G, const int32_t *const *tokens, const in
     zt_model_kv_rows(r->model, nd, r->kv_slot, r->kv_past);
     const float *root = gen_forward(r, inp, r->kv_pos, 1, nd);
     const int hr = zt_model_head_rows_kept(r->model);
-    for (int i0 = 0; i0 < nd && zt_tr_gen_last_stage(r); i0 += hr) {
+    for (int i0 = 0; i0 < nd && gen_last_stage(r); i0 += hr) {
         const int rows = ZT_MIN(hr, nd - i0);
         zt_model_forward_head_rows(r->model, root, 0, i0, rows);
         for (int i = i0; i < i0 + rows; i++)

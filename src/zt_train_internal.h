@@ -131,7 +131,6 @@ typedef struct estimate {
 
 /* Shared between the train loop's files (see each definition for what it does). */
 void zt_tr_hist_push(hist_t *h, long step, float v);
-int zt_tr_cpu_threads(const zt_config_t *cfg, const zt_backend_t *be, int local_size);
 void zt_tr_fill_opts(const zt_config_t *cfg, const zt_parallel_plan_t *p, zt_strategy_t st, zt_shard_opts_t *o);
 unsigned char *zt_tr_stage_layers(const zt_parallel_plan_t *p, int L, int pp_rank);
 void zt_tr_stage_opts(zt_shard_opts_t *o, const zt_parallel_plan_t *p, const zt_param_table_t *t, unsigned char *held);
@@ -167,13 +166,11 @@ int zt_tr_pref_table_setup(run_t *r);
 int zt_tr_pref_table_save(run_t *r, char *err, size_t errlen);
 int zt_tr_pref_table_resume(run_t *r, const char *ckpt, long step);
 const float *zt_tr_forward_blocks(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos, int B, int T);
-float zt_tr_forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos, int B, int T);
 void zt_tr_sp_chunk(const run_t *r, const int32_t *row, int T, int b, int B, int32_t *dst);
 int zt_tr_read_rows(run_t *r, zt_dataset_t *ds, int64_t g0, int shuffle, int32_t *inp, int32_t *tgt, int32_t *seg, int32_t *pos, char *err, size_t errlen);
 long zt_tr_loss_tokens(const int32_t *tgt, size_t n);
 size_t zt_tr_residual_floats(const run_t *r, int T);
 float zt_tr_evaluate(run_t *r, int *failed);
-int zt_tr_gen_last_stage(const run_t *r);
 void zt_tr_batch_logits(void *arg, int G, const int32_t *const *tokens, const int *n, float *logits);
 void zt_tr_generation_begin(run_t *r, int batch);
 void zt_tr_generation_end(run_t *r);
@@ -198,7 +195,6 @@ void zt_tr_pp_summary(run_t *r);
 void zt_tr_rank_memory(const run_t *r, zt_shard_mem_t *mm);
 void zt_tr_stage_memory(run_t *r);
 int zt_tr_open_data(run_t *r, char *err, size_t errlen);
-void zt_tr_tp_seq_setup(zt_param_table_t *t);
 void zt_tr_pref_reference(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, int T, double *ref, double *now);
 
 #endif

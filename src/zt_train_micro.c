@@ -220,7 +220,7 @@ const float *zt_tr_forward_blocks(run_t *r, const int32_t *inp, const int32_t *t
 }
 
 /* Forward only, inside begin/end_inference; loss if targets given. */
-float zt_tr_forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
+static float forward_only(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos,
                           int B, int T)
 {
     const float *root = zt_tr_forward_blocks(r, inp, tgt, seg, pos, B, T);
@@ -299,7 +299,7 @@ float zt_tr_evaluate(run_t *r, int *failed)
         if (r->plan.pp > 1) {
             sum += eval_stages(r, sft);
         } else {
-            const float l = zt_tr_forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->Tm);
+            const float l = forward_only(r, r->inp, r->tgt, r->seg, r->pos, r->B, r->Tm);
             /* SFT: a mean over the tokens that carry a loss, as in training */
             sum += sft ? zt_model_loss_sum(r->model) : l;
         }
