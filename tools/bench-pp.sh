@@ -14,6 +14,13 @@
 # (rank 0: stages 0 and 2, rank 1: 1 and 3). gpipe runs the head's forward in the last
 # stage's forwards (parallel.pp_head_split's default); PP_ARGS (e.g.
 # parallel.pp_head_split=false) is added to every pipeline run.
+# BALANCED=1 measures the schedules' bubble where the stages can be equal: the formula
+# assumes stages of equal work, and GPT-2 124M's head (5.5 blocks) leaves a block's
+# difference between the ranks at any split. The model is GPT-2 124M's width with 15 blocks
+# and a vocabulary of 9216 tokens (a head of 768 x 9216 costs one block), split 9 | 8 at pp 2
+# (the embedding and 8 blocks; 7 blocks and the head) and 5 | 4 | 4 | 4 interleaved (four
+# stages of four blocks' work, each rank eight); BAL_V sets another vocabulary (a lighter
+# or heavier head) for the same split.
 set -eu
 cd "$(dirname "$0")/.."
 B=${1:-build} STEPS=${2:-3} REPEAT=${3:-1}
@@ -21,13 +28,17 @@ B=${1:-build} STEPS=${2:-3} REPEAT=${3:-1}
 PY=/usr/bin/python3
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-DATA=${ZT_BENCH_DATA:-data/bench-gpt2-tokens.h5}
-"$PY" tools/rand_tokens.py "$DATA" $(( (STEPS + 2) * 2 * 8 * 4 * 64 + 1 )) 50257
+V=50257 model="" split2="[10,4]" split4="[6,3,4,1]" DATA=${ZT_BENCH_DATA:-data/bench-gpt2-tokens.h5}
+if [ "${BALANCED:-0}" = 1 ]; then
+    V=${BAL_V:-9216} model="model.n_layer=15 model.vocab_size=${BAL_V:-9216}" split2="[9,8]" split4="[5,4,4,4]"
+    DATA=${ZT_BENCH_DATA:-data/bench-gpt2-v${BAL_V:-9216}-tokens.h5}
+fi
+"$PY" tools/rand_tokens.py "$DATA" $(( (STEPS + 2) * 2 * 8 * 4 * 64 + 1 )) "$V"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 root=""; [ "$(id -u)" -eq 0 ] && root="--allow-run-as-root"
 pp="parallel.pipeline_parallel_size=2 ${PP_ARGS:-}"
 RUNS=${RUNS:-ddp zero3 tp pp-gpipe pp-1f1b pp-interleaved}
-echo "bench-pp.sh: GPT-2 124M, 2 ranks, B=4 T=64 accumulation 8, $STEPS steps x $REPEAT; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+echo "bench-pp.sh: GPT-2 124M${model:+ ($model)}, 2 ranks, B=4 T=64 accumulation 8, $STEPS steps x $REPEAT; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 rep=1
 while [ "$rep" -le "$REPEAT" ]; do
@@ -36,15 +47,15 @@ while [ "$rep" -le "$REPEAT" ]; do
             ddp) args="parallel.strategy=ddp" ;;
             zero3) args="parallel.strategy=zero3" ;;
             tp) args="parallel.tensor_parallel_size=2" ;;
-            pp-gpipe) args="$pp parallel.pp_schedule=gpipe parallel.pp_layers_per_stage=[10,4]" ;;
-            pp-1f1b) args="$pp parallel.pp_schedule=1f1b parallel.pp_layers_per_stage=[10,4]" ;;
+            pp-gpipe) args="$pp parallel.pp_schedule=gpipe parallel.pp_layers_per_stage=$split2" ;;
+            pp-1f1b) args="$pp parallel.pp_schedule=1f1b parallel.pp_layers_per_stage=$split2" ;;
             pp-interleaved) args="$pp parallel.pp_schedule=interleaved_1f1b parallel.pp_stages_per_rank=2
-                parallel.pp_layers_per_stage=[6,3,4,1]" ;;
+                parallel.pp_layers_per_stage=$split4" ;;
             *) echo "bench-pp.sh: unknown run $run" >&2; exit 2 ;;
         esac
         # shellcheck disable=SC2086
         mpirun $root --oversubscribe --bind-to none -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -np 2 \
-            "$B/ztrain" inputs/gpt2-124m.cfg data.train_files="$DATA" data.val_files=[] train.eval_steps=0 \
+            "$B/ztrain" inputs/gpt2-124m.cfg $model data.train_files="$DATA" data.val_files=[] train.eval_steps=0 \
             train.sample_tokens=0 train.max_steps="$STEPS" train.gradient_accumulation_steps=8 \
             checkpoint.save_at_end=false checkpoint.save_hf=false $args train.output_dir="$out/$run-$rep" \
             >"$out/$run-$rep.log" 2>&1 || { tail -5 "$out/$run-$rep.log" >&2; exit 1; }
