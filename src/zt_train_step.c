@@ -370,8 +370,9 @@ double zt_tr_step_sum(run_t *r, double x)
 }
 
 /* pp > 1, at the end of a run: per pipeline rank the time its schedules took, the share of
- * it blocked in receives, the sends' wait at R, and the two together over the schedule's
- * time: the measured bubble (with any transfer not hidden) beside (pp - 1) / (m + pp - 1) / v.
+ * it blocked in receives, the sends' wait at R, and its bubble: the share of the slowest
+ * rank's schedule time it spends not computing (with any transfer not hidden), beside
+ * (pp - 1) / (m + pp - 1) / v.
  * The sends' wait belongs in it: over shared memory a large send completes only once its
  * receiver reaches the receive, so a rank whose last backward ends before its peer's waits
  * there, as a first stage waits in its receives; DPO:
@@ -395,10 +396,16 @@ void zt_tr_pp_summary(run_t *r)
     size_t o = (size_t)snprintf(line, sizeof line, "summary: pipeline %s, pp %d x v %d, m %d: ideal bubble %.3f;",
                                 zt_config_enum_name("parallel.pp_schedule", (int)r->plan.pp_schedule), pp, v, m,
                                 (double)(pp - 1) / (m + pp - 1) / v);
+    /* The ranks start a step's schedule together (R's collectives end the one before), so
+     * the step lasts as long as the slowest rank's schedule: a rank whose schedule ends
+     * earlier idles until then in R's first collective, as a first stage idles in its
+     * receives. A rank's bubble is the share of that span it does not compute. */
+    double span = 0.0;
+    for (int k = 0; k < pp; k++) span = ZT_MAX(span, all[K * k]);
     double bubble = 0.0;
     for (int k = 0; k < pp && o < sizeof line; k++) {
         const double *x = all + K * k, b = x[0] > 0 ? x[1] / x[0] : 0.0, *p = x + 3;
-        const double idle = x[0] > 0 ? (x[1] + x[2]) / x[0] : 0.0;
+        const double idle = span > 0 ? 1.0 - (x[0] - x[1] - x[2]) / span : 0.0;
         bubble += idle / pp;
         o += (size_t)snprintf(line + o, sizeof line - o,
                               " rank %d: schedule %.3f s/step, receive wait %.3f s/step (%.3f), send wait %.4f s/step, "

@@ -6,8 +6,9 @@
 # each (default 3; the first is left out as warm-up). Prints per run the median step time,
 # the tokens a step trains (a pipeline and tp have one data rank: half of ddp's batch), tokens
 # per second, and the bytes a step moves (rank 0's, all groups); for the pipelines the bubble
-# each rank measured (its time blocked in receives and in the sends' completion at the step's
-# end over its schedule's time, from the run's "summary: pipeline" line) beside
+# each rank measured (the share of the slowest rank's schedule time it does not compute:
+# blocked in receives, in the sends' completion at the step's end, or done early; from the
+# run's "summary: pipeline" line) beside
 # (pp - 1) / (m + pp - 1) / v, and the sends' wait alone. The stages are balanced by
 # parallel.pp_layers_per_stage: the head (768 x 50257) costs about 5.5 blocks, so pp 2 splits
 # the 14 layers (embedding, 12 blocks, head) 10 | 4 and the interleaved run 6 | 3 | 4 | 1
