@@ -164,6 +164,8 @@ double zt_tr_pref_policy_head(run_t *r, zt_model_t *m, const float *hw, int hu, 
 double zt_tr_pref_micro(run_t *r, int m, int32_t *inp, int32_t *tgt, float factor, double *metrics, int *Tout);
 int zt_tr_pref_table_setup(run_t *r);
 int zt_tr_pref_table_save(run_t *r, char *err, size_t errlen);
+void zt_tr_pref_table_begin_step(run_t *r);
+void zt_tr_pref_table_end_step(run_t *r);
 int zt_tr_pref_table_resume(run_t *r, const char *ckpt, long step);
 const float *zt_tr_forward_blocks(run_t *r, const int32_t *inp, const int32_t *tgt, const int32_t *seg, const int32_t *pos, int B, int T);
 void zt_tr_sp_chunk(const run_t *r, const int32_t *row, int T, int b, int B, int32_t *dst);
