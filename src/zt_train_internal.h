@@ -73,7 +73,8 @@ typedef struct run {
     /* pp > 1, over the run's steps: this rank's time in its schedule (the actions up to R),
      * blocked in receives (the bubble, and transfers not hidden) and in the sends' completion at R */
     double pp_span, pp_recv_wait, pp_send_wait;
-    long pp_steps; /* the steps they are summed over (this run's) */
+    long pp_steps; /* the steps they are summed over: this run's after its first */
+    int pp_warm;   /* the run's first schedule (warm-up, not summed) has run */
     /* pp > 1 with ZT_PP_TRACE=FILE in the environment: FILE.<world rank>, a line per action
      * of each step (step, the action as zt_action_format writes it, its start and end in
      * seconds from the step's start, the main thread's CPU seconds in it; R: the sends'

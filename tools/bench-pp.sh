@@ -8,8 +8,10 @@
 # per second, and the bytes a step moves (rank 0's, all groups); for the pipelines the bubble
 # each rank measured (the share of the slowest rank's schedule time it does not compute:
 # blocked in receives, in the sends' completion at the step's end, or done early; from the
-# run's "summary: pipeline" line) beside
-# (pp - 1) / (m + pp - 1) / v, and the sends' wait alone. The stages are balanced by
+# run's "summary: pipeline" line, from each run's second step) beside
+# (pp - 1) / (m + pp - 1) / v, and the sends' wait alone; then each rank's compute a step and
+# the formula stretched by their imbalance (a schedule that adds no wait of its own measures
+# 1 - (1 - formula) mean / max of the ranks' compute), and the measured bubble against it. The stages are balanced by
 # parallel.pp_layers_per_stage: the head (768 x 50257) costs about 5.5 blocks, so pp 2 splits
 # the 14 layers (embedding, 12 blocks, head) 10 | 4 and the interleaved run 6 | 3 | 4 | 1
 # (rank 0: stages 0 and 2, rank 1: 1 and 3). gpipe runs the head's forward in the last
@@ -88,4 +90,12 @@ for name in runs:
         per = ", ".join(f"rank {w[0]} {float(w[5]):.3f} (send wait {float(w[4]) * 1e3:.1f} ms of {float(w[1]):.2f} s)"
                         for w in waits)
         print(f"{'':15s} bubble measured {mean:.3f} (ideal {ideal:.3f}, ratio {mean / ideal:.2f}): {per}")
+        # The formula assumes ranks of equal work. The slowest rank paces the step, so ranks
+        # that compute C_k a step leave a bubble of 1 - (1 - ideal) mean(C) / max(C) with a
+        # schedule that adds nothing; the ratio against that is the schedule's own cost.
+        comp = [float(w[1]) - float(w[2]) - float(w[4]) for w in waits]
+        at = 1 - (1 - ideal) * statistics.mean(comp) / max(comp)
+        print(f"{'':15s} ranks' compute {', '.join(f'{x:.2f}' for x in comp)} s a step "
+              f"(the largest {max(comp) / statistics.mean(comp) - 1:.1%} above their mean): "
+              f"formula at that imbalance {at:.3f}, measured {mean / at:.2f}x it")
 PY
