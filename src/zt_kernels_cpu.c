@@ -96,10 +96,18 @@ static inline float zt_expf(float x)
  * out zeroed pages (no memset) and a freed buffer leaves no hole in the malloc
  * heap. Through malloc, the buffers the shard engine allocates and frees every
  * step fragmented the heap and peak RSS grew step after step. Every buffer has a
- * 64-byte header just before it recording how it was made. */
+ * 64-byte header just before it recording how it was made.
+ * A mapping of 2 MiB or more asks for transparent huge pages (MADV_HUGEPAGE; Debian's
+ * default THP mode, "madvise", grants them only on request). The engine maps its
+ * transient buffers afresh each step (a unit's gradients, gathers), and each 4 KiB page
+ * costs a fault at first touch: about 3 us on the 2-core VM of doc/performance.md, so
+ * 24-32 ms to fault in a 28 MiB gradient buffer, 2.7 ms in 2 MiB pages. On a pipeline the
+ * last stage's first backward of a step paid 60-100 ms of such faults on the fill's
+ * critical path. Peak RSS is unchanged (every page of these buffers is written). */
 #define CPU_HDR 64
 #define CPU_PAGE ((size_t)4096)
 #define CPU_MMAP_MIN ((size_t)1 << 20)
+#define CPU_HUGE ((size_t)2 << 20)
 typedef struct { size_t bytes; int mapped; } cpu_hdr_t;
 
 static void *cpu_alloc(size_t bytes)
@@ -108,6 +116,7 @@ static void *cpu_alloc(size_t bytes)
         const size_t total = bytes + CPU_PAGE;
         char *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (base == MAP_FAILED) zt_fatal("out of memory mapping %zu bytes: %s", bytes, strerror(errno));
+        if (total >= CPU_HUGE) (void)madvise(base, total, MADV_HUGEPAGE); /* advice: refused where THP is off */
         char *p = base + CPU_PAGE; /* page-aligned user pointer, header in the first page */
         *(cpu_hdr_t *)(p - CPU_HDR) = (cpu_hdr_t){total, 1};
         return p;
