@@ -29,6 +29,9 @@ typedef struct zt_backend {
     const char *name;
     /* memory */
     void *(*alloc)(size_t bytes);           /* zero-filled, aborts on failure */
+    /* Optional (NULL: alloc): alloc for a buffer that is freed and allocated again every
+     * step (the shard engine's gathers and transient gradients) */
+    void *(*alloc_transient)(size_t bytes);
     void (*free)(void *p);                  /* device: stream-ordered (zt_backend_cuda.cu) */
     void (*memzero)(void *p, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);     /* backend -> backend */

@@ -97,26 +97,29 @@ static inline float zt_expf(float x)
  * heap. Through malloc, the buffers the shard engine allocates and frees every
  * step fragmented the heap and peak RSS grew step after step. Every buffer has a
  * 64-byte header just before it recording how it was made.
- * A mapping of 2 MiB or more asks for transparent huge pages (MADV_HUGEPAGE; Debian's
- * default THP mode, "madvise", grants them only on request). The engine maps its
- * transient buffers afresh each step (a unit's gradients, gathers), and each 4 KiB page
- * costs a fault at first touch: about 3 us on the 2-core VM of doc/performance.md, so
- * 24-32 ms to fault in a 28 MiB gradient buffer, 2.7 ms in 2 MiB pages. On a pipeline the
- * last stage's first backward of a step paid 60-100 ms of such faults on the fill's
- * critical path. Peak RSS is unchanged (every page of these buffers is written). */
+ * The shard engine's transient buffers (a unit's gradients, its gathers) are freed and
+ * mapped again every step, and each 4 KiB page costs a fault at first touch: about 3 us
+ * on the 2-core VM of doc/performance.md, 24-32 ms to fault in a 28 MiB gradient buffer,
+ * 2.7 ms in 2 MiB pages. On a pipeline the last stage's first backward of a step paid
+ * 60-100 ms of them on the fill's critical path. So those mappings, 2 MiB or more, ask for
+ * transparent huge pages (MADV_HUGEPAGE; Debian's THP mode, "madvise", grants them only on
+ * request; advice, a no-op where THP is off). Long-lived buffers do not: mapped once,
+ * their faults are paid once, and on that VM the first touch of fresh 2 MiB pages made a
+ * run's first step 1.2-1.4x slower (design.md, memory behaviour). Peak RSS is unchanged:
+ * every page of these buffers is written. */
 #define CPU_HDR 64
 #define CPU_PAGE ((size_t)4096)
 #define CPU_MMAP_MIN ((size_t)1 << 20)
 #define CPU_HUGE ((size_t)2 << 20)
 typedef struct { size_t bytes; int mapped; } cpu_hdr_t;
 
-static void *cpu_alloc(size_t bytes)
+static void *cpu_map(size_t bytes, int transient)
 {
     if (bytes >= CPU_MMAP_MIN) {
         const size_t total = bytes + CPU_PAGE;
         char *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (base == MAP_FAILED) zt_fatal("out of memory mapping %zu bytes: %s", bytes, strerror(errno));
-        if (total >= CPU_HUGE) (void)madvise(base, total, MADV_HUGEPAGE); /* advice: refused where THP is off */
+        if (transient && total >= CPU_HUGE) (void)madvise(base, total, MADV_HUGEPAGE);
         char *p = base + CPU_PAGE; /* page-aligned user pointer, header in the first page */
         *(cpu_hdr_t *)(p - CPU_HDR) = (cpu_hdr_t){total, 1};
         return p;
@@ -126,6 +129,9 @@ static void *cpu_alloc(size_t bytes)
     *(cpu_hdr_t *)base = (cpu_hdr_t){bytes + CPU_HDR, 0};
     return base + CPU_HDR;
 }
+
+static void *cpu_alloc(size_t bytes) { return cpu_map(bytes, 0); }
+static void *cpu_alloc_transient(size_t bytes) { return cpu_map(bytes, 1); }
 
 static void cpu_free(void *p)
 {
@@ -1675,6 +1681,7 @@ const zt_backend_t zt_backend_cpu = {
     .name = "cpu",
     .host_memory = 1,
     .alloc = cpu_alloc,
+    .alloc_transient = cpu_alloc_transient,
     .free = cpu_free,
     .memzero = cpu_memzero,
     .copy = cpu_copy,

@@ -233,7 +233,8 @@ static void *balloc_z(zt_shard_t *s, int cat, size_t bytes, int need_zero)
                 if (need_zero) s->be->memzero(p, bytes);
                 return p;
             }
-    return cat == MEM_HOST ? s->be->alloc_host(bytes) : s->be->alloc(bytes);
+    if (cat == MEM_HOST) return s->be->alloc_host(bytes);
+    return is_transient(cat) && s->be->alloc_transient ? s->be->alloc_transient(bytes) : s->be->alloc(bytes);
 }
 
 static void *balloc(zt_shard_t *s, int cat, size_t bytes) { return balloc_z(s, cat, bytes, 0); }
