@@ -376,8 +376,9 @@ double zt_tr_step_sum(run_t *r, double x)
     return r->plan.pp > 1 ? zt_sum_double(r->comm, &r->comm->pp, x) : x;
 }
 
-/* pp > 1, at the end of a run: per pipeline rank the time its schedules took, the share of
- * it blocked in receives, the sends' wait at R, and its bubble: the share of the slowest
+/* pp > 1, at the end of a run: per pipeline rank the time its schedules took (from the run's
+ * second step: the first is warm-up), the share of it blocked in receives, the sends' wait
+ * at R, and its bubble: the share of the slowest
  * rank's schedule time it spends not computing (with any transfer not hidden), beside
  * (pp - 1) / (m + pp - 1) / v.
  * The sends' wait belongs in it: over shared memory a large send completes only once its
@@ -398,7 +399,7 @@ void zt_tr_pp_summary(run_t *r)
     double *all = zt_malloc((size_t)pp * sizeof mine);
     zt_allgather(c, &c->pp, mine, all, (size_t)K, ZT_F64);
     const int m = r->A, v = r->plan.pp_v, dpo = r->cfg->train.stage == ZT_STAGE_DPO;
-    const double n = (double)r->pp_steps;
+    const double n = (double)r->pp_steps, n_dpo = n + 1.0; /* the DPO profile has the warm-up step too */
     char line[4096];
     size_t o = (size_t)snprintf(line, sizeof line, "summary: pipeline %s, pp %d x v %d, m %d: ideal bubble %.3f;",
                                 zt_config_enum_name("parallel.pp_schedule", (int)r->plan.pp_schedule), pp, v, m,
@@ -420,8 +421,8 @@ void zt_tr_pp_summary(run_t *r)
                               k, x[0] / n, x[1] / n, b, x[2] / n, idle);
         if (dpo && o < sizeof line)
             o += (size_t)snprintf(line + o, sizeof line - o, ", dpo reference %.3f s/step, policy %.3f s/step",
-                                  (p[PT_REF_BLOCKS] + p[PT_REF_HEAD]) / n,
-                                  (p[PT_FWD] + p[PT_HEAD] + p[PT_LOSS] + p[PT_BWD]) / n);
+                                  (p[PT_REF_BLOCKS] + p[PT_REF_HEAD]) / n_dpo,
+                                  (p[PT_FWD] + p[PT_HEAD] + p[PT_LOSS] + p[PT_BWD]) / n_dpo);
         if (o < sizeof line) o += (size_t)snprintf(line + o, sizeof line - o, ";");
     }
     if (o < sizeof line) snprintf(line + o, sizeof line - o, " measured bubble (mean) %.3f", bubble);
