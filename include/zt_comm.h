@@ -47,6 +47,12 @@ size_t zt_dtype_size(zt_dtype_t t);
 
 /* the groups, for the per-group accounting */
 enum { ZT_GRP_WORLD = 0, ZT_GRP_SHARD, ZT_GRP_REPLICA, ZT_GRP_TP, ZT_GRP_SP, ZT_GRP_DATA, ZT_GRP_PP, ZT_GRP_N };
+/* A ZT_GRP_* id's name, as metrics.jsonl and the logs spell it */
+static inline const char *zt_group_id_name(int id)
+{
+    static const char *const names[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data", "pp"};
+    return id >= 0 && id < ZT_GRP_N ? names[id] : "?";
+}
 
 typedef struct zt_group {
     MPI_Comm comm;

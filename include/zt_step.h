@@ -117,6 +117,9 @@ int zt_schedule_slots(const zt_schedule_t *s, int rank, int *slot);
  * with the first fault in err. */
 int zt_schedule_check(const zt_schedule_t *s, int *inflight, char *err, size_t errlen);
 
+/* Whether a is a send (SA, SG, SR) */
+int zt_action_is_send(const zt_action_t *a);
+
 /* Stream-ordered messages (NCCL; zt_p2p_in_order): a rank's sends and receives run in
  * issue order on one stream, a pair of ranks' messages in one direction match in issue
  * order (no tags), and an operation completes only once its partner is posted, so a

@@ -797,9 +797,10 @@ static int write_index(const char *path, const zt_ckpt_meta_t *m, const char *cf
 
 /* ---- publishing ------------------------------------------------------------------- */
 
-/* "onebit-<step>.h5": 1-bit Adam's error feedback of that checkpoint (see below);
+/* A file saved beside checkpoint <step>, which goes with it: "onebit-<step>.h5", 1-bit
+ * Adam's error feedback (see below);
  * "prefref-<step>.h5": DPO's reference table saved with it (zt_pref_table.h) */
-static long onebit_name_step(const char *name)
+static long side_file_step(const char *name)
 {
     long step;
     int n = 0;
@@ -829,7 +830,7 @@ static void apply_keep_last(const char *dir, int keep_last, const char *keep_nam
     rewinddir(dp);
     while ((e = readdir(dp))) {
         long s = ckpt_name_step(e->d_name);
-        if (s < 0) s = onebit_name_step(e->d_name); /* goes with its checkpoint */
+        if (s < 0) s = side_file_step(e->d_name); /* goes with its checkpoint */
         if (s < 0 || !strcmp(e->d_name, keep_name)) continue;
         int rank = 0;   /* how many checkpoints are newer */
         while (rank < n && steps[rank] > s) rank++;

@@ -265,9 +265,8 @@ static size_t stage_walk(zt_shard_t *s, const zt_param_table_t *t, zt_shard_t *r
          * moves one residual stream through the pp group as run_pipeline's zt_isend/zt_irecv */
         if (zt_schedule_tag(sc, a) >= 0 && m) {
             const size_t n = zt_model_residual_floats(m, q->B, q->T);
-            const int send = a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_SEND_GRAD || a->kind == ZT_ACT_SEND_REF;
             zt_request_t rq;
-            if (send) zt_isend(c, &c->pp, mc_any, a->peer, zt_schedule_tag(sc, a), n, ZT_F32, &rq);
+            if (zt_action_is_send(a)) zt_isend(c, &c->pp, mc_any, a->peer, zt_schedule_tag(sc, a), n, ZT_F32, &rq);
             else zt_irecv(c, &c->pp, mc_any, a->peer, zt_schedule_tag(sc, a), n, ZT_F32, &rq);
             zt_wait(c, &rq);
             messages += n * sizeof(float);

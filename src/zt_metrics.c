@@ -53,10 +53,9 @@ static void comm_json(const zt_comm_stats_t *st, char *buf, size_t len)
                               busbw);
     }
     /* the same bytes by mesh group */
-    static const char *groups[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data", "pp"};
     o += (size_t)snprintf(buf + o, len - o, ",\"groups\":{");
     for (int k = 0; k < ZT_GRP_N; k++)
-        o += (size_t)snprintf(buf + o, len - o, "%s\"%s\":{\"calls\":%ld,\"bytes\":%.0f}", k ? "," : "", groups[k],
+        o += (size_t)snprintf(buf + o, len - o, "%s\"%s\":{\"calls\":%ld,\"bytes\":%.0f}", k ? "," : "", zt_group_id_name(k),
                               st->group_calls[k], st->group_bytes[k]);
     snprintf(buf + o, len - o, "}}");
 }

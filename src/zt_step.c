@@ -131,11 +131,13 @@ int zt_schedule_messages(const zt_schedule_t *s, int rank)
     return n;
 }
 
+static void free_post(zt_schedule_t *s);
+
 void zt_schedule_free(zt_schedule_t *s)
 {
     if (!s->a) return;
-    for (int r = 0; r < s->pp; r++) free(s->a[r]), free(s->post ? s->post[r] : NULL);
-    free(s->post);
+    free_post(s);
+    for (int r = 0; r < s->pp; r++) free(s->a[r]);
     free(s->a);
     free(s->n);
     memset(s, 0, sizeof *s);
@@ -317,18 +319,26 @@ static int is_message(const zt_action_t *a)
            a->kind == ZT_ACT_RECV_GRAD || a->kind == ZT_ACT_SEND_REF || a->kind == ZT_ACT_RECV_REF;
 }
 
-static int is_send(const zt_action_t *a)
+int zt_action_is_send(const zt_action_t *a)
 {
     return a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_SEND_GRAD || a->kind == ZT_ACT_SEND_REF;
 }
 
-/* The action message i of rank r is issued before: planned, or the first of the run of
- * messages it sits in (the batch between two computes) */
-static int post_of(const zt_schedule_t *s, int r, int i)
+/* The first of the run of messages action i of rank r sits in (the batch between two computes) */
+static int run_first(const zt_schedule_t *s, int r, int i)
 {
-    if (s->post) return s->post[r][i];
     while (i > 0 && is_message(&s->a[r][i - 1])) i--;
     return i;
+}
+
+/* The action message i of rank r is issued before: planned, or the first of its run */
+static int post_of(const zt_schedule_t *s, int r, int i) { return s->post ? s->post[r][i] : run_first(s, r, i); }
+
+static void free_post(zt_schedule_t *s)
+{
+    for (int r = 0; s->post && r < s->pp; r++) free(s->post[r]);
+    free(s->post);
+    s->post = NULL;
 }
 
 int zt_schedule_issue_order(const zt_schedule_t *s, int rank, int *order)
@@ -403,20 +413,20 @@ static int ordered_init(ordered_t *o, zt_schedule_t *s, char *err, size_t errlen
             zt_action_format(a, what, sizeof what);
             if (a->peer < 0 || a->peer >= pp || a->peer == r)
                 rc = zt_err(err, errlen, "rank %d: %s names no other rank", r, what);
-            else o->seq[r][o->order[r][k]] = cnt[2 * a->peer + is_send(a)]++;
+            else o->seq[r][o->order[r][k]] = cnt[2 * a->peer + zt_action_is_send(a)]++;
         }
         for (int c = 0; c < 2 * pp; c++) off[r][c + 1] = off[r][c] + cnt[c];
         chan[r] = zt_malloc((size_t)(off[r][2 * pp] + 1) * sizeof **chan);
         for (int k = 0; k < o->norder[r] && rc == 0; k++) {
             const int i = o->order[r][k];
             const zt_action_t *a = &s->a[r][i];
-            chan[r][off[r][2 * a->peer + is_send(a)] + o->seq[r][i]] = i;
+            chan[r][off[r][2 * a->peer + zt_action_is_send(a)] + o->seq[r][i]] = i;
         }
         free(cnt);
     }
     for (int r = 0; r < pp && rc == 0; r++)
         for (int k = 0; k < o->norder[r] && rc == 0; k++) {
-            const int i = o->order[r][k], q = s->a[r][i].peer, c = 2 * r + !is_send(&s->a[r][i]);
+            const int i = o->order[r][k], q = s->a[r][i].peer, c = 2 * r + !zt_action_is_send(&s->a[r][i]);
             zt_action_format(&s->a[r][i], what, sizeof what);
             if (off[q][c] + o->seq[r][i] >= off[q][c + 1]) {
                 rc = zt_err(err, errlen, "rank %d: %s has no partner on rank %d (message %d of the pair)", r, what, q,
@@ -452,10 +462,10 @@ static int hoist(ordered_t *o, int r)
     zt_schedule_t *s = o->s;
     for (int k = o->cur[r], e = batch_end(o, r); k < e; k++) {
         const int i = o->order[r][k], q = s->a[r][i].peer, j = o->partner[r][i];
-        if (!is_send(&s->a[r][i]) || o->posted[q][j]) continue;
+        if (!zt_action_is_send(&s->a[r][i]) || o->posted[q][j]) continue;
         for (int x = 0; x <= j; x++) {
             const zt_action_t *b = &s->a[q][x];
-            if (is_message(b) && !is_send(b) && b->peer == r && !o->posted[q][x])
+            if (is_message(b) && !zt_action_is_send(b) && b->peer == r && !o->posted[q][x])
                 s->post[q][x] = o->pc[q], o->posted[q][x] = 1;
         }
         o->norder[q] = zt_schedule_issue_order(s, q, o->order[q]); /* entries before cur keep their places */
@@ -505,11 +515,7 @@ static int ordered_run(ordered_t *o, int repair, char *err, size_t errlen)
 
 int zt_schedule_plan_in_order(zt_schedule_t *s, char *err, size_t errlen)
 {
-    if (s->post) {
-        for (int r = 0; r < s->pp; r++) free(s->post[r]);
-        free(s->post);
-        s->post = NULL;
-    }
+    free_post(s);
     int **post = zt_calloc((size_t)s->pp, sizeof *post);
     for (int r = 0; r < s->pp; r++) {
         post[r] = zt_malloc((size_t)(s->n[r] + 1) * sizeof **post);
@@ -520,11 +526,7 @@ int zt_schedule_plan_in_order(zt_schedule_t *s, char *err, size_t errlen)
     int rc = ordered_init(&o, s, err, errlen);
     if (rc == 0) rc = ordered_run(&o, 1, err, errlen);
     ordered_free(&o);
-    if (rc) {
-        for (int r = 0; r < s->pp; r++) free(post[r]);
-        free(post);
-        s->post = NULL;
-    }
+    if (rc) free_post(s);
     return rc;
 }
 
@@ -536,10 +538,8 @@ int zt_schedule_check_in_order(const zt_schedule_t *s, char *err, size_t errlen)
     for (int r = 0; s->post && r < s->pp; r++)
         for (int i = 0; i < s->n[r]; i++) {
             if (!is_message(&s->a[r][i])) continue;
-            int first = i;
-            while (first > 0 && is_message(&s->a[r][first - 1])) first--;
-            const int p = s->post[r][i];
-            if (p < 0 || p > i || (is_send(&s->a[r][i]) && p < first)) {
+            const int first = run_first(s, r, i), p = s->post[r][i];
+            if (p < 0 || p > i || (zt_action_is_send(&s->a[r][i]) && p < first)) {
                 zt_action_format(&s->a[r][i], what, sizeof what);
                 return zt_err(err, errlen, "rank %d: %s issued before action %d", r, what, p + 1);
             }

@@ -105,13 +105,12 @@ void zt_tr_startup_report(run_t *r)
                zt_fmt_bytes(e.ref.params, b[1], 32), zt_fmt_bytes(e.ref.gathered_peak, b[2], 32),
                zt_fmt_bytes(e.ref.host, b[3], 32));
     /* by group: what each axis of the mesh moves, as the summary's measured line */
-    static const char *gnames[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data", "pp"};
     char by[256];
     size_t o = 0;
     by[0] = '\0';
     for (int k = 0; k < ZT_GRP_N && o < sizeof by; k++)
         if (e.group_traffic[k] > 0)
-            o += (size_t)snprintf(by + o, sizeof by - o, "%s%s %s", o ? ", " : " (", gnames[k],
+            o += (size_t)snprintf(by + o, sizeof by - o, "%s%s %s", o ? ", " : " (", zt_group_id_name(k),
                                   zt_fmt_bytes(e.group_traffic[k], b[1], 32));
     if (o && o + 1 < sizeof by) strcat(by, ")");
     zt_log("traffic per step (estimate%s): %s of collectives and messages%s",
@@ -176,11 +175,10 @@ void zt_tr_comm_summary(const run_t *r)
     }
     if (o) zt_log("communication (rank 0, training steps): %s", line);
     /* by group: what each axis of the mesh moves (tests/mpi/accounting.sh) */
-    static const char *gnames[ZT_GRP_N] = {"world", "shard", "replica", "tp", "sp", "data", "pp"};
     o = 0;
     for (int k = 0; k < ZT_GRP_N; k++)
         if (t->group_calls[k])
-            o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %ld calls %.0f bytes", o ? "; " : "", gnames[k],
+            o += (size_t)snprintf(line + o, sizeof line - o, "%s%s %ld calls %.0f bytes", o ? "; " : "", zt_group_id_name(k),
                                   t->group_calls[k], t->group_bytes[k]);
     if (o) zt_log("communication by group (rank 0, training steps): %s", line);
 }

@@ -145,7 +145,7 @@ static void issue_batch(run_t *r, const int *order, int norder, int *next, int i
     zt_request_t *req = zt_malloc((size_t)n * sizeof *req);
     for (int k = 0; k < n; k++) {
         const zt_action_t *a = &r->steps.a[me][order[*next + k]];
-        const int send = a->kind == ZT_ACT_SEND_ACT || a->kind == ZT_ACT_SEND_GRAD || a->kind == ZT_ACT_SEND_REF;
+        const int send = zt_action_is_send(a);
         const size_t count = zt_tr_residual_floats(r, r->micro_T[a->micro]);
         float *buf = r->be->alloc(count * sizeof *buf);
         *held += count * sizeof *buf;
@@ -227,10 +227,8 @@ double zt_tr_run_pipeline(run_t *r, int sft, float ds, float pf, double *pref_wi
         zt_irecv(c, &c->pp, r->pp_buf[nmsg], a->peer, zt_schedule_tag(&r->steps, a), n, ZT_F32, &r->pp_req[nmsg]);
         nmsg++;
     }
-    for (int i = 0, k = nmsg; in_order && i < r->steps.n[me]; i++) {
-        const zt_action_kind_t kd = r->steps.a[me][i].kind;
-        if (kd == ZT_ACT_SEND_ACT || kd == ZT_ACT_SEND_GRAD || kd == ZT_ACT_SEND_REF) buf_of[i] = k++;
-    }
+    for (int i = 0, k = nmsg; in_order && i < r->steps.n[me]; i++)
+        if (zt_action_is_send(&r->steps.a[me][i])) buf_of[i] = k++;
     double loss_sum = 0.0;
     int nrecv = 0, nsend = nmsg;
     const double t_span = zt_now();

@@ -129,8 +129,9 @@ run_ztrain_bg() {
     np=$1
     shift
     ZT_BG_OUT=$(mktemp "$ZT_TMP/bg.XXXXXX") || fail "mktemp"
-    # a session directory of its own: two mpiruns started together race to create the shared
-    # one (/tmp/ompi.HOST.UID), and the loser fails in orte_init ("File exists")
+    # an Open MPI temporary directory of its own (orte_tmpdir_base): two mpiruns started
+    # together race to create the shared one (/tmp/ompi.HOST.UID), and the loser fails in
+    # orte_init ("File exists")
     zt_sd=$(mktemp -d "$ZT_TMP/ompi.XXXXXX") || fail "mktemp"
     echo "+ zt_mpirun.sh $np ztrain $* (in the background)"
     # shellcheck disable=SC2046
